@@ -1,0 +1,122 @@
+//! The compiler's entry points, shared by the CLI, the tests and (later) the language server.
+//!
+//! Every entry point runs the pipeline on a thread with a large stack and turns a panic into an
+//! "internal compiler error" diagnostic: whatever the input, the caller gets diagnostics back.
+
+use crate::elab::{self, Setting};
+use crate::front::{self, Program};
+use crate::ir::Graph;
+use crate::source::{normalize, Origin};
+use mgn_syntax::{Diagnostic, Span};
+use std::path::Path;
+
+/// Stack for the parser and evaluator threads; the language limits keep recursion well within it.
+const STACK_BYTES: usize = 256 << 20;
+
+/// The result of checking or building one root file.
+pub struct Outcome {
+    pub program: Program,
+    pub diagnostics: Vec<Diagnostic>,
+    /// One graph per model that elaborated cleanly.
+    pub graphs: Vec<Graph>,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.diagnostics.is_empty()
+    }
+}
+
+/// What to elaborate after the name checks pass.
+#[derive(Clone, Debug, Default)]
+pub enum Models {
+    /// Every model in the root file, with default arguments (`mgnc check`).
+    #[default]
+    All,
+    /// One model: the only one in the file, or the named one; with `--set` overrides.
+    One { name: Option<String>, settings: Vec<Setting> },
+}
+
+pub fn check_path(path: &Path, models: Models) -> Result<Outcome, String> {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {}", path.display(), front::load::io_reason(&e)))?;
+    let text = String::from_utf8(text).map_err(|_| format!("cannot read `{}`: the file is not valid UTF-8", path.display()))?;
+    Ok(check_text(path.display().to_string(), Origin::Path(normalize(path)), text, models))
+}
+
+pub fn check_text(name: String, origin: Origin, text: String, models: Models) -> Outcome {
+    let fallback_name = name.clone();
+    let fallback_text = text.clone();
+    let run = move || pipeline(name, origin, text, models);
+    match std::thread::Builder::new().name("mgnc".into()).stack_size(STACK_BYTES).spawn(run).map(|h| h.join()) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(panic)) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            internal_error(fallback_name, fallback_text, &what)
+        }
+        Err(e) => internal_error(fallback_name, fallback_text, &format!("cannot start the compiler thread: {e}")),
+    }
+}
+
+fn internal_error(name: String, text: String, what: &str) -> Outcome {
+    let (program, _) = front::load::load(name, Origin::Memory("<internal error>".into()), String::new());
+    let _ = text;
+    let d = Diagnostic::error("E0999", format!("internal compiler error: {what}"), Span::default(), "while compiling this file")
+        .with_help("this is a bug in mgnc; please report it with the file that triggered it");
+    Outcome { program, diagnostics: vec![d], graphs: Vec::new() }
+}
+
+fn pipeline(name: String, origin: Origin, text: String, models: Models) -> Outcome {
+    let (program, mut diagnostics) = front::load::load(name, origin, text);
+    diagnostics.extend(front::names::check(&program));
+    let mut graphs = Vec::new();
+    if diagnostics.is_empty() {
+        let root = program.root;
+        let all = elab::models(&program, root);
+        match models {
+            Models::All => {
+                for (index, _) in all {
+                    match elab::elaborate(&program, root, index, &[]) {
+                        Ok(g) => graphs.push(g),
+                        Err(d) => diagnostics.push(d),
+                    }
+                }
+            }
+            Models::One { name, settings } => match pick_model(&program, &all, name.as_deref()) {
+                Ok(index) => match elab::elaborate(&program, root, index, &settings) {
+                    Ok(g) => graphs.push(g),
+                    Err(d) => diagnostics.push(d),
+                },
+                Err(d) => diagnostics.push(d),
+            },
+        }
+    }
+    Outcome { program, diagnostics, graphs }
+}
+
+fn pick_model(program: &Program, all: &[(usize, &mgn_syntax::ast::LayerItem)], name: Option<&str>) -> Result<usize, Diagnostic> {
+    let file_start = Span { file: program.module(program.root).file, start: 0, end: 0 };
+    let names: Vec<&str> = all.iter().map(|(_, m)| m.name.name.as_str()).collect();
+    match name {
+        Some(n) => all.iter().find(|(_, m)| m.name.name == n).map(|(i, _)| *i).ok_or_else(|| {
+            let mut d = Diagnostic::error("E0501", format!("there is no model `{n}` in this file"), file_start, "in this file");
+            d = match front::did_you_mean(n, names.iter().copied()) {
+                Some(h) => d.with_help(h),
+                None if names.is_empty() => d.with_note("the file defines no models"),
+                None => d.with_note(format!("its models are: {}", names.join(", "))),
+            };
+            d
+        }),
+        None => match all {
+            [(i, _)] => Ok(*i),
+            [] => Err(Diagnostic::error("E0501", "this file defines no model to build", file_start, "no `model` item")
+                .with_help("`mgnc build` compiles a `model`; `mgnc check` also checks files that only define layers")),
+            _ => Err(Diagnostic::error("E0501", "this file defines several models", all[1].1.name.span, "another model")
+                .with_label(all[0].1.name.span, "a model")
+                .with_help(format!("choose one with `--model NAME` ({})", names.join(", ")))),
+        },
+    }
+}

@@ -1,0 +1,125 @@
+//! Elaboration: type- and shape-checks a model with concrete argument values and produces its
+//! graph IR. See `eval` for the evaluator and `builtins` for each builtin's typing rule.
+
+pub mod builtins;
+pub mod eval;
+pub mod shape;
+pub mod value;
+
+use crate::front::{did_you_mean, ModId, Program};
+use crate::ir::Graph;
+use eval::{Evaluator, Frame};
+use mgn_syntax::ast::{Item, LayerItem, LayerKind, ScalarType, TypeExpr};
+use mgn_syntax::{Diagnostic, Span};
+use value::Value;
+
+/// A `--set name=value` override of a model argument.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setting {
+    pub name: String,
+    pub value: String,
+}
+
+impl std::str::FromStr for Setting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Setting, String> {
+        let (name, value) = s.split_once('=').ok_or_else(|| format!("expected `name=value`, found `{s}`"))?;
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(format!("expected `name=value`, found `{s}`"));
+        }
+        Ok(Setting { name: name.to_string(), value: value.trim().to_string() })
+    }
+}
+
+/// The models defined in a module, as (item index, item).
+pub fn models(prog: &Program, module: ModId) -> Vec<(usize, &LayerItem)> {
+    prog.module(module)
+        .ast
+        .items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| match item {
+            Item::Layer(l) if l.kind == LayerKind::Model => Some((i, l)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Elaborates model `index` of `module` with the given argument overrides.
+pub fn elaborate(prog: &Program, module: ModId, index: usize, settings: &[Setting]) -> Result<Graph, Diagnostic> {
+    let Item::Layer(model) = prog.item(module, index) else { unreachable!("callers pass a model item") };
+    for s in settings {
+        if !model.params.iter().any(|p| p.name.name == s.name) {
+            let mut d = Diagnostic::error("E0501", format!("`--set {}`: model `{}` has no argument `{}`", s.name, model.name.name, s.name), model.name.span, "in this model");
+            let names: Vec<&str> = model.params.iter().map(|p| p.name.name.as_str()).collect();
+            d = match did_you_mean(&s.name, names.iter().copied()) {
+                Some(h) => d.with_help(h),
+                None if names.is_empty() => d.with_note("this model takes no arguments"),
+                None => d.with_note(format!("its arguments are: {}", names.join(", "))),
+            };
+            return Err(d);
+        }
+    }
+    let mut ev = Evaluator::new(prog);
+    ev.graph.model = model.name.name.clone();
+    let frame = Frame { module, locals: Vec::new(), fields: Some((model.name.name.clone(), Vec::new())), model: true };
+    ev.in_frame(frame, model.name.span, |ev| {
+        for p in &model.params {
+            let v = match settings.iter().rev().find(|s| s.name == p.name.name) {
+                Some(s) => parse_setting(s, &p.ty, p.span)?,
+                None => match &p.default {
+                    Some(d) => ev.eval(d)?,
+                    None => {
+                        return Err(Diagnostic::error("E0501", format!("model argument `{}` has no default", p.name.name), p.span, "needs a default")
+                            .with_help(format!("give it one (`{}: ... = value`) or pass `--set {}=value`", p.name.name, p.name.name)))
+                    }
+                },
+            };
+            let v = ev.check_type(&p.ty, v, p.default.as_ref().map(|d| d.span).unwrap_or(p.span), &format!("model argument `{}`", p.name.name))?;
+            ev.graph.config.push((p.name.name.clone(), show(&v)));
+            ev.bind(&p.name.name, v);
+        }
+        let config = ev.frame().locals.clone();
+        ev.create_fields(&model.fields, "", &config)?;
+        for i in &model.inputs {
+            let (dtype, shape) = ev.concrete_type(&i.ty, &format!("input `{}`", i.name.name))?;
+            let id = ev.add(crate::ir::Op::Input { name: i.name.name.clone() }, Vec::new(), dtype, shape, i.span)?;
+            ev.graph.inputs.push((i.name.name.clone(), id));
+            ev.bind(&i.name.name, Value::Tensor(id));
+        }
+        if let Some(fwd) = model.forward.first() {
+            ev.eval_block(&fwd.body)?;
+        }
+        Ok(())
+    })?;
+    Ok(ev.graph)
+}
+
+fn parse_setting(s: &Setting, ty: &TypeExpr, span: Span) -> Result<Value, Diagnostic> {
+    let v = s.value.as_str();
+    let bad = |what: &str| {
+        Diagnostic::error("E0501", format!("`--set {}={}`: expected {what}", s.name, s.value), span, format!("`{}` is declared here", s.name))
+    };
+    match ty {
+        TypeExpr::Scalar(ScalarType::Dim | ScalarType::Int, _) => v.parse::<i64>().map(Value::Int).map_err(|_| bad("an integer")),
+        TypeExpr::Scalar(ScalarType::Float, _) => v.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float).ok_or_else(|| bad("a number")),
+        TypeExpr::Scalar(ScalarType::Bool, _) => match v {
+            "true" => Ok(Value::Bool(true)),
+            "false" => Ok(Value::Bool(false)),
+            _ => Err(bad("`true` or `false`")),
+        },
+        TypeExpr::Scalar(ScalarType::DType, _) => mgn_syntax::ast::DTypeName::parse(v).map(|d| Value::DType(eval::dtype_of(d))).ok_or_else(|| bad("a dtype such as f32")),
+        _ => Err(bad("a value of a type `--set` supports (dim, int, float, bool, dtype)")),
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => crate::ir::fmt_f64(*f),
+        Value::Bool(b) => b.to_string(),
+        Value::DType(d) => d.to_string(),
+        other => other.kind().to_string(),
+    }
+}

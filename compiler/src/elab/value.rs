@@ -1,0 +1,77 @@
+//! Compile-time values: what an expression evaluates to during elaboration.
+
+use crate::front::ModId;
+use crate::ir::{InitSpec, NodeId};
+use mgn_runtime::DType;
+use mgn_syntax::Span;
+use std::rc::Rc;
+
+#[derive(Clone, Debug)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(Rc<str>),
+    DType(DType),
+    /// A node of the graph being built.
+    Tensor(NodeId),
+    Tuple(Rc<Vec<Value>>),
+    List(Rc<Vec<Value>>),
+    Init(InitSpec),
+    Layer(Rc<LayerInst>),
+    /// The copies made by `repeat(n)`, applied in order when called.
+    Repeated(Rc<Vec<Rc<LayerInst>>>),
+    /// A field whose `if` condition was false.
+    Absent { field: Span },
+    /// A `fn`, `layer`, `model` or `const` item.
+    Item(ModId, usize),
+    Module(ModId),
+    Builtin(&'static super::builtins::Builtin),
+}
+
+/// An instantiated layer: its config values and its fields (parameters are `Tensor`s that
+/// point at `Param` nodes).
+#[derive(Debug)]
+pub struct LayerInst {
+    pub type_name: String,
+    pub module: ModId,
+    pub item: usize,
+    /// Checkpoint path of this instance (`blocks.0.attn`), empty for the model itself.
+    pub path: String,
+    pub config: Vec<(String, Value)>,
+    pub fields: Vec<(String, Value)>,
+}
+
+impl LayerInst {
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+}
+
+impl Value {
+    pub fn unit() -> Value {
+        Value::Tuple(Rc::new(Vec::new()))
+    }
+
+    /// "an int", "a tuple", ... for messages; tensors are described with their type by the caller.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a float",
+            Value::Bool(_) => "a bool",
+            Value::Str(_) => "a string",
+            Value::DType(_) => "a dtype",
+            Value::Tensor(_) => "a tensor",
+            Value::Tuple(t) if t.is_empty() => "nothing",
+            Value::Tuple(_) => "a tuple",
+            Value::List(_) => "a list",
+            Value::Init(_) => "an initializer",
+            Value::Layer(_) => "a layer",
+            Value::Repeated(_) => "a repeated layer",
+            Value::Absent { .. } => "an absent field",
+            Value::Item(..) => "an item",
+            Value::Module(_) => "a module",
+            Value::Builtin(_) => "a builtin function",
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Loads a root file and everything it imports into a `Program`, and builds each module's scope.
+
+use super::did_you_mean;
+use crate::source::{normalize, std_source, Origin, SourceMap, STDLIB};
+use mgn_syntax::ast::{self, Item, UseSource};
+use mgn_syntax::{Diagnostic, Span};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Import chains deeper than this are refused (it bounds the loader's recursion).
+const MAX_IMPORT_DEPTH: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModId(pub usize);
+
+/// What a name in a module's scope stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// Item `index` of module `module`; `span` is where the name was bound (definition or import).
+    Item { module: ModId, index: usize, span: Span },
+    /// A whole module, imported with `use std.nn` or `use "./x.mgn" as x`.
+    Module { module: ModId, span: Span },
+}
+
+pub struct Module {
+    /// `std.nn` or the file's display path.
+    pub name: String,
+    pub file: mgn_syntax::FileId,
+    pub ast: ast::File,
+    pub scope: HashMap<String, Binding>,
+}
+
+impl Module {
+    /// Index of the item defined here (not imported) under `name`.
+    pub fn item_index(&self, name: &str) -> Option<usize> {
+        self.ast.items.iter().position(|i| i.name().is_some_and(|n| n.name == name))
+    }
+
+    pub fn item_names(&self) -> impl Iterator<Item = &str> {
+        self.ast.items.iter().filter_map(|i| i.name()).map(|n| n.name.as_str())
+    }
+}
+
+pub struct Program {
+    pub sources: SourceMap,
+    pub modules: Vec<Module>,
+    pub root: ModId,
+}
+
+impl Program {
+    pub fn module(&self, id: ModId) -> &Module {
+        &self.modules[id.0]
+    }
+
+    pub fn item(&self, module: ModId, index: usize) -> &Item {
+        &self.modules[module.0].ast.items[index]
+    }
+}
+
+struct Loader {
+    sources: SourceMap,
+    modules: Vec<Module>,
+    by_origin: HashMap<Origin, ModId>,
+    /// Modules whose imports are being loaded, for cycle detection.
+    stack: Vec<ModId>,
+    diags: Vec<Diagnostic>,
+}
+
+/// Loads `text` (named `name`, from `origin`) and its imports.
+pub fn load(name: String, origin: Origin, text: String) -> (Program, Vec<Diagnostic>) {
+    let mut l = Loader { sources: SourceMap::new(), modules: Vec::new(), by_origin: HashMap::new(), stack: Vec::new(), diags: Vec::new() };
+    let root = l.load_module(name, origin, text);
+    (Program { sources: l.sources, modules: l.modules, root }, l.diags)
+}
+
+/// Loads a file from disk as the root of a program.
+pub fn load_path(path: &Path) -> Result<(Program, Vec<Diagnostic>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {}", path.display(), io_reason(&e)))?;
+    Ok(load(path.display().to_string(), Origin::Path(normalize(path)), text))
+}
+
+pub fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::InvalidData => "the file is not valid UTF-8".to_string(),
+        _ => e.to_string(),
+    }
+}
+
+impl Loader {
+    fn load_module(&mut self, name: String, origin: Origin, text: String) -> ModId {
+        let file = self.sources.add(name.clone(), origin.clone(), text);
+        let (ast, diags) = mgn_syntax::parse(file, &self.sources.get(file).text);
+        self.diags.extend(diags);
+        let id = ModId(self.modules.len());
+        self.modules.push(Module { name, file, ast, scope: HashMap::new() });
+        self.by_origin.insert(origin.clone(), id);
+
+        self.stack.push(id);
+        let uses: Vec<ast::UseItem> = self.modules[id.0]
+            .ast
+            .items
+            .iter()
+            .filter_map(|i| if let Item::Use(u) = i { Some(u.clone()) } else { None })
+            .collect();
+        let mut targets = Vec::new();
+        for u in &uses {
+            targets.push(self.import_target(&origin, u));
+        }
+        self.stack.pop();
+
+        self.build_scope(id, &uses, &targets);
+        id
+    }
+
+    /// Loads the module a `use` names. Returns it with the item named by a trailing path
+    /// segment (`use std.loss.cross_entropy`), if any.
+    fn import_target(&mut self, from: &Origin, u: &ast::UseItem) -> Option<(ModId, Option<ast::Ident>)> {
+        match &u.source {
+            UseSource::Path(path) => {
+                let first = &path[0];
+                if first.name != "std" {
+                    let mut d = Diagnostic::error(
+                        "E0102",
+                        format!("unknown module `{}`", first.name),
+                        first.span,
+                        "not a module",
+                    )
+                    .with_help("modules are `std.<name>` (std.nn, std.attention, std.loss, std.init) or a quoted file path such as \"./blocks.mgn\"");
+                    if let Some(h) = did_you_mean(&first.name, ["std"]) {
+                        d = d.with_help(h);
+                    }
+                    self.diags.push(d);
+                    return None;
+                }
+                let Some(module) = path.get(1) else {
+                    self.diags.push(
+                        Diagnostic::error("E0102", "`use std` needs a module name", first.span, "which module?")
+                            .with_help("write `use std.nn.{Linear}` or another module: std.nn, std.attention, std.loss, std.init"),
+                    );
+                    return None;
+                };
+                let Some((mname, text)) = std_source(&module.name) else {
+                    let mut d = Diagnostic::error(
+                        "E0102",
+                        format!("there is no module `std.{}`", module.name),
+                        module.span,
+                        "unknown module",
+                    );
+                    let names: Vec<&str> = STDLIB.iter().map(|(n, _)| *n).collect();
+                    d = d.with_help(match super::nearest(&module.name, names.iter().copied()) {
+                        Some(n) => format!("did you mean `std.{n}`?"),
+                        None => format!("the standard modules are {}", names.iter().map(|n| format!("`std.{n}`")).collect::<Vec<_>>().join(", ")),
+                    });
+                    self.diags.push(d);
+                    return None;
+                };
+                if path.len() > 3 || (path.len() == 3 && u.names.is_some()) {
+                    let extra = &path[if u.names.is_some() { 2 } else { 3 }];
+                    self.diags.push(Diagnostic::error(
+                        "E0102",
+                        format!("`std.{}` has no submodules", module.name),
+                        extra.span,
+                        "unexpected path segment",
+                    ));
+                    return None;
+                }
+                let origin = Origin::Std(mname);
+                let id = self.get_or_load(origin, format!("std.{mname}"), || Ok(text.to_string()), module.span)?;
+                Some((id, path.get(2).cloned()))
+            }
+            UseSource::File { path, span } => {
+                let base = match from {
+                    Origin::Path(p) => p.parent().map(Path::to_path_buf).unwrap_or_default(),
+                    Origin::Std(_) => {
+                        self.diags.push(Diagnostic::error("E0104", "the standard library cannot import files", *span, "here"));
+                        return None;
+                    }
+                    Origin::Memory(_) => std::env::current_dir().unwrap_or_default(),
+                };
+                let full: PathBuf = normalize(&base.join(path));
+                let display = full.display().to_string();
+                let read_path = full.clone();
+                let id = self.get_or_load(Origin::Path(full), display, move || std::fs::read_to_string(&read_path).map_err(|e| io_reason(&e)), *span)?;
+                Some((id, None))
+            }
+        }
+    }
+
+    fn get_or_load(
+        &mut self,
+        origin: Origin,
+        name: String,
+        read: impl FnOnce() -> Result<String, String>,
+        use_span: Span,
+    ) -> Option<ModId> {
+        if let Some(&id) = self.by_origin.get(&origin) {
+            if let Some(pos) = self.stack.iter().position(|m| *m == id) {
+                let mut chain: Vec<String> = self.stack[pos..].iter().map(|m| self.modules[m.0].name.clone()).collect();
+                chain.push(self.modules[id.0].name.clone());
+                self.diags.push(
+                    Diagnostic::error("E0105", format!("import cycle: {}", chain.join(" → ")), use_span, "this import closes the cycle")
+                        .with_help("move what both files need into a third file that imports neither"),
+                );
+                return None;
+            }
+            return Some(id);
+        }
+        if self.stack.len() >= MAX_IMPORT_DEPTH {
+            self.diags.push(Diagnostic::error(
+                "E0104",
+                format!("imports are nested more than {MAX_IMPORT_DEPTH} files deep"),
+                use_span,
+                "this import is too deep",
+            ));
+            return None;
+        }
+        match read() {
+            Ok(text) => Some(self.load_module(name, origin, text)),
+            Err(reason) => {
+                self.diags.push(Diagnostic::error("E0104", format!("cannot import `{name}`: {reason}"), use_span, reason));
+                None
+            }
+        }
+    }
+
+    fn build_scope(&mut self, id: ModId, uses: &[ast::UseItem], targets: &[Option<(ModId, Option<ast::Ident>)>]) {
+        let mut scope: HashMap<String, Binding> = HashMap::new();
+        let mut diags = Vec::new();
+        let bind = |scope: &mut HashMap<String, Binding>, name: &ast::Ident, b: Binding, diags: &mut Vec<Diagnostic>| {
+            if let Some(prev) = scope.get(&name.name) {
+                let prev_span = match prev {
+                    Binding::Item { span, .. } | Binding::Module { span, .. } => *span,
+                };
+                diags.push(
+                    Diagnostic::error("E0106", format!("`{}` is defined more than once", name.name), name.span, "defined again here")
+                        .with_label(prev_span, "first defined here")
+                        .with_help("rename one of them, or import it under another name with `as`"),
+                );
+            } else {
+                scope.insert(name.name.clone(), b);
+            }
+        };
+        for (index, item) in self.modules[id.0].ast.items.iter().enumerate() {
+            if let Some(name) = item.name() {
+                bind(&mut scope, name, Binding::Item { module: id, index, span: name.span }, &mut diags);
+            }
+        }
+        for (u, target) in uses.iter().zip(targets) {
+            let Some((target, single)) = target else { continue };
+            let target = *target;
+            let tmod = &self.modules[target.0];
+            let import_item = |name: &ast::Ident, alias: Option<&ast::Ident>, scope: &mut HashMap<String, Binding>, diags: &mut Vec<Diagnostic>| {
+                match tmod.item_index(&name.name) {
+                    Some(index) => {
+                        let local = alias.unwrap_or(name);
+                        bind(scope, local, Binding::Item { module: target, index, span: local.span }, diags);
+                    }
+                    None => {
+                        let mut d = Diagnostic::error(
+                            "E0103",
+                            format!("`{}` has no item named `{}`", tmod.name, name.name),
+                            name.span,
+                            "not found in this module",
+                        );
+                        if let Some(h) = did_you_mean(&name.name, tmod.item_names()) {
+                            d = d.with_help(h);
+                        } else {
+                            let mut all: Vec<&str> = tmod.item_names().collect();
+                            all.sort();
+                            d = d.with_note(format!("`{}` defines: {}", tmod.name, all.join(", ")));
+                        }
+                        diags.push(d);
+                    }
+                }
+            };
+            match (&u.names, single) {
+                (Some(names), _) => {
+                    for n in names {
+                        import_item(&n.name, n.alias.as_ref(), &mut scope, &mut diags);
+                    }
+                }
+                (None, Some(name)) => import_item(name, u.alias.as_ref(), &mut scope, &mut diags),
+                (None, None) => {
+                    let local = match (&u.alias, &u.source) {
+                        (Some(a), _) => a.clone(),
+                        (None, UseSource::Path(p)) => p.last().expect("paths are non-empty").clone(),
+                        (None, UseSource::File { span, .. }) => {
+                            diags.push(
+                                Diagnostic::error("E0104", "a file import needs a list of names or an alias", *span, "import what?")
+                                    .with_help("write `use \"./blocks.mgn\".{Block}` or `use \"./blocks.mgn\" as blocks`"),
+                            );
+                            continue;
+                        }
+                    };
+                    bind(&mut scope, &local, Binding::Module { module: target, span: local.span }, &mut diags);
+                }
+            }
+        }
+        self.diags.extend(diags);
+        self.modules[id.0].scope = scope;
+    }
+}

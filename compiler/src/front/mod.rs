@@ -1,0 +1,48 @@
+//! The front end after parsing: loading modules and their imports (`load`), and checking that
+//! every name in every item refers to something (`names`), before any value is computed.
+
+pub mod load;
+pub mod names;
+
+pub use load::{Binding, ModId, Module, Program};
+
+/// The candidate nearest to `name` by edit distance, if it is near enough to be a likely typo.
+pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).clamp(1, 3);
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        if c == name {
+            continue;
+        }
+        let d = strsim::levenshtein(name, c);
+        let d = if d > limit && strsim::normalized_damerau_levenshtein(name, c) > 0.0 {
+            // Transpositions (`sofmtax`) count once.
+            strsim::damerau_levenshtein(name, c)
+        } else {
+            d
+        };
+        if d <= limit && best.is_none_or(|(bd, bc)| d < bd || (d == bd && c < bc)) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// `help: did you mean `x`?` text, if there is a near candidate.
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    nearest(name, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_near_names_only() {
+        let names = ["softmax", "log_softmax", "relu", "Linear"];
+        assert_eq!(nearest("sofmax", names), Some("softmax"));
+        assert_eq!(nearest("Lniear", names), Some("Linear"));
+        assert_eq!(nearest("conv2d", names), None);
+        assert_eq!(nearest("relu", names), None, "an exact match is not a suggestion");
+    }
+}

@@ -1,0 +1,16 @@
+//! The mgn compiler: `.mgn` source to a checked graph IR.
+//!
+//! Pipeline (data flows one way, each stage a module):
+//! `source` (files, embedded stdlib) → `mgn_syntax::parse` → `front::load` (imports, scopes)
+//! → `front::names` (name and structure checks) → `elab` (values, types, shapes; builds the
+//! graph) → `ir` (the graph and its dump). `render` turns diagnostics into text or JSON, and
+//! `driver` strings the stages together for the CLI, the tests and the language server.
+
+pub mod driver;
+pub mod elab;
+pub mod front;
+pub mod ir;
+pub mod render;
+pub mod source;
+
+pub use driver::{check_path, check_text, Models, Outcome};

@@ -1,0 +1,326 @@
+//! The abstract syntax tree. Every node carries the byte span it was parsed from, which is how
+//! diagnostics, the IR's source map and the language server point back at the model's own text.
+
+use crate::span::Span;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct File {
+    pub items: Vec<Item>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Item {
+    Use(UseItem),
+    Const(ConstItem),
+    Fn(FnItem),
+    Layer(LayerItem),
+}
+
+impl Item {
+    pub fn name(&self) -> Option<&Ident> {
+        match self {
+            Item::Use(_) => None,
+            Item::Const(c) => Some(&c.name),
+            Item::Fn(f) => Some(&f.name),
+            Item::Layer(l) => Some(&l.name),
+        }
+    }
+
+    pub fn span(&self) -> Span {
+        match self {
+            Item::Use(u) => u.span,
+            Item::Const(c) => c.span,
+            Item::Fn(f) => f.span,
+            Item::Layer(l) => l.span,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct UseItem {
+    pub source: UseSource,
+    /// `use m.{a, b as c}`; `None` imports the module itself (or the single item a dotted path ends in).
+    pub names: Option<Vec<UseName>>,
+    pub alias: Option<Ident>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum UseSource {
+    /// `std.nn` or `std.loss.cross_entropy`.
+    Path(Vec<Ident>),
+    /// `"./blocks.mgn"`, relative to the importing file.
+    File { path: String, span: Span },
+}
+
+#[derive(Clone, Debug)]
+pub struct UseName {
+    pub name: Ident,
+    pub alias: Option<Ident>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ConstItem {
+    pub name: Ident,
+    pub ty: Option<TypeExpr>,
+    pub value: Expr,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct FnItem {
+    pub name: Ident,
+    pub params: Vec<Param>,
+    pub ret: Option<TypeExpr>,
+    pub body: Block,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    Layer,
+    Model,
+}
+
+/// A `layer` or a `model` (a layer with inputs, outputs and a loss).
+#[derive(Clone, Debug)]
+pub struct LayerItem {
+    pub kind: LayerKind,
+    pub name: Ident,
+    pub params: Vec<Param>,
+    pub inputs: Vec<InputDecl>,
+    pub fields: Vec<FieldDef>,
+    pub forward: Vec<ForwardDef>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct InputDecl {
+    pub name: Ident,
+    pub ty: TensorType,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct FieldDef {
+    pub name: Ident,
+    pub init: FieldInit,
+    /// `name = ... if cond`: the field exists only when `cond` holds.
+    pub cond: Option<Expr>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum FieldInit {
+    /// `param f32[..] init e` (trainable) or `buffer f32[..] init e` (state, not trained).
+    Tensor { trainable: bool, ty: TensorType, init: Option<Expr> },
+    /// `repeat(n, i) Layer(...)`.
+    Repeat { count: Expr, index: Option<Ident>, body: Expr },
+    /// A sub-layer instantiation or any other expression.
+    Expr(Expr),
+}
+
+#[derive(Clone, Debug)]
+pub struct ForwardDef {
+    pub params: Vec<Param>,
+    pub ret: Option<TypeExpr>,
+    pub body: Block,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct Param {
+    pub name: Ident,
+    pub ty: TypeExpr,
+    pub default: Option<Expr>,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScalarType {
+    Dim,
+    Int,
+    Float,
+    Bool,
+    Init,
+    DType,
+}
+
+impl ScalarType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalarType::Dim => "dim",
+            ScalarType::Int => "int",
+            ScalarType::Float => "float",
+            ScalarType::Bool => "bool",
+            ScalarType::Init => "init",
+            ScalarType::DType => "dtype",
+        }
+    }
+}
+
+/// Element types as written in source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DTypeName {
+    F32,
+    F16,
+    BF16,
+    I32,
+    I64,
+    U32,
+    Bool,
+}
+
+impl DTypeName {
+    pub fn parse(s: &str) -> Option<DTypeName> {
+        Some(match s {
+            "f32" => DTypeName::F32,
+            "f16" => DTypeName::F16,
+            "bf16" => DTypeName::BF16,
+            "i32" => DTypeName::I32,
+            "i64" => DTypeName::I64,
+            "u32" => DTypeName::U32,
+            "bool" => DTypeName::Bool,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum TypeExpr {
+    Scalar(ScalarType, Span),
+    Tensor(TensorType),
+    Tuple(Vec<TypeExpr>, Span),
+}
+
+impl TypeExpr {
+    pub fn span(&self) -> Span {
+        match self {
+            TypeExpr::Scalar(_, s) | TypeExpr::Tuple(_, s) => *s,
+            TypeExpr::Tensor(t) => t.span,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TensorType {
+    pub dtype: DTypeName,
+    pub dims: Vec<DimItem>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum DimItem {
+    Expr(Expr),
+    /// `..B`: any number of leading dims, bound as a group.
+    Variadic(Ident),
+}
+
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub stmts: Vec<Stmt>,
+    pub tail: Option<Box<Expr>>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum Stmt {
+    Let { pat: Pattern, ty: Option<TypeExpr>, value: Expr, span: Span },
+    Output { name: Ident, value: Option<Expr>, span: Span },
+    Loss { value: Expr, span: Span },
+}
+
+#[derive(Clone, Debug)]
+pub enum Pattern {
+    Name(Ident),
+    Wildcard(Span),
+    Tuple(Vec<Pattern>, Span),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Neg,
+    Not,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    MatMul,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+            BinOp::MatMul => "@",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct Arg {
+    pub name: Option<Ident>,
+    pub value: Expr,
+}
+
+#[derive(Clone, Debug)]
+pub enum ExprKind {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    DType(DTypeName),
+    Name(String),
+    SelfRef,
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Call { callee: Box<Expr>, args: Vec<Arg> },
+    /// `e.name` or `e.0` (tuple position, stored as its digits).
+    Field(Box<Expr>, Ident),
+    Index(Box<Expr>, Box<Expr>),
+    /// `e^T`: swap the last two axes.
+    Transpose(Box<Expr>),
+    Tuple(Vec<Expr>),
+    List(Vec<Expr>),
+    /// `if c1 { .. } else if c2 { .. } else { .. }`, flattened so long chains need no recursion.
+    If { branches: Vec<(Expr, Block)>, otherwise: Option<Block> },
+    /// Produced where the parser already reported an error (e.g. too deep), so later passes skip it.
+    Error,
+}

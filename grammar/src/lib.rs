@@ -1,0 +1,15 @@
+//! The front of the mgn pipeline: source text to a span-carrying AST.
+//!
+//! `parse` never panics on any input: a malformed file produces diagnostics (see `diag`), and
+//! inputs that would exhaust the stack or run away (deep nesting, huge files) are refused by
+//! `limits` before the PEG parser sees them.
+
+pub mod ast;
+pub mod diag;
+pub mod limits;
+pub mod parser;
+pub mod span;
+
+pub use diag::{Diagnostic, Label, Severity};
+pub use parser::parse;
+pub use span::{FileId, LineIndex, Span};

@@ -1,0 +1,737 @@
+//! pest parse tree to AST, and pest errors to diagnostics.
+//!
+//! The file is parsed one item at a time: after a syntax error the parser skips to the next
+//! line that starts an item and goes on, so a file with several mistakes reports each of them
+//! and the language server still sees every item that parsed.
+
+use crate::ast::*;
+use crate::diag::Diagnostic;
+use crate::limits;
+use crate::span::{FileId, Span};
+use pest::error::{ErrorVariant, InputLocation};
+use pest::iterators::{Pair, Pairs};
+use pest::pratt_parser::{Assoc, Op, PrattParser};
+use pest::Parser as _;
+use std::num::NonZeroUsize;
+use std::sync::OnceLock;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "mgn.pest"]
+struct MgnParser;
+
+/// Parses one source file. Always returns an AST (possibly partial) and the diagnostics found.
+pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
+    if let Some(d) = limits::check_source(file, text) {
+        return (File::default(), vec![d]);
+    }
+    // A runaway-backtracking guard; linear in the input, far above what real files need.
+    pest::set_call_limit(NonZeroUsize::new(text.len().saturating_mul(400).max(1_000_000)));
+    pest::set_error_detail(true);
+
+    let mut out = File::default();
+    let mut diags = Vec::new();
+    let mut pos = 0;
+    loop {
+        pos = skip_trivia(text, pos);
+        if pos >= text.len() {
+            break;
+        }
+        let mut b = Builder { file, offset: pos, diags: &mut diags };
+        match MgnParser::parse(Rule::item_at, &text[pos..]) {
+            Ok(mut pairs) => {
+                let top = pairs.next().expect("item_at always yields one pair");
+                let consumed = top.as_span().end();
+                if let Some(item) = top.into_inner().next() {
+                    out.items.push(b.item(item));
+                }
+                pos += consumed.max(1);
+            }
+            Err(e) => {
+                diags.push(syntax_error(file, text, pos, e));
+                pos = next_item_start(text, pos + 1);
+            }
+        }
+    }
+    (out, diags)
+}
+
+fn skip_trivia(text: &str, mut pos: usize) -> usize {
+    let b = text.as_bytes();
+    loop {
+        while pos < b.len() && b[pos].is_ascii_whitespace() {
+            pos += 1;
+        }
+        if b[pos..].starts_with(b"//") {
+            while pos < b.len() && b[pos] != b'\n' {
+                pos += 1;
+            }
+        } else if b[pos..].starts_with(b"/*") {
+            match text[pos + 2..].find("*/") {
+                Some(i) => pos += i + 4,
+                None => return b.len(),
+            }
+        } else {
+            return pos;
+        }
+    }
+}
+
+/// The start of the next line that begins with an item keyword, or the end of the text.
+fn next_item_start(text: &str, from: usize) -> usize {
+    let mut line_start = match text.get(from..).and_then(|t| t.find('\n')) {
+        Some(i) => from + i + 1,
+        None => return text.len(),
+    };
+    while line_start < text.len() {
+        let line = &text[line_start..];
+        let word: String = line.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if matches!(word.as_str(), "use" | "const" | "fn" | "layer" | "model") {
+            return line_start;
+        }
+        match line.find('\n') {
+            Some(i) => line_start += i + 1,
+            None => break,
+        }
+    }
+    text.len()
+}
+
+// ---- errors -----------------------------------------------------------------
+
+fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rule>) -> Diagnostic {
+    let local = match e.location {
+        InputLocation::Pos(p) => p,
+        InputLocation::Span((s, _)) => s,
+    };
+    let mut expected: Vec<String> = Vec::new();
+    let mut at = base + local;
+    match &e.variant {
+        ErrorVariant::ParsingError { positives, .. } => {
+            if let Some(attempts) = e.parse_attempts() {
+                if attempts.max_position >= local {
+                    at = base + attempts.max_position;
+                    // Literal tokens (`(`, `->`, ...); ranges and built-ins say nothing useful.
+                    for tok in attempts.expected_tokens() {
+                        let token = tok.to_string();
+                        if !token.contains("..") && token != "BUILTIN_RULE" && !token.is_empty() {
+                            push_unique(&mut expected, format!("`{token}`"));
+                        }
+                    }
+                }
+            }
+            for r in positives {
+                if let Some(name) = rule_name(*r) {
+                    push_unique(&mut expected, name.to_string());
+                }
+            }
+        }
+        ErrorVariant::CustomError { message } => {
+            let span = Span::new(file, at, at);
+            return Diagnostic::error("E0001", format!("cannot parse this file: {message}"), span, "parsing stopped here");
+        }
+    }
+    let at = at.min(text.len());
+    let found = describe_token(text, at);
+    let end = (at + found.1).min(text.len());
+    let span = Span::new(file, at, end);
+    let message = if expected.is_empty() {
+        format!("unexpected {}", found.0)
+    } else {
+        format!("expected {}, found {}", join_alternatives(&expected), found.0)
+    };
+    let label = if expected.is_empty() { "unexpected here".to_string() } else { format!("expected {} here", short_name(&expected)) };
+    let mut d = Diagnostic::error("E0001", message, span, label);
+    if let Some(help) = syntax_help(text, at, &expected) {
+        d = d.with_help(help);
+    }
+    d
+}
+
+fn push_unique(v: &mut Vec<String>, s: String) {
+    if !v.contains(&s) {
+        v.push(s);
+    }
+}
+
+fn join_alternatives(names: &[String]) -> String {
+    let names: Vec<&String> = names.iter().take(8).collect();
+    match names.len() {
+        0 => String::new(),
+        1 => names[0].clone(),
+        n => {
+            let head: Vec<&str> = names[..n - 1].iter().map(|s| s.as_str()).collect();
+            format!("{} or {}", head.join(", "), names[n - 1])
+        }
+    }
+}
+
+fn short_name(names: &[String]) -> String {
+    if names.len() == 1 {
+        names[0].clone()
+    } else {
+        "something else".to_string()
+    }
+}
+
+fn syntax_help(text: &str, at: usize, expected: &[String]) -> Option<String> {
+    let rest = &text[at..];
+    if rest.starts_with('=') && expected.iter().any(|e| e == "`:`") {
+        return Some("parameters declare a type before a default: `name: dim = 4`".into());
+    }
+    if rest.starts_with(';') {
+        return Some("statements end at the end of the line; remove the `;` here".into());
+    }
+    if rest.starts_with("def ") || rest.starts_with("class ") {
+        return Some("mgn items start with `fn`, `layer` or `model`".into());
+    }
+    None
+}
+
+/// The token at `at`, for "found ..." (description, byte length).
+fn describe_token(text: &str, at: usize) -> (String, usize) {
+    let rest = &text[at..];
+    let Some(c) = rest.chars().next() else { return ("end of file".into(), 0) };
+    if c.is_ascii_alphanumeric() || c == '_' {
+        let word: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.').collect();
+        let word = word.trim_end_matches('.').to_string();
+        let len = word.len();
+        return (format!("`{word}`"), len);
+    }
+    for op in ["->", "==", "!=", "<=", ">=", "&&", "||", "^T", ".."] {
+        if rest.starts_with(op) {
+            return (format!("`{op}`"), op.len());
+        }
+    }
+    if c == '\n' || c == '\r' {
+        return ("end of line".into(), 1);
+    }
+    (format!("`{c}`"), c.len_utf8())
+}
+
+fn rule_name(r: Rule) -> Option<&'static str> {
+    Some(match r {
+        Rule::EOI => "end of file",
+        Rule::item_at | Rule::use_item | Rule::const_item | Rule::fn_item | Rule::layer_item | Rule::model_item => {
+            "an item (`use`, `const`, `fn`, `layer` or `model`)"
+        }
+        Rule::kw_use | Rule::kw_const | Rule::kw_fn | Rule::kw_layer | Rule::kw_model => {
+            "an item (`use`, `const`, `fn`, `layer` or `model`)"
+        }
+        Rule::input_decl | Rule::kw_input | Rule::field_def | Rule::forward_def | Rule::kw_forward => {
+            "a member (`input`, a field or `forward`)"
+        }
+        Rule::let_stmt | Rule::kw_let | Rule::output_stmt | Rule::kw_output | Rule::loss_stmt | Rule::kw_loss => "a statement",
+        Rule::expr
+        | Rule::if_expr
+        | Rule::paren_or_tuple
+        | Rule::list
+        | Rule::float
+        | Rule::int
+        | Rule::bool_lit
+        | Rule::string
+        | Rule::dtype_lit
+        | Rule::self_kw
+        | Rule::neg_op
+        | Rule::not_op
+        | Rule::kw_if => "an expression",
+        Rule::or_op
+        | Rule::and_op
+        | Rule::eq_op
+        | Rule::ne_op
+        | Rule::le_op
+        | Rule::ge_op
+        | Rule::lt_op
+        | Rule::gt_op
+        | Rule::add_op
+        | Rule::sub_op
+        | Rule::matmul_op
+        | Rule::mul_op
+        | Rule::div_op
+        | Rule::rem_op
+        | Rule::call_args
+        | Rule::field_access
+        | Rule::index
+        | Rule::transpose_op => "an operator",
+        Rule::ident => "a name",
+        Rule::dotted => "a module path",
+        Rule::use_list => "`.{`",
+        Rule::use_alias | Rule::kw_as => "`as`",
+        Rule::use_source => "a module path or a quoted file path",
+        Rule::params | Rule::param => "a parameter (`name: type`)",
+        Rule::ret_type => "`->`",
+        Rule::type_expr | Rule::scalar_type | Rule::tuple_type => "a type",
+        Rule::tensor_type | Rule::dtype => "a tensor type such as `f32[B, 784]`",
+        Rule::variadic_dim => "`..`",
+        Rule::block => "`{`",
+        Rule::tuple_pattern | Rule::wildcard => "a pattern",
+        Rule::field_cond => "`if`",
+        Rule::param_init | Rule::kw_param => "`param`",
+        Rule::buffer_init | Rule::kw_buffer => "`buffer`",
+        Rule::init_clause | Rule::kw_init => "`init`",
+        Rule::repeat_init | Rule::kw_repeat => "`repeat`",
+        Rule::kw_else => "`else`",
+        Rule::arg => "an argument",
+        _ => return None,
+    })
+}
+
+// ---- AST building -----------------------------------------------------------
+
+fn pratt() -> &'static PrattParser<Rule> {
+    static P: OnceLock<PrattParser<Rule>> = OnceLock::new();
+    P.get_or_init(|| {
+        PrattParser::new()
+            .op(Op::infix(Rule::or_op, Assoc::Left))
+            .op(Op::infix(Rule::and_op, Assoc::Left))
+            .op(Op::infix(Rule::eq_op, Assoc::Left)
+                | Op::infix(Rule::ne_op, Assoc::Left)
+                | Op::infix(Rule::lt_op, Assoc::Left)
+                | Op::infix(Rule::le_op, Assoc::Left)
+                | Op::infix(Rule::gt_op, Assoc::Left)
+                | Op::infix(Rule::ge_op, Assoc::Left))
+            .op(Op::infix(Rule::add_op, Assoc::Left) | Op::infix(Rule::sub_op, Assoc::Left))
+            .op(Op::infix(Rule::mul_op, Assoc::Left)
+                | Op::infix(Rule::div_op, Assoc::Left)
+                | Op::infix(Rule::rem_op, Assoc::Left)
+                | Op::infix(Rule::matmul_op, Assoc::Left))
+            .op(Op::prefix(Rule::neg_op) | Op::prefix(Rule::not_op))
+            .op(Op::postfix(Rule::call_args)
+                | Op::postfix(Rule::field_access)
+                | Op::postfix(Rule::index)
+                | Op::postfix(Rule::transpose_op))
+    })
+}
+
+struct Builder<'d> {
+    file: FileId,
+    offset: usize,
+    diags: &'d mut Vec<Diagnostic>,
+}
+
+/// An expression under construction with the depth of its tree, for `MAX_EXPR_DEPTH`.
+struct Built {
+    expr: Expr,
+    depth: usize,
+}
+
+impl Builder<'_> {
+    fn span(&self, p: &Pair<Rule>) -> Span {
+        let s = p.as_span();
+        Span::new(self.file, self.offset + s.start(), self.offset + s.end())
+    }
+
+    fn ident(&self, p: Pair<Rule>) -> Ident {
+        Ident { name: p.as_str().to_string(), span: self.span(&p) }
+    }
+
+    fn item(&mut self, p: Pair<Rule>) -> Item {
+        let span = self.span(&p);
+        match p.as_rule() {
+            Rule::use_item => Item::Use(self.use_item(p, span)),
+            Rule::const_item => {
+                let mut inner = skip_kw(p.into_inner());
+                let name = self.ident(inner.next().unwrap());
+                let mut ty = None;
+                let mut value = None;
+                for q in inner {
+                    match q.as_rule() {
+                        Rule::type_expr => ty = Some(self.type_expr(q)),
+                        Rule::expr => value = Some(self.expr(q)),
+                        _ => {}
+                    }
+                }
+                Item::Const(ConstItem { name, ty, value: value.unwrap(), span })
+            }
+            Rule::fn_item => {
+                let mut inner = skip_kw(p.into_inner());
+                let name = self.ident(inner.next().unwrap());
+                let (mut params, mut ret, mut body) = (Vec::new(), None, None);
+                for q in inner {
+                    match q.as_rule() {
+                        Rule::params => params = self.params(q),
+                        Rule::ret_type => ret = Some(self.type_expr(q.into_inner().next().unwrap())),
+                        Rule::block => body = Some(self.block(q)),
+                        _ => {}
+                    }
+                }
+                Item::Fn(FnItem { name, params, ret, body: body.unwrap(), span })
+            }
+            Rule::layer_item | Rule::model_item => {
+                let kind = if p.as_rule() == Rule::model_item { LayerKind::Model } else { LayerKind::Layer };
+                let mut inner = skip_kw(p.into_inner());
+                let name = self.ident(inner.next().unwrap());
+                let mut layer =
+                    LayerItem { kind, name, params: Vec::new(), inputs: Vec::new(), fields: Vec::new(), forward: Vec::new(), span };
+                for q in inner {
+                    let qs = self.span(&q);
+                    match q.as_rule() {
+                        Rule::params => layer.params = self.params(q),
+                        Rule::input_decl => {
+                            let mut i = skip_kw(q.into_inner());
+                            let name = self.ident(i.next().unwrap());
+                            let ty = self.tensor_type(i.next().unwrap());
+                            layer.inputs.push(InputDecl { name, ty, span: qs });
+                        }
+                        Rule::field_def => layer.fields.push(self.field_def(q)),
+                        Rule::forward_def => {
+                            let (mut params, mut ret, mut body) = (Vec::new(), None, None);
+                            for r in skip_kw(q.into_inner()) {
+                                match r.as_rule() {
+                                    Rule::params => params = self.params(r),
+                                    Rule::ret_type => ret = Some(self.type_expr(r.into_inner().next().unwrap())),
+                                    Rule::block => body = Some(self.block(r)),
+                                    _ => {}
+                                }
+                            }
+                            layer.forward.push(ForwardDef { params, ret, body: body.unwrap(), span: qs });
+                        }
+                        _ => {}
+                    }
+                }
+                Item::Layer(layer)
+            }
+            r => unreachable!("not an item: {r:?}"),
+        }
+    }
+
+    fn use_item(&mut self, p: Pair<Rule>, span: Span) -> UseItem {
+        let mut u = UseItem { source: UseSource::Path(Vec::new()), names: None, alias: None, span };
+        for q in skip_kw(p.into_inner()) {
+            match q.as_rule() {
+                Rule::use_source => {
+                    let s = q.into_inner().next().unwrap();
+                    u.source = match s.as_rule() {
+                        Rule::string => {
+                            let raw = s.as_str();
+                            UseSource::File { path: raw[1..raw.len() - 1].to_string(), span: self.span(&s) }
+                        }
+                        _ => UseSource::Path(s.into_inner().map(|i| self.ident(i)).collect()),
+                    }
+                }
+                Rule::use_list => {
+                    let names = q
+                        .into_inner()
+                        .map(|n| {
+                            let mut i = n.into_inner();
+                            let name = self.ident(i.next().unwrap());
+                            let alias = i.next().map(|a| self.alias(a));
+                            UseName { name, alias }
+                        })
+                        .collect();
+                    u.names = Some(names);
+                }
+                Rule::use_alias => u.alias = Some(self.alias(q)),
+                _ => {}
+            }
+        }
+        u
+    }
+
+    fn alias(&self, p: Pair<Rule>) -> Ident {
+        self.ident(skip_kw(p.into_inner()).next().unwrap())
+    }
+
+    fn field_def(&mut self, p: Pair<Rule>) -> FieldDef {
+        let span = self.span(&p);
+        let mut inner = p.into_inner();
+        let name = self.ident(inner.next().unwrap());
+        let init_pair = inner.next().unwrap();
+        let init = match init_pair.as_rule() {
+            Rule::param_init | Rule::buffer_init => {
+                let trainable = init_pair.as_rule() == Rule::param_init;
+                let mut i = skip_kw(init_pair.into_inner());
+                let ty = self.tensor_type(i.next().unwrap());
+                let init = i.next().map(|c| self.expr(skip_kw(c.into_inner()).next().unwrap()));
+                FieldInit::Tensor { trainable, ty, init }
+            }
+            Rule::repeat_init => {
+                let mut i = skip_kw(init_pair.into_inner());
+                let count = self.expr(i.next().unwrap());
+                let mut rest: Vec<Pair<Rule>> = i.collect();
+                let body = self.expr(rest.pop().unwrap());
+                let index = rest.pop().map(|r| self.ident(r));
+                FieldInit::Repeat { count, index, body }
+            }
+            _ => FieldInit::Expr(self.expr(init_pair)),
+        };
+        let cond = inner.next().map(|c| self.expr(skip_kw(c.into_inner()).next().unwrap()));
+        FieldDef { name, init, cond, span }
+    }
+
+    fn params(&mut self, p: Pair<Rule>) -> Vec<Param> {
+        p.into_inner()
+            .map(|q| {
+                let span = self.span(&q);
+                let mut i = q.into_inner();
+                let name = self.ident(i.next().unwrap());
+                let ty = self.type_expr(i.next().unwrap());
+                let default = i.next().map(|d| self.expr(d));
+                Param { name, ty, default, span }
+            })
+            .collect()
+    }
+
+    fn type_expr(&mut self, p: Pair<Rule>) -> TypeExpr {
+        let p = if p.as_rule() == Rule::type_expr { p.into_inner().next().unwrap() } else { p };
+        let span = self.span(&p);
+        match p.as_rule() {
+            Rule::tensor_type => TypeExpr::Tensor(self.tensor_type(p)),
+            Rule::tuple_type => TypeExpr::Tuple(p.into_inner().map(|q| self.type_expr(q)).collect(), span),
+            Rule::scalar_type => {
+                let s = match p.as_str() {
+                    "dim" => ScalarType::Dim,
+                    "int" => ScalarType::Int,
+                    "float" => ScalarType::Float,
+                    "bool" => ScalarType::Bool,
+                    "init" => ScalarType::Init,
+                    _ => ScalarType::DType,
+                };
+                TypeExpr::Scalar(s, span)
+            }
+            r => unreachable!("not a type: {r:?}"),
+        }
+    }
+
+    fn tensor_type(&mut self, p: Pair<Rule>) -> TensorType {
+        let span = self.span(&p);
+        let mut i = p.into_inner();
+        let dtype = DTypeName::parse(i.next().unwrap().as_str()).expect("grammar only admits known dtypes");
+        let dims = i
+            .map(|d| match d.as_rule() {
+                Rule::variadic_dim => DimItem::Variadic(self.ident(d.into_inner().next().unwrap())),
+                _ => DimItem::Expr(self.expr(d)),
+            })
+            .collect();
+        TensorType { dtype, dims, span }
+    }
+
+    fn block(&mut self, p: Pair<Rule>) -> Block {
+        let span = self.span(&p);
+        let mut stmts = Vec::new();
+        let mut tail = None;
+        for q in p.into_inner() {
+            let qs = self.span(&q);
+            match q.as_rule() {
+                Rule::let_stmt => {
+                    let mut i = skip_kw(q.into_inner());
+                    let pat = self.pattern(i.next().unwrap());
+                    let mut ty = None;
+                    let mut value = None;
+                    for r in i {
+                        match r.as_rule() {
+                            Rule::type_expr => ty = Some(self.type_expr(r)),
+                            _ => value = Some(self.expr(r)),
+                        }
+                    }
+                    stmts.push(Stmt::Let { pat, ty, value: value.unwrap(), span: qs });
+                }
+                Rule::output_stmt => {
+                    let mut i = skip_kw(q.into_inner());
+                    let name = self.ident(i.next().unwrap());
+                    let value = i.next().map(|v| self.expr(v));
+                    stmts.push(Stmt::Output { name, value, span: qs });
+                }
+                Rule::loss_stmt => {
+                    let value = self.expr(skip_kw(q.into_inner()).next().unwrap());
+                    stmts.push(Stmt::Loss { value, span: qs });
+                }
+                Rule::expr => tail = Some(Box::new(self.expr(q))),
+                _ => {}
+            }
+        }
+        Block { stmts, tail, span }
+    }
+
+    fn pattern(&mut self, p: Pair<Rule>) -> Pattern {
+        let span = self.span(&p);
+        match p.as_rule() {
+            Rule::ident => Pattern::Name(self.ident(p)),
+            Rule::wildcard => Pattern::Wildcard(span),
+            _ => Pattern::Tuple(p.into_inner().map(|q| self.pattern(q)).collect(), span),
+        }
+    }
+
+    fn expr(&mut self, p: Pair<Rule>) -> Expr {
+        self.built(p).expr
+    }
+
+    fn built(&mut self, p: Pair<Rule>) -> Built {
+        debug_assert_eq!(p.as_rule(), Rule::expr);
+        let file = self.file;
+        let offset = self.offset;
+        let sp = move |p: &Pair<Rule>| {
+            let s = p.as_span();
+            Span::new(file, offset + s.start(), offset + s.end())
+        };
+        // The closures below all need `self`; pest's Pratt API takes them separately, so
+        // they share it through a RefCell.
+        let this = std::cell::RefCell::new(self);
+        let built = pratt()
+            .map_primary(|q| this.borrow_mut().primary(q))
+            .map_prefix(|op, rhs| {
+                let span = sp(&op).to(rhs.expr.span);
+                let op = if op.as_rule() == Rule::neg_op { UnOp::Neg } else { UnOp::Not };
+                this.borrow_mut().node(ExprKind::Unary(op, Box::new(rhs.expr)), span, rhs.depth)
+            })
+            .map_postfix(|lhs, op| {
+                let span = lhs.expr.span.to(sp(&op));
+                let mut b = this.borrow_mut();
+                let depth = lhs.depth;
+                let lhs = Box::new(lhs.expr);
+                let kind = match op.as_rule() {
+                    Rule::call_args => {
+                        let args = op
+                            .into_inner()
+                            .map(|a| {
+                                let mut i = a.into_inner();
+                                let first = i.next().unwrap();
+                                if first.as_rule() == Rule::ident {
+                                    let name = b.ident(first);
+                                    Arg { name: Some(name), value: b.expr(i.next().unwrap()) }
+                                } else {
+                                    Arg { name: None, value: b.expr(first) }
+                                }
+                            })
+                            .collect();
+                        ExprKind::Call { callee: lhs, args }
+                    }
+                    Rule::field_access => ExprKind::Field(lhs, b.ident(op.into_inner().next().unwrap())),
+                    Rule::index => ExprKind::Index(lhs, Box::new(b.expr(op.into_inner().next().unwrap()))),
+                    _ => ExprKind::Transpose(lhs),
+                };
+                b.node(kind, span, depth)
+            })
+            .map_infix(|lhs, op, rhs| {
+                let span = lhs.expr.span.to(rhs.expr.span);
+                let bop = match op.as_rule() {
+                    Rule::or_op => BinOp::Or,
+                    Rule::and_op => BinOp::And,
+                    Rule::eq_op => BinOp::Eq,
+                    Rule::ne_op => BinOp::Ne,
+                    Rule::lt_op => BinOp::Lt,
+                    Rule::le_op => BinOp::Le,
+                    Rule::gt_op => BinOp::Gt,
+                    Rule::ge_op => BinOp::Ge,
+                    Rule::add_op => BinOp::Add,
+                    Rule::sub_op => BinOp::Sub,
+                    Rule::mul_op => BinOp::Mul,
+                    Rule::div_op => BinOp::Div,
+                    Rule::rem_op => BinOp::Rem,
+                    _ => BinOp::MatMul,
+                };
+                let depth = lhs.depth.max(rhs.depth);
+                this.borrow_mut().node(ExprKind::Binary(bop, Box::new(lhs.expr), Box::new(rhs.expr)), span, depth)
+            })
+            .parse(p.into_inner());
+        built
+    }
+
+    /// Wraps a new node one level above children of depth `child_depth`, or reports the
+    /// depth limit once and cuts the tree off there.
+    fn node(&mut self, kind: ExprKind, span: Span, child_depth: usize) -> Built {
+        if child_depth + 1 > limits::MAX_EXPR_DEPTH {
+            if !self.diags.iter().any(|d| d.code == "E0003") {
+                self.diags.push(
+                    Diagnostic::error(
+                        "E0003",
+                        format!("expression is nested more than {} levels deep", limits::MAX_EXPR_DEPTH),
+                        span,
+                        "this expression is too deep",
+                    )
+                    .with_help("bind parts of it to names with `let`"),
+                );
+            }
+            return Built { expr: Expr { kind: ExprKind::Error, span }, depth: 0 };
+        }
+        Built { expr: Expr { kind, span }, depth: child_depth + 1 }
+    }
+
+    fn primary(&mut self, p: Pair<Rule>) -> Built {
+        let span = self.span(&p);
+        let leaf = |kind| Built { expr: Expr { kind, span }, depth: 1 };
+        match p.as_rule() {
+            Rule::int => match p.as_str().parse::<i64>() {
+                Ok(v) => leaf(ExprKind::Int(v)),
+                Err(_) => {
+                    self.diags.push(Diagnostic::error(
+                        "E0004",
+                        "integer literal is too large",
+                        span,
+                        "does not fit in a 64-bit signed integer",
+                    ));
+                    leaf(ExprKind::Error)
+                }
+            },
+            Rule::float => leaf(ExprKind::Float(p.as_str().parse::<f64>().unwrap_or(f64::NAN))),
+            Rule::bool_lit => leaf(ExprKind::Bool(p.as_str() == "true")),
+            Rule::string => {
+                let raw = p.as_str();
+                leaf(ExprKind::Str(raw[1..raw.len() - 1].to_string()))
+            }
+            Rule::dtype_lit => leaf(ExprKind::DType(DTypeName::parse(p.as_str()).expect("grammar admits only dtypes"))),
+            Rule::self_kw => leaf(ExprKind::SelfRef),
+            Rule::ident => leaf(ExprKind::Name(p.as_str().to_string())),
+            Rule::paren_or_tuple | Rule::list => {
+                let is_list = p.as_rule() == Rule::list;
+                let trailing_comma = p.as_str().trim_end_matches(')').trim_end().ends_with(',');
+                let parts: Vec<Built> = p.into_inner().map(|q| self.built(q)).collect();
+                let depth = parts.iter().map(|b| b.depth).max().unwrap_or(0);
+                if !is_list && parts.len() == 1 && !trailing_comma {
+                    // Parentheses only group: keep the inner node, widened to the parens.
+                    let mut inner = parts.into_iter().next().unwrap();
+                    inner.expr.span = span;
+                    return inner;
+                }
+                let items = parts.into_iter().map(|b| b.expr).collect();
+                let kind = if is_list { ExprKind::List(items) } else { ExprKind::Tuple(items) };
+                self.node(kind, span, depth)
+            }
+            Rule::if_expr => {
+                let mut branches = Vec::new();
+                let mut otherwise = None;
+                let mut cond: Option<Expr> = None;
+                for q in p.into_inner() {
+                    match q.as_rule() {
+                        Rule::expr => cond = Some(self.expr(q)),
+                        Rule::block => {
+                            let b = self.block(q);
+                            match cond.take() {
+                                Some(c) => branches.push((c, b)),
+                                None => otherwise = Some(b),
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                leaf(ExprKind::If { branches, otherwise })
+            }
+            r => unreachable!("not a primary: {r:?}"),
+        }
+    }
+}
+
+/// Drops the leading keyword pairs (`kw_*`) of a rule's children.
+fn skip_kw(pairs: Pairs<Rule>) -> impl Iterator<Item = Pair<Rule>> {
+    pairs.filter(|p| {
+        !matches!(
+            p.as_rule(),
+            Rule::kw_use
+                | Rule::kw_as
+                | Rule::kw_const
+                | Rule::kw_fn
+                | Rule::kw_layer
+                | Rule::kw_model
+                | Rule::kw_input
+                | Rule::kw_output
+                | Rule::kw_loss
+                | Rule::kw_forward
+                | Rule::kw_param
+                | Rule::kw_buffer
+                | Rule::kw_init
+                | Rule::kw_repeat
+                | Rule::kw_let
+                | Rule::kw_if
+                | Rule::kw_else
+        )
+    })
+}
