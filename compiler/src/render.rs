@@ -75,7 +75,7 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
     for n in &d.notes {
         help = Some(match help {
             Some(h) => format!("{h}\nnote: {n}"),
-            None => format!("note: {n}"),
+            None => n.clone(),
         });
     }
     let mut related: Vec<Report> = Vec::new();

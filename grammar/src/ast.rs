@@ -12,6 +12,9 @@ pub struct Ident {
 #[derive(Clone, Debug, Default)]
 pub struct File {
     pub items: Vec<Item>,
+    /// Names of items that failed to parse (`fn f(` …), so later passes do not report every
+    /// use of them as unknown.
+    pub unparsed: Vec<Ident>,
 }
 
 #[derive(Clone, Debug)]

@@ -32,11 +32,20 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut pos = 0;
     loop {
-        pos = skip_trivia(text, pos);
+        pos = match skip_trivia(text, pos) {
+            Ok(p) => p,
+            Err(at) => {
+                diags.push(
+                    Diagnostic::error("E0001", "unterminated block comment", Span::new(file, at, at + 2), "this `/*` is never closed")
+                        .with_help("close it with `*/`"),
+                );
+                break;
+            }
+        };
         if pos >= text.len() {
             break;
         }
-        let mut b = Builder { file, offset: pos, diags: &mut diags };
+        let mut b = Builder { file, text, offset: pos, diags: &mut diags };
         match MgnParser::parse(Rule::item_at, &text[pos..]) {
             Ok(mut pairs) => {
                 let top = pairs.next().expect("item_at always yields one pair");
@@ -48,6 +57,9 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
             }
             Err(e) => {
                 diags.push(syntax_error(file, text, pos, e));
+                if let Some(name) = item_name_at(file, text, pos) {
+                    out.unparsed.push(name);
+                }
                 pos = next_item_start(text, pos + 1);
             }
         }
@@ -55,7 +67,9 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
     (out, diags)
 }
 
-fn skip_trivia(text: &str, mut pos: usize) -> usize {
+/// The first offset at or after `pos` that is not whitespace or a comment; `Err(start)` for a
+/// block comment that never ends.
+fn skip_trivia(text: &str, mut pos: usize) -> Result<usize, usize> {
     let b = text.as_bytes();
     loop {
         while pos < b.len() && b[pos].is_ascii_whitespace() {
@@ -68,12 +82,26 @@ fn skip_trivia(text: &str, mut pos: usize) -> usize {
         } else if b[pos..].starts_with(b"/*") {
             match text[pos + 2..].find("*/") {
                 Some(i) => pos += i + 4,
-                None => return b.len(),
+                None => return Err(pos),
             }
         } else {
-            return pos;
+            return Ok(pos);
         }
     }
+}
+
+/// The name in `fn name`, `layer name`, `model name` or `const name` at `pos`, if any.
+fn item_name_at(file: FileId, text: &str, pos: usize) -> Option<Ident> {
+    let rest = &text[pos..];
+    let kw = ["fn", "layer", "model", "const", "def", "class"].into_iter().find(|k| rest.starts_with(k) && rest[k.len()..].starts_with(char::is_whitespace))?;
+    let after = &rest[kw.len()..];
+    let skip = after.len() - after.trim_start().len();
+    let name: String = after.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let start = pos + kw.len() + skip;
+    Some(Ident { span: Span::new(file, start, start + name.len()), name })
 }
 
 /// The start of the next line that begins with an item keyword, or the end of the text.
@@ -110,13 +138,8 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
             if let Some(attempts) = e.parse_attempts() {
                 if attempts.max_position >= local {
                     at = base + attempts.max_position;
-                    // Literal tokens (`(`, `->`, ...); ranges and built-ins say nothing useful.
-                    for tok in attempts.expected_tokens() {
-                        let token = tok.to_string();
-                        if !token.contains("..") && token != "BUILTIN_RULE" && !token.is_empty() {
-                            push_unique(&mut expected, format!("`{token}`"));
-                        }
-                    }
+                    let tokens: Vec<String> = attempts.expected_tokens().iter().map(|t| t.to_string()).collect();
+                    expected.extend(literal_names(&tokens));
                 }
             }
             for r in positives {
@@ -130,7 +153,23 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
             return Diagnostic::error("E0001", format!("cannot parse this file: {message}"), span, "parsing stopped here");
         }
     }
-    let at = at.min(text.len());
+    // Report at the next token, not at the whitespace before it.
+    let mut at = at.min(text.len());
+    while at < text.len() && text.as_bytes()[at].is_ascii_whitespace() {
+        at += 1;
+    }
+    // `layer(x)` fails after the reserved word, at `(`: point at the word instead.
+    let word_before: String = text[..at].chars().rev().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<Vec<_>>().into_iter().rev().collect();
+    if RESERVED.contains(&word_before.as_str()) && expected.iter().any(|e| e == "an expression" || e == "a name") {
+        at -= word_before.len();
+    }
+    // Categories ("an expression") make the keywords they start with redundant.
+    if expected.iter().any(|e| e == "an expression") {
+        expected.retain(|e| e != "`!`" && e != "`-`");
+    }
+    if expected.iter().any(|e| !e.starts_with('`')) {
+        expected.retain(|e| !(e.starts_with('`') && e[1..].starts_with(|c: char| c.is_ascii_alphabetic())));
+    }
     let found = describe_token(text, at);
     let end = (at + found.1).min(text.len());
     let span = Span::new(file, at, end);
@@ -145,6 +184,38 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
         d = d.with_help(help);
     }
     d
+}
+
+const RESERVED: &[&str] = &[
+    "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true", "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32",
+];
+
+const OPERATORS: &[&str] = &["+", "-", "*", "/", "%", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "^T", ".", "[", "("];
+
+/// Names for the literal tokens pest expected: whitespace and comment markers are dropped, and
+/// a crowd of operators (any expression may continue with one) becomes "an operator".
+fn literal_names(tokens: &[String]) -> Vec<String> {
+    let useful: Vec<&String> = tokens
+        .iter()
+        .filter(|t| !t.trim().is_empty() && !t.contains("..") && *t != "BUILTIN_RULE" && !matches!(t.as_str(), "//" | "/*" | "*/" | "\"" | "_"))
+        .collect();
+    let operator_count = useful.iter().filter(|t| OPERATORS.contains(&t.as_str())).count();
+    let mut out = Vec::new();
+    for t in useful {
+        if operator_count >= 3 && OPERATORS.contains(&t.as_str()) {
+            push_unique(&mut out, "an operator".to_string());
+        } else {
+            push_unique(&mut out, format!("`{t}`"));
+        }
+    }
+    // Closing brackets and separators first: they are what a user most often forgot.
+    out.sort_by_key(|s| match s.as_str() {
+        "`)`" | "`]`" | "`}`" => 0,
+        "`,`" | "`:`" | "`=`" | "`->`" => 1,
+        "an operator" => 3,
+        _ => 2,
+    });
+    out
 }
 
 fn push_unique(v: &mut Vec<String>, s: String) {
@@ -180,6 +251,21 @@ fn syntax_help(text: &str, at: usize, expected: &[String]) -> Option<String> {
     }
     if rest.starts_with(';') {
         return Some("statements end at the end of the line; remove the `;` here".into());
+    }
+    // `model Net` where a member was expected: the item before it is probably not closed.
+    let before = text[..at].trim_end();
+    let prev_word: &str = before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+    let prev_at_line_start = before[..before.len() - prev_word.len()].ends_with('\n') || before.len() == prev_word.len();
+    if matches!(prev_word, "fn" | "layer" | "model" | "const" | "use") && prev_at_line_start && before.len() < text.len() {
+        return Some(format!("`{prev_word}` starts a new item here; is a `}}` missing before it?"));
+    }
+    let names_expected = expected.iter().any(|e| e == "a name" || e == "a pattern" || e == "a parameter (`name: type`)");
+    let word_here: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if RESERVED.contains(&word_here.as_str()) && expected.iter().any(|e| e == "an expression" || e == "a name") {
+        return Some(format!("`{word_here}` is a reserved word; a field with this name is reached as `self.{word_here}`"));
+    }
+    if names_expected && RESERVED.contains(&prev_word) {
+        return Some(format!("`{prev_word}` is a reserved word and cannot be used as a name here"));
     }
     if rest.starts_with("def ") || rest.starts_with("class ") {
         return Some("mgn items start with `fn`, `layer` or `model`".into());
@@ -252,7 +338,7 @@ fn rule_name(r: Rule) -> Option<&'static str> {
         | Rule::field_access
         | Rule::index
         | Rule::transpose_op => "an operator",
-        Rule::ident => "a name",
+        Rule::ident | Rule::field_name => "a name",
         Rule::dotted => "a module path",
         Rule::use_list => "`.{`",
         Rule::use_alias | Rule::kw_as => "`as`",
@@ -304,6 +390,8 @@ fn pratt() -> &'static PrattParser<Rule> {
 
 struct Builder<'d> {
     file: FileId,
+    /// The whole file (spans are trimmed against it).
+    text: &'d str,
     offset: usize,
     diags: &'d mut Vec<Diagnostic>,
 }
@@ -315,9 +403,11 @@ struct Built {
 }
 
 impl Builder<'_> {
+    /// The pair's span without the whitespace and comments pest lets a rule end with.
     fn span(&self, p: &Pair<Rule>) -> Span {
         let s = p.as_span();
-        Span::new(self.file, self.offset + s.start(), self.offset + s.end())
+        let start = self.offset + s.start();
+        Span::new(self.file, start, trim_end(self.text, start, self.offset + s.end()))
     }
 
     fn ident(&self, p: Pair<Rule>) -> Ident {
@@ -559,9 +649,10 @@ impl Builder<'_> {
         debug_assert_eq!(p.as_rule(), Rule::expr);
         let file = self.file;
         let offset = self.offset;
+        let text = self.text;
         let sp = move |p: &Pair<Rule>| {
             let s = p.as_span();
-            Span::new(file, offset + s.start(), offset + s.end())
+            Span::new(file, offset + s.start(), trim_end(text, offset + s.start(), offset + s.end()))
         };
         // The closures below all need `self`; pest's Pratt API takes them separately, so
         // they share it through a RefCell.
@@ -708,6 +799,42 @@ impl Builder<'_> {
             r => unreachable!("not a primary: {r:?}"),
         }
     }
+}
+
+/// Moves `end` back over trailing whitespace, line comments and block comments.
+fn trim_end(text: &str, start: usize, mut end: usize) -> usize {
+    let b = text.as_bytes();
+    loop {
+        while end > start && b[end - 1].is_ascii_whitespace() {
+            end -= 1;
+        }
+        let line_start = text[..end].rfind('\n').map(|i| i + 1).unwrap_or(0).max(start);
+        if let Some(i) = line_comment_start(&text[line_start..end]) {
+            end = line_start + i;
+            continue;
+        }
+        if text[start..end].ends_with("*/") {
+            if let Some(i) = text[start..end - 2].rfind("/*") {
+                end = start + i;
+                continue;
+            }
+        }
+        return end;
+    }
+}
+
+/// Offset of a `//` comment in one line, ignoring `//` inside strings.
+fn line_comment_start(line: &str) -> Option<usize> {
+    let mut in_string = false;
+    let b = line.as_bytes();
+    for i in 0..b.len() {
+        match b[i] {
+            b'"' => in_string = !in_string,
+            b'/' if !in_string && b.get(i + 1) == Some(&b'/') => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Drops the leading keyword pairs (`kw_*`) of a rule's children.

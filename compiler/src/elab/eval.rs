@@ -79,7 +79,7 @@ impl<'p> Evaluator<'p> {
                 call_site,
                 "this call is too deep",
             )
-            .with_help("is a `fn` or `const` defined in terms of itself?"));
+            .with_help("is a `fn`, `const` or layer defined in terms of itself?"));
         }
         self.depth += 1;
         self.frames.push(frame);
@@ -645,8 +645,9 @@ impl<'p> Evaluator<'p> {
         let fixed = t.dims.len() - variadics.len();
         let rank_ok = if variadics.is_empty() { shape.len() == fixed } else { shape.len() >= fixed };
         let mismatch = |ev: &Evaluator, expected: String| {
-            Diagnostic::error("E0205", format!("{what} has shape {}, expected {expected}", fmt_type(dtype, &shape)), span, format!("this is {}", fmt_type(dtype, &shape)))
-                .with_label(t.span, format!("expected {expected}{}", ev.bound_note(t)))
+            let d = Diagnostic::error("E0205", format!("{what} has shape {}, expected {expected}", fmt_type(dtype, &shape)), span, format!("this is {}", fmt_type(dtype, &shape)))
+                .with_label(t.span, format!("expected {expected}{}", ev.bound_note(t)));
+            ev.origin_label(d, &Value::Tensor(id), span, "it was")
         };
         if !rank_ok {
             let expected = self.pattern_str(t);
@@ -973,6 +974,26 @@ impl<'p> Evaluator<'p> {
                     }
                 }
                 Ok(Value::Repeated(Rc::new(list)))
+            }
+            FieldInit::Expr(Expr { kind: ExprKind::List(items), .. }) => {
+                // `[Conv2d(...), BatchNorm2d(...)]`: layers named `field.0`, `field.1`, ...
+                // applied in order (PyTorch's nn.Sequential); a list of other values stays a list.
+                let mut values = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    self.ctor_path = Some(format!("{full}.{i}"));
+                    let v = self.eval(item);
+                    self.ctor_path = None;
+                    values.push(v?);
+                }
+                let layers: Vec<Rc<LayerInst>> = values.iter().filter_map(|v| if let Value::Layer(l) = v { Some(l.clone()) } else { None }).collect();
+                if layers.len() == values.len() && !layers.is_empty() {
+                    Ok(Value::Repeated(Rc::new(layers)))
+                } else if layers.is_empty() {
+                    Ok(Value::List(Rc::new(values)))
+                } else {
+                    Err(Diagnostic::error("E0201", "a list field must hold only layers or no layers", f.span, "mixed list")
+                        .with_help("layers in a list are applied in order; keep other values in separate fields"))
+                }
             }
             FieldInit::Expr(e) => {
                 self.ctor_path = Some(full);

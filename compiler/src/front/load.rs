@@ -28,6 +28,9 @@ pub struct Module {
     pub file: mgn_syntax::FileId,
     pub ast: ast::File,
     pub scope: HashMap<String, Binding>,
+    /// Names whose definition or import failed (already reported): uses of them are not
+    /// reported again.
+    pub poisoned: Vec<String>,
 }
 
 impl Module {
@@ -94,7 +97,8 @@ impl Loader {
         let (ast, diags) = mgn_syntax::parse(file, &self.sources.get(file).text);
         self.diags.extend(diags);
         let id = ModId(self.modules.len());
-        self.modules.push(Module { name, file, ast, scope: HashMap::new() });
+        let poisoned = ast.unparsed.iter().map(|i| i.name.clone()).collect();
+        self.modules.push(Module { name, file, ast, scope: HashMap::new(), poisoned });
         self.by_origin.insert(origin.clone(), id);
 
         self.stack.push(id);
@@ -247,8 +251,19 @@ impl Loader {
                 bind(&mut scope, name, Binding::Item { module: id, index, span: name.span }, &mut diags);
             }
         }
+        let mut poisoned = Vec::new();
+        let poisoned_names = std::cell::RefCell::new(Vec::new());
         for (u, target) in uses.iter().zip(targets) {
-            let Some((target, single)) = target else { continue };
+            let Some((target, single)) = target else {
+                // The import failed and was reported; its names should not be reported again.
+                poisoned.extend(u.names.iter().flatten().map(|n| n.alias.as_ref().unwrap_or(&n.name).name.clone()));
+                match (&u.alias, &u.source) {
+                    (Some(a), _) => poisoned.push(a.name.clone()),
+                    (None, UseSource::Path(p)) if u.names.is_none() => poisoned.push(p.last().expect("paths are non-empty").name.clone()),
+                    _ => {}
+                }
+                continue;
+            };
             let target = *target;
             let tmod = &self.modules[target.0];
             let import_item = |name: &ast::Ident, alias: Option<&ast::Ident>, scope: &mut HashMap<String, Binding>, diags: &mut Vec<Diagnostic>| {
@@ -258,6 +273,7 @@ impl Loader {
                         bind(scope, local, Binding::Item { module: target, index, span: local.span }, diags);
                     }
                     None => {
+                        poisoned_names.borrow_mut().push(alias.unwrap_or(name).name.clone());
                         let mut d = Diagnostic::error(
                             "E0103",
                             format!("`{}` has no item named `{}`", tmod.name, name.name),
@@ -299,6 +315,8 @@ impl Loader {
             }
         }
         self.diags.extend(diags);
+        poisoned.extend(poisoned_names.into_inner());
         self.modules[id.0].scope = scope;
+        self.modules[id.0].poisoned.extend(poisoned);
     }
 }

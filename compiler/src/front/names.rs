@@ -94,10 +94,9 @@ impl<'p> Checker<'p, '_> {
             }
         }
         self.fields_visible = l.fields.len();
-        if is_model {
-            for i in &l.inputs {
-                self.bind(&i.name.name);
-            }
+        // Inputs of a layer were reported above; binding them anyway avoids a second report at each use.
+        for i in &l.inputs {
+            self.bind(&i.name.name);
         }
         for (n, fwd) in l.forward.iter().enumerate() {
             if n > 0 {
@@ -358,6 +357,7 @@ impl<'p> Checker<'p, '_> {
                 l.params.iter().any(|p| p.name.name == name) || l.fields[..self.fields_visible].iter().any(|f| f.name.name == name)
             })
             || self.prog.module(self.module).scope.contains_key(name)
+            || self.prog.module(self.module).poisoned.iter().any(|n| n == name)
             || builtins::is_builtin(name)
     }
 

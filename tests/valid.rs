@@ -1,0 +1,72 @@
+//! Valid programs: every model, stdlib module and test program checks clean, and the IR of
+//! the digits MLP is pinned as a golden dump.
+
+use mgn_compiler::ir::dump::dump;
+use mgn_compiler::{check_path, Models};
+use mgn_tests::{check, compare_golden, mgn_files, rendered, root};
+use std::path::Path;
+
+fn assert_clean(dir: &str, min: usize) -> usize {
+    let files = mgn_files(dir);
+    assert!(files.len() >= min, "expected at least {min} files in {dir}, found {}", files.len());
+    let mut graphs = 0;
+    for f in &files {
+        let outcome = check(f);
+        assert!(outcome.ok(), "{} should check clean:\n{}", f.display(), rendered(&outcome));
+        graphs += outcome.graphs.len();
+    }
+    graphs
+}
+
+#[test]
+fn models_check_clean_and_elaborate() {
+    let graphs = assert_clean("models", 4);
+    assert!(graphs >= 4);
+}
+
+#[test]
+fn stdlib_checks_clean() {
+    assert_clean("stdlib", 4);
+}
+
+#[test]
+fn test_programs_check_clean() {
+    assert_clean("tests/valid", 10);
+}
+
+#[test]
+fn digits_mlp_ir_matches_golden_dump() {
+    root();
+    let outcome = check_path(Path::new("models/digits_mlp.mgn"), Models::One { name: None, settings: vec![] }).expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let text = dump(&outcome.graphs[0], &outcome.program.sources);
+    if let Some(diff) = compare_golden(Path::new("tests/ir/digits_mlp.ir"), &text) {
+        panic!("{diff}");
+    }
+}
+
+#[test]
+fn set_overrides_model_arguments() {
+    root();
+    let settings = vec!["T=1".parse().expect("valid setting")];
+    let outcome = check_path(Path::new("models/tiny_gpt.mgn"), Models::One { name: None, settings }).expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let g = &outcome.graphs[0];
+    let (_, tokens) = g.inputs.iter().find(|(n, _)| n == "tokens").expect("tiny_gpt has a tokens input");
+    assert_eq!(g.node(*tokens).shape[1], 1, "--set T=1 gives the one-token graph");
+    assert!(g.config.iter().any(|(k, v)| k == "T" && v == "1"));
+}
+
+#[test]
+fn every_node_points_at_a_user_line() {
+    root();
+    for f in mgn_files("models") {
+        let outcome = check(&f);
+        for g in &outcome.graphs {
+            for (i, n) in g.nodes.iter().enumerate() {
+                let file = outcome.program.sources.get(n.user_span.file);
+                assert!(file.name.ends_with(".mgn") && !file.name.starts_with("std."), "{}: node %{i} maps to {}", f.display(), file.name);
+            }
+        }
+    }
+}
