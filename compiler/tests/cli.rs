@@ -1,0 +1,93 @@
+//! The `mgnc` binary as a user runs it: exit codes, output formats and flags.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn mgnc(args: &[&str]) -> Output {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    Command::new(env!("CARGO_BIN_EXE_mgnc")).args(args).current_dir(root).output().expect("mgnc runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn check_clean_file_exits_zero() {
+    let out = mgnc(&["check", "models/digits_mlp.mgn", "stdlib/nn.mgn"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("checked models/digits_mlp.mgn (1 model)"));
+}
+
+#[test]
+fn check_error_exits_one_with_rendered_diagnostic() {
+    let out = mgnc(&["check", "tests/errors/shapes_add_broadcast.mgn"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("E0203") && err.contains("cannot broadcast f32[8, 4] with f32[8, 3]"), "{err}");
+    assert!(err.contains("tests/errors/shapes_add_broadcast.mgn:10"), "{err}");
+    assert!(err.contains("error: 1 error found"));
+}
+
+#[test]
+fn json_messages_are_one_object_per_line() {
+    let out = mgnc(&["check", "--message-format", "json", "tests/errors/imports_cycle.mgn", "tests/errors/names_unknown_builtin_typo.mgn"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() >= 2, "{stdout}");
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).expect("valid JSON line");
+        assert!(v["code"].as_str().is_some_and(|c| c.starts_with('E')));
+        assert!(v["file"].as_str().is_some_and(|f| f.ends_with(".mgn")));
+        assert!(v["line"].as_u64().is_some_and(|n| n >= 1));
+    }
+    assert!(stdout.contains("did you mean `softmax`?"));
+}
+
+#[test]
+fn build_emits_ir_with_parameter_table() {
+    let out = mgnc(&["build", "models/digits_mlp.mgn", "--emit", "ir"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ir = text(&out.stdout);
+    assert!(ir.contains("fc1.weight") && ir.contains("[128, 64]"), "{ir}");
+    assert!(ir.contains("total: 9,610 parameters"), "{ir}");
+    assert!(ir.contains("softmax_cross_entropy"), "{ir}");
+    assert!(ir.contains("models/digits_mlp.mgn:"), "every node names its line: {ir}");
+}
+
+#[test]
+fn set_overrides_and_rejects_unknown_arguments() {
+    let out = mgnc(&["build", "models/digits_mlp.mgn", "--emit", "ir", "--set", "batch=3"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("f32[3, 64]"));
+
+    let out = mgnc(&["build", "models/digits_mlp.mgn", "--set", "bach=3"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("has no argument `bach`") && err.contains("did you mean `batch`?"), "{err}");
+
+    let out = mgnc(&["build", "models/digits_mlp.mgn", "--set", "batch=many"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("expected an integer"));
+
+    let out = mgnc(&["build", "models/digits_mlp.mgn", "--set", "batch"]);
+    assert_eq!(out.status.code(), Some(2), "a malformed flag is a usage error");
+}
+
+#[test]
+fn unreadable_files_are_errors_not_panics() {
+    let out = mgnc(&["check", "models/does_not_exist.mgn"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read `models/does_not_exist.mgn`: no such file"));
+    let out = mgnc(&["check", "models"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read `models`"));
+}
+
+#[test]
+fn build_without_a_model_says_so() {
+    let out = mgnc(&["build", "stdlib/nn.mgn"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("this file defines no model to build"));
+}
