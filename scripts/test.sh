@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests of every crate, golden diagnostics, valid programs, the CLI
-# and the parser/checker fuzz tests.
+# and the parser/checker fuzz tests. Ends with one summary line over all test binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "error: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
-cargo test --workspace --locked "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
+echo
+echo "$passed passed, $failed failed"
+exit "$status"
