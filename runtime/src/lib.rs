@@ -1,8 +1,14 @@
 //! The mgn runtime: what a compiled model needs at run time, and nothing of the compiler.
-//!
-//! For now this crate holds the tensor element types shared by the compiler's IR and (next)
-//! the plan format; an app that embeds a plan links this crate alone.
+//! An app that embeds a plan links this crate alone.
 
 pub mod dtype;
+pub mod io;
+pub mod op;
+pub mod optim;
+pub mod plan;
+pub mod tensor;
 
 pub use dtype::DType;
+pub use op::Op;
+pub use plan::{Mode, Plan, Step};
+pub use tensor::{Data, Tensor};

@@ -1037,7 +1037,7 @@ fn rope(ev: &mut Evaluator, a: &Args) -> R<Value> {
     if offset < 0 || theta <= 0.0 {
         return Err(Diagnostic::error("E0301", "`rope` needs a positive theta and a non-negative offset", a.span, "out of range"));
     }
-    node(ev, Op::Rope { theta, offset: offset as usize }, vec![x], d, s, a.span)
+    node(ev, Op::Rope { theta, offset: offset as usize, inverse: false }, vec![x], d, s, a.span)
 }
 
 fn softmax_cross_entropy(ev: &mut Evaluator, a: &Args) -> R<Value> {

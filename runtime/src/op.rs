@@ -1,0 +1,244 @@
+//! The op vocabulary shared by the compiler (which builds graphs of these) and the runtime
+//! (which executes them). An op is here when its derivative is local and it lowers to one kernel
+//! archetype; the derivative ops at the end are what autodiff emits.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnaryOp {
+    Neg,
+    Relu,
+    Gelu,
+    GeluTanh,
+    Silu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Abs,
+    Sin,
+    Cos,
+    Square,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolOp {
+    Max,
+    Avg,
+}
+
+/// The op vocabulary. An op is here when its derivative is local and it lowers to one kernel
+/// archetype; anything expressible from these (split, embedding, mse) is built from them.
+/// Optional operands (norm weights, conv bias, attention mask) follow the required ones in
+/// `Node::inputs`, in the order of their `has_*` flags.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    Input { name: String },
+    Param { index: usize },
+    /// A scalar constant (shape `[]`), broadcast by its consumers.
+    Constant { value: f64 },
+    /// `0 … n-1` along the only axis.
+    Arange,
+    Unary(UnaryOp),
+    Pow { exponent: f64 },
+    /// Elementwise with NumPy broadcasting.
+    Binary(BinaryOp),
+    Cast,
+    /// Batched matrix product with broadcasting over leading axes (PyTorch `matmul` rules).
+    MatMul,
+    Permute { perm: Vec<usize> },
+    Reshape,
+    Concat { axis: usize },
+    Slice { axis: usize, start: usize, end: usize },
+    /// `index_select`: the axis is replaced by the index tensor's shape.
+    Gather { axis: usize },
+    Reduce { op: ReduceOp, axes: Vec<usize>, keepdim: bool },
+    ArgMax { axis: usize },
+    Softmax { axis: usize, log: bool },
+    LayerNorm { eps: f64, has_weight: bool, has_bias: bool },
+    RmsNorm { eps: f64, has_weight: bool },
+    GroupNorm { groups: usize, eps: f64, has_weight: bool, has_bias: bool },
+    /// Inputs: x, running_mean, running_var, then weight and bias if present. Batch statistics
+    /// in training plans (updating the running ones), running statistics in inference plans.
+    BatchNorm { eps: f64, momentum: f64, has_weight: bool, has_bias: bool },
+    /// Identity in inference plans.
+    Dropout { p: f64 },
+    Conv { stride: Vec<usize>, padding: Vec<usize>, dilation: Vec<usize>, groups: usize, has_bias: bool },
+    Pool { op: PoolOp, kernel: Vec<usize>, stride: Vec<usize>, padding: Vec<usize> },
+    /// Nearest-neighbour upsampling of the spatial axes (all after the first two).
+    Upsample { scale: usize },
+    Attention { causal: bool, scale: f64, has_mask: bool },
+    /// `inverse` rotates by the negative angle: the derivative of the forward rotation.
+    Rope { theta: f64, offset: usize, inverse: bool },
+    /// Mean cross-entropy of logits `[.., C]` against integer targets `[..]`.
+    SoftmaxCrossEntropy,
+
+    // ---- derivative ops (made by autodiff; each is the local rule of one forward op) ----
+    /// Sums `[dy]` over the axes that broadcasting added or stretched, down to this node's shape.
+    SumTo,
+    /// Broadcasts `[x]` to this node's shape (NumPy rules).
+    BroadcastTo,
+    /// `[x, dy]` → dx of a pointwise op.
+    UnaryGrad(UnaryOp),
+    /// `[x, y, dy]` → dx of `Reduce`: spread for sum/mean, routed to the first extreme for max/min.
+    ReduceGrad { op: ReduceOp, axes: Vec<usize>, keepdim: bool },
+    /// `[y, dy]` → dx, where `y` is the forward output.
+    SoftmaxGrad { axis: usize, log: bool },
+    /// `[dy]` → dx: `dy` placed at `start..end` of `axis`, zeros elsewhere.
+    SliceGrad { axis: usize, start: usize, end: usize },
+    /// `[index, dy]` → dx: `dy` scatter-added along `axis` at `index`.
+    GatherGrad { axis: usize },
+    /// The forward op's inputs then `dy` → the gradient of input `part` (0 = x, 1 = weight, 2 = bias).
+    LayerNormGrad { eps: f64, has_weight: bool, has_bias: bool, part: GradPart },
+    RmsNormGrad { eps: f64, has_weight: bool, part: GradPart },
+    GroupNormGrad { groups: usize, eps: f64, has_weight: bool, has_bias: bool, part: GradPart },
+    /// Inputs as the forward op, then `dy`. Batch statistics in training plans.
+    BatchNormGrad { eps: f64, has_weight: bool, has_bias: bool, part: GradPart, training: bool },
+    /// `[dy]` → dx with the forward op's mask (same seed, same node).
+    DropoutGrad { p: f64, forward: u32 },
+    /// `[dy, weight]` → dx.
+    ConvGradInput { stride: Vec<usize>, padding: Vec<usize>, dilation: Vec<usize>, groups: usize },
+    /// `[x, dy]` → dweight.
+    ConvGradWeight { stride: Vec<usize>, padding: Vec<usize>, dilation: Vec<usize>, groups: usize },
+    /// `[x, dy]` → dx: max pooling routes to the (first) arg-max, average pooling spreads.
+    PoolGrad { op: PoolOp, kernel: Vec<usize>, stride: Vec<usize>, padding: Vec<usize> },
+    /// `[dy]` → dx: sums each `scale`-sized block.
+    UpsampleGrad { scale: usize },
+    /// `[q, k, v, mask?, dy]` → the gradient of q (part 0), k (1) or v (2).
+    AttentionGrad { causal: bool, scale: f64, has_mask: bool, part: GradPart },
+    /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
+    SoftmaxCrossEntropyGrad,
+}
+
+/// Which input of a multi-input op a derivative op computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GradPart {
+    Input,
+    Weight,
+    Bias,
+    Q,
+    K,
+    V,
+}
+
+impl Op {
+    /// Short name plus attributes, as printed in IR dumps.
+    pub fn describe(&self) -> String {
+        let list = |v: &[usize]| format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "));
+        match self {
+            Op::Input { name } => format!("input {name}"),
+            Op::Param { .. } => "param".into(),
+            Op::Constant { value } => format!("constant {}", fmt_f64(*value)),
+            Op::Arange => "arange".into(),
+            Op::Unary(u) => format!("{u:?}").to_lowercase(),
+            Op::Pow { exponent } => format!("pow {}", fmt_f64(*exponent)),
+            Op::Binary(b) => format!("{b:?}").to_lowercase(),
+            Op::Cast => "cast".into(),
+            Op::MatMul => "matmul".into(),
+            Op::Permute { perm } => format!("permute {}", list(perm)),
+            Op::Reshape => "reshape".into(),
+            Op::Concat { axis } => format!("concat axis={axis}"),
+            Op::Slice { axis, start, end } => format!("slice axis={axis} {start}..{end}"),
+            Op::Gather { axis } => format!("gather axis={axis}"),
+            Op::Reduce { op, axes, keepdim } => {
+                format!("{} axes={}{}", format!("{op:?}").to_lowercase(), list(axes), if *keepdim { " keepdim" } else { "" })
+            }
+            Op::ArgMax { axis } => format!("argmax axis={axis}"),
+            Op::Softmax { axis, log } => format!("{} axis={axis}", if *log { "log_softmax" } else { "softmax" }),
+            Op::LayerNorm { eps, .. } => format!("layer_norm eps={}", fmt_f64(*eps)),
+            Op::RmsNorm { eps, .. } => format!("rms_norm eps={}", fmt_f64(*eps)),
+            Op::GroupNorm { groups, eps, .. } => format!("group_norm groups={groups} eps={}", fmt_f64(*eps)),
+            Op::BatchNorm { eps, momentum, .. } => format!("batch_norm eps={} momentum={}", fmt_f64(*eps), fmt_f64(*momentum)),
+            Op::Dropout { p } => format!("dropout p={}", fmt_f64(*p)),
+            Op::Conv { stride, padding, dilation, groups, .. } => {
+                format!("conv{}d stride={} padding={} dilation={} groups={groups}", stride.len(), list(stride), list(padding), list(dilation))
+            }
+            Op::Pool { op, kernel, stride, padding } => format!(
+                "{}_pool{}d kernel={} stride={} padding={}",
+                if *op == PoolOp::Max { "max" } else { "avg" },
+                kernel.len(),
+                list(kernel),
+                list(stride),
+                list(padding)
+            ),
+            Op::Upsample { scale } => format!("upsample scale={scale}"),
+            Op::Attention { causal, scale, .. } => format!("attention{} scale={}", if *causal { " causal" } else { "" }, fmt_f64(*scale)),
+            Op::Rope { theta, offset, inverse } => format!("rope{} theta={} offset={offset}", if *inverse { "_inverse" } else { "" }, fmt_f64(*theta)),
+            Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
+            Op::SumTo => "sum_to".into(),
+            Op::BroadcastTo => "broadcast_to".into(),
+            Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),
+            Op::ReduceGrad { op, axes, .. } => format!("{}_grad axes={}", format!("{op:?}").to_lowercase(), list(axes)),
+            Op::SoftmaxGrad { axis, log } => format!("{}_grad axis={axis}", if *log { "log_softmax" } else { "softmax" }),
+            Op::SliceGrad { axis, start, end } => format!("slice_grad axis={axis} {start}..{end}"),
+            Op::GatherGrad { axis } => format!("gather_grad axis={axis}"),
+            Op::LayerNormGrad { part, .. } => format!("layer_norm_grad {part:?}").to_lowercase(),
+            Op::RmsNormGrad { part, .. } => format!("rms_norm_grad {part:?}").to_lowercase(),
+            Op::GroupNormGrad { part, .. } => format!("group_norm_grad {part:?}").to_lowercase(),
+            Op::BatchNormGrad { part, .. } => format!("batch_norm_grad {part:?}").to_lowercase(),
+            Op::DropoutGrad { forward, .. } => format!("dropout_grad of %{forward}"),
+            Op::ConvGradInput { stride, .. } => format!("conv{}d_grad_input", stride.len()),
+            Op::ConvGradWeight { stride, .. } => format!("conv{}d_grad_weight", stride.len()),
+            Op::PoolGrad { op, .. } => format!("{}_pool_grad", if *op == PoolOp::Max { "max" } else { "avg" }),
+            Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
+            Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
+            Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
+        }
+    }
+}
+
+/// Prints a float compactly and exactly enough to read back (`0.02`, `1e-5`, `10000`).
+pub fn fmt_f64(v: f64) -> String {
+    if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e6) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// How a parameter or buffer is initialized.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum InitSpec {
+    Constant(f64),
+    Normal { mean: f64, std: f64 },
+    Uniform { low: f64, high: f64 },
+}
+
+impl fmt::Display for InitSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InitSpec::Constant(v) if *v == 0.0 => write!(f, "zeros"),
+            InitSpec::Constant(v) if *v == 1.0 => write!(f, "ones"),
+            InitSpec::Constant(v) => write!(f, "constant({})", fmt_f64(*v)),
+            InitSpec::Normal { mean, std } => write!(f, "normal({}, {})", fmt_f64(*mean), fmt_f64(*std)),
+            InitSpec::Uniform { low, high } => write!(f, "uniform({}, {})", fmt_g(*low), fmt_g(*high)),
+        }
+    }
+}
+
+/// Six significant digits, for derived bounds such as 1/sqrt(784).
+fn fmt_g(v: f64) -> String {
+    let s = format!("{v:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_string() }
+}
+

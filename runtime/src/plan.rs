@@ -1,0 +1,158 @@
+//! The Plan: the compiled artifact an app embeds. It lists the model's inputs, outputs,
+//! parameters (with checkpoint names and initializers), the ordered steps to execute, and for
+//! training plans the gradient of each trainable parameter and the optimizer.
+//!
+//! On disk (`.mgnplan`): the 8-byte magic `MGNPLAN\0`, the format version as a little-endian
+//! u32, then the plan as JSON. A file with another version or a broken body is refused with an
+//! error that names the file and the problem.
+
+use crate::op::{InitSpec, Op};
+use crate::optim::OptimizerSpec;
+use crate::DType;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const PLAN_MAGIC: &[u8; 8] = b"MGNPLAN\0";
+pub const PLAN_VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Forward only; batch norm uses running statistics, dropout is the identity.
+    Infer,
+    /// Forward, loss, backward and the optimizer update.
+    Train,
+}
+
+/// Where in the model's source a step came from, for error and NaN reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct SourceLoc {
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+}
+
+impl std::fmt::Display for SourceLoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+/// One operation. Its result is value `i` for step `i`; `inputs` name earlier steps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub op: Op,
+    pub inputs: Vec<u32>,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub loc: SourceLoc,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ParamSpec {
+    /// Dotted checkpoint name (`blocks.0.attn.q_proj.weight`).
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub init: InitSpec,
+    /// `false` for buffers: saved and loaded, never trained.
+    pub trainable: bool,
+    /// Frozen parameters are trainable in kind but excluded from this plan's updates.
+    #[serde(default)]
+    pub frozen: bool,
+}
+
+impl ParamSpec {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub model: String,
+    pub mode: Mode,
+    /// Model arguments it was built with (after defaults and `--set`).
+    pub config: Vec<(String, String)>,
+    pub params: Vec<ParamSpec>,
+    pub steps: Vec<Step>,
+    pub inputs: Vec<(String, u32)>,
+    pub outputs: Vec<(String, u32)>,
+    pub loss: Option<u32>,
+    /// Training plans: (parameter index, step holding its gradient) for each trained parameter.
+    pub grads: Vec<(usize, u32)>,
+    pub optimizer: OptimizerSpec,
+}
+
+#[derive(Debug)]
+pub struct PlanError(pub String);
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+impl Plan {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = PLAN_MAGIC.to_vec();
+        out.extend_from_slice(&PLAN_VERSION.to_le_bytes());
+        out.extend(serde_json::to_vec(self).expect("plans always serialize"));
+        out
+    }
+
+    /// Parses and validates a plan; `name` is used in error messages.
+    pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Plan, PlanError> {
+        let err = |m: String| PlanError(format!("{name}: {m}"));
+        if bytes.len() < 12 || &bytes[..8] != PLAN_MAGIC {
+            return Err(err("not an mgn plan (the file does not start with the plan header)".into()));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if version != PLAN_VERSION {
+            return Err(err(format!("plan format version {version}, but this runtime reads version {PLAN_VERSION}; rebuild the plan with this mgnc")));
+        }
+        let plan: Plan = serde_json::from_slice(&bytes[12..]).map_err(|e| err(format!("corrupt plan: {e}")))?;
+        plan.validate().map_err(|m| err(format!("invalid plan: {m}")))?;
+        Ok(plan)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), PlanError> {
+        crate::io::write_atomic(path, &self.to_bytes()).map_err(|e| PlanError(format!("cannot write {}: {e}", path.display())))
+    }
+
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let bytes = std::fs::read(path).map_err(|e| PlanError(format!("cannot read {}: {e}", path.display())))?;
+        Plan::from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// Structural checks, so a hand-edited or truncated plan fails here and not mid-run.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, s) in self.steps.iter().enumerate() {
+            if let Some(&bad) = s.inputs.iter().find(|&&x| x as usize >= i) {
+                return Err(format!("step {i} reads value {bad}, which is not computed before it"));
+            }
+            if let Op::Param { index } = s.op {
+                let p = self.params.get(index).ok_or_else(|| format!("step {i} names parameter {index}, but there are {}", self.params.len()))?;
+                if p.shape != s.shape {
+                    return Err(format!("step {i}: parameter `{}` has shape {:?} but the step says {:?}", p.name, p.shape, s.shape));
+                }
+            }
+            if s.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 40) {
+                return Err(format!("step {i} has an impossible shape {:?}", s.shape));
+            }
+        }
+        let n = self.steps.len() as u32;
+        let refs = self.inputs.iter().map(|(_, v)| *v).chain(self.outputs.iter().map(|(_, v)| *v)).chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v));
+        for v in refs {
+            if v >= n {
+                return Err(format!("value {v} is named but the plan has {n} steps"));
+            }
+        }
+        if let Some(&(p, _)) = self.grads.iter().find(|(p, _)| *p >= self.params.len()) {
+            return Err(format!("a gradient names parameter {p}, but there are {}", self.params.len()));
+        }
+        Ok(())
+    }
+}
