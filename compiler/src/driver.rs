@@ -120,3 +120,30 @@ fn pick_model(program: &Program, all: &[(usize, &mgn_syntax::ast::LayerItem)], n
         },
     }
 }
+
+/// Checks and builds one model, then lowers it to a plan. Diagnostics (including "this model
+/// has no loss" for a training plan) come back in the outcome; the plan is `None` then.
+pub fn plan_path(path: &Path, model: Option<String>, settings: Vec<Setting>, opts: &crate::lower::PlanOptions) -> Result<(Outcome, Option<mgn_runtime::Plan>), String> {
+    let mut outcome = check_path(path, Models::One { name: model, settings })?;
+    if !outcome.ok() {
+        return Ok((outcome, None));
+    }
+    let graph = outcome.graphs.pop().expect("a clean build has its graph");
+    match crate::lower::lower(graph.clone(), &outcome.program.sources, opts) {
+        Ok(plan) => {
+            outcome.graphs.push(graph);
+            Ok((outcome, Some(plan)))
+        }
+        Err(mut d) => {
+            if d.primary_span() == Span::default() {
+                // Whole-model problems point at the model's name.
+                let root = outcome.program.root;
+                if let Some((_, m)) = elab::models(&outcome.program, root).into_iter().find(|(_, m)| m.name.name == graph.model) {
+                    d.labels[0].span = m.name.span;
+                }
+            }
+            outcome.diagnostics.push(d);
+            Ok((outcome, None))
+        }
+    }
+}

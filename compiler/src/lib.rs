@@ -6,10 +6,13 @@
 //! graph) → `ir` (the graph and its dump). `render` turns diagnostics into text or JSON, and
 //! `driver` strings the stages together for the CLI, the tests and the language server.
 
+pub mod autodiff;
+pub mod cli;
 pub mod driver;
 pub mod elab;
 pub mod front;
 pub mod ir;
+pub mod lower;
 pub mod render;
 pub mod source;
 

@@ -1,0 +1,84 @@
+//! `mgnc build FILE [--emit summary|ir] [--mode infer|train -o OUT.mgnplan]`
+
+use super::report::{self, MessageFormat};
+use crate::elab::Setting;
+use crate::ir::dump::{dump, thousands};
+use crate::lower::PlanOptions;
+use mgn_runtime::optim::OptimizerSpec;
+use mgn_runtime::plan::Mode;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Emit {
+    /// One line: parameters, operations and build time.
+    Summary,
+    /// The graph IR: inputs, parameter table, every node with its shape and source line.
+    Ir,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum PlanMode {
+    Infer,
+    Train,
+}
+
+pub struct BuildArgs {
+    pub file: PathBuf,
+    pub emit: Emit,
+    pub settings: Vec<Setting>,
+    pub model: Option<String>,
+    pub mode: PlanMode,
+    pub out: Option<PathBuf>,
+    pub freeze: Vec<String>,
+    pub format: MessageFormat,
+}
+
+pub fn run(a: BuildArgs) -> u8 {
+    let start = Instant::now();
+    let opts = match a.mode {
+        PlanMode::Infer => PlanOptions::infer(),
+        PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
+    };
+    let (outcome, plan) = match crate::driver::plan_path(&a.file, a.model, a.settings, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            report::error(&e, a.format);
+            return super::EXIT_ERRORS;
+        }
+    };
+    if !report::diagnostics(&outcome, a.format) {
+        return super::EXIT_ERRORS;
+    }
+    let plan = plan.expect("a clean build lowers to a plan");
+    let elapsed = start.elapsed().as_secs_f64() * 1e3;
+    if let Some(out) = &a.out {
+        if let Err(e) = plan.save(out) {
+            report::error(&e.to_string(), a.format);
+            return super::EXIT_ERRORS;
+        }
+    }
+    let g = &outcome.graphs[0];
+    let text = match a.emit {
+        Emit::Ir => dump(g, &outcome.program.sources),
+        Emit::Summary => {
+            let trainable = g.param_count(true);
+            format!(
+                "{}: {} parameters ({} trainable), {} operations, {} {} plan of {} steps{}{}; built in {elapsed:.1} ms\n",
+                g.model,
+                thousands(trainable + g.param_count(false)),
+                thousands(trainable),
+                thousands(g.nodes.len()),
+                if plan.mode == Mode::Train { "a" } else { "an" },
+                if plan.mode == Mode::Train { "training" } else { "inference" },
+                thousands(plan.steps.len()),
+                if plan.grads.is_empty() { String::new() } else { format!(" with {} gradients", plan.grads.len()) },
+                a.out.as_ref().map(|o| format!(", written to {}", o.display())).unwrap_or_default(),
+            )
+        }
+    };
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    0
+}

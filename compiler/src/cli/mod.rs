@@ -1,0 +1,9 @@
+//! The `mgnc` subcommands. `main.rs` parses the command line; each module here runs one
+//! subcommand and returns the process exit code.
+
+pub mod build;
+pub mod check;
+pub mod report;
+
+/// Exit codes: 0 success, 1 errors in the input (diagnostics, bad files), 2 usage errors (clap).
+pub const EXIT_ERRORS: u8 = 1;

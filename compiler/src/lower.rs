@@ -1,0 +1,97 @@
+//! Graph IR → Plan: keeps the nodes the plan's results need (in order), renumbers them as
+//! steps, and records each step's source location in the user's model.
+
+use crate::autodiff::{differentiate, GradOptions};
+use crate::ir::{Graph, NodeId};
+use crate::source::SourceMap;
+use mgn_runtime::optim::OptimizerSpec;
+use mgn_runtime::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use mgn_syntax::Diagnostic;
+
+/// What a plan computes.
+pub struct PlanOptions<'a> {
+    pub mode: Mode,
+    /// Include the loss (and the inputs it reads). Training plans always do.
+    pub loss: bool,
+    /// Include gradients of the trained parameters. Training plans always do.
+    pub grads: bool,
+    pub frozen: &'a [String],
+    pub optimizer: OptimizerSpec,
+}
+
+impl PlanOptions<'_> {
+    pub fn infer() -> PlanOptions<'static> {
+        PlanOptions { mode: Mode::Infer, loss: false, grads: false, frozen: &[], optimizer: OptimizerSpec::default() }
+    }
+
+    pub fn train(frozen: &[String], optimizer: OptimizerSpec) -> PlanOptions<'_> {
+        PlanOptions { mode: Mode::Train, loss: true, grads: true, frozen, optimizer }
+    }
+}
+
+pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Plan, Diagnostic> {
+    let want_loss = opts.loss || opts.grads;
+    let grads = if opts.grads { differentiate(&mut g, &GradOptions { training: opts.mode == Mode::Train, frozen: opts.frozen })? } else { Vec::new() };
+
+    // Liveness: everything the results read, transitively. Inputs nothing reads are dropped,
+    // so an inference plan does not ask for the labels its loss would need.
+    let mut live = vec![false; g.nodes.len()];
+    let mut roots: Vec<NodeId> = g.outputs.iter().map(|(_, id)| *id).collect();
+    if want_loss {
+        roots.extend(g.loss);
+    }
+    roots.extend(grads.iter().map(|(_, id)| *id));
+    for r in &roots {
+        live[r.0 as usize] = true;
+    }
+    for i in (0..g.nodes.len()).rev() {
+        if live[i] {
+            for x in &g.nodes[i].inputs {
+                live[x.0 as usize] = true;
+            }
+        }
+    }
+    let mut renumber = vec![u32::MAX; g.nodes.len()];
+    let mut steps = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        renumber[i] = steps.len() as u32;
+        let (file, line, column) = sources.location(n.user_span);
+        steps.push(Step {
+            op: n.op.clone(),
+            inputs: n.inputs.iter().map(|x| renumber[x.0 as usize]).collect(),
+            dtype: n.dtype,
+            shape: n.shape.clone(),
+            loc: SourceLoc { file, line: line as u32, column: column as u32 },
+        });
+    }
+    let map = |id: NodeId| renumber[id.0 as usize];
+    let params = g
+        .params
+        .iter()
+        .map(|p| ParamSpec {
+            name: p.name.clone(),
+            dtype: p.dtype,
+            shape: p.shape.clone(),
+            init: p.init.clone(),
+            trainable: p.trainable,
+            frozen: p.trainable && !grads.iter().any(|(i, _)| g.params[*i].name == p.name) && opts.grads,
+        })
+        .collect();
+    let plan = Plan {
+        model: g.model.clone(),
+        mode: opts.mode,
+        config: g.config.clone(),
+        params,
+        steps,
+        inputs: g.inputs.iter().filter(|(_, id)| live[id.0 as usize]).map(|(n, id)| (n.clone(), map(*id))).collect(),
+        outputs: g.outputs.iter().map(|(n, id)| (n.clone(), map(*id))).collect(),
+        loss: if want_loss { g.loss.map(map) } else { None },
+        grads: grads.iter().map(|(p, id)| (*p, map(*id))).collect(),
+        optimizer: opts.optimizer.clone(),
+    };
+    debug_assert!(plan.validate().is_ok(), "{:?}", plan.validate());
+    Ok(plan)
+}
