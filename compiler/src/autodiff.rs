@@ -82,8 +82,8 @@ pub fn differentiate(g: &mut Graph, opts: &GradOptions) -> Result<Vec<(usize, No
 }
 
 /// `prefix` freezes the parameter itself and everything under it (`model.embed_tokens`).
-fn is_frozen(name: &str, prefix: &str) -> bool {
-    name == prefix || name.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.')) || prefix.is_empty()
+pub fn is_frozen(name: &str, prefix: &str) -> bool {
+    name == prefix || name.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.'))
 }
 
 struct Builder<'g> {

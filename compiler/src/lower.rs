@@ -31,6 +31,21 @@ impl PlanOptions<'_> {
 
 pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Plan, Diagnostic> {
     let want_loss = opts.loss || opts.grads;
+    for f in opts.frozen {
+        if !opts.grads {
+            return Err(Diagnostic::error("E0703", format!("`--freeze {f}` needs a plan with gradients"), Default::default(), "nothing is trained here")
+                .with_help("freezing applies to `--mode train` (and `mgnc run --grads`)"));
+        }
+        if !g.params.iter().any(|p| p.trainable && crate::autodiff::is_frozen(&p.name, f)) {
+            let names: Vec<&str> = g.params.iter().filter(|p| p.trainable).map(|p| p.name.as_str()).collect();
+            let mut d = Diagnostic::error("E0703", format!("`--freeze {f}` matches no trainable parameter"), Default::default(), "in this model");
+            d = match crate::front::did_you_mean(f, names.iter().copied()) {
+                Some(h) => d.with_help(h),
+                None => d.with_help("give a parameter name or a dotted prefix of names, as listed by `mgnc build --emit ir`"),
+            };
+            return Err(d);
+        }
+    }
     let grads = if opts.grads { differentiate(&mut g, &GradOptions { training: opts.mode == Mode::Train, frozen: opts.frozen })? } else { Vec::new() };
 
     // Liveness: everything the results read, transitively. Inputs nothing reads are dropped,

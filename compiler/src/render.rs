@@ -14,7 +14,7 @@ struct Report {
     code: Option<String>,
     severity: miette::Severity,
     help: Option<String>,
-    source: NamedSource<String>,
+    source: Option<NamedSource<String>>,
     labels: Vec<LabeledSpan>,
     related: Vec<Report>,
 }
@@ -38,7 +38,7 @@ impl miette::Diagnostic for Report {
         self.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
     }
     fn source_code(&self) -> Option<&dyn miette::SourceCode> {
-        Some(&self.source)
+        self.source.as_ref().map(|s| s as &dyn miette::SourceCode)
     }
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         Some(Box::new(self.labels.iter().cloned()))
@@ -71,13 +71,6 @@ fn labeled(l: &mgn_syntax::Label, text_len: usize) -> LabeledSpan {
 fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
     let primary = d.primary_span().file;
     let len_of = |f: FileId| sources.get(f).text.len();
-    let mut help = d.help.clone();
-    for n in &d.notes {
-        help = Some(match help {
-            Some(h) => format!("{h}\nnote: {n}"),
-            None => n.clone(),
-        });
-    }
     let mut related: Vec<Report> = Vec::new();
     let mut other_files: Vec<FileId> = d.labels.iter().map(|l| l.span.file).filter(|f| *f != primary).collect();
     other_files.dedup();
@@ -89,8 +82,20 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
             code: None,
             severity: miette::Severity::Advice,
             help: None,
-            source: source_of(sources, f),
+            source: Some(source_of(sources, f)),
             labels: d.labels.iter().filter(|l| l.span.file == f).map(|l| labeled(l, len_of(f))).collect(),
+            related: Vec::new(),
+        });
+    }
+    // Notes are facts about the error (not fixes): each is a sourceless related report.
+    for n in &d.notes {
+        related.push(Report {
+            message: format!("note: {n}"),
+            code: None,
+            severity: miette::Severity::Advice,
+            help: None,
+            source: None,
+            labels: Vec::new(),
             related: Vec::new(),
         });
     }
@@ -101,8 +106,8 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
             Severity::Error => miette::Severity::Error,
             Severity::Warning => miette::Severity::Warning,
         },
-        help,
-        source: source_of(sources, primary),
+        help: d.help.clone(),
+        source: Some(source_of(sources, primary)),
         labels: d.labels.iter().filter(|l| l.span.file == primary).map(|l| labeled(l, len_of(primary))).collect(),
         related,
     }

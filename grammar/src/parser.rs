@@ -249,9 +249,6 @@ fn syntax_help(text: &str, at: usize, expected: &[String]) -> Option<String> {
     if rest.starts_with('=') && expected.iter().any(|e| e == "`:`") {
         return Some("parameters declare a type before a default: `name: dim = 4`".into());
     }
-    if rest.starts_with(';') {
-        return Some("statements end at the end of the line; remove the `;` here".into());
-    }
     // `model Net` where a member was expected: the item before it is probably not closed.
     let before = text[..at].trim_end();
     let prev_word: &str = before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
@@ -753,7 +750,13 @@ impl Builder<'_> {
                     leaf(ExprKind::Error)
                 }
             },
-            Rule::float => leaf(ExprKind::Float(p.as_str().parse::<f64>().unwrap_or(f64::NAN))),
+            Rule::float => match p.as_str().parse::<f64>() {
+                Ok(v) if v.is_finite() => leaf(ExprKind::Float(v)),
+                _ => {
+                    self.diags.push(Diagnostic::error("E0004", "float literal is too large", span, "does not fit in a 64-bit float"));
+                    leaf(ExprKind::Error)
+                }
+            },
             Rule::bool_lit => leaf(ExprKind::Bool(p.as_str() == "true")),
             Rule::string => {
                 let raw = p.as_str();

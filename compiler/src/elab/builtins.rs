@@ -132,8 +132,13 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
     let names: Vec<&str> = b.params.iter().map(|p| p.trim_end_matches('?')).collect();
     let mut vals: Vec<Option<(Value, Span)>> = vec![None; names.len()];
     let mut positional = 0;
+    let mut named_seen = false;
     for a in args {
         let slot = match &a.name {
+            None if named_seen => {
+                return Err(Diagnostic::error("E0401", "a positional argument follows a named one", a.span, "positional argument")
+                    .with_help("give positional arguments first, then named ones"));
+            }
             None => {
                 if positional >= names.len() {
                     return Err(Diagnostic::error(
@@ -147,7 +152,9 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
                 positional += 1;
                 positional - 1
             }
-            Some(n) => match names.iter().position(|p| *p == n.name) {
+            Some(n) => {
+                named_seen = true;
+                match names.iter().position(|p| *p == n.name) {
                 Some(i) => {
                     if vals[i].is_some() {
                         return Err(Diagnostic::error("E0401", format!("argument `{}` is given twice", n.name), n.span, "given again here"));
@@ -162,7 +169,8 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
                     };
                     return Err(d);
                 }
-            },
+                }
+            }
         };
         // An absent optional field passed to an optional parameter counts as not given.
         if matches!(a.value, Value::Absent { .. }) && b.params[slot].ends_with('?') {
@@ -328,8 +336,10 @@ fn tuple_of(vals: Vec<Value>) -> Value {
 
 fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp, scalar: fn(f64) -> f64) -> R<Value> {
     match a.get("x") {
-        Some((Value::Int(i), _)) if matches!(op, UnaryOp::Abs) => Ok(Value::Int(i.checked_abs().unwrap_or(i64::MAX))),
-        Some((Value::Int(_) | Value::Float(_), _)) => Ok(Value::Float(scalar(a.number(ev, "x")?))),
+        Some((Value::Int(i), s)) if matches!(op, UnaryOp::Abs) => {
+            i.checked_abs().map(Value::Int).ok_or_else(|| Diagnostic::error("E0301", "integer overflow", *s, "|x| does not fit in 64 bits"))
+        }
+        Some((Value::Int(_) | Value::Float(_), _)) => super::eval::finite(a.span, Value::Float(scalar(a.number(ev, "x")?))),
         _ => {
             let (t, _) = float_tensor(ev, a, "x")?;
             let (d, s) = ev.ty(t);
@@ -342,7 +352,7 @@ fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp, scalar: fn(f64) -> f64) -> R
 fn pow(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let p = a.number(ev, "p")?;
     match a.get("x") {
-        Some((Value::Int(_) | Value::Float(_), _)) => Ok(Value::Float(a.number(ev, "x")?.powf(p))),
+        Some((Value::Int(_) | Value::Float(_), _)) => super::eval::finite(a.span, Value::Float(a.number(ev, "x")?.powf(p))),
         _ => {
             let (t, _) = float_tensor(ev, a, "x")?;
             let (d, s) = ev.ty(t);
@@ -398,7 +408,7 @@ pub fn elementwise(ev: &mut Evaluator, op: BinaryOp, l: (&Value, Span), r: (&Val
             Value::Tensor(t) => Ok(*t),
             Value::Int(i) => ev.add(Op::Constant { value: *i as f64 }, vec![], dtype, vec![], s),
             Value::Float(f) if dtype.is_float() => ev.add(Op::Constant { value: *f }, vec![], dtype, vec![], s),
-            Value::Float(_) => Err(Diagnostic::error("E0202", format!("cannot combine a float with a {dtype} tensor in `{sym}`"), s, "a float")
+            Value::Float(_) => Err(Diagnostic::error("E0202", format!("cannot combine a float with an integer tensor ({dtype}) in `{sym}`"), s, "a float")
                 .with_help(format!("convert the tensor with `cast(x, f32)` first"))),
             other => Err(Diagnostic::error("E0201", format!("`{sym}` cannot combine a tensor with {}", ev.describe(other)), s, "not a tensor or number")),
         }
@@ -408,9 +418,9 @@ pub fn elementwise(ev: &mut Evaluator, op: BinaryOp, l: (&Value, Span), r: (&Val
     let (da, sa) = ev.ty(a);
     let (db, sb) = ev.ty(b);
     if da != db {
-        let d = Diagnostic::error("E0202", format!("`{sym}` needs operands of one dtype, found {} and {}", fmt_type(da, sa), fmt_type(db, sb)), span, "mixed dtypes")
+        let _ = span;
+        let d = Diagnostic::error("E0202", format!("`{sym}` needs operands of one dtype, found {} and {}", fmt_type(da, sa), fmt_type(db, sb)), r.1, format!("this is {}", fmt_type(db, sb)))
             .with_label(l.1, format!("this is {}", fmt_type(da, sa)))
-            .with_label(r.1, format!("this is {}", fmt_type(db, sb)))
             .with_help(format!("convert one side, e.g. `cast(x, {})`", if da.is_float() { da } else { db }));
         return Err(d);
     }
@@ -443,9 +453,11 @@ pub fn matmul(ev: &mut Evaluator, l: (&Value, Span), r: (&Value, Span), span: Sp
     let (db, sb) = ev.ty(b);
     let (sa, sb) = (sa.to_vec(), sb.to_vec());
     if da != db || !da.is_float() {
-        return Err(Diagnostic::error("E0202", format!("`@` needs two float tensors of one dtype, found {} and {}", fmt_type(da, &sa), fmt_type(db, &sb)), span, "invalid dtypes")
-            .with_label(l.1, format!("this is {}", fmt_type(da, &sa)))
-            .with_label(r.1, format!("this is {}", fmt_type(db, &sb)))
+        let (bad, good) = if da.is_float() { (r, l) } else { (l, r) };
+        let (bad_t, good_t) = if da.is_float() { (fmt_type(db, &sb), fmt_type(da, &sa)) } else { (fmt_type(da, &sa), fmt_type(db, &sb)) };
+        let _ = span;
+        return Err(Diagnostic::error("E0202", format!("`@` needs two float tensors of one dtype, found {} and {}", fmt_type(da, &sa), fmt_type(db, &sb)), bad.1, format!("this is {bad_t}"))
+            .with_label(good.1, format!("this is {good_t}"))
             .with_help("convert with `cast(x, f32)`"));
     }
     match shape::matmul(&sa, &sb) {
@@ -535,7 +547,9 @@ fn reshape(ev: &mut Evaluator, a: &Args) -> R<Value> {
             x => return Err(Diagnostic::error("E0301", format!("`reshape` to a dimension of {x}"), a.span_of("shape"), "dimensions must be positive")),
         }
     }
-    let known = shape::numel(&out).unwrap_or(usize::MAX);
+    let Some(known) = shape::numel(&out) else {
+        return Err(Diagnostic::error("E0301", format!("`reshape` to {:?} overflows", dims), a.span_of("shape"), "too many elements"));
+    };
     if let Some(i) = infer {
         if known == 0 || total % known != 0 {
             return Err(Diagnostic::error("E0203", format!("cannot reshape {} ({total} elements) to {:?}", fmt_type(d, &s), dims), a.span_of("shape"), format!("{total} is not divisible by {known}")));
@@ -722,6 +736,10 @@ fn reduce(ev: &mut Evaluator, a: &Args, op: ReduceOp) -> R<Value> {
     let mut axes = Vec::new();
     match a.ints(ev, "axis")? {
         None => axes.extend(0..s.len()),
+        Some(list) if list.is_empty() => {
+            return Err(Diagnostic::error("E0207", format!("`{}` over an empty list of axes", a.name()), a.span_of("axis"), "no axes")
+                .with_help("leave `axis` out to reduce over every axis"));
+        }
         Some(list) => {
             for x in list {
                 let ax = shape::axis(x, s.len()).ok_or_else(|| a.axis_error("axis", x, s.len()))?;
@@ -959,7 +977,11 @@ fn upsample(ev: &mut Evaluator, a: &Args) -> R<Value> {
     if scale < 1 {
         return Err(Diagnostic::error("E0301", format!("`scale` must be at least 1, found {scale}"), a.span_of("scale"), "out of range"));
     }
-    let out = s.iter().enumerate().map(|(i, &x)| if i >= 2 { x * scale as usize } else { x }).collect();
+    let mut out = Vec::new();
+    for (i, &x) in s.iter().enumerate() {
+        let size = if i >= 2 { x.checked_mul(scale as usize) } else { Some(x) };
+        out.push(size.ok_or_else(|| Diagnostic::error("E0301", format!("`upsample` by {scale} makes axis {i} too large"), a.span_of("scale"), "overflow"))?);
+    }
     node(ev, Op::Upsample { scale: scale as usize }, vec![x], d, out, a.span)
 }
 

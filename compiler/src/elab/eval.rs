@@ -56,12 +56,14 @@ pub struct Evaluator<'p> {
     /// Set while a field initializer runs: a layer call there instantiates under this path.
     ctor_path: Option<String>,
     is_std: Vec<bool>,
+    /// Where each output was declared, for "declared twice".
+    output_spans: Vec<(String, Span)>,
 }
 
 impl<'p> Evaluator<'p> {
     pub fn new(prog: &'p Program) -> Evaluator<'p> {
         let is_std = prog.sources.files().map(|(_, f)| matches!(f.origin, Origin::Std(_))).collect();
-        Evaluator { prog, graph: Graph::default(), frames: Vec::new(), call_sites: Vec::new(), depth: 0, consts: HashMap::new(), ctor_path: None, is_std }
+        Evaluator { prog, graph: Graph::default(), frames: Vec::new(), call_sites: Vec::new(), depth: 0, consts: HashMap::new(), ctor_path: None, is_std, output_spans: Vec::new() }
     }
 
     // ---- frames and nodes ---------------------------------------------------------------
@@ -140,7 +142,7 @@ impl<'p> Evaluator<'p> {
         match v {
             Value::Tensor(id) => format!("a tensor {}", self.type_str(*id)),
             Value::Int(i) => format!("an integer ({i})"),
-            Value::Float(f) => format!("a float ({f})"),
+            Value::Float(f) => format!("a float ({f:?})"),
             Value::Bool(b) => format!("a bool ({b})"),
             Value::Layer(l) => format!("a layer `{}`", l.type_name),
             Value::Item(m, i) => match self.prog.item(*m, *i) {
@@ -180,6 +182,7 @@ impl<'p> Evaluator<'p> {
         match self.prog.module(f.module).scope.get(name).copied() {
             Some(Binding::Item { module, index, .. }) => self.item_value(module, index, span),
             Some(Binding::Module { module, .. }) => Ok(Value::Module(module)),
+            None if name == "bool" => Ok(Value::DType(DType::Bool)),
             None => match builtins::lookup(name) {
                 Some(b) => Ok(Value::Builtin(b)),
                 None => {
@@ -383,7 +386,7 @@ impl<'p> Evaluator<'p> {
             (Int(a), Int(b)) => return int_binary(op, *a, *b, ls, rs, span),
             (Int(_) | Float(_), Int(_) | Float(_)) => {
                 let (a, b) = (as_f64(&l), as_f64(&r));
-                return Ok(match op {
+                return finite(span, match op {
                     BinOp::Add => Float(a + b),
                     BinOp::Sub => Float(a - b),
                     BinOp::Mul => Float(a * b),
@@ -459,6 +462,12 @@ impl<'p> Evaluator<'p> {
             },
             Value::Layer(inst) => self.call_forward(inst, args, span),
             Value::Repeated(list) => {
+                if let Some(first) = args.first() {
+                    if first.name.is_some() {
+                        return Err(Diagnostic::error("E0401", "the first argument of a repeated layer must be positional", first.span, "named")
+                            .with_help("each copy's result is passed on as the next copy's first argument: write `blocks(x, ...)`"));
+                    }
+                }
                 let mut args = args;
                 for inst in list.iter() {
                     let out = self.call_forward(inst.clone(), args.clone(), span)?;
@@ -477,14 +486,18 @@ impl<'p> Evaluator<'p> {
     fn call_fn(&mut self, module: ModId, func: &'p FnItem, args: Vec<ArgVal>, span: Span) -> R<Value> {
         let frame = Frame { module, locals: Vec::new(), fields: None, model: false };
         let what = format!("`{}`", func.name.name);
-        self.in_frame(frame, span, |ev| {
+        // A function never creates layers, even when called from a field initializer.
+        let saved_ctor = self.ctor_path.take();
+        let r = self.in_frame(frame, span, |ev| {
             ev.enter_params(&func.params, args, &what, func.name.span, span)?;
             let v = ev.eval_block(&func.body)?;
             match &func.ret {
                 Some(t) => ev.check_return(t, v, &func.body, &what),
                 None => Ok(v),
             }
-        })
+        });
+        self.ctor_path = saved_ctor;
+        r
     }
 
     fn call_forward(&mut self, inst: Rc<LayerInst>, args: Vec<ArgVal>, span: Span) -> R<Value> {
@@ -510,8 +523,13 @@ impl<'p> Evaluator<'p> {
     pub fn enter_params(&mut self, params: &'p [Param], args: Vec<ArgVal>, what: &str, def: Span, call: Span) -> R<()> {
         let mut slots: Vec<Option<ArgVal>> = params.iter().map(|_| None).collect();
         let mut positional = 0;
+        let mut named_seen = false;
         for a in args {
             match &a.name {
+                None if named_seen => {
+                    return Err(Diagnostic::error("E0401", "a positional argument follows a named one", a.span, "positional argument")
+                        .with_help("give positional arguments first, then named ones"));
+                }
                 None => {
                     if positional >= params.len() {
                         return Err(Diagnostic::error(
@@ -526,6 +544,7 @@ impl<'p> Evaluator<'p> {
                     positional += 1;
                 }
                 Some(n) => {
+                    named_seen = true;
                     let Some(i) = params.iter().position(|p| p.name.name == n.name) else {
                         let mut d = Diagnostic::error("E0401", format!("{what} has no parameter named `{}`", n.name), n.span, "unknown parameter")
                             .with_label(def, "defined here");
@@ -829,11 +848,11 @@ impl<'p> Evaluator<'p> {
                     let Value::Tensor(id) = v else {
                         return Err(Diagnostic::error("E0201", format!("an output must be a tensor, found {}", self.describe(&v)), vspan, "not a tensor"));
                     };
-                    if let Some((_, prev)) = self.graph.outputs.iter().find(|(n, _)| *n == name.name) {
-                        let prev_span = self.graph.node(*prev).user_span;
-                        let _ = prev_span;
-                        return Err(Diagnostic::error("E0106", format!("output `{}` is declared twice", name.name), *span, "second declaration"));
+                    if let Some((_, prev)) = self.output_spans.iter().find(|(n, _)| *n == name.name) {
+                        return Err(Diagnostic::error("E0106", format!("output `{}` is declared twice", name.name), *span, "second declaration")
+                            .with_label(*prev, "first declared here"));
                     }
+                    self.output_spans.push((name.name.clone(), *span));
                     self.graph.outputs.push((name.name.clone(), id));
                 }
                 Stmt::Loss { value, span } => {
@@ -843,7 +862,7 @@ impl<'p> Evaluator<'p> {
                     };
                     let (dt, shape) = self.ty(id);
                     if !shape.is_empty() || !dt.is_float() {
-                        let d = Diagnostic::error("E0203", format!("the loss must be a scalar f32[], found {}", self.type_str(id)), value.span, format!("this is {}", self.type_str(id)));
+                        let d = Diagnostic::error("E0203", format!("the loss must be a scalar float tensor such as f32[], found {}", self.type_str(id)), value.span, format!("this is {}", self.type_str(id)));
                         let d = if !shape.is_empty() { d.with_help("reduce it to a scalar, e.g. `mean(...)`") } else { d };
                         return Err(d);
                     }
@@ -966,6 +985,10 @@ impl<'p> Evaluator<'p> {
                         self.frame().locals.pop();
                     }
                     match v? {
+                        Value::Layer(inst) if inst.path != format!("{full}.{i}") => {
+                            return Err(Diagnostic::error("E0108", format!("`repeat` would reuse the existing layer `{}` instead of making copies", inst.path), body.span, "an existing layer")
+                                .with_help("call the layer type to make new copies: `repeat(n) Block(...)`"))
+                        }
                         Value::Layer(inst) => list.push(inst),
                         other => {
                             return Err(Diagnostic::error("E0201", format!("`repeat` needs a layer, found {}", self.describe(&other)), body.span, "not a layer")
@@ -986,6 +1009,10 @@ impl<'p> Evaluator<'p> {
                     values.push(v?);
                 }
                 let layers: Vec<Rc<LayerInst>> = values.iter().filter_map(|v| if let Value::Layer(l) = v { Some(l.clone()) } else { None }).collect();
+                if let Some((i, l)) = layers.iter().enumerate().find(|(i, l)| l.path != format!("{full}.{i}")) {
+                    return Err(Diagnostic::error("E0108", format!("element {i} reuses the existing layer `{}`", l.path), items[i].span, "an existing layer")
+                        .with_help("call the layer type to make a new layer here; sharing weights between fields is not supported"));
+                }
                 if layers.len() == values.len() && !layers.is_empty() {
                     Ok(Value::Repeated(Rc::new(layers)))
                 } else if layers.is_empty() {
@@ -1010,7 +1037,7 @@ impl<'p> Evaluator<'p> {
         for d in &t.dims {
             match d {
                 DimItem::Variadic(id) => {
-                    return Err(Diagnostic::error("E0206", format!("the shape of {what} must be fully known"), id.span, "a `..` group is only allowed in parameter types"))
+                    return Err(Diagnostic::error("E0206", format!("the shape of {what} must be fully known"), id.span, "a `..` group is only allowed in patterns (parameter, return and `let` types)"))
                 }
                 DimItem::Expr(e) => match self.eval(e)? {
                     Value::Int(i) if i >= 1 => shape.push(i as usize),
@@ -1077,6 +1104,14 @@ fn scalar_desc(s: ScalarType) -> &'static str {
     }
 }
 
+/// Compile-time numbers stay finite: an infinity or NaN is an error where it arises.
+pub fn finite(span: Span, v: Value) -> R<Value> {
+    match v {
+        Value::Float(f) if !f.is_finite() => Err(Diagnostic::error("E0301", format!("this computes {}, not a finite number", if f.is_nan() { "NaN" } else if f > 0.0 { "infinity" } else { "-infinity" }), span, "not finite")),
+        v => Ok(v),
+    }
+}
+
 pub fn as_f64(v: &Value) -> f64 {
     match v {
         Value::Int(i) => *i as f64,
@@ -1107,15 +1142,15 @@ fn int_binary(op: BinOp, a: i64, b: i64, ls: Span, rs: Span, span: Span) -> R<Va
             return Err(Diagnostic::error("E0301", "division by zero", rs, "this is 0"));
         }
         BinOp::Div => {
-            if a % b != 0 {
-                return Err(Diagnostic::error("E0301", format!("{a} is not divisible by {b}"), span, format!("{a} / {b} leaves a remainder of {}", a % b))
-                    .with_label(ls, format!("this is {a}"))
-                    .with_label(rs, format!("this is {b}"))
+            let rem = a.checked_rem(b).ok_or_else(|| overflow(span))?;
+            if rem != 0 {
+                let _ = ls;
+                return Err(Diagnostic::error("E0301", format!("{a} is not divisible by {b}"), span, format!("{a} / {b} leaves a remainder of {rem}"))
                     .with_help("dims divide exactly; choose sizes that divide, or use floor_div(a, b) / ceil_div(a, b) to round"));
             }
-            Int(a / b)
+            Int(a.checked_div(b).ok_or_else(|| overflow(span))?)
         }
-        BinOp::Rem => Int(a.rem_euclid(b)),
+        BinOp::Rem => Int(a.checked_rem_euclid(b).ok_or_else(|| overflow(span))?),
         BinOp::Eq => Bool(a == b),
         BinOp::Ne => Bool(a != b),
         BinOp::Lt => Bool(a < b),

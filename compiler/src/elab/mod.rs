@@ -76,7 +76,12 @@ pub fn elaborate(prog: &Program, module: ModId, index: usize, settings: &[Settin
                     }
                 },
             };
-            let v = ev.check_type(&p.ty, v, p.default.as_ref().map(|d| d.span).unwrap_or(p.span), &format!("model argument `{}`", p.name.name))?;
+            let from_set = settings.iter().any(|s| s.name == p.name.name);
+            let (span, what) = match (&p.default, from_set) {
+                (Some(d), false) => (d.span, format!("model argument `{}`", p.name.name)),
+                _ => (p.name.span, format!("model argument `{}` (from --set)", p.name.name)),
+            };
+            let v = ev.check_type(&p.ty, v, span, &what)?;
             ev.graph.config.push((p.name.name.clone(), show(&v)));
             ev.bind(&p.name.name, v);
         }

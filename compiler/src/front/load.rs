@@ -254,6 +254,12 @@ impl Loader {
         let mut poisoned = Vec::new();
         let poisoned_names = std::cell::RefCell::new(Vec::new());
         for (u, target) in uses.iter().zip(targets) {
+            if let (Some(_), Some(alias)) = (&u.names, &u.alias) {
+                diags.push(
+                    Diagnostic::error("E0102", "`as` after a list of names renames nothing", alias.span, "this alias has no effect")
+                        .with_help("rename single names inside the braces: `use std.nn.{Linear as L}`"),
+                );
+            }
             let Some((target, single)) = target else {
                 // The import failed and was reported; its names should not be reported again.
                 poisoned.extend(u.names.iter().flatten().map(|n| n.alias.as_ref().unwrap_or(&n.name).name.clone()));

@@ -21,6 +21,10 @@ pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         } else {
             d
         };
+        // A one-letter name is one edit away from every other short name: no suggestion.
+        if d >= name.chars().count() || d >= c.chars().count() {
+            continue;
+        }
         if d <= limit && best.is_none_or(|(bd, bc)| d < bd || (d == bd && c < bc)) {
             best = Some((d, c));
         }
