@@ -156,3 +156,74 @@ impl Plan {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{BinaryOp, InitSpec};
+
+    fn tiny() -> Plan {
+        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step { op, inputs, dtype: DType::F32, shape, loc: SourceLoc { file: "m.mgn".into(), line: 3, column: 5 } };
+        Plan {
+            model: "M".into(),
+            mode: Mode::Infer,
+            config: vec![("n".into(), "2".into())],
+            params: vec![ParamSpec { name: "w".into(), dtype: DType::F32, shape: vec![2], init: InitSpec::Constant(1.0), trainable: true, frozen: false }],
+            steps: vec![
+                step(Op::Input { name: "x".into() }, vec![], vec![2]),
+                step(Op::Param { index: 0 }, vec![], vec![2]),
+                step(Op::Binary(BinaryOp::Add), vec![0, 1], vec![2]),
+            ],
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 2)],
+            loss: None,
+            grads: vec![],
+            optimizer: OptimizerSpec::default(),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_bytes_and_files() {
+        let p = tiny();
+        assert_eq!(Plan::from_bytes(&p.to_bytes(), "p").expect("valid"), p);
+        let dir = std::env::temp_dir().join(format!("mgn-plan-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("m.mgnplan");
+        p.save(&path).expect("writable");
+        assert_eq!(Plan::load(&path).expect("readable"), p);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn other_versions_and_corrupt_files_are_clear_errors() {
+        let mut bytes = tiny().to_bytes();
+        bytes[8..12].copy_from_slice(&7u32.to_le_bytes());
+        let e = Plan::from_bytes(&bytes, "old.mgnplan").unwrap_err().to_string();
+        assert!(e.contains("old.mgnplan") && e.contains("version 7") && e.contains("rebuild"), "{e}");
+
+        let e = Plan::from_bytes(b"PK\x03\x04 not a plan", "z.mgnplan").unwrap_err().to_string();
+        assert!(e.contains("not an mgn plan"), "{e}");
+
+        let good = tiny().to_bytes();
+        for cut in [12, 40, good.len() / 2, good.len() - 1] {
+            let e = Plan::from_bytes(&good[..cut], "cut.mgnplan").unwrap_err().to_string();
+            assert!(e.starts_with("cut.mgnplan: corrupt plan"), "cut at {cut}: {e}");
+        }
+    }
+
+    #[test]
+    fn structurally_broken_plans_are_refused() {
+        let mut p = tiny();
+        p.steps[2].inputs = vec![0, 2];
+        assert!(p.validate().unwrap_err().contains("not computed before it"));
+        let mut p = tiny();
+        p.steps[1].op = Op::Param { index: 5 };
+        assert!(p.validate().unwrap_err().contains("parameter 5"));
+        let mut p = tiny();
+        p.outputs[0].1 = 99;
+        assert!(p.validate().unwrap_err().contains("value 99"));
+        let mut p = tiny();
+        p.steps[2].shape = vec![1 << 30, 1 << 30];
+        assert!(p.validate().unwrap_err().contains("impossible shape"));
+    }
+}

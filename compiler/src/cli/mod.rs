@@ -3,7 +3,11 @@
 
 pub mod build;
 pub mod check;
+pub mod data;
+pub mod plan;
 pub mod report;
+pub mod run;
+pub mod train;
 
 /// Exit codes: 0 success, 1 errors in the input (diagnostics, bad files), 2 usage errors (clap).
 pub const EXIT_ERRORS: u8 = 1;

@@ -1,0 +1,224 @@
+//! Scaled dot-product attention (causal, masked, grouped KV heads) with its derivatives, and
+//! rotary position embeddings.
+//!
+//! For one batch item and query head `h` (sharing KV head `h / (Hq/Hkv)`):
+//! `S = scale·q·kᵀ + mask`, causal positions `j > i + (Tk − Tq)` set to −inf,
+//! `P = softmax_rows(S)` (a row with every key masked is all zeros, not NaN), `out = P·v`.
+//! Derivatives: `dv = Pᵀ·dy`, `dP = dy·vᵀ`, `dS = P ∘ (dP − rowsum(dP ∘ P))`,
+//! `dq = scale·dS·k`, `dk = scale·dSᵀ·q`; a KV head sums over the query heads it serves.
+
+use super::float::{gemm, par_chunks, Float, Mat};
+use super::layout::{broadcast_strides, numel, walk};
+use super::{by_float, check_shape, err, floats, KResult};
+use crate::op::GradPart;
+use crate::{Data, Tensor};
+
+/// The sizes of one attention op, checked, and where each (batch, head)'s mask starts.
+struct Attn {
+    batch: usize,
+    hq: usize,
+    hkv: usize,
+    tq: usize,
+    tk: usize,
+    d: usize,
+    dv: usize,
+    causal: bool,
+    scale: f64,
+    /// Per (batch, query head): the offset of its `[Tq, Tk]` mask, and the row and column strides.
+    mask: Option<(Vec<usize>, usize, usize)>,
+}
+
+impl Attn {
+    fn new(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool) -> KResult<Attn> {
+        let (q, k, v) = (&x[0].shape, &x[1].shape, &x[2].shape);
+        let r = q.len();
+        if r < 3 || k.len() != r || v.len() != r {
+            return err(format!("q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"));
+        }
+        let lead = &q[..r - 3];
+        let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
+        let (hkv, tk, dk) = (k[r - 3], k[r - 2], k[r - 1]);
+        if &k[..r - 3] != lead || &v[..r - 3] != lead || dk != d || v[r - 3] != hkv || v[r - 2] != tk || hkv == 0 || hq % hkv != 0 {
+            return err(format!("q {q:?}, k {k:?} and v {v:?} do not fit together (k and v share heads and length, KV heads divide query heads)"));
+        }
+        let mask = if has_mask {
+            let mut scores = lead.to_vec();
+            scores.extend([hq, tq, tk]);
+            let st = broadcast_strides(&x[3].shape, &scores)?;
+            let mut starts = Vec::with_capacity(numel(&scores[..r - 2]));
+            walk(&scores[..r - 2], [&st[..r - 2]], |[o]| starts.push(o));
+            Some((starts, st[r - 2], st[r - 1]))
+        } else {
+            None
+        };
+        Ok(Attn { batch: numel(lead), hq, hkv, tq, tk, d, dv: v[r - 1], causal, scale, mask })
+    }
+
+    fn out_shape(&self, q_shape: &[usize]) -> Vec<usize> {
+        let mut s = q_shape.to_vec();
+        *s.last_mut().expect("rank checked") = self.dv;
+        s
+    }
+
+    /// Query heads per KV head.
+    fn rep(&self) -> usize {
+        self.hq / self.hkv
+    }
+
+    /// `P` (`[Tq, Tk]`) of batch item `b`, query head `h`.
+    fn probs<T: Float>(&self, q: &[T], k: &[T], mask: Option<&[T]>, b: usize, h: usize) -> Vec<T> {
+        let (tq, tk, d) = (self.tq, self.tk, self.d);
+        let kvh = h / self.rep();
+        let qh = &q[(b * self.hq + h) * tq * d..][..tq * d];
+        let kh = &k[(b * self.hkv + kvh) * tk * d..][..tk * d];
+        let mut s = vec![T::zero(); tq * tk];
+        gemm(tq, d, tk, T::of(self.scale), Mat::new(qh, d, 1), Mat::new(kh, d, 1).t(), T::zero(), &mut s, tk);
+        for (i, row) in s.chunks_exact_mut(tk).enumerate() {
+            if let (Some(m), Some((starts, rs, cs))) = (mask, &self.mask) {
+                let base = starts[b * self.hq + h] + i * rs;
+                row.iter_mut().enumerate().for_each(|(j, v)| *v += m[base + j * cs]);
+            }
+            if self.causal {
+                // Key j is visible to query i when j <= i + (Tk - Tq): aligned to the end.
+                row.iter_mut().enumerate().filter(|(j, _)| j + self.tq > i + self.tk).for_each(|(_, v)| *v = T::neg_infinity());
+            }
+            let m = row.iter().fold(T::neg_infinity(), |a, &v| if v > a || v.is_nan() { v } else { a });
+            if m == T::neg_infinity() {
+                row.iter_mut().for_each(|v| *v = T::zero());
+                continue;
+            }
+            let sum: f64 = row.iter_mut().map(|v| {
+                *v = (*v - m).exp();
+                v.f64()
+            }).sum();
+            row.iter_mut().for_each(|v| *v = *v / T::of(sum));
+        }
+        s
+    }
+
+    /// `dS` (`[Tq, Tk]`, before the scale) of batch item `b`, query head `h`, given its `P`.
+    fn dscores<T: Float>(&self, p: &[T], v: &[T], dy: &[T], b: usize, h: usize) -> Vec<T> {
+        let (tq, tk, dv) = (self.tq, self.tk, self.dv);
+        let vh = &v[(b * self.hkv + h / self.rep()) * tk * dv..][..tk * dv];
+        let gh = &dy[(b * self.hq + h) * tq * dv..][..tq * dv];
+        let mut dp = vec![T::zero(); tq * tk];
+        gemm(tq, dv, tk, T::one(), Mat::new(gh, dv, 1), Mat::new(vh, dv, 1).t(), T::zero(), &mut dp, tk);
+        for (prow, drow) in p.chunks_exact(tk).zip(dp.chunks_exact_mut(tk)) {
+            let dot = T::of(prow.iter().zip(drow.iter()).map(|(&p, &d)| (p * d).f64()).sum::<f64>());
+            for (d, &p) in drow.iter_mut().zip(prow) {
+                *d = p * (*d - dot);
+            }
+        }
+        dp
+    }
+}
+
+/// Inputs `q, k, v, mask?`.
+pub(crate) fn attention(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool, shape: &[usize]) -> KResult<Data> {
+    let a = Attn::new(x, causal, scale, has_mask)?;
+    check_shape(&a.out_shape(&x[0].shape), shape)?;
+    by_float!(x, T => (|| {
+        let (q, k, v) = (floats::<T>(x[0], "q")?, floats::<T>(x[1], "k")?, floats::<T>(x[2], "v")?);
+        let mask = x.get(3).map(|m| floats::<T>(m, "mask")).transpose()?;
+        let (tq, tk, dv, rep) = (a.tq, a.tk, a.dv, a.rep());
+        let mut out = vec![T::zero(); a.batch * a.hq * tq * dv];
+        // One work item per (batch, KV head): the query heads it serves are contiguous.
+        par_chunks(&mut out, rep * tq * dv, rep * tq * tk * (a.d + dv), |item, o| {
+            let (b, kvh) = (item / a.hkv, item % a.hkv);
+            let vh = &v[(b * a.hkv + kvh) * tk * dv..][..tk * dv];
+            for r in 0..rep {
+                let p = a.probs(&q, &k, mask.as_deref(), b, kvh * rep + r);
+                gemm(tq, tk, dv, T::one(), Mat::new(&p, tk, 1), Mat::new(vh, dv, 1), T::zero(), &mut o[r * tq * dv..], dv);
+            }
+        });
+        Ok(out)
+    })())
+}
+
+/// Inputs `q, k, v, mask?, dy` → the gradient of q, k or v.
+pub(crate) fn attention_grad(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool, part: GradPart) -> KResult<Data> {
+    let a = Attn::new(x, causal, scale, has_mask)?;
+    let dy_t = x[x.len() - 1];
+    if dy_t.shape != a.out_shape(&x[0].shape) {
+        return err(format!("dy has shape {:?}, expected {:?}", dy_t.shape, a.out_shape(&x[0].shape)));
+    }
+    if !matches!(part, GradPart::Q | GradPart::K | GradPart::V) {
+        return err(format!("has no {part:?} input to differentiate (Q, K or V)"));
+    }
+    by_float!(x, T => (|| {
+        let (q, k, v) = (floats::<T>(x[0], "q")?, floats::<T>(x[1], "k")?, floats::<T>(x[2], "v")?);
+        let mask = if has_mask { Some(floats::<T>(x[3], "mask")?) } else { None };
+        let dy = floats::<T>(dy_t, "dy")?;
+        let (tq, tk, d, dv, rep) = (a.tq, a.tk, a.d, a.dv, a.rep());
+        let scale = T::of(a.scale);
+        // Per (batch, KV head): its query heads' rows of dq, or its own rows of dk / dv.
+        let chunk = match part {
+            GradPart::Q => rep * tq * d,
+            GradPart::K => tk * d,
+            _ => tk * dv,
+        };
+        let mut out = vec![T::zero(); a.batch * a.hkv * chunk];
+        par_chunks(&mut out, chunk, rep * tq * tk * (2 * d + 2 * dv), |item, o| {
+            let (b, kvh) = (item / a.hkv, item % a.hkv);
+            for r in 0..rep {
+                let h = kvh * rep + r;
+                let p = a.probs(&q, &k, mask.as_deref(), b, h);
+                let acc = if r == 0 { T::zero() } else { T::one() };
+                match part {
+                    GradPart::V => {
+                        let gh = &dy[(b * a.hq + h) * tq * dv..][..tq * dv];
+                        gemm(tk, tq, dv, T::one(), Mat::new(&p, tk, 1).t(), Mat::new(gh, dv, 1), acc, o, dv);
+                    }
+                    GradPart::K => {
+                        let ds = a.dscores(&p, &v, &dy, b, h);
+                        let qh = &q[(b * a.hq + h) * tq * d..][..tq * d];
+                        gemm(tk, tq, d, scale, Mat::new(&ds, tk, 1).t(), Mat::new(qh, d, 1), acc, o, d);
+                    }
+                    _ => {
+                        let ds = a.dscores(&p, &v, &dy, b, h);
+                        let kh = &k[(b * a.hkv + kvh) * tk * d..][..tk * d];
+                        gemm(tq, tk, d, scale, Mat::new(&ds, tk, 1), Mat::new(kh, d, 1), T::zero(), &mut o[r * tq * d..], d);
+                    }
+                }
+            }
+        });
+        Ok(out)
+    })())
+}
+
+// ---- rotary position embedding ----------------------------------------------------------------
+
+/// Rotates pairs `(i, i + D/2)` of `x: [.., T, D]` by `(offset + t)·θ^(−2i/D)` (the Hugging Face
+/// Llama `rotate_half` convention); `inverse` rotates by the negative angle. Angles are computed
+/// in f64.
+pub(crate) fn rope(x: &Tensor, theta: f64, offset: usize, inverse: bool) -> KResult<Data> {
+    let r = x.shape.len();
+    if r < 2 || x.shape[r - 1] % 2 != 0 {
+        return err(format!("needs [.., T, D] with an even D, found {:?}", x.shape));
+    }
+    let (t_len, d) = (x.shape[r - 2], x.shape[r - 1]);
+    let half = d / 2;
+    let sign = if inverse { -1.0 } else { 1.0 };
+    // cos and sin per (position, pair).
+    let table: Vec<(f64, f64)> = (0..t_len)
+        .flat_map(|t| {
+            (0..half).map(move |i| {
+                let angle = (offset + t) as f64 * theta.powf(-2.0 * i as f64 / d as f64);
+                (angle.cos(), sign * angle.sin())
+            })
+        })
+        .collect();
+    by_float!(&[x], T => floats::<T>(x, "x").map(|v| {
+        let mut out = vec![T::zero(); v.len()];
+        for (row, (src, dst)) in v.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+            let t = row % t_len;
+            for i in 0..half {
+                let (c, s) = table[t * half + i];
+                let (a, b) = (src[i].f64(), src[i + half].f64());
+                dst[i] = T::of(a * c - b * s);
+                dst[i + half] = T::of(b * c + a * s);
+            }
+        }
+        out
+    }))
+}

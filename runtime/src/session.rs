@@ -1,0 +1,232 @@
+//! A Session runs a Plan: it owns the parameters and the optimizer state, executes the steps
+//! in order on a backend, and applies training updates.
+
+use crate::cpu;
+use crate::op::Op;
+use crate::optim::OptimizerState;
+use crate::plan::{Mode, Plan};
+use crate::tensor::{Data, Tensor};
+use std::fmt;
+
+#[derive(Debug)]
+pub struct RuntimeError(pub String);
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+/// What one run produced.
+pub struct RunOutput {
+    pub outputs: Vec<(String, Tensor)>,
+    pub loss: Option<Tensor>,
+    /// (parameter name, gradient) for each trained parameter, in plan order.
+    pub grads: Vec<(String, Tensor)>,
+}
+
+pub struct Session {
+    pub plan: Plan,
+    pub params: Vec<Tensor>,
+    pub optimizer: OptimizerState,
+    /// Optimizer steps taken so far.
+    pub step: u64,
+    pub seed: u64,
+    /// Stop at the first NaN or infinity and name the step and model line that produced it.
+    pub check_numerics: bool,
+    /// For each step, the last step that reads its value (`usize::MAX` for results).
+    last_use: Vec<usize>,
+}
+
+/// A value during execution: computed here, or borrowed from the caller's inputs or the params.
+enum Slot {
+    Empty,
+    Owned(Tensor),
+    Param(usize),
+    Input(usize),
+}
+
+impl Session {
+    /// A session with freshly initialized parameters (deterministic for a given seed).
+    pub fn new(plan: Plan, seed: u64) -> Session {
+        let params = plan.params.iter().enumerate().map(|(i, p)| crate::init::initialize(p, seed, i)).collect();
+        let mut last_use = vec![0usize; plan.steps.len()];
+        for (i, s) in plan.steps.iter().enumerate() {
+            for &x in &s.inputs {
+                last_use[x as usize] = i;
+            }
+        }
+        let results = plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss).chain(plan.grads.iter().map(|(_, v)| *v));
+        for r in results {
+            last_use[r as usize] = usize::MAX;
+        }
+        Session { optimizer: OptimizerState::default(), plan, params, step: 0, seed, check_numerics: cfg!(debug_assertions), last_use }
+    }
+
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.plan.params.iter().position(|p| p.name == name)
+    }
+
+    /// Runs every step; returns the outputs, the loss and the gradients the plan computes.
+    pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<RunOutput, RuntimeError> {
+        let slots = self.execute(inputs, false)?;
+        Ok(self.collect(slots, inputs))
+    }
+
+    /// One training step: forward, backward, running-statistics updates and the optimizer
+    /// update. Returns the loss.
+    pub fn train_step(&mut self, inputs: &[(&str, &Tensor)]) -> Result<f64, RuntimeError> {
+        if self.plan.mode != Mode::Train {
+            return Err(RuntimeError(format!("the plan of `{}` is an inference plan; build it with `--mode train` to train", self.plan.model)));
+        }
+        let slots = self.execute(inputs, true)?;
+        let out = self.collect(slots, inputs);
+        let loss = out.loss.as_ref().map(|l| l.to_f64_vec()[0]).ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
+        let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
+        let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
+        self.step += 1;
+        self.optimizer.step(&self.plan.optimizer, self.step, &mut self.params, &grads, &trained);
+        Ok(loss)
+    }
+
+    fn collect(&self, mut slots: Vec<Slot>, inputs: &[(&str, &Tensor)]) -> RunOutput {
+        let mut take = |v: u32| -> Tensor {
+            match std::mem::replace(&mut slots[v as usize], Slot::Empty) {
+                Slot::Owned(t) => t,
+                Slot::Param(p) => self.params[p].clone(),
+                Slot::Input(i) => inputs[i].1.clone(),
+                Slot::Empty => unreachable!("results are never freed"),
+            }
+        };
+        let outputs = self.plan.outputs.iter().map(|(n, v)| (n.clone(), take(*v))).collect();
+        let loss = self.plan.loss.map(&mut take);
+        let grads = self.plan.grads.iter().map(|(p, v)| (self.plan.params[*p].name.clone(), take(*v))).collect();
+        RunOutput { outputs, loss, grads }
+    }
+
+    fn check_inputs(&self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Option<usize>>, RuntimeError> {
+        let mut which = vec![None; self.plan.steps.len()];
+        for (name, step) in &self.plan.inputs {
+            let Some(pos) = inputs.iter().position(|(n, _)| n == name) else {
+                let given: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+                return Err(RuntimeError(format!("missing input `{name}` (given: {})", if given.is_empty() { "none".into() } else { given.join(", ") })));
+            };
+            let want = &self.plan.steps[*step as usize];
+            let t = inputs[pos].1;
+            if t.shape != want.shape {
+                return Err(RuntimeError(format!("input `{name}` has shape {:?}, but the plan was built for {:?}", t.shape, want.shape)));
+            }
+            let storage_ok = match &t.data {
+                Data::F32(_) | Data::F64(_) => want.dtype.is_float(),
+                Data::I32(_) => !want.dtype.is_float(),
+            };
+            if !storage_ok {
+                return Err(RuntimeError(format!("input `{name}` holds {} values, but the plan expects {}", t.dtype, want.dtype)));
+            }
+            which[*step as usize] = Some(pos);
+        }
+        Ok(which)
+    }
+
+    fn execute(&mut self, inputs: &[(&str, &Tensor)], updates: bool) -> Result<Vec<Slot>, RuntimeError> {
+        let which = self.check_inputs(inputs)?;
+        let training = self.plan.mode == Mode::Train;
+        let seed = self.seed ^ self.step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut slots: Vec<Slot> = (0..self.plan.steps.len()).map(|_| Slot::Empty).collect();
+        let mut bn_updates = Vec::new();
+        for i in 0..self.plan.steps.len() {
+            let step = &self.plan.steps[i];
+            let slot = match &step.op {
+                Op::Input { .. } => Slot::Input(which[i].expect("checked above")),
+                Op::Param { index } => Slot::Param(*index),
+                op => {
+                    let args: Vec<&Tensor> = step.inputs.iter().map(|&x| get(&slots, x, &self.params, inputs)).collect();
+                    let ctx = cpu::Ctx { training, seed, node: i as u32 };
+                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx)
+                        .map_err(|e| RuntimeError(format!("{} at {} (step {i}): {e}", op.describe(), step.loc)))?;
+                    if self.check_numerics {
+                        check_finite(&t, op, i, &step.loc)?;
+                    }
+                    if let (true, true, Op::BatchNorm { momentum, .. }) = (updates, training, op) {
+                        let (rm, rv) = (step.inputs[1] as usize, step.inputs[2] as usize);
+                        if let (Op::Param { index: m }, Op::Param { index: v }) = (&self.plan.steps[rm].op, &self.plan.steps[rv].op) {
+                            let (new_m, new_v) = cpu::batch_norm_update(args[0], args[1], args[2], *momentum);
+                            bn_updates.push((*m, new_m, *v, new_v));
+                        }
+                    }
+                    Slot::Owned(t)
+                }
+            };
+            slots[i] = slot;
+            // Free what no later step reads.
+            for &x in &self.plan.steps[i].inputs {
+                if self.last_use[x as usize] == i {
+                    slots[x as usize] = Slot::Empty;
+                }
+            }
+        }
+        for (m, new_m, v, new_v) in bn_updates {
+            self.params[m] = new_m;
+            self.params[v] = new_v;
+        }
+        Ok(slots)
+    }
+}
+
+fn get<'a>(slots: &'a [Slot], v: u32, params: &'a [Tensor], inputs: &'a [(&str, &Tensor)]) -> &'a Tensor {
+    match &slots[v as usize] {
+        Slot::Owned(t) => t,
+        Slot::Param(p) => &params[*p],
+        Slot::Input(i) => inputs[*i].1,
+        Slot::Empty => unreachable!("plans are validated: every input is computed before it is read and freed after its last reader"),
+    }
+}
+
+fn check_finite(t: &Tensor, op: &Op, i: usize, loc: &crate::plan::SourceLoc) -> Result<(), RuntimeError> {
+    let bad = match &t.data {
+        Data::F32(v) => v.iter().position(|x| !x.is_finite()).map(|k| v[k] as f64),
+        Data::F64(v) => v.iter().position(|x| !x.is_finite()).map(|k| v[k]),
+        Data::I32(_) => None,
+    };
+    match bad {
+        Some(x) => Err(RuntimeError(format!(
+            "{} produced by `{}` (step {i}) at {loc}",
+            if x.is_nan() { "NaN" } else { "an infinity" },
+            op.describe()
+        ))),
+        None => Ok(()),
+    }
+}
+
+impl Session {
+    /// Loads parameters (and, when present, optimizer state and the step count) from a
+    /// safetensors checkpoint. Strict mode refuses missing, unexpected or mismatched tensors.
+    pub fn load_checkpoint(&mut self, path: &std::path::Path, mode: crate::checkpoint::MatchMode) -> Result<crate::checkpoint::Report, RuntimeError> {
+        let ckpt = crate::checkpoint::load(path).map_err(|e| RuntimeError(e.to_string()))?;
+        let (tensors, report) = crate::checkpoint::match_params(&ckpt, &self.plan.params, mode).map_err(|e| RuntimeError(e.to_string()))?;
+        for (i, t) in tensors.into_iter().enumerate() {
+            if let Some(t) = t {
+                self.params[i] = t;
+            }
+        }
+        if ckpt.tensors.iter().any(|(n, _)| n == crate::optim::STEP_TENSOR) {
+            self.optimizer = ckpt.optimizer_state(&self.plan.params).map_err(|e| RuntimeError(e.to_string()))?;
+            self.step = self.optimizer.step;
+        }
+        Ok(report)
+    }
+
+    /// Writes the parameters, the optimizer state and metadata atomically: a crash mid-write
+    /// leaves the previous checkpoint intact.
+    pub fn save_checkpoint(&self, path: &std::path::Path) -> Result<(), RuntimeError> {
+        let mut state = self.optimizer.clone();
+        state.step = self.step;
+        let optim = state.to_tensors(&self.plan.params);
+        let mut tensors: Vec<(String, &Tensor)> = self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();
+        tensors.extend(optim.iter().map(|(n, t)| (n.clone(), t)));
+        let metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);
+        crate::checkpoint::save(path, &tensors, &metadata).map_err(|e| RuntimeError(e.to_string()))
+    }
+}
