@@ -1,0 +1,170 @@
+//! Whole-model gradient checks: each small model is compiled to a training plan and run in
+//! float64; the gradient of every parameter is compared, at a few sampled elements, with a
+//! central finite difference of the loss. Parameters are perturbed first, so that constant
+//! initializations (norm weights 1, biases 0) cannot hide a wrong gradient.
+
+use mgn_compiler::lower::PlanOptions;
+use mgn_compiler::{driver::plan_path, elab::Setting};
+use mgn_runtime::optim::OptimizerSpec;
+use mgn_runtime::session::Session;
+use mgn_runtime::tensor::{Data, Tensor};
+use mgn_runtime::{Op, Plan};
+use mgn_tests::{rendered, root};
+use std::path::Path;
+
+/// A small deterministic generator (tests only need reproducible noise).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 11) as f64) / ((1u64 << 53) as f64)
+    }
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.next().max(1e-12), self.next());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
+fn compile(model: &str, settings: &[&str]) -> Plan {
+    root();
+    let settings: Vec<Setting> = settings.iter().map(|s| s.parse().expect("valid setting")).collect();
+    let (outcome, plan) = plan_path(Path::new(model), None, settings, &PlanOptions::train(&[], OptimizerSpec::default())).expect("readable");
+    assert!(outcome.ok(), "{model}: {}", rendered(&outcome));
+    plan.expect("a training plan")
+}
+
+/// The exclusive upper bound an integer input may take: the size of the table it indexes or
+/// the number of classes it labels, following it through shape-only ops.
+fn int_range(plan: &Plan, value: u32) -> i32 {
+    let mut bound = i32::MAX;
+    for s in &plan.steps {
+        let Some(pos) = s.inputs.iter().position(|&x| x == value) else { continue };
+        let b = match (&s.op, pos) {
+            (Op::Gather { axis }, 1) => plan.steps[s.inputs[0] as usize].shape[*axis] as i32,
+            (Op::SoftmaxCrossEntropy, 1) => *plan.steps[s.inputs[0] as usize].shape.last().expect("class axis") as i32,
+            (Op::Reshape | Op::Slice { .. } | Op::Permute { .. }, 0) => {
+                let me = plan.steps.iter().position(|t| std::ptr::eq(t, s)).expect("in the plan") as u32;
+                int_range(plan, me)
+            }
+            _ => i32::MAX,
+        };
+        bound = bound.min(b);
+    }
+    if bound == i32::MAX {
+        100
+    } else {
+        bound
+    }
+}
+
+fn to_f64(t: &Tensor) -> Tensor {
+    match &t.data {
+        Data::F32(v) => Tensor { dtype: t.dtype, shape: t.shape.clone(), data: Data::F64(v.iter().map(|&x| x as f64).collect()) },
+        _ => t.clone(),
+    }
+}
+
+fn loss(session: &mut Session, inputs: &[(String, Tensor)]) -> f64 {
+    let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    session.run(&given).expect("runs").loss.expect("has a loss").to_f64_vec()[0]
+}
+
+fn check_model(model: &str, settings: &[&str]) {
+    let plan = compile(model, settings);
+    let mut rng = Lcg(0x5eed ^ model.len() as u64);
+    let inputs: Vec<(String, Tensor)> = plan
+        .inputs
+        .iter()
+        .map(|(name, v)| {
+            let s = &plan.steps[*v as usize];
+            let n: usize = s.shape.iter().product();
+            let t = if s.dtype.is_float() {
+                Tensor { dtype: s.dtype, shape: s.shape.clone(), data: Data::F64((0..n).map(|_| rng.normal()).collect()) }
+            } else {
+                let hi = int_range(&plan, *v);
+                Tensor { dtype: s.dtype, shape: s.shape.clone(), data: Data::I32((0..n).map(|_| (rng.next() * hi as f64) as i32).collect()) }
+            };
+            (name.clone(), t)
+        })
+        .collect();
+    let mut session = Session::new(plan, 7);
+    session.check_numerics = true;
+    for p in session.params.iter_mut() {
+        *p = to_f64(p);
+        if let Data::F64(v) = &mut p.data {
+            for x in v.iter_mut() {
+                *x += 0.1 * rng.normal();
+            }
+        }
+    }
+    let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let out = session.run(&given).expect("runs");
+    assert!(!out.grads.is_empty(), "{model}: no gradients");
+    let grads: Vec<(String, Vec<f64>)> = out.grads.iter().map(|(n, g)| (n.clone(), g.to_f64_vec())).collect();
+    let h = 1e-5;
+    let mut failures = Vec::new();
+    for (name, g) in &grads {
+        let index = session.param_index(name).expect("a parameter");
+        let n = g.len();
+        for k in 0..3.min(n) {
+            let e = ((rng.next() * n as f64) as usize).min(n - 1);
+            let e = if k == 0 { 0 } else { e };
+            let orig = match &session.params[index].data {
+                Data::F64(v) => v[e],
+                _ => unreachable!("converted above"),
+            };
+            let set = |s: &mut Session, x: f64| {
+                if let Data::F64(v) = &mut s.params[index].data {
+                    v[e] = x;
+                }
+            };
+            set(&mut session, orig + h);
+            let up = loss(&mut session, &inputs);
+            set(&mut session, orig - h);
+            let down = loss(&mut session, &inputs);
+            set(&mut session, orig);
+            let fd = (up - down) / (2.0 * h);
+            let an = g[e];
+            if (fd - an).abs() > 1e-6 + 2e-3 * fd.abs().max(an.abs()) {
+                failures.push(format!("{name}[{e}]: autodiff {an:.8e}, finite difference {fd:.8e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{model}: {} gradient mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn digits_mlp() {
+    check_model("models/digits_mlp.mgn", &["batch=4", "hidden=8"]);
+}
+
+#[test]
+fn digits_cnn_with_batch_norm() {
+    check_model("models/digits_cnn.mgn", &["batch=3", "c1=4", "c2=6"]);
+}
+
+#[test]
+fn tiny_gpt() {
+    check_model("models/tiny_gpt.mgn", &["vocab=11", "d=8", "depth=2", "heads=2", "block_size=8", "B=2", "T=5"]);
+}
+
+#[test]
+fn tiny_llama_with_gqa_and_rope() {
+    check_model("models/tiny_llama.mgn", &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"]);
+}
+
+#[test]
+fn tiny_resnet() {
+    check_model("models/tiny_resnet.mgn", &["B=2", "classes=3", "width=4", "blocks=1", "size=8"]);
+}
+
+#[test]
+fn tiny_seq2seq_with_cross_attention() {
+    check_model("models/tiny_seq2seq.mgn", &["src_vocab=9", "tgt_vocab=7", "d=8", "heads=2", "enc_layers=1", "dec_layers=1", "max_len=8", "B=2", "S=4", "T=3"]);
+}
+
+#[test]
+fn tiny_unet() {
+    check_model("models/tiny_unet.mgn", &["B=2", "in_channels=2", "size=4", "ch=8", "groups=2", "heads=2", "ctx_len=3", "ctx_dim=4"]);
+}
