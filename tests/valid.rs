@@ -70,3 +70,25 @@ fn every_node_points_at_a_user_line() {
         }
     }
 }
+
+#[test]
+fn training_plans_map_every_step_to_the_model_and_respect_freezing() {
+    use mgn_compiler::lower::PlanOptions;
+    use mgn_runtime::optim::OptimizerSpec;
+    root();
+    let frozen = vec!["fc1".to_string()];
+    let (outcome, plan) =
+        mgn_compiler::driver::plan_path(Path::new("models/digits_mlp.mgn"), None, vec![], &PlanOptions::train(&frozen, OptimizerSpec::default())).expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let plan = plan.expect("a plan");
+    let trained: Vec<&str> = plan.grads.iter().map(|(p, _)| plan.params[*p].name.as_str()).collect();
+    assert_eq!(trained, ["fc2.weight", "fc2.bias"]);
+    assert!(plan.params.iter().filter(|p| p.name.starts_with("fc1.")).all(|p| p.frozen));
+    // Backward steps keep the line of the forward expression they differentiate.
+    for s in &plan.steps {
+        assert_eq!(s.loc.file, "models/digits_mlp.mgn", "{:?}", s.op);
+        assert!(s.loc.line >= 8, "{:?} at line {}", s.op, s.loc.line);
+    }
+    // Nothing of the size vocab × vocab (or classes × classes) appears in a cross-entropy backward.
+    assert!(plan.steps.iter().all(|s| s.shape != [10, 10]));
+}

@@ -45,7 +45,13 @@ pub enum Backend {
 /// The CPU backend is the only one built so far: say so plainly instead of pretending.
 pub fn check_backend(b: Backend, format: MessageFormat) -> Result<(), u8> {
     match b {
-        Backend::Cpu | Backend::Auto => Ok(()),
+        Backend::Cpu => Ok(()),
+        Backend::Auto => {
+            if format == MessageFormat::Human {
+                eprintln!("note: this build of mgnc has no GPU backend yet; running on the CPU");
+            }
+            Ok(())
+        }
         Backend::Vulkan | Backend::Metal => {
             report::error(&format!("the {} backend is not available in this build of mgnc; use `--backend cpu`", if b == Backend::Vulkan { "Vulkan" } else { "Metal" }), format);
             Err(super::EXIT_ERRORS)
