@@ -92,3 +92,16 @@ fn training_plans_map_every_step_to_the_model_and_respect_freezing() {
     // Nothing of the size vocab × vocab (or classes × classes) appears in a cross-entropy backward.
     assert!(plan.steps.iter().all(|s| s.shape != [10, 10]));
 }
+
+#[test]
+fn elaboration_records_facts_for_the_language_server() {
+    use mgn_compiler::elab::eval::FactKind;
+    let outcome = check(Path::new("models/digits_mlp.mgn"));
+    let src = &outcome.program.sources;
+    let fact = |kind: FactKind, text: &str| outcome.facts.iter().find(|f| f.kind == kind && src.snippet(f.span) == text).map(|f| f.text.clone());
+    assert_eq!(fact(FactKind::Let, "logits").as_deref(), Some("f32[64, 10]"));
+    let layer = fact(FactKind::Layer, "fc1").expect("a fact for the fc1 field");
+    assert!(layer.contains("layer `Linear` at `fc1`") && layer.contains("in_features = 64"), "{layer}");
+    let param = outcome.facts.iter().find(|f| f.kind == FactKind::Param && f.text.contains("`fc1.weight`")).expect("fc1.weight");
+    assert!(param.text.starts_with("param f32[128, 64]"), "{}", param.text);
+}

@@ -19,6 +19,8 @@ pub struct Outcome {
     pub diagnostics: Vec<Diagnostic>,
     /// One graph per model that elaborated cleanly.
     pub graphs: Vec<Graph>,
+    /// Types and descriptions of spans learned while elaborating (for the language server).
+    pub facts: Vec<crate::elab::eval::Fact>,
 }
 
 impl Outcome {
@@ -66,27 +68,28 @@ fn internal_error(name: String, text: String, what: &str) -> Outcome {
     let _ = text;
     let d = Diagnostic::error("E0999", format!("internal compiler error: {what}"), Span::default(), "while compiling this file")
         .with_help("this is a bug in mgnc; please report it with the file that triggered it");
-    Outcome { program, diagnostics: vec![d], graphs: Vec::new() }
+    Outcome { program, diagnostics: vec![d], graphs: Vec::new(), facts: Vec::new() }
 }
 
 fn pipeline(name: String, origin: Origin, text: String, models: Models) -> Outcome {
     let (program, mut diagnostics) = front::load::load(name, origin, text);
     diagnostics.extend(front::names::check(&program));
     let mut graphs = Vec::new();
+    let mut facts = Vec::new();
     if diagnostics.is_empty() {
         let root = program.root;
         let all = elab::models(&program, root);
         match models {
             Models::All => {
                 for (index, _) in all {
-                    match elab::elaborate(&program, root, index, &[]) {
+                    match elab::elaborate_with_facts(&program, root, index, &[], &mut facts) {
                         Ok(g) => graphs.push(g),
                         Err(d) => diagnostics.push(d),
                     }
                 }
             }
             Models::One { name, settings } => match pick_model(&program, &all, name.as_deref()) {
-                Ok(index) => match elab::elaborate(&program, root, index, &settings) {
+                Ok(index) => match elab::elaborate_with_facts(&program, root, index, &settings, &mut facts) {
                     Ok(g) => graphs.push(g),
                     Err(d) => diagnostics.push(d),
                 },
@@ -94,7 +97,7 @@ fn pipeline(name: String, origin: Origin, text: String, models: Models) -> Outco
             },
         }
     }
-    Outcome { program, diagnostics, graphs }
+    Outcome { program, diagnostics, graphs, facts }
 }
 
 fn pick_model(program: &Program, all: &[(usize, &mgn_syntax::ast::LayerItem)], name: Option<&str>) -> Result<usize, Diagnostic> {

@@ -58,12 +58,35 @@ pub struct Evaluator<'p> {
     is_std: Vec<bool>,
     /// Where each output was declared, for "declared twice".
     output_spans: Vec<(String, Span)>,
+    /// What elaboration learned about source spans, for the language server.
+    pub facts: Vec<Fact>,
+}
+
+/// A fact about a span of source, recorded while elaborating (hover, inlay hints).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fact {
+    pub span: Span,
+    pub kind: FactKind,
+    /// `f32[8, 64, 128]`, or a fuller description for parameters and layers.
+    pub text: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FactKind {
+    /// The value of an expression.
+    Expr,
+    /// The name bound by a `let` (inlay hints show these).
+    Let,
+    /// A parameter or buffer field: shape and checkpoint name.
+    Param,
+    /// A sub-layer field: the layer and its arguments.
+    Layer,
 }
 
 impl<'p> Evaluator<'p> {
     pub fn new(prog: &'p Program) -> Evaluator<'p> {
         let is_std = prog.sources.files().map(|(_, f)| matches!(f.origin, Origin::Std(_))).collect();
-        Evaluator { prog, graph: Graph::default(), frames: Vec::new(), call_sites: Vec::new(), depth: 0, consts: HashMap::new(), ctor_path: None, is_std, output_spans: Vec::new() }
+        Evaluator { prog, graph: Graph::default(), frames: Vec::new(), call_sites: Vec::new(), depth: 0, consts: HashMap::new(), ctor_path: None, is_std, output_spans: Vec::new(), facts: Vec::new() }
     }
 
     // ---- frames and nodes ---------------------------------------------------------------
@@ -123,6 +146,7 @@ impl<'p> Evaluator<'p> {
             }
         }
         let user_span = self.user_span(span);
+        self.facts.push(Fact { span, kind: FactKind::Expr, text: fmt_type(dtype, &shape) });
         self.graph.nodes.push(Node { op, inputs, dtype, shape, span, user_span });
         Ok(NodeId(self.graph.nodes.len() as u32 - 1))
     }
@@ -883,6 +907,11 @@ impl<'p> Evaluator<'p> {
     fn bind_pattern(&mut self, p: &Pattern, v: Value, span: Span) -> R<()> {
         match p {
             Pattern::Name(id) => {
+                let text = match &v {
+                    Value::Tensor(t) => self.type_str(*t),
+                    other => self.describe(other),
+                };
+                self.facts.push(Fact { span: id.span, kind: FactKind::Let, text });
                 self.bind(&id.name, v);
                 Ok(())
             }
@@ -941,6 +970,20 @@ impl<'p> Evaluator<'p> {
     }
 
     fn field_value(&mut self, f: &FieldDef, path: &str) -> R<Value> {
+        let v = self.field_value_inner(f, path)?;
+        let text = match &v {
+            Value::Layer(inst) => Some(format!("layer `{}` at `{}` ({})", inst.type_name, inst.path, show_config(&inst.config))),
+            Value::Repeated(list) => list.first().map(|first| format!("{} × layer `{}` at `{}`", list.len(), first.type_name, first.path.rsplit_once('.').map(|(p, _)| p).unwrap_or(&first.path))),
+            Value::Int(_) | Value::Float(_) | Value::Bool(_) => Some(self.describe(&v)),
+            _ => None,
+        };
+        if let Some(text) = text {
+            self.facts.push(Fact { span: f.name.span, kind: FactKind::Layer, text });
+        }
+        Ok(v)
+    }
+
+    fn field_value_inner(&mut self, f: &FieldDef, path: &str) -> R<Value> {
         if let Some(c) = &f.cond {
             if !self.expect_bool(c)? {
                 return Ok(Value::Absent { field: f.name.span });
@@ -962,6 +1005,8 @@ impl<'p> Evaluator<'p> {
                 };
                 let index = self.graph.params.len();
                 let node = self.add(Op::Param { index }, Vec::new(), dtype, shape.clone(), f.span)?;
+                let kind = if *trainable { "param" } else { "buffer" };
+                self.facts.push(Fact { span: f.name.span, kind: FactKind::Param, text: format!("{kind} {} `{full}` ({} elements, init {init})", fmt_type(dtype, &shape), crate::ir::dump::thousands(shape.iter().product())) });
                 self.graph.params.push(ParamInfo { name: full, dtype, shape, init, trainable: *trainable, node, span: f.span });
                 Ok(Value::Tensor(node))
             }
@@ -1056,6 +1101,20 @@ impl<'p> Evaluator<'p> {
         }
         Ok((dtype_of(t.dtype), shape))
     }
+}
+
+fn show_config(config: &[(String, Value)]) -> String {
+    config
+        .iter()
+        .map(|(n, v)| match v {
+            Value::Int(i) => format!("{n} = {i}"),
+            Value::Float(f) => format!("{n} = {f:?}"),
+            Value::Bool(b) => format!("{n} = {b}"),
+            Value::DType(d) => format!("{n} = {d}"),
+            _ => format!("{n} = {}", v.kind()),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn layer_locals(inst: &LayerInst) -> Vec<(String, Value)> {

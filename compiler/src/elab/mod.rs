@@ -48,6 +48,12 @@ pub fn models(prog: &Program, module: ModId) -> Vec<(usize, &LayerItem)> {
 
 /// Elaborates model `index` of `module` with the given argument overrides.
 pub fn elaborate(prog: &Program, module: ModId, index: usize, settings: &[Setting]) -> Result<Graph, Diagnostic> {
+    elaborate_with_facts(prog, module, index, settings, &mut Vec::new())
+}
+
+/// As `elaborate`, also collecting facts about spans (types of expressions, `let`s, fields) —
+/// as many as were learned before an error, if there is one.
+pub fn elaborate_with_facts(prog: &Program, module: ModId, index: usize, settings: &[Setting], facts: &mut Vec<eval::Fact>) -> Result<Graph, Diagnostic> {
     let Item::Layer(model) = prog.item(module, index) else { unreachable!("callers pass a model item") };
     for s in settings {
         if !model.params.iter().any(|p| p.name.name == s.name) {
@@ -64,7 +70,7 @@ pub fn elaborate(prog: &Program, module: ModId, index: usize, settings: &[Settin
     let mut ev = Evaluator::new(prog);
     ev.graph.model = model.name.name.clone();
     let frame = Frame { module, locals: Vec::new(), fields: Some((model.name.name.clone(), Vec::new())), model: true };
-    ev.in_frame(frame, model.name.span, |ev| {
+    let result = ev.in_frame(frame, model.name.span, |ev| {
         for p in &model.params {
             let v = match settings.iter().rev().find(|s| s.name == p.name.name) {
                 Some(s) => parse_setting(s, &p.ty, p.span)?,
@@ -97,7 +103,9 @@ pub fn elaborate(prog: &Program, module: ModId, index: usize, settings: &[Settin
             ev.eval_block(&fwd.body)?;
         }
         Ok(())
-    })?;
+    });
+    facts.append(&mut ev.facts);
+    result?;
     Ok(ev.graph)
 }
 
