@@ -7,7 +7,6 @@
 //! `driver` strings the stages together for the CLI, the tests and the language server.
 
 pub mod autodiff;
-pub mod cli;
 pub mod driver;
 pub mod elab;
 pub mod front;

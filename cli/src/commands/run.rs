@@ -5,8 +5,8 @@
 
 use super::plan::{check_backend, obtain, Backend};
 use super::report::{self, MessageFormat};
-use crate::elab::Setting;
-use crate::lower::PlanOptions;
+use mgn_compiler::elab::Setting;
+use mgn_compiler::lower::PlanOptions;
 use mgn_runtime::checkpoint::{self, MatchMode};
 use mgn_runtime::plan::Mode;
 use mgn_runtime::session::Session;

@@ -1,12 +1,14 @@
 //! `mgnc`, the mgn command-line compiler.
 
+mod commands;
+
 use clap::{Parser, Subcommand};
-use mgn_compiler::cli::build::{BuildArgs, Emit, PlanMode};
-use mgn_compiler::cli::report::MessageFormat;
-use mgn_compiler::cli::plan::Backend;
-use mgn_compiler::cli::run::{RunArgs, RunMode};
-use mgn_compiler::cli::train::{EvalArgs, OptimizerName, ScheduleName, TrainArgs};
-use mgn_compiler::cli::{build, check, run, train};
+use crate::commands::build::{BuildArgs, Emit, PlanMode};
+use crate::commands::report::MessageFormat;
+use crate::commands::plan::Backend;
+use crate::commands::run::{RunArgs, RunMode};
+use crate::commands::train::{EvalArgs, OptimizerName, ScheduleName, TrainArgs};
+use crate::commands::{build, check, run, train};
 use mgn_compiler::elab::Setting;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -5,8 +5,8 @@
 use super::data::{classification, correct, plan_batch, Dataset};
 use super::plan::{check_backend, obtain, Backend};
 use super::report::{self, MessageFormat};
-use crate::elab::Setting;
-use crate::lower::PlanOptions;
+use mgn_compiler::elab::Setting;
+use mgn_compiler::lower::PlanOptions;
 use mgn_runtime::checkpoint::MatchMode;
 use mgn_runtime::optim::{OptimizerKind, OptimizerSpec, Schedule};
 use mgn_runtime::session::Session;
@@ -67,7 +67,7 @@ fn fail(msg: &str, format: MessageFormat) -> u8 {
 fn with_batch(file: &Path, settings: &[Setting], batch: Option<usize>, model: Option<&str>, format: MessageFormat) -> Result<Vec<Setting>, u8> {
     let mut settings = settings.to_vec();
     let Some(b) = batch else { return Ok(settings) };
-    let outcome = crate::check_path(file, crate::Models::One { name: model.map(String::from), settings: settings.clone() }).map_err(|e| fail(&e, format))?;
+    let outcome = mgn_compiler::check_path(file, mgn_compiler::Models::One { name: model.map(String::from), settings: settings.clone() }).map_err(|e| fail(&e, format))?;
     let arg = outcome.graphs.first().and_then(|g| g.config.iter().map(|(k, _)| k.clone()).find(|k| k == "batch" || k == "B"));
     match arg {
         Some(name) => {

@@ -1,9 +1,9 @@
 //! `mgnc build FILE [--emit summary|ir] [--mode infer|train -o OUT.mgnplan]`
 
 use super::report::{self, MessageFormat};
-use crate::elab::Setting;
-use crate::ir::dump::{dump, thousands};
-use crate::lower::PlanOptions;
+use mgn_compiler::elab::Setting;
+use mgn_compiler::ir::dump::{dump, thousands};
+use mgn_compiler::lower::PlanOptions;
 use mgn_runtime::optim::OptimizerSpec;
 use mgn_runtime::plan::Mode;
 use std::io::Write;
@@ -41,7 +41,7 @@ pub fn run(a: BuildArgs) -> u8 {
         PlanMode::Infer => PlanOptions::infer(),
         PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
     };
-    let (outcome, plan) = match crate::driver::plan_path(&a.file, a.model, a.settings, &opts) {
+    let (outcome, plan) = match mgn_compiler::driver::plan_path(&a.file, a.model, a.settings, &opts) {
         Ok(r) => r,
         Err(e) => {
             report::error(&e, a.format);

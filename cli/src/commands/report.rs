@@ -1,7 +1,7 @@
 //! Printing diagnostics and plain errors in the chosen message format.
 
-use crate::render::{render, to_json};
-use crate::Outcome;
+use mgn_compiler::render::{render, to_json};
+use mgn_compiler::Outcome;
 use std::io::IsTerminal;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]

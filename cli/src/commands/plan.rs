@@ -1,8 +1,8 @@
 //! Getting a plan for `run`, `train` and `eval`: compile a `.mgn` file, or load a `.mgnplan`.
 
 use super::report::{self, MessageFormat};
-use crate::elab::Setting;
-use crate::lower::PlanOptions;
+use mgn_compiler::elab::Setting;
+use mgn_compiler::lower::PlanOptions;
 use mgn_runtime::Plan;
 use std::path::Path;
 
@@ -19,7 +19,7 @@ pub fn obtain(file: &Path, model: Option<String>, settings: Vec<Setting>, opts: 
             super::EXIT_ERRORS
         });
     }
-    match crate::driver::plan_path(file, model, settings, opts) {
+    match mgn_compiler::driver::plan_path(file, model, settings, opts) {
         Ok((outcome, plan)) => {
             if !report::diagnostics(&outcome, format) {
                 return Err(super::EXIT_ERRORS);

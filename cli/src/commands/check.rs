@@ -1,7 +1,7 @@
 //! `mgnc check FILE...`
 
 use super::report::{self, MessageFormat};
-use crate::{check_path, Models};
+use mgn_compiler::{check_path, Models};
 use std::path::PathBuf;
 use std::time::Instant;
 
