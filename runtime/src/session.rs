@@ -145,7 +145,7 @@ impl Session {
                     let args: Vec<&Tensor> = step.inputs.iter().map(|&x| get(&slots, x, &self.params, inputs)).collect();
                     let ctx = cpu::Ctx { training, seed, node: i as u32 };
                     let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx)
-                        .map_err(|e| RuntimeError(format!("{} at {} (step {i}): {e}", op.describe(), step.loc)))?;
+                        .map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", step.loc)))?;
                     if self.check_numerics {
                         check_finite(&t, op, i, &step.loc)?;
                     }

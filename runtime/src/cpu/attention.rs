@@ -91,7 +91,7 @@ impl Attn {
                 *v = (*v - m).exp();
                 v.f64()
             }).sum();
-            row.iter_mut().for_each(|v| *v = *v / T::of(sum));
+            row.iter_mut().for_each(|v| *v /= T::of(sum));
         }
         s
     }
@@ -193,7 +193,7 @@ pub(crate) fn attention_grad(x: &[&Tensor], causal: bool, scale: f64, has_mask: 
 /// in f64.
 pub(crate) fn rope(x: &Tensor, theta: f64, offset: usize, inverse: bool) -> KResult<Data> {
     let r = x.shape.len();
-    if r < 2 || x.shape[r - 1] % 2 != 0 {
+    if r < 2 || !x.shape[r - 1].is_multiple_of(2) {
         return err(format!("needs [.., T, D] with an even D, found {:?}", x.shape));
     }
     let (t_len, d) = (x.shape[r - 2], x.shape[r - 1]);

@@ -16,8 +16,8 @@ use crate::op::PoolOp;
 use crate::{Data, Tensor};
 
 /// Upper bound on the elements of one `cols` matrix: the batch is processed in chunks under it.
-/// Tests use a small bound, so that their small shapes also run in several chunks.
-const COLS_LIMIT: usize = if cfg!(test) { 1 << 8 } else { 1 << 22 };
+/// Debug tests use a small bound, so that their small shapes also run in several chunks.
+const COLS_LIMIT: usize = if cfg!(all(test, debug_assertions)) { 1 << 8 } else { 1 << 18 };
 
 /// Stride, padding and dilation per axis (height, width), and the group count.
 pub(crate) struct Geometry {

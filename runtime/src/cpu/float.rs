@@ -133,8 +133,8 @@ pub(crate) fn threads() -> usize {
 }
 
 /// Below this many (rough) operations a kernel runs on the calling thread: spawning costs more.
-/// Tests use a small threshold, so that their small shapes also run the threaded paths.
-const PARALLEL_WORK: usize = if cfg!(test) { 1 << 9 } else { 1 << 17 };
+/// Debug tests use a small threshold, so that their small shapes also run the threaded paths.
+const PARALLEL_WORK: usize = if cfg!(all(test, debug_assertions)) { 1 << 9 } else { 1 << 17 };
 
 /// Splits `out` into consecutive chunks of `chunk` elements and calls `f(chunk_index, chunk)`
 /// for each, spread over the cores when `work_per_chunk × chunks` is large enough. Each call

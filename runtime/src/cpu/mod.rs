@@ -1,8 +1,8 @@
 //! The CPU backend's kernels: one function per op of [`Op`], forward and derivative.
 //!
 //! These are the numerical reference for every other backend, so they aim at clarity first and
-//! PyTorch's semantics exactly. Every float kernel is generic over [`float::Float`] and runs on
-//! `F32` or `F64` storage (F64 exists for gradient checks); integer tensors are `I32`.
+//! PyTorch's semantics exactly. Every float kernel is written once, generic over `f32`/`f64`,
+//! and runs on `F32` or `F64` storage (F64 exists for gradient checks); integers are `I32`.
 //!
 //! Conventions shared by all kernels:
 //! - The output's dtype and shape are the step's; a kernel that can compute its shape checks it
@@ -12,7 +12,8 @@
 //! - Sums that reduce many elements (reductions, `SumTo`, normalization statistics, weight
 //!   gradients of the norms) accumulate in f64 whatever the storage.
 //! - Data never panics a kernel: an out-of-range index, a wrong storage or an inconsistent input
-//!   is a [`KernelError`] naming the op and the problem.
+//!   is a [`KernelError`] naming the op and the problem. Zero-sized axes (which mgn's `dim`s
+//!   exclude) are refused up front rather than handled by every kernel.
 //!
 //! Matrix products go through `matrixmultiply` (threaded); convolution is im2col + GEMM;
 //! attention, pooling and the row-wise kernels split their independent outputs over the cores.
@@ -74,6 +75,12 @@ pub fn eval(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ct
             if t.data.len() != layout::numel(&t.shape) {
                 return err(format!("input {i} has shape {:?} but holds {} elements", t.shape, t.data.len()));
             }
+            if t.shape.contains(&0) {
+                return err(format!("input {i} has a zero-sized axis, {:?} (mgn dims are at least 1)", t.shape));
+            }
+        }
+        if shape.contains(&0) {
+            return err(format!("the step's shape {shape:?} has a zero-sized axis (mgn dims are at least 1)"));
         }
         if let Some(want) = result_like(op, inputs) {
             check_shape(want, shape)?;

@@ -22,8 +22,11 @@ struct Blocks<F: Fn(usize, usize) -> usize + Sync> {
     param: F,
 }
 
+/// A norm's weight and bias, when present.
+type Affine<T> = (Option<Vec<T>>, Option<Vec<T>>);
+
 /// The optional affine parameters of a norm, as inputs `first`, `first + 1`.
-fn affine<'a, T: Float>(x: &[&'a Tensor], first: usize, has_weight: bool, has_bias: bool, size: usize) -> KResult<(Option<Vec<T>>, Option<Vec<T>>)> {
+fn affine<T: Float>(x: &[&Tensor], first: usize, has_weight: bool, has_bias: bool, size: usize) -> KResult<Affine<T>> {
     let mut next = first;
     let mut take = |present: bool, name: &str| -> KResult<Option<Vec<T>>> {
         if !present {
@@ -252,11 +255,15 @@ pub(crate) fn batch_norm(x: &[&Tensor], eps: f64, has_weight: bool, has_bias: bo
         let (w, b) = affine::<T>(x, 3, has_weight, has_bias, c)?;
         let stats = batch_stats(&xv, dims, x[1], x[2], eps, training)?;
         let mut out = vec![T::zero(); xv.len()];
-        for (at, o) in out.iter_mut().enumerate() {
-            let ch = at / s % c;
+        // Plane p = n·C + ch holds the S elements of sample n, channel ch.
+        for (p, (src, dst)) in xv.chunks_exact(s).zip(out.chunks_exact_mut(s)).enumerate() {
+            let ch = p % c;
             let (mean, rstd) = stats[ch];
-            let y = (xv[at].f64() - mean) * rstd * w.as_ref().map_or(1.0, |w| w[ch].f64()) + b.as_ref().map_or(0.0, |b| b[ch].f64());
-            *o = T::of(y);
+            let scale = rstd * w.as_ref().map_or(1.0, |w| w[ch].f64());
+            let shift = b.as_ref().map_or(0.0, |b| b[ch].f64());
+            for (d, v) in dst.iter_mut().zip(src) {
+                *d = T::of((v.f64() - mean) * scale + shift);
+            }
         }
         Ok(out)
     })())
@@ -273,25 +280,32 @@ pub(crate) fn batch_norm_grad(x: &[&Tensor], eps: f64, has_weight: bool, has_bia
         let (xv, g) = (floats::<T>(x[0], "x")?, floats::<T>(dy, "dy")?);
         let (w, _) = affine::<T>(x, 3, has_weight, has_bias, c)?;
         let stats = batch_stats(&xv, dims, x[1], x[2], eps, training)?;
-        let count = (n * s) as f64;
-        let xhat = |at: usize| (xv[at].f64() - stats[at / s % c].0) * stats[at / s % c].1;
+        let planes = || xv.chunks_exact(s).zip(g.chunks_exact(s)).enumerate().map(|(p, (xp, gp))| (p % c, xp, gp));
         // Per channel: Σ dy and Σ dy·x̂ (the bias and weight gradients, and the input's terms).
         let (mut sum_g, mut sum_gx) = (vec![0f64; c], vec![0f64; c]);
-        for at in 0..xv.len() {
-            sum_g[at / s % c] += g[at].f64();
-            sum_gx[at / s % c] += g[at].f64() * xhat(at);
+        for (ch, xp, gp) in planes() {
+            let (mean, rstd) = stats[ch];
+            for (xv, gv) in xp.iter().zip(gp) {
+                sum_g[ch] += gv.f64();
+                sum_gx[ch] += gv.f64() * (xv.f64() - mean) * rstd;
+            }
         }
         Ok(match part {
             GradPart::Bias => sum_g.into_iter().map(T::of).collect::<Vec<T>>(),
             GradPart::Weight => sum_gx.into_iter().map(T::of).collect(),
-            _ => (0..xv.len())
-                .map(|at| {
-                    let ch = at / s % c;
-                    let (wc, rstd) = (w.as_ref().map_or(1.0, |w| w[ch].f64()), stats[ch].1);
-                    let d = if training { g[at].f64() - sum_g[ch] / count - xhat(at) * sum_gx[ch] / count } else { g[at].f64() };
-                    T::of(wc * rstd * d)
-                })
-                .collect(),
+            _ => {
+                let count = (n * s) as f64;
+                let mut dx = Vec::with_capacity(xv.len());
+                for (ch, xp, gp) in planes() {
+                    let (mean, rstd) = stats[ch];
+                    let scale = rstd * w.as_ref().map_or(1.0, |w| w[ch].f64());
+                    dx.extend(xp.iter().zip(gp).map(|(xv, gv)| {
+                        let d = if training { gv.f64() - sum_g[ch] / count - (xv.f64() - mean) * rstd * sum_gx[ch] / count } else { gv.f64() };
+                        T::of(scale * d)
+                    }));
+                }
+                dx
+            }
         })
     })())
 }

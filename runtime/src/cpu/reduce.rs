@@ -140,9 +140,9 @@ pub(crate) fn argmax(x: &Tensor, axis: usize, shape: &[usize]) -> KResult<Data> 
 
 // ---- softmax --------------------------------------------------------------------------------
 
-/// Calls `f(row)` for every 1-D line along `axis`, where `row` lists the line's element offsets
-/// as (start, stride, len); the lines of one outer index are handed out together so that the
-/// output can be split over the cores.
+/// Calls `f(start, stride, put)` for every 1-D line along `axis`: element `k` of the line is at
+/// `start + k·stride` of the input, and `put(k, v)` stores the result there. The lines of one
+/// outer index are handed out together, so the output can be split over the cores.
 fn lines<T: Float>(shape: &[usize], axis: usize, out: &mut [T], f: impl Fn(usize, usize, &mut dyn FnMut(usize, T)) + Sync) {
     let (_, n, inner) = split_at_axis(shape, axis);
     par_chunks(out, n * inner, n * inner * 8, |o, block| {
@@ -162,10 +162,10 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, log: bool) -> KResult<Data> {
         lines(&x.shape, axis, &mut out, |start, stride, put| {
             let at = |k: usize| v[start + k * stride];
             let m = (0..n).map(at).fold(T::neg_infinity(), |a, b| if b > a || b.is_nan() { b } else { a });
-            let sum: f64 = (0..n).map(|k| (at(k) - m).exp().f64()).sum();
-            for k in 0..n {
-                let y = if log { at(k) - m - T::of(sum.ln()) } else { (at(k) - m).exp() / T::of(sum) };
-                put(k, y);
+            let e: Vec<T> = (0..n).map(|k| (at(k) - m).exp()).collect();
+            let sum: f64 = e.iter().map(|v| v.f64()).sum();
+            for (k, &ek) in e.iter().enumerate() {
+                put(k, if log { at(k) - m - T::of(sum.ln()) } else { ek / T::of(sum) });
             }
         });
         Ok(out)

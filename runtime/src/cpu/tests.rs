@@ -279,9 +279,9 @@ fn matmul_grads_with_broadcasting_and_vectors() {
 fn movement_grads() {
     let mut rng = Rng::new("movement");
     let x = rng.t(&[2, 3, 4]);
-    check_op("permute", &Op::Permute { perm: vec![2, 0, 1] }, &[x.clone()], &[4, 2, 3], 0, &|_, dy| ev(&Op::Permute { perm: vec![1, 2, 0] }, &[dy], &[2, 3, 4]));
-    check_op("reshape", &Op::Reshape, &[x.clone()], &[6, 4], 0, &|_, dy| ev(&Op::Reshape, &[dy], &[2, 3, 4]));
-    check_op("slice", &Op::Slice { axis: 1, start: 1, end: 3 }, &[x.clone()], &[2, 2, 4], 0, &|_, dy| ev(&Op::SliceGrad { axis: 1, start: 1, end: 3 }, &[dy], &[2, 3, 4]));
+    check_op("permute", &Op::Permute { perm: vec![2, 0, 1] }, std::slice::from_ref(&x), &[4, 2, 3], 0, &|_, dy| ev(&Op::Permute { perm: vec![1, 2, 0] }, &[dy], &[2, 3, 4]));
+    check_op("reshape", &Op::Reshape, std::slice::from_ref(&x), &[6, 4], 0, &|_, dy| ev(&Op::Reshape, &[dy], &[2, 3, 4]));
+    check_op("slice", &Op::Slice { axis: 1, start: 1, end: 3 }, std::slice::from_ref(&x), &[2, 2, 4], 0, &|_, dy| ev(&Op::SliceGrad { axis: 1, start: 1, end: 3 }, &[dy], &[2, 3, 4]));
     check_op("slice last", &Op::Slice { axis: 2, start: 3, end: 4 }, &[x], &[2, 3, 1], 0, &|_, dy| ev(&Op::SliceGrad { axis: 2, start: 3, end: 4 }, &[dy], &[2, 3, 4]));
 
     let parts = [rng.t(&[2, 3]), rng.t(&[2, 1]), rng.t(&[2, 4])];
@@ -319,7 +319,7 @@ fn reduce_grads() {
                 let out = reduced(&x.shape, &axes, keepdim);
                 let fwd = Op::Reduce { op, axes: axes.clone(), keepdim };
                 let back = Op::ReduceGrad { op, axes: axes.clone(), keepdim };
-                check_op(&format!("{op:?} {axes:?} {keepdim}"), &fwd, &[x.clone()], &out, 0, &|xs, dy| {
+                check_op(&format!("{op:?} {axes:?} {keepdim}"), &fwd, std::slice::from_ref(&x), &out, 0, &|xs, dy| {
                     let y = ev(&fwd, &[&xs[0]], &out);
                     ev(&back, &[&xs[0], &y, dy], &xs[0].shape)
                 });
@@ -334,7 +334,7 @@ fn softmax_grads() {
     for axis in 0..3 {
         for log in [false, true] {
             let op = Op::Softmax { axis, log };
-            check_op(&format!("softmax {axis} {log}"), &op, &[x.clone()], &[3, 4, 5], 0, &|xs, dy| {
+            check_op(&format!("softmax {axis} {log}"), &op, std::slice::from_ref(&x), &[3, 4, 5], 0, &|xs, dy| {
                 let y = ev(&op, &[&xs[0]], &[3, 4, 5]);
                 ev(&Op::SoftmaxGrad { axis, log }, &[&y, dy], &[3, 4, 5])
             });
@@ -526,7 +526,7 @@ fn pool_grads() {
             let (kernel, stride, padding) = (kernel.to_vec(), stride.to_vec(), padding.to_vec());
             let fwd = Op::Pool { op, kernel: kernel.clone(), stride: stride.clone(), padding: padding.clone() };
             let back = Op::PoolGrad { op, kernel, stride, padding };
-            check_op(&format!("{op:?} pool"), &fwd, &[x.clone()], &out, 0, &|xs, dy| ev(&back, &[&xs[0], dy], &xs[0].shape));
+            check_op(&format!("{op:?} pool"), &fwd, std::slice::from_ref(&x), &out, 0, &|xs, dy| ev(&back, &[&xs[0], dy], &xs[0].shape));
         }
     }
 }
@@ -545,8 +545,9 @@ fn upsample_grads() {
 #[test]
 fn attention_grads_causal_gqa_mask() {
     let mut rng = Rng::new("attention");
+    type Case = (Vec<usize>, Vec<usize>, Vec<usize>, Option<Vec<usize>>, bool);
     // (q, k, v, mask, causal)
-    let cases: Vec<(Vec<usize>, Vec<usize>, Vec<usize>, Option<Vec<usize>>, bool)> = vec![
+    let cases: Vec<Case> = vec![
         (vec![2, 4, 3, 4], vec![2, 2, 5, 4], vec![2, 2, 5, 3], Some(vec![2, 1, 1, 5]), true),
         (vec![1, 2, 4, 3], vec![1, 2, 4, 3], vec![1, 2, 4, 2], None, true),
         (vec![3, 2, 2], vec![1, 3, 2], vec![1, 3, 4], Some(vec![2, 3]), false),
@@ -708,11 +709,11 @@ fn conv_reference(x: &Tensor, w: &Tensor, bias: &[f64], c: &ConvCase) -> Vec<f64
     let (cin, cout, g) = (c.x[1], c.w[0], c.groups);
     let mut y = Vec::new();
     for n in 0..c.x[0] {
-        for co in 0..cout {
+        for (co, &b) in bias.iter().enumerate().take(cout) {
             let grp = co / (cout / g);
             for oh in 0..os[0] {
                 for ow in 0..os[1] {
-                    let mut s = bias[co];
+                    let mut s = b;
                     for cl in 0..cin / g {
                         let ci = grp * (cin / g) + cl;
                         for kh in 0..ws[0] {
@@ -953,6 +954,8 @@ fn bad_data_is_an_error_not_a_panic() {
     assert!(e.0.contains("[5, 2]") && e.0.contains("[2, 5]"), "a wrong step shape is reported: {e}");
     let e = eval(&Op::MatMul, &[&table], DType::F32, &[5], &TRAIN).unwrap_err();
     assert!(e.0.starts_with("matmul: expects 2 inputs"), "{e}");
+    let empty = f32t(&[2, 0], &[]);
+    assert!(eval(&Op::LayerNorm { eps: 1e-5, has_weight: false, has_bias: false }, &[&empty], DType::F32, &[2, 0], &TRAIN).unwrap_err().0.contains("zero-sized"));
     let broken = Tensor { dtype: DType::F32, shape: vec![3], data: Data::F32(vec![1.0]) };
     assert!(eval(&Op::Unary(UnaryOp::Exp), &[&broken], DType::F32, &[3], &TRAIN).is_err());
 }
