@@ -1,0 +1,221 @@
+//! Binding call arguments to a builtin's parameters, and typed access to them for the rules.
+
+use crate::elab::eval::{as_f64, ArgVal, Evaluator, R};
+use crate::elab::shape;
+use crate::elab::value::Value;
+use super::Builtin;
+use crate::front::did_you_mean;
+use crate::ir::{fmt_type, NodeId, Op};
+use mgn_runtime::DType;
+use mgn_syntax::{Diagnostic, Span};
+use std::rc::Rc;
+
+pub struct Args {
+    builtin: &'static Builtin,
+    vals: Vec<Option<(Value, Span)>>,
+    pub span: Span,
+}
+
+pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Span) -> R<Value> {
+    let names: Vec<&str> = b.params.iter().map(|p| p.trim_end_matches('?')).collect();
+    let mut vals: Vec<Option<(Value, Span)>> = vec![None; names.len()];
+    let mut positional = 0;
+    let mut named_seen = false;
+    for a in args {
+        let slot = match &a.name {
+            None if named_seen => {
+                return Err(Diagnostic::error("E0401", "a positional argument follows a named one", a.span, "positional argument")
+                    .with_help("give positional arguments first, then named ones"));
+            }
+            None => {
+                if positional >= names.len() {
+                    return Err(Diagnostic::error(
+                        "E0401",
+                        format!("`{}` takes at most {} argument{}", b.name, names.len(), crate::elab::eval::plural(names.len())),
+                        a.span,
+                        "unexpected argument",
+                    )
+                    .with_note(signature(b)));
+                }
+                positional += 1;
+                positional - 1
+            }
+            Some(n) => {
+                named_seen = true;
+                match names.iter().position(|p| *p == n.name) {
+                Some(i) => {
+                    if vals[i].is_some() {
+                        return Err(Diagnostic::error("E0401", format!("argument `{}` is given twice", n.name), n.span, "given again here"));
+                    }
+                    i
+                }
+                None => {
+                    let mut d = Diagnostic::error("E0401", format!("`{}` has no parameter named `{}`", b.name, n.name), n.span, "unknown parameter");
+                    d = match did_you_mean(&n.name, names.iter().copied()) {
+                        Some(h) => d.with_help(h),
+                        None => d.with_note(signature(b)),
+                    };
+                    return Err(d);
+                }
+                }
+            }
+        };
+        // An absent optional field passed to an optional parameter counts as not given.
+        if matches!(a.value, Value::Absent { .. }) && b.params[slot].ends_with('?') {
+            continue;
+        }
+        vals[slot] = Some((a.value, a.span));
+    }
+    for (i, p) in b.params.iter().enumerate() {
+        if !p.ends_with('?') && vals[i].is_none() {
+            return Err(Diagnostic::error("E0401", format!("missing argument `{p}` in this call to `{}`", b.name), span, format!("`{p}` not given")).with_note(signature(b)));
+        }
+    }
+    let args = Args { builtin: b, vals, span };
+    (b.run)(ev, &args)
+}
+
+pub fn signature(b: &Builtin) -> String {
+    format!("`{}({})`", b.name, b.params.join(", "))
+}
+
+impl Args {
+    pub(super) fn slot(&self, name: &str) -> usize {
+        self.builtin.params.iter().position(|p| p.trim_end_matches('?') == name).expect("builtins ask only for their own parameters")
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<&(Value, Span)> {
+        self.vals[self.slot(name)].as_ref()
+    }
+
+    pub(super) fn raw(&self, name: &str) -> (Value, Span) {
+        self.get(name).cloned().expect("required arguments are checked before the rule runs")
+    }
+
+    pub(super) fn wrong(&self, ev: &Evaluator, name: &str, want: &str) -> Diagnostic {
+        let (v, s) = self.get(name).expect("only present arguments are wrong");
+        let mut d = Diagnostic::error("E0201", format!("argument `{name}` of `{}` must be {want}, found {}", self.builtin.name, ev.describe(v)), *s, format!("expected {want}"));
+        if let Value::Absent { field } = v {
+            d = d.with_label(*field, "this field does not exist: its `if` condition is false");
+        }
+        d
+    }
+
+    pub(super) fn tensor(&self, ev: &Evaluator, name: &str) -> R<(NodeId, Span)> {
+        match self.get(name) {
+            Some((Value::Tensor(t), s)) => Ok((*t, *s)),
+            _ => Err(self.wrong(ev, name, "a tensor")),
+        }
+    }
+
+    pub(super) fn opt_tensor(&self, ev: &Evaluator, name: &str) -> R<Option<(NodeId, Span)>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(_) => self.tensor(ev, name).map(Some),
+        }
+    }
+
+    pub(super) fn int_or(&self, ev: &Evaluator, name: &str, default: i64) -> R<i64> {
+        match self.get(name) {
+            None => Ok(default),
+            Some((Value::Int(i), _)) => Ok(*i),
+            _ => Err(self.wrong(ev, name, "an integer")),
+        }
+    }
+
+    pub(super) fn number(&self, ev: &Evaluator, name: &str) -> R<f64> {
+        match self.get(name) {
+            Some((Value::Int(_) | Value::Float(_), _)) => Ok(as_f64(&self.get(name).expect("matched").0)),
+            _ => Err(self.wrong(ev, name, "a number")),
+        }
+    }
+
+    pub(super) fn number_or(&self, ev: &Evaluator, name: &str, default: f64) -> R<f64> {
+        if self.get(name).is_none() {
+            return Ok(default);
+        }
+        self.number(ev, name)
+    }
+
+    pub(super) fn bool_or(&self, ev: &Evaluator, name: &str, default: bool) -> R<bool> {
+        match self.get(name) {
+            None => Ok(default),
+            Some((Value::Bool(b), _)) => Ok(*b),
+            _ => Err(self.wrong(ev, name, "a bool")),
+        }
+    }
+
+    /// An integer or a list/tuple of integers.
+    pub(super) fn ints(&self, ev: &Evaluator, name: &str) -> R<Option<Vec<i64>>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some((Value::Int(i), _)) => Ok(Some(vec![*i])),
+            Some((Value::List(l) | Value::Tuple(l), _)) => {
+                let mut out = Vec::new();
+                for v in l.iter() {
+                    match v {
+                        Value::Int(i) => out.push(*i),
+                        _ => return Err(self.wrong(ev, name, "an integer or a list of integers")),
+                    }
+                }
+                Ok(Some(out))
+            }
+            _ => Err(self.wrong(ev, name, "an integer or a list of integers")),
+        }
+    }
+
+    pub(super) fn span_of(&self, name: &str) -> Span {
+        self.get(name).map(|(_, s)| *s).unwrap_or(self.span)
+    }
+
+    pub(super) fn axis(&self, ev: &Evaluator, name: &str, default: i64, rank: usize) -> R<usize> {
+        let a = self.int_or(ev, name, default)?;
+        shape::axis(a, rank).ok_or_else(|| self.axis_error(name, a, rank))
+    }
+
+    pub(super) fn axis_error(&self, name: &str, a: i64, rank: usize) -> Diagnostic {
+        Diagnostic::error("E0207", format!("axis {a} is out of range for a tensor with {rank} ax{}", if rank == 1 { "is" } else { "es" }), self.span_of(name), "axis out of range")
+            .with_help(if rank == 0 { "a scalar has no axes".to_string() } else { format!("valid axes are -{rank} … {}", rank as i64 - 1) })
+    }
+
+    pub(super) fn name(&self) -> &'static str {
+        self.builtin.name
+    }
+}
+
+pub(super) fn float_tensor(ev: &Evaluator, a: &Args, name: &str) -> R<(NodeId, Span)> {
+    let (t, s) = a.tensor(ev, name)?;
+    if !ev.ty(t).0.is_float() {
+        return Err(Diagnostic::error("E0202", format!("`{}` needs a float tensor for `{name}`, found {}", a.name(), ev.type_str(t)), s, format!("this is {}", ev.type_str(t)))
+            .with_help("convert it with `cast(x, f32)`"));
+    }
+    Ok((t, s))
+}
+
+pub(super) fn int_tensor(ev: &Evaluator, a: &Args, name: &str) -> R<(NodeId, Span)> {
+    let (t, s) = a.tensor(ev, name)?;
+    if !ev.ty(t).0.is_int() {
+        return Err(Diagnostic::error("E0202", format!("`{}` needs integer `{name}`, found {}", a.name(), ev.type_str(t)), s, format!("this is {}", ev.type_str(t)))
+            .with_help("indices and class labels are i32 (or i64) tensors"));
+    }
+    Ok((t, s))
+}
+
+/// Checks that an optional per-feature tensor (a norm's weight or bias) has shape `[n]`.
+pub(super) fn vector_of(ev: &Evaluator, a: &Args, name: &str, n: usize, dtype: DType, why: &str) -> R<Option<NodeId>> {
+    let Some((t, s)) = a.opt_tensor(ev, name)? else { return Ok(None) };
+    let (d, shape) = ev.ty(t);
+    if shape != [n] || d != dtype {
+        return Err(Diagnostic::error("E0203", format!("`{name}` of `{}` must be {}, found {}", a.name(), fmt_type(dtype, &[n]), ev.type_str(t)), s, format!("this is {}", ev.type_str(t)))
+            .with_note(why.to_string()));
+    }
+    Ok(Some(t))
+}
+
+pub(super) fn node(ev: &mut Evaluator, op: Op, inputs: Vec<NodeId>, dtype: DType, shape: Vec<usize>, span: Span) -> R<Value> {
+    ev.add(op, inputs, dtype, shape, span).map(Value::Tensor)
+}
+
+pub(super) fn tuple_of(vals: Vec<Value>) -> Value {
+    Value::Tuple(Rc::new(vals))
+}
