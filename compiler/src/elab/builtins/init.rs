@@ -25,7 +25,3 @@ pub(super) fn uniform(ev: &mut Evaluator, a: &Args) -> R<Value> {
     }
     Ok(Value::Init(InitSpec::Uniform { low, high }))
 }
-
-pub(super) fn erf(x: f64) -> f64 {
-    libm::erf(x)
-}

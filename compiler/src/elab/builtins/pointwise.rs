@@ -161,3 +161,7 @@ pub fn matmul(ev: &mut Evaluator, l: (&Value, Span), r: (&Value, Span), span: Sp
         }
     }
 }
+
+pub(super) fn erf(x: f64) -> f64 {
+    libm::erf(x)
+}
