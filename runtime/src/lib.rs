@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod dtype;
 pub mod init;
 pub mod io;
+pub mod limits;
 pub mod op;
 pub mod optim;
 pub mod plan;

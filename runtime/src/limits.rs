@@ -1,0 +1,141 @@
+//! Device limits, and the guaranteed floor every kernel must fit.
+//!
+//! Vulkan guarantees far less than development GPUs report, and each limit below has broken
+//! real devices. Kernels are sized by these numbers (never by constants), and `MGN_MIN_SPEC=1`
+//! makes any machine report only the guaranteed floor, so the floor is tested everywhere.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// maxComputeWorkGroupCount, per dimension.
+    pub max_workgroups: [u32; 3],
+    /// maxComputeWorkGroupInvocations.
+    pub max_invocations: u32,
+    /// maxComputeSharedMemorySize, in bytes.
+    pub max_shared_memory: u32,
+    /// maxStorageBufferRange, in bytes: the largest span one binding may cover.
+    pub max_storage_buffer_range: u64,
+    /// maxPerStageDescriptorStorageBuffers.
+    pub max_storage_buffers: u32,
+    /// Push constants / uniform parameter block, in bytes.
+    pub max_parameter_block: u32,
+}
+
+impl DeviceLimits {
+    /// What every conformant Vulkan device guarantees (and what `MGN_MIN_SPEC=1` reports).
+    pub const MIN_SPEC: DeviceLimits = DeviceLimits {
+        max_workgroups: [65535, 65535, 65535],
+        max_invocations: 128,
+        max_shared_memory: 16 * 1024,
+        max_storage_buffer_range: 128 << 20,
+        max_storage_buffers: 4,
+        max_parameter_block: 128,
+    };
+
+    /// The reported limits, or the floor when `MGN_MIN_SPEC=1` is set.
+    pub fn effective(reported: DeviceLimits) -> DeviceLimits {
+        if min_spec_requested() {
+            DeviceLimits::MIN_SPEC
+        } else {
+            reported
+        }
+    }
+
+    /// The widest 1-D workgroup not above `preferred` that the device runs: a power of two.
+    pub fn workgroup_width(&self, preferred: u32) -> u32 {
+        let cap = preferred.min(self.max_invocations).max(1);
+        1 << (31 - cap.leading_zeros())
+    }
+
+    /// Whether a tensor of `bytes` fits in one binding.
+    pub fn fits_binding(&self, bytes: u64) -> bool {
+        bytes <= self.max_storage_buffer_range
+    }
+}
+
+/// True when `MGN_MIN_SPEC` is set to `1` (or `true`).
+pub fn min_spec_requested() -> bool {
+    std::env::var("MGN_MIN_SPEC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GridTooLarge {
+    pub workgroups: u64,
+    pub capacity: u64,
+}
+
+impl fmt::Display for GridTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} workgroups exceed what one dispatch can address ({})", self.workgroups, self.capacity)
+    }
+}
+
+impl std::error::Error for GridTooLarge {}
+
+/// Folds a 1-D count of workgroups into a 3-D grid within the per-dimension limits.
+///
+/// The grid may hold a few more workgroups than asked for (`x * y * z >= n`); kernels compute
+/// their linear index as `x + y * X + z * X * Y` and return when it is `>= n`. `x` is kept as
+/// large as possible so that consecutive workgroups stay adjacent in memory.
+pub fn fold_grid(n: u64, limits: &DeviceLimits) -> Result<[u32; 3], GridTooLarge> {
+    let [mx, my, mz] = limits.max_workgroups.map(|m| m.max(1) as u64);
+    let capacity = mx.saturating_mul(my).saturating_mul(mz);
+    if n > capacity {
+        return Err(GridTooLarge { workgroups: n, capacity });
+    }
+    if n == 0 {
+        return Ok([0, 1, 1]);
+    }
+    let x = n.min(mx);
+    let rows = n.div_ceil(x);
+    let y = rows.min(my);
+    let z = rows.div_ceil(y);
+    debug_assert!(z <= mz && x * y * z >= n);
+    Ok([x as u32, y as u32, z as u32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_grids_stay_one_dimensional() {
+        assert_eq!(fold_grid(1, &DeviceLimits::MIN_SPEC), Ok([1, 1, 1]));
+        assert_eq!(fold_grid(65535, &DeviceLimits::MIN_SPEC), Ok([65535, 1, 1]));
+    }
+
+    #[test]
+    fn oversized_grids_fold_into_y_and_z() {
+        let l = DeviceLimits::MIN_SPEC;
+        for n in [65536u64, 1 << 20, 65535 * 65535, 65535 * 65535 + 1, 123_456_789_012] {
+            let [x, y, z] = fold_grid(n, &l).expect("fits");
+            assert!(x <= 65535 && y <= 65535 && z <= 65535, "{n}: {x} {y} {z}");
+            let total = x as u64 * y as u64 * z as u64;
+            assert!(total >= n, "{n}: covers only {total}");
+            // No more than one partial row or plane of waste.
+            assert!(total - n < x as u64 * y as u64, "{n}: wastes {}", total - n);
+        }
+    }
+
+    #[test]
+    fn grids_beyond_every_dimension_are_refused() {
+        let l = DeviceLimits { max_workgroups: [4, 4, 4], ..DeviceLimits::MIN_SPEC };
+        assert_eq!(fold_grid(64, &l), Ok([4, 4, 4]));
+        assert_eq!(fold_grid(65, &l), Err(GridTooLarge { workgroups: 65, capacity: 64 }));
+    }
+
+    #[test]
+    fn workgroup_width_respects_the_floor() {
+        assert_eq!(DeviceLimits::MIN_SPEC.workgroup_width(256), 128);
+        assert_eq!(DeviceLimits::MIN_SPEC.workgroup_width(100), 64);
+        let big = DeviceLimits { max_invocations: 1024, ..DeviceLimits::MIN_SPEC };
+        assert_eq!(big.workgroup_width(256), 256);
+    }
+
+    #[test]
+    fn bindings_are_bounded_by_the_storage_range() {
+        assert!(DeviceLimits::MIN_SPEC.fits_binding(128 << 20));
+        assert!(!DeviceLimits::MIN_SPEC.fits_binding((128 << 20) + 4));
+    }
+}
