@@ -46,9 +46,14 @@ pub fn check_path(path: &Path, models: Models) -> Result<Outcome, String> {
 }
 
 pub fn check_text(name: String, origin: Origin, text: String, models: Models) -> Outcome {
+    check_text_with_overrides(name, origin, text, models, front::load::Overrides::new())
+}
+
+/// As `check_text`, with imported files read from `overrides` (editor buffers) where present.
+pub fn check_text_with_overrides(name: String, origin: Origin, text: String, models: Models, overrides: front::load::Overrides) -> Outcome {
     let fallback_name = name.clone();
     let fallback_text = text.clone();
-    let run = move || pipeline(name, origin, text, models);
+    let run = move || pipeline(name, origin, text, models, overrides);
     match std::thread::Builder::new().name("mgnc".into()).stack_size(STACK_BYTES).spawn(run).map(|h| h.join()) {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(panic)) => {
@@ -71,8 +76,8 @@ fn internal_error(name: String, text: String, what: &str) -> Outcome {
     Outcome { program, diagnostics: vec![d], graphs: Vec::new(), facts: Vec::new() }
 }
 
-fn pipeline(name: String, origin: Origin, text: String, models: Models) -> Outcome {
-    let (program, mut diagnostics) = front::load::load(name, origin, text);
+fn pipeline(name: String, origin: Origin, text: String, models: Models, overrides: front::load::Overrides) -> Outcome {
+    let (program, mut diagnostics) = front::load::load_with_overrides(name, origin, text, overrides);
     diagnostics.extend(front::names::check(&program));
     let mut graphs = Vec::new();
     let mut facts = Vec::new();

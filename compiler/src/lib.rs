@@ -15,4 +15,4 @@ pub mod lower;
 pub mod render;
 pub mod source;
 
-pub use driver::{check_path, check_text, Models, Outcome};
+pub use driver::{check_path, check_text, check_text_with_overrides, Models, Outcome};

@@ -60,8 +60,13 @@ impl Program {
     }
 }
 
+/// Editor buffers that stand in for files on disk, by normalized path: an import of one of
+/// these paths reads the buffer instead of the file (the language server's unsaved edits).
+pub type Overrides = HashMap<PathBuf, String>;
+
 struct Loader {
     sources: SourceMap,
+    overrides: Overrides,
     modules: Vec<Module>,
     by_origin: HashMap<Origin, ModId>,
     /// Modules whose imports are being loaded, for cycle detection.
@@ -71,7 +76,12 @@ struct Loader {
 
 /// Loads `text` (named `name`, from `origin`) and its imports.
 pub fn load(name: String, origin: Origin, text: String) -> (Program, Vec<Diagnostic>) {
-    let mut l = Loader { sources: SourceMap::new(), modules: Vec::new(), by_origin: HashMap::new(), stack: Vec::new(), diags: Vec::new() };
+    load_with_overrides(name, origin, text, Overrides::new())
+}
+
+/// As `load`, with imported files read from `overrides` where present.
+pub fn load_with_overrides(name: String, origin: Origin, text: String, overrides: Overrides) -> (Program, Vec<Diagnostic>) {
+    let mut l = Loader { sources: SourceMap::new(), overrides, modules: Vec::new(), by_origin: HashMap::new(), stack: Vec::new(), diags: Vec::new() };
     let root = l.load_module(name, origin, text);
     (Program { sources: l.sources, modules: l.modules, root }, l.diags)
 }
@@ -186,7 +196,12 @@ impl Loader {
                 let full: PathBuf = normalize(&base.join(path));
                 let display = full.display().to_string();
                 let read_path = full.clone();
-                let id = self.get_or_load(Origin::Path(full), display, move || std::fs::read_to_string(&read_path).map_err(|e| io_reason(&e)), *span)?;
+                let buffer = self.overrides.get(&full).cloned();
+                let read = move || match buffer {
+                    Some(text) => Ok(text),
+                    None => std::fs::read_to_string(&read_path).map_err(|e| io_reason(&e)),
+                };
+                let id = self.get_or_load(Origin::Path(full), display, read, *span)?;
                 Some((id, None))
             }
         }
