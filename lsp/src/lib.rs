@@ -1,0 +1,26 @@
+//! The mgn language server.
+//!
+//! `run_stdio` serves LSP over standard input and output (`mgnc lsp`); `serve` runs it over
+//! any `lsp_server::Connection` (the tests use an in-memory pair). Every feature works from
+//! the compiler's own analysis: diagnostics are exactly `mgnc check`'s, hover shows the facts
+//! elaboration recorded (types of expressions and `let`s, parameter shapes and checkpoint
+//! names), and names resolve with the compiler's scopes. See docs/EDITORS.md.
+
+mod analysis;
+mod features;
+mod format;
+mod paths;
+mod resolve;
+mod server;
+mod text;
+
+pub use paths::{path_to_uri, uri_to_path};
+pub use server::{capabilities, serve, Error, DEBOUNCE};
+
+/// Serves LSP over stdin/stdout until the client says `exit`.
+pub fn run_stdio() -> Result<(), Error> {
+    let (conn, io) = lsp_server::Connection::stdio();
+    serve(conn)?;
+    io.join()?;
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! The main loop: document sync, the diagnostics worker and request dispatch.
+//!
+//! Requests are answered on the main thread from an analysis of the current buffers (made
+//! there if the last one is out of date). Diagnostics are computed on a worker thread, 150 ms
+//! after the last change, and published only if no buffer they read has changed meanwhile.
+
+use crate::analysis::{Analysis, Doc, Snapshot};
+use crate::features::{self, Ctx, Enclosing};
+use crate::paths::Paths;
+use crate::text::{apply_change, LineMap};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use lsp_server::{Connection, ErrorCode, Message, Notification, Request, Response};
+use lsp_types as lsp;
+use lsp_types::notification::Notification as _;
+use lsp_types::Uri;
+use mgn_compiler::source::Origin;
+use mgn_syntax::ast::Item;
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How long the worker waits after a change before checking.
+pub const DEBOUNCE: Duration = Duration::from_millis(150);
+
+#[derive(Default)]
+pub struct State {
+    pub docs: HashMap<Uri, Doc>,
+    /// The latest analysis of each open document.
+    pub analyses: HashMap<Uri, Arc<Analysis>>,
+    /// For each open document and item name, the latest analysis in which that item parsed
+    /// (completion inside an item that does not parse right now uses it).
+    pub last_items: HashMap<Uri, HashMap<String, Arc<Analysis>>>,
+}
+
+impl State {
+    fn store(&mut self, a: Arc<Analysis>) {
+        let root = a.program().module(a.program().root);
+        let names = self.last_items.entry(a.uri.clone()).or_default();
+        for item in &root.ast.items {
+            if let Some(n) = item.name() {
+                names.insert(n.name.clone(), a.clone());
+            }
+        }
+        self.analyses.insert(a.uri.clone(), a);
+    }
+
+    /// Open documents whose latest analysis read `origin`.
+    fn dependents(&self, origin: &Origin) -> Vec<Uri> {
+        self.analyses.values().filter(|a| a.reads(origin)).map(|a| a.uri.clone()).collect()
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(s: &Shared) -> MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+enum Job {
+    Check(Uri),
+    Closed(Uri),
+}
+
+pub fn capabilities() -> lsp::ServerCapabilities {
+    lsp::ServerCapabilities {
+        text_document_sync: Some(lsp::TextDocumentSyncCapability::Options(lsp::TextDocumentSyncOptions {
+            open_close: Some(true),
+            change: Some(lsp::TextDocumentSyncKind::INCREMENTAL),
+            ..Default::default()
+        })),
+        hover_provider: Some(lsp::HoverProviderCapability::Simple(true)),
+        definition_provider: Some(lsp::OneOf::Left(true)),
+        references_provider: Some(lsp::OneOf::Left(true)),
+        completion_provider: Some(lsp::CompletionOptions { trigger_characters: Some(vec![".".into(), "(".into(), ",".into()]), ..Default::default() }),
+        document_symbol_provider: Some(lsp::OneOf::Left(true)),
+        document_formatting_provider: Some(lsp::OneOf::Left(true)),
+        inlay_hint_provider: Some(lsp::OneOf::Left(true)),
+        semantic_tokens_provider: Some(lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(lsp::SemanticTokensOptions {
+            legend: lsp::SemanticTokensLegend { token_types: features::TOKEN_TYPES.to_vec(), token_modifiers: features::TOKEN_MODIFIERS.to_vec() },
+            full: Some(lsp::SemanticTokensFullOptions::Bool(true)),
+            range: None,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs the server on a connection until `shutdown` and `exit` (or until the client goes away).
+pub fn serve(conn: Connection) -> Result<(), Error> {
+    let (id, _params) = conn.initialize_start()?;
+    let result = serde_json::json!({
+        "capabilities": capabilities(),
+        "serverInfo": { "name": "mgn-lsp", "version": env!("CARGO_PKG_VERSION") },
+    });
+    conn.initialize_finish(id, result)?;
+
+    let paths = Arc::new(Paths::new());
+    let state: Shared = Arc::new(Mutex::new(State::default()));
+    let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
+    let worker = {
+        let (state, paths, sender) = (state.clone(), paths.clone(), conn.sender.clone());
+        std::thread::Builder::new().name("mgn-lsp-diagnostics".into()).spawn(move || worker(jobs_rx, state, paths, sender))?
+    };
+    let mut server = Server { state, paths, jobs: jobs_tx, sender: conn.sender.clone() };
+    for msg in &conn.receiver {
+        match msg {
+            Message::Request(req) => {
+                if conn.handle_shutdown(&req)? {
+                    break;
+                }
+                let resp = server.request(req);
+                conn.sender.send(resp.into())?;
+            }
+            Message::Notification(n) => {
+                if n.method == lsp::notification::Exit::METHOD {
+                    break;
+                }
+                server.notification(n);
+            }
+            Message::Response(_) => {}
+        }
+    }
+    drop(server);
+    let _ = worker.join();
+    Ok(())
+}
+
+struct Server {
+    state: Shared,
+    paths: Arc<Paths>,
+    jobs: Sender<Job>,
+    #[allow(dead_code)]
+    sender: Sender<Message>,
+}
+
+fn params<P: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<P, String> {
+    serde_json::from_value(v).map_err(|e| format!("invalid parameters: {e}"))
+}
+
+impl Server {
+    fn schedule(&self, uri: Uri) {
+        let _ = self.jobs.send(Job::Check(uri));
+    }
+
+    fn notification(&mut self, n: Notification) {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| self.notification_inner(n)));
+        if r.is_err() {
+            eprintln!("mgn-lsp: a notification handler panicked; the server goes on");
+        }
+    }
+
+    fn notification_inner(&mut self, n: Notification) {
+        match n.method.as_str() {
+            lsp::notification::DidOpenTextDocument::METHOD => {
+                let Ok(p) = params::<lsp::DidOpenTextDocumentParams>(n.params) else { return };
+                let origin = self.paths.origin(&p.text_document.uri);
+                let uri = p.text_document.uri;
+                let deps = {
+                    let mut st = lock(&self.state);
+                    st.docs.insert(uri.clone(), Doc { text: p.text_document.text, version: p.text_document.version, origin: origin.clone() });
+                    st.dependents(&origin)
+                };
+                self.schedule(uri.clone());
+                deps.into_iter().filter(|d| *d != uri).for_each(|d| self.schedule(d));
+            }
+            lsp::notification::DidChangeTextDocument::METHOD => {
+                let Ok(p) = params::<lsp::DidChangeTextDocumentParams>(n.params) else { return };
+                let uri = p.text_document.uri;
+                let deps = {
+                    let mut st = lock(&self.state);
+                    let Some(doc) = st.docs.get_mut(&uri) else { return };
+                    for c in &p.content_changes {
+                        apply_change(&mut doc.text, c);
+                    }
+                    doc.version = p.text_document.version;
+                    let origin = doc.origin.clone();
+                    st.dependents(&origin)
+                };
+                self.schedule(uri.clone());
+                deps.into_iter().filter(|d| *d != uri).for_each(|d| self.schedule(d));
+            }
+            lsp::notification::DidCloseTextDocument::METHOD => {
+                let Ok(p) = params::<lsp::DidCloseTextDocumentParams>(n.params) else { return };
+                let uri = p.text_document.uri;
+                let deps = {
+                    let mut st = lock(&self.state);
+                    let Some(doc) = st.docs.remove(&uri) else { return };
+                    st.analyses.remove(&uri);
+                    st.last_items.remove(&uri);
+                    st.dependents(&doc.origin)
+                };
+                let _ = self.jobs.send(Job::Closed(uri));
+                deps.into_iter().for_each(|d| self.schedule(d));
+            }
+            _ => {}
+        }
+    }
+
+    /// An analysis of the current buffers with `uri` as the root, and every other current one.
+    fn analyses(&self, uri: &Uri) -> Result<(Arc<Analysis>, Vec<Arc<Analysis>>), String> {
+        let (cached, snap) = {
+            let st = lock(&self.state);
+            let cached = st.analyses.get(uri).filter(|a| a.is_fresh(&st.docs)).cloned();
+            let snap = if cached.is_none() { Snapshot::new(&st.docs, uri) } else { None };
+            (cached, snap)
+        };
+        let this = match (cached, snap) {
+            (Some(a), _) => a,
+            (None, Some(snap)) => {
+                let a = Arc::new(Analysis::run(snap));
+                let mut st = lock(&self.state);
+                if a.is_fresh(&st.docs) {
+                    st.store(a.clone());
+                }
+                a
+            }
+            (None, None) => return Err(format!("`{}` is not open", uri.as_str())),
+        };
+        let st = lock(&self.state);
+        let others = st.analyses.values().filter(|a| a.uri != this.uri && a.is_fresh(&st.docs)).cloned().collect();
+        Ok((this, others))
+    }
+
+    fn offset(&self, uri: &Uri, pos: lsp::Position) -> Result<(usize, String), String> {
+        let st = lock(&self.state);
+        let doc = st.docs.get(uri).ok_or_else(|| format!("`{}` is not open", uri.as_str()))?;
+        Ok((LineMap::new(&doc.text).offset(pos), doc.text.clone()))
+    }
+
+    fn request(&mut self, req: Request) -> Response {
+        let id = req.id.clone();
+        let method = req.method.clone();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.dispatch(req))) {
+            Ok(Ok(v)) => Response::new_ok(id, v),
+            Ok(Err((code, msg))) => Response::new_err(id, code as i32, msg),
+            Err(panic) => {
+                let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                Response::new_err(id, ErrorCode::InternalError as i32, format!("mgn-lsp: `{method}` failed: {what}"))
+            }
+        }
+    }
+
+    fn dispatch(&mut self, req: Request) -> Result<serde_json::Value, (ErrorCode, String)> {
+        use lsp::request::*;
+        let bad = |e: String| (ErrorCode::InvalidParams, e);
+        let failed = |e: String| (ErrorCode::RequestFailed, e);
+        let json = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| (ErrorCode::InternalError, e.to_string()));
+        match req.method.as_str() {
+            HoverRequest::METHOD => {
+                let p: lsp::HoverParams = params(req.params).map_err(bad)?;
+                let uri = p.text_document_position_params.text_document.uri;
+                let (offset, _) = self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
+                let (this, all) = self.analyses(&uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                json(serde_json::to_value(features::hover(&ctx, offset)))
+            }
+            GotoDefinition::METHOD => {
+                let p: lsp::GotoDefinitionParams = params(req.params).map_err(bad)?;
+                let uri = p.text_document_position_params.text_document.uri;
+                let (offset, _) = self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
+                let (this, all) = self.analyses(&uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                json(serde_json::to_value(features::definition(&ctx, offset).map(lsp::GotoDefinitionResponse::Scalar)))
+            }
+            References::METHOD => {
+                let p: lsp::ReferenceParams = params(req.params).map_err(bad)?;
+                let uri = p.text_document_position.text_document.uri;
+                let (offset, _) = self.offset(&uri, p.text_document_position.position).map_err(failed)?;
+                let (this, all) = self.analyses(&uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                json(serde_json::to_value(features::references(&ctx, offset, p.context.include_declaration)))
+            }
+            Completion::METHOD => {
+                let p: lsp::CompletionParams = params(req.params).map_err(bad)?;
+                let uri = p.text_document_position.text_document.uri;
+                let (offset, text) = self.offset(&uri, p.text_document_position.position).map_err(failed)?;
+                let (this, _) = self.analyses(&uri).map_err(failed)?;
+                let items = self.completion(&uri, &this, &text, offset);
+                json(serde_json::to_value(lsp::CompletionResponse::Array(items)))
+            }
+            DocumentSymbolRequest::METHOD => {
+                let p: lsp::DocumentSymbolParams = params(req.params).map_err(bad)?;
+                let (this, _) = self.analyses(&p.text_document.uri).map_err(failed)?;
+                json(serde_json::to_value(lsp::DocumentSymbolResponse::Nested(features::document_symbols(&this))))
+            }
+            SemanticTokensFullRequest::METHOD => {
+                let p: lsp::SemanticTokensParams = params(req.params).map_err(bad)?;
+                let (this, _) = self.analyses(&p.text_document.uri).map_err(failed)?;
+                json(serde_json::to_value(lsp::SemanticTokens { result_id: None, data: features::semantic_tokens(&this) }))
+            }
+            InlayHintRequest::METHOD => {
+                let p: lsp::InlayHintParams = params(req.params).map_err(bad)?;
+                let (this, all) = self.analyses(&p.text_document.uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                json(serde_json::to_value(features::inlay_hints(&ctx, p.range)))
+            }
+            Formatting::METHOD => {
+                let p: lsp::DocumentFormattingParams = params(req.params).map_err(bad)?;
+                let text = {
+                    let st = lock(&self.state);
+                    st.docs.get(&p.text_document.uri).map(|d| d.text.clone()).ok_or_else(|| failed("not open".into()))?
+                };
+                let edit = features::formatting(&text).map_err(failed)?;
+                json(serde_json::to_value(edit.map(|e| vec![e]).unwrap_or_default()))
+            }
+            _ => Err((ErrorCode::MethodNotFound, format!("unknown request `{}`", req.method))),
+        }
+    }
+
+    fn completion(&self, uri: &Uri, this: &Arc<Analysis>, text: &str, offset: usize) -> Vec<lsp::CompletionItem> {
+        let prog = this.program();
+        let root = prog.module(prog.root);
+        if let Some(item) = root.ast.items.iter().find(|i| i.span().contains(offset) && !matches!(i, Item::Use(_))) {
+            let enc = Enclosing { analysis: this, module: prog.root, item: Some(item), current: true };
+            return features::completion(&enc, text, offset);
+        }
+        // Inside an item that does not parse right now: its last parsed version gives the
+        // scope (fields, parameters, lets), positions aside.
+        let name = root.ast.unparsed.iter().filter(|n| (n.span.start as usize) < offset).max_by_key(|n| n.span.start).map(|n| n.name.clone());
+        let old = name.as_ref().and_then(|n| lock(&self.state).last_items.get(uri).and_then(|m| m.get(n)).cloned());
+        if let (Some(name), Some(old)) = (name, old) {
+            let oprog = old.program();
+            let oroot = oprog.module(oprog.root);
+            if let Some(item) = oroot.ast.items.iter().find(|i| i.name().is_some_and(|n| n.name == name)) {
+                let enc = Enclosing { analysis: &old, module: oprog.root, item: Some(item), current: false };
+                return features::completion(&enc, text, offset);
+            }
+        }
+        let enc = Enclosing { analysis: this, module: prog.root, item: None, current: true };
+        features::completion(&enc, text, offset)
+    }
+}
+
+fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<Message>) {
+    // For each file: what each root's analysis said about it.
+    let mut contributions: HashMap<Uri, HashMap<Uri, Vec<lsp::Diagnostic>>> = HashMap::new();
+    // For each root: the files it contributed to.
+    let mut touched: HashMap<Uri, Vec<Uri>> = HashMap::new();
+    let publish = |contributions: &HashMap<Uri, HashMap<Uri, Vec<lsp::Diagnostic>>>, file: &Uri, version: Option<i32>| {
+        let mut all: Vec<lsp::Diagnostic> = Vec::new();
+        if let Some(by_root) = contributions.get(file) {
+            let mut roots: Vec<&Uri> = by_root.keys().collect();
+            roots.sort();
+            for r in roots {
+                for d in &by_root[r] {
+                    if !all.contains(d) {
+                        all.push(d.clone());
+                    }
+                }
+            }
+        }
+        let params = lsp::PublishDiagnosticsParams { uri: file.clone(), diagnostics: all, version };
+        let _ = sender.send(Notification::new(lsp::notification::PublishDiagnostics::METHOD.into(), params).into());
+    };
+    loop {
+        let Ok(first) = jobs.recv() else { return };
+        let mut pending = vec![first];
+        loop {
+            match jobs.recv_timeout(DEBOUNCE) {
+                Ok(j) => pending.push(j),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        let mut order: Vec<Uri> = Vec::new();
+        for j in pending {
+            match j {
+                Job::Check(u) => {
+                    if !order.contains(&u) {
+                        order.push(u);
+                    }
+                }
+                Job::Closed(u) => {
+                    order.retain(|x| *x != u);
+                    for f in touched.remove(&u).unwrap_or_default() {
+                        if let Some(m) = contributions.get_mut(&f) {
+                            m.remove(&u);
+                        }
+                        publish(&contributions, &f, None);
+                    }
+                }
+            }
+        }
+        for uri in order {
+            let snap = {
+                let st = lock(&state);
+                match st.analyses.get(&uri) {
+                    // Already analysed (by a request) at these versions: publish that.
+                    Some(a) if a.is_fresh(&st.docs) => Err(a.clone()),
+                    _ => Ok(Snapshot::new(&st.docs, &uri)),
+                }
+            };
+            let a = match snap {
+                Err(a) => a,
+                Ok(None) => continue,
+                Ok(Some(snap)) => match std::panic::catch_unwind(AssertUnwindSafe(|| Analysis::run(snap))) {
+                    Ok(a) => Arc::new(a),
+                    Err(_) => continue,
+                },
+            };
+            let diags = match std::panic::catch_unwind(AssertUnwindSafe(|| features::diagnostics(&paths, &a))) {
+                Ok(d) => d,
+                Err(_) => continue,
+            };
+            {
+                let mut st = lock(&state);
+                if !a.is_fresh(&st.docs) {
+                    // A newer version is on its way; its own check will publish.
+                    continue;
+                }
+                st.store(a.clone());
+            }
+            let old = touched.insert(uri.clone(), diags.keys().cloned().collect()).unwrap_or_default();
+            for f in &old {
+                if !diags.contains_key(f) {
+                    if let Some(m) = contributions.get_mut(f) {
+                        m.remove(&uri);
+                    }
+                    publish(&contributions, f, None);
+                }
+            }
+            for (f, ds) in diags {
+                contributions.entry(f.clone()).or_default().insert(uri.clone(), ds);
+                let version = (f == uri).then_some(a.version);
+                publish(&contributions, &f, version);
+            }
+        }
+    }
+}
