@@ -164,6 +164,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "human")]
         message_format: MessageFormat,
     },
+    /// Run the language server over stdin/stdout (for editors; see docs/EDITORS.md).
+    Lsp,
 }
 
 fn main() -> ExitCode {
@@ -239,6 +241,13 @@ fn main() -> ExitCode {
         Command::Eval { file, weights, data, batch, set, model, backend, message_format } => {
             train::eval(EvalArgs { file, weights, data, batch, settings: set, model, backend, format: message_format })
         }
+        Command::Lsp => match mgn_lsp::run_stdio() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("mgnc lsp: {e}");
+                1
+            }
+        },
     };
     ExitCode::from(code)
 }

@@ -1,0 +1,424 @@
+//! `mgnc lsp` driven as an editor would: JSON-RPC over the child's stdin/stdout.
+//!
+//! Run with `cargo test -p mgnc --test lsp -- --nocapture` to see the measured latency from
+//! `didChange` to published diagnostics on the largest model in models/.
+
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    rx: Receiver<Value>,
+    next_id: i64,
+    /// Notifications that arrived while waiting for something else.
+    inbox: VecDeque<Value>,
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mgn-lsp-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn file_uri(p: &Path) -> String {
+    let mut out = String::from("file://");
+    for b in p.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Client {
+    fn start(dir: &Path) -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mgnc"))
+            .arg("lsp")
+            .env("MGN_STDLIB_DIR", dir.join("stdlib-cache"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("mgnc lsp starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut len = None;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.strip_prefix("Content-Length: ") {
+                        len = v.parse::<usize>().ok();
+                    }
+                }
+                let mut body = vec![0; len.expect("Content-Length header")];
+                if r.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let v: Value = serde_json::from_slice(&body).expect("the server sends JSON");
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut c = Client { child, stdin, rx, next_id: 1, inbox: VecDeque::new() };
+        let root = file_uri(dir);
+        let init = c.request("initialize", json!({ "processId": null, "rootUri": root, "capabilities": {} }));
+        let caps = &init["capabilities"];
+        assert_eq!(caps["textDocumentSync"]["change"], 2, "incremental sync: {caps}");
+        assert!(caps["semanticTokensProvider"]["legend"]["tokenTypes"].is_array());
+        c.notify("initialized", json!({}));
+        c
+    }
+
+    fn send(&mut self, v: Value) {
+        let body = serde_json::to_string(&v).unwrap();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{}", body.len(), body).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
+    }
+
+    /// The full response (`result` or `error`).
+    fn request_raw(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let v = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("no answer to {method}"));
+            if v.get("id") == Some(&json!(id)) && v.get("method").is_none() {
+                return v;
+            }
+            self.inbox.push_back(v);
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let v = self.request_raw(method, params);
+        assert!(v.get("error").is_none(), "{method} failed: {v}");
+        v["result"].clone()
+    }
+
+    /// The next `publishDiagnostics` for `uri` that satisfies `pred`.
+    fn diagnostics_where(&mut self, uri: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + TIMEOUT;
+        let matches = |v: &Value| v["method"] == "textDocument/publishDiagnostics" && v["params"]["uri"] == uri && pred(&v["params"]);
+        if let Some(i) = self.inbox.iter().position(matches) {
+            return self.inbox.remove(i).unwrap()["params"].clone();
+        }
+        loop {
+            match self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(v) if matches(&v) => return v["params"].clone(),
+                Ok(v) => self.inbox.push_back(v),
+                Err(RecvTimeoutError::Timeout) => panic!("no diagnostics for {uri}; saw {:#?}", self.inbox),
+                Err(e) => panic!("server went away: {e}"),
+            }
+        }
+    }
+
+    fn diagnostics_for_version(&mut self, uri: &str, version: i64) -> Vec<Value> {
+        let p = self.diagnostics_where(uri, |p| p["version"] == version);
+        p["diagnostics"].as_array().unwrap().clone()
+    }
+
+    fn open(&mut self, uri: &str, text: &str) {
+        self.notify("textDocument/didOpen", json!({ "textDocument": { "uri": uri, "languageId": "mgn", "version": 1, "text": text } }));
+    }
+
+    fn change(&mut self, uri: &str, version: i64, changes: Value) {
+        self.notify("textDocument/didChange", json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": changes }));
+    }
+
+    fn shutdown(mut self) {
+        let r = self.request("shutdown", Value::Null);
+        assert!(r.is_null());
+        self.notify("exit", Value::Null);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "mgnc lsp exits cleanly: {status}");
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "mgnc lsp did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (line, character) of the `n`th occurrence of `needle` in `text`, plus `delta` characters.
+fn pos(text: &str, needle: &str, n: usize, delta: usize) -> Value {
+    let off = text.match_indices(needle).nth(n).unwrap_or_else(|| panic!("`{needle}` #{n} not in the text")).0 + delta;
+    let line = text[..off].matches('\n').count();
+    let col = text[..off].rsplit('\n').next().unwrap().encode_utf16().count();
+    json!({ "line": line, "character": col })
+}
+
+fn at(uri: &str, p: Value) -> Value {
+    json!({ "textDocument": { "uri": uri }, "position": p })
+}
+
+fn hover_text(v: &Value) -> String {
+    v["contents"]["value"].as_str().unwrap_or_default().to_string()
+}
+
+fn labels(v: &Value) -> Vec<String> {
+    let items = if v.is_array() { v.as_array().unwrap().clone() } else { v["items"].as_array().cloned().unwrap_or_default() };
+    items.iter().map(|i| i["label"].as_str().unwrap().to_string()).collect()
+}
+
+const MAIN: &str = "\
+use std.nn.{Linear}
+use \"./blocks.mgn\".{Scale}
+
+// Doubles its input.
+fn twice(x: f32[..B]) -> f32[..B] { x * 2 }
+
+// A two-layer perceptron.
+model Mlp(batch: dim = 4, d: dim = 8) {
+    input x: f32[batch, d]
+
+    fc = Linear(d, 16)
+    out = Linear(16, 3, bias = false)
+    scale = Scale(3)
+
+    forward {
+        let h = relu(fc(x))
+        let y = scale(out(h))
+        output y
+    }
+}
+";
+
+const BLOCKS: &str = "\
+// Multiplies by a learned vector.
+layer Scale(d: dim) {
+    w = param f32[d] init ones
+
+    forward(x: f32[..B, d]) -> f32[..B, d] {
+        x * self.w
+    }
+}
+";
+
+#[test]
+fn editor_session() {
+    let dir = temp_dir("session");
+    std::fs::write(dir.join("blocks.mgn"), BLOCKS).unwrap();
+    std::fs::write(dir.join("main.mgn"), MAIN).unwrap();
+    let main = file_uri(&dir.join("main.mgn"));
+    let blocks = file_uri(&dir.join("blocks.mgn"));
+    let mut c = Client::start(&dir);
+    c.open(&main, MAIN);
+    assert_eq!(c.diagnostics_for_version(&main, 1), Vec::<Value>::new(), "the model checks clean");
+
+    // Hover: a let's type, a parameter (shape and checkpoint name), a builtin, a layer's doc.
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "let h", 0, 4))));
+    assert!(h.contains("let h: f32[4, 16]"), "{h}");
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "h)", 0, 0))));
+    assert!(h.contains("let h: f32[4, 16]"), "a use of a let shows its type: {h}");
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "out(h)", 0, 1))));
+    assert!(h.contains("layer `Linear` at `out`"), "{h}");
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "relu", 0, 1))));
+    assert!(h.contains("builtin relu(x)") && h.contains("max(x, 0)"), "{h}");
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "Linear(d", 0, 2))));
+    assert!(h.contains("layer Linear(in_features: dim"), "the stdlib signature: {h}");
+    assert!(h.contains("y = x · Wᵀ + b"), "and its doc comment: {h}");
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "twice", 0, 0))));
+    assert!(h.contains("fn twice(x: f32[..B]) -> f32[..B]") && h.contains("Doubles its input."), "{h}");
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "input x", 0, 6))));
+    assert!(h.contains("input x: f32[batch, d]") && h.contains("f32[4, 8]"), "{h}");
+    // Beyond the end of the file: an answer, not a crash.
+    let r = c.request_raw("textDocument/hover", at(&main, json!({ "line": 999, "character": 3 })));
+    assert!(r.get("error").is_none(), "{r}");
+
+    // Definition: a local, a stdlib layer, an imported layer, a named argument.
+    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "relu(fc(x))", 0, 8)));
+    assert_eq!(d["uri"], main.as_str());
+    assert_eq!(d["range"]["start"], pos(MAIN, "x: f32[batch", 0, 0), "`x` is the model input");
+    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "h))", 0, 0)));
+    assert_eq!(d["range"]["start"], pos(MAIN, "h = relu", 0, 0));
+    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "Linear(d", 0, 1)));
+    let uri = d["uri"].as_str().unwrap();
+    assert!(uri.ends_with("/stdlib-cache/nn.mgn"), "{d}");
+    let std_text = std::fs::read_to_string(dir.join("stdlib-cache/nn.mgn")).unwrap();
+    assert_eq!(d["range"]["start"], pos(&std_text, "Linear(in_features", 0, 0), "{d}");
+    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "Scale(3)", 0, 0)));
+    assert_eq!(d["uri"], blocks.as_str());
+    assert_eq!(d["range"]["start"], pos(BLOCKS, "Scale", 0, 0));
+    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "bias = false", 0, 1)));
+    assert_eq!(d["range"]["start"], pos(&std_text, "bias: bool", 0, 0), "a named argument goes to the parameter: {d}");
+
+    // References of the field `fc`: its definition and its use.
+    let r = c.request("textDocument/references", json!({ "textDocument": { "uri": main }, "position": pos(MAIN, "fc = ", 0, 0), "context": { "includeDeclaration": true } }));
+    assert_eq!(r.as_array().unwrap().len(), 2, "{r}");
+
+    // Symbols, inlay hints, semantic tokens.
+    let s = c.request("textDocument/documentSymbol", json!({ "textDocument": { "uri": main } }));
+    let names: Vec<&str> = s.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["twice", "Mlp"]);
+    let mlp = &s[1];
+    let children: Vec<&str> = mlp["children"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(children, ["batch", "d", "x", "fc", "out", "scale", "forward"]);
+    let hints = c.request("textDocument/inlayHint", json!({ "textDocument": { "uri": main }, "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 99, "character": 0 } } }));
+    let hints: Vec<(Value, String)> = hints.as_array().unwrap().iter().map(|h| (h["position"].clone(), h["label"].as_str().unwrap().to_string())).collect();
+    assert_eq!(hints, [(pos(MAIN, "h = relu", 0, 1), ": f32[4, 16]".to_string()), (pos(MAIN, "y = scale", 0, 1), ": f32[4, 3]".to_string())]);
+    let t = c.request("textDocument/semanticTokens/full", json!({ "textDocument": { "uri": main } }));
+    let data = t["data"].as_array().unwrap();
+    assert!(data.len() % 5 == 0 && data.len() > 100, "{} numbers", data.len());
+
+    // Completion: builtins and items anywhere, fields after `self.`, named arguments.
+    let l = labels(&c.request("textDocument/completion", at(&main, pos(MAIN, "relu(fc", 0, 0))));
+    for want in ["relu", "softmax", "Linear", "twice", "fc", "x", "batch", "let"] {
+        assert!(l.iter().any(|x| x == want), "`{want}` missing from {l:?}");
+    }
+    let blocks = blocks_open(&mut c, &blocks);
+    let l = labels(&c.request("textDocument/completion", at(&blocks, pos(BLOCKS, "self.w", 0, 5))));
+    assert_eq!(l, ["w"]);
+
+    // Incremental edits: type a call with a half-written named argument (a syntax error that
+    // leaves the model unparsed), complete it, fix it, check.
+    let edit_at = pos(MAIN, "scale = Scale(3)", 0, 16);
+    c.change(&main, 2, json!([{ "range": { "start": edit_at, "end": edit_at }, "text": "\n    extra = Linear(64, 10, b" }]));
+    let ds = c.diagnostics_for_version(&main, 2);
+    assert_eq!(ds.len(), 1, "{ds:#?}");
+    assert_eq!(ds[0]["code"], "E0001");
+    let now = MAIN.replace("scale = Scale(3)", "scale = Scale(3)\n    extra = Linear(64, 10, b");
+    let l = labels(&c.request("textDocument/completion", at(&main, pos(&now, "10, b", 0, 5))));
+    assert_eq!(l.first().map(String::as_str), Some("bias"), "{l:?}");
+    assert!(!l.contains(&"in_features".to_string()) || l.iter().position(|x| x == "bias") < l.iter().position(|x| x == "in_features"));
+    // Hover and definition still answer from what parsed.
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(&now, "twice", 0, 0))));
+    assert!(h.contains("fn twice"), "{h}");
+    let end = pos(&now, "10, b", 0, 5);
+    c.change(&main, 3, json!([{ "range": { "start": end, "end": end }, "text": "ias = false)" }]));
+    assert_eq!(c.diagnostics_for_version(&main, 3), Vec::<Value>::new());
+    // A shape error names the shapes and carries the related locations.
+    let fixed = now.replace("10, b", "10, bias = false)");
+    let bad = pos(&fixed, "scale(out(h))", 0, 0);
+    let bad_end = pos(&fixed, "scale(out(h))", 0, 13);
+    c.change(&main, 4, json!([{ "range": { "start": bad, "end": bad_end }, "text": "fc(h)" }]));
+    let ds = c.diagnostics_for_version(&main, 4);
+    assert_eq!(ds.len(), 1, "{ds:#?}");
+    assert!(ds[0]["message"].as_str().unwrap().contains("f32[4, 16]"), "{:#}", ds[0]);
+    assert!(ds[0]["relatedInformation"].as_array().is_some_and(|r| !r.is_empty()), "{:#}", ds[0]);
+
+    // Formatting answers (an edit, nothing, or a clear error while no formatter is built in).
+    let f = c.request_raw("textDocument/formatting", json!({ "textDocument": { "uri": main }, "options": { "tabSize": 4, "insertSpaces": true } }));
+    assert!(f.get("result").is_some() || f["error"]["message"].as_str().is_some_and(|m| m.contains("format")), "{f}");
+
+    c.shutdown();
+}
+
+/// Opens blocks.mgn and returns its URI.
+fn blocks_open(c: &mut Client, uri: &str) -> String {
+    c.open(uri, BLOCKS);
+    c.diagnostics_for_version(uri, 1);
+    uri.to_string()
+}
+
+#[test]
+fn unsaved_imports_and_their_own_diagnostics() {
+    let dir = temp_dir("imports");
+    std::fs::write(dir.join("blocks.mgn"), BLOCKS).unwrap();
+    let main = file_uri(&dir.join("main.mgn"));
+    let blocks = file_uri(&dir.join("blocks.mgn"));
+    let mut c = Client::start(&dir);
+    c.open(&blocks, BLOCKS);
+    c.open(&main, MAIN);
+    assert_eq!(c.diagnostics_for_version(&main, 1), Vec::<Value>::new());
+    // Rename the layer in the unsaved buffer: main.mgn's import now fails.
+    let p = pos(BLOCKS, "Scale", 0, 0);
+    let p_end = pos(BLOCKS, "Scale", 0, 5);
+    c.change(&blocks, 2, json!([{ "range": { "start": p, "end": p_end }, "text": "Scaler" }]));
+    let ds = c.diagnostics_where(&main, |p| p["diagnostics"].as_array().is_some_and(|d| !d.is_empty()));
+    let ds = ds["diagnostics"].as_array().unwrap();
+    assert_eq!(ds[0]["code"], "E0103", "{ds:#?}");
+    assert!(ds[0]["message"].as_str().unwrap().contains("no item named `Scale`"));
+    // An error inside the imported file is reported on that file, also from main's analysis.
+    c.change(&blocks, 3, json!([{ "range": { "start": p, "end": pos(BLOCKS, "Scale", 0, 5) }, "text": "Scale" }]));
+    let w = pos(BLOCKS, "x * self.w", 0, 0);
+    c.change(&blocks, 4, json!([{ "range": { "start": w, "end": pos(BLOCKS, "x * self.w", 0, 1) }, "text": "xx" }]));
+    let ds = c.diagnostics_where(&blocks, |p| p["diagnostics"].as_array().is_some_and(|d| d.iter().any(|d| d["code"] == "E0101")));
+    assert!(ds["diagnostics"][0]["message"].as_str().unwrap().contains("cannot find `xx`"), "{ds}");
+    // Many quick edits: only the newest version is published.
+    for v in 5..=9 {
+        let text = if v % 2 == 1 { "x" } else { "xx" };
+        let len = if v % 2 == 1 { 2 } else { 1 };
+        c.change(&blocks, v, json!([{ "range": { "start": w, "end": { "line": w["line"], "character": w["character"].as_u64().unwrap() + len } }, "text": text }]));
+    }
+    let p = c.diagnostics_where(&blocks, |p| p["version"] == 9);
+    assert_eq!(p["diagnostics"], json!([]));
+    let stale: Vec<&Value> = c.inbox.iter().filter(|m| m["params"]["uri"] == blocks.as_str() && m["params"]["version"].as_i64().is_some_and(|v| (5..9).contains(&v))).collect();
+    assert!(stale.is_empty(), "stale versions are not published: {stale:#?}");
+    c.shutdown();
+}
+
+#[test]
+fn latency_on_the_largest_model() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
+    let largest = std::fs::read_dir(&models)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mgn"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let text = std::fs::read_to_string(&largest).unwrap();
+    let dir = temp_dir("latency");
+    let uri = file_uri(&largest.canonicalize().unwrap());
+    let mut c = Client::start(&dir);
+    c.open(&uri, &text);
+    let first = c.diagnostics_for_version(&uri, 1);
+    let end = pos(&text, "\n", text.matches('\n').count() - 1, 1);
+    let mut times = Vec::new();
+    for v in 2..=6i64 {
+        let edit = if v % 2 == 0 { "// edited\n" } else { "" };
+        let range_end = if v % 2 == 0 { end.clone() } else { json!({ "line": end["line"].as_u64().unwrap() + 1, "character": 0 }) };
+        let start = Instant::now();
+        c.change(&uri, v, json!([{ "range": { "start": end, "end": range_end }, "text": edit }]));
+        let ds = c.diagnostics_for_version(&uri, v);
+        times.push(start.elapsed());
+        assert_eq!(ds, first);
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    println!(
+        "didChange → publishDiagnostics on {} ({} bytes): median {:.0} ms, min {:.0} ms, max {:.0} ms (includes the {} ms debounce)",
+        largest.file_name().unwrap().to_string_lossy(),
+        text.len(),
+        median.as_secs_f64() * 1e3,
+        times[0].as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3,
+        150
+    );
+    c.shutdown();
+}
