@@ -931,3 +931,98 @@ pub fn formatting(text: &str) -> Result<Option<lsp::TextEdit>, String> {
     let map = LineMap::new(text);
     Ok(Some(lsp::TextEdit { range: map.range(0, text.len()), new_text: formatted }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{Doc, Snapshot};
+    use lsp_types::Uri;
+    use std::str::FromStr;
+
+    fn analyse(text: &str) -> Arc<Analysis> {
+        let uri = Uri::from_str("untitled:test.mgn").unwrap();
+        let mut docs = HashMap::new();
+        docs.insert(uri.clone(), Doc { text: text.to_string(), version: 1, origin: Origin::Memory(uri.as_str().to_string()) });
+        Arc::new(Analysis::run(Snapshot::new(&docs, &uri).unwrap()))
+    }
+
+    /// Every feature at a few offsets of a text: none may panic.
+    fn exercise(paths: &Paths, text: &str) {
+        let a = analyse(text);
+        let ctx = Ctx { paths, this: &a, all: &[] };
+        let _ = diagnostics(paths, &a);
+        let _ = document_symbols(&a);
+        let _ = semantic_tokens(&a);
+        let whole = lsp::Range { start: lsp::Position { line: 0, character: 0 }, end: lsp::Position { line: 9999, character: 0 } };
+        let _ = inlay_hints(&ctx, whole);
+        let n = text.len();
+        for off in [0, n / 3, n / 2, n.saturating_sub(1), n, n + 5] {
+            let _ = hover(&ctx, off);
+            let _ = definition(&ctx, off);
+            let _ = references(&ctx, off, true);
+            let item = a.program().module(a.program().root).ast.items.iter().find(|i| i.span().contains(off));
+            let enc = Enclosing { analysis: &a, module: a.program().root, item, current: true };
+            let _ = completion(&enc, text, off.min(n));
+        }
+    }
+
+    #[test]
+    fn half_typed_files_never_panic() {
+        let paths = Paths::without_stdlib();
+        let model = include_str!("../../models/tiny_gpt.mgn");
+        let mut cut = 0;
+        while cut < model.len() {
+            if model.is_char_boundary(cut) {
+                // The file typed up to here, and the file with a few characters missing here.
+                exercise(&paths, &model[..cut]);
+                let resume = (cut + 4..model.len()).find(|i| model.is_char_boundary(*i)).unwrap_or(model.len());
+                exercise(&paths, &format!("{}{}", &model[..cut], &model[resume..]));
+            }
+            cut += 29;
+        }
+    }
+
+    #[test]
+    fn doc_comments_and_signatures() {
+        let text = "// not this one\n\n// Doubles.\n// Twice.\nfn twice(x: f32[N]) -> f32[N] { x * 2 }\nlayer L(a: dim, b: dim = 2) { forward(x: f32[a]) -> f32[a] { x } }\n";
+        let fn_start = text.find("fn twice").unwrap();
+        assert_eq!(doc_comment(text, fn_start).as_deref(), Some("Doubles.\nTwice."));
+        assert_eq!(doc_comment(text, text.find("layer").unwrap()), None);
+        let a = analyse(text);
+        let items = &a.program().module(a.program().root).ast.items;
+        assert_eq!(item_signature(text, &items[0]), "fn twice(x: f32[N]) -> f32[N]");
+        assert_eq!(item_signature(text, &items[1]), "layer L(a: dim, b: dim = 2)");
+    }
+
+    #[test]
+    fn semantic_tokens_classify_names() {
+        let text = "use std.nn.{Linear}\n// c\nlayer A(d: dim) {\n    fc = Linear(d, 2)\n    forward(x: f32[B, d]) -> f32[B, 2] { relu(fc(x)) }\n}\n";
+        let a = analyse(text);
+        let toks = semantic_tokens(&a);
+        // Decode to (line, col, len, type).
+        let (mut line, mut col) = (0, 0);
+        let mut decoded = Vec::new();
+        for t in toks {
+            if t.delta_line > 0 {
+                line += t.delta_line;
+                col = t.delta_start;
+            } else {
+                col += t.delta_start;
+            }
+            decoded.push((line, col, t.length, t.token_type, t.token_modifiers_bitset));
+        }
+        let find = |l: u32, c: u32| decoded.iter().find(|t| t.0 == l && t.1 == c).map(|t| (t.3, t.4));
+        assert_eq!(find(0, 0), Some((T_KEYWORD, 0)), "use");
+        assert_eq!(find(0, 12), Some((T_CLASS, 0)), "Linear");
+        assert_eq!(find(1, 0), Some((T_COMMENT, 0)));
+        assert_eq!(find(2, 6), Some((T_CLASS, M_DECLARATION)), "A");
+        assert_eq!(find(2, 8), Some((T_PARAMETER, M_DECLARATION | M_READONLY)), "d");
+        assert_eq!(find(2, 11), Some((T_TYPE, 0)), "dim");
+        assert_eq!(find(3, 4), Some((T_PROPERTY, M_DECLARATION)), "fc");
+        assert_eq!(find(3, 19), Some((T_NUMBER, 0)), "2");
+        assert_eq!(find(4, 15), Some((T_TYPE, 0)), "f32");
+        assert_eq!(find(4, 19), Some((T_TYPE_PARAMETER, M_DECLARATION)), "B");
+        assert_eq!(find(4, 41), Some((T_FUNCTION, M_DEFAULT_LIBRARY)), "relu");
+        assert_eq!(find(4, 46), Some((T_PROPERTY, 0)), "fc");
+    }
+}

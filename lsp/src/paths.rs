@@ -72,6 +72,12 @@ impl Paths {
         Paths { std_dir: write_stdlib() }
     }
 
+    /// No stdlib copy: definitions into the stdlib have no location (tests).
+    #[cfg(test)]
+    pub fn without_stdlib() -> Paths {
+        Paths { std_dir: None }
+    }
+
     /// The compiler origin a document URI stands for.
     pub fn origin(&self, uri: &Uri) -> Origin {
         match uri_to_path(uri) {
