@@ -270,6 +270,7 @@ fn editor_session() {
     let d = c.request("textDocument/definition", at(&main, pos(MAIN, "Linear(d", 0, 1)));
     let uri = d["uri"].as_str().unwrap();
     assert!(uri.ends_with("/stdlib-cache/nn.mgn"), "{d}");
+    let d_std_uri = uri.to_string();
     let std_text = std::fs::read_to_string(dir.join("stdlib-cache/nn.mgn")).unwrap();
     assert_eq!(d["range"]["start"], pos(&std_text, "Linear(in_features", 0, 0), "{d}");
     let d = c.request("textDocument/definition", at(&main, pos(MAIN, "Scale(3)", 0, 0)));
@@ -304,6 +305,16 @@ fn editor_session() {
     let blocks = blocks_open(&mut c, &blocks);
     let l = labels(&c.request("textDocument/completion", at(&blocks, pos(BLOCKS, "self.w", 0, 5))));
     assert_eq!(l, ["w"]);
+    // Hover in an imported file shows what the importing model made of it.
+    let h = hover_text(&c.request("textDocument/hover", at(&blocks, pos(BLOCKS, "self.w", 0, 5))));
+    assert!(h.contains("param f32[3] `scale.w`"), "{h}");
+    // The stdlib copy opens as a document; hover there shows each instantiation.
+    let nn = d_std_uri.clone();
+    c.open(&nn, &std_text);
+    let h = hover_text(&c.request("textDocument/hover", at(&nn, pos(&std_text, "weight = param", 0, 0))));
+    assert!(h.contains("`fc.weight`") && h.contains("`out.weight`"), "{h}");
+    let ds = c.diagnostics_for_version(&nn, 1);
+    assert!(ds.is_empty(), "{ds:#?}");
 
     // Incremental edits: type a call with a half-written named argument (a syntax error that
     // leaves the model unparsed), complete it, fix it, check.

@@ -19,7 +19,11 @@ use std::sync::Arc;
 pub struct Ctx<'a> {
     pub paths: &'a Paths,
     pub this: &'a Arc<Analysis>,
+    /// The other analyses of the current buffers.
     pub all: &'a [Arc<Analysis>],
+    /// Every other analysis, also out-of-date ones: facts about a file are taken from any
+    /// analysis that read the same text of it.
+    pub facts_from: &'a [Arc<Analysis>],
 }
 
 pub fn range_of(a: &Analysis, span: Span) -> lsp::Range {
@@ -111,7 +115,7 @@ pub struct FileFact {
 pub fn facts_for(ctx: &Ctx, origin: &Origin, text: &str) -> Vec<FileFact> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    for a in std::iter::once(ctx.this).chain(ctx.all.iter()) {
+    for a in std::iter::once(ctx.this).chain(ctx.all.iter()).chain(ctx.facts_from.iter()) {
         let Some(file) = a.file_of(origin) else { continue };
         if text_of(a, file) != text {
             continue;
@@ -949,7 +953,7 @@ mod tests {
     /// Every feature at a few offsets of a text: none may panic.
     fn exercise(paths: &Paths, text: &str) {
         let a = analyse(text);
-        let ctx = Ctx { paths, this: &a, all: &[] };
+        let ctx = Ctx { paths, this: &a, all: &[], facts_from: &[] };
         let _ = diagnostics(paths, &a);
         let _ = document_symbols(&a);
         let _ = semantic_tokens(&a);

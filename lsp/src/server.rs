@@ -200,7 +200,8 @@ impl Server {
     }
 
     /// An analysis of the current buffers with `uri` as the root, and every other current one.
-    fn analyses(&self, uri: &Uri) -> Result<(Arc<Analysis>, Vec<Arc<Analysis>>), String> {
+    /// Also returns every other cached analysis, current or not (for facts).
+    fn analyses(&self, uri: &Uri) -> Result<(Arc<Analysis>, Vec<Arc<Analysis>>, Vec<Arc<Analysis>>), String> {
         let (cached, snap) = {
             let st = lock(&self.state);
             let cached = st.analyses.get(uri).filter(|a| a.is_fresh(&st.docs)).cloned();
@@ -221,7 +222,8 @@ impl Server {
         };
         let st = lock(&self.state);
         let others = st.analyses.values().filter(|a| a.uri != this.uri && a.is_fresh(&st.docs)).cloned().collect();
-        Ok((this, others))
+        let stale = st.analyses.values().filter(|a| a.uri != this.uri && !a.is_fresh(&st.docs)).cloned().collect();
+        Ok((this, others, stale))
     }
 
     fn offset(&self, uri: &Uri, pos: lsp::Position) -> Result<(usize, String), String> {
@@ -253,48 +255,48 @@ impl Server {
                 let p: lsp::HoverParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position_params.text_document.uri;
                 let (offset, _) = self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
-                let (this, all) = self.analyses(&uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
                 json(serde_json::to_value(features::hover(&ctx, offset)))
             }
             GotoDefinition::METHOD => {
                 let p: lsp::GotoDefinitionParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position_params.text_document.uri;
                 let (offset, _) = self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
-                let (this, all) = self.analyses(&uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
                 json(serde_json::to_value(features::definition(&ctx, offset).map(lsp::GotoDefinitionResponse::Scalar)))
             }
             References::METHOD => {
                 let p: lsp::ReferenceParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position.text_document.uri;
                 let (offset, _) = self.offset(&uri, p.text_document_position.position).map_err(failed)?;
-                let (this, all) = self.analyses(&uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
                 json(serde_json::to_value(features::references(&ctx, offset, p.context.include_declaration)))
             }
             Completion::METHOD => {
                 let p: lsp::CompletionParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position.text_document.uri;
                 let (offset, text) = self.offset(&uri, p.text_document_position.position).map_err(failed)?;
-                let (this, _) = self.analyses(&uri).map_err(failed)?;
+                let (this, ..) = self.analyses(&uri).map_err(failed)?;
                 let items = self.completion(&uri, &this, &text, offset);
                 json(serde_json::to_value(lsp::CompletionResponse::Array(items)))
             }
             DocumentSymbolRequest::METHOD => {
                 let p: lsp::DocumentSymbolParams = params(req.params).map_err(bad)?;
-                let (this, _) = self.analyses(&p.text_document.uri).map_err(failed)?;
+                let (this, ..) = self.analyses(&p.text_document.uri).map_err(failed)?;
                 json(serde_json::to_value(lsp::DocumentSymbolResponse::Nested(features::document_symbols(&this))))
             }
             SemanticTokensFullRequest::METHOD => {
                 let p: lsp::SemanticTokensParams = params(req.params).map_err(bad)?;
-                let (this, _) = self.analyses(&p.text_document.uri).map_err(failed)?;
+                let (this, ..) = self.analyses(&p.text_document.uri).map_err(failed)?;
                 json(serde_json::to_value(lsp::SemanticTokens { result_id: None, data: features::semantic_tokens(&this) }))
             }
             InlayHintRequest::METHOD => {
                 let p: lsp::InlayHintParams = params(req.params).map_err(bad)?;
-                let (this, all) = self.analyses(&p.text_document.uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all };
+                let (this, all, stale) = self.analyses(&p.text_document.uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
                 json(serde_json::to_value(features::inlay_hints(&ctx, p.range)))
             }
             Formatting::METHOD => {
