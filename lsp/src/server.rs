@@ -337,17 +337,25 @@ impl Server {
 }
 
 fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<Message>) {
-    // For each file: what each root's analysis said about it.
-    let mut contributions: HashMap<Uri, HashMap<Uri, Vec<lsp::Diagnostic>>> = HashMap::new();
+    // For each file: what each root's analysis said about it, and the version of the file's
+    // buffer that analysis read (`None`: not open then).
+    let mut contributions: HashMap<Uri, HashMap<Uri, (Option<i32>, Vec<lsp::Diagnostic>)>> = HashMap::new();
     // For each root: the files it contributed to.
     let mut touched: HashMap<Uri, Vec<Uri>> = HashMap::new();
-    let publish = |contributions: &HashMap<Uri, HashMap<Uri, Vec<lsp::Diagnostic>>>, file: &Uri, version: Option<i32>| {
+    let publish = |contributions: &HashMap<Uri, HashMap<Uri, (Option<i32>, Vec<lsp::Diagnostic>)>>, file: &Uri, version: Option<i32>| {
+        // Only what was said about the file's current text: an importer that read an older
+        // buffer will be checked again (it is scheduled with every change) and say it anew.
+        let now = lock(&state).docs.get(file).map(|d| d.version);
         let mut all: Vec<lsp::Diagnostic> = Vec::new();
         if let Some(by_root) = contributions.get(file) {
             let mut roots: Vec<&Uri> = by_root.keys().collect();
             roots.sort();
             for r in roots {
-                for d in &by_root[r] {
+                let (read, ds) = &by_root[r];
+                if now.is_some() && *read != now {
+                    continue;
+                }
+                for d in ds {
                     if !all.contains(d) {
                         all.push(d.clone());
                     }
@@ -425,7 +433,8 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
                 }
             }
             for (f, ds) in diags {
-                contributions.entry(f.clone()).or_default().insert(uri.clone(), ds);
+                let read = if f == uri { Some(a.version) } else { a.loaded.iter().find(|(o, _)| paths.uri(o).as_ref() == Some(&f)).and_then(|(_, v)| *v) };
+                contributions.entry(f.clone()).or_default().insert(uri.clone(), (read, ds));
                 let version = (f == uri).then_some(a.version);
                 publish(&contributions, &f, version);
             }
