@@ -1029,4 +1029,23 @@ mod tests {
         assert_eq!(find(4, 41), Some((T_FUNCTION, M_DEFAULT_LIBRARY)), "relu");
         assert_eq!(find(4, 46), Some((T_PROPERTY, 0)), "fc");
     }
+
+    fn complete_at(text: &str, needle: &str, delta: usize) -> Vec<String> {
+        let a = analyse(text);
+        let off = text.find(needle).unwrap() + delta;
+        let item = a.program().module(a.program().root).ast.items.iter().find(|i| i.span().contains(off));
+        let enc = Enclosing { analysis: &a, module: a.program().root, item, current: true };
+        completion(&enc, text, off).into_iter().map(|c| c.label).collect()
+    }
+
+    #[test]
+    fn member_completion() {
+        let text = "use std.nn\nlayer B(d: dim) {\n    inner = nn.Linear(d, d)\n    forward(x: f32[d]) -> f32[d] { x }\n}\nmodel M {\n    input x: f32[4]\n    blocks = repeat(2) B(4)\n    forward {\n        output y = blocks[0].inner(x) + self.blocks(x)\n    }\n}\n";
+        let items = complete_at(text, "nn.Linear", 3);
+        assert!(items.contains(&"Linear".to_string()) && items.contains(&"Conv2d".to_string()), "{items:?}");
+        assert_eq!(complete_at(text, "inner(x)", 0), ["inner"], "fields of a repeated layer's element");
+        assert_eq!(complete_at(text, "blocks(x)", 0), ["blocks"], "fields after self.");
+        let items = complete_at(text, "d, d)", 0);
+        assert!(items.contains(&"d".to_string()) && items.contains(&"relu".to_string()), "{items:?}");
+    }
 }
