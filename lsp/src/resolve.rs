@@ -464,12 +464,8 @@ impl<'p, 'o> Walker<'p, 'o> {
     /// The parameters a call's named arguments refer to.
     fn signature(&self, callee: &Expr) -> Option<Signature<'p>> {
         if let ExprKind::Name(n) = &callee.kind {
-            if self.lookup_local(n).is_none() {
-                if let Some(t) = self.lookup(n) {
-                    if let Target::Builtin(b) = t {
-                        return Some(Signature::Builtin(b));
-                    }
-                }
+            if let (None, Some(Target::Builtin(b))) = (self.lookup_local(n), self.lookup(n)) {
+                return Some(Signature::Builtin(b));
             }
         }
         if self.lookup_local_name(callee).is_none() {

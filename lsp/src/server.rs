@@ -53,6 +53,13 @@ impl State {
 
 type Shared = Arc<Mutex<State>>;
 
+/// The analysis of one document, the other current ones, and the out-of-date ones.
+type AnalysisSet = (Arc<Analysis>, Vec<Arc<Analysis>>, Vec<Arc<Analysis>>);
+
+/// For each file: what each root's analysis said about it, and the version of the file's
+/// buffer that analysis read (`None`: not open then).
+type Contributions = HashMap<Uri, HashMap<Uri, (Option<i32>, Vec<lsp::Diagnostic>)>>;
+
 fn lock(s: &Shared) -> MutexGuard<'_, State> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -201,7 +208,7 @@ impl Server {
 
     /// An analysis of the current buffers with `uri` as the root, and every other current one.
     /// Also returns every other cached analysis, current or not (for facts).
-    fn analyses(&self, uri: &Uri) -> Result<(Arc<Analysis>, Vec<Arc<Analysis>>, Vec<Arc<Analysis>>), String> {
+    fn analyses(&self, uri: &Uri) -> Result<AnalysisSet, String> {
         let (cached, snap) = {
             let st = lock(&self.state);
             let cached = st.analyses.get(uri).filter(|a| a.is_fresh(&st.docs)).cloned();
@@ -337,12 +344,10 @@ impl Server {
 }
 
 fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<Message>) {
-    // For each file: what each root's analysis said about it, and the version of the file's
-    // buffer that analysis read (`None`: not open then).
-    let mut contributions: HashMap<Uri, HashMap<Uri, (Option<i32>, Vec<lsp::Diagnostic>)>> = HashMap::new();
+    let mut contributions = Contributions::new();
     // For each root: the files it contributed to.
     let mut touched: HashMap<Uri, Vec<Uri>> = HashMap::new();
-    let publish = |contributions: &HashMap<Uri, HashMap<Uri, (Option<i32>, Vec<lsp::Diagnostic>)>>, file: &Uri, version: Option<i32>| {
+    let publish = |contributions: &Contributions, file: &Uri, version: Option<i32>| {
         // Only what was said about the file's current text: an importer that read an older
         // buffer will be checked again (it is scheduled with every change) and say it anew.
         let now = lock(&state).docs.get(file).map(|d| d.version);
