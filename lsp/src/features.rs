@@ -1048,4 +1048,17 @@ mod tests {
         let items = complete_at(text, "d, d)", 0);
         assert!(items.contains(&"d".to_string()) && items.contains(&"relu".to_string()), "{items:?}");
     }
+
+    #[test]
+    fn the_name_starting_at_the_cursor_wins() {
+        let text = "fn f(x: int, yy: int) -> int { x+yy }";
+        let a = analyse(text);
+        let paths = Paths::without_stdlib();
+        let ctx = Ctx { paths: &paths, this: &a, all: &[], facts_from: &[] };
+        let at = |off: usize| definition(&ctx, off).map(|l| l.range.start.character);
+        let use_y = text.find("x+yy").unwrap() + 2;
+        assert_eq!(at(use_y), Some(13), "`|yy` after `x`: yy");
+        assert_eq!(at(use_y - 1), Some(5), "`x|+`: x");
+        assert_eq!(at(use_y + 2), Some(13), "`yy|`: yy");
+    }
 }

@@ -88,7 +88,8 @@ pub struct Index {
 impl Index {
     /// The innermost occurrence at a byte offset of a file (the cursor may sit just after it).
     pub fn at(&self, file: mgn_syntax::FileId, offset: usize) -> Option<&Occurrence> {
-        self.occurrences.iter().filter(|o| o.span.file == file && o.span.contains(offset)).min_by_key(|o| (o.span.len(), o.span.start as usize == offset))
+        // A name that merely ends at the cursor loses to one that starts there (`x|+y`).
+        self.occurrences.iter().filter(|o| o.span.file == file && o.span.contains(offset)).min_by_key(|o| (o.span.end as usize == offset && !o.span.is_empty(), o.span.len()))
     }
 }
 
