@@ -337,7 +337,15 @@ fn describe_target(ctx: &Ctx, facts: &[FileFact], o: &Occurrence) -> Vec<String>
                     out
                 }
                 SymKind::Output => vec![code_block(&format!("output {name}"))],
-                _ => vec![code_block(&declaration(a, span, kind).unwrap_or_else(|| format!("{name} ({})", kind.describe())))],
+                _ => {
+                    let mut out = vec![code_block(&declaration(a, span, kind).unwrap_or_else(|| format!("{name} ({})", kind.describe())))];
+                    // What a parameter was bound to in the calls elaboration made.
+                    let texts = facts_at(facts, span, &[FactKind::Arg]);
+                    if !texts.is_empty() {
+                        out.push(join_facts(&texts).lines().map(|l| format!("- bound to {l}")).collect::<Vec<_>>().join("\n"));
+                    }
+                    out
+                }
             }
         }
     }
@@ -1060,5 +1068,33 @@ mod tests {
         assert_eq!(at(use_y), Some(13), "`|yy` after `x`: yy");
         assert_eq!(at(use_y - 1), Some(5), "`x|+`: x");
         assert_eq!(at(use_y + 2), Some(13), "`yy|`: yy");
+    }
+}
+
+#[cfg(test)]
+mod arg_hover_tests {
+    use super::*;
+    use crate::analysis::{Doc, Snapshot};
+    use crate::paths::Paths;
+    use lsp_types::Uri;
+    use std::str::FromStr;
+
+    fn analyse(text: &str) -> Arc<Analysis> {
+        let uri = Uri::from_str("untitled:test.mgn").unwrap();
+        let mut docs = HashMap::new();
+        docs.insert(uri.clone(), Doc { text: text.to_string(), version: 1, origin: Origin::Memory(uri.as_str().to_string()) });
+        Arc::new(Analysis::run(Snapshot::new(&docs, &uri).unwrap()))
+    }
+
+    #[test]
+    fn hover_on_a_forward_parameter_shows_what_it_was_bound_to() {
+        let text = "layer L(d: dim) {\n    forward(x: f32[B, d]) -> f32[B, d] { relu(x) }\n}\nmodel M {\n    input t: f32[3, 5]\n    l = L(5)\n    forward {\n        output y = l(t)\n    }\n}\n";
+        let paths = Paths::without_stdlib();
+        let a = analyse(text);
+        let ctx = Ctx { paths: &paths, this: &a, all: &[], facts_from: &[] };
+        let off = text.find("relu(x)").unwrap() + 5;
+        let h = hover(&ctx, off).expect("a hover");
+        let lsp::HoverContents::Markup(m) = h.contents else { panic!("markup hover") };
+        assert!(m.value.contains("bound to f32[3, 5]"), "{}", m.value);
     }
 }

@@ -81,6 +81,8 @@ pub enum FactKind {
     Param,
     /// A sub-layer field: the layer and its arguments.
     Layer,
+    /// A parameter of a `fn`, `forward` or layer config: what it was bound to in a call.
+    Arg,
 }
 
 impl<'p> Evaluator<'p> {
@@ -597,6 +599,12 @@ impl<'p> Evaluator<'p> {
                 },
             };
             let value = self.check_param(p, value, span, what)?;
+            // Hover on a parameter shows what it was bound to in this instantiation.
+            let text = match &value {
+                Value::Tensor(t) => self.type_str(*t),
+                other => self.describe(other),
+            };
+            self.facts.push(Fact { span: p.name.span, kind: FactKind::Arg, text });
             self.bind(&p.name.name, value);
         }
         Ok(())
