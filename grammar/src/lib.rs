@@ -6,6 +6,7 @@
 
 pub mod ast;
 pub mod diag;
+pub mod format;
 pub mod limits;
 pub mod parser;
 pub mod span;
