@@ -8,7 +8,7 @@ use crate::commands::report::MessageFormat;
 use crate::commands::plan::Backend;
 use crate::commands::run::{RunArgs, RunMode};
 use crate::commands::train::{EvalArgs, OptimizerName, ScheduleName, TrainArgs};
-use crate::commands::{build, check, run, train};
+use crate::commands::{build, check, fmt, run, train};
 use mgn_compiler::elab::Setting;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -166,6 +166,15 @@ enum Command {
     },
     /// Run the language server over stdin/stdout (for editors; see docs/EDITORS.md).
     Lsp,
+    /// Rewrite files in the canonical layout (directories: every `.mgn` file under them).
+    Fmt {
+        /// Files or directories; `-` formats stdin to stdout.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write nothing: list the files that would change, and exit with 1 if there are any.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -248,6 +257,7 @@ fn main() -> ExitCode {
                 1
             }
         },
+        Command::Fmt { files, check } => fmt::run(&files, check),
     };
     ExitCode::from(code)
 }

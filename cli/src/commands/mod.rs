@@ -4,6 +4,7 @@
 pub mod build;
 pub mod check;
 pub mod data;
+pub mod fmt;
 pub mod plan;
 pub mod report;
 pub mod run;
