@@ -69,9 +69,6 @@ impl<'p> Checker<'p, '_> {
                 );
             }
         }
-        for i in &l.inputs {
-            self.tensor_type(&i.ty, false);
-        }
         for (n, f) in l.fields.iter().enumerate() {
             self.fields_visible = n;
             if let Some(c) = &f.cond {
@@ -94,6 +91,10 @@ impl<'p> Checker<'p, '_> {
             }
         }
         self.fields_visible = l.fields.len();
+        // Input shapes may use fields (`input x: f32[B, self_dim]`): they are created after them.
+        for i in &l.inputs {
+            self.tensor_type(&i.ty, false);
+        }
         // Inputs of a layer were reported above; binding them anyway avoids a second report at each use.
         for i in &l.inputs {
             self.bind(&i.name.name);
