@@ -343,9 +343,13 @@ fn editor_session() {
     assert!(ds[0]["message"].as_str().unwrap().contains("f32[4, 16]"), "{:#}", ds[0]);
     assert!(ds[0]["relatedInformation"].as_array().is_some_and(|r| !r.is_empty()), "{:#}", ds[0]);
 
-    // Formatting answers (an edit, nothing, or a clear error while no formatter is built in).
+    // Formatting answers with `mgnc fmt`'s layout: one whole-document edit (or none if canonical).
     let f = c.request_raw("textDocument/formatting", json!({ "textDocument": { "uri": main }, "options": { "tabSize": 4, "insertSpaces": true } }));
-    assert!(f.get("result").is_some() || f["error"]["message"].as_str().is_some_and(|m| m.contains("format")), "{f}");
+    assert!(f.get("error").is_none() && f.get("result").is_some(), "{f}");
+    if let Some(edits) = f["result"].as_array() {
+        let new_text = edits[0]["newText"].as_str().expect("an edit");
+        assert_eq!(mgn_syntax::format::format(new_text).as_deref(), Ok(new_text), "the result is already canonical");
+    }
 
     c.shutdown();
 }
