@@ -52,6 +52,9 @@ enum Command {
         freeze: Vec<String>,
         #[arg(long, value_enum, default_value = "human")]
         message_format: MessageFormat,
+        /// Build again whenever the model or a file it imports changes, until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
     },
     /// Run a model or plan once and write its outputs, loss and (with --grads) gradients.
     Run {
@@ -181,8 +184,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Check { files, message_format } => check::run(&files, message_format),
-        Command::Build { file, emit, mode, out, set, model, freeze, message_format } => {
-            build::run(BuildArgs { file, emit, settings: set, model, mode, out, freeze, format: message_format })
+        Command::Build { file, emit, mode, out, set, model, freeze, message_format, watch } => {
+            build::run(BuildArgs { file, emit, settings: set, model, mode, out, freeze, format: message_format, watch })
         }
         Command::Run { file, weights, partial, inputs, out, grads, mode, backend, set, model, freeze, seed, check_numerics, message_format } => run::run(RunArgs {
             file,

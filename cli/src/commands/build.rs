@@ -33,21 +33,39 @@ pub struct BuildArgs {
     pub out: Option<PathBuf>,
     pub freeze: Vec<String>,
     pub format: MessageFormat,
+    /// Rebuild whenever the model or a file it imports changes (`watch.rs`).
+    pub watch: bool,
 }
 
 pub fn run(a: BuildArgs) -> u8 {
+    if a.watch {
+        return super::watch::run(&a);
+    }
+    build(&a).0
+}
+
+/// Builds once, printing the diagnostics or the result. Returns the exit code and the files
+/// to watch for changes: the model, the files it imports, and imports not found yet.
+pub fn build(a: &BuildArgs) -> (u8, Vec<PathBuf>) {
+    let mut files = vec![a.file.clone()];
+    let code = build_into(a, &mut files);
+    (code, files)
+}
+
+fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     let start = Instant::now();
     let opts = match a.mode {
         PlanMode::Infer => PlanOptions::infer(),
         PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
     };
-    let (outcome, plan) = match mgn_compiler::driver::plan_path(&a.file, a.model, a.settings, &opts) {
+    let (outcome, plan) = match mgn_compiler::driver::plan_path(&a.file, a.model.clone(), a.settings.clone(), &opts) {
         Ok(r) => r,
         Err(e) => {
             report::error(&e, a.format);
             return super::EXIT_ERRORS;
         }
     };
+    *files = super::watch::watched_files(&outcome.program);
     if !report::diagnostics(&outcome, a.format) {
         return super::EXIT_ERRORS;
     }

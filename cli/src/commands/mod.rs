@@ -9,6 +9,7 @@ pub mod plan;
 pub mod report;
 pub mod run;
 pub mod train;
+pub mod watch;
 
 /// Exit codes: 0 success, 1 errors in the input (diagnostics, bad files), 2 usage errors (clap).
 pub const EXIT_ERRORS: u8 = 1;
