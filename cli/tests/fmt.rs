@@ -137,3 +137,10 @@ fn dash_formats_stdin_to_stdout() {
     assert_eq!(text(&out.stdout), TIDY);
 }
 
+
+#[test]
+fn the_repository_models_and_stdlib_are_canonically_formatted() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mgnc")).args(["fmt", "--check", "models", "stdlib"]).current_dir(root).output().expect("mgnc runs");
+    assert!(out.status.success(), "run `mgnc fmt models stdlib`; these files are not formatted:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}

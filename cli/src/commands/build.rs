@@ -24,16 +24,32 @@ pub enum PlanMode {
     Train,
 }
 
+#[derive(clap::Args)]
 pub struct BuildArgs {
+    /// The model to build (.mgn).
     pub file: PathBuf,
+    /// What to print.
+    #[arg(long, value_enum, default_value = "summary")]
     pub emit: Emit,
-    pub settings: Vec<Setting>,
-    pub model: Option<String>,
+    /// Inference plan (outputs only) or training plan (loss, gradients, optimizer update).
+    #[arg(long, value_enum, default_value = "infer")]
     pub mode: PlanMode,
+    /// Write the plan to this `.mgnplan` file.
+    #[arg(short, long, value_name = "OUT.mgnplan")]
     pub out: Option<PathBuf>,
+    /// Override a model argument, e.g. `--set T=1` (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub settings: Vec<Setting>,
+    /// Which model to build when the file defines several.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Freeze parameters whose name is this or starts with it and a dot (repeatable).
+    #[arg(long, value_name = "NAME")]
     pub freeze: Vec<String>,
+    #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
-    /// Rebuild whenever the model or a file it imports changes (`watch.rs`).
+    /// Build again whenever the model or a file it imports changes, until Ctrl-C (`watch.rs`).
+    #[arg(long)]
     pub watch: bool,
 }
 

@@ -21,20 +21,45 @@ pub enum RunMode {
     Train,
 }
 
+#[derive(clap::Args)]
 pub struct RunArgs {
+    /// A .mgn model or a .mgnplan.
     pub file: PathBuf,
+    /// Parameters to load (safetensors, names as in the model); without it, the initializers run.
+    #[arg(long)]
     pub weights: Option<PathBuf>,
+    /// Load the parameters that match and report the rest, instead of refusing.
+    #[arg(long)]
     pub partial: bool,
+    /// Input tensors, named like the model's inputs (safetensors).
+    #[arg(long)]
     pub inputs: PathBuf,
+    /// Where to write `output.<name>`, `loss` and `grad.<param>` (safetensors).
+    #[arg(long)]
     pub out: PathBuf,
+    /// Also compute the gradient of the loss for every trainable parameter.
+    #[arg(long)]
     pub grads: bool,
+    #[arg(long, value_enum, default_value = "eval")]
     pub mode: RunMode,
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
+    /// Override a model argument, e.g. `--set T=1` (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
     pub settings: Vec<Setting>,
+    /// Which model to build when the file defines several.
+    #[arg(long)]
     pub model: Option<String>,
+    /// Freeze parameters whose name is this or starts with it and a dot (repeatable).
+    #[arg(long, value_name = "NAME")]
     pub freeze: Vec<String>,
+    /// Seed for initializers (without --weights) and dropout.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Stop at the first NaN/Inf and name the op and model line (always on in debug builds).
+    #[arg(long)]
     pub check_numerics: bool,
+    #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
 }
 
@@ -66,7 +91,7 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
         return Err(fail("`--grads` needs a plan with gradients: run the .mgn file, or build the plan with `--mode train`", a.format));
     }
     let mut session = Session::new(plan, a.seed);
-    session.check_numerics = a.check_numerics;
+    session.check_numerics = a.check_numerics || cfg!(debug_assertions);
     if let Some(w) = &a.weights {
         let mode = if a.partial { MatchMode::Partial } else { MatchMode::Strict };
         let rep = session.load_checkpoint(w, mode).map_err(|e| fail(&e.to_string(), a.format))?;

@@ -33,28 +33,65 @@ pub enum ScheduleName {
     Cosine,
 }
 
+#[derive(clap::Args)]
 pub struct TrainArgs {
+    /// The model to train (.mgn).
     pub file: PathBuf,
+    /// Training data: safetensors with one tensor per model input, samples along the first axis.
+    #[arg(long)]
     pub data: PathBuf,
+    /// Held-out data: accuracy after every epoch when the model classifies.
+    #[arg(long)]
     pub eval_data: Option<PathBuf>,
+    #[arg(long, default_value_t = 10)]
     pub epochs: u32,
+    /// Batch size (sets the model argument `batch` or `B`).
+    #[arg(long)]
     pub batch: Option<usize>,
+    #[arg(long, value_enum, default_value = "adam")]
     pub optimizer: OptimizerName,
+    #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9)]
     pub momentum: f64,
+    /// AdamW decoupled weight decay.
+    #[arg(long, default_value_t = 0.01)]
     pub weight_decay: f64,
+    /// Clip gradients to this global norm.
+    #[arg(long)]
     pub clip_norm: Option<f64>,
+    #[arg(long, value_enum, default_value = "constant")]
     pub schedule: ScheduleName,
+    /// Warm-up steps of the cosine schedule.
+    #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// Write a checkpoint here when training ends (and on Ctrl-C).
+    #[arg(long)]
     pub save: Option<PathBuf>,
+    /// Continue from a checkpoint (parameters, optimizer state and step).
+    #[arg(long)]
     pub resume: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Override a model argument, e.g. `--set T=1` (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
     pub settings: Vec<Setting>,
+    /// Which model to build when the file defines several.
+    #[arg(long)]
     pub model: Option<String>,
+    /// Freeze parameters whose name is this or starts with it and a dot (repeatable).
+    #[arg(long, value_name = "NAME")]
     pub freeze: Vec<String>,
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
+    /// Stop at the first NaN/Inf and name the op and model line (always on in debug builds).
+    #[arg(long)]
     pub check_numerics: bool,
+    /// No progress bar.
+    #[arg(long, short)]
     pub quiet: bool,
+    #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
 }
 
@@ -118,7 +155,7 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     let task = classification(&plan, &eval_plan);
 
     let mut session = Session::new(plan, a.seed);
-    session.check_numerics = a.check_numerics;
+    session.check_numerics = a.check_numerics || cfg!(debug_assertions);
     if let Some(r) = &a.resume {
         session.load_checkpoint(r, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
         eprintln!("resumed from {} at step {}", r.display(), session.step);
@@ -224,14 +261,27 @@ pub fn accuracy(session: &mut Session, data: &Dataset, labels: &str, output: &st
     Ok((right, data.len))
 }
 
+#[derive(clap::Args)]
 pub struct EvalArgs {
+    /// A .mgn model or an inference .mgnplan.
     pub file: PathBuf,
+    #[arg(long)]
     pub weights: PathBuf,
+    /// Labelled data: the model's inputs plus an integer labels tensor.
+    #[arg(long)]
     pub data: PathBuf,
+    /// Batch size (sets the model argument `batch` or `B`).
+    #[arg(long)]
     pub batch: Option<usize>,
+    /// Override a model argument, e.g. `--set T=1` (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
     pub settings: Vec<Setting>,
+    /// Which model to build when the file defines several.
+    #[arg(long)]
     pub model: Option<String>,
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
+    #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
 }
 
