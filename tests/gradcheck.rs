@@ -8,7 +8,7 @@ use mgn_compiler::{driver::plan_path, elab::Setting};
 use mgn_runtime::optim::OptimizerSpec;
 use mgn_runtime::session::Session;
 use mgn_runtime::tensor::{Data, Tensor};
-use mgn_runtime::{Op, Plan};
+use mgn_runtime::Plan;
 use mgn_tests::{rendered, root};
 use std::path::Path;
 
@@ -32,30 +32,6 @@ fn compile(model: &str, settings: &[&str]) -> Plan {
     let (outcome, plan) = plan_path(Path::new(model), None, settings, &PlanOptions::train(&[], OptimizerSpec::default())).expect("readable");
     assert!(outcome.ok(), "{model}: {}", rendered(&outcome));
     plan.expect("a training plan")
-}
-
-/// The exclusive upper bound an integer input may take: the size of the table it indexes or
-/// the number of classes it labels, following it through shape-only ops.
-fn int_range(plan: &Plan, value: u32) -> i32 {
-    let mut bound = i32::MAX;
-    for s in &plan.steps {
-        let Some(pos) = s.inputs.iter().position(|&x| x == value) else { continue };
-        let b = match (&s.op, pos) {
-            (Op::Gather { axis }, 1) => plan.steps[s.inputs[0] as usize].shape[*axis] as i32,
-            (Op::SoftmaxCrossEntropy, 1) => *plan.steps[s.inputs[0] as usize].shape.last().expect("class axis") as i32,
-            (Op::Reshape | Op::Slice { .. } | Op::Permute { .. }, 0) => {
-                let me = plan.steps.iter().position(|t| std::ptr::eq(t, s)).expect("in the plan") as u32;
-                int_range(plan, me)
-            }
-            _ => i32::MAX,
-        };
-        bound = bound.min(b);
-    }
-    if bound == i32::MAX {
-        100
-    } else {
-        bound
-    }
 }
 
 fn to_f64(t: &Tensor) -> Tensor {
@@ -82,7 +58,8 @@ fn check_model(model: &str, settings: &[&str]) {
             let t = if s.dtype.is_float() {
                 Tensor { dtype: s.dtype, shape: s.shape.clone(), data: Data::F64((0..n).map(|_| rng.normal()).collect()) }
             } else {
-                let hi = int_range(&plan, *v);
+                // The bound is `Plan::int_input_range`'s (shared with `mgnc bench`); 100 when nothing bounds it.
+                let hi = plan.int_input_range(*v).unwrap_or(100);
                 Tensor { dtype: s.dtype, shape: s.shape.clone(), data: Data::I32((0..n).map(|_| (rng.next() * hi as f64) as i32).collect()) }
             };
             (name.clone(), t)

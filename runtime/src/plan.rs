@@ -127,6 +127,46 @@ impl Plan {
         Plan::from_bytes(&bytes, &path.display().to_string())
     }
 
+    /// For each step, the last step that reads its value; `usize::MAX` for the results
+    /// (outputs, loss, gradients), which are never freed. The session frees a value after the
+    /// step given here (a value nothing reads is 0, and is kept).
+    pub fn last_uses(&self) -> Vec<usize> {
+        let mut last_use = vec![0usize; self.steps.len()];
+        for (i, s) in self.steps.iter().enumerate() {
+            for &x in &s.inputs {
+                last_use[x as usize] = i;
+            }
+        }
+        let results = self.outputs.iter().map(|(_, v)| *v).chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v));
+        for r in results {
+            last_use[r as usize] = usize::MAX;
+        }
+        last_use
+    }
+
+    /// The exclusive upper bound of the values an integer step may hold for the plan to be
+    /// valid: the size of the table it indexes (`Gather`) or the number of classes it labels
+    /// (`SoftmaxCrossEntropy`), followed through shape-only ops (reshape, slice, permute); the
+    /// smallest when it feeds several. `None` when nothing bounds it (a mask or a timestep that
+    /// is only cast to floats). Random inputs for tests and benchmarks draw from `0..bound`.
+    pub fn int_input_range(&self, value: u32) -> Option<i32> {
+        let mut bound: Option<i32> = None;
+        for (me, s) in self.steps.iter().enumerate() {
+            let Some(pos) = s.inputs.iter().position(|&x| x == value) else { continue };
+            let b = match (&s.op, pos) {
+                (Op::Gather { axis }, 1) => Some(self.steps[s.inputs[0] as usize].shape[*axis] as i32),
+                (Op::SoftmaxCrossEntropy, 1) => self.steps[s.inputs[0] as usize].shape.last().map(|&c| c as i32),
+                (Op::Reshape | Op::Slice { .. } | Op::Permute { .. }, 0) => self.int_input_range(me as u32),
+                _ => None,
+            };
+            bound = match (bound, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        bound
+    }
+
     /// Structural checks, so a hand-edited or truncated plan fails here and not mid-run.
     pub fn validate(&self) -> Result<(), String> {
         for (i, s) in self.steps.iter().enumerate() {
@@ -209,6 +249,22 @@ mod tests {
             let e = Plan::from_bytes(&good[..cut], "cut.mgnplan").unwrap_err().to_string();
             assert!(e.starts_with("cut.mgnplan: corrupt plan"), "cut at {cut}: {e}");
         }
+    }
+
+    #[test]
+    fn integer_ranges_follow_tables_and_class_counts() {
+        let step = |op, inputs: Vec<u32>, dtype, shape: Vec<usize>| Step { op, inputs, dtype, shape, loc: SourceLoc::default() };
+        let mut p = tiny();
+        p.steps = vec![
+            step(Op::Input { name: "ids".into() }, vec![], DType::I32, vec![6]),
+            step(Op::Param { index: 0 }, vec![], DType::F32, vec![7, 2]),
+            step(Op::Reshape, vec![0], DType::I32, vec![2, 3]),
+            step(Op::Gather { axis: 0 }, vec![1, 2], DType::F32, vec![2, 3, 2]),
+            step(Op::Input { name: "mask".into() }, vec![], DType::I32, vec![6]),
+            step(Op::Cast, vec![4], DType::F32, vec![6]),
+        ];
+        assert_eq!(p.int_input_range(0), Some(7), "through the reshape to the table's rows");
+        assert_eq!(p.int_input_range(4), None, "only cast: nothing bounds it");
     }
 
     #[test]

@@ -52,16 +52,7 @@ impl Session {
     /// A session with freshly initialized parameters (deterministic for a given seed).
     pub fn new(plan: Plan, seed: u64) -> Session {
         let params = plan.params.iter().enumerate().map(|(i, p)| crate::init::initialize(p, seed, i)).collect();
-        let mut last_use = vec![0usize; plan.steps.len()];
-        for (i, s) in plan.steps.iter().enumerate() {
-            for &x in &s.inputs {
-                last_use[x as usize] = i;
-            }
-        }
-        let results = plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss).chain(plan.grads.iter().map(|(_, v)| *v));
-        for r in results {
-            last_use[r as usize] = usize::MAX;
-        }
+        let last_use = plan.last_uses();
         Session { optimizer: OptimizerState::default(), plan, params, step: 0, seed, check_numerics: cfg!(debug_assertions), last_use }
     }
 
