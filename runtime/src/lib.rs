@@ -7,6 +7,7 @@ pub mod dtype;
 pub mod init;
 pub mod io;
 pub mod limits;
+pub mod memory;
 pub mod op;
 pub mod optim;
 pub mod plan;
