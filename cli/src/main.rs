@@ -3,11 +3,12 @@
 
 mod commands;
 
+use crate::commands::bench::BenchArgs;
 use crate::commands::build::BuildArgs;
 use crate::commands::report::MessageFormat;
 use crate::commands::run::RunArgs;
 use crate::commands::train::{EvalArgs, TrainArgs};
-use crate::commands::{build, check, fmt, run, train};
+use crate::commands::{bench, build, check, fmt, run, train};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +37,8 @@ enum Command {
     Train(TrainArgs),
     /// Accuracy of a model or inference plan with given weights on a labelled data set.
     Eval(EvalArgs),
+    /// Measure compile time, forward, minimal-shape, backward and training-step latency, and memory.
+    Bench(BenchArgs),
     /// Run the language server over stdin/stdout (for editors; see docs/EDITORS.md).
     Lsp,
     /// Rewrite files in the canonical layout (directories: every `.mgn` file under them).
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Train(a) => train::train(a),
         Command::Eval(a) => train::eval(a),
+        Command::Bench(a) => bench::run(a),
         Command::Lsp => match mgn_lsp::run_stdio() {
             Ok(()) => 0,
             Err(e) => {

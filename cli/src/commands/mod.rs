@@ -1,6 +1,7 @@
 //! The `mgnc` subcommands. `main.rs` parses the command line; each module here runs one
 //! subcommand and returns the process exit code.
 
+pub mod bench;
 pub mod build;
 pub mod check;
 pub mod data;

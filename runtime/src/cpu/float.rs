@@ -124,7 +124,7 @@ pub(crate) fn gemm<T: Float>(m: usize, k: usize, n: usize, alpha: T, a: Mat<T>, 
 }
 
 /// How many threads the kernels use: the machine's cores (`MGN_CPU_THREADS` overrides).
-pub(crate) fn threads() -> usize {
+pub fn threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
         let env = std::env::var("MGN_CPU_THREADS").ok().and_then(|s| s.parse().ok());

@@ -35,6 +35,7 @@ use crate::{DType, Data, Tensor};
 use float::Float;
 use std::borrow::Cow;
 
+pub use float::threads;
 pub use pointwise::dropout_keep;
 
 /// What a kernel may need to know about the step it runs.

@@ -1,0 +1,535 @@
+//! `mgnc bench FILE [--set k=v]... [--backend …] [--warmup 5] [--samples 20] [--json]`: how
+//! long a model takes to compile, run forward (at its shape and at a one-sample, one-token
+//! shape), run forward + loss + backward, and take a training step; and how much memory its
+//! plans need (`mgn_runtime::memory`).
+//!
+//! Every measurement is `--warmup` untimed calls, then `--samples` calls each timed with the wall
+//! clock (`Instant`) around the one call; the report gives the median and the interquartile range
+//! (p25–p75, linear interpolation). Inputs are seeded random: floats N(0, 1), integers uniform
+//! below the bound `Plan::int_input_range` derives (the table an index reads, the class count a
+//! label picks from), {0, 1} where nothing bounds them (masks, flags). NaN checks are off, so the
+//! kernels are what is timed.
+
+use super::plan::{check_backend, Backend};
+use super::report::{self, MessageFormat};
+use mgn_compiler::elab::Setting;
+use mgn_compiler::ir::dump::thousands;
+use mgn_compiler::lower::PlanOptions;
+use mgn_runtime::memory::{plan_memory, PlanMemory};
+use mgn_runtime::optim::{OptimizerKind, OptimizerSpec};
+use mgn_runtime::session::Session;
+use mgn_runtime::tensor::{Data, Tensor};
+use mgn_runtime::Plan;
+use rand::{RngExt, SeedableRng};
+use serde_json::{json, Value};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Fewer timed samples than this make the interquartile range too rough to compare.
+const MIN_SAMPLES: usize = 20;
+/// Model arguments set to 1 for the minimal shape: the batch, and the sequence (one token).
+const BATCH_ARGS: [&str; 2] = ["B", "batch"];
+const SEQUENCE_ARGS: [&str; 2] = ["T", "frames"];
+/// Integers that index nothing (masks, flags, timesteps only cast to floats) take 0 or 1.
+const UNBOUNDED_INT_RANGE: i32 = 2;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// The model to measure (.mgn).
+    pub file: PathBuf,
+    /// Override a model argument, e.g. `--set T=128` (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub settings: Vec<Setting>,
+    /// Which model to measure when the file defines several.
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// Untimed calls before each measurement.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Timed calls per measurement; fewer than 20 is allowed with a warning.
+    #[arg(long, default_value_t = MIN_SAMPLES)]
+    pub samples: usize,
+    /// Seed of the random inputs and the initial parameters.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON object (on stdout) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Median and interquartile range of one measurement, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub median_ms: f64,
+    pub p25_ms: f64,
+    pub p75_ms: f64,
+    pub samples: usize,
+}
+
+impl Timing {
+    /// From durations in milliseconds (any order, at least one).
+    pub fn from_samples(mut ms: Vec<f64>) -> Timing {
+        ms.sort_by(f64::total_cmp);
+        Timing { median_ms: quantile(&ms, 0.5), p25_ms: quantile(&ms, 0.25), p75_ms: quantile(&ms, 0.75), samples: ms.len() }
+    }
+
+    fn json(&self) -> Value {
+        json!({ "median_ms": self.median_ms, "p25_ms": self.p25_ms, "p75_ms": self.p75_ms, "samples": self.samples })
+    }
+}
+
+/// The `q` quantile of sorted values, interpolating linearly between neighbours (NumPy's default).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+struct Bench<'a> {
+    a: &'a BenchArgs,
+    format: MessageFormat,
+    progress: bool,
+}
+
+impl Bench<'_> {
+    /// `--warmup` untimed calls, then `--samples` calls timed one by one. What a call returns
+    /// is dropped after its clock stops.
+    fn measure<T>(&self, what: &str, mut call: impl FnMut() -> Result<T, String>) -> Result<Timing, u8> {
+        let total = self.a.warmup + self.a.samples;
+        let mut ms = Vec::with_capacity(self.a.samples);
+        for i in 0..total {
+            if self.progress {
+                eprint!("\r\x1b[2K{what}: {} {}/{}", if i < self.a.warmup { "warm-up" } else { "sample" }, if i < self.a.warmup { i + 1 } else { i + 1 - self.a.warmup }, if i < self.a.warmup { self.a.warmup } else { self.a.samples });
+            }
+            let start = Instant::now();
+            let r = call();
+            let elapsed = start.elapsed().as_secs_f64() * 1e3;
+            let r = r.map_err(|e| self.fail(&format!("{what}: {e}")))?;
+            drop(r);
+            if i >= self.a.warmup {
+                ms.push(elapsed);
+            }
+        }
+        if self.progress {
+            eprint!("\r\x1b[2K");
+        }
+        Ok(Timing::from_samples(ms))
+    }
+
+    fn fail(&self, msg: &str) -> u8 {
+        report::error(msg, self.format);
+        super::EXIT_ERRORS
+    }
+
+    /// Compiles the model, printing diagnostics when it does not build.
+    fn compile(&self, settings: &[Setting], opts: &PlanOptions) -> Result<(mgn_compiler::Outcome, Plan), u8> {
+        let (outcome, plan) = mgn_compiler::driver::plan_path(&self.a.file, self.a.model.clone(), settings.to_vec(), opts).map_err(|e| self.fail(&e))?;
+        if !report::diagnostics(&outcome, self.format) {
+            return Err(super::EXIT_ERRORS);
+        }
+        Ok((outcome, plan.expect("a clean build lowers to a plan")))
+    }
+
+    /// The compile time from the .mgn text to a plan: check, elaborate, (autodiff,) lower.
+    fn measure_compile(&self, what: &str, settings: &[Setting], opts: &PlanOptions) -> Result<Timing, u8> {
+        self.measure(what, || match mgn_compiler::driver::plan_path(&self.a.file, self.a.model.clone(), settings.to_vec(), opts)? {
+            (_, Some(plan)) => Ok(plan),
+            (outcome, None) => Err(outcome.diagnostics.first().map_or("does not build".into(), |d| d.message.clone())),
+        })
+    }
+}
+
+/// Seeded random values for every input of `plan`, and the names of integer inputs that
+/// nothing bounds (they get 0 or 1).
+pub fn random_inputs(plan: &Plan, seed: u64) -> (Vec<(String, Tensor)>, Vec<String>) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut unbounded = Vec::new();
+    let tensors = plan
+        .inputs
+        .iter()
+        .map(|(name, v)| {
+            let s = &plan.steps[*v as usize];
+            let n: usize = s.shape.iter().product();
+            let data = if s.dtype.is_float() {
+                // Box–Muller: N(0, 1) from two uniforms.
+                Data::F32(
+                    (0..n)
+                        .map(|_| {
+                            let (u, w): (f64, f64) = (rng.random::<f64>().max(1e-12), rng.random());
+                            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * w).cos()) as f32
+                        })
+                        .collect(),
+                )
+            } else {
+                let hi = plan.int_input_range(*v).unwrap_or_else(|| {
+                    unbounded.push(name.clone());
+                    UNBOUNDED_INT_RANGE
+                });
+                Data::I32((0..n).map(|_| rng.random_range(0..hi.max(1))).collect())
+            };
+            (name.clone(), Tensor { dtype: s.dtype, shape: s.shape.clone(), data })
+        })
+        .collect();
+    (tensors, unbounded)
+}
+
+fn given(inputs: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
+    inputs.iter().map(|(n, t)| (n.as_str(), t)).collect()
+}
+
+fn session(plan: Plan, seed: u64) -> Session {
+    let mut s = Session::new(plan, seed);
+    s.check_numerics = false;
+    s
+}
+
+/// The settings that shrink the model to one sample and one token, for the arguments it has
+/// (later settings win, so these override the user's). Empty when it has none of them.
+fn minimal_settings(plan: &Plan) -> Vec<Setting> {
+    BATCH_ARGS
+        .iter()
+        .chain(&SEQUENCE_ARGS)
+        .filter(|n| plan.config.iter().any(|(k, _)| k == *n))
+        .map(|n| Setting { name: n.to_string(), value: "1".into() })
+        .collect()
+}
+
+fn optimizer_state_bytes(s: &Session) -> u64 {
+    s.optimizer.m.iter().chain(&s.optimizer.v).flatten().map(|v| v.len() as u64 * 4).sum()
+}
+
+fn optimizer_name(spec: &OptimizerSpec) -> String {
+    match spec.kind {
+        OptimizerKind::Sgd { .. } => format!("SGD, lr {}", spec.lr),
+        OptimizerKind::Adam { .. } => format!("Adam, lr {}", spec.lr),
+        OptimizerKind::AdamW { .. } => format!("AdamW, lr {}", spec.lr),
+    }
+}
+
+/// A config value as JSON: numbers and booleans as such, anything else as text.
+fn config_value(v: &str) -> Value {
+    if let Ok(i) = v.parse::<i64>() {
+        return json!(i);
+    }
+    if let Ok(f) = v.parse::<f64>() {
+        if f.is_finite() {
+            return json!(f);
+        }
+    }
+    match v {
+        "true" => json!(true),
+        "false" => json!(false),
+        _ => json!(v),
+    }
+}
+
+fn memory_json(m: &PlanMemory, optimizer: Option<u64>) -> Value {
+    let mut v = json!({
+        "param_bytes": m.param_bytes,
+        "input_bytes": m.input_bytes,
+        "logical_bytes": m.logical_bytes,
+        "peak_live_bytes": m.peak_live_bytes,
+    });
+    if let Some(o) = optimizer {
+        v["optimizer_state_bytes"] = json!(o);
+    }
+    v
+}
+
+/// What one bench run found; printed as a table or as JSON.
+struct Report {
+    model: String,
+    config: Vec<(String, String)>,
+    /// Elements of every parameter and buffer.
+    param_count: u64,
+    device: String,
+    optimizer: String,
+    compile: Timing,
+    compile_train: Option<Timing>,
+    forward: Timing,
+    /// The settings of the minimal shape and its timing.
+    minimal: Option<(Vec<Setting>, Timing, PlanMemory)>,
+    forward_backward: Option<Timing>,
+    train_step: Option<Timing>,
+    memory: PlanMemory,
+    /// The training plan's memory and the optimizer state's bytes.
+    memory_train: Option<(PlanMemory, u64)>,
+    notes: Vec<String>,
+}
+
+pub fn run(a: BenchArgs) -> u8 {
+    let format = if a.json { MessageFormat::Json } else { MessageFormat::Human };
+    if let Err(code) = check_backend(a.backend, format) {
+        return code;
+    }
+    let b = Bench { a: &a, format, progress: !a.json && std::io::stderr().is_terminal() };
+    match bench(&b) {
+        Ok(r) => {
+            let text = if a.json { format!("{}\n", to_json(&r, &a)) } else { table(&r, &a) };
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            0
+        }
+        Err(code) => code,
+    }
+}
+
+fn bench(b: &Bench) -> Result<Report, u8> {
+    let a = b.a;
+    if a.file.extension().is_some_and(|e| e == "mgnplan") {
+        return Err(b.fail("`mgnc bench` measures compiling too: give the .mgn file, not a .mgnplan"));
+    }
+    if a.samples == 0 {
+        return Err(b.fail("`--samples` must be at least 1"));
+    }
+    let mut notes = Vec::new();
+    if a.samples < MIN_SAMPLES {
+        let w = format!("{} samples per measurement, fewer than {MIN_SAMPLES}: the median and interquartile range are rough", a.samples);
+        if !a.json {
+            eprintln!("warning: {w}");
+        }
+        notes.push(w);
+    }
+    if cfg!(debug_assertions) {
+        notes.push("this mgnc is a debug build: its timings say little; build with `cargo build --release`".into());
+    }
+
+    let infer = PlanOptions::infer();
+    let spec = OptimizerSpec::default();
+    let train = PlanOptions::train(&[], spec.clone());
+    let (outcome, plan) = b.compile(&a.settings, &infer)?;
+    let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
+    let train_plan = if has_loss { Some(b.compile(&a.settings, &train)?.1) } else { None };
+    let model = plan.model.clone();
+    let config = plan.config.clone();
+
+    let compile = b.measure_compile("compile (inference plan)", &a.settings, &infer)?;
+    let compile_train = match has_loss {
+        true => Some(b.measure_compile("compile (training plan)", &a.settings, &train)?),
+        false => None,
+    };
+
+    let (inputs, unbounded) = random_inputs(&plan, a.seed);
+    let memory = plan_memory(&plan);
+    let mut s = session(plan.clone(), a.seed);
+    let forward = b.measure("forward", || s.run(&given(&inputs)).map_err(|e| e.to_string()))?;
+    drop(s);
+
+    let shrink = minimal_settings(&plan);
+    let already = shrink.iter().all(|m| plan.config.iter().any(|(k, v)| *k == m.name && v == "1"));
+    let minimal = if shrink.is_empty() {
+        notes.push(format!("no minimal-shape latency: the model has no argument named {}", BATCH_ARGS.iter().chain(&SEQUENCE_ARGS).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")));
+        None
+    } else if already {
+        notes.push(format!("no separate minimal-shape latency: the model is already at {} (the forward measurement)", describe(&shrink)));
+        None
+    } else {
+        let mut settings = a.settings.clone();
+        settings.retain(|s| !shrink.iter().any(|m| m.name == s.name));
+        settings.extend(shrink.iter().cloned());
+        match mgn_compiler::driver::plan_path(&a.file, a.model.clone(), settings, &infer).map_err(|e| b.fail(&e))? {
+            (_, Some(p)) => {
+                let (inputs, _) = random_inputs(&p, a.seed);
+                let mem = plan_memory(&p);
+                let mut s = session(p, a.seed);
+                let t = b.measure(&format!("forward at {}", describe(&shrink)), || s.run(&given(&inputs)).map_err(|e| e.to_string()))?;
+                Some((shrink, t, mem))
+            }
+            (outcome, None) => {
+                let why = outcome.diagnostics.first().map_or_else(String::new, |d| format!(": {}", d.message));
+                notes.push(format!("no minimal-shape latency: the model does not build at {}{why}", describe(&shrink)));
+                None
+            }
+        }
+    };
+
+    let (mut forward_backward, mut train_step, mut memory_train) = (None, None, None);
+    match train_plan {
+        Some(tp) => {
+            let (inputs, _) = random_inputs(&tp, a.seed);
+            let mem = plan_memory(&tp);
+            let mut s = session(tp, a.seed);
+            forward_backward = Some(b.measure("forward + loss + backward", || s.run(&given(&inputs)).map_err(|e| e.to_string()))?);
+            train_step = Some(b.measure("training step", || s.train_step(&given(&inputs)).map_err(|e| e.to_string()))?);
+            memory_train = Some((mem, optimizer_state_bytes(&s)));
+        }
+        None => notes.push(format!("forward only: `{model}` has no loss, so there is no backward pass or training step to measure")),
+    }
+    if !unbounded.is_empty() {
+        notes.push(format!("integer inputs that index nothing take 0 or 1: {}", unbounded.join(", ")));
+    }
+    Ok(Report {
+        model,
+        config,
+        param_count: plan.params.iter().map(|p| p.numel() as u64).sum(),
+        device: format!("CPU ({} threads)", mgn_runtime::cpu::threads()),
+        optimizer: optimizer_name(&spec),
+        compile,
+        compile_train,
+        forward,
+        minimal,
+        forward_backward,
+        train_step,
+        memory,
+        memory_train,
+        notes,
+    })
+}
+
+fn describe(settings: &[Setting]) -> String {
+    settings.iter().map(|s| format!("{}={}", s.name, s.value)).collect::<Vec<_>>().join(", ")
+}
+
+fn to_json(r: &Report, a: &BenchArgs) -> Value {
+    let config: serde_json::Map<String, Value> = r.config.iter().map(|(k, v)| (k.clone(), config_value(v))).collect();
+    let timing = |t: &Option<Timing>| t.as_ref().map_or(Value::Null, Timing::json);
+    let minimal = match &r.minimal {
+        Some((settings, t, _)) => {
+            let mut v = t.json();
+            v["settings"] = settings.iter().map(|s| (s.name.clone(), config_value(&s.value))).collect::<serde_json::Map<_, _>>().into();
+            v
+        }
+        None => Value::Null,
+    };
+    json!({
+        "model": r.model,
+        "file": a.file.display().to_string(),
+        "config": config,
+        "param_count": r.param_count,
+        "backend": "cpu",
+        "device": r.device,
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "clock": "wall",
+        "warmup": a.warmup,
+        "samples": a.samples,
+        "seed": a.seed,
+        "optimizer": r.optimizer,
+        "measurements": {
+            "compile": r.compile.json(),
+            "compile_train": timing(&r.compile_train),
+            "forward": r.forward.json(),
+            "forward_minimal": minimal,
+            "forward_backward": timing(&r.forward_backward),
+            "train_step": timing(&r.train_step),
+        },
+        "memory": {
+            "inference": memory_json(&r.memory, None),
+            "minimal": r.minimal.as_ref().map_or(Value::Null, |(_, _, m)| memory_json(m, None)),
+            "training": r.memory_train.as_ref().map_or(Value::Null, |(m, o)| memory_json(m, Some(*o))),
+        },
+        "notes": r.notes,
+    })
+}
+
+/// Bytes in binary units, to three significant digits.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = n as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{n} B"),
+        _ if x >= 100.0 => format!("{x:.0} {}", UNITS[u]),
+        _ if x >= 10.0 => format!("{x:.1} {}", UNITS[u]),
+        _ => format!("{x:.2} {}", UNITS[u]),
+    }
+}
+
+fn ms(x: f64) -> String {
+    match x {
+        x if x >= 100.0 => format!("{x:.1}"),
+        x if x >= 1.0 => format!("{x:.3}"),
+        x => format!("{x:.4}"),
+    }
+}
+
+fn table(r: &Report, a: &BenchArgs) -> String {
+    let mut out = String::new();
+    let config = r.config.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+    out += &format!("{} ({}, {} parameters) on {}, backend cpu\n", r.model, a.file.display(), thousands(r.param_count as usize), r.device);
+    out += &format!("config: {config}\n");
+    out += &format!("wall-clock ms per call: median and interquartile range (p25–p75) of {} calls after {} warm-up calls\n\n", a.samples, a.warmup);
+
+    let mut rows: Vec<(String, Option<Timing>)> = vec![("compile (check, elaborate, lower)".into(), Some(r.compile))];
+    if r.compile_train.is_some() {
+        rows.push(("compile, training plan (+ autodiff)".into(), r.compile_train));
+    }
+    rows.push(("forward".into(), Some(r.forward)));
+    if let Some((s, t, _)) = &r.minimal {
+        rows.push((format!("forward at {}", describe(s)), Some(*t)));
+    }
+    rows.push(("forward + loss + backward".into(), r.forward_backward));
+    rows.push((format!("training step ({})", r.optimizer), r.train_step));
+    let w = rows.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0).max(12);
+    out += &format!("{:<w$}  {:>10}  {:>10}  {:>10}\n", "measurement", "median", "p25", "p75");
+    for (name, t) in &rows {
+        match t {
+            Some(t) => out += &format!("{name:<w$}  {:>10}  {:>10}  {:>10}\n", ms(t.median_ms), ms(t.p25_ms), ms(t.p75_ms)),
+            None => out += &format!("{name:<w$}  {:>10}  {:>10}  {:>10}\n", "—", "", ""),
+        }
+    }
+
+    let mut cols: Vec<(String, PlanMemory, Option<u64>)> = vec![("inference".into(), r.memory, None)];
+    if let Some((_, _, m)) = &r.minimal {
+        cols.push(("minimal".into(), *m, None));
+    }
+    if let Some((m, o)) = &r.memory_train {
+        cols.push(("training".into(), *m, Some(*o)));
+    }
+    let lines: [(&str, &dyn Fn(&PlanMemory, Option<u64>) -> Option<u64>); 5] = [
+        ("parameters", &|m, _| Some(m.param_bytes)),
+        ("inputs", &|m, _| Some(m.input_bytes)),
+        ("logical (every step's value, no reuse)", &|m, _| Some(m.logical_bytes)),
+        ("peak live (free after last use)", &|m, _| Some(m.peak_live_bytes)),
+        ("optimizer state", &|_, o| o),
+    ];
+    let w = lines.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0).max(w);
+    out += &format!("\n{:<w$}", "memory");
+    for (c, _, _) in &cols {
+        out += &format!("  {c:>10}");
+    }
+    out += "\n";
+    for (name, get) in lines {
+        if name == "optimizer state" && r.memory_train.is_none() {
+            continue;
+        }
+        out += &format!("{name:<w$}");
+        for (_, m, o) in &cols {
+            out += &format!("  {:>10}", get(m, *o).map_or("—".into(), bytes));
+        }
+        out += "\n";
+    }
+    if !r.notes.is_empty() {
+        out += "\nnotes:\n";
+        for n in &r.notes {
+            out += &format!("  - {n}\n");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_like_numpy() {
+        let t = Timing::from_samples(vec![4.0, 1.0, 3.0, 2.0]);
+        assert_eq!((t.p25_ms, t.median_ms, t.p75_ms, t.samples), (1.75, 2.5, 3.25, 4));
+        let one = Timing::from_samples(vec![7.0]);
+        assert_eq!((one.p25_ms, one.median_ms, one.p75_ms), (7.0, 7.0, 7.0));
+    }
+
+    #[test]
+    fn bytes_are_readable() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(20 << 20), "20.0 MiB");
+    }
+}
