@@ -8,7 +8,7 @@ use crate::commands::build::BuildArgs;
 use crate::commands::report::MessageFormat;
 use crate::commands::run::RunArgs;
 use crate::commands::train::{EvalArgs, TrainArgs};
-use crate::commands::{bench, build, check, fmt, run, train};
+use crate::commands::{bench, build, check, fmt, info, run, train};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +39,12 @@ enum Command {
     Eval(EvalArgs),
     /// Measure compile time, forward, minimal-shape, backward and training-step latency, and memory.
     Bench(BenchArgs),
+    /// GPU devices, their limits and features, and which one would be used.
+    Info {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the language server over stdin/stdout (for editors; see docs/EDITORS.md).
     Lsp,
     /// Rewrite files in the canonical layout (directories: every `.mgn` file under them).
@@ -53,6 +59,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Behave like other Unix tools when the reader goes away (`mgnc build --emit ir | head`):
+    // exit quietly instead of panicking on a broken pipe.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let code = match Cli::parse().command {
         Command::Check { files, format } => check::run(&files, format),
         Command::Build(a) => build::run(a),
@@ -60,6 +72,7 @@ fn main() -> ExitCode {
         Command::Train(a) => train::train(a),
         Command::Eval(a) => train::eval(a),
         Command::Bench(a) => bench::run(a),
+        Command::Info { json } => info::run(json),
         Command::Lsp => match mgn_lsp::run_stdio() {
             Ok(()) => 0,
             Err(e) => {

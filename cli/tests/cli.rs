@@ -91,3 +91,29 @@ fn build_without_a_model_says_so() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("this file defines no model to build"));
 }
+
+#[test]
+fn info_lists_devices_or_says_why_there_are_none() {
+    let out = mgnc(&["info"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("would use:") || s.contains("no GPU can be used:"), "{s}");
+    assert!(s.contains("CPU backend:"), "{s}");
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let none = Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .arg("info")
+        .env("VK_DRIVER_FILES", "/nonexistent/icd.json")
+        .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+        .current_dir(root)
+        .output()
+        .expect("mgnc runs");
+    assert!(none.status.success());
+    let s = text(&none.stdout);
+    assert!(s.contains("no GPU can be used: ") && s.contains("mgnc runs on the CPU backend"), "{s}");
+
+    let floor = Command::new(env!("CARGO_BIN_EXE_mgnc")).args(["info", "--json"]).env("MGN_MIN_SPEC", "1").current_dir(root).output().expect("mgnc runs");
+    let v: serde_json::Value = serde_json::from_str(text(&floor.stdout).trim()).expect("one JSON object");
+    assert_eq!(v["min_spec"], true);
+    assert!(v["devices"].is_array());
+}

@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod cpu;
 pub mod dtype;
+pub mod gpu;
 pub mod init;
 pub mod io;
 pub mod limits;

@@ -6,6 +6,7 @@ pub mod build;
 pub mod check;
 pub mod data;
 pub mod fmt;
+pub mod info;
 pub mod plan;
 pub mod report;
 pub mod run;

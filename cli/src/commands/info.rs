@@ -1,0 +1,103 @@
+//! `mgnc info`: every GPU device, its limits and features, which one mgn would use, and — when
+//! none can be used — the one-sentence reason.
+
+use mgn_runtime::gpu::probe::{choose, devices, Device};
+use mgn_runtime::limits::{min_spec_requested, DeviceLimits};
+
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn limits_line(l: &DeviceLimits) -> String {
+    format!(
+        "workgroups {}×{}×{}, {} invocations, {} shared memory, {} per storage binding, {} storage buffers per stage, {} parameter block",
+        l.max_workgroups[0],
+        l.max_workgroups[1],
+        l.max_workgroups[2],
+        l.max_invocations,
+        size(l.max_shared_memory as u64),
+        size(l.max_storage_buffer_range),
+        l.max_storage_buffers,
+        size(l.max_parameter_block as u64)
+    )
+}
+
+fn json_device(d: &Device, chosen: bool) -> serde_json::Value {
+    serde_json::json!({
+        "id": d.id,
+        "name": d.name,
+        "driver": d.driver,
+        "software": d.software,
+        "usable": d.rejected.is_none(),
+        "rejected": d.rejected,
+        "chosen": chosen,
+        "float16": d.float16,
+        "cooperative_matrix": { "f32_tile": d.cooperative_matrix.0, "f16_tile": d.cooperative_matrix.1 },
+        "limits": d.limits.map(|l| serde_json::json!({
+            "max_workgroups": l.max_workgroups,
+            "max_invocations": l.max_invocations,
+            "max_shared_memory": l.max_shared_memory,
+            "max_storage_buffer_range": l.max_storage_buffer_range,
+            "max_storage_buffers": l.max_storage_buffers,
+            "max_parameter_block": l.max_parameter_block,
+        })),
+    })
+}
+
+pub fn run(json: bool) -> u8 {
+    let min_spec = min_spec_requested();
+    let listed = devices();
+    let chosen = listed.as_ref().map_err(Clone::clone).and_then(|ds| choose(ds).map(|d| d.id));
+    if json {
+        let v = serde_json::json!({
+            "devices": listed.as_ref().map(|ds| ds.iter().map(|d| json_device(d, chosen.as_ref().is_ok_and(|c| *c == d.id))).collect::<Vec<_>>()).unwrap_or_default(),
+            "chosen": chosen.as_ref().ok(),
+            "reason": chosen.as_ref().err(),
+            "min_spec": min_spec,
+            "cpu_threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        });
+        println!("{v}");
+        return 0;
+    }
+    match &listed {
+        Ok(ds) => {
+            println!("GPU devices:");
+            for d in ds {
+                let mark = if chosen.as_ref().is_ok_and(|c| *c == d.id) { "*" } else { " " };
+                let kind = if d.software { "software" } else { "hardware" };
+                let status = match &d.rejected {
+                    None => "usable".to_string(),
+                    Some(why) => format!("not usable: {why}"),
+                };
+                println!("{mark} {:#06x}  {}  ({}, {kind}) — {status}", d.id, d.name, if d.driver.is_empty() { "unknown driver" } else { &d.driver });
+                if let Some(l) = &d.limits {
+                    println!("      limits: {}", limits_line(l));
+                }
+                let coop = match d.cooperative_matrix {
+                    (0, 0) => "no".to_string(),
+                    (f32t, f16t) => format!("f32 tiles {f32t}, f16 tiles {f16t}"),
+                };
+                println!("      features: float16 {}, cooperative matrix {coop}", if d.float16 { "yes" } else { "no" });
+            }
+        }
+        Err(why) => println!("GPU devices: none ({why})"),
+    }
+    if min_spec {
+        println!("MGN_MIN_SPEC=1: kernels are sized for Vulkan's guaranteed floor: {}", limits_line(&DeviceLimits::MIN_SPEC));
+    }
+    match &chosen {
+        Ok(id) => {
+            let d = listed.as_ref().ok().and_then(|ds| ds.iter().find(|d| d.id == *id)).expect("chosen from the list");
+            println!("would use: {} (set MGN_DEVICE to an ID or part of a name to choose another)", d.name);
+            println!("note: the GPU backend is not built yet; `--backend auto` runs on the CPU backend");
+        }
+        Err(why) => println!("no GPU can be used: {why}; mgnc runs on the CPU backend"),
+    }
+    println!("CPU backend: {} threads", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    0
+}

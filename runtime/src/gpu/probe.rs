@@ -1,0 +1,154 @@
+//! Which GPUs this machine offers, what each one guarantees, and which one mgn would use.
+//!
+//! Devices come from blade (the same view the backend will run through, with its reasons for
+//! rejecting a device); on Vulkan their limits are read from the driver with ash, because the
+//! kernels must be sized by the real numbers — or by the guaranteed floor under `MGN_MIN_SPEC=1`.
+
+use crate::limits::DeviceLimits;
+
+#[derive(Clone, Debug)]
+pub struct Device {
+    /// The driver's device ID (what `MGN_DEVICE` may name, besides a part of the name).
+    pub id: u32,
+    pub name: String,
+    pub driver: String,
+    /// A CPU implementation such as lavapipe (llvmpipe).
+    pub software: bool,
+    /// Why the device cannot be used, if it cannot.
+    pub rejected: Option<String>,
+    /// The limits the driver reports (before `MGN_MIN_SPEC`).
+    pub limits: Option<DeviceLimits>,
+    pub float16: bool,
+    /// Cooperative-matrix tile sizes (f32 inputs, f16 inputs), 0 when unsupported.
+    pub cooperative_matrix: (u32, u32),
+}
+
+/// Every device, or one sentence saying why there is none to list.
+pub fn devices() -> Result<Vec<Device>, String> {
+    let reports = std::panic::catch_unwind(blade_graphics::Context::enumerate)
+        .map_err(|_| "the graphics driver crashed while listing devices".to_string())?
+        .map_err(|e| match e {
+            blade_graphics::NotSupportedError::Platform(p) => platform_reason(&format!("{p:?}")),
+            blade_graphics::NotSupportedError::NoSupportedDeviceFound => "the driver lists no device that supports compute".to_string(),
+            blade_graphics::NotSupportedError::PlatformNotSupported => "this platform has neither Vulkan nor Metal".to_string(),
+        })?;
+    let limits = vulkan_limits();
+    let out: Vec<Device> = reports
+        .into_iter()
+        .map(|r| {
+            let (rejected, float16, coop) = match &r.status {
+                blade_graphics::DeviceReportStatus::Available { caps, .. } => (
+                    (!caps.compute).then(|| "it does not support compute shaders".to_string()),
+                    caps.shader_float16,
+                    (caps.cooperative_matrix.f32_tile, caps.cooperative_matrix.f16_tile),
+                ),
+                blade_graphics::DeviceReportStatus::Rejected(why) => (Some(why.clone()), false, (0, 0)),
+            };
+            Device {
+                id: r.device_id,
+                name: r.information.device_name.clone(),
+                driver: r.information.driver_name.clone(),
+                software: r.information.is_software_emulated,
+                rejected,
+                limits: limits.iter().find(|(id, _)| *id == r.device_id).map(|(_, l)| *l),
+                float16,
+                cooperative_matrix: coop,
+            }
+        })
+        .collect();
+    if out.is_empty() {
+        return Err("the Vulkan driver lists no devices".to_string());
+    }
+    Ok(out)
+}
+
+/// One sentence for a driver that could not be started.
+fn platform_reason(detail: &str) -> String {
+    if detail.contains("INCOMPATIBLE_DRIVER") {
+        "no Vulkan driver is installed (the Vulkan loader found no compatible driver; for a software one: apt-get install mesa-vulkan-drivers)".to_string()
+    } else if detail.to_lowercase().contains("load") || detail.contains("libvulkan") {
+        "the Vulkan loader is not installed (libvulkan.so.1; apt-get install libvulkan1)".to_string()
+    } else if detail.contains("INITIALIZATION_FAILED") {
+        "the Vulkan driver failed to initialize".to_string()
+    } else {
+        format!("no usable Vulkan or Metal driver was found ({detail})")
+    }
+}
+
+/// The device mgn uses: `MGN_DEVICE` (an ID or part of a name) if set, else the first usable
+/// hardware GPU, else a usable software one. `Err` says why none can be used.
+pub fn choose(devices: &[Device]) -> Result<&Device, String> {
+    let usable = || devices.iter().filter(|d| d.rejected.is_none());
+    if let Ok(want) = std::env::var("MGN_DEVICE") {
+        let want_lower = want.to_lowercase();
+        let found = devices.iter().find(|d| d.id.to_string() == want || d.name.to_lowercase().contains(&want_lower));
+        return match found {
+            Some(d) if d.rejected.is_none() => Ok(d),
+            Some(d) => Err(format!("MGN_DEVICE={want} names {}, which cannot be used: {}", d.name, d.rejected.as_deref().unwrap_or("unknown reason"))),
+            None => Err(format!("MGN_DEVICE={want} matches no device")),
+        };
+    }
+    usable()
+        .find(|d| !d.software)
+        .or_else(|| usable().next())
+        .ok_or_else(|| match devices.iter().find_map(|d| d.rejected.clone()) {
+            Some(why) => format!("no device can be used: {why}"),
+            None => "no device can be used".to_string(),
+        })
+}
+
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
+    use ash::vk;
+    // Any failure here only means the limits are not shown; `devices` already reported why
+    // the driver is unusable if it is.
+    let Ok(entry) = (unsafe { ash::Entry::load() }) else { return Vec::new() };
+    let app = vk::ApplicationInfo::default().api_version(vk::make_api_version(0, 1, 1, 0));
+    let info = vk::InstanceCreateInfo::default().application_info(&app);
+    let Ok(instance) = (unsafe { entry.create_instance(&info, None) }) else { return Vec::new() };
+    let mut out = Vec::new();
+    if let Ok(devices) = unsafe { instance.enumerate_physical_devices() } {
+        for pd in devices {
+            let p = unsafe { instance.get_physical_device_properties(pd) };
+            let l = p.limits;
+            out.push((
+                p.device_id,
+                DeviceLimits {
+                    max_workgroups: l.max_compute_work_group_count,
+                    max_invocations: l.max_compute_work_group_invocations,
+                    max_shared_memory: l.max_compute_shared_memory_size,
+                    max_storage_buffer_range: l.max_storage_buffer_range as u64,
+                    max_storage_buffers: l.max_per_stage_descriptor_storage_buffers,
+                    max_parameter_block: l.max_push_constants_size,
+                },
+            ));
+        }
+    }
+    unsafe { instance.destroy_instance(None) };
+    out
+}
+
+#[cfg(any(target_os = "macos", target_os = "ios"))]
+fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
+    // Metal's limits are not read yet (untested here: no Apple machine); the floor applies.
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(id: u32, name: &str, software: bool, rejected: Option<&str>) -> Device {
+        Device { id, name: name.into(), driver: String::new(), software, rejected: rejected.map(String::from), limits: None, float16: false, cooperative_matrix: (0, 0) }
+    }
+
+    #[test]
+    fn hardware_is_preferred_over_software() {
+        let ds = [dev(1, "llvmpipe", true, None), dev(2, "NVIDIA H200", false, None)];
+        assert_eq!(choose(&ds).map(|d| d.id), Ok(2));
+        let ds = [dev(1, "llvmpipe", true, None), dev(2, "Old GPU", false, Some("Vulkan 1.0 is too old"))];
+        assert_eq!(choose(&ds).map(|d| d.id), Ok(1));
+        let ds = [dev(2, "Old GPU", false, Some("Vulkan 1.0 is too old"))];
+        assert_eq!(choose(&ds).map(|d| d.id), Err("no device can be used: Vulkan 1.0 is too old".into()));
+    }
+}
