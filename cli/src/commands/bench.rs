@@ -288,9 +288,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let mut notes = Vec::new();
     if a.samples < MIN_SAMPLES {
         let w = format!("{} samples per measurement, fewer than {MIN_SAMPLES}: the median and interquartile range are rough", a.samples);
-        if !a.json {
-            eprintln!("warning: {w}");
-        }
+        eprintln!("warning: {w}");
         notes.push(w);
     }
     if cfg!(debug_assertions) {
@@ -456,13 +454,14 @@ fn table(r: &Report, a: &BenchArgs) -> String {
     out += &format!("config: {config}\n");
     out += &format!("wall-clock ms per call: median and interquartile range (p25–p75) of {} calls after {} warm-up calls\n\n", a.samples, a.warmup);
 
-    let mut rows: Vec<(String, Option<Timing>)> = vec![("compile (check, elaborate, lower)".into(), Some(r.compile))];
-    if r.compile_train.is_some() {
-        rows.push(("compile, training plan (+ autodiff)".into(), r.compile_train));
-    }
-    rows.push(("forward".into(), Some(r.forward)));
-    if let Some((s, t, _)) = &r.minimal {
-        rows.push((format!("forward at {}", describe(s)), Some(*t)));
+    let mut rows: Vec<(String, Option<Timing>)> = vec![
+        ("compile (check, elaborate, lower)".into(), Some(r.compile)),
+        ("compile, training plan (+ autodiff)".into(), r.compile_train),
+        ("forward".into(), Some(r.forward)),
+    ];
+    match &r.minimal {
+        Some((s, t, _)) => rows.push((format!("forward at {}", describe(s)), Some(*t))),
+        None => rows.push(("forward, minimal shape".into(), None)),
     }
     rows.push(("forward + loss + backward".into(), r.forward_backward));
     rows.push((format!("training step ({})", r.optimizer), r.train_step));

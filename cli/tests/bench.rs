@@ -1,0 +1,155 @@
+//! `mgnc bench` on small shapes: the JSON report has every field and consistent statistics, the
+//! table has every row, models without a loss or without batch/sequence arguments are measured
+//! as far as they go with a note, and unavailable backends are refused. Timings are never
+//! asserted on: only their shape (p25 ≤ median ≤ p75, sample counts).
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn mgnc(args: &[&str]) -> Output {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    Command::new(env!("CARGO_BIN_EXE_mgnc")).arg("bench").args(args).current_dir(root).output().expect("mgnc runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs `mgnc bench … --json` and parses stdout, which must be exactly one JSON object.
+fn bench_json(args: &[&str]) -> (Value, String) {
+    let mut all = args.to_vec();
+    all.extend(["--json", "--samples", "3", "--warmup", "1"]);
+    let out = mgnc(&all);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "mgnc bench {args:?} failed: {stderr}{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
+    (v, stderr)
+}
+
+fn assert_timing(v: &Value, what: &str, samples: u64) {
+    let t = &v["measurements"][what];
+    let get = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{what}.{k} missing or not a number: {t}"));
+    let (median, p25, p75) = (get("median_ms"), get("p25_ms"), get("p75_ms"));
+    assert!(p25 >= 0.0 && p25 <= median && median <= p75, "{what}: p25 {p25}, median {median}, p75 {p75}");
+    assert_eq!(t["samples"].as_u64(), Some(samples), "{what}: {t}");
+}
+
+fn assert_memory(m: &Value, what: &str) {
+    for k in ["param_bytes", "input_bytes", "logical_bytes", "peak_live_bytes"] {
+        assert!(m[k].as_u64().is_some(), "memory.{what}.{k} missing: {m}");
+    }
+    let (input, logical, peak) = (m["input_bytes"].as_u64().unwrap(), m["logical_bytes"].as_u64().unwrap(), m["peak_live_bytes"].as_u64().unwrap());
+    assert!(input <= peak && peak <= logical, "memory.{what}: inputs {input}, peak {peak}, logical {logical}");
+}
+
+fn notes(v: &Value) -> Vec<String> {
+    v["notes"].as_array().expect("notes is a list").iter().map(|n| n.as_str().expect("a note is text").to_string()).collect()
+}
+
+#[test]
+fn json_report_has_every_field_for_the_digits_mlp() {
+    let (v, stderr) = bench_json(&["models/digits_mlp.mgn"]);
+    assert_eq!(v["model"], "DigitsMlp");
+    assert_eq!(v["config"]["batch"], 64);
+    assert_eq!(v["config"]["hidden"], 128);
+    assert_eq!(v["backend"], "cpu");
+    assert!(v["device"].as_str().is_some_and(|d| d.starts_with("CPU (") && d.ends_with(" threads)")), "{}", v["device"]);
+    assert_eq!(v["clock"], "wall");
+    assert_eq!((v["warmup"].as_u64(), v["samples"].as_u64()), (Some(1), Some(3)));
+    for m in ["compile", "compile_train", "forward", "forward_minimal", "forward_backward", "train_step"] {
+        assert_timing(&v, m, 3);
+    }
+    assert_eq!(v["measurements"]["forward_minimal"]["settings"], serde_json::json!({ "batch": 1 }));
+    // 64·128 + 128 + 128·10 + 10 parameters in f32.
+    let params = (64 * 128 + 128 + 128 * 10 + 10) * 4;
+    assert_eq!(v["param_count"], params / 4);
+    for plan in ["inference", "minimal", "training"] {
+        assert_memory(&v["memory"][plan], plan);
+        assert_eq!(v["memory"][plan]["param_bytes"], params, "{plan}");
+    }
+    // Inputs: images f32[64, 64]; the training plan also reads labels i32[64].
+    assert_eq!(v["memory"]["inference"]["input_bytes"], 64 * 64 * 4);
+    assert_eq!(v["memory"]["minimal"]["input_bytes"], 64 * 4);
+    assert_eq!(v["memory"]["training"]["input_bytes"], 64 * 64 * 4 + 64 * 4);
+    // Adam keeps two moments of every trained parameter.
+    assert_eq!(v["memory"]["training"]["optimizer_state_bytes"], 2 * params);
+    // Fewer than 20 samples: allowed, with a warning and a note.
+    assert!(stderr.contains("warning: 3 samples per measurement, fewer than 20"), "{stderr}");
+    assert!(notes(&v).iter().any(|n| n.contains("fewer than 20")), "{:?}", notes(&v));
+}
+
+#[test]
+fn table_lists_every_measurement_and_the_memory() {
+    let out = mgnc(&["models/digits_cnn.mgn", "--set", "batch=4", "--set", "c1=4", "--set", "c2=6", "--samples", "3", "--warmup", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    for want in [
+        "DigitsCnn (models/digits_cnn.mgn",
+        "config: batch=4 c1=4 c2=6",
+        "wall-clock ms per call: median and interquartile range (p25–p75) of 3 calls after 1 warm-up calls",
+        "median",
+        "compile (check, elaborate, lower)",
+        "compile, training plan (+ autodiff)",
+        "forward at batch=1",
+        "forward + loss + backward",
+        "training step (Adam, lr 0.001)",
+        "peak live (free after last use)",
+        "optimizer state",
+    ] {
+        assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
+    }
+}
+
+#[test]
+fn a_model_without_a_loss_is_measured_forward_only() {
+    let (v, _) = bench_json(&["models/tiny_bert.mgn", "--set", "d=16", "--set", "ffn=32", "--set", "n_layers=1", "--set", "T=8"]);
+    assert_timing(&v, "compile", 3);
+    assert_timing(&v, "forward", 3);
+    assert_timing(&v, "forward_minimal", 3);
+    assert_eq!(v["measurements"]["forward_minimal"]["settings"], serde_json::json!({ "B": 1, "T": 1 }));
+    for m in ["compile_train", "forward_backward", "train_step"] {
+        assert!(v["measurements"][m].is_null(), "{m}: {}", v["measurements"][m]);
+    }
+    assert!(v["memory"]["training"].is_null());
+    assert_memory(&v["memory"]["inference"], "inference");
+    let notes = notes(&v);
+    assert!(notes.iter().any(|n| n.contains("forward only") && n.contains("no loss")), "{notes:?}");
+    // The attention mask indexes nothing, so it is drawn from {0, 1}.
+    assert!(notes.iter().any(|n| n.contains("attention_mask")), "{notes:?}");
+}
+
+#[test]
+fn the_minimal_shape_is_skipped_with_a_note_when_the_model_has_no_batch_or_sequence_argument() {
+    let (v, _) = bench_json(&["tests/valid/file_import.mgn"]);
+    assert!(v["measurements"]["forward_minimal"].is_null());
+    assert!(v["memory"]["minimal"].is_null());
+    assert_timing(&v, "train_step", 3);
+    assert!(notes(&v).iter().any(|n| n.contains("no minimal-shape latency")), "{:?}", notes(&v));
+}
+
+#[test]
+fn the_minimal_shape_of_a_language_model_is_one_token() {
+    let (v, _) = bench_json(&["models/tiny_llama.mgn", "--set", "vocab=32", "--set", "d=16", "--set", "n_layers=1", "--set", "hidden=16", "--set", "T=8"]);
+    assert_eq!(v["config"]["T"], 8, "the full forward keeps the user's setting");
+    assert_eq!(v["measurements"]["forward_minimal"]["settings"], serde_json::json!({ "B": 1, "T": 1 }));
+    let full = v["memory"]["inference"]["input_bytes"].as_u64().unwrap();
+    assert_eq!(full, 4 * 8 * 4, "tokens i32[4, 8]");
+    assert_eq!(v["memory"]["minimal"]["input_bytes"], 4, "tokens i32[1, 1]");
+}
+
+#[test]
+fn gpu_backends_and_bad_arguments_are_refused() {
+    let out = mgnc(&["models/digits_mlp.mgn", "--backend", "vulkan"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("the Vulkan backend is not available"), "{}", text(&out.stderr));
+
+    let out = mgnc(&["models/digits_mlp.mgn", "--samples", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("`--samples` must be at least 1"), "{}", text(&out.stderr));
+
+    let out = mgnc(&["tests/errors/shapes_add_broadcast.mgn"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("E0203"), "{}", text(&out.stderr));
+}
