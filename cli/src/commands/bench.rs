@@ -102,7 +102,8 @@ impl Bench<'_> {
         let mut ms = Vec::with_capacity(self.a.samples);
         for i in 0..total {
             if self.progress {
-                eprint!("\r\x1b[2K{what}: {} {}/{}", if i < self.a.warmup { "warm-up" } else { "sample" }, if i < self.a.warmup { i + 1 } else { i + 1 - self.a.warmup }, if i < self.a.warmup { self.a.warmup } else { self.a.samples });
+                let (phase, n, of) = if i < self.a.warmup { ("warm-up", i + 1, self.a.warmup) } else { ("sample", i + 1 - self.a.warmup, self.a.samples) };
+                eprint!("\r\x1b[2K{what}: {phase} {n}/{of}");
             }
             let start = Instant::now();
             let r = call();
@@ -133,10 +134,11 @@ impl Bench<'_> {
         Ok((outcome, plan.expect("a clean build lowers to a plan")))
     }
 
-    /// The compile time from the .mgn text to a plan: check, elaborate, (autodiff,) lower.
+    /// The compile time from the .mgn text to a plan: check, elaborate, (autodiff,) lower. The
+    /// outcome and plan are dropped after the clock stops.
     fn measure_compile(&self, what: &str, settings: &[Setting], opts: &PlanOptions) -> Result<Timing, u8> {
         self.measure(what, || match mgn_compiler::driver::plan_path(&self.a.file, self.a.model.clone(), settings.to_vec(), opts)? {
-            (_, Some(plan)) => Ok(plan),
+            (outcome, Some(plan)) => Ok((outcome, plan)),
             (outcome, None) => Err(outcome.diagnostics.first().map_or("does not build".into(), |d| d.message.clone())),
         })
     }
@@ -287,7 +289,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     }
     let mut notes = Vec::new();
     if a.samples < MIN_SAMPLES {
-        let w = format!("{} samples per measurement, fewer than {MIN_SAMPLES}: the median and interquartile range are rough", a.samples);
+        let w = format!("{} sample{} per measurement, fewer than {MIN_SAMPLES}: the median and interquartile range are rough", a.samples, if a.samples == 1 { "" } else { "s" });
         eprintln!("warning: {w}");
         notes.push(w);
     }
