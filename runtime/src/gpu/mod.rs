@@ -1,4 +1,5 @@
 //! The GPU side of the runtime: finding devices and their limits (`probe`). Kernels, buffers
 //! and the dispatch plan come next (issue 4); they will run through blade on Vulkan and Metal.
 
+pub mod device;
 pub mod probe;

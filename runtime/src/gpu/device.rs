@@ -1,0 +1,214 @@
+//! A GPU device opened through blade, and the one binding layout every generated kernel uses.
+//!
+//! Every kernel sees the same two bindings: `arena`, one storage buffer holding every tensor at
+//! an element offset, and `params`, a 128-byte parameter block (offsets, sizes, strides). One
+//! storage binding per kernel keeps far inside Vulkan's floor of 4 storage buffers per stage,
+//! whatever the number of a kernel's inputs; 128 bytes is the guaranteed parameter-block size.
+//! Tensors are stored as 32-bit words (`f32` and `i32` alike, reinterpreted with `bitcast`).
+
+use super::probe::{choose, devices, Device};
+use crate::limits::DeviceLimits;
+use blade_graphics as gpu;
+
+/// The parameter block: 32 words, seen in WGSL as `array<vec4<u32>, 8>` (uniform arrays need
+/// 16-byte elements).
+pub type Params = [u32; 32];
+
+#[derive(Clone, Copy)]
+struct Bindings {
+    arena: gpu::BufferPiece,
+    params: Params,
+}
+
+impl gpu::ShaderData for Bindings {
+    fn layout() -> gpu::ShaderDataLayout {
+        gpu::ShaderDataLayout { bindings: vec![("arena", gpu::ShaderBinding::Buffer), ("params", gpu::ShaderBinding::Plain { size: 128 })] }
+    }
+
+    fn fill(&self, mut ctx: gpu::PipelineContext) {
+        use gpu::ShaderBindable;
+        self.arena.bind_to(&mut ctx, 0);
+        self.params.bind_to(&mut ctx, 1);
+    }
+}
+
+/// The WGSL declarations every kernel starts with.
+pub const PRELUDE: &str = "struct Params { p: array<vec4<u32>, 8> }\nvar<storage, read_write> arena: array<u32>;\nvar<uniform> params: Params;\n";
+
+pub struct GpuDevice {
+    ctx: gpu::Context,
+    encoder: gpu::CommandEncoder,
+    pub info: Device,
+    /// The limits kernels are sized by (the floor under `MGN_MIN_SPEC=1`).
+    pub limits: DeviceLimits,
+}
+
+pub struct Kernel {
+    pipeline: gpu::ComputePipeline,
+    pub name: String,
+}
+
+pub struct Arena {
+    buffer: gpu::Buffer,
+    /// Size in 32-bit words.
+    pub words: usize,
+}
+
+impl GpuDevice {
+    /// Opens the device `probe::choose` picks (hardware first, `MGN_DEVICE` to override).
+    pub fn open() -> Result<GpuDevice, String> {
+        let all = devices()?;
+        let info = choose(&all)?.clone();
+        let desc = gpu::ContextDesc { device_id: Some(info.id), ..Default::default() };
+        let ctx = std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
+            .map_err(|_| format!("the driver crashed while opening {}", info.name))?
+            .map_err(|e| format!("cannot open {}: {e:?}", info.name))?;
+        let encoder = ctx.create_command_encoder(gpu::CommandEncoderDesc { name: "mgn", buffer_count: 1, manual_barriers: false });
+        let limits = DeviceLimits::effective(info.limits.unwrap_or(DeviceLimits::MIN_SPEC));
+        Ok(GpuDevice { ctx, encoder, info, limits })
+    }
+
+    /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
+    pub fn kernel(&self, name: &str, body: &str) -> Result<Kernel, String> {
+        let source = format!("{PRELUDE}{body}");
+        let module = naga::front::wgsl::parse_str(&source).map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
+        let shader = self
+            .ctx
+            .try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) })
+            .map_err(|e| format!("kernel `{name}`: {e}"))?;
+        let layout = <Bindings as gpu::ShaderData>::layout();
+        let pipeline = self.ctx.create_compute_pipeline(gpu::ComputePipelineDesc { name, data_layouts: &[&layout], compute: shader.at("main") });
+        Ok(Kernel { pipeline, name: name.to_string() })
+    }
+
+    /// A host-visible arena of `words` 32-bit words, zeroed.
+    pub fn arena(&self, words: usize) -> Result<Arena, String> {
+        let bytes = (words.max(1) * 4) as u64;
+        if !self.limits.fits_binding(bytes) {
+            return Err(format!("{bytes} bytes exceed one binding on this device ({} bytes)", self.limits.max_storage_buffer_range));
+        }
+        let buffer = self.ctx.create_buffer(gpu::BufferDesc { name: "arena", size: bytes, memory: gpu::Memory::Shared });
+        unsafe { std::ptr::write_bytes(buffer.data(), 0, bytes as usize) };
+        Ok(Arena { buffer, words: words.max(1) })
+    }
+
+    pub fn write(&self, arena: &Arena, offset: usize, data: &[u32]) {
+        assert!(offset + data.len() <= arena.words, "write past the end of the arena");
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (arena.buffer.data() as *mut u32).add(offset), data.len()) };
+    }
+
+    pub fn read(&self, arena: &Arena, offset: usize, len: usize) -> Vec<u32> {
+        assert!(offset + len <= arena.words, "read past the end of the arena");
+        let mut out = vec![0u32; len];
+        unsafe { std::ptr::copy_nonoverlapping((arena.buffer.data() as *const u32).add(offset), out.as_mut_ptr(), len) };
+        out
+    }
+
+    /// Records the dispatches in order into one submission and waits for it.
+    pub fn run(&mut self, arena: &Arena, dispatches: &[(&Kernel, Params, [u32; 3])]) -> Result<(), String> {
+        self.encoder.start();
+        {
+            let mut pass = self.encoder.compute("mgn");
+            for (k, params, groups) in dispatches {
+                let mut pc = pass.with(&k.pipeline);
+                pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
+                pc.dispatch(*groups);
+            }
+        }
+        let sp = self.ctx.submit(&mut self.encoder);
+        match self.ctx.wait_for(&sp, 60_000) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the GPU did not finish within 60 s".into()),
+            Err(e) => Err(format!("the GPU reported an error: {e:?}")),
+        }
+    }
+}
+
+impl Drop for GpuDevice {
+    fn drop(&mut self) {
+        self.ctx.destroy_command_encoder(&mut self.encoder);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::fold_grid;
+
+    /// Needs a Vulkan device (lavapipe in CI, where `MGN_REQUIRE_GPU=1` makes its absence a
+    /// failure); elsewhere says so and passes.
+    fn device() -> Option<GpuDevice> {
+        match GpuDevice::open() {
+            Ok(d) => Some(d),
+            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}"),
+            Err(why) => {
+                eprintln!("skipping: no GPU device ({why})");
+                None
+            }
+        }
+    }
+
+    const ADD: &str = "@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + (gid.y + gid.z * groups.y) * groups.x * 64u;
+    let n = params.p[0].x;
+    if (i >= n) { return; }
+    let a = bitcast<f32>(arena[params.p[0].y + i]);
+    let b = bitcast<f32>(arena[params.p[0].z + i]);
+    arena[params.p[0].w + i] = bitcast<u32>(a + b);
+}
+";
+
+    #[test]
+    fn a_kernel_runs_over_the_arena_and_matches_the_cpu() {
+        let Some(mut dev) = device() else { return };
+        let add = dev.kernel("add", ADD).expect("valid WGSL");
+        let n = 1000usize;
+        let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32).collect();
+        let arena = dev.arena(3 * n).expect("fits");
+        dev.write(&arena, 0, &a.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        dev.write(&arena, n, &b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        let mut params = [0u32; 32];
+        params[..4].copy_from_slice(&[n as u32, 0, n as u32, 2 * n as u32]);
+        let groups = fold_grid(n.div_ceil(64) as u64, &dev.limits).expect("fits");
+        dev.run(&arena, &[(&add, params, groups)]).expect("runs");
+        let out: Vec<f32> = dev.read(&arena, 2 * n, n).into_iter().map(f32::from_bits).collect();
+        for i in 0..n {
+            assert_eq!(out[i], a[i] + b[i], "element {i}");
+        }
+    }
+
+    #[test]
+    fn grids_past_65535_workgroups_fold_and_cover_every_element() {
+        let Some(mut dev) = device() else { return };
+        // One invocation per workgroup, so 70,000 elements need 70,000 workgroups: more than
+        // one dimension holds under the Vulkan floor.
+        let body = "@compute @workgroup_size(1)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = wg.x + (wg.y + wg.z * groups.y) * groups.x;
+    if (i >= params.p[0].x) { return; }
+    arena[i] = arena[i] + i + 1u;
+}
+";
+        let k = dev.kernel("fill", body).expect("valid WGSL");
+        let n = 70_000usize;
+        let arena = dev.arena(n + 16).expect("fits");
+        let mut params = [0u32; 32];
+        params[0] = n as u32;
+        let groups = fold_grid(n as u64, &dev.limits).expect("fits");
+        assert!(groups[1] > 1 || dev.limits.max_workgroups[0] as usize >= n);
+        dev.run(&arena, &[(&k, params, groups)]).expect("runs");
+        let out = dev.read(&arena, 0, n + 16);
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(*v, if i < n { i as u32 + 1 } else { 0 }, "element {i}: each written exactly once, nothing past the end");
+        }
+    }
+
+    #[test]
+    fn invalid_wgsl_is_an_error_naming_the_kernel() {
+        let Some(dev) = device() else { return };
+        let Err(e) = dev.kernel("broken", "@compute @workgroup_size(1) fn main() { let x: f32 = arena[0]; }") else { panic!("must fail") };
+        assert!(e.starts_with("kernel `broken`"), "{e}");
+    }
+}
