@@ -107,13 +107,13 @@ impl GpuDevice {
     /// Records the dispatches in order into one submission and waits for it.
     pub fn run(&mut self, arena: &Arena, dispatches: &[(&Kernel, Params, [u32; 3])]) -> Result<(), String> {
         self.encoder.start();
-        {
-            let mut pass = self.encoder.compute("mgn");
-            for (k, params, groups) in dispatches {
-                let mut pc = pass.with(&k.pipeline);
-                pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
-                pc.dispatch(*groups);
-            }
+        // One pass per dispatch: blade puts a memory barrier between passes, so each kernel sees
+        // what the previous ones wrote. (Grouping independent dispatches comes with the schedule.)
+        for (k, params, groups) in dispatches {
+            let mut pass = self.encoder.compute(&k.name);
+            let mut pc = pass.with(&k.pipeline);
+            pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
+            pc.dispatch(*groups);
         }
         let sp = self.ctx.submit(&mut self.encoder);
         match self.ctx.wait_for(&sp, 60_000) {

@@ -2,4 +2,9 @@
 //! and the dispatch plan come next (issue 4); they will run through blade on Vulkan and Metal.
 
 pub mod device;
+pub mod kernels;
+pub mod session;
 pub mod probe;
+
+#[cfg(test)]
+mod tests;

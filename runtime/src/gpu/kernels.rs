@@ -1,0 +1,384 @@
+//! WGSL generation, one kernel per plan step, specialized to its shapes and arena offsets.
+//!
+//! Every kernel computes one output element per invocation (`i`), reading its inputs from the
+//! arena at offsets baked into the source; reductions loop over their reduced elements. This
+//! first family set is deliberately plain — correct against the CPU backend, not yet fast: the
+//! tiled matmul, fused pointwise chains and the memory planner are the next steps (issue 4).
+
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::plan::Step;
+use crate::DType;
+
+/// Where a value lives: its first word in the arena, and its shape.
+#[derive(Clone, Debug)]
+pub struct Operand {
+    pub offset: usize,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+/// Generated code for one step: the WGSL body and how many invocations it needs.
+pub struct KernelSource {
+    pub body: String,
+    pub invocations: u64,
+}
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// A WGSL expression for the linear index into `input` (broadcast NumPy-style against `out`)
+/// of the output element whose linear index is the expression `i`.
+fn broadcast_index(i: &str, out: &[usize], input: &[usize]) -> String {
+    let os = strides(out);
+    let is = strides(input);
+    let r = out.len();
+    let mut terms = Vec::new();
+    for (k, &d) in input.iter().enumerate() {
+        let a = k + r - input.len();
+        if d == 1 {
+            continue;
+        }
+        terms.push(format!("((({i}) / {}u) % {}u) * {}u", os[a], out[a], is[k]));
+    }
+    if terms.is_empty() {
+        "0u".into()
+    } else {
+        terms.join(" + ")
+    }
+}
+
+fn load(o: &Operand, index: &str) -> String {
+    match o.dtype {
+        d if d.is_float() => format!("bitcast<f32>(arena[{}u + {index}])", o.offset),
+        _ => format!("bitcast<i32>(arena[{}u + {index}])", o.offset),
+    }
+}
+
+fn store(out: &Operand, index: &str, value: &str) -> String {
+    match out.dtype {
+        d if d.is_float() => format!("arena[{}u + {index}] = bitcast<u32>(f32({value}));", out.offset),
+        _ => format!("arena[{}u + {index}] = bitcast<u32>(i32({value}));", out.offset),
+    }
+}
+
+/// `f(x)` of a pointwise op in WGSL.
+fn unary(op: UnaryOp, x: &str) -> String {
+    match op {
+        UnaryOp::Neg => format!("(-{x})"),
+        UnaryOp::Relu => format!("max({x}, 0.0)"),
+        UnaryOp::Gelu => format!("(0.5 * {x} * (1.0 + mgn_erf({x} * 0.70710678118654752)))"),
+        UnaryOp::GeluTanh => format!("(0.5 * {x} * (1.0 + tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))))"),
+        UnaryOp::Silu => format!("({x} / (1.0 + exp(-{x})))"),
+        UnaryOp::Sigmoid => format!("(1.0 / (1.0 + exp(-{x})))"),
+        UnaryOp::Tanh => format!("tanh({x})"),
+        UnaryOp::Exp => format!("exp({x})"),
+        UnaryOp::Log => format!("log({x})"),
+        UnaryOp::Sqrt => format!("sqrt({x})"),
+        UnaryOp::Rsqrt => format!("inverseSqrt({x})"),
+        UnaryOp::Abs => format!("abs({x})"),
+        UnaryOp::Sin => format!("sin({x})"),
+        UnaryOp::Cos => format!("cos({x})"),
+        UnaryOp::Square => format!("({x} * {x})"),
+    }
+}
+
+/// `f'(x) · dy` of a pointwise op in WGSL.
+fn unary_grad(op: UnaryOp, x: &str, dy: &str) -> String {
+    let d = match op {
+        UnaryOp::Neg => "-1.0".to_string(),
+        UnaryOp::Relu => format!("select(0.0, 1.0, {x} > 0.0)"),
+        UnaryOp::Gelu => format!("(0.5 * (1.0 + mgn_erf({x} * 0.70710678118654752)) + {x} * 0.39894228040143268 * exp(-0.5 * {x} * {x}))"),
+        UnaryOp::GeluTanh => format!(
+            "(0.5 * (1.0 + tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))) + 0.5 * {x} * (1.0 - tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x})) * tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))) * 0.79788456080286536 * (1.0 + 0.134145 * {x} * {x}))"
+        ),
+        UnaryOp::Silu => format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 + {x} * (1.0 - 1.0 / (1.0 + exp(-{x})))))"),
+        UnaryOp::Sigmoid => format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 - 1.0 / (1.0 + exp(-{x}))))"),
+        UnaryOp::Tanh => format!("(1.0 - tanh({x}) * tanh({x}))"),
+        UnaryOp::Exp => format!("exp({x})"),
+        UnaryOp::Log => format!("(1.0 / {x})"),
+        UnaryOp::Sqrt => format!("(0.5 / sqrt({x}))"),
+        UnaryOp::Rsqrt => format!("(-0.5 * inverseSqrt({x}) / {x})"),
+        UnaryOp::Abs => format!("sign({x})"),
+        UnaryOp::Sin => format!("cos({x})"),
+        UnaryOp::Cos => format!("(-sin({x}))"),
+        UnaryOp::Square => format!("(2.0 * {x})"),
+    };
+    format!("({d} * {dy})")
+}
+
+/// erf for f32 (Abramowitz–Stegun 7.1.26, |error| < 1.5e-7), used by exact GELU.
+const ERF: &str = "fn mgn_erf(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-x * x);
+    return select(-y, y, x >= 0.0);
+}
+";
+
+/// Wraps a per-element body: `i` is the element, `N` the element count.
+fn elementwise(n: usize, width: u32, body: &str, helpers: &str) -> KernelSource {
+    KernelSource {
+        body: format!(
+            "{helpers}@compute @workgroup_size({width})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
+    let i = gid.x + (gid.y + gid.z * groups.y) * groups.x * {width}u;
+    if (i >= {n}u) {{ return; }}
+    {body}
+}}
+"
+        ),
+        invocations: n as u64,
+    }
+}
+
+/// Kernel source for one step, or the reason it has no GPU kernel yet.
+pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let n: usize = out.shape.iter().product();
+    let f = |k: usize, idx: &str| load(&inputs[k], idx);
+    let same = |k: usize| broadcast_index("i", &out.shape, &inputs[k].shape);
+    let body = match &step.op {
+        Op::Constant { value } => store(out, "i", &format!("{value:?}")),
+        Op::Arange => store(out, "i", "i"),
+        Op::Unary(u) if out.dtype.is_float() => store(out, "i", &unary(*u, &f(0, "i"))),
+        Op::Unary(UnaryOp::Neg) => store(out, "i", &format!("-{}", f(0, "i"))),
+        Op::Pow { exponent } => store(out, "i", &format!("pow({}, {exponent:?})", f(0, "i"))),
+        Op::Binary(b) => {
+            let (x, y) = (f(0, &same(0)), f(1, &same(1)));
+            let sym = match b {
+                BinaryOp::Add => "+",
+                BinaryOp::Sub => "-",
+                BinaryOp::Mul => "*",
+                BinaryOp::Div => "/",
+            };
+            store(out, "i", &format!("({x} {sym} {y})"))
+        }
+        Op::Cast if out.dtype.is_float() => store(out, "i", &format!("f32({})", f(0, "i"))),
+        Op::Cast => store(out, "i", &format!("i32({})", f(0, "i"))),
+        Op::Reshape => store(out, "i", &f(0, "i")),
+        Op::BroadcastTo => store(out, "i", &f(0, &same(0))),
+        Op::UnaryGrad(u) => store(out, "i", &unary_grad(*u, &f(0, "i"), &f(1, "i"))),
+        Op::Permute { perm } => {
+            // Output coordinate a is input coordinate perm[a].
+            let os = strides(&out.shape);
+            let is = strides(&inputs[0].shape);
+            let terms: Vec<String> = perm.iter().enumerate().map(|(a, &p)| format!("((i / {}u) % {}u) * {}u", os[a], out.shape[a], is[p])).collect();
+            store(out, "i", &f(0, &terms.join(" + ")))
+        }
+        Op::MatMul => return matmul(inputs, out, width),
+        Op::SumTo => return sum_to(inputs, out, width),
+        Op::Reduce { op, axes, .. } => return reduce(*op, axes, &inputs[0], out, width),
+        Op::Softmax { axis, log } => return softmax(*axis, *log, &inputs[0], out, width),
+        Op::SoftmaxGrad { axis, log } => return softmax_grad(*axis, *log, inputs, out, width),
+        Op::SoftmaxCrossEntropy => return cross_entropy(inputs, out, width),
+        Op::SoftmaxCrossEntropyGrad => return cross_entropy_grad(inputs, out, width),
+        other => return Err(format!("`{}` has no GPU kernel yet", other.describe())),
+    };
+    let helpers = if matches!(step.op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu)) { ERF } else { "" };
+    Ok(elementwise(n, width, &body, helpers))
+}
+
+fn matmul(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (a, b) = (&inputs[0], &inputs[1]);
+    if a.shape.len() < 2 || b.shape.len() < 2 {
+        return Err("matmul of 1-D operands has no GPU kernel yet".into());
+    }
+    let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
+    let nn = b.shape[b.shape.len() - 1];
+    let n: usize = out.shape.iter().product();
+    // Batch coordinates of output element i broadcast into a's and b's batch axes.
+    let batch_out: Vec<usize> = out.shape[..out.shape.len() - 2].to_vec();
+    let bo = strides(&batch_out);
+    let batch_index = |t: &Operand| {
+        let tb = &t.shape[..t.shape.len() - 2];
+        let ts = strides(tb);
+        let r = batch_out.len();
+        let mut terms = vec!["0u".to_string()];
+        for (j, &d) in tb.iter().enumerate() {
+            let ax = j + r - tb.len();
+            if d != 1 {
+                terms.push(format!("((batch / {}u) % {}u) * {}u", bo[ax], batch_out[ax], ts[j]));
+            }
+        }
+        terms.join(" + ")
+    };
+    let body = format!(
+        "let batch = i / {mn}u;
+    let row = (i / {nn}u) % {m}u;
+    let col = i % {nn}u;
+    let abase = ({ab}) * {mk}u + row * {k}u;
+    let bbase = ({bb}) * {kn}u + col;
+    var acc = 0.0;
+    for (var t = 0u; t < {k}u; t = t + 1u) {{
+        acc = acc + {x} * {y};
+    }}
+    {st}",
+        mn = m * nn,
+        mk = m * k,
+        kn = k * nn,
+        ab = batch_index(a),
+        bb = batch_index(b),
+        x = load(a, "abase + t"),
+        y = load(b, &format!("bbase + t * {nn}u")),
+        st = store(out, "i", "acc"),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// Sums `input` (broadcast up to its shape from `out`) back down to `out`'s shape.
+fn sum_to(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let x = &inputs[0];
+    let r = x.shape.len();
+    let pad = r - out.shape.len();
+    // Axes of x that collapse: leading ones, and those where out has size 1 but x does not.
+    let full: Vec<usize> = (0..r).map(|a| if a < pad { 1 } else { out.shape[a - pad] }).collect();
+    let reduced: Vec<usize> = (0..r).filter(|&a| full[a] == 1 && x.shape[a] != 1).collect();
+    reduce_generic(x, out, &full, &reduced, "acc = acc + v;", "0.0", "acc", width)
+}
+
+/// One invocation per output element looping over the reduced axes. `keep` is the output
+/// shape padded to the input's rank (1 on reduced axes).
+#[allow(clippy::too_many_arguments)]
+fn reduce_generic(x: &Operand, out: &Operand, keep: &[usize], reduced: &[usize], step: &str, init: &str, result: &str, width: u32) -> Result<KernelSource, String> {
+    let n: usize = out.shape.iter().product();
+    let xs = strides(&x.shape);
+    let ks = strides(keep);
+    // Base input index from the output coordinates (kept axes).
+    let base: Vec<String> = (0..x.shape.len()).filter(|a| !reduced.contains(a)).map(|a| format!("((i / {}u) % {}u) * {}u", ks[a], keep[a], xs[a])).collect();
+    let count: usize = reduced.iter().map(|&a| x.shape[a]).product();
+    let rshape: Vec<usize> = reduced.iter().map(|&a| x.shape[a]).collect();
+    let rs = strides(&rshape);
+    let offset: Vec<String> = reduced.iter().enumerate().map(|(j, &a)| format!("((r / {}u) % {}u) * {}u", rs[j], rshape[j], xs[a])).collect();
+    let body = format!(
+        "let base = {};
+    var acc = {init};
+    for (var r = 0u; r < {count}u; r = r + 1u) {{
+        let v = {};
+        {step}
+    }}
+    {}",
+        if base.is_empty() { "0u".to_string() } else { base.join(" + ") },
+        load(x, &format!("base + {}", if offset.is_empty() { "0u".to_string() } else { offset.join(" + ") })),
+        store(out, "i", result),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+fn reduce(op: ReduceOp, axes: &[usize], x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let keep: Vec<usize> = x.shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
+    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let (step, init, result) = match op {
+        ReduceOp::Sum => ("acc = acc + v;", "0.0".to_string(), "acc".to_string()),
+        ReduceOp::Mean => ("acc = acc + v;", "0.0".to_string(), format!("acc / {count}.0")),
+        ReduceOp::Max => ("acc = max(acc, v);", "-3.4028235e38".to_string(), "acc".to_string()),
+        ReduceOp::Min => ("acc = min(acc, v);", "3.4028235e38".to_string(), "acc".to_string()),
+    };
+    reduce_generic(x, out, &keep, axes, step, &init, &result, width)
+}
+
+/// Index expressions for row-wise ops along `axis`: `base` of element `i`'s row, and `stride`.
+fn row(shape: &[usize], axis: usize) -> (String, usize, usize) {
+    let s = strides(shape);
+    let len = shape[axis];
+    let stride = s[axis];
+    (format!("i - ((i / {stride}u) % {len}u) * {stride}u"), len, stride)
+}
+
+fn softmax(axis: usize, log: bool, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let n: usize = out.shape.iter().product();
+    let (base, len, stride) = row(&x.shape, axis);
+    let at = |e: &str| load(x, &format!("base + ({e}) * {stride}u"));
+    let result = if log { format!("{} - m - log(s)", load(x, "i")) } else { format!("exp({} - m) / s", load(x, "i")) };
+    let body = format!(
+        "let base = {base};
+    var m = -3.4028235e38;
+    for (var t = 0u; t < {len}u; t = t + 1u) {{ m = max(m, {}); }}
+    var s = 0.0;
+    for (var t = 0u; t < {len}u; t = t + 1u) {{ s = s + exp({} - m); }}
+    {}",
+        at("t"),
+        at("t"),
+        store(out, "i", &result)
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+fn softmax_grad(axis: usize, log: bool, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (y, dy) = (&inputs[0], &inputs[1]);
+    let n: usize = out.shape.iter().product();
+    let (base, len, stride) = row(&y.shape, axis);
+    let body = if log {
+        // dx = dy - softmax(x) * sum(dy), with softmax(x) = exp(y).
+        format!(
+            "let base = {base};
+    var s = 0.0;
+    for (var t = 0u; t < {len}u; t = t + 1u) {{ s = s + {}; }}
+    {}",
+            load(dy, &format!("base + t * {stride}u")),
+            store(out, "i", &format!("{} - exp({}) * s", load(dy, "i"), load(y, "i")))
+        )
+    } else {
+        // dx = y * (dy - sum(dy * y)).
+        format!(
+            "let base = {base};
+    var s = 0.0;
+    for (var t = 0u; t < {len}u; t = t + 1u) {{ s = s + {} * {}; }}
+    {}",
+            load(dy, &format!("base + t * {stride}u")),
+            load(y, &format!("base + t * {stride}u")),
+            store(out, "i", &format!("{} * ({} - s)", load(y, "i"), load(dy, "i")))
+        )
+    };
+    Ok(elementwise(n, width, &body, ""))
+}
+
+fn cross_entropy(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    // One invocation: the mean over all rows (a plain loop; the loss is one number).
+    let (logits, targets) = (&inputs[0], &inputs[1]);
+    let c = *logits.shape.last().ok_or("logits need a class axis")?;
+    let rows: usize = targets.shape.iter().product();
+    let body = format!(
+        "var total = 0.0;
+    for (var r = 0u; r < {rows}u; r = r + 1u) {{
+        var m = -3.4028235e38;
+        for (var t = 0u; t < {c}u; t = t + 1u) {{ m = max(m, {l}); }}
+        var s = 0.0;
+        for (var t = 0u; t < {c}u; t = t + 1u) {{ s = s + exp({l} - m); }}
+        let tgt = u32({tg});
+        total = total + (m + log(s) - {lt});
+    }}
+    {st}",
+        l = load(logits, &format!("r * {c}u + t")),
+        tg = load(targets, "r"),
+        lt = load(logits, &format!("r * {c}u + tgt")),
+        st = store(out, "0u", &format!("total / {rows}.0")),
+    );
+    let _ = out;
+    Ok(elementwise(1, width, &body, ""))
+}
+
+fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (logits, targets, dl) = (&inputs[0], &inputs[1], &inputs[2]);
+    let c = *logits.shape.last().ok_or("logits need a class axis")?;
+    let rows: usize = targets.shape.iter().product();
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "let r = i / {c}u;
+    let k = i % {c}u;
+    var m = -3.4028235e38;
+    for (var t = 0u; t < {c}u; t = t + 1u) {{ m = max(m, {l}); }}
+    var s = 0.0;
+    for (var t = 0u; t < {c}u; t = t + 1u) {{ s = s + exp({l} - m); }}
+    let p = exp({li} - m) / s;
+    let onehot = select(0.0, 1.0, u32({tg}) == k);
+    {st}",
+        l = load(logits, &format!("r * {c}u + t")),
+        li = load(logits, "i"),
+        tg = load(targets, "r"),
+        st = store(out, "i", &format!("(p - onehot) * {} / {rows}.0", load(dl, "0u"))),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
