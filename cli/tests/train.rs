@@ -159,3 +159,39 @@ fn ctrl_c_saves_a_checkpoint_before_exiting() {
     assert!(c.step().unwrap_or(0) > 0);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `mgnc run --backend vulkan` against the same NumPy reference, when a Vulkan device exists
+/// (lavapipe in CI, where `MGN_REQUIRE_GPU=1` makes its absence a failure).
+#[test]
+fn run_on_vulkan_matches_the_numpy_reference_for_digits_mlp() {
+    let dir = scratch("vulkan");
+    let out = dir.join("out.safetensors");
+    let o = mgnc(&[
+        "run",
+        "models/digits_mlp.mgn",
+        "--weights",
+        "tests/fixtures/digits_mlp/weights.safetensors",
+        "--inputs",
+        "tests/fixtures/digits_mlp/inputs.safetensors",
+        "--out",
+        out.to_str().expect("utf-8 path"),
+        "--grads",
+        "--backend",
+        "vulkan",
+    ]);
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {err}");
+        eprintln!("skipping: {err}");
+        return;
+    }
+    assert!(String::from_utf8_lossy(&o.stderr).contains("running on "));
+    let got = checkpoint::load(&out).expect("mgnc wrote a checkpoint");
+    let want = checkpoint::load(&root().join("tests/fixtures/digits_mlp/expected.safetensors")).expect("fixture");
+    for (name, w) in &want.tensors {
+        let g = got.get(name).unwrap_or_else(|| panic!("missing `{name}`"));
+        let err = rel_l2(&g.to_f64_vec(), &w.to_f64_vec());
+        assert!(err < 1e-5, "{name}: relative L2 error {err:e}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

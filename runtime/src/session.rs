@@ -38,6 +38,8 @@ pub struct Session {
     pub check_numerics: bool,
     /// For each step, the last step that reads its value (`usize::MAX` for results).
     last_use: Vec<usize>,
+    /// When set, steps run on the GPU; `params` stays the authoritative copy.
+    gpu: Option<crate::gpu::session::GpuSession>,
 }
 
 /// A value during execution: computed here, or borrowed from the caller's inputs or the params.
@@ -53,15 +55,31 @@ impl Session {
     pub fn new(plan: Plan, seed: u64) -> Session {
         let params = plan.params.iter().enumerate().map(|(i, p)| crate::init::initialize(p, seed, i)).collect();
         let last_use = plan.last_uses();
-        Session { optimizer: OptimizerState::default(), plan, params, step: 0, seed, check_numerics: cfg!(debug_assertions), last_use }
+        Session { optimizer: OptimizerState::default(), plan, params, step: 0, seed, check_numerics: cfg!(debug_assertions), last_use, gpu: None }
     }
 
     pub fn param_index(&self, name: &str) -> Option<usize> {
         self.plan.params.iter().position(|p| p.name == name)
     }
 
+    /// Runs the plan's steps on the GPU from now on. Returns the device's name; fails (and
+    /// leaves the session on the CPU) when there is no usable device or an op has no kernel.
+    pub fn use_gpu(&mut self) -> Result<String, RuntimeError> {
+        let g = crate::gpu::session::GpuSession::new(self.plan.clone(), &self.params)?;
+        let name = g.device_name().to_string();
+        self.gpu = Some(g);
+        Ok(name)
+    }
+
+    pub fn on_gpu(&self) -> bool {
+        self.gpu.is_some()
+    }
+
     /// Runs every step; returns the outputs, the loss and the gradients the plan computes.
     pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<RunOutput, RuntimeError> {
+        if let Some(g) = &mut self.gpu {
+            return g.run(inputs);
+        }
         let slots = self.execute(inputs, false)?;
         Ok(self.collect(slots, inputs))
     }
@@ -72,13 +90,22 @@ impl Session {
         if self.plan.mode != Mode::Train {
             return Err(RuntimeError(format!("the plan of `{}` is an inference plan; build it with `--mode train` to train", self.plan.model)));
         }
-        let slots = self.execute(inputs, true)?;
-        let out = self.collect(slots, inputs);
+        let out = match &mut self.gpu {
+            // Batch-norm running statistics have no GPU kernels yet, so there are none to update.
+            Some(g) => g.run(inputs)?,
+            None => {
+                let slots = self.execute(inputs, true)?;
+                self.collect(slots, inputs)
+            }
+        };
         let loss = out.loss.as_ref().map(|l| l.to_f64_vec()[0]).ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
         let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
         let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
         self.step += 1;
         self.optimizer.step(&self.plan.optimizer, self.step, &mut self.params, &grads, &trained);
+        if let Some(g) = &mut self.gpu {
+            g.set_params(&self.params);
+        }
         Ok(loss)
     }
 
@@ -201,6 +228,9 @@ impl Session {
             if let Some(t) = t {
                 self.params[i] = t;
             }
+        }
+        if let Some(g) = &mut self.gpu {
+            g.set_params(&self.params);
         }
         if ckpt.tensors.iter().any(|(n, _)| n == crate::optim::STEP_TENSOR) {
             self.optimizer = ckpt.optimizer_state(&self.plan.params).map_err(|e| RuntimeError(e.to_string()))?;

@@ -10,7 +10,7 @@
 //! label picks from), {0, 1} where nothing bounds them (masks, flags). NaN checks are off, so the
 //! kernels are what is timed.
 
-use super::plan::{check_backend, Backend};
+use super::plan::{resolve_backend, Backend, Engine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::ir::dump::thousands;
@@ -264,8 +264,18 @@ struct Report {
 
 pub fn run(a: BenchArgs) -> u8 {
     let format = if a.json { MessageFormat::Json } else { MessageFormat::Human };
-    if let Err(code) = check_backend(a.backend, format) {
-        return code;
+    match resolve_backend(a.backend, format) {
+        Ok(Engine::Cpu) => {}
+        Ok(Engine::Gpu { .. }) if a.backend == Backend::Auto => {
+            if format == MessageFormat::Human {
+                eprintln!("note: mgnc bench measures the CPU backend until the GPU kernels cover every op; use `--backend vulkan` to insist");
+            }
+        }
+        Ok(Engine::Gpu { .. }) => {
+            super::report::error("mgnc bench does not time the GPU backend yet (its kernels are not complete); use `--backend cpu`", format);
+            return super::EXIT_ERRORS;
+        }
+        Err(code) => return code,
     }
     let b = Bench { a: &a, format, progress: !a.json && std::io::stderr().is_terminal() };
     match bench(&b) {

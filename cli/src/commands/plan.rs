@@ -42,19 +42,70 @@ pub enum Backend {
     Metal,
 }
 
-/// The CPU backend is the only one built so far: say so plainly instead of pretending.
-pub fn check_backend(b: Backend, format: MessageFormat) -> Result<(), u8> {
+/// Where a command's sessions run, decided once from `--backend`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Engine {
+    Cpu,
+    /// The GPU; `forced` when asked for by name (then failing to use it is an error).
+    Gpu { forced: bool },
+}
+
+/// `auto` takes a hardware GPU when there is one, else the CPU with a one-line notice;
+/// `vulkan` and `metal` insist on the GPU.
+pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> {
+    let note = |m: &str| {
+        if format == MessageFormat::Human {
+            eprintln!("note: {m}");
+        }
+    };
     match b {
-        Backend::Cpu => Ok(()),
+        Backend::Cpu => Ok(Engine::Cpu),
+        Backend::Vulkan if cfg!(any(target_os = "macos", target_os = "ios")) => {
+            report::error("this build talks to the GPU through Metal on Apple platforms; use `--backend metal`", format);
+            Err(super::EXIT_ERRORS)
+        }
+        Backend::Metal if !cfg!(any(target_os = "macos", target_os = "ios")) => {
+            report::error("Metal exists only on Apple platforms; use `--backend vulkan`", format);
+            Err(super::EXIT_ERRORS)
+        }
+        Backend::Vulkan | Backend::Metal => Ok(Engine::Gpu { forced: true }),
         Backend::Auto => {
+            let devices = mgn_runtime::gpu::probe::devices();
+            match devices.as_ref().map_err(Clone::clone).and_then(|ds| mgn_runtime::gpu::probe::choose(ds).cloned()) {
+                Ok(d) if !d.software => Ok(Engine::Gpu { forced: false }),
+                Ok(d) => {
+                    note(&format!("no hardware GPU (only {}); running on the CPU backend (`--backend vulkan` uses it anyway)", d.name));
+                    Ok(Engine::Cpu)
+                }
+                Err(why) => {
+                    note(&format!("no GPU can be used ({why}); running on the CPU backend"));
+                    Ok(Engine::Cpu)
+                }
+            }
+        }
+    }
+}
+
+/// Moves a session onto the GPU when the engine says so. A forced GPU that cannot run the plan
+/// is an error; otherwise the session stays on the CPU with a notice.
+pub fn attach(session: &mut mgn_runtime::session::Session, engine: Engine, format: MessageFormat) -> Result<(), u8> {
+    let Engine::Gpu { forced } = engine else { return Ok(()) };
+    match session.use_gpu() {
+        Ok(name) => {
             if format == MessageFormat::Human {
-                eprintln!("note: this build of mgnc has no GPU backend yet; running on the CPU");
+                eprintln!("running on {name}");
             }
             Ok(())
         }
-        Backend::Vulkan | Backend::Metal => {
-            report::error(&format!("the {} backend is not available in this build of mgnc; use `--backend cpu`", if b == Backend::Vulkan { "Vulkan" } else { "Metal" }), format);
+        Err(e) if forced => {
+            report::error(&e.to_string(), format);
             Err(super::EXIT_ERRORS)
+        }
+        Err(e) => {
+            if format == MessageFormat::Human {
+                eprintln!("note: {e}; running on the CPU backend");
+            }
+            Ok(())
         }
     }
 }

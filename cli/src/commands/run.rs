@@ -3,7 +3,7 @@
 //! `output.<name>`, `loss` when the model has one, `grad.<param>` with `--grads`.
 //! This is the interface models are compared with PyTorch through; keep it stable.
 
-use super::plan::{check_backend, obtain, Backend};
+use super::plan::{attach, obtain, resolve_backend, Backend};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -76,7 +76,7 @@ fn fail(msg: &str, format: MessageFormat) -> u8 {
 }
 
 fn run_inner(a: RunArgs) -> Result<(), u8> {
-    check_backend(a.backend, a.format)?;
+    let engine = resolve_backend(a.backend, a.format)?;
     let inputs = checkpoint::load(&a.inputs).map_err(|e| fail(&e.to_string(), a.format))?;
     let mode = if a.mode == RunMode::Train { Mode::Train } else { Mode::Infer };
     let mut opts = PlanOptions { mode, loss: true, grads: a.grads, frozen: &a.freeze, optimizer: Default::default() };
@@ -99,6 +99,7 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
             eprintln!("warning: {}: {rep}", w.display());
         }
     }
+    attach(&mut session, engine, a.format)?;
     let given: Vec<(&str, &Tensor)> = inputs.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let out = session.run(&given).map_err(|e| fail(&format!("{}: {e}", a.file.display()), a.format))?;
     let mut tensors: Vec<(String, &Tensor)> = out.outputs.iter().map(|(n, t)| (format!("output.{n}"), t)).collect();

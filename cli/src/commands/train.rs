@@ -3,7 +3,7 @@
 //! (accuracy of a model or plan with given weights on a data set).
 
 use super::data::{classification, correct, plan_batch, Dataset};
-use super::plan::{check_backend, obtain, Backend};
+use super::plan::{attach, obtain, resolve_backend, Backend};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -123,7 +123,7 @@ pub fn train(a: TrainArgs) -> u8 {
 }
 
 fn train_inner(a: TrainArgs) -> Result<(), u8> {
-    check_backend(a.backend, a.format)?;
+    let engine = resolve_backend(a.backend, a.format)?;
     let f = a.format;
     let settings = with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)?;
     let kind = match a.optimizer {
@@ -160,6 +160,7 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         session.load_checkpoint(r, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
         eprintln!("resumed from {} at step {}", r.display(), session.step);
     }
+    attach(&mut session, engine, f)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = interrupted.clone();
@@ -289,13 +290,13 @@ pub struct EvalArgs {
 pub fn eval(a: EvalArgs) -> u8 {
     let f = a.format;
     let r = (|| -> Result<(), u8> {
-        check_backend(a.backend, f)?;
+        let engine = resolve_backend(a.backend, f)?;
         let is_plan = a.file.extension().is_some_and(|e| e == "mgnplan");
         let settings = if is_plan { a.settings.clone() } else { with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)? };
         let plan: Plan = obtain(&a.file, a.model.clone(), settings, &PlanOptions::infer(), f)?;
         let mut session = Session::new(plan, 0);
-        let rep = session.load_checkpoint(&a.weights, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
-        let _ = rep;
+        session.load_checkpoint(&a.weights, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
+        attach(&mut session, engine, f)?;
         // The labels are not an input of an inference plan; read them from the data file.
         let ckpt = mgn_runtime::checkpoint::load(&a.data).map_err(|e| fail(&e.to_string(), f))?;
         let data = Dataset::load(&a.data, &session.plan).map_err(|e| fail(&e, f))?;

@@ -1,15 +1,15 @@
 //! Runs a plan on the GPU: every value gets a region of one arena buffer, every step a kernel
 //! generated for its shapes (`kernels.rs`), and a run is one submission of all of them.
 //!
-//! Today the optimizer update runs on the host between submissions, values are not yet aliased
-//! (the memory planner is next), and only the op families in `kernels.rs` have kernels; a plan
-//! with another op is refused with the op and its model line.
+//! A `Session` drives it (`Session::use_gpu`): the session keeps the authoritative parameters
+//! and applies the optimizer on the host between submissions (for now). Values are not yet
+//! aliased (the memory planner is next), and only the op families in `kernels.rs` have kernels;
+//! a plan with another op is refused with the op and its model line.
 
 use super::device::{Arena, GpuDevice, Kernel, Params};
 use super::kernels::{generate, Operand};
 use crate::limits::fold_grid;
 use crate::op::Op;
-use crate::optim::OptimizerState;
 use crate::plan::Plan;
 use crate::session::{RunOutput, RuntimeError};
 use crate::tensor::{Data, Tensor};
@@ -24,8 +24,6 @@ pub struct GpuSession {
     kernels: Vec<Kernel>,
     /// Per step: which kernel and its grid (None for inputs and parameters).
     dispatch: Vec<Option<(usize, [u32; 3])>>,
-    pub optimizer: OptimizerState,
-    pub step: u64,
 }
 
 fn words_of(t: &Tensor) -> Vec<u32> {
@@ -76,8 +74,7 @@ impl GpuSession {
             let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
             dispatch.push(Some((k, groups)));
         }
-        let n = plan.params.len();
-        let mut session = GpuSession { dev, plan, arena, offsets, kernels, dispatch, optimizer: OptimizerState::new(n), step: 0 };
+        let mut session = GpuSession { dev, plan, arena, offsets, kernels, dispatch };
         session.set_params(params);
         Ok(session)
     }
@@ -129,18 +126,5 @@ impl GpuSession {
             loss: self.plan.loss.map(|v| self.value(v)),
             grads: self.plan.grads.iter().map(|(p, v)| (self.plan.params[*p].name.clone(), self.value(*v))).collect(),
         })
-    }
-
-    /// Forward, backward on the GPU; the optimizer update on the host (for now).
-    pub fn train_step(&mut self, inputs: &[(&str, &Tensor)]) -> Result<f64, RuntimeError> {
-        let out = self.run(inputs)?;
-        let loss = out.loss.as_ref().map(|l| l.to_f64_vec()[0]).ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
-        let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
-        let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
-        let mut params = self.params();
-        self.step += 1;
-        self.optimizer.step(&self.plan.optimizer, self.step, &mut params, &grads, &trained);
-        self.set_params(&params);
-        Ok(loss)
     }
 }
