@@ -5,6 +5,10 @@
 //! first family set is deliberately plain — correct against the CPU backend, not yet fast: the
 //! tiled matmul, fused pointwise chains and the memory planner are the next steps (issue 4).
 
+mod conv;
+mod norm;
+mod select;
+
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::plan::Step;
 use crate::DType;
@@ -23,7 +27,7 @@ pub struct KernelSource {
     pub invocations: u64,
 }
 
-fn strides(shape: &[usize]) -> Vec<usize> {
+pub(super) fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         s[i] = s[i + 1] * shape[i + 1];
@@ -33,7 +37,7 @@ fn strides(shape: &[usize]) -> Vec<usize> {
 
 /// A WGSL expression for the linear index into `input` (broadcast NumPy-style against `out`)
 /// of the output element whose linear index is the expression `i`.
-fn broadcast_index(i: &str, out: &[usize], input: &[usize]) -> String {
+pub(super) fn broadcast_index(i: &str, out: &[usize], input: &[usize]) -> String {
     let os = strides(out);
     let is = strides(input);
     let r = out.len();
@@ -52,14 +56,14 @@ fn broadcast_index(i: &str, out: &[usize], input: &[usize]) -> String {
     }
 }
 
-fn load(o: &Operand, index: &str) -> String {
+pub(super) fn load(o: &Operand, index: &str) -> String {
     match o.dtype {
         d if d.is_float() => format!("bitcast<f32>(arena[{}u + {index}])", o.offset),
         _ => format!("bitcast<i32>(arena[{}u + {index}])", o.offset),
     }
 }
 
-fn store(out: &Operand, index: &str, value: &str) -> String {
+pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
     match out.dtype {
         d if d.is_float() => format!("arena[{}u + {index}] = bitcast<u32>(f32({value}));", out.offset),
         _ => format!("arena[{}u + {index}] = bitcast<u32>(i32({value}));", out.offset),
@@ -112,7 +116,7 @@ fn unary_grad(op: UnaryOp, x: &str, dy: &str) -> String {
 }
 
 /// erf for f32 (Abramowitz–Stegun 7.1.26, |error| < 1.5e-7), used by exact GELU.
-const ERF: &str = "fn mgn_erf(x: f32) -> f32 {
+pub(super) const ERF: &str = "fn mgn_erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.3275911 * abs(x));
     let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-x * x);
     return select(-y, y, x >= 0.0);
@@ -120,7 +124,7 @@ const ERF: &str = "fn mgn_erf(x: f32) -> f32 {
 ";
 
 /// Wraps a per-element body: `i` is the element, `N` the element count.
-fn elementwise(n: usize, width: u32, body: &str, helpers: &str) -> KernelSource {
+pub(super) fn elementwise(n: usize, width: u32, body: &str, helpers: &str) -> KernelSource {
     KernelSource {
         body: format!(
             "{helpers}@compute @workgroup_size({width})
@@ -175,6 +179,29 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
         Op::SoftmaxGrad { axis, log } => return softmax_grad(*axis, *log, inputs, out, width),
         Op::SoftmaxCrossEntropy => return cross_entropy(inputs, out, width),
         Op::SoftmaxCrossEntropyGrad => return cross_entropy_grad(inputs, out, width),
+        Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. } | Op::Pool { .. } | Op::PoolGrad { .. } | Op::Upsample { .. } | Op::UpsampleGrad { .. } => {
+            return conv::generate(step, inputs, out, width)
+        }
+        Op::LayerNorm { .. }
+        | Op::LayerNormGrad { .. }
+        | Op::RmsNorm { .. }
+        | Op::RmsNormGrad { .. }
+        | Op::GroupNorm { .. }
+        | Op::GroupNormGrad { .. }
+        | Op::BatchNorm { .. }
+        | Op::BatchNormGrad { .. }
+        | Op::Dropout { .. }
+        | Op::DropoutGrad { .. } => return norm::generate(step, inputs, out, width),
+        Op::Concat { .. }
+        | Op::Slice { .. }
+        | Op::SliceGrad { .. }
+        | Op::Gather { .. }
+        | Op::GatherGrad { .. }
+        | Op::ReduceGrad { .. }
+        | Op::ArgMax { .. }
+        | Op::Rope { .. }
+        | Op::Attention { .. }
+        | Op::AttentionGrad { .. } => return select::generate(step, inputs, out, width),
         other => return Err(format!("`{}` has no GPU kernel yet", other.describe())),
     };
     let helpers = if matches!(step.op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu)) { ERF } else { "" };
@@ -242,7 +269,7 @@ fn sum_to(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource,
 /// One invocation per output element looping over the reduced axes. `keep` is the output
 /// shape padded to the input's rank (1 on reduced axes).
 #[allow(clippy::too_many_arguments)]
-fn reduce_generic(x: &Operand, out: &Operand, keep: &[usize], reduced: &[usize], step: &str, init: &str, result: &str, width: u32) -> Result<KernelSource, String> {
+pub(super) fn reduce_generic(x: &Operand, out: &Operand, keep: &[usize], reduced: &[usize], step: &str, init: &str, result: &str, width: u32) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
     let xs = strides(&x.shape);
     let ks = strides(keep);
@@ -280,7 +307,7 @@ fn reduce(op: ReduceOp, axes: &[usize], x: &Operand, out: &Operand, width: u32) 
 }
 
 /// Index expressions for row-wise ops along `axis`: `base` of element `i`'s row, and `stride`.
-fn row(shape: &[usize], axis: usize) -> (String, usize, usize) {
+pub(super) fn row(shape: &[usize], axis: usize) -> (String, usize, usize) {
     let s = strides(shape);
     let len = shape[axis];
     let stride = s[axis];
