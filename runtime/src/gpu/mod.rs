@@ -8,3 +8,5 @@ pub mod probe;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_norm;
