@@ -9,4 +9,6 @@ pub mod probe;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_select;
+#[cfg(test)]
 mod tests_norm;

@@ -1,11 +1,541 @@
 //! Selection and attention: concat, slice, gather and their derivatives, reduce derivatives, argmax, rope, attention.
+//!
+//! Like the rest of the generator, one invocation computes one output element, so nothing here
+//! needs atomics: scatter-style derivatives (gather's) loop over every index position and keep
+//! the ones that land on their element. Attention and its derivatives recompute the softmax rows
+//! they need by looping over the keys — slow but exact to the CPU's formulas; the tiled,
+//! workgroup-shared versions come with the fast kernels.
+//!
+//! Out-of-range gather indices: the CPU refuses them; a kernel cannot report an error, so it
+//! must at least never read outside the tensor. `Gather` writes 0 for an index outside the axis,
+//! and `GatherGrad` drops the rows whose index is outside it.
 
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
+use crate::op::{GradPart, Op, ReduceOp};
 use crate::plan::Step;
 
 /// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention and AttentionGrad.
 pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let _ = (inputs, out, width);
-    Err(format!("`{}` has no GPU kernel yet", step.op.describe()))
+    let need = |k: usize| -> Result<(), String> {
+        if inputs.len() < k {
+            Err(format!("`{}` needs {k} inputs, found {}", step.op.describe(), inputs.len()))
+        } else {
+            Ok(())
+        }
+    };
+    match &step.op {
+        Op::Concat { axis } => {
+            need(1)?;
+            concat(*axis, inputs, out, width)
+        }
+        Op::Slice { axis, start, end } => {
+            need(1)?;
+            slice(*axis, *start, *end, &inputs[0], out, width)
+        }
+        Op::SliceGrad { axis, start, end } => {
+            need(1)?;
+            slice_grad(*axis, *start, *end, &inputs[0], out, width)
+        }
+        Op::Gather { axis } => {
+            need(2)?;
+            gather(*axis, &inputs[0], &inputs[1], out, width)
+        }
+        Op::GatherGrad { axis } => {
+            need(2)?;
+            gather_grad(*axis, &inputs[0], &inputs[1], out, width)
+        }
+        Op::ReduceGrad { op, axes, .. } => {
+            need(3)?;
+            reduce_grad(*op, axes, inputs, out, width)
+        }
+        Op::ArgMax { axis } => {
+            need(1)?;
+            argmax(*axis, &inputs[0], out, width)
+        }
+        Op::Rope { theta, offset, inverse } => {
+            need(1)?;
+            rope(*theta, *offset, *inverse, &inputs[0], out, width)
+        }
+        Op::Attention { causal, scale, has_mask } => {
+            need(3 + *has_mask as usize)?;
+            let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
+            attention(&a, out, width)
+        }
+        Op::AttentionGrad { causal, scale, has_mask, part } => {
+            need(4 + *has_mask as usize)?;
+            let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
+            attention_grad(&a, *part, out, width)
+        }
+        other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
+    }
+}
+
+/// `(outer, len, inner)` around `axis`.
+fn split(shape: &[usize], axis: usize) -> Result<(usize, usize, usize), String> {
+    if axis >= shape.len() {
+        return Err(format!("axis {axis} is out of range for shape {shape:?}"));
+    }
+    Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
+}
+
+/// WGSL lines decomposing `i` into `o` (outer), `a` (along the axis of size `len`) and `r` (inner).
+fn decompose(len: usize, inner: usize) -> String {
+    format!(
+        "let o = i / {run}u;
+    let a = (i / {inner}u) % {len}u;
+    let r = i % {inner}u;",
+        run = len * inner
+    )
+}
+
+fn concat(axis: usize, pieces: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (_, len, inner) = split(&out.shape, axis)?;
+    let n: usize = out.shape.iter().product();
+    let mut body = decompose(len, inner);
+    let mut start = 0usize;
+    for p in pieces {
+        let (_, plen, pinner) = split(&p.shape, axis)?;
+        if pinner != inner {
+            return Err(format!("concat piece {:?} does not fit output {:?} off axis {axis}", p.shape, out.shape));
+        }
+        if plen == 0 {
+            continue;
+        }
+        let end = start + plen;
+        body += &format!(
+            "
+    if (a < {end}u) {{
+        {}
+        return;
+    }}",
+            store(out, "i", &load(p, &format!("(o * {plen}u + (a - {start}u)) * {inner}u + r")))
+        );
+        start = end;
+    }
+    if start != len {
+        return Err(format!("concat pieces add up to {start} along axis {axis}, the output has {len}"));
+    }
+    Ok(elementwise(n, width, &body, ""))
+}
+
+fn slice(axis: usize, start: usize, end: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (_, xlen, inner) = split(&x.shape, axis)?;
+    if !(start < end && end <= xlen) {
+        return Err(format!("slice {start}..{end} is out of range for axis {axis} of {:?}", x.shape));
+    }
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "{}
+    {}",
+        decompose(end - start, inner),
+        store(out, "i", &load(x, &format!("(o * {xlen}u + a + {start}u) * {inner}u + r")))
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+fn slice_grad(axis: usize, start: usize, end: usize, dy: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (_, len, inner) = split(&out.shape, axis)?;
+    if !(start < end && end <= len) {
+        return Err(format!("slice {start}..{end} is out of range for axis {axis} of {:?}", out.shape));
+    }
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "{}
+    if (a >= {start}u && a < {end}u) {{
+        {}
+    }} else {{
+        {}
+    }}",
+        decompose(len, inner),
+        store(out, "i", &load(dy, &format!("(o * {run}u + (a - {start}u)) * {inner}u + r", run = end - start))),
+        store(out, "i", "0"),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// `index_select`; an index outside the axis gives 0 (the CPU refuses it).
+fn gather(axis: usize, x: &Operand, index: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (_, len, inner) = split(&x.shape, axis)?;
+    let m: usize = index.shape.iter().product();
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "{}
+    let j = i32({});
+    if (j < 0 || j >= {len}i) {{
+        {}
+    }} else {{
+        {}
+    }}",
+        decompose(m, inner),
+        load(index, "a"),
+        store(out, "i", "0"),
+        store(out, "i", &load(x, &format!("(o * {len}u + u32(j)) * {inner}u + r"))),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// Scatter-add without atomics: element `(o, a, r)` sums `dy` over every index position equal to `a`.
+/// Positions whose index is outside the axis match no element and are dropped.
+fn gather_grad(axis: usize, index: &Operand, dy: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (_, len, inner) = split(&out.shape, axis)?;
+    let m: usize = index.shape.iter().product();
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "{}
+    var acc = 0.0;
+    for (var k = 0u; k < {m}u; k = k + 1u) {{
+        if (i32({}) == i32(a)) {{
+            acc = acc + f32({});
+        }}
+    }}
+    {}",
+        decompose(len, inner),
+        load(index, "k"),
+        load(dy, &format!("(o * {m}u + k) * {inner}u + r")),
+        store(out, "i", "acc"),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// `[x, y, dy]` → dx; max/min route `dy` to the first (row-major) element of each reduced group
+/// equal to the result, found by scanning the group's elements before this one.
+fn reduce_grad(op: ReduceOp, axes: &[usize], inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (x, y, dy) = (&inputs[0], &inputs[1], &inputs[2]);
+    let shape = &x.shape;
+    if let Some(&a) = axes.iter().find(|&&a| a >= shape.len()) {
+        return Err(format!("axis {a} is out of range for shape {shape:?}"));
+    }
+    let n: usize = shape.iter().product();
+    let kept: Vec<usize> = shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
+    let xs = strides(shape);
+    let ks = strides(&kept);
+    let coord = |a: usize| format!("((i / {}u) % {}u)", xs[a], shape[a]);
+    let oi: Vec<String> = (0..shape.len()).filter(|a| !axes.contains(a) && shape[*a] != 1).map(|a| format!("{} * {}u", coord(a), ks[a])).collect();
+    let oi = if oi.is_empty() { "0u".to_string() } else { oi.join(" + ") };
+    let count: usize = axes.iter().map(|&a| shape[a]).product();
+    let body = match op {
+        ReduceOp::Sum => format!("let oi = {oi};\n    {}", store(out, "i", &load(dy, "oi"))),
+        ReduceOp::Mean => format!("let oi = {oi};\n    {}", store(out, "i", &format!("{} / {count}.0", load(dy, "oi")))),
+        ReduceOp::Max | ReduceOp::Min => {
+            // The group's elements in row-major order: position r over the reduced axes.
+            let rshape: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+            let mut order: Vec<usize> = (0..axes.len()).collect();
+            order.sort_by_key(|&j| axes[j]);
+            let sorted: Vec<usize> = order.iter().map(|&j| axes[j]).collect();
+            let sshape: Vec<usize> = order.iter().map(|&j| rshape[j]).collect();
+            let rs = strides(&sshape);
+            let mine: Vec<String> = sorted.iter().enumerate().map(|(j, &a)| format!("{} * {}u", coord(a), rs[j])).collect();
+            let back: Vec<String> = sorted.iter().map(|&a| format!("{} * {}u", coord(a), xs[a])).collect();
+            let off: Vec<String> = sorted.iter().enumerate().map(|(j, &a)| format!("((r / {}u) % {}u) * {}u", rs[j], sshape[j], xs[a])).collect();
+            let join = |v: Vec<String>| if v.is_empty() { "0u".to_string() } else { v.join(" + ") };
+            format!(
+                "let oi = {oi};
+    let yv = {yv};
+    let xv = {xi};
+    let mine = {mine};
+    let base = i - ({back});
+    var hit = xv == yv || (xv != xv && yv != yv);
+    for (var r = 0u; r < mine && hit; r = r + 1u) {{
+        let v = {xr};
+        if (v == yv || (v != v && yv != yv)) {{ hit = false; }}
+    }}
+    if (hit) {{
+        {st}
+    }} else {{
+        {zero}
+    }}",
+                yv = load(y, "oi"),
+                xi = load(x, "i"),
+                mine = join(mine),
+                back = join(back),
+                xr = load(x, &format!("base + {}", join(off))),
+                st = store(out, "i", &load(dy, "oi")),
+                zero = store(out, "i", "0"),
+            )
+        }
+    };
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// Index of the first maximum along `axis` (NaN counts as the maximum, as on the CPU).
+fn argmax(axis: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (_, len, inner) = split(&x.shape, axis)?;
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "let base = (i / {inner}u) * {run}u + i % {inner}u;
+    var best = 0u;
+    var bv = {first};
+    for (var k = 1u; k < {len}u; k = k + 1u) {{
+        if (bv != bv) {{ break; }}
+        let v = {at};
+        if (v > bv || v != v) {{
+            best = k;
+            bv = v;
+        }}
+    }}
+    {st}",
+        run = len * inner,
+        first = load(x, "base"),
+        at = load(x, &format!("base + k * {inner}u")),
+        st = store(out, "i", "i32(best)"),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// HF `rotate_half` rope on `[.., T, D]`. The inverse frequencies are computed in f64 here and
+/// baked in; only `position · inv_freq` and its cosine and sine are f32 (the CPU is all f64), so
+/// the error grows with the position (≈ position · 1e-7 absolute).
+fn rope(theta: f64, offset: usize, inverse: bool, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let r = x.shape.len();
+    if r < 2 || !x.shape[r - 1].is_multiple_of(2) {
+        return Err(format!("rope needs [.., T, D] with an even D, found {:?}", x.shape));
+    }
+    let (t_len, d) = (x.shape[r - 2], x.shape[r - 1]);
+    let half = d / 2;
+    let n: usize = out.shape.iter().product();
+    if half == 0 || n == 0 {
+        return Ok(elementwise(n, width, "", ""));
+    }
+    let freqs: Vec<String> = (0..half).map(|i| format!("{:?}", theta.powf(-2.0 * i as f64 / d as f64) as f32)).collect();
+    let sign = if inverse { "-" } else { "" };
+    let body = format!(
+        "var inv_freq = array<f32, {half}u>({freqs});
+    let col = i % {d}u;
+    let t = (i / {d}u) % {t_len}u;
+    let p = col % {half}u;
+    let angle = f32({offset}u + t) * inv_freq[p];
+    let c = cos(angle);
+    let s = {sign}sin(angle);
+    if (col < {half}u) {{
+        {lo}
+    }} else {{
+        {hi}
+    }}",
+        freqs = freqs.join(", "),
+        lo = store(out, "i", &format!("{} * c - {} * s", load(x, "i"), load(x, &format!("i + {half}u")))),
+        hi = store(out, "i", &format!("{} * c + {} * s", load(x, "i"), load(x, &format!("i - {half}u")))),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+/// The sizes of one attention op and its operands (`q, k, v, mask?`, then `dy` for derivatives).
+struct Attn<'a> {
+    q: &'a Operand,
+    k: &'a Operand,
+    v: &'a Operand,
+    mask: Option<&'a Operand>,
+    dy: Option<&'a Operand>,
+    hq: usize,
+    hkv: usize,
+    tq: usize,
+    tk: usize,
+    d: usize,
+    dv: usize,
+    causal: bool,
+    scale: f64,
+    /// `[..B, Hq, Tq, Tk]`, what the mask broadcasts to.
+    scores: Vec<usize>,
+}
+
+impl<'a> Attn<'a> {
+    fn new(x: &'a [Operand], causal: bool, scale: f64, has_mask: bool) -> Result<Attn<'a>, String> {
+        let (q, k, v) = (&x[0].shape, &x[1].shape, &x[2].shape);
+        let r = q.len();
+        if r < 3 || k.len() != r || v.len() != r {
+            return Err(format!("attention: q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"));
+        }
+        let lead = &q[..r - 3];
+        let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
+        let (hkv, tk) = (k[r - 3], k[r - 2]);
+        if &k[..r - 3] != lead || &v[..r - 3] != lead || k[r - 1] != d || v[r - 3] != hkv || v[r - 2] != tk || hkv == 0 || hq % hkv != 0 {
+            return Err(format!("attention: q {q:?}, k {k:?} and v {v:?} do not fit together"));
+        }
+        let mut scores = lead.to_vec();
+        scores.extend([hq, tq, tk]);
+        let mask = if has_mask { Some(&x[3]) } else { None };
+        if let Some(m) = mask {
+            let fits = m.shape.len() <= scores.len() && m.shape.iter().rev().zip(scores.iter().rev()).all(|(&a, &b)| a == 1 || a == b);
+            if !fits {
+                return Err(format!("attention: mask {:?} does not broadcast to the scores {scores:?}", m.shape));
+            }
+        }
+        let dy = x.get(3 + has_mask as usize);
+        Ok(Attn { q: &x[0], k: &x[1], v: &x[2], mask, dy, hq, hkv, tq, tk, d, dv: v[r - 1], causal, scale, scores })
+    }
+
+    /// WGSL helpers over a score row `srow` (the linear index of `(batch, query head, query)`):
+    /// `mgn_score(srow, j)` (−FLT_MAX when the key is hidden by causality), `mgn_stats(srow)`
+    /// (row max and sum of exponentials; sum 0 when the row sees no key), `mgn_prob`, and with
+    /// `dy`: `mgn_dp(srow, j)` = dy·v and `mgn_rowdot(srow, st)` = Σ_j P·dP.
+    fn helpers(&self) -> String {
+        let (tq, tk, d, dv, hq, hkv) = (self.tq, self.tk, self.d, self.dv, self.hq, self.hkv);
+        let rep = hq / hkv;
+        let causal = if self.causal { format!("if (j + {tq}u > qi + {tk}u) {{ return -3.4028235e38; }}") } else { String::new() };
+        let mask = match self.mask {
+            Some(m) => format!(" + {}", load(m, &format!("({})", broadcast_index(&format!("srow * {tk}u + j"), &self.scores, &m.shape)))),
+            None => String::new(),
+        };
+        let mut s = format!(
+            "fn mgn_kv(srow: u32) -> u32 {{
+    let bh = srow / {tq}u;
+    return (bh / {hq}u) * {hkv}u + (bh % {hq}u) / {rep}u;
+}}
+
+fn mgn_score(srow: u32, j: u32) -> f32 {{
+    let qi = srow % {tq}u;
+    {causal}
+    let kb = mgn_kv(srow) * {tkd}u + j * {d}u;
+    var acc = 0.0;
+    for (var e = 0u; e < {d}u; e = e + 1u) {{
+        acc = acc + {qv} * {kv};
+    }}
+    return acc * {scale:?}{mask};
+}}
+
+fn mgn_stats(srow: u32) -> vec2<f32> {{
+    var m = -3.4028235e38;
+    for (var j = 0u; j < {tk}u; j = j + 1u) {{ m = max(m, mgn_score(srow, j)); }}
+    if (m <= -3.4028235e38) {{ return vec2<f32>(m, 0.0); }}
+    var l = 0.0;
+    for (var j = 0u; j < {tk}u; j = j + 1u) {{ l = l + exp(mgn_score(srow, j) - m); }}
+    return vec2<f32>(m, l);
+}}
+
+fn mgn_prob(srow: u32, j: u32, st: vec2<f32>) -> f32 {{
+    if (st.y <= 0.0) {{ return 0.0; }}
+    return exp(mgn_score(srow, j) - st.x) / st.y;
+}}
+",
+            tkd = tk * d,
+            qv = load(self.q, &format!("srow * {d}u + e")),
+            kv = load(self.k, "kb + e"),
+            scale = self.scale as f32,
+        );
+        if let Some(dy) = self.dy {
+            s += &format!(
+                "
+fn mgn_dp(srow: u32, j: u32) -> f32 {{
+    let vb = mgn_kv(srow) * {tkdv}u + j * {dv}u;
+    var acc = 0.0;
+    for (var e = 0u; e < {dv}u; e = e + 1u) {{
+        acc = acc + {g} * {vv};
+    }}
+    return acc;
+}}
+
+fn mgn_rowdot(srow: u32, st: vec2<f32>) -> f32 {{
+    var acc = 0.0;
+    for (var j = 0u; j < {tk}u; j = j + 1u) {{
+        let p = mgn_prob(srow, j, st);
+        if (p != 0.0) {{ acc = acc + p * mgn_dp(srow, j); }}
+    }}
+    return acc;
+}}
+",
+                tkdv = tk * dv,
+                g = load(dy, &format!("srow * {dv}u + e")),
+                vv = load(self.v, "vb + e"),
+            );
+        }
+        s
+    }
+}
+
+/// `out[srow, e] = Σ_j P[srow, j] · v[j, e]`, 0 for a query that sees no key.
+fn attention(a: &Attn, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let n: usize = out.shape.iter().product();
+    let (tk, dv) = (a.tk, a.dv);
+    let body = format!(
+        "let srow = i / {dv}u;
+    let e = i % {dv}u;
+    let st = mgn_stats(srow);
+    var acc = 0.0;
+    if (st.y > 0.0) {{
+        let vb = mgn_kv(srow) * {tkdv}u + e;
+        for (var j = 0u; j < {tk}u; j = j + 1u) {{
+            acc = acc + exp(mgn_score(srow, j) - st.x) * {vv};
+        }}
+        acc = acc / st.y;
+    }}
+    {st}",
+        tkdv = tk * dv,
+        vv = load(a.v, &format!("vb + j * {dv}u")),
+        st = store(out, "i", "acc"),
+    );
+    Ok(elementwise(n, width, &body, &a.helpers()))
+}
+
+/// dq, dk or dv, one element per invocation; dk and dv loop over the query heads sharing their
+/// KV head and over every query, recomputing each query's row statistics.
+fn attention_grad(a: &Attn, part: GradPart, out: &Operand, width: u32) -> Result<KernelSource, String> {
+    if a.dy.is_none() {
+        return Err("attention_grad needs dy after q, k, v and the mask".into());
+    }
+    let n: usize = out.shape.iter().product();
+    let (tq, tk, d, dv, hq, hkv) = (a.tq, a.tk, a.d, a.dv, a.hq, a.hkv);
+    let rep = hq / hkv;
+    let scale = a.scale as f32;
+    let body = match part {
+        GradPart::Q => format!(
+            "let srow = i / {d}u;
+    let c = i % {d}u;
+    let st = mgn_stats(srow);
+    var rowdot = 0.0;
+    var a1 = 0.0;
+    var a2 = 0.0;
+    if (st.y > 0.0) {{
+        let kb = mgn_kv(srow) * {tkd}u + c;
+        for (var j = 0u; j < {tk}u; j = j + 1u) {{
+            let p = exp(mgn_score(srow, j) - st.x) / st.y;
+            if (p != 0.0) {{
+                let dp = mgn_dp(srow, j);
+                let kv = {kv};
+                rowdot = rowdot + p * dp;
+                a1 = a1 + p * dp * kv;
+                a2 = a2 + p * kv;
+            }}
+        }}
+    }}
+    {st}",
+            tkd = tk * d,
+            kv = load(a.k, &format!("kb + j * {d}u")),
+            st = store(out, "i", &format!("{scale:?} * (a1 - rowdot * a2)")),
+        ),
+        GradPart::K | GradPart::V => {
+            let last = if part == GradPart::K { d } else { dv };
+            let term = if part == GradPart::K {
+                format!("p * (mgn_dp(srow, j) - mgn_rowdot(srow, st)) * {}", load(a.q, &format!("srow * {d}u + c")))
+            } else {
+                format!("p * {}", load(a.dy.expect("checked"), &format!("srow * {dv}u + c")))
+            };
+            let factor = if part == GradPart::K { format!("{scale:?} * acc") } else { "acc".to_string() };
+            format!(
+                "let c = i % {last}u;
+    let j = (i / {last}u) % {tk}u;
+    let bk = i / {tklast}u;
+    let b = bk / {hkv}u;
+    let kvh = bk % {hkv}u;
+    var acc = 0.0;
+    for (var r = 0u; r < {rep}u; r = r + 1u) {{
+        let bh = b * {hq}u + kvh * {rep}u + r;
+        for (var qi = 0u; qi < {tq}u; qi = qi + 1u) {{
+            let srow = bh * {tq}u + qi;
+            let st = mgn_stats(srow);
+            let p = mgn_prob(srow, j, st);
+            if (p != 0.0) {{
+                acc = acc + {term};
+            }}
+        }}
+    }}
+    {st}",
+                tklast = tk * last,
+                st = store(out, "i", &factor),
+            )
+        }
+        other => return Err(format!("attention has no {other:?} input to differentiate (Q, K or V)")),
+    };
+    Ok(elementwise(n, width, &body, &a.helpers()))
 }
