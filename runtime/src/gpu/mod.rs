@@ -11,4 +11,6 @@ mod tests;
 #[cfg(test)]
 mod tests_select;
 #[cfg(test)]
+mod tests_conv;
+#[cfg(test)]
 mod tests_norm;

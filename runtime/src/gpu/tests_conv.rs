@@ -1,0 +1,178 @@
+//! The convolution, pooling and upsampling kernels against the CPU backend, on odd shapes with
+//! every geometry attribute away from its default. Runs on the device `mgnc info` would use
+//! (lavapipe in CI, where `MGN_REQUIRE_GPU=1`).
+
+use super::session::GpuSession;
+use crate::op::{Op, PoolOp};
+use crate::optim::OptimizerSpec;
+use crate::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use crate::tensor::Tensor;
+use crate::DType;
+
+fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
+    Step { op, inputs, dtype, shape: shape.to_vec(), loc: SourceLoc { file: "t.mgn".into(), line: 1, column: 1 } }
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0).collect()
+}
+
+/// Seeded floats in [-1, 1) of the given shape.
+fn input(shape: &[usize], seed: u32) -> Tensor {
+    Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed * 977 + 13))
+}
+
+/// Seeded floats from only five levels, so that pooling windows hold tied maxima.
+fn tied(shape: &[usize], seed: u32) -> Tensor {
+    Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed * 977 + 13).into_iter().map(|v| (v * 2.0).round() / 2.0).collect())
+}
+
+/// Runs `op` on `given` on the GPU and the CPU and compares (equal values, infinities
+/// included, or within `tol` relative to 1 + |cpu|).
+fn check(op: Op, given: &[Tensor], out_shape: &[usize], tol: f64) {
+    let mut steps = Vec::new();
+    let mut inputs = Vec::new();
+    let mut named = Vec::new();
+    for (k, t) in given.iter().enumerate() {
+        let name = format!("x{k}");
+        steps.push(step(Op::Input { name: name.clone() }, vec![], t.dtype, &t.shape));
+        inputs.push((name.clone(), k as u32));
+        named.push((name, t));
+    }
+    steps.push(step(op.clone(), (0..given.len() as u32).collect(), DType::F32, out_shape));
+    let out = steps.len() as u32 - 1;
+    let plan = Plan {
+        model: "T".into(),
+        mode: Mode::Train,
+        config: vec![],
+        params: Vec::<ParamSpec>::new(),
+        steps,
+        inputs,
+        outputs: vec![("y".into(), out)],
+        loss: None,
+        grads: vec![],
+        optimizer: OptimizerSpec::default(),
+    };
+    let mut gpu = match GpuSession::new(plan, &[]) {
+        Ok(g) => g,
+        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("GPU kernel") && !e.0.contains("kernel `") && !e.0.contains(": expected shape") => {
+            eprintln!("skipping: {e}");
+            return;
+        }
+        Err(e) => panic!("{}: {e}", op.describe()),
+    };
+    let pairs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+    let got = gpu.run(&pairs).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
+    let refs: Vec<&Tensor> = given.iter().collect();
+    let want = crate::cpu::eval(&op, &refs, DType::F32, out_shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
+    assert_eq!(got.shape, want.shape);
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len());
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!(a == b || (a - b).abs() <= tol * (1.0 + b.abs()), "{} {out_shape:?}: element {i}: gpu {a}, cpu {b}", op.describe());
+    }
+}
+
+/// PyTorch's output length of a window along one axis.
+fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> usize {
+    (len + 2 * pad - dil * (k - 1) - 1) / stride + 1
+}
+
+/// One convolution geometry: input `[N, Cin, spatial..]`, weight `[Cout, Cin/G, k..]`.
+struct Case {
+    x: Vec<usize>,
+    w: Vec<usize>,
+    stride: Vec<usize>,
+    padding: Vec<usize>,
+    dilation: Vec<usize>,
+    groups: usize,
+}
+
+impl Case {
+    fn y(&self) -> Vec<usize> {
+        let sp = self.stride.len();
+        let mut s = vec![self.x[0], self.w[0]];
+        for a in 0..sp {
+            s.push(window_out(self.x[2 + a], self.w[2 + a], self.stride[a], self.padding[a], self.dilation[a]));
+        }
+        s
+    }
+
+    fn conv(&self, has_bias: bool) -> Op {
+        Op::Conv { stride: self.stride.clone(), padding: self.padding.clone(), dilation: self.dilation.clone(), groups: self.groups, has_bias }
+    }
+
+    /// Forward with and without bias, then both derivatives.
+    fn check_all(&self) {
+        let (x, w, y) = (input(&self.x, 1), input(&self.w, 2), self.y());
+        let bias = input(&[self.w[0]], 3);
+        let dy = input(&y, 4);
+        check(self.conv(true), &[x.clone(), w.clone(), bias], &y, 1e-5);
+        check(self.conv(false), &[x.clone(), w.clone()], &y, 1e-5);
+        let (stride, padding, dilation, groups) = (self.stride.clone(), self.padding.clone(), self.dilation.clone(), self.groups);
+        check(Op::ConvGradInput { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups }, &[dy.clone(), w], &self.x, 1e-5);
+        check(Op::ConvGradWeight { stride, padding, dilation, groups }, &[x, dy], &self.w, 1e-5);
+    }
+}
+
+#[test]
+fn conv2d_and_its_derivatives_match_the_cpu() {
+    // Stride 2 and padding 1 on odd sizes.
+    Case { x: vec![2, 3, 7, 9], w: vec![5, 3, 3, 3], stride: vec![2, 2], padding: vec![1, 1], dilation: vec![1, 1], groups: 1 }.check_all();
+    // Dilation 2 and groups 2, every attribute different per axis.
+    Case { x: vec![2, 4, 9, 7], w: vec![6, 2, 3, 2], stride: vec![1, 2], padding: vec![2, 1], dilation: vec![2, 2], groups: 2 }.check_all();
+    // Everything at once, with a stride that skips input positions and a 1×1 kernel edge.
+    Case { x: vec![3, 6, 11, 8], w: vec![9, 2, 3, 1], stride: vec![3, 2], padding: vec![1, 0], dilation: vec![2, 1], groups: 3 }.check_all();
+    // Depthwise, padding larger than the kernel's reach (outputs made of padding only).
+    Case { x: vec![1, 4, 5, 5], w: vec![4, 1, 2, 2], stride: vec![1, 1], padding: vec![2, 2], dilation: vec![1, 1], groups: 4 }.check_all();
+}
+
+#[test]
+fn conv1d_and_its_derivatives_match_the_cpu() {
+    Case { x: vec![3, 4, 11], w: vec![6, 2, 3], stride: vec![2], padding: vec![1], dilation: vec![2], groups: 2 }.check_all();
+    Case { x: vec![2, 3, 10], w: vec![4, 3, 5], stride: vec![1], padding: vec![2], dilation: vec![1], groups: 1 }.check_all();
+}
+
+/// Pool and PoolGrad on `x` (and on a version with tied maxima).
+fn check_pool(op: PoolOp, x: &[usize], kernel: &[usize], stride: &[usize], padding: &[usize]) {
+    let mut y = x[..2].to_vec();
+    for a in 0..kernel.len() {
+        y.push(window_out(x[2 + a], kernel[a], stride[a], padding[a], 1));
+    }
+    let (kernel, stride, padding) = (kernel.to_vec(), stride.to_vec(), padding.to_vec());
+    let fwd = Op::Pool { op, kernel: kernel.clone(), stride: stride.clone(), padding: padding.clone() };
+    let grad = Op::PoolGrad { op, kernel, stride, padding };
+    for xs in [input(x, 5), tied(x, 6)] {
+        check(fwd.clone(), &[xs.clone()], &y, 1e-6);
+        check(grad.clone(), &[xs, input(&y, 7)], x, 1e-6);
+    }
+}
+
+#[test]
+fn pooling_and_its_derivative_match_the_cpu() {
+    for op in [PoolOp::Max, PoolOp::Avg] {
+        // Overlapping windows with padding on odd sizes.
+        check_pool(op, &[2, 3, 7, 8], &[3, 3], &[2, 2], &[1, 1]);
+        // The usual 2×2 / 2, and a window wider than its stride on one axis only.
+        check_pool(op, &[2, 3, 8, 6], &[2, 2], &[2, 2], &[0, 0]);
+        check_pool(op, &[1, 2, 5, 9], &[2, 3], &[1, 2], &[1, 1]);
+        // 1-D, including windows made of padding only (max gives −∞ there).
+        check_pool(op, &[2, 3, 9], &[3], &[2], &[1]);
+        check_pool(op, &[1, 2, 3], &[1], &[1], &[1]);
+    }
+    // A whole window of one value: the gradient goes to its first element only.
+    let x = Tensor::f32(vec![1, 1, 4, 4], vec![0.5; 16]);
+    let dy = input(&[1, 1, 2, 2], 8);
+    let pool = |kernel: Vec<usize>| Op::PoolGrad { op: PoolOp::Max, kernel, stride: vec![2, 2], padding: vec![0, 0] };
+    check(pool(vec![2, 2]), &[x.clone(), dy.clone()], &[1, 1, 4, 4], 0.0);
+    check(pool(vec![3, 3]), &[x, input(&[1, 1, 1, 1], 9)], &[1, 1, 4, 4], 0.0);
+}
+
+#[test]
+fn upsampling_and_its_derivative_match_the_cpu() {
+    for (x, scale) in [(vec![2, 3, 5], 2), (vec![2, 3, 4, 5], 2), (vec![1, 2, 3, 3], 3), (vec![2, 1, 7], 3)] {
+        let y: Vec<usize> = x.iter().enumerate().map(|(i, &d)| if i >= 2 { d * scale } else { d }).collect();
+        check(Op::Upsample { scale }, &[input(&x, 10)], &y, 0.0);
+        check(Op::UpsampleGrad { scale }, &[input(&y, 11)], &x, 1e-6);
+    }
+}
