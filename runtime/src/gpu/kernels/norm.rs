@@ -14,7 +14,8 @@
 //! - `Dropout`/`DropoutGrad`: the mask is `cpu::dropout_keep(seed, node, index, p)` with the
 //!   session's per-run seed and, for the forward, the step's own index — neither reaches the
 //!   generator nor the kernel's `params` yet. (In inference it is the identity, but the
-//!   generator cannot tell the modes apart either.)
+//!   generator cannot tell the modes apart either.) The kernel exists (`dropout`, the mask
+//!   bit-exact against the CPU's) for when the seed reaches it.
 
 use super::{elementwise, load, store, KernelSource, Operand};
 use crate::op::{GradPart, Op};
@@ -357,4 +358,171 @@ fn batch_norm_grad(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool
         }
     };
     Ok(elementwise(out.shape.iter().product(), width, &body, &helpers))
+}
+
+fn splitmix64(z: u64) -> u64 {
+    let z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// splitmix64 on a u64 held as `vec2(lo, hi)` (WGSL has no 64-bit integers).
+const SPLITMIX64: &str = "fn u64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    let lo = a.x + b.x;
+    return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
+}
+fn u64_shr(a: vec2<u32>, k: u32) -> vec2<u32> {
+    return vec2<u32>((a.x >> k) | (a.y << (32u - k)), a.y >> k);
+}
+fn u32_mul_wide(a: u32, b: u32) -> vec2<u32> {
+    let a0 = a & 0xffffu; let a1 = a >> 16u;
+    let b0 = b & 0xffffu; let b1 = b >> 16u;
+    let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    return vec2<u32>((mid << 16u) | (p00 & 0xffffu), p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
+}
+fn u64_mul(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    let w = u32_mul_wide(a.x, b.x);
+    return vec2<u32>(w.x, w.y + a.x * b.y + a.y * b.x);
+}
+fn splitmix64(z0: vec2<u32>) -> vec2<u32> {
+    var z = u64_add(z0, vec2<u32>(0x7F4A7C15u, 0x9E3779B9u));
+    z = u64_mul(z ^ u64_shr(z, 30u), vec2<u32>(0x1CE4E5B9u, 0xBF58476Du));
+    z = u64_mul(z ^ u64_shr(z, 27u), vec2<u32>(0x133111EBu, 0x94D049BBu));
+    return z ^ u64_shr(z, 31u);
+}
+";
+
+/// Dropout of `x` (input 0) as the CPU draws it in training with run seed `seed` and step
+/// `node` (for `DropoutGrad`, its `forward` step, applied to `dy`): element `e` is kept when
+/// `(splitmix64(key ^ e) >> 11) / 2^53 >= p`, `key = splitmix64(splitmix64(seed) ^ node)`
+/// computed here, and the comparison done exactly in integers: `h >= ceil(p·2^53)·2^11`.
+/// Not reachable from `generate` until the run's seed reaches the kernel.
+#[allow(dead_code)]
+pub(super) fn dropout(x: &Operand, out: &Operand, p: f64, seed: u64, node: u32, width: u32) -> Result<KernelSource, String> {
+    if !(0.0..1.0).contains(&p) {
+        return Err(format!("dropout probability must be in [0, 1), found {p}"));
+    }
+    let n: usize = out.shape.iter().product();
+    if n as u64 > u32::MAX as u64 {
+        return Err(format!("{n} elements do not fit a u32 index"));
+    }
+    let key = splitmix64(splitmix64(seed) ^ node as u64);
+    let threshold = ((p * (1u64 << 53) as f64).ceil() as u64) << 11;
+    let body = format!(
+        "let h = splitmix64(vec2<u32>({klo}u ^ i, {khi}u));
+    let keep = h.y > {thi}u || (h.y == {thi}u && h.x >= {tlo}u);
+    {}",
+        store(out, "i", &format!("select(0.0, {} * {}, keep)", load(x, "i"), lit(1.0 / (1.0 - p)))),
+        klo = key as u32,
+        khi = (key >> 32) as u32,
+        tlo = threshold as u32,
+        thi = (threshold >> 32) as u32,
+    );
+    Ok(elementwise(n, width, &body, SPLITMIX64))
+}
+
+/// The kernels not yet reachable from `generate` (batch-norm forward, dropout), run directly
+/// on the device against the CPU.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::device::GpuDevice;
+    use crate::limits::fold_grid;
+    use crate::tensor::Tensor;
+    use crate::DType;
+
+    fn device() -> Option<GpuDevice> {
+        match GpuDevice::open() {
+            Ok(d) => Some(d),
+            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}"),
+            Err(why) => {
+                eprintln!("skipping: no GPU device ({why})");
+                None
+            }
+        }
+    }
+
+    fn values(n: usize, seed: u32, shift: f32) -> Vec<f32> {
+        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0 + shift).collect()
+    }
+
+    /// Lays `inputs` out in an arena followed by the output, runs `make`'s kernel and returns
+    /// the output with the inputs as tensors.
+    fn run(dev: &mut GpuDevice, inputs: &[(Vec<usize>, f32)], out_shape: &[usize], make: impl Fn(&[Operand], &Operand, u32) -> KernelSource) -> (Vec<f32>, Vec<Tensor>) {
+        let mut offset = 0;
+        let (mut ops, mut tensors) = (Vec::new(), Vec::new());
+        for (k, (shape, shift)) in inputs.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            tensors.push(Tensor::f32(shape.clone(), values(n, k as u32 * 977 + 5, *shift)));
+            ops.push(Operand { offset, shape: shape.clone(), dtype: DType::F32 });
+            offset += n;
+        }
+        let out = Operand { offset, shape: out_shape.to_vec(), dtype: DType::F32 };
+        let n: usize = out_shape.iter().product();
+        let width = dev.limits.workgroup_width(256);
+        let src = make(&ops, &out, width);
+        let kernel = dev.kernel("norm_test", &src.body).expect("valid WGSL");
+        let arena = dev.arena(offset + n).expect("fits");
+        for (o, t) in ops.iter().zip(&tensors) {
+            dev.write(&arena, o.offset, &t.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect::<Vec<_>>());
+        }
+        let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).expect("fits");
+        dev.run(&arena, &[(&kernel, [0u32; 32], groups)]).expect("runs");
+        (dev.read(&arena, offset, n).into_iter().map(f32::from_bits).collect(), tensors)
+    }
+
+    fn close(what: &str, got: &[f32], want: &Tensor, tol: f64) {
+        let want = want.to_f64_vec();
+        assert_eq!(got.len(), want.len());
+        for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
+            assert!((a as f64 - b).abs() <= tol * (1.0 + b.abs()), "{what}: element {i}: gpu {a}, cpu {b}");
+        }
+    }
+
+    #[test]
+    fn batch_norm_forward_matches_the_cpu_in_both_modes() {
+        let Some(mut dev) = device() else { return };
+        for x in [vec![4usize, 3, 5], vec![5, 3], vec![2, 3, 2, 3]] {
+            let c = vec![x[1]];
+            for training in [true, false] {
+                for (w, b) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let mut inputs = vec![(x.clone(), 0.0), (c.clone(), 0.0), (c.clone(), 1.5)];
+                    if w {
+                        inputs.push((c.clone(), 0.5));
+                    }
+                    if b {
+                        inputs.push((c.clone(), 0.0));
+                    }
+                    let (got, tensors) = run(&mut dev, &inputs, &x, |ins, out, width| batch_norm(ins, out, 1e-5, w, b, training, width).expect("generates"));
+                    let op = Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: w, has_bias: b };
+                    let refs: Vec<&Tensor> = tensors.iter().collect();
+                    let want = crate::cpu::eval(&op, &refs, DType::F32, &x, &crate::cpu::Ctx { training, seed: 0, node: 0 }).expect("cpu runs");
+                    close(&format!("batch_norm training={training} w={w} b={b} {x:?}"), &got, &want, 1e-4);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dropout_draws_the_cpu_mask_exactly() {
+        let Some(mut dev) = device() else { return };
+        let x = vec![7usize, 301];
+        for (p, seed, node) in [(0.5, 0u64, 0u32), (0.1, 0xDEAD_BEEF_0123_4567, 17), (0.9, u64::MAX, 3), (0.0, 42, 1), (0.3, 1 << 40, u32::MAX)] {
+            let (got, tensors) = run(&mut dev, &[(x.clone(), 0.0)], &x, |ins, out, width| dropout(&ins[0], out, p, seed, node, width).expect("generates"));
+            let refs: Vec<&Tensor> = tensors.iter().collect();
+            let ctx = crate::cpu::Ctx { training: true, seed, node };
+            let want = crate::cpu::eval(&Op::Dropout { p }, &refs, DType::F32, &x, &ctx).expect("cpu runs");
+            let what = format!("dropout p={p} seed={seed} node={node}");
+            close(&what, &got, &want, 1e-6);
+            // The mask itself, exactly (inputs are never 0 here except by construction).
+            for (i, (&g, w)) in got.iter().zip(want.to_f64_vec()).enumerate() {
+                assert_eq!(g == 0.0, w == 0.0, "{what}: element {i} mask differs");
+            }
+            // DropoutGrad of the same forward step draws the same mask.
+            let grad = crate::cpu::eval(&Op::DropoutGrad { p, forward: node }, &refs, DType::F32, &x, &crate::cpu::Ctx { training: true, seed, node: 0 }).expect("cpu runs");
+            close(&format!("{what} (grad)"), &got, &grad, 1e-6);
+        }
+    }
 }
