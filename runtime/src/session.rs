@@ -91,8 +91,23 @@ impl Session {
             return Err(RuntimeError(format!("the plan of `{}` is an inference plan; build it with `--mode train` to train", self.plan.model)));
         }
         let out = match &mut self.gpu {
-            // Batch-norm running statistics have no GPU kernels yet, so there are none to update.
-            Some(g) => g.run(inputs)?,
+            Some(g) => {
+                let out = g.run(inputs)?;
+                // Batch-norm running statistics are updated on the host from the batch the GPU
+                // normalized (read back), as the CPU backend does after its forward.
+                for s in &self.plan.steps {
+                    if let Op::BatchNorm { momentum, .. } = s.op {
+                        let (rm, rv) = (s.inputs[1] as usize, s.inputs[2] as usize);
+                        if let (Op::Param { index: m }, Op::Param { index: v }) = (&self.plan.steps[rm].op, &self.plan.steps[rv].op) {
+                            let x = g.value(s.inputs[0]);
+                            let (new_m, new_v) = cpu::batch_norm_update(&x, &self.params[*m], &self.params[*v], momentum);
+                            self.params[*m] = new_m;
+                            self.params[*v] = new_v;
+                        }
+                    }
+                }
+                out
+            }
             None => {
                 let slots = self.execute(inputs, true)?;
                 self.collect(slots, inputs)

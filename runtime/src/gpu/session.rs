@@ -61,7 +61,7 @@ impl GpuSession {
             }
             let operand = |v: usize| Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype };
             let inputs: Vec<Operand> = s.inputs.iter().map(|&x| operand(x as usize)).collect();
-            let src = generate(s, &inputs, &operand(i), width).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
+            let src = generate(s, &inputs, &operand(i), width, plan.mode == crate::plan::Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
             let k = match cache.get(&src.body) {
                 Some(&k) => k,
                 None => {
@@ -103,7 +103,8 @@ impl GpuSession {
         out.into_iter().enumerate().map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&self.plan.params[i], 0, i))).collect()
     }
 
-    fn value(&self, v: u32) -> Tensor {
+    /// The current value of step `v` (after the last run).
+    pub fn value(&self, v: u32) -> Tensor {
         let s = &self.plan.steps[v as usize];
         let n = s.shape.iter().product();
         tensor_of(self.dev.read(&self.arena, self.offsets[v as usize], n), s.dtype, s.shape.clone())

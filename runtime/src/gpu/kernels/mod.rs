@@ -139,8 +139,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
-/// Kernel source for one step, or the reason it has no GPU kernel yet.
-pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+/// Kernel source for one step, or the reason it has no GPU kernel yet. `training` is the plan's
+/// mode: batch statistics and active dropout, or running statistics and the identity.
+pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32, training: bool) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
     let f = |k: usize, idx: &str| load(&inputs[k], idx);
     let same = |k: usize| broadcast_index("i", &out.shape, &inputs[k].shape);
@@ -182,16 +183,19 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
         Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. } | Op::Pool { .. } | Op::PoolGrad { .. } | Op::Upsample { .. } | Op::UpsampleGrad { .. } => {
             return conv::generate(step, inputs, out, width)
         }
+        Op::BatchNorm { eps, has_weight, has_bias, .. } => return norm::batch_norm(inputs, out, *eps, *has_weight, *has_bias, training, width),
+        // Dropout is the identity in inference plans and when it drops nothing.
+        Op::Dropout { p } | Op::DropoutGrad { p, .. } if !training || *p == 0.0 => store(out, "i", &f(0, "i")),
+        Op::Dropout { .. } | Op::DropoutGrad { .. } => {
+            return Err(format!("`{}` in a training plan has no GPU kernel yet (its mask seed changes every run)", step.op.describe()))
+        }
         Op::LayerNorm { .. }
         | Op::LayerNormGrad { .. }
         | Op::RmsNorm { .. }
         | Op::RmsNormGrad { .. }
         | Op::GroupNorm { .. }
         | Op::GroupNormGrad { .. }
-        | Op::BatchNorm { .. }
-        | Op::BatchNormGrad { .. }
-        | Op::Dropout { .. }
-        | Op::DropoutGrad { .. } => return norm::generate(step, inputs, out, width),
+        | Op::BatchNormGrad { .. } => return norm::generate(step, inputs, out, width),
         Op::Concat { .. }
         | Op::Slice { .. }
         | Op::SliceGrad { .. }

@@ -7,15 +7,12 @@
 //! block by looping (in f32, where the CPU uses f64); weight and bias derivatives loop over
 //! every element of their parameter.
 //!
-//! Not here yet, with their reasons (`generate` answers them with "has no GPU kernel yet"):
-//! - `BatchNorm` forward: its statistics depend on the plan's mode (batch statistics when
-//!   training, running ones otherwise), which `generate` does not receive. The kernel exists
-//!   (`batch_norm`, checked against the CPU in both modes) for when the mode reaches it.
-//! - `Dropout`/`DropoutGrad`: the mask is `cpu::dropout_keep(seed, node, index, p)` with the
-//!   session's per-run seed and, for the forward, the step's own index — neither reaches the
-//!   generator nor the kernel's `params` yet. (In inference it is the identity, but the
-//!   generator cannot tell the modes apart either.) The kernel exists (`dropout`, the mask
-//!   bit-exact against the CPU's) for when the seed reaches it.
+//! `BatchNorm` forward is dispatched from `kernels/mod.rs`, which knows the plan's mode
+//! (`batch_norm` here). Dropout in inference plans (or with p = 0) is the identity there too.
+//! Not here yet: `Dropout`/`DropoutGrad` in training plans. The mask is
+//! `cpu::dropout_keep(seed, node, index, p)` with the session's per-run seed, which does not
+//! reach the kernel's `params` yet; the kernel exists (`dropout`, bit-exact against the CPU's
+//! mask) for when it does.
 
 use super::{elementwise, load, store, KernelSource, Operand};
 use crate::op::{GradPart, Op};
