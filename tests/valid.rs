@@ -105,3 +105,28 @@ fn elaboration_records_facts_for_the_language_server() {
     let param = outcome.facts.iter().find(|f| f.kind == FactKind::Param && f.text.contains("`fc1.weight`")).expect("fc1.weight");
     assert!(param.text.starts_with("param f32[128, 64]"), "{}", param.text);
 }
+
+#[test]
+fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
+    use mgn_compiler::lower::PlanOptions;
+    use mgn_runtime::memory::{check_arena, plan_arena, plan_memory};
+    use mgn_runtime::optim::OptimizerSpec;
+    root();
+    for f in mgn_files("models") {
+        for train in [false, true] {
+            let opts = if train { PlanOptions::train(&[], OptimizerSpec::default()) } else { PlanOptions::infer() };
+            let (outcome, plan) = mgn_compiler::driver::plan_path(&f, None, vec![], &opts).expect("readable");
+            let Some(plan) = plan else {
+                assert!(train, "{}: {}", f.display(), rendered(&outcome));
+                continue; // a model without a loss has no training plan
+            };
+            let a = plan_arena(&plan);
+            if let Err(e) = check_arena(&plan, &a) {
+                panic!("{} ({}): {e}", f.display(), if train { "train" } else { "infer" });
+            }
+            let m = plan_memory(&plan);
+            let planned = ((a.total_words - a.param_words) * 4) as u64;
+            assert!(planned < m.logical_bytes.max(1024) || m.logical_bytes < 4096, "{}: planned {planned} vs logical {}", f.display(), m.logical_bytes);
+        }
+    }
+}

@@ -100,3 +100,177 @@ mod tests {
         assert_eq!(m.peak_live_bytes, 800);
     }
 }
+
+/// Where every value lives in one arena (in 32-bit words): parameters and inputs are pinned
+/// (they persist across runs); every other value gets a region from its step on — until its last
+/// reader for intermediates, to the end for results — and freed regions are reused by later values
+/// (offset-based aliasing, best fit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArenaPlan {
+    /// First word of each step's value (`usize` words of 4 bytes).
+    pub offsets: Vec<usize>,
+    /// Words of the whole arena.
+    pub total_words: usize,
+    /// Words of the pinned part (parameters and inputs).
+    pub pinned_words: usize,
+    /// Words of the parameters alone.
+    pub param_words: usize,
+}
+
+/// Regions start at multiples of this many words (16 bytes), so vector loads stay aligned.
+const ALIGN: usize = 4;
+
+fn words(plan: &Plan, step: usize) -> usize {
+    plan.steps[step].shape.iter().product::<usize>().max(1).div_ceil(ALIGN) * ALIGN
+}
+
+/// Plans the arena. A step's output never shares words with its own inputs (kernels read the
+/// inputs while writing the output): inputs are released only after the output is placed.
+pub fn plan_arena(plan: &Plan) -> ArenaPlan {
+    let last_use = plan.last_uses();
+    let n = plan.steps.len();
+    // Parameters and inputs persist across runs; results are placed when computed and never
+    // released (their last use is "after the run"), so they need no region before that.
+    let pinned: Vec<bool> = (0..n).map(|i| matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })).collect();
+    let mut offsets = vec![0usize; n];
+    let mut top = 0usize;
+    for i in 0..n {
+        if pinned[i] {
+            offsets[i] = top;
+            top += words(plan, i);
+        }
+    }
+    let pinned_words = top;
+    let param_words = (0..n).filter(|&i| matches!(plan.steps[i].op, Op::Param { .. })).map(|i| words(plan, i)).sum();
+    // Free regions (offset, words) of the transient part, kept sorted by offset.
+    let mut free: Vec<(usize, usize)> = Vec::new();
+    for i in 0..n {
+        if !pinned[i] {
+            let need = words(plan, i);
+            // Best fit among free regions; else grow the arena.
+            let best = free.iter().enumerate().filter(|(_, &(_, w))| w >= need).min_by_key(|(_, &(_, w))| w).map(|(k, _)| k);
+            offsets[i] = match best {
+                Some(k) => {
+                    let (off, w) = free[k];
+                    if w == need {
+                        free.remove(k);
+                    } else {
+                        free[k] = (off + need, w - need);
+                    }
+                    off
+                }
+                None => {
+                    // Extend a free region that ends at the top instead of leaving it stranded.
+                    match free.last() {
+                        Some(&(off, w)) if off + w == top => {
+                            free.pop();
+                            top = off + need;
+                            off
+                        }
+                        _ => {
+                            top += need;
+                            top - need
+                        }
+                    }
+                }
+            };
+        }
+        // Release what this step read for the last time.
+        let mut released: Vec<usize> = plan.steps[i].inputs.iter().map(|&x| x as usize).filter(|&x| last_use[x] == i && !pinned[x]).collect();
+        released.sort_unstable();
+        released.dedup();
+        for x in released {
+            free.push((offsets[x], words(plan, x)));
+        }
+        // A value nothing reads (last use 0: no step reads itself) is dead at once.
+        if !pinned[i] && last_use[i] == 0 {
+            free.push((offsets[i], words(plan, i)));
+        }
+        free.sort_unstable();
+        // Coalesce neighbours.
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(free.len());
+        for (off, w) in free.drain(..) {
+            match merged.last_mut() {
+                Some((o, mw)) if *o + *mw == off => *mw += w,
+                _ => merged.push((off, w)),
+            }
+        }
+        free = merged;
+    }
+    ArenaPlan { offsets, total_words: top, pinned_words, param_words }
+}
+
+/// Checks that no two values alive at the same time share a word, and that every region is
+/// inside the arena; returns the first violation.
+pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
+    let last_use = plan.last_uses();
+    let n = plan.steps.len();
+    let end = |i: usize| if last_use[i] == usize::MAX || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. }) { usize::MAX } else { last_use[i].max(i) };
+    let region = |i: usize| (a.offsets[i], a.offsets[i] + words(plan, i));
+    // Sweep in definition order, keeping the regions alive so far.
+    let mut alive: Vec<usize> = Vec::new();
+    for j in 0..n {
+        alive.retain(|&i| end(i) >= j);
+        let (aj, bj) = region(j);
+        if bj > a.total_words {
+            return Err(format!("step {j} ends past the arena"));
+        }
+        if let Some(&i) = alive.iter().find(|&&i| {
+            let (ai, bi) = region(i);
+            ai < bj && aj < bi
+        }) {
+            return Err(format!("steps {i} and {j} are alive together but share words"));
+        }
+        alive.push(j);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod arena_tests {
+    use super::*;
+    use crate::op::{BinaryOp, UnaryOp};
+    use crate::optim::OptimizerSpec;
+    use crate::plan::{Mode, SourceLoc, Step};
+    use crate::DType;
+
+    /// A chain x → a → b → c → … → y: only neighbours are alive together.
+    fn chain(len: usize) -> Plan {
+        let step = |op, inputs: Vec<u32>| Step { op, inputs, dtype: DType::F32, shape: vec![64], loc: SourceLoc::default() };
+        let mut steps = vec![step(Op::Input { name: "x".into() }, vec![])];
+        for i in 0..len {
+            steps.push(step(if i % 2 == 0 { Op::Unary(UnaryOp::Relu) } else { Op::Binary(BinaryOp::Add) }, if i % 2 == 0 { vec![i as u32] } else { vec![i as u32, i as u32] }));
+        }
+        let last = steps.len() as u32 - 1;
+        Plan { model: "C".into(), mode: Mode::Infer, config: vec![], params: vec![], steps, inputs: vec![("x".into(), 0)], outputs: vec![("y".into(), last)], loss: None, grads: vec![], optimizer: OptimizerSpec::default() }
+    }
+
+    /// No two values alive at the same time share a word.
+    fn assert_valid(plan: &Plan, a: &ArenaPlan) {
+        let last_use = plan.last_uses();
+        let n = plan.steps.len();
+        let end = |i: usize| if last_use[i] == usize::MAX || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. }) { usize::MAX } else { last_use[i].max(i) };
+        for i in 0..n {
+            for j in i + 1..n {
+                // j is defined after i; they coexist if i is still alive when j is written.
+                if end(i) >= j {
+                    let (ai, bi) = (a.offsets[i], a.offsets[i] + words(plan, i));
+                    let (aj, bj) = (a.offsets[j], a.offsets[j] + words(plan, j));
+                    assert!(bi <= aj || bj <= ai, "steps {i} and {j} overlap: [{ai}, {bi}) and [{aj}, {bj})");
+                }
+            }
+        }
+        assert!(a.offsets.iter().zip(0..n).all(|(&o, i)| o + words(plan, i) <= a.total_words));
+    }
+
+    #[test]
+    fn a_chain_needs_only_two_transient_regions() {
+        let plan = chain(20);
+        let a = plan_arena(&plan);
+        assert_valid(&plan, &a);
+        assert_eq!(check_arena(&plan, &a), Ok(()));
+        // Pinned: the input; then two regions ping-pong, the output taking one of the slots.
+        assert_eq!(a.pinned_words, 64);
+        assert!(a.total_words <= a.pinned_words + 3 * 64, "{}", a.total_words);
+    }
+}

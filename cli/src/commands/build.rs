@@ -51,6 +51,10 @@ pub struct BuildArgs {
     /// Build again whenever the model or a file it imports changes, until Ctrl-C (`watch.rs`).
     #[arg(long)]
     pub watch: bool,
+    /// Also print the plan's memory: logical bytes (one buffer per value), the planned arena
+    /// (values sharing memory when their lifetimes do not overlap) and the lower bound.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 pub fn run(a: BuildArgs) -> u8 {
@@ -112,7 +116,28 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
             )
         }
     };
+    let text = if a.stats { text + &memory_stats(&plan) } else { text };
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     0
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The memory lines of `--stats`. Step values are counted at 4 bytes per element, as the GPU
+/// arena stores them.
+fn memory_stats(plan: &mgn_runtime::Plan) -> String {
+    let m = mgn_runtime::memory::plan_memory(plan);
+    let a = mgn_runtime::memory::plan_arena(plan);
+    let planned = ((a.total_words - a.param_words) * 4) as u64;
+    format!(
+        "memory: parameters {}; values: logical {} (one buffer each), planned {} (arena, {} pinned for inputs), lower bound {} (peak live)\n",
+        mib(m.param_bytes),
+        mib(m.logical_bytes),
+        mib(planned),
+        mib(((a.pinned_words - a.param_words) * 4) as u64),
+        mib(m.peak_live_bytes),
+    )
 }

@@ -2,9 +2,9 @@
 //! generated for its shapes (`kernels.rs`), and a run is one submission of all of them.
 //!
 //! A `Session` drives it (`Session::use_gpu`): the session keeps the authoritative parameters
-//! and applies the optimizer on the host between submissions (for now). Values are not yet
-//! aliased (the memory planner is next), and only the op families in `kernels.rs` have kernels;
-//! a plan with another op is refused with the op and its model line.
+//! and applies the optimizer on the host between submissions (for now). Values whose lifetimes
+//! do not overlap share arena words (`memory::plan_arena`); a plan with an op that has no kernel
+//! is refused with the op and its model line.
 
 use super::device::{Arena, GpuDevice, Kernel, Params};
 use super::kernels::{generate, Operand};
@@ -43,12 +43,10 @@ impl GpuSession {
     /// Opens the GPU, lays out the arena, uploads `params` and compiles a kernel per step.
     pub fn new(plan: Plan, params: &[Tensor]) -> Result<GpuSession, RuntimeError> {
         let dev = GpuDevice::open().map_err(RuntimeError)?;
-        let mut offsets = Vec::with_capacity(plan.steps.len());
-        let mut total = 0usize;
-        for s in &plan.steps {
-            offsets.push(total);
-            total += s.shape.iter().product::<usize>().max(1);
-        }
+        // Values share arena words when their lifetimes do not overlap (memory::plan_arena).
+        let layout = crate::memory::plan_arena(&plan);
+        let offsets = layout.offsets;
+        let total = layout.total_words;
         let arena = dev.arena(total).map_err(|e| RuntimeError(format!("{}: {e}", plan.model)))?;
         let width = dev.limits.workgroup_width(256);
         let mut kernels = Vec::new();
