@@ -29,6 +29,11 @@ train_and_eval digits_mlp --epochs 20 --lr 0.003
 train_and_eval digits_cnn --epochs 10 --lr 0.003
 
 echo
+echo "== an app embedding the plan and checkpoint with the runtime crate alone (runtime/examples/embed.rs)"
+cargo run --release --quiet -p mgn-runtime --example embed -- \
+    "$out/digits_mlp.mgnplan" "$out/digits_mlp.safetensors" tests/fixtures/digits_mlp/inputs.safetensors
+
+echo
 echo "== what the compiler makes of the other models"
 for f in models/*.mgn; do
     $mgnc build "$f"
