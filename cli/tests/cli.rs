@@ -117,3 +117,12 @@ fn info_lists_devices_or_says_why_there_are_none() {
     assert_eq!(v["min_spec"], true);
     assert!(v["devices"].is_array());
 }
+
+#[test]
+fn build_stats_report_memory_and_validated_gpu_kernels() {
+    let out = mgnc(&["build", "models/digits_cnn.mgn", "--mode", "train", "--stats"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("memory: parameters") && s.contains("planned") && s.contains("lower bound"), "{s}");
+    assert!(s.contains("gpu: all 35 kernels generated and validated by naga"), "{s}");
+}

@@ -90,13 +90,21 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         return super::EXIT_ERRORS;
     }
     let plan = plan.expect("a clean build lowers to a plan");
-    let elapsed = start.elapsed().as_secs_f64() * 1e3;
     if let Some(out) = &a.out {
         if let Err(e) = plan.save(out) {
             report::error(&e.to_string(), a.format);
             return super::EXIT_ERRORS;
         }
     }
+    // Every GPU kernel of the plan is generated and validated by naga now, at build time, for
+    // the guaranteed device floor; a kernel naga rejects is a compiler bug reported with its line.
+    let kernels = mgn_runtime::gpu::kernels::check_plan(&plan, &mgn_runtime::limits::DeviceLimits::MIN_SPEC);
+    if let Some((i, e)) = kernels.invalid.first() {
+        let s = &plan.steps[*i];
+        report::error(&format!("the GPU kernel for `{}` (step {i}, at {}) fails validation: {e}", s.op.describe(), s.loc), a.format);
+        return super::EXIT_ERRORS;
+    }
+    let elapsed = start.elapsed().as_secs_f64() * 1e3;
     let g = &outcome.graphs[0];
     let text = match a.emit {
         Emit::Ir => dump(g, &outcome.program.sources),
@@ -116,7 +124,15 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
             )
         }
     };
-    let text = if a.stats { text + &memory_stats(&plan) } else { text };
+    let text = if a.stats {
+        let gpu = match kernels.missing.first() {
+            None => format!("gpu: all {} kernels generated and validated by naga\n", kernels.with_kernel),
+            Some((i, why)) => format!("gpu: {} kernels validated; {} steps have none yet, first {why} (at {})\n", kernels.with_kernel, kernels.missing.len(), plan.steps[*i].loc),
+        };
+        text + &memory_stats(&plan) + &gpu
+    } else {
+        text
+    };
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     0

@@ -413,3 +413,55 @@ fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) -> Result<K
     );
     Ok(elementwise(n, width, &body, ""))
 }
+
+/// What checking a plan's kernels found: how many steps have kernels, the steps without one
+/// (with the reason), and kernels naga rejects (a generator bug: with naga's message).
+#[derive(Debug, Default)]
+pub struct PlanKernels {
+    pub with_kernel: usize,
+    pub missing: Vec<(usize, String)>,
+    pub invalid: Vec<(usize, String)>,
+}
+
+/// Generates every step's kernel as a GPU session would (arena layout, the given limits) and
+/// validates each with naga, without a device — `mgnc build` runs this at build time.
+pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
+    let layout = crate::memory::plan_arena(plan);
+    let width = limits.workgroup_width(256);
+    let training = plan.mode == crate::plan::Mode::Train;
+    let mut out = PlanKernels::default();
+    let mut seen = std::collections::HashSet::new();
+    for (i, s) in plan.steps.iter().enumerate() {
+        if matches!(s.op, Op::Input { .. } | Op::Param { .. }) {
+            continue;
+        }
+        let operand = |v: usize| Operand { offset: layout.offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype };
+        let inputs: Vec<Operand> = s.inputs.iter().map(|&x| operand(x as usize)).collect();
+        match generate(s, &inputs, &operand(i), width, training) {
+            Err(why) => out.missing.push((i, why)),
+            Ok(src) => {
+                out.with_kernel += 1;
+                if !seen.insert(src.body.clone()) {
+                    continue;
+                }
+                let full = format!("{}{}", super::device::PRELUDE, src.body);
+                let verdict = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full)).and_then(|mut m| {
+                    // blade assigns bindings when it builds the pipeline; give them here too.
+                    for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
+                        if g.binding.is_none() && matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
+                            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
+                        }
+                    }
+                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default())
+                        .validate(&m)
+                        .map(|_| ())
+                        .map_err(|e| format!("{e:?}"))
+                });
+                if let Err(e) = verdict {
+                    out.invalid.push((i, e));
+                }
+            }
+        }
+    }
+    out
+}
