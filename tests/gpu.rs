@@ -54,6 +54,11 @@ fn inputs(plan: &Plan, seed: u64) -> Vec<(String, Tensor)> {
         .collect()
 }
 
+/// The dropout seed the CPU session uses for its next run (the GPU must draw the same masks).
+fn cpu_seed(s: &Session) -> u64 {
+    s.seed ^ s.step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 fn rel(a: &Tensor, b: &Tensor) -> f64 {
     let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
     let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
@@ -68,7 +73,7 @@ fn digits_mlp_forward_and_backward_match_the_cpu() {
     let data = inputs(&p, 1);
     let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let want = cpu.run(&given).expect("cpu runs");
-    let got = gpu.run(&given).expect("gpu runs");
+    let got = gpu.run(&given, cpu_seed(&cpu)).expect("gpu runs");
     for ((n, w), (_, g)) in want.outputs.iter().zip(&got.outputs) {
         assert!(rel(g, w) < 1e-5, "output {n}: {:e}", rel(g, w));
     }
@@ -102,25 +107,55 @@ fn digits_mlp_trains_on_the_gpu_with_the_cpu_loss_curve() {
 /// statistics) does not yet. When every op of digits_cnn has one, point this at another model.
 #[test]
 fn ops_without_a_gpu_kernel_are_refused_with_the_model_line() {
-    // Dropout in a training plan has no GPU kernel yet (its per-run seed does not reach it).
+    // A matrix-vector product (a 1-D operand) has no GPU kernel yet.
     let dir = std::env::temp_dir().join(format!("mgn-gpu-refusal-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let model = dir.join("drop.mgn");
-    std::fs::write(&model, "model D(b: dim = 2) {\n    input x: f32[b, 4]\n    w = param f32[4] init ones\n    forward {\n        let y = dropout(x * w, p = 0.5)\n        loss mean(y)\n    }\n}\n").expect("write");
+    let model = dir.join("gemv.mgn");
+    std::fs::write(&model, "model G(b: dim = 2) {\n    input x: f32[b, 4]\n    w = param f32[4] init ones\n    forward {\n        let y = x @ w\n        loss mean(y)\n    }\n}\n").expect("write");
     let p = plan(model.to_str().expect("utf-8"), &[], &PlanOptions::train(&[], OptimizerSpec::default()));
     let params = Session::new(p.clone(), 0).params;
     let e = match GpuSession::new(p.clone(), &params) {
-        Ok(_) => panic!("training dropout now has a GPU kernel: refusal needs another op without one"),
+        Ok(_) => panic!("1-D matmul now has a GPU kernel: refusal needs another op without one"),
         Err(e) if !e.0.contains("has no GPU kernel yet") => {
-            // No usable device (or another failure, which MGN_REQUIRE_GPU=1 makes fatal).
             assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
             eprintln!("skipping: {e}");
             return;
         }
         Err(e) => e,
     };
-    assert!(e.0.starts_with("`dropout p=0.5` in a training plan has no GPU kernel yet"), "{e}");
-    assert!(e.0.contains("drop.mgn:5:"), "names the model line: {e}");
+    assert!(e.0.starts_with("matmul of 1-D operands has no GPU kernel yet"), "{e}");
+    assert!(e.0.contains("gemv.mgn:5:"), "names the model line: {e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn training_dropout_draws_the_cpu_masks_on_the_gpu() {
+    let dir = std::env::temp_dir().join(format!("mgn-gpu-dropout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = dir.join("drop.mgn");
+    std::fs::write(&model, "model D(b: dim = 8) {\n    input x: f32[b, 33]\n    w = param f32[33] init ones\n    forward {\n        let y = dropout(x * w, p = 0.4)\n        output y\n        loss mean(y * y)\n    }\n}\n").expect("write");
+    let p = plan(model.to_str().expect("utf-8"), &[], &PlanOptions::train(&[], OptimizerSpec::default()));
+    let mut cpu = Session::new(p.clone(), 11);
+    let mut gpu = Session::new(p.clone(), 11);
+    if let Err(e) = gpu.use_gpu() {
+        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
+        eprintln!("skipping: {e}");
+        return;
+    }
+    // Several steps: the masks change with every run, identically on both backends.
+    for step in 0..3 {
+        let data = inputs(&p, 7 + step);
+        let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let (c, g) = (cpu.run(&given).expect("cpu"), gpu.run(&given).expect("gpu"));
+        let (yc, yg) = (c.outputs[0].1.to_f64_vec(), g.outputs[0].1.to_f64_vec());
+        for (i, (a, b)) in yg.iter().zip(&yc).enumerate() {
+            assert_eq!(*a == 0.0, *b == 0.0, "step {step}: element {i} dropped on one backend only");
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "step {step}: element {i}: {a} vs {b}");
+        }
+        assert!(rel(&g.grads[0].1, &c.grads[0].1) < 1e-5, "step {step}: the gradient uses the same mask");
+        cpu.train_step(&given).expect("cpu trains");
+        gpu.train_step(&given).expect("gpu trains");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -132,7 +167,7 @@ fn compare_model(model: &str, settings: &[&str]) {
     let data = inputs(&p, 1);
     let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let want = cpu.run(&given).expect("cpu runs");
-    let got = gpu.run(&given).expect("gpu runs");
+    let got = gpu.run(&given, cpu_seed(&cpu)).expect("gpu runs");
     for ((n, w), (_, g)) in want.outputs.iter().zip(&got.outputs) {
         assert!(rel(g, w) < 1e-4, "{model}: output {n}: {:e}", rel(g, w));
     }

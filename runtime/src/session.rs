@@ -71,14 +71,21 @@ impl Session {
         Ok(name)
     }
 
+    /// The seed of this run's dropout masks: the session seed mixed with the step count, the
+    /// same on every backend.
+    fn run_seed(&self) -> u64 {
+        self.seed ^ self.step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
     pub fn on_gpu(&self) -> bool {
         self.gpu.is_some()
     }
 
     /// Runs every step; returns the outputs, the loss and the gradients the plan computes.
     pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<RunOutput, RuntimeError> {
+        let seed = self.run_seed();
         if let Some(g) = &mut self.gpu {
-            return g.run(inputs);
+            return g.run(inputs, seed);
         }
         let slots = self.execute(inputs, false)?;
         Ok(self.collect(slots, inputs))
@@ -90,9 +97,10 @@ impl Session {
         if self.plan.mode != Mode::Train {
             return Err(RuntimeError(format!("the plan of `{}` is an inference plan; build it with `--mode train` to train", self.plan.model)));
         }
+        let seed = self.run_seed();
         let out = match &mut self.gpu {
             Some(g) => {
-                let out = g.run(inputs)?;
+                let out = g.run(inputs, seed)?;
                 // Batch-norm running statistics are updated on the host from the batch the GPU
                 // normalized (read back), as the CPU backend does after its forward.
                 for s in &self.plan.steps {
@@ -166,7 +174,7 @@ impl Session {
     fn execute(&mut self, inputs: &[(&str, &Tensor)], updates: bool) -> Result<Vec<Slot>, RuntimeError> {
         let which = self.check_inputs(inputs)?;
         let training = self.plan.mode == Mode::Train;
-        let seed = self.seed ^ self.step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let seed = self.run_seed();
         let mut slots: Vec<Slot> = (0..self.plan.steps.len()).map(|_| Slot::Empty).collect();
         let mut bn_updates = Vec::new();
         for i in 0..self.plan.steps.len() {

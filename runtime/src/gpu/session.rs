@@ -22,8 +22,9 @@ pub struct GpuSession {
     /// First arena word of each step's value.
     offsets: Vec<usize>,
     kernels: Vec<Kernel>,
-    /// Per step: which kernel and its grid (None for inputs and parameters).
-    dispatch: Vec<Option<(usize, [u32; 3])>>,
+    /// Per step: which kernel, its grid, and for dropout the step whose mask key it needs
+    /// (None for inputs and parameters).
+    dispatch: Vec<Option<(usize, [u32; 3], Option<u32>)>>,
 }
 
 fn words_of(t: &Tensor) -> Vec<u32> {
@@ -59,7 +60,7 @@ impl GpuSession {
             }
             let operand = |v: usize| Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype };
             let inputs: Vec<Operand> = s.inputs.iter().map(|&x| operand(x as usize)).collect();
-            let src = generate(s, &inputs, &operand(i), width, plan.mode == crate::plan::Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
+            let src = generate(s, i as u32, &inputs, &operand(i), width, plan.mode == crate::plan::Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
             let k = match cache.get(&src.body) {
                 Some(&k) => k,
                 None => {
@@ -70,7 +71,7 @@ impl GpuSession {
                 }
             };
             let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
-            dispatch.push(Some((k, groups)));
+            dispatch.push(Some((k, groups, src.dropout_node)));
         }
         let mut session = GpuSession { dev, plan, arena, offsets, kernels, dispatch };
         session.set_params(params);
@@ -109,7 +110,8 @@ impl GpuSession {
     }
 
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.
-    pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<RunOutput, RuntimeError> {
+    /// `seed` is the run's dropout seed (the CPU session's, so both draw the same masks).
+    pub fn run(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<RunOutput, RuntimeError> {
         for (name, v) in &self.plan.inputs {
             let want = &self.plan.steps[*v as usize];
             let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| *t).ok_or_else(|| RuntimeError(format!("missing input `{name}`")))?;
@@ -118,7 +120,16 @@ impl GpuSession {
             }
             self.dev.write(&self.arena, self.offsets[*v as usize], &words_of(t));
         }
-        let calls: Vec<(&Kernel, Params, [u32; 3])> = self.dispatch.iter().flatten().map(|(k, g)| (&self.kernels[*k], [0u32; 32], *g)).collect();
+        let params = |node: &Option<u32>| -> Params {
+            let mut p = [0u32; 32];
+            if let Some(node) = node {
+                let key = super::kernels::dropout_key(seed, *node);
+                p[0] = key as u32;
+                p[1] = (key >> 32) as u32;
+            }
+            p
+        };
+        let calls: Vec<(&Kernel, Params, [u32; 3])> = self.dispatch.iter().flatten().map(|(k, g, node)| (&self.kernels[*k], params(node), *g)).collect();
         self.dev.run(&self.arena, &calls).map_err(RuntimeError)?;
         Ok(RunOutput {
             outputs: self.plan.outputs.iter().map(|(n, v)| (n.clone(), self.value(*v))).collect(),

@@ -64,7 +64,7 @@ fn check_shifted(op: Op, shapes: &[&[usize]], ints: &[(usize, i32)], out_shape: 
     };
     let mut gpu = gpu;
     let given: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let got = gpu.run(&given).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
+    let got = gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
     let refs: Vec<&Tensor> = tensors.iter().map(|(_, t)| t).collect();
     let want = crate::cpu::eval(&op, &refs, out_dtype, out_shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());

@@ -62,7 +62,7 @@ fn check(op: Op, given: &[Tensor], out_shape: &[usize], tol: f64) {
         Err(e) => panic!("{}: {e}", op.describe()),
     };
     let pairs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-    let got = gpu.run(&pairs).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
+    let got = gpu.run(&pairs, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
     let refs: Vec<&Tensor> = given.iter().collect();
     let want = crate::cpu::eval(&op, &refs, DType::F32, out_shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
     assert_eq!(got.shape, want.shape);

@@ -53,7 +53,7 @@ fn gpu_run(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usize]) ->
         Err(e) => panic!("{}: {e}", op.describe()),
     };
     let given: Vec<(&str, &Tensor)> = names.iter().map(|(n, k)| (n.as_str(), &inputs[*k as usize])).collect();
-    Some(gpu.run(&given).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1)
+    Some(gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1)
 }
 
 /// Runs `op` on the GPU and the CPU and compares within `tol` (relative, plus `tol` absolute).

@@ -25,6 +25,13 @@ pub struct Operand {
 pub struct KernelSource {
     pub body: String,
     pub invocations: u64,
+    /// For dropout: the forward step whose per-run mask key the parameter block must carry.
+    pub dropout_node: Option<u32>,
+}
+
+/// The per-run mask key of a dropout step (see `norm::dropout_key`).
+pub fn dropout_key(seed: u64, node: u32) -> u64 {
+    norm::dropout_key(seed, node)
 }
 
 pub(super) fn strides(shape: &[usize]) -> Vec<usize> {
@@ -136,12 +143,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 "
         ),
         invocations: n as u64,
+        dropout_node: None,
     }
 }
 
 /// Kernel source for one step, or the reason it has no GPU kernel yet. `training` is the plan's
 /// mode: batch statistics and active dropout, or running statistics and the identity.
-pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32, training: bool) -> Result<KernelSource, String> {
+pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, width: u32, training: bool) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
     let f = |k: usize, idx: &str| load(&inputs[k], idx);
     let same = |k: usize| broadcast_index("i", &out.shape, &inputs[k].shape);
@@ -186,8 +194,15 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32, trai
         Op::BatchNorm { eps, has_weight, has_bias, .. } => return norm::batch_norm(inputs, out, *eps, *has_weight, *has_bias, training, width),
         // Dropout is the identity in inference plans and when it drops nothing.
         Op::Dropout { p } | Op::DropoutGrad { p, .. } if !training || *p == 0.0 => store(out, "i", &f(0, "i")),
-        Op::Dropout { .. } | Op::DropoutGrad { .. } => {
-            return Err(format!("`{}` in a training plan has no GPU kernel yet (its mask seed changes every run)", step.op.describe()))
+        Op::Dropout { p } => {
+            let mut k = norm::dropout(&inputs[0], out, *p, width)?;
+            k.dropout_node = Some(index);
+            return Ok(k);
+        }
+        Op::DropoutGrad { p, forward } => {
+            let mut k = norm::dropout(&inputs[0], out, *p, width)?;
+            k.dropout_node = Some(*forward);
+            return Ok(k);
         }
         Op::LayerNorm { .. }
         | Op::LayerNormGrad { .. }
@@ -437,7 +452,7 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
         }
         let operand = |v: usize| Operand { offset: layout.offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype };
         let inputs: Vec<Operand> = s.inputs.iter().map(|&x| operand(x as usize)).collect();
-        match generate(s, &inputs, &operand(i), width, training) {
+        match generate(s, i as u32, &inputs, &operand(i), width, training) {
             Err(why) => out.missing.push((i, why)),
             Ok(src) => {
                 out.with_kernel += 1;

@@ -7,12 +7,9 @@
 //! block by looping (in f32, where the CPU uses f64); weight and bias derivatives loop over
 //! every element of their parameter.
 //!
-//! `BatchNorm` forward is dispatched from `kernels/mod.rs`, which knows the plan's mode
-//! (`batch_norm` here). Dropout in inference plans (or with p = 0) is the identity there too.
-//! Not here yet: `Dropout`/`DropoutGrad` in training plans. The mask is
-//! `cpu::dropout_keep(seed, node, index, p)` with the session's per-run seed, which does not
-//! reach the kernel's `params` yet; the kernel exists (`dropout`, bit-exact against the CPU's
-//! mask) for when it does.
+//! `BatchNorm` forward and dropout are dispatched from `kernels/mod.rs`, which knows the plan's
+//! mode (`batch_norm`, `dropout` here). Dropout's mask is the CPU's `dropout_keep(seed, node,
+//! index, p)`: the per-run part (`dropout_key`) arrives in the parameter block.
 
 use super::{elementwise, load, store, KernelSource, Operand};
 use crate::op::{GradPart, Op};
@@ -391,13 +388,18 @@ fn splitmix64(z0: vec2<u32>) -> vec2<u32> {
 }
 ";
 
-/// Dropout of `x` (input 0) as the CPU draws it in training with run seed `seed` and step
-/// `node` (for `DropoutGrad`, its `forward` step, applied to `dy`): element `e` is kept when
-/// `(splitmix64(key ^ e) >> 11) / 2^53 >= p`, `key = splitmix64(splitmix64(seed) ^ node)`
-/// computed here, and the comparison done exactly in integers: `h >= ceil(p·2^53)·2^11`.
-/// Not reachable from `generate` until the run's seed reaches the kernel.
-#[allow(dead_code)]
-pub(super) fn dropout(x: &Operand, out: &Operand, p: f64, seed: u64, node: u32, width: u32) -> Result<KernelSource, String> {
+/// The per-run key of a dropout mask: `splitmix64(splitmix64(seed) ^ node)`, where `seed` is
+/// the run's seed and `node` the forward step (the CPU backend's `dropout_keep` recipe). The
+/// GPU session puts it in the kernel's parameter block before each run.
+pub(crate) fn dropout_key(seed: u64, node: u32) -> u64 {
+    splitmix64(splitmix64(seed) ^ node as u64)
+}
+
+/// Dropout of `x` (input 0) as the CPU draws it in training (for `DropoutGrad`, applied to `dy`
+/// with the forward step's key): element `e` is kept when `(splitmix64(key ^ e) >> 11) / 2^53
+/// >= p`, with `key` read from `params.p[0].xy` (see `dropout_key`) and the comparison done
+/// exactly in integers: `h >= ceil(p·2^53)·2^11`.
+pub(super) fn dropout(x: &Operand, out: &Operand, p: f64, width: u32) -> Result<KernelSource, String> {
     if !(0.0..1.0).contains(&p) {
         return Err(format!("dropout probability must be in [0, 1), found {p}"));
     }
@@ -405,15 +407,12 @@ pub(super) fn dropout(x: &Operand, out: &Operand, p: f64, seed: u64, node: u32, 
     if n as u64 > u32::MAX as u64 {
         return Err(format!("{n} elements do not fit a u32 index"));
     }
-    let key = splitmix64(splitmix64(seed) ^ node as u64);
     let threshold = ((p * (1u64 << 53) as f64).ceil() as u64) << 11;
     let body = format!(
-        "let h = splitmix64(vec2<u32>({klo}u ^ i, {khi}u));
+        "let h = splitmix64(vec2<u32>(params.p[0].x ^ i, params.p[0].y));
     let keep = h.y > {thi}u || (h.y == {thi}u && h.x >= {tlo}u);
     {}",
         store(out, "i", &format!("select(0.0, {} * {}, keep)", load(x, "i"), lit(1.0 / (1.0 - p)))),
-        klo = key as u32,
-        khi = (key >> 32) as u32,
         tlo = threshold as u32,
         thi = (threshold >> 32) as u32,
     );
@@ -448,6 +447,10 @@ mod tests {
     /// Lays `inputs` out in an arena followed by the output, runs `make`'s kernel and returns
     /// the output with the inputs as tensors.
     fn run(dev: &mut GpuDevice, inputs: &[(Vec<usize>, f32)], out_shape: &[usize], make: impl Fn(&[Operand], &Operand, u32) -> KernelSource) -> (Vec<f32>, Vec<Tensor>) {
+        run_with(dev, inputs, out_shape, [0u32; 32], make)
+    }
+
+    fn run_with(dev: &mut GpuDevice, inputs: &[(Vec<usize>, f32)], out_shape: &[usize], params: [u32; 32], make: impl Fn(&[Operand], &Operand, u32) -> KernelSource) -> (Vec<f32>, Vec<Tensor>) {
         let mut offset = 0;
         let (mut ops, mut tensors) = (Vec::new(), Vec::new());
         for (k, (shape, shift)) in inputs.iter().enumerate() {
@@ -466,7 +469,7 @@ mod tests {
             dev.write(&arena, o.offset, &t.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect::<Vec<_>>());
         }
         let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).expect("fits");
-        dev.run(&arena, &[(&kernel, [0u32; 32], groups)]).expect("runs");
+        dev.run(&arena, &[(&kernel, params, groups)]).expect("runs");
         (dev.read(&arena, offset, n).into_iter().map(f32::from_bits).collect(), tensors)
     }
 
@@ -507,7 +510,11 @@ mod tests {
         let Some(mut dev) = device() else { return };
         let x = vec![7usize, 301];
         for (p, seed, node) in [(0.5, 0u64, 0u32), (0.1, 0xDEAD_BEEF_0123_4567, 17), (0.9, u64::MAX, 3), (0.0, 42, 1), (0.3, 1 << 40, u32::MAX)] {
-            let (got, tensors) = run(&mut dev, &[(x.clone(), 0.0)], &x, |ins, out, width| dropout(&ins[0], out, p, seed, node, width).expect("generates"));
+            let key = dropout_key(seed, node);
+            let mut params = [0u32; 32];
+            params[0] = key as u32;
+            params[1] = (key >> 32) as u32;
+            let (got, tensors) = run_with(&mut dev, &[(x.clone(), 0.0)], &x, params, |ins, out, width| dropout(&ins[0], out, p, width).expect("generates"));
             let refs: Vec<&Tensor> = tensors.iter().collect();
             let ctx = crate::cpu::Ctx { training: true, seed, node };
             let want = crate::cpu::eval(&Op::Dropout { p }, &refs, DType::F32, &x, &ctx).expect("cpu runs");
