@@ -202,3 +202,38 @@ fn tiny_seq2seq_with_cross_attention_matches_the_cpu() {
 fn tiny_resnet_matches_the_cpu() {
     compare_model("models/tiny_resnet.mgn", &["B=2", "classes=3", "width=4", "blocks=1", "size=8"]);
 }
+
+/// Trains on both backends from the same start and compares the loss curves.
+fn compare_training(model: &str, settings: &[&str], steps: u64) {
+    let p = plan(model, settings, &PlanOptions::train(&[], OptimizerSpec::default()));
+    let mut cpu = Session::new(p.clone(), 5);
+    let mut gpu = Session::new(p.clone(), 5);
+    if let Err(e) = gpu.use_gpu() {
+        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
+        eprintln!("skipping: {e}");
+        return;
+    }
+    let data = inputs(&p, 42);
+    let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let (mut first, mut last) = (0.0, 0.0);
+    for step in 0..steps {
+        let lc = cpu.train_step(&given).expect("cpu trains");
+        let lg = gpu.train_step(&given).expect("gpu trains");
+        assert!((lc - lg).abs() <= 1e-3 * lc.abs().max(1.0), "{model} step {step}: cpu loss {lc}, gpu loss {lg}");
+        if step == 0 {
+            first = lc;
+        }
+        last = lc;
+    }
+    assert!(last < first, "{model}: the loss falls on a repeated batch ({first} → {last})");
+}
+
+#[test]
+fn a_small_gpt_trains_on_the_gpu_with_the_cpu_loss_curve() {
+    compare_training("models/tiny_gpt.mgn", &["vocab=17", "d=16", "depth=2", "heads=2", "block_size=8", "B=2", "T=8"], 8);
+}
+
+#[test]
+fn the_digits_cnn_trains_on_the_gpu_with_the_cpu_loss_curve() {
+    compare_training("models/digits_cnn.mgn", &["batch=8", "c1=4", "c2=6"], 8);
+}
