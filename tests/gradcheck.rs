@@ -145,3 +145,64 @@ fn tiny_seq2seq_with_cross_attention() {
 fn tiny_unet() {
     check_model("models/tiny_unet.mgn", &["B=2", "in_channels=2", "size=4", "ch=8", "groups=2", "heads=2", "ctx_len=3", "ctx_dim=4"]);
 }
+
+/// The rewrites preserve what a plan computes: each model's training plan with and without them
+/// gives the same outputs, loss and gradients (in f64, from the same parameters and inputs).
+#[test]
+fn rewrites_preserve_every_models_results() {
+    use mgn_compiler::lower::PlanOptions;
+    let cases: &[(&str, &[&str])] = &[
+        ("models/digits_mlp.mgn", &["batch=4", "hidden=8"]),
+        ("models/tiny_gpt.mgn", &["vocab=11", "d=8", "depth=2", "heads=2", "block_size=8", "B=2", "T=5"]),
+        ("models/tiny_llama.mgn", &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"]),
+        ("models/tiny_resnet.mgn", &["B=2", "classes=3", "width=4", "blocks=1", "size=8"]),
+    ];
+    for (model, settings) in cases {
+        let settings: Vec<Setting> = settings.iter().map(|s| s.parse().expect("valid")).collect();
+        let build = |rewrite: bool| {
+            let opts = PlanOptions { rewrite, ..PlanOptions::train(&[], OptimizerSpec::default()) };
+            let (outcome, plan) = plan_path(Path::new(model), None, settings.clone(), &opts).expect("readable");
+            assert!(outcome.ok(), "{}", rendered(&outcome));
+            plan.expect("a plan")
+        };
+        let (with, without) = (build(true), build(false));
+        assert!(with.steps.len() < without.steps.len(), "{model}: the rewrites removed nothing ({} steps)", with.steps.len());
+        let mut rng = Lcg(99);
+        let inputs: Vec<(String, Tensor)> = with
+            .inputs
+            .iter()
+            .map(|(name, v)| {
+                let s = &with.steps[*v as usize];
+                let n: usize = s.shape.iter().product();
+                let data = if s.dtype.is_float() {
+                    Data::F64((0..n).map(|_| rng.normal()).collect())
+                } else {
+                    let hi = with.int_input_range(*v).unwrap_or(100);
+                    Data::I32((0..n).map(|_| (rng.next() * hi as f64) as i32).collect())
+                };
+                (name.clone(), Tensor { dtype: s.dtype, shape: s.shape.clone(), data })
+            })
+            .collect();
+        let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let run = |plan: Plan| {
+            let mut s = Session::new(plan, 1);
+            for p in s.params.iter_mut() {
+                *p = to_f64(p);
+            }
+            s.run(&given).expect("runs")
+        };
+        let (a, b) = (run(with), run(without));
+        let close = |x: &Tensor, y: &Tensor, what: &str| {
+            for (u, v) in x.to_f64_vec().iter().zip(y.to_f64_vec()) {
+                assert!((u - v).abs() <= 1e-9 * (1.0 + v.abs()), "{model}: {what}: {u} vs {v}");
+            }
+        };
+        close(a.loss.as_ref().unwrap(), b.loss.as_ref().unwrap(), "loss");
+        for ((n, x), (_, y)) in a.outputs.iter().zip(&b.outputs) {
+            close(x, y, n);
+        }
+        for ((n, x), (_, y)) in a.grads.iter().zip(&b.grads) {
+            close(x, y, n);
+        }
+    }
+}

@@ -13,6 +13,7 @@ pub mod front;
 pub mod ir;
 pub mod lower;
 pub mod render;
+pub mod rewrite;
 pub mod source;
 
 pub use driver::{check_path, check_text, check_text_with_overrides, Models, Outcome};

@@ -17,15 +17,17 @@ pub struct PlanOptions<'a> {
     pub grads: bool,
     pub frozen: &'a [String],
     pub optimizer: OptimizerSpec,
+    /// Run the greedy rewrites (`rewrite.rs`); off only to compare against them.
+    pub rewrite: bool,
 }
 
 impl PlanOptions<'_> {
     pub fn infer() -> PlanOptions<'static> {
-        PlanOptions { mode: Mode::Infer, loss: false, grads: false, frozen: &[], optimizer: OptimizerSpec::default() }
+        PlanOptions { mode: Mode::Infer, loss: false, grads: false, frozen: &[], optimizer: OptimizerSpec::default(), rewrite: true }
     }
 
     pub fn train(frozen: &[String], optimizer: OptimizerSpec) -> PlanOptions<'_> {
-        PlanOptions { mode: Mode::Train, loss: true, grads: true, frozen, optimizer }
+        PlanOptions { mode: Mode::Train, loss: true, grads: true, frozen, optimizer, rewrite: true }
     }
 }
 
@@ -46,7 +48,22 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
             return Err(d);
         }
     }
-    let grads = if opts.grads { differentiate(&mut g, &GradOptions { training: opts.mode == Mode::Train, frozen: opts.frozen })? } else { Vec::new() };
+    // Rewrites before autodiff (fewer forward nodes to differentiate) and after (autodiff's own
+    // redundancies, e.g. transposing a transposed weight for every matmul gradient).
+    if opts.rewrite {
+        crate::rewrite::simplify(&mut g);
+    }
+    let mut grads = if opts.grads { differentiate(&mut g, &GradOptions { training: opts.mode == Mode::Train, frozen: opts.frozen })? } else { Vec::new() };
+    if opts.grads && opts.rewrite {
+        let before: Vec<NodeId> = grads.iter().map(|(_, id)| *id).collect();
+        // Gradients are results like outputs: track them through the rewrite as outputs.
+        let n_out = g.outputs.len();
+        g.outputs.extend(before.iter().map(|id| (String::new(), *id)));
+        crate::rewrite::simplify(&mut g);
+        for (k, (_, id)) in g.outputs.drain(n_out..).enumerate() {
+            grads[k].1 = id;
+        }
+    }
 
     // Liveness: everything the results read, transitively. Inputs nothing reads are dropped,
     // so an inference plan does not ask for the labels its loss would need.

@@ -79,7 +79,7 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
     let engine = resolve_backend(a.backend, a.format)?;
     let inputs = checkpoint::load(&a.inputs).map_err(|e| fail(&e.to_string(), a.format))?;
     let mode = if a.mode == RunMode::Train { Mode::Train } else { Mode::Infer };
-    let mut opts = PlanOptions { mode, loss: true, grads: a.grads, frozen: &a.freeze, optimizer: Default::default() };
+    let mut opts = PlanOptions { mode, loss: true, grads: a.grads, frozen: &a.freeze, optimizer: Default::default(), rewrite: true };
     let mut plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     // Without --grads the loss is optional: drop it when the inputs it needs are not given.
     let missing = |p: &mgn_runtime::Plan| p.inputs.iter().any(|(n, _)| inputs.get(n).is_none());
