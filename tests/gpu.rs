@@ -31,6 +31,19 @@ fn gpu(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
     }
 }
 
+/// Moves a session onto the GPU; false (after saying why) where there is none, which
+/// `MGN_REQUIRE_GPU=1` (CI, with lavapipe) turns into a failure.
+fn on_gpu(s: &mut Session) -> bool {
+    match s.use_gpu() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
+            eprintln!("skipping: {e}");
+            false
+        }
+    }
+}
+
 /// Seeded inputs for a plan: floats in [-1, 1), integers in their valid range.
 fn inputs(plan: &Plan, seed: u64) -> Vec<(String, Tensor)> {
     let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
@@ -88,9 +101,7 @@ fn digits_mlp_trains_on_the_gpu_with_the_cpu_loss_curve() {
     let p = plan("models/digits_mlp.mgn", &["batch=32", "hidden=32"], &PlanOptions::train(&[], OptimizerSpec::default()));
     let mut cpu = Session::new(p.clone(), 5);
     let mut gpu = Session::new(p.clone(), 5);
-    if let Err(e) = gpu.use_gpu() {
-        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
-        eprintln!("skipping: {e}");
+    if !on_gpu(&mut gpu) {
         return;
     }
     for step in 0..15 {
@@ -137,9 +148,7 @@ fn training_dropout_draws_the_cpu_masks_on_the_gpu() {
     let p = plan(model.to_str().expect("utf-8"), &[], &PlanOptions::train(&[], OptimizerSpec::default()));
     let mut cpu = Session::new(p.clone(), 11);
     let mut gpu = Session::new(p.clone(), 11);
-    if let Err(e) = gpu.use_gpu() {
-        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
-        eprintln!("skipping: {e}");
+    if !on_gpu(&mut gpu) {
         return;
     }
     // Several steps: the masks change with every run, identically on both backends.
@@ -208,9 +217,7 @@ fn compare_training(model: &str, settings: &[&str], steps: u64) {
     let p = plan(model, settings, &PlanOptions::train(&[], OptimizerSpec::default()));
     let mut cpu = Session::new(p.clone(), 5);
     let mut gpu = Session::new(p.clone(), 5);
-    if let Err(e) = gpu.use_gpu() {
-        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
-        eprintln!("skipping: {e}");
+    if !on_gpu(&mut gpu) {
         return;
     }
     let data = inputs(&p, 42);
