@@ -117,25 +117,28 @@ fn digits_mlp_trains_on_the_gpu_with_the_cpu_loss_curve() {
 /// model line. digits_cnn's conv and pooling now have kernels; its batch norm (inference
 /// statistics) does not yet. When every op of digits_cnn has one, point this at another model.
 #[test]
-fn ops_without_a_gpu_kernel_are_refused_with_the_model_line() {
-    // A matrix-vector product (a 1-D operand) has no GPU kernel yet.
-    let dir = std::env::temp_dir().join(format!("mgn-gpu-refusal-{}", std::process::id()));
+fn matrix_vector_products_run_and_kernel_failures_name_the_model_line() {
+    let dir = std::env::temp_dir().join(format!("mgn-gpu-gemv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = dir.join("gemv.mgn");
-    std::fs::write(&model, "model G(b: dim = 2) {\n    input x: f32[b, 4]\n    w = param f32[4] init ones\n    forward {\n        let y = x @ w\n        loss mean(y)\n    }\n}\n").expect("write");
-    let p = plan(model.to_str().expect("utf-8"), &[], &PlanOptions::train(&[], OptimizerSpec::default()));
+    std::fs::write(&model, "model G(b: dim = 3) {\n    input x: f32[b, 5]\n    w = param f32[5] init normal(std = 0.5)\n    forward {\n        let y = x @ w\n        output y\n        loss mean(y * y)\n    }\n}\n").expect("write");
+    let path = model.to_str().expect("utf-8").to_string();
+    // x @ w with a 1-D w: forward and both gradients match the CPU.
+    compare_model(&path, &[]);
+
+    // A step the generator cannot handle is refused with the op, the step and the model line.
+    let mut p = plan(&path, &[], &PlanOptions::train(&[], OptimizerSpec::default()));
+    let k = p.steps.iter().position(|s| matches!(s.op, mgn_runtime::Op::MatMul)).expect("a matmul step");
+    p.steps[k].op = mgn_runtime::Op::Conv { stride: vec![1], padding: vec![0], dilation: vec![1], groups: 1, has_bias: false };
     let params = Session::new(p.clone(), 0).params;
-    let e = match GpuSession::new(p.clone(), &params) {
-        Ok(_) => panic!("1-D matmul now has a GPU kernel: refusal needs another op without one"),
-        Err(e) if !e.0.contains("has no GPU kernel yet") => {
+    match GpuSession::new(p, &params) {
+        Ok(_) => panic!("a conv over a matrix and a vector cannot be generated"),
+        Err(e) if e.0.contains("(at ") => assert!(e.0.contains("gemv.mgn:5:") && e.0.contains(&format!("step {k})")), "{e}"),
+        Err(e) => {
             assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
             eprintln!("skipping: {e}");
-            return;
         }
-        Err(e) => e,
-    };
-    assert!(e.0.starts_with("matmul of 1-D operands has no GPU kernel yet"), "{e}");
-    assert!(e.0.contains("gemv.mgn:5:"), "names the model line: {e}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

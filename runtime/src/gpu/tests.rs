@@ -115,6 +115,11 @@ fn movement_and_reductions_match_the_cpu() {
 #[test]
 fn matmul_and_cross_entropy_match_the_cpu() {
     check(Op::MatMul, &[&[5, 7], &[7, 3]], &[], &[5, 3], 1e-5);
+    // 1-D operands (matrix-vector and vector-matrix products, with batches).
+    check(Op::MatMul, &[&[5, 7], &[7]], &[], &[5], 1e-5);
+    check(Op::MatMul, &[&[7], &[7, 3]], &[], &[3], 1e-5);
+    check(Op::MatMul, &[&[2, 5, 7], &[7]], &[], &[2, 5], 1e-5);
+    check(Op::MatMul, &[&[7], &[2, 7, 3]], &[], &[2, 3], 1e-5);
     check(Op::MatMul, &[&[2, 1, 5, 7], &[3, 7, 4]], &[], &[2, 3, 5, 4], 1e-5);
     check(Op::SoftmaxCrossEntropy, &[&[6, 10], &[6]], &[(1, 10)], &[], 1e-5);
     check(Op::SoftmaxCrossEntropyGrad, &[&[6, 10], &[6], &[]], &[(1, 10)], &[6, 10], 1e-5);

@@ -228,10 +228,24 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
 }
 
 fn matmul(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let (a, b) = (&inputs[0], &inputs[1]);
-    if a.shape.len() < 2 || b.shape.len() < 2 {
-        return Err("matmul of 1-D operands has no GPU kernel yet".into());
+    // A 1-D operand is promoted as torch.matmul does ([k] → [1, k] on the left, [k, 1] on the
+    // right); the axis it adds has size 1, so the output's element order is unchanged.
+    let mut a = inputs[0].clone();
+    let mut b = inputs[1].clone();
+    let mut out = out.clone();
+    if a.shape.is_empty() || b.shape.is_empty() {
+        return Err("matmul of scalars has no GPU kernel".into());
     }
+    if a.shape.len() == 1 {
+        a.shape.insert(0, 1);
+        let at = out.shape.len() - usize::from(inputs[1].shape.len() > 1);
+        out.shape.insert(at, 1);
+    }
+    if b.shape.len() == 1 {
+        b.shape.push(1);
+        out.shape.push(1);
+    }
+    let (a, b, out) = (&a, &b, &out);
     let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
     let nn = b.shape[b.shape.len() - 1];
     let n: usize = out.shape.iter().product();
