@@ -183,6 +183,17 @@ impl Plan {
                 return Err(format!("step {i} has an impossible shape {:?}", s.shape));
             }
         }
+        // Every input step is named in `inputs` (sessions look its value up there), and only those.
+        for (i, s) in self.steps.iter().enumerate() {
+            if let Op::Input { name } = &s.op {
+                if !self.inputs.iter().any(|(n, v)| n == name && *v as usize == i) {
+                    return Err(format!("step {i} reads input `{name}`, which the plan's input list does not name"));
+                }
+            }
+        }
+        if let Some((name, v)) = self.inputs.iter().find(|(_, v)| !matches!(self.steps.get(*v as usize).map(|s| &s.op), Some(Op::Input { .. }))) {
+            return Err(format!("input `{name}` names step {v}, which is not an input"));
+        }
         let n = self.steps.len() as u32;
         let refs = self.inputs.iter().map(|(_, v)| *v).chain(self.outputs.iter().map(|(_, v)| *v)).chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v));
         for v in refs {
@@ -278,6 +289,12 @@ mod tests {
         let mut p = tiny();
         p.outputs[0].1 = 99;
         assert!(p.validate().unwrap_err().contains("value 99"));
+        let mut p = tiny();
+        p.inputs.clear();
+        assert!(p.validate().unwrap_err().contains("does not name"));
+        let mut p = tiny();
+        p.inputs.push(("w".into(), 1));
+        assert!(p.validate().unwrap_err().contains("not an input"));
         let mut p = tiny();
         p.steps[2].shape = vec![1 << 30, 1 << 30];
         assert!(p.validate().unwrap_err().contains("impossible shape"));
