@@ -7,6 +7,8 @@ pub mod session;
 pub mod probe;
 
 #[cfg(test)]
+mod test_util;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_select;

@@ -1,20 +1,12 @@
 //! Every GPU kernel family against the CPU backend, on small odd shapes with broadcasting.
 //! Runs on the device `mgnc info` would use (lavapipe in CI, where `MGN_REQUIRE_GPU=1`).
 
-use super::session::GpuSession;
-use crate::op::{BinaryOp, InitSpec, Op, ReduceOp, UnaryOp};
-use crate::optim::OptimizerSpec;
-use crate::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use super::test_util::{check_on_both, values};
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::tensor::Tensor;
 use crate::DType;
 
-fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
-    Step { op, inputs, dtype, shape: shape.to_vec(), loc: SourceLoc { file: "t.mgn".into(), line: 1, column: 1 } }
-}
 
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0).collect()
-}
 
 /// Runs `op` on inputs of the given shapes (float unless listed in `ints` with a bound) on the
 /// GPU and the CPU, and compares.
@@ -24,54 +16,19 @@ fn check(op: Op, shapes: &[&[usize]], ints: &[(usize, i32)], out_shape: &[usize]
 
 /// As `check`, with `shift` added to every float input (positive inputs for log, sqrt, rsqrt).
 fn check_shifted(op: Op, shapes: &[&[usize]], ints: &[(usize, i32)], out_shape: &[usize], tol: f64, shift: f32) {
-    let mut steps = Vec::new();
-    let mut inputs = Vec::new();
-    let mut tensors = Vec::new();
-    for (k, s) in shapes.iter().enumerate() {
-        let n: usize = s.iter().product();
-        let name = format!("x{k}");
-        let t = match ints.iter().find(|(i, _)| *i == k) {
-            Some((_, hi)) => Tensor::i32(s.to_vec(), (0..n).map(|i| (i as i32 * 7 + 3) % hi).collect()),
-            None => Tensor::f32(s.to_vec(), values(n, k as u32 * 977).into_iter().map(|v| v + shift).collect()),
-        };
-        steps.push(step(Op::Input { name: name.clone() }, vec![], t.dtype, s));
-        inputs.push((name.clone(), k as u32));
-        tensors.push((name, t));
-    }
+    let tensors: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let n: usize = s.iter().product();
+            match ints.iter().find(|(i, _)| *i == k) {
+                Some((_, hi)) => Tensor::i32(s.to_vec(), (0..n).map(|i| (i as i32 * 7 + 3) % hi).collect()),
+                None => Tensor::f32(s.to_vec(), values(n, k as u32 * 977).into_iter().map(|v| v + shift).collect()),
+            }
+        })
+        .collect();
     let out_dtype = if matches!(op, Op::Arange) { DType::I32 } else { DType::F32 };
-    steps.push(step(op.clone(), (0..shapes.len() as u32).collect(), out_dtype, out_shape));
-    let out = steps.len() as u32 - 1;
-    let plan = Plan {
-        model: "T".into(),
-        mode: Mode::Train,
-        config: vec![],
-        params: Vec::<ParamSpec>::new(),
-        steps,
-        inputs,
-        outputs: vec![("y".into(), out)],
-        loss: None,
-        grads: vec![],
-        optimizer: OptimizerSpec::default(),
-    };
-    let _ = InitSpec::Constant(0.0);
-    let gpu = match GpuSession::new(plan.clone(), &[]) {
-        Ok(g) => g,
-        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("GPU kernel") && !e.0.contains("kernel `") => {
-            eprintln!("skipping: {e}");
-            return;
-        }
-        Err(e) => panic!("{}: {e}", op.describe()),
-    };
-    let mut gpu = gpu;
-    let given: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let got = gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
-    let refs: Vec<&Tensor> = tensors.iter().map(|(_, t)| t).collect();
-    let want = crate::cpu::eval(&op, &refs, out_dtype, out_shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
-    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
-    assert_eq!(g.len(), w.len());
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!((a - b).abs() <= tol * (1.0 + b.abs()), "{}: element {i}: gpu {a}, cpu {b}", op.describe());
-    }
+    check_on_both(&op, &tensors, out_dtype, out_shape, tol);
 }
 
 #[test]

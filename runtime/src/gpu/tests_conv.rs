@@ -2,20 +2,12 @@
 //! every geometry attribute away from its default. Runs on the device `mgnc info` would use
 //! (lavapipe in CI, where `MGN_REQUIRE_GPU=1`).
 
-use super::session::GpuSession;
 use crate::op::{Op, PoolOp};
-use crate::optim::OptimizerSpec;
-use crate::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use super::test_util::{check_on_both, values};
 use crate::tensor::Tensor;
 use crate::DType;
 
-fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
-    Step { op, inputs, dtype, shape: shape.to_vec(), loc: SourceLoc { file: "t.mgn".into(), line: 1, column: 1 } }
-}
 
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0).collect()
-}
 
 /// Seeded floats in [-1, 1) of the given shape.
 fn input(shape: &[usize], seed: u32) -> Tensor {
@@ -30,47 +22,7 @@ fn tied(shape: &[usize], seed: u32) -> Tensor {
 /// Runs `op` on `given` on the GPU and the CPU and compares (equal values, infinities
 /// included, or within `tol` relative to 1 + |cpu|).
 fn check(op: Op, given: &[Tensor], out_shape: &[usize], tol: f64) {
-    let mut steps = Vec::new();
-    let mut inputs = Vec::new();
-    let mut named = Vec::new();
-    for (k, t) in given.iter().enumerate() {
-        let name = format!("x{k}");
-        steps.push(step(Op::Input { name: name.clone() }, vec![], t.dtype, &t.shape));
-        inputs.push((name.clone(), k as u32));
-        named.push((name, t));
-    }
-    steps.push(step(op.clone(), (0..given.len() as u32).collect(), DType::F32, out_shape));
-    let out = steps.len() as u32 - 1;
-    let plan = Plan {
-        model: "T".into(),
-        mode: Mode::Train,
-        config: vec![],
-        params: Vec::<ParamSpec>::new(),
-        steps,
-        inputs,
-        outputs: vec![("y".into(), out)],
-        loss: None,
-        grads: vec![],
-        optimizer: OptimizerSpec::default(),
-    };
-    let mut gpu = match GpuSession::new(plan, &[]) {
-        Ok(g) => g,
-        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("GPU kernel") && !e.0.contains("kernel `") && !e.0.contains(": expected shape") => {
-            eprintln!("skipping: {e}");
-            return;
-        }
-        Err(e) => panic!("{}: {e}", op.describe()),
-    };
-    let pairs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-    let got = gpu.run(&pairs, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
-    let refs: Vec<&Tensor> = given.iter().collect();
-    let want = crate::cpu::eval(&op, &refs, DType::F32, out_shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
-    assert_eq!(got.shape, want.shape);
-    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
-    assert_eq!(g.len(), w.len());
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!(a == b || (a - b).abs() <= tol * (1.0 + b.abs()), "{} {out_shape:?}: element {i}: gpu {a}, cpu {b}", op.describe());
-    }
+    check_on_both(&op, given, DType::F32, out_shape, tol);
 }
 
 /// PyTorch's output length of a window along one axis.

@@ -2,66 +2,22 @@
 //! weight and bias, on small odd shapes. Runs like `tests.rs`: skipped without a device unless
 //! `MGN_REQUIRE_GPU=1`.
 
-use super::session::GpuSession;
 use crate::op::{GradPart, Op};
-use crate::optim::OptimizerSpec;
-use crate::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use super::test_util::{check_on_both, values};
 use crate::tensor::Tensor;
 use crate::DType;
 
-fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
-    Step { op, inputs, dtype, shape: shape.to_vec(), loc: SourceLoc { file: "t.mgn".into(), line: 1, column: 1 } }
-}
 
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0).collect()
-}
 
 /// Runs `op` on float inputs of the given shapes (each with `shift` added) on the GPU and the
 /// CPU, and compares.
 fn check(op: Op, inputs: &[(&[usize], f32)], out_shape: &[usize], tol: f64) {
-    let mut steps = Vec::new();
-    let mut names = Vec::new();
-    let mut tensors = Vec::new();
-    for (k, (s, shift)) in inputs.iter().enumerate() {
-        let n: usize = s.iter().product();
-        let name = format!("x{k}");
-        let t = Tensor::f32(s.to_vec(), values(n, k as u32 * 977 + 5).into_iter().map(|v| v + shift).collect());
-        steps.push(step(Op::Input { name: name.clone() }, vec![], DType::F32, s));
-        names.push((name.clone(), k as u32));
-        tensors.push((name, t));
-    }
-    steps.push(step(op.clone(), (0..inputs.len() as u32).collect(), DType::F32, out_shape));
-    let out = steps.len() as u32 - 1;
-    let plan = Plan {
-        model: "T".into(),
-        mode: Mode::Train,
-        config: vec![],
-        params: Vec::<ParamSpec>::new(),
-        steps,
-        inputs: names,
-        outputs: vec![("y".into(), out)],
-        loss: None,
-        grads: vec![],
-        optimizer: OptimizerSpec::default(),
-    };
-    let mut gpu = match GpuSession::new(plan, &[]) {
-        Ok(g) => g,
-        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("GPU kernel") && !e.0.contains("kernel `") => {
-            eprintln!("skipping: {e}");
-            return;
-        }
-        Err(e) => panic!("{}: {e}", op.describe()),
-    };
-    let given: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let got = gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1;
-    let refs: Vec<&Tensor> = tensors.iter().map(|(_, t)| t).collect();
-    let want = crate::cpu::eval(&op, &refs, DType::F32, out_shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
-    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
-    assert_eq!(g.len(), w.len());
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!((a - b).abs() <= tol * (1.0 + b.abs()), "{}: element {i}: gpu {a}, cpu {b}", op.describe());
-    }
+    let tensors: Vec<Tensor> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, (s, shift))| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 * 977 + 5).into_iter().map(|v| v + shift).collect()))
+        .collect();
+    check_on_both(&op, &tensors, DType::F32, out_shape, tol);
 }
 
 /// Every (has_weight, has_bias) combination with the parts it can differentiate.

@@ -2,90 +2,33 @@
 //! slice, gather and their derivatives, ReduceGrad (with ties), argmax, rope, attention and its
 //! three derivatives. Inputs are given explicitly (repeated gather indices, tied maxima).
 
-use super::session::GpuSession;
 use crate::op::{GradPart, Op, ReduceOp};
-use crate::optim::OptimizerSpec;
-use crate::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use super::test_util::{check_on_both, run_on_cpu, run_on_gpu as gpu_run, values};
 use crate::tensor::Tensor;
 use crate::DType;
 
-fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
-    Step { op, inputs, dtype, shape: shape.to_vec(), loc: SourceLoc { file: "t.mgn".into(), line: 1, column: 1 } }
-}
 
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0).collect()
-}
 
 fn floats(shape: &[usize], seed: u32) -> Tensor {
     Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
 }
 
-/// Runs `op` over `inputs` on the GPU; None when no GPU is available (and none is required).
-fn gpu_run(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usize]) -> Option<Tensor> {
-    let mut steps = Vec::new();
-    let mut names = Vec::new();
-    for (k, t) in inputs.iter().enumerate() {
-        let name = format!("x{k}");
-        steps.push(step(Op::Input { name: name.clone() }, vec![], t.dtype, &t.shape));
-        names.push((name, k as u32));
-    }
-    steps.push(step(op.clone(), (0..inputs.len() as u32).collect(), out_dtype, out_shape));
-    let out = steps.len() as u32 - 1;
-    let plan = Plan {
-        model: "T".into(),
-        mode: Mode::Train,
-        config: vec![],
-        params: Vec::<ParamSpec>::new(),
-        steps,
-        inputs: names.clone(),
-        outputs: vec![("y".into(), out)],
-        loss: None,
-        grads: vec![],
-        optimizer: OptimizerSpec::default(),
-    };
-    let mut gpu = match GpuSession::new(plan, &[]) {
-        Ok(g) => g,
-        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("GPU kernel") && !e.0.contains("kernel `") => {
-            eprintln!("skipping: {e}");
-            return None;
-        }
-        Err(e) => panic!("{}: {e}", op.describe()),
-    };
-    let given: Vec<(&str, &Tensor)> = names.iter().map(|(n, k)| (n.as_str(), &inputs[*k as usize])).collect();
-    Some(gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1)
-}
 
-/// Runs `op` on the GPU and the CPU and compares within `tol` (relative, plus `tol` absolute).
-fn check(op: Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usize], tol: f64) {
-    let Some(got) = gpu_run(&op, inputs, out_dtype, out_shape) else { return };
-    let refs: Vec<&Tensor> = inputs.iter().collect();
-    let want = crate::cpu::eval(&op, &refs, out_dtype, out_shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
-    assert_eq!(got.shape, want.shape, "{}", op.describe());
-    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
-    assert_eq!(g.len(), w.len());
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!((a - b).abs() <= tol * (1.0 + b.abs()), "{}: element {i}: gpu {a}, cpu {b}", op.describe());
-    }
-}
 
-fn cpu(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize]) -> Tensor {
-    crate::cpu::eval(op, inputs, dtype, shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs")
-}
 
 #[test]
 fn concat_and_slices_match_the_cpu() {
     let pieces = [floats(&[2, 3, 4], 1), floats(&[2, 1, 4], 2), floats(&[2, 5, 4], 3)];
-    check(Op::Concat { axis: 1 }, &pieces, DType::F32, &[2, 9, 4], 0.0);
+    check_on_both(&Op::Concat { axis: 1 }, &pieces, DType::F32, &[2, 9, 4], 0.0);
     let ints = [Tensor::i32(vec![2, 2], vec![1, 2, 3, 4]), Tensor::i32(vec![2, 1], vec![-5, 6])];
-    check(Op::Concat { axis: 1 }, &ints, DType::I32, &[2, 3], 0.0);
+    check_on_both(&Op::Concat { axis: 1 }, &ints, DType::I32, &[2, 3], 0.0);
     let x = floats(&[4, 6, 3], 4);
-    check(Op::Slice { axis: 1, start: 2, end: 5 }, std::slice::from_ref(&x), DType::F32, &[4, 3, 3], 0.0);
-    check(Op::Slice { axis: 0, start: 1, end: 4 }, std::slice::from_ref(&x), DType::F32, &[3, 6, 3], 0.0);
-    check(Op::Slice { axis: 2, start: 2, end: 3 }, std::slice::from_ref(&x), DType::F32, &[4, 6, 1], 0.0);
-    check(Op::SliceGrad { axis: 1, start: 2, end: 5 }, &[floats(&[4, 3, 3], 5)], DType::F32, &[4, 6, 3], 0.0);
-    check(Op::SliceGrad { axis: 0, start: 0, end: 1 }, &[floats(&[1, 6, 3], 6)], DType::F32, &[4, 6, 3], 0.0);
-    check(Op::SliceGrad { axis: 2, start: 1, end: 3 }, &[floats(&[4, 6, 2], 7)], DType::F32, &[4, 6, 3], 0.0);
+    check_on_both(&Op::Slice { axis: 1, start: 2, end: 5 }, std::slice::from_ref(&x), DType::F32, &[4, 3, 3], 0.0);
+    check_on_both(&Op::Slice { axis: 0, start: 1, end: 4 }, std::slice::from_ref(&x), DType::F32, &[3, 6, 3], 0.0);
+    check_on_both(&Op::Slice { axis: 2, start: 2, end: 3 }, std::slice::from_ref(&x), DType::F32, &[4, 6, 1], 0.0);
+    check_on_both(&Op::SliceGrad { axis: 1, start: 2, end: 5 }, &[floats(&[4, 3, 3], 5)], DType::F32, &[4, 6, 3], 0.0);
+    check_on_both(&Op::SliceGrad { axis: 0, start: 0, end: 1 }, &[floats(&[1, 6, 3], 6)], DType::F32, &[4, 6, 3], 0.0);
+    check_on_both(&Op::SliceGrad { axis: 2, start: 1, end: 3 }, &[floats(&[4, 6, 2], 7)], DType::F32, &[4, 6, 3], 0.0);
 }
 
 #[test]
@@ -93,16 +36,16 @@ fn gathers_and_their_gradients_match_the_cpu() {
     // Axis 0 (an embedding lookup) with a 2-D index and repeats.
     let table = floats(&[5, 4], 11);
     let idx = Tensor::i32(vec![2, 3], vec![4, 0, 4, 1, 1, 3]);
-    check(Op::Gather { axis: 0 }, &[table, idx.clone()], DType::F32, &[2, 3, 4], 0.0);
-    check(Op::GatherGrad { axis: 0 }, &[idx, floats(&[2, 3, 4], 12)], DType::F32, &[5, 4], 1e-6);
+    check_on_both(&Op::Gather { axis: 0 }, &[table, idx.clone()], DType::F32, &[2, 3, 4], 0.0);
+    check_on_both(&Op::GatherGrad { axis: 0 }, &[idx, floats(&[2, 3, 4], 12)], DType::F32, &[5, 4], 1e-6);
     // A middle axis with repeats and an untouched row.
     let x = floats(&[3, 6, 2], 13);
     let idx = Tensor::i32(vec![4], vec![5, 0, 5, 2]);
-    check(Op::Gather { axis: 1 }, &[x, idx.clone()], DType::F32, &[3, 4, 2], 0.0);
-    check(Op::GatherGrad { axis: 1 }, &[idx, floats(&[3, 4, 2], 14)], DType::F32, &[3, 6, 2], 1e-6);
+    check_on_both(&Op::Gather { axis: 1 }, &[x, idx.clone()], DType::F32, &[3, 4, 2], 0.0);
+    check_on_both(&Op::GatherGrad { axis: 1 }, &[idx, floats(&[3, 4, 2], 14)], DType::F32, &[3, 6, 2], 1e-6);
     // The last axis, and an integer source.
     let xi = Tensor::i32(vec![2, 3], vec![10, 11, 12, 20, 21, 22]);
-    check(Op::Gather { axis: 1 }, &[xi, Tensor::i32(vec![2], vec![2, 2])], DType::I32, &[2, 2], 0.0);
+    check_on_both(&Op::Gather { axis: 1 }, &[xi, Tensor::i32(vec![2], vec![2, 2])], DType::I32, &[2, 2], 0.0);
 }
 
 #[test]
@@ -124,14 +67,14 @@ fn reduce_gradients_and_argmax_match_the_cpu() {
     let x = Tensor::f32(vec![2, 7, 3], values(42, 31).into_iter().map(|v| (v * 2.0).round()).collect());
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
         for (axes, keepdim, shape) in [(vec![1], false, vec![2, 3]), (vec![0, 2], true, vec![1, 7, 1]), (vec![2, 0], false, vec![7]), (vec![0, 1, 2], false, vec![])] {
-            let y = cpu(&Op::Reduce { op, axes: axes.clone(), keepdim }, &[&x], DType::F32, &shape);
+            let y = run_on_cpu(&Op::Reduce { op, axes: axes.clone(), keepdim }, &[&x], DType::F32, &shape);
             let dy = floats(&shape, 32);
-            check(Op::ReduceGrad { op, axes, keepdim }, &[x.clone(), y, dy], DType::F32, &[2, 7, 3], 1e-6);
+            check_on_both(&Op::ReduceGrad { op, axes, keepdim }, &[x.clone(), y, dy], DType::F32, &[2, 7, 3], 1e-6);
         }
     }
-    check(Op::ArgMax { axis: 1 }, std::slice::from_ref(&x), DType::I32, &[2, 3], 0.0);
-    check(Op::ArgMax { axis: 0 }, std::slice::from_ref(&x), DType::I32, &[7, 3], 0.0);
-    check(Op::ArgMax { axis: 2 }, &[floats(&[4, 5, 9], 33)], DType::I32, &[4, 5], 0.0);
+    check_on_both(&Op::ArgMax { axis: 1 }, std::slice::from_ref(&x), DType::I32, &[2, 3], 0.0);
+    check_on_both(&Op::ArgMax { axis: 0 }, std::slice::from_ref(&x), DType::I32, &[7, 3], 0.0);
+    check_on_both(&Op::ArgMax { axis: 2 }, &[floats(&[4, 5, 9], 33)], DType::I32, &[4, 5], 0.0);
 }
 
 #[test]
@@ -139,10 +82,10 @@ fn rope_matches_the_cpu() {
     let x = floats(&[2, 3, 5, 8], 41);
     for offset in [0, 3] {
         for inverse in [false, true] {
-            check(Op::Rope { theta: 10000.0, offset, inverse }, std::slice::from_ref(&x), DType::F32, &[2, 3, 5, 8], 1e-5);
+            check_on_both(&Op::Rope { theta: 10000.0, offset, inverse }, std::slice::from_ref(&x), DType::F32, &[2, 3, 5, 8], 1e-5);
         }
     }
-    check(Op::Rope { theta: 500.0, offset: 1, inverse: false }, &[floats(&[7, 4], 42)], DType::F32, &[7, 4], 1e-5);
+    check_on_both(&Op::Rope { theta: 500.0, offset: 1, inverse: false }, &[floats(&[7, 4], 42)], DType::F32, &[7, 4], 1e-5);
 }
 
 #[test]
@@ -172,13 +115,13 @@ fn attention_matches_the_cpu() {
             for mask in [None, Some(vec![tq, tk]), Some(vec![2, 1, tq, tk])] {
                 let has_mask = mask.is_some();
                 let x = attention_inputs(tq, tk, mask.as_deref());
-                check(Op::Attention { causal, scale, has_mask }, &x, DType::F32, &[2, 4, tq, 6], 1e-5);
+                check_on_both(&Op::Attention { causal, scale, has_mask }, &x, DType::F32, &[2, 4, tq, 6], 1e-5);
             }
         }
     }
     // Rank 3 (no batch axes), one KV head for all query heads, Dv = D.
     let x = [floats(&[3, 2, 4], 61), floats(&[1, 3, 4], 62), floats(&[1, 3, 4], 63)];
-    check(Op::Attention { causal: true, scale: 0.5, has_mask: false }, &x, DType::F32, &[3, 2, 4], 1e-5);
+    check_on_both(&Op::Attention { causal: true, scale: 0.5, has_mask: false }, &x, DType::F32, &[3, 2, 4], 1e-5);
 }
 
 #[test]
@@ -190,7 +133,7 @@ fn attention_gradients_match_the_cpu() {
             let mut x = attention_inputs(tq, tk, mask.as_deref());
             x.push(floats(&[2, 4, tq, 6], 55));
             for (part, shape) in [(GradPart::Q, vec![2, 4, tq, 8]), (GradPart::K, vec![2, 2, tk, 8]), (GradPart::V, vec![2, 2, tk, 6])] {
-                check(Op::AttentionGrad { causal, scale, has_mask, part }, &x, DType::F32, &shape, 2e-5);
+                check_on_both(&Op::AttentionGrad { causal, scale, has_mask, part }, &x, DType::F32, &shape, 2e-5);
             }
         }
     }
