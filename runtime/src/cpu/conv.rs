@@ -21,15 +21,15 @@ const COLS_LIMIT: usize = if cfg!(all(test, debug_assertions)) { 1 << 8 } else {
 
 /// Stride, padding and dilation per axis (height, width), and the group count.
 pub(crate) struct Geometry {
-    spatial: usize,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    groups: usize,
+    pub(crate) spatial: usize,
+    pub(crate) stride: [usize; 2],
+    pub(crate) padding: [usize; 2],
+    pub(crate) dilation: [usize; 2],
+    pub(crate) groups: usize,
 }
 
 /// A 1- or 2-element attribute as (height, width); 1-D gets `fill` for the height.
-fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> KResult<[usize; 2]> {
+pub(crate) fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> KResult<[usize; 2]> {
     match (spatial, v) {
         (1, [a]) => Ok([fill, *a]),
         (2, [a, b]) => Ok([*a, *b]),
@@ -58,7 +58,7 @@ impl Geometry {
 }
 
 /// `[N, C, L]` or `[N, C, H, W]` as (N, C, [H, W]).
-fn planes(shape: &[usize], spatial: usize, what: &str) -> KResult<(usize, usize, [usize; 2])> {
+pub(crate) fn planes(shape: &[usize], spatial: usize, what: &str) -> KResult<(usize, usize, [usize; 2])> {
     match (spatial, shape) {
         (1, &[n, c, l]) => Ok((n, c, [1, l])),
         (2, &[n, c, h, w]) => Ok((n, c, [h, w])),
@@ -67,7 +67,7 @@ fn planes(shape: &[usize], spatial: usize, what: &str) -> KResult<(usize, usize,
 }
 
 /// Output length of a window along one axis (PyTorch's formula), if the window fits.
-fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> KResult<usize> {
+pub(crate) fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> KResult<usize> {
     let span = dil * (k.max(1) - 1) + 1;
     if k == 0 || len + 2 * pad < span {
         return err(format!("a window of {k} (dilation {dil}) does not fit an axis of {len} with padding {pad}"));
@@ -76,21 +76,21 @@ fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> KR
 }
 
 /// Every size of one convolution, checked.
-struct Conv {
-    n: usize,
-    cin: usize,
-    cout: usize,
-    inp: [usize; 2],
-    k: [usize; 2],
-    out: [usize; 2],
-    g: usize,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
+pub(crate) struct Conv {
+    pub(crate) n: usize,
+    pub(crate) cin: usize,
+    pub(crate) cout: usize,
+    pub(crate) inp: [usize; 2],
+    pub(crate) k: [usize; 2],
+    pub(crate) out: [usize; 2],
+    pub(crate) g: usize,
+    pub(crate) stride: [usize; 2],
+    pub(crate) padding: [usize; 2],
+    pub(crate) dilation: [usize; 2],
 }
 
 impl Conv {
-    fn new(x_shape: &[usize], w_shape: &[usize], geo: &Geometry) -> KResult<Conv> {
+    pub(crate) fn new(x_shape: &[usize], w_shape: &[usize], geo: &Geometry) -> KResult<Conv> {
         let (n, cin, inp) = planes(x_shape, geo.spatial, "input")?;
         let (cout, cin_g, k) = planes(w_shape, geo.spatial, "weight")?;
         let g = geo.groups;

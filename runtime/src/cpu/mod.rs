@@ -19,7 +19,7 @@
 //! attention, pooling and the row-wise kernels split their independent outputs over the cores.
 
 mod attention;
-mod conv;
+pub(crate) mod conv;
 mod float;
 mod layout;
 mod matmul;

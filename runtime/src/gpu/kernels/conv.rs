@@ -17,6 +17,7 @@
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
 use crate::op::{Op, PoolOp};
+use crate::cpu::conv as cpu_conv;
 use crate::plan::Step;
 
 /// Kernels for conv1d/conv2d and their input/weight derivatives, max/avg pooling and its derivative, nearest upsampling and its derivative.
@@ -95,36 +96,25 @@ fn expect_shape(what: &str, found: &[usize], want: &[usize]) -> Result<(), Strin
     }
 }
 
-/// A 1- or 2-element attribute as (height, width); 1-D gets `fill` for the height.
-fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> Result<[usize; 2], String> {
-    match (spatial, v) {
-        (1, [a]) => Ok([fill, *a]),
-        (2, [a, b]) => Ok([*a, *b]),
-        _ => Err(format!("{what} {v:?} must have one value per spatial axis ({spatial})")),
-    }
-}
 
-/// `[N, C, L]` or `[N, C, H, W]` as (N, C, [H, W]).
-fn planes(shape: &[usize], spatial: usize, what: &str) -> Result<(usize, usize, [usize; 2]), String> {
-    match (spatial, shape) {
-        (1, &[n, c, l]) => Ok((n, c, [1, l])),
-        (2, &[n, c, h, w]) => Ok((n, c, [h, w])),
-        _ => Err(format!("{what} {shape:?} must have {} axes", spatial + 2)),
-    }
-}
 
-/// Output length of a window along one axis (PyTorch's formula), if the window fits.
-fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> Result<usize, String> {
-    let span = dil * (k.max(1) - 1) + 1;
-    if k == 0 || len + 2 * pad < span {
-        return Err(format!("a window of {k} (dilation {dil}) does not fit an axis of {len} with padding {pad}"));
-    }
-    Ok((len + 2 * pad - span) / stride + 1)
-}
 
 // ---- convolution ------------------------------------------------------------------------------
 
-/// Every size of one convolution, checked (the CPU's `Conv`).
+/// The CPU backend's checked geometry helpers, with their errors as text.
+fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> Result<[usize; 2], String> {
+    cpu_conv::per_axis(v, spatial, fill, what).map_err(|e| e.to_string())
+}
+
+fn planes(shape: &[usize], spatial: usize, what: &str) -> Result<(usize, usize, [usize; 2]), String> {
+    cpu_conv::planes(shape, spatial, what).map_err(|e| e.to_string())
+}
+
+fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> Result<usize, String> {
+    cpu_conv::window_out(len, k, stride, pad, dil).map_err(|e| e.to_string())
+}
+
+/// Every size of one convolution, checked by the CPU backend's `Conv`.
 struct ConvDims {
     spatial: usize,
     n: usize,
@@ -142,27 +132,9 @@ struct ConvDims {
 
 impl ConvDims {
     fn new(x_shape: &[usize], w_shape: &[usize], stride: &[usize], padding: &[usize], dilation: &[usize], groups: usize) -> Result<ConvDims, String> {
-        let spatial = stride.len();
-        if !(1..=2).contains(&spatial) {
-            return Err(format!("{spatial} spatial axes are not supported (1 or 2)"));
-        }
-        let stride = per_axis(stride, spatial, 1, "stride")?;
-        let padding = per_axis(padding, spatial, 0, "padding")?;
-        let dilation = per_axis(dilation, spatial, 1, "dilation")?;
-        if stride.contains(&0) || dilation.contains(&0) || groups == 0 {
-            return Err("stride, dilation and groups must be at least 1".into());
-        }
-        let (n, cin, inp) = planes(x_shape, spatial, "input")?;
-        let (cout, cin_g, k) = planes(w_shape, spatial, "weight")?;
-        let g = groups;
-        if cin % g != 0 || cout % g != 0 || cin_g * g != cin {
-            return Err(format!("weight {w_shape:?} with {g} groups does not fit an input with {cin} channels"));
-        }
-        let mut out = [0; 2];
-        for a in 0..2 {
-            out[a] = window_out(inp[a], k[a], stride[a], padding[a], dilation[a])?;
-        }
-        Ok(ConvDims { spatial, n, cin, cout, inp, k, out, g, stride, padding, dilation })
+        let geo = cpu_conv::Geometry::new(stride, padding, dilation, groups).map_err(|e| e.to_string())?;
+        let c = cpu_conv::Conv::new(x_shape, w_shape, &geo).map_err(|e| e.to_string())?;
+        Ok(ConvDims { spatial: geo.spatial, n: c.n, cin: c.cin, cout: c.cout, inp: c.inp, k: c.k, out: c.out, g: c.g, stride: c.stride, padding: c.padding, dilation: c.dilation })
     }
 
     fn out_shape(&self) -> Vec<usize> {
