@@ -91,6 +91,17 @@ impl Session {
         Ok(self.collect(slots, inputs))
     }
 
+    /// Runs every step and waits, reading nothing back: on the GPU the results stay on the
+    /// device (what a benchmark times, and what PyTorch's synchronized timings measure); on the
+    /// CPU they are computed and dropped.
+    pub fn run_resident(&mut self, inputs: &[(&str, &Tensor)]) -> Result<(), RuntimeError> {
+        let seed = self.run_seed();
+        if let Some(g) = &mut self.gpu {
+            return g.run_resident(inputs, seed);
+        }
+        self.execute(inputs, false).map(drop)
+    }
+
     /// One training step: forward, backward, running-statistics updates and the optimizer
     /// update. Returns the loss.
     pub fn train_step(&mut self, inputs: &[(&str, &Tensor)]) -> Result<f64, RuntimeError> {

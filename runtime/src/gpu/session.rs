@@ -109,9 +109,23 @@ impl GpuSession {
         tensor_of(self.dev.read(&self.arena, self.offsets[v as usize], n), s.dtype, s.shape.clone())
     }
 
+    /// One submission of every step, reading nothing back (see `Session::run_resident`).
+    pub fn run_resident(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<(), RuntimeError> {
+        self.submit(inputs, seed)
+    }
+
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.
     /// `seed` is the run's dropout seed (the CPU session's, so both draw the same masks).
     pub fn run(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<RunOutput, RuntimeError> {
+        self.submit(inputs, seed)?;
+        Ok(RunOutput {
+            outputs: self.plan.outputs.iter().map(|(n, v)| (n.clone(), self.value(*v))).collect(),
+            loss: self.plan.loss.map(|v| self.value(v)),
+            grads: self.plan.grads.iter().map(|(p, v)| (self.plan.params[*p].name.clone(), self.value(*v))).collect(),
+        })
+    }
+
+    fn submit(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<(), RuntimeError> {
         for (name, v) in &self.plan.inputs {
             let want = &self.plan.steps[*v as usize];
             let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| *t).ok_or_else(|| RuntimeError(format!("missing input `{name}`")))?;
@@ -130,11 +144,6 @@ impl GpuSession {
             p
         };
         let calls: Vec<(&Kernel, Params, [u32; 3])> = self.dispatch.iter().flatten().map(|(k, g, node)| (&self.kernels[*k], params(node), *g)).collect();
-        self.dev.run(&self.arena, &calls).map_err(RuntimeError)?;
-        Ok(RunOutput {
-            outputs: self.plan.outputs.iter().map(|(n, v)| (n.clone(), self.value(*v))).collect(),
-            loss: self.plan.loss.map(|v| self.value(v)),
-            grads: self.plan.grads.iter().map(|(p, v)| (self.plan.params[*p].name.clone(), self.value(*v))).collect(),
-        })
+        self.dev.run(&self.arena, &calls).map_err(RuntimeError)
     }
 }
