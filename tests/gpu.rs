@@ -82,7 +82,9 @@ fn rel(a: &Tensor, b: &Tensor) -> f64 {
 fn digits_mlp_forward_and_backward_match_the_cpu() {
     let p = plan("models/digits_mlp.mgn", &["batch=16", "hidden=32"], &PlanOptions::train(&[], OptimizerSpec::default()));
     let mut cpu = Session::new(p.clone(), 3);
-    let Some(mut gpu) = gpu(p.clone(), &cpu.params) else { return };
+    let Some(mut gpu) = gpu(p.clone(), &cpu.params) else {
+        return;
+    };
     let data = inputs(&p, 1);
     let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let want = cpu.run(&given).expect("cpu runs");
@@ -121,7 +123,11 @@ fn matrix_vector_products_run_and_kernel_failures_name_the_model_line() {
     let dir = std::env::temp_dir().join(format!("mgn-gpu-gemv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = dir.join("gemv.mgn");
-    std::fs::write(&model, "model G(b: dim = 3) {\n    input x: f32[b, 5]\n    w = param f32[5] init normal(std = 0.5)\n    forward {\n        let y = x @ w\n        output y\n        loss mean(y * y)\n    }\n}\n").expect("write");
+    std::fs::write(
+        &model,
+        "model G(b: dim = 3) {\n    input x: f32[b, 5]\n    w = param f32[5] init normal(std = 0.5)\n    forward {\n        let y = x @ w\n        output y\n        loss mean(y * y)\n    }\n}\n",
+    )
+    .expect("write");
     let path = model.to_str().expect("utf-8").to_string();
     // x @ w with a 1-D w: forward and both gradients match the CPU.
     compare_model(&path, &[]);
@@ -175,7 +181,9 @@ fn training_dropout_draws_the_cpu_masks_on_the_gpu() {
 fn compare_model(model: &str, settings: &[&str]) {
     let p = plan(model, settings, &PlanOptions::train(&[], OptimizerSpec::default()));
     let mut cpu = Session::new(p.clone(), 3);
-    let Some(mut gpu) = gpu(p.clone(), &cpu.params) else { return };
+    let Some(mut gpu) = gpu(p.clone(), &cpu.params) else {
+        return;
+    };
     let data = inputs(&p, 1);
     let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let want = cpu.run(&given).expect("cpu runs");
@@ -217,7 +225,13 @@ fn tiny_resnet_matches_the_cpu() {
 
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
-    let p = plan(model, settings, &PlanOptions::train(&[], OptimizerSpec::default()));
+    compare_training_with(model, settings, steps, OptimizerSpec::default());
+}
+
+/// Trains the same model on both backends and compares the losses step by step, then the
+/// parameters (running statistics included) and the optimizer state the device kept.
+fn compare_training_with(model: &str, settings: &[&str], steps: u64, spec: OptimizerSpec) {
+    let p = plan(model, settings, &PlanOptions::train(&[], spec));
     let mut cpu = Session::new(p.clone(), 5);
     let mut gpu = Session::new(p.clone(), 5);
     if !on_gpu(&mut gpu) {
@@ -236,6 +250,20 @@ fn compare_training(model: &str, settings: &[&str], steps: u64) {
         last = lc;
     }
     assert!(last < first, "{model}: the loss falls on a repeated batch ({first} → {last})");
+    gpu.sync_from_device().expect("reads back");
+    assert_eq!(gpu.step, cpu.step);
+    for (k, spec) in p.params.iter().enumerate() {
+        let e = rel(&gpu.params[k], &cpu.params[k]);
+        assert!(e < 2e-3, "{model}: parameter {} differs after {steps} steps (rel {e:.2e})", spec.name);
+        for (which, g, c) in [("m", &gpu.optimizer.m, &cpu.optimizer.m), ("v", &gpu.optimizer.v, &cpu.optimizer.v)] {
+            let (g, c) = (g.get(k).cloned().flatten(), c.get(k).cloned().flatten());
+            assert_eq!(g.is_some(), c.is_some(), "{model}: {which} of {} exists on one backend only", spec.name);
+            if let (Some(g), Some(c)) = (g, c) {
+                let e = rel(&Tensor::f32(vec![g.len()], g), &Tensor::f32(vec![c.len()], c));
+                assert!(e < 2e-3, "{model}: optimizer {which} of {} differs (rel {e:.2e})", spec.name);
+            }
+        }
+    }
 }
 
 #[test]
@@ -246,4 +274,67 @@ fn a_small_gpt_trains_on_the_gpu_with_the_cpu_loss_curve() {
 #[test]
 fn the_digits_cnn_trains_on_the_gpu_with_the_cpu_loss_curve() {
     compare_training("models/digits_cnn.mgn", &["batch=8", "c1=4", "c2=6"], 8);
+}
+
+#[test]
+fn every_optimizer_updates_on_the_device_like_the_cpu() {
+    use mgn_runtime::optim::{OptimizerKind, Schedule};
+    let mlp = ["batch=8", "hidden=12"];
+    for (kind, clip, schedule) in [
+        (OptimizerKind::Sgd { momentum: 0.0 }, None, Schedule::Constant),
+        (OptimizerKind::Sgd { momentum: 0.9 }, Some(0.5), Schedule::Constant),
+        (OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 }, Some(0.05), Schedule::WarmupCosine { warmup: 2, total: 6, min_lr: 0.0 }),
+        (OptimizerKind::AdamW { beta1: 0.8, beta2: 0.95, eps: 1e-6, weight_decay: 0.1 }, None, Schedule::Constant),
+    ] {
+        let spec = OptimizerSpec { kind, lr: 0.05, schedule, clip_norm: clip };
+        compare_training_with("models/digits_mlp.mgn", &mlp, 5, spec);
+    }
+}
+
+#[test]
+fn a_checkpoint_saved_from_the_gpu_resumes_there_like_the_cpu() {
+    let p = plan("models/digits_cnn.mgn", &["batch=8", "c1=4", "c2=6"], &PlanOptions::train(&[], OptimizerSpec::default()));
+    let data = inputs(&p, 7);
+    let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut first = Session::new(p.clone(), 3);
+    if !on_gpu(&mut first) {
+        return;
+    }
+    let mut cpu = Session::new(p.clone(), 3);
+    for _ in 0..3 {
+        first.train_step(&given).expect("gpu trains");
+        cpu.train_step(&given).expect("cpu trains");
+    }
+    let path = std::env::temp_dir().join(format!("mgn-gpu-resume-{}.safetensors", std::process::id()));
+    first.save_checkpoint(&path).expect("saves from the device");
+    let mut resumed = Session::new(p.clone(), 3);
+    assert!(on_gpu(&mut resumed));
+    resumed.load_checkpoint(&path, mgn_runtime::checkpoint::MatchMode::Strict).expect("loads");
+    assert_eq!(resumed.step, 3);
+    for step in 3..6 {
+        let lc = cpu.train_step(&given).expect("cpu trains");
+        let lg = resumed.train_step(&given).expect("gpu trains");
+        assert!((lc - lg).abs() <= 1e-3 * lc.abs().max(1.0), "step {step}: cpu loss {lc}, resumed gpu loss {lg}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn every_models_dispatch_levels_keep_its_memory_plans_order() {
+    use mgn_runtime::gpu::schedule::{check, levels};
+    root();
+    let mut models: Vec<_> = std::fs::read_dir("models").expect("models/").map(|e| e.expect("entry").path()).filter(|p| p.extension().is_some_and(|e| e == "mgn")).collect();
+    models.sort();
+    for m in models {
+        for opts in [PlanOptions::infer(), PlanOptions::train(&[], OptimizerSpec::default())] {
+            let (_, Some(p)) = plan_path(&m, None, vec![], &opts).expect("readable") else {
+                continue;
+            };
+            let a = mgn_runtime::memory::plan_arena(&p);
+            let words: Vec<usize> = p.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
+            let l = levels(&p, &a.offsets, &words);
+            check(&p, &a.offsets, &words, &l).unwrap_or_else(|e| panic!("{}: {e}", m.display()));
+            assert!(l.count < p.steps.len(), "{}: some dispatches share a level", m.display());
+        }
+    }
 }

@@ -38,8 +38,12 @@ pub struct Session {
     pub check_numerics: bool,
     /// For each step, the last step that reads its value (`usize::MAX` for results).
     last_use: Vec<usize>,
-    /// When set, steps run on the GPU; `params` stays the authoritative copy.
+    /// When set, steps run on the GPU. Training steps there update the parameters and the
+    /// optimizer state on the device; `sync_from_device` brings `params` and `optimizer` up to
+    /// date (checkpoints do it themselves).
     gpu: Option<crate::gpu::session::GpuSession>,
+    /// Whether the device holds newer parameters than `params`.
+    device_ahead: bool,
 }
 
 /// A value during execution: computed here, or borrowed from the caller's inputs or the params.
@@ -55,7 +59,7 @@ impl Session {
     pub fn new(plan: Plan, seed: u64) -> Session {
         let params = plan.params.iter().enumerate().map(|(i, p)| crate::init::initialize(p, seed, i)).collect();
         let last_use = plan.last_uses();
-        Session { optimizer: OptimizerState::default(), plan, params, step: 0, seed, check_numerics: cfg!(debug_assertions), last_use, gpu: None }
+        Session { optimizer: OptimizerState::default(), plan, params, step: 0, seed, check_numerics: cfg!(debug_assertions), last_use, gpu: None, device_ahead: false }
     }
 
     pub fn param_index(&self, name: &str) -> Option<usize> {
@@ -65,7 +69,8 @@ impl Session {
     /// Runs the plan's steps on the GPU from now on. Returns the device's name; fails (and
     /// leaves the session on the CPU) when there is no usable device or an op has no kernel.
     pub fn use_gpu(&mut self) -> Result<String, RuntimeError> {
-        let g = crate::gpu::session::GpuSession::new(self.plan.clone(), &self.params)?;
+        let mut g = crate::gpu::session::GpuSession::new(self.plan.clone(), &self.params)?;
+        g.set_optimizer_state(&self.optimizer)?;
         let name = g.device_name().to_string();
         self.gpu = Some(g);
         Ok(name)
@@ -79,6 +84,22 @@ impl Session {
 
     pub fn on_gpu(&self) -> bool {
         self.gpu.is_some()
+    }
+
+    /// Brings `params` and `optimizer` up to date with the device after GPU training steps (a
+    /// no-op on the CPU, or when nothing changed there).
+    pub fn sync_from_device(&mut self) -> Result<(), RuntimeError> {
+        if let (Some(g), true) = (&mut self.gpu, self.device_ahead) {
+            self.params = g.params()?;
+            self.optimizer = g.optimizer_state(self.step)?;
+            self.device_ahead = false;
+        }
+        Ok(())
+    }
+
+    /// Compiled GPU pipelines and dependency levels, when running on the GPU.
+    pub fn gpu_shape(&self) -> Option<(usize, usize)> {
+        self.gpu.as_ref().map(|g| g.shape())
     }
 
     /// Runs every step; returns the outputs, the loss and the gradients the plan computes.
@@ -109,37 +130,23 @@ impl Session {
             return Err(RuntimeError(format!("the plan of `{}` is an inference plan; build it with `--mode train` to train", self.plan.model)));
         }
         let seed = self.run_seed();
-        let out = match &mut self.gpu {
-            Some(g) => {
-                let out = g.run(inputs, seed)?;
-                // Batch-norm running statistics are updated on the host from the batch the GPU
-                // normalized (read back), as the CPU backend does after its forward.
-                for s in &self.plan.steps {
-                    if let Op::BatchNorm { momentum, .. } = s.op {
-                        let (rm, rv) = (s.inputs[1] as usize, s.inputs[2] as usize);
-                        if let (Op::Param { index: m }, Op::Param { index: v }) = (&self.plan.steps[rm].op, &self.plan.steps[rv].op) {
-                            let x = g.value(s.inputs[0]);
-                            let (new_m, new_v) = cpu::batch_norm_update(&x, &self.params[*m], &self.params[*v], momentum);
-                            self.params[*m] = new_m;
-                            self.params[*v] = new_v;
-                        }
-                    }
-                }
-                out
-            }
-            None => {
-                let slots = self.execute(inputs, true)?;
-                self.collect(slots, inputs)
-            }
+        if let Some(g) = &mut self.gpu {
+            // Forward, backward, running statistics and the optimizer in one submission; the
+            // parameters stay on the device.
+            let loss = g.train_step(inputs, seed, self.step + 1)?;
+            self.step += 1;
+            self.device_ahead = true;
+            return Ok(loss);
+        }
+        let out = {
+            let slots = self.execute(inputs, true)?;
+            self.collect(slots, inputs)
         };
         let loss = out.loss.as_ref().map(|l| l.to_f64_vec()[0]).ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
         let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
         let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
         self.step += 1;
         self.optimizer.step(&self.plan.optimizer, self.step, &mut self.params, &grads, &trained);
-        if let Some(g) = &mut self.gpu {
-            g.set_params(&self.params);
-        }
         Ok(loss)
     }
 
@@ -196,8 +203,7 @@ impl Session {
                 op => {
                     let args: Vec<&Tensor> = step.inputs.iter().map(|&x| get(&slots, x, &self.params, inputs)).collect();
                     let ctx = cpu::Ctx { training, seed, node: i as u32 };
-                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx)
-                        .map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", step.loc)))?;
+                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", step.loc)))?;
                     if self.check_numerics {
                         check_finite(&t, op, i, &step.loc)?;
                     }
@@ -243,11 +249,7 @@ fn check_finite(t: &Tensor, op: &Op, i: usize, loc: &crate::plan::SourceLoc) -> 
         Data::I32(_) => None,
     };
     match bad {
-        Some(x) => Err(RuntimeError(format!(
-            "{} produced by `{}` (step {i}) at {loc}",
-            if x.is_nan() { "NaN" } else { "an infinity" },
-            op.describe()
-        ))),
+        Some(x) => Err(RuntimeError(format!("{} produced by `{}` (step {i}) at {loc}", if x.is_nan() { "NaN" } else { "an infinity" }, op.describe()))),
         None => Ok(()),
     }
 }
@@ -263,19 +265,22 @@ impl Session {
                 self.params[i] = t;
             }
         }
-        if let Some(g) = &mut self.gpu {
-            g.set_params(&self.params);
-        }
         if ckpt.tensors.iter().any(|(n, _)| n == crate::optim::STEP_TENSOR) {
             self.optimizer = ckpt.optimizer_state(&self.plan.params).map_err(|e| RuntimeError(e.to_string()))?;
             self.step = self.optimizer.step;
         }
+        if let Some(g) = &mut self.gpu {
+            g.set_params(&self.params)?;
+            g.set_optimizer_state(&self.optimizer)?;
+        }
+        self.device_ahead = false;
         Ok(report)
     }
 
     /// Writes the parameters, the optimizer state and metadata atomically: a crash mid-write
     /// leaves the previous checkpoint intact.
-    pub fn save_checkpoint(&self, path: &std::path::Path) -> Result<(), RuntimeError> {
+    pub fn save_checkpoint(&mut self, path: &std::path::Path) -> Result<(), RuntimeError> {
+        self.sync_from_device()?;
         let mut state = self.optimizer.clone();
         state.step = self.step;
         let optim = state.to_tensors(&self.plan.params);

@@ -204,6 +204,7 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         let mut line = format!("epoch {:>3}/{}  loss {:.4}", epoch + 1, a.epochs, sum / steps_per_epoch as f64);
         if let (Some(ed), Some((labels, output))) = (&eval_data, &task) {
             let mut eval = Session::new(eval_plan.clone(), a.seed);
+            session.sync_from_device().map_err(|e| fail(&e.to_string(), f))?;
             eval.params = session.params.clone();
             let acc = accuracy(&mut eval, ed, labels, output).map_err(|e| fail(&e, f))?;
             line += &format!("  eval accuracy {:.2}% ({}/{})", 100.0 * acc.0 as f64 / acc.1 as f64, acc.0, acc.1);
@@ -226,7 +227,9 @@ fn describe_optimizer(s: &OptimizerSpec) -> String {
     };
     let schedule = match &s.schedule {
         Schedule::Constant => String::new(),
-        Schedule::WarmupCosine { warmup, .. } => format!(", {warmup} warm-up steps then cosine decay"),
+        Schedule::WarmupCosine { warmup, .. } => {
+            format!(", {warmup} warm-up steps then cosine decay")
+        }
     };
     format!("{kind}, lr {}{schedule}{}", s.lr, s.clip_norm.map(|c| format!(", gradients clipped to norm {c}")).unwrap_or_default())
 }

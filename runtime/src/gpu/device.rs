@@ -41,6 +41,15 @@ pub struct GpuDevice {
     pub info: Device,
     /// The limits kernels are sized by (the floor under `MGN_MIN_SPEC=1`).
     pub limits: DeviceLimits,
+    /// Host-visible staging for uploads and for readback, grown on demand and kept: the arena
+    /// itself is device-local, which on a discrete GPU the host cannot map (or only slowly).
+    upload: Option<Staging>,
+    download: Option<Staging>,
+}
+
+struct Staging {
+    buffer: gpu::Buffer,
+    words: usize,
 }
 
 pub struct Kernel {
@@ -54,6 +63,19 @@ pub struct Arena {
     pub words: usize,
 }
 
+/// One dispatch: a kernel, its parameter block and its (folded) grid.
+pub type Dispatch<'a> = (&'a Kernel, Params, [u32; 3]);
+
+/// Everything one submission does, in order: copy `uploads` (arena word offset, words) in, run
+/// the dispatch `levels` — dispatches within a level are independent, and a memory barrier
+/// separates consecutive levels — then copy `downloads` (offset, length) out.
+#[derive(Default)]
+pub struct Submission<'a> {
+    pub uploads: Vec<(usize, &'a [u32])>,
+    pub levels: Vec<Vec<Dispatch<'a>>>,
+    pub downloads: Vec<(usize, usize)>,
+}
+
 impl GpuDevice {
     /// Opens the device `probe::choose` picks (hardware first, `MGN_DEVICE` to override).
     pub fn open() -> Result<GpuDevice, String> {
@@ -65,60 +87,136 @@ impl GpuDevice {
             .map_err(|e| format!("cannot open {}: {e:?}", info.name))?;
         let encoder = ctx.create_command_encoder(gpu::CommandEncoderDesc { name: "mgn", buffer_count: 1, manual_barriers: false });
         let limits = DeviceLimits::effective(info.limits.unwrap_or(DeviceLimits::MIN_SPEC));
-        Ok(GpuDevice { ctx, encoder, info, limits })
+        Ok(GpuDevice { ctx, encoder, info, limits, upload: None, download: None })
     }
 
     /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
     pub fn kernel(&self, name: &str, body: &str) -> Result<Kernel, String> {
         let source = format!("{PRELUDE}{body}");
         let module = naga::front::wgsl::parse_str(&source).map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
-        let shader = self
-            .ctx
-            .try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) })
-            .map_err(|e| format!("kernel `{name}`: {e}"))?;
+        let shader = self.ctx.try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) }).map_err(|e| format!("kernel `{name}`: {e}"))?;
         let layout = <Bindings as gpu::ShaderData>::layout();
         let pipeline = self.ctx.create_compute_pipeline(gpu::ComputePipelineDesc { name, data_layouts: &[&layout], compute: shader.at("main") });
         Ok(Kernel { pipeline, name: name.to_string() })
     }
 
-    /// A host-visible arena of `words` 32-bit words, zeroed.
-    pub fn arena(&self, words: usize) -> Result<Arena, String> {
+    /// A device-local arena of `words` 32-bit words, zeroed.
+    pub fn arena(&mut self, words: usize) -> Result<Arena, String> {
         let bytes = (words.max(1) * 4) as u64;
         if !self.limits.fits_binding(bytes) {
             return Err(format!("{bytes} bytes exceed one binding on this device ({} bytes)", self.limits.max_storage_buffer_range));
         }
-        let buffer = self.ctx.create_buffer(gpu::BufferDesc { name: "arena", size: bytes, memory: gpu::Memory::Shared });
-        unsafe { std::ptr::write_bytes(buffer.data(), 0, bytes as usize) };
+        let buffer = self.ctx.create_buffer(gpu::BufferDesc { name: "arena", size: bytes, memory: gpu::Memory::Device });
+        self.encoder.start();
+        self.encoder.transfer("zero").fill_buffer(buffer.into(), bytes, 0);
+        let sp = self.ctx.submit(&mut self.encoder);
+        self.wait(&sp)?;
         Ok(Arena { buffer, words: words.max(1) })
     }
 
-    pub fn write(&self, arena: &Arena, offset: usize, data: &[u32]) {
-        assert!(offset + data.len() <= arena.words, "write past the end of the arena");
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (arena.buffer.data() as *mut u32).add(offset), data.len()) };
+    /// Frees the arena's device memory.
+    pub fn free(&mut self, arena: Arena) {
+        self.ctx.destroy_buffer(arena.buffer);
     }
 
-    pub fn read(&self, arena: &Arena, offset: usize, len: usize) -> Vec<u32> {
-        assert!(offset + len <= arena.words, "read past the end of the arena");
-        let mut out = vec![0u32; len];
-        unsafe { std::ptr::copy_nonoverlapping((arena.buffer.data() as *const u32).add(offset), out.as_mut_ptr(), len) };
-        out
+    /// Copies `data` into the arena at word `offset` (one submission of its own).
+    pub fn write(&mut self, arena: &Arena, offset: usize, data: &[u32]) -> Result<(), String> {
+        self.submit(arena, &Submission { uploads: vec![(offset, data)], ..Default::default() }).map(drop)
     }
 
-    /// Records the dispatches in order into one submission and waits for it.
-    pub fn run(&mut self, arena: &Arena, dispatches: &[(&Kernel, Params, [u32; 3])]) -> Result<(), String> {
+    /// Reads `len` words at `offset` back from the arena (one submission of its own).
+    pub fn read(&mut self, arena: &Arena, offset: usize, len: usize) -> Result<Vec<u32>, String> {
+        Ok(self.submit(arena, &Submission { downloads: vec![(offset, len)], ..Default::default() })?.remove(0))
+    }
+
+    /// Records the dispatches in order, each after the previous one, and waits.
+    pub fn run(&mut self, arena: &Arena, dispatches: &[Dispatch]) -> Result<(), String> {
+        let levels = dispatches.iter().map(|d| vec![*d]).collect();
+        self.submit(arena, &Submission { levels, ..Default::default() }).map(drop)
+    }
+
+    fn staging(&mut self, download: bool, words: usize) -> Option<gpu::Buffer> {
+        if words == 0 {
+            return None;
+        }
+        let slot = if download { &mut self.download } else { &mut self.upload };
+        if slot.as_ref().is_some_and(|s| s.words < words) {
+            self.ctx.destroy_buffer(slot.take().expect("checked").buffer);
+        }
+        let memory = if download { gpu::Memory::Download } else { gpu::Memory::Upload };
+        let s = slot.get_or_insert_with(|| Staging { buffer: self.ctx.create_buffer(gpu::BufferDesc { name: "staging", size: words as u64 * 4, memory }), words });
+        Some(s.buffer)
+    }
+
+    /// Records one submission (see `Submission`) and waits for it; returns the downloads.
+    pub fn submit(&mut self, arena: &Arena, job: &Submission) -> Result<Vec<Vec<u32>>, String> {
+        for &(offset, data) in &job.uploads {
+            if offset + data.len() > arena.words {
+                return Err(format!("upload of {} words at {offset} runs past the arena ({} words)", data.len(), arena.words));
+            }
+        }
+        for &(offset, len) in &job.downloads {
+            if offset + len > arena.words {
+                return Err(format!("download of {len} words at {offset} runs past the arena ({} words)", arena.words));
+            }
+        }
+        let up_words: usize = job.uploads.iter().map(|(_, d)| d.len()).sum();
+        let down_words: usize = job.downloads.iter().map(|&(_, n)| n).sum();
+        let up = self.staging(false, up_words);
+        let down = self.staging(true, down_words);
         self.encoder.start();
-        // One pass per dispatch: blade puts a memory barrier between passes, so each kernel sees
-        // what the previous ones wrote. (Grouping independent dispatches comes with the schedule.)
-        for (k, params, groups) in dispatches {
-            let mut pass = self.encoder.compute(&k.name);
-            let mut pc = pass.with(&k.pipeline);
-            pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
-            pc.dispatch(*groups);
+        if let Some(up) = up {
+            let mut at = 0usize;
+            let mut pass = self.encoder.transfer("upload");
+            for &(offset, data) in &job.uploads {
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (up.data() as *mut u32).add(at), data.len()) };
+                pass.copy_buffer_to_buffer(up.at(at as u64 * 4), arena.buffer.at(offset as u64 * 4), data.len() as u64 * 4);
+                at += data.len();
+            }
+        }
+        if job.levels.iter().any(|l| !l.is_empty()) {
+            // One compute pass: blade puts a barrier before it (after the uploads); inside it
+            // only the dependency levels need one, so independent dispatches overlap.
+            let mut pass = self.encoder.compute("plan");
+            let mut first = true;
+            for level in job.levels.iter().filter(|l| !l.is_empty()) {
+                if !first {
+                    pass.barrier();
+                }
+                first = false;
+                for (k, params, groups) in level {
+                    let mut pc = pass.with(&k.pipeline);
+                    pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
+                    pc.dispatch(*groups);
+                }
+            }
+        }
+        if let Some(down) = down {
+            let mut at = 0u64;
+            let mut pass = self.encoder.transfer("download");
+            for &(offset, len) in &job.downloads {
+                pass.copy_buffer_to_buffer(arena.buffer.at(offset as u64 * 4), down.at(at * 4), len as u64 * 4);
+                at += len as u64;
+            }
         }
         let sp = self.ctx.submit(&mut self.encoder);
-        match self.ctx.wait_for(&sp, 60_000) {
+        self.wait(&sp)?;
+        let mut out = Vec::with_capacity(job.downloads.len());
+        let mut at = 0usize;
+        for &(_, len) in &job.downloads {
+            let mut v = vec![0u32; len];
+            let src = down.expect("downloads have staging").data() as *const u32;
+            unsafe { std::ptr::copy_nonoverlapping(src.add(at), v.as_mut_ptr(), len) };
+            at += len;
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    fn wait(&self, sp: &gpu::SyncPoint) -> Result<(), String> {
+        match self.ctx.wait_for(sp, 120_000) {
             Ok(true) => Ok(()),
-            Ok(false) => Err("the GPU did not finish within 60 s".into()),
+            Ok(false) => Err("the GPU did not finish within 120 s".into()),
             Err(e) => Err(format!("the GPU reported an error: {e:?}")),
         }
     }
@@ -126,6 +224,9 @@ impl GpuDevice {
 
 impl Drop for GpuDevice {
     fn drop(&mut self) {
+        for s in [self.upload.take(), self.download.take()].into_iter().flatten() {
+            self.ctx.destroy_buffer(s.buffer);
+        }
         self.ctx.destroy_command_encoder(&mut self.encoder);
     }
 }
@@ -140,7 +241,9 @@ mod tests {
     fn device() -> Option<GpuDevice> {
         match GpuDevice::open() {
             Ok(d) => Some(d),
-            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}"),
+            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+                panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}")
+            }
             Err(why) => {
                 eprintln!("skipping: no GPU device ({why})");
                 None
@@ -167,13 +270,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
         let b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32).collect();
         let arena = dev.arena(3 * n).expect("fits");
-        dev.write(&arena, 0, &a.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
-        dev.write(&arena, n, &b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        dev.write(&arena, 0, &a.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).expect("uploads");
+        dev.write(&arena, n, &b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).expect("uploads");
         let mut params = [0u32; 32];
         params[..4].copy_from_slice(&[n as u32, 0, n as u32, 2 * n as u32]);
         let groups = fold_grid(n.div_ceil(64) as u64, &dev.limits).expect("fits");
         dev.run(&arena, &[(&add, params, groups)]).expect("runs");
-        let out: Vec<f32> = dev.read(&arena, 2 * n, n).into_iter().map(f32::from_bits).collect();
+        let out: Vec<f32> = dev.read(&arena, 2 * n, n).expect("reads").into_iter().map(f32::from_bits).collect();
         for i in 0..n {
             assert_eq!(out[i], a[i] + b[i], "element {i}");
         }
@@ -199,7 +302,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         let groups = fold_grid(n as u64, &dev.limits).expect("fits");
         assert!(groups[1] > 1 || dev.limits.max_workgroups[0] as usize >= n);
         dev.run(&arena, &[(&k, params, groups)]).expect("runs");
-        let out = dev.read(&arena, 0, n + 16);
+        let out = dev.read(&arena, 0, n + 16).expect("reads");
         for (i, v) in out.iter().enumerate() {
             assert_eq!(*v, if i < n { i as u32 + 1 } else { 0 }, "element {i}: each written exactly once, nothing past the end");
         }

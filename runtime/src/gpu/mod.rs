@@ -1,10 +1,14 @@
-//! The GPU side of the runtime: finding devices and their limits (`probe`). Kernels, buffers
-//! and the dispatch plan come next (issue 4); they will run through blade on Vulkan and Metal.
+//! The GPU side of the runtime, through blade (Vulkan; Metal untested): devices and their
+//! limits (`probe`), the device and its one arena (`device`), generated kernels (`kernels`),
+//! the dispatch order (`schedule`), in-place training updates (`update`) and the session that
+//! runs a plan (`session`).
 
 pub mod device;
 pub mod kernels;
-pub mod session;
 pub mod probe;
+pub mod schedule;
+pub mod session;
+pub mod update;
 
 #[cfg(test)]
 mod test_util;

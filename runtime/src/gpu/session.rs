@@ -1,16 +1,21 @@
-//! Runs a plan on the GPU: every value gets a region of one arena buffer, every step a kernel
-//! generated for its shapes (`kernels.rs`), and a run is one submission of all of them.
+//! Runs a plan on the GPU: every value gets a region of one device-local arena, every step a
+//! kernel generated for its shapes (`kernels`), and a run is one submission: the inputs are
+//! copied in, the dispatches run level by level (`schedule`), the results are copied out.
 //!
-//! A `Session` drives it (`Session::use_gpu`): the session keeps the authoritative parameters
-//! and applies the optimizer on the host between submissions (for now). Values whose lifetimes
-//! do not overlap share arena words (`memory::plan_arena`); a plan with an op that has no kernel
-//! is refused with the op and its model line.
+//! A training step adds, in the same submission, batch norm's running-statistics updates and
+//! the optimizer (`update`), and reads back only the loss: parameters and optimizer state then
+//! live on the device, and `params` / `optimizer_state` read them back when the host needs them
+//! (checkpoints, evaluation). A plan with an op that has no kernel is refused with the op and
+//! its model line.
 
-use super::device::{Arena, GpuDevice, Kernel, Params};
+use super::device::{Arena, Dispatch, GpuDevice, Kernel, Params, Submission};
 use super::kernels::{generate, Operand};
+use super::schedule::{levels, Levels};
+use super::update;
 use crate::limits::fold_grid;
 use crate::op::Op;
-use crate::plan::Plan;
+use crate::optim::OptimizerState;
+use crate::plan::{Mode, Plan};
 use crate::session::{RunOutput, RuntimeError};
 use crate::tensor::{Data, Tensor};
 use std::collections::HashMap;
@@ -18,13 +23,44 @@ use std::collections::HashMap;
 pub struct GpuSession {
     dev: GpuDevice,
     pub plan: Plan,
-    arena: Arena,
+    arena: Option<Arena>,
     /// First arena word of each step's value.
     offsets: Vec<usize>,
     kernels: Vec<Kernel>,
     /// Per step: which kernel, its grid, and for dropout the step whose mask key it needs
     /// (None for inputs and parameters).
-    dispatch: Vec<Option<(usize, [u32; 3], Option<u32>)>>,
+    dispatch: Vec<Option<StepDispatch>>,
+    levels: Levels,
+    /// Training plans: batch norm running-statistics updates and the optimizer.
+    train: Option<Training>,
+}
+
+/// A step's kernel (index into `kernels`), grid, and dropout mask node.
+type StepDispatch = (usize, [u32; 3], Option<u32>);
+
+/// What a training submission adds after the plan's own dispatches.
+struct Training {
+    /// (level, parameter block, grid) of each batch norm's running-statistics update.
+    bn: Vec<(usize, Params, [u32; 3])>,
+    bn_kernel: usize,
+    /// Per trained parameter (in `plan.grads` order).
+    params: Vec<TrainedParam>,
+    update_kernel: usize,
+    /// Clipping: the squared-norm kernel, the kernel turning partial sums into the factor.
+    clip: Option<(usize, usize)>,
+}
+
+struct TrainedParam {
+    index: usize,
+    offset: usize,
+    grad: usize,
+    m: Option<usize>,
+    v: Option<usize>,
+    n: usize,
+    /// Partial sums of this gradient's squares start here (clipping only).
+    partials: usize,
+    /// Whether the optimizer state holds values (SGD's momentum buffer starts as the gradient).
+    has_state: bool,
 }
 
 fn words_of(t: &Tensor) -> Vec<u32> {
@@ -40,18 +76,37 @@ fn tensor_of(words: Vec<u32>, dtype: crate::DType, shape: Vec<usize>) -> Tensor 
     Tensor { dtype, shape, data }
 }
 
+fn params_block(words: &[u32]) -> Params {
+    let mut p = [0u32; 32];
+    p[..words.len()].copy_from_slice(words);
+    p
+}
+
+fn err(e: String) -> RuntimeError {
+    RuntimeError(e)
+}
+
 impl GpuSession {
     /// Opens the GPU, lays out the arena, uploads `params` and compiles a kernel per step.
     pub fn new(plan: Plan, params: &[Tensor]) -> Result<GpuSession, RuntimeError> {
-        let dev = GpuDevice::open().map_err(RuntimeError)?;
+        let mut dev = GpuDevice::open().map_err(err)?;
         // Values share arena words when their lifetimes do not overlap (memory::plan_arena).
         let layout = crate::memory::plan_arena(&plan);
         let offsets = layout.offsets;
-        let total = layout.total_words;
-        let arena = dev.arena(total).map_err(|e| RuntimeError(format!("{}: {e}", plan.model)))?;
+        let words: Vec<usize> = plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
+        let levels = levels(&plan, &offsets, &words);
         let width = dev.limits.workgroup_width(256);
         let mut kernels = Vec::new();
         let mut cache: HashMap<String, usize> = HashMap::new();
+        let mut kernel = |dev: &GpuDevice, name: &str, body: String, loc: &dyn std::fmt::Display| -> Result<usize, RuntimeError> {
+            if let Some(&k) = cache.get(&body) {
+                return Ok(k);
+            }
+            let kernel = dev.kernel(name, &body).map_err(|e| RuntimeError(format!("{e} (at {loc})")))?;
+            kernels.push(kernel);
+            cache.insert(body, kernels.len() - 1);
+            Ok(kernels.len() - 1)
+        };
         let mut dispatch = Vec::with_capacity(plan.steps.len());
         for (i, s) in plan.steps.iter().enumerate() {
             if matches!(s.op, Op::Input { .. } | Op::Param { .. }) {
@@ -60,21 +115,69 @@ impl GpuSession {
             }
             let operand = |v: usize| Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype };
             let inputs: Vec<Operand> = s.inputs.iter().map(|&x| operand(x as usize)).collect();
-            let src = generate(s, i as u32, &inputs, &operand(i), width, plan.mode == crate::plan::Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
-            let k = match cache.get(&src.body) {
-                Some(&k) => k,
-                None => {
-                    let kernel = dev.kernel(&format!("step{i}"), &src.body).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
-                    kernels.push(kernel);
-                    cache.insert(src.body.clone(), kernels.len() - 1);
-                    kernels.len() - 1
-                }
-            };
+            let src = generate(s, i as u32, &inputs, &operand(i), width, plan.mode == Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
+            let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, step {i}", s.loc))?;
             let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
             dispatch.push(Some((k, groups, src.dropout_node)));
         }
-        let mut session = GpuSession { dev, plan, arena, offsets, kernels, dispatch };
-        session.set_params(params);
+
+        // Training: optimizer state and clipping scratch go past the plan's own words.
+        let mut top = layout.total_words;
+        let mut train = None;
+        if plan.mode == Mode::Train && !plan.grads.is_empty() {
+            let spec = &plan.optimizer;
+            let (has_m, has_v) = update::buffers(spec);
+            let param_step: HashMap<usize, usize> = plan.steps.iter().enumerate().filter_map(|(i, s)| if let Op::Param { index } = s.op { Some((index, i)) } else { None }).collect();
+            let mut trained = Vec::new();
+            let mut partials = 0usize;
+            for &(p, g) in &plan.grads {
+                let Some(&ps) = param_step.get(&p) else {
+                    continue;
+                };
+                let n = words[ps];
+                let mut take = |on: bool| {
+                    on.then(|| {
+                        top += n;
+                        top - n
+                    })
+                };
+                let (m, v) = (take(has_m), take(has_v));
+                trained.push(TrainedParam { index: p, offset: offsets[ps], grad: offsets[g as usize], m, v, n, partials, has_state: false });
+                partials += update::norm_groups(n, width);
+            }
+            let scratch = top;
+            let clip = match spec.clip_norm {
+                Some(c) => {
+                    for t in &mut trained {
+                        t.partials += scratch + 1;
+                    }
+                    top += 1 + partials;
+                    let sq = kernel(&dev, "sum_squares", update::sum_squares_kernel(width), &"the optimizer's clipping")?;
+                    let fin = kernel(&dev, "clip_scale", update::clip_scale_kernel(width, scratch + 1, partials, c, scratch), &"the optimizer's clipping")?;
+                    Some((sq, fin))
+                }
+                None => None,
+            };
+            let update_kernel = kernel(&dev, "optimizer", update::update_kernel(spec, width, clip.map(|_| scratch)), &"the optimizer")?;
+            let bn_kernel = kernel(&dev, "running_stats", update::running_stats_kernel(width), &"batch norm")?;
+            let mut bn = Vec::new();
+            for (i, s) in plan.steps.iter().enumerate() {
+                if let (Op::BatchNorm { momentum, .. }, Some(level)) = (&s.op, levels.bn_update[i]) {
+                    let x = &plan.steps[s.inputs[0] as usize].shape;
+                    let (n, c) = (x[0], x.get(1).copied().unwrap_or(1));
+                    let sp: usize = x.iter().skip(2).product();
+                    let [xo, rm, rv] = [0, 1, 2].map(|k| offsets[s.inputs[k] as usize] as u32);
+                    let mut p = params_block(&[xo, rm, rv, 0, n as u32, c as u32, sp as u32, 0]);
+                    p[8] = (*momentum as f32).to_bits();
+                    let groups = fold_grid(c as u64, &dev.limits).map_err(|e| RuntimeError(e.to_string()))?;
+                    bn.push((level, p, groups));
+                }
+            }
+            train = Some(Training { bn, bn_kernel, params: trained, update_kernel, clip });
+        }
+        let arena = dev.arena(top).map_err(|e| RuntimeError(format!("{}: {e}", plan.model)))?;
+        let mut session = GpuSession { dev, plan, arena: Some(arena), offsets, kernels, dispatch, levels, train };
+        session.set_params(params)?;
         Ok(session)
     }
 
@@ -82,59 +185,147 @@ impl GpuSession {
         &self.dev.info.name
     }
 
+    /// Number of compiled pipelines and of dependency levels (for reports).
+    pub fn shape(&self) -> (usize, usize) {
+        (self.kernels.len(), self.levels.count)
+    }
+
     /// Writes parameter values into their regions.
-    pub fn set_params(&mut self, params: &[Tensor]) {
-        for (i, s) in self.plan.steps.iter().enumerate() {
-            if let Op::Param { index } = s.op {
-                self.dev.write(&self.arena, self.offsets[i], &words_of(&params[index]));
-            }
-        }
+    pub fn set_params(&mut self, params: &[Tensor]) -> Result<(), RuntimeError> {
+        let data: Vec<(usize, Vec<u32>)> =
+            self.plan.steps.iter().enumerate().filter_map(|(i, s)| if let Op::Param { index } = s.op { Some((self.offsets[i], words_of(&params[index]))) } else { None }).collect();
+        let job = Submission { uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(), ..Default::default() };
+        let r = self.dev.submit(self.arena.as_ref().expect("arena"), &job);
+        r.map(drop).map_err(err)
     }
 
     /// Reads every parameter back (for checkpoints).
-    pub fn params(&self) -> Vec<Tensor> {
+    pub fn params(&mut self) -> Result<Vec<Tensor>, RuntimeError> {
         let mut out: Vec<Option<Tensor>> = vec![None; self.plan.params.len()];
+        let mut wanted = Vec::new();
         for (i, s) in self.plan.steps.iter().enumerate() {
             if let Op::Param { index } = s.op {
-                out[index] = Some(self.value(i as u32));
+                wanted.push((index, i));
             }
         }
-        out.into_iter().enumerate().map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&self.plan.params[i], 0, i))).collect()
+        let got = self.read(&wanted.iter().map(|&(_, i)| i as u32).collect::<Vec<_>>())?;
+        for ((index, _), t) in wanted.into_iter().zip(got) {
+            out[index] = Some(t);
+        }
+        Ok(out.into_iter().enumerate().map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&self.plan.params[i], 0, i))).collect())
+    }
+
+    /// Reads the values of `steps` back in one submission.
+    fn read(&mut self, steps: &[u32]) -> Result<Vec<Tensor>, RuntimeError> {
+        let downloads: Vec<(usize, usize)> = steps.iter().map(|&v| (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())).collect();
+        let r = self.dev.submit(self.arena.as_ref().expect("arena"), &Submission { downloads, ..Default::default() });
+        let words = r.map_err(err)?;
+        Ok(steps.iter().zip(words).map(|(&v, w)| tensor_of(w, self.plan.steps[v as usize].dtype, self.plan.steps[v as usize].shape.clone())).collect())
     }
 
     /// The current value of step `v` (after the last run).
-    pub fn value(&self, v: u32) -> Tensor {
-        let s = &self.plan.steps[v as usize];
-        let n = s.shape.iter().product();
-        tensor_of(self.dev.read(&self.arena, self.offsets[v as usize], n), s.dtype, s.shape.clone())
+    pub fn value(&mut self, v: u32) -> Result<Tensor, RuntimeError> {
+        Ok(self.read(&[v])?.remove(0))
     }
 
     /// One submission of every step, reading nothing back (see `Session::run_resident`).
     pub fn run_resident(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<(), RuntimeError> {
-        self.submit(inputs, seed)
+        self.submit(inputs, seed, None, &[]).map(drop)
     }
 
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.
     /// `seed` is the run's dropout seed (the CPU session's, so both draw the same masks).
     pub fn run(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<RunOutput, RuntimeError> {
-        self.submit(inputs, seed)?;
-        Ok(RunOutput {
-            outputs: self.plan.outputs.iter().map(|(n, v)| (n.clone(), self.value(*v))).collect(),
-            loss: self.plan.loss.map(|v| self.value(v)),
-            grads: self.plan.grads.iter().map(|(p, v)| (self.plan.params[*p].name.clone(), self.value(*v))).collect(),
-        })
+        let mut wanted: Vec<u32> = self.plan.outputs.iter().map(|(_, v)| *v).collect();
+        wanted.extend(self.plan.loss);
+        wanted.extend(self.plan.grads.iter().map(|(_, v)| *v));
+        let mut got = self.submit(inputs, seed, None, &wanted)?.into_iter();
+        let outputs = self.plan.outputs.iter().map(|(n, _)| (n.clone(), got.next().expect("one per output"))).collect();
+        let loss = self.plan.loss.map(|_| got.next().expect("the loss"));
+        let grads = self.plan.grads.iter().map(|(p, _)| (self.plan.params[*p].name.clone(), got.next().expect("one per gradient"))).collect();
+        Ok(RunOutput { outputs, loss, grads })
     }
 
-    fn submit(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<(), RuntimeError> {
+    /// One training step in one submission: forward, backward, running statistics and update
+    /// number `step` of the optimizer; reads back only the loss.
+    pub fn train_step(&mut self, inputs: &[(&str, &Tensor)], seed: u64, step: u64) -> Result<f64, RuntimeError> {
+        let loss = self.plan.loss.ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
+        let out = self.submit(inputs, seed, Some(step), &[loss])?;
+        if let Some(t) = &mut self.train {
+            for p in &mut t.params {
+                p.has_state = true;
+            }
+        }
+        Ok(out[0].to_f64_vec()[0])
+    }
+
+    /// The optimizer state as the host keeps it (buffers of parameters updated at least once).
+    pub fn optimizer_state(&mut self, step: u64) -> Result<OptimizerState, RuntimeError> {
+        let mut state = OptimizerState::new(self.plan.params.len());
+        state.step = step;
+        let Some(t) = &self.train else {
+            return Ok(state);
+        };
+        let mut downloads = Vec::new();
+        let mut slots = Vec::new();
+        for p in t.params.iter().filter(|p| p.has_state) {
+            for (which, at) in [(0, p.m), (1, p.v)] {
+                if let Some(at) = at {
+                    downloads.push((at, p.n));
+                    slots.push((which, p.index));
+                }
+            }
+        }
+        let r = self.dev.submit(self.arena.as_ref().expect("arena"), &Submission { downloads, ..Default::default() });
+        for ((which, index), words) in slots.into_iter().zip(r.map_err(err)?) {
+            let v = Some(words.into_iter().map(f32::from_bits).collect());
+            if which == 0 {
+                state.m[index] = v;
+            } else {
+                state.v[index] = v;
+            }
+        }
+        Ok(state)
+    }
+
+    /// Uploads optimizer state (from a checkpoint); parameters without buffers start fresh.
+    pub fn set_optimizer_state(&mut self, state: &OptimizerState) -> Result<(), RuntimeError> {
+        let Some(t) = &mut self.train else {
+            return Ok(());
+        };
+        let mut data: Vec<(usize, Vec<u32>)> = Vec::new();
+        for p in &mut t.params {
+            let m = state.m.get(p.index).and_then(|m| m.as_ref());
+            let v = state.v.get(p.index).and_then(|v| v.as_ref());
+            p.has_state = m.is_some();
+            for (at, buf) in [(p.m, m), (p.v, v)] {
+                if let Some(at) = at {
+                    let words = match buf {
+                        Some(b) if b.len() == p.n => b.iter().map(|x| x.to_bits()).collect(),
+                        _ => vec![0; p.n],
+                    };
+                    data.push((at, words));
+                }
+            }
+        }
+        let job = Submission { uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(), ..Default::default() };
+        let r = self.dev.submit(self.arena.as_ref().expect("arena"), &job);
+        r.map(drop).map_err(err)
+    }
+
+    /// Records and submits the plan (plus, with `step`, the training updates), reading back the
+    /// values of `wanted`.
+    fn submit(&mut self, inputs: &[(&str, &Tensor)], seed: u64, step: Option<u64>, wanted: &[u32]) -> Result<Vec<Tensor>, RuntimeError> {
+        let mut uploads: Vec<(usize, Vec<u32>)> = Vec::new();
         for (name, v) in &self.plan.inputs {
             let want = &self.plan.steps[*v as usize];
             let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| *t).ok_or_else(|| RuntimeError(format!("missing input `{name}`")))?;
             if t.shape != want.shape {
                 return Err(RuntimeError(format!("input `{name}` has shape {:?}, but the plan was built for {:?}", t.shape, want.shape)));
             }
-            self.dev.write(&self.arena, self.offsets[*v as usize], &words_of(t));
+            uploads.push((self.offsets[*v as usize], words_of(t)));
         }
-        let params = |node: &Option<u32>| -> Params {
+        let key = |node: &Option<u32>| -> Params {
             let mut p = [0u32; 32];
             if let Some(node) = node {
                 let key = super::kernels::dropout_key(seed, *node);
@@ -143,7 +334,53 @@ impl GpuSession {
             }
             p
         };
-        let calls: Vec<(&Kernel, Params, [u32; 3])> = self.dispatch.iter().flatten().map(|(k, g, node)| (&self.kernels[*k], params(node), *g)).collect();
-        self.dev.run(&self.arena, &calls).map_err(RuntimeError)
+        let mut levels: Vec<Vec<Dispatch>> = (0..self.levels.count).map(|_| Vec::new()).collect();
+        for (i, d) in self.dispatch.iter().enumerate() {
+            if let (Some((k, g, node)), Some(l)) = (d, self.levels.step[i]) {
+                levels[l].push((&self.kernels[*k], key(node), *g));
+            }
+        }
+        if let (Some(step), Some(t)) = (step, &self.train) {
+            for (l, p, g) in &t.bn {
+                levels[*l].push((&self.kernels[t.bn_kernel], *p, *g));
+            }
+            let width = self.dev.limits.workgroup_width(256);
+            if let Some((sq, fin)) = t.clip {
+                levels.push(
+                    t.params
+                        .iter()
+                        .map(|p| (&self.kernels[sq], params_block(&[p.grad as u32, p.n as u32, p.partials as u32]), fold_grid(update::norm_groups(p.n, width) as u64, &self.dev.limits).expect("fits")))
+                        .collect(),
+                );
+                levels.push(vec![(&self.kernels[fin], [0; 32], [1, 1, 1])]);
+            }
+            let scalars = update::update_scalars(&self.plan.optimizer, step);
+            levels.push(
+                t.params
+                    .iter()
+                    .map(|p| {
+                        let mut b = params_block(&[p.offset as u32, p.grad as u32, p.m.unwrap_or(0) as u32, p.v.unwrap_or(0) as u32, p.n as u32, u32::from(!p.has_state)]);
+                        for (k, x) in scalars.iter().enumerate() {
+                            b[8 + k] = x.to_bits();
+                        }
+                        let groups = fold_grid((p.n as u64).div_ceil(width as u64), &self.dev.limits).expect("fits");
+                        (&self.kernels[t.update_kernel], b, groups)
+                    })
+                    .collect(),
+            );
+        }
+        let downloads = wanted.iter().map(|&v| (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())).collect();
+        let arena = self.arena.as_ref().expect("arena");
+        let job = Submission { uploads: uploads.iter().map(|(o, d)| (*o, d.as_slice())).collect(), levels, downloads };
+        let words = self.dev.submit(arena, &job).map_err(err)?;
+        Ok(wanted.iter().zip(words).map(|(&v, w)| tensor_of(w, self.plan.steps[v as usize].dtype, self.plan.steps[v as usize].shape.clone())).collect())
+    }
+}
+
+impl Drop for GpuSession {
+    fn drop(&mut self) {
+        if let Some(a) = self.arena.take() {
+            self.dev.free(a);
+        }
     }
 }
