@@ -1,21 +1,72 @@
 #!/usr/bin/env bash
-# The GPU part of the test suite on a GPU machine without a Rust toolchain: build here with
-#   cargo build --release -p mgnc && cargo test --release -p mgn-runtime --no-run
-# copy target/release/mgnc and the mgn-runtime test binary (path printed by --no-run) to .dev/
-# as .dev/mgnc and .dev/runtime_tests, and Debian's libvulkan1 .deb to .gl/, then run this there.
-# It prints device info, runs the GPU kernel tests (normal and MGN_MIN_SPEC=1), and trains the
-# digits MLP on the CPU and on Vulkan. Results go to $OUT when set.
+# The test suite's GPU-relevant part on a GPU machine without a Rust toolchain (the lent H200).
+#
+# Here, build the binaries and copy them next to the repository (both paths are git-ignored):
+#   bench/gpu_check.sh --prepare      # cargo builds, copies mgnc + test binaries into .dev/
+# There (repository root, Debian's libvulkan1 .deb in .gl/):
+#   bench/gpu_check.sh
+# It prints the device, runs every test binary in .dev/tests/ with MGN_REQUIRE_GPU=1 (a missing
+# GPU is a failure), runs the GPU kernel and whole-model GPU tests again under MGN_MIN_SPEC=1,
+# trains the digits MLP on the CPU and on Vulkan, and ends with one line per run: passed/failed.
+# Results also go to $OUT when set.
 set -u
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = --prepare ]; then
+    set -e
+    cargo build --release -p mgnc
+    mkdir -p .dev/tests
+    rm -f .dev/tests/*
+    cp target/release/mgnc .dev/mgnc
+    # The runtime's unit tests (every GPU kernel against the CPU) and the whole-model tests.
+    for spec in "-p mgn-runtime --lib" "-p mgn-tests --test gpu" "-p mgn-tests --test gradcheck" "-p mgn-tests --test valid"; do
+        # shellcheck disable=SC2086
+        exe=$(cargo test --release $spec --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' | tail -1)
+        name=$(echo "$spec" | awk '{print $2"_"$NF}' | tr -d '-')
+        cp "$exe" ".dev/tests/$name"
+    done
+    ls -la .dev .dev/tests
+    exit 0
+fi
+
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+# The whole-model tests find the repository through the path they were built in.
+if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
 M=.dev/mgnc
 OUT=${OUT:-/tmp}
+summary=()
+run() { # NAME, then the command
+    local name=$1
+    shift
+    local log="$OUT/$(echo "$name" | tr ' =/' '__-').log"
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local line
+    line=$(grep -E "^test result" "$log" | awk '{p+=$4; f+=$6} END {if (NR) printf "%d passed, %d failed", p, f}')
+    summary+=("$(printf '%-44s rc=%d  %s' "$name" "$rc" "${line:-}")")
+    tail -3 "$log"
+}
 echo "== mgnc info"; $M info
-echo "== GPU kernel tests"; MGN_REQUIRE_GPU=1 .dev/runtime_tests gpu:: 2>&1 | tail -4
-echo "== GPU kernel tests, MGN_MIN_SPEC=1"; MGN_REQUIRE_GPU=1 MGN_MIN_SPEC=1 .dev/runtime_tests gpu:: 2>&1 | tail -3
+for t in .dev/tests/*; do
+    echo "== $(basename "$t")"
+    run "$(basename "$t")" env MGN_REQUIRE_GPU=1 "$t" --test-threads 4
+done
+echo "== under MGN_MIN_SPEC=1"
+run "runtime gpu:: (MGN_MIN_SPEC=1)" env MGN_REQUIRE_GPU=1 MGN_MIN_SPEC=1 .dev/tests/mgnruntime_lib gpu:: --test-threads 4
+run "whole models on the GPU (MGN_MIN_SPEC=1)" env MGN_REQUIRE_GPU=1 MGN_MIN_SPEC=1 .dev/tests/mgntests_gpu --test-threads 4
 for b in cpu vulkan; do
     echo "== train digits_mlp --backend $b"
+    start=$(date +%s.%N)
     $M train models/digits_mlp.mgn --data data/digits_train.safetensors --eval-data data/digits_test.safetensors \
-        --epochs 20 --lr 0.003 --quiet --backend "$b" --save "$OUT/mlp_$b.safetensors" 2>&1 | tail -3
+        --epochs 20 --lr 0.003 --quiet --backend "$b" --save "$OUT/mlp_$b.safetensors" 2>&1 | tail -2
+    summary+=("$(printf '%-44s %.1f s' "digits_mlp 20 epochs --backend $b" "$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")")")
 done
+echo "== summary"
+printf '%s\n' "${summary[@]}"

@@ -94,7 +94,11 @@ pub fn run(json: bool) -> u8 {
         Ok(id) => {
             let d = listed.as_ref().ok().and_then(|ds| ds.iter().find(|d| d.id == *id)).expect("chosen from the list");
             println!("would use: {} (set MGN_DEVICE to an ID or part of a name to choose another)", d.name);
-            println!("note: the GPU backend is not built yet; `--backend auto` runs on the CPU backend");
+            if d.software {
+                println!("note: {} is a software rasterizer: `--backend auto` runs on the CPU backend instead; `--backend vulkan` uses it anyway", d.name);
+            } else {
+                println!("`--backend auto` runs on it");
+            }
         }
         Err(why) => println!("no GPU can be used: {why}; mgnc runs on the CPU backend"),
     }
