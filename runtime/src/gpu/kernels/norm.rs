@@ -466,11 +466,11 @@ mod tests {
         let kernel = dev.kernel("norm_test", &src.body).expect("valid WGSL");
         let arena = dev.arena(offset + n).expect("fits");
         for (o, t) in ops.iter().zip(&tensors) {
-            dev.write(&arena, o.offset, &t.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect::<Vec<_>>());
+            dev.write(&arena, o.offset, &t.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect::<Vec<_>>()).expect("uploads");
         }
         let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).expect("fits");
         dev.run(&arena, &[(&kernel, params, groups)]).expect("runs");
-        (dev.read(&arena, offset, n).into_iter().map(f32::from_bits).collect(), tensors)
+        (dev.read(&arena, offset, n).expect("reads").into_iter().map(f32::from_bits).collect(), tensors)
     }
 
     fn close(what: &str, got: &[f32], want: &Tensor, tol: f64) {
