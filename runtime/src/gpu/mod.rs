@@ -20,3 +20,5 @@ mod tests_select;
 mod tests_conv;
 #[cfg(test)]
 mod tests_norm;
+#[cfg(test)]
+mod tests_matmul;

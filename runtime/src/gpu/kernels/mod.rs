@@ -6,6 +6,7 @@
 //! tiled matmul, fused pointwise chains and the memory planner are the next steps (issue 4).
 
 mod conv;
+mod matmul;
 mod norm;
 mod select;
 
@@ -181,7 +182,7 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
             let terms: Vec<String> = perm.iter().enumerate().map(|(a, &p)| format!("((i / {}u) % {}u) * {}u", os[a], out.shape[a], is[p])).collect();
             store(out, "i", &f(0, &terms.join(" + ")))
         }
-        Op::MatMul => return matmul(inputs, out, width),
+        Op::MatMul => return matmul::generate(inputs, out, width),
         Op::SumTo => return sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => return reduce(*op, axes, &inputs[0], out, width),
         Op::Softmax { axis, log } => return softmax(*axis, *log, &inputs[0], out, width),
@@ -225,67 +226,6 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
     };
     let helpers = if matches!(step.op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu)) { ERF } else { "" };
     Ok(elementwise(n, width, &body, helpers))
-}
-
-fn matmul(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    // A 1-D operand is promoted as torch.matmul does ([k] → [1, k] on the left, [k, 1] on the
-    // right); the axis it adds has size 1, so the output's element order is unchanged.
-    let mut a = inputs[0].clone();
-    let mut b = inputs[1].clone();
-    let mut out = out.clone();
-    if a.shape.is_empty() || b.shape.is_empty() {
-        return Err("matmul of scalars has no GPU kernel".into());
-    }
-    if a.shape.len() == 1 {
-        a.shape.insert(0, 1);
-        let at = out.shape.len() - usize::from(inputs[1].shape.len() > 1);
-        out.shape.insert(at, 1);
-    }
-    if b.shape.len() == 1 {
-        b.shape.push(1);
-        out.shape.push(1);
-    }
-    let (a, b, out) = (&a, &b, &out);
-    let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
-    let nn = b.shape[b.shape.len() - 1];
-    let n: usize = out.shape.iter().product();
-    // Batch coordinates of output element i broadcast into a's and b's batch axes.
-    let batch_out: Vec<usize> = out.shape[..out.shape.len() - 2].to_vec();
-    let bo = strides(&batch_out);
-    let batch_index = |t: &Operand| {
-        let tb = &t.shape[..t.shape.len() - 2];
-        let ts = strides(tb);
-        let r = batch_out.len();
-        let mut terms = vec!["0u".to_string()];
-        for (j, &d) in tb.iter().enumerate() {
-            let ax = j + r - tb.len();
-            if d != 1 {
-                terms.push(format!("((batch / {}u) % {}u) * {}u", bo[ax], batch_out[ax], ts[j]));
-            }
-        }
-        terms.join(" + ")
-    };
-    let body = format!(
-        "let batch = i / {mn}u;
-    let row = (i / {nn}u) % {m}u;
-    let col = i % {nn}u;
-    let abase = ({ab}) * {mk}u + row * {k}u;
-    let bbase = ({bb}) * {kn}u + col;
-    var acc = 0.0;
-    for (var t = 0u; t < {k}u; t = t + 1u) {{
-        acc = acc + {x} * {y};
-    }}
-    {st}",
-        mn = m * nn,
-        mk = m * k,
-        kn = k * nn,
-        ab = batch_index(a),
-        bb = batch_index(b),
-        x = load(a, "abase + t"),
-        y = load(b, &format!("bbase + t * {nn}u")),
-        st = store(out, "i", "acc"),
-    );
-    Ok(elementwise(n, width, &body, ""))
 }
 
 /// Sums `input` (broadcast up to its shape from `out`) back down to `out`'s shape.

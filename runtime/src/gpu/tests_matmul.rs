@@ -1,0 +1,77 @@
+//! The matmul kernels (`kernels/matmul.rs`) against the CPU backend: each of the three kernels
+//! (tiled, few rows, few columns) on odd sizes that leave partial tiles along m, n and k, with
+//! broadcast batches and 1-D operands. Shapes stay small: CI runs them on lavapipe.
+
+use super::test_util::{check_on_both, values};
+use crate::op::Op;
+use crate::tensor::Tensor;
+use crate::DType;
+
+/// The output shape torch.matmul gives (1-D operands promoted, then their axis dropped).
+fn out_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let a2 = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+    let b2 = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let (ab, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
+    let rank = ab.len().max(bb.len());
+    let mut out = vec![1; rank];
+    for s in [ab, bb] {
+        for (j, &d) in s.iter().enumerate() {
+            if d != 1 {
+                out[j + rank - s.len()] = d;
+            }
+        }
+    }
+    if a.len() > 1 {
+        out.push(a2[a2.len() - 2]);
+    }
+    if b.len() > 1 {
+        out.push(b2[b2.len() - 1]);
+    }
+    out
+}
+
+fn check(a: &[usize], b: &[usize]) {
+    let ta = Tensor::f32(a.to_vec(), values(a.iter().product(), 17));
+    let tb = Tensor::f32(b.to_vec(), values(b.iter().product(), 4242));
+    // Sums of up to a few hundred products, in another order than the CPU's.
+    check_on_both(&Op::MatMul, &[ta, tb], DType::F32, &out_shape(a, b), 1e-4);
+}
+
+#[test]
+fn tiled_matmul_matches_the_cpu_on_odd_sizes() {
+    check(&[9, 13], &[13, 11]);
+    check(&[65, 33], &[33, 17]);
+    check(&[130, 70], &[70, 129]);
+    // Whole tiles along every axis (no edge checks generated) under either workgroup width.
+    check(&[64, 16], &[16, 64]);
+}
+
+#[test]
+fn skinny_matmuls_match_the_cpu() {
+    check(&[1, 1], &[1, 1]);
+    check(&[3, 5], &[5, 7]);
+    // One-token decoding: one row against many columns, k split over lanes.
+    check(&[1, 300], &[300, 1000]);
+    check(&[300], &[300, 1000]);
+    check(&[5, 37], &[37, 700]);
+    // Matrix × vector and a dot product: k split over lanes, summed in shared memory.
+    check(&[50, 300], &[300, 1]);
+    check(&[50, 300], &[300]);
+    check(&[300], &[300]);
+    check(&[20, 9], &[9, 3]);
+}
+
+#[test]
+fn batched_matmuls_broadcast_like_torch() {
+    // A shared right operand: the batch folds into rows (tiled, and few rows).
+    check(&[2, 3, 9, 13], &[13, 10]);
+    check(&[3, 1, 7], &[7, 20]);
+    // A broadcast left operand, and batch axes broadcast on both sides.
+    check(&[1, 9, 13], &[4, 13, 10]);
+    check(&[2, 1, 3, 5], &[4, 5, 12]);
+    check(&[2, 3, 5, 7], &[2, 1, 7, 2]);
+    check(&[7], &[2, 7, 30]);
+    check(&[2, 5, 7], &[7]);
+    // Enough batch items for the 8×8 register blocks (a few of their tiles each).
+    check(&[2, 132, 9, 10], &[132, 10, 9]);
+}
