@@ -2,12 +2,10 @@
 //! every geometry attribute away from its default. Runs on the device `mgnc info` would use
 //! (lavapipe in CI, where `MGN_REQUIRE_GPU=1`).
 
-use crate::op::{Op, PoolOp};
 use super::test_util::{check_on_both, values};
+use crate::op::{Op, PoolOp};
 use crate::tensor::Tensor;
 use crate::DType;
-
-
 
 /// Seeded floats in [-1, 1) of the given shape.
 fn input(shape: &[usize], seed: u32) -> Tensor {
@@ -56,14 +54,19 @@ impl Case {
 
     /// Forward with and without bias, then both derivatives.
     fn check_all(&self) {
+        self.check_all_within(1e-5);
+    }
+
+    /// `check_all` with a looser tolerance, for long reductions (the GPU sums in another order).
+    fn check_all_within(&self, tol: f64) {
         let (x, w, y) = (input(&self.x, 1), input(&self.w, 2), self.y());
         let bias = input(&[self.w[0]], 3);
         let dy = input(&y, 4);
-        check(self.conv(true), &[x.clone(), w.clone(), bias], &y, 1e-5);
-        check(self.conv(false), &[x.clone(), w.clone()], &y, 1e-5);
+        check(self.conv(true), &[x.clone(), w.clone(), bias], &y, tol);
+        check(self.conv(false), &[x.clone(), w.clone()], &y, tol);
         let (stride, padding, dilation, groups) = (self.stride.clone(), self.padding.clone(), self.dilation.clone(), self.groups);
-        check(Op::ConvGradInput { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups }, &[dy.clone(), w], &self.x, 1e-5);
-        check(Op::ConvGradWeight { stride, padding, dilation, groups }, &[x, dy], &self.w, 1e-5);
+        check(Op::ConvGradInput { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups }, &[dy.clone(), w], &self.x, tol);
+        check(Op::ConvGradWeight { stride, padding, dilation, groups }, &[x, dy], &self.w, tol);
     }
 }
 
@@ -83,6 +86,34 @@ fn conv2d_and_its_derivatives_match_the_cpu() {
 fn conv1d_and_its_derivatives_match_the_cpu() {
     Case { x: vec![3, 4, 11], w: vec![6, 2, 3], stride: vec![2], padding: vec![1], dilation: vec![2], groups: 2 }.check_all();
     Case { x: vec![2, 3, 10], w: vec![4, 3, 5], stride: vec![1], padding: vec![2], dilation: vec![1], groups: 1 }.check_all();
+}
+
+/// The shapes the tiled (implicit GEMM) kernels must get right: channel and pixel counts that
+/// are not multiples of any tile (and above the 64-row tiles), ResNet's 1×1 projections and 7×7
+/// stem, stride 2 with dilation 2, groups and depthwise, 1-D, and a weight gradient whose
+/// reduction over samples × positions is long enough to be split inside the workgroup.
+#[test]
+fn tiled_conv_shapes_match_the_cpu() {
+    let case = |x: Vec<usize>, w: Vec<usize>, s: usize, p: usize, d: usize, groups: usize| {
+        let sp = x.len() - 2;
+        Case { x, w, stride: vec![s; sp], padding: vec![p; sp], dilation: vec![d; sp], groups }
+    };
+    // 1×1, stride 1: a plain GEMM with 70 × 70 outputs over 67 input channels.
+    case(vec![2, 67, 5, 7], vec![70, 67, 1, 1], 1, 0, 1, 1).check_all_within(1e-4);
+    // 1×1 stride 2 (a projection shortcut).
+    case(vec![2, 9, 7, 7], vec![13, 9, 1, 1], 2, 0, 1, 1).check_all();
+    // Stem-like 7×7, stride 2, padding 3.
+    case(vec![2, 3, 19, 17], vec![8, 3, 7, 7], 2, 3, 1, 1).check_all_within(1e-4);
+    // 3×3, stride 2, padding 2, dilation 2.
+    case(vec![1, 5, 11, 10], vec![7, 5, 3, 3], 2, 2, 2, 1).check_all();
+    // Groups 2, and depthwise with stride 2.
+    case(vec![2, 6, 9, 8], vec![10, 3, 3, 3], 1, 1, 1, 2).check_all();
+    case(vec![2, 5, 9, 9], vec![5, 1, 3, 3], 2, 1, 1, 5).check_all();
+    // 1-D: stride 2, dilation 2, padding 2; and depthwise 1-D.
+    case(vec![3, 5, 37], vec![7, 5, 5], 2, 2, 2, 1).check_all();
+    case(vec![2, 4, 21], vec![4, 1, 3], 1, 1, 1, 4).check_all();
+    // A long weight-gradient reduction: 4 × 16 × 16 positions per weight.
+    case(vec![4, 3, 16, 16], vec![4, 3, 3, 3], 1, 1, 1, 1).check_all_within(1e-4);
 }
 
 /// Pool and PoolGrad on `x` (and on a version with tied maxima).

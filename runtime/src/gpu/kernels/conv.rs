@@ -1,11 +1,20 @@
 //! Convolution, pooling and upsampling, forward and derivatives.
 //!
-//! Every kernel computes one output element per invocation by looping over the elements that
-//! contribute to it, so no kernel needs atomics or a second pass:
+//! The three convolution ops are implicit GEMMs (`implicit_gemm`): per group, a workgroup
+//! computes one tile of the product, staging slices of both operands into shared memory straight
+//! from the tensors (im2col on the fly, zero in the padding) and accumulating a register block
+//! per invocation; long reductions are split among the workgroup's invocations and summed
+//! through shared memory, so no kernel needs atomics or a second pass:
 //!
-//! - `Conv`: the element's window over its group's input channels (plus the bias).
-//! - `ConvGradInput`: the output positions (and the kernel taps) that read this input element.
-//! - `ConvGradWeight`: every sample and output position that used this weight.
+//! - `Conv`: weights × im2col(x) (+ bias), M = output channels, N = samples × output positions.
+//! - `ConvGradInput`: weightsᵀ × the dy each tap came from (a transposed convolution), M = input
+//!   channels, N = samples × input positions.
+//! - `ConvGradWeight`: dy × im2col(x)ᵀ, M = output channels, N = input channels × taps, K =
+//!   samples × output positions.
+//!
+//! (Should no tile fit the workgroup width, they fall back to one invocation per output element
+//! looping over its contributions.) The other kernels compute one output element per invocation:
+//!
 //! - `Pool`: the window (max ignores padding, avg counts it as zeros).
 //! - `PoolGrad`: the windows containing the element; max pooling recomputes each window's first
 //!   arg-max (the CPU's rule, NaN counting as the maximum) to see whether it is this element.
@@ -16,8 +25,8 @@
 
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
-use crate::op::{Op, PoolOp};
 use crate::cpu::conv as cpu_conv;
+use crate::op::{Op, PoolOp};
 use crate::plan::Step;
 
 /// Kernels for conv1d/conv2d and their input/weight derivatives, max/avg pooling and its derivative, nearest upsampling and its derivative.
@@ -43,18 +52,27 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             } else {
                 None
             };
+            if let Some(k) = conv_tiled(&c, &inputs[0], &inputs[1], bias, out, width) {
+                return Ok(k);
+            }
             conv(&c, &inputs[0], &inputs[1], bias, out)
         }
         Op::ConvGradInput { stride, padding, dilation, groups } => {
             need(2)?;
             let c = ConvDims::new(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[0].shape, &c.out_shape())?;
+            if let Some(k) = conv_grad_input_tiled(&c, &inputs[0], &inputs[1], out, width) {
+                return Ok(k);
+            }
             conv_grad_input(&c, &inputs[0], &inputs[1], out)
         }
         Op::ConvGradWeight { stride, padding, dilation, groups } => {
             need(2)?;
             let c = ConvDims::new(&inputs[0].shape, &out.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[1].shape, &c.out_shape())?;
+            if let Some(k) = conv_grad_weight_tiled(&c, &inputs[0], &inputs[1], out, width) {
+                return Ok(k);
+            }
             conv_grad_weight(&c, &inputs[0], &inputs[1], out)
         }
         Op::Pool { op, kernel, stride, padding } => {
@@ -95,9 +113,6 @@ fn expect_shape(what: &str, found: &[usize], want: &[usize]) -> Result<(), Strin
         Err(format!("`{what}`: expected shape {want:?}, found {found:?}"))
     }
 }
-
-
-
 
 // ---- convolution ------------------------------------------------------------------------------
 
@@ -261,6 +276,392 @@ fn conv_grad_weight(c: &ConvDims, x: &Operand, dy: &Operand, out: &Operand) -> S
         xv = load(x, &format!("(xbase + u32(ih) * {wd}u + u32(iw))")),
         st = store(out, "i", "acc"),
     )
+}
+
+/// Forward as a GEMM per group: M = output channels, N = samples × output positions,
+/// K = input channels × taps; A is the weight (contiguous along K), B the im2col of the input,
+/// staged along N so that neighbouring invocations read neighbouring pixels.
+fn conv_tiled(c: &ConvDims, x: &Operand, w: &Operand, bias: Option<&Operand>, out: &Operand, width: u32) -> Option<KernelSource> {
+    let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
+    let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
+    let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
+    let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
+    let gm = Gemm { groups: c.g, m: cout_g, n: c.n * l, k: cin_g * kk };
+    let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k))) };
+    // A pointwise convolution reads the input plane as it is: no window arithmetic.
+    let pointwise = kk == 1 && [sh, sw, ph, pw] == [1, 1, 0, 0];
+    let b = Loader {
+        k_fast: false,
+        pre: format!(
+            "let bn = n0 + fb;
+    let bp = bn % {l}u;
+    let bx = ((bn / {l}u) * {cin}u + g * {cin_g}u) * {hw}u;
+    let bih = i32((bp / {ow}u) * {sh}u) - {ph};
+    let biw = i32((bp % {ow}u) * {sw}u) - {pw};"
+        ),
+        body: if pointwise {
+            format!("v = {};", load(x, &format!("bx + k * {hw}u + bp")))
+        } else {
+            format!(
+                "let t = k % {kk}u;
+                let ih = bih + i32((t / {kw}u) * {dh}u);
+                let iw = biw + i32((t % {kw}u) * {dw}u);
+                if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{
+                    v = {xv};
+                }}",
+                xv = load(x, &format!("bx + (k / {kk}u) * {hw}u + u32(ih) * {wd}u + u32(iw)")),
+            )
+        },
+    };
+    let plus = bias.map_or(String::new(), |b| format!(" + {}", load(b, &format!("g * {cout_g}u + m"))));
+    let epilogue = store(out, &format!("((n / {l}u) * {cout}u + g * {cout_g}u + m) * {l}u + n % {l}u"), &format!("acc{plus}"));
+    implicit_gemm(&gm, &a, &b, &epilogue, width)
+}
+
+/// The input gradient as a GEMM per group (a transposed convolution): M = input channels,
+/// N = samples × input positions, K = output channels × taps. B gathers, for input position
+/// (ih, iw) and tap (kh, kw), the dy at the output position that tap came from, when
+/// ih + p − kh·d is a whole multiple of the stride inside the output (zero otherwise).
+fn conv_grad_input_tiled(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand, width: u32) -> Option<KernelSource> {
+    let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
+    let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
+    let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
+    let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
+    let gm = Gemm { groups: c.g, m: cin_g, n: c.n * hw, k: cout_g * kk };
+    let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(w, &format!("((g * {cout_g}u + k / {kk}u) * {cin_g}u + m0 + r) * {kk}u + k % {kk}u"))) };
+    // A stride of 1 needs no divisibility test (and no division).
+    let on_grid = |t: &str, s: usize| if s == 1 { String::new() } else { format!(" && {t} % {s} == 0") };
+    let b = Loader {
+        k_fast: false,
+        pre: format!(
+            "let bn = n0 + fb;
+    let bp = bn % {hw}u;
+    let bdy = ((bn / {hw}u) * {cout}u + g * {cout_g}u) * {l}u;
+    let bih = i32(bp / {wd}u) + {ph};
+    let biw = i32(bp % {wd}u) + {pw};"
+        ),
+        body: format!(
+            "let t = k % {kk}u;
+                let th = bih - i32((t / {kw}u) * {dh}u);
+                let tw = biw - i32((t % {kw}u) * {dw}u);
+                if (th >= 0 && tw >= 0{gh}{gw}) {{
+                    let y = u32(th) / {sh}u;
+                    let x = u32(tw) / {sw}u;
+                    if (y < {oh}u && x < {ow}u) {{
+                        v = {dyv};
+                    }}
+                }}",
+            gh = on_grid("th", sh),
+            gw = on_grid("tw", sw),
+            dyv = load(dy, &format!("bdy + (k / {kk}u) * {l}u + y * {ow}u + x")),
+        ),
+    };
+    let epilogue = store(out, &format!("((n / {hw}u) * {cin}u + g * {cin_g}u + m) * {hw}u + n % {hw}u"), "acc");
+    implicit_gemm(&gm, &a, &b, &epilogue, width)
+}
+
+/// The weight gradient as a GEMM per group: M = output channels, N = input channels × taps,
+/// K = samples × output positions — a long reduction, which the tile chooser splits across
+/// the workgroup's invocations when there are few tiles. Both operands are contiguous along K
+/// (dy by output position, the im2col of x by pixel), so both stage along K.
+fn conv_grad_weight_tiled(c: &ConvDims, x: &Operand, dy: &Operand, out: &Operand, width: u32) -> Option<KernelSource> {
+    let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
+    let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
+    let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
+    let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
+    let gm = Gemm { groups: c.g, m: cout_g, n: cin_g * kk, k: c.n * l };
+    let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(dy, &format!("((k / {l}u) * {cout}u + g * {cout_g}u + m0 + r) * {l}u + k % {l}u"))) };
+    let b = Loader {
+        k_fast: true,
+        pre: String::new(),
+        body: format!(
+            "let p = k % {l}u;
+                let col = n0 + r;
+                let t = col % {kk}u;
+                let ih = i32((p / {ow}u) * {sh}u + (t / {kw}u) * {dh}u) - {ph};
+                let iw = i32((p % {ow}u) * {sw}u + (t % {kw}u) * {dw}u) - {pw};
+                if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{
+                    v = {xv};
+                }}",
+            xv = load(x, &format!("((k / {l}u) * {cin}u + g * {cin_g}u + col / {kk}u) * {hw}u + u32(ih) * {wd}u + u32(iw)")),
+        ),
+    };
+    let epilogue = store(out, &format!("(g * {cout_g}u + m) * {}u + n", gm.n), "acc");
+    implicit_gemm(&gm, &a, &b, &epilogue, width)
+}
+
+// ---- implicit GEMM ------------------------------------------------------------------------------
+
+/// One convolution as a batch of matrix products, one per group:
+/// `C[g][m][n] = Σ_k A[g][m][k] · B[g][k][n]`, where A and B are never materialised: each
+/// workgroup stages a `BK`-deep slice of its A and B tiles into shared memory, gathering the
+/// elements straight from the tensors (`Loader`), zero where the tile overhangs the matrix or a
+/// window reaches into the padding.
+struct Gemm {
+    groups: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+/// How one operand's tile is staged.
+struct Loader {
+    /// Consecutive invocations take consecutive k (true) or consecutive rows m / columns n
+    /// (false): whichever is contiguous in memory, so that the staging loads coalesce.
+    k_fast: bool,
+    /// Statements run once per invocation before the k loop. They may use `g` (the group),
+    /// `m0`, `n0` (the tile's first row and column) and `fa` / `fb`, this invocation's index
+    /// along the fast axis of A's / B's staging (fixed for the whole loop): when the fast axis is
+    /// m or n, everything that depends on the row or column alone is computed here once.
+    pre: String,
+    /// Statements that set `v` (an `f32` var, 0.0 before) to the element at tile row (A) or
+    /// column (B) `r` and depth `k`; only run for `m0 + r < M` (`n0 + r < N`) and `k < K`.
+    body: String,
+}
+
+/// A tile shape: `tm × tn` outputs per workgroup, `rm × rn` per invocation (rows strided by
+/// `tm / rm`, columns by `tn / rn`, so that neighbouring invocations read neighbouring shared
+/// words and store neighbouring outputs), `s` invocations splitting each `bk`-deep slice of K
+/// (summed through shared memory at the end).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Tile {
+    tm: usize,
+    tn: usize,
+    rm: usize,
+    rn: usize,
+    s: usize,
+    bk: usize,
+}
+
+/// Shared memory every Vulkan device has (maxComputeSharedMemorySize's floor), in `f32` words.
+const SHARED_WORDS: usize = 16 * 1024 / 4;
+
+/// Workgroup slots of the target (an H200: 132 SMs, about 512 resident invocations each at
+/// these kernels' register use), in invocations: the tile chooser weighs a second wave of
+/// workgroups against fewer, larger tiles.
+const RESIDENT_INVOCATIONS: usize = 132 * 512;
+
+impl Tile {
+    fn tmt(&self) -> usize {
+        self.tm / self.rm
+    }
+
+    fn tnt(&self) -> usize {
+        self.tn / self.rn
+    }
+
+    /// Row stride of A's and B's staged slices: one word of padding when the staging writes
+    /// along k, so that those stores (a row apart) do not all fall in one bank.
+    fn lda(&self, a: &Loader) -> usize {
+        self.tm + a.k_fast as usize
+    }
+
+    fn ldb(&self, b: &Loader) -> usize {
+        self.tn + b.k_fast as usize
+    }
+
+    /// Shared words: both staged slices, or the partial sums of the `s − 1` other slices.
+    fn shared_words(&self) -> usize {
+        (self.bk * (self.tm + 1 + self.tn + 1)).max((self.s - 1) * self.tm * self.tn)
+    }
+
+    /// Estimated time of the whole GEMM on the target, in cycles: the waves of workgroups times
+    /// one workgroup's instructions per invocation (FMAs, shared reads, staging loads with their
+    /// index arithmetic, barriers per slice, the split's sum at the end; an SM issues about a
+    /// quarter instruction per cycle to each of its resident invocations), plus the words all
+    /// tiles stage from memory at about 1400 words per cycle (L2). Few large tiles waste the
+    /// machine; many small ones re-read the operands.
+    fn cost(&self, gm: &Gemm, width: usize) -> f64 {
+        let tiles = gm.groups * gm.m.div_ceil(self.tm) * gm.n.div_ceil(self.tn);
+        let waves = tiles.div_ceil((RESIDENT_INVOCATIONS / width).max(1));
+        let steps = gm.k.div_ceil(self.bk) as f64;
+        let depth = (self.bk / self.s) as f64;
+        let loads = (self.bk * self.tm).div_ceil(width) + (self.bk * self.tn).div_ceil(width);
+        let per_step = depth * (self.rm * self.rn) as f64 + 0.5 * depth * (self.rm + self.rn) as f64 + 6.0 * loads as f64 + 20.0;
+        let tail = (self.rm * self.rn * if self.s > 1 { 2 * self.s } else { 1 }) as f64;
+        let traffic = (tiles * (self.tm + self.tn)) as f64 * steps * self.bk as f64;
+        4.0 * waves as f64 * (steps * per_step + tail + 40.0) + traffic / 1400.0
+    }
+}
+
+/// The cheapest tile for `gm` on workgroups of `width` invocations that fits in the guaranteed
+/// shared memory, or None when `width` is not a power of two we can tile with.
+fn choose_tile(gm: &Gemm, width: usize) -> Option<Tile> {
+    if !width.is_power_of_two() || width < 16 {
+        return None;
+    }
+    let pows = |max: usize| (0..).map(|e| 1usize << e).take_while(move |&v| v <= max);
+    let mut best: Option<(f64, Tile)> = None;
+    for s in pows(32.min(width)) {
+        for tmt in pows(width / s) {
+            let tnt = width / s / tmt;
+            for rm in pows(8) {
+                for rn in pows(8) {
+                    let (tm, tn) = (tmt * rm, tnt * rn);
+                    if rm * rn > 32 || tm > 128.min(width) || tn > 128.min(width) {
+                        continue;
+                    }
+                    for bk in [8, 16, 32, 64] {
+                        let t = Tile { tm, tn, rm, rn, s, bk };
+                        if bk < s || bk > width || t.shared_words() > SHARED_WORDS {
+                            continue;
+                        }
+                        let c = t.cost(gm, width);
+                        if best.map_or(true, |(b, _)| c < b) {
+                            best = Some((c, t));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    best.map(|(_, t)| t)
+}
+
+/// The tiled kernel for `gm`: `epilogue` stores `acc` for in-group row `m` and column `n` of
+/// group `g`. Returns None when no tile fits (the caller falls back to one invocation per
+/// output element).
+fn implicit_gemm(gm: &Gemm, a: &Loader, b: &Loader, epilogue: &str, width: u32) -> Option<KernelSource> {
+    let w = width as usize;
+    #[cfg(test)]
+    if let Some(t) = tests::FORCED.with(|f| f.borrow().iter().copied().find(|t| t.tmt() * t.tnt() * t.s == w)) {
+        return Some(gemm_kernel(gm, &t, a, b, epilogue, w));
+    }
+    let t = choose_tile(gm, w)?;
+    Some(gemm_kernel(gm, &t, a, b, epilogue, w))
+}
+
+fn gemm_kernel(gm: &Gemm, t: &Tile, a: &Loader, b: &Loader, epilogue: &str, w: usize) -> KernelSource {
+    let (mtiles, ntiles) = (gm.m.div_ceil(t.tm), gm.n.div_ceil(t.tn));
+    let nwg = gm.groups * mtiles * ntiles;
+    let (tmt, tnt) = (t.tmt(), t.tnt());
+    let (lda, ldb) = (t.lda(a), t.ldb(b));
+    let boff = t.bk * lda;
+    let (mm, nn, kk) = (gm.m, gm.n, gm.k);
+    // Staging of one operand: `rows` is its tile extent along m or n, `bound` the matrix's.
+    let stage = |ld: &Loader, rows: usize, bound: usize, origin: &str, fast: &str, base: usize, stride: usize| -> String {
+        let fast_len = if ld.k_fast { t.bk } else { rows };
+        let slow_len = if ld.k_fast { rows } else { t.bk };
+        let per_pass = w / fast_len;
+        let passes = slow_len.div_ceil(per_pass);
+        let guard = if passes * per_pass > slow_len { format!("if (sl_ >= {slow_len}u) {{ continue; }}") } else { String::new() };
+        let (r, k) = if ld.k_fast { ("sl_", fast) } else { (fast, "sl_") };
+        format!(
+            "for (var j = 0u; j < {passes}u; j = j + 1u) {{
+            let sl_ = tid / {fast_len}u + j * {per_pass}u;
+            {guard}
+            let r = {r};
+            let kk = {k};
+            let k = k0 + kk;
+            var v = 0.0;
+            if ({origin} + r < {bound}u && k < {kk_}u) {{
+                {body}
+            }}
+            sm[{base}u + kk * {stride}u + r] = v;
+        }}",
+            kk_ = kk,
+            body = ld.body,
+        )
+    };
+    let fa_len = if a.k_fast { t.bk } else { t.tm };
+    let fb_len = if b.k_fast { t.bk } else { t.tn };
+    let mut decl = String::new();
+    let mut fmas = String::new();
+    let mut loads_a = String::new();
+    let mut loads_b = String::new();
+    let mut spill = String::new();
+    let mut gather = String::new();
+    let mut store = String::new();
+    let slot = |i: usize, j: usize| format!("{}u + tm_ * {tnt}u + tn_", (i * t.rn + j) * tmt * tnt);
+    for i in 0..t.rm {
+        loads_a.push_str(&format!("let a{i} = sm[kk * {lda}u + tm_ + {}u];\n            ", i * tmt));
+    }
+    for j in 0..t.rn {
+        loads_b.push_str(&format!("let b{j} = sm[{boff}u + kk * {ldb}u + tn_ + {}u];\n            ", j * tnt));
+    }
+    for i in 0..t.rm {
+        for j in 0..t.rn {
+            decl.push_str(&format!("var c{i}_{j} = 0.0;\n    "));
+            fmas.push_str(&format!("c{i}_{j} = fma(a{i}, b{j}, c{i}_{j});\n            "));
+            spill.push_str(&format!("sm[(sl - 1u) * {} + {}] = c{i}_{j};\n        ", t.tm * t.tn, slot(i, j)));
+            gather.push_str(&format!("c{i}_{j} = c{i}_{j} + sm[q * {} + {}];\n            ", t.tm * t.tn, slot(i, j)));
+            store.push_str(&format!(
+                "{{
+        let m = m0 + tm_ + {mi}u;
+        let n = n0 + tn_ + {nj}u;
+        if (m < {mm}u && n < {nn}u) {{
+            let acc = c{i}_{j};
+            {epilogue}
+        }}
+    }}
+    ",
+                mi = i * tmt,
+                nj = j * tnt,
+            ));
+        }
+    }
+    // With a split K, the other slices leave their sums in shared memory (after the loop's last
+    // barrier, so the staged slices are dead) and slice 0 adds them up and stores.
+    let finish = if t.s > 1 {
+        format!(
+            "if (sl > 0u) {{
+        {spill}
+    }}
+    workgroupBarrier();
+    if (sl == 0u) {{
+        for (var q = 0u; q < {others}u; q = q + 1u) {{
+            {gather}
+        }}
+        {store}
+    }}",
+            others = t.s - 1,
+        )
+    } else {
+        store
+    };
+    let depth = t.bk / t.s;
+    let body = format!(
+        "var<workgroup> sm: array<f32, {words}>;
+
+@compute @workgroup_size({w})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) tid: u32) {{
+    let id = wg.x + (wg.y + wg.z * groups.y) * groups.x;
+    if (id >= {nwg}u) {{ return; }}
+    let g = id / {mn_tiles}u;
+    let m0 = ((id / {ntiles}u) % {mtiles}u) * {tm}u;
+    let n0 = (id % {ntiles}u) * {tn}u;
+    let fa = tid % {fa_len}u;
+    let fb = tid % {fb_len}u;
+    {pre_a}
+    {pre_b}
+    let tn_ = tid % {tnt}u;
+    let tm_ = (tid / {tnt}u) % {tmt}u;
+    let sl = tid / {tmnt}u;
+    {decl}
+    for (var k0 = 0u; k0 < {kk}u; k0 = k0 + {bk}u) {{
+        {stage_a}
+        {stage_b}
+        workgroupBarrier();
+        for (var kk = sl * {depth}u; kk < sl * {depth}u + {depth}u; kk = kk + 1u) {{
+            {loads_a}{loads_b}{fmas}
+        }}
+        workgroupBarrier();
+    }}
+    {finish}
+}}
+",
+        words = t.shared_words(),
+        mn_tiles = mtiles * ntiles,
+        tm = t.tm,
+        tn = t.tn,
+        bk = t.bk,
+        tmnt = tmt * tnt,
+        pre_a = a.pre,
+        pre_b = b.pre,
+        stage_a = stage(a, t.tm, mm, "m0", "fa", 0, lda),
+        stage_b = stage(b, t.tn, nn, "n0", "fb", boff, ldb),
+    );
+    KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None }
 }
 
 // ---- pooling ----------------------------------------------------------------------------------
@@ -471,4 +872,75 @@ fn upsample_grad(u: &UpDims, dy: &Operand, out: &Operand) -> String {
         g = load(dy, &format!("((pl * {oh}u + y * {sh}u + a) * {ow}u + x * {sw}u + b)")),
         st = store(out, "i", "acc"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::test_util::{check_on_both, values};
+    use crate::tensor::Tensor;
+    use crate::DType;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Tiles the GEMM kernels take instead of the chooser's (the first whose invocations
+        /// match the workgroup width), so that small test shapes run every tile variant.
+        pub(super) static FORCED: RefCell<Vec<Tile>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn tile(tm: usize, tn: usize, rm: usize, rn: usize, s: usize, bk: usize) -> Tile {
+        Tile { tm, tn, rm, rn, s, bk }
+    }
+
+    /// Each variant for 256- and 128-wide workgroups: the big square tile, a split K with a
+    /// small tile, a one-row tile (depthwise), a tile smaller than a staging pass (guarded
+    /// staging), and a tall one.
+    fn variants() -> Vec<Vec<Tile>> {
+        vec![
+            vec![tile(64, 64, 4, 4, 1, 16), tile(64, 32, 4, 4, 1, 16)],
+            vec![tile(16, 16, 2, 2, 4, 32), tile(16, 16, 2, 2, 2, 32)],
+            vec![tile(1, 128, 1, 1, 2, 16), tile(1, 128, 1, 1, 1, 16)],
+            vec![tile(8, 8, 1, 1, 4, 8), tile(8, 8, 1, 1, 2, 8)],
+            vec![tile(128, 16, 8, 2, 2, 16), tile(128, 16, 8, 2, 1, 16)],
+        ]
+    }
+
+    #[test]
+    fn every_tile_variant_matches_the_cpu() {
+        // Odd sizes that overhang every tile, groups, stride, padding and dilation.
+        let (x, w) = (vec![2, 6, 9, 8], vec![10, 3, 3, 2]);
+        let (stride, padding, dilation, groups) = (vec![2, 1], vec![1, 2], vec![2, 1], 2);
+        let y = vec![2, 10, 4, 11];
+        let (xt, wt, bt, dyt) = (
+            Tensor::f32(x.clone(), values(2 * 6 * 9 * 8, 1)),
+            Tensor::f32(w.clone(), values(10 * 3 * 3 * 2, 2)),
+            Tensor::f32(vec![10], values(10, 3)),
+            Tensor::f32(y.clone(), values(2 * 10 * 4 * 11, 4)),
+        );
+        for v in variants() {
+            FORCED.with(|f| *f.borrow_mut() = v.clone());
+            let conv = Op::Conv { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups, has_bias: true };
+            check_on_both(&conv, &[xt.clone(), wt.clone(), bt.clone()], DType::F32, &y, 1e-5);
+            let gi = Op::ConvGradInput { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups };
+            check_on_both(&gi, &[dyt.clone(), wt.clone()], DType::F32, &x, 1e-5);
+            let gw = Op::ConvGradWeight { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups };
+            check_on_both(&gw, &[xt.clone(), dyt.clone()], DType::F32, &w, 1e-5);
+        }
+        FORCED.with(|f| f.borrow_mut().clear());
+    }
+
+    /// The chooser's tiles keep the kernel's invariants for ResNet-50- and U-Net-sized GEMMs
+    /// (and tiny ones), at both widths.
+    #[test]
+    fn chosen_tiles_fit_the_floor() {
+        let shapes = [(1, 64, 4 * 112 * 112, 147), (1, 64, 4 * 56 * 56, 576), (1, 2048, 4 * 49, 512), (1, 64, 64, 4 * 3136), (1, 64, 147, 4 * 12544), (32, 1, 9, 4096), (1, 3, 50, 9), (1, 1, 1, 1)];
+        for width in [128usize, 256] {
+            for (groups, m, n, k) in shapes {
+                let t = choose_tile(&Gemm { groups, m, n, k }, width).expect("a tile");
+                assert_eq!(t.tmt() * t.tnt() * t.s, width, "{t:?}");
+                assert!(t.shared_words() <= SHARED_WORDS && t.bk % t.s == 0 && t.bk <= width && t.tm <= width && t.tn <= width, "{t:?}");
+                eprintln!("width {width} gemm {groups}x{m}x{n}x{k}: {t:?}");
+            }
+        }
+    }
 }
