@@ -32,31 +32,30 @@ pub fn step_bytes(plan: &Plan, step: usize) -> u64 {
 
 pub fn plan_memory(plan: &Plan) -> PlanMemory {
     let param_bytes = plan.params.iter().map(|p| p.numel() as u64 * p.dtype.size_bytes() as u64).sum();
-    let last_use = plan.last_uses();
+    // Views (reshapes, identity dropout) hold no words of their own: the peak counts each
+    // root once, alive until the last reader of it or of any view of it.
+    let root = view_roots(plan);
+    let last_use = root_last_uses(plan, &root);
     let mut m = PlanMemory { param_bytes, ..Default::default() };
     let mut live = vec![false; plan.steps.len()];
     let mut now = 0u64;
     for (i, s) in plan.steps.iter().enumerate() {
-        match s.op {
-            Op::Param { .. } => {}
-            Op::Input { .. } => {
-                m.input_bytes += step_bytes(plan, i);
-                m.logical_bytes += step_bytes(plan, i);
-                live[i] = true;
-                now += step_bytes(plan, i);
-            }
-            _ => {
-                m.logical_bytes += step_bytes(plan, i);
-                live[i] = true;
-                now += step_bytes(plan, i);
-            }
+        if !matches!(s.op, Op::Param { .. }) {
+            m.logical_bytes += step_bytes(plan, i);
+        }
+        if matches!(s.op, Op::Input { .. }) {
+            m.input_bytes += step_bytes(plan, i);
+        }
+        if root[i] == i && !matches!(s.op, Op::Param { .. }) {
+            live[i] = true;
+            now += step_bytes(plan, i);
         }
         m.peak_live_bytes = m.peak_live_bytes.max(now);
         for &x in &s.inputs {
-            let x = x as usize;
-            if last_use[x] == i && live[x] {
-                live[x] = false;
-                now -= step_bytes(plan, x);
+            let r = root[x as usize];
+            if last_use[r] == i && live[r] {
+                live[r] = false;
+                now -= step_bytes(plan, r);
             }
         }
     }
@@ -80,11 +79,11 @@ mod tests {
             config: vec![],
             params: vec![ParamSpec { name: "w".into(), dtype: DType::F32, shape: vec![100], init: InitSpec::Constant(1.0), trainable: true, frozen: false }],
             steps: vec![
-                step(Op::Input { name: "x".into() }, vec![], vec![100]),   // 400 B, last read by step 2
-                step(Op::Param { index: 0 }, vec![], vec![100]),           // counted as a parameter
-                step(Op::Binary(BinaryOp::Add), vec![0, 1], vec![100]),    // 400 B: x + w
-                step(Op::Unary(UnaryOp::Relu), vec![2], vec![100]),        // 400 B; step 2 freed after
-                step(Op::Unary(UnaryOp::Neg), vec![3], vec![10, 10]),      // 400 B, the output
+                step(Op::Input { name: "x".into() }, vec![], vec![100]), // 400 B, last read by step 2
+                step(Op::Param { index: 0 }, vec![], vec![100]),         // counted as a parameter
+                step(Op::Binary(BinaryOp::Add), vec![0, 1], vec![100]),  // 400 B: x + w
+                step(Op::Unary(UnaryOp::Relu), vec![2], vec![100]),      // 400 B; step 2 freed after
+                step(Op::Unary(UnaryOp::Neg), vec![3], vec![10, 10]),    // 400 B, the output
             ],
             inputs: vec![("x".into(), 0)],
             outputs: vec![("y".into(), 4)],
@@ -117,6 +116,40 @@ pub struct ArenaPlan {
     pub param_words: usize,
 }
 
+/// For each step, the value whose words hold it: itself, or — for a view — its input's root.
+/// A view is a step whose output has its input's elements in the same order, so it needs no
+/// words and no kernel of its own: a reshape, and dropout where it is the identity (inference
+/// plans, p = 0). Values are never written after their step, so sharing words is safe.
+pub fn view_roots(plan: &Plan) -> Vec<usize> {
+    let mut root: Vec<usize> = (0..plan.steps.len()).collect();
+    for (i, s) in plan.steps.iter().enumerate() {
+        let identity = match s.op {
+            Op::Reshape => true,
+            Op::Dropout { p } | Op::DropoutGrad { p, .. } => plan.mode == crate::plan::Mode::Infer || p == 0.0,
+            _ => false,
+        };
+        if let (true, [x]) = (identity, s.inputs.as_slice()) {
+            let x = *x as usize;
+            let same = plan.steps[x].dtype == s.dtype && plan.steps[x].shape.iter().product::<usize>() == s.shape.iter().product::<usize>();
+            if same {
+                root[i] = root[x];
+            }
+        }
+    }
+    root
+}
+
+/// Like `Plan::last_uses`, by root: the last step that reads a value or any view of it
+/// (`usize::MAX` when the value or a view of it is a result). Views themselves get 0.
+pub fn root_last_uses(plan: &Plan, root: &[usize]) -> Vec<usize> {
+    let per_step = plan.last_uses();
+    let mut out = vec![0usize; plan.steps.len()];
+    for (i, &lu) in per_step.iter().enumerate() {
+        out[root[i]] = out[root[i]].max(lu);
+    }
+    out
+}
+
 /// Regions start at multiples of this many words (16 bytes), so vector loads stay aligned.
 const ALIGN: usize = 4;
 
@@ -127,7 +160,8 @@ fn words(plan: &Plan, step: usize) -> usize {
 /// Plans the arena. A step's output never shares words with its own inputs (kernels read the
 /// inputs while writing the output): inputs are released only after the output is placed.
 pub fn plan_arena(plan: &Plan) -> ArenaPlan {
-    let last_use = plan.last_uses();
+    let root = view_roots(plan);
+    let last_use = root_last_uses(plan, &root);
     let n = plan.steps.len();
     // Parameters and inputs persist across runs; results are placed when computed and never
     // released (their last use is "after the run"), so they need no region before that.
@@ -145,7 +179,9 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
     // Free regions (offset, words) of the transient part, kept sorted by offset.
     let mut free: Vec<(usize, usize)> = Vec::new();
     for i in 0..n {
-        if !pinned[i] {
+        if root[i] != i {
+            offsets[i] = offsets[root[i]];
+        } else if !pinned[i] {
             let need = words(plan, i);
             // Best fit among free regions; else grow the arena.
             let best = free.iter().enumerate().filter(|(_, &(_, w))| w >= need).min_by_key(|(_, &(_, w))| w).map(|(k, _)| k);
@@ -176,14 +212,14 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
             };
         }
         // Release what this step read for the last time.
-        let mut released: Vec<usize> = plan.steps[i].inputs.iter().map(|&x| x as usize).filter(|&x| last_use[x] == i && !pinned[x]).collect();
+        let mut released: Vec<usize> = plan.steps[i].inputs.iter().map(|&x| root[x as usize]).filter(|&r| last_use[r] == i && !pinned[r]).collect();
         released.sort_unstable();
         released.dedup();
         for x in released {
             free.push((offsets[x], words(plan, x)));
         }
         // A value nothing reads (last use 0: no step reads itself) is dead at once.
-        if !pinned[i] && last_use[i] == 0 {
+        if !pinned[i] && root[i] == i && last_use[i] == 0 {
             free.push((offsets[i], words(plan, i)));
         }
         free.sort_unstable();
@@ -203,13 +239,19 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
 /// Checks that no two values alive at the same time share a word, and that every region is
 /// inside the arena; returns the first violation.
 pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
-    let last_use = plan.last_uses();
+    let root = view_roots(plan);
+    let last_use = root_last_uses(plan, &root);
     let n = plan.steps.len();
+    for j in (0..n).filter(|&j| root[j] != j) {
+        if a.offsets[j] != a.offsets[root[j]] {
+            return Err(format!("step {j} is a view of step {} but has other words", root[j]));
+        }
+    }
     let end = |i: usize| if last_use[i] == usize::MAX || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. }) { usize::MAX } else { last_use[i].max(i) };
     let region = |i: usize| (a.offsets[i], a.offsets[i] + words(plan, i));
     // Sweep in definition order, keeping the regions alive so far.
     let mut alive: Vec<usize> = Vec::new();
-    for j in 0..n {
+    for j in (0..n).filter(|&j| root[j] == j) {
         alive.retain(|&i| end(i) >= j);
         let (aj, bj) = region(j);
         if bj > a.total_words {
@@ -242,7 +284,18 @@ mod arena_tests {
             steps.push(step(if i % 2 == 0 { Op::Unary(UnaryOp::Relu) } else { Op::Binary(BinaryOp::Add) }, if i % 2 == 0 { vec![i as u32] } else { vec![i as u32, i as u32] }));
         }
         let last = steps.len() as u32 - 1;
-        Plan { model: "C".into(), mode: Mode::Infer, config: vec![], params: vec![], steps, inputs: vec![("x".into(), 0)], outputs: vec![("y".into(), last)], loss: None, grads: vec![], optimizer: OptimizerSpec::default() }
+        Plan {
+            model: "C".into(),
+            mode: Mode::Infer,
+            config: vec![],
+            params: vec![],
+            steps,
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), last)],
+            loss: None,
+            grads: vec![],
+            optimizer: OptimizerSpec::default(),
+        }
     }
 
     /// No two values alive at the same time share a word.
@@ -272,5 +325,37 @@ mod arena_tests {
         // Pinned: the input; then two regions ping-pong, the output taking one of the slots.
         assert_eq!(a.pinned_words, 64);
         assert!(a.total_words <= a.pinned_words + 3 * 64, "{}", a.total_words);
+    }
+
+    #[test]
+    fn a_reshape_is_a_view_that_keeps_its_root_alive() {
+        // x → a = relu(x) → v = reshape(a) → b = neg(x) → y = v + b: v has a's words, and a's
+        // words stay taken until y reads v (b must not land on them).
+        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step { op, inputs, dtype: DType::F32, shape, loc: SourceLoc::default() };
+        let plan = Plan {
+            model: "V".into(),
+            mode: Mode::Infer,
+            config: vec![],
+            params: vec![],
+            steps: vec![
+                step(Op::Input { name: "x".into() }, vec![], vec![64]),
+                step(Op::Unary(UnaryOp::Relu), vec![0], vec![64]),
+                step(Op::Reshape, vec![1], vec![8, 8]),
+                step(Op::Unary(UnaryOp::Neg), vec![0], vec![8, 8]),
+                step(Op::Binary(BinaryOp::Add), vec![2, 3], vec![8, 8]),
+            ],
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 4)],
+            loss: None,
+            grads: vec![],
+            optimizer: OptimizerSpec::default(),
+        };
+        assert_eq!(view_roots(&plan), vec![0, 1, 1, 3, 4]);
+        let a = plan_arena(&plan);
+        assert_eq!(a.offsets[2], a.offsets[1]);
+        assert_ne!(a.offsets[3], a.offsets[1]);
+        check_arena(&plan, &a).expect("valid");
+        let m = plan_memory(&plan);
+        assert_eq!(m.peak_live_bytes, 3 * 256, "three 64-float values at most: v shares a's bytes");
     }
 }

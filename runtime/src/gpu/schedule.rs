@@ -24,6 +24,8 @@ pub struct Levels {
 /// `offsets` and `words` give each value's arena region (in 32-bit words).
 pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
     let n = plan.steps.len();
+    // A view (memory::view_roots) is not dispatched: reading it is reading its root.
+    let root = crate::memory::view_roots(plan);
     let mut step: Vec<Option<usize>> = vec![None; n];
     let mut bn_update = vec![None; n];
     // The latest level at which each value is read (by a step or a running-statistics update).
@@ -33,12 +35,12 @@ pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
     let mut count = 0;
     let after = |l: Option<usize>| l.map_or(0, |l| l + 1);
     for (i, s) in plan.steps.iter().enumerate() {
-        if matches!(s.op, Op::Input { .. } | Op::Param { .. }) {
+        if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
             continue;
         }
         let mut level = 0;
         for &x in &s.inputs {
-            level = level.max(after(step[x as usize]));
+            level = level.max(after(step[root[x as usize]]));
         }
         let (lo, hi) = (offsets[i], offsets[i] + words[i]);
         for &v in &written {
@@ -48,7 +50,7 @@ pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
         }
         step[i] = Some(level);
         for &x in &s.inputs {
-            let r = &mut read_at[x as usize];
+            let r = &mut read_at[root[x as usize]];
             *r = Some(r.map_or(level, |r| r.max(level)));
         }
         if plan.mode == Mode::Train && matches!(s.op, Op::BatchNorm { .. }) {
@@ -56,7 +58,7 @@ pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
             let u = level + 1;
             bn_update[i] = Some(u);
             for &x in &s.inputs {
-                let r = &mut read_at[x as usize];
+                let r = &mut read_at[root[x as usize]];
                 *r = Some(r.map_or(u, |r| r.max(u)));
             }
             count = count.max(u + 1);
@@ -71,18 +73,20 @@ pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
 /// the previous owner and all of its readers). For tests over whole models.
 pub fn check(plan: &Plan, offsets: &[usize], words: &[usize], l: &Levels) -> Result<(), String> {
     let n = plan.steps.len();
+    let root = crate::memory::view_roots(plan);
     let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
     for (i, s) in plan.steps.iter().enumerate() {
         let Some(li) = l.step[i] else { continue };
         for &x in &s.inputs {
-            if let Some(lx) = l.step[x as usize] {
+            let x = root[x as usize];
+            if let Some(lx) = l.step[x] {
                 if lx >= li {
                     return Err(format!("step {i} (level {li}) reads step {x} (level {lx})"));
                 }
             }
-            readers[x as usize].push((i, li));
+            readers[x].push((i, li));
             if let Some(u) = l.bn_update[i] {
-                readers[x as usize].push((i, u));
+                readers[x].push((i, u));
             }
         }
     }

@@ -108,8 +108,10 @@ impl GpuSession {
             Ok(kernels.len() - 1)
         };
         let mut dispatch = Vec::with_capacity(plan.steps.len());
+        let root = crate::memory::view_roots(&plan);
         for (i, s) in plan.steps.iter().enumerate() {
-            if matches!(s.op, Op::Input { .. } | Op::Param { .. }) {
+            // Views (reshapes, identity dropout) share their input's words: nothing to run.
+            if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
                 dispatch.push(None);
                 continue;
             }
