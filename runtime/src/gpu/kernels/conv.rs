@@ -642,7 +642,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         {stage_a}
         {stage_b}
         workgroupBarrier();
-        for (var kk = sl * {depth}u; kk < sl * {depth}u + {depth}u; kk = kk + 1u) {{
+        for (var q = 0u; q < {depth}u; q = q + 1u) {{
+            let kk = {kk_of_q};
             {loads_a}{loads_b}{fmas}
         }}
         workgroupBarrier();
@@ -651,6 +652,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
 }}
 ",
         words = t.shared_words(),
+        // A constant trip count, so that the compiler can unroll the slice.
+        kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() },
         mn_tiles = mtiles * ntiles,
         tm = t.tm,
         tn = t.tn,
