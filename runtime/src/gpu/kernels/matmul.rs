@@ -172,6 +172,19 @@ fn reduce_lanes(out: &mut String, lanes: usize, stride: usize, count: usize, wid
     }
 }
 
+/// The loop over this lane's k (`lane`, `lane + lanes`, ...) with `step(kk, name)` the body for
+/// one k: four k per iteration keep four independent loads in flight, then the remainder.
+fn k_loop(k: usize, lanes: usize, step: impl Fn(&str, &str) -> String) -> String {
+    let mut s = format!("        var kk = lane;\n        while (kk + {}u < {k}u) {{\n", 3 * lanes);
+    for u in 0..4 {
+        s.push_str(&step(&format!("(kk + {}u)", u * lanes), &format!("x{u}")));
+    }
+    s.push_str(&format!("            kk = kk + {}u;\n        }}\n        while (kk < {k}u) {{\n", 4 * lanes));
+    s.push_str(&step("kk", "x"));
+    s.push_str(&format!("            kk = kk + {lanes}u;\n        }}\n"));
+    s
+}
+
 fn pow2_at_least(x: usize) -> usize {
     x.max(1).next_power_of_two()
 }
@@ -198,12 +211,16 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
         body.push_str(&format!("    var acc{j} = 0.0;\n"));
     }
     // Rows past the end still take part in the reduction's barriers; they just add nothing.
-    body.push_str(&format!("    if (row < {m}u) {{\n        let arow = abase + row * {k}u;\n        for (var kk = lane; kk < {k}u; kk = kk + {lanes}u) {{\n"));
-    body.push_str(&format!("            let x = {};\n", load(&g.a, "arow + kk")));
-    for j in 0..n {
-        body.push_str(&format!("            acc{j} = acc{j} + x * {};\n", load(&g.b, &format!("bbase + kk * {n}u + {j}u"))));
-    }
-    body.push_str("        }\n    }\n");
+    let step = |kk: &str, v: &str| {
+        let mut s = format!("            let {v} = {};\n", load(&g.a, &format!("arow + {kk}")));
+        for j in 0..n {
+            s.push_str(&format!("            acc{j} = acc{j} + {v} * {};\n", load(&g.b, &format!("bbase + ({kk}) * {n}u + {j}u"))));
+        }
+        s
+    };
+    body.push_str(&format!("    if (row < {m}u) {{\n        let arow = abase + row * {k}u;\n"));
+    body.push_str(&k_loop(k, lanes, step));
+    body.push_str("    }\n");
     let mut shared = String::new();
     if lanes > 1 {
         shared = format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
@@ -225,12 +242,14 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
 
 /// At most `SKINNY` rows: `cols` consecutive columns per workgroup, one per invocation, so each
 /// load of B is coalesced; k split over `lanes` groups of them when the columns alone would
-/// leave the GPU idle. A's few rows are the same for a whole warp (broadcast loads).
+/// leave the GPU idle. Each load of A's few rows serves a whole group of `cols` invocations.
 fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     let (m, k, n) = (g.m, g.k, g.n);
     let batches = g.batches();
+    // Eight consecutive columns still use whole 32-byte sectors of B; fewer columns per
+    // workgroup (more lanes splitting k) when the columns alone would leave the GPU idle.
     let mut cols = width;
-    while cols > 32 && ((n.div_ceil(cols) * batches) as u64) < FILL && width / cols < pow2_at_least(k) {
+    while cols > 8 && ((n.div_ceil(cols) * batches) as u64) < FILL && width / cols < pow2_at_least(k) {
         cols /= 2;
     }
     let lanes = width / cols;
@@ -243,23 +262,16 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     for i in 0..m {
         body.push_str(&format!("    var acc{i} = 0.0;\n"));
     }
-    // Four k steps per iteration keep four independent loads of B in flight.
     let step = |kk: &str, v: &str| {
         let mut s = format!("            let {v} = {};\n", load(&g.b, &format!("bcol + ({kk}) * {n}u")));
         for i in 0..m {
-            s.push_str(&format!("            acc{i} = acc{i} + {} * {v};\n", load(&g.a, &format!("abase + {}u + ({kk})", i * k))));
+            s.push_str(&format!("            acc{i} = acc{i} + {} * {v};\n", load(&g.a, &format!("abase + {}u + {kk}", i * k))));
         }
         s
     };
-    body.push_str(&format!("    if (col < {n}u) {{\n        let bcol = bbase + col;\n        var kk = lane;\n"));
-    body.push_str(&format!("        while (kk + {}u < {k}u) {{\n", 3 * lanes));
-    for u in 0..4 {
-        body.push_str(&step(&format!("kk + {}u", u * lanes), &format!("y{u}")));
-    }
-    body.push_str(&format!("            kk = kk + {}u;\n        }}\n", 4 * lanes));
-    body.push_str(&format!("        while (kk < {k}u) {{\n"));
-    body.push_str(&step("kk", "y"));
-    body.push_str(&format!("            kk = kk + {lanes}u;\n        }}\n    }}\n"));
+    body.push_str(&format!("    if (col < {n}u) {{\n        let bcol = bbase + col;\n"));
+    body.push_str(&k_loop(k, lanes, step));
+    body.push_str("    }\n");
     let mut shared = String::new();
     if lanes > 1 {
         shared = format!("var<workgroup> mm_red: array<f32, {}>;\n", m * width);
