@@ -2,19 +2,14 @@
 //! slice, gather and their derivatives, ReduceGrad (with ties), argmax, rope, attention and its
 //! three derivatives. Inputs are given explicitly (repeated gather indices, tied maxima).
 
-use crate::op::{GradPart, Op, ReduceOp};
 use super::test_util::{check_on_both, run_on_cpu, run_on_gpu as gpu_run, values};
+use crate::op::{GradPart, Op, ReduceOp};
 use crate::tensor::Tensor;
 use crate::DType;
-
-
 
 fn floats(shape: &[usize], seed: u32) -> Tensor {
     Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
 }
-
-
-
 
 #[test]
 fn concat_and_slices_match_the_cpu() {
@@ -53,7 +48,9 @@ fn out_of_range_gather_indices_read_nothing() {
     // The CPU refuses these; the GPU must stay inside the tensor: 0 for gather, dropped for its gradient.
     let x = floats(&[3, 2], 21);
     let idx = Tensor::i32(vec![3], vec![-1, 2, 3]);
-    let Some(got) = gpu_run(&Op::Gather { axis: 0 }, &[x.clone(), idx.clone()], DType::F32, &[3, 2]) else { return };
+    let Some(got) = gpu_run(&Op::Gather { axis: 0 }, &[x.clone(), idx.clone()], DType::F32, &[3, 2]) else {
+        return;
+    };
     let xv = x.to_f64_vec();
     assert_eq!(got.to_f64_vec(), vec![0.0, 0.0, xv[4], xv[5], 0.0, 0.0]);
     let dy = Tensor::f32(vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
@@ -91,7 +88,9 @@ fn rope_matches_the_cpu() {
 #[test]
 fn rope_inverse_undoes_rope() {
     let x = floats(&[3, 6, 4], 43);
-    let Some(y) = gpu_run(&Op::Rope { theta: 10000.0, offset: 3, inverse: false }, std::slice::from_ref(&x), DType::F32, &[3, 6, 4]) else { return };
+    let Some(y) = gpu_run(&Op::Rope { theta: 10000.0, offset: 3, inverse: false }, std::slice::from_ref(&x), DType::F32, &[3, 6, 4]) else {
+        return;
+    };
     let back = gpu_run(&Op::Rope { theta: 10000.0, offset: 3, inverse: true }, &[y], DType::F32, &[3, 6, 4]).expect("the GPU ran once");
     for (a, b) in back.to_f64_vec().iter().zip(x.to_f64_vec()) {
         assert!((a - b).abs() < 1e-5, "{a} vs {b}");
@@ -137,4 +136,67 @@ fn attention_gradients_match_the_cpu() {
             }
         }
     }
+}
+
+/// Forward and all three derivatives of one attention configuration against the CPU. `q, k, v`
+/// are `[B, Hq, Tq, D]`, `[B, Hkv, Tk, D]`, `[B, Hkv, Tk, Dv]`; `mask` (if any) is appended.
+fn check_attention(b: usize, (hq, hkv): (usize, usize), (tq, tk): (usize, usize), (d, dv): (usize, usize), causal: bool, mask: Option<Tensor>, seed: u32) {
+    let scale = 1.0 / (d as f64).sqrt();
+    let has_mask = mask.is_some();
+    let mut x = vec![floats(&[b, hq, tq, d], seed), floats(&[b, hkv, tk, d], seed + 1), floats(&[b, hkv, tk, dv], seed + 2)];
+    x.extend(mask);
+    check_on_both(&Op::Attention { causal, scale, has_mask }, &x, DType::F32, &[b, hq, tq, dv], 1e-5);
+    x.push(floats(&[b, hq, tq, dv], seed + 3));
+    for (part, shape) in [(GradPart::Q, [b, hq, tq, d]), (GradPart::K, [b, hkv, tk, d]), (GradPart::V, [b, hkv, tk, dv])] {
+        check_on_both(&Op::AttentionGrad { causal, scale, has_mask, part }, &x, DType::F32, &shape, 5e-5);
+    }
+}
+
+#[test]
+fn causal_grouped_attention_at_lengths_off_the_tile_matches_the_cpu() {
+    // Hq 6 over Hkv 2 and 3 (SmolLM2's grouping, smaller), causal, lengths not a multiple of any tile.
+    check_attention(1, (6, 2), (37, 37), (8, 8), true, None, 71);
+    check_attention(2, (6, 3), (19, 19), (8, 6), true, None, 72);
+}
+
+#[test]
+fn cross_attention_with_a_padding_mask_matches_the_cpu() {
+    // Tq ≠ Tk both ways, a [B, 1, 1, Tk] padding-style mask, and a causal Tq > Tk whose first
+    // rows see no key at all.
+    let pad = Tensor::f32(vec![2, 1, 1, 70], (0..140).map(|i| if i % 70 >= 60 + i / 70 * 5 { -1e9 } else { 0.0 }).collect());
+    check_attention(2, (2, 2), (37, 70), (8, 8), false, Some(pad), 81);
+    check_attention(1, (4, 2), (70, 37), (8, 4), true, None, 82);
+}
+
+#[test]
+fn head_dim_64_attention_matches_the_cpu() {
+    // Whisper's and SmolLM2's head dim, where the tiles are smallest.
+    check_attention(1, (2, 1), (40, 40), (64, 64), true, None, 91);
+    check_attention(1, (2, 2), (23, 45), (64, 64), false, Some(floats(&[23, 45], 92)), 93);
+}
+
+#[test]
+fn fully_masked_rows_give_zeros_like_the_cpu() {
+    // Rows 1 and 4 of the mask are all -inf (no key), row 2 has one visible key; the CPU gives
+    // zeros for the empty rows and zero gradients through them.
+    let (tq, tk) = (6, 21);
+    let mask: Vec<f32> = (0..tq * tk)
+        .map(|i| match (i / tk, i % tk) {
+            (1 | 4, _) => f32::NEG_INFINITY,
+            (2, j) if j != 17 => f32::NEG_INFINITY,
+            _ => 0.0,
+        })
+        .collect();
+    let mask = Tensor::f32(vec![tq, tk], mask);
+    check_attention(2, (2, 1), (tq, tk), (8, 6), false, Some(mask.clone()), 101);
+    check_attention(1, (3, 1), (tq, tk), (8, 8), true, Some(mask), 102);
+    let Some(y) = gpu_run(
+        &Op::Attention { causal: false, scale: 0.5, has_mask: true },
+        &[floats(&[1, 1, tq, 4], 103), floats(&[1, 1, tk, 4], 104), floats(&[1, 1, tk, 4], 105), floats(&[tq, tk], 0)],
+        DType::F32,
+        &[1, 1, tq, 4],
+    ) else {
+        return;
+    };
+    assert!(y.to_f64_vec().iter().all(|v| v.is_finite()));
 }

@@ -5,6 +5,7 @@
 //! first family set is deliberately plain — correct against the CPU backend, not yet fast: the
 //! tiled matmul, fused pointwise chains and the memory planner are the next steps (issue 4).
 
+mod attention;
 mod conv;
 mod matmul;
 mod norm;

@@ -1,10 +1,9 @@
-//! Selection and attention: concat, slice, gather and their derivatives, reduce derivatives, argmax, rope, attention.
+//! Selection: concat, slice, gather and their derivatives, reduce derivatives, argmax, rope; attention
+//! is dispatched to its tiled kernels (`attention.rs`).
 //!
 //! Like the rest of the generator, one invocation computes one output element, so nothing here
 //! needs atomics: scatter-style derivatives (gather's) loop over every index position and keep
-//! the ones that land on their element. Attention and its derivatives recompute the softmax rows
-//! they need by looping over the keys — slow but exact to the CPU's formulas; the tiled,
-//! workgroup-shared versions come with the fast kernels.
+//! the ones that land on their element.
 //!
 //! Out-of-range gather indices: the CPU refuses them; a kernel cannot report an error, so it
 //! must at least never read outside the tensor. `Gather` writes 0 for an index outside the axis,
@@ -12,7 +11,7 @@
 
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
-use crate::op::{GradPart, Op, ReduceOp};
+use crate::op::{Op, ReduceOp};
 use crate::plan::Step;
 
 /// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention and AttentionGrad.
@@ -57,16 +56,7 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             need(1)?;
             rope(*theta, *offset, *inverse, &inputs[0], out, width)
         }
-        Op::Attention { causal, scale, has_mask } => {
-            need(3 + *has_mask as usize)?;
-            let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
-            attention(&a, out, width)
-        }
-        Op::AttentionGrad { causal, scale, has_mask, part } => {
-            need(4 + *has_mask as usize)?;
-            let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
-            attention_grad(&a, *part, out, width)
-        }
+        Op::Attention { .. } | Op::AttentionGrad { .. } => super::attention::generate(step, inputs, out, width),
         other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
     }
 }
@@ -317,225 +307,4 @@ fn rope(theta: f64, offset: usize, inverse: bool, x: &Operand, out: &Operand, wi
         hi = store(out, "i", &format!("{} * c + {} * s", load(x, "i"), load(x, &format!("i - {half}u")))),
     );
     Ok(elementwise(n, width, &body, ""))
-}
-
-// ---- attention ---------------------------------------------------------------------------------
-
-/// The sizes of one attention op and its operands (`q, k, v, mask?`, then `dy` for derivatives).
-struct Attn<'a> {
-    q: &'a Operand,
-    k: &'a Operand,
-    v: &'a Operand,
-    mask: Option<&'a Operand>,
-    dy: Option<&'a Operand>,
-    hq: usize,
-    hkv: usize,
-    tq: usize,
-    tk: usize,
-    d: usize,
-    dv: usize,
-    causal: bool,
-    scale: f64,
-    /// `[..B, Hq, Tq, Tk]`, what the mask broadcasts to.
-    scores: Vec<usize>,
-}
-
-impl<'a> Attn<'a> {
-    fn new(x: &'a [Operand], causal: bool, scale: f64, has_mask: bool) -> Result<Attn<'a>, String> {
-        let (q, k, v) = (&x[0].shape, &x[1].shape, &x[2].shape);
-        let r = q.len();
-        if r < 3 || k.len() != r || v.len() != r {
-            return Err(format!("attention: q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"));
-        }
-        let lead = &q[..r - 3];
-        let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
-        let (hkv, tk) = (k[r - 3], k[r - 2]);
-        if &k[..r - 3] != lead || &v[..r - 3] != lead || k[r - 1] != d || v[r - 3] != hkv || v[r - 2] != tk || hkv == 0 || hq % hkv != 0 {
-            return Err(format!("attention: q {q:?}, k {k:?} and v {v:?} do not fit together"));
-        }
-        let mut scores = lead.to_vec();
-        scores.extend([hq, tq, tk]);
-        let mask = if has_mask { Some(&x[3]) } else { None };
-        if let Some(m) = mask {
-            let fits = m.shape.len() <= scores.len() && m.shape.iter().rev().zip(scores.iter().rev()).all(|(&a, &b)| a == 1 || a == b);
-            if !fits {
-                return Err(format!("attention: mask {:?} does not broadcast to the scores {scores:?}", m.shape));
-            }
-        }
-        let dy = x.get(3 + has_mask as usize);
-        Ok(Attn { q: &x[0], k: &x[1], v: &x[2], mask, dy, hq, hkv, tq, tk, d, dv: v[r - 1], causal, scale, scores })
-    }
-
-    /// WGSL helpers over a score row `srow` (the linear index of `(batch, query head, query)`):
-    /// `mgn_score(srow, j)` (−FLT_MAX when the key is hidden by causality), `mgn_stats(srow)`
-    /// (row max and sum of exponentials; sum 0 when the row sees no key), `mgn_prob`, and with
-    /// `dy`: `mgn_dp(srow, j)` = dy·v and `mgn_rowdot(srow, st)` = Σ_j P·dP.
-    fn helpers(&self) -> String {
-        let (tq, tk, d, dv, hq, hkv) = (self.tq, self.tk, self.d, self.dv, self.hq, self.hkv);
-        let rep = hq / hkv;
-        let causal = if self.causal { format!("if (j + {tq}u > qi + {tk}u) {{ return -3.4028235e38; }}") } else { String::new() };
-        let mask = match self.mask {
-            Some(m) => format!(" + {}", load(m, &format!("({})", broadcast_index(&format!("srow * {tk}u + j"), &self.scores, &m.shape)))),
-            None => String::new(),
-        };
-        let mut s = format!(
-            "fn mgn_kv(srow: u32) -> u32 {{
-    let bh = srow / {tq}u;
-    return (bh / {hq}u) * {hkv}u + (bh % {hq}u) / {rep}u;
-}}
-
-fn mgn_score(srow: u32, j: u32) -> f32 {{
-    let qi = srow % {tq}u;
-    {causal}
-    let kb = mgn_kv(srow) * {tkd}u + j * {d}u;
-    var acc = 0.0;
-    for (var e = 0u; e < {d}u; e = e + 1u) {{
-        acc = acc + {qv} * {kv};
-    }}
-    return acc * {scale:?}{mask};
-}}
-
-fn mgn_stats(srow: u32) -> vec2<f32> {{
-    var m = -3.4028235e38;
-    for (var j = 0u; j < {tk}u; j = j + 1u) {{ m = max(m, mgn_score(srow, j)); }}
-    if (m <= -3.4028235e38) {{ return vec2<f32>(m, 0.0); }}
-    var l = 0.0;
-    for (var j = 0u; j < {tk}u; j = j + 1u) {{ l = l + exp(mgn_score(srow, j) - m); }}
-    return vec2<f32>(m, l);
-}}
-
-fn mgn_prob(srow: u32, j: u32, st: vec2<f32>) -> f32 {{
-    if (st.y <= 0.0) {{ return 0.0; }}
-    return exp(mgn_score(srow, j) - st.x) / st.y;
-}}
-",
-            tkd = tk * d,
-            qv = load(self.q, &format!("srow * {d}u + e")),
-            kv = load(self.k, "kb + e"),
-            scale = self.scale as f32,
-        );
-        if let Some(dy) = self.dy {
-            s += &format!(
-                "
-fn mgn_dp(srow: u32, j: u32) -> f32 {{
-    let vb = mgn_kv(srow) * {tkdv}u + j * {dv}u;
-    var acc = 0.0;
-    for (var e = 0u; e < {dv}u; e = e + 1u) {{
-        acc = acc + {g} * {vv};
-    }}
-    return acc;
-}}
-
-fn mgn_rowdot(srow: u32, st: vec2<f32>) -> f32 {{
-    var acc = 0.0;
-    for (var j = 0u; j < {tk}u; j = j + 1u) {{
-        let p = mgn_prob(srow, j, st);
-        if (p != 0.0) {{ acc = acc + p * mgn_dp(srow, j); }}
-    }}
-    return acc;
-}}
-",
-                tkdv = tk * dv,
-                g = load(dy, &format!("srow * {dv}u + e")),
-                vv = load(self.v, "vb + e"),
-            );
-        }
-        s
-    }
-}
-
-/// `out[srow, e] = Σ_j P[srow, j] · v[j, e]`, 0 for a query that sees no key.
-fn attention(a: &Attn, out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let n: usize = out.shape.iter().product();
-    let (tk, dv) = (a.tk, a.dv);
-    let body = format!(
-        "let srow = i / {dv}u;
-    let e = i % {dv}u;
-    let st = mgn_stats(srow);
-    var acc = 0.0;
-    if (st.y > 0.0) {{
-        let vb = mgn_kv(srow) * {tkdv}u + e;
-        for (var j = 0u; j < {tk}u; j = j + 1u) {{
-            acc = acc + exp(mgn_score(srow, j) - st.x) * {vv};
-        }}
-        acc = acc / st.y;
-    }}
-    {st}",
-        tkdv = tk * dv,
-        vv = load(a.v, &format!("vb + j * {dv}u")),
-        st = store(out, "i", "acc"),
-    );
-    Ok(elementwise(n, width, &body, &a.helpers()))
-}
-
-/// dq, dk or dv, one element per invocation; dk and dv loop over the query heads sharing their
-/// KV head and over every query, recomputing each query's row statistics.
-fn attention_grad(a: &Attn, part: GradPart, out: &Operand, width: u32) -> Result<KernelSource, String> {
-    if a.dy.is_none() {
-        return Err("attention_grad needs dy after q, k, v and the mask".into());
-    }
-    let n: usize = out.shape.iter().product();
-    let (tq, tk, d, dv, hq, hkv) = (a.tq, a.tk, a.d, a.dv, a.hq, a.hkv);
-    let rep = hq / hkv;
-    let scale = a.scale as f32;
-    let body = match part {
-        GradPart::Q => format!(
-            "let srow = i / {d}u;
-    let c = i % {d}u;
-    let st = mgn_stats(srow);
-    var rowdot = 0.0;
-    var a1 = 0.0;
-    var a2 = 0.0;
-    if (st.y > 0.0) {{
-        let kb = mgn_kv(srow) * {tkd}u + c;
-        for (var j = 0u; j < {tk}u; j = j + 1u) {{
-            let p = exp(mgn_score(srow, j) - st.x) / st.y;
-            if (p != 0.0) {{
-                let dp = mgn_dp(srow, j);
-                let kv = {kv};
-                rowdot = rowdot + p * dp;
-                a1 = a1 + p * dp * kv;
-                a2 = a2 + p * kv;
-            }}
-        }}
-    }}
-    {st}",
-            tkd = tk * d,
-            kv = load(a.k, &format!("kb + j * {d}u")),
-            st = store(out, "i", &format!("{scale:?} * (a1 - rowdot * a2)")),
-        ),
-        GradPart::K | GradPart::V => {
-            let last = if part == GradPart::K { d } else { dv };
-            let term = if part == GradPart::K {
-                format!("p * (mgn_dp(srow, j) - mgn_rowdot(srow, st)) * {}", load(a.q, &format!("srow * {d}u + c")))
-            } else {
-                format!("p * {}", load(a.dy.expect("checked"), &format!("srow * {dv}u + c")))
-            };
-            let factor = if part == GradPart::K { format!("{scale:?} * acc") } else { "acc".to_string() };
-            format!(
-                "let c = i % {last}u;
-    let j = (i / {last}u) % {tk}u;
-    let bk = i / {tklast}u;
-    let b = bk / {hkv}u;
-    let kvh = bk % {hkv}u;
-    var acc = 0.0;
-    for (var r = 0u; r < {rep}u; r = r + 1u) {{
-        let bh = b * {hq}u + kvh * {rep}u + r;
-        for (var qi = 0u; qi < {tq}u; qi = qi + 1u) {{
-            let srow = bh * {tq}u + qi;
-            let st = mgn_stats(srow);
-            let p = mgn_prob(srow, j, st);
-            if (p != 0.0) {{
-                acc = acc + {term};
-            }}
-        }}
-    }}
-    {st}",
-                tklast = tk * last,
-                st = store(out, "i", &factor),
-            )
-        }
-        other => return Err(format!("attention has no {other:?} input to differentiate (Q, K or V)")),
-    };
-    Ok(elementwise(n, width, &body, &a.helpers()))
 }
