@@ -6,6 +6,8 @@ use mgn_compiler::{check_path, Models, Outcome};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
+pub mod gates;
+
 /// The repository root. Tests run from there so that file names in diagnostics are the
 /// same relative paths a user would type (`tests/errors/x.mgn`).
 pub fn root() -> PathBuf {
