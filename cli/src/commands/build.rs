@@ -126,7 +126,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     };
     let text = if a.stats {
         let gpu = match kernels.missing.first() {
-            None => format!("gpu: all {} kernels generated and validated by naga\n", kernels.with_kernel),
+            None => format!("gpu: {} dispatches of {} distinct kernels, all generated and validated by naga\n", kernels.with_kernel, kernels.distinct),
             Some((i, why)) => format!("gpu: {} kernels validated; {} steps have none yet, first {why} (at {})\n", kernels.with_kernel, kernels.missing.len(), plan.steps[*i].loc),
         };
         text + &memory_stats(&plan) + &gpu

@@ -9,7 +9,7 @@
 //! its model line.
 
 use super::device::{Arena, Dispatch, GpuDevice, Kernel, Params, Submission};
-use super::kernels::{generate, Operand};
+use super::kernels::{generate, step_operands};
 use super::schedule::{levels, Levels};
 use super::update;
 use crate::limits::fold_grid;
@@ -35,8 +35,14 @@ pub struct GpuSession {
     train: Option<Training>,
 }
 
-/// A step's kernel (index into `kernels`), grid, and dropout mask node.
-type StepDispatch = (usize, [u32; 3], Option<u32>);
+/// A step's kernel (index into `kernels`), grid, parameter block (its operands' offsets), and
+/// for dropout the node whose per-run mask key goes in words 0 and 1.
+struct StepDispatch {
+    kernel: usize,
+    groups: [u32; 3],
+    params: Params,
+    dropout_node: Option<u32>,
+}
 
 /// What a training submission adds after the plan's own dispatches.
 struct Training {
@@ -115,12 +121,15 @@ impl GpuSession {
                 dispatch.push(None);
                 continue;
             }
-            let operand = |v: usize| Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype };
-            let inputs: Vec<Operand> = s.inputs.iter().map(|&x| operand(x as usize)).collect();
-            let src = generate(s, i as u32, &inputs, &operand(i), width, plan.mode == Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
+            let (inputs, output, words) = step_operands(&plan, &offsets, i);
+            let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
             let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, step {i}", s.loc))?;
             let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
-            dispatch.push(Some((k, groups, src.dropout_node)));
+            let mut params = [0u32; 32];
+            for (w, v) in words {
+                params[w] = v;
+            }
+            dispatch.push(Some(StepDispatch { kernel: k, groups, params, dropout_node: src.dropout_node }));
         }
 
         // Training: optimizer state and clipping scratch go past the plan's own words.
@@ -327,19 +336,16 @@ impl GpuSession {
             }
             uploads.push((self.offsets[*v as usize], words_of(t)));
         }
-        let key = |node: &Option<u32>| -> Params {
-            let mut p = [0u32; 32];
-            if let Some(node) = node {
-                let key = super::kernels::dropout_key(seed, *node);
-                p[0] = key as u32;
-                p[1] = (key >> 32) as u32;
-            }
-            p
-        };
         let mut levels: Vec<Vec<Dispatch>> = (0..self.levels.count).map(|_| Vec::new()).collect();
         for (i, d) in self.dispatch.iter().enumerate() {
-            if let (Some((k, g, node)), Some(l)) = (d, self.levels.step[i]) {
-                levels[l].push((&self.kernels[*k], key(node), *g));
+            if let (Some(d), Some(l)) = (d, self.levels.step[i]) {
+                let mut p = d.params;
+                if let Some(node) = d.dropout_node {
+                    let key = super::kernels::dropout_key(seed, node);
+                    p[0] = key as u32;
+                    p[1] = (key >> 32) as u32;
+                }
+                levels[l].push((&self.kernels[d.kernel], p, d.groups));
             }
         }
         if let (Some(step), Some(t)) = (step, &self.train) {

@@ -812,7 +812,7 @@ mod tests {
     use crate::DType;
 
     fn operand(offset: usize, shape: &[usize]) -> Operand {
-        Operand { offset, shape: shape.to_vec(), dtype: DType::F32 }
+        Operand::at(offset, shape, DType::F32)
     }
 
     /// Every kernel naga accepts (barriers in uniform control flow included), and its

@@ -746,12 +746,12 @@ fn pool(op: PoolOp, p: &PoolDims, x: &Operand, out: &Operand) -> String {
     var bv = 0.0;
     {am}
     if (best < 0) {{
-        arena[{o}u + i] = 0xff800000u;
+        arena[{o} + i] = 0xff800000u;
     }} else {{
         {st}
     }}",
             am = argmax(p, x, "oy", "ox"),
-            o = out.offset,
+            o = super::base(out),
             st = store(out, "i", "bv"),
         ),
         PoolOp::Avg => format!(

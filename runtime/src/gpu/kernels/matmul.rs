@@ -461,7 +461,7 @@ mod tests {
     use crate::DType;
 
     fn operand(offset: usize, shape: &[usize]) -> Operand {
-        Operand { offset, shape: shape.to_vec(), dtype: DType::F32 }
+        Operand::at(offset, shape, DType::F32)
     }
 
     /// naga's verdict on a kernel, as `kernels::check_plan` gives it (bindings assigned).

@@ -21,6 +21,47 @@ pub struct Operand {
     pub offset: usize,
     pub shape: Vec<usize>,
     pub dtype: DType,
+    /// When set, the kernel reads the offset from this word of the parameter block instead of
+    /// having it baked in, so steps that differ only in where their values live (every layer of
+    /// a model) share one pipeline.
+    pub slot: Option<usize>,
+}
+
+impl Operand {
+    /// An operand at a baked-in offset.
+    pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
+        Operand { offset, shape: shape.to_vec(), dtype, slot: None }
+    }
+}
+
+/// The first parameter-block word that carries operand offsets (words 0 and 1 hold dropout's
+/// mask key).
+pub const FIRST_SLOT: usize = 2;
+
+/// The operands of step `i` (inputs, then output) with their offsets in parameter words, and
+/// the words to put in the parameter block. A step with more operands than words bakes them in.
+pub fn step_operands(plan: &crate::plan::Plan, offsets: &[usize], i: usize) -> (Vec<Operand>, Operand, Vec<(usize, u32)>) {
+    let s = &plan.steps[i];
+    let parametric = FIRST_SLOT + s.inputs.len() < 32;
+    let mut words = Vec::new();
+    let mut operand = |k: usize, v: usize| {
+        let slot = parametric.then_some(FIRST_SLOT + k);
+        if let Some(w) = slot {
+            words.push((w, offsets[v] as u32));
+        }
+        Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype, slot }
+    };
+    let inputs: Vec<Operand> = s.inputs.iter().enumerate().map(|(k, &x)| operand(k, x as usize)).collect();
+    let out = operand(s.inputs.len(), i);
+    (inputs, out, words)
+}
+
+/// The WGSL expression of an operand's first word.
+pub(super) fn base(o: &Operand) -> String {
+    match o.slot {
+        Some(w) => format!("params.p[{}].{}", w / 4, ["x", "y", "z", "w"][w % 4]),
+        None => format!("{}u", o.offset),
+    }
 }
 
 /// Generated code for one step: the WGSL body and how many invocations it needs.
@@ -67,15 +108,15 @@ pub(super) fn broadcast_index(i: &str, out: &[usize], input: &[usize]) -> String
 
 pub(super) fn load(o: &Operand, index: &str) -> String {
     match o.dtype {
-        d if d.is_float() => format!("bitcast<f32>(arena[{}u + {index}])", o.offset),
-        _ => format!("bitcast<i32>(arena[{}u + {index}])", o.offset),
+        d if d.is_float() => format!("bitcast<f32>(arena[{} + {index}])", base(o)),
+        _ => format!("bitcast<i32>(arena[{} + {index}])", base(o)),
     }
 }
 
 pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
     match out.dtype {
-        d if d.is_float() => format!("arena[{}u + {index}] = bitcast<u32>(f32({value}));", out.offset),
-        _ => format!("arena[{}u + {index}] = bitcast<u32>(i32({value}));", out.offset),
+        d if d.is_float() => format!("arena[{} + {index}] = bitcast<u32>(f32({value}));", base(out)),
+        _ => format!("arena[{} + {index}] = bitcast<u32>(i32({value}));", base(out)),
     }
 }
 
@@ -206,13 +247,9 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
             k.dropout_node = Some(*forward);
             return Ok(k);
         }
-        Op::LayerNorm { .. }
-        | Op::LayerNormGrad { .. }
-        | Op::RmsNorm { .. }
-        | Op::RmsNormGrad { .. }
-        | Op::GroupNorm { .. }
-        | Op::GroupNormGrad { .. }
-        | Op::BatchNormGrad { .. } => return norm::generate(step, inputs, out, width),
+        Op::LayerNorm { .. } | Op::LayerNormGrad { .. } | Op::RmsNorm { .. } | Op::RmsNormGrad { .. } | Op::GroupNorm { .. } | Op::GroupNormGrad { .. } | Op::BatchNormGrad { .. } => {
+            return norm::generate(step, inputs, out, width)
+        }
         Op::Concat { .. }
         | Op::Slice { .. }
         | Op::SliceGrad { .. }
@@ -389,6 +426,8 @@ fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) -> Result<K
 #[derive(Debug, Default)]
 pub struct PlanKernels {
     pub with_kernel: usize,
+    /// Distinct kernels among them (one pipeline each on a device).
+    pub distinct: usize,
     pub missing: Vec<(usize, String)>,
     pub invalid: Vec<(usize, String)>,
 }
@@ -401,19 +440,21 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
     let training = plan.mode == crate::plan::Mode::Train;
     let mut out = PlanKernels::default();
     let mut seen = std::collections::HashSet::new();
+    let root = crate::memory::view_roots(plan);
     for (i, s) in plan.steps.iter().enumerate() {
-        if matches!(s.op, Op::Input { .. } | Op::Param { .. }) {
+        // Inputs and parameters are uploaded, views share their root's words: no kernel.
+        if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
             continue;
         }
-        let operand = |v: usize| Operand { offset: layout.offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype };
-        let inputs: Vec<Operand> = s.inputs.iter().map(|&x| operand(x as usize)).collect();
-        match generate(s, i as u32, &inputs, &operand(i), width, training) {
+        let (inputs, output, _) = step_operands(plan, &layout.offsets, i);
+        match generate(s, i as u32, &inputs, &output, width, training) {
             Err(why) => out.missing.push((i, why)),
             Ok(src) => {
                 out.with_kernel += 1;
                 if !seen.insert(src.body.clone()) {
                     continue;
                 }
+                out.distinct += 1;
                 let full = format!("{}{}", super::device::PRELUDE, src.body);
                 let verdict = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full)).and_then(|mut m| {
                     // blade assigns bindings when it builds the pipeline; give them here too.
@@ -422,10 +463,7 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
                             g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
                         }
                     }
-                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default())
-                        .validate(&m)
-                        .map(|_| ())
-                        .map_err(|e| format!("{e:?}"))
+                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default()).validate(&m).map(|_| ()).map_err(|e| format!("{e:?}"))
                 });
                 if let Err(e) = verdict {
                     out.invalid.push((i, e));

@@ -95,15 +95,7 @@ struct Blocks {
 fn last_axis_blocks(x: &Operand, eps: f64, center: bool) -> Result<Blocks, String> {
     let d = *x.shape.last().ok_or("needs at least one axis, found a scalar")?;
     let rows: usize = x.shape[..x.shape.len() - 1].iter().product();
-    Ok(Blocks {
-        x: x.clone(),
-        len: d,
-        center,
-        eps,
-        param: Box::new(move |e| format!("(({e}) % {d}u)")),
-        elem: Box::new(move |r, p| format!("(({r}) * {d}u + ({p}))")),
-        per_param: rows,
-    })
+    Ok(Blocks { x: x.clone(), len: d, center, eps, param: Box::new(move |e| format!("(({e}) % {d}u)")), elem: Box::new(move |r, p| format!("(({r}) * {d}u + ({p}))")), per_param: rows })
 }
 
 /// Group norm: `x: [N, C, S...]`; block `b` is group `b % G` of sample `b / G` (its channels are
@@ -337,11 +329,7 @@ fn batch_norm_grad(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool
         GradPart::Weight => format!("let c = i;\n    {sums}\n    {}", store(out, "i", "sgx")),
         _ => {
             let w = if has_weight { load(&inputs[3], "c") } else { "1.0".into() };
-            let d = if training {
-                format!("{} - sg / f32({count}u) - ({} - st.x) * st.y * sgx / f32({count}u)", load(dy, "i"), load(x, "i"))
-            } else {
-                load(dy, "i")
-            };
+            let d = if training { format!("{} - sg / f32({count}u) - ({} - st.x) * st.y * sgx / f32({count}u)", load(dy, "i"), load(x, "i")) } else { load(dy, "i") };
             let pre = if training { sums } else { "let st = chan_stats(c);".into() };
             format!(
                 "let c = (i / {s}u) % {c}u;
@@ -456,10 +444,10 @@ mod tests {
         for (k, (shape, shift)) in inputs.iter().enumerate() {
             let n: usize = shape.iter().product();
             tensors.push(Tensor::f32(shape.clone(), values(n, k as u32 * 977 + 5, *shift)));
-            ops.push(Operand { offset, shape: shape.clone(), dtype: DType::F32 });
+            ops.push(Operand::at(offset, shape, DType::F32));
             offset += n;
         }
-        let out = Operand { offset, shape: out_shape.to_vec(), dtype: DType::F32 };
+        let out = Operand::at(offset, out_shape, DType::F32);
         let n: usize = out_shape.iter().product();
         let width = dev.limits.workgroup_width(256);
         let src = make(&ops, &out, width);
