@@ -1,7 +1,8 @@
 //! `mgnc bench` on small shapes: the JSON report has every field and consistent statistics, the
 //! table has every row, models without a loss or without batch/sequence arguments are measured
-//! as far as they go with a note, and unavailable backends are refused. Timings are never
-//! asserted on: only their shape (p25 ≤ median ≤ p75, sample counts).
+//! as far as they go with a note, unavailable backends are refused, and `--backend vulkan` times
+//! the GPU (lavapipe in CI). Timings are never asserted on: only their shape (p25 ≤ median ≤ p75,
+//! sample counts).
 
 use serde_json::Value;
 use std::path::Path;
@@ -37,11 +38,14 @@ fn assert_timing(v: &Value, what: &str, samples: u64) {
 }
 
 fn assert_memory(m: &Value, what: &str) {
-    for k in ["param_bytes", "input_bytes", "logical_bytes", "peak_live_bytes"] {
+    for k in ["param_bytes", "input_bytes", "logical_bytes", "peak_live_bytes", "arena_bytes", "arena_values_bytes"] {
         assert!(m[k].as_u64().is_some(), "memory.{what}.{k} missing: {m}");
     }
     let (input, logical, peak) = (m["input_bytes"].as_u64().unwrap(), m["logical_bytes"].as_u64().unwrap(), m["peak_live_bytes"].as_u64().unwrap());
     assert!(input <= peak && peak <= logical, "memory.{what}: inputs {input}, peak {peak}, logical {logical}");
+    // The planned arena cannot beat the lower bound, and holds the parameters besides.
+    let (arena, values, params) = (m["arena_bytes"].as_u64().unwrap(), m["arena_values_bytes"].as_u64().unwrap(), m["param_bytes"].as_u64().unwrap());
+    assert!(peak <= values && values + params <= arena, "memory.{what}: peak {peak}, arena values {values}, params {params}, arena {arena}");
 }
 
 fn notes(v: &Value) -> Vec<String> {
@@ -57,6 +61,8 @@ fn json_report_has_every_field_for_the_digits_mlp() {
     assert_eq!(v["backend"], "cpu");
     assert!(v["device"].as_str().is_some_and(|d| d.starts_with("CPU (") && d.ends_with(" threads)")), "{}", v["device"]);
     assert_eq!(v["clock"], "wall");
+    assert!(v["setup_ms"].is_null(), "no GPU setup on the CPU: {}", v["setup_ms"]);
+    assert!(v["compile_minimal_ms"].as_f64().is_some());
     assert_eq!((v["warmup"].as_u64(), v["samples"].as_u64()), (Some(1), Some(3)));
     for m in ["compile", "compile_train", "forward", "forward_minimal", "forward_backward", "train_step"] {
         assert_timing(&v, m, 3);
@@ -96,6 +102,8 @@ fn table_lists_every_measurement_and_the_memory() {
         "forward + loss + backward",
         "training step (Adam, lr 0.001)",
         "peak live (free after last use)",
+        "planned arena, inputs and values (reused)",
+        "planned arena, total (the GPU buffer)",
         "optimizer state",
     ] {
         assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
@@ -140,10 +148,12 @@ fn the_minimal_shape_of_a_language_model_is_one_token() {
 }
 
 #[test]
-fn gpu_backends_and_bad_arguments_are_refused() {
-    let out = mgnc(&["models/digits_mlp.mgn", "--backend", "vulkan"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("mgnc bench does not time the GPU backend yet"), "{}", text(&out.stderr));
+fn unavailable_backends_and_bad_arguments_are_refused() {
+    if !cfg!(any(target_os = "macos", target_os = "ios")) {
+        let out = mgnc(&["models/digits_mlp.mgn", "--backend", "metal"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains("Metal exists only on Apple platforms"), "{}", text(&out.stderr));
+    }
 
     let out = mgnc(&["models/digits_mlp.mgn", "--samples", "0"]);
     assert_eq!(out.status.code(), Some(1));
@@ -152,4 +162,45 @@ fn gpu_backends_and_bad_arguments_are_refused() {
     let out = mgnc(&["tests/errors/shapes_add_broadcast.mgn"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("E0203"), "{}", text(&out.stderr));
+}
+
+/// `--backend vulkan` measures the GPU backend, when a Vulkan device exists (lavapipe in CI, where
+/// `MGN_REQUIRE_GPU=1` makes its absence a failure; skipped elsewhere).
+#[test]
+fn vulkan_backend_times_the_gpu_and_says_so() {
+    if cfg!(any(target_os = "macos", target_os = "ios")) {
+        return;
+    }
+    let small = ["models/digits_mlp.mgn", "--set", "batch=8", "--set", "hidden=16", "--backend", "vulkan", "--samples", "3", "--warmup", "1"];
+    let out = mgnc(&[&small[..], &["--json"]].concat());
+    if !out.status.success() {
+        let err = text(&out.stderr);
+        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {err}");
+        eprintln!("skipping: {err}");
+        return;
+    }
+    let stdout = text(&out.stdout);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
+    assert_eq!(v["backend"], "vulkan");
+    let device = v["device"].as_str().expect("the device is named");
+    assert!(!device.is_empty() && !device.starts_with("CPU ("), "{device}");
+    assert!(v["timing"].as_str().is_some_and(|t| t.contains("submission") && t.contains("synchronize")), "{}", v["timing"]);
+    for m in ["compile", "compile_train", "forward", "forward_minimal", "forward_backward", "train_step"] {
+        assert_timing(&v, m, 3);
+    }
+    for s in ["inference", "minimal", "training"] {
+        assert!(v["setup_ms"][s].as_f64().is_some_and(|ms| ms >= 0.0), "setup_ms.{s}: {}", v["setup_ms"]);
+    }
+    for plan in ["inference", "minimal", "training"] {
+        assert_memory(&v["memory"][plan], plan);
+    }
+    assert!(notes(&v).iter().any(|n| n.contains("Session::train_step")), "{:?}", notes(&v));
+
+    // The table names the backend and how GPU times are taken.
+    let out = mgnc(&small);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    for want in [&format!("on {device}, backend vulkan") as &str, "GPU timing: uploading the inputs, one submission and the wait", "GPU session setup", "training step (Adam, lr 0.001)"] {
+        assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
+    }
 }

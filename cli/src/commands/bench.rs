@@ -9,19 +9,29 @@
 //! below the bound `Plan::int_input_range` derives (the table an index reads, the class count a
 //! label picks from), {0, 1} where nothing bounds them (masks, flags). NaN checks are off, so the
 //! kernels are what is timed.
+//!
+//! On the GPU (`--backend vulkan`, or `auto` with a hardware GPU) the forward and the
+//! forward + loss + backward are timed with `Session::run_resident`: the clock runs around
+//! uploading the inputs, one submission and the wait for it, and the results stay on the device —
+//! what PyTorch's timings with `torch.cuda.synchronize()` around each call measure. The training
+//! step is `Session::train_step` as a user calls it, with whatever it moves between host and
+//! device. Setting a session up on the GPU (kernels, arena, parameter upload) is timed once per
+//! session and reported apart from the compile time.
 
 use super::plan::{resolve_backend, Backend, Engine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::ir::dump::thousands;
 use mgn_compiler::lower::PlanOptions;
-use mgn_runtime::memory::{plan_memory, PlanMemory};
+use mgn_runtime::memory::{plan_arena, plan_memory, PlanMemory};
 use mgn_runtime::optim::{OptimizerKind, OptimizerSpec};
-use mgn_runtime::session::Session;
+use mgn_runtime::plan::Mode;
+use mgn_runtime::session::{RunOutput, Session};
 use mgn_runtime::tensor::{Data, Tensor};
 use mgn_runtime::Plan;
 use rand::{RngExt, SeedableRng};
 use serde_json::{json, Value};
+use std::cell::Cell;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -92,6 +102,11 @@ struct Bench<'a> {
     a: &'a BenchArgs,
     format: MessageFormat,
     progress: bool,
+    /// Where the sessions run; under `auto` it becomes `Engine::Cpu` when the first session
+    /// cannot use the GPU.
+    engine: Cell<Engine>,
+    /// A session of this bench has run on the GPU (so falling back now would mix backends).
+    used_gpu: Cell<bool>,
 }
 
 impl Bench<'_> {
@@ -191,16 +206,19 @@ fn session(plan: Plan, seed: u64) -> Session {
 /// The settings that shrink the model to one sample and one token, for the arguments it has
 /// (later settings win, so these override the user's). Empty when it has none of them.
 fn minimal_settings(plan: &Plan) -> Vec<Setting> {
-    BATCH_ARGS
-        .iter()
-        .chain(&SEQUENCE_ARGS)
-        .filter(|n| plan.config.iter().any(|(k, _)| k == *n))
-        .map(|n| Setting { name: n.to_string(), value: "1".into() })
-        .collect()
+    BATCH_ARGS.iter().chain(&SEQUENCE_ARGS).filter(|n| plan.config.iter().any(|(k, _)| k == *n)).map(|n| Setting { name: n.to_string(), value: "1".into() }).collect()
 }
 
-fn optimizer_state_bytes(s: &Session) -> u64 {
-    s.optimizer.m.iter().chain(&s.optimizer.v).flatten().map(|v| v.len() as u64 * 4).sum()
+/// Bytes of the optimizer state a training plan keeps: per trained parameter, Adam's two moments,
+/// SGD's momentum buffer (none without momentum). Counted from the plan and the optimizer, not
+/// read from a session, so it holds wherever the session keeps the state (host or device).
+fn optimizer_state_bytes(plan: &Plan) -> u64 {
+    let buffers = match plan.optimizer.kind {
+        OptimizerKind::Sgd { momentum } if momentum == 0.0 => 0,
+        OptimizerKind::Sgd { .. } => 1,
+        OptimizerKind::Adam { .. } | OptimizerKind::AdamW { .. } => 2,
+    };
+    plan.grads.iter().map(|(p, _)| plan.params[*p].numel() as u64 * 4 * buffers).sum()
 }
 
 fn optimizer_name(spec: &OptimizerSpec) -> String {
@@ -228,17 +246,108 @@ fn config_value(v: &str) -> Value {
     }
 }
 
-fn memory_json(m: &PlanMemory, optimizer: Option<u64>) -> Value {
+/// What a plan needs in memory: `plan_memory`'s counts, and the arena `plan_arena` lays out —
+/// the one buffer the GPU backend allocates for the plan.
+#[derive(Clone, Copy, Debug)]
+struct Memory {
+    plan: PlanMemory,
+    /// The whole arena: parameters, inputs and every value's region after lifetime reuse.
+    arena_bytes: u64,
+    /// The arena without the parameters (inputs and values): the planner's physical figure, to
+    /// read against `logical_bytes` (no reuse) and `peak_live_bytes` (what any reuse must keep).
+    arena_values_bytes: u64,
+}
+
+impl Memory {
+    fn of(plan: &Plan) -> Memory {
+        let a = plan_arena(plan);
+        Memory { plan: plan_memory(plan), arena_bytes: a.total_words as u64 * 4, arena_values_bytes: (a.total_words - a.param_words) as u64 * 4 }
+    }
+}
+
+fn memory_json(m: &Memory, optimizer: Option<u64>) -> Value {
     let mut v = json!({
-        "param_bytes": m.param_bytes,
-        "input_bytes": m.input_bytes,
-        "logical_bytes": m.logical_bytes,
-        "peak_live_bytes": m.peak_live_bytes,
+        "param_bytes": m.plan.param_bytes,
+        "input_bytes": m.plan.input_bytes,
+        "logical_bytes": m.plan.logical_bytes,
+        "peak_live_bytes": m.plan.peak_live_bytes,
+        "arena_bytes": m.arena_bytes,
+        "arena_values_bytes": m.arena_values_bytes,
     });
     if let Some(o) = optimizer {
         v["optimizer_state_bytes"] = json!(o);
     }
     v
+}
+
+/// The backend's name in the report and the JSON.
+fn backend_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Cpu => "cpu",
+        Engine::Gpu { .. } if cfg!(any(target_os = "macos", target_os = "ios")) => "metal",
+        Engine::Gpu { .. } => "vulkan",
+    }
+}
+
+/// How the times were taken, in words (the table's header line and the JSON's `timing`).
+fn timing_basis(backend: &str) -> &'static str {
+    match backend {
+        "cpu" => "wall clock around each call",
+        _ => "wall clock around each call: uploading the inputs, one submission and the wait for it (synchronized, like torch.cuda.synchronize() around a PyTorch call); forward and forward + loss + backward leave their results on the device (Session::run_resident); no GPU timestamps",
+    }
+}
+
+/// Wall time (ms) of moving each session onto the GPU (`Session::use_gpu`: kernels, the arena,
+/// uploading the parameters), one call each.
+#[derive(Clone, Copy, Debug, Default)]
+struct Setup {
+    inference: f64,
+    minimal: Option<f64>,
+    training: Option<f64>,
+}
+
+/// One timed run of every step: on the GPU the results stay on the device (what is timed is the
+/// submission and its wait); on the CPU they are collected, and dropped after the clock stops.
+fn timed_run(s: &mut Session, inputs: &[(&str, &Tensor)]) -> Result<Option<RunOutput>, String> {
+    match s.on_gpu() {
+        true => s.run_resident(inputs).map(|()| None).map_err(|e| e.to_string()),
+        false => s.run(inputs).map(Some).map_err(|e| e.to_string()),
+    }
+}
+
+impl Bench<'_> {
+    /// A session for `plan`, moved onto the GPU when the bench runs there; with it, the
+    /// device's name and the wall time (ms) `use_gpu` took. Under `--backend auto` a first
+    /// session the GPU cannot run sends the whole bench to the CPU (with a note); a later one
+    /// is an error, so that one report never mixes backends.
+    fn open(&self, plan: Plan, notes: &mut Vec<String>) -> Result<(Session, Option<(String, f64)>), u8> {
+        let mut s = session(plan, self.a.seed);
+        let Engine::Gpu { forced } = self.engine.get() else { return Ok((s, None)) };
+        let start = Instant::now();
+        match s.use_gpu() {
+            Ok(name) => {
+                self.used_gpu.set(true);
+                Ok((s, Some((name, start.elapsed().as_secs_f64() * 1e3))))
+            }
+            Err(e) if forced || self.used_gpu.get() => Err(self.fail(&format!("the GPU cannot run the {} plan of `{}`: {e}", mode_name(&s.plan), s.plan.model))),
+            Err(e) => {
+                let w = format!("measured on the CPU backend: the GPU cannot run `{}` ({e})", s.plan.model);
+                if self.format == MessageFormat::Human {
+                    eprintln!("note: {w}");
+                }
+                notes.push(w);
+                self.engine.set(Engine::Cpu);
+                Ok((s, None))
+            }
+        }
+    }
+}
+
+fn mode_name(plan: &Plan) -> &'static str {
+    match plan.mode {
+        Mode::Train => "training",
+        Mode::Infer => "inference",
+    }
 }
 
 /// What one bench run found; printed as a table or as JSON.
@@ -247,37 +356,34 @@ struct Report {
     config: Vec<(String, String)>,
     /// Elements of every parameter and buffer.
     param_count: u64,
+    /// `cpu`, `vulkan` or `metal`: where the sessions ran.
+    backend: &'static str,
     device: String,
     optimizer: String,
     compile: Timing,
     compile_train: Option<Timing>,
+    /// One wall-clock compile of the minimal-shape plan (ms).
+    compile_minimal_ms: Option<f64>,
+    /// On the GPU: moving each session onto the device.
+    setup: Option<Setup>,
     forward: Timing,
     /// The settings of the minimal shape and its timing.
-    minimal: Option<(Vec<Setting>, Timing, PlanMemory)>,
+    minimal: Option<(Vec<Setting>, Timing, Memory)>,
     forward_backward: Option<Timing>,
     train_step: Option<Timing>,
-    memory: PlanMemory,
+    memory: Memory,
     /// The training plan's memory and the optimizer state's bytes.
-    memory_train: Option<(PlanMemory, u64)>,
+    memory_train: Option<(Memory, u64)>,
     notes: Vec<String>,
 }
 
 pub fn run(a: BenchArgs) -> u8 {
     let format = if a.json { MessageFormat::Json } else { MessageFormat::Human };
-    match resolve_backend(a.backend, format) {
-        Ok(Engine::Cpu) => {}
-        Ok(Engine::Gpu { .. }) if a.backend == Backend::Auto => {
-            if format == MessageFormat::Human {
-                eprintln!("note: mgnc bench measures the CPU backend until the GPU kernels cover every op; use `--backend vulkan` to insist");
-            }
-        }
-        Ok(Engine::Gpu { .. }) => {
-            super::report::error("mgnc bench does not time the GPU backend yet (its kernels are not complete); use `--backend cpu`", format);
-            return super::EXIT_ERRORS;
-        }
+    let engine = match resolve_backend(a.backend, format) {
+        Ok(e) => e,
         Err(code) => return code,
-    }
-    let b = Bench { a: &a, format, progress: !a.json && std::io::stderr().is_terminal() };
+    };
+    let b = Bench { a: &a, format, progress: !a.json && std::io::stderr().is_terminal(), engine: Cell::new(engine), used_gpu: Cell::new(false) };
     match bench(&b) {
         Ok(r) => {
             let text = if a.json { format!("{}\n", to_json(&r, &a)) } else { table(&r, &a) };
@@ -323,13 +429,19 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     };
 
     let (inputs, unbounded) = random_inputs(&plan, a.seed);
-    let memory = plan_memory(&plan);
-    let mut s = session(plan.clone(), a.seed);
-    let forward = b.measure("forward", || s.run(&given(&inputs)).map_err(|e| e.to_string()))?;
+    let memory = Memory::of(&plan);
+    let (mut s, gpu) = b.open(plan.clone(), &mut notes)?;
+    let device = match &gpu {
+        Some((name, _)) => name.clone(),
+        None => format!("CPU ({} threads)", mgn_runtime::cpu::threads()),
+    };
+    let mut setup = gpu.map(|(_, ms)| Setup { inference: ms, ..Setup::default() });
+    let forward = b.measure("forward", || timed_run(&mut s, &given(&inputs)))?;
     drop(s);
 
     let shrink = minimal_settings(&plan);
     let already = shrink.iter().all(|m| plan.config.iter().any(|(k, v)| *k == m.name && v == "1"));
+    let mut compile_minimal_ms = None;
     let minimal = if shrink.is_empty() {
         notes.push(format!("no minimal-shape latency: the model has no argument named {}", BATCH_ARGS.iter().chain(&SEQUENCE_ARGS).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")));
         None
@@ -340,12 +452,19 @@ fn bench(b: &Bench) -> Result<Report, u8> {
         let mut settings = a.settings.clone();
         settings.retain(|s| !shrink.iter().any(|m| m.name == s.name));
         settings.extend(shrink.iter().cloned());
-        match mgn_compiler::driver::plan_path(&a.file, a.model.clone(), settings, &infer).map_err(|e| b.fail(&e))? {
+        let start = Instant::now();
+        let built = mgn_compiler::driver::plan_path(&a.file, a.model.clone(), settings, &infer).map_err(|e| b.fail(&e))?;
+        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+        match built {
             (_, Some(p)) => {
+                compile_minimal_ms = Some(compile_ms);
                 let (inputs, _) = random_inputs(&p, a.seed);
-                let mem = plan_memory(&p);
-                let mut s = session(p, a.seed);
-                let t = b.measure(&format!("forward at {}", describe(&shrink)), || s.run(&given(&inputs)).map_err(|e| e.to_string()))?;
+                let mem = Memory::of(&p);
+                let (mut s, gpu) = b.open(p, &mut notes)?;
+                if let (Some(st), Some((_, ms))) = (&mut setup, gpu) {
+                    st.minimal = Some(ms);
+                }
+                let t = b.measure(&format!("forward at {}", describe(&shrink)), || timed_run(&mut s, &given(&inputs)))?;
                 Some((shrink, t, mem))
             }
             (outcome, None) => {
@@ -360,11 +479,18 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     match train_plan {
         Some(tp) => {
             let (inputs, _) = random_inputs(&tp, a.seed);
-            let mem = plan_memory(&tp);
-            let mut s = session(tp, a.seed);
-            forward_backward = Some(b.measure("forward + loss + backward", || s.run(&given(&inputs)).map_err(|e| e.to_string()))?);
+            let mem = Memory::of(&tp);
+            let optimizer_bytes = optimizer_state_bytes(&tp);
+            let (mut s, gpu) = b.open(tp, &mut notes)?;
+            if let (Some(st), Some((_, ms))) = (&mut setup, gpu) {
+                st.training = Some(ms);
+            }
+            forward_backward = Some(b.measure("forward + loss + backward", || timed_run(&mut s, &given(&inputs)))?);
             train_step = Some(b.measure("training step", || s.train_step(&given(&inputs)).map_err(|e| e.to_string()))?);
-            memory_train = Some((mem, optimizer_state_bytes(&s)));
+            if s.on_gpu() {
+                notes.push("the training step is Session::train_step as a user calls it, with whatever it moves between host and device".into());
+            }
+            memory_train = Some((mem, optimizer_bytes));
         }
         None => notes.push(format!("forward only: `{model}` has no loss, so there is no backward pass or training step to measure")),
     }
@@ -375,10 +501,13 @@ fn bench(b: &Bench) -> Result<Report, u8> {
         model,
         config,
         param_count: plan.params.iter().map(|p| p.numel() as u64).sum(),
-        device: format!("CPU ({} threads)", mgn_runtime::cpu::threads()),
+        backend: backend_name(b.engine.get()),
+        device,
         optimizer: optimizer_name(&spec),
         compile,
         compile_train,
+        compile_minimal_ms,
+        setup,
         forward,
         minimal,
         forward_backward,
@@ -404,15 +533,18 @@ fn to_json(r: &Report, a: &BenchArgs) -> Value {
         }
         None => Value::Null,
     };
+    let setup = r.setup.map_or(Value::Null, |s| json!({ "inference": s.inference, "minimal": s.minimal, "training": s.training }));
     json!({
         "model": r.model,
         "file": a.file.display().to_string(),
         "config": config,
         "param_count": r.param_count,
-        "backend": "cpu",
+        "backend": r.backend,
         "device": r.device,
+        "mgnc_version": env!("CARGO_PKG_VERSION"),
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
         "clock": "wall",
+        "timing": timing_basis(r.backend),
         "warmup": a.warmup,
         "samples": a.samples,
         "seed": a.seed,
@@ -425,6 +557,8 @@ fn to_json(r: &Report, a: &BenchArgs) -> Value {
             "forward_backward": timing(&r.forward_backward),
             "train_step": timing(&r.train_step),
         },
+        "compile_minimal_ms": r.compile_minimal_ms,
+        "setup_ms": setup,
         "memory": {
             "inference": memory_json(&r.memory, None),
             "minimal": r.minimal.as_ref().map_or(Value::Null, |(_, _, m)| memory_json(m, None)),
@@ -462,15 +596,16 @@ fn ms(x: f64) -> String {
 fn table(r: &Report, a: &BenchArgs) -> String {
     let mut out = String::new();
     let config = r.config.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
-    out += &format!("{} ({}, {} parameters) on {}, backend cpu\n", r.model, a.file.display(), thousands(r.param_count as usize), r.device);
+    out += &format!("{} ({}, {} parameters) on {}, backend {}\n", r.model, a.file.display(), thousands(r.param_count as usize), r.device, r.backend);
     out += &format!("config: {config}\n");
-    out += &format!("wall-clock ms per call: median and interquartile range (p25–p75) of {} calls after {} warm-up calls\n\n", a.samples, a.warmup);
+    out += &format!("wall-clock ms per call: median and interquartile range (p25–p75) of {} calls after {} warm-up calls\n", a.samples, a.warmup);
+    if r.backend != "cpu" {
+        out += &format!("GPU timing: {}\n", timing_basis(r.backend).trim_start_matches("wall clock around each call: "));
+    }
+    out += "\n";
 
-    let mut rows: Vec<(String, Option<Timing>)> = vec![
-        ("compile (check, elaborate, lower)".into(), Some(r.compile)),
-        ("compile, training plan (+ autodiff)".into(), r.compile_train),
-        ("forward".into(), Some(r.forward)),
-    ];
+    let mut rows: Vec<(String, Option<Timing>)> =
+        vec![("compile (check, elaborate, lower)".into(), Some(r.compile)), ("compile, training plan (+ autodiff)".into(), r.compile_train), ("forward".into(), Some(r.forward))];
     match &r.minimal {
         Some((s, t, _)) => rows.push((format!("forward at {}", describe(s)), Some(*t))),
         None => rows.push(("forward, minimal shape".into(), None)),
@@ -485,19 +620,27 @@ fn table(r: &Report, a: &BenchArgs) -> String {
             None => out += &format!("{name:<w$}  {:>10}  {:>10}  {:>10}\n", "—", "", ""),
         }
     }
+    if let Some(s) = &r.setup {
+        let mut parts = vec![format!("inference {} ms", ms(s.inference))];
+        parts.extend(s.minimal.map(|m| format!("minimal {} ms", ms(m))));
+        parts.extend(s.training.map(|m| format!("training {} ms", ms(m))));
+        out += &format!("\nGPU session setup (kernels, arena, parameter upload; one call each): {}\n", parts.join(", "));
+    }
 
-    let mut cols: Vec<(String, PlanMemory, Option<u64>)> = vec![("inference".into(), r.memory, None)];
+    let mut cols: Vec<(String, Memory, Option<u64>)> = vec![("inference".into(), r.memory, None)];
     if let Some((_, _, m)) = &r.minimal {
         cols.push(("minimal".into(), *m, None));
     }
     if let Some((m, o)) = &r.memory_train {
         cols.push(("training".into(), *m, Some(*o)));
     }
-    let lines: [(&str, &dyn Fn(&PlanMemory, Option<u64>) -> Option<u64>); 5] = [
-        ("parameters", &|m, _| Some(m.param_bytes)),
-        ("inputs", &|m, _| Some(m.input_bytes)),
-        ("logical (every step's value, no reuse)", &|m, _| Some(m.logical_bytes)),
-        ("peak live (free after last use)", &|m, _| Some(m.peak_live_bytes)),
+    let lines: [(&str, &dyn Fn(&Memory, Option<u64>) -> Option<u64>); 7] = [
+        ("parameters", &|m, _| Some(m.plan.param_bytes)),
+        ("inputs", &|m, _| Some(m.plan.input_bytes)),
+        ("logical (every step's value, no reuse)", &|m, _| Some(m.plan.logical_bytes)),
+        ("planned arena, inputs and values (reused)", &|m, _| Some(m.arena_values_bytes)),
+        ("peak live (free after last use), the lower bound", &|m, _| Some(m.plan.peak_live_bytes)),
+        ("planned arena, total (the GPU buffer)", &|m, _| Some(m.arena_bytes)),
         ("optimizer state", &|_, o| o),
     ];
     let w = lines.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0).max(w);

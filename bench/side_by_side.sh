@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# mgnc on the GPU next to PyTorch on the same card, same workloads and shapes, one command:
+# for each workload `mgnc bench --backend vulkan --json` and bench/torch_bench.py, then
+# bench/table.py writes the Markdown table to $OUT/benchmarks.md and prints it.
+#
+#   bench/side_by_side.sh [NAME ...]
+#
+# NAME: a model in models/ (default: smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny;
+# smolvla_expert and minilm_l6 when named). Meant for the GPU machine, which has no Rust
+# toolchain: it runs a prebuilt mgnc (`cargo build --release -p mgnc` elsewhere, copy the binary).
+# Environment:
+#   MGNC      the mgnc binary (default target/release/mgnc)
+#   PYTHON    the Python with torch, transformers, torchvision (python3)
+#   OUT       where the JSON, the logs and benchmarks.md go (bench/out/side_by_side)
+#   BACKEND   mgnc's backend (vulkan)
+#   TORCH     0: skip PyTorch (checks the mgnc half and the table on a machine without torch)
+#   COMPILE   workloads also measured through torch.compile, e.g. "whisper_tiny_encoder resnet50",
+#             or "all"; none by default (minutes per model: see docs/BENCHMARKS.md)
+#   WARMUP, SAMPLES   per measurement, both sides (5, 20)
+#   SET_<NAME>        model arguments for both sides, e.g. SET_smollm2_135m="T=64"
+#   STEP_TIMEOUT      seconds one side of one workload may take (300)
+#   REVISION  the source revision the mgnc binary was built from (default: git rev-parse here)
+# Time: see docs/BENCHMARKS.md. A second run into the same OUT adds its workloads to the table, so a
+# long set can be split over two commands:  bench/side_by_side.sh smollm2_135m whisper_tiny_encoder;
+# bench/side_by_side.sh resnet50 sd_unet_tiny
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+MGNC=${MGNC:-target/release/mgnc}
+OUT=${OUT:-bench/out/side_by_side}
+BACKEND=${BACKEND:-vulkan}
+TORCH=${TORCH:-1}
+COMPILE=${COMPILE:-}
+WARMUP=${WARMUP:-5}
+SAMPLES=${SAMPLES:-20}
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+NAMES=("$@")
+if [ ${#NAMES[@]} -eq 0 ]; then NAMES=(smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny); fi
+
+if [ ! -x "$MGNC" ]; then
+    echo "error: no mgnc at $MGNC (build it with \`cargo build --release -p mgnc\` and copy it, or set MGNC)" >&2
+    exit 2
+fi
+for name in "${NAMES[@]}"; do
+    if [ ! -f "models/$name.mgn" ]; then
+        echo "error: no models/$name.mgn" >&2
+        exit 2
+    fi
+done
+mkdir -p "$OUT"
+
+# The GPU machine's image has no Vulkan loader: unpack the .debs brought along in .gl/ (see
+# shared/design/GPU.md), and point the loader at NVIDIA's ICD when it is there.
+if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1 '; then
+    if ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        for f in .gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+    fi
+fi
+NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$NV_ICD" ]; then export VK_DRIVER_FILES=$NV_ICD; fi
+
+# A model's --set arguments (SET_<name>), one per word.
+sets_of() {
+    local var="SET_$1"
+    local kv
+    for kv in ${!var:-}; do printf -- '--set\n%s\n' "$kv"; done
+}
+
+wants_compile() {
+    local c
+    for c in $COMPILE; do
+        if [ "$c" = all ] || [ "$c" = "$1" ]; then return 0; fi
+    done
+    return 1
+}
+
+start=$(date +%s)
+for name in "${NAMES[@]}"; do
+    mapfile -t sets < <(sets_of "$name")
+    echo "=== $name ${sets[*]:-}" >&2
+    t0=$(date +%s)
+    if timeout "$STEP_TIMEOUT" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
+            --samples "$SAMPLES" "${sets[@]}" >"$OUT/$name.mgnc.json" 2>"$OUT/$name.mgnc.log"; then
+        echo "mgnc: $(($(date +%s) - t0)) s" >&2
+    else
+        rc=$?
+        if [ "$rc" = 124 ]; then echo "timed out after $STEP_TIMEOUT s (STEP_TIMEOUT)" >>"$OUT/$name.mgnc.log"; fi
+        echo "mgnc failed on $name (exit $rc); the end of $OUT/$name.mgnc.log:" >&2
+        tail -5 "$OUT/$name.mgnc.log" >&2
+        rm -f "$OUT/$name.mgnc.json"
+    fi
+    if [ "$TORCH" = 0 ]; then continue; fi
+    # The minimal shape mgnc measured (or that it measured none), so both sides agree.
+    minimal=()
+    if [ -f "$OUT/$name.mgnc.json" ]; then
+        mapfile -t minimal < <("$PY" -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["measurements"]["forward_minimal"]
+if m is None:
+    print("--no-minimal")
+else:
+    for k, v in m["settings"].items():
+        print("--minimal")
+        print(f"{k}={v}")
+' "$OUT/$name.mgnc.json")
+    fi
+    compile=()
+    if wants_compile "$name"; then compile=(--compile "$name"); fi
+    t0=$(date +%s)
+    if timeout "$STEP_TIMEOUT" "$PY" bench/torch_bench.py "$name" --warmup "$WARMUP" --samples "$SAMPLES" \
+            --out "$OUT/$name.torch.json" "${sets[@]}" "${minimal[@]}" "${compile[@]}" \
+            >/dev/null 2>"$OUT/$name.torch.log"; then
+        echo "torch: $(($(date +%s) - t0)) s" >&2
+    else
+        rc=$?
+        if [ "$rc" = 124 ]; then echo "timed out after $STEP_TIMEOUT s (STEP_TIMEOUT)" >>"$OUT/$name.torch.log"; fi
+        echo "torch_bench failed on $name (exit $rc); the end of $OUT/$name.torch.log:" >&2
+        tail -5 "$OUT/$name.torch.log" >&2
+    fi
+done
+echo "all workloads: $(($(date +%s) - start)) s" >&2
+
+# What the table's header records.
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+# The source revision: REVISION when given (a copied tree's git metadata can be stale), else git.
+revision=${REVISION:-$(git rev-parse --short HEAD 2>/dev/null)}
+mgnc_version=$("$MGNC" --version 2>/dev/null)
+torch_info="skipped"
+if [ "$TORCH" != 0 ]; then
+    torch_info=$("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA", sep="|")' 2>/dev/null || echo "unavailable")
+fi
+"$PY" - "$OUT" "$driver" "$revision" "$mgnc_version" "$torch_info" "$COMPILE" "$SAMPLES" "$WARMUP" "${NAMES[@]}" <<'EOF'
+import json, os, sys, time
+out, driver, revision, mgnc_version, torch_info, compile_, samples, warmup, *names = sys.argv[1:]
+# A second run into the same OUT (the GPU machine allows 10 minutes a command) adds its workloads.
+try:
+    old = json.load(open(os.path.join(out, "env.json")))
+except (OSError, ValueError):
+    old = {}
+names = [n for n in old.get("workloads", []) if n not in names] + names
+compile_ = " ".join(dict.fromkeys(((old.get("compile") or "") + " " + compile_).split()))
+env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "workloads": names, "driver": driver or None,
+       "revision": revision or None, "mgnc_version": mgnc_version or None, "compile": compile_ or None,
+       "samples": f"{warmup} warm-ups, {samples} timed"}
+if torch_info == "skipped":
+    env["torch"] = "skipped"
+elif "|" in torch_info:
+    version, cuda, device = torch_info.split("|", 2)
+    env["torch_version"] = f"{version} (CUDA {cuda})"
+    env["torch_device"] = device
+else:
+    env["torch_version"] = torch_info
+for n in names:  # the device mgnc ran on, from the first report that names it
+    try:
+        m = json.load(open(os.path.join(out, f"{n}.mgnc.json")))
+        env["mgnc_device"] = f"{m['device']} (backend {m['backend']}, {m['build']} build)"
+        break
+    except (OSError, ValueError, KeyError):
+        pass
+json.dump(env, open(os.path.join(out, "env.json"), "w"), indent=1)
+EOF
+"$PY" bench/table.py "$OUT" --out "$OUT/benchmarks.md"
