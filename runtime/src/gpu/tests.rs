@@ -6,8 +6,6 @@ use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::tensor::Tensor;
 use crate::DType;
 
-
-
 /// Runs `op` on inputs of the given shapes (float unless listed in `ints` with a bound) on the
 /// GPU and the CPU, and compares.
 fn check(op: Op, shapes: &[&[usize]], ints: &[(usize, i32)], out_shape: &[usize], tol: f64) {
@@ -67,6 +65,27 @@ fn movement_and_reductions_match_the_cpu() {
         check(Op::Softmax { axis: 1, log }, &[&[3, 11, 2]], &[], &[3, 11, 2], 1e-5);
         check(Op::SoftmaxGrad { axis: 2, log }, &[&[3, 2, 11], &[3, 2, 11]], &[], &[3, 2, 11], 1e-5);
     }
+}
+
+#[test]
+fn rows_longer_than_a_workgroup_reduce_across_it() {
+    // Rows of 1 and of 700–2,500 elements (past 256 invocations, not multiples of them), along
+    // the last and an inner axis; reductions long enough to take one workgroup per output.
+    for log in [false, true] {
+        check(Op::Softmax { axis: 1, log }, &[&[2, 700]], &[], &[2, 700], 1e-5);
+        check(Op::Softmax { axis: 0, log }, &[&[701, 3]], &[], &[701, 3], 1e-5);
+        check(Op::Softmax { axis: 1, log }, &[&[3, 1]], &[], &[3, 1], 1e-5);
+        check(Op::SoftmaxGrad { axis: 1, log }, &[&[2, 700], &[2, 700]], &[], &[2, 700], 1e-5);
+        check(Op::SoftmaxGrad { axis: 0, log }, &[&[333, 2], &[333, 2]], &[], &[333, 2], 1e-5);
+    }
+    check(Op::SoftmaxCrossEntropy, &[&[3, 1030], &[3]], &[(1, 1030)], &[], 1e-5);
+    check(Op::SoftmaxCrossEntropyGrad, &[&[3, 1030], &[3], &[]], &[(1, 1030)], &[3, 1030], 1e-5);
+    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+        check(Op::Reduce { op, axes: vec![0, 1], keepdim: false }, &[&[50, 61]], &[], &[], 1e-5);
+        check(Op::Reduce { op, axes: vec![0, 2], keepdim: false }, &[&[40, 3, 70]], &[], &[3], 1e-5);
+    }
+    check(Op::SumTo, &[&[2100, 3]], &[], &[3], 1e-5);
+    check(Op::SumTo, &[&[4, 600, 5]], &[], &[1, 1, 5], 1e-5);
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod attention;
 mod conv;
 mod matmul;
 mod norm;
+mod rows;
 mod select;
 
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
@@ -227,10 +228,10 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
         Op::MatMul => return matmul::generate(inputs, out, width),
         Op::SumTo => return sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => return reduce(*op, axes, &inputs[0], out, width),
-        Op::Softmax { axis, log } => return softmax(*axis, *log, &inputs[0], out, width),
-        Op::SoftmaxGrad { axis, log } => return softmax_grad(*axis, *log, inputs, out, width),
-        Op::SoftmaxCrossEntropy => return cross_entropy(inputs, out, width),
-        Op::SoftmaxCrossEntropyGrad => return cross_entropy_grad(inputs, out, width),
+        Op::Softmax { axis, log } => return rows::softmax(*axis, *log, &inputs[0], out, width),
+        Op::SoftmaxGrad { axis, log } => return rows::softmax_grad(*axis, *log, inputs, out, width),
+        Op::SoftmaxCrossEntropy => return rows::cross_entropy(inputs, out, width),
+        Op::SoftmaxCrossEntropyGrad => return rows::cross_entropy_grad(inputs, out, width),
         Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. } | Op::Pool { .. } | Op::PoolGrad { .. } | Op::Upsample { .. } | Op::UpsampleGrad { .. } => {
             return conv::generate(step, inputs, out, width)
         }
@@ -274,151 +275,20 @@ fn sum_to(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource,
     // Axes of x that collapse: leading ones, and those where out has size 1 but x does not.
     let full: Vec<usize> = (0..r).map(|a| if a < pad { 1 } else { out.shape[a - pad] }).collect();
     let reduced: Vec<usize> = (0..r).filter(|&a| full[a] == 1 && x.shape[a] != 1).collect();
-    reduce_generic(x, out, &full, &reduced, "acc = acc + v;", "0.0", "acc", width)
-}
-
-/// One invocation per output element looping over the reduced axes. `keep` is the output
-/// shape padded to the input's rank (1 on reduced axes).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn reduce_generic(x: &Operand, out: &Operand, keep: &[usize], reduced: &[usize], step: &str, init: &str, result: &str, width: u32) -> Result<KernelSource, String> {
-    let n: usize = out.shape.iter().product();
-    let xs = strides(&x.shape);
-    let ks = strides(keep);
-    // Base input index from the output coordinates (kept axes).
-    let base: Vec<String> = (0..x.shape.len()).filter(|a| !reduced.contains(a)).map(|a| format!("((i / {}u) % {}u) * {}u", ks[a], keep[a], xs[a])).collect();
-    let count: usize = reduced.iter().map(|&a| x.shape[a]).product();
-    let rshape: Vec<usize> = reduced.iter().map(|&a| x.shape[a]).collect();
-    let rs = strides(&rshape);
-    let offset: Vec<String> = reduced.iter().enumerate().map(|(j, &a)| format!("((r / {}u) % {}u) * {}u", rs[j], rshape[j], xs[a])).collect();
-    let body = format!(
-        "let base = {};
-    var acc = {init};
-    for (var r = 0u; r < {count}u; r = r + 1u) {{
-        let v = {};
-        {step}
-    }}
-    {}",
-        if base.is_empty() { "0u".to_string() } else { base.join(" + ") },
-        load(x, &format!("base + {}", if offset.is_empty() { "0u".to_string() } else { offset.join(" + ") })),
-        store(out, "i", result),
-    );
-    Ok(elementwise(n, width, &body, ""))
+    let sum = rows::Combine { step: "acc = acc + v;", init: "0.0", across: "wg_sum", result: "acc".into() };
+    rows::reduce(x, out, &full, &reduced, &sum, width)
 }
 
 fn reduce(op: ReduceOp, axes: &[usize], x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
     let keep: Vec<usize> = x.shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();
-    let (step, init, result) = match op {
-        ReduceOp::Sum => ("acc = acc + v;", "0.0".to_string(), "acc".to_string()),
-        ReduceOp::Mean => ("acc = acc + v;", "0.0".to_string(), format!("acc / {count}.0")),
-        ReduceOp::Max => ("acc = max(acc, v);", "-3.4028235e38".to_string(), "acc".to_string()),
-        ReduceOp::Min => ("acc = min(acc, v);", "3.4028235e38".to_string(), "acc".to_string()),
+    let c = match op {
+        ReduceOp::Sum => rows::Combine { step: "acc = acc + v;", init: "0.0", across: "wg_sum", result: "acc".into() },
+        ReduceOp::Mean => rows::Combine { step: "acc = acc + v;", init: "0.0", across: "wg_sum", result: format!("acc / {count}.0") },
+        ReduceOp::Max => rows::Combine { step: "acc = max(acc, v);", init: "-3.4028235e38", across: "wg_max", result: "acc".into() },
+        ReduceOp::Min => rows::Combine { step: "acc = min(acc, v);", init: "3.4028235e38", across: "wg_min", result: "acc".into() },
     };
-    reduce_generic(x, out, &keep, axes, step, &init, &result, width)
-}
-
-/// Index expressions for row-wise ops along `axis`: `base` of element `i`'s row, and `stride`.
-pub(super) fn row(shape: &[usize], axis: usize) -> (String, usize, usize) {
-    let s = strides(shape);
-    let len = shape[axis];
-    let stride = s[axis];
-    (format!("i - ((i / {stride}u) % {len}u) * {stride}u"), len, stride)
-}
-
-fn softmax(axis: usize, log: bool, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let n: usize = out.shape.iter().product();
-    let (base, len, stride) = row(&x.shape, axis);
-    let at = |e: &str| load(x, &format!("base + ({e}) * {stride}u"));
-    let result = if log { format!("{} - m - log(s)", load(x, "i")) } else { format!("exp({} - m) / s", load(x, "i")) };
-    let body = format!(
-        "let base = {base};
-    var m = -3.4028235e38;
-    for (var t = 0u; t < {len}u; t = t + 1u) {{ m = max(m, {}); }}
-    var s = 0.0;
-    for (var t = 0u; t < {len}u; t = t + 1u) {{ s = s + exp({} - m); }}
-    {}",
-        at("t"),
-        at("t"),
-        store(out, "i", &result)
-    );
-    Ok(elementwise(n, width, &body, ""))
-}
-
-fn softmax_grad(axis: usize, log: bool, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let (y, dy) = (&inputs[0], &inputs[1]);
-    let n: usize = out.shape.iter().product();
-    let (base, len, stride) = row(&y.shape, axis);
-    let body = if log {
-        // dx = dy - softmax(x) * sum(dy), with softmax(x) = exp(y).
-        format!(
-            "let base = {base};
-    var s = 0.0;
-    for (var t = 0u; t < {len}u; t = t + 1u) {{ s = s + {}; }}
-    {}",
-            load(dy, &format!("base + t * {stride}u")),
-            store(out, "i", &format!("{} - exp({}) * s", load(dy, "i"), load(y, "i")))
-        )
-    } else {
-        // dx = y * (dy - sum(dy * y)).
-        format!(
-            "let base = {base};
-    var s = 0.0;
-    for (var t = 0u; t < {len}u; t = t + 1u) {{ s = s + {} * {}; }}
-    {}",
-            load(dy, &format!("base + t * {stride}u")),
-            load(y, &format!("base + t * {stride}u")),
-            store(out, "i", &format!("{} * ({} - s)", load(y, "i"), load(dy, "i")))
-        )
-    };
-    Ok(elementwise(n, width, &body, ""))
-}
-
-fn cross_entropy(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    // One invocation: the mean over all rows (a plain loop; the loss is one number).
-    let (logits, targets) = (&inputs[0], &inputs[1]);
-    let c = *logits.shape.last().ok_or("logits need a class axis")?;
-    let rows: usize = targets.shape.iter().product();
-    let body = format!(
-        "var total = 0.0;
-    for (var r = 0u; r < {rows}u; r = r + 1u) {{
-        var m = -3.4028235e38;
-        for (var t = 0u; t < {c}u; t = t + 1u) {{ m = max(m, {l}); }}
-        var s = 0.0;
-        for (var t = 0u; t < {c}u; t = t + 1u) {{ s = s + exp({l} - m); }}
-        let tgt = u32({tg});
-        total = total + (m + log(s) - {lt});
-    }}
-    {st}",
-        l = load(logits, &format!("r * {c}u + t")),
-        tg = load(targets, "r"),
-        lt = load(logits, &format!("r * {c}u + tgt")),
-        st = store(out, "0u", &format!("total / {rows}.0")),
-    );
-    let _ = out;
-    Ok(elementwise(1, width, &body, ""))
-}
-
-fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let (logits, targets, dl) = (&inputs[0], &inputs[1], &inputs[2]);
-    let c = *logits.shape.last().ok_or("logits need a class axis")?;
-    let rows: usize = targets.shape.iter().product();
-    let n: usize = out.shape.iter().product();
-    let body = format!(
-        "let r = i / {c}u;
-    let k = i % {c}u;
-    var m = -3.4028235e38;
-    for (var t = 0u; t < {c}u; t = t + 1u) {{ m = max(m, {l}); }}
-    var s = 0.0;
-    for (var t = 0u; t < {c}u; t = t + 1u) {{ s = s + exp({l} - m); }}
-    let p = exp({li} - m) / s;
-    let onehot = select(0.0, 1.0, u32({tg}) == k);
-    {st}",
-        l = load(logits, &format!("r * {c}u + t")),
-        li = load(logits, "i"),
-        tg = load(targets, "r"),
-        st = store(out, "i", &format!("(p - onehot) * {} / {rows}.0", load(dl, "0u"))),
-    );
-    Ok(elementwise(n, width, &body, ""))
+    rows::reduce(x, out, &keep, axes, &c, width)
 }
 
 /// What checking a plan's kernels found: how many steps have kernels, the steps without one
