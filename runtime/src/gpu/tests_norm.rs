@@ -2,21 +2,16 @@
 //! weight and bias, on small odd shapes. Runs like `tests.rs`: skipped without a device unless
 //! `MGN_REQUIRE_GPU=1`.
 
-use crate::op::{GradPart, Op};
 use super::test_util::{check_on_both, values};
+use crate::op::{GradPart, Op};
 use crate::tensor::Tensor;
 use crate::DType;
-
-
 
 /// Runs `op` on float inputs of the given shapes (each with `shift` added) on the GPU and the
 /// CPU, and compares.
 fn check(op: Op, inputs: &[(&[usize], f32)], out_shape: &[usize], tol: f64) {
-    let tensors: Vec<Tensor> = inputs
-        .iter()
-        .enumerate()
-        .map(|(k, (s, shift))| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 * 977 + 5).into_iter().map(|v| v + shift).collect()))
-        .collect();
+    let tensors: Vec<Tensor> =
+        inputs.iter().enumerate().map(|(k, (s, shift))| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 * 977 + 5).into_iter().map(|v| v + shift).collect())).collect();
     check_on_both(&op, &tensors, DType::F32, out_shape, tol);
 }
 
@@ -109,3 +104,78 @@ fn batch_norm_derivatives_match_the_cpu() {
     }
 }
 
+// Shapes for the workgroup-per-row kernels: rows longer than the width (and than 16 KiB of
+// floats), rows of one element, rows that do not fill a workgroup, more rows than row lanes
+// for the column-block parameter derivatives, and columns that do not fill a block.
+
+/// Every output and derivative of layer norm (`center`) or RMS norm on `x`, with the input
+/// shifted by `shift` (a large mean tests the two-pass statistics).
+fn last_axis_all(x: &[usize], center: bool, shift: f32) {
+    let p = [*x.last().unwrap()];
+    for (w, b, parts) in affines().into_iter().filter(|a| center || !a.1) {
+        let mut inputs = norm_inputs(x, &p, w, b, false);
+        inputs[0].1 = shift;
+        let fwd = if center { Op::LayerNorm { eps: 1e-5, has_weight: w, has_bias: b } } else { Op::RmsNorm { eps: 1e-6, has_weight: w } };
+        check(fwd, &inputs, x, 1e-4);
+        let mut inputs = norm_inputs(x, &p, w, b, true);
+        inputs[0].1 = shift;
+        for part in parts {
+            let op = if center { Op::LayerNormGrad { eps: 1e-5, has_weight: w, has_bias: b, part } } else { Op::RmsNormGrad { eps: 1e-6, has_weight: w, part } };
+            check(op, &inputs, out_of(part, x, &p), 2e-4);
+        }
+    }
+}
+
+#[test]
+fn layer_norm_on_long_short_and_many_rows() {
+    for x in [&[2usize, 300][..], &[3, 1000], &[1, 5000], &[4, 1], &[1], &[300, 7], &[40, 70], &[3, 17, 33], &[257, 1]] {
+        last_axis_all(x, true, 0.0);
+    }
+    last_axis_all(&[5, 300], true, 40.0);
+}
+
+#[test]
+fn rms_norm_on_long_short_and_many_rows() {
+    for x in [&[2usize, 300][..], &[3, 1000], &[1, 5000], &[4, 1], &[1], &[300, 7], &[40, 70], &[3, 17, 33]] {
+        last_axis_all(x, false, 0.0);
+    }
+}
+
+#[test]
+fn group_norm_on_long_and_odd_groups() {
+    // (x, groups): blocks longer than the width, 3 and 5 channels per group, blocks of one
+    // element, one group, many samples.
+    for (x, groups) in [(&[2usize, 6, 300][..], 3), (&[2, 9, 5, 7], 3), (&[3, 10, 7], 2), (&[2, 4, 1], 4), (&[1, 3, 1000], 1), (&[70, 6, 3], 2)] {
+        let p = [x[1]];
+        for (w, b, parts) in affines() {
+            check(Op::GroupNorm { groups, eps: 1e-5, has_weight: w, has_bias: b }, &norm_inputs(x, &p, w, b, false), x, 1e-4);
+            for part in parts {
+                check(Op::GroupNormGrad { groups, eps: 1e-5, has_weight: w, has_bias: b, part }, &norm_inputs(x, &p, w, b, true), out_of(part, x, &p), 2e-4);
+            }
+        }
+    }
+}
+
+#[test]
+fn batch_norm_on_large_channels_and_odd_shapes() {
+    // More than 4096 values per channel, an odd spatial size, one channel, spatial size 1, and
+    // a large mean for the two-pass statistics.
+    for (x, shift) in [(&[8usize, 3, 700][..], 0.0), (&[4, 2, 33, 35], 0.0), (&[7, 1], 0.0), (&[3, 5, 1, 1], 0.0), (&[300, 4], 0.0), (&[5, 3, 301], 30.0)] {
+        let p = [x[1]];
+        for training in [true, false] {
+            for (w, b, parts) in affines() {
+                let mut fwd: Vec<(&[usize], f32)> = vec![(x, shift), (&p, 0.0), (&p, 1.5)];
+                fwd.extend(norm_inputs(x, &p, w, b, false).into_iter().skip(1));
+                if training {
+                    // The one-op test plans are training plans: the forward with batch statistics.
+                    check(Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: w, has_bias: b }, &fwd, x, 1e-4);
+                }
+                let mut inputs: Vec<(&[usize], f32)> = vec![(x, shift), (&p, 0.0), (&p, 1.5)];
+                inputs.extend(norm_inputs(x, &p, w, b, true).into_iter().skip(1));
+                for part in parts {
+                    check(Op::BatchNormGrad { eps: 1e-5, has_weight: w, has_bias: b, part, training }, &inputs, out_of(part, x, &p), 2e-4);
+                }
+            }
+        }
+    }
+}

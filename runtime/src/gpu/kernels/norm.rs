@@ -1,15 +1,31 @@
 //! Normalizations (layer, RMS, group, batch) with their derivatives, and dropout.
 //!
-//! Same semantics as `cpu/norm.rs`: a norm sees `x` as consecutive blocks of `len` elements,
-//! each normalized with its own biased-variance statistics; `x̂ = (x − mean)·rstd`, the output
+//! Same semantics as `cpu/norm.rs`: a norm sees `x` as rows, each normalized with its own
+//! biased-variance statistics (layer and RMS norm: the last axis; group norm: one group of one
+//! sample; batch norm: one channel across batch and space); `x̂ = (x − mean)·rstd`, the output
 //! `x̂·w + b`, and with `g = dy·w` the input derivative is `rstd·(g − mean(g) − x̂·mean(g·x̂))`
-//! (RMS norm: no mean, no `mean(g)` term). Every invocation recomputes the statistics of its
-//! block by looping (in f32, where the CPU uses f64); weight and bias derivatives loop over
-//! every element of their parameter.
+//! (RMS norm: no mean, no `mean(g)` term; batch norm's is the same with `w` constant per row).
+//!
+//! Every kernel hands a row to the `L` invocations of one workgroup (`L` the row length rounded
+//! up to a power of two, at most the width, so short rows share a workgroup): they stride over
+//! the row with four loads in flight (consecutive invocations, consecutive words), tree-reduce
+//! their partial sums in shared memory, and then write the row's outputs. Statistics are two
+//! passes in f32 — the mean, then `Σ(x − mean)²` — so a large mean costs no precision; the
+//! input derivative folds `Σg` and `Σg·(x − mean)` into the variance pass, so it reads the row
+//! three times (mean, sums, output) and the forward likewise.
+//!
+//! Weight and bias derivatives reduce over rows per parameter. Batch norm's parameter is its row,
+//! so one workgroup per channel reduces `Σdy` and `Σdy·x̂` as above. Layer and RMS norm: one
+//! workgroup per block of up to 32 consecutive columns, its invocations striding over rows; the
+//! weight needs every row's statistics, which each column block recomputes per tile of rows (a
+//! forward that kept `(mean, rstd)` per row would spare that). Group norm's weight: one workgroup
+//! per channel, looping over samples with each sample's group statistics computed by the whole
+//! workgroup; its bias is a plain per-channel sum.
 //!
 //! `BatchNorm` forward and dropout are dispatched from `kernels/mod.rs`, which knows the plan's
-//! mode (`batch_norm`, `dropout` here). Dropout's mask is the CPU's `dropout_keep(seed, node,
-//! index, p)`: the per-run part (`dropout_key`) arrives in the parameter block.
+//! mode (`batch_norm`, `dropout` here). Inference batch norm (forward and input derivative) uses
+//! the running statistics and is elementwise. Dropout's mask is the CPU's `dropout_keep(seed,
+//! node, index, p)`: the per-run part (`dropout_key`) arrives in the parameter block.
 
 use super::{elementwise, load, store, KernelSource, Operand};
 use crate::op::{GradPart, Op};
@@ -21,33 +37,47 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
     if !out.dtype.is_float() {
         return unsupported("integer output");
     }
+    let w = width as usize;
+    let dy = inputs.last().expect("norms have inputs");
     match &step.op {
         Op::LayerNorm { eps, has_weight, has_bias } => {
-            let b = last_axis_blocks(&inputs[0], *eps, true)?;
-            Ok(b.forward(inputs, out, *has_weight, *has_bias, width))
+            let rows = last_axis_rows(&inputs[0])?;
+            let (wt, bs) = affine(inputs, 1, *has_weight, *has_bias);
+            Ok(row_kernel(&rows, &inputs[0], None, &Stats::Batch { center: true }, *eps, Mode::Forward { w: wt, b: bs }, out, w))
         }
         Op::RmsNorm { eps, has_weight } => {
-            let b = last_axis_blocks(&inputs[0], *eps, false)?;
-            Ok(b.forward(inputs, out, *has_weight, false, width))
+            let rows = last_axis_rows(&inputs[0])?;
+            let (wt, _) = affine(inputs, 1, *has_weight, false);
+            Ok(row_kernel(&rows, &inputs[0], None, &Stats::Batch { center: false }, *eps, Mode::Forward { w: wt, b: None }, out, w))
         }
         Op::GroupNorm { groups, eps, has_weight, has_bias } => {
-            let b = group_blocks(&inputs[0], *groups, *eps)?;
-            Ok(b.forward(inputs, out, *has_weight, *has_bias, width))
+            let rows = group_rows(&inputs[0], *groups)?;
+            let (wt, bs) = affine(inputs, 1, *has_weight, *has_bias);
+            Ok(row_kernel(&rows, &inputs[0], None, &Stats::Batch { center: true }, *eps, Mode::Forward { w: wt, b: bs }, out, w))
         }
         Op::LayerNormGrad { eps, has_weight, has_bias, part } => {
             check_part(*part, *has_weight, *has_bias)?;
-            let b = last_axis_blocks(&inputs[0], *eps, true)?;
-            Ok(b.backward(inputs, out, *has_weight, *part, width))
+            last_axis_grad(inputs, out, *eps, true, *has_weight, *part, w)
         }
         Op::RmsNormGrad { eps, has_weight, part } => {
             check_part(*part, *has_weight, false)?;
-            let b = last_axis_blocks(&inputs[0], *eps, false)?;
-            Ok(b.backward(inputs, out, *has_weight, *part, width))
+            last_axis_grad(inputs, out, *eps, false, *has_weight, *part, w)
         }
         Op::GroupNormGrad { groups, eps, has_weight, has_bias, part } => {
             check_part(*part, *has_weight, *has_bias)?;
-            let b = group_blocks(&inputs[0], *groups, *eps)?;
-            Ok(b.backward(inputs, out, *has_weight, *part, width))
+            let x = &inputs[0];
+            match part {
+                GradPart::Input => {
+                    let rows = group_rows(x, *groups)?;
+                    let wt = has_weight.then(|| &inputs[1]);
+                    Ok(row_kernel(&rows, x, Some(dy), &Stats::Batch { center: true }, *eps, Mode::Input { w: wt }, out, w))
+                }
+                GradPart::Weight => group_weight_grad(x, dy, *groups, *eps, out, w),
+                _ => {
+                    group_rows(x, *groups)?;
+                    Ok(row_kernel(&channel_rows(x)?, x, Some(dy), &Stats::Batch { center: true }, *eps, Mode::Param(GradPart::Bias), out, w))
+                }
+            }
         }
         Op::BatchNormGrad { eps, has_weight, has_bias, part, training } => {
             check_part(*part, *has_weight, *has_bias)?;
@@ -73,164 +103,49 @@ fn lit(v: f64) -> String {
     format!("f32({:e})", v)
 }
 
-/// A WGSL expression built from the expressions of an element (or a parameter and a counter).
-type Expr1 = Box<dyn Fn(&str) -> String>;
+/// The weight and bias among `inputs` (from `first`), when present.
+fn affine(inputs: &[Operand], first: usize, has_weight: bool, has_bias: bool) -> (Option<&Operand>, Option<&Operand>) {
+    (has_weight.then(|| &inputs[first]), has_bias.then(|| &inputs[first + has_weight as usize]))
+}
+
+/// A WGSL expression of a row and an element of it (both WGSL expressions).
 type Expr2 = Box<dyn Fn(&str, &str) -> String>;
 
-/// How a norm sees `x`: blocks of `len` elements; `param(e)` is the affine parameter of
-/// element `e`; the elements of parameter `p` are `elem(r, p)` for `r` in `0..per_param`.
-struct Blocks {
-    x: Operand,
+/// How a norm sees `x`: `count` rows of `len` elements, each normalized on its own.
+struct Rows {
+    count: usize,
     len: usize,
-    center: bool,
-    eps: f64,
-    /// Parameter index of element `e` (a WGSL expression of `e`).
-    param: Expr1,
-    /// Element `r` of parameter `p` (a WGSL expression of both).
-    elem: Expr2,
-    per_param: usize,
+    /// The arena index (relative to `x`) of element `t` of row `b`.
+    index: Expr2,
+    /// The affine parameter of element `t` of row `b`.
+    param: Expr2,
 }
 
-/// Layer and RMS norm: blocks are rows of the last axis.
-fn last_axis_blocks(x: &Operand, eps: f64, center: bool) -> Result<Blocks, String> {
+/// Layer and RMS norm: rows of the last axis.
+fn last_axis_rows(x: &Operand) -> Result<Rows, String> {
     let d = *x.shape.last().ok_or("needs at least one axis, found a scalar")?;
-    let rows: usize = x.shape[..x.shape.len() - 1].iter().product();
-    Ok(Blocks { x: x.clone(), len: d, center, eps, param: Box::new(move |e| format!("(({e}) % {d}u)")), elem: Box::new(move |r, p| format!("(({r}) * {d}u + ({p}))")), per_param: rows })
+    let count = x.shape[..x.shape.len() - 1].iter().product();
+    Ok(Rows { count, len: d, index: Box::new(move |b, t| format!("({b}) * {d}u + ({t})")), param: Box::new(|_, t| t.to_string()) })
 }
 
-/// Group norm: `x: [N, C, S...]`; block `b` is group `b % G` of sample `b / G` (its channels are
+/// Group norm: `x: [N, C, S...]`; row `b` is group `b % G` of sample `b / G` (its channels are
 /// contiguous); the parameter of an element is its channel.
-fn group_blocks(x: &Operand, groups: usize, eps: f64) -> Result<Blocks, String> {
-    if x.shape.len() < 2 {
-        return Err(format!("needs [N, C, ...], found {:?}", x.shape));
-    }
-    let (n, c) = (x.shape[0], x.shape[1]);
-    let s: usize = x.shape[2..].iter().product();
+fn group_rows(x: &Operand, groups: usize) -> Result<Rows, String> {
+    let (n, c, s) = batch_layout(x)?;
     if groups == 0 || c % groups != 0 {
         return Err(format!("cannot split {c} channels into {groups} groups"));
     }
-    Ok(Blocks {
-        x: x.clone(),
-        len: c / groups * s,
-        center: true,
-        eps,
-        param: Box::new(move |e| format!("((({e}) / {s}u) % {c}u)")),
-        elem: Box::new(move |r, p| format!("(((({r}) / {s}u) * {c}u + ({p})) * {s}u + ({r}) % {s}u)")),
-        per_param: n * s,
-    })
+    let cpg = c / groups;
+    let len = cpg * s;
+    Ok(Rows { count: n * groups, len, index: Box::new(move |b, t| format!("({b}) * {len}u + ({t})")), param: Box::new(move |b, t| format!("(({b}) % {groups}u) * {cpg}u + ({t}) / {s}u")) })
 }
 
-impl Blocks {
-    /// `fn block_stats(base) -> vec2(mean, rstd)` of the block starting at element `base`.
-    fn stats_fn(&self) -> String {
-        let (len, x) = (self.len, &self.x);
-        let mean = if self.center {
-            format!(
-                "var s = 0.0;
-    for (var t = 0u; t < {len}u; t = t + 1u) {{ s = s + {}; }}
-    let mean = s / f32({len}u);",
-                load(x, "base + t")
-            )
-        } else {
-            "let mean = 0.0;".into()
-        };
-        format!(
-            "fn block_stats(base: u32) -> vec2<f32> {{
-    {mean}
-    var v = 0.0;
-    for (var t = 0u; t < {len}u; t = t + 1u) {{ let d = {} - mean; v = v + d * d; }}
-    return vec2<f32>(mean, 1.0 / sqrt(v / f32({len}u) + {}));
-}}
-",
-            load(x, "base + t"),
-            lit(self.eps)
-        )
-    }
-
-    fn forward(&self, inputs: &[Operand], out: &Operand, has_weight: bool, has_bias: bool, width: u32) -> KernelSource {
-        let n: usize = out.shape.iter().product();
-        let p = (self.param)("i");
-        let mut y = format!("({} - st.x) * st.y", load(&self.x, "i"));
-        if has_weight {
-            y = format!("{y} * {}", load(&inputs[1], &p));
-        }
-        if has_bias {
-            y = format!("{y} + {}", load(&inputs[1 + has_weight as usize], &p));
-        }
-        let body = format!(
-            "let st = block_stats((i / {len}u) * {len}u);
-    {}",
-            store(out, "i", &y),
-            len = self.len
-        );
-        elementwise(n, width, &body, &self.stats_fn())
-    }
-
-    /// Inputs `x, weight?, bias?, dy`: the derivative of `part`.
-    fn backward(&self, inputs: &[Operand], out: &Operand, has_weight: bool, part: GradPart, width: u32) -> KernelSource {
-        let n: usize = out.shape.iter().product();
-        let (x, dy, len) = (&self.x, &inputs[inputs.len() - 1], self.len);
-        let body = match part {
-            GradPart::Input => {
-                let g = |e: &str| {
-                    if has_weight {
-                        format!("{} * {}", load(dy, e), load(&inputs[1], &(self.param)(e)))
-                    } else {
-                        load(dy, e)
-                    }
-                };
-                format!(
-                    "let base = (i / {len}u) * {len}u;
-    let st = block_stats(base);
-    var sg = 0.0;
-    var sgx = 0.0;
-    for (var t = 0u; t < {len}u; t = t + 1u) {{
-        let e = base + t;
-        let g = {ge};
-        sg = sg + g;
-        sgx = sgx + g * ({xe} - st.x) * st.y;
-    }}
-    let mg = {mg};
-    let xh = ({xi} - st.x) * st.y;
-    {st}",
-                    ge = g("e"),
-                    xe = load(x, "e"),
-                    mg = if self.center { format!("sg / f32({len}u)") } else { "0.0".into() },
-                    xi = load(x, "i"),
-                    st = store(out, "i", &format!("st.y * ({} - mg - xh * sgx / f32({len}u))", g("i"))),
-                )
-            }
-            _ => {
-                // Σ dy·x̂ (weight) or Σ dy (bias) over the elements of parameter i; the block
-                // statistics are recomputed only when the block changes.
-                let term = if part == GradPart::Weight {
-                    format!(
-                        "let blk = e / {len}u;
-        if (blk != cur) {{ st = block_stats(blk * {len}u); cur = blk; }}
-        acc = acc + {} * ({} - st.x) * st.y;",
-                        load(dy, "e"),
-                        load(x, "e")
-                    )
-                } else {
-                    format!("acc = acc + {};", load(dy, "e"))
-                };
-                format!(
-                    "var acc = 0.0;
-    var cur = 0xffffffffu;
-    var st = vec2<f32>(0.0, 0.0);
-    for (var r = 0u; r < {count}u; r = r + 1u) {{
-        let e = {e};
-        {term}
-    }}
-    {}",
-                    store(out, "i", "acc"),
-                    count = self.per_param,
-                    e = (self.elem)("r", "i"),
-                )
-            }
-        };
-        elementwise(n, width, &body, &self.stats_fn())
-    }
+/// Batch norm (and group norm's bias): row `b` is channel `b` across batch and space; element
+/// `t` is sample `t / S`, position `t % S`.
+fn channel_rows(x: &Operand) -> Result<Rows, String> {
+    let (n, c, s) = batch_layout(x)?;
+    let index: Expr2 = if s == 1 { Box::new(move |b, t| format!("({t}) * {c}u + ({b})")) } else { Box::new(move |b, t| format!("((({t}) / {s}u) * {c}u + ({b})) * {s}u + ({t}) % {s}u")) };
+    Ok(Rows { count: c, len: n * s, index, param: Box::new(|b, _| b.to_string()) })
 }
 
 /// `x: [N, C, ...]` as (N, C, spatial size).
@@ -241,105 +156,354 @@ fn batch_layout(x: &Operand) -> Result<(usize, usize, usize), String> {
     Ok((x.shape[0], x.shape[1], x.shape[2..].iter().product()))
 }
 
-/// `fn chan_stats(c) -> vec2(mean, rstd)`: over the batch (biased variance) when training,
-/// else the running statistics (inputs 1 and 2).
-fn chan_stats_fn(inputs: &[Operand], eps: f64, training: bool) -> Result<String, String> {
+/// Where a row's mean and variance come from.
+enum Stats {
+    /// The row's own (biased variance); without `center` the mean is 0 (RMS norm).
+    Batch { center: bool },
+    /// WGSL expressions of the row `bc` (batch norm's running statistics).
+    Given { mean: String, var: String },
+}
+
+/// What a row kernel writes.
+enum Mode<'a> {
+    /// `x̂·w + b` per element.
+    Forward { w: Option<&'a Operand>, b: Option<&'a Operand> },
+    /// The input derivative per element, with `g = dy·w`.
+    Input { w: Option<&'a Operand> },
+    /// One value per row: `Σdy·x̂` (weight) or `Σdy` (bias) — batch norm's parameter is its row.
+    Param(GradPart),
+}
+
+/// Invocations that share a row of `len`: a power of two, at most the width.
+fn lanes_for(len: usize, width: usize) -> usize {
+    len.max(1).next_power_of_two().min(width)
+}
+
+/// Declares `var {acc}: vec4<f32>` = Σ `term(t)` over `t = start, start + step, … < len` when
+/// `guard` holds (else 0). Four independent partial sums keep four loads in flight per invocation.
+fn strided(acc: &str, start: &str, step: usize, len: usize, guard: &str, term: impl Fn(&str) -> String) -> String {
+    let mut s = format!("var {acc} = vec4<f32>(0.0);\n    if ({guard}) {{\n        var t = {start};\n");
+    if len >= 4 * step {
+        s += &format!(
+            "        var a1 = vec4<f32>(0.0);
+        var a2 = vec4<f32>(0.0);
+        var a3 = vec4<f32>(0.0);
+        for (; t + {s3}u < {len}u; t = t + {s4}u) {{
+            {acc} = {acc} + {t0};
+            a1 = a1 + {t1};
+            a2 = a2 + {t2};
+            a3 = a3 + {t3};
+        }}
+        {acc} = ({acc} + a1) + (a2 + a3);
+",
+            s3 = 3 * step,
+            s4 = 4 * step,
+            t0 = term("t"),
+            t1 = term(&format!("t + {step}u")),
+            t2 = term(&format!("t + {}u", 2 * step)),
+            t3 = term(&format!("t + {}u", 3 * step)),
+        );
+    }
+    s += &format!("        for (; t < {len}u; t = t + {step}u) {{\n            {acc} = {acc} + {};\n        }}\n    }}\n    ", term("t"));
+    s
+}
+
+/// Sums `value` over the `count` invocations (a power of two) whose ids differ by multiples of
+/// `stride` and whose index among them is `member`, by a tree in `red`; every one of them gets
+/// the total as `let {name}`. Must run in uniform control flow (it has barriers).
+fn seg_reduce(name: &str, value: &str, member: &str, count: usize, stride: usize) -> String {
+    let mut s = format!("red[tid] = {value};\n    workgroupBarrier();\n    ");
+    let mut half = count / 2;
+    while half >= 1 {
+        s += &format!("if ({member} < {half}u) {{\n        red[tid] = red[tid] + red[tid + {}u];\n    }}\n    workgroupBarrier();\n    ", half * stride);
+        half /= 2;
+    }
+    // The barrier after the read: the next reduction overwrites `red`.
+    s += &format!("let {name} = red[tid - {member} * {stride}u];\n    workgroupBarrier();\n    ");
+    s
+}
+
+/// `groups` workgroups of `width` with the reduction array; `wid` the linear workgroup id, and
+/// workgroups past the last leave together.
+fn kernel(width: usize, groups: usize, helpers: &str, body: &str) -> KernelSource {
+    KernelSource {
+        body: format!(
+            "{helpers}var<workgroup> red: array<vec4<f32>, {width}>;
+
+@compute @workgroup_size({width})
+fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
+    let wid = wg.x + (wg.y + wg.z * groups.y) * groups.x;
+    if (wid >= {groups}u) {{
+        return;
+    }}
+    {body}
+}}
+"
+        ),
+        invocations: groups as u64 * width as u64,
+        dropout_node: None,
+    }
+}
+
+/// One row per `lanes_for(len)` invocations: the mean, then one pass for the variance with (for
+/// derivatives) `Σg` and `Σg·(x − mean)`, then the outputs. `dy` is given for derivatives.
+#[allow(clippy::too_many_arguments)]
+fn row_kernel(rows: &Rows, x: &Operand, dy: Option<&Operand>, stats: &Stats, eps: f64, mode: Mode, out: &Operand, width: usize) -> KernelSource {
+    let (len, count) = (rows.len, rows.count);
+    let l = lanes_for(len, width);
+    let per = width / l;
+    let n = format!("f32({len}u)");
+    let mut helpers = format!("fn at(b: u32, t: u32) -> u32 {{\n    return {};\n}}\nfn prm(b: u32, t: u32) -> u32 {{\n    return {};\n}}\n", (rows.index)("b", "t"), (rows.param)("b", "t"));
+    let mut body = format!(
+        "let lane = tid % {l}u;
+    let b = wid * {per}u + tid / {l}u;
+    let valid = b < {count}u;
+    let bc = min(b, {}u);
+    ",
+        count.max(1) - 1
+    );
+    let bias = matches!(mode, Mode::Param(GradPart::Bias));
+    let center = matches!(stats, Stats::Batch { center: true });
+    match stats {
+        Stats::Batch { center: true } if !bias => {
+            body += &strided("s1", "lane", l, len, "valid", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("at(b, {t})"))));
+            body += &seg_reduce("r1", "s1", "lane", l, 1);
+            body += &format!("let m = r1.x / {n};\n    ");
+        }
+        Stats::Given { mean, .. } => body += &format!("let m = {mean};\n    "),
+        _ => body += "let m = 0.0;\n    ",
+    }
+    // The derivative's `g` of element `e` (in row `b` at `t`).
+    let g = |e: &str, t: &str| match &mode {
+        Mode::Input { w: Some(w) } => Some(format!("{} * {}", load(dy.expect("derivatives have dy"), e), load(w, &format!("prm(b, {t})")))),
+        Mode::Input { w: None } | Mode::Param(_) => Some(load(dy.expect("derivatives have dy"), e)),
+        Mode::Forward { .. } => None,
+    };
+    let batch = matches!(stats, Stats::Batch { .. });
+    if batch || g("e", "t").is_some() {
+        let sq = if batch && !bias { "d * d" } else { "0.0" };
+        let d = if bias { "0.0".to_string() } else { format!("{} - m", load(x, "e")) };
+        let gv = g("e", "t").unwrap_or("0.0".into());
+        helpers += &format!(
+            "fn p2(b: u32, t: u32, m: f32) -> vec4<f32> {{
+    let e = at(b, t);
+    let d = {d};
+    let g = {gv};
+    return vec4<f32>({sq}, g, g * d, 0.0);
+}}
+"
+        );
+        body += &strided("s2", "lane", l, len, "valid", |t| format!("p2(b, {t}, m)"));
+        body += &seg_reduce("r2", "s2", "lane", l, 1);
+    }
+    match stats {
+        Stats::Batch { .. } => body += &format!("let rstd = 1.0 / sqrt(r2.x / {n} + {});\n    ", lit(eps)),
+        Stats::Given { var, .. } => body += &format!("let rstd = 1.0 / sqrt({var} + {});\n    ", lit(eps)),
+    }
+    let each =
+        |value: &str| format!("if (valid) {{\n        for (var t = lane; t < {len}u; t = t + {l}u) {{\n            let e = at(b, t);\n            {}\n        }}\n    }}", store(out, "e", value));
+    let tail = match &mode {
+        Mode::Forward { w, b } => {
+            let mut y = format!("({} - m) * rstd", load(x, "e"));
+            if let Some(w) = w {
+                y = format!("{y} * {}", load(w, "prm(b, t)"));
+            }
+            if let Some(bias) = b {
+                y = format!("{y} + {}", load(bias, "prm(b, t)"));
+            }
+            each(&y)
+        }
+        Mode::Input { .. } => {
+            let mg = if center { format!("r2.y / {n}") } else { "0.0".into() };
+            let gi = g("e", "t").expect("derivatives have dy");
+            body += &format!("let mg = {mg};\n    let mgx = r2.z * rstd / {n};\n    ");
+            each(&format!("rstd * ({gi} - mg - ({} - m) * rstd * mgx)", load(x, "e")))
+        }
+        Mode::Param(part) => {
+            let v = if *part == GradPart::Bias { "r2.y" } else { "r2.z * rstd" };
+            format!("if (valid && lane == 0u) {{\n        {}\n    }}", store(out, "b", v))
+        }
+    };
+    body += &tail;
+    kernel(width, count.div_ceil(per), &helpers, &body)
+}
+
+/// Layer and RMS norm derivatives: the input's row by row, the weight's and bias's by column
+/// blocks (`column_grad`).
+fn last_axis_grad(inputs: &[Operand], out: &Operand, eps: f64, center: bool, has_weight: bool, part: GradPart, width: usize) -> Result<KernelSource, String> {
     let x = &inputs[0];
+    let dy = &inputs[inputs.len() - 1];
+    let rows = last_axis_rows(x)?;
+    if part == GradPart::Input {
+        return Ok(row_kernel(&rows, x, Some(dy), &Stats::Batch { center }, eps, Mode::Input { w: has_weight.then(|| &inputs[1]) }, out, width));
+    }
+    Ok(column_grad(&rows, x, dy, center, eps, part, out, width))
+}
+
+/// `Σ_rows dy·x̂` (weight) or `Σ_rows dy` (bias) per column: a workgroup owns up to 32
+/// consecutive columns (one 128-byte line per row) and its `width / 32` row lanes stride over
+/// the rows. For the weight, each tile of rows first gets its statistics, every row from the 32
+/// invocations of its lane; the partial sums of a column then merge across row lanes.
+#[allow(clippy::too_many_arguments)]
+fn column_grad(rows: &Rows, x: &Operand, dy: &Operand, center: bool, eps: f64, part: GradPart, out: &Operand, width: usize) -> KernelSource {
+    let (d, count) = (rows.len, rows.count);
+    let cl = lanes_for(d, width.min(32));
+    let rl = width / cl;
+    let at = |r: &str, c: &str| format!("({r}) * {d}u + ({c})");
+    let mut helpers = String::new();
+    let mut body = format!(
+        "let lane = tid % {cl}u;
+    let rlane = tid / {cl}u;
+    let c = wid * {cl}u + lane;
+    let cv = c < {d}u;
+    "
+    );
+    if part == GradPart::Bias {
+        body += &strided("acc", "rlane", rl, count, "cv", |r| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(dy, &at(r, "c"))));
+    } else {
+        helpers += &format!("fn sq(e: u32, m: f32) -> vec4<f32> {{\n    let d = {} - m;\n    return vec4<f32>(d * d, 0.0, 0.0, 0.0);\n}}\n", load(x, "e"));
+        let mean = if center {
+            format!("{}{}let m = r1.x / f32({d}u);", strided("s1", "lane", cl, d, "rv", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &at("r", t)))), seg_reduce("r1", "s1", "lane", cl, 1))
+        } else {
+            "let m = 0.0;".into()
+        };
+        body += &format!(
+            "var acc = vec4<f32>(0.0);
+    for (var r0 = 0u; r0 < {count}u; r0 = r0 + {rl}u) {{
+    let r = r0 + rlane;
+    let rv = r < {count}u;
+    {mean}
+    {var}{red}let rstd = 1.0 / sqrt(r2.x / f32({d}u) + {eps});
+    if (rv && cv) {{
+        let e = {e};
+        acc.x = acc.x + {dye} * ({xe} - m) * rstd;
+    }}
+    }}
+    ",
+            var = strided("s2", "lane", cl, d, "rv", |t| format!("sq({}, m)", at("r", t))),
+            red = seg_reduce("r2", "s2", "lane", cl, 1),
+            eps = lit(eps),
+            e = at("r", "c"),
+            dye = load(dy, "e"),
+            xe = load(x, "e"),
+        );
+    }
+    body += &seg_reduce("tot", "acc", "rlane", rl, cl);
+    body += &format!("if (rlane == 0u && cv) {{\n        {}\n    }}", store(out, "c", "tot.x"));
+    kernel(width, d.div_ceil(cl), &helpers, &body)
+}
+
+/// Group norm's weight derivative `Σ dy·x̂` per channel: one workgroup per channel loops over
+/// the samples, computing each sample's group statistics with the whole workgroup (the other
+/// channels of the group recompute them), then its channel's share.
+fn group_weight_grad(x: &Operand, dy: &Operand, groups: usize, eps: f64, out: &Operand, width: usize) -> Result<KernelSource, String> {
+    let rows = group_rows(x, groups)?;
     let (n, c, s) = batch_layout(x)?;
+    let (cpg, blen) = (c / groups, rows.len);
+    let helpers = format!(
+        "fn sq(e: u32, m: f32) -> vec4<f32> {{
+    let d = {x} - m;
+    return vec4<f32>(d * d, 0.0, 0.0, 0.0);
+}}
+fn gx(e: u32, m: f32, rstd: f32) -> vec4<f32> {{
+    return vec4<f32>({dy} * ({x} - m) * rstd, 0.0, 0.0, 0.0);
+}}
+",
+        x = load(x, "e"),
+        dy = load(dy, "e"),
+    );
+    let body = format!(
+        "let ch = wid;
+    let g = ch / {cpg}u;
+    var acc = vec4<f32>(0.0);
+    for (var smp = 0u; smp < {n}u; smp = smp + 1u) {{
+    let base = (smp * {groups}u + g) * {blen}u;
+    let own = (smp * {c}u + ch) * {s}u;
+    {s1}{r1}let m = r1.x / f32({blen}u);
+    {s2}{r2}let rstd = 1.0 / sqrt(r2.x / f32({blen}u) + {eps});
+    {s3}acc = acc + s3;
+    }}
+    {tot}if (tid == 0u) {{
+        {st}
+    }}",
+        s1 = strided("s1", "tid", width, blen, "true", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("base + {t}")))),
+        r1 = seg_reduce("r1", "s1", "tid", width, 1),
+        s2 = strided("s2", "tid", width, blen, "true", |t| format!("sq(base + {t}, m)")),
+        r2 = seg_reduce("r2", "s2", "tid", width, 1),
+        s3 = strided("s3", "tid", width, s, "true", |t| format!("gx(own + {t}, m, rstd)")),
+        eps = lit(eps),
+        tot = seg_reduce("tot", "acc", "tid", width, 1),
+        st = store(out, "ch", "tot.x"),
+    );
+    Ok(kernel(width, c, &helpers, &body))
+}
+
+/// Running statistics must be `[C]`.
+fn check_running(inputs: &[Operand], c: usize) -> Result<(), String> {
     if inputs[1].shape != [c] || inputs[2].shape != [c] {
         return Err(format!("running statistics must have shape [{c}], found {:?} and {:?}", inputs[1].shape, inputs[2].shape));
     }
+    Ok(())
+}
+
+/// The statistics of a batch norm: the batch's per channel when training (which needs more
+/// than one value per channel), else the running ones (inputs 1 and 2) of row `bc`.
+fn batch_stats(inputs: &[Operand], training: bool) -> Result<Stats, String> {
+    let (n, c, s) = batch_layout(&inputs[0])?;
+    check_running(inputs, c)?;
     if !training {
-        return Ok(format!(
-            "fn chan_stats(c: u32) -> vec2<f32> {{
-    return vec2<f32>({}, 1.0 / sqrt({} + {}));
-}}
-",
-            load(&inputs[1], "c"),
-            load(&inputs[2], "c"),
-            lit(eps)
-        ));
+        return Ok(Stats::Given { mean: load(&inputs[1], "bc"), var: load(&inputs[2], "bc") });
     }
     if n * s <= 1 {
         return Err(format!("training needs more than one value per channel, found input shape [{n}, {c}, ..] with {s} per sample"));
     }
-    let xe = load(x, &format!("(r / {s}u * {c}u + c) * {s}u + r % {s}u"));
-    Ok(format!(
-        "fn chan_stats(c: u32) -> vec2<f32> {{
-    var m = 0.0;
-    for (var r = 0u; r < {count}u; r = r + 1u) {{ m = m + {xe}; }}
-    m = m / f32({count}u);
-    var v = 0.0;
-    for (var r = 0u; r < {count}u; r = r + 1u) {{ let d = {xe} - m; v = v + d * d; }}
-    return vec2<f32>(m, 1.0 / sqrt(v / f32({count}u) + {}));
-}}
-",
-        lit(eps),
-        count = n * s,
-    ))
+    Ok(Stats::Batch { center: true })
 }
 
-/// Batch norm forward, inputs `x, running_mean, running_var, weight?, bias?`, with batch
-/// statistics when `training`. Not reachable from `generate` until the plan's mode is.
-#[allow(dead_code)]
-pub(super) fn batch_norm(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool, has_bias: bool, training: bool, width: u32) -> Result<KernelSource, String> {
+/// `1/sqrt(running_var[c] + eps)` and the channel `c` of element `i`, for the elementwise
+/// inference kernels.
+fn running(inputs: &[Operand], eps: f64) -> Result<(String, String), String> {
     let (_, c, s) = batch_layout(&inputs[0])?;
-    let helpers = chan_stats_fn(inputs, eps, training)?;
-    let mut y = format!("({} - st.x) * st.y", load(&inputs[0], "i"));
-    if has_weight {
-        y = format!("{y} * {}", load(&inputs[3], "c"));
+    Ok((format!("let c = (i / {s}u) % {c}u;\n    let rstd = 1.0 / sqrt({} + {});", load(&inputs[2], "c"), lit(eps)), load(&inputs[1], "c")))
+}
+
+/// Batch norm forward, inputs `x, running_mean, running_var, weight?, bias?`: batch statistics
+/// (a workgroup per channel) when `training`, else the running ones (elementwise).
+pub(super) fn batch_norm(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool, has_bias: bool, training: bool, width: u32) -> Result<KernelSource, String> {
+    let x = &inputs[0];
+    let stats = batch_stats(inputs, training)?;
+    let (w, b) = affine(inputs, 3, has_weight, has_bias);
+    if training {
+        return Ok(row_kernel(&channel_rows(x)?, x, None, &stats, eps, Mode::Forward { w, b }, out, width as usize));
     }
-    if has_bias {
-        y = format!("{y} + {}", load(&inputs[3 + has_weight as usize], "c"));
+    let (pre, mean) = running(inputs, eps)?;
+    let mut y = format!("({} - {mean}) * rstd", load(x, "i"));
+    if let Some(w) = w {
+        y = format!("{y} * {}", load(w, "c"));
     }
-    let body = format!(
-        "let c = (i / {s}u) % {c}u;
-    let st = chan_stats(c);
-    {}",
-        store(out, "i", &y)
-    );
-    Ok(elementwise(out.shape.iter().product(), width, &body, &helpers))
+    if let Some(b) = b {
+        y = format!("{y} + {}", load(b, "c"));
+    }
+    Ok(elementwise(out.shape.iter().product(), width, &format!("{pre}\n    {}", store(out, "i", &y)), ""))
 }
 
 /// Inputs `x, running_mean, running_var, weight?, bias?, dy`. In training the batch statistics
-/// depend on `x` (the full derivative); otherwise `dx = dy·w·rstd`.
+/// depend on `x` (the full derivative); otherwise `dx = dy·w·rstd`, elementwise.
 fn batch_norm_grad(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool, part: GradPart, training: bool, width: u32) -> Result<KernelSource, String> {
     let x = &inputs[0];
     let dy = &inputs[inputs.len() - 1];
-    let (n, c, s) = batch_layout(x)?;
-    let helpers = chan_stats_fn(inputs, eps, training)?;
-    let count = n * s;
-    let at = format!("(r / {s}u * {c}u + c) * {s}u + r % {s}u");
-    // Σ dy and Σ dy·x̂ over channel c.
-    let sums = format!(
-        "let st = chan_stats(c);
-    var sg = 0.0;
-    var sgx = 0.0;
-    for (var r = 0u; r < {count}u; r = r + 1u) {{
-        let e = {at};
-        let g = {};
-        sg = sg + g;
-        sgx = sgx + g * ({} - st.x) * st.y;
-    }}",
-        load(dy, "e"),
-        load(x, "e")
-    );
-    let body = match part {
-        GradPart::Bias => format!("let c = i;\n    {sums}\n    {}", store(out, "i", "sg")),
-        GradPart::Weight => format!("let c = i;\n    {sums}\n    {}", store(out, "i", "sgx")),
-        _ => {
-            let w = if has_weight { load(&inputs[3], "c") } else { "1.0".into() };
-            let d = if training { format!("{} - sg / f32({count}u) - ({} - st.x) * st.y * sgx / f32({count}u)", load(dy, "i"), load(x, "i")) } else { load(dy, "i") };
-            let pre = if training { sums } else { "let st = chan_stats(c);".into() };
-            format!(
-                "let c = (i / {s}u) % {c}u;
-    {pre}
-    {}",
-                store(out, "i", &format!("st.y * {w} * ({d})"))
-            )
+    let stats = batch_stats(inputs, training)?;
+    let w = has_weight.then(|| &inputs[3]);
+    let rows = channel_rows(x)?;
+    match part {
+        GradPart::Input if !training => {
+            let (pre, _) = running(inputs, eps)?;
+            let scale = w.map_or("rstd".to_string(), |w| format!("rstd * {}", load(w, "c")));
+            Ok(elementwise(out.shape.iter().product(), width, &format!("{pre}\n    {}", store(out, "i", &format!("{scale} * {}", load(dy, "i")))), ""))
         }
-    };
-    Ok(elementwise(out.shape.iter().product(), width, &body, &helpers))
+        GradPart::Input => Ok(row_kernel(&rows, x, Some(dy), &stats, eps, Mode::Input { w }, out, width as usize)),
+        p => Ok(row_kernel(&rows, x, Some(dy), &stats, eps, Mode::Param(p), out, width as usize)),
+    }
 }
 
 fn splitmix64(z: u64) -> u64 {
@@ -435,10 +599,18 @@ mod tests {
     /// Lays `inputs` out in an arena followed by the output, runs `make`'s kernel and returns
     /// the output with the inputs as tensors.
     fn run(dev: &mut GpuDevice, inputs: &[(Vec<usize>, f32)], out_shape: &[usize], make: impl Fn(&[Operand], &Operand, u32) -> KernelSource) -> (Vec<f32>, Vec<Tensor>) {
-        run_with(dev, inputs, out_shape, [0u32; 32], make)
+        run_with(dev, inputs, out_shape, [0u32; 32], None, make)
     }
 
-    fn run_with(dev: &mut GpuDevice, inputs: &[(Vec<usize>, f32)], out_shape: &[usize], params: [u32; 32], make: impl Fn(&[Operand], &Operand, u32) -> KernelSource) -> (Vec<f32>, Vec<Tensor>) {
+    /// `width`: the workgroup width to generate for (the device's preferred when None).
+    fn run_with(
+        dev: &mut GpuDevice,
+        inputs: &[(Vec<usize>, f32)],
+        out_shape: &[usize],
+        params: [u32; 32],
+        width: Option<u32>,
+        make: impl Fn(&[Operand], &Operand, u32) -> KernelSource,
+    ) -> (Vec<f32>, Vec<Tensor>) {
         let mut offset = 0;
         let (mut ops, mut tensors) = (Vec::new(), Vec::new());
         for (k, (shape, shift)) in inputs.iter().enumerate() {
@@ -449,7 +621,7 @@ mod tests {
         }
         let out = Operand::at(offset, out_shape, DType::F32);
         let n: usize = out_shape.iter().product();
-        let width = dev.limits.workgroup_width(256);
+        let width = width.unwrap_or(dev.limits.workgroup_width(256));
         let src = make(&ops, &out, width);
         let kernel = dev.kernel("norm_test", &src.body).expect("valid WGSL");
         let arena = dev.arena(offset + n).expect("fits");
@@ -472,7 +644,7 @@ mod tests {
     #[test]
     fn batch_norm_forward_matches_the_cpu_in_both_modes() {
         let Some(mut dev) = device() else { return };
-        for x in [vec![4usize, 3, 5], vec![5, 3], vec![2, 3, 2, 3]] {
+        for x in [vec![4usize, 3, 5], vec![5, 3], vec![2, 3, 2, 3], vec![8, 3, 700], vec![300, 4], vec![3, 2, 1]] {
             let c = vec![x[1]];
             for training in [true, false] {
                 for (w, b) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -502,7 +674,7 @@ mod tests {
             let mut params = [0u32; 32];
             params[0] = key as u32;
             params[1] = (key >> 32) as u32;
-            let (got, tensors) = run_with(&mut dev, &[(x.clone(), 0.0)], &x, params, |ins, out, width| dropout(&ins[0], out, p, width).expect("generates"));
+            let (got, tensors) = run_with(&mut dev, &[(x.clone(), 0.0)], &x, params, None, |ins, out, width| dropout(&ins[0], out, p, width).expect("generates"));
             let refs: Vec<&Tensor> = tensors.iter().collect();
             let ctx = crate::cpu::Ctx { training: true, seed, node };
             let want = crate::cpu::eval(&Op::Dropout { p }, &refs, DType::F32, &x, &ctx).expect("cpu runs");
@@ -515,6 +687,39 @@ mod tests {
             // DropoutGrad of the same forward step draws the same mask.
             let grad = crate::cpu::eval(&Op::DropoutGrad { p, forward: node }, &refs, DType::F32, &x, &crate::cpu::Ctx { training: true, seed, node: 0 }).expect("cpu runs");
             close(&format!("{what} (grad)"), &got, &grad, 1e-6);
+        }
+    }
+
+    /// The row and column kernels at widths below the device's (down to one invocation): a row
+    /// spans several workgroup widths, and a column block is narrower than 32.
+    #[test]
+    fn norm_kernels_hold_at_narrow_widths() {
+        let Some(mut dev) = device() else { return };
+        let g = |part| Op::LayerNormGrad { eps: 1e-5, has_weight: true, has_bias: true, part };
+        let gn = |part| Op::GroupNormGrad { groups: 3, eps: 1e-5, has_weight: true, has_bias: true, part };
+        let bn = |part| Op::BatchNormGrad { eps: 1e-5, has_weight: true, has_bias: false, part, training: true };
+        let (ln, gx, bx) = (vec![9usize, 70], vec![2usize, 6, 50], vec![4usize, 3, 70]);
+        // (op, input shapes, output shape)
+        let cases: Vec<(Op, Vec<Vec<usize>>, Vec<usize>)> = vec![
+            (g(GradPart::Input), vec![ln.clone(), vec![70], vec![70], ln.clone()], ln.clone()),
+            (g(GradPart::Weight), vec![ln.clone(), vec![70], vec![70], ln.clone()], vec![70]),
+            (g(GradPart::Bias), vec![ln.clone(), vec![70], vec![70], ln.clone()], vec![70]),
+            (Op::RmsNorm { eps: 1e-6, has_weight: true }, vec![vec![3, 300], vec![300]], vec![3, 300]),
+            (gn(GradPart::Input), vec![gx.clone(), vec![6], vec![6], gx.clone()], gx.clone()),
+            (gn(GradPart::Weight), vec![gx.clone(), vec![6], vec![6], gx.clone()], vec![6]),
+            (bn(GradPart::Input), vec![bx.clone(), vec![3], vec![3], vec![3], bx.clone()], bx.clone()),
+            (bn(GradPart::Weight), vec![bx.clone(), vec![3], vec![3], vec![3], bx.clone()], vec![3]),
+        ];
+        for width in [64u32, 32, 16, 4, 1] {
+            for (op, shapes, out) in &cases {
+                // Positive running variances (input 2 of batch norm); other inputs around 0.
+                let inputs: Vec<(Vec<usize>, f32)> = shapes.iter().enumerate().map(|(k, s)| (s.clone(), if k == 2 && matches!(op, Op::BatchNormGrad { .. }) { 1.5 } else { 0.0 })).collect();
+                let step = crate::gpu::test_util::step(op.clone(), (0..shapes.len() as u32).collect(), DType::F32, out);
+                let (got, tensors) = run_with(&mut dev, &inputs, out, [0u32; 32], Some(width), |ins, o, w| generate(&step, ins, o, w).expect("generates"));
+                let refs: Vec<&Tensor> = tensors.iter().collect();
+                let want = crate::cpu::eval(op, &refs, DType::F32, out, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
+                close(&format!("{} at width {width}", op.describe()), &got, &want, 2e-4);
+            }
         }
     }
 }
