@@ -203,4 +203,17 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
     for want in [&format!("on {device}, backend vulkan") as &str, "GPU timing: uploading the inputs, one submission and the wait", "GPU session setup", "training step (Adam, lr 0.001)"] {
         assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
     }
+
+    // --profile splits one run's GPU time by op family, from timestamps.
+    let out = mgnc(&[&small[..], &["--json", "--profile"]].concat());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    for plan in ["forward", "forward + loss + backward"] {
+        let ops = v["profile"][plan].as_array().unwrap_or_else(|| panic!("no profile of {plan}: {}", v["profile"]));
+        let names: Vec<&str> = ops.iter().filter_map(|o| o["op"].as_str()).collect();
+        assert!(names.contains(&"matmul"), "{plan}: {names:?}");
+        assert!(ops.iter().all(|o| o["ms"].as_f64().is_some_and(|ms| ms >= 0.0) && o["dispatches"].as_u64().is_some_and(|n| n >= 1)), "{plan}: {ops:?}");
+    }
+    assert!(v["profile"]["forward + loss + backward"].as_array().expect("checked").iter().any(|o| o["op"] == "softmax_cross_entropy_grad"));
 }

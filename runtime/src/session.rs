@@ -97,6 +97,12 @@ impl Session {
         Ok(())
     }
 
+    /// GPU time per op family over one run (see `GpuSession::profile`); None on the CPU.
+    pub fn profile(&mut self, inputs: &[(&str, &Tensor)]) -> Option<Result<Vec<(String, usize, std::time::Duration)>, RuntimeError>> {
+        let seed = self.run_seed();
+        self.gpu.as_mut().map(|g| g.profile(inputs, seed))
+    }
+
     /// Compiled GPU pipelines and dependency levels, when running on the GPU.
     pub fn gpu_shape(&self) -> Option<(usize, usize)> {
         self.gpu.as_ref().map(|g| g.shape())

@@ -68,6 +68,9 @@ pub struct BenchArgs {
     /// Print one JSON object (on stdout) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// On the GPU, also time one run per op family with GPU timestamps (one pass per dispatch).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Median and interquartile range of one measurement, in milliseconds.
@@ -374,11 +377,28 @@ struct Report {
     memory: Memory,
     /// The training plan's memory and the optimizer state's bytes.
     memory_train: Option<(Memory, u64)>,
+    /// `--profile`: per plan (forward, forward + backward), GPU time per op family.
+    profile: Vec<(&'static str, Vec<(String, usize, f64)>)>,
     notes: Vec<String>,
+}
+
+/// One profiled run of `s` (GPU only), as (op family, dispatches, ms).
+fn profile_of(s: &mut mgn_runtime::session::Session, inputs: &[(String, Tensor)]) -> Option<Vec<(String, usize, f64)>> {
+    match s.profile(&given(inputs))? {
+        Ok(p) => Some(p.into_iter().map(|(k, n, t)| (k, n, t.as_secs_f64() * 1e3)).collect()),
+        Err(e) => {
+            eprintln!("warning: profiling failed: {e}");
+            None
+        }
+    }
 }
 
 pub fn run(a: BenchArgs) -> u8 {
     let format = if a.json { MessageFormat::Json } else { MessageFormat::Human };
+    if a.profile {
+        // GPU timestamps must be requested when the device opens.
+        std::env::set_var("MGN_PROFILE", "1");
+    }
     let engine = match resolve_backend(a.backend, format) {
         Ok(e) => e,
         Err(code) => return code,
@@ -437,6 +457,10 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     };
     let mut setup = gpu.map(|(_, ms)| Setup { inference: ms, ..Setup::default() });
     let forward = b.measure("forward", || timed_run(&mut s, &given(&inputs)))?;
+    let mut profile = Vec::new();
+    if a.profile {
+        profile.extend(profile_of(&mut s, &inputs).map(|p| ("forward", p)));
+    }
     drop(s);
 
     let shrink = minimal_settings(&plan);
@@ -486,6 +510,9 @@ fn bench(b: &Bench) -> Result<Report, u8> {
                 st.training = Some(ms);
             }
             forward_backward = Some(b.measure("forward + loss + backward", || timed_run(&mut s, &given(&inputs)))?);
+            if a.profile {
+                profile.extend(profile_of(&mut s, &inputs).map(|p| ("forward + loss + backward", p)));
+            }
             train_step = Some(b.measure("training step", || s.train_step(&given(&inputs)).map_err(|e| e.to_string()))?);
             if s.on_gpu() {
                 notes.push("the training step is Session::train_step as a user calls it, with whatever it moves between host and device".into());
@@ -514,6 +541,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
         train_step,
         memory,
         memory_train,
+        profile,
         notes,
     })
 }
@@ -564,6 +592,7 @@ fn to_json(r: &Report, a: &BenchArgs) -> Value {
             "minimal": r.minimal.as_ref().map_or(Value::Null, |(_, _, m)| memory_json(m, None)),
             "training": r.memory_train.as_ref().map_or(Value::Null, |(m, o)| memory_json(m, Some(*o))),
         },
+        "profile": r.profile.iter().map(|(plan, p)| (plan.to_string(), p.iter().map(|(op, n, ms)| json!({"op": op, "dispatches": n, "ms": ms})).collect::<Vec<_>>().into())).collect::<serde_json::Map<String, Value>>(),
         "notes": r.notes,
     })
 }
@@ -658,6 +687,13 @@ fn table(r: &Report, a: &BenchArgs) -> String {
             out += &format!("  {:>10}", get(m, *o).map_or("—".into(), bytes));
         }
         out += "\n";
+    }
+    for (plan, p) in &r.profile {
+        let total: f64 = p.iter().map(|(_, _, ms)| ms).sum();
+        out += &format!("\nGPU time by op, {plan} (one run, timestamps around each dispatch in its own pass; total {total:.2} ms):\n");
+        for (op, n, ms) in p.iter().take(12) {
+            out += &format!("  {op:<28} {n:>6} dispatches  {ms:>9.3} ms  {:>5.1}%\n", 100.0 * ms / total.max(1e-12));
+        }
     }
     if !r.notes.is_empty() {
         out += "\nnotes:\n";

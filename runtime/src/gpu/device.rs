@@ -81,7 +81,9 @@ impl GpuDevice {
     pub fn open() -> Result<GpuDevice, String> {
         let all = devices()?;
         let info = choose(&all)?.clone();
-        let desc = gpu::ContextDesc { device_id: Some(info.id), ..Default::default() };
+        // MGN_PROFILE=1 turns on GPU timestamps (see `profile`); they cost a little per pass.
+        let timing = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
+        let desc = gpu::ContextDesc { device_id: Some(info.id), timing, ..Default::default() };
         let ctx = std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
             .map_err(|_| format!("the driver crashed while opening {}", info.name))?
             .map_err(|e| format!("cannot open {}: {e:?}", info.name))?;
@@ -209,6 +211,39 @@ impl GpuDevice {
             unsafe { std::ptr::copy_nonoverlapping(src.add(at), v.as_mut_ptr(), len) };
             at += len;
             out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// GPU time of each dispatch of `levels` (in order), measured with timestamps between passes:
+    /// one pass per dispatch, in submissions of at most `PASS_COUNT - 1` passes. Needs
+    /// `MGN_PROFILE=1` when the device was opened. The extra barriers make the total slower
+    /// than a real run; the split across dispatches is what it is for.
+    pub fn profile(&mut self, arena: &Arena, levels: &[Vec<Dispatch>]) -> Result<Vec<std::time::Duration>, String> {
+        if std::env::var("MGN_PROFILE").map_or(true, |v| v != "1") {
+            return Err("profiling needs MGN_PROFILE=1 when the session opens".into());
+        }
+        let all: Vec<&Dispatch> = levels.iter().flatten().collect();
+        let mut out = Vec::with_capacity(all.len());
+        let chunk = gpu::limits::PASS_COUNT - 1;
+        for part in all.chunks(chunk) {
+            self.encoder.start();
+            for (k, params, groups) in part.iter().copied() {
+                let mut pass = self.encoder.compute(&k.name);
+                let mut pc = pass.with(&k.pipeline);
+                pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
+                pc.dispatch(*groups);
+            }
+            // A last, empty pass closes the previous one's interval.
+            drop(self.encoder.compute("end"));
+            let sp = self.ctx.submit(&mut self.encoder);
+            self.wait(&sp)?;
+            // Timestamps of a submission are collected when the encoder starts again.
+            self.encoder.start();
+            let t = self.encoder.timings();
+            out.extend(t.iter().take(part.len()).map(|(_, d)| *d));
+            let sp = self.ctx.submit(&mut self.encoder);
+            self.wait(&sp)?;
         }
         Ok(out)
     }

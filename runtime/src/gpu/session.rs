@@ -244,6 +244,31 @@ impl GpuSession {
         self.submit(inputs, seed, None, &[]).map(drop)
     }
 
+    /// GPU time per op family over one run of the plan's steps (`MGN_PROFILE=1`): (family,
+    /// dispatches, total time), slowest first. Families are the first word of the op's name.
+    pub fn profile(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<Vec<(String, usize, std::time::Duration)>, RuntimeError> {
+        self.submit(inputs, seed, None, &[])?;
+        let mut levels: Vec<Vec<Dispatch>> = (0..self.levels.count).map(|_| Vec::new()).collect();
+        let mut labels: Vec<Vec<String>> = (0..self.levels.count).map(|_| Vec::new()).collect();
+        for (i, d) in self.dispatch.iter().enumerate() {
+            if let (Some(d), Some(l)) = (d, self.levels.step[i]) {
+                levels[l].push((&self.kernels[d.kernel], d.params, d.groups));
+                let name = self.plan.steps[i].op.describe();
+                labels[l].push(name.split_whitespace().next().unwrap_or("?").to_string());
+            }
+        }
+        let times = self.dev.profile(self.arena.as_ref().expect("arena"), &levels).map_err(err)?;
+        let mut by: HashMap<String, (usize, std::time::Duration)> = HashMap::new();
+        for (label, t) in labels.into_iter().flatten().zip(times) {
+            let e = by.entry(label).or_default();
+            e.0 += 1;
+            e.1 += t;
+        }
+        let mut out: Vec<(String, usize, std::time::Duration)> = by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();
+        out.sort_by(|a, b| b.2.cmp(&a.2));
+        Ok(out)
+    }
+
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.
     /// `seed` is the run's dropout seed (the CPU session's, so both draw the same masks).
     pub fn run(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<RunOutput, RuntimeError> {
