@@ -19,6 +19,7 @@
 #   WARMUP, SAMPLES   per measurement, both sides (5, 20)
 #   SET_<NAME>        model arguments for both sides, e.g. SET_smollm2_135m="T=64"
 #   STEP_TIMEOUT      seconds one side of one workload may take (300)
+#   PROFILE   1 (default): mgnc also reports GPU time per op family (`mgnc bench --profile`)
 #   REVISION  the source revision the mgnc binary was built from (default: git rev-parse here)
 # Time: see docs/BENCHMARKS.md. A second run into the same OUT adds its workloads to the table, so a
 # long set can be split over two commands:  bench/side_by_side.sh smollm2_135m whisper_tiny_encoder;
@@ -81,8 +82,10 @@ for name in "${NAMES[@]}"; do
     mapfile -t sets < <(sets_of "$name")
     echo "=== $name ${sets[*]:-}" >&2
     t0=$(date +%s)
+    profile=()
+    if [ "${PROFILE:-1}" = 1 ] && [ "$BACKEND" != cpu ]; then profile=(--profile); fi
     if timeout "$STEP_TIMEOUT" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
-            --samples "$SAMPLES" "${sets[@]}" >"$OUT/$name.mgnc.json" 2>"$OUT/$name.mgnc.log"; then
+            --samples "$SAMPLES" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" 2>"$OUT/$name.mgnc.log"; then
         echo "mgnc: $(($(date +%s) - t0)) s" >&2
     else
         rc=$?
