@@ -76,6 +76,53 @@ fn batched_matmuls_broadcast_like_torch() {
     check(&[2, 132, 9, 10], &[132, 10, 9]);
 }
 
+/// Every kernel variant in one plan, so one device opening covers them all (some drivers, such
+/// as NVIDIA's in a container, refuse after many openings in one process).
+#[test]
+fn every_variant_in_one_plan_matches_the_cpu() {
+    use super::test_util::{assert_close, run_on_cpu, step};
+    use crate::optim::OptimizerSpec;
+    use crate::plan::{Mode, Plan};
+    let cases: [(&[usize], &[usize]); 10] = [
+        (&[130, 70], &[70, 129]),
+        (&[65, 33], &[33, 17]),
+        (&[64, 16], &[16, 64]),
+        (&[1, 300], &[300, 1000]),
+        (&[5, 37], &[37, 700]),
+        (&[50, 300], &[300]),
+        (&[300], &[300]),
+        (&[2, 3, 9, 13], &[13, 10]),
+        (&[1, 9, 13], &[4, 13, 10]),
+        (&[2, 132, 9, 10], &[132, 10, 9]),
+    ];
+    let mut steps = Vec::new();
+    let mut tensors = Vec::new();
+    let mut outputs = Vec::new();
+    for (c, (a, b)) in cases.iter().enumerate() {
+        for (j, s) in [a, b].iter().enumerate() {
+            tensors.push(Tensor::f32(s.to_vec(), values(s.iter().product(), (c * 2 + j) as u32 * 31)));
+            steps.push(step(Op::Input { name: format!("x{}", c * 2 + j) }, vec![], DType::F32, s));
+        }
+    }
+    for (c, (a, b)) in cases.iter().enumerate() {
+        outputs.push((format!("y{c}"), steps.len() as u32));
+        steps.push(step(Op::MatMul, vec![c as u32 * 2, c as u32 * 2 + 1], DType::F32, &out_shape(a, b)));
+    }
+    let inputs: Vec<(String, u32)> = (0..tensors.len()).map(|i| (format!("x{i}"), i as u32)).collect();
+    let plan = Plan { model: "T".into(), mode: Mode::Infer, config: vec![], params: vec![], steps, inputs: inputs.clone(), outputs, loss: None, grads: vec![], optimizer: OptimizerSpec::default() };
+    let mut gpu = match super::session::GpuSession::new(plan, &[]) {
+        Ok(g) => g,
+        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") => return eprintln!("skipping: {e}"),
+        Err(e) => panic!("{e}"),
+    };
+    let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, i)| (n.as_str(), &tensors[*i as usize])).collect();
+    let got = gpu.run(&given, 0).expect("runs").outputs;
+    for (c, (a, b)) in cases.iter().enumerate() {
+        let want = run_on_cpu(&Op::MatMul, &[&tensors[c * 2], &tensors[c * 2 + 1]], DType::F32, &out_shape(a, b));
+        assert_close(&Op::MatMul, &got[c].1, &want, 1e-4);
+    }
+}
+
 /// Throughput of the matmul kernels on shapes of a small language model (SmolLM2-135M: hidden
 /// 576, MLP 1536, vocabulary 49152) and square ones: not a check, a measurement for a real GPU
 /// (`cargo test --release -p mgn-runtime matmul_throughput -- --ignored --nocapture`). Both
