@@ -23,25 +23,28 @@ pub struct Device {
     pub cooperative_matrix: (u32, u32),
 }
 
-/// Every device, or one sentence saying why there is none to list.
+/// Every device, or one sentence saying why there is none to list. Listed once per process:
+/// each listing loads the Vulkan driver and creates an instance, and NVIDIA's driver stops
+/// creating instances after it has been loaded and unloaded a few times in one process.
 pub fn devices() -> Result<Vec<Device>, String> {
-    let reports = std::panic::catch_unwind(blade_graphics::Context::enumerate)
-        .map_err(|_| "the graphics driver crashed while listing devices".to_string())?
-        .map_err(|e| match e {
-            blade_graphics::NotSupportedError::Platform(p) => platform_reason(&format!("{p:?}")),
-            blade_graphics::NotSupportedError::NoSupportedDeviceFound => "the driver lists no device that supports compute".to_string(),
-            blade_graphics::NotSupportedError::PlatformNotSupported => "this platform has neither Vulkan nor Metal".to_string(),
-        })?;
+    static LISTED: std::sync::OnceLock<Result<Vec<Device>, String>> = std::sync::OnceLock::new();
+    LISTED.get_or_init(list_devices).clone()
+}
+
+fn list_devices() -> Result<Vec<Device>, String> {
+    let reports = std::panic::catch_unwind(blade_graphics::Context::enumerate).map_err(|_| "the graphics driver crashed while listing devices".to_string())?.map_err(|e| match e {
+        blade_graphics::NotSupportedError::Platform(p) => platform_reason(&format!("{p:?}")),
+        blade_graphics::NotSupportedError::NoSupportedDeviceFound => "the driver lists no device that supports compute".to_string(),
+        blade_graphics::NotSupportedError::PlatformNotSupported => "this platform has neither Vulkan nor Metal".to_string(),
+    })?;
     let limits = vulkan_limits();
     let out: Vec<Device> = reports
         .into_iter()
         .map(|r| {
             let (rejected, float16, coop) = match &r.status {
-                blade_graphics::DeviceReportStatus::Available { caps, .. } => (
-                    (!caps.compute).then(|| "it does not support compute shaders".to_string()),
-                    caps.shader_float16,
-                    (caps.cooperative_matrix.f32_tile, caps.cooperative_matrix.f16_tile),
-                ),
+                blade_graphics::DeviceReportStatus::Available { caps, .. } => {
+                    ((!caps.compute).then(|| "it does not support compute shaders".to_string()), caps.shader_float16, (caps.cooperative_matrix.f32_tile, caps.cooperative_matrix.f16_tile))
+                }
                 blade_graphics::DeviceReportStatus::Rejected(why) => (Some(why.clone()), false, (0, 0)),
             };
             Device {
@@ -88,13 +91,10 @@ pub fn choose(devices: &[Device]) -> Result<&Device, String> {
             None => Err(format!("MGN_DEVICE={want} matches no device")),
         };
     }
-    usable()
-        .find(|d| !d.software)
-        .or_else(|| usable().next())
-        .ok_or_else(|| match devices.iter().find_map(|d| d.rejected.clone()) {
-            Some(why) => format!("no device can be used: {why}"),
-            None => "no device can be used".to_string(),
-        })
+    usable().find(|d| !d.software).or_else(|| usable().next()).ok_or_else(|| match devices.iter().find_map(|d| d.rejected.clone()) {
+        Some(why) => format!("no device can be used: {why}"),
+        None => "no device can be used".to_string(),
+    })
 }
 
 #[cfg(not(any(target_os = "macos", target_os = "ios")))]
@@ -102,7 +102,9 @@ fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
     use ash::vk;
     // Any failure here only means the limits are not shown; `devices` already reported why
     // the driver is unusable if it is.
-    let Ok(entry) = (unsafe { ash::Entry::load() }) else { return Vec::new() };
+    // The loader stays loaded for the life of the process (see `devices`).
+    static ENTRY: std::sync::OnceLock<Option<ash::Entry>> = std::sync::OnceLock::new();
+    let Some(entry) = ENTRY.get_or_init(|| unsafe { ash::Entry::load() }.ok()) else { return Vec::new() };
     let app = vk::ApplicationInfo::default().api_version(vk::make_api_version(0, 1, 1, 0));
     let info = vk::InstanceCreateInfo::default().application_info(&app);
     let Ok(instance) = (unsafe { entry.create_instance(&info, None) }) else { return Vec::new() };
