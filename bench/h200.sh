@@ -43,7 +43,7 @@ if has validate; then
 fi
 if has fixtures; then
     stamp "fixtures (background, CPU)"
-    (DEVICE=cpu nice bench/make_fixtures.sh "$OUT/fixtures" >"$OUT/fixtures.log" 2>&1) &
+    (DEVICE=cpu OMP_NUM_THREADS=4 nice bench/make_fixtures.sh "$OUT/fixtures" >"$OUT/fixtures.log" 2>&1) &
     pids+=($!)
 fi
 if has tests; then
