@@ -8,7 +8,9 @@
 #   4. then, alone on the GPU, the side-by-side benchmark (bench/side_by_side.sh).
 # Prepare here first: `bench/gpu_check.sh --prepare` (mgnc and the test binaries into .dev/) and
 # the Vulkan loader .debs into .gl/ (see docs/BENCHMARKS.md). Results go to $OUT (default
-# bench/out/h200); each part's log is kept, and a summary is printed last.
+# bench/out/h200); each part's log is kept, and a summary is printed last. After each part
+# everything is also packed into $OUT/../h200.tgz: the device tool returns a limited number of
+# files, and a run cut short by its time limit keeps what the finished parts wrote.
 # Environment: SAMPLES, WARMUP (bench; 20, 5), COMPILE (torch.compile workloads, none by default),
 # PARTS (default "tests validate fixtures bench"), VALIDATE (workloads to validate; default all),
 # VALIDATE_TIMEOUT (seconds, default 1800), BENCH (workloads to benchmark; default side_by_side's).
@@ -24,6 +26,7 @@ export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/n
 export MGNC=${MGNC:-.dev/mgnc}
 start=$(date +%s)
 stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
+pack() { tar czf "$OUT/../h200.tgz.part" -C "$OUT" . 2>/dev/null && mv "$OUT/../h200.tgz.part" "$OUT/../h200.tgz"; }
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -49,12 +52,15 @@ fi
 if has tests; then
     stamp "tests"
     OUT="$OUT/tests" bash -c 'mkdir -p "$OUT"; bench/gpu_check.sh' >"$OUT/tests.log" 2>&1
+    pack
 fi
 for p in "${pids[@]}"; do wait "$p"; done
+pack
 if has bench; then
     stamp "bench"
     # shellcheck disable=SC2086
     OUT="$OUT/bench" bench/side_by_side.sh ${BENCH:-} >"$OUT/bench.log" 2>&1
+    pack
 fi
 stamp "done"
 echo "== tests";    sed -n '/== summary/,$p' "$OUT/tests.log" 2>/dev/null
