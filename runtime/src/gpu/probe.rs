@@ -126,7 +126,11 @@ fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
             ));
         }
     }
-    unsafe { instance.destroy_instance(None) };
+    // Deliberately never destroyed (this runs once per process): while one instance lives, the
+    // loader keeps the driver's library loaded, so sessions opening and closing their own
+    // instances do not unload and reload it each time — NVIDIA's driver failed to create
+    // instances after a few such cycles in one process.
+    std::mem::forget(instance);
     out
 }
 
