@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests of every crate, golden diagnostics, valid programs, the CLI,
 # the parser/checker fuzz tests, and the GPU tests (on lavapipe where installed: `apt-get install
-# mesa-vulkan-drivers libvulkan1`) once more under MGN_MIN_SPEC=1. Ends with one summary line.
+# mesa-vulkan-drivers libvulkan1`) once more under MGN_MIN_SPEC=1 (kernels and whole models). Ends
+# with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ status=0
 cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
 # The GPU tests again, with every device limit at Vulkan's guaranteed floor.
 MGN_MIN_SPEC=1 cargo test -p mgn-runtime --locked gpu:: 2>&1 | tee -a "$log" || status=$?
+MGN_MIN_SPEC=1 cargo test -p mgn-tests --locked --test gpu --test workloads 2>&1 | tee -a "$log" || status=$?
 passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
 echo
