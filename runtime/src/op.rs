@@ -123,8 +123,19 @@ pub enum Op {
     PoolGrad { op: PoolOp, kernel: Vec<usize>, stride: Vec<usize>, padding: Vec<usize> },
     /// `[dy]` → dx: sums each `scale`-sized block.
     UpsampleGrad { scale: usize },
-    /// `[q, k, v, mask?, dy]` → the gradient of q (part 0), k (1) or v (2).
+    /// `[q, k, v, mask?, dy]` → the gradient of q (part 0), k (1) or v (2). The GPU session may
+    /// append `[stats, out]` (an `AttentionStats` of the same q, k, mask and the forward output;
+    /// `out` only for q and k, which need `rowdot = dy·out`) so the kernels skip their
+    /// statistics pass; compiled plans never do.
     AttentionGrad { causal: bool, scale: f64, has_mask: bool, part: GradPart },
+    /// `[q, k, mask?]` → `[..B, Hq, Tq, 2]`: per query row of the attention with these operands,
+    /// the maximum `m` of its scaled, masked, visible scores and `1/l`, `l = Σ_j e^(s_j − m)`, so
+    /// that `P_ij = e^(s_ij − m_i) · (1/l_i)`. A row that sees no key (all hidden or `-inf`)
+    /// holds `(−FLT_MAX, 0)`, which gives `P = 0` as the forward does. Kept as a pair rather than
+    /// one logsumexp because `m + ln l` in f32 drops `ln l` when `|m|` is large (a row masked
+    /// entirely with −1e9 would get every `P = 1`). Inserted by the GPU session only (never made
+    /// by autodiff, never differentiated).
+    AttentionStats { causal: bool, scale: f64, has_mask: bool },
     /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
     SoftmaxCrossEntropyGrad,
 }
@@ -201,6 +212,7 @@ impl Op {
             Op::PoolGrad { op, .. } => format!("{}_pool_grad", if *op == PoolOp::Max { "max" } else { "avg" }),
             Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
+            Op::AttentionStats { causal, scale, .. } => format!("attention_stats{} scale={}", if *causal { " causal" } else { "" }, fmt_f64(*scale)),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
         }
     }

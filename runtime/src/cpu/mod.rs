@@ -271,6 +271,10 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
             arity(x, 4 + *has_mask as usize)?;
             attention::attention_grad(x, *causal, *scale, *has_mask, *part)
         }
+        AttentionStats { causal, scale, has_mask } => {
+            arity(x, 2 + *has_mask as usize)?;
+            attention::attention_stats(x, *causal, *scale, *has_mask, shape)
+        }
         SoftmaxCrossEntropyGrad => {
             arity(x, 3)?;
             reduce::cross_entropy_grad(x[0], x[1], x[2])

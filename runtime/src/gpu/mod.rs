@@ -1,8 +1,9 @@
 //! The GPU side of the runtime, through blade (Vulkan; Metal untested): devices and their
 //! limits (`probe`), the device and its one arena (`device`), generated kernels (`kernels`),
-//! the dispatch order (`schedule`), in-place training updates (`update`) and the session that
-//! runs a plan (`session`).
+//! the dispatch order (`schedule`), in-place training updates (`update`), the session that
+//! runs a plan (`session`) and the plan rewrite it applies first (`attention_stats`).
 
+pub mod attention_stats;
 pub mod device;
 pub mod kernels;
 pub mod probe;
@@ -15,10 +16,10 @@ mod test_util;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tests_select;
-#[cfg(test)]
 mod tests_conv;
+#[cfg(test)]
+mod tests_matmul;
 #[cfg(test)]
 mod tests_norm;
 #[cfg(test)]
-mod tests_matmul;
+mod tests_select;

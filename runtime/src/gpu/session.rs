@@ -22,7 +22,11 @@ use std::collections::HashMap;
 
 pub struct GpuSession {
     dev: GpuDevice,
+    /// The plan as run: the one given with attention statistics steps added
+    /// (`attention_stats`), so its step indices are not the given plan's.
     pub plan: Plan,
+    /// Per step of `plan`, its index in the given plan (`u32::MAX` for inserted steps).
+    original: Vec<u32>,
     arena: Option<Arena>,
     /// First arena word of each step's value.
     offsets: Vec<usize>,
@@ -96,6 +100,14 @@ impl GpuSession {
     /// Opens the GPU, lays out the arena, uploads `params` and compiles a kernel per step.
     pub fn new(plan: Plan, params: &[Tensor]) -> Result<GpuSession, RuntimeError> {
         let mut dev = GpuDevice::open().map_err(err)?;
+        // Attention derivatives read statistics computed once (before the memory plan and the
+        // levels, which must see the steps that run). Errors and dropout masks keep the given
+        // plan's step numbers: masks are keyed by step index, like the CPU's.
+        let (plan, original) = super::attention_stats::add_attention_stats(&plan);
+        let step_name = |i: usize| match original[i] {
+            u32::MAX => format!("the attention statistics before step {}", original[i + 1]),
+            o => format!("step {o}"),
+        };
         // Values share arena words when their lifetimes do not overlap (memory::plan_arena).
         let layout = crate::memory::plan_arena(&plan);
         let offsets = layout.offsets;
@@ -122,14 +134,18 @@ impl GpuSession {
                 continue;
             }
             let (inputs, output, words) = step_operands(&plan, &offsets, i);
-            let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
-            let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, step {i}", s.loc))?;
-            let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", s.loc)))?;
+            let at = step_name(i);
+            let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
+            let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, {at}", s.loc))?;
+            let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
             let mut params = [0u32; 32];
             for (w, v) in words {
                 params[w] = v;
             }
-            dispatch.push(Some(StepDispatch { kernel: k, groups, params, dropout_node: src.dropout_node }));
+            // The mask key is the original index of the dropout step (a DropoutGrad's renumbered
+            // `forward` maps back to it too).
+            let dropout_node = src.dropout_node.map(|n| original[n as usize]);
+            dispatch.push(Some(StepDispatch { kernel: k, groups, params, dropout_node }));
         }
 
         // Training: optimizer state and clipping scratch go past the plan's own words.
@@ -187,7 +203,7 @@ impl GpuSession {
             train = Some(Training { bn, bn_kernel, params: trained, update_kernel, clip });
         }
         let arena = dev.arena(top).map_err(|e| RuntimeError(format!("{}: {e}", plan.model)))?;
-        let mut session = GpuSession { dev, plan, arena: Some(arena), offsets, kernels, dispatch, levels, train };
+        let mut session = GpuSession { dev, plan, original, arena: Some(arena), offsets, kernels, dispatch, levels, train };
         session.set_params(params)?;
         Ok(session)
     }
@@ -234,9 +250,10 @@ impl GpuSession {
         Ok(steps.iter().zip(words).map(|(&v, w)| tensor_of(w, self.plan.steps[v as usize].dtype, self.plan.steps[v as usize].shape.clone())).collect())
     }
 
-    /// The current value of step `v` (after the last run).
+    /// The current value of step `v` of the plan the session was given (after the last run).
     pub fn value(&mut self, v: u32) -> Result<Tensor, RuntimeError> {
-        Ok(self.read(&[v])?.remove(0))
+        let at = self.original.iter().position(|&o| o == v).ok_or_else(|| RuntimeError(format!("the plan has no step {v}")))?;
+        Ok(self.read(&[at as u32])?.remove(0))
     }
 
     /// One submission of every step, reading nothing back (see `Session::run_resident`).

@@ -1,8 +1,9 @@
 //! The selection and attention kernels (`kernels/select.rs`) against the CPU backend: concat,
-//! slice, gather and their derivatives, ReduceGrad (with ties), argmax, rope, attention and its
-//! three derivatives. Inputs are given explicitly (repeated gather indices, tied maxima).
+//! slice, gather and their derivatives, ReduceGrad (with ties), argmax, rope, attention, its row
+//! statistics and its three derivatives (with and without the statistics given). Inputs are
+//! given explicitly (repeated gather indices, tied maxima).
 
-use super::test_util::{check_on_both, run_on_cpu, run_on_gpu as gpu_run, values};
+use super::test_util::{assert_close, check_on_both, run_on_cpu, run_on_gpu as gpu_run, values};
 use crate::op::{GradPart, Op, ReduceOp};
 use crate::tensor::Tensor;
 use crate::DType;
@@ -138,18 +139,66 @@ fn attention_gradients_match_the_cpu() {
     }
 }
 
-/// Forward and all three derivatives of one attention configuration against the CPU. `q, k, v`
-/// are `[B, Hq, Tq, D]`, `[B, Hkv, Tk, D]`, `[B, Hkv, Tk, Dv]`; `mask` (if any) is appended.
+/// Forward, row statistics and all three derivatives of one attention configuration against
+/// the CPU. `q, k, v` are `[B, Hq, Tq, D]`, `[B, Hkv, Tk, D]`, `[B, Hkv, Tk, Dv]`; `mask` (if
+/// any) is appended. The derivatives run as compiled (statistics recomputed) and as the GPU
+/// session rewrites them (statistics and the forward output given), against the same CPU result.
 fn check_attention(b: usize, (hq, hkv): (usize, usize), (tq, tk): (usize, usize), (d, dv): (usize, usize), causal: bool, mask: Option<Tensor>, seed: u32) {
     let scale = 1.0 / (d as f64).sqrt();
     let has_mask = mask.is_some();
     let mut x = vec![floats(&[b, hq, tq, d], seed), floats(&[b, hkv, tk, d], seed + 1), floats(&[b, hkv, tk, dv], seed + 2)];
     x.extend(mask);
-    check_on_both(&Op::Attention { causal, scale, has_mask }, &x, DType::F32, &[b, hq, tq, dv], 1e-5);
+    let forward = Op::Attention { causal, scale, has_mask };
+    check_on_both(&forward, &x, DType::F32, &[b, hq, tq, dv], 1e-5);
+    let mut qk_mask = vec![x[0].clone(), x[1].clone()];
+    qk_mask.extend(x.get(3).cloned());
+    let stats_op = Op::AttentionStats { causal, scale, has_mask };
+    check_on_both(&stats_op, &qk_mask, DType::F32, &[b, hq, tq, 2], 1e-5);
+    let refs: Vec<&Tensor> = x.iter().collect();
+    let out = run_on_cpu(&forward, &refs, DType::F32, &[b, hq, tq, dv]);
+    let stats = run_on_cpu(&stats_op, &qk_mask.iter().collect::<Vec<_>>(), DType::F32, &[b, hq, tq, 2]);
     x.push(floats(&[b, hq, tq, dv], seed + 3));
     for (part, shape) in [(GradPart::Q, [b, hq, tq, d]), (GradPart::K, [b, hkv, tk, d]), (GradPart::V, [b, hkv, tk, dv])] {
-        check_on_both(&Op::AttentionGrad { causal, scale, has_mask, part }, &x, DType::F32, &shape, 5e-5);
+        let op = Op::AttentionGrad { causal, scale, has_mask, part };
+        check_on_both(&op, &x, DType::F32, &shape, 5e-5);
+        let want = run_on_cpu(&op, &x.iter().collect::<Vec<_>>(), DType::F32, &shape);
+        // With the statistics and the forward output; dv also with the statistics alone, and dq
+        // and dk with the statistics alone fall back to their own statistics pass.
+        let mut given = x.clone();
+        given.push(stats.clone());
+        let mut with_out = given.clone();
+        with_out.push(out.clone());
+        for inputs in [&with_out, &given] {
+            let Some(got) = gpu_run(&op, inputs, DType::F32, &shape) else { return };
+            assert_close(&op, &got, &want, 5e-5);
+        }
     }
+}
+
+#[test]
+fn attention_statistics_hold_the_row_max_and_reciprocal_sum() {
+    // One head, three keys: row 0 sees all (scores 0, 1, 2 with q = 1, k = 0, 1, 2 and scale 1),
+    // row 1 only key 0 (causal, Tq = Tk), row 2 is masked to -inf everywhere.
+    let q = Tensor::f32(vec![1, 3, 1], vec![1.0, 1.0, 1.0]);
+    let k = Tensor::f32(vec![1, 3, 1], vec![0.0, 1.0, 2.0]);
+    let inf = f32::NEG_INFINITY;
+    let mask = Tensor::f32(vec![3, 3], vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, inf, inf, inf]);
+    let got = run_on_cpu(&Op::AttentionStats { causal: false, scale: 1.0, has_mask: true }, &[&q, &k, &mask], DType::F32, &[1, 3, 2]).to_f64_vec();
+    let l = 1.0 + (-1f64).exp() + (-2f64).exp();
+    assert!((got[0] - 2.0).abs() < 1e-6 && (got[1] - 1.0 / l).abs() < 1e-6, "{got:?}");
+    assert_eq!(&got[4..], &[-(f32::MAX as f64), 0.0], "a row that sees no key");
+    let got = run_on_cpu(&Op::AttentionStats { causal: true, scale: 1.0, has_mask: false }, &[&q, &k], DType::F32, &[1, 3, 2]).to_f64_vec();
+    assert_eq!(&got[..2], &[0.0, 1.0], "causal row 0 sees key 0 alone");
+    check_on_both(&Op::AttentionStats { causal: false, scale: 1.0, has_mask: true }, &[q, k, mask], DType::F32, &[1, 3, 2], 1e-6);
+}
+
+#[test]
+fn rows_masked_entirely_with_a_large_finite_value_stay_uniform() {
+    // -1e9 on every key of rows 0 and 3 (a padded query): the softmax there is uniform on both
+    // backends, which a logsumexp stored in f32 (-1e9 + ln Tk rounds to -1e9) would not give.
+    let (tq, tk) = (5, 19);
+    let mask = Tensor::f32(vec![1, 1, tq, tk], (0..tq * tk).map(|i| if matches!(i / tk, 0 | 3) || i % tk > 15 { -1e9 } else { 0.0 }).collect());
+    check_attention(1, (2, 1), (tq, tk), (8, 8), false, Some(mask), 111);
 }
 
 #[test]

@@ -24,16 +24,20 @@
 //! −inf because WGSL has no infinite literals; a finite score of −FLT_MAX still counts, as on the
 //! CPU.
 //!
-//! The derivatives receive `q, k, v, mask?, dy` but not the forward's output or its row
-//! statistics, so each recomputes per query row the maximum `m`, the sum `l` and (for dq and dk)
-//! `rowdot`, in one online pass over the keys (`stats_pass`): every invocation keeps partial
+//! The derivatives as compiled receive `q, k, v, mask?, dy` but not the forward's output or its
+//! row statistics, so each recomputes per query row the maximum `m`, the sum `l` and (for dq and
+//! dk) `rowdot`, in one online pass over the keys (`stats_pass`): every invocation keeps partial
 //! `(m, l, u = Σ e^(s−m)·dP)` over its own keys, and the partials of a row merge in shared memory
 //! once per query tile. dq does that once per query tile. dk and dv own a block of keys and
 //! must see every query that reads them, so they recompute the statistics of every query tile
-//! against all keys — `Tk / BK` times the forward's score work. A forward that also stored
-//! `logsumexp = m + log l` per row (and `rowdot = dy·out`, one dot per row) would remove the
-//! statistics pass: dk and dv would be a single pass over their query tiles and dq a single pass
-//! over its key tiles.
+//! against all keys — `Tk / BK` times the forward's score work.
+//!
+//! The GPU session therefore rewrites its plan (`gpu/attention_stats.rs`): one `AttentionStats`
+//! step (`row_stats`, the statistics pass without dy) stores `(m, 1/l)` per query row, and each
+//! derivative reads it after dy, dq and dk also the forward output (`rowdot = dy·out`, one dot
+//! per row; see `Given`). Then dq is a single pass over its key tiles, and dk and dv
+//! (`grad_kv_given`) a single pass over the query tiles that see their own keys: `O(Tq·BK·D)`
+//! per key tile instead of `O(Tq·Tk·D)`.
 
 use super::{load, store, strides, KernelSource, Operand};
 use crate::op::{GradPart, Op};
@@ -45,7 +49,8 @@ const SHARED_WORDS: usize = 4096;
 /// −FLT_MAX: the "nothing seen yet" maximum (WGSL has no −inf literal).
 const NEG: &str = "-3.4028235e38";
 
-/// Kernels for `Op::Attention` and `Op::AttentionGrad`.
+/// Kernels for `Op::Attention`, `Op::AttentionStats` and `Op::AttentionGrad` (with or without
+/// the statistics the GPU session adds: see `Given`).
 pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
     let need = |k: usize| -> Result<(), String> {
         if inputs.len() < k {
@@ -60,19 +65,67 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
             forward(&a, out, width as usize)
         }
+        Op::AttentionStats { causal, scale, has_mask } => {
+            need(2 + *has_mask as usize)?;
+            // Attention's sizes with k standing in for v, which the statistics never read.
+            let mut x = vec![inputs[0].clone(), inputs[1].clone(), inputs[1].clone()];
+            x.extend(inputs.get(2).cloned());
+            let a = Attn::new(&x, *causal, *scale, *has_mask)?;
+            let mut want = a.q.shape.clone();
+            *want.last_mut().expect("rank checked") = 2;
+            if out.shape != want {
+                return Err(format!("attention_stats: the result is {:?}, expected {want:?}", out.shape));
+            }
+            row_stats(&a, out, width as usize)
+        }
         Op::AttentionGrad { causal, scale, has_mask, part } => {
-            need(4 + *has_mask as usize)?;
+            let base = 4 + *has_mask as usize;
+            need(base)?;
             let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
             if a.dy.is_none() {
                 return Err("attention_grad needs dy after q, k, v and the mask".into());
             }
+            let given = Given::of(&a, &inputs[base..], *part)?;
             match part {
-                GradPart::Q => grad_q(&a, out, width as usize),
-                GradPart::K | GradPart::V => grad_kv(&a, *part == GradPart::K, out, width as usize),
+                GradPart::Q => grad_q(&a, given.as_ref(), out, width as usize),
+                GradPart::K | GradPart::V => grad_kv(&a, *part == GradPart::K, given.as_ref(), out, width as usize),
                 other => Err(format!("attention has no {other:?} input to differentiate (Q, K or V)")),
             }
         }
         other => Err(format!("`{}` is not attention", other.describe())),
+    }
+}
+
+/// Row statistics a derivative kernel is given instead of computing them: `stats` (an
+/// `AttentionStats` of its q, k and mask: `(m, 1/l)` per query row) and, for dq and dk, the
+/// forward output `out`, from which `rowdot_i = Σ_j P_ij·dP_ij = dy_i·out_i` is one dot per row.
+/// dq and dk without `out` ignore `stats` and run their statistics pass (still correct).
+struct Given<'a> {
+    stats: &'a Operand,
+    out: Option<&'a Operand>,
+}
+
+impl<'a> Given<'a> {
+    fn of(a: &Attn, extra: &'a [Operand], part: GradPart) -> Result<Option<Given<'a>>, String> {
+        let Some(stats) = extra.first() else { return Ok(None) };
+        let mut want = a.q.shape.clone();
+        *want.last_mut().expect("rank checked") = 2;
+        if stats.shape != want || !stats.dtype.is_float() {
+            return Err(format!("attention_grad: the statistics are {:?}, expected {want:?}", stats.shape));
+        }
+        let out = extra.get(1);
+        if let (Some(o), Some(dy)) = (out, a.dy) {
+            if o.shape != dy.shape {
+                return Err(format!("attention_grad: the forward output is {:?}, expected dy's {:?}", o.shape, dy.shape));
+            }
+        }
+        if extra.len() > 2 {
+            return Err(format!("attention_grad takes at most two inputs after dy (statistics, forward output), found {}", extra.len()));
+        }
+        Ok(match part {
+            GradPart::V => Some(Given { stats, out: None }),
+            _ => out.map(|o| Given { stats, out: Some(o) }),
+        })
     }
 }
 
@@ -411,6 +464,103 @@ fn stats_pass(a: &Attn, t: &Tiles, l: &StatsLayout, save_own: bool) -> String {
     )
 }
 
+/// WGSL loading the given statistics of the query tile at `q0` (head `bh`) into
+/// `sh[mo/lo/ro + r]`: the row maximum, `1/l` (0 for a row that sees no key) and, with the
+/// forward output, `rowdot = dy·out` (dy staged at `yo`, row stride `yd`). Barriers on both
+/// sides: dy must be staged before, and every scorer reads the rows after.
+#[allow(clippy::too_many_arguments)]
+fn load_given(a: &Attn, g: &Given, bq: usize, yo: usize, yd: usize, mo: usize, lo: usize, ro: usize) -> String {
+    let rowdot = match g.out {
+        Some(o) => fill(
+            "
+            for (var e = 0u; e < $DV$u; e = e + 1u) {
+                rd = rd + sh[$YO$u + tid * $YD$u + e] * $OUT$;
+            }",
+            &[("DV", a.dv.to_string()), ("YO", yo.to_string()), ("YD", yd.to_string()), ("OUT", load(o, &format!("row * {}u + e", a.dv)))],
+        ),
+        None => String::new(),
+    };
+    fill(
+        "workgroupBarrier();
+    if (tid < $BQ$u) {
+        let qi = q0 + tid;
+        var m = $NEG$;
+        var inv = 0.0;
+        var rd = 0.0;
+        if (qi < $TQ$u) {
+            let row = bh * $TQ$u + qi;
+            m = $M$;
+            inv = $INV$;$ROWDOT$
+        }
+        sh[$MO$u + tid] = m;
+        sh[$LO$u + tid] = inv;
+        sh[$RO$u + tid] = rd;
+    }
+    workgroupBarrier();",
+        &[
+            ("BQ", bq.to_string()),
+            ("NEG", NEG.into()),
+            ("TQ", a.tq.to_string()),
+            ("M", load(g.stats, "row * 2u")),
+            ("INV", load(g.stats, "row * 2u + 1u")),
+            ("ROWDOT", rowdot),
+            ("MO", mo.to_string()),
+            ("LO", lo.to_string()),
+            ("RO", ro.to_string()),
+        ],
+    )
+}
+
+/// `AttentionStats`: one workgroup per (batch·query head, query tile), the statistics pass of
+/// the derivatives without dy (so without V), then `(m, 1/l)` per row.
+fn row_stats(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
+    let d = a.d;
+    // The Q tile, the row results, then the K tile, which the partials alias once the keys are done.
+    let words = |bq: usize, bk: usize| bq * odd(d) + 3 * bq + (bk * odd(d)).max(3 * bq * bk);
+    let t = Tiles::choose(w, a.tq, a.tk, words, |bq, bk| (bk.min(16), bq, bk))?;
+    let qd = odd(d);
+    let (qo, mo) = (0, t.bq * qd);
+    let (lo, ro, ko) = (mo + t.bq, mo + 2 * t.bq, mo + 3 * t.bq);
+    let nqb = a.tq.div_ceil(t.bq);
+    let groups = a.batch * a.hq * nqb;
+    if groups == 0 || d == 0 {
+        return Ok(kernel(w, 1, 0, ""));
+    }
+    let layout = StatsLayout { qo, qd, y: None, ko, kd: qd, vo: 0, vd: 0, part: ko, mo, lo, ro };
+    let body = fill(
+        "let bh = wid / $NQB$u;
+    let q0 = (wid - bh * $NQB$u) * $BQ$u;
+    let kvrow = (bh / $HQ$u) * $HKV$u + (bh % $HQ$u) / $REP$u;
+    let mbase = $MBASE$;
+    let sj = tid % $BK$u;
+    let sr0 = tid / $BK$u;
+    $STAGE_Q$
+    $STATS$
+    let qi = q0 + tid;
+    if (tid < $BQ$u && qi < $TQ$u) {
+        let l = sh[$LO$u + tid];
+        $STORE_M$
+        $STORE_INV$
+    }",
+        &[
+            ("NQB", nqb.to_string()),
+            ("BQ", t.bq.to_string()),
+            ("BK", t.bk.to_string()),
+            ("HQ", a.hq.to_string()),
+            ("HKV", a.hkv.to_string()),
+            ("REP", a.rep().to_string()),
+            ("MBASE", a.mask_layout().0),
+            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
+            ("STATS", stats_pass(a, &t, &layout, false)),
+            ("TQ", a.tq.to_string()),
+            ("LO", lo.to_string()),
+            ("STORE_M", store(out, &format!("(bh * {}u + qi) * 2u", a.tq), &format!("sh[{mo}u + tid]"))),
+            ("STORE_INV", store(out, &format!("(bh * {}u + qi) * 2u + 1u", a.tq), "select(0.0, 1.0 / l, l > 0.0)")),
+        ],
+    );
+    Ok(kernel(w, t.bq * qd + 3 * t.bq + (t.bk * qd).max(3 * t.bq * t.bk), groups, &body))
+}
+
 /// The kernel's entry: `workgroup_size(W)`, the linear workgroup id `wid` (the session folds
 /// the grid into three dimensions), and a uniform exit past the last tile.
 fn entry(w: usize, words: usize, groups: usize, body: &str) -> String {
@@ -568,16 +718,19 @@ fn forward(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
 }
 
 /// dq: one workgroup per (batch·query head, query tile). The statistics pass gives each row's
-/// max, sum and rowdot once; a second pass over the key tiles forms `dS = P ∘ (dP − rowdot)`
-/// per pair into shared memory and accumulates `dq += dS·K` in the output mapping (over D).
-fn grad_q(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
+/// max, sum and rowdot once (or they are `given`: then the row max, `1/l` and `dy·out`); a
+/// second pass over the key tiles forms `dS = P ∘ (dP − rowdot)` per pair into shared memory
+/// and accumulates `dq += dS·K` in the output mapping (over D).
+fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<KernelSource, String> {
     let (d, dv) = (a.d, a.dv);
+    // The statistics pass's partials (none when the statistics are given).
+    let part = |bq: usize, bk: usize| if given.is_some() { 0 } else { 3 * bq * bk };
     let geometry = |bq: usize, bk: usize| {
         let tpr = w / bq;
         let cpt = d.div_ceil(tpr).max(1);
         // Q, dy, K, V tiles (partials alias K and V), dS, statistics, and slack for the column
         // overrun of the last K row in the dq loop (columns past D are computed and dropped).
-        let tiles = (bk * (odd(d) + odd(dv))).max(3 * bq * bk);
+        let tiles = (bk * (odd(d) + odd(dv))).max(part(bq, bk));
         (tpr, cpt, bq * (odd(d) + odd(dv)) + tiles + bq * (bk + 1) + 3 * bq + cpt * tpr)
     };
     let t = Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk.min(16), bq, bk))?;
@@ -589,7 +742,7 @@ fn grad_q(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
     let (lo, ro) = (mo + t.bq, mo + 2 * t.bq);
     let ko = mo + 3 * t.bq;
     let vo = ko + t.bk * kd;
-    let dso = ko + (t.bk * (kd + vd)).max(3 * t.bq * t.bk);
+    let dso = ko + (t.bk * (kd + vd)).max(part(t.bq, t.bk));
     let nqb = a.tq.div_ceil(t.bq);
     let groups = a.batch * a.hq * nqb;
     if groups == 0 || d == 0 {
@@ -597,6 +750,11 @@ fn grad_q(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
     }
     let dy = a.dy.expect("checked");
     let layout = StatsLayout { qo, qd, y: Some((yo, yd)), ko, kd, vo, vd, part: ko, mo, lo, ro };
+    // `sh[LO]` holds the row sum `l`, or with given statistics `1/l`.
+    let (stats, per_l) = match given {
+        Some(g) => (format!("let kend = {};\n    {}", key_end(a, t.bq), load_given(a, g, t.bq, yo, yd, mo, lo, ro)), "*"),
+        None => (stats_pass(a, &t, &layout, false), "/"),
+    };
     let body = fill(
         "let bh = wid / $NQB$u;
     let q0 = (wid - bh * $NQB$u) * $BQ$u;
@@ -622,7 +780,7 @@ fn grad_q(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
                 let lr = sh[$LO$u + r];
                 var ds = 0.0;
                 if (okk && lr > 0.0) {
-                    ds = exp(sc - sh[$MO$u + r]) / lr * (dpv - sh[$RO$u + r]);
+                    ds = exp(sc - sh[$MO$u + r]) $PER_L$ lr * (dpv - sh[$RO$u + r]);
                 }
                 sh[$DSO$u + r * $SB$u + sj] = ds;
             }
@@ -659,7 +817,8 @@ fn grad_q(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
             ("RSTEP", t.rstep.to_string()),
             ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
             ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, yo, yd, w)),
-            ("STATS", stats_pass(a, &t, &layout, false)),
+            ("STATS", stats),
+            ("PER_L", per_l.into()),
             ("STAGE_K", stage(a.k, &format!("kvrow * {}u + k0 * {d}u", a.tk * d), "k0", a.tk, t.bk, d, ko, kd, w)),
             ("STAGE_V", stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w)),
             ("SCORE", score(a, qo, qd, ko, kd, Some((yo, yd, vo, vd)))),
@@ -684,7 +843,10 @@ fn grad_q(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
 /// the statistics pass over every key (keeping the scores and dP of its own keys), then form
 /// `P` (dv) or `dS` (dk) for its own keys into shared memory and accumulate `Pᵀ·dy` or `dSᵀ·q`
 /// in the output mapping (key `tid / TPR`, columns `tid % TPR + c·TPR`).
-fn grad_kv(a: &Attn, is_k: bool, out: &Operand, w: usize) -> Result<KernelSource, String> {
+fn grad_kv(a: &Attn, is_k: bool, given: Option<&Given>, out: &Operand, w: usize) -> Result<KernelSource, String> {
+    if let Some(g) = given {
+        return grad_kv_given(a, is_k, g, out, w);
+    }
     let (d, dv) = (a.d, a.dv);
     let cols = if is_k { d } else { dv };
     let geometry = |bq: usize, bk: usize| {
@@ -806,6 +968,135 @@ fn grad_kv(a: &Attn, is_k: bool, out: &Operand, w: usize) -> Result<KernelSource
     Ok(kernel(w, words, groups, &body))
 }
 
+/// dk or dv with the statistics given: the work per key tile is one pass over the query
+/// tiles that see it, `O(Tq·BK·D)`, instead of a statistics pass over every key per query tile.
+/// The workgroup's own K tile (and for dk its V tile) is staged once; per query tile: stage q
+/// and dy, load the rows' `m`, `1/l` (and for dk `rowdot = dy·out`), score the own keys into
+/// `P` (dv) or `dS` (dk) in shared memory, and accumulate `Pᵀ·dy` or `dSᵀ·q` as `grad_kv` does.
+fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Result<KernelSource, String> {
+    let (d, dv) = (a.d, a.dv);
+    let cols = if is_k { d } else { dv };
+    let geometry = |bq: usize, bk: usize| {
+        let tpr = w / bk;
+        let cpt = cols.div_ceil(tpr).max(1);
+        // q and dy tiles, the rows' statistics, the own K (and for dk V) tile, the P / dS tile,
+        // and slack for the column overrun of the last row in the accumulation.
+        let own = if is_k { bk * (odd(d) + odd(dv)) } else { bk * odd(d) };
+        (tpr, cpt, bq * (odd(d) + odd(dv)) + 3 * bq + own + bq * (bk + 1) + cpt * tpr)
+    };
+    // Larger key tiles first: every key tile reads all of q and dy.
+    let t = Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk, bq, 0))?;
+    let (tpr, cpt, words) = geometry(t.bq, t.bk);
+    let (qd, yd, kd, vd, sb) = (odd(d), odd(dv), odd(d), odd(dv), t.bk + 1);
+    let qo = 0;
+    let yo = qo + t.bq * qd;
+    let mo = yo + t.bq * yd;
+    let (lo, ro) = (mo + t.bq, mo + 2 * t.bq);
+    let ko = mo + 3 * t.bq;
+    let vo = ko + t.bk * kd;
+    let po = if is_k { vo + t.bk * vd } else { vo };
+    let nkb = a.tk.div_ceil(t.bk);
+    let groups = a.batch * a.hkv * nkb;
+    if groups == 0 || cols == 0 {
+        return Ok(kernel(w, 1, 0, ""));
+    }
+    let dy = a.dy.expect("checked");
+    let qfirst = if a.causal { format!("((max(kown + {tq}u, {tk}u) - {tk}u) / {bq}u) * {bq}u", tq = a.tq, tk = a.tk, bq = t.bq) } else { "0u".into() };
+    let weight = if is_k { "p * (dpv - sh[$RO$u + r])" } else { "p" };
+    let (src, src_d) = if is_k { (qo, qd) } else { (yo, yd) };
+    let scale = if is_k { format!(" * {:?}", a.scale as f32) } else { String::new() };
+    let stage_v = if is_k { stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w) } else { String::new() };
+    let body = fill(
+        &"let bkv = wid / $NKB$u;
+    let kown = (wid - bkv * $NKB$u) * $BK$u;
+    let k0 = kown;
+    let kvrow = bkv;
+    let b = bkv / $HKV$u;
+    let kvh = bkv - b * $HKV$u;
+    let sj = tid % $BK$u;
+    let sr0 = tid / $BK$u;
+    let pj = tid / $TPR$u;
+    let pc = tid % $TPR$u;
+    $STAGE_K$
+    $STAGE_V$
+    var acc: array<f32, $CPT$>;
+    let qfirst = $QFIRST$;
+    for (var hr = 0u; hr < $REP$u; hr = hr + 1u) {
+        let bh = b * $HQ$u + kvh * $REP$u + hr;
+        let mbase = $MBASE$;
+        for (var q0 = qfirst; q0 < $TQ$u; q0 = q0 + $BQ$u) {
+            workgroupBarrier();
+            $STAGE_Q$
+            $STAGE_Y$
+            $GIVEN$
+            for (var kk = 0u; kk < $SPT$u; kk = kk + 1u) {
+                let r = sr0 + kk * $RSTEP$u;
+                if (r < $BQ$u) {
+                $SCORE$
+                    let inv = sh[$LO$u + r];
+                    var wt = 0.0;
+                    if (okk && inv > 0.0) {
+                        let p = exp(sc - sh[$MO$u + r]) * inv;
+                        wt = $WEIGHT$;
+                    }
+                    sh[$PO$u + r * $SB$u + sj] = wt;
+                }
+            }
+            workgroupBarrier();
+            for (var r = 0u; r < $BQ$u; r = r + 1u) {
+                let wt = sh[$PO$u + r * $SB$u + pj];
+                let xb = $SRC$u + r * $SRCD$u + pc;
+                for (var c = 0u; c < $CPT$u; c = c + 1u) {
+                    acc[c] = acc[c] + wt * sh[xb + c * $TPR$u];
+                }
+            }
+        }
+    }
+    let j = kown + pj;
+    if (j < $TK$u) {
+        for (var c = 0u; c < $CPT$u; c = c + 1u) {
+            let col = pc + c * $TPR$u;
+            if (col < $COLS$u) {
+                $STORE$
+            }
+        }
+    }"
+        .replace("$WEIGHT$", weight),
+        &[
+            ("NKB", nkb.to_string()),
+            ("BK", t.bk.to_string()),
+            ("BQ", t.bq.to_string()),
+            ("HKV", a.hkv.to_string()),
+            ("HQ", a.hq.to_string()),
+            ("REP", a.rep().to_string()),
+            ("TPR", tpr.to_string()),
+            ("CPT", cpt.to_string()),
+            ("SPT", t.spt.to_string()),
+            ("RSTEP", t.rstep.to_string()),
+            ("QFIRST", qfirst),
+            ("MBASE", a.mask_layout().0),
+            ("TQ", a.tq.to_string()),
+            ("TK", a.tk.to_string()),
+            ("STAGE_K", stage(a.k, &format!("kvrow * {}u + k0 * {d}u", a.tk * d), "k0", a.tk, t.bk, d, ko, kd, w)),
+            ("STAGE_V", stage_v),
+            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
+            ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, yo, yd, w)),
+            ("GIVEN", load_given(a, g, t.bq, yo, yd, mo, lo, ro)),
+            ("SCORE", score(a, qo, qd, ko, kd, is_k.then_some((yo, yd, vo, vd)))),
+            ("LO", lo.to_string()),
+            ("MO", mo.to_string()),
+            ("RO", ro.to_string()),
+            ("PO", po.to_string()),
+            ("SB", sb.to_string()),
+            ("SRC", src.to_string()),
+            ("SRCD", src_d.to_string()),
+            ("COLS", cols.to_string()),
+            ("STORE", store(out, &format!("j * {cols}u + kvrow * {}u + col", a.tk * cols), &format!("acc[c]{scale}"))),
+        ],
+    );
+    Ok(kernel(w, words, groups, &body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -823,20 +1114,37 @@ mod tests {
         let shapes = [(1, 6, 6, 1500, 1500, 64, false), (1, 9, 3, 128, 128, 64, true), (2, 4, 2, 37, 70, 8, false), (1, 2, 1, 5, 3, 128, true)];
         for (b, hq, hkv, tq, tk, d, causal) in shapes {
             for width in [256, 128, 64] {
-                let x = [operand(0, &[b, hq, tq, d]), operand(1 << 20, &[b, hkv, tk, d]), operand(2 << 20, &[b, hkv, tk, d]), operand(3 << 20, &[tq, tk]), operand(4 << 20, &[b, hq, tq, d])];
-                let steps = [
-                    Op::Attention { causal, scale: 0.125, has_mask: true },
-                    Op::AttentionGrad { causal, scale: 0.125, has_mask: true, part: GradPart::Q },
-                    Op::AttentionGrad { causal, scale: 0.125, has_mask: true, part: GradPart::K },
-                    Op::AttentionGrad { causal, scale: 0.125, has_mask: true, part: GradPart::V },
+                // q, k, v, mask, dy, then the statistics and the forward output.
+                let x = [
+                    operand(0, &[b, hq, tq, d]),
+                    operand(1 << 20, &[b, hkv, tk, d]),
+                    operand(2 << 20, &[b, hkv, tk, d]),
+                    operand(3 << 20, &[tq, tk]),
+                    operand(4 << 20, &[b, hq, tq, d]),
+                    operand(6 << 20, &[b, hq, tq, 2]),
+                    operand(7 << 20, &[b, hq, tq, d]),
                 ];
-                for op in steps {
+                let grad = |part| Op::AttentionGrad { causal, scale: 0.125, has_mask: true, part };
+                let steps = [
+                    (Op::Attention { causal, scale: 0.125, has_mask: true }, 4),
+                    (Op::AttentionStats { causal, scale: 0.125, has_mask: true }, 3),
+                    (grad(GradPart::Q), 5),
+                    (grad(GradPart::K), 5),
+                    (grad(GradPart::V), 5),
+                    (grad(GradPart::Q), 7),
+                    (grad(GradPart::K), 7),
+                    (grad(GradPart::V), 6),
+                ];
+                for (op, n) in steps {
                     let shape = match &op {
                         Op::AttentionGrad { part: GradPart::K | GradPart::V, .. } => vec![b, hkv, tk, d],
+                        Op::AttentionStats { .. } => vec![b, hq, tq, 2],
                         _ => vec![b, hq, tq, d],
                     };
                     let step = crate::gpu::test_util::step(op.clone(), vec![], DType::F32, &shape);
-                    let inputs = if matches!(op, Op::Attention { .. }) { &x[..4] } else { &x[..] };
+                    // The statistics read q, k and the mask.
+                    let stats_inputs = [x[0].clone(), x[1].clone(), x[3].clone()];
+                    let inputs = if matches!(op, Op::AttentionStats { .. }) { &stats_inputs[..] } else { &x[..n] };
                     let src = generate(&step, inputs, &operand(5 << 20, &shape), width).unwrap_or_else(|e| panic!("{}: {e}", op.describe()));
                     assert_eq!(src.invocations % width as u64, 0);
                     let words: usize = src.body.split("array<f32, ").nth(1).and_then(|s| s.split('>').next()).and_then(|n| n.parse().ok()).expect("one workgroup array");

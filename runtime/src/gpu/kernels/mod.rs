@@ -260,6 +260,7 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
         | Op::ArgMax { .. }
         | Op::Rope { .. }
         | Op::Attention { .. }
+        | Op::AttentionStats { .. }
         | Op::AttentionGrad { .. } => return select::generate(step, inputs, out, width),
         other => return Err(format!("`{}` has no GPU kernel yet", other.describe())),
     };
@@ -302,9 +303,14 @@ pub struct PlanKernels {
     pub invalid: Vec<(usize, String)>,
 }
 
-/// Generates every step's kernel as a GPU session would (arena layout, the given limits) and
-/// validates each with naga, without a device — `mgnc build` runs this at build time.
+/// Generates every step's kernel as a GPU session would (its attention statistics steps, arena
+/// layout, the given limits) and validates each with naga, without a device — `mgnc build`
+/// runs this at build time. Steps are reported by their index in `plan`; an inserted
+/// statistics step by the derivative it serves.
 pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
+    let (run, original) = super::attention_stats::add_attention_stats(plan);
+    let given = |i: usize| original[i..].iter().copied().find(|&o| o != u32::MAX).expect("an inserted step precedes a given one") as usize;
+    let plan = &run;
     let layout = crate::memory::plan_arena(plan);
     let width = limits.workgroup_width(256);
     let training = plan.mode == crate::plan::Mode::Train;
@@ -318,7 +324,7 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
         }
         let (inputs, output, _) = step_operands(plan, &layout.offsets, i);
         match generate(s, i as u32, &inputs, &output, width, training) {
-            Err(why) => out.missing.push((i, why)),
+            Err(why) => out.missing.push((given(i), why)),
             Ok(src) => {
                 out.with_kernel += 1;
                 if !seen.insert(src.body.clone()) {
@@ -336,7 +342,7 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
                     naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default()).validate(&m).map(|_| ()).map_err(|e| format!("{e:?}"))
                 });
                 if let Err(e) = verdict {
-                    out.invalid.push((i, e));
+                    out.invalid.push((given(i), e));
                 }
             }
         }

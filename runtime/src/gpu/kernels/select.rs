@@ -14,7 +14,7 @@ use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Op
 use crate::op::{Op, ReduceOp};
 use crate::plan::Step;
 
-/// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention and AttentionGrad.
+/// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention, AttentionStats and AttentionGrad.
 pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
     let need = |k: usize| -> Result<(), String> {
         if inputs.len() < k {
@@ -56,7 +56,7 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             need(1)?;
             rope(*theta, *offset, *inverse, &inputs[0], out, width)
         }
-        Op::Attention { .. } | Op::AttentionGrad { .. } => super::attention::generate(step, inputs, out, width),
+        Op::Attention { .. } | Op::AttentionStats { .. } | Op::AttentionGrad { .. } => super::attention::generate(step, inputs, out, width),
         other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
     }
 }
