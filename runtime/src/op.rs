@@ -138,6 +138,36 @@ pub enum Op {
     AttentionStats { causal: bool, scale: f64, has_mask: bool },
     /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
     SoftmaxCrossEntropyGrad,
+    /// A chain of element-wise float ops computed in one step: `program` evaluates, element by
+    /// element of the output, nodes that read the step's inputs (each broadcast to the output
+    /// shape) or earlier nodes; the last node is the result. Made by the GPU session's fusion
+    /// (`gpu::fuse`), never by the compiler.
+    Fused { program: Vec<Elem> },
+}
+
+/// One node of a `Fused` program; the numbers are the indices of earlier nodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Elem {
+    /// The step's input with this index.
+    Input(u32),
+    Unary(UnaryOp, u32),
+    /// `(x, dy)` → dy · d op(x)/dx, like `Op::UnaryGrad`.
+    UnaryGrad(UnaryOp, u32, u32),
+    Binary(BinaryOp, u32, u32),
+    Pow(f64, u32),
+}
+
+impl Elem {
+    /// The op this node applies, and the nodes it reads.
+    pub fn op(&self) -> Option<(Op, Vec<u32>)> {
+        match self {
+            Elem::Input(_) => None,
+            Elem::Unary(u, a) => Some((Op::Unary(*u), vec![*a])),
+            Elem::UnaryGrad(u, a, b) => Some((Op::UnaryGrad(*u), vec![*a, *b])),
+            Elem::Binary(o, a, b) => Some((Op::Binary(*o), vec![*a, *b])),
+            Elem::Pow(e, a) => Some((Op::Pow { exponent: *e }, vec![*a])),
+        }
+    }
 }
 
 /// Which input of a multi-input op a derivative op computes.
@@ -214,6 +244,10 @@ impl Op {
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
             Op::AttentionStats { causal, scale, .. } => format!("attention_stats{} scale={}", if *causal { " causal" } else { "" }, fmt_f64(*scale)),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
+            Op::Fused { program } => {
+                let names: Vec<String> = program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();
+                format!("fused {}", names.join(" → "))
+            }
         }
     }
 }

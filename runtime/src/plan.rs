@@ -130,6 +130,19 @@ impl Plan {
     /// For each step, the last step that reads its value; `usize::MAX` for the results
     /// (outputs, loss, gradients), which are never freed. The session frees a value after the
     /// step given here (a value nothing reads is 0, and is kept).
+    /// This plan with `steps` instead of its own, and its inputs, outputs, loss and gradients
+    /// renumbered through `at` (old step index → new) — for rewrites that insert or remove
+    /// steps.
+    pub fn with_steps(&self, steps: Vec<Step>, at: impl Fn(u32) -> u32) -> Plan {
+        let mut out = self.clone();
+        out.steps = steps;
+        out.inputs = self.inputs.iter().map(|(name, v)| (name.clone(), at(*v))).collect();
+        out.outputs = self.outputs.iter().map(|(name, v)| (name.clone(), at(*v))).collect();
+        out.loss = self.loss.map(&at);
+        out.grads = self.grads.iter().map(|&(p, v)| (p, at(v))).collect();
+        out
+    }
+
     pub fn last_uses(&self) -> Vec<usize> {
         let mut last_use = vec![0usize; self.steps.len()];
         for (i, s) in self.steps.iter().enumerate() {

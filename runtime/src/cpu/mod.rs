@@ -30,7 +30,7 @@ mod reduce;
 #[cfg(test)]
 mod tests;
 
-use crate::op::Op;
+use crate::op::{Elem, Op};
 use crate::{DType, Data, Tensor};
 use float::Float;
 use std::borrow::Cow;
@@ -278,6 +278,23 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         SoftmaxCrossEntropyGrad => {
             arity(x, 3)?;
             reduce::cross_entropy_grad(x[0], x[1], x[2])
+        }
+        Fused { program } => {
+            // Node by node with the ops' own kernels: every node has the step's shape (fusion
+            // only joins same-shaped steps), so the reference is the unfused computation.
+            let mut nodes: Vec<Tensor> = Vec::with_capacity(program.len());
+            for e in program {
+                let t = match (e, e.op()) {
+                    (Elem::Input(k), _) => x.get(*k as usize).map(|t| (*t).clone()).ok_or_else(|| KernelError(format!("fused input {k} of {}", x.len())))?,
+                    (_, Some((op, args))) => {
+                        let args: Vec<&Tensor> = args.iter().map(|&a| nodes.get(a as usize).ok_or_else(|| KernelError(format!("fused node {a} is not computed yet")))).collect::<KResult<_>>()?;
+                        eval(&op, &args, dtype, shape, ctx)?
+                    }
+                    (_, None) => return err("a fused node without an op".to_string()),
+                };
+                nodes.push(t);
+            }
+            nodes.pop().map(|t| t.data).ok_or_else(|| KernelError("an empty fused program".into()))
         }
     }
 }

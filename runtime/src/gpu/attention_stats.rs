@@ -94,14 +94,7 @@ pub fn add_attention_stats(plan: &Plan) -> (Plan, Vec<u32>) {
         steps.push(step);
         original.push(i as u32);
     }
-    let at = |v: u32| new_of.get(v as usize).copied().unwrap_or(v);
-    let mut out = plan.clone();
-    out.steps = steps;
-    out.inputs = plan.inputs.iter().map(|(name, v)| (name.clone(), at(*v))).collect();
-    out.outputs = plan.outputs.iter().map(|(name, v)| (name.clone(), at(*v))).collect();
-    out.loss = plan.loss.map(at);
-    out.grads = plan.grads.iter().map(|&(p, v)| (p, at(v))).collect();
-    (out, original)
+    (plan.with_steps(steps, |v| new_of.get(v as usize).copied().unwrap_or(v)), original)
 }
 
 #[cfg(test)]

@@ -5,8 +5,10 @@
 
 pub mod attention_stats;
 pub mod device;
+pub mod fuse;
 pub mod kernels;
 pub mod probe;
+pub mod rewrite;
 pub mod schedule;
 pub mod session;
 pub mod update;

@@ -103,7 +103,7 @@ impl GpuSession {
         // Attention derivatives read statistics computed once (before the memory plan and the
         // levels, which must see the steps that run). Errors and dropout masks keep the given
         // plan's step numbers: masks are keyed by step index, like the CPU's.
-        let (plan, original) = super::attention_stats::add_attention_stats(&plan);
+        let (plan, original) = super::rewrite::for_gpu(&plan);
         let step_name = |i: usize| match original[i] {
             u32::MAX => format!("the attention statistics before step {}", original[i + 1]),
             o => format!("step {o}"),

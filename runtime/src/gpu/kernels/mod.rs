@@ -226,6 +226,7 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
             store(out, "i", &f(0, &terms.join(" + ")))
         }
         Op::MatMul => return matmul::generate(inputs, out, width),
+        Op::Fused { program } => return fused(program, inputs, out, width),
         Op::SumTo => return sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => return reduce(*op, axes, &inputs[0], out, width),
         Op::Softmax { axis, log } => return rows::softmax(*axis, *log, &inputs[0], out, width),
@@ -268,6 +269,41 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
     Ok(elementwise(n, width, &body, helpers))
 }
 
+/// A fused element-wise chain (`gpu::fuse`): one `let` per node, inputs broadcast to the
+/// output's shape, the last node stored.
+fn fused(program: &[crate::op::Elem], inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    use crate::op::Elem;
+    let n: usize = out.shape.iter().product();
+    let v = |a: &u32| format!("v{a}");
+    let mut body = String::new();
+    let mut erf = false;
+    for (j, e) in program.iter().enumerate() {
+        let expr = match e {
+            Elem::Input(k) => {
+                let o = inputs.get(*k as usize).ok_or_else(|| format!("fused input {k} of {}", inputs.len()))?;
+                load(o, &broadcast_index("i", &out.shape, &o.shape))
+            }
+            Elem::Unary(u, a) => unary(*u, &v(a)),
+            Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
+            Elem::Binary(op, a, b) => {
+                let sym = match op {
+                    BinaryOp::Add => "+",
+                    BinaryOp::Sub => "-",
+                    BinaryOp::Mul => "*",
+                    BinaryOp::Div => "/",
+                };
+                format!("({} {sym} {})", v(a), v(b))
+            }
+            Elem::Pow(e, a) => format!("pow({}, {e:?})", v(a)),
+        };
+        erf |= matches!(e, Elem::Unary(UnaryOp::Gelu, _) | Elem::UnaryGrad(UnaryOp::Gelu, _, _));
+        body += &format!("let v{j} = {expr};\n    ");
+    }
+    let last = program.len().checked_sub(1).ok_or("an empty fused program")?;
+    body += &store(out, "i", &format!("v{last}"));
+    Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
+}
+
 /// Sums `input` (broadcast up to its shape from `out`) back down to `out`'s shape.
 fn sum_to(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
     let x = &inputs[0];
@@ -308,7 +344,7 @@ pub struct PlanKernels {
 /// runs this at build time. Steps are reported by their index in `plan`; an inserted
 /// statistics step by the derivative it serves.
 pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
-    let (run, original) = super::attention_stats::add_attention_stats(plan);
+    let (run, original) = super::rewrite::for_gpu(plan);
     let given = |i: usize| original[i..].iter().copied().find(|&o| o != u32::MAX).expect("an inserted step precedes a given one") as usize;
     let plan = &run;
     let layout = crate::memory::plan_arena(plan);
