@@ -122,7 +122,12 @@ pub struct ArenaPlan {
 /// plans, p = 0). Values are never written after their step, so sharing words is safe.
 pub fn view_roots(plan: &Plan) -> Vec<usize> {
     let mut root: Vec<usize> = (0..plan.steps.len()).collect();
+    let transposed = transposed_views(plan);
     for (i, s) in plan.steps.iter().enumerate() {
+        if transposed[i] {
+            root[i] = s.inputs[0] as usize;
+            continue;
+        }
         let identity = match s.op {
             Op::Reshape => true,
             Op::Dropout { p } | Op::DropoutGrad { p, .. } => plan.mode == crate::plan::Mode::Infer || p == 0.0,
@@ -137,6 +142,29 @@ pub fn view_roots(plan: &Plan) -> Vec<usize> {
         }
     }
     root
+}
+
+/// Which steps are transposed views: the transpose of a 2-D parameter (`x @ w^T` in every
+/// linear layer) read only as the right operand of matrix products. The GPU's matmul reads the
+/// parameter in place, transposed, so the transpose needs no words and no kernel; a transpose
+/// anything else reads is computed as usual.
+pub fn transposed_views(plan: &Plan) -> Vec<bool> {
+    let n = plan.steps.len();
+    let mut ok: Vec<bool> =
+        plan.steps.iter().map(|s| matches!(&s.op, Op::Permute { perm } if perm[..] == [1, 0]) && s.dtype.is_float() && matches!(plan.steps[s.inputs[0] as usize].op, Op::Param { .. })).collect();
+    for s in &plan.steps {
+        for (k, &x) in s.inputs.iter().enumerate() {
+            if ok[x as usize] && !(matches!(s.op, Op::MatMul) && k == 1 && s.inputs[0] != x) {
+                ok[x as usize] = false;
+            }
+        }
+    }
+    // A result must be stored in its own words.
+    for v in plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss).chain(plan.grads.iter().map(|(_, v)| *v)) {
+        ok[v as usize] = false;
+    }
+    debug_assert_eq!(ok.len(), n);
+    ok
 }
 
 /// Like `Plan::last_uses`, by root: the last step that reads a value or any view of it

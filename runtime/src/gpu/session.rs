@@ -127,13 +127,14 @@ impl GpuSession {
         };
         let mut dispatch = Vec::with_capacity(plan.steps.len());
         let root = crate::memory::view_roots(&plan);
+        let transposed = crate::memory::transposed_views(&plan);
         for (i, s) in plan.steps.iter().enumerate() {
             // Views (reshapes, identity dropout) share their input's words: nothing to run.
             if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
                 dispatch.push(None);
                 continue;
             }
-            let (inputs, output, words) = step_operands(&plan, &offsets, i);
+            let (inputs, output, words) = step_operands(&plan, &offsets, &transposed, i);
             let at = step_name(i);
             let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
             let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, {at}", s.loc))?;

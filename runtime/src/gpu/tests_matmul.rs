@@ -190,3 +190,53 @@ fn matmul_throughput() {
         println!("matmul {a:?} × {b:?}: {:9.1} µs per product, {:8.1} GFLOP/s, {:7.1} GB/s of operands ({})", s * 1e6, flops / s / 1e9, bytes / s / 1e9, gpu.device_name());
     }
 }
+
+/// `x @ wᵀ` with `w` a parameter, as every linear layer lowers: the transpose is a view and the
+/// matmul reads `w` in place, transposed — for each kernel (few columns, the swapped decode
+/// product, tiled) against the CPU, which transposes for real.
+#[test]
+fn a_transposed_weight_is_read_in_place() {
+    use super::test_util::{assert_close, step};
+    use crate::op::InitSpec;
+    use crate::optim::OptimizerSpec;
+    use crate::plan::{Mode, ParamSpec, Plan};
+    for (x_shape, n) in [(vec![5, 7], 3), (vec![1, 70], 300), (vec![2, 33], 40), (vec![65, 33], 70), (vec![2, 3, 19], 21), (vec![129, 8], 9)] {
+        let k = *x_shape.last().expect("2-D or more");
+        let mut y_shape = x_shape.clone();
+        *y_shape.last_mut().expect("checked") = n;
+        let f = DType::F32;
+        let plan = Plan {
+            model: "T".into(),
+            mode: Mode::Infer,
+            config: vec![],
+            params: vec![ParamSpec { name: "w".into(), dtype: f, shape: vec![n, k], init: InitSpec::Constant(0.0), trainable: true, frozen: false }],
+            steps: vec![
+                step(Op::Input { name: "x".into() }, vec![], f, &x_shape),
+                step(Op::Param { index: 0 }, vec![], f, &[n, k]),
+                step(Op::Permute { perm: vec![1, 0] }, vec![1], f, &[k, n]),
+                step(Op::MatMul, vec![0, 2], f, &y_shape),
+            ],
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 3)],
+            loss: None,
+            grads: vec![],
+            optimizer: OptimizerSpec::default(),
+        };
+        assert_eq!(crate::memory::transposed_views(&plan), vec![false, false, true, false]);
+        let x = Tensor::f32(x_shape.clone(), values(x_shape.iter().product(), 5));
+        let w = Tensor::f32(vec![n, k], values(n * k, 77));
+        let mut cpu = crate::session::Session::new(plan.clone(), 0);
+        cpu.params[0] = w.clone();
+        let want = cpu.run(&[("x", &x)]).expect("cpu runs").outputs.remove(0).1;
+        let mut gpu = match super::session::GpuSession::new(plan, std::slice::from_ref(&w)) {
+            Ok(g) => g,
+            Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("kernel") => {
+                eprintln!("skipping: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let got = gpu.run(&[("x", &x)], 0).expect("gpu runs").outputs.remove(0).1;
+        assert_close(&Op::MatMul, &got, &want, 1e-4);
+    }
+}

@@ -38,6 +38,10 @@ struct Geometry {
     n: usize,
     /// The output's batch axes (empty when folded into m).
     batch: Vec<usize>,
+    /// B's words hold the `[n, k]` matrix it transposes (a linear layer's weight read in place).
+    bt: bool,
+    /// The output is stored transposed, `[n, m]` (only for the swapped decode product).
+    ot: bool,
 }
 
 impl Geometry {
@@ -80,7 +84,13 @@ impl Geometry {
             return Err(format!("matmul of {:?} by {:?} cannot give {:?}", a0.shape, b0.shape, out.shape));
         }
         let (a_items, b_items) = (numel(a_batch), numel(b_batch));
-        let mut g = Geometry { a, b, out: out.clone(), m, k, n, batch };
+        if b0.transposed && (b0.shape.len() != 2 || a0.transposed) {
+            return Err("a transposed operand must be a 2-D right operand".into());
+        }
+        if a0.transposed {
+            return Err("a transposed operand must be a 2-D right operand".into());
+        }
+        let mut g = Geometry { a, b, out: out.clone(), m, k, n, batch, bt: b0.transposed, ot: false };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows.
         if b_items == 1 && a_items == numel(&g.batch) {
@@ -94,6 +104,36 @@ impl Geometry {
 
     fn batches(&self) -> usize {
         self.batch.iter().product()
+    }
+
+    /// The word of B at (`kk`, `col`), past `bbase`.
+    fn b_at(&self, kk: &str, col: &str) -> String {
+        if self.bt {
+            format!("bbase + ({col}) * {}u + ({kk})", self.k)
+        } else {
+            format!("bbase + ({kk}) * {}u + ({col})", self.n)
+        }
+    }
+
+    /// The word of the output at (`row`, `col`), past `obase`.
+    fn o_at(&self, row: &str, col: &str) -> String {
+        if self.ot {
+            format!("obase + ({col}) * {}u + ({row})", self.m)
+        } else {
+            format!("obase + ({row}) * {}u + ({col})", self.n)
+        }
+    }
+
+    /// The same product computed as its transpose, `Cᵀ = Bᵀ · Aᵀ`: for a few rows times a
+    /// transposed weight (one-token decoding through a linear layer), whose columns are then
+    /// contiguous rows of the weight that lanes can split along k. Needs no batch axes.
+    fn swapped(&self) -> Geometry {
+        let mut a = self.b.clone();
+        a.shape = vec![self.n, self.k];
+        a.transposed = false;
+        let mut b = self.a.clone();
+        b.shape = vec![self.k, self.m];
+        Geometry { a, b, out: self.out.clone(), m: self.n, k: self.k, n: self.m, batch: Vec::new(), bt: true, ot: true }
     }
 
     /// A WGSL expression for the first word (past the operand's offset) of batch item `batch`
@@ -131,6 +171,8 @@ pub(super) fn generate(inputs: &[Operand], out: &Operand, width: u32) -> Result<
     }
     Ok(if g.n <= SKINNY {
         few_cols(&g, width)
+    } else if g.m <= SKINNY && g.bt && g.batch.is_empty() {
+        few_cols(&g.swapped(), width)
     } else if g.m <= SKINNY {
         few_rows(&g, width)
     } else {
@@ -214,7 +256,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     let step = |kk: &str, v: &str| {
         let mut s = format!("            let {v} = {};\n", load(&g.a, &format!("arow + {kk}")));
         for j in 0..n {
-            s.push_str(&format!("            acc{j} = acc{j} + {v} * {};\n", load(&g.b, &format!("bbase + ({kk}) * {n}u + {j}u"))));
+            s.push_str(&format!("            acc{j} = acc{j} + {v} * {};\n", load(&g.b, &g.b_at(kk, &format!("{j}u")))));
         }
         s
     };
@@ -234,7 +276,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str(&format!("    if (lane == 0u && row < {m}u) {{\n"));
     for j in 0..n {
-        body.push_str(&format!("        {}\n", store(&g.out, &format!("obase + row * {n}u + {j}u"), &format!("acc{j}"))));
+        body.push_str(&format!("        {}\n", store(&g.out, &g.o_at("row", &format!("{j}u")), &format!("acc{j}"))));
     }
     body.push_str("    }");
     entry(&shared, width, groups, &body)
@@ -245,6 +287,9 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
 /// leave the GPU idle. Each load of A's few rows serves a whole group of `cols` invocations.
 fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     let (m, k, n) = (g.m, g.k, g.n);
+    // A transposed B would make these loads strided: `generate` swaps those products instead.
+    debug_assert!(!g.bt && !g.ot);
+    let bcol_at = |kk: &str| if g.bt { format!("bcol + {kk}") } else { format!("bcol + ({kk}) * {n}u") };
     let batches = g.batches();
     // Eight consecutive columns still use whole 32-byte sectors of B; fewer columns per
     // workgroup (more lanes splitting k) when the columns alone would leave the GPU idle.
@@ -263,13 +308,13 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
         body.push_str(&format!("    var acc{i} = 0.0;\n"));
     }
     let step = |kk: &str, v: &str| {
-        let mut s = format!("            let {v} = {};\n", load(&g.b, &format!("bcol + ({kk}) * {n}u")));
+        let mut s = format!("            let {v} = {};\n", load(&g.b, &bcol_at(kk)));
         for i in 0..m {
             s.push_str(&format!("            acc{i} = acc{i} + {} * {v};\n", load(&g.a, &format!("abase + {}u + {kk}", i * k))));
         }
         s
     };
-    body.push_str(&format!("    if (col < {n}u) {{\n        let bcol = bbase + col;\n"));
+    body.push_str(&format!("    if (col < {n}u) {{\n        let bcol = bbase + col{};\n", if g.bt { format!(" * {k}u") } else { String::new() }));
     body.push_str(&k_loop(k, lanes, step));
     body.push_str("    }\n");
     let mut shared = String::new();
@@ -346,9 +391,17 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
     }
     for p in 0..pb {
         line(format!("let be{p} = t + {}u;", p * width));
-        line(format!("let bk{p} = be{p} / {bn}u;"));
-        line(format!("let bc{p} = be{p} % {bn}u;"));
-        line(format!("let bg{p} = bbase + bk{p} * {n}u + n0 + bc{p};"));
+        if g.bt {
+            // B is stored [n, k]: consecutive invocations walk k within a column, which is
+            // contiguous there, as A's panel walks k within a row.
+            line(format!("let bk{p} = be{p} % {BK}u;"));
+            line(format!("let bc{p} = be{p} / {BK}u;"));
+            line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k}u + bk{p};"));
+        } else {
+            line(format!("let bk{p} = be{p} / {bn}u;"));
+            line(format!("let bc{p} = be{p} % {bn}u;"));
+            line(format!("let bg{p} = bbase + bk{p} * {n}u + n0 + bc{p};"));
+        }
         line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
         line(format!("let bq{p} = bc{p} % 4u;"));
         line(format!("var rb{p} = 0.0;"));
@@ -387,7 +440,8 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
             if edge_k {
                 c.push(format!("{k0} + bk{p} < {k}u"));
             }
-            f.push_str(&guarded(c, format!("rb{p}"), load(&g.b, &format!("bg{p} + ({k0}) * {n}u"))));
+            let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}u") };
+            f.push_str(&guarded(c, format!("rb{p}"), load(&g.b, &at)));
         }
         f
     };

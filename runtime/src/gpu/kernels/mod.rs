@@ -26,12 +26,15 @@ pub struct Operand {
     /// having it baked in, so steps that differ only in where their values live (every layer of
     /// a model) share one pipeline.
     pub slot: Option<usize>,
+    /// A 2-D value stored transposed: `shape` is `[k, n]` but the words hold the `[n, k]`
+    /// matrix it transposes (`memory::transposed_views`; only matmul's right operand).
+    pub transposed: bool,
 }
 
 impl Operand {
     /// An operand at a baked-in offset.
     pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
-        Operand { offset, shape: shape.to_vec(), dtype, slot: None }
+        Operand { offset, shape: shape.to_vec(), dtype, slot: None, transposed: false }
     }
 }
 
@@ -41,7 +44,8 @@ pub const FIRST_SLOT: usize = 2;
 
 /// The operands of step `i` (inputs, then output) with their offsets in parameter words, and
 /// the words to put in the parameter block. A step with more operands than words bakes them in.
-pub fn step_operands(plan: &crate::plan::Plan, offsets: &[usize], i: usize) -> (Vec<Operand>, Operand, Vec<(usize, u32)>) {
+/// `transposed` is `memory::transposed_views(plan)`.
+pub fn step_operands(plan: &crate::plan::Plan, offsets: &[usize], transposed: &[bool], i: usize) -> (Vec<Operand>, Operand, Vec<(usize, u32)>) {
     let s = &plan.steps[i];
     let parametric = FIRST_SLOT + s.inputs.len() < 32;
     let mut words = Vec::new();
@@ -50,7 +54,7 @@ pub fn step_operands(plan: &crate::plan::Plan, offsets: &[usize], i: usize) -> (
         if let Some(w) = slot {
             words.push((w, offsets[v] as u32));
         }
-        Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype, slot }
+        Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype, slot, transposed: transposed[v] }
     };
     let inputs: Vec<Operand> = s.inputs.iter().enumerate().map(|(k, &x)| operand(k, x as usize)).collect();
     let out = operand(s.inputs.len(), i);
@@ -353,12 +357,13 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
     let mut out = PlanKernels::default();
     let mut seen = std::collections::HashSet::new();
     let root = crate::memory::view_roots(plan);
+    let transposed = crate::memory::transposed_views(plan);
     for (i, s) in plan.steps.iter().enumerate() {
         // Inputs and parameters are uploaded, views share their root's words: no kernel.
         if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
             continue;
         }
-        let (inputs, output, _) = step_operands(plan, &layout.offsets, i);
+        let (inputs, output, _) = step_operands(plan, &layout.offsets, &transposed, i);
         match generate(s, i as u32, &inputs, &output, width, training) {
             Err(why) => out.missing.push((given(i), why)),
             Ok(src) => {
