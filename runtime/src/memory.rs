@@ -154,7 +154,7 @@ pub fn transposed_views(plan: &Plan) -> Vec<bool> {
         plan.steps.iter().map(|s| matches!(&s.op, Op::Permute { perm } if perm[..] == [1, 0]) && s.dtype.is_float() && matches!(plan.steps[s.inputs[0] as usize].op, Op::Param { .. })).collect();
     for s in &plan.steps {
         for (k, &x) in s.inputs.iter().enumerate() {
-            if ok[x as usize] && !(matches!(s.op, Op::MatMul) && k == 1 && s.inputs[0] != x) {
+            if ok[x as usize] && !(matches!(s.op, Op::MatMul | Op::MatMulEpilogue { .. }) && k == 1 && s.inputs[0] != x) {
                 ok[x as usize] = false;
             }
         }

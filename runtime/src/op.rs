@@ -143,6 +143,10 @@ pub enum Op {
     /// shape) or earlier nodes; the last node is the result. Made by the GPU session's fusion
     /// (`gpu::fuse`), never by the compiler.
     Fused { program: Vec<Elem> },
+    /// `[a, b, extra…]`: a matrix product followed, element by element of its result, by
+    /// `program` (an epilogue: bias, residual, activation…), in which `Input(0)` is the product
+    /// and `Input(k)` the step's input `k + 1`. Made by the GPU session's fusion, like `Fused`.
+    MatMulEpilogue { program: Vec<Elem> },
 }
 
 /// One node of a `Fused` program; the numbers are the indices of earlier nodes.
@@ -247,6 +251,10 @@ impl Op {
             Op::Fused { program } => {
                 let names: Vec<String> = program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();
                 format!("fused {}", names.join(" → "))
+            }
+            Op::MatMulEpilogue { program } => {
+                let names: Vec<String> = program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();
+                format!("matmul_epilogue {}", names.join(" → "))
             }
         }
     }

@@ -279,24 +279,36 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
             arity(x, 3)?;
             reduce::cross_entropy_grad(x[0], x[1], x[2])
         }
-        Fused { program } => {
-            // Node by node with the ops' own kernels: every node has the step's shape (fusion
-            // only joins same-shaped steps), so the reference is the unfused computation.
-            let mut nodes: Vec<Tensor> = Vec::with_capacity(program.len());
-            for e in program {
-                let t = match (e, e.op()) {
-                    (Elem::Input(k), _) => x.get(*k as usize).map(|t| (*t).clone()).ok_or_else(|| KernelError(format!("fused input {k} of {}", x.len())))?,
-                    (_, Some((op, args))) => {
-                        let args: Vec<&Tensor> = args.iter().map(|&a| nodes.get(a as usize).ok_or_else(|| KernelError(format!("fused node {a} is not computed yet")))).collect::<KResult<_>>()?;
-                        eval(&op, &args, dtype, shape, ctx)?
-                    }
-                    (_, None) => return err("a fused node without an op".to_string()),
-                };
-                nodes.push(t);
+        Fused { program } => run_program(program, x, dtype, shape, ctx),
+        MatMulEpilogue { program } => {
+            if x.len() < 2 {
+                return err(format!("expects a, b and the epilogue's inputs, got {} inputs", x.len()));
             }
-            nodes.pop().map(|t| t.data).ok_or_else(|| KernelError("an empty fused program".into()))
+            let product = eval(&MatMul, &x[..2], dtype, shape, ctx)?;
+            let mut inputs: Vec<&Tensor> = vec![&product];
+            inputs.extend(&x[2..]);
+            run_program(program, &inputs, dtype, shape, ctx)
         }
     }
+}
+
+/// A fused program (`Op::Fused`) node by node with the ops' own kernels: every node has the
+/// step's shape (fusion only joins same-shaped steps), so the reference is the unfused
+/// computation.
+fn run_program(program: &[Elem], x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> KResult<Data> {
+    let mut nodes: Vec<Tensor> = Vec::with_capacity(program.len());
+    for e in program {
+        let t = match (e, e.op()) {
+            (Elem::Input(k), _) => x.get(*k as usize).map(|t| (*t).clone()).ok_or_else(|| KernelError(format!("fused input {k} of {}", x.len())))?,
+            (_, Some((op, args))) => {
+                let args: Vec<&Tensor> = args.iter().map(|&a| nodes.get(a as usize).ok_or_else(|| KernelError(format!("fused node {a} is not computed yet")))).collect::<KResult<_>>()?;
+                eval(&op, &args, dtype, shape, ctx)?
+            }
+            (_, None) => return err("a fused node without an op".to_string()),
+        };
+        nodes.push(t);
+    }
+    nodes.pop().map(|t| t.data).ok_or_else(|| KernelError("an empty fused program".into()))
 }
 
 /// The shape of the result when it is one input's shape (the kernels of the other ops check

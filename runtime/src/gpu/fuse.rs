@@ -6,8 +6,10 @@
 //! Same shape matters: the reader's output element `i` then needs exactly element `i` of the
 //! fused step, and the fused step's own inputs broadcast to the reader's shape as they did to
 //! its own. A step that is a result (output, loss, gradient) or is read twice by different steps
-//! keeps its own dispatch. The CPU backend never sees fused plans; its kernels are the
-//! reference the fused kernels are tested against.
+//! keeps its own dispatch. A matrix product whose only reader is such a chain becomes the head
+//! of it (`Op::MatMulEpilogue`): the chain — a bias, a residual, an activation — runs on each
+//! result as the matmul kernel stores it. The CPU backend never sees fused plans; its kernels
+//! are the reference the fused kernels are tested against.
 
 use crate::op::{Elem, Op};
 use crate::plan::{Plan, Step};
@@ -45,8 +47,9 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
     for v in plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss).chain(plan.grads.iter().map(|(_, v)| *v)) {
         result[v as usize] = true;
     }
-    // Per fusable step: its leaves (values it reads) and its program over them.
-    let mut programs: Vec<Option<(Vec<u32>, Vec<Elem>)>> = vec![None; n];
+    // Per fusable step: its leaves (values it reads), its program over them, and the matrix
+    // product it absorbed (one of the leaves), if any.
+    let mut programs: Vec<Option<(Vec<u32>, Vec<Elem>, Option<u32>)>> = vec![None; n];
     let mut absorbed = vec![false; n];
     let mut grew = vec![false; n];
     for (i, s) in plan.steps.iter().enumerate() {
@@ -55,6 +58,7 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
         }
         let mut leaves: Vec<u32> = Vec::new();
         let mut prog: Vec<Elem> = Vec::new();
+        let mut head: Option<u32> = None;
         let mut args = Vec::with_capacity(s.inputs.len());
         // An input read twice (x · x) is inlined once and its node reused.
         let mut done: Vec<(u32, u32)> = Vec::new();
@@ -64,9 +68,23 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
                 continue;
             }
             let xs = &plan.steps[x as usize];
-            let inline = programs[x as usize].as_ref().filter(|(_, p)| readers[x as usize] == [i] && !result[x as usize] && xs.shape == s.shape && prog.len() + p.len() < MAX_NODES);
+            let only_reader = readers[x as usize] == [i] && !result[x as usize] && xs.shape == s.shape;
+            if only_reader && head.is_none() && matches!(xs.op, Op::MatMul) && xs.dtype.is_float() {
+                head = Some(x);
+                absorbed[x as usize] = true;
+                grew[i] = true;
+                prog.push(Elem::Input(leaf(&mut leaves, x)));
+                let at = prog.len() as u32 - 1;
+                done.push((x, at));
+                args.push(at);
+                continue;
+            }
+            let inline = programs[x as usize].as_ref().filter(|(_, p, h)| only_reader && prog.len() + p.len() < MAX_NODES && !(h.is_some() && head.is_some()));
             let at = match inline {
-                Some((xl, xp)) => {
+                Some((xl, xp, xh)) => {
+                    if xh.is_some() {
+                        head = *xh;
+                    }
                     let base = prog.len() as u32;
                     for e in xp {
                         prog.push(match e {
@@ -90,7 +108,7 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
             args.push(at);
         }
         prog.push(node(&s.op, &args).expect("fusable steps have a node"));
-        programs[i] = Some((leaves, prog));
+        programs[i] = Some((leaves, prog, head));
     }
 
     let mut steps = Vec::with_capacity(n);
@@ -103,7 +121,24 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
         let renumber = |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
         let mut step = s.clone();
         match (&programs[i], grew[i]) {
-            (Some((leaves, prog)), true) => {
+            (Some((leaves, prog, Some(mm))), true) => {
+                // The product is input 0 of the epilogue; the other leaves follow a and b.
+                let pos = leaves.iter().position(|l| l == mm).expect("the head is a leaf") as u32;
+                let order = |k: u32| {
+                    if k == pos {
+                        0
+                    } else if k < pos {
+                        k + 1
+                    } else {
+                        k
+                    }
+                };
+                let program = prog.iter().map(|e| if let Elem::Input(k) = e { Elem::Input(order(*k)) } else { e.clone() }).collect();
+                step.op = Op::MatMulEpilogue { program };
+                step.inputs = plan.steps[*mm as usize].inputs.iter().map(|&x| renumber(x)).collect();
+                step.inputs.extend(leaves.iter().filter(|l| *l != mm).map(|&x| renumber(x)));
+            }
+            (Some((leaves, prog, None)), true) => {
                 step.op = Op::Fused { program: prog.clone() };
                 step.inputs = leaves.iter().map(|&x| renumber(x)).collect();
             }
@@ -269,6 +304,62 @@ mod tests {
                 crate::gpu::test_util::assert_close(&Op::Fused { program: vec![] }, a, b, 1e-5);
                 assert_eq!(a.shape, b.shape, "{n}");
             }
+        }
+    }
+
+    /// y = relu(a @ wᵀ + bias) + res, with w a parameter read transposed in place, for the
+    /// tiled, few-column and swapped (one-row) matmul kernels: one MatMulEpilogue step.
+    #[test]
+    fn a_matmul_heads_its_epilogue_on_both_backends() {
+        use crate::op::InitSpec;
+        use crate::plan::ParamSpec;
+        let f = DType::F32;
+        for (m, k, n) in [(70, 33, 66), (1, 40, 300), (9, 20, 5)] {
+            let steps = vec![
+                step(Op::Input { name: "a".into() }, vec![], f, &[m, k]),    // 0
+                step(Op::Param { index: 0 }, vec![], f, &[n, k]),            // 1
+                step(Op::Permute { perm: vec![1, 0] }, vec![1], f, &[k, n]), // 2
+                step(Op::MatMul, vec![0, 2], f, &[m, n]),                    // 3
+                step(Op::Input { name: "bias".into() }, vec![], f, &[n]),    // 4
+                step(Op::Binary(BinaryOp::Add), vec![3, 4], f, &[m, n]),     // 5
+                step(Op::Unary(UnaryOp::Relu), vec![5], f, &[m, n]),         // 6
+                step(Op::Input { name: "res".into() }, vec![], f, &[m, n]),  // 7
+                step(Op::Binary(BinaryOp::Add), vec![6, 7], f, &[m, n]),     // 8
+            ];
+            let p = Plan {
+                params: vec![ParamSpec { name: "w".into(), dtype: f, shape: vec![n, k], init: InitSpec::Constant(0.0), trainable: true, frozen: false }],
+                steps,
+                inputs: vec![("a".into(), 0), ("bias".into(), 4), ("res".into(), 7)],
+                outputs: vec![("y".into(), 8)],
+                ..plan()
+            };
+            let (fp, _) = fuse_elementwise(&p);
+            fp.validate().expect("a valid plan");
+            let last = fp.steps.last().expect("steps");
+            assert!(matches!(&last.op, Op::MatMulEpilogue { program } if program.iter().filter(|e| e.op().is_some()).count() == 3), "{:?}", last.op);
+            assert_eq!(fp.steps.len(), 6, "a, w, wᵀ, bias, res and the fused step");
+            let a = Tensor::f32(vec![m, k], crate::gpu::test_util::values(m * k, 1));
+            let w = Tensor::f32(vec![n, k], crate::gpu::test_util::values(n * k, 2));
+            let bias = Tensor::f32(vec![n], crate::gpu::test_util::values(n, 3));
+            let res = Tensor::f32(vec![m, n], crate::gpu::test_util::values(m * n, 4));
+            let given = [("a", &a), ("bias", &bias), ("res", &res)];
+            let mut cpu = crate::session::Session::new(p.clone(), 0);
+            cpu.params[0] = w.clone();
+            let want = cpu.run(&given).expect("runs").outputs.remove(0).1;
+            let mut fused_cpu = crate::session::Session::new(fp, 0);
+            fused_cpu.params[0] = w.clone();
+            let got = fused_cpu.run(&given).expect("runs").outputs.remove(0).1;
+            crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
+            let mut gpu = match crate::gpu::session::GpuSession::new(p, std::slice::from_ref(&w)) {
+                Ok(g) => g,
+                Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("kernel") => {
+                    eprintln!("skipping: {e}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
+            crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
         }
     }
 }

@@ -42,6 +42,8 @@ struct Geometry {
     bt: bool,
     /// The output is stored transposed, `[n, m]` (only for the swapped decode product).
     ot: bool,
+    /// Results go through `mgn_epilogue(i, value)` (an `Op::MatMulEpilogue`), which stores them.
+    epilogue: bool,
 }
 
 impl Geometry {
@@ -90,7 +92,7 @@ impl Geometry {
         if a0.transposed {
             return Err("a transposed operand must be a 2-D right operand".into());
         }
-        let mut g = Geometry { a, b, out: out.clone(), m, k, n, batch, bt: b0.transposed, ot: false };
+        let mut g = Geometry { a, b, out: out.clone(), m, k, n, batch, bt: b0.transposed, ot: false, epilogue: false };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows.
         if b_items == 1 && a_items == numel(&g.batch) {
@@ -115,6 +117,16 @@ impl Geometry {
         }
     }
 
+    /// Stores `value` at output word `at` (past the output's offset), through the epilogue when
+    /// there is one.
+    fn store(&self, at: &str, value: &str) -> String {
+        if self.epilogue {
+            format!("mgn_epilogue({at}, {value});")
+        } else {
+            store(&self.out, at, value)
+        }
+    }
+
     /// The word of the output at (`row`, `col`), past `obase`.
     fn o_at(&self, row: &str, col: &str) -> String {
         if self.ot {
@@ -133,7 +145,7 @@ impl Geometry {
         a.transposed = false;
         let mut b = self.a.clone();
         b.shape = vec![self.k, self.m];
-        Geometry { a, b, out: self.out.clone(), m: self.n, k: self.k, n: self.m, batch: Vec::new(), bt: true, ot: true }
+        Geometry { a, b, out: self.out.clone(), m: self.n, k: self.k, n: self.m, batch: Vec::new(), bt: true, ot: true, epilogue: self.epilogue }
     }
 
     /// A WGSL expression for the first word (past the operand's offset) of batch item `batch`
@@ -164,7 +176,22 @@ impl Geometry {
 }
 
 pub(super) fn generate(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let g = Geometry::of(inputs, out)?;
+    generate_with(inputs, out, width, None)
+}
+
+/// `generate`, with every result passed to the WGSL function `epilogue` defines
+/// (`fn mgn_epilogue(i: u32, p: f32)`, which stores element `i`) instead of stored.
+pub(super) fn generate_with(inputs: &[Operand], out: &Operand, width: u32, epilogue: Option<&str>) -> Result<KernelSource, String> {
+    let mut g = Geometry::of(inputs, out)?;
+    g.epilogue = epilogue.is_some();
+    let mut k = generate_for(g, width)?;
+    if let Some(e) = epilogue {
+        k.body = format!("{e}{}", k.body);
+    }
+    Ok(k)
+}
+
+fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
     let width = width.max(1) as usize;
     if g.m == 0 || g.n == 0 || g.batches() == 0 {
         return Ok(super::elementwise(0, width as u32, "", ""));
@@ -276,7 +303,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str(&format!("    if (lane == 0u && row < {m}u) {{\n"));
     for j in 0..n {
-        body.push_str(&format!("        {}\n", store(&g.out, &g.o_at("row", &format!("{j}u")), &format!("acc{j}"))));
+        body.push_str(&format!("        {}\n", g.store(&g.o_at("row", &format!("{j}u")), &format!("acc{j}"))));
     }
     body.push_str("    }");
     entry(&shared, width, groups, &body)
@@ -330,7 +357,7 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str(&format!("    if (lane == 0u && col < {n}u) {{\n"));
     for i in 0..m {
-        body.push_str(&format!("        {}\n", store(&g.out, &format!("obase + {}u + col", i * n), &format!("acc{i}"))));
+        body.push_str(&format!("        {}\n", g.store(&format!("obase + {}u + col", i * n), &format!("acc{i}"))));
     }
     body.push_str("    }");
     entry(&shared, width, groups, &body)
@@ -495,7 +522,7 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
         for j4 in 0..tn / 4 {
             for (jj, comp) in ["x", "y", "z", "w"].iter().enumerate() {
                 let dc = j4 * tx_n * 4 + jj;
-                let st = store(&g.out, &format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
+                let st = g.store(&format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
                 if edge_n {
                     row.push_str(&format!("        if (q0 + {dc}u < {n}u) {{ {st} }}\n"));
                 } else {

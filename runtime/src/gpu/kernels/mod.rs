@@ -231,6 +231,21 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
         }
         Op::MatMul => return matmul::generate(inputs, out, width),
         Op::Fused { program } => return fused(program, inputs, out, width),
+        Op::MatMulEpilogue { program } => {
+            if inputs.len() < 2 {
+                return Err("matmul_epilogue needs a and b".into());
+            }
+            let extra = &inputs[2..];
+            let leaf = |k: u32| -> Result<String, String> {
+                match k {
+                    0 => Ok("p".into()),
+                    k => extra.get(k as usize - 1).map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape))).ok_or_else(|| format!("epilogue input {k} of {}", extra.len() + 1)),
+                }
+            };
+            let (lines, last, erf) = program_lines(program, leaf)?;
+            let epilogue = format!("{}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n", if erf { ERF } else { "" }, store(out, "i", &last));
+            return matmul::generate_with(&inputs[..2], out, width, Some(&epilogue));
+        }
         Op::SumTo => return sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => return reduce(*op, axes, &inputs[0], out, width),
         Op::Softmax { axis, log } => return rows::softmax(*axis, *log, &inputs[0], out, width),
@@ -276,17 +291,23 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
 /// A fused element-wise chain (`gpu::fuse`): one `let` per node, inputs broadcast to the
 /// output's shape, the last node stored.
 fn fused(program: &[crate::op::Elem], inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    use crate::op::Elem;
     let n: usize = out.shape.iter().product();
+    let leaf = |k: u32| inputs.get(k as usize).map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape))).ok_or_else(|| format!("fused input {k} of {}", inputs.len()));
+    let (lines, last, erf) = program_lines(program, leaf)?;
+    let body = format!("{lines}{}", store(out, "i", &last));
+    Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
+}
+
+/// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
+/// of its result, and whether it needs the erf helper.
+fn program_lines(program: &[crate::op::Elem], leaf: impl Fn(u32) -> Result<String, String>) -> Result<(String, String, bool), String> {
+    use crate::op::Elem;
     let v = |a: &u32| format!("v{a}");
     let mut body = String::new();
     let mut erf = false;
     for (j, e) in program.iter().enumerate() {
         let expr = match e {
-            Elem::Input(k) => {
-                let o = inputs.get(*k as usize).ok_or_else(|| format!("fused input {k} of {}", inputs.len()))?;
-                load(o, &broadcast_index("i", &out.shape, &o.shape))
-            }
+            Elem::Input(k) => leaf(*k)?,
             Elem::Unary(u, a) => unary(*u, &v(a)),
             Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
             Elem::Binary(op, a, b) => {
@@ -304,8 +325,7 @@ fn fused(program: &[crate::op::Elem], inputs: &[Operand], out: &Operand, width: 
         body += &format!("let v{j} = {expr};\n    ");
     }
     let last = program.len().checked_sub(1).ok_or("an empty fused program")?;
-    body += &store(out, "i", &format!("v{last}"));
-    Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
+    Ok((body, format!("v{last}"), erf))
 }
 
 /// Sums `input` (broadcast up to its shape from `out`) back down to `out`'s shape.
