@@ -32,6 +32,15 @@ impl gpu::ShaderData for Bindings {
     }
 }
 
+fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kernel, String> {
+    let source = format!("{PRELUDE}{body}");
+    let module = naga::front::wgsl::parse_str(&source).map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
+    let shader = ctx.try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) }).map_err(|e| format!("kernel `{name}`: {e}"))?;
+    let layout = <Bindings as gpu::ShaderData>::layout();
+    let pipeline = ctx.create_compute_pipeline(gpu::ComputePipelineDesc { name, data_layouts: &[&layout], compute: shader.at("main") });
+    Ok(Kernel { pipeline, name: name.to_string() })
+}
+
 /// The WGSL declarations every kernel starts with.
 pub const PRELUDE: &str = "struct Params { p: array<vec4<u32>, 8> }\nvar<storage, read_write> arena: array<u32>;\nvar<uniform> params: Params;\n";
 
@@ -94,12 +103,20 @@ impl GpuDevice {
 
     /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
     pub fn kernel(&self, name: &str, body: &str) -> Result<Kernel, String> {
-        let source = format!("{PRELUDE}{body}");
-        let module = naga::front::wgsl::parse_str(&source).map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
-        let shader = self.ctx.try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) }).map_err(|e| format!("kernel `{name}`: {e}"))?;
-        let layout = <Bindings as gpu::ShaderData>::layout();
-        let pipeline = self.ctx.create_compute_pipeline(gpu::ComputePipelineDesc { name, data_layouts: &[&layout], compute: shader.at("main") });
-        Ok(Kernel { pipeline, name: name.to_string() })
+        compile(&self.ctx, name, body)
+    }
+
+    /// Compiles `(name, body)` kernels spread over the machine's cores — pipeline creation (naga,
+    /// then the driver's compiler) is most of opening a session, and the kernels are independent.
+    /// Results in the given order.
+    pub fn kernels(&self, sources: &[(String, String)]) -> Vec<Result<Kernel, String>> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16);
+        let chunk = sources.len().div_ceil(threads).max(1);
+        let ctx = &self.ctx;
+        std::thread::scope(|scope| {
+            let jobs: Vec<_> = sources.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(|(name, body)| compile(ctx, name, body)).collect::<Vec<_>>())).collect();
+            jobs.into_iter().flat_map(|j| j.join().unwrap_or_else(|_| vec![Err("the driver crashed while compiling a kernel".to_string())])).collect()
+        })
     }
 
     /// A device-local arena of `words` 32-bit words, zeroed.

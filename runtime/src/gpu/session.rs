@@ -114,16 +114,17 @@ impl GpuSession {
         let words: Vec<usize> = plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
         let levels = levels(&plan, &offsets, &words);
         let width = dev.limits.workgroup_width(256);
-        let mut kernels = Vec::new();
+        // Distinct kernel sources (name, body, where from) in first-use order; they are compiled
+        // together at the end, in parallel.
+        let mut sources: Vec<(String, String, String)> = Vec::new();
         let mut cache: HashMap<String, usize> = HashMap::new();
-        let mut kernel = |dev: &GpuDevice, name: &str, body: String, loc: &dyn std::fmt::Display| -> Result<usize, RuntimeError> {
+        let mut kernel = |_: &GpuDevice, name: &str, body: String, loc: &dyn std::fmt::Display| -> Result<usize, RuntimeError> {
             if let Some(&k) = cache.get(&body) {
                 return Ok(k);
             }
-            let kernel = dev.kernel(name, &body).map_err(|e| RuntimeError(format!("{e} (at {loc})")))?;
-            kernels.push(kernel);
-            cache.insert(body, kernels.len() - 1);
-            Ok(kernels.len() - 1)
+            sources.push((name.to_string(), body.clone(), loc.to_string()));
+            cache.insert(body, sources.len() - 1);
+            Ok(sources.len() - 1)
         };
         let mut dispatch = Vec::with_capacity(plan.steps.len());
         let root = crate::memory::view_roots(&plan);
@@ -203,6 +204,8 @@ impl GpuSession {
             }
             train = Some(Training { bn, bn_kernel, params: trained, update_kernel, clip });
         }
+        let named: Vec<(String, String)> = sources.iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
+        let kernels = dev.kernels(&named).into_iter().zip(&sources).map(|(k, (_, _, loc))| k.map_err(|e| RuntimeError(format!("{e} (at {loc})")))).collect::<Result<Vec<_>, _>>()?;
         let arena = dev.arena(top).map_err(|e| RuntimeError(format!("{}: {e}", plan.model)))?;
         let mut session = GpuSession { dev, plan, original, arena: Some(arena), offsets, kernels, dispatch, levels, train };
         session.set_params(params)?;
