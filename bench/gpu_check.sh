@@ -46,8 +46,10 @@ run() { # NAME, then the command
     local name=$1
     shift
     local log="$OUT/$(echo "$name" | tr ' =/' '__-').log"
-    "$@" >"$log" 2>&1
+    # A hung driver must not take the whole run with it.
+    timeout "${TEST_TIMEOUT:-300}" "$@" >"$log" 2>&1
     local rc=$?
+    if [ "$rc" = 124 ]; then echo "timed out after ${TEST_TIMEOUT:-300} s (TEST_TIMEOUT)" >>"$log"; fi
     local line
     line=$(grep -E "^test result" "$log" | awk '{p+=$4; f+=$6} END {if (NR) printf "%d passed, %d failed", p, f}')
     summary+=("$(printf '%-44s rc=%d  %s' "$name" "$rc" "${line:-}")")
