@@ -120,6 +120,10 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
                 assert!(train, "{}: {}", f.display(), rendered(&outcome));
                 continue; // a model without a loss has no training plan
             };
+            // Compiled plans, and what the GPU session rewrites them into, pass plan validation.
+            let mode = if train { "train" } else { "infer" };
+            plan.validate().unwrap_or_else(|e| panic!("{} ({mode}): {e}", f.display()));
+            mgn_runtime::gpu::rewrite::for_gpu(&plan).0.validate().unwrap_or_else(|e| panic!("{} ({mode}, GPU rewrite): {e}", f.display()));
             let a = plan_arena(&plan);
             if let Err(e) = check_arena(&plan, &a) {
                 panic!("{} ({}): {e}", f.display(), if train { "train" } else { "infer" });

@@ -186,6 +186,41 @@ pub enum GradPart {
 }
 
 impl Op {
+    /// Whether `n` inputs suit this op, for the ops whose input count is fixed by the op alone
+    /// (others are checked by their kernels, which report a wrong count as an error). Plan
+    /// validation uses it so that a hand-edited plan is refused, not a panic in a backend.
+    pub fn check_input_count(&self, n: usize) -> Result<(), String> {
+        let exactly = |k: usize| (k, k);
+        let (lo, hi) = match self {
+            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange => (0, 0),
+            Op::Unary(_) | Op::Pow { .. } | Op::Cast | Op::Reshape | Op::Permute { .. } | Op::Dropout { .. } | Op::DropoutGrad { .. } | Op::Softmax { .. } | Op::SumTo | Op::BroadcastTo => (1, 1),
+            Op::Binary(_) | Op::UnaryGrad(_) | Op::MatMul | Op::SoftmaxGrad { .. } | Op::SoftmaxCrossEntropy => (2, 2),
+            // The norms: x (and dy for derivatives), the running statistics for batch norm,
+            // then the optional weight and bias — the CPU backend's layouts.
+            Op::LayerNorm { has_weight, has_bias, .. } | Op::GroupNorm { has_weight, has_bias, .. } => exactly(1 + *has_weight as usize + *has_bias as usize),
+            Op::RmsNorm { has_weight, .. } => exactly(1 + *has_weight as usize),
+            Op::BatchNorm { has_weight, has_bias, .. } => exactly(3 + *has_weight as usize + *has_bias as usize),
+            Op::LayerNormGrad { has_weight, has_bias, .. } | Op::GroupNormGrad { has_weight, has_bias, .. } => exactly(2 + *has_weight as usize + *has_bias as usize),
+            Op::RmsNormGrad { has_weight, .. } => exactly(2 + *has_weight as usize),
+            Op::BatchNormGrad { has_weight, has_bias, .. } => exactly(4 + *has_weight as usize + *has_bias as usize),
+            Op::Fused { program } => {
+                check_program(program, n)?;
+                (1, usize::MAX)
+            }
+            Op::MatMulEpilogue { program } => {
+                // Input(0) is the product; Input(k) the step's input k + 1.
+                check_program(program, n.saturating_sub(1))?;
+                (2, usize::MAX)
+            }
+            _ => (0, usize::MAX),
+        };
+        if n < lo || n > hi {
+            let want = if lo == hi { format!("{lo}") } else { format!("at least {lo}") };
+            return Err(format!("`{}` takes {want} input{}, not {n}", self.describe(), if lo == 1 && hi == 1 { "" } else { "s" }));
+        }
+        Ok(())
+    }
+
     /// Short name plus attributes, as printed in IR dumps.
     pub fn describe(&self) -> String {
         let list = |v: &[usize]| format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "));
@@ -258,6 +293,25 @@ impl Op {
             }
         }
     }
+}
+
+/// A fused program reads only the `inputs` it is given and only earlier nodes, and has a result.
+fn check_program(program: &[Elem], inputs: usize) -> Result<(), String> {
+    if program.is_empty() {
+        return Err("an empty fused program".into());
+    }
+    for (j, e) in program.iter().enumerate() {
+        if let Elem::Input(k) = e {
+            if *k as usize >= inputs {
+                return Err(format!("fused node {j} reads input {k}, but there are {inputs}"));
+            }
+        } else if let Some((_, args)) = e.op() {
+            if let Some(a) = args.iter().find(|&&a| a as usize >= j) {
+                return Err(format!("fused node {j} reads node {a}, which is not computed before it"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Prints a float compactly and exactly enough to read back (`0.02`, `1e-5`, `10000`).

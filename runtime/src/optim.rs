@@ -194,9 +194,9 @@ impl OptimizerState {
     /// The state as named tensors for a checkpoint: `optim.<name>.m`, `optim.<name>.v` (f32, the
     /// parameter's shape) for each buffer that exists, and `optim.step` (i64, shape `[]`).
     ///
-    /// Panics past 2^31 − 1 steps, which host integer storage cannot hold.
-    pub fn to_tensors(&self, params: &[ParamSpec]) -> Vec<(String, Tensor)> {
-        let step = i32::try_from(self.step).expect("optimizer step count beyond 2^31 - 1");
+    /// Past 2^31 − 1 steps, which the host's integer storage cannot hold, an error.
+    pub fn to_tensors(&self, params: &[ParamSpec]) -> Result<Vec<(String, Tensor)>, String> {
+        let step = i32::try_from(self.step).map_err(|_| format!("the optimizer's step count {} is past 2^31 - 1, which a checkpoint cannot store", self.step))?;
         let mut out = vec![(STEP_TENSOR.to_string(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![step]) })];
         for (i, p) in params.iter().enumerate() {
             for (buf, name) in [(&self.m, m_name(&p.name)), (&self.v, v_name(&p.name))] {
@@ -205,7 +205,7 @@ impl OptimizerState {
                 }
             }
         }
-        out
+        Ok(out)
     }
 
     /// Rebuilds the state from checkpoint tensors (any others are ignored). Parameters without
@@ -422,7 +422,9 @@ mod tests {
         for t in 1..=2 {
             sb.step(&s, t, &mut b, &grads_at(t), &[0, 1]);
         }
-        let named = sb.to_tensors(&specs);
+        let named = sb.to_tensors(&specs).expect("a small step count");
+        let far = OptimizerState { step: 1 << 31, ..sb.clone() };
+        assert!(far.to_tensors(&specs).unwrap_err().contains("past 2^31 - 1"), "a step count a checkpoint cannot hold is an error, not a panic");
         let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec!["optim.step", "optim.fc.weight.m", "optim.fc.weight.v", "optim.fc.bias.m", "optim.fc.bias.v"]);
         let dir = std::env::temp_dir().join(format!("mgn-optim-test-{}", std::process::id()));

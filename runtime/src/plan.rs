@@ -186,6 +186,12 @@ impl Plan {
             if let Some(&bad) = s.inputs.iter().find(|&&x| x as usize >= i) {
                 return Err(format!("step {i} reads value {bad}, which is not computed before it"));
             }
+            s.op.check_input_count(s.inputs.len()).map_err(|e| format!("step {i}: {e}"))?;
+            if let Op::DropoutGrad { forward, .. } = s.op {
+                if forward as usize >= i {
+                    return Err(format!("step {i} derives dropout step {forward}, which is not before it"));
+                }
+            }
             if let Op::Param { index } = s.op {
                 let p = self.params.get(index).ok_or_else(|| format!("step {i} names parameter {index}, but there are {}", self.params.len()))?;
                 if p.shape != s.shape {
@@ -311,5 +317,15 @@ mod tests {
         let mut p = tiny();
         p.steps[2].shape = vec![1 << 30, 1 << 30];
         assert!(p.validate().unwrap_err().contains("impossible shape"));
+        // Wrong input counts and malformed fused programs are refused, not left to a backend.
+        let mut p = tiny();
+        p.steps[2].inputs = vec![0];
+        assert!(p.validate().unwrap_err().contains("takes 2 inputs, not 1"));
+        let mut p = tiny();
+        p.steps[2].op = Op::Fused { program: vec![crate::op::Elem::Input(0), crate::op::Elem::Unary(crate::op::UnaryOp::Relu, 3)] };
+        assert!(p.validate().unwrap_err().contains("reads node 3"));
+        let mut p = tiny();
+        p.steps[2].op = Op::Fused { program: vec![crate::op::Elem::Input(2)] };
+        assert!(p.validate().unwrap_err().contains("reads input 2"));
     }
 }

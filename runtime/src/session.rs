@@ -289,7 +289,7 @@ impl Session {
         self.sync_from_device()?;
         let mut state = self.optimizer.clone();
         state.step = self.step;
-        let optim = state.to_tensors(&self.plan.params);
+        let optim = state.to_tensors(&self.plan.params).map_err(|e| RuntimeError(format!("{}: {e}", path.display())))?;
         let mut tensors: Vec<(String, &Tensor)> = self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();
         tensors.extend(optim.iter().map(|(n, t)| (n.clone(), t)));
         let metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);

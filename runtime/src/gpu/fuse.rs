@@ -291,14 +291,7 @@ mod tests {
         let x12 = Tensor::f32(vec![3, 4], crate::gpu::test_util::values(12, 9));
         for (p, given) in [(gelu, vec![("x", &x), ("y", &y)]), (plan(), vec![("x", &x12), ("w", &w)])] {
             let want = crate::session::Session::new(p.clone(), 0).run(&given).expect("runs on the CPU");
-            let mut gpu = match crate::gpu::session::GpuSession::new(p, &[]) {
-                Ok(g) => g,
-                Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("kernel") => {
-                    eprintln!("skipping: {e}");
-                    return;
-                }
-                Err(e) => panic!("{e}"),
-            };
+            let Some(mut gpu) = crate::gpu::test_util::open(p, &[]) else { return };
             let got = gpu.run(&given, 0).expect("runs on the GPU");
             for ((n, a), (_, b)) in got.outputs.iter().zip(&want.outputs) {
                 crate::gpu::test_util::assert_close(&Op::Fused { program: vec![] }, a, b, 1e-5);
@@ -350,14 +343,7 @@ mod tests {
             fused_cpu.params[0] = w.clone();
             let got = fused_cpu.run(&given).expect("runs").outputs.remove(0).1;
             crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
-            let mut gpu = match crate::gpu::session::GpuSession::new(p, std::slice::from_ref(&w)) {
-                Ok(g) => g,
-                Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("kernel") => {
-                    eprintln!("skipping: {e}");
-                    return;
-                }
-                Err(e) => panic!("{e}"),
-            };
+            let Some(mut gpu) = crate::gpu::test_util::open(p, std::slice::from_ref(&w)) else { return };
             let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
             crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
         }

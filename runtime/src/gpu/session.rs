@@ -71,6 +71,9 @@ struct TrainedParam {
     partials: usize,
     /// Whether the optimizer state holds values (SGD's momentum buffer starts as the gradient).
     has_state: bool,
+    /// Grids of the update kernel (one invocation per element) and the squared-norm kernel.
+    update_groups: [u32; 3],
+    norm_groups: [u32; 3],
 }
 
 fn words_of(t: &Tensor) -> Vec<u32> {
@@ -92,6 +95,25 @@ fn params_block(words: &[u32]) -> Params {
     p
 }
 
+/// The plan's dispatches by level, with this run's dropout keys, and the step each one runs.
+fn step_levels<'a>(kernels: &'a [Kernel], dispatch: &[Option<StepDispatch>], by_level: &Levels, seed: u64) -> (Vec<Vec<Dispatch<'a>>>, Vec<Vec<usize>>) {
+    let mut levels: Vec<Vec<Dispatch>> = (0..by_level.count).map(|_| Vec::new()).collect();
+    let mut steps: Vec<Vec<usize>> = (0..by_level.count).map(|_| Vec::new()).collect();
+    for (i, d) in dispatch.iter().enumerate() {
+        if let (Some(d), Some(l)) = (d, by_level.step[i]) {
+            let mut p = d.params;
+            if let Some(node) = d.dropout_node {
+                let key = super::kernels::dropout_key(seed, node);
+                p[0] = key as u32;
+                p[1] = (key >> 32) as u32;
+            }
+            levels[l].push((&kernels[d.kernel], p, d.groups));
+            steps[l].push(i);
+        }
+    }
+    (levels, steps)
+}
+
 fn err(e: String) -> RuntimeError {
     RuntimeError(e)
 }
@@ -99,6 +121,9 @@ fn err(e: String) -> RuntimeError {
 impl GpuSession {
     /// Opens the GPU, lays out the arena, uploads `params` and compiles a kernel per step.
     pub fn new(plan: Plan, params: &[Tensor]) -> Result<GpuSession, RuntimeError> {
+        // The rewrites and the memory plan index steps by the plan's own references: a plan built
+        // by hand (not by mgnc, not loaded from a file) is checked first.
+        plan.validate().map_err(|e| RuntimeError(format!("{}: invalid plan: {e}", plan.model)))?;
         let mut dev = GpuDevice::open().map_err(err)?;
         // Attention derivatives read statistics computed once (before the memory plan and the
         // levels, which must see the steps that run). Errors and dropout masks keep the given
@@ -171,7 +196,9 @@ impl GpuSession {
                     })
                 };
                 let (m, v) = (take(has_m), take(has_v));
-                trained.push(TrainedParam { index: p, offset: offsets[ps], grad: offsets[g as usize], m, v, n, partials, has_state: false });
+                let grid = |g: usize| fold_grid(g as u64, &dev.limits).map_err(|e| RuntimeError(e.to_string()));
+                let (update_groups, norm_groups) = (grid(n.div_ceil(width as usize))?, grid(update::norm_groups(n, width))?);
+                trained.push(TrainedParam { index: p, offset: offsets[ps], grad: offsets[g as usize], m, v, n, partials, has_state: false, update_groups, norm_groups });
                 partials += update::norm_groups(n, width);
             }
             let scratch = top;
@@ -269,18 +296,11 @@ impl GpuSession {
     /// dispatches, total time), slowest first. Families are the first word of the op's name.
     pub fn profile(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<Vec<(String, usize, std::time::Duration)>, RuntimeError> {
         self.submit(inputs, seed, None, &[])?;
-        let mut levels: Vec<Vec<Dispatch>> = (0..self.levels.count).map(|_| Vec::new()).collect();
-        let mut labels: Vec<Vec<String>> = (0..self.levels.count).map(|_| Vec::new()).collect();
-        for (i, d) in self.dispatch.iter().enumerate() {
-            if let (Some(d), Some(l)) = (d, self.levels.step[i]) {
-                levels[l].push((&self.kernels[d.kernel], d.params, d.groups));
-                let name = self.plan.steps[i].op.describe();
-                labels[l].push(name.split_whitespace().next().unwrap_or("?").to_string());
-            }
-        }
+        let (levels, steps) = step_levels(&self.kernels, &self.dispatch, &self.levels, seed);
         let times = self.dev.profile(self.arena.as_ref().expect("arena"), &levels).map_err(err)?;
+        let labels = steps.into_iter().flatten().map(|i| self.plan.steps[i].op.describe().split_whitespace().next().unwrap_or("?").to_string());
         let mut by: HashMap<String, (usize, std::time::Duration)> = HashMap::new();
-        for (label, t) in labels.into_iter().flatten().zip(times) {
+        for (label, t) in labels.zip(times) {
             let e = by.entry(label).or_default();
             e.0 += 1;
             e.1 += t;
@@ -382,30 +402,13 @@ impl GpuSession {
             }
             uploads.push((self.offsets[*v as usize], words_of(t)));
         }
-        let mut levels: Vec<Vec<Dispatch>> = (0..self.levels.count).map(|_| Vec::new()).collect();
-        for (i, d) in self.dispatch.iter().enumerate() {
-            if let (Some(d), Some(l)) = (d, self.levels.step[i]) {
-                let mut p = d.params;
-                if let Some(node) = d.dropout_node {
-                    let key = super::kernels::dropout_key(seed, node);
-                    p[0] = key as u32;
-                    p[1] = (key >> 32) as u32;
-                }
-                levels[l].push((&self.kernels[d.kernel], p, d.groups));
-            }
-        }
+        let (mut levels, _) = step_levels(&self.kernels, &self.dispatch, &self.levels, seed);
         if let (Some(step), Some(t)) = (step, &self.train) {
             for (l, p, g) in &t.bn {
                 levels[*l].push((&self.kernels[t.bn_kernel], *p, *g));
             }
-            let width = self.dev.limits.workgroup_width(256);
             if let Some((sq, fin)) = t.clip {
-                levels.push(
-                    t.params
-                        .iter()
-                        .map(|p| (&self.kernels[sq], params_block(&[p.grad as u32, p.n as u32, p.partials as u32]), fold_grid(update::norm_groups(p.n, width) as u64, &self.dev.limits).expect("fits")))
-                        .collect(),
-                );
+                levels.push(t.params.iter().map(|p| (&self.kernels[sq], params_block(&[p.grad as u32, p.n as u32, p.partials as u32]), p.norm_groups)).collect());
                 levels.push(vec![(&self.kernels[fin], [0; 32], [1, 1, 1])]);
             }
             let scalars = update::update_scalars(&self.plan.optimizer, step);
@@ -417,8 +420,7 @@ impl GpuSession {
                         for (k, x) in scalars.iter().enumerate() {
                             b[8 + k] = x.to_bits();
                         }
-                        let groups = fold_grid((p.n as u64).div_ceil(width as u64), &self.dev.limits).expect("fits");
-                        (&self.kernels[t.update_kernel], b, groups)
+                        (&self.kernels[t.update_kernel], b, p.update_groups)
                     })
                     .collect(),
             );

@@ -40,16 +40,22 @@ pub fn run_on_gpu(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usi
         grads: vec![],
         optimizer: OptimizerSpec::default(),
     };
-    let mut gpu = match GpuSession::new(plan, &[]) {
-        Ok(g) => g,
-        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("GPU kernel") && !e.0.contains("kernel `") => {
-            eprintln!("skipping: {e}");
-            return None;
-        }
-        Err(e) => panic!("{}: {e}", op.describe()),
-    };
+    let mut gpu = open(plan, &[])?;
     let given: Vec<(&str, &Tensor)> = names.iter().map(|(n, k)| (n.as_str(), &inputs[*k as usize])).collect();
     Some(gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1)
+}
+
+/// A GPU session for `plan`; None when there is no GPU (a failure instead under
+/// `MGN_REQUIRE_GPU=1`). A plan the device has but cannot compile always fails.
+pub fn open(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
+    match GpuSession::new(plan, params) {
+        Ok(g) => Some(g),
+        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("kernel") => {
+            eprintln!("skipping: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
 }
 
 pub fn run_on_cpu(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize]) -> Tensor {

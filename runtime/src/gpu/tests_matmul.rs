@@ -110,11 +110,7 @@ fn every_variant_in_one_plan_matches_the_cpu() {
     }
     let inputs: Vec<(String, u32)> = (0..tensors.len()).map(|i| (format!("x{i}"), i as u32)).collect();
     let plan = Plan { model: "T".into(), mode: Mode::Infer, config: vec![], params: vec![], steps, inputs: inputs.clone(), outputs, loss: None, grads: vec![], optimizer: OptimizerSpec::default() };
-    let mut gpu = match super::session::GpuSession::new(plan, &[]) {
-        Ok(g) => g,
-        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") => return eprintln!("skipping: {e}"),
-        Err(e) => panic!("{e}"),
-    };
+    let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
     let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, i)| (n.as_str(), &tensors[*i as usize])).collect();
     let got = gpu.run(&given, 0).expect("runs").outputs;
     for (c, (a, b)) in cases.iter().enumerate() {
@@ -228,14 +224,7 @@ fn a_transposed_weight_is_read_in_place() {
         let mut cpu = crate::session::Session::new(plan.clone(), 0);
         cpu.params[0] = w.clone();
         let want = cpu.run(&[("x", &x)]).expect("cpu runs").outputs.remove(0).1;
-        let mut gpu = match super::session::GpuSession::new(plan, std::slice::from_ref(&w)) {
-            Ok(g) => g,
-            Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("kernel") => {
-                eprintln!("skipping: {e}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let Some(mut gpu) = super::test_util::open(plan, std::slice::from_ref(&w)) else { return };
         let got = gpu.run(&[("x", &x)], 0).expect("gpu runs").outputs.remove(0).1;
         assert_close(&Op::MatMul, &got, &want, 1e-4);
     }

@@ -52,13 +52,7 @@ const NEG: &str = "-3.4028235e38";
 /// Kernels for `Op::Attention`, `Op::AttentionStats` and `Op::AttentionGrad` (with or without
 /// the statistics the GPU session adds: see `Given`).
 pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let need = |k: usize| -> Result<(), String> {
-        if inputs.len() < k {
-            Err(format!("`{}` needs {k} inputs, found {}", step.op.describe(), inputs.len()))
-        } else {
-            Ok(())
-        }
-    };
+    let need = |k: usize| super::need_inputs(step, inputs, k);
     match &step.op {
         Op::Attention { causal, scale, has_mask } => {
             need(3 + *has_mask as usize)?;

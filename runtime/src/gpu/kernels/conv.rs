@@ -32,13 +32,7 @@ use crate::plan::Step;
 /// Kernels for conv1d/conv2d and their input/weight derivatives, max/avg pooling and its derivative, nearest upsampling and its derivative.
 pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
     let what = step.op.describe();
-    let need = |k: usize| -> Result<(), String> {
-        if inputs.len() < k {
-            Err(format!("`{what}` needs {k} inputs, found {}", inputs.len()))
-        } else {
-            Ok(())
-        }
-    };
+    let need = |k: usize| super::need_inputs(step, inputs, k);
     let src = match &step.op {
         Op::Conv { stride, padding, dilation, groups, has_bias } => {
             need(2 + *has_bias as usize)?;

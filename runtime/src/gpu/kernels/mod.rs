@@ -38,6 +38,15 @@ impl Operand {
     }
 }
 
+/// An error naming the step's op unless it has at least `k` inputs.
+pub(super) fn need_inputs(step: &Step, inputs: &[Operand], k: usize) -> Result<(), String> {
+    if inputs.len() < k {
+        Err(format!("`{}` needs {k} inputs, found {}", step.op.describe(), inputs.len()))
+    } else {
+        Ok(())
+    }
+}
+
 /// The first parameter-block word that carries operand offsets (words 0 and 1 hold dropout's
 /// mask key).
 pub const FIRST_SLOT: usize = 2;

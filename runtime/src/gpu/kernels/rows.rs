@@ -69,22 +69,25 @@ fn each(len: usize, stride: usize, width: u32, body: &str) -> String {
     format!("for (var t = lid; t < {len}u; t = t + {width}u) {{\n        let e = base + t * {stride}u;\n        {body}\n    }}")
 }
 
+/// `m`, the row's maximum of `value` (an expression of the element index `e`), and `s`, the
+/// sum of `exp(value − m)`: what softmax and cross-entropy need of a row.
+fn max_and_sum(len: usize, stride: usize, width: u32, value: &str) -> String {
+    format!(
+        "var mi = -3.4028235e38;
+    {}
+    let m = wg_max(lid, mi);
+    var si = 0.0;
+    {}
+    let s = wg_sum(lid, si);",
+        each(len, stride, width, &format!("mi = max(mi, {value});")),
+        each(len, stride, width, &format!("si = si + exp({value} - m);")),
+    )
+}
+
 pub(super) fn softmax(axis: usize, log: bool, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
     let (base, len, stride) = row_of(&x.shape, axis);
     let result = if log { format!("{} - m - log(s)", load(x, "e")) } else { format!("exp({} - m) / s", load(x, "e")) };
-    let body = format!(
-        "let base = {base};
-    var mi = -3.4028235e38;
-    {max}
-    let m = wg_max(lid, mi);
-    var si = 0.0;
-    {sum}
-    let s = wg_sum(lid, si);
-    {write}",
-        max = each(len, stride, width, &format!("mi = max(mi, {});", load(x, "e"))),
-        sum = each(len, stride, width, &format!("si = si + exp({} - m);", load(x, "e"))),
-        write = each(len, stride, width, &store(out, "e", &result)),
-    );
+    let body = format!("let base = {base};\n    {}\n    {}", max_and_sum(len, stride, width, &load(x, "e")), each(len, stride, width, &store(out, "e", &result)));
     Ok(row_kernel(rows_of(&x.shape, axis), width, &body))
 }
 
@@ -119,18 +122,12 @@ pub(super) fn cross_entropy(inputs: &[Operand], out: &Operand, width: u32) -> Re
         "var total = 0.0;
     for (var row = 0u; row < {rows}u; row = row + 1u) {{
         let base = row * {c}u;
-        var mi = -3.4028235e38;
-        {max}
-        let m = wg_max(lid, mi);
-        var si = 0.0;
-        {sum}
-        let s = wg_sum(lid, si);
+        {stats}
         let tgt = u32({tg});
         total = total + (m + log(s) - {lt});
     }}
     if (lid == 0u) {{ {st} }}",
-        max = each(c, 1, width, &format!("mi = max(mi, {});", load(logits, "e"))),
-        sum = each(c, 1, width, &format!("si = si + exp({} - m);", load(logits, "e"))),
+        stats = max_and_sum(c, 1, width, &load(logits, "e")),
         tg = load(targets, "row"),
         lt = load(logits, "base + tgt"),
         st = store(out, "0u", &format!("total / {rows}.0")),
@@ -144,17 +141,11 @@ pub(super) fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) 
     let rows: usize = targets.shape.iter().product();
     let body = format!(
         "let base = r * {c}u;
-    var mi = -3.4028235e38;
-    {max}
-    let m = wg_max(lid, mi);
-    var si = 0.0;
-    {sum}
-    let s = wg_sum(lid, si);
+    {stats}
     let tgt = u32({tg});
     let scale = {dl} / {rows}.0;
     {write}",
-        max = each(c, 1, width, &format!("mi = max(mi, {});", load(logits, "e"))),
-        sum = each(c, 1, width, &format!("si = si + exp({} - m);", load(logits, "e"))),
+        stats = max_and_sum(c, 1, width, &load(logits, "e")),
         tg = load(targets, "r"),
         dl = load(dl, "0u"),
         write = each(c, 1, width, &store(out, "e", &format!("(exp({} - m) / s - select(0.0, 1.0, t == tgt)) * scale", load(logits, "e")))),

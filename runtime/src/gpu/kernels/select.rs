@@ -16,13 +16,7 @@ use crate::plan::Step;
 
 /// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention, AttentionStats and AttentionGrad.
 pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let need = |k: usize| -> Result<(), String> {
-        if inputs.len() < k {
-            Err(format!("`{}` needs {k} inputs, found {}", step.op.describe(), inputs.len()))
-        } else {
-            Ok(())
-        }
-    };
+    let need = |k: usize| super::need_inputs(step, inputs, k);
     match &step.op {
         Op::Concat { axis } => {
             need(1)?;
