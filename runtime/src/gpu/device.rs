@@ -45,7 +45,8 @@ fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kernel, String>
 pub const PRELUDE: &str = "struct Params { p: array<vec4<u32>, 8> }\nvar<storage, read_write> arena: array<u32>;\nvar<uniform> params: Params;\n";
 
 pub struct GpuDevice {
-    ctx: gpu::Context,
+    /// Dropped by hand in `Drop`, under `LIFECYCLE` (see there).
+    ctx: std::mem::ManuallyDrop<gpu::Context>,
     encoder: gpu::CommandEncoder,
     pub info: Device,
     /// The limits kernels are sized by (the floor under `MGN_MIN_SPEC=1`).
@@ -93,9 +94,13 @@ impl GpuDevice {
         // MGN_PROFILE=1 turns on GPU timestamps (see `profile`); they cost a little per pass.
         let timing = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
         let desc = gpu::ContextDesc { device_id: Some(info.id), timing, ..Default::default() };
-        let ctx = std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
-            .map_err(|_| format!("the driver crashed while opening {}", info.name))?
-            .map_err(|e| format!("cannot open {}: {e:?}", info.name))?;
+        let ctx = {
+            let _one_at_a_time = lifecycle();
+            std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
+                .map_err(|_| format!("the driver crashed while opening {}", info.name))?
+                .map_err(|e| format!("cannot open {}: {e:?}", info.name))?
+        };
+        let ctx = std::mem::ManuallyDrop::new(ctx);
         let encoder = ctx.create_command_encoder(gpu::CommandEncoderDesc { name: "mgn", buffer_count: 1, manual_barriers: false });
         let limits = DeviceLimits::effective(info.limits.unwrap_or(DeviceLimits::MIN_SPEC));
         Ok(GpuDevice { ctx, encoder, info, limits, upload: None, download: None })
@@ -280,7 +285,22 @@ impl Drop for GpuDevice {
             self.ctx.destroy_buffer(s.buffer);
         }
         self.ctx.destroy_command_encoder(&mut self.encoder);
+        let _one_at_a_time = lifecycle();
+        // SAFETY: `ctx` is not used again; this is the only place it is dropped.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.ctx) };
     }
+}
+
+/// Held while a device is created or destroyed, so that one thread of the process does either
+/// at a time. On the H200 (NVIDIA 580.159), the runtime's tests under `MGN_MIN_SPEC=1` — four
+/// threads, each opening and closing its own devices — hung inside the driver: no call
+/// returned and no wait timed out. Serialising the two calls that touch the driver's
+/// process-wide state is the cheap cure (they run once per session); apps that open sessions on
+/// several threads get the same protection.
+fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
+    static LIFECYCLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A panic while held (a driver crash caught above) leaves nothing half-done to protect.
+    LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
