@@ -15,6 +15,9 @@
 #   OUT      where the files go (bench/out), one folder per NAME/MODE
 #   DEVICE   the reference's torch device (default: cuda when available)
 #   FULL     1: every workload at its full default shape (for a GPU backend, or a patient CPU)
+#   GRADS    0: forward only — `mgnc run` without --grads, and only the forward gates (for a
+#            device whose binding cannot hold parameters and gradients together: all-MiniLM's
+#            91 MB of weights and as much of gradients on lavapipe's 128 MiB)
 # Shapes: reduced where the full one is too slow for a CPU run of mgnc (see settings() below);
 # the same --set values go to reference.py and to mgnc. Exit status 0 when every run passes.
 
@@ -31,6 +34,12 @@ if [ -z "${MGNC:-}" ]; then
         echo "building mgnc (release)…"
         cargo build --release -p mgnc || exit 2
     fi
+fi
+grads=(--grads)
+forward_only=()
+if [ "${GRADS:-1}" = 0 ]; then
+    grads=()
+    forward_only=(--forward-only)
 fi
 DEVICE_ARGS=()
 if [ -n "${DEVICE:-}" ]; then DEVICE_ARGS=(--device "$DEVICE"); fi
@@ -93,7 +102,7 @@ for name in "${NAMES[@]}"; do
         t1=$(date +%s)
         if [ "$status" = PASS ]; then
             if ! "$MGNC" run "models/$model.mgn" --weights "$dir/weights.safetensors" --inputs "$dir/inputs.safetensors" \
-                    --out "$dir/actual.safetensors" --grads --mode "$mode" --backend "$BACKEND" "${sets[@]}" \
+                    --out "$dir/actual.safetensors" "${grads[@]}" --mode "$mode" --backend "$BACKEND" "${sets[@]}" \
                     >"$dir/mgnc.log" 2>&1; then
                 status=MGNC-ERROR
                 tail -20 "$dir/mgnc.log"
@@ -102,7 +111,7 @@ for name in "${NAMES[@]}"; do
         t2=$(date +%s)
         if [ "$status" = PASS ]; then
             "$PY" bench/compare.py "$dir/expected.safetensors" "$dir/actual.safetensors" --name "$name ($mode)" \
-                --json "$dir/verdict.json" --meta "$dir/meta.json" | tee "$dir/compare.log"
+                --json "$dir/verdict.json" --meta "$dir/meta.json" "${forward_only[@]}" | tee "$dir/compare.log"
             rc=${PIPESTATUS[0]}
             if [ "$rc" -eq 1 ]; then status=FAIL; elif [ "$rc" -ne 0 ]; then status=COMPARE-ERROR; fi
         fi
