@@ -45,7 +45,8 @@ summary=()
 run() { # NAME, then the command
     local name=$1
     shift
-    local log="$OUT/$(echo "$name" | tr ' =/' '__-').log"
+    # Letters, digits, '.', '_' and '-' only: the names travel back from the GPU machine.
+    local log="$OUT/$(echo "$name" | tr -c 'A-Za-z0-9._\n-' '_').log"
     # A hung driver must not take the whole run with it.
     timeout "${TEST_TIMEOUT:-300}" "$@" >"$log" 2>&1
     local rc=$?

@@ -9,8 +9,9 @@
 # Prepare here first: `bench/gpu_check.sh --prepare` (mgnc and the test binaries into .dev/) and
 # the Vulkan loader .debs into .gl/ (see docs/BENCHMARKS.md). Results go to $OUT (default
 # bench/out/h200); each part's log is kept, and a summary is printed last. After each part
-# everything is also packed into $OUT/../h200.tgz: the device tool returns a limited number of
-# files, and a run cut short by its time limit keeps what the finished parts wrote.
+# the logs are also packed into $OUT/../h200.tgz (and the fixtures into $OUT/../fixtures.tgz):
+# the device tool returns a limited number of files, and a run cut short by its time limit
+# keeps what the finished parts wrote.
 # Environment: SAMPLES, WARMUP (bench; 20, 5), COMPILE (torch.compile workloads, none by default),
 # PARTS (default "tests validate fixtures bench"), VALIDATE (workloads to validate; default all),
 # VALIDATE_TIMEOUT (seconds, default 1800), BENCH (workloads to benchmark; default side_by_side's).
@@ -26,7 +27,12 @@ export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/n
 export MGNC=${MGNC:-.dev/mgnc}
 start=$(date +%s)
 stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
-pack() { tar czf "$OUT/../h200.tgz.part" -C "$OUT" . 2>/dev/null && mv "$OUT/../h200.tgz.part" "$OUT/../h200.tgz"; }
+# The device tool returns at most 8 files of 16 MiB: logs, tables and verdicts go into one
+# archive (not the validation's weights and gradients, hundreds of MB), the fixtures into another.
+pack() {
+    tar czf "$OUT/../h200.tgz.part" --exclude='*.safetensors' --exclude=./fixtures -C "$OUT" . 2>/dev/null && mv "$OUT/../h200.tgz.part" "$OUT/../h200.tgz"
+    if [ -d "$OUT/fixtures" ]; then tar czf "$OUT/../fixtures.tgz" -C "$OUT" fixtures; fi
+}
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
