@@ -77,3 +77,50 @@ pub fn check_on_both(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[
     let refs: Vec<&Tensor> = inputs.iter().collect();
     assert_close(op, &got, &run_on_cpu(op, &refs, out_dtype, out_shape), tol);
 }
+
+/// Seconds per op of `op` on the GPU, for the throughput measurements (ignored tests, run on a
+/// real GPU with `--ignored --nocapture`; never an assertion): every operand is a parameter of
+/// the given shape, so a run moves nothing between host and device, and one submission holds
+/// `repeat` independent copies of the op. The median of 5 runs after one warm-up, with the
+/// device's name; None (and a note) when the plan cannot run here.
+pub fn time_op(op: &Op, operands: &[&[usize]], out_shape: &[usize], repeat: usize) -> Option<(f64, String)> {
+    use crate::op::InitSpec;
+    let param = |k: usize, shape: &[usize]| ParamSpec { name: format!("p{k}"), dtype: DType::F32, shape: shape.to_vec(), init: InitSpec::Constant(0.0), trainable: false, frozen: false };
+    let mut steps: Vec<Step> = (0..operands.len()).map(|k| step(Op::Param { index: k }, vec![], DType::F32, operands[k])).collect();
+    for _ in 0..repeat.max(1) {
+        steps.push(step(op.clone(), (0..operands.len() as u32).collect(), DType::F32, out_shape));
+    }
+    let plan = Plan {
+        model: "T".into(),
+        mode: Mode::Infer,
+        config: vec![],
+        params: operands.iter().enumerate().map(|(k, s)| param(k, s)).collect(),
+        outputs: (operands.len() as u32..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect(),
+        steps,
+        inputs: vec![],
+        loss: None,
+        grads: vec![],
+        optimizer: OptimizerSpec::default(),
+    };
+    let tensors: Vec<Tensor> = operands.iter().enumerate().map(|(k, s)| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 + 1))).collect();
+    let mut gpu = match GpuSession::new(plan, &tensors) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipping `{}`: {e}", op.describe());
+            return None;
+        }
+    };
+    let mut runs = Vec::new();
+    for run in 0..6 {
+        let t = std::time::Instant::now();
+        if let Err(e) = gpu.run_resident(&[], 0) {
+            eprintln!("skipping `{}`: {e}", op.describe());
+            return None;
+        }
+        if run > 0 {
+            runs.push(t.elapsed().as_secs_f64() / repeat.max(1) as f64);
+        }
+    }
+    runs.sort_by(f64::total_cmp);
+    Some((runs[2], gpu.device_name().to_string()))
+}

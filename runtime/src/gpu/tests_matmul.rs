@@ -127,11 +127,6 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 #[test]
 #[ignore]
 fn matmul_throughput() {
-    use super::session::GpuSession;
-    use super::test_util::step;
-    use crate::op::InitSpec;
-    use crate::optim::OptimizerSpec;
-    use crate::plan::{Mode, ParamSpec, Plan};
     let shapes: [(&[usize], &[usize]); 11] = [
         (&[1, 576], &[576, 1536]),
         (&[1, 1536], &[1536, 576]),
@@ -150,40 +145,9 @@ fn matmul_throughput() {
         let k = *a.last().unwrap();
         let flops = 2.0 * out.iter().product::<usize>() as f64 * k as f64;
         let repeat = ((4e10 / flops) as usize).clamp(1, 20);
-        let param = |name: &str, shape: &[usize]| ParamSpec { name: name.into(), dtype: DType::F32, shape: shape.to_vec(), init: InitSpec::Constant(0.0), trainable: false, frozen: false };
-        let mut steps = vec![step(Op::Param { index: 0 }, vec![], DType::F32, a), step(Op::Param { index: 1 }, vec![], DType::F32, b)];
-        for _ in 0..repeat {
-            steps.push(step(Op::MatMul, vec![0, 1], DType::F32, &out));
-        }
-        let plan = Plan {
-            model: "T".into(),
-            mode: Mode::Infer,
-            config: vec![],
-            params: vec![param("a", a), param("b", b)],
-            outputs: (2..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect(),
-            steps,
-            inputs: vec![],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        };
-        let tensors = [Tensor::f32(a.to_vec(), values(a.iter().product(), 1)), Tensor::f32(b.to_vec(), values(b.iter().product(), 2))];
-        let mut gpu = match GpuSession::new(plan, &tensors) {
-            Ok(g) => g,
-            Err(e) => {
-                eprintln!("skipping {a:?} × {b:?}: {e}");
-                continue;
-            }
-        };
-        gpu.run_resident(&[], 0).expect("runs");
-        let runs = 5;
-        let t = std::time::Instant::now();
-        for _ in 0..runs {
-            gpu.run_resident(&[], 0).expect("runs");
-        }
-        let s = t.elapsed().as_secs_f64() / (runs * repeat) as f64;
+        let Some((s, device)) = super::test_util::time_op(&Op::MatMul, &[a, b], &out, repeat) else { continue };
         let bytes = 4.0 * (a.iter().product::<usize>() + b.iter().product::<usize>() + out.iter().product::<usize>()) as f64;
-        println!("matmul {a:?} × {b:?}: {:9.1} µs per product, {:8.1} GFLOP/s, {:7.1} GB/s of operands ({})", s * 1e6, flops / s / 1e9, bytes / s / 1e9, gpu.device_name());
+        println!("matmul {a:?} × {b:?}: {:9.1} µs per product, {:8.1} GFLOP/s, {:7.1} GB/s of operands ({device})", s * 1e6, flops / s / 1e9, bytes / s / 1e9);
     }
 }
 

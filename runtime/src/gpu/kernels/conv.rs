@@ -926,6 +926,45 @@ mod tests {
         FORCED.with(|f| f.borrow_mut().clear());
     }
 
+    /// Throughput of the three convolution GEMMs on ResNet-50's layers at batch 4, with the
+    /// chooser's tile and with fixed alternatives: not a check, a measurement for a real GPU
+    /// (`cargo test --release -p mgn-runtime conv_throughput -- --ignored --nocapture`), the
+    /// data for tuning `Tile::cost`. One line per layer, derivative and tile.
+    #[test]
+    #[ignore]
+    fn conv_throughput() {
+        use crate::gpu::test_util::time_op;
+        let b = 4;
+        // (cout, cin, kernel, stride, input size): one layer of each kind per stage.
+        let layers = [(64, 3, 7, 2, 224), (64, 64, 3, 1, 56), (256, 64, 1, 1, 56), (64, 256, 1, 1, 56), (128, 128, 3, 2, 56), (512, 128, 1, 1, 28), (256, 256, 3, 1, 14), (1024, 256, 1, 1, 14), (512, 512, 3, 1, 7), (2048, 512, 1, 1, 7), (512, 2048, 1, 1, 7)];
+        let alternatives = [None, Some(tile(128, 128, 8, 8, 1, 8)), Some(tile(128, 64, 8, 4, 1, 8)), Some(tile(64, 64, 4, 4, 1, 16)), Some(tile(64, 64, 8, 4, 2, 16)), Some(tile(32, 32, 4, 4, 4, 32))];
+        for (co, ci, k, st, size) in layers {
+            let pad = k / 2;
+            let o = (size + 2 * pad - k) / st + 1;
+            let (x, w, y) = (vec![b, ci, size, size], vec![co, ci, k, k], vec![b, co, o, o]);
+            let flops = 2.0 * (b * co * o * o * ci * k * k) as f64;
+            let geo = (vec![st, st], vec![pad, pad], vec![1, 1]);
+            let ops = [
+                ("forward", Op::Conv { stride: geo.0.clone(), padding: geo.1.clone(), dilation: geo.2.clone(), groups: 1, has_bias: false }, [&x[..], &w[..]], &y),
+                ("grad input", Op::ConvGradInput { stride: geo.0.clone(), padding: geo.1.clone(), dilation: geo.2.clone(), groups: 1 }, [&y[..], &w[..]], &x),
+                ("grad weight", Op::ConvGradWeight { stride: geo.0.clone(), padding: geo.1.clone(), dilation: geo.2.clone(), groups: 1 }, [&x[..], &y[..]], &w),
+            ];
+            for (what, op, operands, out) in &ops {
+                for alt in alternatives {
+                    FORCED.with(|f| *f.borrow_mut() = alt.into_iter().collect());
+                    let label = alt.map_or("chosen".to_string(), |t| format!("{}x{} r{}x{} s{} bk{}", t.tm, t.tn, t.rm, t.rn, t.s, t.bk));
+                    // About 2·10¹⁰ FLOP per submission, within 64 MiB of outputs.
+                    let out_bytes = 4 * out.iter().product::<usize>();
+                    let repeat = ((2e10 / flops) as usize).min((64 << 20) / out_bytes).clamp(1, 20);
+                    if let Some((sec, device)) = time_op(op, operands, out, repeat) {
+                        println!("conv {co}x{ci}x{k}x{k} /{st} {size}² {what:<11} {label:<22} {:8.1} µs {:8.1} GFLOP/s ({device})", sec * 1e6, flops / sec / 1e9);
+                    }
+                }
+            }
+        }
+        FORCED.with(|f| f.borrow_mut().clear());
+    }
+
     /// The chooser's tiles keep the kernel's invariants for ResNet-50- and U-Net-sized GEMMs
     /// (and tiny ones), at both widths.
     #[test]
