@@ -41,6 +41,7 @@ export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/n
 if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
 M=.dev/mgnc
 OUT=${OUT:-/tmp}
+mkdir -p "$OUT"
 summary=()
 run() { # NAME, then the command
     local name=$1
