@@ -5,8 +5,8 @@
 #
 #   bench/side_by_side.sh [NAME ...]
 #
-# NAME: a model in models/ (default: smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny;
-# smolvla_expert and minilm_l6 when named). Meant for the GPU machine, which has no Rust
+# NAME: a model in models/ (default: the six workloads — smollm2_135m whisper_tiny_encoder resnet50
+# sd_unet_tiny smolvla_expert minilm_l6). Meant for the GPU machine, which has no Rust
 # toolchain: it runs a prebuilt mgnc (`cargo build --release -p mgnc` elsewhere, copy the binary).
 # Environment:
 #   MGNC      the mgnc binary (default target/release/mgnc)
@@ -37,7 +37,7 @@ WARMUP=${WARMUP:-5}
 SAMPLES=${SAMPLES:-20}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 NAMES=("$@")
-if [ ${#NAMES[@]} -eq 0 ]; then NAMES=(smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny); fi
+if [ ${#NAMES[@]} -eq 0 ]; then NAMES=(smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny smolvla_expert minilm_l6); fi
 
 if [ ! -x "$MGNC" ]; then
     echo "error: no mgnc at $MGNC (build it with \`cargo build --release -p mgnc\` and copy it, or set MGNC)" >&2
