@@ -44,6 +44,41 @@ fn gathers_and_their_gradients_match_the_cpu() {
     check_on_both(&Op::Gather { axis: 1 }, &[xi, Tensor::i32(vec![2], vec![2, 2])], DType::I32, &[2, 2], 0.0);
 }
 
+/// Rows wide enough for the workgroup-per-row gradient kernel: columns past one workgroup, index
+/// counts that are not a multiple of it, a row matched by every position of a whole block, rows
+/// matched by none, and a middle axis.
+#[test]
+fn wide_gather_gradients_sum_their_matches_in_order() {
+    let m = 700;
+    let idx: Vec<i32> = (0..m as i32).map(|k| if k < 300 { 5 } else { (k * k + 3) % 37 }).collect();
+    let idx = Tensor::i32(vec![m], idx);
+    check_on_both(&Op::GatherGrad { axis: 0 }, &[idx.clone(), floats(&[m, 300], 41)], DType::F32, &[37, 300], 1e-6);
+    let idx = Tensor::i32(vec![150], (0..150).map(|k| (k * 7 % 10) as i32).collect());
+    check_on_both(&Op::GatherGrad { axis: 1 }, &[idx, floats(&[3, 150, 96], 42)], DType::F32, &[3, 10, 96], 1e-6);
+}
+
+/// The wide kernel drops out-of-range positions too (the CPU refuses them, so the expected sums
+/// are written out here).
+#[test]
+fn wide_gather_gradients_drop_out_of_range_positions() {
+    let (rows, cols) = (4, 130);
+    let idx = vec![-1, 2, 4, 2, 0, 7];
+    let dy = floats(&[idx.len(), cols], 43);
+    let Some(got) = gpu_run(&Op::GatherGrad { axis: 0 }, &[Tensor::i32(vec![idx.len()], idx.clone()), dy.clone()], DType::F32, &[rows, cols]) else {
+        return;
+    };
+    let dyv = dy.to_f64_vec();
+    let mut want = vec![0.0f32; rows * cols];
+    for (k, &j) in idx.iter().enumerate() {
+        if (0..rows as i32).contains(&j) {
+            for c in 0..cols {
+                want[j as usize * cols + c] += dyv[k * cols + c] as f32;
+            }
+        }
+    }
+    assert_eq!(got.to_f64_vec(), want.iter().map(|&v| v as f64).collect::<Vec<_>>());
+}
+
 #[test]
 fn out_of_range_gather_indices_read_nothing() {
     // The CPU refuses these; the GPU must stay inside the tensor: 0 for gather, dropped for its gradient.

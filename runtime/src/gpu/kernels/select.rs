@@ -159,11 +159,18 @@ fn gather(axis: usize, x: &Operand, index: &Operand, out: &Operand, width: u32) 
     Ok(elementwise(n, width, &body, ""))
 }
 
-/// Scatter-add without atomics: element `(o, a, r)` sums `dy` over every index position equal to `a`.
-/// Positions whose index is outside the axis match no element and are dropped.
+/// Scatter-add without atomics: element `(o, a, r)` sums `dy` over every index position equal to
+/// `a`, in ascending position order (the CPU's order, and the same on every run). Positions whose
+/// index is outside the axis match no element and are dropped.
+///
+/// Rows wide enough to fill a workgroup (an embedding table's gradient) take `gather_grad_rows`;
+/// narrow ones, one invocation per element scanning every position.
 fn gather_grad(axis: usize, index: &Operand, dy: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let (_, len, inner) = split(&out.shape, axis)?;
+    let (outer, len, inner) = split(&out.shape, axis)?;
     let m: usize = index.shape.iter().product();
+    if inner >= (width / 4) as usize && width.is_power_of_two() {
+        return Ok(gather_grad_rows(outer, len, inner, m, index, dy, out, width));
+    }
     let n: usize = out.shape.iter().product();
     let body = format!(
         "{}
@@ -180,6 +187,81 @@ fn gather_grad(axis: usize, index: &Operand, dy: &Operand, out: &Operand, width:
         store(out, "i", "acc"),
     );
     Ok(elementwise(n, width, &body, ""))
+}
+
+/// One workgroup per output row `(o, a)` and block of `width` columns. The workgroup reads the
+/// index positions `width` at a time; when the block holds a match, a prefix sum lists the
+/// matches in order in shared memory, and each invocation adds its column of `dy` for the listed
+/// positions only. The
+/// one-invocation-per-element kernel reads every position for every element: for MiniLM's
+/// 30,522 × 384 word-embedding gradient over 1,024 tokens that was 1.2·10¹⁰ reads (7 ms on an
+/// H200); this reads each position once per row block (6·10⁷) plus `dy` once per match.
+#[allow(clippy::too_many_arguments)]
+fn gather_grad_rows(outer: usize, len: usize, inner: usize, m: usize, index: &Operand, dy: &Operand, out: &Operand, width: u32) -> KernelSource {
+    let blocks = inner.div_ceil(width as usize);
+    let rows = outer * len * blocks;
+    let body = format!(
+        "var<workgroup> count: array<u32, {width}>;
+var<workgroup> hits: array<u32, {width}>;
+var<workgroup> any: u32;
+@compute @workgroup_size({width})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+    let id = wg.x + (wg.y + wg.z * grid.y) * grid.x;
+    if (id >= {rows}u) {{ return; }}
+    let row = id / {blocks}u;
+    let o = row / {len}u;
+    let a = i32(row % {len}u);
+    let r = (id % {blocks}u) * {width}u + lid;
+    if (lid == 0u) {{ any = 0u; }}
+    workgroupBarrier();
+    var acc = 0.0;
+    for (var k0 = 0u; k0 < {m}u; k0 = k0 + {width}u) {{
+        let k = k0 + lid;
+        var hit = 0u;
+        if (k < {m}u) {{
+            if (i32({idx}) == a) {{
+                hit = 1u;
+                any = 1u;
+            }}
+        }}
+        // Most blocks match nothing (a vocabulary row is rarely among a batch's tokens): one
+        // barrier tells, and the prefix sum below runs only for blocks with a match.
+        if (workgroupUniformLoad(&any) == 1u) {{
+            // Inclusive prefix sum of the block's matches (Hillis–Steele).
+            count[lid] = hit;
+            workgroupBarrier();
+            for (var step = 1u; step < {width}u; step = step << 1u) {{
+                var v = count[lid];
+                if (lid >= step) {{ v = v + count[lid - step]; }}
+                workgroupBarrier();
+                count[lid] = v;
+                workgroupBarrier();
+            }}
+            if (hit == 1u) {{ hits[count[lid] - 1u] = k; }}
+            let found = count[{last}u];
+            workgroupBarrier();
+            if (r < {inner}u) {{
+                for (var h = 0u; h < found; h = h + 1u) {{
+                    acc = acc + f32({dyv});
+                }}
+            }}
+            // Cleared before the barrier that ends the block: the next block's matches set it after.
+            if (lid == 0u) {{ any = 0u; }}
+            workgroupBarrier();
+        }}
+    }}
+    if (r < {inner}u) {{
+        let i = (o * {len}u + u32(a)) * {inner}u + r;
+        {st}
+    }}
+}}
+",
+        last = width - 1,
+        idx = load(index, "k"),
+        dyv = load(dy, &format!("(o * {m}u + hits[h]) * {inner}u + r")),
+        st = store(out, "i", "acc"),
+    );
+    KernelSource { body, invocations: rows as u64 * width as u64, dropout_node: None }
 }
 
 /// `[x, y, dy]` → dx; max/min route `dy` to the first (row-major) element of each reduced group
