@@ -136,6 +136,13 @@ pub enum Op {
     /// entirely with −1e9 would get every `P = 1`). Inserted by the GPU session only (never made
     /// by autodiff, never differentiated).
     AttentionStats { causal: bool, scale: f64, has_mask: bool },
+    /// `[x, dy]` → `[⌈R / chunk⌉, D]`: a layer norm's (`center`) or RMS norm's weight derivative
+    /// over the last axis (`D`) of `x`'s `R` rows, summed per chunk of `chunk` consecutive rows
+    /// (`Σ dy·x̂`, the last chunk possibly shorter); the chunks' sum is the derivative. The GPU
+    /// session splits a norm's weight derivative into this and a sum over chunks
+    /// (`gpu/norm_partials.rs`), so that its rows spread over many workgroups and each row's
+    /// statistics are computed once. Never made by autodiff, never differentiated.
+    NormWeightGradPartial { eps: f64, center: bool, chunk: usize },
     /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
     SoftmaxCrossEntropyGrad,
     /// A chain of element-wise float ops computed in one step: `program` evaluates, element by
@@ -202,6 +209,7 @@ impl Op {
             Op::BatchNorm { has_weight, has_bias, .. } => exactly(3 + *has_weight as usize + *has_bias as usize),
             Op::LayerNormGrad { has_weight, has_bias, .. } | Op::GroupNormGrad { has_weight, has_bias, .. } => exactly(2 + *has_weight as usize + *has_bias as usize),
             Op::RmsNormGrad { has_weight, .. } => exactly(2 + *has_weight as usize),
+            Op::NormWeightGradPartial { .. } => (2, 2),
             Op::BatchNormGrad { has_weight, has_bias, .. } => exactly(4 + *has_weight as usize + *has_bias as usize),
             Op::Fused { program } => {
                 check_program(program, n)?;
@@ -282,6 +290,7 @@ impl Op {
             Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
             Op::AttentionStats { causal, scale, .. } => format!("attention_stats{} scale={}", if *causal { " causal" } else { "" }, fmt_f64(*scale)),
+            Op::NormWeightGradPartial { center, chunk, .. } => format!("{}_norm_weight_grad_partial chunk={chunk}", if *center { "layer" } else { "rms" }),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
             Op::Fused { program } => {
                 let names: Vec<String> = program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();

@@ -271,6 +271,10 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
             arity(x, 4 + *has_mask as usize)?;
             attention::attention_grad(x, *causal, *scale, *has_mask, *part)
         }
+        NormWeightGradPartial { eps, center, chunk } => {
+            arity(x, 2)?;
+            norm::norm_weight_grad_partial(x, *eps, *center, *chunk)
+        }
         AttentionStats { causal, scale, has_mask } => {
             arity(x, 2 + *has_mask as usize)?;
             attention::attention_stats(x, *causal, *scale, *has_mask, shape)

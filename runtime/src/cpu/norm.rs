@@ -171,6 +171,25 @@ pub(crate) fn rms_norm_grad(x: &[&Tensor], eps: f64, has_weight: bool, part: Gra
     })())
 }
 
+/// Inputs `x, dy` → `[⌈R / chunk⌉, D]`: `Op::NormWeightGradPartial`, the weight derivative of
+/// a layer norm (`center`) or RMS norm summed per chunk of `chunk` rows.
+pub(crate) fn norm_weight_grad_partial(x: &[&Tensor], eps: f64, center: bool, chunk: usize) -> KResult<Data> {
+    let d = last_axis(x[0])?;
+    check_dy(x[0], x[1])?;
+    if chunk == 0 {
+        return err("needs a chunk of at least one row");
+    }
+    let blocks = Blocks { len: d, center, eps, param: |_, i| i };
+    by_float!(x, T => (|| {
+        let (xv, dy) = (floats::<T>(x[0], "x")?, floats::<T>(x[1], "dy")?);
+        let mut out = Vec::new();
+        for (xc, gc) in xv.chunks(chunk * d.max(1)).zip(dy.chunks(chunk * d.max(1))) {
+            out.extend(blocks.backward(xc, None, gc, GradPart::Weight, d));
+        }
+        Ok(out)
+    })())
+}
+
 // ---- group norm -----------------------------------------------------------------------------
 
 /// `x: [N, C, ...]`: channels, spatial size per channel, block length.

@@ -179,3 +179,17 @@ fn batch_norm_on_large_channels_and_odd_shapes() {
         }
     }
 }
+
+/// The chunked weight derivative the GPU session splits layer and RMS norms' into
+/// (`gpu/norm_partials.rs`): rows narrower and wider than a workgroup, a short last chunk, one
+/// chunk, and inputs far from zero mean.
+#[test]
+fn chunked_norm_weight_derivatives_match_the_cpu() {
+    for center in [true, false] {
+        for (x, chunk) in [(&[37usize, 70][..], 8usize), (&[3, 5, 300][..], 4), (&[6, 33][..], 8), (&[2, 9, 1][..], 5)] {
+            let rows = x.iter().product::<usize>() / x[x.len() - 1];
+            let out = [rows.div_ceil(chunk), x[x.len() - 1]];
+            check(Op::NormWeightGradPartial { eps: 1e-5, center, chunk }, &[(x, 2.5), (x, 0.0)], &out, 1e-4);
+        }
+    }
+}

@@ -277,7 +277,7 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
             k.dropout_node = Some(*forward);
             return Ok(k);
         }
-        Op::LayerNorm { .. } | Op::LayerNormGrad { .. } | Op::RmsNorm { .. } | Op::RmsNormGrad { .. } | Op::GroupNorm { .. } | Op::GroupNormGrad { .. } | Op::BatchNormGrad { .. } => {
+        Op::LayerNorm { .. } | Op::LayerNormGrad { .. } | Op::RmsNorm { .. } | Op::RmsNormGrad { .. } | Op::GroupNorm { .. } | Op::GroupNormGrad { .. } | Op::BatchNormGrad { .. } | Op::NormWeightGradPartial { .. } => {
             return norm::generate(step, inputs, out, width)
         }
         Op::Concat { .. }

@@ -17,8 +17,10 @@
 //! Weight and bias derivatives reduce over rows per parameter. Batch norm's parameter is its row,
 //! so one workgroup per channel reduces `Σdy` and `Σdy·x̂` as above. Layer and RMS norm: one
 //! workgroup per block of up to 32 consecutive columns, its invocations striding over rows; the
-//! weight needs every row's statistics, which each column block recomputes per tile of rows (a
-//! forward that kept `(mean, rstd)` per row would spare that). Group norm's weight: one workgroup
+//! weight needs every row's statistics, which each column block recomputes per tile of rows. The
+//! GPU session replaces that weight derivative, past 8 rows, by `NormWeightGradPartial` (one
+//! workgroup per chunk of rows computing each row's statistics once, `weight_grad_partial`) and
+//! a sum over the chunks (`gpu/norm_partials.rs`). Group norm's weight: one workgroup
 //! per channel, looping over samples with each sample's group statistics computed by the whole
 //! workgroup; its bias is a plain per-channel sum.
 //!
@@ -83,6 +85,7 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             check_part(*part, *has_weight, *has_bias)?;
             batch_norm_grad(inputs, out, *eps, *has_weight, *part, *training, width)
         }
+        Op::NormWeightGradPartial { eps, center, chunk } => weight_grad_partial(&inputs[0], dy, *eps, *center, *chunk, out, w),
         Op::BatchNorm { .. } => unsupported("its statistics depend on the plan's mode, which the generator does not receive"),
         Op::Dropout { .. } | Op::DropoutGrad { .. } => unsupported("the mask needs the run's seed, which does not reach the kernel"),
         _ => unsupported("not a norm"),
@@ -391,6 +394,68 @@ fn column_grad(rows: &Rows, x: &Operand, dy: &Operand, center: bool, eps: f64, p
     body += &seg_reduce("tot", "acc", "rlane", rl, cl);
     body += &format!("if (rlane == 0u && cv) {{\n        {}\n    }}", store(out, "c", "tot.x"));
     kernel(width, d.div_ceil(cl), &helpers, &body)
+}
+
+/// `Op::NormWeightGradPartial`: one workgroup per chunk of rows, all columns. Per row, the
+/// whole workgroup computes the statistics once (two passes, as the forward), then each
+/// invocation adds `dy·x̂` for its columns (`tid`, `tid + width`, …) into registers; the chunk's
+/// sums are stored once at the end. Compared with `column_grad`'s workgroup per 32 columns
+/// (12 workgroups for 384 columns, each recomputing every row's statistics), the rows spread
+/// over as many workgroups as there are chunks.
+fn weight_grad_partial(x: &Operand, dy: &Operand, eps: f64, center: bool, chunk: usize, out: &Operand, width: usize) -> Result<KernelSource, String> {
+    let rows = last_axis_rows(x)?;
+    if dy.shape != x.shape {
+        return Err(format!("dy {:?} must have x's shape {:?}", dy.shape, x.shape));
+    }
+    let (d, count) = (rows.len, rows.count);
+    let chunks = count.div_ceil(chunk.max(1));
+    if chunk == 0 || out.shape != [chunks, d] {
+        return Err(format!("expected a chunk of at least one row and output [{chunks}, {d}], found chunk {chunk} and {:?}", out.shape));
+    }
+    let cols = d.div_ceil(width).max(1);
+    let mean = if center {
+        format!(
+            "{}{}let m = r1.x / f32({d}u);",
+            strided("s1", "tid", width, d, "true", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("base + {t}")))),
+            seg_reduce("r1", "s1", "tid", width, 1)
+        )
+    } else {
+        "let m = 0.0;".into()
+    };
+    let helpers = format!("fn sq(e: u32, m: f32) -> vec4<f32> {{
+    let d = {} - m;
+    return vec4<f32>(d * d, 0.0, 0.0, 0.0);
+}}
+", load(x, "e"));
+    let body = format!(
+        "var acc: array<f32, {cols}>;
+    let first = wid * {chunk}u;
+    let last = min(first + {chunk}u, {count}u);
+    for (var r = first; r < last; r = r + 1u) {{
+    let base = r * {d}u;
+    {mean}
+    {s2}{r2}let rstd = 1.0 / sqrt(r2.x / f32({d}u) + {eps});
+    for (var j = 0u; j < {cols}u; j = j + 1u) {{
+        let c = tid + j * {width}u;
+        if (c < {d}u) {{
+            acc[j] = acc[j] + {dye} * ({xe} - m) * rstd;
+        }}
+    }}
+    }}
+    for (var j = 0u; j < {cols}u; j = j + 1u) {{
+        let c = tid + j * {width}u;
+        if (c < {d}u) {{
+            {st}
+        }}
+    }}",
+        s2 = strided("s2", "tid", width, d, "true", |t| format!("sq(base + {t}, m)")),
+        r2 = seg_reduce("r2", "s2", "tid", width, 1),
+        eps = lit(eps),
+        dye = load(dy, "base + c"),
+        xe = load(x, "base + c"),
+        st = store(out, &format!("wid * {d}u + c"), "acc[j]"),
+    );
+    Ok(kernel(width, chunks, &helpers, &body))
 }
 
 /// Group norm's weight derivative `Σ dy·x̂` per channel: one workgroup per channel loops over
