@@ -1,6 +1,7 @@
 //! The GPU session's rewrite of layer- and RMS-norm weight derivatives: `Σ_rows dy·x̂` per
 //! column becomes a `NormWeightGradPartial` step (the sum per chunk of rows) and a `Reduce` sum
-//! over the chunks.
+//! over the chunks. A layer norm's bias derivative, `Σ_rows dy`, becomes a plain `Reduce` (a
+//! workgroup per column) for the same reason.
 //!
 //! Done in one step, a workgroup owns a block of 32 columns and walks every row, recomputing the
 //! row's statistics for each block: at Whisper's 1,500 rows × 384 columns that is 12 workgroups
@@ -34,10 +35,13 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
     let n = plan.steps.len();
     // Per original step: the partial step to insert before it (its op and shape).
     let mut partial: Vec<Option<(Op, Vec<usize>)>> = vec![None; n];
+    // Per original step: a layer norm's bias derivative to run as a plain sum of dy over rows.
+    let mut bias_sum = vec![false; n];
     for (i, s) in plan.steps.iter().enumerate() {
         let (eps, center) = match s.op {
             Op::LayerNormGrad { eps, part: GradPart::Weight, has_weight: true, .. } => (eps, true),
             Op::RmsNormGrad { eps, part: GradPart::Weight, has_weight: true } => (eps, false),
+            Op::LayerNormGrad { part: GradPart::Bias, has_bias: true, .. } => (0.0, false),
             _ => continue,
         };
         // Malformed steps are left for the kernel generator to report.
@@ -49,9 +53,13 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
         }
         let rows = xs.shape.iter().product::<usize>() / d;
         let Some(chunk) = chunk_for(rows) else { continue };
-        partial[i] = Some((Op::NormWeightGradPartial { eps, center, chunk }, vec![rows.div_ceil(chunk), d]));
+        if matches!(s.op, Op::LayerNormGrad { part: GradPart::Bias, .. }) {
+            bias_sum[i] = true;
+        } else {
+            partial[i] = Some((Op::NormWeightGradPartial { eps, center, chunk }, vec![rows.div_ceil(chunk), d]));
+        }
     }
-    if partial.iter().all(Option::is_none) {
+    if partial.iter().all(Option::is_none) && !bias_sum.contains(&true) {
         return (plan.clone(), (0..n as u32).collect());
     }
 
@@ -72,6 +80,13 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
             original.push(u32::MAX);
             step.op = Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false };
             step.inputs = vec![steps.len() as u32 - 1];
+        }
+        if bias_sum[i] {
+            // Σ dy over every axis but the last: a reduction with a workgroup per column.
+            let dy = step.inputs[step.inputs.len() - 1];
+            let rank = plan.steps[s.inputs[s.inputs.len() - 1] as usize].shape.len();
+            step.op = Op::Reduce { op: ReduceOp::Sum, axes: (0..rank - 1).collect(), keepdim: false };
+            step.inputs = vec![dy];
         }
         new_of[i] = steps.len() as u32;
         steps.push(step);
@@ -128,6 +143,9 @@ mod tests {
         let (q, original) = split_norm_weight_grads(&p);
         q.validate().expect("a valid plan");
         assert_eq!(q.steps.len(), p.steps.len() + 2);
+        let bias = original.iter().position(|&o| o == 6).expect("the bias derivative is kept");
+        assert_eq!(q.steps[bias].op, Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false });
+        assert_eq!(q.steps[bias].inputs, [3], "dy");
         let partials: Vec<usize> = (0..q.steps.len()).filter(|&i| matches!(q.steps[i].op, Op::NormWeightGradPartial { .. })).collect();
         assert_eq!(partials.len(), 2, "the layer norm's and the RMS norm's weight derivatives; not the 4-row one");
         for &i in &partials {
