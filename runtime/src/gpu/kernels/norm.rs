@@ -396,12 +396,13 @@ fn column_grad(rows: &Rows, x: &Operand, dy: &Operand, center: bool, eps: f64, p
     kernel(width, d.div_ceil(cl), &helpers, &body)
 }
 
-/// `Op::NormWeightGradPartial`: one workgroup per chunk of rows, all columns. Per row, the
-/// whole workgroup computes the statistics once (two passes, as the forward), then each
-/// invocation adds `dy·x̂` for its columns (`tid`, `tid + width`, …) into registers; the chunk's
-/// sums are stored once at the end. Compared with `column_grad`'s workgroup per 32 columns
-/// (12 workgroups for 384 columns, each recomputing every row's statistics), the rows spread
-/// over as many workgroups as there are chunks.
+/// `Op::NormWeightGradPartial`: one workgroup per chunk of rows, all columns. The chunk goes a
+/// tile of rows at a time: each row's statistics from its own lane group (as `column_grad`),
+/// kept in shared memory, then every invocation adds `dy·x̂` of the tile's rows for its columns
+/// (`tid`, `tid + width`, …) into registers; the chunk's sums are stored once at the end.
+/// Compared with `column_grad`'s workgroup per 32 columns (12 workgroups for 384 columns, each
+/// recomputing every row's statistics), each row's statistics are computed once and the rows
+/// spread over as many workgroups as there are chunks.
 fn weight_grad_partial(x: &Operand, dy: &Operand, eps: f64, center: bool, chunk: usize, out: &Operand, width: usize) -> Result<KernelSource, String> {
     let rows = last_axis_rows(x)?;
     if dy.shape != x.shape {
@@ -413,34 +414,52 @@ fn weight_grad_partial(x: &Operand, dy: &Operand, eps: f64, center: bool, chunk:
         return Err(format!("expected a chunk of at least one row and output [{chunks}, {d}], found chunk {chunk} and {:?}", out.shape));
     }
     let cols = d.div_ceil(width).max(1);
+    let cl = lanes_for(d, width.min(32));
+    let rl = width / cl;
+    let at = |r: &str, t: &str| format!("({r}) * {d}u + ({t})");
     let mean = if center {
         format!(
             "{}{}let m = r1.x / f32({d}u);",
-            strided("s1", "tid", width, d, "true", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("base + {t}")))),
-            seg_reduce("r1", "s1", "tid", width, 1)
+            strided("s1", "lane", cl, d, "rv", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &at("r", t)))),
+            seg_reduce("r1", "s1", "lane", cl, 1)
         )
     } else {
         "let m = 0.0;".into()
     };
-    let helpers = format!("fn sq(e: u32, m: f32) -> vec4<f32> {{
-    let d = {} - m;
-    return vec4<f32>(d * d, 0.0, 0.0, 0.0);
-}}
-", load(x, "e"));
+    let helpers = format!(
+        "fn sq(e: u32, m: f32) -> vec4<f32> {{\n    let d = {} - m;\n    return vec4<f32>(d * d, 0.0, 0.0, 0.0);\n}}\nvar<workgroup> tile_m: array<f32, {rl}>;\nvar<workgroup> tile_r: array<f32, {rl}>;\n",
+        load(x, "e")
+    );
     let body = format!(
         "var acc: array<f32, {cols}>;
+    let lane = tid % {cl}u;
+    let rlane = tid / {cl}u;
     let first = wid * {chunk}u;
     let last = min(first + {chunk}u, {count}u);
-    for (var r = first; r < last; r = r + 1u) {{
-    let base = r * {d}u;
+    for (var r0 = first; r0 < last; r0 = r0 + {rl}u) {{
+    let r = r0 + rlane;
+    let rv = r < last;
     {mean}
-    {s2}{r2}let rstd = 1.0 / sqrt(r2.x / f32({d}u) + {eps});
-    for (var j = 0u; j < {cols}u; j = j + 1u) {{
-        let c = tid + j * {width}u;
-        if (c < {d}u) {{
-            acc[j] = acc[j] + {dye} * ({xe} - m) * rstd;
+    {s2}{r2}if (lane == 0u) {{
+        tile_m[rlane] = m;
+        tile_r[rlane] = 1.0 / sqrt(r2.x / f32({d}u) + {eps});
+    }}
+    workgroupBarrier();
+    for (var q = 0u; q < {rl}u; q = q + 1u) {{
+        let rq = r0 + q;
+        if (rq < last) {{
+            let base = rq * {d}u;
+            let mq = tile_m[q];
+            let sq_ = tile_r[q];
+            for (var j = 0u; j < {cols}u; j = j + 1u) {{
+                let c = tid + j * {width}u;
+                if (c < {d}u) {{
+                    acc[j] = acc[j] + {dye} * ({xe} - mq) * sq_;
+                }}
+            }}
         }}
     }}
+    workgroupBarrier();
     }}
     for (var j = 0u; j < {cols}u; j = j + 1u) {{
         let c = tid + j * {width}u;
@@ -448,8 +467,8 @@ fn weight_grad_partial(x: &Operand, dy: &Operand, eps: f64, center: bool, chunk:
             {st}
         }}
     }}",
-        s2 = strided("s2", "tid", width, d, "true", |t| format!("sq(base + {t}, m)")),
-        r2 = seg_reduce("r2", "s2", "tid", width, 1),
+        s2 = strided("s2", "lane", cl, d, "rv", |t| format!("sq({}, m)", at("r", t))),
+        r2 = seg_reduce("r2", "s2", "lane", cl, 1),
         eps = lit(eps),
         dye = load(dy, "base + c"),
         xe = load(x, "base + c"),
