@@ -97,8 +97,9 @@ impl Session {
         Ok(())
     }
 
-    /// GPU time per op family over one run (see `GpuSession::profile`); None on the CPU.
-    pub fn profile(&mut self, inputs: &[(&str, &Tensor)]) -> Option<Result<Vec<(String, usize, std::time::Duration)>, RuntimeError>> {
+    /// GPU time per op family and the slowest dispatches over one run (see
+    /// `GpuSession::profile`); None on the CPU.
+    pub fn profile(&mut self, inputs: &[(&str, &Tensor)]) -> Option<Result<crate::gpu::session::Profile, RuntimeError>> {
         let seed = self.run_seed();
         self.gpu.as_mut().map(|g| g.profile(inputs, seed))
     }

@@ -377,15 +377,23 @@ struct Report {
     memory: Memory,
     /// The training plan's memory and the optimizer state's bytes.
     memory_train: Option<(Memory, u64)>,
-    /// `--profile`: per plan (forward, forward + backward), GPU time per op family.
-    profile: Vec<(&'static str, Vec<(String, usize, f64)>)>,
+    /// `--profile`: per plan (forward, forward + backward), GPU time per op family and the
+    /// slowest dispatches.
+    profile: Vec<(&'static str, Profiled)>,
     notes: Vec<String>,
 }
 
-/// One profiled run of `s` (GPU only), as (op family, dispatches, ms).
-fn profile_of(s: &mut mgn_runtime::session::Session, inputs: &[(String, Tensor)]) -> Option<Vec<(String, usize, f64)>> {
+/// One profiled plan, in milliseconds: (op family, dispatches, total) and (dispatch, time).
+struct Profiled {
+    by_op: Vec<(String, usize, f64)>,
+    slowest: Vec<(String, f64)>,
+}
+
+/// One profiled run of `s` (GPU only).
+fn profile_of(s: &mut mgn_runtime::session::Session, inputs: &[(String, Tensor)]) -> Option<Profiled> {
+    let ms = |t: std::time::Duration| t.as_secs_f64() * 1e3;
     match s.profile(&given(inputs))? {
-        Ok(p) => Some(p.into_iter().map(|(k, n, t)| (k, n, t.as_secs_f64() * 1e3)).collect()),
+        Ok(p) => Some(Profiled { by_op: p.by_op.into_iter().map(|(k, n, t)| (k, n, ms(t))).collect(), slowest: p.slowest.into_iter().map(|(k, t)| (k, ms(t))).collect() }),
         Err(e) => {
             eprintln!("warning: profiling failed: {e}");
             None
@@ -592,7 +600,8 @@ fn to_json(r: &Report, a: &BenchArgs) -> Value {
             "minimal": r.minimal.as_ref().map_or(Value::Null, |(_, _, m)| memory_json(m, None)),
             "training": r.memory_train.as_ref().map_or(Value::Null, |(m, o)| memory_json(m, Some(*o))),
         },
-        "profile": r.profile.iter().map(|(plan, p)| (plan.to_string(), p.iter().map(|(op, n, ms)| json!({"op": op, "dispatches": n, "ms": ms})).collect::<Vec<_>>().into())).collect::<serde_json::Map<String, Value>>(),
+        "profile": r.profile.iter().map(|(plan, p)| (plan.to_string(), p.by_op.iter().map(|(op, n, ms)| json!({"op": op, "dispatches": n, "ms": ms})).collect::<Vec<_>>().into())).collect::<serde_json::Map<String, Value>>(),
+        "profile_slowest": r.profile.iter().map(|(plan, p)| (plan.to_string(), p.slowest.iter().map(|(step, ms)| json!({"step": step, "ms": ms})).collect::<Vec<_>>().into())).collect::<serde_json::Map<String, Value>>(),
         "notes": r.notes,
     })
 }
@@ -689,10 +698,14 @@ fn table(r: &Report, a: &BenchArgs) -> String {
         out += "\n";
     }
     for (plan, p) in &r.profile {
-        let total: f64 = p.iter().map(|(_, _, ms)| ms).sum();
+        let total: f64 = p.by_op.iter().map(|(_, _, ms)| ms).sum();
         out += &format!("\nGPU time by op, {plan} (one run, timestamps around each dispatch in its own pass; total {total:.2} ms):\n");
-        for (op, n, ms) in p.iter().take(12) {
+        for (op, n, ms) in p.by_op.iter().take(12) {
             out += &format!("  {op:<28} {n:>6} dispatches  {ms:>9.3} ms  {:>5.1}%\n", 100.0 * ms / total.max(1e-12));
+        }
+        out += &format!("slowest dispatches, {plan}:\n");
+        for (step, ms) in p.slowest.iter().take(8) {
+            out += &format!("  {ms:>9.3} ms  {step}\n");
         }
     }
     if !r.notes.is_empty() {

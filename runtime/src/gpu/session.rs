@@ -20,6 +20,20 @@ use crate::session::{RunOutput, RuntimeError};
 use crate::tensor::{Data, Tensor};
 use std::collections::HashMap;
 
+/// What `GpuSession::profile` measured: GPU time per op family (the first word of the op's
+/// name: family, dispatches, total), slowest first, and the slowest dispatches on their own
+/// (the op with its attributes, the output shape and the model line it came from).
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    pub by_op: Vec<(String, usize, std::time::Duration)>,
+    pub slowest: Vec<(String, std::time::Duration)>,
+}
+
+impl Profile {
+    /// How many of the slowest dispatches a profile keeps.
+    pub const SLOWEST: usize = 15;
+}
+
 pub struct GpuSession {
     dev: GpuDevice,
     /// The plan as run: the one given with attention statistics steps added
@@ -292,22 +306,27 @@ impl GpuSession {
         self.submit(inputs, seed, None, &[]).map(drop)
     }
 
-    /// GPU time per op family over one run of the plan's steps (`MGN_PROFILE=1`): (family,
-    /// dispatches, total time), slowest first. Families are the first word of the op's name.
-    pub fn profile(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<Vec<(String, usize, std::time::Duration)>, RuntimeError> {
+    /// GPU time of one run of the plan's steps (`MGN_PROFILE=1`), each dispatch timed alone in its
+    /// own pass: per op family and the slowest dispatches (see [`Profile`]).
+    pub fn profile(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<Profile, RuntimeError> {
         self.submit(inputs, seed, None, &[])?;
         let (levels, steps) = step_levels(&self.kernels, &self.dispatch, &self.levels, seed);
         let times = self.dev.profile(self.arena.as_ref().expect("arena"), &levels).map_err(err)?;
-        let labels = steps.into_iter().flatten().map(|i| self.plan.steps[i].op.describe().split_whitespace().next().unwrap_or("?").to_string());
         let mut by: HashMap<String, (usize, std::time::Duration)> = HashMap::new();
-        for (label, t) in labels.zip(times) {
-            let e = by.entry(label).or_default();
+        let mut each = Vec::new();
+        for (i, t) in steps.into_iter().flatten().zip(times) {
+            let s = &self.plan.steps[i];
+            let what = s.op.describe();
+            let e = by.entry(what.split_whitespace().next().unwrap_or("?").to_string()).or_default();
             e.0 += 1;
             e.1 += t;
+            each.push((format!("{what} → {:?} ({})", s.shape, s.loc), t));
         }
-        let mut out: Vec<(String, usize, std::time::Duration)> = by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();
-        out.sort_by(|a, b| b.2.cmp(&a.2));
-        Ok(out)
+        let mut by_op: Vec<(String, usize, std::time::Duration)> = by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();
+        by_op.sort_by(|a, b| b.2.cmp(&a.2));
+        each.sort_by(|a, b| b.1.cmp(&a.1));
+        each.truncate(Profile::SLOWEST);
+        Ok(Profile { by_op, slowest: each })
     }
 
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.
