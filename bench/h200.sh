@@ -13,7 +13,7 @@
 # the device tool returns a limited number of files, and a run cut short by its time limit
 # keeps what the finished parts wrote.
 # Environment: SAMPLES, WARMUP (bench; 20, 5), COMPILE (torch.compile workloads, none by default),
-# PARTS (default "tests validate fixtures bench"), VALIDATE (workloads to validate; default all),
+# PARTS (default "tests validate fixtures bench"; "throughput" adds the kernel sweeps), VALIDATE (workloads to validate; default all),
 # VALIDATE_TIMEOUT (seconds, default 1800), BENCH (workloads to benchmark; default side_by_side's).
 set -u
 cd "$(dirname "$0")/.."
@@ -62,6 +62,13 @@ if has tests; then
 fi
 for p in "${pids[@]}"; do wait "$p"; done
 pack
+if has throughput; then
+    # Kernel throughput sweeps (ignored tests): the matmul shapes and ResNet-50's convolutions
+    # with each tile, the data the tile choosers are tuned by.
+    stamp "throughput"
+    timeout 300 .dev/tests/mgnruntime_lib throughput --ignored --nocapture --test-threads 1 >"$OUT/throughput.log" 2>&1
+    pack
+fi
 if has bench; then
     stamp "bench"
     # shellcheck disable=SC2086
@@ -72,4 +79,5 @@ stamp "done"
 echo "== tests";    sed -n '/== summary/,$p' "$OUT/tests.log" 2>/dev/null
 echo "== validate"; sed -n '/=== summary/,$p' "$OUT/validate.log" 2>/dev/null
 echo "== fixtures"; tail -3 "$OUT/fixtures.log" 2>/dev/null
+echo "== throughput"; grep -cE "^(conv|matmul) " "$OUT/throughput.log" 2>/dev/null
 echo "== bench";    cat "$OUT/bench/benchmarks.md" 2>/dev/null | head -60
