@@ -126,11 +126,12 @@ fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
             ));
         }
     }
-    // Deliberately never destroyed (this runs once per process): while one instance lives, the
-    // loader keeps the driver's library loaded, so sessions opening and closing their own
+    // Deliberately never destroyed (this runs once per process; ash's `Instance` is a plain
+    // handle, so leaving scope without `destroy_instance` keeps it): while one instance lives,
+    // the loader keeps the driver's library loaded, so sessions opening and closing their own
     // instances do not unload and reload it each time — NVIDIA's driver failed to create
     // instances after a few such cycles in one process.
-    std::mem::forget(instance);
+    let _kept_alive = instance;
     out
 }
 

@@ -323,8 +323,8 @@ impl GpuSession {
             each.push((format!("{what} → {:?} ({})", s.shape, s.loc), t));
         }
         let mut by_op: Vec<(String, usize, std::time::Duration)> = by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();
-        by_op.sort_by(|a, b| b.2.cmp(&a.2));
-        each.sort_by(|a, b| b.1.cmp(&a.1));
+        by_op.sort_by_key(|e| std::cmp::Reverse(e.2));
+        each.sort_by_key(|e| std::cmp::Reverse(e.1));
         each.truncate(Profile::SLOWEST);
         Ok(Profile { by_op, slowest: each })
     }

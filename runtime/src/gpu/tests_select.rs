@@ -52,8 +52,8 @@ fn wide_gather_gradients_sum_their_matches_in_order() {
     let m = 700;
     let idx: Vec<i32> = (0..m as i32).map(|k| if k < 300 { 5 } else { (k * k + 3) % 37 }).collect();
     let idx = Tensor::i32(vec![m], idx);
-    check_on_both(&Op::GatherGrad { axis: 0 }, &[idx.clone(), floats(&[m, 300], 41)], DType::F32, &[37, 300], 1e-6);
-    let idx = Tensor::i32(vec![150], (0..150).map(|k| (k * 7 % 10) as i32).collect());
+    check_on_both(&Op::GatherGrad { axis: 0 }, &[idx, floats(&[m, 300], 41)], DType::F32, &[37, 300], 1e-6);
+    let idx = Tensor::i32(vec![150], (0..150).map(|k: i32| k * 7 % 10).collect());
     check_on_both(&Op::GatherGrad { axis: 1 }, &[idx, floats(&[3, 150, 96], 42)], DType::F32, &[3, 10, 96], 1e-6);
 }
 
