@@ -111,6 +111,11 @@ fn tiled_conv_shapes_match_the_cpu() {
     case(vec![2, 5, 9, 9], vec![5, 1, 3, 3], 2, 1, 1, 5).check_all();
     // 1-D: stride 2, dilation 2, padding 2; and depthwise 1-D.
     case(vec![3, 5, 37], vec![7, 5, 5], 2, 2, 2, 1).check_all();
+    // Strided with dilation 1 (the input gradient by phases): 1-D stride 2; a stride larger than
+    // the kernel (phases no tap reaches) with wide padding; and different strides per axis.
+    case(vec![2, 5, 23], vec![6, 5, 3], 2, 1, 1, 1).check_all();
+    case(vec![2, 4, 13, 11], vec![5, 4, 2, 2], 3, 2, 1, 1).check_all();
+    Case { x: vec![2, 6, 10, 9], w: vec![4, 3, 3, 5], stride: vec![3, 2], padding: vec![1, 2], dilation: vec![1, 1], groups: 2 }.check_all();
     case(vec![2, 4, 21], vec![4, 1, 3], 1, 1, 1, 4).check_all();
     // A long weight-gradient reduction: 4 × 16 × 16 positions per weight.
     case(vec![4, 3, 16, 16], vec![4, 3, 3, 3], 1, 1, 1, 1).check_all_within(1e-4);

@@ -55,6 +55,9 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             need(2)?;
             let c = ConvDims::new(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[0].shape, &c.out_shape())?;
+            if let Some(k) = conv_grad_input_phased(&c, &inputs[0], &inputs[1], out, width) {
+                return Ok(k);
+            }
             if let Some(k) = conv_grad_input_tiled(&c, &inputs[0], &inputs[1], out, width) {
                 return Ok(k);
             }
@@ -280,7 +283,7 @@ fn conv_tiled(c: &ConvDims, x: &Operand, w: &Operand, bias: Option<&Operand>, ou
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
-    let gm = Gemm { groups: c.g, m: cout_g, n: c.n * l, k: cin_g * kk };
+    let gm = Gemm { groups: c.g, m: cout_g, n: c.n * l, k: cin_g * kk, k_end: None };
     let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k))) };
     // A pointwise convolution reads the input plane as it is: no window arithmetic.
     let pointwise = kk == 1 && [sh, sw, ph, pw] == [1, 1, 0, 0];
@@ -321,7 +324,7 @@ fn conv_grad_input_tiled(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand,
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
-    let gm = Gemm { groups: c.g, m: cin_g, n: c.n * hw, k: cout_g * kk };
+    let gm = Gemm { groups: c.g, m: cin_g, n: c.n * hw, k: cout_g * kk, k_end: None };
     let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(w, &format!("((g * {cout_g}u + k / {kk}u) * {cin_g}u + m0 + r) * {kk}u + k % {kk}u"))) };
     // A stride of 1 needs no divisibility test (and no division).
     let on_grid = |t: &str, s: usize| if s == 1 { String::new() } else { format!(" && {t} % {s} == 0") };
@@ -354,6 +357,90 @@ fn conv_grad_input_tiled(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand,
     implicit_gemm(&gm, &a, &b, &epilogue, width)
 }
 
+/// The input gradient of a strided convolution (dilation 1), one GEMM per group and *phase*:
+/// input positions `(ih, iw)` with the same `(ih mod s_h, iw mod s_w)` receive dy through the
+/// same taps — `kh ≡ ih + p_h (mod s_h)`, likewise for `kw` — so each phase's GEMM runs over
+/// those taps alone (at most `⌈k_h/s_h⌉·⌈k_w/s_w⌉` per output channel) instead of testing every
+/// tap at every position and discarding the ones off the stride grid (¾ of them at stride 2). A
+/// phase that no tap reaches (a 1×1 kernel at stride 2: three phases of four) skips its K loop
+/// and stores zeros. M = input channels, N = samples × the phase's positions (the largest phase's
+/// count; positions past the image are neither read nor stored), K = output channels × taps.
+fn conv_grad_input_phased(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand, width: u32) -> Option<KernelSource> {
+    let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
+    let ([sh, sw], [ph, pw]) = (c.stride, c.padding);
+    if c.dilation != [1, 1] || sh * sw == 1 {
+        return None;
+    }
+    let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
+    let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
+    let phases = sh * sw;
+    let (qh, qw) = (h.div_ceil(sh), wd.div_ceil(sw));
+    let (th, tw) = (kh.div_ceil(sh), kw.div_ceil(sw));
+    let taps = th * tw;
+    let gm = Gemm { groups: c.g * phases, m: cin_g, n: c.n * qh * qw, k: cout_g * taps, k_end: Some(format!("select(0u, {}u, a_live)", cout_g * taps)) };
+    // Depth k → output channel `co` and the phase's tap (`kh_`, `kw_`; past the kernel for the
+    // phases with fewer taps than the most). A's `pre` decodes the workgroup's group into the
+    // conv group `a_g` and the phase (`a_rh`, `a_rw`), its first taps, and whether any tap reaches
+    // it — from the group alone, so uniform, as the K loop bound must be; B and the epilogue use them.
+    let tap_of = |k: &str| format!("let co = {k} / {taps}u;\n                let tt = {k} % {taps}u;\n                let kh_ = a_kh0 + (tt / {tw}u) * {sh}u;\n                let kw_ = a_kw0 + (tt % {tw}u) * {sw}u;");
+    let a = Loader {
+        k_fast: true,
+        pre: format!(
+            "let a_g = g / {phases}u;
+    let a_rh = (g % {phases}u) / {sw}u;
+    let a_rw = g % {sw}u;
+    let a_kh0 = (a_rh + {ph}u) % {sh}u;
+    let a_kw0 = (a_rw + {pw}u) % {sw}u;
+    let a_live = a_kh0 < {kh}u && a_kw0 < {kw}u;"
+        ),
+        body: format!(
+            "{tap}
+                if (kh_ < {kh}u && kw_ < {kw}u) {{
+                    v = {wv};
+                }}",
+            tap = tap_of("k"),
+            wv = load(w, &format!("((a_g * {cout_g}u + co) * {cin_g}u + m0 + r) * {kk}u + kh_ * {kw}u + kw_")),
+        ),
+    };
+    let b = Loader {
+        k_fast: false,
+        pre: format!(
+            "let bn = n0 + fb;
+    let bq = bn % {pq}u;
+    let b_ih = (bq / {qw}u) * {sh}u + a_rh;
+    let b_iw = (bq % {qw}u) * {sw}u + a_rw;
+    let b_in = b_ih < {h}u && b_iw < {wd}u;
+    let bdy = ((bn / {pq}u) * {cout}u + a_g * {cout_g}u) * {l}u;",
+            pq = qh * qw,
+        ),
+        body: format!(
+            "{tap}
+                let ty = i32(b_ih) + {ph} - i32(kh_);
+                let tx = i32(b_iw) + {pw} - i32(kw_);
+                if (b_in && kh_ < {kh}u && kw_ < {kw}u && ty >= 0 && tx >= 0) {{
+                    let y = u32(ty) / {sh}u;
+                    let x = u32(tx) / {sw}u;
+                    if (y < {oh}u && x < {ow}u) {{
+                        v = {dyv};
+                    }}
+                }}",
+            tap = tap_of("k"),
+            dyv = load(dy, &format!("bdy + co * {l}u + y * {ow}u + x")),
+        ),
+    };
+    let epilogue = format!(
+        "let eq = n % {pq}u;
+            let e_ih = (eq / {qw}u) * {sh}u + a_rh;
+            let e_iw = (eq % {qw}u) * {sw}u + a_rw;
+            if (e_ih < {h}u && e_iw < {wd}u) {{
+                {st}
+            }}",
+        pq = qh * qw,
+        st = store(out, &format!("((n / {}u) * {cin}u + a_g * {cin_g}u + m) * {hw}u + e_ih * {wd}u + e_iw", qh * qw), "acc"),
+    );
+    implicit_gemm(&gm, &a, &b, &epilogue, width)
+}
+
 /// The weight gradient as a GEMM per group: M = output channels, N = input channels × taps,
 /// K = samples × output positions — a long reduction, which the tile chooser splits across
 /// the workgroup's invocations when there are few tiles. Both operands are contiguous along K
@@ -363,7 +450,7 @@ fn conv_grad_weight_tiled(c: &ConvDims, x: &Operand, dy: &Operand, out: &Operand
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
-    let gm = Gemm { groups: c.g, m: cout_g, n: cin_g * kk, k: c.n * l };
+    let gm = Gemm { groups: c.g, m: cout_g, n: cin_g * kk, k: c.n * l, k_end: None };
     let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(dy, &format!("((k / {l}u) * {cout}u + g * {cout_g}u + m0 + r) * {l}u + k % {l}u"))) };
     let b = Loader {
         k_fast: true,
@@ -396,6 +483,9 @@ struct Gemm {
     m: usize,
     n: usize,
     k: usize,
+    /// A WGSL expression of the group `g` (and of what the loaders' `pre` statements define from
+    /// it alone) bounding the K loop below `k` for that group — 0 skips the loop and stores zeros.
+    k_end: Option<String>,
 }
 
 /// How one operand's tile is staged.
@@ -632,7 +722,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     let tm_ = (tid / {tnt}u) % {tmt}u;
     let sl = tid / {tmnt}u;
     {decl}
-    for (var k0 = 0u; k0 < {kk}u; k0 = k0 + {bk}u) {{
+    let kend = {kend};
+    for (var k0 = 0u; k0 < kend; k0 = k0 + {bk}u) {{
         {stage_a}
         {stage_b}
         workgroupBarrier();
@@ -649,6 +740,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         // A constant trip count, so that the compiler can unroll the slice.
         kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() },
         mn_tiles = mtiles * ntiles,
+        kend = gm.k_end.clone().unwrap_or(format!("{kk}u")),
         tm = t.tm,
         tn = t.tn,
         bk = t.bk,
@@ -922,6 +1014,11 @@ mod tests {
             check_on_both(&gi, &[dyt.clone(), wt.clone()], DType::F32, &x, 1e-5);
             let gw = Op::ConvGradWeight { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups };
             check_on_both(&gw, &[xt.clone(), dyt.clone()], DType::F32, &w, 1e-5);
+            // The phased input gradient (strided, dilation 1) with every tile too.
+            let (s2, p2, d2) = (vec![2, 3], vec![1, 0], vec![1, 1]);
+            let y2 = vec![2, 10, 5, 3];
+            let gi = Op::ConvGradInput { stride: s2, padding: p2, dilation: d2, groups };
+            check_on_both(&gi, &[Tensor::f32(y2.clone(), values(2 * 10 * 5 * 3, 5)), wt.clone()], DType::F32, &x, 1e-5);
         }
         FORCED.with(|f| f.borrow_mut().clear());
     }
@@ -972,7 +1069,7 @@ mod tests {
         let shapes = [(1, 64, 4 * 112 * 112, 147), (1, 64, 4 * 56 * 56, 576), (1, 2048, 4 * 49, 512), (1, 64, 64, 4 * 3136), (1, 64, 147, 4 * 12544), (32, 1, 9, 4096), (1, 3, 50, 9), (1, 1, 1, 1)];
         for width in [128usize, 256] {
             for (groups, m, n, k) in shapes {
-                let t = choose_tile(&Gemm { groups, m, n, k }, width).expect("a tile");
+                let t = choose_tile(&Gemm { groups, m, n, k, k_end: None }, width).expect("a tile");
                 assert_eq!(t.tmt() * t.tnt() * t.s, width, "{t:?}");
                 assert!(t.shared_words() <= SHARED_WORDS && t.bk % t.s == 0 && t.bk <= width && t.tm <= width && t.tn <= width, "{t:?}");
                 eprintln!("width {width} gemm {groups}x{m}x{n}x{k}: {t:?}");
