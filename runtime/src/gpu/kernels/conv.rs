@@ -8,7 +8,8 @@
 //!
 //! - `Conv`: weights × im2col(x) (+ bias), M = output channels, N = samples × output positions.
 //! - `ConvGradInput`: weightsᵀ × the dy each tap came from (a transposed convolution), M = input
-//!   channels, N = samples × input positions.
+//!   channels, N = samples × input positions. Strided (dilation 1): one GEMM per stride phase of
+//!   the input positions, over the taps that reach that phase (`conv_grad_input_phased`).
 //! - `ConvGradWeight`: dy × im2col(x)ᵀ, M = output channels, N = input channels × taps, K =
 //!   samples × output positions.
 //!
