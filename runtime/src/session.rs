@@ -158,13 +158,21 @@ impl Session {
     }
 
     fn collect(&self, mut slots: Vec<Slot>, inputs: &[(&str, &Tensor)]) -> RunOutput {
+        // A value named twice (an output that is also the loss, in a hand-built plan) is kept
+        // for its later readers; every other one is moved out.
+        let named: Vec<u32> = self.plan.outputs.iter().map(|(_, v)| *v).chain(self.plan.loss).chain(self.plan.grads.iter().map(|(_, v)| *v)).collect();
+        let mut taken: std::collections::HashMap<u32, Tensor> = std::collections::HashMap::new();
         let mut take = |v: u32| -> Tensor {
-            match std::mem::replace(&mut slots[v as usize], Slot::Empty) {
+            let t = match std::mem::replace(&mut slots[v as usize], Slot::Empty) {
                 Slot::Owned(t) => t,
                 Slot::Param(p) => self.params[p].clone(),
                 Slot::Input(i) => inputs[i].1.clone(),
-                Slot::Empty => unreachable!("results are never freed"),
+                Slot::Empty => return taken.get(&v).cloned().expect("results are never freed"),
+            };
+            if named.iter().filter(|&&x| x == v).count() > 1 {
+                taken.insert(v, t.clone());
             }
+            t
         };
         let outputs = self.plan.outputs.iter().map(|(n, v)| (n.clone(), take(*v))).collect();
         let loss = self.plan.loss.map(&mut take);
