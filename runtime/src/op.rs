@@ -143,6 +143,11 @@ pub enum Op {
     /// (`gpu/norm_partials.rs`), so that its rows spread over many workgroups and each row's
     /// statistics are computed once. Never made by autodiff, never differentiated.
     NormWeightGradPartial { eps: f64, center: bool, chunk: usize },
+    /// `[logits, targets]` → `[rows]`: each row's `logsumexp(logits) − logits[target]`, the
+    /// terms `SoftmaxCrossEntropy` averages. The GPU session computes a cross-entropy loss as this
+    /// and a mean (`gpu/loss_rows.rs`), so the rows run on many workgroups instead of one. Never
+    /// made by autodiff, never differentiated.
+    CrossEntropyRows,
     /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
     SoftmaxCrossEntropyGrad,
     /// A chain of element-wise float ops computed in one step: `program` evaluates, element by
@@ -201,7 +206,7 @@ impl Op {
         let (lo, hi) = match self {
             Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange => (0, 0),
             Op::Unary(_) | Op::Pow { .. } | Op::Cast | Op::Reshape | Op::Permute { .. } | Op::Dropout { .. } | Op::DropoutGrad { .. } | Op::Softmax { .. } | Op::SumTo | Op::BroadcastTo => (1, 1),
-            Op::Binary(_) | Op::UnaryGrad(_) | Op::MatMul | Op::SoftmaxGrad { .. } | Op::SoftmaxCrossEntropy => (2, 2),
+            Op::Binary(_) | Op::UnaryGrad(_) | Op::MatMul | Op::SoftmaxGrad { .. } | Op::SoftmaxCrossEntropy | Op::CrossEntropyRows => (2, 2),
             // The norms: x (and dy for derivatives), the running statistics for batch norm,
             // then the optional weight and bias — the CPU backend's layouts.
             Op::LayerNorm { has_weight, has_bias, .. } | Op::GroupNorm { has_weight, has_bias, .. } => exactly(1 + *has_weight as usize + *has_bias as usize),
@@ -272,6 +277,7 @@ impl Op {
             Op::Attention { causal, scale, .. } => format!("attention{} scale={}", if *causal { " causal" } else { "" }, fmt_f64(*scale)),
             Op::Rope { theta, offset, inverse } => format!("rope{} theta={} offset={offset}", if *inverse { "_inverse" } else { "" }, fmt_f64(*theta)),
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
+            Op::CrossEntropyRows => "cross_entropy_rows".into(),
             Op::SumTo => "sum_to".into(),
             Op::BroadcastTo => "broadcast_to".into(),
             Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),

@@ -201,6 +201,10 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
             arity(x, 2)?;
             reduce::cross_entropy(x[0], x[1], shape)
         }
+        CrossEntropyRows => {
+            arity(x, 2)?;
+            reduce::cross_entropy_rows(x[0], x[1], shape)
+        }
 
         // ---- derivative ops ----
         SumTo => {

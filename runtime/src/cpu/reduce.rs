@@ -218,15 +218,28 @@ pub(crate) fn cross_entropy(logits: &Tensor, targets: &Tensor, shape: &[usize]) 
     let (rows, c, t) = ce_layout(logits, targets)?;
     by_float!(&[logits], T => (|| {
         let v = floats::<T>(logits, "logits")?;
-        let mut total = 0f64;
-        for (r, &t) in t.iter().enumerate() {
-            let row: Vec<f64> = v[r * c..(r + 1) * c].iter().map(|x| x.f64()).collect();
-            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
-            total += lse - row[t];
-        }
+        let total: f64 = row_losses(&v, c, &t).sum();
         Ok(vec![T::of(total / rows as f64)])
     })())
+}
+
+/// `Op::CrossEntropyRows`: each row's `logsumexp − logit[target]`, in f64 as the loss.
+pub(crate) fn cross_entropy_rows(logits: &Tensor, targets: &Tensor, shape: &[usize]) -> KResult<Data> {
+    let (rows, c, t) = ce_layout(logits, targets)?;
+    check_shape(&[rows], shape)?;
+    by_float!(&[logits], T => (|| {
+        let v = floats::<T>(logits, "logits")?;
+        Ok(row_losses(&v, c, &t).map(T::of).collect())
+    })())
+}
+
+/// `logsumexp(row) − row[target]` per row of `c` logits.
+fn row_losses<'a, T: Float>(v: &'a [T], c: usize, targets: &'a [usize]) -> impl Iterator<Item = f64> + 'a {
+    targets.iter().enumerate().map(move |(r, &t)| {
+        let row: Vec<f64> = v[r * c..(r + 1) * c].iter().map(|x| x.f64()).collect();
+        let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln() - row[t]
+    })
 }
 
 /// `[logits, targets, dloss]` → `(softmax(logits) − one_hot(targets)) · dloss / N`.

@@ -6,6 +6,7 @@
 pub mod attention_stats;
 pub mod device;
 pub mod fuse;
+pub mod loss_rows;
 pub mod norm_partials;
 pub mod kernels;
 pub mod probe;

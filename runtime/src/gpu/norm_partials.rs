@@ -13,8 +13,9 @@
 //! Compiled plans never contain `NormWeightGradPartial`, and the CPU runs them unchanged; the
 //! rewritten step keeps its index in the map the session uses for dropout masks.
 
+use super::rewrite::{split_steps, Split};
 use crate::op::{GradPart, Op, ReduceOp};
-use crate::plan::{Plan, Step};
+use crate::plan::Plan;
 use crate::DType;
 
 /// Rows per chunk at least this many (a chunk's statistics cost a few barriers per row); plans
@@ -33,11 +34,11 @@ fn chunk_for(rows: usize) -> Option<usize> {
 /// them comes back unchanged with the identity map.
 pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
     let n = plan.steps.len();
-    // Per original step: the partial step to insert before it (its op and shape).
-    let mut partial: Vec<Option<(Op, Vec<usize>)>> = vec![None; n];
-    // Per original step: a layer norm's bias derivative to run as a plain sum of dy over rows.
-    let mut bias_sum = vec![false; n];
-    for (i, s) in plan.steps.iter().enumerate() {
+    let mut splits: Vec<Option<Split>> = (0..n).map(|_| None).collect();
+    // A layer norm's bias derivative becomes a plain sum of dy over rows in place.
+    let mut plan = std::borrow::Cow::Borrowed(plan);
+    for i in 0..n {
+        let s = &plan.steps[i];
         let (eps, center) = match s.op {
             Op::LayerNormGrad { eps, part: GradPart::Weight, has_weight: true, .. } => (eps, true),
             Op::RmsNormGrad { eps, part: GradPart::Weight, has_weight: true } => (eps, false),
@@ -54,45 +55,20 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
         let rows = xs.shape.iter().product::<usize>() / d;
         let Some(chunk) = chunk_for(rows) else { continue };
         if matches!(s.op, Op::LayerNormGrad { part: GradPart::Bias, .. }) {
-            bias_sum[i] = true;
-        } else {
-            partial[i] = Some((Op::NormWeightGradPartial { eps, center, chunk }, vec![rows.div_ceil(chunk), d]));
-        }
-    }
-    if partial.iter().all(Option::is_none) && !bias_sum.contains(&true) {
-        return (plan.clone(), (0..n as u32).collect());
-    }
-
-    let mut steps = Vec::with_capacity(n + n / 4);
-    let mut original = Vec::with_capacity(n + n / 4);
-    let mut new_of = vec![u32::MAX; n];
-    for (i, s) in plan.steps.iter().enumerate() {
-        // Inputs come before their reader (Plan::validate), so they are renumbered already.
-        let renumber = |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
-        let mut step = s.clone();
-        step.inputs = s.inputs.iter().map(|&x| renumber(x)).collect();
-        if let Op::DropoutGrad { forward, .. } = &mut step.op {
-            *forward = renumber(*forward);
-        }
-        if let Some((op, shape)) = partial[i].take() {
-            let (x, dy) = (step.inputs[0], step.inputs[step.inputs.len() - 1]);
-            steps.push(Step { op, inputs: vec![x, dy], dtype: DType::F32, shape, loc: s.loc.clone() });
-            original.push(u32::MAX);
-            step.op = Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false };
-            step.inputs = vec![steps.len() as u32 - 1];
-        }
-        if bias_sum[i] {
             // Σ dy over every axis but the last: a reduction with a workgroup per column.
-            let dy = step.inputs[step.inputs.len() - 1];
-            let rank = plan.steps[s.inputs[s.inputs.len() - 1] as usize].shape.len();
+            let rank = dys.shape.len();
+            let step = &mut plan.to_mut().steps[i];
             step.op = Op::Reduce { op: ReduceOp::Sum, axes: (0..rank - 1).collect(), keepdim: false };
             step.inputs = vec![dy];
+        } else {
+            let op = Op::NormWeightGradPartial { eps, center, chunk };
+            splits[i] = Some(Split { op, inputs: vec![x, dy], shape: vec![rows.div_ceil(chunk), d], then: Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false } });
         }
-        new_of[i] = steps.len() as u32;
-        steps.push(step);
-        original.push(i as u32);
     }
-    (plan.with_steps(steps, |v| new_of.get(v as usize).copied().unwrap_or(v)), original)
+    if splits.iter().all(Option::is_none) {
+        return (plan.into_owned(), (0..n as u32).collect());
+    }
+    split_steps(&plan, splits)
 }
 
 #[cfg(test)]

@@ -261,6 +261,7 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
         Op::SoftmaxGrad { axis, log } => return rows::softmax_grad(*axis, *log, inputs, out, width),
         Op::SoftmaxCrossEntropy => return rows::cross_entropy(inputs, out, width),
         Op::SoftmaxCrossEntropyGrad => return rows::cross_entropy_grad(inputs, out, width),
+        Op::CrossEntropyRows => return rows::cross_entropy_rows(inputs, out, width),
         Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. } | Op::Pool { .. } | Op::PoolGrad { .. } | Op::Upsample { .. } | Op::UpsampleGrad { .. } => {
             return conv::generate(step, inputs, out, width)
         }

@@ -135,6 +135,26 @@ pub(super) fn cross_entropy(inputs: &[Operand], out: &Operand, width: u32) -> Re
     Ok(row_kernel(1, width, &body))
 }
 
+/// `Op::CrossEntropyRows`: one workgroup per row, storing the row's `m + log(s) − logit[target]`.
+pub(super) fn cross_entropy_rows(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let (logits, targets) = (&inputs[0], &inputs[1]);
+    let c = *logits.shape.last().ok_or("logits need a class axis")?;
+    let rows: usize = targets.shape.iter().product();
+    if out.shape.iter().product::<usize>() != rows || logits.shape.iter().product::<usize>() != rows * c {
+        return Err(format!("logits {:?}, targets {:?} and output {:?} disagree on the rows", logits.shape, targets.shape, out.shape));
+    }
+    let body = format!(
+        "let base = r * {c}u;
+    {stats}
+    let tgt = u32({tg});
+    if (lid == 0u) {{ {st} }}",
+        stats = max_and_sum(c, 1, width, &load(logits, "e")),
+        tg = load(targets, "r"),
+        st = store(out, "r", &format!("m + log(s) - {}", load(logits, "base + tgt"))),
+    );
+    Ok(row_kernel(rows, width, &body))
+}
+
 pub(super) fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
     let (logits, targets, dl) = (&inputs[0], &inputs[1], &inputs[2]);
     let c = *logits.shape.last().ok_or("logits need a class axis")?;
