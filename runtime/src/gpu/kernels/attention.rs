@@ -855,111 +855,23 @@ fn grad_kv(a: &Attn, is_k: bool, given: Option<&Given>, out: &Operand, w: usize)
     // Larger key tiles first: the statistics are recomputed once per key tile.
     let t = Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk, bq, 0))?;
     let (tpr, cpt, words) = geometry(t.bq, t.bk);
-    let (qd, yd, kd, vd, sb) = (odd(d), odd(dv), odd(d), odd(dv), t.bk + 1);
-    let qo = 0;
-    let yo = qo + t.bq * qd;
-    let mo = yo + t.bq * yd;
-    let (lo, ro) = (mo + t.bq, mo + 2 * t.bq);
-    let ko = mo + 3 * t.bq;
-    let vo = ko + t.bk * kd;
-    let po = ko;
-    let nkb = a.tk.div_ceil(t.bk);
-    let groups = a.batch * a.hkv * nkb;
-    if groups == 0 || cols == 0 {
-        return Ok(kernel(w, 1, 0, ""));
-    }
-    let dy = a.dy.expect("checked");
-    let layout = StatsLayout { qo, qd, y: if is_k { Some((yo, yd)) } else { None }, ko, kd, vo, vd, part: ko, mo, lo, ro };
-    // The first query that sees key `kown` is `kown + Tq − Tk`; earlier tiles contribute nothing.
-    let qfirst = if a.causal { format!("((max(kown + {tq}u, {tk}u) - {tk}u) / {bq}u) * {bq}u", tq = a.tq, tk = a.tk, bq = t.bq) } else { "0u".into() };
-    let weight = if is_k { "p * (own_dp[kk] - sh[$RO$u + r])" } else { "p" };
-    let (src, src_d) = if is_k { (qo, qd) } else { (yo, yd) };
-    let scale = if is_k { format!(" * {:?}", a.scale as f32) } else { String::new() };
-    let body = fill(
-        &"let bkv = wid / $NKB$u;
-    let kown = (wid - bkv * $NKB$u) * $BK$u;
-    let kvrow = bkv;
-    let b = bkv / $HKV$u;
-    let kvh = bkv - b * $HKV$u;
-    let sj = tid % $BK$u;
-    let sr0 = tid / $BK$u;
-    let pj = tid / $TPR$u;
-    let pc = tid % $TPR$u;
-    var acc: array<f32, $CPT$>;
-    let qfirst = $QFIRST$;
-    for (var hr = 0u; hr < $REP$u; hr = hr + 1u) {
-        let bh = b * $HQ$u + kvh * $REP$u + hr;
-        let mbase = $MBASE$;
-        for (var q0 = qfirst; q0 < $TQ$u; q0 = q0 + $BQ$u) {
-            workgroupBarrier();
-            $STAGE_Q$
-            $STAGE_Y$
-            var own_s: array<f32, $SPT$>;
-            var own_ok: array<bool, $SPT$>;
-            var own_dp: array<f32, $SPT$>;
-            $STATS$
-            for (var kk = 0u; kk < $SPT$u; kk = kk + 1u) {
-                let r = sr0 + kk * $RSTEP$u;
-                if (r < $BQ$u) {
-                    let lr = sh[$LO$u + r];
-                    var wt = 0.0;
-                    if (own_ok[kk] && lr > 0.0) {
-                        let p = exp(own_s[kk] - sh[$MO$u + r]) / lr;
-                        wt = $WEIGHT$;
-                    }
-                    sh[$PO$u + r * $SB$u + sj] = wt;
-                }
-            }
-            workgroupBarrier();
-            for (var r = 0u; r < $BQ$u; r = r + 1u) {
-                let wt = sh[$PO$u + r * $SB$u + pj];
-                let xb = $SRC$u + r * $SRCD$u + pc;
-                for (var c = 0u; c < $CPT$u; c = c + 1u) {
-                    acc[c] = acc[c] + wt * sh[xb + c * $TPR$u];
-                }
-            }
-        }
-    }
-    let j = kown + pj;
-    if (j < $TK$u) {
-        for (var c = 0u; c < $CPT$u; c = c + 1u) {
-            let col = pc + c * $TPR$u;
-            if (col < $COLS$u) {
-                $STORE$
-            }
-        }
-    }"
-        .replace("$WEIGHT$", weight),
-        &[
-            ("NKB", nkb.to_string()),
-            ("BK", t.bk.to_string()),
-            ("BQ", t.bq.to_string()),
-            ("HKV", a.hkv.to_string()),
-            ("HQ", a.hq.to_string()),
-            ("REP", a.rep().to_string()),
-            ("TPR", tpr.to_string()),
-            ("CPT", cpt.to_string()),
-            ("SPT", t.spt.to_string()),
-            ("RSTEP", t.rstep.to_string()),
-            ("QFIRST", qfirst),
-            ("MBASE", a.mask_layout().0),
-            ("TQ", a.tq.to_string()),
-            ("TK", a.tk.to_string()),
-            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
-            ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, yo, yd, w)),
-            ("STATS", stats_pass(a, &t, &layout, true)),
-            ("LO", lo.to_string()),
-            ("MO", mo.to_string()),
-            ("RO", ro.to_string()),
-            ("PO", po.to_string()),
-            ("SB", sb.to_string()),
-            ("SRC", src.to_string()),
-            ("SRCD", src_d.to_string()),
-            ("COLS", cols.to_string()),
-            ("STORE", store(out, &format!("j * {cols}u + kvrow * {}u + col", a.tk * cols), &format!("acc[c]{scale}"))),
-        ],
-    );
-    Ok(kernel(w, words, groups, &body))
+    let o = KvLayout::new(d, dv, &t);
+    let (ko, kd, vo, vd) = (o.mo + 3 * t.bq, odd(d), o.mo + 3 * t.bq + t.bk * odd(d), odd(dv));
+    let layout = StatsLayout { qo: o.qo, qd: o.qd, y: if is_k { Some((o.yo, o.yd)) } else { None }, ko, kd, vo, vd, part: ko, mo: o.mo, lo: o.lo, ro: o.ro };
+    let pass = KvPass {
+        own: String::new(),
+        tile: format!(
+            "var own_s: array<f32, {spt}>;
+            var own_ok: array<bool, {spt}>;
+            var own_dp: array<f32, {spt}>;
+            {stats}",
+            spt = t.spt,
+            stats = stats_pass(a, &t, &layout, true),
+        ),
+        pair: "let okk = own_ok[kk];\n                    let sc = own_s[kk];\n                    let dpv = own_dp[kk];".into(),
+        prob: "exp(sc - sh[$MO$u + r]) / lrow",
+    };
+    kv_kernel(a, is_k, &t, (tpr, cpt, words), &KvLayout { po: ko, ..o }, pass, out, w)
 }
 
 /// dk or dv with the statistics given: the work per key tile is one pass over the query
@@ -981,29 +893,79 @@ fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Re
     // Larger key tiles first: every key tile reads all of q and dy.
     let t = Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk, bq, 0))?;
     let (tpr, cpt, words) = geometry(t.bq, t.bk);
-    let (qd, yd, kd, vd, sb) = (odd(d), odd(dv), odd(d), odd(dv), t.bk + 1);
-    let qo = 0;
-    let yo = qo + t.bq * qd;
-    let mo = yo + t.bq * yd;
-    let (lo, ro) = (mo + t.bq, mo + 2 * t.bq);
-    let ko = mo + 3 * t.bq;
+    let o = KvLayout::new(d, dv, &t);
+    let (kd, vd) = (odd(d), odd(dv));
+    let ko = o.mo + 3 * t.bq;
     let vo = ko + t.bk * kd;
     let po = if is_k { vo + t.bk * vd } else { vo };
+    let stage_v = if is_k { stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w) } else { String::new() };
+    let pass = KvPass {
+        own: format!("let k0 = kown;\n    {}\n    {stage_v}", stage(a.k, &format!("kvrow * {}u + k0 * {d}u", a.tk * d), "k0", a.tk, t.bk, d, ko, kd, w)),
+        tile: load_given(a, g, t.bq, o.yo, o.yd, o.mo, o.lo, o.ro),
+        pair: score(a, o.qo, o.qd, ko, kd, is_k.then_some((o.yo, o.yd, vo, vd))),
+        prob: "exp(sc - sh[$MO$u + r]) * lrow",
+    };
+    kv_kernel(a, is_k, &t, (tpr, cpt, words), &KvLayout { po, ..o }, pass, out, w)
+}
+
+/// Where a dk/dv kernel keeps its q and dy tiles (`qo`, `yo`, row strides `qd`, `yd`), the
+/// rows' statistics (`mo`, `lo`, `ro`: max, `l` or `1/l`, rowdot) and the P / dS tile (`po`).
+#[derive(Clone, Copy)]
+struct KvLayout {
+    qo: usize,
+    qd: usize,
+    yo: usize,
+    yd: usize,
+    mo: usize,
+    lo: usize,
+    ro: usize,
+    po: usize,
+}
+
+impl KvLayout {
+    /// q and dy tiles first, then the three statistics rows; `po` is the caller's.
+    fn new(d: usize, dv: usize, t: &Tiles) -> KvLayout {
+        let (qd, yd) = (odd(d), odd(dv));
+        let yo = t.bq * qd;
+        let mo = yo + t.bq * yd;
+        KvLayout { qo: 0, qd, yo, yd, mo, lo: mo + t.bq, ro: mo + 2 * t.bq, po: 0 }
+    }
+}
+
+/// What a dk/dv kernel does around the shared skeleton, with statistics computed
+/// (`grad_kv`) or given (`grad_kv_given`).
+struct KvPass {
+    /// Before the query loop: the workgroup's own K (and for dk V) tile, when kept staged.
+    own: String,
+    /// Per query tile, after q and dy are staged: the rows' `m`, `l` (or `1/l`) and rowdot.
+    tile: String,
+    /// Per scored pair `(r, sj)`: defines `okk` (visible), `sc` (the score) and, for dk, `dpv`.
+    pair: String,
+    /// `p` from `sc`, the row maximum and `lrow` (the row's `l`, or `1/l` when given).
+    prob: &'static str,
+}
+
+/// The dk/dv skeleton: one workgroup per (KV head, key tile) walks the query tiles that see its
+/// keys (every query head it serves), puts `P` (dv) or `dS` (dk) of its keys in shared memory
+/// and accumulates `Pᵀ·dy` or `dSᵀ·q` in registers, stored once at the end.
+#[allow(clippy::too_many_arguments)]
+fn kv_kernel(a: &Attn, is_k: bool, t: &Tiles, (tpr, cpt, words): (usize, usize, usize), o: &KvLayout, pass: KvPass, out: &Operand, w: usize) -> Result<KernelSource, String> {
+    let (d, dv) = (a.d, a.dv);
+    let cols = if is_k { d } else { dv };
     let nkb = a.tk.div_ceil(t.bk);
     let groups = a.batch * a.hkv * nkb;
     if groups == 0 || cols == 0 {
         return Ok(kernel(w, 1, 0, ""));
     }
     let dy = a.dy.expect("checked");
+    // The first query that sees key `kown` is `kown + Tq − Tk`; earlier tiles contribute nothing.
     let qfirst = if a.causal { format!("((max(kown + {tq}u, {tk}u) - {tk}u) / {bq}u) * {bq}u", tq = a.tq, tk = a.tk, bq = t.bq) } else { "0u".into() };
     let weight = if is_k { "p * (dpv - sh[$RO$u + r])" } else { "p" };
-    let (src, src_d) = if is_k { (qo, qd) } else { (yo, yd) };
+    let (src, src_d) = if is_k { (o.qo, o.qd) } else { (o.yo, o.yd) };
     let scale = if is_k { format!(" * {:?}", a.scale as f32) } else { String::new() };
-    let stage_v = if is_k { stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w) } else { String::new() };
     let body = fill(
         &"let bkv = wid / $NKB$u;
     let kown = (wid - bkv * $NKB$u) * $BK$u;
-    let k0 = kown;
     let kvrow = bkv;
     let b = bkv / $HKV$u;
     let kvh = bkv - b * $HKV$u;
@@ -1011,8 +973,7 @@ fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Re
     let sr0 = tid / $BK$u;
     let pj = tid / $TPR$u;
     let pc = tid % $TPR$u;
-    $STAGE_K$
-    $STAGE_V$
+    $OWN$
     var acc: array<f32, $CPT$>;
     let qfirst = $QFIRST$;
     for (var hr = 0u; hr < $REP$u; hr = hr + 1u) {
@@ -1022,15 +983,15 @@ fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Re
             workgroupBarrier();
             $STAGE_Q$
             $STAGE_Y$
-            $GIVEN$
+            $TILE$
             for (var kk = 0u; kk < $SPT$u; kk = kk + 1u) {
                 let r = sr0 + kk * $RSTEP$u;
                 if (r < $BQ$u) {
-                $SCORE$
-                    let inv = sh[$LO$u + r];
+                    $PAIR$
+                    let lrow = sh[$LO$u + r];
                     var wt = 0.0;
-                    if (okk && inv > 0.0) {
-                        let p = exp(sc - sh[$MO$u + r]) * inv;
+                    if (okk && lrow > 0.0) {
+                        let p = $PROB$;
                         wt = $WEIGHT$;
                     }
                     sh[$PO$u + r * $SB$u + sj] = wt;
@@ -1055,6 +1016,10 @@ fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Re
             }
         }
     }"
+        .replace("$OWN$", &pass.own)
+        .replace("$TILE$", &pass.tile)
+        .replace("$PAIR$", &pass.pair)
+        .replace("$PROB$", pass.prob)
         .replace("$WEIGHT$", weight),
         &[
             ("NKB", nkb.to_string()),
@@ -1071,17 +1036,13 @@ fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Re
             ("MBASE", a.mask_layout().0),
             ("TQ", a.tq.to_string()),
             ("TK", a.tk.to_string()),
-            ("STAGE_K", stage(a.k, &format!("kvrow * {}u + k0 * {d}u", a.tk * d), "k0", a.tk, t.bk, d, ko, kd, w)),
-            ("STAGE_V", stage_v),
-            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
-            ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, yo, yd, w)),
-            ("GIVEN", load_given(a, g, t.bq, yo, yd, mo, lo, ro)),
-            ("SCORE", score(a, qo, qd, ko, kd, is_k.then_some((yo, yd, vo, vd)))),
-            ("LO", lo.to_string()),
-            ("MO", mo.to_string()),
-            ("RO", ro.to_string()),
-            ("PO", po.to_string()),
-            ("SB", sb.to_string()),
+            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, o.qo, o.qd, w)),
+            ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, o.yo, o.yd, w)),
+            ("LO", o.lo.to_string()),
+            ("MO", o.mo.to_string()),
+            ("RO", o.ro.to_string()),
+            ("PO", o.po.to_string()),
+            ("SB", (t.bk + 1).to_string()),
             ("SRC", src.to_string()),
             ("SRCD", src_d.to_string()),
             ("COLS", cols.to_string()),
