@@ -28,22 +28,42 @@ struct Attn {
     mask: Option<(Vec<usize>, usize, usize)>,
 }
 
+/// The sizes of an attention's operands, checked (shared with the GPU kernels): q
+/// `[..B, Hq, Tq, D]`, k `[..B, Hkv, Tk, D]`, v `[..B, Hkv, Tk, Dv]`, `Hkv` dividing `Hq`.
+pub(crate) struct Dims {
+    /// The product of the leading axes.
+    pub batch: usize,
+    pub hq: usize,
+    pub hkv: usize,
+    pub tq: usize,
+    pub tk: usize,
+    pub d: usize,
+    pub dv: usize,
+    /// `[..B, Hq, Tq, Tk]`, what the scores (and a mask broadcast to them) have.
+    pub scores: Vec<usize>,
+}
+
+pub(crate) fn dims(q: &[usize], k: &[usize], v: &[usize]) -> KResult<Dims> {
+    let r = q.len();
+    if r < 3 || k.len() != r || v.len() != r {
+        return err(format!("q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"));
+    }
+    let lead = &q[..r - 3];
+    let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
+    let (hkv, tk, dk) = (k[r - 3], k[r - 2], k[r - 1]);
+    if &k[..r - 3] != lead || &v[..r - 3] != lead || dk != d || v[r - 3] != hkv || v[r - 2] != tk || hkv == 0 || hq % hkv != 0 {
+        return err(format!("q {q:?}, k {k:?} and v {v:?} do not fit together (k and v share heads and length, KV heads divide query heads)"));
+    }
+    let mut scores = lead.to_vec();
+    scores.extend([hq, tq, tk]);
+    Ok(Dims { batch: numel(lead), hq, hkv, tq, tk, d, dv: v[r - 1], scores })
+}
+
 impl Attn {
     fn new(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool) -> KResult<Attn> {
-        let (q, k, v) = (&x[0].shape, &x[1].shape, &x[2].shape);
-        let r = q.len();
-        if r < 3 || k.len() != r || v.len() != r {
-            return err(format!("q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"));
-        }
-        let lead = &q[..r - 3];
-        let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
-        let (hkv, tk, dk) = (k[r - 3], k[r - 2], k[r - 1]);
-        if &k[..r - 3] != lead || &v[..r - 3] != lead || dk != d || v[r - 3] != hkv || v[r - 2] != tk || hkv == 0 || hq % hkv != 0 {
-            return err(format!("q {q:?}, k {k:?} and v {v:?} do not fit together (k and v share heads and length, KV heads divide query heads)"));
-        }
+        let Dims { batch, hq, hkv, tq, tk, d, dv, scores } = dims(&x[0].shape, &x[1].shape, &x[2].shape)?;
+        let r = scores.len();
         let mask = if has_mask {
-            let mut scores = lead.to_vec();
-            scores.extend([hq, tq, tk]);
             let st = broadcast_strides(&x[3].shape, &scores)?;
             let mut starts = Vec::with_capacity(numel(&scores[..r - 2]));
             walk(&scores[..r - 2], [&st[..r - 2]], |[o]| starts.push(o));
@@ -51,7 +71,7 @@ impl Attn {
         } else {
             None
         };
-        Ok(Attn { batch: numel(lead), hq, hkv, tq, tk, d, dv: v[r - 1], causal, scale, mask })
+        Ok(Attn { batch, hq, hkv, tq, tk, d, dv, causal, scale, mask })
     }
 
     fn out_shape(&self, q_shape: &[usize]) -> Vec<usize> {

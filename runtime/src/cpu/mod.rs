@@ -18,10 +18,10 @@
 //! Matrix products go through `matrixmultiply` (threaded); convolution is im2col + GEMM;
 //! attention, pooling and the row-wise kernels split their independent outputs over the cores.
 
-mod attention;
+pub(crate) mod attention;
 pub(crate) mod conv;
 mod float;
-mod layout;
+pub(crate) mod layout;
 mod matmul;
 mod movement;
 mod norm;

@@ -41,6 +41,8 @@
 
 use super::{load, store, strides, KernelSource, Operand};
 use crate::op::{GradPart, Op};
+use crate::cpu::attention as cpu_attention;
+use crate::cpu::layout::broadcast_strides;
 use crate::plan::Step;
 
 /// The workgroup array every kernel stays within, in f32 words (16 KiB: the Vulkan floor).
@@ -142,32 +144,21 @@ struct Attn<'a> {
     scale: f64,
     /// `[..B, Hq, Tq, Tk]`, what the mask broadcasts to.
     scores: Vec<usize>,
+    /// The mask's stride along each axis of `scores` (0 where it broadcasts); empty without one.
+    mask_strides: Vec<usize>,
 }
 
 impl<'a> Attn<'a> {
     fn new(x: &'a [Operand], causal: bool, scale: f64, has_mask: bool) -> Result<Attn<'a>, String> {
-        let (q, k, v) = (&x[0].shape, &x[1].shape, &x[2].shape);
-        let r = q.len();
-        if r < 3 || k.len() != r || v.len() != r {
-            return Err(format!("attention: q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"));
-        }
-        let lead = &q[..r - 3];
-        let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
-        let (hkv, tk) = (k[r - 3], k[r - 2]);
-        if &k[..r - 3] != lead || &v[..r - 3] != lead || k[r - 1] != d || v[r - 3] != hkv || v[r - 2] != tk || hkv == 0 || hq % hkv != 0 {
-            return Err(format!("attention: q {q:?}, k {k:?} and v {v:?} do not fit together"));
-        }
-        let mut scores = lead.to_vec();
-        scores.extend([hq, tq, tk]);
+        let msg = |e: crate::cpu::KernelError| format!("attention: {e}");
+        let cpu_attention::Dims { batch, hq, hkv, tq, tk, d, dv, scores } = cpu_attention::dims(&x[0].shape, &x[1].shape, &x[2].shape).map_err(msg)?;
         let mask = if has_mask { Some(&x[3]) } else { None };
-        if let Some(m) = mask {
-            let fits = m.shape.len() <= scores.len() && m.shape.iter().rev().zip(scores.iter().rev()).all(|(&a, &b)| a == 1 || a == b);
-            if !fits {
-                return Err(format!("attention: mask {:?} does not broadcast to the scores {scores:?}", m.shape));
-            }
-        }
+        let mask_strides = match mask {
+            Some(m) => broadcast_strides(&m.shape, &scores).map_err(msg)?,
+            None => Vec::new(),
+        };
         let dy = x.get(3 + has_mask as usize);
-        Ok(Attn { q: &x[0], k: &x[1], v: &x[2], mask, dy, batch: lead.iter().product(), hq, hkv, tq, tk, d, dv: v[r - 1], causal, scale, scores })
+        Ok(Attn { q: &x[0], k: &x[1], v: &x[2], mask, dy, batch, hq, hkv, tq, tk, d, dv, causal, scale, scores, mask_strides })
     }
 
     fn rep(&self) -> usize {
@@ -177,23 +168,15 @@ impl<'a> Attn<'a> {
     /// The mask's word offset of `(bh, 0, 0)` as a WGSL expression of `bh` (evaluated once per
     /// head, not per score), and its strides along the query and key axes (0 where it broadcasts).
     fn mask_layout(&self) -> (String, usize, usize) {
-        let Some(m) = self.mask else { return ("0u".into(), 0, 0) };
-        let r = self.scores.len();
-        let ms = strides(&m.shape);
-        // Stride of the mask along scores axis `a` (0 where the mask lacks it or has size 1).
-        let stride = |a: usize| -> usize {
-            let pad = r - m.shape.len();
-            if a < pad || m.shape[a - pad] == 1 {
-                0
-            } else {
-                ms[a - pad]
-            }
-        };
+        if self.mask.is_none() {
+            return ("0u".into(), 0, 0);
+        }
+        let (r, st) = (self.scores.len(), &self.mask_strides);
         let heads = &self.scores[..r - 2];
         let hs = strides(heads);
-        let terms: Vec<String> = (0..r - 2).filter(|&a| stride(a) != 0).map(|a| format!("((bh / {}u) % {}u) * {}u", hs[a], heads[a], stride(a))).collect();
+        let terms: Vec<String> = (0..r - 2).filter(|&a| st[a] != 0).map(|a| format!("((bh / {}u) % {}u) * {}u", hs[a], heads[a], st[a])).collect();
         let base = if terms.is_empty() { "0u".to_string() } else { terms.join(" + ") };
-        (base, stride(r - 2), stride(r - 1))
+        (base, st[r - 2], st[r - 1])
     }
 }
 
