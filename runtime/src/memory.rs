@@ -66,31 +66,21 @@ pub fn plan_memory(plan: &Plan) -> PlanMemory {
 mod tests {
     use super::*;
     use crate::op::{BinaryOp, InitSpec, UnaryOp};
-    use crate::optim::OptimizerSpec;
     use crate::plan::{Mode, ParamSpec, SourceLoc, Step};
     use crate::DType;
 
     #[test]
     fn peak_counts_what_is_alive_together() {
         let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step { op, inputs, dtype: DType::F32, shape, loc: SourceLoc::default() };
-        let plan = Plan {
-            model: "M".into(),
-            mode: Mode::Infer,
-            config: vec![],
-            params: vec![ParamSpec { name: "w".into(), dtype: DType::F32, shape: vec![100], init: InitSpec::Constant(1.0), trainable: true, frozen: false }],
-            steps: vec![
-                step(Op::Input { name: "x".into() }, vec![], vec![100]), // 400 B, last read by step 2
-                step(Op::Param { index: 0 }, vec![], vec![100]),         // counted as a parameter
-                step(Op::Binary(BinaryOp::Add), vec![0, 1], vec![100]),  // 400 B: x + w
-                step(Op::Unary(UnaryOp::Relu), vec![2], vec![100]),      // 400 B; step 2 freed after
-                step(Op::Unary(UnaryOp::Neg), vec![3], vec![10, 10]),    // 400 B, the output
-            ],
-            inputs: vec![("x".into(), 0)],
-            outputs: vec![("y".into(), 4)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], vec![100]), // 400 B, last read by step 2
+            step(Op::Param { index: 0 }, vec![], vec![100]),         // counted as a parameter
+            step(Op::Binary(BinaryOp::Add), vec![0, 1], vec![100]),  // 400 B: x + w
+            step(Op::Unary(UnaryOp::Relu), vec![2], vec![100]),      // 400 B; step 2 freed after
+            step(Op::Unary(UnaryOp::Neg), vec![3], vec![10, 10]),    // 400 B, the output
+        ];
+        let w = ParamSpec { name: "w".into(), dtype: DType::F32, shape: vec![100], init: InitSpec::Constant(1.0), trainable: true, frozen: false };
+        let plan = Plan { params: vec![w], ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]) };
         let m = plan_memory(&plan);
         assert_eq!(m.param_bytes, 400);
         assert_eq!(m.input_bytes, 400);
@@ -300,8 +290,7 @@ pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
 mod arena_tests {
     use super::*;
     use crate::op::{BinaryOp, UnaryOp};
-    use crate::optim::OptimizerSpec;
-    use crate::plan::{Mode, SourceLoc, Step};
+        use crate::plan::{Mode, SourceLoc, Step};
     use crate::DType;
 
     /// A chain x → a → b → c → … → y: only neighbours are alive together.
@@ -312,18 +301,7 @@ mod arena_tests {
             steps.push(step(if i % 2 == 0 { Op::Unary(UnaryOp::Relu) } else { Op::Binary(BinaryOp::Add) }, if i % 2 == 0 { vec![i as u32] } else { vec![i as u32, i as u32] }));
         }
         let last = steps.len() as u32 - 1;
-        Plan {
-            model: "C".into(),
-            mode: Mode::Infer,
-            config: vec![],
-            params: vec![],
-            steps,
-            inputs: vec![("x".into(), 0)],
-            outputs: vec![("y".into(), last)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        }
+        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), last)])
     }
 
     /// No two values alive at the same time share a word.
@@ -360,24 +338,14 @@ mod arena_tests {
         // x → a = relu(x) → v = reshape(a) → b = neg(x) → y = v + b: v has a's words, and a's
         // words stay taken until y reads v (b must not land on them).
         let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step { op, inputs, dtype: DType::F32, shape, loc: SourceLoc::default() };
-        let plan = Plan {
-            model: "V".into(),
-            mode: Mode::Infer,
-            config: vec![],
-            params: vec![],
-            steps: vec![
-                step(Op::Input { name: "x".into() }, vec![], vec![64]),
-                step(Op::Unary(UnaryOp::Relu), vec![0], vec![64]),
-                step(Op::Reshape, vec![1], vec![8, 8]),
-                step(Op::Unary(UnaryOp::Neg), vec![0], vec![8, 8]),
-                step(Op::Binary(BinaryOp::Add), vec![2, 3], vec![8, 8]),
-            ],
-            inputs: vec![("x".into(), 0)],
-            outputs: vec![("y".into(), 4)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], vec![64]),
+            step(Op::Unary(UnaryOp::Relu), vec![0], vec![64]),
+            step(Op::Reshape, vec![1], vec![8, 8]),
+            step(Op::Unary(UnaryOp::Neg), vec![0], vec![8, 8]),
+            step(Op::Binary(BinaryOp::Add), vec![2, 3], vec![8, 8]),
+        ];
+        let plan = Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]);
         assert_eq!(view_roots(&plan), vec![0, 1, 1, 3, 4]);
         let a = plan_arena(&plan);
         assert_eq!(a.offsets[2], a.offsets[1]);

@@ -96,6 +96,13 @@ impl std::fmt::Display for PlanError {
 impl std::error::Error for PlanError {}
 
 impl Plan {
+    /// A plan of `steps` reading the named `inputs` and returning the named `outputs`, without
+    /// parameters, loss or gradients: what the hand-built plans of unit tests start from.
+    #[cfg(test)]
+    pub(crate) fn of_steps(mode: Mode, steps: Vec<Step>, inputs: Vec<(String, u32)>, outputs: Vec<(String, u32)>) -> Plan {
+        Plan { model: "T".into(), mode, config: vec![], params: vec![], steps, inputs, outputs, loss: None, grads: vec![], optimizer: OptimizerSpec::default() }
+    }
+
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = PLAN_MAGIC.to_vec();
         out.extend_from_slice(&PLAN_VERSION.to_le_bytes());

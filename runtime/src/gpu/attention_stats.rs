@@ -102,7 +102,6 @@ mod tests {
     use super::*;
     use crate::gpu::test_util::step;
     use crate::op::{BinaryOp, UnaryOp};
-    use crate::optim::OptimizerSpec;
     use crate::plan::Mode;
 
     fn grad(causal: bool, part: GradPart) -> Op {
@@ -130,18 +129,7 @@ mod tests {
             step(grad(false, GradPart::Q), vec![1, 2, 3, 4, 6], f, &q),                                 // 11
             step(Op::DropoutGrad { p: 0.25, forward: 1 }, vec![11], f, &q),                             // 12
         ];
-        Plan {
-            model: "A".into(),
-            mode: Mode::Train,
-            config: vec![],
-            params: vec![],
-            steps,
-            inputs: vec![("x".into(), 0), ("k".into(), 2), ("v".into(), 3), ("m".into(), 4)],
-            outputs: vec![("y".into(), 5), ("dk".into(), 9)],
-            loss: Some(6),
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        }
+        Plan { loss: Some(6), ..Plan::of_steps(Mode::Train, steps, vec![("x".into(), 0), ("k".into(), 2), ("v".into(), 3), ("m".into(), 4)], vec![("y".into(), 5), ("dk".into(), 9)]) }
     }
 
     #[test]

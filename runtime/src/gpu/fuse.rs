@@ -170,7 +170,6 @@ mod tests {
     use super::*;
     use crate::gpu::test_util::step;
     use crate::op::{BinaryOp, UnaryOp};
-    use crate::optim::OptimizerSpec;
     use crate::plan::Mode;
     use crate::tensor::Tensor;
     use crate::DType;
@@ -190,18 +189,7 @@ mod tests {
             step(Op::Pow { exponent: 2.0 }, vec![1], f, &[4]),        // 7: w², other shape
             step(Op::Binary(BinaryOp::Add), vec![6, 7], f, &[3, 4]),  // 8: z + w² (broadcast)
         ];
-        Plan {
-            model: "F".into(),
-            mode: Mode::Infer,
-            config: vec![],
-            params: vec![],
-            steps,
-            inputs: vec![("x".into(), 0), ("w".into(), 1)],
-            outputs: vec![("y".into(), 5), ("u".into(), 8)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        }
+        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0), ("w".into(), 1)], vec![("y".into(), 5), ("u".into(), 8)])
     }
 
     #[test]
@@ -249,18 +237,7 @@ mod tests {
             step(Op::Dropout { p: 0.5 }, vec![3], f32, &[8]),                 // 4
             step(Op::DropoutGrad { p: 0.5, forward: 4 }, vec![4], f32, &[8]), // 5
         ];
-        let p = Plan {
-            model: "R".into(),
-            mode: Mode::Train,
-            config: vec![],
-            params: vec![],
-            steps,
-            inputs: vec![("x".into(), 0)],
-            outputs: vec![("t".into(), 1), ("y".into(), 5)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        };
+        let p = Plan::of_steps(Mode::Train, steps, vec![("x".into(), 0)], vec![("t".into(), 1), ("y".into(), 5)]);
         let (f, original) = fuse_elementwise(&p);
         f.validate().expect("a valid plan");
         assert_eq!(original, vec![0, 1, 3, 4, 5]);

@@ -38,7 +38,6 @@ pub fn split_cross_entropy(plan: &Plan) -> (Plan, Vec<u32>) {
 mod tests {
     use super::*;
     use crate::gpu::test_util::{check_on_both, step, values};
-    use crate::optim::OptimizerSpec;
     use crate::plan::Mode;
     use crate::tensor::Tensor;
 
@@ -53,18 +52,7 @@ mod tests {
             step(Op::Input { name: "t1".into() }, vec![], i, &[1]),           // 4
             step(Op::SoftmaxCrossEntropy, vec![3, 4], f, &[]),                // 5
         ];
-        Plan {
-            model: "L".into(),
-            mode: Mode::Train,
-            config: vec![],
-            params: vec![],
-            steps,
-            inputs: vec![("logits".into(), 0), ("t".into(), 1), ("one".into(), 3), ("t1".into(), 4)],
-            outputs: vec![("loss".into(), 2), ("single".into(), 5)],
-            loss: Some(2),
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        }
+        Plan { loss: Some(2), ..Plan::of_steps(Mode::Train, steps, vec![("logits".into(), 0), ("t".into(), 1), ("one".into(), 3), ("t1".into(), 4)], vec![("loss".into(), 2), ("single".into(), 5)]) }
     }
 
     #[test]

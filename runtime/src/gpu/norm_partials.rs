@@ -76,7 +76,6 @@ mod tests {
     use super::*;
     use crate::gpu::test_util::{step, values};
     use crate::op::{BinaryOp, UnaryOp};
-    use crate::optim::OptimizerSpec;
     use crate::plan::Mode;
     use crate::tensor::Tensor;
 
@@ -99,18 +98,7 @@ mod tests {
             step(Op::Input { name: "s".into() }, vec![], f, &[4, 70]),                                                                    // 9
             step(Op::LayerNormGrad { eps: 1e-5, has_weight: true, has_bias: false, part: GradPart::Weight }, vec![9, 1, 9], f, &w),       // 10
         ];
-        Plan {
-            model: "N".into(),
-            mode: Mode::Train,
-            config: vec![],
-            params: vec![],
-            steps,
-            inputs: vec![("x".into(), 0), ("w".into(), 1), ("b".into(), 2), ("s".into(), 9)],
-            outputs: vec![("dx".into(), 4), ("dw".into(), 5), ("db".into(), 6), ("drms".into(), 7), ("sum".into(), 8), ("small".into(), 10)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        }
+        Plan::of_steps(Mode::Train, steps, vec![("x".into(), 0), ("w".into(), 1), ("b".into(), 2), ("s".into(), 9)], vec![("dx".into(), 4), ("dw".into(), 5), ("db".into(), 6), ("drms".into(), 7), ("sum".into(), 8), ("small".into(), 10)])
     }
 
     #[test]

@@ -112,25 +112,13 @@ pub fn check(plan: &Plan, offsets: &[usize], words: &[usize], l: &Levels) -> Res
 mod tests {
     use super::*;
     use crate::op::{BinaryOp, UnaryOp};
-    use crate::optim::OptimizerSpec;
     use crate::plan::{SourceLoc, Step};
     use crate::DType;
 
     fn plan(steps: Vec<(Op, Vec<u32>)>) -> Plan {
         let steps: Vec<Step> = steps.into_iter().map(|(op, inputs)| Step { op, inputs, dtype: DType::F32, shape: vec![4], loc: SourceLoc::default() }).collect();
         let last = steps.len() as u32 - 1;
-        Plan {
-            model: "M".into(),
-            mode: Mode::Infer,
-            config: vec![],
-            params: vec![],
-            steps,
-            inputs: vec![("x".into(), 0)],
-            outputs: vec![("y".into(), last)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        }
+        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), last)])
     }
 
     #[test]
@@ -142,17 +130,23 @@ mod tests {
         assert_eq!(l.count, 2);
     }
 
-    #[test]
-    fn reusing_a_dead_values_words_waits_for_its_readers() {
-        // Step 3 reuses step 1's words (step 1 is dead after step 2 read it): it must come after
-        // step 2 even though it only reads the input.
-        let p = plan(vec![
+    /// x → a = relu(x) → b = neg(a); c = exp(x); y = b + c: with c placed on a's words, c must
+    /// wait for b, a's last reader.
+    fn reuse_plan() -> Plan {
+        plan(vec![
             (Op::Input { name: "x".into() }, vec![]),
             (Op::Unary(UnaryOp::Relu), vec![0]),
             (Op::Unary(UnaryOp::Neg), vec![1]),
             (Op::Unary(UnaryOp::Exp), vec![0]),
             (Op::Binary(BinaryOp::Add), vec![2, 3]),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn reusing_a_dead_values_words_waits_for_its_readers() {
+        // Step 3 reuses step 1's words (step 1 is dead after step 2 read it): it must come after
+        // step 2 even though it only reads the input.
+        let p = reuse_plan();
         let offsets = [0, 4, 8, 4, 12];
         let l = levels(&p, &offsets, &[4; 5]);
         assert_eq!(l.step, vec![None, Some(0), Some(1), Some(2), Some(3)]);
@@ -163,13 +157,7 @@ mod tests {
 
     #[test]
     fn the_checker_catches_a_reordered_reuse() {
-        let p = plan(vec![
-            (Op::Input { name: "x".into() }, vec![]),
-            (Op::Unary(UnaryOp::Relu), vec![0]),
-            (Op::Unary(UnaryOp::Neg), vec![1]),
-            (Op::Unary(UnaryOp::Exp), vec![0]),
-            (Op::Binary(BinaryOp::Add), vec![2, 3]),
-        ]);
+        let p = reuse_plan();
         let (offsets, words) = ([0, 4, 8, 4, 12], [4; 5]);
         let mut l = levels(&p, &offsets, &words);
         check(&p, &offsets, &words, &l).expect("valid");

@@ -2,7 +2,6 @@
 
 use super::session::GpuSession;
 use crate::op::Op;
-use crate::optim::OptimizerSpec;
 use crate::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
 use crate::tensor::Tensor;
 use crate::DType;
@@ -28,18 +27,7 @@ pub fn run_on_gpu(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usi
     }
     steps.push(step(op.clone(), (0..inputs.len() as u32).collect(), out_dtype, out_shape));
     let out = steps.len() as u32 - 1;
-    let plan = Plan {
-        model: "T".into(),
-        mode: Mode::Train,
-        config: vec![],
-        params: Vec::<ParamSpec>::new(),
-        steps,
-        inputs: names.clone(),
-        outputs: vec![("y".into(), out)],
-        loss: None,
-        grads: vec![],
-        optimizer: OptimizerSpec::default(),
-    };
+    let plan = Plan::of_steps(Mode::Train, steps, names.clone(), vec![("y".into(), out)]);
     let mut gpu = open(plan, &[])?;
     let given: Vec<(&str, &Tensor)> = names.iter().map(|(n, k)| (n.as_str(), &inputs[*k as usize])).collect();
     Some(gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1)
@@ -90,18 +78,8 @@ pub fn time_op(op: &Op, operands: &[&[usize]], out_shape: &[usize], repeat: usiz
     for _ in 0..repeat.max(1) {
         steps.push(step(op.clone(), (0..operands.len() as u32).collect(), DType::F32, out_shape));
     }
-    let plan = Plan {
-        model: "T".into(),
-        mode: Mode::Infer,
-        config: vec![],
-        params: operands.iter().enumerate().map(|(k, s)| param(k, s)).collect(),
-        outputs: (operands.len() as u32..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect(),
-        steps,
-        inputs: vec![],
-        loss: None,
-        grads: vec![],
-        optimizer: OptimizerSpec::default(),
-    };
+    let outputs = (operands.len() as u32..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect();
+    let plan = Plan { params: operands.iter().enumerate().map(|(k, s)| param(k, s)).collect(), ..Plan::of_steps(Mode::Infer, steps, vec![], outputs) };
     let tensors: Vec<Tensor> = operands.iter().enumerate().map(|(k, s)| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 + 1))).collect();
     let mut gpu = match GpuSession::new(plan, &tensors) {
         Ok(g) => g,

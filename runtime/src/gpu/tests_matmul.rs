@@ -81,7 +81,6 @@ fn batched_matmuls_broadcast_like_torch() {
 #[test]
 fn every_variant_in_one_plan_matches_the_cpu() {
     use super::test_util::{assert_close, run_on_cpu, step};
-    use crate::optim::OptimizerSpec;
     use crate::plan::{Mode, Plan};
     let cases: [(&[usize], &[usize]); 10] = [
         (&[130, 70], &[70, 129]),
@@ -109,7 +108,7 @@ fn every_variant_in_one_plan_matches_the_cpu() {
         steps.push(step(Op::MatMul, vec![c as u32 * 2, c as u32 * 2 + 1], DType::F32, &out_shape(a, b)));
     }
     let inputs: Vec<(String, u32)> = (0..tensors.len()).map(|i| (format!("x{i}"), i as u32)).collect();
-    let plan = Plan { model: "T".into(), mode: Mode::Infer, config: vec![], params: vec![], steps, inputs: inputs.clone(), outputs, loss: None, grads: vec![], optimizer: OptimizerSpec::default() };
+    let plan = Plan::of_steps(Mode::Infer, steps, inputs.clone(), outputs);
     let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
     let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, i)| (n.as_str(), &tensors[*i as usize])).collect();
     let got = gpu.run(&given, 0).expect("runs").outputs;
@@ -158,30 +157,20 @@ fn matmul_throughput() {
 fn a_transposed_weight_is_read_in_place() {
     use super::test_util::{assert_close, step};
     use crate::op::InitSpec;
-    use crate::optim::OptimizerSpec;
     use crate::plan::{Mode, ParamSpec, Plan};
     for (x_shape, n) in [(vec![5, 7], 3), (vec![1, 70], 300), (vec![2, 33], 40), (vec![65, 33], 70), (vec![2, 3, 19], 21), (vec![129, 8], 9)] {
         let k = *x_shape.last().expect("2-D or more");
         let mut y_shape = x_shape.clone();
         *y_shape.last_mut().expect("checked") = n;
         let f = DType::F32;
-        let plan = Plan {
-            model: "T".into(),
-            mode: Mode::Infer,
-            config: vec![],
-            params: vec![ParamSpec { name: "w".into(), dtype: f, shape: vec![n, k], init: InitSpec::Constant(0.0), trainable: true, frozen: false }],
-            steps: vec![
-                step(Op::Input { name: "x".into() }, vec![], f, &x_shape),
-                step(Op::Param { index: 0 }, vec![], f, &[n, k]),
-                step(Op::Permute { perm: vec![1, 0] }, vec![1], f, &[k, n]),
-                step(Op::MatMul, vec![0, 2], f, &y_shape),
-            ],
-            inputs: vec![("x".into(), 0)],
-            outputs: vec![("y".into(), 3)],
-            loss: None,
-            grads: vec![],
-            optimizer: OptimizerSpec::default(),
-        };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &x_shape),
+            step(Op::Param { index: 0 }, vec![], f, &[n, k]),
+            step(Op::Permute { perm: vec![1, 0] }, vec![1], f, &[k, n]),
+            step(Op::MatMul, vec![0, 2], f, &y_shape),
+        ];
+        let w = ParamSpec { name: "w".into(), dtype: f, shape: vec![n, k], init: InitSpec::Constant(0.0), trainable: true, frozen: false };
+        let plan = Plan { params: vec![w], ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 3)]) };
         assert_eq!(crate::memory::transposed_views(&plan), vec![false, false, true, false]);
         let x = Tensor::f32(x_shape.clone(), values(x_shape.iter().product(), 5));
         let w = Tensor::f32(vec![n, k], values(n * k, 77));
