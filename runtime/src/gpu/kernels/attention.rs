@@ -210,6 +210,23 @@ struct Tiles {
 }
 
 impl Tiles {
+    /// The template values every kernel over these tiles of `a` fills in: tile sizes, scoring
+    /// steps, heads, lengths and the mask's per-head base.
+    fn values(&self, a: &Attn) -> Vec<(&'static str, String)> {
+        vec![
+            ("BQ", self.bq.to_string()),
+            ("BK", self.bk.to_string()),
+            ("SPT", self.spt.to_string()),
+            ("RSTEP", self.rstep.to_string()),
+            ("HQ", a.hq.to_string()),
+            ("HKV", a.hkv.to_string()),
+            ("REP", a.rep().to_string()),
+            ("TQ", a.tq.to_string()),
+            ("TK", a.tk.to_string()),
+            ("MBASE", a.mask_layout().0),
+        ]
+    }
+
     /// The best `(BQ, BK)` whose workgroup array `words(bq, bk)` fits in 16 KiB: first enough
     /// score pairs to busy every invocation, then by `prefer`. `BQ` at most `max_q`, `BK` at
     /// most `max_k` (both rounded up to powers of two), `BK ≤ W`.
@@ -519,21 +536,15 @@ fn row_stats(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> 
         $STORE_M$
         $STORE_INV$
     }",
-        &[
+        &[vec![
             ("NQB", nqb.to_string()),
-            ("BQ", t.bq.to_string()),
-            ("BK", t.bk.to_string()),
-            ("HQ", a.hq.to_string()),
-            ("HKV", a.hkv.to_string()),
-            ("REP", a.rep().to_string()),
-            ("MBASE", a.mask_layout().0),
             ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
             ("STATS", stats_pass(a, &t, &layout, false)),
-            ("TQ", a.tq.to_string()),
             ("LO", lo.to_string()),
             ("STORE_M", store(out, &format!("(bh * {}u + qi) * 2u", a.tq), &format!("sh[{mo}u + tid]"))),
             ("STORE_INV", store(out, &format!("(bh * {}u + qi) * 2u + 1u", a.tq), "select(0.0, 1.0 / l, l > 0.0)")),
-        ],
+        ], t.values(a)]
+        .concat(),
     );
     Ok(kernel(w, t.bq * qd + 3 * t.bq + (t.bk * qd).max(3 * t.bq * t.bk), groups, &body))
 }
@@ -663,18 +674,10 @@ fn forward(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
             }
         }
     }",
-        &[
+        &[vec![
             ("NQB", nqb.to_string()),
-            ("BQ", t.bq.to_string()),
-            ("BK", t.bk.to_string()),
-            ("HQ", a.hq.to_string()),
-            ("HKV", a.hkv.to_string()),
-            ("REP", a.rep().to_string()),
-            ("MBASE", a.mask_layout().0),
             ("TPR", tpr.to_string()),
             ("CPT", cpt.to_string()),
-            ("SPT", t.spt.to_string()),
-            ("RSTEP", t.rstep.to_string()),
             ("NEG", NEG.into()),
             ("KEND", key_end(a, t.bq)),
             ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
@@ -686,10 +689,10 @@ fn forward(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
             ("SB", sb.to_string()),
             ("VO", vo.to_string()),
             ("VD", vd.to_string()),
-            ("TQ", a.tq.to_string()),
             ("DV", dv.to_string()),
             ("STORE", store(out, &format!("(bh * {}u + qi) * {dv}u + col", a.tq), "acc[c] * inv")),
-        ],
+        ], t.values(a)]
+        .concat(),
     );
     Ok(kernel(w, words, groups, &body))
 }
@@ -780,18 +783,10 @@ fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<Ke
             }
         }
     }",
-        &[
+        &[vec![
             ("NQB", nqb.to_string()),
-            ("BQ", t.bq.to_string()),
-            ("BK", t.bk.to_string()),
-            ("HQ", a.hq.to_string()),
-            ("HKV", a.hkv.to_string()),
-            ("REP", a.rep().to_string()),
-            ("MBASE", a.mask_layout().0),
             ("TPR", tpr.to_string()),
             ("CPT", cpt.to_string()),
-            ("SPT", t.spt.to_string()),
-            ("RSTEP", t.rstep.to_string()),
             ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
             ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, yo, yd, w)),
             ("STATS", stats),
@@ -806,10 +801,10 @@ fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<Ke
             ("SB", sb.to_string()),
             ("KO", ko.to_string()),
             ("KD", kd.to_string()),
-            ("TQ", a.tq.to_string()),
             ("D", d.to_string()),
             ("STORE", store(out, &format!("(bh * {}u + qi) * {d}u + col", a.tq), &format!("acc[c] * {:?}", a.scale as f32))),
-        ],
+        ], t.values(a)]
+        .concat(),
     );
     Ok(kernel(w, words, groups, &body))
 }
@@ -1004,21 +999,11 @@ fn kv_kernel(a: &Attn, is_k: bool, t: &Tiles, (tpr, cpt, words): (usize, usize, 
         .replace("$PAIR$", &pass.pair)
         .replace("$PROB$", pass.prob)
         .replace("$WEIGHT$", weight),
-        &[
+        &[vec![
             ("NKB", nkb.to_string()),
-            ("BK", t.bk.to_string()),
-            ("BQ", t.bq.to_string()),
-            ("HKV", a.hkv.to_string()),
-            ("HQ", a.hq.to_string()),
-            ("REP", a.rep().to_string()),
             ("TPR", tpr.to_string()),
             ("CPT", cpt.to_string()),
-            ("SPT", t.spt.to_string()),
-            ("RSTEP", t.rstep.to_string()),
             ("QFIRST", qfirst),
-            ("MBASE", a.mask_layout().0),
-            ("TQ", a.tq.to_string()),
-            ("TK", a.tk.to_string()),
             ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, o.qo, o.qd, w)),
             ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, o.yo, o.yd, w)),
             ("LO", o.lo.to_string()),
@@ -1030,7 +1015,8 @@ fn kv_kernel(a: &Attn, is_k: bool, t: &Tiles, (tpr, cpt, words): (usize, usize, 
             ("SRCD", src_d.to_string()),
             ("COLS", cols.to_string()),
             ("STORE", store(out, &format!("j * {cols}u + kvrow * {}u + col", a.tk * cols), &format!("acc[c]{scale}"))),
-        ],
+        ], t.values(a)]
+        .concat(),
     );
     Ok(kernel(w, words, groups, &body))
 }
