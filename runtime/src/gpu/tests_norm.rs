@@ -74,16 +74,21 @@ fn rms_norm_and_its_derivatives_match_the_cpu() {
     }
 }
 
+/// Group norm forward and every derivative its affine parameters allow, on `x` in `groups`.
+fn check_group_norm(x: &[usize], groups: usize) {
+    let p = [x[1]];
+    for (w, b, parts) in affines() {
+        check(Op::GroupNorm { groups, eps: 1e-5, has_weight: w, has_bias: b }, &norm_inputs(x, &p, w, b, false), x, 1e-4);
+        for part in parts {
+            check(Op::GroupNormGrad { groups, eps: 1e-5, has_weight: w, has_bias: b, part }, &norm_inputs(x, &p, w, b, true), out_of(part, x, &p), 2e-4);
+        }
+    }
+}
+
 #[test]
 fn group_norm_and_its_derivatives_match_the_cpu() {
     for (x, groups) in [(&[2usize, 6, 5][..], 3), (&[3, 4, 3, 5], 2), (&[2, 5], 5), (&[2, 6, 7], 1)] {
-        let p = [x[1]];
-        for (w, b, parts) in affines() {
-            check(Op::GroupNorm { groups, eps: 1e-5, has_weight: w, has_bias: b }, &norm_inputs(x, &p, w, b, false), x, 1e-4);
-            for part in parts {
-                check(Op::GroupNormGrad { groups, eps: 1e-5, has_weight: w, has_bias: b, part }, &norm_inputs(x, &p, w, b, true), out_of(part, x, &p), 2e-4);
-            }
-        }
+        check_group_norm(x, groups);
     }
 }
 
@@ -146,13 +151,7 @@ fn group_norm_on_long_and_odd_groups() {
     // (x, groups): blocks longer than the width, 3 and 5 channels per group, blocks of one
     // element, one group, many samples.
     for (x, groups) in [(&[2usize, 6, 300][..], 3), (&[2, 9, 5, 7], 3), (&[3, 10, 7], 2), (&[2, 4, 1], 4), (&[1, 3, 1000], 1), (&[70, 6, 3], 2)] {
-        let p = [x[1]];
-        for (w, b, parts) in affines() {
-            check(Op::GroupNorm { groups, eps: 1e-5, has_weight: w, has_bias: b }, &norm_inputs(x, &p, w, b, false), x, 1e-4);
-            for part in parts {
-                check(Op::GroupNormGrad { groups, eps: 1e-5, has_weight: w, has_bias: b, part }, &norm_inputs(x, &p, w, b, true), out_of(part, x, &p), 2e-4);
-            }
-        }
+        check_group_norm(x, groups);
     }
 }
 
