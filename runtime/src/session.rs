@@ -160,7 +160,8 @@ impl Session {
     fn collect(&self, mut slots: Vec<Slot>, inputs: &[(&str, &Tensor)]) -> RunOutput {
         // A value named twice (an output that is also the loss, in a hand-built plan) is kept
         // for its later readers; every other one is moved out.
-        let named: Vec<u32> = self.plan.outputs.iter().map(|(_, v)| *v).chain(self.plan.loss).chain(self.plan.grads.iter().map(|(_, v)| *v)).collect();
+        let mut seen = std::collections::HashSet::new();
+        let twice: std::collections::HashSet<u32> = self.plan.outputs.iter().map(|(_, v)| *v).chain(self.plan.loss).chain(self.plan.grads.iter().map(|(_, v)| *v)).filter(|&v| !seen.insert(v)).collect();
         let mut taken: std::collections::HashMap<u32, Tensor> = std::collections::HashMap::new();
         let mut take = |v: u32| -> Tensor {
             let t = match std::mem::replace(&mut slots[v as usize], Slot::Empty) {
@@ -169,7 +170,7 @@ impl Session {
                 Slot::Input(i) => inputs[i].1.clone(),
                 Slot::Empty => return taken.get(&v).cloned().expect("results are never freed"),
             };
-            if named.iter().filter(|&&x| x == v).count() > 1 {
+            if twice.contains(&v) {
                 taken.insert(v, t.clone());
             }
             t
