@@ -77,23 +77,31 @@ wants_compile() {
     return 1
 }
 
+# One side of one workload: LABEL, its stderr LOG, then the command (run under STEP_TIMEOUT;
+# stdout goes where the caller sends it). Says how long it took, or why it failed.
+side() {
+    local label=$1 log=$2 t0 rc=0
+    shift 2
+    t0=$(date +%s)
+    timeout "$STEP_TIMEOUT" "$@" 2>"$log" || rc=$?
+    if [ "$rc" = 0 ]; then
+        echo "$label: $(($(date +%s) - t0)) s" >&2
+        return 0
+    fi
+    if [ "$rc" = 124 ]; then echo "timed out after $STEP_TIMEOUT s (STEP_TIMEOUT)" >>"$log"; fi
+    echo "$label failed on $name (exit $rc); the end of $log:" >&2
+    tail -5 "$log" >&2
+    return 1
+}
+
 start=$(date +%s)
 for name in "${NAMES[@]}"; do
     mapfile -t sets < <(sets_of "$name")
     echo "=== $name ${sets[*]:-}" >&2
-    t0=$(date +%s)
     profile=()
     if [ "${PROFILE:-1}" = 1 ] && [ "$BACKEND" != cpu ]; then profile=(--profile); fi
-    if timeout "$STEP_TIMEOUT" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
-            --samples "$SAMPLES" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" 2>"$OUT/$name.mgnc.log"; then
-        echo "mgnc: $(($(date +%s) - t0)) s" >&2
-    else
-        rc=$?
-        if [ "$rc" = 124 ]; then echo "timed out after $STEP_TIMEOUT s (STEP_TIMEOUT)" >>"$OUT/$name.mgnc.log"; fi
-        echo "mgnc failed on $name (exit $rc); the end of $OUT/$name.mgnc.log:" >&2
-        tail -5 "$OUT/$name.mgnc.log" >&2
-        rm -f "$OUT/$name.mgnc.json"
-    fi
+    side mgnc "$OUT/$name.mgnc.log" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
+        --samples "$SAMPLES" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" || rm -f "$OUT/$name.mgnc.json"
     if [ "$TORCH" = 0 ]; then continue; fi
     # The minimal shape mgnc measured (or that it measured none), so both sides agree.
     minimal=()
@@ -111,17 +119,8 @@ else:
     fi
     compile=()
     if wants_compile "$name"; then compile=(--compile "$name"); fi
-    t0=$(date +%s)
-    if timeout "$STEP_TIMEOUT" "$PY" bench/torch_bench.py "$name" --warmup "$WARMUP" --samples "$SAMPLES" \
-            --out "$OUT/$name.torch.json" "${sets[@]}" "${minimal[@]}" "${compile[@]}" \
-            >/dev/null 2>"$OUT/$name.torch.log"; then
-        echo "torch: $(($(date +%s) - t0)) s" >&2
-    else
-        rc=$?
-        if [ "$rc" = 124 ]; then echo "timed out after $STEP_TIMEOUT s (STEP_TIMEOUT)" >>"$OUT/$name.torch.log"; fi
-        echo "torch_bench failed on $name (exit $rc); the end of $OUT/$name.torch.log:" >&2
-        tail -5 "$OUT/$name.torch.log" >&2
-    fi
+    side torch "$OUT/$name.torch.log" "$PY" bench/torch_bench.py "$name" --warmup "$WARMUP" --samples "$SAMPLES" \
+        --out "$OUT/$name.torch.json" "${sets[@]}" "${minimal[@]}" "${compile[@]}" >/dev/null
 done
 echo "all workloads: $(($(date +%s) - start)) s" >&2
 
