@@ -217,4 +217,12 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
         assert!(ops.iter().all(|o| o["ms"].as_f64().is_some_and(|ms| ms >= 0.0) && o["dispatches"].as_u64().is_some_and(|n| n >= 1)), "{plan}: {ops:?}");
     }
     assert!(v["profile"]["forward + loss + backward"].as_array().expect("checked").iter().any(|o| o["op"] == "softmax_cross_entropy_grad"));
+    // ... and names its slowest dispatches, slowest first, each with the model line it came from.
+    for plan in ["forward", "forward + loss + backward"] {
+        let slow = v["profile_slowest"][plan].as_array().unwrap_or_else(|| panic!("no slowest dispatches of {plan}: {}", v["profile_slowest"]));
+        assert!(!slow.is_empty(), "{plan}");
+        let ms: Vec<f64> = slow.iter().filter_map(|o| o["ms"].as_f64()).collect();
+        assert!(ms.len() == slow.len() && ms.windows(2).all(|w| w[0] >= w[1]), "{plan}: {slow:?}");
+        assert!(slow.iter().all(|o| o["step"].as_str().is_some_and(|s| s.contains(".mgn:"))), "{plan}: {slow:?}");
+    }
 }
