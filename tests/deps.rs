@@ -8,7 +8,11 @@ fn lock_graph() -> BTreeMap<String, Vec<String>> {
     let lock = std::fs::read_to_string(root.join("Cargo.lock")).expect("Cargo.lock is committed");
     let mut graph = BTreeMap::new();
     for block in lock.split("[[package]]").skip(1) {
-        let name = block.lines().find_map(|l| l.strip_prefix("name = \"")).map(|n| n.trim_end_matches('"').to_string()).expect("a name");
+        let name = block
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .map(|n| n.trim_end_matches('"').to_string())
+            .expect("a name");
         let mut deps = Vec::new();
         let mut in_deps = false;
         for l in block.lines() {
@@ -46,7 +50,11 @@ fn the_runtime_does_not_depend_on_the_compiler_pest_or_miette() {
             stack.extend(graph.get(&p).cloned().unwrap_or_default());
         }
     }
-    assert!(compiler.contains("pest") && compiler.contains("miette") && compiler.contains("mgn-runtime"));
+    assert!(
+        compiler.contains("pest")
+            && compiler.contains("miette")
+            && compiler.contains("mgn-runtime")
+    );
     for banned in ["mgn-compiler", "mgn-syntax", "mgn-lsp", "pest", "pest_derive", "miette"] {
         assert!(!seen.contains(banned), "mgn-runtime depends on {banned} (through {:?})", seen);
     }

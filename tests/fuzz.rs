@@ -9,7 +9,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 fn assert_no_internal_error(text: String) -> Result<(), TestCaseError> {
-    let outcome = check_text("fuzz.mgn".into(), Origin::Memory("fuzz".into()), text.clone(), Models::All);
+    let outcome =
+        check_text("fuzz.mgn".into(), Origin::Memory("fuzz".into()), text.clone(), Models::All);
     if let Some(d) = outcome.diagnostics.iter().find(|d| d.code == "E0999") {
         return Err(TestCaseError::fail(format!("{}\n--- input ---\n{text}", d.message)));
     }
@@ -29,18 +30,92 @@ fn corpus() -> Vec<String> {
 }
 
 const TOKENS: &[&str] = &[
-    "use", "std", ".", "nn", "{", "}", "(", ")", "[", "]", ",", ":", "=", "==", "->", "..", "^T", "@", "+", "-", "*", "/", "%",
-    "!", "&&", "||", "<", ">=", "fn", "layer", "model", "forward", "input", "output", "loss", "param", "buffer", "init",
-    "repeat", "let", "if", "else", "self", "true", "false", "f32", "i32", "dim", "int", "float", "bool", "x", "y", "B",
-    "T", "d", "Linear", "relu", "softmax", "reshape", "attention", "conv2d", "split", "0", "1", "3", "-1", "64",
-    "0.5", "1e-5", "\"./a.mgn\"", "\n", " ", "//c\n", "/*", "*/", ";",
+    "use",
+    "std",
+    ".",
+    "nn",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ",",
+    ":",
+    "=",
+    "==",
+    "->",
+    "..",
+    "^T",
+    "@",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "!",
+    "&&",
+    "||",
+    "<",
+    ">=",
+    "fn",
+    "layer",
+    "model",
+    "forward",
+    "input",
+    "output",
+    "loss",
+    "param",
+    "buffer",
+    "init",
+    "repeat",
+    "let",
+    "if",
+    "else",
+    "self",
+    "true",
+    "false",
+    "f32",
+    "i32",
+    "dim",
+    "int",
+    "float",
+    "bool",
+    "x",
+    "y",
+    "B",
+    "T",
+    "d",
+    "Linear",
+    "relu",
+    "softmax",
+    "reshape",
+    "attention",
+    "conv2d",
+    "split",
+    "0",
+    "1",
+    "3",
+    "-1",
+    "64",
+    "0.5",
+    "1e-5",
+    "\"./a.mgn\"",
+    "\n",
+    " ",
+    "//c\n",
+    "/*",
+    "*/",
+    ";",
 ];
 
 #[test]
 fn random_token_soups_never_crash() {
     root();
-    let tokens = prop::collection::vec(prop::sample::select(TOKENS), 0..120).prop_map(|t| t.join(" "));
-    let mut runner = TestRunner::new(Config { cases: 1500, failure_persistence: None, ..Config::default() });
+    let tokens =
+        prop::collection::vec(prop::sample::select(TOKENS), 0..120).prop_map(|t| t.join(" "));
+    let mut runner =
+        TestRunner::new(Config { cases: 1500, failure_persistence: None, ..Config::default() });
     runner.run(&tokens, assert_no_internal_error).unwrap();
 }
 
@@ -49,9 +124,11 @@ fn mutated_programs_never_crash() {
     let corpus = corpus();
     assert!(!corpus.is_empty());
     // (which file, then a list of edits: position fraction, delete length, inserted token)
-    let edits = prop::collection::vec((0.0f64..1.0, 0usize..12, prop::sample::select(TOKENS)), 1..6);
+    let edits =
+        prop::collection::vec((0.0f64..1.0, 0usize..12, prop::sample::select(TOKENS)), 1..6);
     let strategy = (0..corpus.len(), edits);
-    let mut runner = TestRunner::new(Config { cases: 2500, failure_persistence: None, ..Config::default() });
+    let mut runner =
+        TestRunner::new(Config { cases: 2500, failure_persistence: None, ..Config::default() });
     runner
         .run(&strategy, |(which, edits)| {
             let mut text = corpus[which].clone();
@@ -88,7 +165,12 @@ fn pathological_inputs_are_refused_with_diagnostics() {
         "\u{0}\u{feff}\u{202e}".to_string(),
     ];
     for text in cases {
-        let outcome = check_text("p.mgn".into(), Origin::Memory("p".into()), text.clone(), Models::All);
-        assert!(!outcome.diagnostics.iter().any(|d| d.code == "E0999"), "internal error on {:.80}…", text);
+        let outcome =
+            check_text("p.mgn".into(), Origin::Memory("p".into()), text.clone(), Models::All);
+        assert!(
+            !outcome.diagnostics.iter().any(|d| d.code == "E0999"),
+            "internal error on {:.80}…",
+            text
+        );
     }
 }

@@ -12,7 +12,8 @@ fn every_error_program_renders_its_expected_diagnostic() {
     for f in &files {
         let outcome = check(f);
         if outcome.diagnostics.is_empty() {
-            failures.push(format!("{}: expected an error, but the file checked clean", f.display()));
+            failures
+                .push(format!("{}: expected an error, but the file checked clean", f.display()));
             continue;
         }
         if let Some(d) = outcome.diagnostics.iter().find(|d| d.code == "E0999") {
@@ -22,7 +23,13 @@ fn every_error_program_renders_its_expected_diagnostic() {
             failures.push(diff);
         }
     }
-    assert!(failures.is_empty(), "{} of {} golden tests failed:\n\n{}", failures.len(), files.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} golden tests failed:\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
 }
 
 #[test]
@@ -31,7 +38,8 @@ fn diagnostics_as_json_carry_code_location_and_labels() {
         let outcome = check(&f);
         for d in &outcome.diagnostics {
             let line = mgn_compiler::render::to_json(&outcome.program.sources, d);
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{}: invalid JSON {e}: {line}", f.display()));
+            let v: serde_json::Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("{}: invalid JSON {e}: {line}", f.display()));
             assert_eq!(v["code"], d.code);
             assert!(v["line"].as_u64().unwrap_or(0) >= 1, "{}: no line in {line}", f.display());
             assert!(!v["labels"].as_array().expect("labels").is_empty());

@@ -13,7 +13,8 @@ use std::path::Path;
 
 fn plan(model: &str, settings: &[&str], opts: &PlanOptions) -> Plan {
     root();
-    let settings: Vec<Setting> = settings.iter().map(|s| s.parse().expect("valid setting")).collect();
+    let settings: Vec<Setting> =
+        settings.iter().map(|s| s.parse().expect("valid setting")).collect();
     let (outcome, plan) = plan_path(Path::new(model), None, settings, opts).expect("readable");
     assert!(outcome.ok(), "{}", rendered(&outcome));
     plan.expect("a plan")
@@ -23,7 +24,10 @@ fn gpu(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
     match GpuSession::new(plan, params) {
         Ok(s) => Some(s),
         Err(e) if e.0.contains("no GPU") || e.0.contains("Vulkan") || e.0.contains("driver") => {
-            assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
+            assert!(
+                std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
+                "MGN_REQUIRE_GPU=1 but: {e}"
+            );
             eprintln!("skipping: {e}");
             None
         }
@@ -37,7 +41,10 @@ fn on_gpu(s: &mut Session) -> bool {
     match s.use_gpu() {
         Ok(_) => true,
         Err(e) => {
-            assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
+            assert!(
+                std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
+                "MGN_REQUIRE_GPU=1 but: {e}"
+            );
             eprintln!("skipping: {e}");
             false
         }
@@ -80,7 +87,11 @@ fn rel(a: &Tensor, b: &Tensor) -> f64 {
 
 #[test]
 fn digits_mlp_forward_and_backward_match_the_cpu() {
-    let p = plan("models/digits_mlp.mgn", &["batch=16", "hidden=32"], &PlanOptions::train(&[], OptimizerSpec::default()));
+    let p = plan(
+        "models/digits_mlp.mgn",
+        &["batch=16", "hidden=32"],
+        &PlanOptions::train(&[], OptimizerSpec::default()),
+    );
     let mut cpu = Session::new(p.clone(), 3);
     let Some(mut gpu) = gpu(p.clone(), &cpu.params) else {
         return;
@@ -100,7 +111,11 @@ fn digits_mlp_forward_and_backward_match_the_cpu() {
 
 #[test]
 fn digits_mlp_trains_on_the_gpu_with_the_cpu_loss_curve() {
-    let p = plan("models/digits_mlp.mgn", &["batch=32", "hidden=32"], &PlanOptions::train(&[], OptimizerSpec::default()));
+    let p = plan(
+        "models/digits_mlp.mgn",
+        &["batch=32", "hidden=32"],
+        &PlanOptions::train(&[], OptimizerSpec::default()),
+    );
     let mut cpu = Session::new(p.clone(), 5);
     let mut gpu = Session::new(p.clone(), 5);
     if !on_gpu(&mut gpu) {
@@ -111,7 +126,10 @@ fn digits_mlp_trains_on_the_gpu_with_the_cpu_loss_curve() {
         let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let lc = cpu.train_step(&given).expect("cpu trains");
         let lg = gpu.train_step(&given).expect("gpu trains");
-        assert!((lc - lg).abs() <= 1e-4 * lc.abs().max(1.0), "step {step}: cpu loss {lc}, gpu loss {lg}");
+        assert!(
+            (lc - lg).abs() <= 1e-4 * lc.abs().max(1.0),
+            "step {step}: cpu loss {lc}, gpu loss {lg}"
+        );
     }
 }
 
@@ -134,14 +152,29 @@ fn matrix_vector_products_run_and_kernel_failures_name_the_model_line() {
 
     // A step the generator cannot handle is refused with the op, the step and the model line.
     let mut p = plan(&path, &[], &PlanOptions::train(&[], OptimizerSpec::default()));
-    let k = p.steps.iter().position(|s| matches!(s.op, mgn_runtime::Op::MatMul)).expect("a matmul step");
-    p.steps[k].op = mgn_runtime::Op::Conv { stride: vec![1], padding: vec![0], dilation: vec![1], groups: 1, has_bias: false };
+    let k = p
+        .steps
+        .iter()
+        .position(|s| matches!(s.op, mgn_runtime::Op::MatMul))
+        .expect("a matmul step");
+    p.steps[k].op = mgn_runtime::Op::Conv {
+        stride: vec![1],
+        padding: vec![0],
+        dilation: vec![1],
+        groups: 1,
+        has_bias: false,
+    };
     let params = Session::new(p.clone(), 0).params;
     match GpuSession::new(p, &params) {
         Ok(_) => panic!("a conv over a matrix and a vector cannot be generated"),
-        Err(e) if e.0.contains("(at ") => assert!(e.0.contains("gemv.mgn:5:") && e.0.contains(&format!("step {k})")), "{e}"),
+        Err(e) if e.0.contains("(at ") => {
+            assert!(e.0.contains("gemv.mgn:5:") && e.0.contains(&format!("step {k})")), "{e}")
+        }
         Err(e) => {
-            assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {e}");
+            assert!(
+                std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
+                "MGN_REQUIRE_GPU=1 but: {e}"
+            );
             eprintln!("skipping: {e}");
         }
     }
@@ -154,7 +187,11 @@ fn training_dropout_draws_the_cpu_masks_on_the_gpu() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = dir.join("drop.mgn");
     std::fs::write(&model, "model D(b: dim = 8) {\n    input x: f32[b, 33]\n    w = param f32[33] init ones\n    forward {\n        let y = dropout(x * w, p = 0.4)\n        output y\n        loss mean(y * y)\n    }\n}\n").expect("write");
-    let p = plan(model.to_str().expect("utf-8"), &[], &PlanOptions::train(&[], OptimizerSpec::default()));
+    let p = plan(
+        model.to_str().expect("utf-8"),
+        &[],
+        &PlanOptions::train(&[], OptimizerSpec::default()),
+    );
     let mut cpu = Session::new(p.clone(), 11);
     let mut gpu = Session::new(p.clone(), 11);
     if !on_gpu(&mut gpu) {
@@ -167,10 +204,20 @@ fn training_dropout_draws_the_cpu_masks_on_the_gpu() {
         let (c, g) = (cpu.run(&given).expect("cpu"), gpu.run(&given).expect("gpu"));
         let (yc, yg) = (c.outputs[0].1.to_f64_vec(), g.outputs[0].1.to_f64_vec());
         for (i, (a, b)) in yg.iter().zip(&yc).enumerate() {
-            assert_eq!(*a == 0.0, *b == 0.0, "step {step}: element {i} dropped on one backend only");
-            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "step {step}: element {i}: {a} vs {b}");
+            assert_eq!(
+                *a == 0.0,
+                *b == 0.0,
+                "step {step}: element {i} dropped on one backend only"
+            );
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "step {step}: element {i}: {a} vs {b}"
+            );
         }
-        assert!(rel(&g.grads[0].1, &c.grads[0].1) < 1e-5, "step {step}: the gradient uses the same mask");
+        assert!(
+            rel(&g.grads[0].1, &c.grads[0].1) < 1e-5,
+            "step {step}: the gradient uses the same mask"
+        );
         cpu.train_step(&given).expect("cpu trains");
         gpu.train_step(&given).expect("gpu trains");
     }
@@ -202,7 +249,13 @@ fn compare_model_within(model: &str, settings: &[&str], tol: f64) {
     let norm = |t: &Tensor| t.to_f64_vec().iter().map(|x| x * x).sum::<f64>().sqrt();
     let total = want.grads.iter().map(|(_, w)| norm(w).powi(2)).sum::<f64>().sqrt();
     for ((n, w), (_, g)) in want.grads.iter().zip(&got.grads) {
-        let diff = g.to_f64_vec().iter().zip(w.to_f64_vec()).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
+        let diff = g
+            .to_f64_vec()
+            .iter()
+            .zip(w.to_f64_vec())
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum::<f64>()
+            .sqrt();
         let err = diff / norm(w).max(1e-4 * total);
         assert!(err < tol, "{model}: grad {n}: {err:e}");
     }
@@ -215,12 +268,29 @@ fn digits_cnn_with_batch_statistics_matches_the_cpu() {
 
 #[test]
 fn tiny_llama_with_gqa_and_rope_matches_the_cpu() {
-    compare_model("models/tiny_llama.mgn", &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"]);
+    compare_model(
+        "models/tiny_llama.mgn",
+        &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"],
+    );
 }
 
 #[test]
 fn tiny_seq2seq_with_cross_attention_matches_the_cpu() {
-    compare_model("models/tiny_seq2seq.mgn", &["src_vocab=9", "tgt_vocab=7", "d=8", "heads=2", "enc_layers=1", "dec_layers=1", "max_len=8", "B=2", "S=4", "T=3"]);
+    compare_model(
+        "models/tiny_seq2seq.mgn",
+        &[
+            "src_vocab=9",
+            "tgt_vocab=7",
+            "d=8",
+            "heads=2",
+            "enc_layers=1",
+            "dec_layers=1",
+            "max_len=8",
+            "B=2",
+            "S=4",
+            "T=3",
+        ],
+    );
 }
 
 #[test]
@@ -248,7 +318,10 @@ fn compare_training_with(model: &str, settings: &[&str], steps: u64, spec: Optim
     for step in 0..steps {
         let lc = cpu.train_step(&given).expect("cpu trains");
         let lg = gpu.train_step(&given).expect("gpu trains");
-        assert!((lc - lg).abs() <= 1e-3 * lc.abs().max(1.0), "{model} step {step}: cpu loss {lc}, gpu loss {lg}");
+        assert!(
+            (lc - lg).abs() <= 1e-3 * lc.abs().max(1.0),
+            "{model} step {step}: cpu loss {lc}, gpu loss {lg}"
+        );
         if step == 0 {
             first = lc;
         }
@@ -259,13 +332,28 @@ fn compare_training_with(model: &str, settings: &[&str], steps: u64, spec: Optim
     assert_eq!(gpu.step, cpu.step);
     for (k, spec) in p.params.iter().enumerate() {
         let e = rel(&gpu.params[k], &cpu.params[k]);
-        assert!(e < 2e-3, "{model}: parameter {} differs after {steps} steps (rel {e:.2e})", spec.name);
-        for (which, g, c) in [("m", &gpu.optimizer.m, &cpu.optimizer.m), ("v", &gpu.optimizer.v, &cpu.optimizer.v)] {
+        assert!(
+            e < 2e-3,
+            "{model}: parameter {} differs after {steps} steps (rel {e:.2e})",
+            spec.name
+        );
+        for (which, g, c) in
+            [("m", &gpu.optimizer.m, &cpu.optimizer.m), ("v", &gpu.optimizer.v, &cpu.optimizer.v)]
+        {
             let (g, c) = (g.get(k).cloned().flatten(), c.get(k).cloned().flatten());
-            assert_eq!(g.is_some(), c.is_some(), "{model}: {which} of {} exists on one backend only", spec.name);
+            assert_eq!(
+                g.is_some(),
+                c.is_some(),
+                "{model}: {which} of {} exists on one backend only",
+                spec.name
+            );
             if let (Some(g), Some(c)) = (g, c) {
                 let e = rel(&Tensor::f32(vec![g.len()], g), &Tensor::f32(vec![c.len()], c));
-                assert!(e < 2e-3, "{model}: optimizer {which} of {} differs (rel {e:.2e})", spec.name);
+                assert!(
+                    e < 2e-3,
+                    "{model}: optimizer {which} of {} differs (rel {e:.2e})",
+                    spec.name
+                );
             }
         }
     }
@@ -273,7 +361,11 @@ fn compare_training_with(model: &str, settings: &[&str], steps: u64, spec: Optim
 
 #[test]
 fn a_small_gpt_trains_on_the_gpu_with_the_cpu_loss_curve() {
-    compare_training("models/tiny_gpt.mgn", &["vocab=17", "d=16", "depth=2", "heads=2", "block_size=8", "B=2", "T=8"], 8);
+    compare_training(
+        "models/tiny_gpt.mgn",
+        &["vocab=17", "d=16", "depth=2", "heads=2", "block_size=8", "B=2", "T=8"],
+        8,
+    );
 }
 
 #[test]
@@ -288,8 +380,16 @@ fn every_optimizer_updates_on_the_device_like_the_cpu() {
     for (kind, clip, schedule) in [
         (OptimizerKind::Sgd { momentum: 0.0 }, None, Schedule::Constant),
         (OptimizerKind::Sgd { momentum: 0.9 }, Some(0.5), Schedule::Constant),
-        (OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 }, Some(0.05), Schedule::WarmupCosine { warmup: 2, total: 6, min_lr: 0.0 }),
-        (OptimizerKind::AdamW { beta1: 0.8, beta2: 0.95, eps: 1e-6, weight_decay: 0.1 }, None, Schedule::Constant),
+        (
+            OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+            Some(0.05),
+            Schedule::WarmupCosine { warmup: 2, total: 6, min_lr: 0.0 },
+        ),
+        (
+            OptimizerKind::AdamW { beta1: 0.8, beta2: 0.95, eps: 1e-6, weight_decay: 0.1 },
+            None,
+            Schedule::Constant,
+        ),
     ] {
         let spec = OptimizerSpec { kind, lr: 0.05, schedule, clip_norm: clip };
         compare_training_with("models/digits_mlp.mgn", &mlp, 5, spec);
@@ -298,7 +398,11 @@ fn every_optimizer_updates_on_the_device_like_the_cpu() {
 
 #[test]
 fn a_checkpoint_saved_from_the_gpu_resumes_there_like_the_cpu() {
-    let p = plan("models/digits_cnn.mgn", &["batch=8", "c1=4", "c2=6"], &PlanOptions::train(&[], OptimizerSpec::default()));
+    let p = plan(
+        "models/digits_cnn.mgn",
+        &["batch=8", "c1=4", "c2=6"],
+        &PlanOptions::train(&[], OptimizerSpec::default()),
+    );
     let data = inputs(&p, 7);
     let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut first = Session::new(p.clone(), 3);
@@ -310,7 +414,8 @@ fn a_checkpoint_saved_from_the_gpu_resumes_there_like_the_cpu() {
         first.train_step(&given).expect("gpu trains");
         cpu.train_step(&given).expect("cpu trains");
     }
-    let path = std::env::temp_dir().join(format!("mgn-gpu-resume-{}.safetensors", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("mgn-gpu-resume-{}.safetensors", std::process::id()));
     first.save_checkpoint(&path).expect("saves from the device");
     let mut resumed = Session::new(p.clone(), 3);
     assert!(on_gpu(&mut resumed));
@@ -319,7 +424,10 @@ fn a_checkpoint_saved_from_the_gpu_resumes_there_like_the_cpu() {
     for step in 3..6 {
         let lc = cpu.train_step(&given).expect("cpu trains");
         let lg = resumed.train_step(&given).expect("gpu trains");
-        assert!((lc - lg).abs() <= 1e-3 * lc.abs().max(1.0), "step {step}: cpu loss {lc}, resumed gpu loss {lg}");
+        assert!(
+            (lc - lg).abs() <= 1e-3 * lc.abs().max(1.0),
+            "step {step}: cpu loss {lc}, resumed gpu loss {lg}"
+        );
     }
     let _ = std::fs::remove_file(&path);
 }
@@ -328,7 +436,11 @@ fn a_checkpoint_saved_from_the_gpu_resumes_there_like_the_cpu() {
 fn every_models_dispatch_levels_keep_its_memory_plans_order() {
     use mgn_runtime::gpu::schedule::{check, levels};
     root();
-    let mut models: Vec<_> = std::fs::read_dir("models").expect("models/").map(|e| e.expect("entry").path()).filter(|p| p.extension().is_some_and(|e| e == "mgn")).collect();
+    let mut models: Vec<_> = std::fs::read_dir("models")
+        .expect("models/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mgn"))
+        .collect();
     models.sort();
     for m in models {
         for opts in [PlanOptions::infer(), PlanOptions::train(&[], OptimizerSpec::default())] {
@@ -336,7 +448,8 @@ fn every_models_dispatch_levels_keep_its_memory_plans_order() {
                 continue;
             };
             let a = mgn_runtime::memory::plan_arena(&p);
-            let words: Vec<usize> = p.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
+            let words: Vec<usize> =
+                p.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
             let l = levels(&p, &a.offsets, &words);
             check(&p, &a.offsets, &words, &l).unwrap_or_else(|e| panic!("{}: {e}", m.display()));
             assert!(l.count < p.steps.len(), "{}: some dispatches share a level", m.display());
@@ -350,15 +463,72 @@ fn every_models_dispatch_levels_keep_its_memory_plans_order() {
 /// transposed weights) on real model structure.
 #[test]
 fn the_paper_workloads_at_tiny_shapes_match_the_cpu() {
-    compare_model("models/smollm2_135m.mgn", &["vocab=64", "d=32", "n_layers=2", "heads=4", "kv_heads=2", "head_dim=8", "hidden=48", "B=2", "T=8"]);
+    compare_model(
+        "models/smollm2_135m.mgn",
+        &[
+            "vocab=64",
+            "d=32",
+            "n_layers=2",
+            "heads=4",
+            "kv_heads=2",
+            "head_dim=8",
+            "hidden=48",
+            "B=2",
+            "T=8",
+        ],
+    );
     // At this size Whisper's gradients are sensitive to f32 rounding: against an f64 run of the
     // same plan the CPU backend's own f32 gradients are off by up to 2.4e-4 and the GPU's (other
     // summation orders, lavapipe's exp) by up to 1.3e-3 — not a kernel error, which would show
     // at every size (at full size on the H200 the GPU's gradient norms matched PyTorch's to 4e-8).
-    compare_model_within("models/whisper_tiny_encoder.mgn", &["B=2", "n_mels=8", "frames=16", "d=32", "heads=4", "ffn=64", "n_layers=2"], 5e-3);
-    compare_model("models/sd_unet_tiny.mgn", &["B=2", "size=8", "c0=4", "c1=8", "c2=16", "heads=2", "groups=2", "ctx_len=4", "ctx_dim=8"]);
-    compare_model("models/smolvla_expert.mgn", &["B=2", "chunk=4", "action_dim=4", "prefix=4", "d=32", "ffn=48", "n_layers=2", "heads=4", "kv_heads=2", "head_dim=8"]);
-    compare_model("models/minilm_l6.mgn", &["vocab=64", "d=32", "heads=4", "ffn=64", "n_layers=2", "max_positions=16", "hidden_dropout=0.0", "B=2", "T=8"]);
+    compare_model_within(
+        "models/whisper_tiny_encoder.mgn",
+        &["B=2", "n_mels=8", "frames=16", "d=32", "heads=4", "ffn=64", "n_layers=2"],
+        5e-3,
+    );
+    compare_model(
+        "models/sd_unet_tiny.mgn",
+        &[
+            "B=2",
+            "size=8",
+            "c0=4",
+            "c1=8",
+            "c2=16",
+            "heads=2",
+            "groups=2",
+            "ctx_len=4",
+            "ctx_dim=8",
+        ],
+    );
+    compare_model(
+        "models/smolvla_expert.mgn",
+        &[
+            "B=2",
+            "chunk=4",
+            "action_dim=4",
+            "prefix=4",
+            "d=32",
+            "ffn=48",
+            "n_layers=2",
+            "heads=4",
+            "kv_heads=2",
+            "head_dim=8",
+        ],
+    );
+    compare_model(
+        "models/minilm_l6.mgn",
+        &[
+            "vocab=64",
+            "d=32",
+            "heads=4",
+            "ffn=64",
+            "n_layers=2",
+            "max_positions=16",
+            "hidden_dropout=0.0",
+            "B=2",
+            "T=8",
+        ],
+    );
     // ResNet-50 has no width arguments: its 25.6M parameters with their gradients and Adam's
     // state need 380 MB, past lavapipe's 128 MiB binding (the one-binding arena's limit, refused
     // with an error). tiny_resnet covers its structure here; the H200 runs the real one.

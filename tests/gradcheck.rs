@@ -28,15 +28,26 @@ impl Lcg {
 
 fn compile(model: &str, settings: &[&str]) -> Plan {
     root();
-    let settings: Vec<Setting> = settings.iter().map(|s| s.parse().expect("valid setting")).collect();
-    let (outcome, plan) = plan_path(Path::new(model), None, settings, &PlanOptions::train(&[], OptimizerSpec::default())).expect("readable");
+    let settings: Vec<Setting> =
+        settings.iter().map(|s| s.parse().expect("valid setting")).collect();
+    let (outcome, plan) = plan_path(
+        Path::new(model),
+        None,
+        settings,
+        &PlanOptions::train(&[], OptimizerSpec::default()),
+    )
+    .expect("readable");
     assert!(outcome.ok(), "{model}: {}", rendered(&outcome));
     plan.expect("a training plan")
 }
 
 fn to_f64(t: &Tensor) -> Tensor {
     match &t.data {
-        Data::F32(v) => Tensor { dtype: t.dtype, shape: t.shape.clone(), data: Data::F64(v.iter().map(|&x| x as f64).collect()) },
+        Data::F32(v) => Tensor {
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            data: Data::F64(v.iter().map(|&x| x as f64).collect()),
+        },
         _ => t.clone(),
     }
 }
@@ -56,11 +67,19 @@ fn check_model(model: &str, settings: &[&str]) {
             let s = &plan.steps[*v as usize];
             let n: usize = s.shape.iter().product();
             let t = if s.dtype.is_float() {
-                Tensor { dtype: s.dtype, shape: s.shape.clone(), data: Data::F64((0..n).map(|_| rng.normal()).collect()) }
+                Tensor {
+                    dtype: s.dtype,
+                    shape: s.shape.clone(),
+                    data: Data::F64((0..n).map(|_| rng.normal()).collect()),
+                }
             } else {
                 // The bound is `Plan::int_input_range`'s (shared with `mgnc bench`); 100 when nothing bounds it.
                 let hi = plan.int_input_range(*v).unwrap_or(100);
-                Tensor { dtype: s.dtype, shape: s.shape.clone(), data: Data::I32((0..n).map(|_| (rng.next() * hi as f64) as i32).collect()) }
+                Tensor {
+                    dtype: s.dtype,
+                    shape: s.shape.clone(),
+                    data: Data::I32((0..n).map(|_| (rng.next() * hi as f64) as i32).collect()),
+                }
             };
             (name.clone(), t)
         })
@@ -78,7 +97,8 @@ fn check_model(model: &str, settings: &[&str]) {
     let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let out = session.run(&given).expect("runs");
     assert!(!out.grads.is_empty(), "{model}: no gradients");
-    let grads: Vec<(String, Vec<f64>)> = out.grads.iter().map(|(n, g)| (n.clone(), g.to_f64_vec())).collect();
+    let grads: Vec<(String, Vec<f64>)> =
+        out.grads.iter().map(|(n, g)| (n.clone(), g.to_f64_vec())).collect();
     let h = 1e-5;
     let mut failures = Vec::new();
     for (name, g) in &grads {
@@ -104,11 +124,17 @@ fn check_model(model: &str, settings: &[&str]) {
             let fd = (up - down) / (2.0 * h);
             let an = g[e];
             if (fd - an).abs() > 1e-6 + 2e-3 * fd.abs().max(an.abs()) {
-                failures.push(format!("{name}[{e}]: autodiff {an:.8e}, finite difference {fd:.8e}"));
+                failures
+                    .push(format!("{name}[{e}]: autodiff {an:.8e}, finite difference {fd:.8e}"));
             }
         }
     }
-    assert!(failures.is_empty(), "{model}: {} gradient mismatches:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{model}: {} gradient mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -123,12 +149,18 @@ fn digits_cnn_with_batch_norm() {
 
 #[test]
 fn tiny_gpt() {
-    check_model("models/tiny_gpt.mgn", &["vocab=11", "d=8", "depth=2", "heads=2", "block_size=8", "B=2", "T=5"]);
+    check_model(
+        "models/tiny_gpt.mgn",
+        &["vocab=11", "d=8", "depth=2", "heads=2", "block_size=8", "B=2", "T=5"],
+    );
 }
 
 #[test]
 fn tiny_llama_with_gqa_and_rope() {
-    check_model("models/tiny_llama.mgn", &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"]);
+    check_model(
+        "models/tiny_llama.mgn",
+        &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"],
+    );
 }
 
 #[test]
@@ -138,12 +170,38 @@ fn tiny_resnet() {
 
 #[test]
 fn tiny_seq2seq_with_cross_attention() {
-    check_model("models/tiny_seq2seq.mgn", &["src_vocab=9", "tgt_vocab=7", "d=8", "heads=2", "enc_layers=1", "dec_layers=1", "max_len=8", "B=2", "S=4", "T=3"]);
+    check_model(
+        "models/tiny_seq2seq.mgn",
+        &[
+            "src_vocab=9",
+            "tgt_vocab=7",
+            "d=8",
+            "heads=2",
+            "enc_layers=1",
+            "dec_layers=1",
+            "max_len=8",
+            "B=2",
+            "S=4",
+            "T=3",
+        ],
+    );
 }
 
 #[test]
 fn tiny_unet() {
-    check_model("models/tiny_unet.mgn", &["B=2", "in_channels=2", "size=4", "ch=8", "groups=2", "heads=2", "ctx_len=3", "ctx_dim=4"]);
+    check_model(
+        "models/tiny_unet.mgn",
+        &[
+            "B=2",
+            "in_channels=2",
+            "size=4",
+            "ch=8",
+            "groups=2",
+            "heads=2",
+            "ctx_len=3",
+            "ctx_dim=4",
+        ],
+    );
 }
 
 /// The rewrites preserve what a plan computes: each model's training plan with and without them
@@ -153,20 +211,31 @@ fn rewrites_preserve_every_models_results() {
     use mgn_compiler::lower::PlanOptions;
     let cases: &[(&str, &[&str])] = &[
         ("models/digits_mlp.mgn", &["batch=4", "hidden=8"]),
-        ("models/tiny_gpt.mgn", &["vocab=11", "d=8", "depth=2", "heads=2", "block_size=8", "B=2", "T=5"]),
-        ("models/tiny_llama.mgn", &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"]),
+        (
+            "models/tiny_gpt.mgn",
+            &["vocab=11", "d=8", "depth=2", "heads=2", "block_size=8", "B=2", "T=5"],
+        ),
+        (
+            "models/tiny_llama.mgn",
+            &["vocab=13", "d=16", "n_layers=1", "heads=4", "kv_heads=2", "hidden=12", "B=2", "T=5"],
+        ),
         ("models/tiny_resnet.mgn", &["B=2", "classes=3", "width=4", "blocks=1", "size=8"]),
     ];
     for (model, settings) in cases {
         let settings: Vec<Setting> = settings.iter().map(|s| s.parse().expect("valid")).collect();
         let build = |rewrite: bool| {
             let opts = PlanOptions { rewrite, ..PlanOptions::train(&[], OptimizerSpec::default()) };
-            let (outcome, plan) = plan_path(Path::new(model), None, settings.clone(), &opts).expect("readable");
+            let (outcome, plan) =
+                plan_path(Path::new(model), None, settings.clone(), &opts).expect("readable");
             assert!(outcome.ok(), "{}", rendered(&outcome));
             plan.expect("a plan")
         };
         let (with, without) = (build(true), build(false));
-        assert!(with.steps.len() < without.steps.len(), "{model}: the rewrites removed nothing ({} steps)", with.steps.len());
+        assert!(
+            with.steps.len() < without.steps.len(),
+            "{model}: the rewrites removed nothing ({} steps)",
+            with.steps.len()
+        );
         let mut rng = Lcg(99);
         let inputs: Vec<(String, Tensor)> = with
             .inputs

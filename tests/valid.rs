@@ -37,7 +37,11 @@ fn test_programs_check_clean() {
 #[test]
 fn digits_mlp_ir_matches_golden_dump() {
     root();
-    let outcome = check_path(Path::new("models/digits_mlp.mgn"), Models::One { name: None, settings: vec![] }).expect("readable");
+    let outcome = check_path(
+        Path::new("models/digits_mlp.mgn"),
+        Models::One { name: None, settings: vec![] },
+    )
+    .expect("readable");
     assert!(outcome.ok(), "{}", rendered(&outcome));
     let text = dump(&outcome.graphs[0], &outcome.program.sources);
     if let Some(diff) = compare_golden(Path::new("tests/ir/digits_mlp.ir"), &text) {
@@ -49,10 +53,13 @@ fn digits_mlp_ir_matches_golden_dump() {
 fn set_overrides_model_arguments() {
     root();
     let settings = vec!["T=1".parse().expect("valid setting")];
-    let outcome = check_path(Path::new("models/tiny_gpt.mgn"), Models::One { name: None, settings }).expect("readable");
+    let outcome =
+        check_path(Path::new("models/tiny_gpt.mgn"), Models::One { name: None, settings })
+            .expect("readable");
     assert!(outcome.ok(), "{}", rendered(&outcome));
     let g = &outcome.graphs[0];
-    let (_, tokens) = g.inputs.iter().find(|(n, _)| n == "tokens").expect("tiny_gpt has a tokens input");
+    let (_, tokens) =
+        g.inputs.iter().find(|(n, _)| n == "tokens").expect("tiny_gpt has a tokens input");
     assert_eq!(g.node(*tokens).shape[1], 1, "--set T=1 gives the one-token graph");
     assert!(g.config.iter().any(|(k, v)| k == "T" && v == "1"));
 }
@@ -65,7 +72,12 @@ fn every_node_points_at_a_user_line() {
         for g in &outcome.graphs {
             for (i, n) in g.nodes.iter().enumerate() {
                 let file = outcome.program.sources.get(n.user_span.file);
-                assert!(file.name.ends_with(".mgn") && !file.name.starts_with("std."), "{}: node %{i} maps to {}", f.display(), file.name);
+                assert!(
+                    file.name.ends_with(".mgn") && !file.name.starts_with("std."),
+                    "{}: node %{i} maps to {}",
+                    f.display(),
+                    file.name
+                );
             }
         }
     }
@@ -77,11 +89,17 @@ fn training_plans_map_every_step_to_the_model_and_respect_freezing() {
     use mgn_runtime::optim::OptimizerSpec;
     root();
     let frozen = vec!["fc1".to_string()];
-    let (outcome, plan) =
-        mgn_compiler::driver::plan_path(Path::new("models/digits_mlp.mgn"), None, vec![], &PlanOptions::train(&frozen, OptimizerSpec::default())).expect("readable");
+    let (outcome, plan) = mgn_compiler::driver::plan_path(
+        Path::new("models/digits_mlp.mgn"),
+        None,
+        vec![],
+        &PlanOptions::train(&frozen, OptimizerSpec::default()),
+    )
+    .expect("readable");
     assert!(outcome.ok(), "{}", rendered(&outcome));
     let plan = plan.expect("a plan");
-    let trained: Vec<&str> = plan.grads.iter().map(|(p, _)| plan.params[*p].name.as_str()).collect();
+    let trained: Vec<&str> =
+        plan.grads.iter().map(|(p, _)| plan.params[*p].name.as_str()).collect();
     assert_eq!(trained, ["fc2.weight", "fc2.bias"]);
     assert!(plan.params.iter().filter(|p| p.name.starts_with("fc1.")).all(|p| p.frozen));
     // Backward steps keep the line of the forward expression they differentiate.
@@ -98,11 +116,24 @@ fn elaboration_records_facts_for_the_language_server() {
     use mgn_compiler::elab::eval::FactKind;
     let outcome = check(Path::new("models/digits_mlp.mgn"));
     let src = &outcome.program.sources;
-    let fact = |kind: FactKind, text: &str| outcome.facts.iter().find(|f| f.kind == kind && src.snippet(f.span) == text).map(|f| f.text.clone());
+    let fact = |kind: FactKind, text: &str| {
+        outcome
+            .facts
+            .iter()
+            .find(|f| f.kind == kind && src.snippet(f.span) == text)
+            .map(|f| f.text.clone())
+    };
     assert_eq!(fact(FactKind::Let, "logits").as_deref(), Some("f32[64, 10]"));
     let layer = fact(FactKind::Layer, "fc1").expect("a fact for the fc1 field");
-    assert!(layer.contains("layer `Linear` at `fc1`") && layer.contains("in_features = 64"), "{layer}");
-    let param = outcome.facts.iter().find(|f| f.kind == FactKind::Param && f.text.contains("`fc1.weight`")).expect("fc1.weight");
+    assert!(
+        layer.contains("layer `Linear` at `fc1`") && layer.contains("in_features = 64"),
+        "{layer}"
+    );
+    let param = outcome
+        .facts
+        .iter()
+        .find(|f| f.kind == FactKind::Param && f.text.contains("`fc1.weight`"))
+        .expect("fc1.weight");
     assert!(param.text.starts_with("param f32[128, 64]"), "{}", param.text);
 }
 
@@ -114,8 +145,13 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
     root();
     for f in mgn_files("models") {
         for train in [false, true] {
-            let opts = if train { PlanOptions::train(&[], OptimizerSpec::default()) } else { PlanOptions::infer() };
-            let (outcome, plan) = mgn_compiler::driver::plan_path(&f, None, vec![], &opts).expect("readable");
+            let opts = if train {
+                PlanOptions::train(&[], OptimizerSpec::default())
+            } else {
+                PlanOptions::infer()
+            };
+            let (outcome, plan) =
+                mgn_compiler::driver::plan_path(&f, None, vec![], &opts).expect("readable");
             let Some(plan) = plan else {
                 assert!(train, "{}: {}", f.display(), rendered(&outcome));
                 continue; // a model without a loss has no training plan
@@ -123,14 +159,22 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
             // Compiled plans, and what the GPU session rewrites them into, pass plan validation.
             let mode = if train { "train" } else { "infer" };
             plan.validate().unwrap_or_else(|e| panic!("{} ({mode}): {e}", f.display()));
-            mgn_runtime::gpu::rewrite::for_gpu(&plan).0.validate().unwrap_or_else(|e| panic!("{} ({mode}, GPU rewrite): {e}", f.display()));
+            mgn_runtime::gpu::rewrite::for_gpu(&plan)
+                .0
+                .validate()
+                .unwrap_or_else(|e| panic!("{} ({mode}, GPU rewrite): {e}", f.display()));
             let a = plan_arena(&plan);
             if let Err(e) = check_arena(&plan, &a) {
                 panic!("{} ({}): {e}", f.display(), if train { "train" } else { "infer" });
             }
             let m = plan_memory(&plan);
             let planned = ((a.total_words - a.param_words) * 4) as u64;
-            assert!(planned < m.logical_bytes.max(1024) || m.logical_bytes < 4096, "{}: planned {planned} vs logical {}", f.display(), m.logical_bytes);
+            assert!(
+                planned < m.logical_bytes.max(1024) || m.logical_bytes < 4096,
+                "{}: planned {planned} vs logical {}",
+                f.display(),
+                m.logical_bytes
+            );
         }
     }
 }

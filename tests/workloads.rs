@@ -23,9 +23,11 @@ use std::time::Instant;
 
 /// Every workload with width arguments. resnet50 has none (its 25.6M parameters do not make a
 /// fixture); bench/validate.sh covers it on the GPU machine.
-const WORKLOADS: [&str; 5] = ["smollm2_135m", "whisper_tiny_encoder", "sd_unet_tiny", "smolvla_expert", "minilm_l6"];
+const WORKLOADS: [&str; 5] =
+    ["smollm2_135m", "whisper_tiny_encoder", "sd_unet_tiny", "smolvla_expert", "minilm_l6"];
 const MODES: [&str; 2] = ["eval", "train"];
-const FILES: [&str; 4] = ["weights.safetensors", "inputs.safetensors", "expected.safetensors", "meta.json"];
+const FILES: [&str; 4] =
+    ["weights.safetensors", "inputs.safetensors", "expected.safetensors", "meta.json"];
 
 fn fixtures() -> PathBuf {
     let root = root();
@@ -38,22 +40,45 @@ fn fixtures() -> PathBuf {
 /// The `--set` values of a workload's fixtures, as `bench/make_fixtures.sh` recorded them.
 fn settings(dir: &Path) -> Vec<String> {
     let path = dir.join("settings.txt");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("incomplete fixture: cannot read {}: {e}", path.display()));
-    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("incomplete fixture: cannot read {}: {e}", path.display()));
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect()
 }
 
 /// Checks that a mode folder holds every file and that reference.py ran it with these
 /// settings and this mode (meta.json records both), so the fixture and the plan agree.
 fn check_complete(name: &str, mode: &str, dir: &Path, sets: &[String]) {
     for f in FILES {
-        assert!(dir.join(f).is_file(), "incomplete fixture {name} ({mode}): {} is missing", dir.join(f).display());
+        assert!(
+            dir.join(f).is_file(),
+            "incomplete fixture {name} ({mode}): {} is missing",
+            dir.join(f).display()
+        );
     }
     let meta = std::fs::read_to_string(dir.join("meta.json")).expect("readable meta.json");
-    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap_or_else(|e| panic!("{name} ({mode}): meta.json: {e}"));
-    assert_eq!(meta["model"].as_str(), Some(name), "{name} ({mode}): meta.json names another model");
-    assert_eq!(meta["mode"].as_str(), Some(mode), "{name} ({mode}): meta.json records another mode");
-    let recorded: Option<Vec<&str>> = meta["settings"].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect());
-    assert_eq!(recorded, Some(sets.iter().map(String::as_str).collect()), "{name} ({mode}): meta.json's settings differ from settings.txt");
+    let meta: serde_json::Value =
+        serde_json::from_str(&meta).unwrap_or_else(|e| panic!("{name} ({mode}): meta.json: {e}"));
+    assert_eq!(
+        meta["model"].as_str(),
+        Some(name),
+        "{name} ({mode}): meta.json names another model"
+    );
+    assert_eq!(
+        meta["mode"].as_str(),
+        Some(mode),
+        "{name} ({mode}): meta.json records another mode"
+    );
+    let recorded: Option<Vec<&str>> =
+        meta["settings"].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect());
+    assert_eq!(
+        recorded,
+        Some(sets.iter().map(String::as_str).collect()),
+        "{name} ({mode}): meta.json's settings differ from settings.txt"
+    );
 }
 
 /// The tensors of a safetensors file under their names.
@@ -63,7 +88,8 @@ fn load(path: &Path) -> Vec<(String, Tensor)> {
 
 /// A run's results under the names `mgnc run --grads` writes.
 fn named(out: &RunOutput) -> Results {
-    let mut all: Vec<(String, &Tensor)> = out.outputs.iter().map(|(n, t)| (format!("output.{n}"), t)).collect();
+    let mut all: Vec<(String, &Tensor)> =
+        out.outputs.iter().map(|(n, t)| (format!("output.{n}"), t)).collect();
     all.extend(out.loss.iter().map(|l| ("loss".to_string(), l)));
     all.extend(out.grads.iter().map(|(n, t)| (format!("grad.{n}"), t)));
     gates::results(all)
@@ -72,21 +98,49 @@ fn named(out: &RunOutput) -> Results {
 /// Whether `use_gpu`'s error means "there is no usable device" (a skip, unless
 /// `MGN_REQUIRE_GPU=1`) rather than a plan the GPU backend cannot run (always a failure).
 fn no_device(e: &str) -> bool {
-    !e.contains("(at ") && (e.contains("no GPU") || e.contains("Vulkan") || e.contains("driver") || e.contains("device"))
+    !e.contains("(at ")
+        && (e.contains("no GPU")
+            || e.contains("Vulkan")
+            || e.contains("driver")
+            || e.contains("device"))
 }
 
 /// Applies the gates to one run; prints the verdict line and returns the failure, if any.
-fn judge(name: &str, mode: &str, backend: &str, expected: &Results, out: &RunOutput, seconds: f64) -> Option<String> {
+fn judge(
+    name: &str,
+    mode: &str,
+    backend: &str,
+    expected: &Results,
+    out: &RunOutput,
+    seconds: f64,
+) -> Option<String> {
     let v = gates::compare(expected, &named(out));
-    let worst = v.worst_by_cosine(1).first().map(|p| format!("{} (cosine {:.6})", p.name, p.cosine)).unwrap_or_else(|| "-".into());
-    let summary = v.gates.iter().map(|g| format!("{} {:.2e}", g.name, g.value)).collect::<Vec<_>>().join(", ");
-    eprintln!("{name} ({mode}, {backend}, {seconds:.1} s): {}; worst parameter {worst}; {summary}", if v.passed { "PASS" } else { "FAIL" });
+    let worst = v
+        .worst_by_cosine(1)
+        .first()
+        .map(|p| format!("{} (cosine {:.6})", p.name, p.cosine))
+        .unwrap_or_else(|| "-".into());
+    let summary = v
+        .gates
+        .iter()
+        .map(|g| format!("{} {:.2e}", g.name, g.value))
+        .collect::<Vec<_>>()
+        .join(", ");
+    eprintln!(
+        "{name} ({mode}, {backend}, {seconds:.1} s): {}; worst parameter {worst}; {summary}",
+        if v.passed { "PASS" } else { "FAIL" }
+    );
     if v.passed {
         return None;
     }
     let failed: Vec<&str> = v.failed().map(|g| g.name.as_str()).collect();
-    let problems = if v.problems.is_empty() { String::new() } else { format!("; {}", v.problems.join("; ")) };
-    Some(format!("{name} ({mode}, {backend}): failed {}{problems}; worst parameter {worst}\n{}", failed.join(", "), v.report(5)))
+    let problems =
+        if v.problems.is_empty() { String::new() } else { format!("; {}", v.problems.join("; ")) };
+    Some(format!(
+        "{name} ({mode}, {backend}): failed {}{problems}; worst parameter {worst}\n{}",
+        failed.join(", "),
+        v.report(5)
+    ))
 }
 
 /// One workload in both modes on both backends; every failed gate is collected and reported
@@ -98,7 +152,10 @@ fn check_workload(name: &str) {
         return;
     }
     let sets = settings(&dir);
-    let parsed: Vec<Setting> = sets.iter().map(|s| s.parse().unwrap_or_else(|e| panic!("{name}: settings.txt: `{s}`: {e:?}"))).collect();
+    let parsed: Vec<Setting> = sets
+        .iter()
+        .map(|s| s.parse().unwrap_or_else(|e| panic!("{name}: settings.txt: `{s}`: {e:?}")))
+        .collect();
     let model = format!("models/{name}.mgn");
     let mut failures = Vec::new();
     let require_gpu = std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1");
@@ -108,33 +165,68 @@ fn check_workload(name: &str) {
         // `mgnc run --grads --mode MODE`: the loss and every gradient in both modes; eval is an
         // inference plan (running statistics, no dropout).
         let plan_mode = if mode == "train" { Mode::Train } else { Mode::Infer };
-        let opts = PlanOptions { mode: plan_mode, loss: true, grads: true, frozen: &[], optimizer: Default::default(), rewrite: true };
+        let opts = PlanOptions {
+            mode: plan_mode,
+            loss: true,
+            grads: true,
+            frozen: &[],
+            optimizer: Default::default(),
+            rewrite: true,
+        };
         let start = Instant::now();
-        let (outcome, plan) = plan_path(Path::new(&model), None, parsed.clone(), &opts).unwrap_or_else(|e| panic!("{e}"));
+        let (outcome, plan) = plan_path(Path::new(&model), None, parsed.clone(), &opts)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(outcome.ok(), "{name} ({mode}) with {sets:?}:\n{}", rendered(&outcome));
         let mut session = Session::new(plan.expect("a plan"), 0);
         session.check_numerics = true;
-        let report = session.load_checkpoint(&d.join("weights.safetensors"), MatchMode::Strict).unwrap_or_else(|e| panic!("{name} ({mode}): {e}"));
+        let report = session
+            .load_checkpoint(&d.join("weights.safetensors"), MatchMode::Strict)
+            .unwrap_or_else(|e| panic!("{name} ({mode}): {e}"));
         assert!(report.is_clean(), "{name} ({mode}): {report}");
         let inputs = load(&d.join("inputs.safetensors"));
         let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let expected = gates::results(load(&d.join("expected.safetensors")).iter().map(|(n, t)| (n.clone(), t)));
+        let expected = gates::results(
+            load(&d.join("expected.safetensors")).iter().map(|(n, t)| (n.clone(), t)),
+        );
 
-        eprintln!("{name} ({mode}): plan built and weights loaded in {:.1} s", start.elapsed().as_secs_f64());
+        eprintln!(
+            "{name} ({mode}): plan built and weights loaded in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
         let start = Instant::now();
         match session.run(&given) {
-            Ok(out) => failures.extend(judge(name, mode, "cpu", &expected, &out, start.elapsed().as_secs_f64())),
+            Ok(out) => failures.extend(judge(
+                name,
+                mode,
+                "cpu",
+                &expected,
+                &out,
+                start.elapsed().as_secs_f64(),
+            )),
             Err(e) => failures.push(format!("{name} ({mode}, cpu): the run failed: {e}")),
         }
         // The GPU time includes building its kernels and uploading the weights.
         let start = Instant::now();
         match session.use_gpu() {
             Ok(device) => match session.run(&given) {
-                Ok(out) => failures.extend(judge(name, mode, &format!("gpu: {device}"), &expected, &out, start.elapsed().as_secs_f64())),
-                Err(e) => failures.push(format!("{name} ({mode}, gpu: {device}): the run failed: {e}")),
+                Ok(out) => failures.extend(judge(
+                    name,
+                    mode,
+                    &format!("gpu: {device}"),
+                    &expected,
+                    &out,
+                    start.elapsed().as_secs_f64(),
+                )),
+                Err(e) => {
+                    failures.push(format!("{name} ({mode}, gpu: {device}): the run failed: {e}"))
+                }
             },
-            Err(e) if no_device(&e.to_string()) && !require_gpu => eprintln!("{name} ({mode}): skipping the GPU: {e}"),
-            Err(e) => failures.push(format!("{name} ({mode}, gpu): cannot run on the GPU backend: {e}")),
+            Err(e) if no_device(&e.to_string()) && !require_gpu => {
+                eprintln!("{name} ({mode}): skipping the GPU: {e}")
+            }
+            Err(e) => {
+                failures.push(format!("{name} ({mode}, gpu): cannot run on the GPU backend: {e}"))
+            }
         }
     }
     assert!(failures.is_empty(), "{} failed:\n\n{}", name, failures.join("\n\n"));
@@ -178,7 +270,11 @@ fn every_fixture_folder_has_a_test() {
         let path = e.expect("readable entry").path();
         if path.is_dir() {
             let n = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            assert!(WORKLOADS.contains(&n), "{}: no test reads this fixture (known: {WORKLOADS:?})", path.display());
+            assert!(
+                WORKLOADS.contains(&n),
+                "{}: no test reads this fixture (known: {WORKLOADS:?})",
+                path.display()
+            );
         }
     }
 }

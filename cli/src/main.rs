@@ -14,7 +14,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "mgnc", version, about = "The mgn model compiler: check, build, run and train .mgn models")]
+#[command(
+    name = "mgnc",
+    version,
+    about = "The mgn model compiler: check, build, run and train .mgn models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

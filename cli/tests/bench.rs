@@ -10,7 +10,12 @@ use std::process::{Command, Output};
 
 fn mgnc(args: &[&str]) -> Output {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    Command::new(env!("CARGO_BIN_EXE_mgnc")).arg("bench").args(args).current_dir(root).output().expect("mgnc runs")
+    Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .arg("bench")
+        .args(args)
+        .current_dir(root)
+        .output()
+        .expect("mgnc runs")
 }
 
 fn text(b: &[u8]) -> String {
@@ -25,31 +30,63 @@ fn bench_json(args: &[&str]) -> (Value, String) {
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "mgnc bench {args:?} failed: {stderr}{}", text(&out.stdout));
     let stdout = text(&out.stdout);
-    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
     (v, stderr)
 }
 
 fn assert_timing(v: &Value, what: &str, samples: u64) {
     let t = &v["measurements"][what];
-    let get = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{what}.{k} missing or not a number: {t}"));
+    let get = |k: &str| {
+        t[k].as_f64().unwrap_or_else(|| panic!("{what}.{k} missing or not a number: {t}"))
+    };
     let (median, p25, p75) = (get("median_ms"), get("p25_ms"), get("p75_ms"));
-    assert!(p25 >= 0.0 && p25 <= median && median <= p75, "{what}: p25 {p25}, median {median}, p75 {p75}");
+    assert!(
+        p25 >= 0.0 && p25 <= median && median <= p75,
+        "{what}: p25 {p25}, median {median}, p75 {p75}"
+    );
     assert_eq!(t["samples"].as_u64(), Some(samples), "{what}: {t}");
 }
 
 fn assert_memory(m: &Value, what: &str) {
-    for k in ["param_bytes", "input_bytes", "logical_bytes", "peak_live_bytes", "arena_bytes", "arena_values_bytes"] {
+    for k in [
+        "param_bytes",
+        "input_bytes",
+        "logical_bytes",
+        "peak_live_bytes",
+        "arena_bytes",
+        "arena_values_bytes",
+    ] {
         assert!(m[k].as_u64().is_some(), "memory.{what}.{k} missing: {m}");
     }
-    let (input, logical, peak) = (m["input_bytes"].as_u64().unwrap(), m["logical_bytes"].as_u64().unwrap(), m["peak_live_bytes"].as_u64().unwrap());
-    assert!(input <= peak && peak <= logical, "memory.{what}: inputs {input}, peak {peak}, logical {logical}");
+    let (input, logical, peak) = (
+        m["input_bytes"].as_u64().unwrap(),
+        m["logical_bytes"].as_u64().unwrap(),
+        m["peak_live_bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        input <= peak && peak <= logical,
+        "memory.{what}: inputs {input}, peak {peak}, logical {logical}"
+    );
     // The planned arena cannot beat the lower bound, and holds the parameters besides.
-    let (arena, values, params) = (m["arena_bytes"].as_u64().unwrap(), m["arena_values_bytes"].as_u64().unwrap(), m["param_bytes"].as_u64().unwrap());
-    assert!(peak <= values && values + params <= arena, "memory.{what}: peak {peak}, arena values {values}, params {params}, arena {arena}");
+    let (arena, values, params) = (
+        m["arena_bytes"].as_u64().unwrap(),
+        m["arena_values_bytes"].as_u64().unwrap(),
+        m["param_bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        peak <= values && values + params <= arena,
+        "memory.{what}: peak {peak}, arena values {values}, params {params}, arena {arena}"
+    );
 }
 
 fn notes(v: &Value) -> Vec<String> {
-    v["notes"].as_array().expect("notes is a list").iter().map(|n| n.as_str().expect("a note is text").to_string()).collect()
+    v["notes"]
+        .as_array()
+        .expect("notes is a list")
+        .iter()
+        .map(|n| n.as_str().expect("a note is text").to_string())
+        .collect()
 }
 
 #[test]
@@ -59,12 +96,18 @@ fn json_report_has_every_field_for_the_digits_mlp() {
     assert_eq!(v["config"]["batch"], 64);
     assert_eq!(v["config"]["hidden"], 128);
     assert_eq!(v["backend"], "cpu");
-    assert!(v["device"].as_str().is_some_and(|d| d.starts_with("CPU (") && d.ends_with(" threads)")), "{}", v["device"]);
+    assert!(
+        v["device"].as_str().is_some_and(|d| d.starts_with("CPU (") && d.ends_with(" threads)")),
+        "{}",
+        v["device"]
+    );
     assert_eq!(v["clock"], "wall");
     assert!(v["setup_ms"].is_null(), "no GPU setup on the CPU: {}", v["setup_ms"]);
     assert!(v["compile_minimal_ms"].as_f64().is_some());
     assert_eq!((v["warmup"].as_u64(), v["samples"].as_u64()), (Some(1), Some(3)));
-    for m in ["compile", "compile_train", "forward", "forward_minimal", "forward_backward", "train_step"] {
+    for m in
+        ["compile", "compile_train", "forward", "forward_minimal", "forward_backward", "train_step"]
+    {
         assert_timing(&v, m, 3);
     }
     assert_eq!(v["measurements"]["forward_minimal"]["settings"], serde_json::json!({ "batch": 1 }));
@@ -88,7 +131,19 @@ fn json_report_has_every_field_for_the_digits_mlp() {
 
 #[test]
 fn table_lists_every_measurement_and_the_memory() {
-    let out = mgnc(&["models/digits_cnn.mgn", "--set", "batch=4", "--set", "c1=4", "--set", "c2=6", "--samples", "3", "--warmup", "1"]);
+    let out = mgnc(&[
+        "models/digits_cnn.mgn",
+        "--set",
+        "batch=4",
+        "--set",
+        "c1=4",
+        "--set",
+        "c2=6",
+        "--samples",
+        "3",
+        "--warmup",
+        "1",
+    ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
     for want in [
@@ -112,11 +167,24 @@ fn table_lists_every_measurement_and_the_memory() {
 
 #[test]
 fn a_model_without_a_loss_is_measured_forward_only() {
-    let (v, _) = bench_json(&["models/tiny_bert.mgn", "--set", "d=16", "--set", "ffn=32", "--set", "n_layers=1", "--set", "T=8"]);
+    let (v, _) = bench_json(&[
+        "models/tiny_bert.mgn",
+        "--set",
+        "d=16",
+        "--set",
+        "ffn=32",
+        "--set",
+        "n_layers=1",
+        "--set",
+        "T=8",
+    ]);
     assert_timing(&v, "compile", 3);
     assert_timing(&v, "forward", 3);
     assert_timing(&v, "forward_minimal", 3);
-    assert_eq!(v["measurements"]["forward_minimal"]["settings"], serde_json::json!({ "B": 1, "T": 1 }));
+    assert_eq!(
+        v["measurements"]["forward_minimal"]["settings"],
+        serde_json::json!({ "B": 1, "T": 1 })
+    );
     for m in ["compile_train", "forward_backward", "train_step"] {
         assert!(v["measurements"][m].is_null(), "{m}: {}", v["measurements"][m]);
     }
@@ -139,9 +207,24 @@ fn the_minimal_shape_is_skipped_with_a_note_when_the_model_has_no_batch_or_seque
 
 #[test]
 fn the_minimal_shape_of_a_language_model_is_one_token() {
-    let (v, _) = bench_json(&["models/tiny_llama.mgn", "--set", "vocab=32", "--set", "d=16", "--set", "n_layers=1", "--set", "hidden=16", "--set", "T=8"]);
+    let (v, _) = bench_json(&[
+        "models/tiny_llama.mgn",
+        "--set",
+        "vocab=32",
+        "--set",
+        "d=16",
+        "--set",
+        "n_layers=1",
+        "--set",
+        "hidden=16",
+        "--set",
+        "T=8",
+    ]);
     assert_eq!(v["config"]["T"], 8, "the full forward keeps the user's setting");
-    assert_eq!(v["measurements"]["forward_minimal"]["settings"], serde_json::json!({ "B": 1, "T": 1 }));
+    assert_eq!(
+        v["measurements"]["forward_minimal"]["settings"],
+        serde_json::json!({ "B": 1, "T": 1 })
+    );
     let full = v["memory"]["inference"]["input_bytes"].as_u64().unwrap();
     assert_eq!(full, 4 * 8 * 4, "tokens i32[4, 8]");
     assert_eq!(v["memory"]["minimal"]["input_bytes"], 4, "tokens i32[1, 1]");
@@ -152,7 +235,11 @@ fn unavailable_backends_and_bad_arguments_are_refused() {
     if !cfg!(any(target_os = "macos", target_os = "ios")) {
         let out = mgnc(&["models/digits_mlp.mgn", "--backend", "metal"]);
         assert_eq!(out.status.code(), Some(1));
-        assert!(text(&out.stderr).contains("Metal exists only on Apple platforms"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("Metal exists only on Apple platforms"),
+            "{}",
+            text(&out.stderr)
+        );
     }
 
     let out = mgnc(&["models/digits_mlp.mgn", "--samples", "0"]);
@@ -171,25 +258,51 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
     if cfg!(any(target_os = "macos", target_os = "ios")) {
         return;
     }
-    let small = ["models/digits_mlp.mgn", "--set", "batch=8", "--set", "hidden=16", "--backend", "vulkan", "--samples", "3", "--warmup", "1"];
+    let small = [
+        "models/digits_mlp.mgn",
+        "--set",
+        "batch=8",
+        "--set",
+        "hidden=16",
+        "--backend",
+        "vulkan",
+        "--samples",
+        "3",
+        "--warmup",
+        "1",
+    ];
     let out = mgnc(&[&small[..], &["--json"]].concat());
     if !out.status.success() {
         let err = text(&out.stderr);
-        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {err}");
+        assert!(
+            std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "MGN_REQUIRE_GPU=1 but: {err}"
+        );
         eprintln!("skipping: {err}");
         return;
     }
     let stdout = text(&out.stdout);
-    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
     assert_eq!(v["backend"], "vulkan");
     let device = v["device"].as_str().expect("the device is named");
     assert!(!device.is_empty() && !device.starts_with("CPU ("), "{device}");
-    assert!(v["timing"].as_str().is_some_and(|t| t.contains("submission") && t.contains("synchronize")), "{}", v["timing"]);
-    for m in ["compile", "compile_train", "forward", "forward_minimal", "forward_backward", "train_step"] {
+    assert!(
+        v["timing"].as_str().is_some_and(|t| t.contains("submission") && t.contains("synchronize")),
+        "{}",
+        v["timing"]
+    );
+    for m in
+        ["compile", "compile_train", "forward", "forward_minimal", "forward_backward", "train_step"]
+    {
         assert_timing(&v, m, 3);
     }
     for s in ["inference", "minimal", "training"] {
-        assert!(v["setup_ms"][s].as_f64().is_some_and(|ms| ms >= 0.0), "setup_ms.{s}: {}", v["setup_ms"]);
+        assert!(
+            v["setup_ms"][s].as_f64().is_some_and(|ms| ms >= 0.0),
+            "setup_ms.{s}: {}",
+            v["setup_ms"]
+        );
     }
     for plan in ["inference", "minimal", "training"] {
         assert_memory(&v["memory"][plan], plan);
@@ -200,7 +313,12 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
     let out = mgnc(&small);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
-    for want in [&format!("on {device}, backend vulkan") as &str, "GPU timing: uploading the inputs, one submission and the wait", "GPU session setup", "training step (Adam, lr 0.001)"] {
+    for want in [
+        &format!("on {device}, backend vulkan") as &str,
+        "GPU timing: uploading the inputs, one submission and the wait",
+        "GPU session setup",
+        "training step (Adam, lr 0.001)",
+    ] {
         assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
     }
 
@@ -210,19 +328,34 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
     assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
     let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
     for plan in ["forward", "forward + loss + backward"] {
-        let ops = v["profile"][plan].as_array().unwrap_or_else(|| panic!("no profile of {plan}: {}", v["profile"]));
+        let ops = v["profile"][plan]
+            .as_array()
+            .unwrap_or_else(|| panic!("no profile of {plan}: {}", v["profile"]));
         let names: Vec<&str> = ops.iter().filter_map(|o| o["op"].as_str()).collect();
         // Products run as `matmul` or, with their bias and activation fused in, `matmul_epilogue`.
         assert!(names.iter().any(|n| n.starts_with("matmul")), "{plan}: {names:?}");
-        assert!(ops.iter().all(|o| o["ms"].as_f64().is_some_and(|ms| ms >= 0.0) && o["dispatches"].as_u64().is_some_and(|n| n >= 1)), "{plan}: {ops:?}");
+        assert!(
+            ops.iter().all(|o| o["ms"].as_f64().is_some_and(|ms| ms >= 0.0)
+                && o["dispatches"].as_u64().is_some_and(|n| n >= 1)),
+            "{plan}: {ops:?}"
+        );
     }
-    assert!(v["profile"]["forward + loss + backward"].as_array().expect("checked").iter().any(|o| o["op"] == "softmax_cross_entropy_grad"));
+    assert!(v["profile"]["forward + loss + backward"]
+        .as_array()
+        .expect("checked")
+        .iter()
+        .any(|o| o["op"] == "softmax_cross_entropy_grad"));
     // ... and names its slowest dispatches, slowest first, each with the model line it came from.
     for plan in ["forward", "forward + loss + backward"] {
-        let slow = v["profile_slowest"][plan].as_array().unwrap_or_else(|| panic!("no slowest dispatches of {plan}: {}", v["profile_slowest"]));
+        let slow = v["profile_slowest"][plan]
+            .as_array()
+            .unwrap_or_else(|| panic!("no slowest dispatches of {plan}: {}", v["profile_slowest"]));
         assert!(!slow.is_empty(), "{plan}");
         let ms: Vec<f64> = slow.iter().filter_map(|o| o["ms"].as_f64()).collect();
         assert!(ms.len() == slow.len() && ms.windows(2).all(|w| w[0] >= w[1]), "{plan}: {slow:?}");
-        assert!(slow.iter().all(|o| o["step"].as_str().is_some_and(|s| s.contains(".mgn:"))), "{plan}: {slow:?}");
+        assert!(
+            slow.iter().all(|o| o["step"].as_str().is_some_and(|s| s.contains(".mgn:"))),
+            "{plan}: {slow:?}"
+        );
     }
 }

@@ -5,7 +5,11 @@ use std::process::{Command, Output};
 
 fn mgnc(args: &[&str]) -> Output {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    Command::new(env!("CARGO_BIN_EXE_mgnc")).args(args).current_dir(root).output().expect("mgnc runs")
+    Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .args(args)
+        .current_dir(root)
+        .output()
+        .expect("mgnc runs")
 }
 
 fn text(b: &[u8]) -> String {
@@ -24,14 +28,23 @@ fn check_error_exits_one_with_rendered_diagnostic() {
     let out = mgnc(&["check", "tests/errors/shapes_add_broadcast.mgn"]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("E0203") && err.contains("cannot broadcast f32[8, 4] with f32[8, 3]"), "{err}");
+    assert!(
+        err.contains("E0203") && err.contains("cannot broadcast f32[8, 4] with f32[8, 3]"),
+        "{err}"
+    );
     assert!(err.contains("tests/errors/shapes_add_broadcast.mgn:10"), "{err}");
     assert!(err.contains("error: 1 error found"));
 }
 
 #[test]
 fn json_messages_are_one_object_per_line() {
-    let out = mgnc(&["check", "--message-format", "json", "tests/errors/imports_cycle.mgn", "tests/errors/names_unknown_builtin_typo.mgn"]);
+    let out = mgnc(&[
+        "check",
+        "--message-format",
+        "json",
+        "tests/errors/imports_cycle.mgn",
+        "tests/errors/names_unknown_builtin_typo.mgn",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -65,7 +78,10 @@ fn set_overrides_and_rejects_unknown_arguments() {
     let out = mgnc(&["build", "models/digits_mlp.mgn", "--set", "bach=3"]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("has no argument `bach`") && err.contains("did you mean `batch`?"), "{err}");
+    assert!(
+        err.contains("has no argument `bach`") && err.contains("did you mean `batch`?"),
+        "{err}"
+    );
 
     let out = mgnc(&["build", "models/digits_mlp.mgn", "--set", "batch=many"]);
     assert_eq!(out.status.code(), Some(1));
@@ -110,10 +126,19 @@ fn info_lists_devices_or_says_why_there_are_none() {
         .expect("mgnc runs");
     assert!(none.status.success());
     let s = text(&none.stdout);
-    assert!(s.contains("no GPU can be used: ") && s.contains("mgnc runs on the CPU backend"), "{s}");
+    assert!(
+        s.contains("no GPU can be used: ") && s.contains("mgnc runs on the CPU backend"),
+        "{s}"
+    );
 
-    let floor = Command::new(env!("CARGO_BIN_EXE_mgnc")).args(["info", "--json"]).env("MGN_MIN_SPEC", "1").current_dir(root).output().expect("mgnc runs");
-    let v: serde_json::Value = serde_json::from_str(text(&floor.stdout).trim()).expect("one JSON object");
+    let floor = Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .args(["info", "--json"])
+        .env("MGN_MIN_SPEC", "1")
+        .current_dir(root)
+        .output()
+        .expect("mgnc runs");
+    let v: serde_json::Value =
+        serde_json::from_str(text(&floor.stdout).trim()).expect("one JSON object");
     assert_eq!(v["min_spec"], true);
     assert!(v["devices"].is_array());
 }
@@ -123,6 +148,12 @@ fn build_stats_report_memory_and_validated_gpu_kernels() {
     let out = mgnc(&["build", "models/digits_cnn.mgn", "--mode", "train", "--stats"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
-    assert!(s.contains("memory: parameters") && s.contains("planned") && s.contains("lower bound"), "{s}");
-    assert!(s.contains("gpu: ") && s.contains(" distinct kernels, all generated and validated by naga"), "{s}");
+    assert!(
+        s.contains("memory: parameters") && s.contains("planned") && s.contains("lower bound"),
+        "{s}"
+    );
+    assert!(
+        s.contains("gpu: ") && s.contains(" distinct kernels, all generated and validated by naga"),
+        "{s}"
+    );
 }

@@ -30,7 +30,11 @@ impl Drop for TempDir {
 }
 
 fn mgnc(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mgnc")).args(args).current_dir(dir).output().expect("mgnc runs")
+    Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("mgnc runs")
 }
 
 fn text(b: &[u8]) -> String {
@@ -41,7 +45,8 @@ fn modified(p: &Path) -> std::time::SystemTime {
     std::fs::metadata(p).and_then(|m| m.modified()).expect("a modification time")
 }
 
-const MESSY: &str = "model M(n:dim=4) {\n  input x:f32[n,n]\n  forward { output y=x@x^T // square\n  }\n}\n";
+const MESSY: &str =
+    "model M(n:dim=4) {\n  input x:f32[n,n]\n  forward { output y=x@x^T // square\n  }\n}\n";
 const TIDY: &str = "model M(n: dim = 4) {\n    input x: f32[n, n]\n    forward {\n        output y = x @ x^T  // square\n    }\n}\n";
 
 #[test]
@@ -52,7 +57,11 @@ fn check_exits_one_and_lists_files_that_would_change() {
     let out = mgnc(&t.0, &["fmt", "--check", "messy.mgn", "tidy.mgn"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "messy.mgn\n", "only the file that would change is listed");
-    assert_eq!(std::fs::read_to_string(t.0.join("messy.mgn")).unwrap(), MESSY, "--check writes nothing");
+    assert_eq!(
+        std::fs::read_to_string(t.0.join("messy.mgn")).unwrap(),
+        MESSY,
+        "--check writes nothing"
+    );
 }
 
 #[test]
@@ -76,7 +85,11 @@ fn fmt_rewrites_changed_files_and_leaves_formatted_ones_alone() {
     assert_eq!(std::fs::read_to_string(&messy).unwrap(), TIDY);
     assert_eq!(modified(&tidy), before, "an unchanged file is not rewritten");
     assert!(text(&out.stderr).contains("formatted messy.mgn"), "{}", text(&out.stderr));
-    let leftovers: Vec<_> = std::fs::read_dir(&t.0).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().starts_with('.')).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(&t.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
     assert!(leftovers.is_empty(), "no temporary file is left behind: {leftovers:?}");
     let again = mgnc(&t.0, &["fmt", "--check", "messy.mgn"]);
     assert_eq!(again.status.code(), Some(0), "formatted output passes --check");
@@ -94,7 +107,11 @@ fn files_with_syntax_errors_are_reported_and_left_unchanged() {
     assert!(err.contains("E0001") && err.contains("bad.mgn:1:"), "{err}");
     assert!(err.contains("not formatted"), "{err}");
     assert_eq!(std::fs::read_to_string(&bad).unwrap(), broken);
-    assert_eq!(std::fs::read_to_string(t.0.join("messy.mgn")).unwrap(), TIDY, "the other files are still formatted");
+    assert_eq!(
+        std::fs::read_to_string(t.0.join("messy.mgn")).unwrap(),
+        TIDY,
+        "the other files are still formatted"
+    );
     let check = mgnc(&t.0, &["fmt", "--check", "bad.mgn"]);
     assert_eq!(check.status.code(), Some(1));
 }
@@ -104,7 +121,11 @@ fn unreadable_files_and_missing_arguments_are_errors() {
     let t = TempDir::new("missing");
     let out = mgnc(&t.0, &["fmt", "nowhere.mgn"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("cannot read `nowhere.mgn`: no such file"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot read `nowhere.mgn`: no such file"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(mgnc(&t.0, &["fmt"]).status.code(), Some(2), "a usage error");
 }
 
@@ -137,10 +158,18 @@ fn dash_formats_stdin_to_stdout() {
     assert_eq!(text(&out.stdout), TIDY);
 }
 
-
 #[test]
 fn the_repository_models_and_stdlib_are_canonically_formatted() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mgnc")).args(["fmt", "--check", "models", "stdlib"]).current_dir(root).output().expect("mgnc runs");
-    assert!(out.status.success(), "run `mgnc fmt models stdlib`; these files are not formatted:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .args(["fmt", "--check", "models", "stdlib"])
+        .current_dir(root)
+        .output()
+        .expect("mgnc runs");
+    assert!(
+        out.status.success(),
+        "run `mgnc fmt models stdlib`; these files are not formatted:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -83,7 +83,10 @@ impl Client {
         });
         let mut c = Client { child, stdin, rx, next_id: 1, inbox: VecDeque::new() };
         let root = file_uri(dir);
-        let init = c.request("initialize", json!({ "processId": null, "rootUri": root, "capabilities": {} }));
+        let init = c.request(
+            "initialize",
+            json!({ "processId": null, "rootUri": root, "capabilities": {} }),
+        );
         let caps = &init["capabilities"];
         assert_eq!(caps["textDocumentSync"]["change"], 2, "incremental sync: {caps}");
         assert!(caps["semanticTokensProvider"]["legend"]["tokenTypes"].is_array());
@@ -108,7 +111,10 @@ impl Client {
         self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
         let deadline = Instant::now() + TIMEOUT;
         loop {
-            let v = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("no answer to {method}"));
+            let v = self
+                .rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no answer to {method}"));
             if v.get("id") == Some(&json!(id)) && v.get("method").is_none() {
                 return v;
             }
@@ -125,7 +131,11 @@ impl Client {
     /// The next `publishDiagnostics` for `uri` that satisfies `pred`.
     fn diagnostics_where(&mut self, uri: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + TIMEOUT;
-        let matches = |v: &Value| v["method"] == "textDocument/publishDiagnostics" && v["params"]["uri"] == uri && pred(&v["params"]);
+        let matches = |v: &Value| {
+            v["method"] == "textDocument/publishDiagnostics"
+                && v["params"]["uri"] == uri
+                && pred(&v["params"])
+        };
         if let Some(i) = self.inbox.iter().position(matches) {
             return self.inbox.remove(i).unwrap()["params"].clone();
         }
@@ -133,7 +143,9 @@ impl Client {
             match self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(v) if matches(&v) => return v["params"].clone(),
                 Ok(v) => self.inbox.push_back(v),
-                Err(RecvTimeoutError::Timeout) => panic!("no diagnostics for {uri}; saw {:#?}", self.inbox),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no diagnostics for {uri}; saw {:#?}", self.inbox)
+                }
                 Err(e) => panic!("server went away: {e}"),
             }
         }
@@ -177,7 +189,12 @@ impl Drop for Client {
 
 /// (line, character) of the `n`th occurrence of `needle` in `text`, plus `delta` characters.
 fn pos(text: &str, needle: &str, n: usize, delta: usize) -> Value {
-    let off = text.match_indices(needle).nth(n).unwrap_or_else(|| panic!("`{needle}` #{n} not in the text")).0 + delta;
+    let off = text
+        .match_indices(needle)
+        .nth(n)
+        .unwrap_or_else(|| panic!("`{needle}` #{n} not in the text"))
+        .0
+        + delta;
     let line = text[..off].matches('\n').count();
     let col = text[..off].rsplit('\n').next().unwrap().encode_utf16().count();
     json!({ "line": line, "character": col })
@@ -192,7 +209,11 @@ fn hover_text(v: &Value) -> String {
 }
 
 fn labels(v: &Value) -> Vec<String> {
-    let items = if v.is_array() { v.as_array().unwrap().clone() } else { v["items"].as_array().cloned().unwrap_or_default() };
+    let items = if v.is_array() {
+        v.as_array().unwrap().clone()
+    } else {
+        v["items"].as_array().cloned().unwrap_or_default()
+    };
     items.iter().map(|i| i["label"].as_str().unwrap().to_string()).collect()
 }
 
@@ -254,7 +275,10 @@ fn editor_session() {
     assert!(h.contains("layer Linear(in_features: dim"), "the stdlib signature: {h}");
     assert!(h.contains("y = x · Wᵀ + b"), "and its doc comment: {h}");
     let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "twice", 0, 0))));
-    assert!(h.contains("fn twice(x: f32[..B]) -> f32[..B]") && h.contains("Doubles its input."), "{h}");
+    assert!(
+        h.contains("fn twice(x: f32[..B]) -> f32[..B]") && h.contains("Doubles its input."),
+        "{h}"
+    );
     let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "input x", 0, 6))));
     assert!(h.contains("input x: f32[batch, d]") && h.contains("f32[4, 8]"), "{h}");
     // Beyond the end of the file: an answer, not a crash.
@@ -277,7 +301,11 @@ fn editor_session() {
     assert_eq!(d["uri"], blocks.as_str());
     assert_eq!(d["range"]["start"], pos(BLOCKS, "Scale", 0, 0));
     let d = c.request("textDocument/definition", at(&main, pos(MAIN, "bias = false", 0, 1)));
-    assert_eq!(d["range"]["start"], pos(&std_text, "bias: bool", 0, 0), "a named argument goes to the parameter: {d}");
+    assert_eq!(
+        d["range"]["start"],
+        pos(&std_text, "bias: bool", 0, 0),
+        "a named argument goes to the parameter: {d}"
+    );
 
     // References of the field `fc`: its definition and its use.
     let r = c.request("textDocument/references", json!({ "textDocument": { "uri": main }, "position": pos(MAIN, "fc = ", 0, 0), "context": { "includeDeclaration": true } }));
@@ -285,15 +313,29 @@ fn editor_session() {
 
     // Symbols, inlay hints, semantic tokens.
     let s = c.request("textDocument/documentSymbol", json!({ "textDocument": { "uri": main } }));
-    let names: Vec<&str> = s.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        s.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["twice", "Mlp"]);
     let mlp = &s[1];
-    let children: Vec<&str> = mlp["children"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let children: Vec<&str> =
+        mlp["children"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(children, ["batch", "d", "x", "fc", "out", "scale", "forward"]);
     let hints = c.request("textDocument/inlayHint", json!({ "textDocument": { "uri": main }, "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 99, "character": 0 } } }));
-    let hints: Vec<(Value, String)> = hints.as_array().unwrap().iter().map(|h| (h["position"].clone(), h["label"].as_str().unwrap().to_string())).collect();
-    assert_eq!(hints, [(pos(MAIN, "h = relu", 0, 1), ": f32[4, 16]".to_string()), (pos(MAIN, "y = scale", 0, 1), ": f32[4, 3]".to_string())]);
-    let t = c.request("textDocument/semanticTokens/full", json!({ "textDocument": { "uri": main } }));
+    let hints: Vec<(Value, String)> = hints
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["position"].clone(), h["label"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        hints,
+        [
+            (pos(MAIN, "h = relu", 0, 1), ": f32[4, 16]".to_string()),
+            (pos(MAIN, "y = scale", 0, 1), ": f32[4, 3]".to_string())
+        ]
+    );
+    let t =
+        c.request("textDocument/semanticTokens/full", json!({ "textDocument": { "uri": main } }));
     let data = t["data"].as_array().unwrap();
     assert!(data.len() % 5 == 0 && data.len() > 100, "{} numbers", data.len());
 
@@ -311,7 +353,9 @@ fn editor_session() {
     // The stdlib copy opens as a document; hover there shows each instantiation.
     let nn = d_std_uri.clone();
     c.open(&nn, &std_text);
-    let h = hover_text(&c.request("textDocument/hover", at(&nn, pos(&std_text, "weight = param", 0, 0))));
+    let h = hover_text(
+        &c.request("textDocument/hover", at(&nn, pos(&std_text, "weight = param", 0, 0))),
+    );
     assert!(h.contains("`fc.weight`") && h.contains("`out.weight`"), "{h}");
     let ds = c.diagnostics_for_version(&nn, 1);
     assert!(ds.is_empty(), "{ds:#?}");
@@ -326,7 +370,10 @@ fn editor_session() {
     let now = MAIN.replace("scale = Scale(3)", "scale = Scale(3)\n    extra = Linear(64, 10, b");
     let l = labels(&c.request("textDocument/completion", at(&main, pos(&now, "10, b", 0, 5))));
     assert_eq!(l.first().map(String::as_str), Some("bias"), "{l:?}");
-    assert!(!l.contains(&"in_features".to_string()) || l.iter().position(|x| x == "bias") < l.iter().position(|x| x == "in_features"));
+    assert!(
+        !l.contains(&"in_features".to_string())
+            || l.iter().position(|x| x == "bias") < l.iter().position(|x| x == "in_features")
+    );
     // Hover and definition still answer from what parsed.
     let h = hover_text(&c.request("textDocument/hover", at(&main, pos(&now, "twice", 0, 0))));
     assert!(h.contains("fn twice"), "{h}");
@@ -348,7 +395,11 @@ fn editor_session() {
     assert!(f.get("error").is_none() && f.get("result").is_some(), "{f}");
     if let Some(edits) = f["result"].as_array() {
         let new_text = edits[0]["newText"].as_str().expect("an edit");
-        assert_eq!(mgn_syntax::format::format(new_text).as_deref(), Ok(new_text), "the result is already canonical");
+        assert_eq!(
+            mgn_syntax::format::format(new_text).as_deref(),
+            Ok(new_text),
+            "the result is already canonical"
+        );
     }
 
     c.shutdown();
@@ -375,15 +426,26 @@ fn unsaved_imports_and_their_own_diagnostics() {
     let p = pos(BLOCKS, "Scale", 0, 0);
     let p_end = pos(BLOCKS, "Scale", 0, 5);
     c.change(&blocks, 2, json!([{ "range": { "start": p, "end": p_end }, "text": "Scaler" }]));
-    let ds = c.diagnostics_where(&main, |p| p["diagnostics"].as_array().is_some_and(|d| !d.is_empty()));
+    let ds =
+        c.diagnostics_where(&main, |p| p["diagnostics"].as_array().is_some_and(|d| !d.is_empty()));
     let ds = ds["diagnostics"].as_array().unwrap();
     assert_eq!(ds[0]["code"], "E0103", "{ds:#?}");
     assert!(ds[0]["message"].as_str().unwrap().contains("no item named `Scale`"));
     // An error inside the imported file is reported on that file, also from main's analysis.
-    c.change(&blocks, 3, json!([{ "range": { "start": p, "end": pos(BLOCKS, "Scale", 0, 5) }, "text": "Scale" }]));
+    c.change(
+        &blocks,
+        3,
+        json!([{ "range": { "start": p, "end": pos(BLOCKS, "Scale", 0, 5) }, "text": "Scale" }]),
+    );
     let w = pos(BLOCKS, "x * self.w", 0, 0);
-    c.change(&blocks, 4, json!([{ "range": { "start": w, "end": pos(BLOCKS, "x * self.w", 0, 1) }, "text": "xx" }]));
-    let ds = c.diagnostics_where(&blocks, |p| p["diagnostics"].as_array().is_some_and(|d| d.iter().any(|d| d["code"] == "E0101")));
+    c.change(
+        &blocks,
+        4,
+        json!([{ "range": { "start": w, "end": pos(BLOCKS, "x * self.w", 0, 1) }, "text": "xx" }]),
+    );
+    let ds = c.diagnostics_where(&blocks, |p| {
+        p["diagnostics"].as_array().is_some_and(|d| d.iter().any(|d| d["code"] == "E0101"))
+    });
     assert!(ds["diagnostics"][0]["message"].as_str().unwrap().contains("cannot find `xx`"), "{ds}");
     // Many quick edits: only the newest version is published.
     for v in 5..=9 {
@@ -393,7 +455,14 @@ fn unsaved_imports_and_their_own_diagnostics() {
     }
     let p = c.diagnostics_where(&blocks, |p| p["version"] == 9);
     assert_eq!(p["diagnostics"], json!([]));
-    let stale: Vec<&Value> = c.inbox.iter().filter(|m| m["params"]["uri"] == blocks.as_str() && m["params"]["version"].as_i64().is_some_and(|v| (5..9).contains(&v))).collect();
+    let stale: Vec<&Value> = c
+        .inbox
+        .iter()
+        .filter(|m| {
+            m["params"]["uri"] == blocks.as_str()
+                && m["params"]["version"].as_i64().is_some_and(|v| (5..9).contains(&v))
+        })
+        .collect();
     assert!(stale.is_empty(), "stale versions are not published: {stale:#?}");
     c.shutdown();
 }
@@ -417,7 +486,11 @@ fn latency_on_the_largest_model() {
     let mut times = Vec::new();
     for v in 2..=6i64 {
         let edit = if v % 2 == 0 { "// edited\n" } else { "" };
-        let range_end = if v % 2 == 0 { end.clone() } else { json!({ "line": end["line"].as_u64().unwrap() + 1, "character": 0 }) };
+        let range_end = if v % 2 == 0 {
+            end.clone()
+        } else {
+            json!({ "line": end["line"].as_u64().unwrap() + 1, "character": 0 })
+        };
         let start = Instant::now();
         c.change(&uri, v, json!([{ "range": { "start": end, "end": range_end }, "text": edit }]));
         let ds = c.diagnostics_for_version(&uri, v);

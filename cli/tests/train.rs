@@ -10,7 +10,11 @@ fn root() -> PathBuf {
 }
 
 fn mgnc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mgnc")).args(args).current_dir(root()).output().expect("mgnc runs")
+    Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("mgnc runs")
 }
 
 fn ok(out: &Output) -> String {
@@ -48,7 +52,8 @@ fn run_matches_the_numpy_reference_for_digits_mlp() {
         "--grads",
     ]));
     let got = checkpoint::load(&out).expect("mgnc wrote a checkpoint");
-    let want = checkpoint::load(&root().join("tests/fixtures/digits_mlp/expected.safetensors")).expect("fixture");
+    let want = checkpoint::load(&root().join("tests/fixtures/digits_mlp/expected.safetensors"))
+        .expect("fixture");
     for (name, w) in &want.tensors {
         let g = got.get(name).unwrap_or_else(|| panic!("mgnc run did not write `{name}`"));
         assert_eq!(g.shape, w.shape, "{name}");
@@ -80,10 +85,25 @@ fn trained_checkpoint_reproduces_accuracy_in_a_fresh_inference_plan() {
         ckpt.to_str().expect("utf-8"),
     ]));
     let last = log.lines().filter(|l| l.starts_with("epoch")).last().expect("an epoch line");
-    let trained_acc = last.split("eval accuracy ").nth(1).and_then(|s| s.split(' ').next()).expect("accuracy").to_string();
+    let trained_acc = last
+        .split("eval accuracy ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .expect("accuracy")
+        .to_string();
     ok(&mgnc(&["build", "models/digits_mlp.mgn", "-o", plan.to_str().expect("utf-8")]));
-    let eval = ok(&mgnc(&["eval", plan.to_str().expect("utf-8"), "--weights", ckpt.to_str().expect("utf-8"), "--data", "data/digits_test.safetensors"]));
-    assert!(eval.contains(&format!("accuracy {trained_acc}")), "trained: {trained_acc}; fresh plan: {eval}");
+    let eval = ok(&mgnc(&[
+        "eval",
+        plan.to_str().expect("utf-8"),
+        "--weights",
+        ckpt.to_str().expect("utf-8"),
+        "--data",
+        "data/digits_test.safetensors",
+    ]));
+    assert!(
+        eval.contains(&format!("accuracy {trained_acc}")),
+        "trained: {trained_acc}; fresh plan: {eval}"
+    );
 
     // Resuming continues from the saved step.
     let resumed = ok(&mgnc(&[
@@ -129,7 +149,15 @@ fn numerics_check_names_the_op_and_line() {
     let inputs = dir.join("in.safetensors");
     let x = mgn_runtime::Tensor::f32(vec![2, 3], vec![1.0; 6]);
     checkpoint::save(&inputs, &[("x".to_string(), &x)], &[]).expect("write inputs");
-    let out = mgnc(&["run", model.to_str().expect("utf-8"), "--inputs", inputs.to_str().expect("utf-8"), "--out", dir.join("o.safetensors").to_str().expect("utf-8"), "--check-numerics"]);
+    let out = mgnc(&[
+        "run",
+        model.to_str().expect("utf-8"),
+        "--inputs",
+        inputs.to_str().expect("utf-8"),
+        "--out",
+        dir.join("o.safetensors").to_str().expect("utf-8"),
+        "--check-numerics",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("NaN produced by `log`") && err.contains("nan.mgn:4:"), "{err}");
@@ -142,14 +170,25 @@ fn ctrl_c_saves_a_checkpoint_before_exiting() {
     let dir = scratch("sigint");
     let ckpt = dir.join("c.safetensors");
     let child = Command::new(env!("CARGO_BIN_EXE_mgnc"))
-        .args(["train", "models/digits_mlp.mgn", "--data", "data/digits_train.safetensors", "--epochs", "100000", "--quiet", "--save", ckpt.to_str().expect("utf-8")])
+        .args([
+            "train",
+            "models/digits_mlp.mgn",
+            "--data",
+            "data/digits_train.safetensors",
+            "--epochs",
+            "100000",
+            "--quiet",
+            "--save",
+            ckpt.to_str().expect("utf-8"),
+        ])
         .current_dir(root())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("starts");
     // Wait until training has started.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+    let status =
+        Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
     assert!(status.success());
     let out = child.wait_with_output().expect("exits");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -181,13 +220,17 @@ fn run_on_vulkan_matches_the_numpy_reference_for_digits_mlp() {
     ]);
     if !o.status.success() {
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"), "MGN_REQUIRE_GPU=1 but: {err}");
+        assert!(
+            std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "MGN_REQUIRE_GPU=1 but: {err}"
+        );
         eprintln!("skipping: {err}");
         return;
     }
     assert!(String::from_utf8_lossy(&o.stderr).contains("running on "));
     let got = checkpoint::load(&out).expect("mgnc wrote a checkpoint");
-    let want = checkpoint::load(&root().join("tests/fixtures/digits_mlp/expected.safetensors")).expect("fixture");
+    let want = checkpoint::load(&root().join("tests/fixtures/digits_mlp/expected.safetensors"))
+        .expect("fixture");
     for (name, w) in &want.tensors {
         let g = got.get(name).unwrap_or_else(|| panic!("missing `{name}`"));
         let err = rel_l2(&g.to_f64_vec(), &w.to_f64_vec());

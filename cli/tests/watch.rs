@@ -92,7 +92,10 @@ impl Watching {
                     missing.retain(|n| !line.contains(n));
                     self.seen.push(line);
                 }
-                Err(_) => panic!("no line with {missing:?} within {WAIT:?}; mgnc printed:\n{}", self.seen.join("\n")),
+                Err(_) => panic!(
+                    "no line with {missing:?} within {WAIT:?}; mgnc printed:\n{}",
+                    self.seen.join("\n")
+                ),
             }
         }
     }
@@ -107,7 +110,8 @@ impl Drop for Watching {
 
 /// A layer with `tensors` parameters of 4 elements each.
 fn scale_layer(name: &str, tensors: usize) -> String {
-    let fields: String = (0..tensors).map(|i| format!("    p{i} = param f32[4] init ones\n")).collect();
+    let fields: String =
+        (0..tensors).map(|i| format!("    p{i} = param f32[4] init ones\n")).collect();
     let uses: String = (0..tensors).map(|i| format!(" * self.p{i}")).collect();
     format!("layer {name} {{\n{fields}    forward(x: f32[4]) -> f32[4] {{\n        x{uses}\n    }}\n}}\n")
 }
@@ -140,7 +144,10 @@ fn watch_rebuilds_after_changes_to_the_model_and_its_imports() {
     // A new import of a new file; then a change to that new file alone.
     t.save("extra.mgn", &scale_layer("Shift", 1));
     let two_imports = "use \"./blocks.mgn\".{Scale}\nuse \"./extra.mgn\".{Shift}\n";
-    t.save("model.mgn", &model(two_imports, "    s = Scale()\n    u = Scale()\n    v = Shift()", "v(u(s(x)))"));
+    t.save(
+        "model.mgn",
+        &model(two_imports, "    s = Scale()\n    u = Scale()\n    v = Shift()", "v(u(s(x)))"),
+    );
     w.expect_all(&["M: 20 parameters", "watching 3 files"]);
     t.save("extra.mgn", &scale_layer("Shift", 3));
     w.expect("M: 28 parameters");
@@ -163,7 +170,8 @@ fn watch_stops_cleanly_on_ctrl_c() {
     t.write("model.mgn", &model("", "", "x * 2"));
     let mut w = Watching::start(&t.0, "model.mgn");
     w.expect("watching 1 file");
-    let sent = Command::new("kill").args(["-INT", &w.child.id().to_string()]).status().expect("kill runs");
+    let sent =
+        Command::new("kill").args(["-INT", &w.child.id().to_string()]).status().expect("kill runs");
     assert!(sent.success());
     let deadline = Instant::now() + WAIT;
     loop {

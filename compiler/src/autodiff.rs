@@ -6,7 +6,7 @@
 //! the forward node it differentiates, so errors and NaN reports in the backward pass still name
 //! the model's line.
 
-use crate::ir::{BinaryOp, Graph, GradPart, Node, NodeId, Op, UnaryOp};
+use crate::ir::{BinaryOp, GradPart, Graph, Node, NodeId, Op, UnaryOp};
 use mgn_runtime::DType;
 use mgn_syntax::{Diagnostic, Span};
 
@@ -21,13 +21,23 @@ pub struct GradOptions<'a> {
 /// Appends the backward pass to `g`; returns (parameter index, gradient node) for every
 /// trainable parameter that is not frozen, in parameter order. A parameter the loss does not
 /// depend on gets an explicit zero gradient.
-pub fn differentiate(g: &mut Graph, opts: &GradOptions) -> Result<Vec<(usize, NodeId)>, Diagnostic> {
+pub fn differentiate(
+    g: &mut Graph,
+    opts: &GradOptions,
+) -> Result<Vec<(usize, NodeId)>, Diagnostic> {
     let Some(loss) = g.loss else {
-        return Err(Diagnostic::error("E0701", format!("model `{}` has no `loss`, so there is nothing to differentiate", g.model), Span::default(), "no loss")
-            .with_help("add `loss expr` to the model's forward, or build with `--mode infer`"));
+        return Err(Diagnostic::error(
+            "E0701",
+            format!("model `{}` has no `loss`, so there is nothing to differentiate", g.model),
+            Span::default(),
+            "no loss",
+        )
+        .with_help("add `loss expr` to the model's forward, or build with `--mode infer`"));
     };
     let trained: Vec<usize> = (0..g.params.len())
-        .filter(|&i| g.params[i].trainable && !opts.frozen.iter().any(|f| is_frozen(&g.params[i].name, f)))
+        .filter(|&i| {
+            g.params[i].trainable && !opts.frozen.iter().any(|f| is_frozen(&g.params[i].name, f))
+        })
         .collect();
 
     // Which nodes depend on a trained parameter (only those need gradients).
@@ -60,7 +70,12 @@ pub fn differentiate(g: &mut Graph, opts: &GradOptions) -> Result<Vec<(usize, No
             let slot = &mut grads[x.0 as usize];
             *slot = Some(match *slot {
                 None => grad,
-                Some(prev) => b.push_like(x, Op::Binary(BinaryOp::Add), vec![prev, grad], b.g.node(x).shape.clone()),
+                Some(prev) => b.push_like(
+                    x,
+                    Op::Binary(BinaryOp::Add),
+                    vec![prev, grad],
+                    b.g.node(x).shape.clone(),
+                ),
             });
         }
     }
@@ -93,7 +108,13 @@ struct Builder<'g> {
 
 impl Builder<'_> {
     /// Appends a derivative node of `origin`'s dtype, with `origin`'s spans.
-    fn push_like(&mut self, origin: NodeId, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>) -> NodeId {
+    fn push_like(
+        &mut self,
+        origin: NodeId,
+        op: Op,
+        inputs: Vec<NodeId>,
+        shape: Vec<usize>,
+    ) -> NodeId {
         let o = self.g.node(origin);
         let dtype = if o.dtype.is_float() { o.dtype } else { DType::F32 };
         let (span, user_span) = (o.span, o.user_span);
@@ -116,7 +137,8 @@ impl Builder<'_> {
     }
 
     fn binary(&mut self, origin: NodeId, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
-        let shape = crate::elab::shape::broadcast(&self.shape(a), &self.shape(b)).expect("operands of a checked graph broadcast");
+        let shape = crate::elab::shape::broadcast(&self.shape(a), &self.shape(b))
+            .expect("operands of a checked graph broadcast");
         self.push_like(origin, Op::Binary(op), vec![a, b], shape)
     }
 
@@ -143,14 +165,19 @@ impl Builder<'_> {
         let x = |i: usize| node.inputs[i];
         let shape_of = |b: &Self, i: usize| b.shape(node.inputs[i]);
         Ok(match &node.op {
-            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange | Op::ArgMax { .. } => vec![],
+            Op::Input { .. }
+            | Op::Param { .. }
+            | Op::Constant { .. }
+            | Op::Arange
+            | Op::ArgMax { .. } => vec![],
             Op::Unary(u) => {
                 let s = shape_of(self, 0);
                 vec![(0, self.push_like(n, Op::UnaryGrad(*u), vec![x(0), dy], s))]
             }
             Op::Pow { exponent } => {
                 let s = shape_of(self, 0);
-                let pm1 = self.push_like(n, Op::Pow { exponent: exponent - 1.0 }, vec![x(0)], s.clone());
+                let pm1 =
+                    self.push_like(n, Op::Pow { exponent: exponent - 1.0 }, vec![x(0)], s.clone());
                 let c = self.push_like(n, Op::Constant { value: *exponent }, vec![], vec![]);
                 let scaled = self.binary(n, BinaryOp::Mul, pm1, c);
                 vec![(0, self.binary(n, BinaryOp::Mul, scaled, dy))]
@@ -163,7 +190,9 @@ impl Builder<'_> {
                         let s = self.shape(dy);
                         (dy, self.push_like(n, Op::Unary(UnaryOp::Neg), vec![dy], s))
                     }
-                    BinaryOp::Mul => (self.binary(n, BinaryOp::Mul, dy, b), self.binary(n, BinaryOp::Mul, dy, a)),
+                    BinaryOp::Mul => {
+                        (self.binary(n, BinaryOp::Mul, dy, b), self.binary(n, BinaryOp::Mul, dy, a))
+                    }
                     BinaryOp::Div => {
                         let ga = self.binary(n, BinaryOp::Div, dy, b);
                         // d(a/b)/db = -a/b² = -(a/b)/b, reusing the forward result.
@@ -204,14 +233,25 @@ impl Builder<'_> {
                 for i in 0..node.inputs.len() {
                     let s = shape_of(self, i);
                     let end = start + s[*axis];
-                    out.push((i, self.push_like(n, Op::Slice { axis: *axis, start, end }, vec![dy], s)));
+                    out.push((
+                        i,
+                        self.push_like(n, Op::Slice { axis: *axis, start, end }, vec![dy], s),
+                    ));
                     start = end;
                 }
                 out
             }
             Op::Slice { axis, start, end } => {
                 let s = shape_of(self, 0);
-                vec![(0, self.push_like(n, Op::SliceGrad { axis: *axis, start: *start, end: *end }, vec![dy], s))]
+                vec![(
+                    0,
+                    self.push_like(
+                        n,
+                        Op::SliceGrad { axis: *axis, start: *start, end: *end },
+                        vec![dy],
+                        s,
+                    ),
+                )]
             }
             Op::Gather { axis } => {
                 let s = shape_of(self, 0);
@@ -219,34 +259,97 @@ impl Builder<'_> {
             }
             Op::Reduce { op, axes, keepdim } => {
                 let s = shape_of(self, 0);
-                vec![(0, self.push_like(n, Op::ReduceGrad { op: *op, axes: axes.clone(), keepdim: *keepdim }, vec![x(0), n, dy], s))]
+                vec![(
+                    0,
+                    self.push_like(
+                        n,
+                        Op::ReduceGrad { op: *op, axes: axes.clone(), keepdim: *keepdim },
+                        vec![x(0), n, dy],
+                        s,
+                    ),
+                )]
             }
             Op::Softmax { axis, log } => {
                 let s = shape_of(self, 0);
-                vec![(0, self.push_like(n, Op::SoftmaxGrad { axis: *axis, log: *log }, vec![n, dy], s))]
+                vec![(
+                    0,
+                    self.push_like(n, Op::SoftmaxGrad { axis: *axis, log: *log }, vec![n, dy], s),
+                )]
             }
             Op::LayerNorm { eps, has_weight, has_bias } => {
-                let mk = |part| Op::LayerNormGrad { eps: *eps, has_weight: *has_weight, has_bias: *has_bias, part };
-                self.parts(n, dy, &node, &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight)), (2, mk(GradPart::Bias))], *has_weight, *has_bias, 1)
+                let mk = |part| Op::LayerNormGrad {
+                    eps: *eps,
+                    has_weight: *has_weight,
+                    has_bias: *has_bias,
+                    part,
+                };
+                self.parts(
+                    n,
+                    dy,
+                    &node,
+                    &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight)), (2, mk(GradPart::Bias))],
+                    *has_weight,
+                    *has_bias,
+                    1,
+                )
             }
             Op::RmsNorm { eps, has_weight } => {
                 let mk = |part| Op::RmsNormGrad { eps: *eps, has_weight: *has_weight, part };
-                self.parts(n, dy, &node, &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight))], *has_weight, false, 1)
+                self.parts(
+                    n,
+                    dy,
+                    &node,
+                    &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight))],
+                    *has_weight,
+                    false,
+                    1,
+                )
             }
             Op::GroupNorm { groups, eps, has_weight, has_bias } => {
-                let mk = |part| Op::GroupNormGrad { groups: *groups, eps: *eps, has_weight: *has_weight, has_bias: *has_bias, part };
-                self.parts(n, dy, &node, &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight)), (2, mk(GradPart::Bias))], *has_weight, *has_bias, 1)
+                let mk = |part| Op::GroupNormGrad {
+                    groups: *groups,
+                    eps: *eps,
+                    has_weight: *has_weight,
+                    has_bias: *has_bias,
+                    part,
+                };
+                self.parts(
+                    n,
+                    dy,
+                    &node,
+                    &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight)), (2, mk(GradPart::Bias))],
+                    *has_weight,
+                    *has_bias,
+                    1,
+                )
             }
             Op::BatchNorm { eps, has_weight, has_bias, .. } => {
                 let training = self.training;
-                let mk = |part| Op::BatchNormGrad { eps: *eps, has_weight: *has_weight, has_bias: *has_bias, part, training };
+                let mk = |part| Op::BatchNormGrad {
+                    eps: *eps,
+                    has_weight: *has_weight,
+                    has_bias: *has_bias,
+                    part,
+                    training,
+                };
                 // Inputs: x, running_mean, running_var, weight?, bias? — the statistics are buffers.
-                self.parts(n, dy, &node, &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight)), (2, mk(GradPart::Bias))], *has_weight, *has_bias, 3)
+                self.parts(
+                    n,
+                    dy,
+                    &node,
+                    &[(0, mk(GradPart::Input)), (1, mk(GradPart::Weight)), (2, mk(GradPart::Bias))],
+                    *has_weight,
+                    *has_bias,
+                    3,
+                )
             }
             Op::Dropout { p } => {
                 if self.training {
                     let s = shape_of(self, 0);
-                    vec![(0, self.push_like(n, Op::DropoutGrad { p: *p, forward: n.0 }, vec![dy], s))]
+                    vec![(
+                        0,
+                        self.push_like(n, Op::DropoutGrad { p: *p, forward: n.0 }, vec![dy], s),
+                    )]
                 } else {
                     vec![(0, dy)]
                 }
@@ -254,18 +357,59 @@ impl Builder<'_> {
             Op::Conv { stride, padding, dilation, groups, has_bias } => {
                 let (sx, sw) = (shape_of(self, 0), shape_of(self, 1));
                 let geometry = (stride.clone(), padding.clone(), dilation.clone(), *groups);
-                let dx = self.push_like(n, Op::ConvGradInput { stride: geometry.0.clone(), padding: geometry.1.clone(), dilation: geometry.2.clone(), groups: geometry.3 }, vec![dy, x(1)], sx);
-                let dw = self.push_like(n, Op::ConvGradWeight { stride: geometry.0, padding: geometry.1, dilation: geometry.2, groups: geometry.3 }, vec![x(0), dy], sw.clone());
+                let dx = self.push_like(
+                    n,
+                    Op::ConvGradInput {
+                        stride: geometry.0.clone(),
+                        padding: geometry.1.clone(),
+                        dilation: geometry.2.clone(),
+                        groups: geometry.3,
+                    },
+                    vec![dy, x(1)],
+                    sx,
+                );
+                let dw = self.push_like(
+                    n,
+                    Op::ConvGradWeight {
+                        stride: geometry.0,
+                        padding: geometry.1,
+                        dilation: geometry.2,
+                        groups: geometry.3,
+                    },
+                    vec![x(0), dy],
+                    sw.clone(),
+                );
                 let mut out = vec![(0, dx), (1, dw)];
                 if *has_bias {
                     let axes: Vec<usize> = (0..self.shape(dy).len()).filter(|&a| a != 1).collect();
-                    out.push((2, self.push_like(n, Op::Reduce { op: crate::ir::ReduceOp::Sum, axes, keepdim: false }, vec![dy], vec![sw[0]])));
+                    out.push((
+                        2,
+                        self.push_like(
+                            n,
+                            Op::Reduce { op: crate::ir::ReduceOp::Sum, axes, keepdim: false },
+                            vec![dy],
+                            vec![sw[0]],
+                        ),
+                    ));
                 }
                 out
             }
             Op::Pool { op, kernel, stride, padding } => {
                 let s = shape_of(self, 0);
-                vec![(0, self.push_like(n, Op::PoolGrad { op: *op, kernel: kernel.clone(), stride: stride.clone(), padding: padding.clone() }, vec![x(0), dy], s))]
+                vec![(
+                    0,
+                    self.push_like(
+                        n,
+                        Op::PoolGrad {
+                            op: *op,
+                            kernel: kernel.clone(),
+                            stride: stride.clone(),
+                            padding: padding.clone(),
+                        },
+                        vec![x(0), dy],
+                        s,
+                    ),
+                )]
             }
             Op::Upsample { scale } => {
                 let s = shape_of(self, 0);
@@ -277,20 +421,46 @@ impl Builder<'_> {
                 let mut out = Vec::new();
                 for (i, part) in [(0, GradPart::Q), (1, GradPart::K), (2, GradPart::V)] {
                     let s = shape_of(self, i);
-                    out.push((i, self.push_like(n, Op::AttentionGrad { causal: *causal, scale: *scale, has_mask: *has_mask, part }, inputs.clone(), s)));
+                    out.push((
+                        i,
+                        self.push_like(
+                            n,
+                            Op::AttentionGrad {
+                                causal: *causal,
+                                scale: *scale,
+                                has_mask: *has_mask,
+                                part,
+                            },
+                            inputs.clone(),
+                            s,
+                        ),
+                    ));
                 }
                 out
             }
             Op::Rope { theta, offset, inverse } => {
                 let s = shape_of(self, 0);
-                vec![(0, self.push_like(n, Op::Rope { theta: *theta, offset: *offset, inverse: !inverse }, vec![dy], s))]
+                vec![(
+                    0,
+                    self.push_like(
+                        n,
+                        Op::Rope { theta: *theta, offset: *offset, inverse: !inverse },
+                        vec![dy],
+                        s,
+                    ),
+                )]
             }
             Op::SoftmaxCrossEntropy => {
                 let s = shape_of(self, 0);
                 vec![(0, self.push_like(n, Op::SoftmaxCrossEntropyGrad, vec![x(0), x(1), dy], s))]
             }
             other => {
-                return Err(Diagnostic::error("E0702", format!("cannot differentiate `{}`", other.describe()), node.user_span, "second derivatives are not supported"))
+                return Err(Diagnostic::error(
+                    "E0702",
+                    format!("cannot differentiate `{}`", other.describe()),
+                    node.user_span,
+                    "second derivatives are not supported",
+                ))
             }
         })
     }
@@ -299,7 +469,16 @@ impl Builder<'_> {
     /// op reads the forward op's inputs followed by `dy`. `first_affine` is the input position of
     /// the weight (after x and, for batch norm, the running statistics).
     #[allow(clippy::too_many_arguments)]
-    fn parts(&mut self, n: NodeId, dy: NodeId, node: &Node, ops: &[(usize, Op)], has_weight: bool, has_bias: bool, first_affine: usize) -> Vec<(usize, NodeId)> {
+    fn parts(
+        &mut self,
+        n: NodeId,
+        dy: NodeId,
+        node: &Node,
+        ops: &[(usize, Op)],
+        has_weight: bool,
+        has_bias: bool,
+        first_affine: usize,
+    ) -> Vec<(usize, NodeId)> {
         let mut inputs = node.inputs.clone();
         inputs.push(dy);
         let mut out = Vec::new();
@@ -345,7 +524,8 @@ impl Builder<'_> {
     }
 
     fn matmul(&mut self, origin: NodeId, a: NodeId, b: NodeId) -> NodeId {
-        let shape = crate::elab::shape::matmul(&self.shape(a), &self.shape(b)).expect("gradient matmuls are well-shaped");
+        let shape = crate::elab::shape::matmul(&self.shape(a), &self.shape(b))
+            .expect("gradient matmuls are well-shaped");
         self.push_like(origin, Op::MatMul, vec![a, b], shape)
     }
 }

@@ -40,8 +40,10 @@ pub enum Models {
 }
 
 pub fn check_path(path: &Path, models: Models) -> Result<Outcome, String> {
-    let text = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {}", path.display(), front::load::io_reason(&e)))?;
-    let text = String::from_utf8(text).map_err(|_| format!("cannot read `{}`: the file is not valid UTF-8", path.display()))?;
+    let text = std::fs::read(path)
+        .map_err(|e| format!("cannot read `{}`: {}", path.display(), front::load::io_reason(&e)))?;
+    let text = String::from_utf8(text)
+        .map_err(|_| format!("cannot read `{}`: the file is not valid UTF-8", path.display()))?;
     Ok(check_text(path.display().to_string(), Origin::Path(normalize(path)), text, models))
 }
 
@@ -50,11 +52,22 @@ pub fn check_text(name: String, origin: Origin, text: String, models: Models) ->
 }
 
 /// As `check_text`, with imported files read from `overrides` (editor buffers) where present.
-pub fn check_text_with_overrides(name: String, origin: Origin, text: String, models: Models, overrides: front::load::Overrides) -> Outcome {
+pub fn check_text_with_overrides(
+    name: String,
+    origin: Origin,
+    text: String,
+    models: Models,
+    overrides: front::load::Overrides,
+) -> Outcome {
     let fallback_name = name.clone();
     let fallback_text = text.clone();
     let run = move || pipeline(name, origin, text, models, overrides);
-    match std::thread::Builder::new().name("mgnc".into()).stack_size(STACK_BYTES).spawn(run).map(|h| h.join()) {
+    match std::thread::Builder::new()
+        .name("mgnc".into())
+        .stack_size(STACK_BYTES)
+        .spawn(run)
+        .map(|h| h.join())
+    {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(panic)) => {
             let what = panic
@@ -64,20 +77,37 @@ pub fn check_text_with_overrides(name: String, origin: Origin, text: String, mod
                 .unwrap_or_else(|| "unknown panic".into());
             internal_error(fallback_name, fallback_text, &what)
         }
-        Err(e) => internal_error(fallback_name, fallback_text, &format!("cannot start the compiler thread: {e}")),
+        Err(e) => internal_error(
+            fallback_name,
+            fallback_text,
+            &format!("cannot start the compiler thread: {e}"),
+        ),
     }
 }
 
 fn internal_error(name: String, text: String, what: &str) -> Outcome {
-    let (program, _) = front::load::load(name, Origin::Memory("<internal error>".into()), String::new());
+    let (program, _) =
+        front::load::load(name, Origin::Memory("<internal error>".into()), String::new());
     let _ = text;
-    let d = Diagnostic::error("E0999", format!("internal compiler error: {what}"), Span::default(), "while compiling this file")
-        .with_help("this is a bug in mgnc; please report it with the file that triggered it");
+    let d = Diagnostic::error(
+        "E0999",
+        format!("internal compiler error: {what}"),
+        Span::default(),
+        "while compiling this file",
+    )
+    .with_help("this is a bug in mgnc; please report it with the file that triggered it");
     Outcome { program, diagnostics: vec![d], graphs: Vec::new(), facts: Vec::new() }
 }
 
-fn pipeline(name: String, origin: Origin, text: String, models: Models, overrides: front::load::Overrides) -> Outcome {
-    let (program, mut diagnostics) = front::load::load_with_overrides(name, origin, text, overrides);
+fn pipeline(
+    name: String,
+    origin: Origin,
+    text: String,
+    models: Models,
+    overrides: front::load::Overrides,
+) -> Outcome {
+    let (program, mut diagnostics) =
+        front::load::load_with_overrides(name, origin, text, overrides);
     diagnostics.extend(front::names::check(&program));
     let mut graphs = Vec::new();
     let mut facts = Vec::new();
@@ -94,10 +124,12 @@ fn pipeline(name: String, origin: Origin, text: String, models: Models, override
                 }
             }
             Models::One { name, settings } => match pick_model(&program, &all, name.as_deref()) {
-                Ok(index) => match elab::elaborate_with_facts(&program, root, index, &settings, &mut facts) {
-                    Ok(g) => graphs.push(g),
-                    Err(d) => diagnostics.push(d),
-                },
+                Ok(index) => {
+                    match elab::elaborate_with_facts(&program, root, index, &settings, &mut facts) {
+                        Ok(g) => graphs.push(g),
+                        Err(d) => diagnostics.push(d),
+                    }
+                }
                 Err(d) => diagnostics.push(d),
             },
         }
@@ -105,7 +137,11 @@ fn pipeline(name: String, origin: Origin, text: String, models: Models, override
     Outcome { program, diagnostics, graphs, facts }
 }
 
-fn pick_model(program: &Program, all: &[(usize, &mgn_syntax::ast::LayerItem)], name: Option<&str>) -> Result<usize, Diagnostic> {
+fn pick_model(
+    program: &Program,
+    all: &[(usize, &mgn_syntax::ast::LayerItem)],
+    name: Option<&str>,
+) -> Result<usize, Diagnostic> {
     let file_start = Span { file: program.module(program.root).file, start: 0, end: 0 };
     let names: Vec<&str> = all.iter().map(|(_, m)| m.name.name.as_str()).collect();
     match name {
@@ -131,7 +167,12 @@ fn pick_model(program: &Program, all: &[(usize, &mgn_syntax::ast::LayerItem)], n
 
 /// Checks and builds one model, then lowers it to a plan. Diagnostics (including "this model
 /// has no loss" for a training plan) come back in the outcome; the plan is `None` then.
-pub fn plan_path(path: &Path, model: Option<String>, settings: Vec<Setting>, opts: &crate::lower::PlanOptions) -> Result<(Outcome, Option<mgn_runtime::Plan>), String> {
+pub fn plan_path(
+    path: &Path,
+    model: Option<String>,
+    settings: Vec<Setting>,
+    opts: &crate::lower::PlanOptions,
+) -> Result<(Outcome, Option<mgn_runtime::Plan>), String> {
     let mut outcome = check_path(path, Models::One { name: model, settings })?;
     if !outcome.ok() {
         return Ok((outcome, None));
@@ -146,7 +187,10 @@ pub fn plan_path(path: &Path, model: Option<String>, settings: Vec<Setting>, opt
             if d.primary_span() == Span::default() {
                 // Whole-model problems point at the model's name.
                 let root = outcome.program.root;
-                if let Some((_, m)) = elab::models(&outcome.program, root).into_iter().find(|(_, m)| m.name.name == graph.model) {
+                if let Some((_, m)) = elab::models(&outcome.program, root)
+                    .into_iter()
+                    .find(|(_, m)| m.name.name == graph.model)
+                {
                     d.labels[0].span = m.name.span;
                 }
             }

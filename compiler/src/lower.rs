@@ -23,7 +23,14 @@ pub struct PlanOptions<'a> {
 
 impl PlanOptions<'_> {
     pub fn infer() -> PlanOptions<'static> {
-        PlanOptions { mode: Mode::Infer, loss: false, grads: false, frozen: &[], optimizer: OptimizerSpec::default(), rewrite: true }
+        PlanOptions {
+            mode: Mode::Infer,
+            loss: false,
+            grads: false,
+            frozen: &[],
+            optimizer: OptimizerSpec::default(),
+            rewrite: true,
+        }
     }
 
     pub fn train(frozen: &[String], optimizer: OptimizerSpec) -> PlanOptions<'_> {
@@ -35,12 +42,23 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
     let want_loss = opts.loss || opts.grads;
     for f in opts.frozen {
         if !opts.grads {
-            return Err(Diagnostic::error("E0703", format!("`--freeze {f}` needs a plan with gradients"), Default::default(), "nothing is trained here")
-                .with_help("freezing applies to `--mode train` (and `mgnc run --grads`)"));
+            return Err(Diagnostic::error(
+                "E0703",
+                format!("`--freeze {f}` needs a plan with gradients"),
+                Default::default(),
+                "nothing is trained here",
+            )
+            .with_help("freezing applies to `--mode train` (and `mgnc run --grads`)"));
         }
         if !g.params.iter().any(|p| p.trainable && crate::autodiff::is_frozen(&p.name, f)) {
-            let names: Vec<&str> = g.params.iter().filter(|p| p.trainable).map(|p| p.name.as_str()).collect();
-            let mut d = Diagnostic::error("E0703", format!("`--freeze {f}` matches no trainable parameter"), Default::default(), "in this model");
+            let names: Vec<&str> =
+                g.params.iter().filter(|p| p.trainable).map(|p| p.name.as_str()).collect();
+            let mut d = Diagnostic::error(
+                "E0703",
+                format!("`--freeze {f}` matches no trainable parameter"),
+                Default::default(),
+                "in this model",
+            );
             d = match crate::front::did_you_mean(f, names.iter().copied()) {
                 Some(h) => d.with_help(h),
                 None => d.with_help("give a parameter name or a dotted prefix of names, as listed by `mgnc build --emit ir`"),
@@ -53,7 +71,14 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
     if opts.rewrite {
         crate::rewrite::simplify(&mut g);
     }
-    let mut grads = if opts.grads { differentiate(&mut g, &GradOptions { training: opts.mode == Mode::Train, frozen: opts.frozen })? } else { Vec::new() };
+    let mut grads = if opts.grads {
+        differentiate(
+            &mut g,
+            &GradOptions { training: opts.mode == Mode::Train, frozen: opts.frozen },
+        )?
+    } else {
+        Vec::new()
+    };
     if opts.grads && opts.rewrite {
         let before: Vec<NodeId> = grads.iter().map(|(_, id)| *id).collect();
         // Gradients are results like outputs: track them through the rewrite as outputs.
@@ -109,7 +134,9 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
             shape: p.shape.clone(),
             init: p.init.clone(),
             trainable: p.trainable,
-            frozen: p.trainable && !grads.iter().any(|(i, _)| g.params[*i].name == p.name) && opts.grads,
+            frozen: p.trainable
+                && !grads.iter().any(|(i, _)| g.params[*i].name == p.name)
+                && opts.grads,
         })
         .collect();
     let plan = Plan {
@@ -118,7 +145,12 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
         config: g.config.clone(),
         params,
         steps,
-        inputs: g.inputs.iter().filter(|(_, id)| live[id.0 as usize]).map(|(n, id)| (n.clone(), map(*id))).collect(),
+        inputs: g
+            .inputs
+            .iter()
+            .filter(|(_, id)| live[id.0 as usize])
+            .map(|(n, id)| (n.clone(), map(*id)))
+            .collect(),
         outputs: g.outputs.iter().map(|(n, id)| (n.clone(), map(*id))).collect(),
         loss: if want_loss { g.loss.map(map) } else { None },
         grads: grads.iter().map(|(p, id)| (*p, map(*id))).collect(),

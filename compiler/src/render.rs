@@ -72,7 +72,8 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
     let primary = d.primary_span().file;
     let len_of = |f: FileId| sources.get(f).text.len();
     let mut related: Vec<Report> = Vec::new();
-    let mut other_files: Vec<FileId> = d.labels.iter().map(|l| l.span.file).filter(|f| *f != primary).collect();
+    let mut other_files: Vec<FileId> =
+        d.labels.iter().map(|l| l.span.file).filter(|f| *f != primary).collect();
     other_files.dedup();
     other_files.sort();
     other_files.dedup();
@@ -83,7 +84,12 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
             severity: miette::Severity::Advice,
             help: None,
             source: Some(source_of(sources, f)),
-            labels: d.labels.iter().filter(|l| l.span.file == f).map(|l| labeled(l, len_of(f))).collect(),
+            labels: d
+                .labels
+                .iter()
+                .filter(|l| l.span.file == f)
+                .map(|l| labeled(l, len_of(f)))
+                .collect(),
             related: Vec::new(),
         });
     }
@@ -108,7 +114,12 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
         },
         help: d.help.clone(),
         source: Some(source_of(sources, primary)),
-        labels: d.labels.iter().filter(|l| l.span.file == primary).map(|l| labeled(l, len_of(primary))).collect(),
+        labels: d
+            .labels
+            .iter()
+            .filter(|l| l.span.file == primary)
+            .map(|l| labeled(l, len_of(primary)))
+            .collect(),
         related,
     }
 }
@@ -116,7 +127,10 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
 /// The human rendering, without colour (stable for golden tests); `color` adds ANSI styles.
 pub fn render(sources: &SourceMap, d: &Diagnostic, color: bool) -> String {
     let theme = if color { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
-    let handler = GraphicalReportHandler::new_themed(theme).with_width(100).with_links(false).with_context_lines(1);
+    let handler = GraphicalReportHandler::new_themed(theme)
+        .with_width(100)
+        .with_links(false)
+        .with_context_lines(1);
     let mut out = String::new();
     if handler.render_report(&mut out, &report(sources, d)).is_err() {
         out = format!("error[{}]: {}\n", d.code, d.message);
@@ -160,7 +174,15 @@ pub fn json_span(sources: &SourceMap, span: mgn_syntax::Span) -> JsonSpan {
     let f = sources.get(span.file);
     let (line, column) = f.lines.line_col(span.start as usize);
     let (end_line, end_column) = f.lines.line_col(span.end as usize);
-    JsonSpan { file: f.name.clone(), line, column, end_line, end_column, byte_start: span.start, byte_end: span.end }
+    JsonSpan {
+        file: f.name.clone(),
+        line,
+        column,
+        end_line,
+        end_column,
+        byte_start: span.start,
+        byte_end: span.end,
+    }
 }
 
 /// One JSON object per diagnostic (print one per line).
@@ -170,10 +192,20 @@ pub fn to_json(sources: &SourceMap, d: &Diagnostic) -> String {
         code: d.code,
         message: d.message.clone(),
         span: json_span(sources, d.primary_span()),
-        labels: d.labels.iter().map(|l| JsonLabel { span: json_span(sources, l.span), message: l.message.clone(), primary: l.primary }).collect(),
+        labels: d
+            .labels
+            .iter()
+            .map(|l| JsonLabel {
+                span: json_span(sources, l.span),
+                message: l.message.clone(),
+                primary: l.primary,
+            })
+            .collect(),
         help: d.help.clone(),
         notes: d.notes.clone(),
         rendered: render(sources, d, false),
     };
-    serde_json::to_string(&j).unwrap_or_else(|e| format!("{{\"severity\":\"error\",\"message\":\"cannot serialize diagnostic: {e}\"}}"))
+    serde_json::to_string(&j).unwrap_or_else(|e| {
+        format!("{{\"severity\":\"error\",\"message\":\"cannot serialize diagnostic: {e}\"}}")
+    })
 }

@@ -95,13 +95,19 @@ fn rule(g: &Graph, i: usize) -> Option<Rewrite> {
             }
             if let Op::Reshape = node(x).op {
                 let src = node(x).inputs[0];
-                return Some(if node(src).shape == n.shape { Rewrite::Alias(src) } else { Rewrite::Replace(Op::Reshape, vec![src]) });
+                return Some(if node(src).shape == n.shape {
+                    Rewrite::Alias(src)
+                } else {
+                    Rewrite::Replace(Op::Reshape, vec![src])
+                });
             }
             None
         }
         Op::Binary(BinaryOp::Mul) => {
             let (a, b) = (n.inputs[0], n.inputs[1]);
-            let is_sigmoid_of = |s: NodeId, x: NodeId| matches!(node(s).op, Op::Unary(UnaryOp::Sigmoid)) && node(s).inputs[0] == x;
+            let is_sigmoid_of = |s: NodeId, x: NodeId| {
+                matches!(node(s).op, Op::Unary(UnaryOp::Sigmoid)) && node(s).inputs[0] == x
+            };
             let x = if is_sigmoid_of(b, a) {
                 a
             } else if is_sigmoid_of(a, b) {
@@ -125,7 +131,14 @@ mod tests {
     use mgn_syntax::Span;
 
     fn node(op: Op, inputs: Vec<u32>, shape: Vec<usize>) -> Node {
-        Node { op, inputs: inputs.into_iter().map(NodeId).collect(), dtype: DType::F32, shape, span: Span::default(), user_span: Span::default() }
+        Node {
+            op,
+            inputs: inputs.into_iter().map(NodeId).collect(),
+            dtype: DType::F32,
+            shape,
+            span: Span::default(),
+            user_span: Span::default(),
+        }
     }
 
     #[test]

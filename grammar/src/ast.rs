@@ -314,7 +314,10 @@ pub enum ExprKind {
     SelfRef,
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
-    Call { callee: Box<Expr>, args: Vec<Arg> },
+    Call {
+        callee: Box<Expr>,
+        args: Vec<Arg>,
+    },
     /// `e.name` or `e.0` (tuple position, stored as its digits).
     Field(Box<Expr>, Ident),
     Index(Box<Expr>, Box<Expr>),
@@ -323,7 +326,10 @@ pub enum ExprKind {
     Tuple(Vec<Expr>),
     List(Vec<Expr>),
     /// `if c1 { .. } else if c2 { .. } else { .. }`, flattened so long chains need no recursion.
-    If { branches: Vec<(Expr, Block)>, otherwise: Option<Block> },
+    If {
+        branches: Vec<(Expr, Block)>,
+        otherwise: Option<Block>,
+    },
     /// Produced where the parser already reported an error (e.g. too deep), so later passes skip it.
     Error,
 }

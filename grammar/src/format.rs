@@ -90,8 +90,13 @@ pub fn comments(text: &str) -> Vec<Comment> {
 }
 
 fn internal(message: &str, span: Span) -> Diagnostic {
-    Diagnostic::error("E0999", format!("internal formatter error: {message}"), span, "the file is left unchanged")
-        .with_help("this is a bug in mgnc fmt; please report it with the file that triggered it")
+    Diagnostic::error(
+        "E0999",
+        format!("internal formatter error: {message}"),
+        span,
+        "the file is left unchanged",
+    )
+    .with_help("this is a bug in mgnc fmt; please report it with the file that triggered it")
 }
 
 // ---- checking the result ---------------------------------------------------------------
@@ -101,12 +106,19 @@ fn internal(message: &str, span: Span) -> Diagnostic {
 fn verify(text: &str, before: &File, out: &str) -> Result<(), Diagnostic> {
     let (after, diags) = parse(FileId(0), out);
     if !diags.is_empty() {
-        return Err(internal(&format!("the formatted text does not parse ({})", diags[0].message), Span::default()));
+        return Err(internal(
+            &format!("the formatted text does not parse ({})", diags[0].message),
+            Span::default(),
+        ));
     }
-    let mut expected: Vec<&Item> = before.items.iter().filter(|i| matches!(i, Item::Use(_))).collect();
+    let mut expected: Vec<&Item> =
+        before.items.iter().filter(|i| matches!(i, Item::Use(_))).collect();
     expected.extend(before.items.iter().filter(|i| !matches!(i, Item::Use(_))));
     if expected.len() != after.items.len() {
-        return Err(internal("the formatted text has a different number of items", Span::default()));
+        return Err(internal(
+            "the formatted text has a different number of items",
+            Span::default(),
+        ));
     }
     for (a, b) in expected.iter().zip(&after.items) {
         if strip::item(a) != strip::item(b) {
@@ -114,7 +126,8 @@ fn verify(text: &str, before: &File, out: &str) -> Result<(), Diagnostic> {
         }
     }
     let texts = |t: &str| {
-        let mut v: Vec<String> = comments(t).iter().map(|c| t[c.start..c.end].to_string()).collect();
+        let mut v: Vec<String> =
+            comments(t).iter().map(|c| t[c.start..c.end].to_string()).collect();
         v.sort();
         v
     };
@@ -381,7 +394,10 @@ fn prec(e: &Expr) -> u8 {
             BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::MatMul => 5,
         },
         ExprKind::Unary(..) => 6,
-        ExprKind::Call { .. } | ExprKind::Field(..) | ExprKind::Index(..) | ExprKind::Transpose(..) => 7,
+        ExprKind::Call { .. }
+        | ExprKind::Field(..)
+        | ExprKind::Index(..)
+        | ExprKind::Transpose(..) => 7,
         _ => 8,
     }
 }
@@ -415,7 +431,9 @@ impl Fmt<'_> {
     }
 
     fn same_line(&self, a: usize, b: usize, separators: &str) -> bool {
-        self.text[a..b].chars().all(|c| c == ' ' || c == '\t' || c == '\r' || separators.contains(c))
+        self.text[a..b]
+            .chars()
+            .all(|c| c == ' ' || c == '\t' || c == '\r' || separators.contains(c))
     }
 
     /// The first offset at or after `pos` that is not whitespace or a comment.
@@ -488,7 +506,8 @@ impl Fmt<'_> {
     /// `indent`; the inside of block comments is left alone.
     fn verbatim(&self, start: usize, end: usize, indent: usize) -> Vec<String> {
         let line_start = self.text[..start].rfind('\n').map(|i| i + 1).unwrap_or(0);
-        let old_indent = self.text[line_start..start].len() - self.text[line_start..start].trim_start().len();
+        let old_indent =
+            self.text[line_start..start].len() - self.text[line_start..start].trim_start().len();
         let mut out = Vec::new();
         let mut pos = start;
         for (k, line) in self.text[start..end].split('\n').enumerate() {
@@ -515,14 +534,23 @@ impl Fmt<'_> {
     /// Distributes the comments between `lo` and `hi` among entries with the given spans.
     /// With `opening`, comments on the first line (right after an opening bracket) come back
     /// separately; comments after the last entry come back as a comments-only entry.
-    fn attach(&self, lo: usize, hi: usize, spans: &[(usize, usize)], opening: bool) -> (Vec<usize>, Vec<Attached>, Vec<(bool, usize)>) {
+    fn attach(
+        &self,
+        lo: usize,
+        hi: usize,
+        spans: &[(usize, usize)],
+        opening: bool,
+    ) -> (Vec<usize>, Vec<Attached>, Vec<(bool, usize)>) {
         let n = self.cs.len();
         let mut ci = self.comment_at_or_after(lo);
         let mut pos = lo;
         let mut open = Vec::new();
         let first = spans.first().map(|s| s.0).unwrap_or(hi);
         if opening {
-            while ci < n && self.cs[ci].start < first.min(hi) && self.same_line(pos, self.cs[ci].start, "") {
+            while ci < n
+                && self.cs[ci].start < first.min(hi)
+                && self.same_line(pos, self.cs[ci].start, "")
+            {
                 open.push(ci);
                 pos = self.cs[ci].end;
                 ci += 1;
@@ -543,7 +571,8 @@ impl Fmt<'_> {
             }
             pos = e;
             let next = spans.get(k + 1).map(|s| s.0).unwrap_or(hi);
-            while ci < n && self.cs[ci].start < next && self.same_line(pos, self.cs[ci].start, ";,") {
+            while ci < n && self.cs[ci].start < next && self.same_line(pos, self.cs[ci].start, ";,")
+            {
                 a.trailing.push(ci);
                 pos = self.cs[ci].end;
                 ci += 1;
@@ -603,10 +632,16 @@ impl Fmt<'_> {
         let mut i = 0;
         while i < entries.len() {
             let mut j = i + 1;
-            while j < entries.len() && single(&entries[j - 1]) && single(&entries[j]) && entries[j].att.leading.is_empty() && !entries[j].att.code_blank {
+            while j < entries.len()
+                && single(&entries[j - 1])
+                && single(&entries[j])
+                && entries[j].att.leading.is_empty()
+                && !entries[j].att.code_blank
+            {
                 j += 1;
             }
-            let commented = || (i..j).filter(|&k| single(&entries[k]) && !entries[k].att.trailing.is_empty());
+            let commented =
+                || (i..j).filter(|&k| single(&entries[k]) && !entries[k].att.trailing.is_empty());
             if let Some(w) = commented().map(|k| width(&entries[k].lines[0])).max() {
                 for k in commented() {
                     cols[k] = Some(w + COMMENT_GAP);
@@ -618,7 +653,13 @@ impl Fmt<'_> {
     }
 
     /// `lines` with ` {`, the body and `}` added; comments right after `{` stay on its line.
-    fn braced(&self, mut lines: Vec<String>, open: &[usize], inner: Vec<String>, indent: usize) -> Vec<String> {
+    fn braced(
+        &self,
+        mut lines: Vec<String>,
+        open: &[usize],
+        inner: Vec<String>,
+        indent: usize,
+    ) -> Vec<String> {
         let ends_in_line_comment = {
             let last = lines.last().map(|l| l.as_str()).unwrap_or("");
             comments(last).last().is_some_and(|c| !c.block && c.end == last.trim_end().len())
@@ -661,7 +702,8 @@ impl Fmt<'_> {
         let mut header = Vec::new();
         if let Some((_, first)) = entries.first_mut() {
             let lead = &first.att.leading;
-            let blank_after = |k: usize| lead.get(k + 1).map(|l| l.0).unwrap_or(first.att.code_blank);
+            let blank_after =
+                |k: usize| lead.get(k + 1).map(|l| l.0).unwrap_or(first.att.code_blank);
             if let Some(h) = (0..lead.len()).rev().find(|&k| blank_after(k)) {
                 header = first.att.leading.drain(..=h).collect();
                 first.set_gap(true);
@@ -671,7 +713,8 @@ impl Fmt<'_> {
         if !header.is_empty() {
             ordered.push((Class::Header, Entry::comments_only(header)));
         }
-        let (uses, others): (Vec<_>, Vec<_>) = entries.into_iter().partition(|(c, _)| *c == Class::Use);
+        let (uses, others): (Vec<_>, Vec<_>) =
+            entries.into_iter().partition(|(c, _)| *c == Class::Use);
         ordered.extend(uses);
         ordered.extend(others);
         if !rest.is_empty() {
@@ -679,7 +722,8 @@ impl Fmt<'_> {
         }
         for k in 1..ordered.len() {
             let (prev, cur) = (ordered[k - 1].0, ordered[k].0);
-            let keep = cur == Class::Trailer || (prev == cur && matches!(cur, Class::Use | Class::Const));
+            let keep =
+                cur == Class::Trailer || (prev == cur && matches!(cur, Class::Use | Class::Const));
             if !keep {
                 ordered[k].1.set_gap(true);
             }
@@ -708,17 +752,32 @@ impl Fmt<'_> {
 
     fn item(&self, item: &Item, indent: usize) -> Vec<String> {
         match item {
-            Item::Use(u) => self.leaf(u.span, indent, || vec![format!("{}{}", pad(indent), self.use_item(u))]),
+            Item::Use(u) => {
+                self.leaf(u.span, indent, || vec![format!("{}{}", pad(indent), self.use_item(u))])
+            }
             Item::Const(c) => self.leaf(c.span, indent, || {
-                let ty = c.ty.as_ref().map(|t| format!(": {}", self.ty(t, indent))).unwrap_or_default();
-                lines(indent, &self.prefixed(format!("const {}{ty} = ", c.name.name), &c.value, indent))
+                let ty =
+                    c.ty.as_ref().map(|t| format!(": {}", self.ty(t, indent))).unwrap_or_default();
+                lines(
+                    indent,
+                    &self.prefixed(format!("const {}{ty} = ", c.name.name), &c.value, indent),
+                )
             }),
             Item::Fn(f) => {
                 let (start, _) = range(f.span);
                 let open = self.skip_trivia(range(f.name.span).1);
                 let parens = Some((open, self.matching_paren(open)));
                 let body_open = range(f.body.span).0;
-                let head = self.header(indent, start, format!("fn {}", f.name.name), parens, &f.params, f.ret.as_ref(), body_open, true);
+                let head = self.header(
+                    indent,
+                    start,
+                    format!("fn {}", f.name.name),
+                    parens,
+                    &f.params,
+                    f.ret.as_ref(),
+                    body_open,
+                    true,
+                );
                 let (open, inner) = self.block(&f.body, indent + INDENT);
                 self.braced(head, &open, inner, indent)
             }
@@ -729,11 +788,14 @@ impl Fmt<'_> {
     fn use_item(&self, u: &UseItem) -> String {
         let mut s = String::from("use ");
         match &u.source {
-            UseSource::Path(p) => s.push_str(&p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".")),
+            UseSource::Path(p) => {
+                s.push_str(&p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join("."))
+            }
             UseSource::File { path, .. } => s.push_str(&format!("\"{path}\"")),
         }
         if let Some(names) = &u.names {
-            let names: Vec<String> = names.iter().map(|n| format!("{}{}", n.name.name, alias(&n.alias))).collect();
+            let names: Vec<String> =
+                names.iter().map(|n| format!("{}{}", n.name.name, alias(&n.alias))).collect();
             s.push_str(&format!(".{{{}}}", names.join(", ")));
         }
         s.push_str(&alias(&u.alias));
@@ -754,7 +816,9 @@ impl Fmt<'_> {
         always_parens: bool,
     ) -> Vec<String> {
         let outside_parens = match parens {
-            Some((open, close)) => self.has_comment_in(start, open) || self.has_comment_in(close, body_open),
+            Some((open, close)) => {
+                self.has_comment_in(start, open) || self.has_comment_in(close, body_open)
+            }
             None => self.has_comment_in(start, body_open),
         };
         if outside_parens {
@@ -767,7 +831,10 @@ impl Fmt<'_> {
             let list = if params.is_empty() && !always_parens && ret.is_empty() {
                 String::new()
             } else {
-                format!("({})", params.iter().map(|p| self.param(p, indent)).collect::<Vec<_>>().join(", "))
+                format!(
+                    "({})",
+                    params.iter().map(|p| self.param(p, indent)).collect::<Vec<_>>().join(", ")
+                )
             };
             let line = format!("{}{prefix}{list}{ret}", pad(indent));
             if params.is_empty() || width(&line) + 2 <= MAX_WIDTH {
@@ -783,7 +850,9 @@ impl Fmt<'_> {
             .iter()
             .zip(attached)
             .map(|(p, att)| {
-                let mut lines = self.leaf(p.span, inner, || vec![format!("{}{}", pad(inner), self.param(p, inner))]);
+                let mut lines = self.leaf(p.span, inner, || {
+                    vec![format!("{}{}", pad(inner), self.param(p, inner))]
+                });
                 lines.last_mut().expect("a parameter line").push(',');
                 Entry { att, lines }
             })
@@ -803,7 +872,8 @@ impl Fmt<'_> {
     }
 
     fn param(&self, p: &Param, indent: usize) -> String {
-        let default = p.default.as_ref().map(|d| format!(" = {}", self.expr(d, indent))).unwrap_or_default();
+        let default =
+            p.default.as_ref().map(|d| format!(" = {}", self.expr(d, indent))).unwrap_or_default();
         format!("{}: {}{default}", p.name.name, self.ty(&p.ty, indent))
     }
 
@@ -817,7 +887,16 @@ impl Fmt<'_> {
             (None, after_name)
         };
         let kw = if l.kind == LayerKind::Model { "model" } else { "layer" };
-        let head = self.header(indent, start, format!("{kw} {}", l.name.name), parens, &l.params, None, body_open, false);
+        let head = self.header(
+            indent,
+            start,
+            format!("{kw} {}", l.name.name),
+            parens,
+            &l.params,
+            None,
+            body_open,
+            false,
+        );
 
         enum Member<'m> {
             Input(&'m InputDecl),
@@ -837,7 +916,14 @@ impl Fmt<'_> {
             .zip(attached)
             .map(|((span, m), att)| {
                 let lines = match m {
-                    Member::Input(i) => self.leaf(*span, inner, || vec![format!("{}input {}: {}", pad(inner), i.name.name, self.tensor(&i.ty, inner))]),
+                    Member::Input(i) => self.leaf(*span, inner, || {
+                        vec![format!(
+                            "{}input {}: {}",
+                            pad(inner),
+                            i.name.name,
+                            self.tensor(&i.ty, inner)
+                        )]
+                    }),
                     Member::Field(f) => self.leaf(*span, inner, || self.field(f, inner)),
                     Member::Forward(f) => self.forward(f, inner),
                 };
@@ -860,7 +946,11 @@ impl Fmt<'_> {
             }
             FieldInit::Repeat { count, index, body } => {
                 let index = index.as_ref().map(|i| format!(", {}", i.name)).unwrap_or_default();
-                self.prefixed(format!("{} = repeat({}{index}) ", f.name.name, self.expr(count, indent)), body, indent)
+                self.prefixed(
+                    format!("{} = repeat({}{index}) ", f.name.name, self.expr(count, indent)),
+                    body,
+                    indent,
+                )
             }
             FieldInit::Expr(e) => self.prefixed(format!("{} = ", f.name.name), e, indent),
         };
@@ -894,8 +984,18 @@ impl Fmt<'_> {
         let (start, _) = range(f.span);
         let after_kw = self.skip_trivia(start + "forward".len());
         let body_open = range(f.body.span).0;
-        let parens = (after_kw < body_open && self.text.as_bytes()[after_kw] == b'(').then(|| (after_kw, self.matching_paren(after_kw)));
-        let head = self.header(indent, start, "forward".to_string(), parens, &f.params, f.ret.as_ref(), body_open, false);
+        let parens = (after_kw < body_open && self.text.as_bytes()[after_kw] == b'(')
+            .then(|| (after_kw, self.matching_paren(after_kw)));
+        let head = self.header(
+            indent,
+            start,
+            "forward".to_string(),
+            parens,
+            &f.params,
+            f.ret.as_ref(),
+            body_open,
+            false,
+        );
         let (open, inner) = self.block(&f.body, indent + INDENT);
         self.braced(head, &open, inner, indent)
     }
@@ -918,7 +1018,8 @@ impl Fmt<'_> {
             entries.push(Entry { att: attached.next().expect("one per statement"), lines });
         }
         if let Some(t) = &b.tail {
-            let lines = self.leaf(t.span, indent, || lines(indent, &self.fit(t, indent, indent, 0)));
+            let lines =
+                self.leaf(t.span, indent, || lines(indent, &self.fit(t, indent, indent, 0)));
             entries.push(Entry { att: attached.next().expect("one for the tail"), lines });
         }
         // A statement followed by a line that could continue its expression (`(`, `[`, `-`)
@@ -940,10 +1041,13 @@ impl Fmt<'_> {
     fn stmt(&self, s: &Stmt, indent: usize) -> String {
         match s {
             Stmt::Let { pat, ty, value, .. } => {
-                let ty = ty.as_ref().map(|t| format!(": {}", self.ty(t, indent))).unwrap_or_default();
+                let ty =
+                    ty.as_ref().map(|t| format!(": {}", self.ty(t, indent))).unwrap_or_default();
                 self.prefixed(format!("let {}{ty} = ", pattern(pat)), value, indent)
             }
-            Stmt::Output { name, value: Some(v), .. } => self.prefixed(format!("output {} = ", name.name), v, indent),
+            Stmt::Output { name, value: Some(v), .. } => {
+                self.prefixed(format!("output {} = ", name.name), v, indent)
+            }
             Stmt::Output { name, value: None, .. } => format!("output {}", name.name),
             Stmt::Loss { value, .. } => self.prefixed("loss ".to_string(), value, indent),
         }
@@ -961,7 +1065,10 @@ impl Fmt<'_> {
         match t {
             TypeExpr::Scalar(s, _) => s.name().to_string(),
             TypeExpr::Tensor(t) => self.tensor(t, indent),
-            TypeExpr::Tuple(ts, _) => format!("({})", ts.iter().map(|t| self.ty(t, indent)).collect::<Vec<_>>().join(", ")),
+            TypeExpr::Tuple(ts, _) => format!(
+                "({})",
+                ts.iter().map(|t| self.ty(t, indent)).collect::<Vec<_>>().join(", ")
+            ),
         }
     }
 
@@ -993,12 +1100,19 @@ impl Fmt<'_> {
     /// Whether `expr` prints over several lines: it holds an `if` with statements in a block.
     fn spreads(e: &Expr) -> bool {
         match &e.kind {
-            ExprKind::Unary(_, x) | ExprKind::Transpose(x) | ExprKind::Field(x, _) => Self::spreads(x),
-            ExprKind::Binary(_, a, b) | ExprKind::Index(a, b) => Self::spreads(a) || Self::spreads(b),
-            ExprKind::Call { callee, args } => Self::spreads(callee) || args.iter().any(|a| Self::spreads(&a.value)),
+            ExprKind::Unary(_, x) | ExprKind::Transpose(x) | ExprKind::Field(x, _) => {
+                Self::spreads(x)
+            }
+            ExprKind::Binary(_, a, b) | ExprKind::Index(a, b) => {
+                Self::spreads(a) || Self::spreads(b)
+            }
+            ExprKind::Call { callee, args } => {
+                Self::spreads(callee) || args.iter().any(|a| Self::spreads(&a.value))
+            }
             ExprKind::Tuple(xs) | ExprKind::List(xs) => xs.iter().any(Self::spreads),
             ExprKind::If { branches, otherwise } => {
-                branches.iter().any(|(c, b)| Self::spreads(c) || !Self::inline_block(b)) || otherwise.as_ref().is_some_and(|b| !Self::inline_block(b))
+                branches.iter().any(|(c, b)| Self::spreads(c) || !Self::inline_block(b))
+                    || otherwise.as_ref().is_some_and(|b| !Self::inline_block(b))
             }
             _ => false,
         }
@@ -1028,7 +1142,9 @@ impl Fmt<'_> {
     fn fit(&self, e: &Expr, indent: usize, col: usize, suffix: usize) -> String {
         let flat = self.expr(e, indent);
         // An `if` already over several lines gains nothing from spreading further.
-        if self.fits(&flat, col, suffix) || (flat.contains('\n') && matches!(e.kind, ExprKind::If { .. })) {
+        if self.fits(&flat, col, suffix)
+            || (flat.contains('\n') && matches!(e.kind, ExprKind::If { .. }))
+        {
             return flat;
         }
         if self.keeps_parens(e) {
@@ -1038,7 +1154,14 @@ impl Fmt<'_> {
     }
 
     /// A sub-expression fitted as by `fit`, in parentheses where its context needs them.
-    fn fit_operand(&self, e: &Expr, needs_parens: bool, indent: usize, col: usize, suffix: usize) -> String {
+    fn fit_operand(
+        &self,
+        e: &Expr,
+        needs_parens: bool,
+        indent: usize,
+        col: usize,
+        suffix: usize,
+    ) -> String {
         if needs_parens && !self.keeps_parens(e) {
             format!("({})", self.fit(e, indent, col + 1, suffix + 1))
         } else {
@@ -1052,25 +1175,42 @@ impl Fmt<'_> {
             ExprKind::Call { callee, args } if !args.is_empty() => {
                 let mut head = String::new();
                 self.operand(&mut head, callee, prec(callee) < 7, indent);
-                let items: Vec<(Option<&str>, &Expr)> = args.iter().map(|a| (a.name.as_ref().map(|n| n.name.as_str()), &a.value)).collect();
+                let items: Vec<(Option<&str>, &Expr)> = args
+                    .iter()
+                    .map(|a| (a.name.as_ref().map(|n| n.name.as_str()), &a.value))
+                    .collect();
                 format!("{head}({})", self.broken(&items, indent, false))
             }
-            ExprKind::List(xs) if !xs.is_empty() => format!("[{}]", self.broken(&elements(xs), indent, false)),
-            ExprKind::Tuple(xs) => format!("({})", self.broken(&elements(xs), indent, xs.len() == 1)),
+            ExprKind::List(xs) if !xs.is_empty() => {
+                format!("[{}]", self.broken(&elements(xs), indent, false))
+            }
+            ExprKind::Tuple(xs) => {
+                format!("({})", self.broken(&elements(xs), indent, xs.len() == 1))
+            }
             ExprKind::Binary(..) => self.chain(e, indent, col, suffix),
             ExprKind::If { branches, otherwise } => {
                 let mut s = String::new();
                 self.if_into(&mut s, branches, otherwise.as_ref(), indent, true);
                 s
             }
-            ExprKind::Field(x, name) if prec(x) >= 7 => format!("{}.{}", self.fit(x, indent, col, suffix + 1 + width(&name.name)), name.name),
+            ExprKind::Field(x, name) if prec(x) >= 7 => format!(
+                "{}.{}",
+                self.fit(x, indent, col, suffix + 1 + width(&name.name)),
+                name.name
+            ),
             ExprKind::Index(x, i) if prec(x) >= 7 => {
                 let index = format!("[{}]", self.expr(i, indent));
                 format!("{}{index}", self.fit(x, indent, col, suffix + width(&index)))
             }
-            ExprKind::Transpose(x) if prec(x) >= 7 => format!("{}^T", self.fit(x, indent, col, suffix + 2)),
+            ExprKind::Transpose(x) if prec(x) >= 7 => {
+                format!("{}^T", self.fit(x, indent, col, suffix + 2))
+            }
             ExprKind::Unary(op, x) if prec(x) > 6 => {
-                format!("{}{}", if *op == UnOp::Neg { "-" } else { "!" }, self.fit(x, indent, col + 1, suffix))
+                format!(
+                    "{}{}",
+                    if *op == UnOp::Neg { "-" } else { "!" },
+                    self.fit(x, indent, col + 1, suffix)
+                )
             }
             _ => {
                 let mut s = String::new();
@@ -1085,7 +1225,13 @@ impl Fmt<'_> {
     /// bracket goes on a line of its own at `indent`. A one-element tuple keeps its comma.
     fn broken(&self, items: &[(Option<&str>, &Expr)], indent: usize, one_tuple: bool) -> String {
         let inner = indent + INDENT;
-        let element = |name: Option<&str>, x: &Expr| format!("{}{}", name.map(|n| format!("{n} = ")).unwrap_or_default(), self.expr(x, inner));
+        let element = |name: Option<&str>, x: &Expr| {
+            format!(
+                "{}{}",
+                name.map(|n| format!("{n} = ")).unwrap_or_default(),
+                self.expr(x, inner)
+            )
+        };
         let mut one_line = items.iter().map(|(n, x)| element(*n, x)).collect::<Vec<_>>().join(", ");
         if one_tuple {
             one_line.push(',');
@@ -1129,7 +1275,13 @@ impl Fmt<'_> {
             s.push_str(symbol);
             s.push(' ');
             let suffix = if k + 1 == n { suffix } else { 0 };
-            s.push_str(&self.fit_operand(b, prec(b) <= p, inner, inner + width(symbol) + 1, suffix));
+            s.push_str(&self.fit_operand(
+                b,
+                prec(b) <= p,
+                inner,
+                inner + width(symbol) + 1,
+                suffix,
+            ));
         }
         s
     }
@@ -1148,7 +1300,8 @@ impl Fmt<'_> {
 
     /// The parentheses the user wrote around an operator or an `if` are kept.
     fn keeps_parens(&self, e: &Expr) -> bool {
-        matches!(e.kind, ExprKind::Binary(..) | ExprKind::Unary(..) | ExprKind::If { .. }) && self.written_in_parens(e)
+        matches!(e.kind, ExprKind::Binary(..) | ExprKind::Unary(..) | ExprKind::If { .. })
+            && self.written_in_parens(e)
     }
 
     fn expr_into(&self, out: &mut String, e: &Expr, indent: usize) {
@@ -1232,7 +1385,9 @@ impl Fmt<'_> {
                 self.list_into(out, xs, indent);
                 out.push(']');
             }
-            ExprKind::If { branches, otherwise } => self.if_into(out, branches, otherwise.as_ref(), indent, spread),
+            ExprKind::If { branches, otherwise } => {
+                self.if_into(out, branches, otherwise.as_ref(), indent, spread)
+            }
             ExprKind::Error => out.push_str(&self.text[range(e.span).0..range(e.span).1]),
         }
     }
@@ -1248,12 +1403,23 @@ impl Fmt<'_> {
 
     /// `if c { a } else { b }` on one line when every block is only an expression (and
     /// `spread` is off); otherwise each block's contents on lines of their own.
-    fn if_into(&self, out: &mut String, branches: &[(Expr, Block)], otherwise: Option<&Block>, indent: usize, spread: bool) {
+    fn if_into(
+        &self,
+        out: &mut String,
+        branches: &[(Expr, Block)],
+        otherwise: Option<&Block>,
+        indent: usize,
+        spread: bool,
+    ) {
         let blocks = || branches.iter().map(|(_, b)| b).chain(otherwise);
         let inline: Option<Vec<String>> = if spread || !blocks().all(Self::inline_block) {
             None
         } else {
-            Some(blocks().map(|b| b.tail.as_ref().map(|t| self.expr(t, indent)).unwrap_or_default()).collect())
+            Some(
+                blocks()
+                    .map(|b| b.tail.as_ref().map(|t| self.expr(t, indent)).unwrap_or_default())
+                    .collect(),
+            )
         };
         let render_block = |out: &mut String, b: &Block, k: usize| match &inline {
             Some(tails) if tails[k].is_empty() => out.push_str("{}"),
@@ -1293,7 +1459,10 @@ impl Fmt<'_> {
 
 /// Text whose first line gets `indent` (the others carry their own), as lines.
 fn lines(indent: usize, text: &str) -> Vec<String> {
-    text.split('\n').enumerate().map(|(k, l)| if k == 0 { format!("{}{l}", pad(indent)) } else { l.to_string() }).collect()
+    text.split('\n')
+        .enumerate()
+        .map(|(k, l)| if k == 0 { format!("{}{l}", pad(indent)) } else { l.to_string() })
+        .collect()
 }
 
 fn elements(xs: &[Expr]) -> Vec<(Option<&str>, &Expr)> {
@@ -1308,7 +1477,9 @@ fn pattern(p: &Pattern) -> String {
     match p {
         Pattern::Name(i) => i.name.clone(),
         Pattern::Wildcard(_) => "_".to_string(),
-        Pattern::Tuple(ps, _) => format!("({})", ps.iter().map(pattern).collect::<Vec<_>>().join(", ")),
+        Pattern::Tuple(ps, _) => {
+            format!("({})", ps.iter().map(pattern).collect::<Vec<_>>().join(", "))
+        }
     }
 }
 

@@ -22,11 +22,17 @@ pub fn check_source(file: FileId, text: &str) -> Option<Diagnostic> {
         return Some(
             Diagnostic::error(
                 "E0002",
-                format!("source file is too large ({} bytes; the limit is {} bytes)", text.len(), MAX_SOURCE_BYTES),
+                format!(
+                    "source file is too large ({} bytes; the limit is {} bytes)",
+                    text.len(),
+                    MAX_SOURCE_BYTES
+                ),
                 Span::new(file, 0, 0),
                 "file starts here",
             )
-            .with_help("split the model into several files joined with `use \"./other.mgn\".{...}`"),
+            .with_help(
+                "split the model into several files joined with `use \"./other.mgn\".{...}`",
+            ),
         );
     }
     let bytes = text.as_bytes();

@@ -36,8 +36,13 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
             Ok(p) => p,
             Err(at) => {
                 diags.push(
-                    Diagnostic::error("E0001", "unterminated block comment", Span::new(file, at, at + 2), "this `/*` is never closed")
-                        .with_help("close it with `*/`"),
+                    Diagnostic::error(
+                        "E0001",
+                        "unterminated block comment",
+                        Span::new(file, at, at + 2),
+                        "this `/*` is never closed",
+                    )
+                    .with_help("close it with `*/`"),
                 );
                 break;
             }
@@ -93,10 +98,13 @@ fn skip_trivia(text: &str, mut pos: usize) -> Result<usize, usize> {
 /// The name in `fn name`, `layer name`, `model name` or `const name` at `pos`, if any.
 fn item_name_at(file: FileId, text: &str, pos: usize) -> Option<Ident> {
     let rest = &text[pos..];
-    let kw = ["fn", "layer", "model", "const", "def", "class"].into_iter().find(|k| rest.starts_with(k) && rest[k.len()..].starts_with(char::is_whitespace))?;
+    let kw = ["fn", "layer", "model", "const", "def", "class"]
+        .into_iter()
+        .find(|k| rest.starts_with(k) && rest[k.len()..].starts_with(char::is_whitespace))?;
     let after = &rest[kw.len()..];
     let skip = after.len() - after.trim_start().len();
-    let name: String = after.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    let name: String =
+        after.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
@@ -112,7 +120,8 @@ fn next_item_start(text: &str, from: usize) -> usize {
     };
     while line_start < text.len() {
         let line = &text[line_start..];
-        let word: String = line.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let word: String =
+            line.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
         if matches!(word.as_str(), "use" | "const" | "fn" | "layer" | "model") {
             return line_start;
         }
@@ -138,7 +147,8 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
             if let Some(attempts) = e.parse_attempts() {
                 if attempts.max_position >= local {
                     at = base + attempts.max_position;
-                    let tokens: Vec<String> = attempts.expected_tokens().iter().map(|t| t.to_string()).collect();
+                    let tokens: Vec<String> =
+                        attempts.expected_tokens().iter().map(|t| t.to_string()).collect();
                     expected.extend(literal_names(&tokens));
                 }
             }
@@ -150,7 +160,12 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
         }
         ErrorVariant::CustomError { message } => {
             let span = Span::new(file, at, at);
-            return Diagnostic::error("E0001", format!("cannot parse this file: {message}"), span, "parsing stopped here");
+            return Diagnostic::error(
+                "E0001",
+                format!("cannot parse this file: {message}"),
+                span,
+                "parsing stopped here",
+            );
         }
     }
     // Report at the next token, not at the whitespace before it.
@@ -159,8 +174,17 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
         at += 1;
     }
     // `layer(x)` fails after the reserved word, at `(`: point at the word instead.
-    let word_before: String = text[..at].chars().rev().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<Vec<_>>().into_iter().rev().collect();
-    if RESERVED.contains(&word_before.as_str()) && expected.iter().any(|e| e == "an expression" || e == "a name") {
+    let word_before: String = text[..at]
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if RESERVED.contains(&word_before.as_str())
+        && expected.iter().any(|e| e == "an expression" || e == "a name")
+    {
         at -= word_before.len();
     }
     // Categories ("an expression") make the keywords they start with redundant.
@@ -168,7 +192,9 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
         expected.retain(|e| e != "`!`" && e != "`-`");
     }
     if expected.iter().any(|e| !e.starts_with('`')) {
-        expected.retain(|e| !(e.starts_with('`') && e[1..].starts_with(|c: char| c.is_ascii_alphabetic())));
+        expected.retain(|e| {
+            !(e.starts_with('`') && e[1..].starts_with(|c: char| c.is_ascii_alphabetic()))
+        });
     }
     let found = describe_token(text, at);
     let end = (at + found.1).min(text.len());
@@ -178,7 +204,11 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
     } else {
         format!("expected {}, found {}", join_alternatives(&expected), found.0)
     };
-    let label = if expected.is_empty() { "unexpected here".to_string() } else { format!("expected {} here", short_name(&expected)) };
+    let label = if expected.is_empty() {
+        "unexpected here".to_string()
+    } else {
+        format!("expected {} here", short_name(&expected))
+    };
     let mut d = Diagnostic::error("E0001", message, span, label);
     if let Some(help) = syntax_help(text, at, &expected) {
         d = d.with_help(help);
@@ -187,17 +217,25 @@ fn syntax_error(file: FileId, text: &str, base: usize, e: pest::error::Error<Rul
 }
 
 const RESERVED: &[&str] = &[
-    "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true", "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32",
+    "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
+    "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32",
 ];
 
-const OPERATORS: &[&str] = &["+", "-", "*", "/", "%", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "^T", ".", "[", "("];
+const OPERATORS: &[&str] = &[
+    "+", "-", "*", "/", "%", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "^T", ".", "[", "(",
+];
 
 /// Names for the literal tokens pest expected: whitespace and comment markers are dropped, and
 /// a crowd of operators (any expression may continue with one) becomes "an operator".
 fn literal_names(tokens: &[String]) -> Vec<String> {
     let useful: Vec<&String> = tokens
         .iter()
-        .filter(|t| !t.trim().is_empty() && !t.contains("..") && *t != "BUILTIN_RULE" && !matches!(t.as_str(), "//" | "/*" | "*/" | "\"" | "_"))
+        .filter(|t| {
+            !t.trim().is_empty()
+                && !t.contains("..")
+                && *t != "BUILTIN_RULE"
+                && !matches!(t.as_str(), "//" | "/*" | "*/" | "\"" | "_")
+        })
         .collect();
     let operator_count = useful.iter().filter(|t| OPERATORS.contains(&t.as_str())).count();
     let mut out = Vec::new();
@@ -251,14 +289,24 @@ fn syntax_help(text: &str, at: usize, expected: &[String]) -> Option<String> {
     }
     // `model Net` where a member was expected: the item before it is probably not closed.
     let before = text[..at].trim_end();
-    let prev_word: &str = before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
-    let prev_at_line_start = before[..before.len() - prev_word.len()].ends_with('\n') || before.len() == prev_word.len();
-    if matches!(prev_word, "fn" | "layer" | "model" | "const" | "use") && prev_at_line_start && before.len() < text.len() {
+    let prev_word: &str =
+        before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+    let prev_at_line_start =
+        before[..before.len() - prev_word.len()].ends_with('\n') || before.len() == prev_word.len();
+    if matches!(prev_word, "fn" | "layer" | "model" | "const" | "use")
+        && prev_at_line_start
+        && before.len() < text.len()
+    {
         return Some(format!("`{prev_word}` starts a new item here; is a `}}` missing before it?"));
     }
-    let names_expected = expected.iter().any(|e| e == "a name" || e == "a pattern" || e == "a parameter (`name: type`)");
-    let word_here: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-    if RESERVED.contains(&word_here.as_str()) && expected.iter().any(|e| e == "an expression" || e == "a name") {
+    let names_expected = expected
+        .iter()
+        .any(|e| e == "a name" || e == "a pattern" || e == "a parameter (`name: type`)");
+    let word_here: String =
+        rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if RESERVED.contains(&word_here.as_str())
+        && expected.iter().any(|e| e == "an expression" || e == "a name")
+    {
         return Some(format!("`{word_here}` is a reserved word; a field with this name is reached as `self.{word_here}`"));
     }
     if names_expected && RESERVED.contains(&prev_word) {
@@ -275,7 +323,10 @@ fn describe_token(text: &str, at: usize) -> (String, usize) {
     let rest = &text[at..];
     let Some(c) = rest.chars().next() else { return ("end of file".into(), 0) };
     if c.is_ascii_alphanumeric() || c == '_' {
-        let word: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.').collect();
+        let word: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+            .collect();
         let word = word.trim_end_matches('.').to_string();
         let len = word.len();
         return (format!("`{word}`"), len);
@@ -294,16 +345,26 @@ fn describe_token(text: &str, at: usize) -> (String, usize) {
 fn rule_name(r: Rule) -> Option<&'static str> {
     Some(match r {
         Rule::EOI => "end of file",
-        Rule::item_at | Rule::use_item | Rule::const_item | Rule::fn_item | Rule::layer_item | Rule::model_item => {
-            "an item (`use`, `const`, `fn`, `layer` or `model`)"
-        }
+        Rule::item_at
+        | Rule::use_item
+        | Rule::const_item
+        | Rule::fn_item
+        | Rule::layer_item
+        | Rule::model_item => "an item (`use`, `const`, `fn`, `layer` or `model`)",
         Rule::kw_use | Rule::kw_const | Rule::kw_fn | Rule::kw_layer | Rule::kw_model => {
             "an item (`use`, `const`, `fn`, `layer` or `model`)"
         }
-        Rule::input_decl | Rule::kw_input | Rule::field_def | Rule::forward_def | Rule::kw_forward => {
-            "a member (`input`, a field or `forward`)"
-        }
-        Rule::let_stmt | Rule::kw_let | Rule::output_stmt | Rule::kw_output | Rule::loss_stmt | Rule::kw_loss => "a statement",
+        Rule::input_decl
+        | Rule::kw_input
+        | Rule::field_def
+        | Rule::forward_def
+        | Rule::kw_forward => "a member (`input`, a field or `forward`)",
+        Rule::let_stmt
+        | Rule::kw_let
+        | Rule::output_stmt
+        | Rule::kw_output
+        | Rule::loss_stmt
+        | Rule::kw_loss => "a statement",
         Rule::expr
         | Rule::if_expr
         | Rule::paren_or_tuple
@@ -436,7 +497,9 @@ impl Builder<'_> {
                 for q in inner {
                     match q.as_rule() {
                         Rule::params => params = self.params(q),
-                        Rule::ret_type => ret = Some(self.type_expr(q.into_inner().next().unwrap())),
+                        Rule::ret_type => {
+                            ret = Some(self.type_expr(q.into_inner().next().unwrap()))
+                        }
                         Rule::block => body = Some(self.block(q)),
                         _ => {}
                     }
@@ -444,11 +507,22 @@ impl Builder<'_> {
                 Item::Fn(FnItem { name, params, ret, body: body.unwrap(), span })
             }
             Rule::layer_item | Rule::model_item => {
-                let kind = if p.as_rule() == Rule::model_item { LayerKind::Model } else { LayerKind::Layer };
+                let kind = if p.as_rule() == Rule::model_item {
+                    LayerKind::Model
+                } else {
+                    LayerKind::Layer
+                };
                 let mut inner = skip_kw(p.into_inner());
                 let name = self.ident(inner.next().unwrap());
-                let mut layer =
-                    LayerItem { kind, name, params: Vec::new(), inputs: Vec::new(), fields: Vec::new(), forward: Vec::new(), span };
+                let mut layer = LayerItem {
+                    kind,
+                    name,
+                    params: Vec::new(),
+                    inputs: Vec::new(),
+                    fields: Vec::new(),
+                    forward: Vec::new(),
+                    span,
+                };
                 for q in inner {
                     let qs = self.span(&q);
                     match q.as_rule() {
@@ -465,12 +539,19 @@ impl Builder<'_> {
                             for r in skip_kw(q.into_inner()) {
                                 match r.as_rule() {
                                     Rule::params => params = self.params(r),
-                                    Rule::ret_type => ret = Some(self.type_expr(r.into_inner().next().unwrap())),
+                                    Rule::ret_type => {
+                                        ret = Some(self.type_expr(r.into_inner().next().unwrap()))
+                                    }
                                     Rule::block => body = Some(self.block(r)),
                                     _ => {}
                                 }
                             }
-                            layer.forward.push(ForwardDef { params, ret, body: body.unwrap(), span: qs });
+                            layer.forward.push(ForwardDef {
+                                params,
+                                ret,
+                                body: body.unwrap(),
+                                span: qs,
+                            });
                         }
                         _ => {}
                     }
@@ -490,7 +571,10 @@ impl Builder<'_> {
                     u.source = match s.as_rule() {
                         Rule::string => {
                             let raw = s.as_str();
-                            UseSource::File { path: raw[1..raw.len() - 1].to_string(), span: self.span(&s) }
+                            UseSource::File {
+                                path: raw[1..raw.len() - 1].to_string(),
+                                span: self.span(&s),
+                            }
                         }
                         _ => UseSource::Path(s.into_inner().map(|i| self.ident(i)).collect()),
                     }
@@ -563,7 +647,9 @@ impl Builder<'_> {
         let span = self.span(&p);
         match p.as_rule() {
             Rule::tensor_type => TypeExpr::Tensor(self.tensor_type(p)),
-            Rule::tuple_type => TypeExpr::Tuple(p.into_inner().map(|q| self.type_expr(q)).collect(), span),
+            Rule::tuple_type => {
+                TypeExpr::Tuple(p.into_inner().map(|q| self.type_expr(q)).collect(), span)
+            }
             Rule::scalar_type => {
                 let s = match p.as_str() {
                     "dim" => ScalarType::Dim,
@@ -582,7 +668,8 @@ impl Builder<'_> {
     fn tensor_type(&mut self, p: Pair<Rule>) -> TensorType {
         let span = self.span(&p);
         let mut i = p.into_inner();
-        let dtype = DTypeName::parse(i.next().unwrap().as_str()).expect("grammar only admits known dtypes");
+        let dtype =
+            DTypeName::parse(i.next().unwrap().as_str()).expect("grammar only admits known dtypes");
         let dims = i
             .map(|d| match d.as_rule() {
                 Rule::variadic_dim => DimItem::Variadic(self.ident(d.into_inner().next().unwrap())),
@@ -649,7 +736,11 @@ impl Builder<'_> {
         let text = self.text;
         let sp = move |p: &Pair<Rule>| {
             let s = p.as_span();
-            Span::new(file, offset + s.start(), trim_end(text, offset + s.start(), offset + s.end()))
+            Span::new(
+                file,
+                offset + s.start(),
+                trim_end(text, offset + s.start(), offset + s.end()),
+            )
         };
         // The closures below all need `self`; pest's Pratt API takes them separately, so
         // they share it through a RefCell.
@@ -683,8 +774,12 @@ impl Builder<'_> {
                             .collect();
                         ExprKind::Call { callee: lhs, args }
                     }
-                    Rule::field_access => ExprKind::Field(lhs, b.ident(op.into_inner().next().unwrap())),
-                    Rule::index => ExprKind::Index(lhs, Box::new(b.expr(op.into_inner().next().unwrap()))),
+                    Rule::field_access => {
+                        ExprKind::Field(lhs, b.ident(op.into_inner().next().unwrap()))
+                    }
+                    Rule::index => {
+                        ExprKind::Index(lhs, Box::new(b.expr(op.into_inner().next().unwrap())))
+                    }
                     _ => ExprKind::Transpose(lhs),
                 };
                 b.node(kind, span, depth)
@@ -708,7 +803,11 @@ impl Builder<'_> {
                     _ => BinOp::MatMul,
                 };
                 let depth = lhs.depth.max(rhs.depth);
-                this.borrow_mut().node(ExprKind::Binary(bop, Box::new(lhs.expr), Box::new(rhs.expr)), span, depth)
+                this.borrow_mut().node(
+                    ExprKind::Binary(bop, Box::new(lhs.expr), Box::new(rhs.expr)),
+                    span,
+                    depth,
+                )
             })
             .parse(p.into_inner());
         built
@@ -722,7 +821,10 @@ impl Builder<'_> {
                 self.diags.push(
                     Diagnostic::error(
                         "E0003",
-                        format!("expression is nested more than {} levels deep", limits::MAX_EXPR_DEPTH),
+                        format!(
+                            "expression is nested more than {} levels deep",
+                            limits::MAX_EXPR_DEPTH
+                        ),
                         span,
                         "this expression is too deep",
                     )
@@ -753,7 +855,12 @@ impl Builder<'_> {
             Rule::float => match p.as_str().parse::<f64>() {
                 Ok(v) if v.is_finite() => leaf(ExprKind::Float(v)),
                 _ => {
-                    self.diags.push(Diagnostic::error("E0004", "float literal is too large", span, "does not fit in a 64-bit float"));
+                    self.diags.push(Diagnostic::error(
+                        "E0004",
+                        "float literal is too large",
+                        span,
+                        "does not fit in a 64-bit float",
+                    ));
                     leaf(ExprKind::Error)
                 }
             },
@@ -762,7 +869,9 @@ impl Builder<'_> {
                 let raw = p.as_str();
                 leaf(ExprKind::Str(raw[1..raw.len() - 1].to_string()))
             }
-            Rule::dtype_lit => leaf(ExprKind::DType(DTypeName::parse(p.as_str()).expect("grammar admits only dtypes"))),
+            Rule::dtype_lit => leaf(ExprKind::DType(
+                DTypeName::parse(p.as_str()).expect("grammar admits only dtypes"),
+            )),
             Rule::self_kw => leaf(ExprKind::SelfRef),
             Rule::ident => leaf(ExprKind::Name(p.as_str().to_string())),
             Rule::paren_or_tuple | Rule::list => {
@@ -886,7 +995,11 @@ mod tests {
         let f = parse_ok(text);
         assert_eq!(f.items.len(), 3);
         let Item::Const(c) = &f.items[1] else { panic!("const expected") };
-        assert_eq!(snippet(text, c.span), "const K: int = 3", "trailing comments are not part of a span");
+        assert_eq!(
+            snippet(text, c.span),
+            "const K: int = 3",
+            "trailing comments are not part of a span"
+        );
         let Item::Layer(m) = &f.items[2] else { panic!("model expected") };
         assert_eq!(m.kind, LayerKind::Model);
         assert_eq!(snippet(text, m.inputs[0].ty.span), "f32[n, ..B]");
@@ -939,7 +1052,11 @@ mod tests {
 
     #[test]
     fn limits_are_diagnostics() {
-        for text in ["(".repeat(1000), format!("fn f() {{ {}x }}", "- ".repeat(100)), format!("fn f() {{ x{} }}", "^T".repeat(1000))] {
+        for text in [
+            "(".repeat(1000),
+            format!("fn f() {{ {}x }}", "- ".repeat(100)),
+            format!("fn f() {{ x{} }}", "^T".repeat(1000)),
+        ] {
             let (_, diags) = parse(FileId(0), &text);
             assert!(diags.iter().any(|d| d.code == "E0003"), "{text:.40}: {diags:?}");
         }

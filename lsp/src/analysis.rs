@@ -39,7 +39,14 @@ impl Snapshot {
                 overrides.insert(p.clone(), d.text.clone());
             }
         }
-        Some(Snapshot { uri: uri.clone(), version: doc.version, origin: doc.origin.clone(), text: doc.text.clone(), open, overrides })
+        Some(Snapshot {
+            uri: uri.clone(),
+            version: doc.version,
+            origin: doc.origin.clone(),
+            text: doc.text.clone(),
+            open,
+            overrides,
+        })
     }
 }
 
@@ -60,7 +67,13 @@ impl Analysis {
             Origin::Std(m) => format!("std.{m}"),
             Origin::Memory(s) => s.clone(),
         };
-        let outcome = check_text_with_overrides(name, snap.origin.clone(), snap.text, Models::All, snap.overrides);
+        let outcome = check_text_with_overrides(
+            name,
+            snap.origin.clone(),
+            snap.text,
+            Models::All,
+            snap.overrides,
+        );
         let index = resolve::index(&outcome.program);
         let loaded = outcome
             .program

@@ -82,7 +82,14 @@ pub fn diagnostics(paths: &Paths, a: &Analysis) -> HashMap<lsp::Uri, Vec<lsp::Di
                 continue;
             }
             if let Some(location) = location_of(paths, a, l.span) {
-                related.push(lsp::DiagnosticRelatedInformation { location, message: if l.message.is_empty() { d.message.clone() } else { l.message.clone() } });
+                related.push(lsp::DiagnosticRelatedInformation {
+                    location,
+                    message: if l.message.is_empty() {
+                        d.message.clone()
+                    } else {
+                        l.message.clone()
+                    },
+                });
             }
         }
         out.entry(uri).or_default().push(lsp::Diagnostic {
@@ -121,8 +128,15 @@ pub fn facts_for(ctx: &Ctx, origin: &Origin, text: &str) -> Vec<FileFact> {
             continue;
         }
         for f in &a.outcome.facts {
-            if f.span.file == file && seen.insert((f.span.start, f.span.end, f.kind as u8, f.text.clone())) {
-                out.push(FileFact { start: f.span.start as usize, end: f.span.end as usize, kind: f.kind, text: f.text.clone() });
+            if f.span.file == file
+                && seen.insert((f.span.start, f.span.end, f.kind as u8, f.text.clone()))
+            {
+                out.push(FileFact {
+                    start: f.span.start as usize,
+                    end: f.span.end as usize,
+                    kind: f.kind,
+                    text: f.text.clone(),
+                });
             }
         }
     }
@@ -133,7 +147,11 @@ pub fn facts_for(ctx: &Ctx, origin: &Origin, text: &str) -> Vec<FileFact> {
 fn facts_at<'f>(facts: &'f [FileFact], span: Span, kinds: &[FactKind]) -> Vec<&'f str> {
     let mut texts: Vec<&str> = Vec::new();
     for f in facts {
-        if f.start == span.start as usize && f.end == span.end as usize && kinds.contains(&f.kind) && !texts.contains(&f.text.as_str()) {
+        if f.start == span.start as usize
+            && f.end == span.end as usize
+            && kinds.contains(&f.kind)
+            && !texts.contains(&f.text.as_str())
+        {
             texts.push(&f.text);
         }
     }
@@ -230,13 +248,19 @@ fn item_at(prog: &Program, span: Span) -> Option<(ModId, &Item)> {
 /// initializer, an input declaration.
 fn declaration(a: &Analysis, span: Span, kind: SymKind) -> Option<String> {
     let (_, item) = item_at(a.program(), span)?;
-    let params_decl = |ps: &[Param]| ps.iter().find(|p| p.name.span == span).map(|p| snippet(a, p.span).to_string());
+    let params_decl = |ps: &[Param]| {
+        ps.iter().find(|p| p.name.span == span).map(|p| snippet(a, p.span).to_string())
+    };
     match (item, kind) {
         (Item::Layer(l), SymKind::Config) => params_decl(&l.params),
         (Item::Layer(l), SymKind::Param) => l.forward.iter().find_map(|f| params_decl(&f.params)),
         (Item::Fn(f), SymKind::Param) => params_decl(&f.params),
-        (Item::Layer(l), SymKind::Field) => l.fields.iter().find(|f| f.name.span == span).map(|f| snippet(a, f.span).to_string()),
-        (Item::Layer(l), SymKind::Input) => l.inputs.iter().find(|i| i.name.span == span).map(|i| snippet(a, i.span).to_string()),
+        (Item::Layer(l), SymKind::Field) => {
+            l.fields.iter().find(|f| f.name.span == span).map(|f| snippet(a, f.span).to_string())
+        }
+        (Item::Layer(l), SymKind::Input) => {
+            l.inputs.iter().find(|i| i.name.span == span).map(|i| snippet(a, i.span).to_string())
+        }
         (_, SymKind::Dim) => Some(format!("{}: dim (bound by a shape pattern)", snippet(a, span))),
         (_, SymKind::Index) => Some(format!("{}: int (repeat index)", snippet(a, span))),
         _ => None,
@@ -265,14 +289,20 @@ pub fn hover(ctx: &Ctx, offset: usize) -> Option<lsp::Hover> {
     }
     if parts.is_empty() {
         // The innermost fact at the cursor: the type of the expression under it.
-        let best = facts.iter().filter(|f| f.start <= offset && offset <= f.end).min_by_key(|f| (f.end - f.start, f.kind != FactKind::Expr))?;
+        let best = facts
+            .iter()
+            .filter(|f| f.start <= offset && offset <= f.end)
+            .min_by_key(|f| (f.end - f.start, f.kind != FactKind::Expr))?;
         let span = Span { file, start: best.start as u32, end: best.end as u32 };
         let texts = facts_at(&facts, span, &[best.kind]);
         parts.push(code_block(&join_facts(&texts)));
         range = Some(span);
     }
     Some(lsp::Hover {
-        contents: lsp::HoverContents::Markup(lsp::MarkupContent { kind: lsp::MarkupKind::Markdown, value: parts.join("\n\n") }),
+        contents: lsp::HoverContents::Markup(lsp::MarkupContent {
+            kind: lsp::MarkupKind::Markdown,
+            value: parts.join("\n\n"),
+        }),
         range: range.map(|s| range_of(a, s)),
     })
 }
@@ -312,14 +342,26 @@ fn describe_target(ctx: &Ctx, facts: &[FileFact], o: &Occurrence) -> Vec<String>
                     if texts.is_empty() {
                         vec![code_block(&format!("let {name}"))]
                     } else {
-                        vec![code_block(&texts.iter().map(|t| format!("let {name}: {t}")).collect::<Vec<_>>().join("\n"))]
+                        vec![code_block(
+                            &texts
+                                .iter()
+                                .map(|t| format!("let {name}: {t}"))
+                                .collect::<Vec<_>>()
+                                .join("\n"),
+                        )]
                     }
                 }
                 SymKind::Field => {
                     let texts = facts_at(facts, span, &[FactKind::Param, FactKind::Layer]);
                     let mut out = vec![code_block(&declaration(a, span, kind).unwrap_or(name))];
                     if !texts.is_empty() {
-                        out.push(join_facts(&texts).lines().map(|l| format!("- {l}")).collect::<Vec<_>>().join("\n"));
+                        out.push(
+                            join_facts(&texts)
+                                .lines()
+                                .map(|l| format!("- {l}"))
+                                .collect::<Vec<_>>()
+                                .join("\n"),
+                        );
                     }
                     out
                 }
@@ -338,11 +380,20 @@ fn describe_target(ctx: &Ctx, facts: &[FileFact], o: &Occurrence) -> Vec<String>
                 }
                 SymKind::Output => vec![code_block(&format!("output {name}"))],
                 _ => {
-                    let mut out = vec![code_block(&declaration(a, span, kind).unwrap_or_else(|| format!("{name} ({})", kind.describe())))];
+                    let mut out = vec![code_block(
+                        &declaration(a, span, kind)
+                            .unwrap_or_else(|| format!("{name} ({})", kind.describe())),
+                    )];
                     // What a parameter was bound to in the calls elaboration made.
                     let texts = facts_at(facts, span, &[FactKind::Arg]);
                     if !texts.is_empty() {
-                        out.push(join_facts(&texts).lines().map(|l| format!("- bound to {l}")).collect::<Vec<_>>().join("\n"));
+                        out.push(
+                            join_facts(&texts)
+                                .lines()
+                                .map(|l| format!("- bound to {l}"))
+                                .collect::<Vec<_>>()
+                                .join("\n"),
+                        );
                     }
                     out
                 }
@@ -369,8 +420,12 @@ pub fn definition(ctx: &Ctx, offset: usize) -> Option<lsp::Location> {
 /// A definition's identity across analyses: the file it is in and its span.
 fn identity(a: &Analysis, t: Target) -> Option<(Origin, u32, u32)> {
     match t {
-        Target::Def { span, .. } => Some((a.program().sources.get(span.file).origin.clone(), span.start, span.end)),
-        Target::Module(m) => Some((a.program().sources.get(a.program().module(m).file).origin.clone(), 0, 0)),
+        Target::Def { span, .. } => {
+            Some((a.program().sources.get(span.file).origin.clone(), span.start, span.end))
+        }
+        Target::Module(m) => {
+            Some((a.program().sources.get(a.program().module(m).file).origin.clone(), 0, 0))
+        }
         Target::Builtin(_) => None,
     }
 }
@@ -402,14 +457,22 @@ pub fn references(ctx: &Ctx, offset: usize, include_declaration: bool) -> Vec<ls
             }
         }
     }
-    out.sort_by(|x, y| (x.uri.as_str(), x.range.start.line, x.range.start.character).cmp(&(y.uri.as_str(), y.range.start.line, y.range.start.character)));
+    out.sort_by(|x, y| {
+        (x.uri.as_str(), x.range.start.line, x.range.start.character).cmp(&(
+            y.uri.as_str(),
+            y.range.start.line,
+            y.range.start.character,
+        ))
+    });
     out
 }
 
 // ---- completion ------------------------------------------------------------------------------
 
 const KEYWORDS: &[&str] = &[
-    "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true", "false", "self", "as", "input", "output", "loss", "param", "buffer", "init", "f32", "f16", "bf16", "i32", "i64", "u32", "bool", "dim", "int", "float", "dtype",
+    "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
+    "false", "self", "as", "input", "output", "loss", "param", "buffer", "init", "f32", "f16",
+    "bf16", "i32", "i64", "u32", "bool", "dim", "int", "float", "dtype",
 ];
 
 /// The item being edited, from the current text or, when it does not parse right now, from
@@ -504,7 +567,9 @@ fn enclosing_call(text: &str, at: usize) -> Option<(Vec<String>, usize, Vec<Stri
                 let mut positional = 0;
                 let mut named = Vec::new();
                 for p in pieces {
-                    let name = p.split_once('=').map(|(n, r)| (n.trim(), r)).filter(|(n, r)| !n.is_empty() && n.bytes().all(ident_char) && !r.starts_with('='));
+                    let name = p.split_once('=').map(|(n, r)| (n.trim(), r)).filter(|(n, r)| {
+                        !n.is_empty() && n.bytes().all(ident_char) && !r.starts_with('=')
+                    });
                     match name {
                         Some((n, _)) => named.push(n.to_string()),
                         None => positional += 1,
@@ -529,7 +594,12 @@ fn item_kind(item: &Item) -> (lsp::CompletionItemKind, &'static str) {
     }
 }
 
-fn item_completion(prog: &Program, label: &str, module: ModId, index: usize) -> lsp::CompletionItem {
+fn item_completion(
+    prog: &Program,
+    label: &str,
+    module: ModId,
+    index: usize,
+) -> lsp::CompletionItem {
     let item = prog.item(module, index);
     let text = &prog.sources.get(prog.module(module).file).text;
     let (kind, _) = item_kind(item);
@@ -537,7 +607,8 @@ fn item_completion(prog: &Program, label: &str, module: ModId, index: usize) -> 
         label: label.to_string(),
         kind: Some(kind),
         detail: Some(one_line(&item_signature(text, item))),
-        documentation: doc_comment(text, item.span().start as usize).map(lsp::Documentation::String),
+        documentation: doc_comment(text, item.span().start as usize)
+            .map(lsp::Documentation::String),
         ..Default::default()
     }
 }
@@ -556,14 +627,24 @@ fn field_completions(prog: &Program, l: &LayerItem) -> Vec<lsp::CompletionItem> 
     let text = |f: &FieldDef| {
         for m in &prog.modules {
             if m.ast.items.iter().any(|i| matches!(i, Item::Layer(x) if std::ptr::eq(x, l))) {
-                return prog.sources.get(m.file).text.get(f.span.start as usize..f.span.end as usize).map(one_line);
+                return prog
+                    .sources
+                    .get(m.file)
+                    .text
+                    .get(f.span.start as usize..f.span.end as usize)
+                    .map(one_line);
             }
         }
         None
     };
     l.fields
         .iter()
-        .map(|f| lsp::CompletionItem { label: f.name.name.clone(), kind: Some(lsp::CompletionItemKind::FIELD), detail: text(f), ..Default::default() })
+        .map(|f| lsp::CompletionItem {
+            label: f.name.name.clone(),
+            kind: Some(lsp::CompletionItemKind::FIELD),
+            detail: text(f),
+            ..Default::default()
+        })
         .collect()
 }
 
@@ -608,11 +689,19 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
                 return field_completions(prog, l);
             }
             let field = l.fields.iter().find(|f| f.name.name == rest[0]);
-            let target = field.and_then(|f| field_layer(prog, enc.module, f)).and_then(|r| resolve::follow(prog, r, &rest[1..]));
-            return target.and_then(|r| layer_item(prog, r)).map(|l| field_completions(prog, l)).unwrap_or_default();
+            let target = field
+                .and_then(|f| field_layer(prog, enc.module, f))
+                .and_then(|r| resolve::follow(prog, r, &rest[1..]));
+            return target
+                .and_then(|r| layer_item(prog, r))
+                .map(|l| field_completions(prog, l))
+                .unwrap_or_default();
         }
         if let Some(r) = local_layer(first) {
-            return resolve::follow(prog, r, rest).and_then(|r| layer_item(prog, r)).map(|l| field_completions(prog, l)).unwrap_or_default();
+            return resolve::follow(prog, r, rest)
+                .and_then(|r| layer_item(prog, r))
+                .map(|l| field_completions(prog, l))
+                .unwrap_or_default();
         }
         return match prog.module(enc.module).scope.get(first.as_str()) {
             Some(Binding::Module { module, .. }) if rest.is_empty() => module_items(prog, *module),
@@ -628,8 +717,31 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
         if let Some((callee, positional, given)) = enclosing_call(text, start) {
             let sig = resolve::signature_at(prog, enc.module, layer, &callee, local_layer);
             let params: Vec<(String, String)> = match sig {
-                Some(Signature::Params(ps, _)) => ps.iter().map(|p| (p.name.name.clone(), one_line(prog.sources.get(p.span.file).text.get(p.span.start as usize..p.span.end as usize).unwrap_or("")))).collect(),
-                Some(Signature::Builtin(bi)) => bi.params.iter().map(|p| (p.trim_end_matches('?').to_string(), format!("{p} (argument of `{}`)", bi.name))).collect(),
+                Some(Signature::Params(ps, _)) => ps
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.name.name.clone(),
+                            one_line(
+                                prog.sources
+                                    .get(p.span.file)
+                                    .text
+                                    .get(p.span.start as usize..p.span.end as usize)
+                                    .unwrap_or(""),
+                            ),
+                        )
+                    })
+                    .collect(),
+                Some(Signature::Builtin(bi)) => bi
+                    .params
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.trim_end_matches('?').to_string(),
+                            format!("{p} (argument of `{}`)", bi.name),
+                        )
+                    })
+                    .collect(),
                 None => Vec::new(),
             };
             for (i, (name, detail)) in params.into_iter().enumerate() {
@@ -642,7 +754,10 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
                     detail: Some(detail),
                     insert_text: Some(format!("{name} = ")),
                     sort_text: Some(format!("0{i:03}")),
-                    label_details: Some(lsp::CompletionItemLabelDetails { detail: Some(" =".into()), description: Some("named argument".into()) }),
+                    label_details: Some(lsp::CompletionItemLabelDetails {
+                        detail: Some(" =".into()),
+                        description: Some("named argument".into()),
+                    }),
                     ..Default::default()
                 });
             }
@@ -657,10 +772,16 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
         .iter()
         .filter(|v| {
             let Some(is) = item_span else { return false };
-            if v.scope == Span::default() || v.scope.file != is.file || v.scope.start < is.start || v.scope.end > is.end {
+            if v.scope == Span::default()
+                || v.scope.file != is.file
+                || v.scope.start < is.start
+                || v.scope.end > is.end
+            {
                 return false;
             }
-            !enc.current || (v.scope.contains(offset) && (v.kind != SymKind::Local || (v.def.end as usize) <= offset))
+            !enc.current
+                || (v.scope.contains(offset)
+                    && (v.kind != SymKind::Local || (v.def.end as usize) <= offset))
         })
         .collect();
     visible.sort_by_key(|v| v.scope.len());
@@ -673,8 +794,16 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
             SymKind::Dim => lsp::CompletionItemKind::TYPE_PARAMETER,
             _ => lsp::CompletionItemKind::VARIABLE,
         };
-        let detail = declaration(a, v.def, v.kind).map(|d| one_line(&d)).unwrap_or_else(|| v.kind.describe().to_string());
-        out.push(lsp::CompletionItem { label: v.name.clone(), kind: Some(kind), detail: Some(detail), sort_text: Some(format!("1{}", v.name)), ..Default::default() });
+        let detail = declaration(a, v.def, v.kind)
+            .map(|d| one_line(&d))
+            .unwrap_or_else(|| v.kind.describe().to_string());
+        out.push(lsp::CompletionItem {
+            label: v.name.clone(),
+            kind: Some(kind),
+            detail: Some(detail),
+            sort_text: Some(format!("1{}", v.name)),
+            ..Default::default()
+        });
     }
     // The module's items and imports.
     let mut scope: Vec<(&String, &Binding)> = prog.module(enc.module).scope.iter().collect();
@@ -704,7 +833,12 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
     }
     for k in KEYWORDS {
         if seen.insert(k.to_string()) {
-            out.push(lsp::CompletionItem { label: k.to_string(), kind: Some(lsp::CompletionItemKind::KEYWORD), sort_text: Some(format!("4{k}")), ..Default::default() });
+            out.push(lsp::CompletionItem {
+                label: k.to_string(),
+                kind: Some(lsp::CompletionItemKind::KEYWORD),
+                sort_text: Some(format!("4{k}")),
+                ..Default::default()
+            });
         }
     }
     out
@@ -713,8 +847,16 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
 // ---- document symbols ------------------------------------------------------------------------
 
 #[allow(deprecated)]
-fn symbol(a: &Analysis, name: &Ident, span: Span, kind: lsp::SymbolKind, detail: Option<String>, children: Vec<lsp::DocumentSymbol>) -> lsp::DocumentSymbol {
-    let span = if span.start <= name.span.start && name.span.end <= span.end { span } else { name.span };
+fn symbol(
+    a: &Analysis,
+    name: &Ident,
+    span: Span,
+    kind: lsp::SymbolKind,
+    detail: Option<String>,
+    children: Vec<lsp::DocumentSymbol>,
+) -> lsp::DocumentSymbol {
+    let span =
+        if span.start <= name.span.start && name.span.end <= span.end { span } else { name.span };
     lsp::DocumentSymbol {
         name: name.name.clone(),
         detail,
@@ -730,32 +872,90 @@ fn symbol(a: &Analysis, name: &Ident, span: Span, kind: lsp::SymbolKind, detail:
 pub fn document_symbols(a: &Analysis) -> Vec<lsp::DocumentSymbol> {
     let root = a.program().module(a.program().root);
     let params = |ps: &[Param], kind: lsp::SymbolKind| -> Vec<lsp::DocumentSymbol> {
-        ps.iter().map(|p| symbol(a, &p.name, p.span, kind, Some(one_line(snippet(a, p.ty.span()))), Vec::new())).collect()
+        ps.iter()
+            .map(|p| {
+                symbol(
+                    a,
+                    &p.name,
+                    p.span,
+                    kind,
+                    Some(one_line(snippet(a, p.ty.span()))),
+                    Vec::new(),
+                )
+            })
+            .collect()
     };
     let mut out = Vec::new();
     for item in &root.ast.items {
         match item {
             Item::Use(_) => {}
-            Item::Const(c) => out.push(symbol(a, &c.name, c.span, lsp::SymbolKind::CONSTANT, Some(one_line(snippet(a, c.value.span))), Vec::new())),
+            Item::Const(c) => out.push(symbol(
+                a,
+                &c.name,
+                c.span,
+                lsp::SymbolKind::CONSTANT,
+                Some(one_line(snippet(a, c.value.span))),
+                Vec::new(),
+            )),
             Item::Fn(f) => {
                 let detail = one_line(&item_signature(text_of(a, f.span.file), item));
-                out.push(symbol(a, &f.name, f.span, lsp::SymbolKind::FUNCTION, Some(detail), params(&f.params, lsp::SymbolKind::VARIABLE)));
+                out.push(symbol(
+                    a,
+                    &f.name,
+                    f.span,
+                    lsp::SymbolKind::FUNCTION,
+                    Some(detail),
+                    params(&f.params, lsp::SymbolKind::VARIABLE),
+                ));
             }
             Item::Layer(l) => {
                 let mut children = params(&l.params, lsp::SymbolKind::TYPE_PARAMETER);
                 for i in &l.inputs {
-                    children.push(symbol(a, &i.name, i.span, lsp::SymbolKind::VARIABLE, Some(format!("input {}", one_line(snippet(a, i.ty.span)))), Vec::new()));
+                    children.push(symbol(
+                        a,
+                        &i.name,
+                        i.span,
+                        lsp::SymbolKind::VARIABLE,
+                        Some(format!("input {}", one_line(snippet(a, i.ty.span)))),
+                        Vec::new(),
+                    ));
                 }
                 for f in &l.fields {
                     let detail = one_line(snippet(a, f.span));
-                    let detail = detail.split_once('=').map(|(_, r)| r.trim().to_string()).unwrap_or(detail);
-                    children.push(symbol(a, &f.name, f.span, lsp::SymbolKind::FIELD, Some(detail), Vec::new()));
+                    let detail =
+                        detail.split_once('=').map(|(_, r)| r.trim().to_string()).unwrap_or(detail);
+                    children.push(symbol(
+                        a,
+                        &f.name,
+                        f.span,
+                        lsp::SymbolKind::FIELD,
+                        Some(detail),
+                        Vec::new(),
+                    ));
                 }
                 for fwd in &l.forward {
-                    let name = Ident { name: "forward".into(), span: Span { file: fwd.span.file, start: fwd.span.start, end: fwd.span.start + 7 } };
-                    children.push(symbol(a, &name, fwd.span, lsp::SymbolKind::METHOD, None, params(&fwd.params, lsp::SymbolKind::VARIABLE)));
+                    let name = Ident {
+                        name: "forward".into(),
+                        span: Span {
+                            file: fwd.span.file,
+                            start: fwd.span.start,
+                            end: fwd.span.start + 7,
+                        },
+                    };
+                    children.push(symbol(
+                        a,
+                        &name,
+                        fwd.span,
+                        lsp::SymbolKind::METHOD,
+                        None,
+                        params(&fwd.params, lsp::SymbolKind::VARIABLE),
+                    ));
                 }
-                let (kind, detail) = if l.kind == LayerKind::Model { (lsp::SymbolKind::MODULE, "model") } else { (lsp::SymbolKind::CLASS, "layer") };
+                let (kind, detail) = if l.kind == LayerKind::Model {
+                    (lsp::SymbolKind::MODULE, "model")
+                } else {
+                    (lsp::SymbolKind::CLASS, "layer")
+                };
                 out.push(symbol(a, &l.name, l.span, kind, Some(detail.into()), children));
             }
         }
@@ -772,13 +972,18 @@ pub fn inlay_hints(ctx: &Ctx, range: lsp::Range) -> Vec<lsp::InlayHint> {
     let map = LineMap::new(&src.text);
     let (lo, hi) = (map.offset(range.start), map.offset(range.end));
     let facts = facts_for(ctx, &src.origin, &src.text);
-    let mut spans: Vec<(usize, usize)> = facts.iter().filter(|f| f.kind == FactKind::Let && f.end >= lo && f.start <= hi).map(|f| (f.start, f.end)).collect();
+    let mut spans: Vec<(usize, usize)> = facts
+        .iter()
+        .filter(|f| f.kind == FactKind::Let && f.end >= lo && f.start <= hi)
+        .map(|f| (f.start, f.end))
+        .collect();
     spans.sort();
     spans.dedup();
     spans
         .into_iter()
         .map(|(s, e)| {
-            let texts = facts_at(&facts, Span { file, start: s as u32, end: e as u32 }, &[FactKind::Let]);
+            let texts =
+                facts_at(&facts, Span { file, start: s as u32, end: e as u32 }, &[FactKind::Let]);
             let mut label = texts.iter().take(3).copied().collect::<Vec<_>>().join(" | ");
             if texts.len() > 3 {
                 label.push_str(" | …");
@@ -788,7 +993,13 @@ pub fn inlay_hints(ctx: &Ctx, range: lsp::Range) -> Vec<lsp::InlayHint> {
                 label: lsp::InlayHintLabel::String(format!(": {label}")),
                 kind: Some(lsp::InlayHintKind::TYPE),
                 text_edits: None,
-                tooltip: (texts.len() > 1).then(|| lsp::InlayHintTooltip::String(format!("{} instantiations:\n{}", texts.len(), texts.join("\n")))),
+                tooltip: (texts.len() > 1).then(|| {
+                    lsp::InlayHintTooltip::String(format!(
+                        "{} instantiations:\n{}",
+                        texts.len(),
+                        texts.join("\n")
+                    ))
+                }),
                 padding_left: Some(false),
                 padding_right: Some(false),
                 data: None,
@@ -813,7 +1024,11 @@ pub const TOKEN_TYPES: &[lsp::SemanticTokenType] = &[
     lsp::SemanticTokenType::STRING,
     lsp::SemanticTokenType::TYPE_PARAMETER,
 ];
-pub const TOKEN_MODIFIERS: &[lsp::SemanticTokenModifier] = &[lsp::SemanticTokenModifier::DECLARATION, lsp::SemanticTokenModifier::READONLY, lsp::SemanticTokenModifier::DEFAULT_LIBRARY];
+pub const TOKEN_MODIFIERS: &[lsp::SemanticTokenModifier] = &[
+    lsp::SemanticTokenModifier::DECLARATION,
+    lsp::SemanticTokenModifier::READONLY,
+    lsp::SemanticTokenModifier::DEFAULT_LIBRARY,
+];
 
 const T_NAMESPACE: u32 = 0;
 const T_TYPE: u32 = 1;
@@ -831,9 +1046,13 @@ const M_DECLARATION: u32 = 1;
 const M_READONLY: u32 = 2;
 const M_DEFAULT_LIBRARY: u32 = 4;
 
-const RESERVED: &[&str] = &["use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true", "false", "self", "as"];
+const RESERVED: &[&str] = &[
+    "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
+    "false", "self", "as",
+];
 const CONTEXTUAL: &[&str] = &["input", "output", "loss", "param", "buffer", "init"];
-const TYPES: &[&str] = &["f32", "f16", "bf16", "i32", "i64", "u32", "bool", "dim", "int", "float", "dtype", "init"];
+const TYPES: &[&str] =
+    &["f32", "f16", "bf16", "i32", "i64", "u32", "bool", "dim", "int", "float", "dtype", "init"];
 
 pub fn semantic_tokens(a: &Analysis) -> Vec<lsp::SemanticToken> {
     let file = a.root_file();
@@ -859,12 +1078,20 @@ pub fn semantic_tokens(a: &Analysis) -> Vec<lsp::SemanticToken> {
             toks.push((i, e, T_COMMENT, 0));
             i = e;
         } else if c == b'"' {
-            let e = text[i + 1..].find(['"', '\n']).map(|n| i + n + 2).unwrap_or(b.len()).min(b.len());
+            let e =
+                text[i + 1..].find(['"', '\n']).map(|n| i + n + 2).unwrap_or(b.len()).min(b.len());
             toks.push((i, e, T_STRING, 0));
             i = e;
         } else if c.is_ascii_digit() {
             let mut e = i;
-            while e < b.len() && (b[e].is_ascii_alphanumeric() || b[e] == b'_' || (b[e] == b'.' && b.get(e + 1).is_some_and(u8::is_ascii_digit) && b[i..e].iter().all(u8::is_ascii_digit)) || ((b[e] == b'-' || b[e] == b'+') && matches!(b[e - 1], b'e' | b'E'))) {
+            while e < b.len()
+                && (b[e].is_ascii_alphanumeric()
+                    || b[e] == b'_'
+                    || (b[e] == b'.'
+                        && b.get(e + 1).is_some_and(u8::is_ascii_digit)
+                        && b[i..e].iter().all(u8::is_ascii_digit))
+                    || ((b[e] == b'-' || b[e] == b'+') && matches!(b[e - 1], b'e' | b'E')))
+            {
                 e += 1;
             }
             toks.push((i, e, T_NUMBER, 0));
@@ -921,8 +1148,15 @@ pub fn semantic_tokens(a: &Analysis) -> Vec<lsp::SemanticToken> {
                 let p = map.position(s);
                 let len = text[s..line_end].encode_utf16().count() as u32;
                 let delta_line = p.line - last_line;
-                let delta_start = if delta_line == 0 { p.character - last_col } else { p.character };
-                out.push(lsp::SemanticToken { delta_line, delta_start, length: len, token_type: t, token_modifiers_bitset: m });
+                let delta_start =
+                    if delta_line == 0 { p.character - last_col } else { p.character };
+                out.push(lsp::SemanticToken {
+                    delta_line,
+                    delta_start,
+                    length: len,
+                    token_type: t,
+                    token_modifiers_bitset: m,
+                });
                 last_line = p.line;
                 last_col = p.character;
             }
@@ -954,7 +1188,14 @@ mod tests {
     fn analyse(text: &str) -> Arc<Analysis> {
         let uri = Uri::from_str("untitled:test.mgn").unwrap();
         let mut docs = HashMap::new();
-        docs.insert(uri.clone(), Doc { text: text.to_string(), version: 1, origin: Origin::Memory(uri.as_str().to_string()) });
+        docs.insert(
+            uri.clone(),
+            Doc {
+                text: text.to_string(),
+                version: 1,
+                origin: Origin::Memory(uri.as_str().to_string()),
+            },
+        );
         Arc::new(Analysis::run(Snapshot::new(&docs, &uri).unwrap()))
     }
 
@@ -965,14 +1206,23 @@ mod tests {
         let _ = diagnostics(paths, &a);
         let _ = document_symbols(&a);
         let _ = semantic_tokens(&a);
-        let whole = lsp::Range { start: lsp::Position { line: 0, character: 0 }, end: lsp::Position { line: 9999, character: 0 } };
+        let whole = lsp::Range {
+            start: lsp::Position { line: 0, character: 0 },
+            end: lsp::Position { line: 9999, character: 0 },
+        };
         let _ = inlay_hints(&ctx, whole);
         let n = text.len();
         for off in [0, n / 3, n / 2, n.saturating_sub(1), n, n + 5] {
             let _ = hover(&ctx, off);
             let _ = definition(&ctx, off);
             let _ = references(&ctx, off, true);
-            let item = a.program().module(a.program().root).ast.items.iter().find(|i| i.span().contains(off));
+            let item = a
+                .program()
+                .module(a.program().root)
+                .ast
+                .items
+                .iter()
+                .find(|i| i.span().contains(off));
             let enc = Enclosing { analysis: &a, module: a.program().root, item, current: true };
             let _ = completion(&enc, text, off.min(n));
         }
@@ -987,7 +1237,9 @@ mod tests {
             if model.is_char_boundary(cut) {
                 // The file typed up to here, and the file with a few characters missing here.
                 exercise(&paths, &model[..cut]);
-                let resume = (cut + 4..model.len()).find(|i| model.is_char_boundary(*i)).unwrap_or(model.len());
+                let resume = (cut + 4..model.len())
+                    .find(|i| model.is_char_boundary(*i))
+                    .unwrap_or(model.len());
                 exercise(&paths, &format!("{}{}", &model[..cut], &model[resume..]));
             }
             cut += 29;
@@ -1023,7 +1275,8 @@ mod tests {
             }
             decoded.push((line, col, t.length, t.token_type, t.token_modifiers_bitset));
         }
-        let find = |l: u32, c: u32| decoded.iter().find(|t| t.0 == l && t.1 == c).map(|t| (t.3, t.4));
+        let find =
+            |l: u32, c: u32| decoded.iter().find(|t| t.0 == l && t.1 == c).map(|t| (t.3, t.4));
         assert_eq!(find(0, 0), Some((T_KEYWORD, 0)), "use");
         assert_eq!(find(0, 12), Some((T_CLASS, 0)), "Linear");
         assert_eq!(find(1, 0), Some((T_COMMENT, 0)));
@@ -1041,7 +1294,8 @@ mod tests {
     fn complete_at(text: &str, needle: &str, delta: usize) -> Vec<String> {
         let a = analyse(text);
         let off = text.find(needle).unwrap() + delta;
-        let item = a.program().module(a.program().root).ast.items.iter().find(|i| i.span().contains(off));
+        let item =
+            a.program().module(a.program().root).ast.items.iter().find(|i| i.span().contains(off));
         let enc = Enclosing { analysis: &a, module: a.program().root, item, current: true };
         completion(&enc, text, off).into_iter().map(|c| c.label).collect()
     }
@@ -1050,11 +1304,21 @@ mod tests {
     fn member_completion() {
         let text = "use std.nn\nlayer B(d: dim) {\n    inner = nn.Linear(d, d)\n    forward(x: f32[d]) -> f32[d] { x }\n}\nmodel M {\n    input x: f32[4]\n    blocks = repeat(2) B(4)\n    forward {\n        output y = blocks[0].inner(x) + self.blocks(x)\n    }\n}\n";
         let items = complete_at(text, "nn.Linear", 3);
-        assert!(items.contains(&"Linear".to_string()) && items.contains(&"Conv2d".to_string()), "{items:?}");
-        assert_eq!(complete_at(text, "inner(x)", 0), ["inner"], "fields of a repeated layer's element");
+        assert!(
+            items.contains(&"Linear".to_string()) && items.contains(&"Conv2d".to_string()),
+            "{items:?}"
+        );
+        assert_eq!(
+            complete_at(text, "inner(x)", 0),
+            ["inner"],
+            "fields of a repeated layer's element"
+        );
         assert_eq!(complete_at(text, "blocks(x)", 0), ["blocks"], "fields after self.");
         let items = complete_at(text, "d, d)", 0);
-        assert!(items.contains(&"d".to_string()) && items.contains(&"relu".to_string()), "{items:?}");
+        assert!(
+            items.contains(&"d".to_string()) && items.contains(&"relu".to_string()),
+            "{items:?}"
+        );
     }
 
     #[test]
@@ -1082,7 +1346,14 @@ mod arg_hover_tests {
     fn analyse(text: &str) -> Arc<Analysis> {
         let uri = Uri::from_str("untitled:test.mgn").unwrap();
         let mut docs = HashMap::new();
-        docs.insert(uri.clone(), Doc { text: text.to_string(), version: 1, origin: Origin::Memory(uri.as_str().to_string()) });
+        docs.insert(
+            uri.clone(),
+            Doc {
+                text: text.to_string(),
+                version: 1,
+                origin: Origin::Memory(uri.as_str().to_string()),
+            },
+        );
         Arc::new(Analysis::run(Snapshot::new(&docs, &uri).unwrap()))
     }
 

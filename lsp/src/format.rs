@@ -14,8 +14,13 @@ mod tests {
     #[test]
     fn formats_like_mgnc_fmt_and_refuses_broken_files() {
         let out = super::format_document("fn f(x:f32[4])->f32[4]{relu( x )}").expect("formats");
-        assert_eq!(out, mgn_syntax::format::format("fn f(x:f32[4])->f32[4]{relu( x )}").expect("formats"));
+        assert_eq!(
+            out,
+            mgn_syntax::format::format("fn f(x:f32[4])->f32[4]{relu( x )}").expect("formats")
+        );
         assert!(out.contains("relu(x)"), "{out}");
-        assert!(super::format_document("fn f(").unwrap_err().starts_with("cannot format a file with errors"));
+        assert!(super::format_document("fn f(")
+            .unwrap_err()
+            .starts_with("cannot format a file with errors"));
     }
 }

@@ -83,9 +83,13 @@ impl Paths {
         match uri_to_path(uri) {
             Some(path) => {
                 let path = normalize(&path);
-                if let (Some(dir), Some(parent), Some(stem)) = (&self.std_dir, path.parent(), path.file_stem()) {
+                if let (Some(dir), Some(parent), Some(stem)) =
+                    (&self.std_dir, path.parent(), path.file_stem())
+                {
                     if parent == dir.as_path() && path.extension().is_some_and(|e| e == "mgn") {
-                        if let Some((name, _)) = STDLIB.iter().find(|(n, _)| **n == *stem.to_string_lossy()) {
+                        if let Some((name, _)) =
+                            STDLIB.iter().find(|(n, _)| **n == *stem.to_string_lossy())
+                        {
                             return Origin::Std(name);
                         }
                     }
@@ -100,7 +104,8 @@ impl Paths {
     pub fn uri(&self, origin: &Origin) -> Option<Uri> {
         match origin {
             Origin::Path(p) => {
-                let p = if p.is_absolute() { p.clone() } else { std::env::current_dir().ok()?.join(p) };
+                let p =
+                    if p.is_absolute() { p.clone() } else { std::env::current_dir().ok()?.join(p) };
                 path_to_uri(&p)
             }
             Origin::Std(name) => path_to_uri(&self.std_dir.as_ref()?.join(format!("{name}.mgn"))),
@@ -135,7 +140,11 @@ fn write_stdlib() -> Option<PathBuf> {
             let cache = std::env::var_os("XDG_CACHE_HOME")
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
+                .or_else(|| {
+                    std::env::var_os("HOME")
+                        .filter(|d| !d.is_empty())
+                        .map(|h| PathBuf::from(h).join(".cache"))
+                })
                 .unwrap_or_else(std::env::temp_dir);
             cache.join("mgn").join(format!("stdlib-{h:016x}"))
         }

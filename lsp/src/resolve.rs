@@ -53,7 +53,10 @@ impl SymKind {
 #[derive(Clone, Copy, Debug)]
 pub enum Target {
     /// A definition: the span of its name.
-    Def { span: Span, kind: SymKind },
+    Def {
+        span: Span,
+        kind: SymKind,
+    },
     Builtin(&'static Builtin),
     /// A whole module (`use std.nn`): its file.
     Module(ModId),
@@ -89,7 +92,10 @@ impl Index {
     /// The innermost occurrence at a byte offset of a file (the cursor may sit just after it).
     pub fn at(&self, file: mgn_syntax::FileId, offset: usize) -> Option<&Occurrence> {
         // A name that merely ends at the cursor loses to one that starts there (`x|+y`).
-        self.occurrences.iter().filter(|o| o.span.file == file && o.span.contains(offset)).min_by_key(|o| (o.span.end as usize == offset && !o.span.is_empty(), o.span.len()))
+        self.occurrences
+            .iter()
+            .filter(|o| o.span.file == file && o.span.contains(offset))
+            .min_by_key(|o| (o.span.end as usize == offset && !o.span.is_empty(), o.span.len()))
     }
 }
 
@@ -98,7 +104,8 @@ pub fn index(prog: &Program) -> Index {
     let mut out = Index::default();
     for (i, m) in prog.modules.iter().enumerate() {
         for item in &m.ast.items {
-            let mut w = Walker { prog, module: ModId(i), layer: None, scopes: Vec::new(), out: &mut out };
+            let mut w =
+                Walker { prog, module: ModId(i), layer: None, scopes: Vec::new(), out: &mut out };
             w.item(item);
         }
     }
@@ -157,7 +164,9 @@ pub fn item_of(prog: &Program, module: ModId, e: &Expr) -> Option<(ModId, usize)
         },
         ExprKind::Field(base, name) => {
             let ExprKind::Name(m) = &base.kind else { return None };
-            let Binding::Module { module, .. } = prog.module(module).scope.get(m)? else { return None };
+            let Binding::Module { module, .. } = prog.module(module).scope.get(m)? else {
+                return None;
+            };
             Some((*module, prog.module(*module).item_index(&name.name)?))
         }
         _ => None,
@@ -203,7 +212,12 @@ impl<'p, 'o> Walker<'p, 'o> {
     }
 
     fn lookup_local(&self, name: &str) -> Option<(Span, SymKind, Option<LayerRef>)> {
-        self.scopes.iter().rev().flat_map(|s| s.names.iter().rev()).find(|(n, ..)| n == name).map(|(_, s, k, l)| (*s, *k, *l))
+        self.scopes
+            .iter()
+            .rev()
+            .flat_map(|s| s.names.iter().rev())
+            .find(|(n, ..)| n == name)
+            .map(|(_, s, k, l)| (*s, *k, *l))
     }
 
     fn lookup(&self, name: &str) -> Option<Target> {
@@ -223,7 +237,11 @@ impl<'p, 'o> Walker<'p, 'o> {
         match item {
             Item::Use(u) => self.use_item(u),
             Item::Const(c) => {
-                self.occ(c.name.span, Target::Def { span: c.name.span, kind: SymKind::Const }, true);
+                self.occ(
+                    c.name.span,
+                    Target::Def { span: c.name.span, kind: SymKind::Const },
+                    true,
+                );
                 if let Some(t) = &c.ty {
                     self.ty(t, false);
                 }
@@ -341,8 +359,17 @@ impl<'p, 'o> Walker<'p, 'o> {
             let layer = field_layer(self.prog, self.module, f);
             if l.params.iter().any(|p| p.name.name == f.name.name) {
                 // Reached only as `self.name`: the config parameter keeps the bare name.
-                self.occ(f.name.span, Target::Def { span: f.name.span, kind: SymKind::Field }, true);
-                self.out.visible.push(Visible { name: f.name.name.clone(), def: f.name.span, kind: SymKind::Field, scope: Span::default() });
+                self.occ(
+                    f.name.span,
+                    Target::Def { span: f.name.span, kind: SymKind::Field },
+                    true,
+                );
+                self.out.visible.push(Visible {
+                    name: f.name.name.clone(),
+                    def: f.name.span,
+                    kind: SymKind::Field,
+                    scope: Span::default(),
+                });
             } else {
                 self.bind(&f.name, SymKind::Field, layer);
             }
@@ -389,7 +416,9 @@ impl<'p, 'o> Walker<'p, 'o> {
                     None if pattern => self.bind(id, SymKind::Dim, None),
                     None => {}
                 },
-                DimItem::Expr(Expr { kind: ExprKind::Name(n), span }) if pattern && self.lookup(n).is_none() => {
+                DimItem::Expr(Expr { kind: ExprKind::Name(n), span })
+                    if pattern && self.lookup(n).is_none() =>
+                {
                     self.bind(&Ident { name: n.clone(), span: *span }, SymKind::Dim, None);
                 }
                 DimItem::Expr(e) => self.expr(e),
@@ -411,7 +440,11 @@ impl<'p, 'o> Walker<'p, 'o> {
                 Stmt::Output { name, value, .. } => match value {
                     Some(v) => {
                         self.expr(v);
-                        self.occ(name.span, Target::Def { span: name.span, kind: SymKind::Output }, true);
+                        self.occ(
+                            name.span,
+                            Target::Def { span: name.span, kind: SymKind::Output },
+                            true,
+                        );
                     }
                     None => self.name(&name.name, name.span),
                 },
@@ -496,8 +529,15 @@ impl<'p, 'o> Walker<'p, 'o> {
             ExprKind::Field(base, field) => {
                 match &base.kind {
                     ExprKind::SelfRef => {
-                        if let Some(f) = self.layer.and_then(|l| l.fields.iter().find(|f| f.name.name == field.name)) {
-                            self.occ(field.span, Target::Def { span: f.name.span, kind: SymKind::Field }, false);
+                        if let Some(f) = self
+                            .layer
+                            .and_then(|l| l.fields.iter().find(|f| f.name.name == field.name))
+                        {
+                            self.occ(
+                                field.span,
+                                Target::Def { span: f.name.span, kind: SymKind::Field },
+                                false,
+                            );
                         }
                         return;
                     }
@@ -516,8 +556,14 @@ impl<'p, 'o> Walker<'p, 'o> {
                 }
                 self.expr(base);
                 if let Some(l) = self.layer_of(base) {
-                    if let Some(f) = layer_item(self.prog, l).and_then(|l| l.fields.iter().find(|f| f.name.name == field.name)) {
-                        self.occ(field.span, Target::Def { span: f.name.span, kind: SymKind::Field }, false);
+                    if let Some(f) = layer_item(self.prog, l)
+                        .and_then(|l| l.fields.iter().find(|f| f.name.name == field.name))
+                    {
+                        self.occ(
+                            field.span,
+                            Target::Def { span: f.name.span, kind: SymKind::Field },
+                            false,
+                        );
                     }
                 }
             }
@@ -531,7 +577,11 @@ impl<'p, 'o> Walker<'p, 'o> {
                 self.expr(callee);
                 // Mark the callee's last name (`f` in `m.f(..)`) with the call.
                 let callee_name_end = callee.span.end;
-                if let Some(o) = self.out.occurrences[before..].iter_mut().rev().find(|o| o.span.end == callee_name_end) {
+                if let Some(o) = self.out.occurrences[before..]
+                    .iter_mut()
+                    .rev()
+                    .find(|o| o.span.end == callee_name_end)
+                {
                     o.call = Some(e.span);
                 }
                 let sig = self.signature(callee);
@@ -540,7 +590,11 @@ impl<'p, 'o> Walker<'p, 'o> {
                         match sig {
                             Signature::Params(ps, kind) => {
                                 if let Some(p) = ps.iter().find(|p| p.name.name == name.name) {
-                                    self.occ(name.span, Target::Def { span: p.name.span, kind: *kind }, false);
+                                    self.occ(
+                                        name.span,
+                                        Target::Def { span: p.name.span, kind: *kind },
+                                        false,
+                                    );
                                 }
                             }
                             Signature::Builtin(b) => self.occ(name.span, Target::Builtin(b), false),
@@ -559,14 +613,25 @@ impl<'p, 'o> Walker<'p, 'o> {
                     self.block(b);
                 }
             }
-            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) | ExprKind::DType(_) | ExprKind::Error => {}
+            ExprKind::Int(_)
+            | ExprKind::Float(_)
+            | ExprKind::Bool(_)
+            | ExprKind::Str(_)
+            | ExprKind::DType(_)
+            | ExprKind::Error => {}
         }
     }
 }
 
 /// The parameter list of what `callee` calls, resolved with the scopes of a finished index
 /// (for named-argument completion).
-pub fn signature_at<'p>(prog: &'p Program, module: ModId, layer: Option<&'p LayerItem>, callee: &[String], local_layer: impl Fn(&str) -> Option<LayerRef>) -> Option<Signature<'p>> {
+pub fn signature_at<'p>(
+    prog: &'p Program,
+    module: ModId,
+    layer: Option<&'p LayerItem>,
+    callee: &[String],
+    local_layer: impl Fn(&str) -> Option<LayerRef>,
+) -> Option<Signature<'p>> {
     let (first, rest) = callee.split_first()?;
     let l = match first.as_str() {
         "self" => {
@@ -580,9 +645,15 @@ pub fn signature_at<'p>(prog: &'p Program, module: ModId, layer: Option<&'p Laye
                 follow(prog, l, rest)?
             } else {
                 let target = match prog.module(module).scope.get(name) {
-                    Some(Binding::Item { module, index, .. }) if rest.is_empty() => Some((*module, *index)),
-                    Some(Binding::Module { module, .. }) if rest.len() == 1 => prog.module(*module).item_index(&rest[0]).map(|i| (*module, i)),
-                    None if rest.is_empty() => return builtins::lookup(name).map(Signature::Builtin),
+                    Some(Binding::Item { module, index, .. }) if rest.is_empty() => {
+                        Some((*module, *index))
+                    }
+                    Some(Binding::Module { module, .. }) if rest.len() == 1 => {
+                        prog.module(*module).item_index(&rest[0]).map(|i| (*module, i))
+                    }
+                    None if rest.is_empty() => {
+                        return builtins::lookup(name).map(Signature::Builtin)
+                    }
                     _ => None,
                 };
                 let (m, i) = target?;

@@ -71,24 +71,36 @@ enum Job {
 
 pub fn capabilities() -> lsp::ServerCapabilities {
     lsp::ServerCapabilities {
-        text_document_sync: Some(lsp::TextDocumentSyncCapability::Options(lsp::TextDocumentSyncOptions {
-            open_close: Some(true),
-            change: Some(lsp::TextDocumentSyncKind::INCREMENTAL),
-            ..Default::default()
-        })),
+        text_document_sync: Some(lsp::TextDocumentSyncCapability::Options(
+            lsp::TextDocumentSyncOptions {
+                open_close: Some(true),
+                change: Some(lsp::TextDocumentSyncKind::INCREMENTAL),
+                ..Default::default()
+            },
+        )),
         hover_provider: Some(lsp::HoverProviderCapability::Simple(true)),
         definition_provider: Some(lsp::OneOf::Left(true)),
         references_provider: Some(lsp::OneOf::Left(true)),
-        completion_provider: Some(lsp::CompletionOptions { trigger_characters: Some(vec![".".into(), "(".into(), ",".into()]), ..Default::default() }),
+        completion_provider: Some(lsp::CompletionOptions {
+            trigger_characters: Some(vec![".".into(), "(".into(), ",".into()]),
+            ..Default::default()
+        }),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
         document_formatting_provider: Some(lsp::OneOf::Left(true)),
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
-        semantic_tokens_provider: Some(lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(lsp::SemanticTokensOptions {
-            legend: lsp::SemanticTokensLegend { token_types: features::TOKEN_TYPES.to_vec(), token_modifiers: features::TOKEN_MODIFIERS.to_vec() },
-            full: Some(lsp::SemanticTokensFullOptions::Bool(true)),
-            range: None,
-            ..Default::default()
-        })),
+        semantic_tokens_provider: Some(
+            lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(
+                lsp::SemanticTokensOptions {
+                    legend: lsp::SemanticTokensLegend {
+                        token_types: features::TOKEN_TYPES.to_vec(),
+                        token_modifiers: features::TOKEN_MODIFIERS.to_vec(),
+                    },
+                    full: Some(lsp::SemanticTokensFullOptions::Bool(true)),
+                    range: None,
+                    ..Default::default()
+                },
+            ),
+        ),
         ..Default::default()
     }
 }
@@ -109,7 +121,9 @@ pub fn serve(conn: Connection) -> Result<(), Error> {
     let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
     let worker = {
         let (state, paths, sender) = (state.clone(), paths.clone(), conn.sender.clone());
-        std::thread::Builder::new().name("mgn-lsp-diagnostics".into()).spawn(move || worker(jobs_rx, state, paths, sender))?
+        std::thread::Builder::new()
+            .name("mgn-lsp-diagnostics".into())
+            .spawn(move || worker(jobs_rx, state, paths, sender))?
     };
     let mut server = Server { state, paths, jobs: jobs_tx, sender: conn.sender.clone() };
     for msg in &conn.receiver {
@@ -167,7 +181,14 @@ impl Server {
                 let uri = p.text_document.uri;
                 let deps = {
                     let mut st = lock(&self.state);
-                    st.docs.insert(uri.clone(), Doc { text: p.text_document.text, version: p.text_document.version, origin: origin.clone() });
+                    st.docs.insert(
+                        uri.clone(),
+                        Doc {
+                            text: p.text_document.text,
+                            version: p.text_document.version,
+                            origin: origin.clone(),
+                        },
+                    );
                     st.dependents(&origin)
                 };
                 self.schedule(uri.clone());
@@ -228,8 +249,18 @@ impl Server {
             (None, None) => return Err(format!("`{}` is not open", uri.as_str())),
         };
         let st = lock(&self.state);
-        let others = st.analyses.values().filter(|a| a.uri != this.uri && a.is_fresh(&st.docs)).cloned().collect();
-        let stale = st.analyses.values().filter(|a| a.uri != this.uri && !a.is_fresh(&st.docs)).cloned().collect();
+        let others = st
+            .analyses
+            .values()
+            .filter(|a| a.uri != this.uri && a.is_fresh(&st.docs))
+            .cloned()
+            .collect();
+        let stale = st
+            .analyses
+            .values()
+            .filter(|a| a.uri != this.uri && !a.is_fresh(&st.docs))
+            .cloned()
+            .collect();
         Ok((this, others, stale))
     }
 
@@ -246,8 +277,16 @@ impl Server {
             Ok(Ok(v)) => Response::new_ok(id, v),
             Ok(Err((code, msg))) => Response::new_err(id, code as i32, msg),
             Err(panic) => {
-                let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                Response::new_err(id, ErrorCode::InternalError as i32, format!("mgn-lsp: `{method}` failed: {what}"))
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Response::new_err(
+                    id,
+                    ErrorCode::InternalError as i32,
+                    format!("mgn-lsp: `{method}` failed: {what}"),
+                )
             }
         }
     }
@@ -256,12 +295,15 @@ impl Server {
         use lsp::request::*;
         let bad = |e: String| (ErrorCode::InvalidParams, e);
         let failed = |e: String| (ErrorCode::RequestFailed, e);
-        let json = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| (ErrorCode::InternalError, e.to_string()));
+        let json = |v: serde_json::Result<serde_json::Value>| {
+            v.map_err(|e| (ErrorCode::InternalError, e.to_string()))
+        };
         match req.method.as_str() {
             HoverRequest::METHOD => {
                 let p: lsp::HoverParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position_params.text_document.uri;
-                let (offset, _) = self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
+                let (offset, _) =
+                    self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
                 let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
                 let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
                 json(serde_json::to_value(features::hover(&ctx, offset)))
@@ -269,23 +311,32 @@ impl Server {
             GotoDefinition::METHOD => {
                 let p: lsp::GotoDefinitionParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position_params.text_document.uri;
-                let (offset, _) = self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
+                let (offset, _) =
+                    self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
                 let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
                 let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
-                json(serde_json::to_value(features::definition(&ctx, offset).map(lsp::GotoDefinitionResponse::Scalar)))
+                json(serde_json::to_value(
+                    features::definition(&ctx, offset).map(lsp::GotoDefinitionResponse::Scalar),
+                ))
             }
             References::METHOD => {
                 let p: lsp::ReferenceParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position.text_document.uri;
-                let (offset, _) = self.offset(&uri, p.text_document_position.position).map_err(failed)?;
+                let (offset, _) =
+                    self.offset(&uri, p.text_document_position.position).map_err(failed)?;
                 let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
                 let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
-                json(serde_json::to_value(features::references(&ctx, offset, p.context.include_declaration)))
+                json(serde_json::to_value(features::references(
+                    &ctx,
+                    offset,
+                    p.context.include_declaration,
+                )))
             }
             Completion::METHOD => {
                 let p: lsp::CompletionParams = params(req.params).map_err(bad)?;
                 let uri = p.text_document_position.text_document.uri;
-                let (offset, text) = self.offset(&uri, p.text_document_position.position).map_err(failed)?;
+                let (offset, text) =
+                    self.offset(&uri, p.text_document_position.position).map_err(failed)?;
                 let (this, ..) = self.analyses(&uri).map_err(failed)?;
                 let items = self.completion(&uri, &this, &text, offset);
                 json(serde_json::to_value(lsp::CompletionResponse::Array(items)))
@@ -293,12 +344,17 @@ impl Server {
             DocumentSymbolRequest::METHOD => {
                 let p: lsp::DocumentSymbolParams = params(req.params).map_err(bad)?;
                 let (this, ..) = self.analyses(&p.text_document.uri).map_err(failed)?;
-                json(serde_json::to_value(lsp::DocumentSymbolResponse::Nested(features::document_symbols(&this))))
+                json(serde_json::to_value(lsp::DocumentSymbolResponse::Nested(
+                    features::document_symbols(&this),
+                )))
             }
             SemanticTokensFullRequest::METHOD => {
                 let p: lsp::SemanticTokensParams = params(req.params).map_err(bad)?;
                 let (this, ..) = self.analyses(&p.text_document.uri).map_err(failed)?;
-                json(serde_json::to_value(lsp::SemanticTokens { result_id: None, data: features::semantic_tokens(&this) }))
+                json(serde_json::to_value(lsp::SemanticTokens {
+                    result_id: None,
+                    data: features::semantic_tokens(&this),
+                }))
             }
             InlayHintRequest::METHOD => {
                 let p: lsp::InlayHintParams = params(req.params).map_err(bad)?;
@@ -310,7 +366,10 @@ impl Server {
                 let p: lsp::DocumentFormattingParams = params(req.params).map_err(bad)?;
                 let text = {
                     let st = lock(&self.state);
-                    st.docs.get(&p.text_document.uri).map(|d| d.text.clone()).ok_or_else(|| failed("not open".into()))?
+                    st.docs
+                        .get(&p.text_document.uri)
+                        .map(|d| d.text.clone())
+                        .ok_or_else(|| failed("not open".into()))?
                 };
                 let edit = features::formatting(&text).map_err(failed)?;
                 json(serde_json::to_value(edit.map(|e| vec![e]).unwrap_or_default()))
@@ -319,22 +378,46 @@ impl Server {
         }
     }
 
-    fn completion(&self, uri: &Uri, this: &Arc<Analysis>, text: &str, offset: usize) -> Vec<lsp::CompletionItem> {
+    fn completion(
+        &self,
+        uri: &Uri,
+        this: &Arc<Analysis>,
+        text: &str,
+        offset: usize,
+    ) -> Vec<lsp::CompletionItem> {
         let prog = this.program();
         let root = prog.module(prog.root);
-        if let Some(item) = root.ast.items.iter().find(|i| i.span().contains(offset) && !matches!(i, Item::Use(_))) {
-            let enc = Enclosing { analysis: this, module: prog.root, item: Some(item), current: true };
+        if let Some(item) =
+            root.ast.items.iter().find(|i| i.span().contains(offset) && !matches!(i, Item::Use(_)))
+        {
+            let enc =
+                Enclosing { analysis: this, module: prog.root, item: Some(item), current: true };
             return features::completion(&enc, text, offset);
         }
         // Inside an item that does not parse right now: its last parsed version gives the
         // scope (fields, parameters, lets), positions aside.
-        let name = root.ast.unparsed.iter().filter(|n| (n.span.start as usize) < offset).max_by_key(|n| n.span.start).map(|n| n.name.clone());
-        let old = name.as_ref().and_then(|n| lock(&self.state).last_items.get(uri).and_then(|m| m.get(n)).cloned());
+        let name = root
+            .ast
+            .unparsed
+            .iter()
+            .filter(|n| (n.span.start as usize) < offset)
+            .max_by_key(|n| n.span.start)
+            .map(|n| n.name.clone());
+        let old = name
+            .as_ref()
+            .and_then(|n| lock(&self.state).last_items.get(uri).and_then(|m| m.get(n)).cloned());
         if let (Some(name), Some(old)) = (name, old) {
             let oprog = old.program();
             let oroot = oprog.module(oprog.root);
-            if let Some(item) = oroot.ast.items.iter().find(|i| i.name().is_some_and(|n| n.name == name)) {
-                let enc = Enclosing { analysis: &old, module: oprog.root, item: Some(item), current: false };
+            if let Some(item) =
+                oroot.ast.items.iter().find(|i| i.name().is_some_and(|n| n.name == name))
+            {
+                let enc = Enclosing {
+                    analysis: &old,
+                    module: oprog.root,
+                    item: Some(item),
+                    current: false,
+                };
                 return features::completion(&enc, text, offset);
             }
         }
@@ -368,7 +451,9 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
             }
         }
         let params = lsp::PublishDiagnosticsParams { uri: file.clone(), diagnostics: all, version };
-        let _ = sender.send(Notification::new(lsp::notification::PublishDiagnostics::METHOD.into(), params).into());
+        let _ = sender.send(
+            Notification::new(lsp::notification::PublishDiagnostics::METHOD.into(), params).into(),
+        );
     };
     loop {
         let Ok(first) = jobs.recv() else { return };
@@ -411,12 +496,16 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
             let a = match snap {
                 Err(a) => a,
                 Ok(None) => continue,
-                Ok(Some(snap)) => match std::panic::catch_unwind(AssertUnwindSafe(|| Analysis::run(snap))) {
-                    Ok(a) => Arc::new(a),
-                    Err(_) => continue,
-                },
+                Ok(Some(snap)) => {
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| Analysis::run(snap))) {
+                        Ok(a) => Arc::new(a),
+                        Err(_) => continue,
+                    }
+                }
             };
-            let diags = match std::panic::catch_unwind(AssertUnwindSafe(|| features::diagnostics(&paths, &a))) {
+            let diags = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                features::diagnostics(&paths, &a)
+            })) {
                 Ok(d) => d,
                 Err(_) => continue,
             };
@@ -428,7 +517,8 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
                 }
                 st.store(a.clone());
             }
-            let old = touched.insert(uri.clone(), diags.keys().cloned().collect()).unwrap_or_default();
+            let old =
+                touched.insert(uri.clone(), diags.keys().cloned().collect()).unwrap_or_default();
             for f in &old {
                 if !diags.contains_key(f) {
                     if let Some(m) = contributions.get_mut(f) {
@@ -438,7 +528,14 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
                 }
             }
             for (f, ds) in diags {
-                let read = if f == uri { Some(a.version) } else { a.loaded.iter().find(|(o, _)| paths.uri(o).as_ref() == Some(&f)).and_then(|(_, v)| *v) };
+                let read = if f == uri {
+                    Some(a.version)
+                } else {
+                    a.loaded
+                        .iter()
+                        .find(|(o, _)| paths.uri(o).as_ref() == Some(&f))
+                        .and_then(|(_, v)| *v)
+                };
                 contributions.entry(f.clone()).or_default().insert(uri.clone(), (read, ds));
                 let version = (f == uri).then_some(a.version);
                 publish(&contributions, &f, version);

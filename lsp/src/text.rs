@@ -39,7 +39,8 @@ impl<'t> LineMap<'t> {
     /// one inside a surrogate pair gives the start of that character.
     pub fn offset(&self, pos: Position) -> usize {
         let Some(&start) = self.starts.get(pos.line as usize) else { return self.text.len() };
-        let line_end = self.starts.get(pos.line as usize + 1).map(|e| e - 1).unwrap_or(self.text.len());
+        let line_end =
+            self.starts.get(pos.line as usize + 1).map(|e| e - 1).unwrap_or(self.text.len());
         let line = &self.text[start..line_end];
         let line = line.strip_suffix('\r').unwrap_or(line);
         let mut units = 0u32;
@@ -96,7 +97,11 @@ mod tests {
     #[test]
     fn incremental_edits() {
         let mut text = "let x = 1\nlet y = 𝔸 + 2\n".to_string();
-        let edit = |r: Option<Range>, t: &str| TextDocumentContentChangeEvent { range: r, range_length: None, text: t.into() };
+        let edit = |r: Option<Range>, t: &str| TextDocumentContentChangeEvent {
+            range: r,
+            range_length: None,
+            text: t.into(),
+        };
         apply_change(&mut text, &edit(Some(Range { start: pos(1, 8), end: pos(1, 10) }), "z"));
         assert_eq!(text, "let x = 1\nlet y = z + 2\n");
         apply_change(&mut text, &edit(Some(Range { start: pos(0, 4), end: pos(1, 4) }), ""));

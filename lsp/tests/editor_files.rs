@@ -12,19 +12,32 @@ fn ext_dir() -> PathBuf {
 fn read(rel: &str) -> Value {
     let path = ext_dir().join(rel);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()))
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()))
 }
 
 #[test]
 fn package_json_declares_the_language_and_its_files() {
     let pkg = read("package.json");
-    let lang = pkg["contributes"]["languages"].as_array().unwrap().iter().find(|l| l["id"] == "mgn").expect("language `mgn`");
+    let lang = pkg["contributes"]["languages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == "mgn")
+        .expect("language `mgn`");
     assert!(lang["extensions"].as_array().unwrap().iter().any(|e| e == ".mgn"));
     assert!(pkg["activationEvents"].as_array().unwrap().iter().any(|e| e == "onLanguage:mgn"));
-    assert_eq!(pkg["contributes"]["configuration"]["properties"]["mgn.serverPath"]["default"], "mgnc");
+    assert_eq!(
+        pkg["contributes"]["configuration"]["properties"]["mgn.serverPath"]["default"],
+        "mgnc"
+    );
     assert!(pkg["dependencies"]["vscode-languageclient"].is_string());
     let grammar = &pkg["contributes"]["grammars"][0];
-    for f in [pkg["main"].as_str().unwrap(), lang["configuration"].as_str().unwrap(), grammar["path"].as_str().unwrap()] {
+    for f in [
+        pkg["main"].as_str().unwrap(),
+        lang["configuration"].as_str().unwrap(),
+        grammar["path"].as_str().unwrap(),
+    ] {
         assert!(ext_dir().join(f).is_file(), "package.json names {f}, which does not exist");
     }
     let g = read(grammar["path"].as_str().unwrap());
@@ -37,14 +50,24 @@ fn package_json_declares_the_language_and_its_files() {
 fn grammar_knows_every_builtin_and_reserved_word() {
     let g = read("syntaxes/mgn.tmLanguage.json");
     let builtins = g["repository"]["builtins"]["match"].as_str().unwrap();
-    let listed: Vec<&str> = builtins.split_once("\\b(").unwrap().1.split_once(")\\b").unwrap().0.split('|').collect();
+    let listed: Vec<&str> =
+        builtins.split_once("\\b(").unwrap().1.split_once(")\\b").unwrap().0.split('|').collect();
     let mut want: Vec<&str> = mgn_compiler::elab::builtins::names().collect();
     let mut got = listed.clone();
     want.sort();
     got.sort();
     assert_eq!(got, want, "the grammar's builtin list differs from the compiler's");
     let text = serde_json::to_string(&g).unwrap();
-    for kw in ["use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true", "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32"] {
-        assert!(text.contains(&format!("|{kw}|")) || text.contains(&format!("({kw}|")) || text.contains(&format!("|{kw})")) || text.contains(&format!("({kw})")), "reserved word `{kw}` is not highlighted");
+    for kw in [
+        "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
+        "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32",
+    ] {
+        assert!(
+            text.contains(&format!("|{kw}|"))
+                || text.contains(&format!("({kw}|"))
+                || text.contains(&format!("|{kw})"))
+                || text.contains(&format!("({kw})")),
+            "reserved word `{kw}` is not highlighted"
+        );
     }
 }

@@ -18,7 +18,9 @@ fn run(plan: &Path, weights: &Path, inputs: &Path) -> Result<(), String> {
     let mut session = Session::new(plan, 0);
     session.load_checkpoint(weights, MatchMode::Strict).map_err(|e| e.to_string())?;
     // A hardware GPU when there is one; the CPU otherwise.
-    let on = match mgn_runtime::gpu::probe::devices().and_then(|d| mgn_runtime::gpu::probe::choose(&d).map(|d| d.software)) {
+    let on = match mgn_runtime::gpu::probe::devices()
+        .and_then(|d| mgn_runtime::gpu::probe::choose(&d).map(|d| d.software))
+    {
         Ok(false) => session.use_gpu().unwrap_or_else(|e| format!("the CPU ({e})")),
         _ => "the CPU".to_string(),
     };
@@ -29,7 +31,12 @@ fn run(plan: &Path, weights: &Path, inputs: &Path) -> Result<(), String> {
     for (name, t) in &out.outputs {
         let v = t.to_f64_vec();
         let head: Vec<String> = v.iter().take(5).map(|x| format!("{x:.4}")).collect();
-        println!("  {name}: {:?} [{}{}]", t.shape, head.join(", "), if v.len() > 5 { ", …" } else { "" });
+        println!(
+            "  {name}: {:?} [{}{}]",
+            t.shape,
+            head.join(", "),
+            if v.len() > 5 { ", …" } else { "" }
+        );
     }
     Ok(())
 }

@@ -65,7 +65,10 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.tensors.binary_search_by(|(n, _)| n.as_str().cmp(name)).ok().map(|i| &self.tensors[i].1)
+        self.tensors
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.tensors[i].1)
     }
 
     /// The model name recorded at save time, if any.
@@ -79,8 +82,12 @@ impl Checkpoint {
     }
 
     /// The optimizer state stored in this checkpoint for `params` (a fresh state when there is none).
-    pub fn optimizer_state(&self, params: &[ParamSpec]) -> Result<crate::optim::OptimizerState, CheckpointError> {
-        crate::optim::OptimizerState::from_tensors(&self.tensors, params).map_err(|m| CheckpointError::new(&self.path, m))
+    pub fn optimizer_state(
+        &self,
+        params: &[ParamSpec],
+    ) -> Result<crate::optim::OptimizerState, CheckpointError> {
+        crate::optim::OptimizerState::from_tensors(&self.tensors, params)
+            .map_err(|m| CheckpointError::new(&self.path, m))
     }
 }
 
@@ -113,23 +120,50 @@ fn st_dtype(d: DType) -> StDtype {
 
 /// Converts a host tensor to the bytes of its declared dtype.
 fn encode(name: &str, t: &Tensor) -> Result<Encoded, String> {
-    let numel = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| format!("tensor `{name}` has an impossible shape {:?}", t.shape))?;
+    let numel = t
+        .shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("tensor `{name}` has an impossible shape {:?}", t.shape))?;
     if numel != t.data.len() {
-        return Err(format!("tensor `{name}` has shape {:?} ({numel} elements) but holds {} values", t.shape, t.data.len()));
+        return Err(format!(
+            "tensor `{name}` has shape {:?} ({numel} elements) but holds {} values",
+            t.shape,
+            t.data.len()
+        ));
     }
     let n = numel * t.dtype.size_bytes();
     let mut bytes = Vec::with_capacity(n);
-    let float_storage = |what: &str| format!("tensor `{name}` is declared {} but holds {what} values", t.dtype);
+    let float_storage =
+        |what: &str| format!("tensor `{name}` is declared {} but holds {what} values", t.dtype);
     match (t.dtype, &t.data) {
-        (DType::F32, Data::F32(v)) => v.iter().for_each(|x| bytes.extend_from_slice(&x.to_le_bytes())),
-        (DType::F32, Data::F64(v)) => v.iter().for_each(|&x| bytes.extend_from_slice(&(x as f32).to_le_bytes())),
-        (DType::F16, Data::F32(v)) => v.iter().for_each(|&x| bytes.extend_from_slice(&half::f16::from_f32(x).to_le_bytes())),
-        (DType::F16, Data::F64(v)) => v.iter().for_each(|&x| bytes.extend_from_slice(&half::f16::from_f64(x).to_le_bytes())),
-        (DType::BF16, Data::F32(v)) => v.iter().for_each(|&x| bytes.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())),
-        (DType::BF16, Data::F64(v)) => v.iter().for_each(|&x| bytes.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes())),
-        (DType::F32 | DType::F16 | DType::BF16, Data::I32(_)) => return Err(float_storage("integer")),
-        (DType::I32, Data::I32(v)) => v.iter().for_each(|x| bytes.extend_from_slice(&x.to_le_bytes())),
-        (DType::I64, Data::I32(v)) => v.iter().for_each(|&x| bytes.extend_from_slice(&(x as i64).to_le_bytes())),
+        (DType::F32, Data::F32(v)) => {
+            v.iter().for_each(|x| bytes.extend_from_slice(&x.to_le_bytes()))
+        }
+        (DType::F32, Data::F64(v)) => {
+            v.iter().for_each(|&x| bytes.extend_from_slice(&(x as f32).to_le_bytes()))
+        }
+        (DType::F16, Data::F32(v)) => {
+            v.iter().for_each(|&x| bytes.extend_from_slice(&half::f16::from_f32(x).to_le_bytes()))
+        }
+        (DType::F16, Data::F64(v)) => {
+            v.iter().for_each(|&x| bytes.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()))
+        }
+        (DType::BF16, Data::F32(v)) => {
+            v.iter().for_each(|&x| bytes.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes()))
+        }
+        (DType::BF16, Data::F64(v)) => {
+            v.iter().for_each(|&x| bytes.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes()))
+        }
+        (DType::F32 | DType::F16 | DType::BF16, Data::I32(_)) => {
+            return Err(float_storage("integer"))
+        }
+        (DType::I32, Data::I32(v)) => {
+            v.iter().for_each(|x| bytes.extend_from_slice(&x.to_le_bytes()))
+        }
+        (DType::I64, Data::I32(v)) => {
+            v.iter().for_each(|&x| bytes.extend_from_slice(&(x as i64).to_le_bytes()))
+        }
         (DType::U32, Data::I32(v)) => {
             if let Some(i) = v.iter().position(|&x| x < 0) {
                 return Err(format!("tensor `{name}` is declared u32 but element {i} is {}", v[i]));
@@ -138,11 +172,16 @@ fn encode(name: &str, t: &Tensor) -> Result<Encoded, String> {
         }
         (DType::Bool, Data::I32(v)) => {
             if let Some(i) = v.iter().position(|&x| x != 0 && x != 1) {
-                return Err(format!("tensor `{name}` is declared bool but element {i} is {}", v[i]));
+                return Err(format!(
+                    "tensor `{name}` is declared bool but element {i} is {}",
+                    v[i]
+                ));
             }
             bytes.extend(v.iter().map(|&x| x as u8))
         }
-        (DType::I32 | DType::I64 | DType::U32 | DType::Bool, _) => return Err(float_storage("floating-point")),
+        (DType::I32 | DType::I64 | DType::U32 | DType::Bool, _) => {
+            return Err(float_storage("floating-point"))
+        }
     }
     debug_assert_eq!(bytes.len(), n);
     Ok(Encoded { dtype: st_dtype(t.dtype), shape: t.shape.clone(), bytes })
@@ -154,7 +193,10 @@ fn encode(name: &str, t: &Tensor) -> Result<Encoded, String> {
 /// size, then name, so each is aligned; the header padded with spaces to a multiple of 8), but
 /// the header is written here with its metadata keys sorted, so that saving the same tensors
 /// always gives the same bytes (the crate's writer orders metadata by a randomized hash map).
-pub fn to_bytes(tensors: &[(String, &Tensor)], metadata: &[(String, String)]) -> Result<Vec<u8>, String> {
+pub fn to_bytes(
+    tensors: &[(String, &Tensor)],
+    metadata: &[(String, String)],
+) -> Result<Vec<u8>, String> {
     let mut seen = HashSet::new();
     let mut encoded = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
@@ -179,11 +221,19 @@ pub fn to_bytes(tensors: &[(String, &Tensor)], metadata: &[(String, String)]) ->
     encoded.sort_by(|(ln, l), (rn, r)| r.dtype.bitsize().cmp(&l.dtype.bitsize()).then(ln.cmp(rn)));
 
     let json = |s: &str| serde_json::to_string(s).expect("strings always serialize");
-    let mut header = format!("{{\"__metadata__\":{}", serde_json::to_string(&meta).expect("a string map always serializes"));
+    let mut header = format!(
+        "{{\"__metadata__\":{}",
+        serde_json::to_string(&meta).expect("a string map always serializes")
+    );
     let mut offset = 0usize;
     for (name, e) in &encoded {
         let end = offset + e.bytes.len();
-        header.push_str(&format!(",{}:{{\"dtype\":{},\"shape\":{},\"data_offsets\":[{offset},{end}]}}", json(name), json(&e.dtype.to_string()), serde_json::to_string(&e.shape).expect("a shape always serializes")));
+        header.push_str(&format!(
+            ",{}:{{\"dtype\":{},\"shape\":{},\"data_offsets\":[{offset},{end}]}}",
+            json(name),
+            json(&e.dtype.to_string()),
+            serde_json::to_string(&e.shape).expect("a shape always serializes")
+        ));
         offset = end;
     }
     header.push('}');
@@ -201,9 +251,14 @@ pub fn to_bytes(tensors: &[(String, &Tensor)], metadata: &[(String, String)]) ->
 
 /// Writes a checkpoint atomically: the previous file at `path`, if any, stays intact unless the
 /// new one is completely written.
-pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, String)]) -> Result<(), CheckpointError> {
+pub fn save(
+    path: &Path,
+    tensors: &[(String, &Tensor)],
+    metadata: &[(String, String)],
+) -> Result<(), CheckpointError> {
     let bytes = to_bytes(tensors, metadata).map_err(|m| CheckpointError::new(path, m))?;
-    crate::io::write_atomic(path, &bytes).map_err(|e| CheckpointError::new(path, format!("cannot write the checkpoint: {e}")))
+    crate::io::write_atomic(path, &bytes)
+        .map_err(|e| CheckpointError::new(path, format!("cannot write the checkpoint: {e}")))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -211,7 +266,8 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
 
 /// Reads a checkpoint file into host tensors.
 pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
-    let bytes = std::fs::read(path).map_err(|e| CheckpointError::new(path, format!("cannot read the checkpoint: {e}")))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| CheckpointError::new(path, format!("cannot read the checkpoint: {e}")))?;
     from_bytes(&bytes, path)
 }
 
@@ -221,18 +277,24 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointErr
     // `read_metadata` checks the header length against the file, parses the header, and checks
     // that the tensors' offsets tile the data exactly and agree with their shapes and dtypes
     // (with overflow checks), all before any tensor-sized allocation.
-    let (n, header) = SafeTensors::read_metadata(bytes).map_err(|e| err(describe_parse_error(bytes, &e)))?;
+    let (n, header) =
+        SafeTensors::read_metadata(bytes).map_err(|e| err(describe_parse_error(bytes, &e)))?;
     let data = &bytes[8 + n..];
-    let metadata: BTreeMap<String, String> = header.metadata().clone().unwrap_or_default().into_iter().collect();
+    let metadata: BTreeMap<String, String> =
+        header.metadata().clone().unwrap_or_default().into_iter().collect();
     if let Some(v) = metadata.get(FORMAT_KEY) {
         if v != FORMAT_VERSION {
-            return Err(err(format!("checkpoint format version {v}, but this runtime reads version {FORMAT_VERSION}")));
+            return Err(err(format!(
+                "checkpoint format version {v}, but this runtime reads version {FORMAT_VERSION}"
+            )));
         }
     }
     let mut tensors = Vec::new();
     for (name, info) in header.tensors() {
         let (start, end) = info.data_offsets;
-        let bytes = data.get(start..end).ok_or_else(|| err(format!("corrupt header: the data offsets of tensor `{name}` are out of range")))?;
+        let bytes = data.get(start..end).ok_or_else(|| {
+            err(format!("corrupt header: the data offsets of tensor `{name}` are out of range"))
+        })?;
         let t = decode(&name, info.dtype, &info.shape, bytes).map_err(err)?;
         tensors.push((name, t));
     }
@@ -271,7 +333,10 @@ fn describe_parse_error(bytes: &[u8], e: &SafeTensorError) -> String {
 /// Converts one tensor's bytes (already checked by the parser to be exactly
 /// `numel × element size` long) into host storage.
 fn decode(name: &str, dtype: StDtype, shape: &[usize], data: &[u8]) -> Result<Tensor, String> {
-    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| format!("tensor `{name}` has an impossible shape {shape:?}"))?;
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("tensor `{name}` has an impossible shape {shape:?}"))?;
     let size = match dtype {
         StDtype::F32 | StDtype::I32 | StDtype::U32 => 4,
         StDtype::F16 | StDtype::BF16 => 2,
@@ -280,17 +345,30 @@ fn decode(name: &str, dtype: StDtype, shape: &[usize], data: &[u8]) -> Result<Te
         other => return Err(format!("tensor `{name}` has dtype {other}, which mgn does not support (f32, f16, bf16, i32, i64, u32, bool)")),
     };
     if numel.checked_mul(size) != Some(data.len()) {
-        return Err(format!("tensor `{name}`: shape {shape:?} of {dtype} does not match its {} bytes of data", data.len()));
+        return Err(format!(
+            "tensor `{name}`: shape {shape:?} of {dtype} does not match its {} bytes of data",
+            data.len()
+        ));
     }
     fn chunks<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
         data.chunks_exact(N).map(|c| c.try_into().expect("exact chunk"))
     }
     let shape = shape.to_vec();
     let (dt, storage) = match dtype {
-        StDtype::F32 => (DType::F32, Data::F32(chunks::<4>(data).map(f32::from_le_bytes).collect())),
-        StDtype::F16 => (DType::F16, Data::F32(chunks::<2>(data).map(|b| half::f16::from_le_bytes(b).to_f32()).collect())),
-        StDtype::BF16 => (DType::BF16, Data::F32(chunks::<2>(data).map(|b| half::bf16::from_le_bytes(b).to_f32()).collect())),
-        StDtype::I32 => (DType::I32, Data::I32(chunks::<4>(data).map(i32::from_le_bytes).collect())),
+        StDtype::F32 => {
+            (DType::F32, Data::F32(chunks::<4>(data).map(f32::from_le_bytes).collect()))
+        }
+        StDtype::F16 => (
+            DType::F16,
+            Data::F32(chunks::<2>(data).map(|b| half::f16::from_le_bytes(b).to_f32()).collect()),
+        ),
+        StDtype::BF16 => (
+            DType::BF16,
+            Data::F32(chunks::<2>(data).map(|b| half::bf16::from_le_bytes(b).to_f32()).collect()),
+        ),
+        StDtype::I32 => {
+            (DType::I32, Data::I32(chunks::<4>(data).map(i32::from_le_bytes).collect()))
+        }
         StDtype::I64 => {
             let mut v = Vec::with_capacity(numel);
             for (i, b) in chunks::<8>(data).enumerate() {
@@ -309,7 +387,10 @@ fn decode(name: &str, dtype: StDtype, shape: &[usize], data: &[u8]) -> Result<Te
         }
         StDtype::BOOL => {
             if let Some(i) = data.iter().position(|&b| b > 1) {
-                return Err(format!("tensor `{name}` (bool): element {i} is the byte {}, not 0 or 1", data[i]));
+                return Err(format!(
+                    "tensor `{name}` (bool): element {i} is the byte {}, not 0 or 1",
+                    data[i]
+                ));
             }
             (DType::Bool, Data::I32(data.iter().map(|&b| b as i32).collect()))
         }
@@ -431,8 +512,12 @@ fn convert(t: &Tensor, to: DType) -> Result<Tensor, String> {
     let mut out = t.clone();
     out.dtype = to;
     match (&mut out.data, to) {
-        (Data::F32(v), DType::F16) => v.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
-        (Data::F32(v), DType::BF16) => v.iter_mut().for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+        (Data::F32(v), DType::F16) => {
+            v.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32())
+        }
+        (Data::F32(v), DType::BF16) => {
+            v.iter_mut().for_each(|x| *x = half::bf16::from_f32(*x).to_f32())
+        }
         (Data::I32(v), DType::U32) => {
             if let Some(i) = v.iter().position(|&x| x < 0) {
                 return Err(format!("element {i} is {}, not a u32", v[i]));
@@ -447,7 +532,11 @@ fn convert(t: &Tensor, to: DType) -> Result<Tensor, String> {
 /// parameter, in order: the tensor to load (converted to the parameter's dtype), or `None`.
 /// Strict mode fails when anything is missing, unexpected or mismatched; partial mode loads
 /// what matches. Either way the report says what was found.
-pub fn match_params(ckpt: &Checkpoint, params: &[ParamSpec], mode: MatchMode) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
+pub fn match_params(
+    ckpt: &Checkpoint,
+    params: &[ParamSpec],
+    mode: MatchMode,
+) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
     let mut report = Report::default();
     let mut out = Vec::with_capacity(params.len());
     let mut used = HashSet::new();
@@ -474,14 +563,21 @@ pub fn match_params(ckpt: &Checkpoint, params: &[ParamSpec], mode: MatchMode) ->
                 out.push(Some(c));
             }
             Err(note) => {
-                report.mismatched.push(Mismatch { name: p.name.clone(), expected, found, note: Some(note) });
+                report.mismatched.push(Mismatch {
+                    name: p.name.clone(),
+                    expected,
+                    found,
+                    note: Some(note),
+                });
                 out.push(None);
             }
         }
     }
     for (name, t) in &ckpt.tensors {
         if !used.contains(name.as_str()) && !name.starts_with(OPTIM_PREFIX) {
-            report.unexpected.push((name.clone(), Signature { dtype: t.dtype, shape: t.shape.clone() }));
+            report
+                .unexpected
+                .push((name.clone(), Signature { dtype: t.dtype, shape: t.shape.clone() }));
         }
     }
     if mode == MatchMode::Strict && !report.is_clean() {
@@ -499,22 +595,21 @@ mod tests {
     use safetensors::tensor::View;
     use std::borrow::Cow;
 
-/// Lets the `safetensors` crate's own writer produce files for the interoperability tests.
-impl View for &Encoded {
-    fn dtype(&self) -> StDtype {
-        self.dtype
+    /// Lets the `safetensors` crate's own writer produce files for the interoperability tests.
+    impl View for &Encoded {
+        fn dtype(&self) -> StDtype {
+            self.dtype
+        }
+        fn shape(&self) -> &[usize] {
+            &self.shape
+        }
+        fn data(&self) -> Cow<'_, [u8]> {
+            Cow::Borrowed(&self.bytes)
+        }
+        fn data_len(&self) -> usize {
+            self.bytes.len()
+        }
     }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
-}
-
 
     /// A fresh directory under the system temp dir, removed on drop.
     struct TempDir(PathBuf);
@@ -523,7 +618,11 @@ impl View for &Encoded {
         fn new(tag: &str) -> TempDir {
             use std::sync::atomic::{AtomicUsize, Ordering};
             static N: AtomicUsize = AtomicUsize::new(0);
-            let p = std::env::temp_dir().join(format!("mgn-ckpt-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+            let p = std::env::temp_dir().join(format!(
+                "mgn-ckpt-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
             let _ = std::fs::remove_dir_all(&p);
             std::fs::create_dir_all(&p).unwrap();
             TempDir(p)
@@ -532,7 +631,10 @@ impl View for &Encoded {
             self.0.join(name)
         }
         fn entries(&self) -> Vec<String> {
-            let mut v: Vec<String> = std::fs::read_dir(&self.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            let mut v: Vec<String> = std::fs::read_dir(&self.0)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
             v.sort();
             v
         }
@@ -553,12 +655,28 @@ impl View for &Encoded {
         vec![
             ("fc1.weight".into(), Tensor::f32(vec![2, 3], vec![0.5, -1.25, 3.0, 1e-3, -0.0, 7.75])),
             ("fc1.bias".into(), Tensor::f32(vec![2], vec![0.1, -0.2])),
-            ("half".into(), Tensor { dtype: DType::F16, shape: vec![3], data: Data::F32(vec![1.0, -2.5, 0.333_333]) }),
-            ("brain".into(), Tensor { dtype: DType::BF16, shape: vec![2, 1], data: Data::F32(vec![3.0, -0.1]) }),
+            (
+                "half".into(),
+                Tensor {
+                    dtype: DType::F16,
+                    shape: vec![3],
+                    data: Data::F32(vec![1.0, -2.5, 0.333_333]),
+                },
+            ),
+            (
+                "brain".into(),
+                Tensor { dtype: DType::BF16, shape: vec![2, 1], data: Data::F32(vec![3.0, -0.1]) },
+            ),
             ("ids".into(), Tensor::i32(vec![4], vec![1, -2, i32::MAX, i32::MIN])),
-            ("bn.num_batches_tracked".into(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![12345]) }),
+            (
+                "bn.num_batches_tracked".into(),
+                Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![12345]) },
+            ),
             ("u".into(), Tensor { dtype: DType::U32, shape: vec![2], data: Data::I32(vec![0, 7]) }),
-            ("mask".into(), Tensor { dtype: DType::Bool, shape: vec![3], data: Data::I32(vec![1, 0, 1]) }),
+            (
+                "mask".into(),
+                Tensor { dtype: DType::Bool, shape: vec![3], data: Data::I32(vec![1, 0, 1]) },
+            ),
             ("empty".into(), Tensor::f32(vec![0, 5], vec![])),
             ("wide".into(), Tensor::f64(vec![2], vec![0.25, 1.0 / 3.0])),
         ]
@@ -588,8 +706,12 @@ impl View for &Encoded {
             assert_eq!(got.dtype, t.dtype, "{name}");
             assert_eq!(got.shape, t.shape, "{name}");
             let want: Vec<f64> = match t.dtype {
-                DType::F16 => t.to_f64_vec().iter().map(|&x| half::f16::from_f64(x).to_f64()).collect(),
-                DType::BF16 => t.to_f64_vec().iter().map(|&x| half::bf16::from_f64(x).to_f64()).collect(),
+                DType::F16 => {
+                    t.to_f64_vec().iter().map(|&x| half::f16::from_f64(x).to_f64()).collect()
+                }
+                DType::BF16 => {
+                    t.to_f64_vec().iter().map(|&x| half::bf16::from_f64(x).to_f64()).collect()
+                }
                 DType::F32 => t.to_f64_vec().iter().map(|&x| x as f32 as f64).collect(),
                 _ => t.to_f64_vec(),
             };
@@ -628,7 +750,12 @@ impl View for &Encoded {
         let bad_bool = Tensor { dtype: DType::Bool, shape: vec![1], data: Data::I32(vec![2]) };
         let float_as_int = Tensor { dtype: DType::I32, shape: vec![1], data: Data::F32(vec![1.0]) };
         let ok = Tensor::f32(vec![1], vec![1.0]);
-        for (name, t, want) in [("a", &bad_len, "holds 1 values"), ("b", &neg_u32, "u32"), ("c", &bad_bool, "bool"), ("d", &float_as_int, "floating-point")] {
+        for (name, t, want) in [
+            ("a", &bad_len, "holds 1 values"),
+            ("b", &neg_u32, "u32"),
+            ("c", &bad_bool, "bool"),
+            ("d", &float_as_int, "floating-point"),
+        ] {
             let e = to_bytes(&[(name.to_string(), t)], &[]).unwrap_err();
             assert!(e.contains(&format!("`{name}`")) && e.contains(want), "{e}");
         }
@@ -660,7 +787,10 @@ impl View for &Encoded {
         let blocker = dir.path(&format!(".ck.safetensors.tmp{}", std::process::id()));
         std::fs::create_dir(&blocker).unwrap();
         let e = save(&path, &refs(&new), &standard_metadata("M", 2)).unwrap_err();
-        assert!(e.to_string().contains("ck.safetensors") && e.message.contains("cannot write"), "{e}");
+        assert!(
+            e.to_string().contains("ck.safetensors") && e.message.contains("cannot write"),
+            "{e}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), before);
         std::fs::remove_dir(&blocker).unwrap();
         assert_eq!(dir.entries(), vec!["ck.safetensors"]);
@@ -748,7 +878,8 @@ impl View for &Encoded {
     #[test]
     fn malicious_headers_are_refused_without_allocating() {
         // 10^12 elements, honestly sized offsets far past the end of the file.
-        let h = r#"{"w":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,4000000000000]}}"#;
+        let h =
+            r#"{"w":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,4000000000000]}}"#;
         let e = parse(&with_header(h, &[0; 16])).unwrap_err();
         assert!(e.message.contains("truncated or corrupt"), "{e}");
         // 10^12 elements with offsets that lie about the size.
@@ -774,7 +905,10 @@ impl View for &Encoded {
             assert!(e.message.contains("header length field says"), "{n}: {e}");
         }
         // Not JSON, not UTF-8, unknown dtype.
-        assert!(parse(&with_header("{not json", &[])).unwrap_err().message.contains("corrupt header"));
+        assert!(parse(&with_header("{not json", &[]))
+            .unwrap_err()
+            .message
+            .contains("corrupt header"));
         assert!(parse(&with_header("\u{0}\u{1}", &[])).is_err());
         let mut b = 4u64.to_le_bytes().to_vec();
         b.extend_from_slice(&[0xFF, 0xFE, 0xFD, 0xFC]);
@@ -791,7 +925,10 @@ impl View for &Encoded {
         let e = parse(&with_header(h, &data)).unwrap_err();
         assert!(e.message.contains("`big`") && e.message.contains("1099511627776"), "{e}");
         let h = r#"{"u":{"dtype":"U32","shape":[1],"data_offsets":[0,4]}}"#;
-        assert!(parse(&with_header(h, &u32::MAX.to_le_bytes())).unwrap_err().message.contains("`u`"));
+        assert!(parse(&with_header(h, &u32::MAX.to_le_bytes()))
+            .unwrap_err()
+            .message
+            .contains("`u`"));
         let h = r#"{"m":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}}"#;
         assert!(parse(&with_header(h, &[7])).unwrap_err().message.contains("`m`"));
         let h = r#"{"d":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}"#;
@@ -801,7 +938,10 @@ impl View for &Encoded {
         let mut data = (-3i64).to_le_bytes().to_vec();
         data.extend_from_slice(&(i32::MAX as i64).to_le_bytes());
         let ck = parse(&with_header(h, &data)).unwrap();
-        assert_eq!(ck.get("n").unwrap(), &Tensor { dtype: DType::I64, shape: vec![2], data: Data::I32(vec![-3, i32::MAX]) });
+        assert_eq!(
+            ck.get("n").unwrap(),
+            &Tensor { dtype: DType::I64, shape: vec![2], data: Data::I32(vec![-3, i32::MAX]) }
+        );
     }
 
     #[test]
@@ -825,7 +965,14 @@ impl View for &Encoded {
     }
 
     fn param(name: &str, dtype: DType, shape: &[usize]) -> ParamSpec {
-        ParamSpec { name: name.into(), dtype, shape: shape.to_vec(), init: InitSpec::Constant(0.0), trainable: true, frozen: false }
+        ParamSpec {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            init: InitSpec::Constant(0.0),
+            trainable: true,
+            frozen: false,
+        }
     }
 
     fn ckpt(tensors: Vec<(String, Tensor)>) -> Checkpoint {
@@ -836,13 +983,20 @@ impl View for &Encoded {
 
     #[test]
     fn strict_match_of_a_complete_checkpoint() {
-        let params = vec![param("fc.weight", DType::F32, &[2, 2]), param("fc.bias", DType::F32, &[2]), param("bn.n", DType::I64, &[])];
+        let params = vec![
+            param("fc.weight", DType::F32, &[2, 2]),
+            param("fc.bias", DType::F32, &[2]),
+            param("bn.n", DType::I64, &[]),
+        ];
         let ck = ckpt(vec![
             ("fc.weight".into(), Tensor::f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0])),
             ("fc.bias".into(), Tensor::f32(vec![2], vec![5.0, 6.0])),
             ("bn.n".into(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![3]) }),
             ("optim.fc.weight.m".into(), Tensor::f32(vec![2, 2], vec![0.0; 4])),
-            ("optim.step".into(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![10]) }),
+            (
+                "optim.step".into(),
+                Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![10]) },
+            ),
         ]);
         let (vals, report) = match_params(&ck, &params, MatchMode::Strict).unwrap();
         assert!(report.is_clean(), "{report}");
@@ -862,7 +1016,14 @@ impl View for &Encoded {
         let ck = ckpt(vec![
             ("fc1.weight".into(), Tensor::f32(vec![64, 128], vec![0.0; 64 * 128])),
             ("fc1.bias".into(), Tensor::f32(vec![128], vec![1.0; 128])),
-            ("fc2.weight".into(), Tensor { dtype: DType::F16, shape: vec![10, 128], data: Data::F32(vec![0.5; 1280]) }),
+            (
+                "fc2.weight".into(),
+                Tensor {
+                    dtype: DType::F16,
+                    shape: vec![10, 128],
+                    data: Data::F32(vec![0.5; 1280]),
+                },
+            ),
             ("fc2.bias".into(), Tensor::i32(vec![10], vec![0; 10])),
             ("head.weight".into(), Tensor::f32(vec![3], vec![0.0; 3])),
             ("optim.fc1.weight.v".into(), Tensor::f32(vec![64, 128], vec![0.0; 64 * 128])),
@@ -876,8 +1037,14 @@ impl View for &Encoded {
         let e = match_params(&ck, &params, MatchMode::Strict).unwrap_err();
         let m = e.to_string();
         assert!(m.starts_with("ck.safetensors: the checkpoint does not match"), "{m}");
-        assert!(m.contains("missing from the checkpoint (1):\n  emb.weight: expected f32[4, 2]"), "{m}");
-        assert!(m.contains("in the checkpoint but not in the model (1):\n  head.weight: found f32[3]"), "{m}");
+        assert!(
+            m.contains("missing from the checkpoint (1):\n  emb.weight: expected f32[4, 2]"),
+            "{m}"
+        );
+        assert!(
+            m.contains("in the checkpoint but not in the model (1):\n  head.weight: found f32[3]"),
+            "{m}"
+        );
         assert!(m.contains("fc1.weight: expected f32[128, 64], found f32[64, 128]"), "{m}");
         assert!(m.contains("fc2.bias: expected f32[10], found i32[10]"), "{m}");
         assert!(!m.contains("optim."), "{m}");
@@ -890,8 +1057,14 @@ impl View for &Encoded {
         let (vals, r) = match_params(&ck, &params, MatchMode::Partial).unwrap();
         assert_eq!(r.loaded, vec!["fc1.bias", "fc2.weight"]);
         assert_eq!(r.missing.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(), vec!["emb.weight"]);
-        assert_eq!(r.unexpected.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(), vec!["head.weight"]);
-        assert_eq!(r.mismatched.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), vec!["fc1.weight", "fc2.bias"]);
+        assert_eq!(
+            r.unexpected.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(),
+            vec!["head.weight"]
+        );
+        assert_eq!(
+            r.mismatched.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+            vec!["fc1.weight", "fc2.bias"]
+        );
         assert_eq!(r.converted, vec![("fc2.weight".to_string(), DType::F16, DType::F32)]);
         assert!(vals[0].is_none() && vals[3].is_none() && vals[4].is_none());
         assert_eq!(vals[1].as_ref().unwrap().to_f64_vec(), vec![1.0; 128]);
@@ -901,14 +1074,21 @@ impl View for &Encoded {
 
     #[test]
     fn match_converts_within_a_kind_and_rounds_to_half() {
-        let params = vec![param("h", DType::F16, &[1]), param("u", DType::U32, &[1]), param("n", DType::I32, &[])];
+        let params = vec![
+            param("h", DType::F16, &[1]),
+            param("u", DType::U32, &[1]),
+            param("n", DType::I32, &[]),
+        ];
         let ck = ckpt(vec![
             ("h".into(), Tensor::f32(vec![1], vec![0.1])),
             ("u".into(), Tensor::i32(vec![1], vec![-1])),
             ("n".into(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![9]) }),
         ]);
         let (vals, r) = match_params(&ck, &params, MatchMode::Partial).unwrap();
-        assert_eq!(vals[0].as_ref().unwrap().as_f32().unwrap()[0], half::f16::from_f32(0.1).to_f32());
+        assert_eq!(
+            vals[0].as_ref().unwrap().as_f32().unwrap()[0],
+            half::f16::from_f32(0.1).to_f32()
+        );
         assert!(vals[1].is_none());
         assert!(r.mismatched[0].note.as_ref().unwrap().contains("not a u32"));
         assert_eq!(vals[2].as_ref().unwrap(), &Tensor::i32(vec![], vec![9]));
@@ -921,7 +1101,9 @@ impl View for &Encoded {
 
     #[test]
     fn committed_data_files_load_and_match_this_writer_byte_for_byte() {
-        for (rel, n) in [("data/digits_train.safetensors", 1437), ("data/digits_test.safetensors", 360)] {
+        for (rel, n) in
+            [("data/digits_train.safetensors", 1437), ("data/digits_test.safetensors", 360)]
+        {
             let path = repo_file(rel);
             let ck = load(&path).unwrap();
             let images = ck.get("images").unwrap();
@@ -932,8 +1114,13 @@ impl View for &Encoded {
             assert!(labels.as_i32().unwrap().iter().all(|&y| (0..10).contains(&y)));
             assert_eq!(ck.metadata.get("license").map(|s| s.starts_with("CC BY 4.0")), Some(true));
             // The Python writer (scripts/safetensors_io.py) and this one agree on every byte.
-            let meta: Vec<(String, String)> = ck.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            assert_eq!(to_bytes(&refs(&ck.tensors), &meta).unwrap(), std::fs::read(&path).unwrap(), "{rel}");
+            let meta: Vec<(String, String)> =
+                ck.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert_eq!(
+                to_bytes(&refs(&ck.tensors), &meta).unwrap(),
+                std::fs::read(&path).unwrap(),
+                "{rel}"
+            );
         }
     }
 
@@ -944,8 +1131,23 @@ impl View for &Encoded {
         let inp = load(&repo_file(&format!("{dir}/inputs.safetensors"))).unwrap();
         let exp = load(&repo_file(&format!("{dir}/expected.safetensors"))).unwrap();
         let names: Vec<&str> = exp.tensors.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["grad.fc1.bias", "grad.fc1.weight", "grad.fc2.bias", "grad.fc2.weight", "loss", "output.logits"]);
-        for (name, shape) in [("fc1.weight", vec![128, 64]), ("fc1.bias", vec![128]), ("fc2.weight", vec![10, 128]), ("fc2.bias", vec![10])] {
+        assert_eq!(
+            names,
+            [
+                "grad.fc1.bias",
+                "grad.fc1.weight",
+                "grad.fc2.bias",
+                "grad.fc2.weight",
+                "loss",
+                "output.logits"
+            ]
+        );
+        for (name, shape) in [
+            ("fc1.weight", vec![128, 64]),
+            ("fc1.bias", vec![128]),
+            ("fc2.weight", vec![10, 128]),
+            ("fc2.bias", vec![10]),
+        ] {
             assert_eq!(w.get(name).unwrap().shape, shape);
             assert_eq!(exp.get(&format!("grad.{name}")).unwrap().shape, shape);
         }
@@ -953,14 +1155,21 @@ impl View for &Encoded {
 
         // A second, plain-loop evaluation of the forward pass and of the bias gradients.
         let f = |ck: &Checkpoint, n: &str| ck.get(n).unwrap().to_f64_vec();
-        let (w1, b1, w2, b2) = (f(&w, "fc1.weight"), f(&w, "fc1.bias"), f(&w, "fc2.weight"), f(&w, "fc2.bias"));
+        let (w1, b1, w2, b2) =
+            (f(&w, "fc1.weight"), f(&w, "fc1.bias"), f(&w, "fc2.weight"), f(&w, "fc2.bias"));
         let x = f(&inp, "images");
         let y = inp.get("labels").unwrap().as_i32().unwrap().to_vec();
         let (logits_want, loss_want) = (f(&exp, "output.logits"), f(&exp, "loss")[0]);
         let (mut loss, mut gb2) = (0.0, [0.0f64; 10]);
         for n in 0..64 {
-            let h: Vec<f64> = (0..128).map(|j| (b1[j] + (0..64).map(|k| x[n * 64 + k] * w1[j * 64 + k]).sum::<f64>()).max(0.0)).collect();
-            let z: Vec<f64> = (0..10).map(|c| b2[c] + (0..128).map(|j| h[j] * w2[c * 128 + j]).sum::<f64>()).collect();
+            let h: Vec<f64> = (0..128)
+                .map(|j| {
+                    (b1[j] + (0..64).map(|k| x[n * 64 + k] * w1[j * 64 + k]).sum::<f64>()).max(0.0)
+                })
+                .collect();
+            let z: Vec<f64> = (0..10)
+                .map(|c| b2[c] + (0..128).map(|j| h[j] * w2[c * 128 + j]).sum::<f64>())
+                .collect();
             for c in 0..10 {
                 assert!((z[c] - logits_want[n * 10 + c]).abs() < 1e-5, "logit {n},{c}");
             }

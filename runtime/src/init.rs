@@ -15,7 +15,9 @@ use rand_chacha::ChaCha8Rng;
 
 /// 64-bit FNV-1a.
 fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// SplitMix64's finalizer: a bijective mix of all 64 bits.
@@ -73,13 +75,17 @@ pub fn sample(init: &InitSpec, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
 /// plan, is deliberately not part of it (see the module docs) and is used only in the panic
 /// message for an impossible shape.
 pub fn initialize(spec: &ParamSpec, seed: u64, index: usize) -> Tensor {
-    let n = spec.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or_else(|| panic!("parameter {index} `{}` has an impossible shape {:?}", spec.name, spec.shape));
+    let n = spec.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or_else(|| {
+        panic!("parameter {index} `{}` has an impossible shape {:?}", spec.name, spec.shape)
+    });
     let mut rng = param_rng(seed, &spec.name);
     let values = sample(&spec.init, n, &mut rng);
     let data = match spec.dtype {
         DType::F32 => Data::F32(values.iter().map(|&v| v as f32).collect()),
         DType::F16 => Data::F32(values.iter().map(|&v| half::f16::from_f64(v).to_f32()).collect()),
-        DType::BF16 => Data::F32(values.iter().map(|&v| half::bf16::from_f64(v).to_f32()).collect()),
+        DType::BF16 => {
+            Data::F32(values.iter().map(|&v| half::bf16::from_f64(v).to_f32()).collect())
+        }
         DType::Bool => Data::I32(values.iter().map(|&v| (v != 0.0) as i32).collect()),
         DType::U32 => Data::I32(values.iter().map(|&v| v.round().max(0.0) as i32).collect()),
         DType::I32 | DType::I64 => Data::I32(values.iter().map(|&v| v.round() as i32).collect()),
@@ -97,7 +103,14 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, shape: &[usize], init: InitSpec) -> ParamSpec {
-        ParamSpec { name: name.into(), dtype: DType::F32, shape: shape.to_vec(), init, trainable: true, frozen: false }
+        ParamSpec {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            init,
+            trainable: true,
+            frozen: false,
+        }
     }
 
     fn mean_std(v: &[f32]) -> (f64, f64) {
@@ -129,22 +142,26 @@ mod tests {
         // If this fails, every model's initial weights changed: update it only on purpose.
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c); // the published FNV-1a test vector
-        let n = initialize(&spec("fc1.weight", &[4], InitSpec::Normal { mean: 0.0, std: 1.0 }), 0, 0);
-        let u = initialize(&spec("fc1.bias", &[3], InitSpec::Uniform { low: -1.0, high: 1.0 }), 0, 0);
+        let n =
+            initialize(&spec("fc1.weight", &[4], InitSpec::Normal { mean: 0.0, std: 1.0 }), 0, 0);
+        let u =
+            initialize(&spec("fc1.bias", &[3], InitSpec::Uniform { low: -1.0, high: 1.0 }), 0, 0);
         assert_eq!(n.as_f32().unwrap(), &[-0.40618715f32, -1.4373572, -0.5962301, 1.2396317]);
         assert_eq!(u.as_f32().unwrap(), &[0.7572437f32, 0.9324722, 0.88642365]);
     }
 
     #[test]
     fn large_normal_has_the_right_moments() {
-        let t = initialize(&spec("big", &[400, 500], InitSpec::Normal { mean: 0.5, std: 0.02 }), 1, 0);
+        let t =
+            initialize(&spec("big", &[400, 500], InitSpec::Normal { mean: 0.5, std: 0.02 }), 1, 0);
         let v = t.as_f32().unwrap();
         let (m, s) = mean_std(v);
         // 200,000 samples: the mean's standard error is 0.02/447 ≈ 4.5e-5.
         assert!((m - 0.5).abs() < 3e-4, "mean {m}");
         assert!((s - 0.02).abs() < 2e-4, "std {s}");
         // Roughly 68.3% within one std.
-        let within = v.iter().filter(|&&x| ((x as f64) - 0.5).abs() < 0.02).count() as f64 / v.len() as f64;
+        let within =
+            v.iter().filter(|&&x| ((x as f64) - 0.5).abs() < 0.02).count() as f64 / v.len() as f64;
         assert!((within - 0.6827).abs() < 0.005, "{within}");
     }
 
@@ -162,7 +179,11 @@ mod tests {
     #[test]
     fn uniform_stays_in_bounds_and_fills_them() {
         let bound = 1.0 / 64f64.sqrt();
-        let t = initialize(&spec("fc1.weight", &[128, 64], InitSpec::Uniform { low: -bound, high: bound }), 42, 0);
+        let t = initialize(
+            &spec("fc1.weight", &[128, 64], InitSpec::Uniform { low: -bound, high: bound }),
+            42,
+            0,
+        );
         let v = t.as_f32().unwrap();
         assert!(v.iter().all(|&x| (x as f64) >= -bound - 1e-7 && (x as f64) <= bound + 1e-7));
         let (lo, hi) = v.iter().fold((f32::MAX, f32::MIN), |(l, h), &x| (l.min(x), h.max(x)));
@@ -186,7 +207,11 @@ mod tests {
         let t = initialize(&p, 0, 0);
         assert_eq!(t.dtype, DType::BF16);
         for &x in t.as_f32().unwrap() {
-            assert_eq!(half::bf16::from_f32(x).to_f32(), x, "bf16 values are exactly representable");
+            assert_eq!(
+                half::bf16::from_f32(x).to_f32(),
+                x,
+                "bf16 values are exactly representable"
+            );
         }
         p.dtype = DType::Bool;
         p.init = InitSpec::Constant(1.0);

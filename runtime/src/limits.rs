@@ -67,7 +67,11 @@ pub struct GridTooLarge {
 
 impl fmt::Display for GridTooLarge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} workgroups exceed what one dispatch can address ({})", self.workgroups, self.capacity)
+        write!(
+            f,
+            "{} workgroups exceed what one dispatch can address ({})",
+            self.workgroups, self.capacity
+        )
     }
 }
 

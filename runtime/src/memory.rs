@@ -31,7 +31,8 @@ pub fn step_bytes(plan: &Plan, step: usize) -> u64 {
 }
 
 pub fn plan_memory(plan: &Plan) -> PlanMemory {
-    let param_bytes = plan.params.iter().map(|p| p.numel() as u64 * p.dtype.size_bytes() as u64).sum();
+    let param_bytes =
+        plan.params.iter().map(|p| p.numel() as u64 * p.dtype.size_bytes() as u64).sum();
     // Views (reshapes, identity dropout) hold no words of their own: the peak counts each
     // root once, alive until the last reader of it or of any view of it.
     let root = view_roots(plan);
@@ -71,7 +72,13 @@ mod tests {
 
     #[test]
     fn peak_counts_what_is_alive_together() {
-        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step { op, inputs, dtype: DType::F32, shape, loc: SourceLoc::default() };
+        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
+            op,
+            inputs,
+            dtype: DType::F32,
+            shape,
+            loc: SourceLoc::default(),
+        };
         let steps = vec![
             step(Op::Input { name: "x".into() }, vec![], vec![100]), // 400 B, last read by step 2
             step(Op::Param { index: 0 }, vec![], vec![100]),         // counted as a parameter
@@ -79,8 +86,18 @@ mod tests {
             step(Op::Unary(UnaryOp::Relu), vec![2], vec![100]),      // 400 B; step 2 freed after
             step(Op::Unary(UnaryOp::Neg), vec![3], vec![10, 10]),    // 400 B, the output
         ];
-        let w = ParamSpec { name: "w".into(), dtype: DType::F32, shape: vec![100], init: InitSpec::Constant(1.0), trainable: true, frozen: false };
-        let plan = Plan { params: vec![w], ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]) };
+        let w = ParamSpec {
+            name: "w".into(),
+            dtype: DType::F32,
+            shape: vec![100],
+            init: InitSpec::Constant(1.0),
+            trainable: true,
+            frozen: false,
+        };
+        let plan = Plan {
+            params: vec![w],
+            ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)])
+        };
         let m = plan_memory(&plan);
         assert_eq!(m.param_bytes, 400);
         assert_eq!(m.input_bytes, 400);
@@ -120,12 +137,16 @@ pub fn view_roots(plan: &Plan) -> Vec<usize> {
         }
         let identity = match s.op {
             Op::Reshape => true,
-            Op::Dropout { p } | Op::DropoutGrad { p, .. } => plan.mode == crate::plan::Mode::Infer || p == 0.0,
+            Op::Dropout { p } | Op::DropoutGrad { p, .. } => {
+                plan.mode == crate::plan::Mode::Infer || p == 0.0
+            }
             _ => false,
         };
         if let (true, [x]) = (identity, s.inputs.as_slice()) {
             let x = *x as usize;
-            let same = plan.steps[x].dtype == s.dtype && plan.steps[x].shape.iter().product::<usize>() == s.shape.iter().product::<usize>();
+            let same = plan.steps[x].dtype == s.dtype
+                && plan.steps[x].shape.iter().product::<usize>()
+                    == s.shape.iter().product::<usize>();
             if same {
                 root[i] = root[x];
             }
@@ -140,17 +161,34 @@ pub fn view_roots(plan: &Plan) -> Vec<usize> {
 /// anything else reads is computed as usual.
 pub fn transposed_views(plan: &Plan) -> Vec<bool> {
     let n = plan.steps.len();
-    let mut ok: Vec<bool> =
-        plan.steps.iter().map(|s| matches!(&s.op, Op::Permute { perm } if perm[..] == [1, 0]) && s.dtype.is_float() && matches!(plan.steps[s.inputs[0] as usize].op, Op::Param { .. })).collect();
+    let mut ok: Vec<bool> = plan
+        .steps
+        .iter()
+        .map(|s| {
+            matches!(&s.op, Op::Permute { perm } if perm[..] == [1, 0])
+                && s.dtype.is_float()
+                && matches!(plan.steps[s.inputs[0] as usize].op, Op::Param { .. })
+        })
+        .collect();
     for s in &plan.steps {
         for (k, &x) in s.inputs.iter().enumerate() {
-            if ok[x as usize] && !(matches!(s.op, Op::MatMul | Op::MatMulEpilogue { .. }) && k == 1 && s.inputs[0] != x) {
+            if ok[x as usize]
+                && !(matches!(s.op, Op::MatMul | Op::MatMulEpilogue { .. })
+                    && k == 1
+                    && s.inputs[0] != x)
+            {
                 ok[x as usize] = false;
             }
         }
     }
     // A result must be stored in its own words.
-    for v in plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss).chain(plan.grads.iter().map(|(_, v)| *v)) {
+    for v in plan
+        .outputs
+        .iter()
+        .map(|(_, v)| *v)
+        .chain(plan.loss)
+        .chain(plan.grads.iter().map(|(_, v)| *v))
+    {
         ok[v as usize] = false;
     }
     debug_assert_eq!(ok.len(), n);
@@ -183,7 +221,8 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
     let n = plan.steps.len();
     // Parameters and inputs persist across runs; results are placed when computed and never
     // released (their last use is "after the run"), so they need no region before that.
-    let pinned: Vec<bool> = (0..n).map(|i| matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })).collect();
+    let pinned: Vec<bool> =
+        (0..n).map(|i| matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })).collect();
     let mut offsets = vec![0usize; n];
     let mut top = 0usize;
     for i in 0..n {
@@ -193,7 +232,10 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
         }
     }
     let pinned_words = top;
-    let param_words = (0..n).filter(|&i| matches!(plan.steps[i].op, Op::Param { .. })).map(|i| words(plan, i)).sum();
+    let param_words = (0..n)
+        .filter(|&i| matches!(plan.steps[i].op, Op::Param { .. }))
+        .map(|i| words(plan, i))
+        .sum();
     // Free regions (offset, words) of the transient part, kept sorted by offset.
     let mut free: Vec<(usize, usize)> = Vec::new();
     for i in 0..n {
@@ -202,7 +244,12 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
         } else if !pinned[i] {
             let need = words(plan, i);
             // Best fit among free regions; else grow the arena.
-            let best = free.iter().enumerate().filter(|(_, &(_, w))| w >= need).min_by_key(|(_, &(_, w))| w).map(|(k, _)| k);
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, &(_, w))| w >= need)
+                .min_by_key(|(_, &(_, w))| w)
+                .map(|(k, _)| k);
             offsets[i] = match best {
                 Some(k) => {
                     let (off, w) = free[k];
@@ -230,7 +277,12 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
             };
         }
         // Release what this step read for the last time.
-        let mut released: Vec<usize> = plan.steps[i].inputs.iter().map(|&x| root[x as usize]).filter(|&r| last_use[r] == i && !pinned[r]).collect();
+        let mut released: Vec<usize> = plan.steps[i]
+            .inputs
+            .iter()
+            .map(|&x| root[x as usize])
+            .filter(|&r| last_use[r] == i && !pinned[r])
+            .collect();
         released.sort_unstable();
         released.dedup();
         for x in released {
@@ -265,7 +317,15 @@ pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
             return Err(format!("step {j} is a view of step {} but has other words", root[j]));
         }
     }
-    let end = |i: usize| if last_use[i] == usize::MAX || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. }) { usize::MAX } else { last_use[i].max(i) };
+    let end = |i: usize| {
+        if last_use[i] == usize::MAX
+            || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })
+        {
+            usize::MAX
+        } else {
+            last_use[i].max(i)
+        }
+    };
     let region = |i: usize| (a.offsets[i], a.offsets[i] + words(plan, i));
     // Sweep in definition order, keeping the regions alive so far.
     let mut alive: Vec<usize> = Vec::new();
@@ -290,15 +350,24 @@ pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
 mod arena_tests {
     use super::*;
     use crate::op::{BinaryOp, UnaryOp};
-        use crate::plan::{Mode, SourceLoc, Step};
+    use crate::plan::{Mode, SourceLoc, Step};
     use crate::DType;
 
     /// A chain x → a → b → c → … → y: only neighbours are alive together.
     fn chain(len: usize) -> Plan {
-        let step = |op, inputs: Vec<u32>| Step { op, inputs, dtype: DType::F32, shape: vec![64], loc: SourceLoc::default() };
+        let step = |op, inputs: Vec<u32>| Step {
+            op,
+            inputs,
+            dtype: DType::F32,
+            shape: vec![64],
+            loc: SourceLoc::default(),
+        };
         let mut steps = vec![step(Op::Input { name: "x".into() }, vec![])];
         for i in 0..len {
-            steps.push(step(if i % 2 == 0 { Op::Unary(UnaryOp::Relu) } else { Op::Binary(BinaryOp::Add) }, if i % 2 == 0 { vec![i as u32] } else { vec![i as u32, i as u32] }));
+            steps.push(step(
+                if i % 2 == 0 { Op::Unary(UnaryOp::Relu) } else { Op::Binary(BinaryOp::Add) },
+                if i % 2 == 0 { vec![i as u32] } else { vec![i as u32, i as u32] },
+            ));
         }
         let last = steps.len() as u32 - 1;
         Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), last)])
@@ -308,14 +377,25 @@ mod arena_tests {
     fn assert_valid(plan: &Plan, a: &ArenaPlan) {
         let last_use = plan.last_uses();
         let n = plan.steps.len();
-        let end = |i: usize| if last_use[i] == usize::MAX || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. }) { usize::MAX } else { last_use[i].max(i) };
+        let end = |i: usize| {
+            if last_use[i] == usize::MAX
+                || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })
+            {
+                usize::MAX
+            } else {
+                last_use[i].max(i)
+            }
+        };
         for i in 0..n {
             for j in i + 1..n {
                 // j is defined after i; they coexist if i is still alive when j is written.
                 if end(i) >= j {
                     let (ai, bi) = (a.offsets[i], a.offsets[i] + words(plan, i));
                     let (aj, bj) = (a.offsets[j], a.offsets[j] + words(plan, j));
-                    assert!(bi <= aj || bj <= ai, "steps {i} and {j} overlap: [{ai}, {bi}) and [{aj}, {bj})");
+                    assert!(
+                        bi <= aj || bj <= ai,
+                        "steps {i} and {j} overlap: [{ai}, {bi}) and [{aj}, {bj})"
+                    );
                 }
             }
         }
@@ -337,7 +417,13 @@ mod arena_tests {
     fn a_reshape_is_a_view_that_keeps_its_root_alive() {
         // x → a = relu(x) → v = reshape(a) → b = neg(x) → y = v + b: v has a's words, and a's
         // words stay taken until y reads v (b must not land on them).
-        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step { op, inputs, dtype: DType::F32, shape, loc: SourceLoc::default() };
+        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
+            op,
+            inputs,
+            dtype: DType::F32,
+            shape,
+            loc: SourceLoc::default(),
+        };
         let steps = vec![
             step(Op::Input { name: "x".into() }, vec![], vec![64]),
             step(Op::Unary(UnaryOp::Relu), vec![0], vec![64]),

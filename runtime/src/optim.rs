@@ -11,10 +11,21 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// SGD with (optional) momentum, PyTorch's formulation.
-    Sgd { momentum: f64 },
-    Adam { beta1: f64, beta2: f64, eps: f64 },
+    Sgd {
+        momentum: f64,
+    },
+    Adam {
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+    },
     /// Adam with decoupled weight decay.
-    AdamW { beta1: f64, beta2: f64, eps: f64, weight_decay: f64 },
+    AdamW {
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,7 +33,11 @@ pub enum OptimizerKind {
 pub enum Schedule {
     Constant,
     /// Linear warm-up from 0 over `warmup` steps, then cosine decay to `min_lr` at `total` steps.
-    WarmupCosine { warmup: u64, total: u64, min_lr: f64 },
+    WarmupCosine {
+        warmup: u64,
+        total: u64,
+        min_lr: f64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,7 +51,12 @@ pub struct OptimizerSpec {
 
 impl Default for OptimizerSpec {
     fn default() -> Self {
-        OptimizerSpec { kind: OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 }, lr: 1e-3, schedule: Schedule::Constant, clip_norm: None }
+        OptimizerSpec {
+            kind: OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+            lr: 1e-3,
+            schedule: Schedule::Constant,
+            clip_norm: None,
+        }
     }
 }
 
@@ -122,12 +142,23 @@ fn rounder(dtype: DType) -> fn(f64) -> f64 {
 
 /// `w[i] = round(f(i, w[i], g[i]))` over every element, in place, for each storage pairing.
 fn update_each(pi: usize, p: &mut Tensor, g: &Tensor, f: impl FnMut(usize, f64, f64) -> f64) {
-    fn go<W: Copy + Into<f64>, G: Copy + Into<f64>>(w: &mut [W], g: &[G], back: impl Fn(f64) -> W, mut f: impl FnMut(usize, f64, f64) -> f64) {
+    fn go<W: Copy + Into<f64>, G: Copy + Into<f64>>(
+        w: &mut [W],
+        g: &[G],
+        back: impl Fn(f64) -> W,
+        mut f: impl FnMut(usize, f64, f64) -> f64,
+    ) {
         for (i, (w, &g)) in w.iter_mut().zip(g).enumerate() {
             *w = back(f(i, (*w).into(), g.into()));
         }
     }
-    assert_eq!(p.data.len(), g.data.len(), "optimizer: parameter {pi} has {} elements but its gradient {}", p.data.len(), g.data.len());
+    assert_eq!(
+        p.data.len(),
+        g.data.len(),
+        "optimizer: parameter {pi} has {} elements but its gradient {}",
+        p.data.len(),
+        g.data.len()
+    );
     let round = rounder(p.dtype);
     match (&mut p.data, &g.data) {
         (Data::F32(w), Data::F32(g)) => go(w, g, |x| round(x) as f32, f),
@@ -156,8 +187,21 @@ impl OptimizerState {
     ///
     /// Panics if the slices disagree (a gradient's length differs from its parameter's, an index
     /// is out of range, or a parameter or gradient is not floating point): plans guarantee these.
-    pub fn step(&mut self, spec: &OptimizerSpec, step: u64, params: &mut [Tensor], grads: &[Tensor], trained: &[usize]) {
-        assert_eq!(grads.len(), trained.len(), "optimizer: {} gradients for {} trained parameters", grads.len(), trained.len());
+    pub fn step(
+        &mut self,
+        spec: &OptimizerSpec,
+        step: u64,
+        params: &mut [Tensor],
+        grads: &[Tensor],
+        trained: &[usize],
+    ) {
+        assert_eq!(
+            grads.len(),
+            trained.len(),
+            "optimizer: {} gradients for {} trained parameters",
+            grads.len(),
+            trained.len()
+        );
         assert!(step >= 1, "optimizer: steps are numbered from 1");
         self.ensure(params.len());
         let lr = lr_at(spec, step);
@@ -166,7 +210,9 @@ impl OptimizerState {
             let p = &mut params[pi];
             let n = p.data.len();
             match spec.kind {
-                OptimizerKind::Sgd { momentum } if momentum == 0.0 => update_each(pi, p, g, |_, w, g| w - lr * g * scale),
+                OptimizerKind::Sgd { momentum } if momentum == 0.0 => {
+                    update_each(pi, p, g, |_, w, g| w - lr * g * scale)
+                }
                 OptimizerKind::Sgd { momentum } => {
                     // torch.optim.SGD (dampening 0, no Nesterov): the buffer starts as g, then
                     // buf = momentum·buf + g; p −= lr·buf.
@@ -174,17 +220,29 @@ impl OptimizerState {
                     let buf = self.m[pi].get_or_insert_with(|| vec![0.0; n]);
                     update_each(pi, p, g, |i, w, g| {
                         let g = g * scale;
-                        buf[i] = if first { g as f32 } else { (momentum * buf[i] as f64 + g) as f32 };
+                        buf[i] =
+                            if first { g as f32 } else { (momentum * buf[i] as f64 + g) as f32 };
                         w - lr * buf[i] as f64
                     })
                 }
                 OptimizerKind::Adam { beta1, beta2, eps } => {
-                    let (m, v) = (self.m[pi].get_or_insert_with(|| vec![0.0; n]), self.v[pi].get_or_insert_with(|| vec![0.0; n]));
+                    let (m, v) = (
+                        self.m[pi].get_or_insert_with(|| vec![0.0; n]),
+                        self.v[pi].get_or_insert_with(|| vec![0.0; n]),
+                    );
                     update_each(pi, p, g, adam(m, v, lr, beta1, beta2, eps, step, scale, 0.0))
                 }
                 OptimizerKind::AdamW { beta1, beta2, eps, weight_decay } => {
-                    let (m, v) = (self.m[pi].get_or_insert_with(|| vec![0.0; n]), self.v[pi].get_or_insert_with(|| vec![0.0; n]));
-                    update_each(pi, p, g, adam(m, v, lr, beta1, beta2, eps, step, scale, weight_decay))
+                    let (m, v) = (
+                        self.m[pi].get_or_insert_with(|| vec![0.0; n]),
+                        self.v[pi].get_or_insert_with(|| vec![0.0; n]),
+                    );
+                    update_each(
+                        pi,
+                        p,
+                        g,
+                        adam(m, v, lr, beta1, beta2, eps, step, scale, weight_decay),
+                    )
                 }
             }
         }
@@ -196,8 +254,16 @@ impl OptimizerState {
     ///
     /// Past 2^31 − 1 steps, which the host's integer storage cannot hold, an error.
     pub fn to_tensors(&self, params: &[ParamSpec]) -> Result<Vec<(String, Tensor)>, String> {
-        let step = i32::try_from(self.step).map_err(|_| format!("the optimizer's step count {} is past 2^31 - 1, which a checkpoint cannot store", self.step))?;
-        let mut out = vec![(STEP_TENSOR.to_string(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![step]) })];
+        let step = i32::try_from(self.step).map_err(|_| {
+            format!(
+                "the optimizer's step count {} is past 2^31 - 1, which a checkpoint cannot store",
+                self.step
+            )
+        })?;
+        let mut out = vec![(
+            STEP_TENSOR.to_string(),
+            Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![step]) },
+        )];
         for (i, p) in params.iter().enumerate() {
             for (buf, name) in [(&self.m, m_name(&p.name)), (&self.v, v_name(&p.name))] {
                 if let Some(Some(b)) = buf.get(i) {
@@ -210,23 +276,39 @@ impl OptimizerState {
 
     /// Rebuilds the state from checkpoint tensors (any others are ignored). Parameters without
     /// stored buffers start fresh; no `optim.step` means step 0.
-    pub fn from_tensors(tensors: &[(String, Tensor)], params: &[ParamSpec]) -> Result<OptimizerState, String> {
-        let by_name: std::collections::HashMap<&str, &Tensor> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    pub fn from_tensors(
+        tensors: &[(String, Tensor)],
+        params: &[ParamSpec],
+    ) -> Result<OptimizerState, String> {
+        let by_name: std::collections::HashMap<&str, &Tensor> =
+            tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let find = |name: &str| by_name.get(name).copied();
         let mut state = OptimizerState::new(params.len());
         if let Some(t) = find(STEP_TENSOR) {
             match (t.numel(), t.as_i32()) {
                 (1, Some(&[s])) if s >= 0 => state.step = s as u64,
-                _ => return Err(format!("`{STEP_TENSOR}` must be one non-negative integer, found {}{:?}", t.dtype, t.shape)),
+                _ => {
+                    return Err(format!(
+                        "`{STEP_TENSOR}` must be one non-negative integer, found {}{:?}",
+                        t.dtype, t.shape
+                    ))
+                }
             }
         }
         for (i, p) in params.iter().enumerate() {
-            for (slot, name) in [(&mut state.m[i], m_name(&p.name)), (&mut state.v[i], v_name(&p.name))] {
+            for (slot, name) in
+                [(&mut state.m[i], m_name(&p.name)), (&mut state.v[i], v_name(&p.name))]
+            {
                 let Some(t) = find(&name) else { continue };
                 let values = match &t.data {
                     Data::F32(v) if t.shape == p.shape => v.clone(),
                     Data::F64(v) if t.shape == p.shape => v.iter().map(|&x| x as f32).collect(),
-                    _ => return Err(format!("optimizer state `{name}` is {}{:?} but parameter `{}` is {}{:?}", t.dtype, t.shape, p.name, p.dtype, p.shape)),
+                    _ => {
+                        return Err(format!(
+                            "optimizer state `{name}` is {}{:?} but parameter `{}` is {}{:?}",
+                            t.dtype, t.shape, p.name, p.dtype, p.shape
+                        ))
+                    }
                 };
                 *slot = Some(values);
             }
@@ -240,7 +322,17 @@ impl OptimizerState {
 /// `m ← β₁m + (1−β₁)g`, `v ← β₂v + (1−β₂)g²` and
 /// `w ← w − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)`.
 #[allow(clippy::too_many_arguments)]
-fn adam<'a>(m: &'a mut [f32], v: &'a mut [f32], lr: f64, beta1: f64, beta2: f64, eps: f64, step: u64, scale: f64, wd: f64) -> impl FnMut(usize, f64, f64) -> f64 + 'a {
+fn adam<'a>(
+    m: &'a mut [f32],
+    v: &'a mut [f32],
+    lr: f64,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    step: u64,
+    scale: f64,
+    wd: f64,
+) -> impl FnMut(usize, f64, f64) -> f64 + 'a {
     let bc1 = 1.0 - beta1.powf(step as f64);
     let bc2_sqrt = (1.0 - beta2.powf(step as f64)).sqrt();
     let step_size = lr / bc1;
@@ -266,7 +358,10 @@ mod tests {
         let g = got.to_f64_vec();
         assert_eq!(g.len(), want.len());
         for (i, (a, b)) in g.iter().zip(want).enumerate() {
-            assert!((a - b).abs() <= tol * (1.0 + b.abs()), "element {i}: got {a}, want {b} (all: {g:?})");
+            assert!(
+                (a - b).abs() <= tol * (1.0 + b.abs()),
+                "element {i}: got {a}, want {b} (all: {g:?})"
+            );
         }
     }
 
@@ -278,7 +373,13 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, g)| {
-                state.step(spec, i as u64 + 1, &mut params, &[Tensor::f32(vec![g.len()], g.clone())], &[0]);
+                state.step(
+                    spec,
+                    i as u64 + 1,
+                    &mut params,
+                    &[Tensor::f32(vec![g.len()], g.clone())],
+                    &[0],
+                );
                 params[0].clone()
             })
             .collect()
@@ -325,7 +426,10 @@ mod tests {
     #[test]
     fn adamw_decays_before_the_adam_update() {
         // Step 1 by hand: p·(1 − 0.1·0.5) − 0.1·g/(|g| + 1e-8) = 0.95 − 0.099999998.
-        let s = spec(OptimizerKind::AdamW { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.5 }, 0.1);
+        let s = spec(
+            OptimizerKind::AdamW { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.5 },
+            0.1,
+        );
         let out = run(&s, vec![1.0, -2.0, 0.25], &grads());
         close(&out[0], &[0.850000002, -1.800000001, 0.2375], 1e-7);
         close(&out[1], &[0.7271959062846517, -1.6588973939404943, 0.3000386820059965], 1e-6);
@@ -341,7 +445,11 @@ mod tests {
             st.step(&s, i as u64 + 1, &mut params, &[Tensor::f32(vec![3], g)], &[0]);
         }
         close(&Tensor::f32(vec![3], st.m[0].clone().unwrap()), &[0.0195, -0.023, -0.2699], 1e-6);
-        close(&Tensor::f32(vec![3], st.v[0].clone().unwrap()), &[0.00034949025, 0.001197961, 0.008991001], 1e-6);
+        close(
+            &Tensor::f32(vec![3], st.v[0].clone().unwrap()),
+            &[0.00034949025, 0.001197961, 0.008991001],
+            1e-6,
+        );
         assert_eq!(st.step, 3);
     }
 
@@ -351,7 +459,11 @@ mod tests {
         // 1/(13 + 1e-6). Plain SGD with lr 1 makes the update the clipped gradient itself.
         let mut s = spec(OptimizerKind::Sgd { momentum: 0.0 }, 1.0);
         s.clip_norm = Some(1.0);
-        let mut params = vec![Tensor::f32(vec![2], vec![0.0, 0.0]), Tensor::f32(vec![1], vec![0.0]), Tensor::f32(vec![1], vec![7.0])];
+        let mut params = vec![
+            Tensor::f32(vec![2], vec![0.0, 0.0]),
+            Tensor::f32(vec![1], vec![0.0]),
+            Tensor::f32(vec![1], vec![7.0]),
+        ];
         let g = [Tensor::f32(vec![2], vec![3.0, 4.0]), Tensor::f32(vec![1], vec![12.0])];
         let (norm, scale) = clip_scale(&g, s.clip_norm);
         assert_eq!(norm, 13.0);
@@ -361,7 +473,7 @@ mod tests {
         close(&params[0], &[-3.0 * c, -4.0 * c], 1e-7);
         close(&params[1], &[-12.0 * c], 1e-7);
         close(&params[2], &[7.0], 0.0); // not trained: untouched
-        // Below the threshold nothing is scaled.
+                                        // Below the threshold nothing is scaled.
         assert_eq!(clip_scale(&g, Some(100.0)).1, 1.0);
         assert_eq!(clip_scale(&g, None).1, 1.0);
     }
@@ -377,7 +489,9 @@ mod tests {
         assert!((at(1) - 0.1).abs() < 1e-15);
         assert!((at(5) - 0.5).abs() < 1e-15);
         assert_eq!(at(10), 1.0);
-        assert!((at(35) - (0.1 + 0.9 * 0.5 * (1.0 + std::f64::consts::FRAC_PI_4.cos()))).abs() < 1e-12);
+        assert!(
+            (at(35) - (0.1 + 0.9 * 0.5 * (1.0 + std::f64::consts::FRAC_PI_4.cos()))).abs() < 1e-12
+        );
         assert!((at(60) - 0.55).abs() < 1e-12); // halfway: the mean of lr and min_lr
         assert!((at(110) - 0.1).abs() < 1e-12);
         assert_eq!(at(500), 0.1);
@@ -399,15 +513,35 @@ mod tests {
     }
 
     fn pspec(name: &str, shape: &[usize]) -> ParamSpec {
-        ParamSpec { name: name.into(), dtype: DType::F32, shape: shape.to_vec(), init: InitSpec::Constant(0.0), trainable: true, frozen: false }
+        ParamSpec {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            init: InitSpec::Constant(0.0),
+            trainable: true,
+            frozen: false,
+        }
     }
 
     #[test]
     fn state_round_trips_and_resuming_is_exact() {
-        let specs = vec![pspec("fc.weight", &[2, 2]), pspec("fc.bias", &[2]), pspec("frozen.w", &[1])];
-        let s = spec(OptimizerKind::AdamW { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }, 0.01);
-        let grads_at = |t: u64| vec![Tensor::f32(vec![2, 2], vec![0.1 * t as f32, -0.2, 0.3, 0.05]), Tensor::f32(vec![2], vec![1.0, -(t as f32)])];
-        let p0 = vec![Tensor::f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]), Tensor::f32(vec![2], vec![0.0, 0.0]), Tensor::f32(vec![1], vec![5.0])];
+        let specs =
+            vec![pspec("fc.weight", &[2, 2]), pspec("fc.bias", &[2]), pspec("frozen.w", &[1])];
+        let s = spec(
+            OptimizerKind::AdamW { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 },
+            0.01,
+        );
+        let grads_at = |t: u64| {
+            vec![
+                Tensor::f32(vec![2, 2], vec![0.1 * t as f32, -0.2, 0.3, 0.05]),
+                Tensor::f32(vec![2], vec![1.0, -(t as f32)]),
+            ]
+        };
+        let p0 = vec![
+            Tensor::f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]),
+            Tensor::f32(vec![2], vec![0.0, 0.0]),
+            Tensor::f32(vec![1], vec![5.0]),
+        ];
 
         // Uninterrupted: four steps.
         let mut a = p0.clone();
@@ -424,18 +558,34 @@ mod tests {
         }
         let named = sb.to_tensors(&specs).expect("a small step count");
         let far = OptimizerState { step: 1 << 31, ..sb.clone() };
-        assert!(far.to_tensors(&specs).unwrap_err().contains("past 2^31 - 1"), "a step count a checkpoint cannot hold is an error, not a panic");
+        assert!(
+            far.to_tensors(&specs).unwrap_err().contains("past 2^31 - 1"),
+            "a step count a checkpoint cannot hold is an error, not a panic"
+        );
         let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, vec!["optim.step", "optim.fc.weight.m", "optim.fc.weight.v", "optim.fc.bias.m", "optim.fc.bias.v"]);
+        assert_eq!(
+            names,
+            vec![
+                "optim.step",
+                "optim.fc.weight.m",
+                "optim.fc.weight.v",
+                "optim.fc.bias.m",
+                "optim.fc.bias.v"
+            ]
+        );
         let dir = std::env::temp_dir().join(format!("mgn-optim-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("ck.safetensors");
-        let mut all: Vec<(String, &Tensor)> = specs.iter().zip(&b).map(|(p, t)| (p.name.clone(), t)).collect();
+        let mut all: Vec<(String, &Tensor)> =
+            specs.iter().zip(&b).map(|(p, t)| (p.name.clone(), t)).collect();
         all.extend(named.iter().map(|(n, t)| (n.clone(), t)));
-        crate::checkpoint::save(&path, &all, &crate::checkpoint::standard_metadata("M", 2)).unwrap();
+        crate::checkpoint::save(&path, &all, &crate::checkpoint::standard_metadata("M", 2))
+            .unwrap();
         let ck = crate::checkpoint::load(&path).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        let (vals, report) = crate::checkpoint::match_params(&ck, &specs, crate::checkpoint::MatchMode::Strict).unwrap();
+        let (vals, report) =
+            crate::checkpoint::match_params(&ck, &specs, crate::checkpoint::MatchMode::Strict)
+                .unwrap();
         assert!(report.is_clean());
         let mut c: Vec<Tensor> = vals.into_iter().map(Option::unwrap).collect();
         let mut sc = ck.optimizer_state(&specs).unwrap();
@@ -462,7 +612,8 @@ mod tests {
     #[test]
     fn half_precision_parameters_stay_representable() {
         let s = spec(OptimizerKind::Sgd { momentum: 0.0 }, 0.1);
-        let mut params = vec![Tensor { dtype: DType::BF16, shape: vec![1], data: Data::F32(vec![1.0]) }];
+        let mut params =
+            vec![Tensor { dtype: DType::BF16, shape: vec![1], data: Data::F32(vec![1.0]) }];
         OptimizerState::new(1).step(&s, 1, &mut params, &[Tensor::f32(vec![1], vec![0.123])], &[0]);
         let x = params[0].as_f32().unwrap()[0];
         assert_eq!(half::bf16::from_f32(x).to_f32(), x);

@@ -99,8 +99,24 @@ impl Plan {
     /// A plan of `steps` reading the named `inputs` and returning the named `outputs`, without
     /// parameters, loss or gradients: what the hand-built plans of unit tests start from.
     #[cfg(test)]
-    pub(crate) fn of_steps(mode: Mode, steps: Vec<Step>, inputs: Vec<(String, u32)>, outputs: Vec<(String, u32)>) -> Plan {
-        Plan { model: "T".into(), mode, config: vec![], params: vec![], steps, inputs, outputs, loss: None, grads: vec![], optimizer: OptimizerSpec::default() }
+    pub(crate) fn of_steps(
+        mode: Mode,
+        steps: Vec<Step>,
+        inputs: Vec<(String, u32)>,
+        outputs: Vec<(String, u32)>,
+    ) -> Plan {
+        Plan {
+            model: "T".into(),
+            mode,
+            config: vec![],
+            params: vec![],
+            steps,
+            inputs,
+            outputs,
+            loss: None,
+            grads: vec![],
+            optimizer: OptimizerSpec::default(),
+        }
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -114,23 +130,28 @@ impl Plan {
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Plan, PlanError> {
         let err = |m: String| PlanError(format!("{name}: {m}"));
         if bytes.len() < 12 || &bytes[..8] != PLAN_MAGIC {
-            return Err(err("not an mgn plan (the file does not start with the plan header)".into()));
+            return Err(err(
+                "not an mgn plan (the file does not start with the plan header)".into()
+            ));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         if version != PLAN_VERSION {
             return Err(err(format!("plan format version {version}, but this runtime reads version {PLAN_VERSION}; rebuild the plan with this mgnc")));
         }
-        let plan: Plan = serde_json::from_slice(&bytes[12..]).map_err(|e| err(format!("corrupt plan: {e}")))?;
+        let plan: Plan =
+            serde_json::from_slice(&bytes[12..]).map_err(|e| err(format!("corrupt plan: {e}")))?;
         plan.validate().map_err(|m| err(format!("invalid plan: {m}")))?;
         Ok(plan)
     }
 
     pub fn save(&self, path: &Path) -> Result<(), PlanError> {
-        crate::io::write_atomic(path, &self.to_bytes()).map_err(|e| PlanError(format!("cannot write {}: {e}", path.display())))
+        crate::io::write_atomic(path, &self.to_bytes())
+            .map_err(|e| PlanError(format!("cannot write {}: {e}", path.display())))
     }
 
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
-        let bytes = std::fs::read(path).map_err(|e| PlanError(format!("cannot read {}: {e}", path.display())))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| PlanError(format!("cannot read {}: {e}", path.display())))?;
         Plan::from_bytes(&bytes, &path.display().to_string())
     }
 
@@ -157,7 +178,12 @@ impl Plan {
                 last_use[x as usize] = i;
             }
         }
-        let results = self.outputs.iter().map(|(_, v)| *v).chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v));
+        let results = self
+            .outputs
+            .iter()
+            .map(|(_, v)| *v)
+            .chain(self.loss)
+            .chain(self.grads.iter().map(|(_, v)| *v));
         for r in results {
             last_use[r as usize] = usize::MAX;
         }
@@ -174,9 +200,15 @@ impl Plan {
         for (me, s) in self.steps.iter().enumerate() {
             let Some(pos) = s.inputs.iter().position(|&x| x == value) else { continue };
             let b = match (&s.op, pos) {
-                (Op::Gather { axis }, 1) => Some(self.steps[s.inputs[0] as usize].shape[*axis] as i32),
-                (Op::SoftmaxCrossEntropy, 1) => self.steps[s.inputs[0] as usize].shape.last().map(|&c| c as i32),
-                (Op::Reshape | Op::Slice { .. } | Op::Permute { .. }, 0) => self.int_input_range(me as u32),
+                (Op::Gather { axis }, 1) => {
+                    Some(self.steps[s.inputs[0] as usize].shape[*axis] as i32)
+                }
+                (Op::SoftmaxCrossEntropy, 1) => {
+                    self.steps[s.inputs[0] as usize].shape.last().map(|&c| c as i32)
+                }
+                (Op::Reshape | Op::Slice { .. } | Op::Permute { .. }, 0) => {
+                    self.int_input_range(me as u32)
+                }
                 _ => None,
             };
             bound = match (bound, b) {
@@ -196,16 +228,24 @@ impl Plan {
             s.op.check_input_count(s.inputs.len()).map_err(|e| format!("step {i}: {e}"))?;
             if let Op::DropoutGrad { forward, .. } = s.op {
                 if forward as usize >= i {
-                    return Err(format!("step {i} derives dropout step {forward}, which is not before it"));
+                    return Err(format!(
+                        "step {i} derives dropout step {forward}, which is not before it"
+                    ));
                 }
             }
             if let Op::Param { index } = s.op {
-                let p = self.params.get(index).ok_or_else(|| format!("step {i} names parameter {index}, but there are {}", self.params.len()))?;
+                let p = self.params.get(index).ok_or_else(|| {
+                    format!("step {i} names parameter {index}, but there are {}", self.params.len())
+                })?;
                 if p.shape != s.shape {
-                    return Err(format!("step {i}: parameter `{}` has shape {:?} but the step says {:?}", p.name, p.shape, s.shape));
+                    return Err(format!(
+                        "step {i}: parameter `{}` has shape {:?} but the step says {:?}",
+                        p.name, p.shape, s.shape
+                    ));
                 }
             }
-            if s.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 40) {
+            if s.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 40)
+            {
                 return Err(format!("step {i} has an impossible shape {:?}", s.shape));
             }
         }
@@ -213,22 +253,35 @@ impl Plan {
         for (i, s) in self.steps.iter().enumerate() {
             if let Op::Input { name } = &s.op {
                 if !self.inputs.iter().any(|(n, v)| n == name && *v as usize == i) {
-                    return Err(format!("step {i} reads input `{name}`, which the plan's input list does not name"));
+                    return Err(format!(
+                        "step {i} reads input `{name}`, which the plan's input list does not name"
+                    ));
                 }
             }
         }
-        if let Some((name, v)) = self.inputs.iter().find(|(_, v)| !matches!(self.steps.get(*v as usize).map(|s| &s.op), Some(Op::Input { .. }))) {
+        if let Some((name, v)) = self.inputs.iter().find(|(_, v)| {
+            !matches!(self.steps.get(*v as usize).map(|s| &s.op), Some(Op::Input { .. }))
+        }) {
             return Err(format!("input `{name}` names step {v}, which is not an input"));
         }
         let n = self.steps.len() as u32;
-        let refs = self.inputs.iter().map(|(_, v)| *v).chain(self.outputs.iter().map(|(_, v)| *v)).chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v));
+        let refs = self
+            .inputs
+            .iter()
+            .map(|(_, v)| *v)
+            .chain(self.outputs.iter().map(|(_, v)| *v))
+            .chain(self.loss)
+            .chain(self.grads.iter().map(|(_, v)| *v));
         for v in refs {
             if v >= n {
                 return Err(format!("value {v} is named but the plan has {n} steps"));
             }
         }
         if let Some(&(p, _)) = self.grads.iter().find(|(p, _)| *p >= self.params.len()) {
-            return Err(format!("a gradient names parameter {p}, but there are {}", self.params.len()));
+            return Err(format!(
+                "a gradient names parameter {p}, but there are {}",
+                self.params.len()
+            ));
         }
         Ok(())
     }
@@ -240,12 +293,25 @@ mod tests {
     use crate::op::{BinaryOp, InitSpec};
 
     fn tiny() -> Plan {
-        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step { op, inputs, dtype: DType::F32, shape, loc: SourceLoc { file: "m.mgn".into(), line: 3, column: 5 } };
+        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
+            op,
+            inputs,
+            dtype: DType::F32,
+            shape,
+            loc: SourceLoc { file: "m.mgn".into(), line: 3, column: 5 },
+        };
         Plan {
             model: "M".into(),
             mode: Mode::Infer,
             config: vec![("n".into(), "2".into())],
-            params: vec![ParamSpec { name: "w".into(), dtype: DType::F32, shape: vec![2], init: InitSpec::Constant(1.0), trainable: true, frozen: false }],
+            params: vec![ParamSpec {
+                name: "w".into(),
+                dtype: DType::F32,
+                shape: vec![2],
+                init: InitSpec::Constant(1.0),
+                trainable: true,
+                frozen: false,
+            }],
             steps: vec![
                 step(Op::Input { name: "x".into() }, vec![], vec![2]),
                 step(Op::Param { index: 0 }, vec![], vec![2]),
@@ -276,7 +342,10 @@ mod tests {
         let mut bytes = tiny().to_bytes();
         bytes[8..12].copy_from_slice(&7u32.to_le_bytes());
         let e = Plan::from_bytes(&bytes, "old.mgnplan").unwrap_err().to_string();
-        assert!(e.contains("old.mgnplan") && e.contains("version 7") && e.contains("rebuild"), "{e}");
+        assert!(
+            e.contains("old.mgnplan") && e.contains("version 7") && e.contains("rebuild"),
+            "{e}"
+        );
 
         let e = Plan::from_bytes(b"PK\x03\x04 not a plan", "z.mgnplan").unwrap_err().to_string();
         assert!(e.contains("not an mgn plan"), "{e}");
@@ -290,7 +359,13 @@ mod tests {
 
     #[test]
     fn integer_ranges_follow_tables_and_class_counts() {
-        let step = |op, inputs: Vec<u32>, dtype, shape: Vec<usize>| Step { op, inputs, dtype, shape, loc: SourceLoc::default() };
+        let step = |op, inputs: Vec<u32>, dtype, shape: Vec<usize>| Step {
+            op,
+            inputs,
+            dtype,
+            shape,
+            loc: SourceLoc::default(),
+        };
         let mut p = tiny();
         p.steps = vec![
             step(Op::Input { name: "ids".into() }, vec![], DType::I32, vec![6]),
@@ -329,7 +404,12 @@ mod tests {
         p.steps[2].inputs = vec![0];
         assert!(p.validate().unwrap_err().contains("takes 2 inputs, not 1"));
         let mut p = tiny();
-        p.steps[2].op = Op::Fused { program: vec![crate::op::Elem::Input(0), crate::op::Elem::Unary(crate::op::UnaryOp::Relu, 3)] };
+        p.steps[2].op = Op::Fused {
+            program: vec![
+                crate::op::Elem::Input(0),
+                crate::op::Elem::Unary(crate::op::UnaryOp::Relu, 3),
+            ],
+        };
         assert!(p.validate().unwrap_err().contains("reads node 3"));
         let mut p = tiny();
         p.steps[2].op = Op::Fused { program: vec![crate::op::Elem::Input(2)] };

@@ -57,9 +57,24 @@ enum Slot {
 impl Session {
     /// A session with freshly initialized parameters (deterministic for a given seed).
     pub fn new(plan: Plan, seed: u64) -> Session {
-        let params = plan.params.iter().enumerate().map(|(i, p)| crate::init::initialize(p, seed, i)).collect();
+        let params = plan
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| crate::init::initialize(p, seed, i))
+            .collect();
         let last_use = plan.last_uses();
-        Session { optimizer: OptimizerState::default(), plan, params, step: 0, seed, check_numerics: cfg!(debug_assertions), last_use, gpu: None, device_ahead: false }
+        Session {
+            optimizer: OptimizerState::default(),
+            plan,
+            params,
+            step: 0,
+            seed,
+            check_numerics: cfg!(debug_assertions),
+            last_use,
+            gpu: None,
+            device_ahead: false,
+        }
     }
 
     pub fn param_index(&self, name: &str) -> Option<usize> {
@@ -99,7 +114,10 @@ impl Session {
 
     /// GPU time per op family and the slowest dispatches over one run (see
     /// `GpuSession::profile`); None on the CPU.
-    pub fn profile(&mut self, inputs: &[(&str, &Tensor)]) -> Option<Result<crate::gpu::session::Profile, RuntimeError>> {
+    pub fn profile(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+    ) -> Option<Result<crate::gpu::session::Profile, RuntimeError>> {
         let seed = self.run_seed();
         self.gpu.as_mut().map(|g| g.profile(inputs, seed))
     }
@@ -134,7 +152,10 @@ impl Session {
     /// update. Returns the loss.
     pub fn train_step(&mut self, inputs: &[(&str, &Tensor)]) -> Result<f64, RuntimeError> {
         if self.plan.mode != Mode::Train {
-            return Err(RuntimeError(format!("the plan of `{}` is an inference plan; build it with `--mode train` to train", self.plan.model)));
+            return Err(RuntimeError(format!(
+                "the plan of `{}` is an inference plan; build it with `--mode train` to train",
+                self.plan.model
+            )));
         }
         let seed = self.run_seed();
         if let Some(g) = &mut self.gpu {
@@ -149,7 +170,11 @@ impl Session {
             let slots = self.execute(inputs, true)?;
             self.collect(slots, inputs)
         };
-        let loss = out.loss.as_ref().map(|l| l.to_f64_vec()[0]).ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
+        let loss = out
+            .loss
+            .as_ref()
+            .map(|l| l.to_f64_vec()[0])
+            .ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
         let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
         let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
         self.step += 1;
@@ -161,7 +186,15 @@ impl Session {
         // A value named twice (an output that is also the loss, in a hand-built plan) is kept
         // for its later readers; every other one is moved out.
         let mut seen = std::collections::HashSet::new();
-        let twice: std::collections::HashSet<u32> = self.plan.outputs.iter().map(|(_, v)| *v).chain(self.plan.loss).chain(self.plan.grads.iter().map(|(_, v)| *v)).filter(|&v| !seen.insert(v)).collect();
+        let twice: std::collections::HashSet<u32> = self
+            .plan
+            .outputs
+            .iter()
+            .map(|(_, v)| *v)
+            .chain(self.plan.loss)
+            .chain(self.plan.grads.iter().map(|(_, v)| *v))
+            .filter(|&v| !seen.insert(v))
+            .collect();
         let mut taken: std::collections::HashMap<u32, Tensor> = std::collections::HashMap::new();
         let mut take = |v: u32| -> Tensor {
             let t = match std::mem::replace(&mut slots[v as usize], Slot::Empty) {
@@ -177,7 +210,12 @@ impl Session {
         };
         let outputs = self.plan.outputs.iter().map(|(n, v)| (n.clone(), take(*v))).collect();
         let loss = self.plan.loss.map(&mut take);
-        let grads = self.plan.grads.iter().map(|(p, v)| (self.plan.params[*p].name.clone(), take(*v))).collect();
+        let grads = self
+            .plan
+            .grads
+            .iter()
+            .map(|(p, v)| (self.plan.params[*p].name.clone(), take(*v)))
+            .collect();
         RunOutput { outputs, loss, grads }
     }
 
@@ -186,26 +224,39 @@ impl Session {
         for (name, step) in &self.plan.inputs {
             let Some(pos) = inputs.iter().position(|(n, _)| n == name) else {
                 let given: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
-                return Err(RuntimeError(format!("missing input `{name}` (given: {})", if given.is_empty() { "none".into() } else { given.join(", ") })));
+                return Err(RuntimeError(format!(
+                    "missing input `{name}` (given: {})",
+                    if given.is_empty() { "none".into() } else { given.join(", ") }
+                )));
             };
             let want = &self.plan.steps[*step as usize];
             let t = inputs[pos].1;
             if t.shape != want.shape {
-                return Err(RuntimeError(format!("input `{name}` has shape {:?}, but the plan was built for {:?}", t.shape, want.shape)));
+                return Err(RuntimeError(format!(
+                    "input `{name}` has shape {:?}, but the plan was built for {:?}",
+                    t.shape, want.shape
+                )));
             }
             let storage_ok = match &t.data {
                 Data::F32(_) | Data::F64(_) => want.dtype.is_float(),
                 Data::I32(_) => !want.dtype.is_float(),
             };
             if !storage_ok {
-                return Err(RuntimeError(format!("input `{name}` holds {} values, but the plan expects {}", t.dtype, want.dtype)));
+                return Err(RuntimeError(format!(
+                    "input `{name}` holds {} values, but the plan expects {}",
+                    t.dtype, want.dtype
+                )));
             }
             which[*step as usize] = Some(pos);
         }
         Ok(which)
     }
 
-    fn execute(&mut self, inputs: &[(&str, &Tensor)], updates: bool) -> Result<Vec<Slot>, RuntimeError> {
+    fn execute(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+        updates: bool,
+    ) -> Result<Vec<Slot>, RuntimeError> {
         let which = self.check_inputs(inputs)?;
         let training = self.plan.mode == Mode::Train;
         let seed = self.run_seed();
@@ -217,16 +268,21 @@ impl Session {
                 Op::Input { .. } => Slot::Input(which[i].expect("checked above")),
                 Op::Param { index } => Slot::Param(*index),
                 op => {
-                    let args: Vec<&Tensor> = step.inputs.iter().map(|&x| get(&slots, x, &self.params, inputs)).collect();
+                    let args: Vec<&Tensor> =
+                        step.inputs.iter().map(|&x| get(&slots, x, &self.params, inputs)).collect();
                     let ctx = cpu::Ctx { training, seed, node: i as u32 };
-                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx).map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", step.loc)))?;
+                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx)
+                        .map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", step.loc)))?;
                     if self.check_numerics {
                         check_finite(&t, op, i, &step.loc)?;
                     }
                     if let (true, true, Op::BatchNorm { momentum, .. }) = (updates, training, op) {
                         let (rm, rv) = (step.inputs[1] as usize, step.inputs[2] as usize);
-                        if let (Op::Param { index: m }, Op::Param { index: v }) = (&self.plan.steps[rm].op, &self.plan.steps[rv].op) {
-                            let (new_m, new_v) = cpu::batch_norm_update(args[0], args[1], args[2], *momentum);
+                        if let (Op::Param { index: m }, Op::Param { index: v }) =
+                            (&self.plan.steps[rm].op, &self.plan.steps[rv].op)
+                        {
+                            let (new_m, new_v) =
+                                cpu::batch_norm_update(args[0], args[1], args[2], *momentum);
                             bn_updates.push((*m, new_m, *v, new_v));
                         }
                     }
@@ -249,7 +305,12 @@ impl Session {
     }
 }
 
-fn get<'a>(slots: &'a [Slot], v: u32, params: &'a [Tensor], inputs: &'a [(&str, &Tensor)]) -> &'a Tensor {
+fn get<'a>(
+    slots: &'a [Slot],
+    v: u32,
+    params: &'a [Tensor],
+    inputs: &'a [(&str, &Tensor)],
+) -> &'a Tensor {
     match &slots[v as usize] {
         Slot::Owned(t) => t,
         Slot::Param(p) => &params[*p],
@@ -258,14 +319,23 @@ fn get<'a>(slots: &'a [Slot], v: u32, params: &'a [Tensor], inputs: &'a [(&str, 
     }
 }
 
-fn check_finite(t: &Tensor, op: &Op, i: usize, loc: &crate::plan::SourceLoc) -> Result<(), RuntimeError> {
+fn check_finite(
+    t: &Tensor,
+    op: &Op,
+    i: usize,
+    loc: &crate::plan::SourceLoc,
+) -> Result<(), RuntimeError> {
     let bad = match &t.data {
         Data::F32(v) => v.iter().position(|x| !x.is_finite()).map(|k| v[k] as f64),
         Data::F64(v) => v.iter().position(|x| !x.is_finite()).map(|k| v[k]),
         Data::I32(_) => None,
     };
     match bad {
-        Some(x) => Err(RuntimeError(format!("{} produced by `{}` (step {i}) at {loc}", if x.is_nan() { "NaN" } else { "an infinity" }, op.describe()))),
+        Some(x) => Err(RuntimeError(format!(
+            "{} produced by `{}` (step {i}) at {loc}",
+            if x.is_nan() { "NaN" } else { "an infinity" },
+            op.describe()
+        ))),
         None => Ok(()),
     }
 }
@@ -273,16 +343,22 @@ fn check_finite(t: &Tensor, op: &Op, i: usize, loc: &crate::plan::SourceLoc) -> 
 impl Session {
     /// Loads parameters (and, when present, optimizer state and the step count) from a
     /// safetensors checkpoint. Strict mode refuses missing, unexpected or mismatched tensors.
-    pub fn load_checkpoint(&mut self, path: &std::path::Path, mode: crate::checkpoint::MatchMode) -> Result<crate::checkpoint::Report, RuntimeError> {
+    pub fn load_checkpoint(
+        &mut self,
+        path: &std::path::Path,
+        mode: crate::checkpoint::MatchMode,
+    ) -> Result<crate::checkpoint::Report, RuntimeError> {
         let ckpt = crate::checkpoint::load(path).map_err(|e| RuntimeError(e.to_string()))?;
-        let (tensors, report) = crate::checkpoint::match_params(&ckpt, &self.plan.params, mode).map_err(|e| RuntimeError(e.to_string()))?;
+        let (tensors, report) = crate::checkpoint::match_params(&ckpt, &self.plan.params, mode)
+            .map_err(|e| RuntimeError(e.to_string()))?;
         for (i, t) in tensors.into_iter().enumerate() {
             if let Some(t) = t {
                 self.params[i] = t;
             }
         }
         if ckpt.tensors.iter().any(|(n, _)| n == crate::optim::STEP_TENSOR) {
-            self.optimizer = ckpt.optimizer_state(&self.plan.params).map_err(|e| RuntimeError(e.to_string()))?;
+            self.optimizer =
+                ckpt.optimizer_state(&self.plan.params).map_err(|e| RuntimeError(e.to_string()))?;
             self.step = self.optimizer.step;
         }
         if let Some(g) = &mut self.gpu {
@@ -299,8 +375,11 @@ impl Session {
         self.sync_from_device()?;
         let mut state = self.optimizer.clone();
         state.step = self.step;
-        let optim = state.to_tensors(&self.plan.params).map_err(|e| RuntimeError(format!("{}: {e}", path.display())))?;
-        let mut tensors: Vec<(String, &Tensor)> = self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();
+        let optim = state
+            .to_tensors(&self.plan.params)
+            .map_err(|e| RuntimeError(format!("{}: {e}", path.display())))?;
+        let mut tensors: Vec<(String, &Tensor)> =
+            self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();
         tensors.extend(optim.iter().map(|(n, t)| (n.clone(), t)));
         let metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);
         crate::checkpoint::save(path, &tensors, &metadata).map_err(|e| RuntimeError(e.to_string()))

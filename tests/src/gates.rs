@@ -148,8 +148,18 @@ impl Verdict {
             .gates
             .iter()
             .map(|g| {
-                let value = if g.name == "grad min cosine" && g.value.is_finite() { format!("{:.6}", g.value) } else { fmt(g.value) };
-                [g.name.clone(), value, g.limit.clone(), if g.passed { "PASS" } else { "FAIL" }.to_string(), g.detail.clone()]
+                let value = if g.name == "grad min cosine" && g.value.is_finite() {
+                    format!("{:.6}", g.value)
+                } else {
+                    fmt(g.value)
+                };
+                [
+                    g.name.clone(),
+                    value,
+                    g.limit.clone(),
+                    if g.passed { "PASS" } else { "FAIL" }.to_string(),
+                    g.detail.clone(),
+                ]
             })
             .collect();
         let width = |i: usize| rows.iter().map(|r| r[i].len()).max().unwrap_or(0);
@@ -160,18 +170,33 @@ impl Verdict {
         if !self.params.is_empty() {
             let _ = writeln!(s, "  worst parameters by cosine:");
             for p in self.worst_by_cosine(worst) {
-                let _ = writeln!(s, "    {:50} cos {:.6}  |g| ref {:.3e} ours {:.3e}", p.name, p.cosine, p.expected_norm, p.actual_norm);
+                let _ = writeln!(
+                    s,
+                    "    {:50} cos {:.6}  |g| ref {:.3e} ours {:.3e}",
+                    p.name, p.cosine, p.expected_norm, p.actual_norm
+                );
             }
             let _ = writeln!(s, "  worst parameters by gradient-norm error:");
             for p in self.worst_by_norm(worst) {
-                let _ = writeln!(s, "    {:50} rel {}  |g| ref {:.3e} ours {:.3e}", p.name, fmt(p.norm_err), p.expected_norm, p.actual_norm);
+                let _ = writeln!(
+                    s,
+                    "    {:50} rel {}  |g| ref {:.3e} ours {:.3e}",
+                    p.name,
+                    fmt(p.norm_err),
+                    p.expected_norm,
+                    p.actual_norm
+                );
             }
         }
         for p in &self.problems {
             let _ = writeln!(s, "  problem: {p}");
         }
         if !self.extra_grads.is_empty() {
-            let _ = writeln!(s, "  note: gradients the reference does not have: {}", self.extra_grads.join(", "));
+            let _ = writeln!(
+                s,
+                "  note: gradients the reference does not have: {}",
+                self.extra_grads.join(", ")
+            );
         }
         let _ = write!(s, "  VERDICT: {}", if self.passed { "PASS" } else { "FAIL" });
         s
@@ -208,14 +233,26 @@ pub fn compare(expected: &Results, actual: &Results) -> Verdict {
             }
             Some(a) => rel(&a.data, &e.data),
         };
-        gates.push(Gate { name: format!("forward {name} rel L2"), value: err, limit: format!("< {FORWARD_LIMIT}"), passed: err < FORWARD_LIMIT, detail: String::new() });
+        gates.push(Gate {
+            name: format!("forward {name} rel L2"),
+            value: err,
+            limit: format!("< {FORWARD_LIMIT}"),
+            passed: err < FORWARD_LIMIT,
+            detail: String::new(),
+        });
     }
     if let Some(e) = expected.get("loss") {
         let e = e.data.first().copied().unwrap_or(f64::NAN);
         match actual.get("loss").and_then(|a| a.data.first().copied()) {
             None => {
                 problems.push("loss: missing from the actual results".to_string());
-                gates.push(Gate { name: "loss rel err".into(), value: f64::INFINITY, limit: format!("< {LOSS_LIMIT}"), passed: false, detail: String::new() });
+                gates.push(Gate {
+                    name: "loss rel err".into(),
+                    value: f64::INFINITY,
+                    limit: format!("< {LOSS_LIMIT}"),
+                    passed: false,
+                    detail: String::new(),
+                });
             }
             Some(a) => {
                 let err = rel_scalar(a, e);
@@ -231,8 +268,13 @@ pub fn compare(expected: &Results, actual: &Results) -> Verdict {
     }
 
     // Backward.
-    let grads: Vec<(&String, &Array)> = expected.iter().filter(|(k, _)| k.starts_with("grad.")).collect();
-    let extra_grads: Vec<String> = actual.keys().filter(|k| k.starts_with("grad.") && !expected.contains_key(*k)).map(|k| k[5..].to_string()).collect();
+    let grads: Vec<(&String, &Array)> =
+        expected.iter().filter(|(k, _)| k.starts_with("grad.")).collect();
+    let extra_grads: Vec<String> = actual
+        .keys()
+        .filter(|k| k.starts_with("grad.") && !expected.contains_key(*k))
+        .map(|k| k[5..].to_string())
+        .collect();
     let mut params = Vec::new();
     let mut negligible = 0;
     if !grads.is_empty() {
@@ -251,7 +293,13 @@ pub fn compare(expected: &Results, actual: &Results) -> Verdict {
                 Ok(a) => a,
                 Err(why) => {
                     problems.push(format!("{k}: {why}"));
-                    params.push(Param { name, cosine: f64::NEG_INFINITY, norm_err: f64::INFINITY, expected_norm: en, actual_norm: f64::NAN });
+                    params.push(Param {
+                        name,
+                        cosine: f64::NEG_INFINITY,
+                        norm_err: f64::INFINITY,
+                        expected_norm: en,
+                        actual_norm: f64::NAN,
+                    });
                     ne.push(en);
                     na.push(f64::INFINITY);
                     continue;
@@ -270,7 +318,13 @@ pub fn compare(expected: &Results, actual: &Results) -> Verdict {
             } else {
                 a.data.iter().zip(&e.data).map(|(x, y)| x * y).sum::<f64>() / (an * en)
             };
-            params.push(Param { name, cosine, norm_err: rel_scalar(an, en), expected_norm: en, actual_norm: an });
+            params.push(Param {
+                name,
+                cosine,
+                norm_err: rel_scalar(an, en),
+                expected_norm: en,
+                actual_norm: an,
+            });
             ne.push(en);
             na.push(an);
         }
@@ -292,9 +346,16 @@ pub fn compare(expected: &Results, actual: &Results) -> Verdict {
             passed: vec_err < GRAD_VECTOR_LIMIT,
             detail: format!("{} parameters", grads.len()),
         });
-        let worst = params.iter().min_by(|a, b| cosine_key(a.cosine).total_cmp(&cosine_key(b.cosine))).expect("at least one gradient");
+        let worst = params
+            .iter()
+            .min_by(|a, b| cosine_key(a.cosine).total_cmp(&cosine_key(b.cosine)))
+            .expect("at least one gradient");
         let below = params.iter().filter(|p| !(p.cosine >= COSINE_LIMIT)).count();
-        let zero_note = if negligible > 0 { format!("; {negligible} with a zero reference gradient") } else { String::new() };
+        let zero_note = if negligible > 0 {
+            format!("; {negligible} with a zero reference gradient")
+        } else {
+            String::new()
+        };
         gates.push(Gate {
             name: "grad min cosine".into(),
             value: worst.cosine,
@@ -338,7 +399,10 @@ mod tests {
     }
 
     fn gate<'a>(v: &'a Verdict, name: &str) -> &'a Gate {
-        v.gates.iter().find(|g| g.name == name).unwrap_or_else(|| panic!("no gate {name}: {:?}", v.gates))
+        v.gates
+            .iter()
+            .find(|g| g.name == name)
+            .unwrap_or_else(|| panic!("no gate {name}: {:?}", v.gates))
     }
 
     fn failed(v: &Verdict) -> Vec<&str> {
@@ -354,7 +418,10 @@ mod tests {
         assert_eq!(v.gates.len(), 6);
         assert!(v.gates.iter().all(|g| g.value == 0.0 || g.name == "grad min cosine"));
         assert!((gate(&v, "grad min cosine").value - 1.0).abs() < 1e-12);
-        assert_eq!(v.negligible, 1, "the zero key-bias gradient is judged by the zero-gradient rule");
+        assert_eq!(
+            v.negligible, 1,
+            "the zero key-bias gradient is judged by the zero-gradient rule"
+        );
     }
 
     #[test]
@@ -409,11 +476,18 @@ mod tests {
             }
         }
         let v = compare(&e, &a);
-        assert_eq!(failed(&v), ["grad total-norm rel err", "grad norm-vector rel err"], "{}", v.report(5));
+        assert_eq!(
+            failed(&v),
+            ["grad total-norm rel err", "grad norm-vector rel err"],
+            "{}",
+            v.report(5)
+        );
         assert!((gate(&v, "grad total-norm rel err").value - 0.1).abs() < 1e-9);
         // Just under the limit passes.
         let mut a = e.clone();
-        a.iter_mut().filter(|(k, _)| k.starts_with("grad.")).for_each(|(_, t)| t.data.iter_mut().for_each(|x| *x *= 1.049));
+        a.iter_mut()
+            .filter(|(k, _)| k.starts_with("grad."))
+            .for_each(|(_, t)| t.data.iter_mut().for_each(|x| *x *= 1.049));
         assert!(compare(&e, &a).passed);
     }
 
@@ -436,7 +510,12 @@ mod tests {
     #[test]
     fn the_zero_gradient_rule_accepts_roundoff_and_rejects_a_real_gradient() {
         let e = reference();
-        let total = e.iter().filter(|(k, _)| k.starts_with("grad.")).map(|(_, t)| norm(&t.data).powi(2)).sum::<f64>().sqrt();
+        let total = e
+            .iter()
+            .filter(|(k, _)| k.starts_with("grad."))
+            .map(|(_, t)| norm(&t.data).powi(2))
+            .sum::<f64>()
+            .sqrt();
         // Roundoff of another direction and size: no cosine to compare, and it is negligible.
         let mut a = e.clone();
         a.get_mut("grad.key_bias").unwrap().data = vec![0.0, 3e-7 * total, 0.0, -3e-7 * total];

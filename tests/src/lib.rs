@@ -11,7 +11,10 @@ pub mod gates;
 /// The repository root. Tests run from there so that file names in diagnostics are the
 /// same relative paths a user would type (`tests/errors/x.mgn`).
 pub fn root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the workspace")
+        .to_path_buf();
     static CD: Once = Once::new();
     CD.call_once(|| std::env::set_current_dir(&root).expect("can enter the workspace root"));
     root
@@ -36,21 +39,31 @@ pub fn check(path: &Path) -> Outcome {
 
 /// All diagnostics of an outcome, rendered without colour, separated by blank lines.
 pub fn rendered(outcome: &Outcome) -> String {
-    outcome.diagnostics.iter().map(|d| render(&outcome.program.sources, d, false)).collect::<Vec<_>>().join("\n")
+    outcome
+        .diagnostics
+        .iter()
+        .map(|d| render(&outcome.program.sources, d, false))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Compares `actual` with the file at `expected`, or rewrites it when `BLESS=1`.
 /// Returns a description of the difference, if any.
 pub fn compare_golden(expected: &Path, actual: &str) -> Option<String> {
     if std::env::var_os("BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(expected, actual).unwrap_or_else(|e| panic!("cannot write {}: {e}", expected.display()));
+        std::fs::write(expected, actual)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", expected.display()));
         return None;
     }
     let want = std::fs::read_to_string(expected).unwrap_or_default();
     if want == actual {
         return None;
     }
-    let first = want.lines().zip(actual.lines()).position(|(a, b)| a != b).unwrap_or(want.lines().count().min(actual.lines().count()));
+    let first = want
+        .lines()
+        .zip(actual.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or(want.lines().count().min(actual.lines().count()));
     Some(format!(
         "{} differs from the output (first at line {}); run with BLESS=1 to accept.\n--- expected\n{want}\n--- actual\n{actual}",
         expected.display(),

@@ -86,7 +86,12 @@ impl Timing {
     /// From durations in milliseconds (any order, at least one).
     pub fn from_samples(mut ms: Vec<f64>) -> Timing {
         ms.sort_by(f64::total_cmp);
-        Timing { median_ms: quantile(&ms, 0.5), p25_ms: quantile(&ms, 0.25), p75_ms: quantile(&ms, 0.75), samples: ms.len() }
+        Timing {
+            median_ms: quantile(&ms, 0.5),
+            p25_ms: quantile(&ms, 0.25),
+            p75_ms: quantile(&ms, 0.75),
+            samples: ms.len(),
+        }
     }
 
     fn json(&self) -> Value {
@@ -115,12 +120,20 @@ struct Bench<'a> {
 impl Bench<'_> {
     /// `--warmup` untimed calls, then `--samples` calls timed one by one. What a call returns
     /// is dropped after its clock stops.
-    fn measure<T>(&self, what: &str, mut call: impl FnMut() -> Result<T, String>) -> Result<Timing, u8> {
+    fn measure<T>(
+        &self,
+        what: &str,
+        mut call: impl FnMut() -> Result<T, String>,
+    ) -> Result<Timing, u8> {
         let total = self.a.warmup + self.a.samples;
         let mut ms = Vec::with_capacity(self.a.samples);
         for i in 0..total {
             if self.progress {
-                let (phase, n, of) = if i < self.a.warmup { ("warm-up", i + 1, self.a.warmup) } else { ("sample", i + 1 - self.a.warmup, self.a.samples) };
+                let (phase, n, of) = if i < self.a.warmup {
+                    ("warm-up", i + 1, self.a.warmup)
+                } else {
+                    ("sample", i + 1 - self.a.warmup, self.a.samples)
+                };
                 eprint!("\r\x1b[2K{what}: {phase} {n}/{of}");
             }
             let start = Instant::now();
@@ -144,8 +157,18 @@ impl Bench<'_> {
     }
 
     /// Compiles the model, printing diagnostics when it does not build.
-    fn compile(&self, settings: &[Setting], opts: &PlanOptions) -> Result<(mgn_compiler::Outcome, Plan), u8> {
-        let (outcome, plan) = mgn_compiler::driver::plan_path(&self.a.file, self.a.model.clone(), settings.to_vec(), opts).map_err(|e| self.fail(&e))?;
+    fn compile(
+        &self,
+        settings: &[Setting],
+        opts: &PlanOptions,
+    ) -> Result<(mgn_compiler::Outcome, Plan), u8> {
+        let (outcome, plan) = mgn_compiler::driver::plan_path(
+            &self.a.file,
+            self.a.model.clone(),
+            settings.to_vec(),
+            opts,
+        )
+        .map_err(|e| self.fail(&e))?;
         if !report::diagnostics(&outcome, self.format) {
             return Err(super::EXIT_ERRORS);
         }
@@ -154,10 +177,25 @@ impl Bench<'_> {
 
     /// The compile time from the .mgn text to a plan: check, elaborate, (autodiff,) lower. The
     /// outcome and plan are dropped after the clock stops.
-    fn measure_compile(&self, what: &str, settings: &[Setting], opts: &PlanOptions) -> Result<Timing, u8> {
-        self.measure(what, || match mgn_compiler::driver::plan_path(&self.a.file, self.a.model.clone(), settings.to_vec(), opts)? {
-            (outcome, Some(plan)) => Ok((outcome, plan)),
-            (outcome, None) => Err(outcome.diagnostics.first().map_or("does not build".into(), |d| d.message.clone())),
+    fn measure_compile(
+        &self,
+        what: &str,
+        settings: &[Setting],
+        opts: &PlanOptions,
+    ) -> Result<Timing, u8> {
+        self.measure(what, || {
+            match mgn_compiler::driver::plan_path(
+                &self.a.file,
+                self.a.model.clone(),
+                settings.to_vec(),
+                opts,
+            )? {
+                (outcome, Some(plan)) => Ok((outcome, plan)),
+                (outcome, None) => Err(outcome
+                    .diagnostics
+                    .first()
+                    .map_or("does not build".into(), |d| d.message.clone())),
+            }
         })
     }
 }
@@ -209,7 +247,12 @@ fn session(plan: Plan, seed: u64) -> Session {
 /// The settings that shrink the model to one sample and one token, for the arguments it has
 /// (later settings win, so these override the user's). Empty when it has none of them.
 fn minimal_settings(plan: &Plan) -> Vec<Setting> {
-    BATCH_ARGS.iter().chain(&SEQUENCE_ARGS).filter(|n| plan.config.iter().any(|(k, _)| k == *n)).map(|n| Setting { name: n.to_string(), value: "1".into() }).collect()
+    BATCH_ARGS
+        .iter()
+        .chain(&SEQUENCE_ARGS)
+        .filter(|n| plan.config.iter().any(|(k, _)| k == *n))
+        .map(|n| Setting { name: n.to_string(), value: "1".into() })
+        .collect()
 }
 
 /// Bytes of the optimizer state a training plan keeps: per trained parameter, Adam's two moments,
@@ -264,7 +307,11 @@ struct Memory {
 impl Memory {
     fn of(plan: &Plan) -> Memory {
         let a = plan_arena(plan);
-        Memory { plan: plan_memory(plan), arena_bytes: a.total_words as u64 * 4, arena_values_bytes: (a.total_words - a.param_words) as u64 * 4 }
+        Memory {
+            plan: plan_memory(plan),
+            arena_bytes: a.total_words as u64 * 4,
+            arena_values_bytes: (a.total_words - a.param_words) as u64 * 4,
+        }
     }
 }
 
@@ -323,7 +370,11 @@ impl Bench<'_> {
     /// device's name and the wall time (ms) `use_gpu` took. Under `--backend auto` a first
     /// session the GPU cannot run sends the whole bench to the CPU (with a note); a later one
     /// is an error, so that one report never mixes backends.
-    fn open(&self, plan: Plan, notes: &mut Vec<String>) -> Result<(Session, Option<(String, f64)>), u8> {
+    fn open(
+        &self,
+        plan: Plan,
+        notes: &mut Vec<String>,
+    ) -> Result<(Session, Option<(String, f64)>), u8> {
         let mut s = session(plan, self.a.seed);
         let Engine::Gpu { forced } = self.engine.get() else { return Ok((s, None)) };
         let start = Instant::now();
@@ -332,9 +383,16 @@ impl Bench<'_> {
                 self.used_gpu.set(true);
                 Ok((s, Some((name, start.elapsed().as_secs_f64() * 1e3))))
             }
-            Err(e) if forced || self.used_gpu.get() => Err(self.fail(&format!("the GPU cannot run the {} plan of `{}`: {e}", mode_name(&s.plan), s.plan.model))),
+            Err(e) if forced || self.used_gpu.get() => Err(self.fail(&format!(
+                "the GPU cannot run the {} plan of `{}`: {e}",
+                mode_name(&s.plan),
+                s.plan.model
+            ))),
             Err(e) => {
-                let w = format!("measured on the CPU backend: the GPU cannot run `{}` ({e})", s.plan.model);
+                let w = format!(
+                    "measured on the CPU backend: the GPU cannot run `{}` ({e})",
+                    s.plan.model
+                );
                 if self.format == MessageFormat::Human {
                     eprintln!("note: {w}");
                 }
@@ -390,10 +448,16 @@ struct Profiled {
 }
 
 /// One profiled run of `s` (GPU only).
-fn profile_of(s: &mut mgn_runtime::session::Session, inputs: &[(String, Tensor)]) -> Option<Profiled> {
+fn profile_of(
+    s: &mut mgn_runtime::session::Session,
+    inputs: &[(String, Tensor)],
+) -> Option<Profiled> {
     let ms = |t: std::time::Duration| t.as_secs_f64() * 1e3;
     match s.profile(&given(inputs))? {
-        Ok(p) => Some(Profiled { by_op: p.by_op.into_iter().map(|(k, n, t)| (k, n, ms(t))).collect(), slowest: p.slowest.into_iter().map(|(k, t)| (k, ms(t))).collect() }),
+        Ok(p) => Some(Profiled {
+            by_op: p.by_op.into_iter().map(|(k, n, t)| (k, n, ms(t))).collect(),
+            slowest: p.slowest.into_iter().map(|(k, t)| (k, ms(t))).collect(),
+        }),
         Err(e) => {
             eprintln!("warning: profiling failed: {e}");
             None
@@ -411,7 +475,13 @@ pub fn run(a: BenchArgs) -> u8 {
         Ok(e) => e,
         Err(code) => return code,
     };
-    let b = Bench { a: &a, format, progress: !a.json && std::io::stderr().is_terminal(), engine: Cell::new(engine), used_gpu: Cell::new(false) };
+    let b = Bench {
+        a: &a,
+        format,
+        progress: !a.json && std::io::stderr().is_terminal(),
+        engine: Cell::new(engine),
+        used_gpu: Cell::new(false),
+    };
     match bench(&b) {
         Ok(r) => {
             let text = if a.json { format!("{}\n", to_json(&r, &a)) } else { table(&r, &a) };
@@ -426,7 +496,9 @@ pub fn run(a: BenchArgs) -> u8 {
 fn bench(b: &Bench) -> Result<Report, u8> {
     let a = b.a;
     if a.file.extension().is_some_and(|e| e == "mgnplan") {
-        return Err(b.fail("`mgnc bench` measures compiling too: give the .mgn file, not a .mgnplan"));
+        return Err(
+            b.fail("`mgnc bench` measures compiling too: give the .mgn file, not a .mgnplan")
+        );
     }
     if a.samples == 0 {
         return Err(b.fail("`--samples` must be at least 1"));
@@ -475,7 +547,15 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let already = shrink.iter().all(|m| plan.config.iter().any(|(k, v)| *k == m.name && v == "1"));
     let mut compile_minimal_ms = None;
     let minimal = if shrink.is_empty() {
-        notes.push(format!("no minimal-shape latency: the model has no argument named {}", BATCH_ARGS.iter().chain(&SEQUENCE_ARGS).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")));
+        notes.push(format!(
+            "no minimal-shape latency: the model has no argument named {}",
+            BATCH_ARGS
+                .iter()
+                .chain(&SEQUENCE_ARGS)
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
         None
     } else if already {
         notes.push(format!("no separate minimal-shape latency: the model is already at {} (the forward measurement)", describe(&shrink)));
@@ -485,7 +565,8 @@ fn bench(b: &Bench) -> Result<Report, u8> {
         settings.retain(|s| !shrink.iter().any(|m| m.name == s.name));
         settings.extend(shrink.iter().cloned());
         let start = Instant::now();
-        let built = mgn_compiler::driver::plan_path(&a.file, a.model.clone(), settings, &infer).map_err(|e| b.fail(&e))?;
+        let built = mgn_compiler::driver::plan_path(&a.file, a.model.clone(), settings, &infer)
+            .map_err(|e| b.fail(&e))?;
         let compile_ms = start.elapsed().as_secs_f64() * 1e3;
         match built {
             (_, Some(p)) => {
@@ -496,12 +577,20 @@ fn bench(b: &Bench) -> Result<Report, u8> {
                 if let (Some(st), Some((_, ms))) = (&mut setup, gpu) {
                     st.minimal = Some(ms);
                 }
-                let t = b.measure(&format!("forward at {}", describe(&shrink)), || timed_run(&mut s, &given(&inputs)))?;
+                let t = b.measure(&format!("forward at {}", describe(&shrink)), || {
+                    timed_run(&mut s, &given(&inputs))
+                })?;
                 Some((shrink, t, mem))
             }
             (outcome, None) => {
-                let why = outcome.diagnostics.first().map_or_else(String::new, |d| format!(": {}", d.message));
-                notes.push(format!("no minimal-shape latency: the model does not build at {}{why}", describe(&shrink)));
+                let why = outcome
+                    .diagnostics
+                    .first()
+                    .map_or_else(String::new, |d| format!(": {}", d.message));
+                notes.push(format!(
+                    "no minimal-shape latency: the model does not build at {}{why}",
+                    describe(&shrink)
+                ));
                 None
             }
         }
@@ -530,7 +619,10 @@ fn bench(b: &Bench) -> Result<Report, u8> {
         None => notes.push(format!("forward only: `{model}` has no loss, so there is no backward pass or training step to measure")),
     }
     if !unbounded.is_empty() {
-        notes.push(format!("integer inputs that index nothing take 0 or 1: {}", unbounded.join(", ")));
+        notes.push(format!(
+            "integer inputs that index nothing take 0 or 1: {}",
+            unbounded.join(", ")
+        ));
     }
     Ok(Report {
         model,
@@ -559,17 +651,25 @@ fn describe(settings: &[Setting]) -> String {
 }
 
 fn to_json(r: &Report, a: &BenchArgs) -> Value {
-    let config: serde_json::Map<String, Value> = r.config.iter().map(|(k, v)| (k.clone(), config_value(v))).collect();
+    let config: serde_json::Map<String, Value> =
+        r.config.iter().map(|(k, v)| (k.clone(), config_value(v))).collect();
     let timing = |t: &Option<Timing>| t.as_ref().map_or(Value::Null, Timing::json);
     let minimal = match &r.minimal {
         Some((settings, t, _)) => {
             let mut v = t.json();
-            v["settings"] = settings.iter().map(|s| (s.name.clone(), config_value(&s.value))).collect::<serde_json::Map<_, _>>().into();
+            v["settings"] = settings
+                .iter()
+                .map(|s| (s.name.clone(), config_value(&s.value)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
             v
         }
         None => Value::Null,
     };
-    let setup = r.setup.map_or(Value::Null, |s| json!({ "inference": s.inference, "minimal": s.minimal, "training": s.training }));
+    let setup = r.setup.map_or(
+        Value::Null,
+        |s| json!({ "inference": s.inference, "minimal": s.minimal, "training": s.training }),
+    );
     json!({
         "model": r.model,
         "file": a.file.display().to_string(),
@@ -634,16 +734,29 @@ fn ms(x: f64) -> String {
 fn table(r: &Report, a: &BenchArgs) -> String {
     let mut out = String::new();
     let config = r.config.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
-    out += &format!("{} ({}, {} parameters) on {}, backend {}\n", r.model, a.file.display(), thousands(r.param_count as usize), r.device, r.backend);
+    out += &format!(
+        "{} ({}, {} parameters) on {}, backend {}\n",
+        r.model,
+        a.file.display(),
+        thousands(r.param_count as usize),
+        r.device,
+        r.backend
+    );
     out += &format!("config: {config}\n");
     out += &format!("wall-clock ms per call: median and interquartile range (p25–p75) of {} calls after {} warm-up calls\n", a.samples, a.warmup);
     if r.backend != "cpu" {
-        out += &format!("GPU timing: {}\n", timing_basis(r.backend).trim_start_matches("wall clock around each call: "));
+        out += &format!(
+            "GPU timing: {}\n",
+            timing_basis(r.backend).trim_start_matches("wall clock around each call: ")
+        );
     }
     out += "\n";
 
-    let mut rows: Vec<(String, Option<Timing>)> =
-        vec![("compile (check, elaborate, lower)".into(), Some(r.compile)), ("compile, training plan (+ autodiff)".into(), r.compile_train), ("forward".into(), Some(r.forward))];
+    let mut rows: Vec<(String, Option<Timing>)> = vec![
+        ("compile (check, elaborate, lower)".into(), Some(r.compile)),
+        ("compile, training plan (+ autodiff)".into(), r.compile_train),
+        ("forward".into(), Some(r.forward)),
+    ];
     match &r.minimal {
         Some((s, t, _)) => rows.push((format!("forward at {}", describe(s)), Some(*t))),
         None => rows.push(("forward, minimal shape".into(), None)),
@@ -654,7 +767,14 @@ fn table(r: &Report, a: &BenchArgs) -> String {
     out += &format!("{:<w$}  {:>10}  {:>10}  {:>10}\n", "measurement", "median", "p25", "p75");
     for (name, t) in &rows {
         match t {
-            Some(t) => out += &format!("{name:<w$}  {:>10}  {:>10}  {:>10}\n", ms(t.median_ms), ms(t.p25_ms), ms(t.p75_ms)),
+            Some(t) => {
+                out += &format!(
+                    "{name:<w$}  {:>10}  {:>10}  {:>10}\n",
+                    ms(t.median_ms),
+                    ms(t.p25_ms),
+                    ms(t.p75_ms)
+                )
+            }
             None => out += &format!("{name:<w$}  {:>10}  {:>10}  {:>10}\n", "—", "", ""),
         }
     }
@@ -662,7 +782,10 @@ fn table(r: &Report, a: &BenchArgs) -> String {
         let mut parts = vec![format!("inference {} ms", ms(s.inference))];
         parts.extend(s.minimal.map(|m| format!("minimal {} ms", ms(m))));
         parts.extend(s.training.map(|m| format!("training {} ms", ms(m))));
-        out += &format!("\nGPU session setup (kernels, arena, parameter upload; one call each): {}\n", parts.join(", "));
+        out += &format!(
+            "\nGPU session setup (kernels, arena, parameter upload; one call each): {}\n",
+            parts.join(", ")
+        );
     }
 
     let mut cols: Vec<(String, Memory, Option<u64>)> = vec![("inference".into(), r.memory, None)];
@@ -701,7 +824,10 @@ fn table(r: &Report, a: &BenchArgs) -> String {
         let total: f64 = p.by_op.iter().map(|(_, _, ms)| ms).sum();
         out += &format!("\nGPU time by op, {plan} (one run, timestamps around each dispatch in its own pass; total {total:.2} ms):\n");
         for (op, n, ms) in p.by_op.iter().take(12) {
-            out += &format!("  {op:<28} {n:>6} dispatches  {ms:>9.3} ms  {:>5.1}%\n", 100.0 * ms / total.max(1e-12));
+            out += &format!(
+                "  {op:<28} {n:>6} dispatches  {ms:>9.3} ms  {:>5.1}%\n",
+                100.0 * ms / total.max(1e-12)
+            );
         }
         out += &format!("slowest dispatches, {plan}:\n");
         for (step, ms) in p.slowest.iter().take(8) {

@@ -78,7 +78,12 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         PlanMode::Infer => PlanOptions::infer(),
         PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
     };
-    let (outcome, plan) = match mgn_compiler::driver::plan_path(&a.file, a.model.clone(), a.settings.clone(), &opts) {
+    let (outcome, plan) = match mgn_compiler::driver::plan_path(
+        &a.file,
+        a.model.clone(),
+        a.settings.clone(),
+        &opts,
+    ) {
         Ok(r) => r,
         Err(e) => {
             report::error(&e, a.format);
@@ -98,10 +103,18 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     }
     // Every GPU kernel of the plan is generated and validated by naga now, at build time, for
     // the guaranteed device floor; a kernel naga rejects is a compiler bug reported with its line.
-    let kernels = mgn_runtime::gpu::kernels::check_plan(&plan, &mgn_runtime::limits::DeviceLimits::MIN_SPEC);
+    let kernels =
+        mgn_runtime::gpu::kernels::check_plan(&plan, &mgn_runtime::limits::DeviceLimits::MIN_SPEC);
     if let Some((i, e)) = kernels.invalid.first() {
         let s = &plan.steps[*i];
-        report::error(&format!("the GPU kernel for `{}` (step {i}, at {}) fails validation: {e}", s.op.describe(), s.loc), a.format);
+        report::error(
+            &format!(
+                "the GPU kernel for `{}` (step {i}, at {}) fails validation: {e}",
+                s.op.describe(),
+                s.loc
+            ),
+            a.format,
+        );
         return super::EXIT_ERRORS;
     }
     let elapsed = start.elapsed().as_secs_f64() * 1e3;
@@ -126,8 +139,16 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     };
     let text = if a.stats {
         let gpu = match kernels.missing.first() {
-            None => format!("gpu: {} dispatches of {} distinct kernels, all generated and validated by naga\n", kernels.with_kernel, kernels.distinct),
-            Some((i, why)) => format!("gpu: {} kernels validated; {} steps have none yet, first {why} (at {})\n", kernels.with_kernel, kernels.missing.len(), plan.steps[*i].loc),
+            None => format!(
+                "gpu: {} dispatches of {} distinct kernels, all generated and validated by naga\n",
+                kernels.with_kernel, kernels.distinct
+            ),
+            Some((i, why)) => format!(
+                "gpu: {} kernels validated; {} steps have none yet, first {why} (at {})\n",
+                kernels.with_kernel,
+                kernels.missing.len(),
+                plan.steps[*i].loc
+            ),
         };
         text + &memory_stats(&plan) + &gpu
     } else {

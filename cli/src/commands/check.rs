@@ -14,7 +14,12 @@ pub fn run(files: &[PathBuf], format: MessageFormat) -> u8 {
                 failed |= !report::diagnostics(&outcome, format);
                 if outcome.ok() && format == MessageFormat::Human {
                     let n = outcome.graphs.len();
-                    eprintln!("checked {} ({n} model{}) in {:.1} ms", f.display(), if n == 1 { "" } else { "s" }, start.elapsed().as_secs_f64() * 1e3);
+                    eprintln!(
+                        "checked {} ({n} model{}) in {:.1} ms",
+                        f.display(),
+                        if n == 1 { "" } else { "s" },
+                        start.elapsed().as_secs_f64() * 1e3
+                    );
                 }
             }
             Err(e) => {

@@ -22,14 +22,22 @@ impl Dataset {
             let want = &plan.steps[*step as usize];
             let Some(t) = ckpt.get(name) else {
                 let have: Vec<&str> = ckpt.tensors.iter().map(|(n, _)| n.as_str()).collect();
-                return Err(format!("{}: no tensor `{name}` for the model input `{name}` (the file has: {})", path.display(), have.join(", ")));
+                return Err(format!(
+                    "{}: no tensor `{name}` for the model input `{name}` (the file has: {})",
+                    path.display(),
+                    have.join(", ")
+                ));
             };
             // A sample stored flat (`[N, 64]`) feeds an input of the same size per sample
             // (`[B, 1, 8, 8]`): the rows are the same bytes.
             let per_sample: usize = want.shape[1..].iter().product();
             let mut t = t.clone();
-            if !t.shape.is_empty() && t.shape[1..].iter().product::<usize>() == per_sample && t.shape.len() != want.shape.len() {
-                t.shape = std::iter::once(t.shape[0]).chain(want.shape[1..].iter().copied()).collect();
+            if !t.shape.is_empty()
+                && t.shape[1..].iter().product::<usize>() == per_sample
+                && t.shape.len() != want.shape.len()
+            {
+                t.shape =
+                    std::iter::once(t.shape[0]).chain(want.shape[1..].iter().copied()).collect();
             }
             if t.shape.len() != want.shape.len() || t.shape[1..] != want.shape[1..] {
                 return Err(format!(
@@ -42,11 +50,20 @@ impl Dataset {
             }
             let is_float = matches!(t.data, Data::F32(_) | Data::F64(_));
             if is_float != want.dtype.is_float() {
-                return Err(format!("{}: `{name}` holds {} values but the model input is {}", path.display(), t.dtype, want.dtype));
+                return Err(format!(
+                    "{}: `{name}` holds {} values but the model input is {}",
+                    path.display(),
+                    t.dtype,
+                    want.dtype
+                ));
             }
             let n = t.shape[0];
             if *len.get_or_insert(n) != n {
-                return Err(format!("{}: `{name}` has {n} samples but other inputs have {}", path.display(), len.unwrap_or(0)));
+                return Err(format!(
+                    "{}: `{name}` has {n} samples but other inputs have {}",
+                    path.display(),
+                    len.unwrap_or(0)
+                ));
             }
             columns.push((name.clone(), t));
         }
@@ -66,9 +83,21 @@ impl Dataset {
                 let mut shape = t.shape.clone();
                 shape[0] = rows.len();
                 let data = match &t.data {
-                    Data::F32(v) => Data::F32(rows.iter().flat_map(|&r| v[r * row..(r + 1) * row].iter().copied()).collect()),
-                    Data::F64(v) => Data::F32(rows.iter().flat_map(|&r| v[r * row..(r + 1) * row].iter().map(|&x| x as f32)).collect()),
-                    Data::I32(v) => Data::I32(rows.iter().flat_map(|&r| v[r * row..(r + 1) * row].iter().copied()).collect()),
+                    Data::F32(v) => Data::F32(
+                        rows.iter()
+                            .flat_map(|&r| v[r * row..(r + 1) * row].iter().copied())
+                            .collect(),
+                    ),
+                    Data::F64(v) => Data::F32(
+                        rows.iter()
+                            .flat_map(|&r| v[r * row..(r + 1) * row].iter().map(|&x| x as f32))
+                            .collect(),
+                    ),
+                    Data::I32(v) => Data::I32(
+                        rows.iter()
+                            .flat_map(|&r| v[r * row..(r + 1) * row].iter().copied())
+                            .collect(),
+                    ),
                 };
                 (name.clone(), Tensor { dtype: t.dtype, shape, data })
             })
@@ -78,7 +107,10 @@ impl Dataset {
 
 /// The batch size a plan was built for (the first axis of its inputs).
 pub fn plan_batch(plan: &Plan) -> Result<usize, String> {
-    let mut sizes = plan.inputs.iter().map(|(_, s)| plan.steps[*s as usize].shape.first().copied().unwrap_or(1));
+    let mut sizes = plan
+        .inputs
+        .iter()
+        .map(|(_, s)| plan.steps[*s as usize].shape.first().copied().unwrap_or(1));
     let first = sizes.next().ok_or("the model has no inputs")?;
     if sizes.any(|s| s != first) {
         return Err("the model's inputs do not share a batch axis".into());
@@ -96,7 +128,9 @@ pub fn classification(plan_train: &Plan, plan_eval: &Plan) -> Option<(String, St
         }
         for (oname, ostep) in &plan_eval.outputs {
             let out = &plan_eval.steps[*ostep as usize];
-            if out.shape.len() == lab.shape.len() + 1 && out.shape[..lab.shape.len()] == lab.shape[..] {
+            if out.shape.len() == lab.shape.len() + 1
+                && out.shape[..lab.shape.len()] == lab.shape[..]
+            {
                 return Some((iname.clone(), oname.clone()));
             }
         }

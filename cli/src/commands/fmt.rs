@@ -69,7 +69,8 @@ pub fn run(paths: &[PathBuf], check: bool) -> u8 {
 
 /// Every `.mgn` file under `dir`, in name order, skipping hidden directories and `target`.
 fn mgn_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    let mut entries: Vec<PathBuf> =
+        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
     entries.sort();
     for p in entries {
         let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
@@ -85,8 +86,11 @@ fn mgn_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 }
 
 fn read(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {}", path.display(), mgn_compiler::front::load::io_reason(&e)))?;
-    String::from_utf8(bytes).map_err(|_| format!("cannot read `{}`: the file is not valid UTF-8", path.display()))
+    let bytes = std::fs::read(path).map_err(|e| {
+        format!("cannot read `{}`: {}", path.display(), mgn_compiler::front::load::io_reason(&e))
+    })?;
+    String::from_utf8(bytes)
+        .map_err(|_| format!("cannot read `{}`: the file is not valid UTF-8", path.display()))
 }
 
 fn read_stdin() -> Result<String, String> {
@@ -111,5 +115,9 @@ fn report(path: &Path, text: String, diags: &[mgn_syntax::Diagnostic]) {
         eprint!("{}", render(&sources, d, color));
     }
     let n = diags.len();
-    eprintln!("error: {n} error{} found in {}; it was not formatted", if n == 1 { "" } else { "s" }, path.display());
+    eprintln!(
+        "error: {n} error{} found in {}; it was not formatted",
+        if n == 1 { "" } else { "s" },
+        path.display()
+    );
 }

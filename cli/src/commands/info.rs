@@ -74,7 +74,12 @@ pub fn run(json: bool) -> u8 {
                     None => "usable".to_string(),
                     Some(why) => format!("not usable: {why}"),
                 };
-                println!("{mark} {:#06x}  {}  ({}, {kind}) — {status}", d.id, d.name, if d.driver.is_empty() { "unknown driver" } else { &d.driver });
+                println!(
+                    "{mark} {:#06x}  {}  ({}, {kind}) — {status}",
+                    d.id,
+                    d.name,
+                    if d.driver.is_empty() { "unknown driver" } else { &d.driver }
+                );
                 if let Some(l) = &d.limits {
                     println!("      limits: {}", limits_line(l));
                 }
@@ -82,18 +87,31 @@ pub fn run(json: bool) -> u8 {
                     (0, 0) => "no".to_string(),
                     (f32t, f16t) => format!("f32 tiles {f32t}, f16 tiles {f16t}"),
                 };
-                println!("      features: float16 {}, cooperative matrix {coop}", if d.float16 { "yes" } else { "no" });
+                println!(
+                    "      features: float16 {}, cooperative matrix {coop}",
+                    if d.float16 { "yes" } else { "no" }
+                );
             }
         }
         Err(why) => println!("GPU devices: none ({why})"),
     }
     if min_spec {
-        println!("MGN_MIN_SPEC=1: kernels are sized for Vulkan's guaranteed floor: {}", limits_line(&DeviceLimits::MIN_SPEC));
+        println!(
+            "MGN_MIN_SPEC=1: kernels are sized for Vulkan's guaranteed floor: {}",
+            limits_line(&DeviceLimits::MIN_SPEC)
+        );
     }
     match &chosen {
         Ok(id) => {
-            let d = listed.as_ref().ok().and_then(|ds| ds.iter().find(|d| d.id == *id)).expect("chosen from the list");
-            println!("would use: {} (set MGN_DEVICE to an ID or part of a name to choose another)", d.name);
+            let d = listed
+                .as_ref()
+                .ok()
+                .and_then(|ds| ds.iter().find(|d| d.id == *id))
+                .expect("chosen from the list");
+            println!(
+                "would use: {} (set MGN_DEVICE to an ID or part of a name to choose another)",
+                d.name
+            );
             if d.software {
                 println!("note: {} is a software rasterizer: `--backend auto` runs on the CPU backend instead; `--backend vulkan` uses it anyway", d.name);
             } else {
@@ -102,6 +120,9 @@ pub fn run(json: bool) -> u8 {
         }
         Err(why) => println!("no GPU can be used: {why}; mgnc runs on the CPU backend"),
     }
-    println!("CPU backend: {} threads", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "CPU backend: {} threads",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
     0
 }

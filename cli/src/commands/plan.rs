@@ -8,7 +8,13 @@ use std::path::Path;
 
 /// Compiles `file` with `opts`, or loads it when it is a `.mgnplan`. Errors are printed;
 /// `Err` carries the exit code.
-pub fn obtain(file: &Path, model: Option<String>, settings: Vec<Setting>, opts: &PlanOptions, format: MessageFormat) -> Result<Plan, u8> {
+pub fn obtain(
+    file: &Path,
+    model: Option<String>,
+    settings: Vec<Setting>,
+    opts: &PlanOptions,
+    format: MessageFormat,
+) -> Result<Plan, u8> {
     if file.extension().is_some_and(|e| e == "mgnplan") {
         if !settings.is_empty() || model.is_some() {
             report::error("`--set` and `--model` apply when compiling a .mgn file; a .mgnplan is already built", format);
@@ -47,7 +53,9 @@ pub enum Backend {
 pub enum Engine {
     Cpu,
     /// The GPU; `forced` when asked for by name (then failing to use it is an error).
-    Gpu { forced: bool },
+    Gpu {
+        forced: bool,
+    },
 }
 
 /// `auto` takes a hardware GPU when there is one, else the CPU with a one-line notice;
@@ -71,7 +79,11 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
         Backend::Vulkan | Backend::Metal => Ok(Engine::Gpu { forced: true }),
         Backend::Auto => {
             let devices = mgn_runtime::gpu::probe::devices();
-            match devices.as_ref().map_err(Clone::clone).and_then(|ds| mgn_runtime::gpu::probe::choose(ds).cloned()) {
+            match devices
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|ds| mgn_runtime::gpu::probe::choose(ds).cloned())
+            {
                 Ok(d) if !d.software => Ok(Engine::Gpu { forced: false }),
                 Ok(d) => {
                     note(&format!("no hardware GPU (only {}); running on the CPU backend (`--backend vulkan` uses it anyway)", d.name));
@@ -88,7 +100,11 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
 
 /// Moves a session onto the GPU when the engine says so. A forced GPU that cannot run the plan
 /// is an error; otherwise the session stays on the CPU with a notice.
-pub fn attach(session: &mut mgn_runtime::session::Session, engine: Engine, format: MessageFormat) -> Result<(), u8> {
+pub fn attach(
+    session: &mut mgn_runtime::session::Session,
+    engine: Engine,
+    format: MessageFormat,
+) -> Result<(), u8> {
     let Engine::Gpu { forced } = engine else { return Ok(()) };
     match session.use_gpu() {
         Ok(name) => {

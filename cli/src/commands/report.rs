@@ -32,6 +32,9 @@ pub fn diagnostics(outcome: &Outcome, format: MessageFormat) -> bool {
 pub fn error(message: &str, format: MessageFormat) {
     match format {
         MessageFormat::Human => eprintln!("error: {message}"),
-        MessageFormat::Json => println!("{}", serde_json::json!({ "severity": "error", "code": "E0000", "message": message })),
+        MessageFormat::Json => println!(
+            "{}",
+            serde_json::json!({ "severity": "error", "code": "E0000", "message": message })
+        ),
     }
 }

@@ -79,11 +79,22 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
     let engine = resolve_backend(a.backend, a.format)?;
     let inputs = checkpoint::load(&a.inputs).map_err(|e| fail(&e.to_string(), a.format))?;
     let mode = if a.mode == RunMode::Train { Mode::Train } else { Mode::Infer };
-    let mut opts = PlanOptions { mode, loss: true, grads: a.grads, frozen: &a.freeze, optimizer: Default::default(), rewrite: true };
+    let mut opts = PlanOptions {
+        mode,
+        loss: true,
+        grads: a.grads,
+        frozen: &a.freeze,
+        optimizer: Default::default(),
+        rewrite: true,
+    };
     let mut plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     // Without --grads the loss is optional: drop it when the inputs it needs are not given.
     let missing = |p: &mgn_runtime::Plan| p.inputs.iter().any(|(n, _)| inputs.get(n).is_none());
-    if !a.grads && plan.loss.is_some() && missing(&plan) && !a.file.extension().is_some_and(|e| e == "mgnplan") {
+    if !a.grads
+        && plan.loss.is_some()
+        && missing(&plan)
+        && !a.file.extension().is_some_and(|e| e == "mgnplan")
+    {
         opts.loss = false;
         plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     }
@@ -101,8 +112,10 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
     }
     attach(&mut session, engine, a.format)?;
     let given: Vec<(&str, &Tensor)> = inputs.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let out = session.run(&given).map_err(|e| fail(&format!("{}: {e}", a.file.display()), a.format))?;
-    let mut tensors: Vec<(String, &Tensor)> = out.outputs.iter().map(|(n, t)| (format!("output.{n}"), t)).collect();
+    let out =
+        session.run(&given).map_err(|e| fail(&format!("{}: {e}", a.file.display()), a.format))?;
+    let mut tensors: Vec<(String, &Tensor)> =
+        out.outputs.iter().map(|(n, t)| (format!("output.{n}"), t)).collect();
     if let Some(l) = &out.loss {
         tensors.push(("loss".to_string(), l));
     }

@@ -101,11 +101,24 @@ fn fail(msg: &str, format: MessageFormat) -> u8 {
 }
 
 /// `--batch B` sets the model argument that sizes the batch (`batch` or `B`).
-fn with_batch(file: &Path, settings: &[Setting], batch: Option<usize>, model: Option<&str>, format: MessageFormat) -> Result<Vec<Setting>, u8> {
+fn with_batch(
+    file: &Path,
+    settings: &[Setting],
+    batch: Option<usize>,
+    model: Option<&str>,
+    format: MessageFormat,
+) -> Result<Vec<Setting>, u8> {
     let mut settings = settings.to_vec();
     let Some(b) = batch else { return Ok(settings) };
-    let outcome = mgn_compiler::check_path(file, mgn_compiler::Models::One { name: model.map(String::from), settings: settings.clone() }).map_err(|e| fail(&e, format))?;
-    let arg = outcome.graphs.first().and_then(|g| g.config.iter().map(|(k, _)| k.clone()).find(|k| k == "batch" || k == "B"));
+    let outcome = mgn_compiler::check_path(
+        file,
+        mgn_compiler::Models::One { name: model.map(String::from), settings: settings.clone() },
+    )
+    .map_err(|e| fail(&e, format))?;
+    let arg = outcome
+        .graphs
+        .first()
+        .and_then(|g| g.config.iter().map(|(k, _)| k.clone()).find(|k| k == "batch" || k == "B"));
     match arg {
         Some(name) => {
             settings.push(Setting { name, value: b.to_string() });
@@ -129,11 +142,23 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     let kind = match a.optimizer {
         OptimizerName::Sgd => OptimizerKind::Sgd { momentum: a.momentum },
         OptimizerName::Adam => OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 },
-        OptimizerName::Adamw => OptimizerKind::AdamW { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: a.weight_decay },
+        OptimizerName::Adamw => OptimizerKind::AdamW {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: a.weight_decay,
+        },
     };
     // The schedule's length is known once the data set is: fill it in below.
-    let mut spec = OptimizerSpec { kind, lr: a.lr, schedule: Schedule::Constant, clip_norm: a.clip_norm };
-    let train_plan = obtain(&a.file, a.model.clone(), settings.clone(), &PlanOptions::train(&a.freeze, spec.clone()), f)?;
+    let mut spec =
+        OptimizerSpec { kind, lr: a.lr, schedule: Schedule::Constant, clip_norm: a.clip_norm };
+    let train_plan = obtain(
+        &a.file,
+        a.model.clone(),
+        settings.clone(),
+        &PlanOptions::train(&a.freeze, spec.clone()),
+        f,
+    )?;
     let eval_plan = obtain(&a.file, a.model.clone(), settings, &PlanOptions::infer(), f)?;
     let data = Dataset::load(&a.data, &train_plan).map_err(|e| fail(&e, f))?;
     let eval_data = match &a.eval_data {
@@ -143,7 +168,14 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     };
     let batch = plan_batch(&train_plan).map_err(|e| fail(&e, f))?;
     if data.len < batch {
-        return Err(fail(&format!("{} has {} samples, fewer than one batch of {batch}; use `--batch`", a.data.display(), data.len), f));
+        return Err(fail(
+            &format!(
+                "{} has {} samples, fewer than one batch of {batch}; use `--batch`",
+                a.data.display(),
+                data.len
+            ),
+            f,
+        ));
     }
     let steps_per_epoch = data.len / batch;
     let total = steps_per_epoch as u64 * a.epochs as u64;
@@ -174,7 +206,11 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         session.plan.model,
         a.data.display(),
         data.len,
-        if data.len % batch != 0 { format!(", last {} samples of each shuffled epoch unused", data.len % batch) } else { String::new() },
+        if data.len % batch != 0 {
+            format!(", last {} samples of each shuffled epoch unused", data.len % batch)
+        } else {
+            String::new()
+        },
         describe_optimizer(&session.plan.optimizer),
     );
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
@@ -188,26 +224,44 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         for s in 0..steps_per_epoch {
             let cols = data.batch(&order[s * batch..(s + 1) * batch]);
             let given: Vec<(&str, &Tensor)> = cols.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            let loss = session.train_step(&given).map_err(|e| fail(&format!("{}: {e}", a.file.display()), f))?;
+            let loss = session
+                .train_step(&given)
+                .map_err(|e| fail(&format!("{}: {e}", a.file.display()), f))?;
             sum += loss;
             bar.set_message(format!("loss {loss:.4}"));
             bar.inc(1);
             if interrupted.load(Ordering::SeqCst) {
                 bar.abandon();
-                let path = a.save.clone().unwrap_or_else(|| PathBuf::from(format!("{}.interrupted.safetensors", session.plan.model)));
+                let path = a.save.clone().unwrap_or_else(|| {
+                    PathBuf::from(format!("{}.interrupted.safetensors", session.plan.model))
+                });
                 session.save_checkpoint(&path).map_err(|e| fail(&e.to_string(), f))?;
-                eprintln!("interrupted at step {}: checkpoint saved to {}", session.step, path.display());
+                eprintln!(
+                    "interrupted at step {}: checkpoint saved to {}",
+                    session.step,
+                    path.display()
+                );
                 return Err(130);
             }
         }
         bar.finish_and_clear();
-        let mut line = format!("epoch {:>3}/{}  loss {:.4}", epoch + 1, a.epochs, sum / steps_per_epoch as f64);
+        let mut line = format!(
+            "epoch {:>3}/{}  loss {:.4}",
+            epoch + 1,
+            a.epochs,
+            sum / steps_per_epoch as f64
+        );
         if let (Some(ed), Some((labels, output))) = (&eval_data, &task) {
             let mut eval = Session::new(eval_plan.clone(), a.seed);
             session.sync_from_device().map_err(|e| fail(&e.to_string(), f))?;
             eval.params = session.params.clone();
             let acc = accuracy(&mut eval, ed, labels, output).map_err(|e| fail(&e, f))?;
-            line += &format!("  eval accuracy {:.2}% ({}/{})", 100.0 * acc.0 as f64 / acc.1 as f64, acc.0, acc.1);
+            line += &format!(
+                "  eval accuracy {:.2}% ({}/{})",
+                100.0 * acc.0 as f64 / acc.1 as f64,
+                acc.0,
+                acc.1
+            );
         }
         eprintln!("{line}");
     }
@@ -231,7 +285,11 @@ fn describe_optimizer(s: &OptimizerSpec) -> String {
             format!(", {warmup} warm-up steps then cosine decay")
         }
     };
-    format!("{kind}, lr {}{schedule}{}", s.lr, s.clip_norm.map(|c| format!(", gradients clipped to norm {c}")).unwrap_or_default())
+    format!(
+        "{kind}, lr {}{schedule}{}",
+        s.lr,
+        s.clip_norm.map(|c| format!(", gradients clipped to norm {c}")).unwrap_or_default()
+    )
 }
 
 fn progress(len: u64, quiet: bool, epoch: u32, epochs: u32) -> indicatif::ProgressBar {
@@ -239,7 +297,10 @@ fn progress(len: u64, quiet: bool, epoch: u32, epochs: u32) -> indicatif::Progre
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(len);
-    let style = indicatif::ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()).progress_chars("=> ");
+    let style =
+        indicatif::ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> ");
     bar.set_style(style);
     bar.set_prefix(format!("{epoch}/{epochs}"));
     bar
@@ -247,7 +308,12 @@ fn progress(len: u64, quiet: bool, epoch: u32, epochs: u32) -> indicatif::Progre
 
 /// (correct, total) over the whole data set. The last partial batch is padded with copies of
 /// its final sample, whose predictions are not counted.
-pub fn accuracy(session: &mut Session, data: &Dataset, labels: &str, output: &str) -> Result<(usize, usize), String> {
+pub fn accuracy(
+    session: &mut Session,
+    data: &Dataset,
+    labels: &str,
+    output: &str,
+) -> Result<(usize, usize), String> {
     let batch = plan_batch(&session.plan)?;
     let mut right = 0;
     let mut start = 0;
@@ -257,7 +323,12 @@ pub fn accuracy(session: &mut Session, data: &Dataset, labels: &str, output: &st
         let cols = data.batch(&rows);
         let given: Vec<(&str, &Tensor)> = cols.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let out = session.run(&given).map_err(|e| e.to_string())?;
-        let scores = &out.outputs.iter().find(|(n, _)| n == output).ok_or("the classification output is missing")?.1;
+        let scores = &out
+            .outputs
+            .iter()
+            .find(|(n, _)| n == output)
+            .ok_or("the classification output is missing")?
+            .1;
         let lab = &cols.iter().find(|(n, _)| n == labels).ok_or("the labels are missing")?.1;
         right += correct(scores, lab, valid);
         start += batch;
@@ -295,10 +366,16 @@ pub fn eval(a: EvalArgs) -> u8 {
     let r = (|| -> Result<(), u8> {
         let engine = resolve_backend(a.backend, f)?;
         let is_plan = a.file.extension().is_some_and(|e| e == "mgnplan");
-        let settings = if is_plan { a.settings.clone() } else { with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)? };
+        let settings = if is_plan {
+            a.settings.clone()
+        } else {
+            with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)?
+        };
         let plan: Plan = obtain(&a.file, a.model.clone(), settings, &PlanOptions::infer(), f)?;
         let mut session = Session::new(plan, 0);
-        session.load_checkpoint(&a.weights, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
+        session
+            .load_checkpoint(&a.weights, MatchMode::Strict)
+            .map_err(|e| fail(&e.to_string(), f))?;
         attach(&mut session, engine, f)?;
         // The labels are not an input of an inference plan; read them from the data file.
         let ckpt = mgn_runtime::checkpoint::load(&a.data).map_err(|e| fail(&e.to_string(), f))?;
@@ -307,21 +384,43 @@ pub fn eval(a: EvalArgs) -> u8 {
             .tensors
             .iter()
             .find(|(n, t)| !t.dtype.is_float() && session.plan.inputs.iter().all(|(i, _)| i != n))
-            .ok_or_else(|| fail(&format!("{}: no integer labels tensor besides the model's inputs", a.data.display()), f))?;
+            .ok_or_else(|| {
+                fail(
+                    &format!(
+                        "{}: no integer labels tensor besides the model's inputs",
+                        a.data.display()
+                    ),
+                    f,
+                )
+            })?;
         let output = session
             .plan
             .outputs
             .iter()
             .find(|(_, s)| {
                 let st = &session.plan.steps[*s as usize];
-                st.shape.len() == labels.shape.len() + 1 && st.shape[1..st.shape.len() - 1] == labels.shape[1..]
+                st.shape.len() == labels.shape.len() + 1
+                    && st.shape[1..st.shape.len() - 1] == labels.shape[1..]
             })
             .map(|(n, _)| n.clone())
-            .ok_or_else(|| fail(&format!("no output of `{}` has a class axis for `{labels_name}`", session.plan.model), f))?;
+            .ok_or_else(|| {
+                fail(
+                    &format!(
+                        "no output of `{}` has a class axis for `{labels_name}`",
+                        session.plan.model
+                    ),
+                    f,
+                )
+            })?;
         let mut with_labels = data;
         with_labels.columns.push((labels_name.clone(), labels.clone()));
-        let (right, total) = accuracy(&mut session, &with_labels, labels_name, &output).map_err(|e| fail(&e, f))?;
-        println!("accuracy {:.2}% ({right}/{total}) of `{output}` against `{labels_name}` in {}", 100.0 * right as f64 / total as f64, a.data.display());
+        let (right, total) =
+            accuracy(&mut session, &with_labels, labels_name, &output).map_err(|e| fail(&e, f))?;
+        println!(
+            "accuracy {:.2}% ({right}/{total}) of `{output}` against `{labels_name}` in {}",
+            100.0 * right as f64 / total as f64,
+            a.data.display()
+        );
         Ok(())
     })();
     match r {

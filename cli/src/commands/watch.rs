@@ -59,7 +59,8 @@ pub fn run(a: &BuildArgs) -> u8 {
         let started = SystemTime::now();
         let (_, files) = build::build(a);
         // Where events will name each file, and how to show it.
-        let targets: HashMap<Target, PathBuf> = files.iter().filter_map(|f| Some((target(f)?, f.clone()))).collect();
+        let targets: HashMap<Target, PathBuf> =
+            files.iter().filter_map(|f| Some((target(f)?, f.clone()))).collect();
         let wanted: HashSet<PathBuf> = targets.keys().map(|(d, _)| d.clone()).collect();
         for d in dirs.difference(&wanted) {
             let _ = watcher.unwatch(d);
@@ -70,7 +71,12 @@ pub fn run(a: &BuildArgs) -> u8 {
                 eprintln!("warning: cannot watch `{}`: {e}", d.display());
             }
             // A file in a directory watched only now may have changed while it was read.
-            missed = missed.or_else(|| targets.iter().find(|((dir, _), f)| dir == d && changed_since(f, started)).map(|(_, f)| f.clone()));
+            missed = missed.or_else(|| {
+                targets
+                    .iter()
+                    .find(|((dir, _), f)| dir == d && changed_since(f, started))
+                    .map(|(_, f)| f.clone())
+            });
         }
         dirs = wanted;
         if targets.is_empty() {
@@ -81,7 +87,10 @@ pub fn run(a: &BuildArgs) -> u8 {
             Some(f) => f,
             None => {
                 let n = targets.len();
-                eprintln!("watching {n} file{} for changes (Ctrl-C stops)", if n == 1 { "" } else { "s" });
+                eprintln!(
+                    "watching {n} file{} for changes (Ctrl-C stops)",
+                    if n == 1 { "" } else { "s" }
+                );
                 match next_change(&rx, &targets) {
                     Some(f) => f,
                     None => return 0,

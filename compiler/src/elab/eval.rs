@@ -87,8 +87,20 @@ pub enum FactKind {
 
 impl<'p> Evaluator<'p> {
     pub fn new(prog: &'p Program) -> Evaluator<'p> {
-        let is_std = prog.sources.files().map(|(_, f)| matches!(f.origin, Origin::Std(_))).collect();
-        Evaluator { prog, graph: Graph::default(), frames: Vec::new(), call_sites: Vec::new(), depth: 0, consts: HashMap::new(), ctor_path: None, is_std, output_spans: Vec::new(), facts: Vec::new() }
+        let is_std =
+            prog.sources.files().map(|(_, f)| matches!(f.origin, Origin::Std(_))).collect();
+        Evaluator {
+            prog,
+            graph: Graph::default(),
+            frames: Vec::new(),
+            call_sites: Vec::new(),
+            depth: 0,
+            consts: HashMap::new(),
+            ctor_path: None,
+            is_std,
+            output_spans: Vec::new(),
+            facts: Vec::new(),
+        }
     }
 
     // ---- frames and nodes ---------------------------------------------------------------
@@ -98,7 +110,12 @@ impl<'p> Evaluator<'p> {
     }
 
     /// Runs `f` in a new frame, popping it again whatever `f` returns.
-    pub fn in_frame<T>(&mut self, frame: Frame, call_site: Span, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+    pub fn in_frame<T>(
+        &mut self,
+        frame: Frame,
+        call_site: Span,
+        f: impl FnOnce(&mut Self) -> R<T>,
+    ) -> R<T> {
         if self.depth >= MAX_CALL_DEPTH {
             return Err(Diagnostic::error(
                 "E0601",
@@ -131,10 +148,22 @@ impl<'p> Evaluator<'p> {
     }
 
     /// Appends a node after checking the global limits.
-    pub fn add(&mut self, op: Op, inputs: Vec<NodeId>, dtype: DType, shape: Vec<usize>, span: Span) -> R<NodeId> {
+    pub fn add(
+        &mut self,
+        op: Op,
+        inputs: Vec<NodeId>,
+        dtype: DType,
+        shape: Vec<usize>,
+        span: Span,
+    ) -> R<NodeId> {
         if self.graph.nodes.len() >= MAX_NODES {
-            return Err(Diagnostic::error("E0601", format!("the model has more than {MAX_NODES} operations"), span, "limit reached here")
-                .with_help("check `repeat` counts and model arguments"));
+            return Err(Diagnostic::error(
+                "E0601",
+                format!("the model has more than {MAX_NODES} operations"),
+                span,
+                "limit reached here",
+            )
+            .with_help("check `repeat` counts and model arguments"));
         }
         match shape::numel(&shape) {
             Some(n) if n <= MAX_NUMEL => {}
@@ -190,11 +219,16 @@ impl<'p> Evaluator<'p> {
             Op::Param { index } => self.graph.params[index].span,
             _ => n.user_span,
         };
-        let overlaps = origin.file == here.file && origin.start < here.end && here.start < origin.end;
+        let overlaps =
+            origin.file == here.file && origin.start < here.end && here.start < origin.end;
         if overlaps || origin == Span::default() {
             return d;
         }
-        let verb = if matches!(n.op, Op::Input { .. } | Op::Param { .. }) { "declared" } else { "produced" };
+        let verb = if matches!(n.op, Op::Input { .. } | Op::Param { .. }) {
+            "declared"
+        } else {
+            "produced"
+        };
         d.with_label(origin, format!("{what} {verb} here as {}", self.type_str(*id)))
     }
 
@@ -213,12 +247,18 @@ impl<'p> Evaluator<'p> {
                 Some(b) => Ok(Value::Builtin(b)),
                 None => {
                     let f = self.frames.last().expect("in a frame");
-                    let mut candidates: Vec<&str> = f.locals.iter().map(|(n, _)| n.as_str()).collect();
+                    let mut candidates: Vec<&str> =
+                        f.locals.iter().map(|(n, _)| n.as_str()).collect();
                     candidates.extend(self.prog.module(f.module).scope.keys().map(String::as_str));
                     for b in builtins::names() {
                         candidates.push(b);
                     }
-                    let mut d = Diagnostic::error("E0101", format!("cannot find `{name}` in this scope"), span, "not found");
+                    let mut d = Diagnostic::error(
+                        "E0101",
+                        format!("cannot find `{name}` in this scope"),
+                        span,
+                        "not found",
+                    );
                     if let Some(h) = did_you_mean(name, candidates) {
                         d = d.with_help(h);
                     }
@@ -229,7 +269,9 @@ impl<'p> Evaluator<'p> {
     }
 
     fn item_value(&mut self, module: ModId, index: usize, span: Span) -> R<Value> {
-        let Item::Const(c) = self.prog.item(module, index) else { return Ok(Value::Item(module, index)) };
+        let Item::Const(c) = self.prog.item(module, index) else {
+            return Ok(Value::Item(module, index));
+        };
         if let Some(v) = self.consts.get(&(module, index)) {
             return Ok(v.clone());
         }
@@ -237,7 +279,9 @@ impl<'p> Evaluator<'p> {
         let v = self.in_frame(frame, span, |ev| {
             let v = ev.eval(&c.value)?;
             match &c.ty {
-                Some(t) => ev.check_type(t, v, c.value.span, &format!("constant `{}`", c.name.name)),
+                Some(t) => {
+                    ev.check_type(t, v, c.value.span, &format!("constant `{}`", c.name.name))
+                }
                 None => Ok(v),
             }
         })?;
@@ -255,8 +299,18 @@ impl<'p> Evaluator<'p> {
             ExprKind::Str(s) => Ok(Value::Str(s.as_str().into())),
             ExprKind::DType(d) => Ok(Value::DType(dtype_of(*d))),
             ExprKind::Name(n) => self.lookup(n, e.span),
-            ExprKind::SelfRef => Err(Diagnostic::error("E0101", "`self` must be followed by a field name", e.span, "expected `self.field`")),
-            ExprKind::Error => Err(Diagnostic::error("E0001", "this expression could not be parsed", e.span, "invalid")),
+            ExprKind::SelfRef => Err(Diagnostic::error(
+                "E0101",
+                "`self` must be followed by a field name",
+                e.span,
+                "expected `self.field`",
+            )),
+            ExprKind::Error => Err(Diagnostic::error(
+                "E0001",
+                "this expression could not be parsed",
+                e.span,
+                "invalid",
+            )),
             ExprKind::Field(base, field) => self.field(base, field),
             ExprKind::Index(base, index) => {
                 let b = self.eval(base)?;
@@ -266,17 +320,29 @@ impl<'p> Evaluator<'p> {
             ExprKind::Unary(op, a) => {
                 let v = self.eval(a)?;
                 match (op, v) {
-                    (UnOp::Neg, Value::Int(i)) => i.checked_neg().map(Value::Int).ok_or_else(|| overflow(e.span)),
+                    (UnOp::Neg, Value::Int(i)) => {
+                        i.checked_neg().map(Value::Int).ok_or_else(|| overflow(e.span))
+                    }
                     (UnOp::Neg, Value::Float(f)) => Ok(Value::Float(-f)),
                     (UnOp::Neg, Value::Tensor(t)) => {
                         let (d, s) = self.ty(t);
                         let s = s.to_vec();
-                        Ok(Value::Tensor(self.add(Op::Unary(UnaryOp::Neg), vec![t], d, s, e.span)?))
+                        Ok(Value::Tensor(self.add(
+                            Op::Unary(UnaryOp::Neg),
+                            vec![t],
+                            d,
+                            s,
+                            e.span,
+                        )?))
                     }
                     (UnOp::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
                     (op, v) => Err(Diagnostic::error(
                         "E0201",
-                        format!("cannot apply `{}` to {}", if *op == UnOp::Neg { "-" } else { "!" }, self.describe(&v)),
+                        format!(
+                            "cannot apply `{}` to {}",
+                            if *op == UnOp::Neg { "-" } else { "!" },
+                            self.describe(&v)
+                        ),
                         a.span,
                         "this operand",
                     )),
@@ -297,19 +363,35 @@ impl<'p> Evaluator<'p> {
             ExprKind::Transpose(a) => {
                 let v = self.eval(a)?;
                 let Value::Tensor(t) = v else {
-                    return Err(Diagnostic::error("E0201", format!("`^T` needs a tensor, found {}", self.describe(&v)), a.span, "not a tensor"));
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!("`^T` needs a tensor, found {}", self.describe(&v)),
+                        a.span,
+                        "not a tensor",
+                    ));
                 };
                 let rank = self.ty(t).1.len();
                 if rank < 2 {
-                    let d = Diagnostic::error("E0206", format!("`^T` needs at least 2 axes, found {}", self.type_str(t)), e.span, "cannot transpose")
-                        .with_help("a 1-D tensor has nothing to swap; reshape it to [1, n] or [n, 1] first");
+                    let d = Diagnostic::error(
+                        "E0206",
+                        format!("`^T` needs at least 2 axes, found {}", self.type_str(t)),
+                        e.span,
+                        "cannot transpose",
+                    )
+                    .with_help(
+                        "a 1-D tensor has nothing to swap; reshape it to [1, n] or [n, 1] first",
+                    );
                     return Err(self.origin_label(d, &v, a.span, "it was"));
                 }
                 Ok(Value::Tensor(builtins::swap_axes(self, t, rank - 2, rank - 1, e.span)?))
             }
             ExprKind::Call { callee, args } => self.call_expr(callee, args, e.span),
-            ExprKind::Tuple(xs) => Ok(Value::Tuple(Rc::new(xs.iter().map(|x| self.eval(x)).collect::<R<_>>()?))),
-            ExprKind::List(xs) => Ok(Value::List(Rc::new(xs.iter().map(|x| self.eval(x)).collect::<R<_>>()?))),
+            ExprKind::Tuple(xs) => {
+                Ok(Value::Tuple(Rc::new(xs.iter().map(|x| self.eval(x)).collect::<R<_>>()?)))
+            }
+            ExprKind::List(xs) => {
+                Ok(Value::List(Rc::new(xs.iter().map(|x| self.eval(x)).collect::<R<_>>()?)))
+            }
             ExprKind::If { branches, otherwise } => {
                 for (c, b) in branches {
                     if self.expect_bool(c)? {
@@ -327,8 +409,13 @@ impl<'p> Evaluator<'p> {
     fn expect_bool(&mut self, e: &Expr) -> R<bool> {
         match self.eval(e)? {
             Value::Bool(b) => Ok(b),
-            v => Err(Diagnostic::error("E0201", format!("expected a bool, found {}", self.describe(&v)), e.span, "not a bool")
-                .with_help("conditions are compile-time: compare config values, e.g. `i % 2 == 1`")),
+            v => Err(Diagnostic::error(
+                "E0201",
+                format!("expected a bool, found {}", self.describe(&v)),
+                e.span,
+                "not a bool",
+            )
+            .with_help("conditions are compile-time: compare config values, e.g. `i % 2 == 1`")),
         }
     }
 
@@ -336,13 +423,25 @@ impl<'p> Evaluator<'p> {
         if let ExprKind::SelfRef = base.kind {
             let f = self.frames.last().expect("in a frame");
             let Some((layer, fields)) = &f.fields else {
-                return Err(Diagnostic::error("E0101", "`self` is only available inside a layer or model", base.span, "no enclosing layer"));
+                return Err(Diagnostic::error(
+                    "E0101",
+                    "`self` is only available inside a layer or model",
+                    base.span,
+                    "no enclosing layer",
+                ));
             };
             return match fields.iter().find(|(n, _)| *n == field.name) {
                 Some((_, v)) => Ok(v.clone()),
                 None => {
-                    let mut d = Diagnostic::error("E0101", format!("`{layer}` has no field `{}`", field.name), field.span, "unknown field");
-                    if let Some(h) = did_you_mean(&field.name, fields.iter().map(|(n, _)| n.as_str())) {
+                    let mut d = Diagnostic::error(
+                        "E0101",
+                        format!("`{layer}` has no field `{}`", field.name),
+                        field.span,
+                        "unknown field",
+                    );
+                    if let Some(h) =
+                        did_you_mean(&field.name, fields.iter().map(|(n, _)| n.as_str()))
+                    {
                         d = d.with_help(h);
                     }
                     Err(d)
@@ -356,7 +455,12 @@ impl<'p> Evaluator<'p> {
                 match module.item_index(&field.name) {
                     Some(i) => self.item_value(*m, i, field.span),
                     None => {
-                        let mut d = Diagnostic::error("E0103", format!("`{}` has no item named `{}`", module.name, field.name), field.span, "not found in this module");
+                        let mut d = Diagnostic::error(
+                            "E0103",
+                            format!("`{}` has no item named `{}`", module.name, field.name),
+                            field.span,
+                            "not found in this module",
+                        );
                         if let Some(h) = did_you_mean(&field.name, module.item_names()) {
                             d = d.with_help(h);
                         }
@@ -367,8 +471,15 @@ impl<'p> Evaluator<'p> {
             Value::Layer(inst) => match inst.field(&field.name) {
                 Some(v) => Ok(v.clone()),
                 None => {
-                    let mut d = Diagnostic::error("E0101", format!("layer `{}` has no field `{}`", inst.type_name, field.name), field.span, "unknown field");
-                    if let Some(h) = did_you_mean(&field.name, inst.fields.iter().map(|(n, _)| n.as_str())) {
+                    let mut d = Diagnostic::error(
+                        "E0101",
+                        format!("layer `{}` has no field `{}`", inst.type_name, field.name),
+                        field.span,
+                        "unknown field",
+                    );
+                    if let Some(h) =
+                        did_you_mean(&field.name, inst.fields.iter().map(|(n, _)| n.as_str()))
+                    {
                         d = d.with_help(h);
                     }
                     Err(d)
@@ -376,28 +487,60 @@ impl<'p> Evaluator<'p> {
             },
             Value::Tuple(items) => match field.name.parse::<usize>() {
                 Ok(i) if i < items.len() => Ok(items[i].clone()),
-                _ => Err(Diagnostic::error("E0201", format!("a tuple of {} has no element `{}`", items.len(), field.name), field.span, "no such element")),
+                _ => Err(Diagnostic::error(
+                    "E0201",
+                    format!("a tuple of {} has no element `{}`", items.len(), field.name),
+                    field.span,
+                    "no such element",
+                )),
             },
-            other => Err(Diagnostic::error("E0201", format!("{} has no field `{}`", self.describe(other), field.name), field.span, "no such field")),
+            other => Err(Diagnostic::error(
+                "E0201",
+                format!("{} has no field `{}`", self.describe(other), field.name),
+                field.span,
+                "no such field",
+            )),
         }
     }
 
     fn index(&mut self, base: Value, base_span: Span, index: Value, index_span: Span) -> R<Value> {
         let Value::Int(i) = index else {
-            return Err(Diagnostic::error("E0201", format!("an index must be an integer, found {}", self.describe(&index)), index_span, "not an integer"));
+            return Err(Diagnostic::error(
+                "E0201",
+                format!("an index must be an integer, found {}", self.describe(&index)),
+                index_span,
+                "not an integer",
+            ));
         };
         let (len, what) = match &base {
             Value::Repeated(l) => (l.len(), "repeated layer"),
             Value::Tuple(t) => (t.len(), "tuple"),
             Value::List(t) => (t.len(), "list"),
             Value::Tensor(_) => {
-                return Err(Diagnostic::error("E0201", "tensors cannot be indexed with `[]`", base_span, "a tensor")
-                    .with_help("use `slice(x, axis, start, end)` or `gather(x, index, axis)`"))
+                return Err(Diagnostic::error(
+                    "E0201",
+                    "tensors cannot be indexed with `[]`",
+                    base_span,
+                    "a tensor",
+                )
+                .with_help("use `slice(x, axis, start, end)` or `gather(x, index, axis)`"))
             }
-            other => return Err(Diagnostic::error("E0201", format!("{} cannot be indexed", self.describe(other)), base_span, "not indexable")),
+            other => {
+                return Err(Diagnostic::error(
+                    "E0201",
+                    format!("{} cannot be indexed", self.describe(other)),
+                    base_span,
+                    "not indexable",
+                ))
+            }
         };
         let Some(k) = shape::axis(i, len) else {
-            return Err(Diagnostic::error("E0207", format!("index {i} is out of range for a {what} of length {len}"), index_span, "out of range"));
+            return Err(Diagnostic::error(
+                "E0207",
+                format!("index {i} is out of range for a {what} of length {len}"),
+                index_span,
+                "out of range",
+            ));
         };
         Ok(match base {
             Value::Repeated(l) => Value::Layer(l[k].clone()),
@@ -406,30 +549,47 @@ impl<'p> Evaluator<'p> {
         })
     }
 
-    fn binary(&mut self, op: BinOp, l: Value, ls: Span, r: Value, rs: Span, span: Span) -> R<Value> {
+    fn binary(
+        &mut self,
+        op: BinOp,
+        l: Value,
+        ls: Span,
+        r: Value,
+        rs: Span,
+        span: Span,
+    ) -> R<Value> {
         use Value::*;
         match (&l, &r) {
             (Int(a), Int(b)) => return int_binary(op, *a, *b, ls, rs, span),
             (Int(_) | Float(_), Int(_) | Float(_)) => {
                 let (a, b) = (as_f64(&l), as_f64(&r));
-                return finite(span, match op {
-                    BinOp::Add => Float(a + b),
-                    BinOp::Sub => Float(a - b),
-                    BinOp::Mul => Float(a * b),
-                    BinOp::Div => Float(a / b),
-                    BinOp::Rem => Float(a % b),
-                    BinOp::Eq => Bool(a == b),
-                    BinOp::Ne => Bool(a != b),
-                    BinOp::Lt => Bool(a < b),
-                    BinOp::Le => Bool(a <= b),
-                    BinOp::Gt => Bool(a > b),
-                    BinOp::Ge => Bool(a >= b),
-                    _ => return Err(self.bad_operands(op, &l, &r, span)),
-                });
+                return finite(
+                    span,
+                    match op {
+                        BinOp::Add => Float(a + b),
+                        BinOp::Sub => Float(a - b),
+                        BinOp::Mul => Float(a * b),
+                        BinOp::Div => Float(a / b),
+                        BinOp::Rem => Float(a % b),
+                        BinOp::Eq => Bool(a == b),
+                        BinOp::Ne => Bool(a != b),
+                        BinOp::Lt => Bool(a < b),
+                        BinOp::Le => Bool(a <= b),
+                        BinOp::Gt => Bool(a > b),
+                        BinOp::Ge => Bool(a >= b),
+                        _ => return Err(self.bad_operands(op, &l, &r, span)),
+                    },
+                );
             }
-            (Bool(a), Bool(b)) if matches!(op, BinOp::Eq | BinOp::Ne) => return Ok(Bool((a == b) == (op == BinOp::Eq))),
-            (Str(a), Str(b)) if matches!(op, BinOp::Eq | BinOp::Ne) => return Ok(Bool((a == b) == (op == BinOp::Eq))),
-            (DType(a), DType(b)) if matches!(op, BinOp::Eq | BinOp::Ne) => return Ok(Bool((a == b) == (op == BinOp::Eq))),
+            (Bool(a), Bool(b)) if matches!(op, BinOp::Eq | BinOp::Ne) => {
+                return Ok(Bool((a == b) == (op == BinOp::Eq)))
+            }
+            (Str(a), Str(b)) if matches!(op, BinOp::Eq | BinOp::Ne) => {
+                return Ok(Bool((a == b) == (op == BinOp::Eq)))
+            }
+            (DType(a), DType(b)) if matches!(op, BinOp::Eq | BinOp::Ne) => {
+                return Ok(Bool((a == b) == (op == BinOp::Eq)))
+            }
             _ => {}
         }
         let tensor_side = matches!(l, Tensor(_)) || matches!(r, Tensor(_));
@@ -445,15 +605,32 @@ impl<'p> Evaluator<'p> {
             BinOp::Mul => BinaryOp::Mul,
             BinOp::Div => BinaryOp::Div,
             _ => {
-                return Err(Diagnostic::error("E0201", format!("`{}` is not defined on tensors", op.symbol()), span, "here")
-                    .with_help("tensors support + - * / and @; comparisons work on compile-time values"))
+                return Err(Diagnostic::error(
+                    "E0201",
+                    format!("`{}` is not defined on tensors", op.symbol()),
+                    span,
+                    "here",
+                )
+                .with_help(
+                    "tensors support + - * / and @; comparisons work on compile-time values",
+                ))
             }
         };
         builtins::elementwise(self, bop, (&l, ls), (&r, rs), span).map(Tensor)
     }
 
     fn bad_operands(&self, op: BinOp, l: &Value, r: &Value, span: Span) -> Diagnostic {
-        Diagnostic::error("E0201", format!("`{}` cannot combine {} and {}", op.symbol(), self.describe(l), self.describe(r)), span, "invalid operands")
+        Diagnostic::error(
+            "E0201",
+            format!(
+                "`{}` cannot combine {} and {}",
+                op.symbol(),
+                self.describe(l),
+                self.describe(r)
+            ),
+            span,
+            "invalid operands",
+        )
     }
 
     // ---- calls ---------------------------------------------------------------------------
@@ -462,29 +639,62 @@ impl<'p> Evaluator<'p> {
         let f = self.eval(callee)?;
         // A layer type called while a field is being initialized becomes that field.
         let ctor_path = match &f {
-            Value::Item(m, i) if matches!(self.prog.item(*m, *i), Item::Layer(_)) => self.ctor_path.take(),
+            Value::Item(m, i) if matches!(self.prog.item(*m, *i), Item::Layer(_)) => {
+                self.ctor_path.take()
+            }
             _ => None,
         };
         let mut vals = Vec::with_capacity(args.len());
         for a in args {
-            vals.push(ArgVal { name: a.name.clone(), value: self.eval(&a.value)?, span: a.value.span });
+            vals.push(ArgVal {
+                name: a.name.clone(),
+                value: self.eval(&a.value)?,
+                span: a.value.span,
+            });
         }
         self.call(f, callee.span, vals, span, ctor_path)
     }
 
-    pub fn call(&mut self, f: Value, callee_span: Span, args: Vec<ArgVal>, span: Span, ctor_path: Option<String>) -> R<Value> {
+    pub fn call(
+        &mut self,
+        f: Value,
+        callee_span: Span,
+        args: Vec<ArgVal>,
+        span: Span,
+        ctor_path: Option<String>,
+    ) -> R<Value> {
         match f {
             Value::Builtin(b) => builtins::call(self, b, args, span),
             Value::Item(m, i) => match self.prog.item(m, i) {
                 Item::Fn(func) => self.call_fn(m, func, args, span),
                 Item::Layer(l) => match ctor_path {
-                    Some(path) if l.kind == LayerKind::Layer => Ok(Value::Layer(self.instantiate(m, i, args, span, path)?)),
-                    Some(_) => Err(Diagnostic::error("E0108", format!("`{}` is a model and cannot be used as a layer", l.name.name), callee_span, "a model")
-                        .with_help("declare it with `layer` to reuse it inside another model")),
-                    None => Err(Diagnostic::error("E0108", format!("layer `{}` is created here, outside a field", l.name.name), span, "layers are created as fields")
-                        .with_help(format!("declare it as a field, `name = {}(...)`, and call `name(x)` in forward", l.name.name))),
+                    Some(path) if l.kind == LayerKind::Layer => {
+                        Ok(Value::Layer(self.instantiate(m, i, args, span, path)?))
+                    }
+                    Some(_) => Err(Diagnostic::error(
+                        "E0108",
+                        format!("`{}` is a model and cannot be used as a layer", l.name.name),
+                        callee_span,
+                        "a model",
+                    )
+                    .with_help("declare it with `layer` to reuse it inside another model")),
+                    None => Err(Diagnostic::error(
+                        "E0108",
+                        format!("layer `{}` is created here, outside a field", l.name.name),
+                        span,
+                        "layers are created as fields",
+                    )
+                    .with_help(format!(
+                        "declare it as a field, `name = {}(...)`, and call `name(x)` in forward",
+                        l.name.name
+                    ))),
                 },
-                _ => Err(Diagnostic::error("E0201", format!("{} is not callable", self.describe(&f)), callee_span, "not a function or layer")),
+                _ => Err(Diagnostic::error(
+                    "E0201",
+                    format!("{} is not callable", self.describe(&f)),
+                    callee_span,
+                    "not a function or layer",
+                )),
             },
             Value::Layer(inst) => self.call_forward(inst, args, span),
             Value::Repeated(list) => {
@@ -505,11 +715,22 @@ impl<'p> Evaluator<'p> {
                 }
                 Ok(args.into_iter().next().map(|a| a.value).unwrap_or_else(Value::unit))
             }
-            other => Err(Diagnostic::error("E0201", format!("{} is not callable", self.describe(&other)), callee_span, "not a function or layer")),
+            other => Err(Diagnostic::error(
+                "E0201",
+                format!("{} is not callable", self.describe(&other)),
+                callee_span,
+                "not a function or layer",
+            )),
         }
     }
 
-    fn call_fn(&mut self, module: ModId, func: &'p FnItem, args: Vec<ArgVal>, span: Span) -> R<Value> {
+    fn call_fn(
+        &mut self,
+        module: ModId,
+        func: &'p FnItem,
+        args: Vec<ArgVal>,
+        span: Span,
+    ) -> R<Value> {
         let frame = Frame { module, locals: Vec::new(), fields: None, model: false };
         let what = format!("`{}`", func.name.name);
         // A function never creates layers, even when called from a field initializer.
@@ -527,12 +748,24 @@ impl<'p> Evaluator<'p> {
     }
 
     fn call_forward(&mut self, inst: Rc<LayerInst>, args: Vec<ArgVal>, span: Span) -> R<Value> {
-        let Item::Layer(l) = self.prog.item(inst.module, inst.item) else { unreachable!("instances come from layer items") };
-        let Some(fwd) = l.forward.first() else {
-            return Err(Diagnostic::error("E0108", format!("layer `{}` has no `forward` and cannot be called", l.name.name), span, "called here")
-                .with_label(l.name.span, "defined here"));
+        let Item::Layer(l) = self.prog.item(inst.module, inst.item) else {
+            unreachable!("instances come from layer items")
         };
-        let frame = Frame { module: inst.module, locals: layer_locals(&inst), fields: Some((inst.type_name.clone(), inst.fields.clone())), model: false };
+        let Some(fwd) = l.forward.first() else {
+            return Err(Diagnostic::error(
+                "E0108",
+                format!("layer `{}` has no `forward` and cannot be called", l.name.name),
+                span,
+                "called here",
+            )
+            .with_label(l.name.span, "defined here"));
+        };
+        let frame = Frame {
+            module: inst.module,
+            locals: layer_locals(&inst),
+            fields: Some((inst.type_name.clone(), inst.fields.clone())),
+            model: false,
+        };
         let what = format!("`{}`", l.name.name);
         self.in_frame(frame, span, |ev| {
             ev.enter_params(&fwd.params, args, &what, l.name.span, span)?;
@@ -546,21 +779,37 @@ impl<'p> Evaluator<'p> {
 
     /// Binds call arguments to declared parameters in the current (callee) frame: positional,
     /// then named, then defaults (evaluated here, so they can use earlier parameters).
-    pub fn enter_params(&mut self, params: &'p [Param], args: Vec<ArgVal>, what: &str, def: Span, call: Span) -> R<()> {
+    pub fn enter_params(
+        &mut self,
+        params: &'p [Param],
+        args: Vec<ArgVal>,
+        what: &str,
+        def: Span,
+        call: Span,
+    ) -> R<()> {
         let mut slots: Vec<Option<ArgVal>> = params.iter().map(|_| None).collect();
         let mut positional = 0;
         let mut named_seen = false;
         for a in args {
             match &a.name {
                 None if named_seen => {
-                    return Err(Diagnostic::error("E0401", "a positional argument follows a named one", a.span, "positional argument")
-                        .with_help("give positional arguments first, then named ones"));
+                    return Err(Diagnostic::error(
+                        "E0401",
+                        "a positional argument follows a named one",
+                        a.span,
+                        "positional argument",
+                    )
+                    .with_help("give positional arguments first, then named ones"));
                 }
                 None => {
                     if positional >= params.len() {
                         return Err(Diagnostic::error(
                             "E0401",
-                            format!("{what} takes {} argument{} but more were given", params.len(), plural(params.len())),
+                            format!(
+                                "{what} takes {} argument{} but more were given",
+                                params.len(),
+                                plural(params.len())
+                            ),
                             a.span,
                             "unexpected argument",
                         )
@@ -572,16 +821,34 @@ impl<'p> Evaluator<'p> {
                 Some(n) => {
                     named_seen = true;
                     let Some(i) = params.iter().position(|p| p.name.name == n.name) else {
-                        let mut d = Diagnostic::error("E0401", format!("{what} has no parameter named `{}`", n.name), n.span, "unknown parameter")
-                            .with_label(def, "defined here");
-                        d = match did_you_mean(&n.name, params.iter().map(|p| p.name.name.as_str())) {
+                        let mut d = Diagnostic::error(
+                            "E0401",
+                            format!("{what} has no parameter named `{}`", n.name),
+                            n.span,
+                            "unknown parameter",
+                        )
+                        .with_label(def, "defined here");
+                        d = match did_you_mean(&n.name, params.iter().map(|p| p.name.name.as_str()))
+                        {
                             Some(h) => d.with_help(h),
-                            None => d.with_note(format!("its parameters are: {}", params.iter().map(|p| p.name.name.as_str()).collect::<Vec<_>>().join(", "))),
+                            None => d.with_note(format!(
+                                "its parameters are: {}",
+                                params
+                                    .iter()
+                                    .map(|p| p.name.name.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )),
                         };
                         return Err(d);
                     };
                     if slots[i].is_some() {
-                        return Err(Diagnostic::error("E0401", format!("argument `{}` is given twice", n.name), n.span, "given again here"));
+                        return Err(Diagnostic::error(
+                            "E0401",
+                            format!("argument `{}` is given twice", n.name),
+                            n.span,
+                            "given again here",
+                        ));
                     }
                     slots[i] = Some(a);
                 }
@@ -593,8 +860,13 @@ impl<'p> Evaluator<'p> {
                 None => match &p.default {
                     Some(d) => (self.eval(d)?, d.span),
                     None => {
-                        return Err(Diagnostic::error("E0401", format!("missing argument `{}` in this call to {what}", p.name.name), call, format!("`{}` not given", p.name.name))
-                            .with_label(p.span, "declared here without a default"))
+                        return Err(Diagnostic::error(
+                            "E0401",
+                            format!("missing argument `{}` in this call to {what}", p.name.name),
+                            call,
+                            format!("`{}` not given", p.name.name),
+                        )
+                        .with_label(p.span, "declared here without a default"))
                     }
                 },
             };
@@ -622,20 +894,36 @@ impl<'p> Evaluator<'p> {
                 let ok = match (s, &v) {
                     (ScalarType::Dim, Value::Int(i)) => {
                         if *i < 1 {
-                            return Err(Diagnostic::error("E0301", format!("{what} must be a positive dim, found {i}"), span, "not positive")
-                                .with_label(*tspan, "declared as `dim` here"));
+                            return Err(Diagnostic::error(
+                                "E0301",
+                                format!("{what} must be a positive dim, found {i}"),
+                                span,
+                                "not positive",
+                            )
+                            .with_label(*tspan, "declared as `dim` here"));
                         }
                         Some(v.clone())
                     }
-                    (ScalarType::Int, Value::Int(_)) | (ScalarType::Bool, Value::Bool(_)) | (ScalarType::DType, Value::DType(_)) => Some(v.clone()),
+                    (ScalarType::Int, Value::Int(_))
+                    | (ScalarType::Bool, Value::Bool(_))
+                    | (ScalarType::DType, Value::DType(_)) => Some(v.clone()),
                     (ScalarType::Float, Value::Int(i)) => Some(Value::Float(*i as f64)),
-                    (ScalarType::Float, Value::Float(_)) | (ScalarType::Init, Value::Init(_)) => Some(v.clone()),
-                    (ScalarType::Init, Value::Builtin(_) | Value::Item(..)) => Some(self.as_init(v.clone(), span)?),
+                    (ScalarType::Float, Value::Float(_)) | (ScalarType::Init, Value::Init(_)) => {
+                        Some(v.clone())
+                    }
+                    (ScalarType::Init, Value::Builtin(_) | Value::Item(..)) => {
+                        Some(self.as_init(v.clone(), span)?)
+                    }
                     _ => None,
                 };
                 ok.ok_or_else(|| {
-                    let mut d = Diagnostic::error("E0201", format!("{what} must be {}, found {}", scalar_desc(*s), self.describe(&v)), span, format!("expected {}", s.name()))
-                        .with_label(*tspan, "declared here");
+                    let mut d = Diagnostic::error(
+                        "E0201",
+                        format!("{what} must be {}, found {}", scalar_desc(*s), self.describe(&v)),
+                        span,
+                        format!("expected {}", s.name()),
+                    )
+                    .with_label(*tspan, "declared here");
                     if *s == ScalarType::Dim && matches!(v, Value::Float(_)) {
                         d = d.with_help("dims are whole numbers; drop the fractional part");
                     }
@@ -644,25 +932,53 @@ impl<'p> Evaluator<'p> {
             }
             TypeExpr::Tensor(tt) => {
                 let Value::Tensor(id) = v else {
-                    return Err(Diagnostic::error("E0201", format!("{what} must be a tensor, found {}", self.describe(&v)), span, "expected a tensor")
-                        .with_label(tt.span, "declared here"));
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!("{what} must be a tensor, found {}", self.describe(&v)),
+                        span,
+                        "expected a tensor",
+                    )
+                    .with_label(tt.span, "declared here"));
                 };
                 self.match_tensor(tt, id, span, what)?;
                 Ok(v)
             }
             TypeExpr::Tuple(ts, tspan) => {
                 let Value::Tuple(items) = &v else {
-                    return Err(Diagnostic::error("E0201", format!("{what} must be a tuple of {}, found {}", ts.len(), self.describe(&v)), span, "expected a tuple")
-                        .with_label(*tspan, "declared here"));
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!(
+                            "{what} must be a tuple of {}, found {}",
+                            ts.len(),
+                            self.describe(&v)
+                        ),
+                        span,
+                        "expected a tuple",
+                    )
+                    .with_label(*tspan, "declared here"));
                 };
                 if items.len() != ts.len() {
-                    return Err(Diagnostic::error("E0201", format!("{what} must be a tuple of {}, found a tuple of {}", ts.len(), items.len()), span, "wrong length")
-                        .with_label(*tspan, "declared here"));
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!(
+                            "{what} must be a tuple of {}, found a tuple of {}",
+                            ts.len(),
+                            items.len()
+                        ),
+                        span,
+                        "wrong length",
+                    )
+                    .with_label(*tspan, "declared here"));
                 }
                 let items = items.clone();
                 let mut out = Vec::new();
                 for (i, (t, item)) in ts.iter().zip(items.iter()).enumerate() {
-                    out.push(self.check_type(t, item.clone(), span, &format!("element {i} of {what}"))?);
+                    out.push(self.check_type(
+                        t,
+                        item.clone(),
+                        span,
+                        &format!("element {i} of {what}"),
+                    )?);
                 }
                 Ok(Value::Tuple(Rc::new(out)))
             }
@@ -680,8 +996,13 @@ impl<'p> Evaluator<'p> {
         let shape = shape.to_vec();
         let want = dtype_of(t.dtype);
         if dtype != want {
-            let d = Diagnostic::error("E0202", format!("{what} must be {want}, found {}", fmt_type(dtype, &shape)), span, format!("this is {}", fmt_type(dtype, &shape)))
-                .with_label(t.span, format!("{want} expected here"));
+            let d = Diagnostic::error(
+                "E0202",
+                format!("{what} must be {want}, found {}", fmt_type(dtype, &shape)),
+                span,
+                format!("this is {}", fmt_type(dtype, &shape)),
+            )
+            .with_label(t.span, format!("{want} expected here"));
             let d = if dtype.is_float() != want.is_float() {
                 d.with_help(format!("convert it with `cast(x, {want})`"))
             } else {
@@ -689,21 +1010,43 @@ impl<'p> Evaluator<'p> {
             };
             return Err(d);
         }
-        let variadics: Vec<usize> = t.dims.iter().enumerate().filter(|(_, d)| matches!(d, DimItem::Variadic(_))).map(|(i, _)| i).collect();
+        let variadics: Vec<usize> = t
+            .dims
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| matches!(d, DimItem::Variadic(_)))
+            .map(|(i, _)| i)
+            .collect();
         if variadics.len() > 1 {
-            return Err(Diagnostic::error("E0206", "a tensor type can have only one `..` group", t.span, "two `..` groups"));
+            return Err(Diagnostic::error(
+                "E0206",
+                "a tensor type can have only one `..` group",
+                t.span,
+                "two `..` groups",
+            ));
         }
         let fixed = t.dims.len() - variadics.len();
-        let rank_ok = if variadics.is_empty() { shape.len() == fixed } else { shape.len() >= fixed };
+        let rank_ok =
+            if variadics.is_empty() { shape.len() == fixed } else { shape.len() >= fixed };
         let mismatch = |ev: &Evaluator, expected: String| {
-            let d = Diagnostic::error("E0205", format!("{what} has shape {}, expected {expected}", fmt_type(dtype, &shape)), span, format!("this is {}", fmt_type(dtype, &shape)))
-                .with_label(t.span, format!("expected {expected}{}", ev.bound_note(t)));
+            let d = Diagnostic::error(
+                "E0205",
+                format!("{what} has shape {}, expected {expected}", fmt_type(dtype, &shape)),
+                span,
+                format!("this is {}", fmt_type(dtype, &shape)),
+            )
+            .with_label(t.span, format!("expected {expected}{}", ev.bound_note(t)));
             ev.origin_label(d, &Value::Tensor(id), span, "it was")
         };
         if !rank_ok {
             let expected = self.pattern_str(t);
             let mut d = mismatch(self, expected);
-            d = d.with_note(format!("expected {} ax{}, found {}", if variadics.is_empty() { fixed.to_string() } else { format!("at least {fixed}") }, if fixed == 1 { "is" } else { "es" }, shape.len()));
+            d = d.with_note(format!(
+                "expected {} ax{}, found {}",
+                if variadics.is_empty() { fixed.to_string() } else { format!("at least {fixed}") },
+                if fixed == 1 { "is" } else { "es" },
+                shape.len()
+            ));
             return Err(d);
         }
         let group_len = shape.len() - fixed;
@@ -719,20 +1062,33 @@ impl<'p> Evaluator<'p> {
         for (d, &pos) in t.dims.iter().zip(&positions) {
             match d {
                 DimItem::Variadic(id) => {
-                    let got: Vec<Value> = shape[pos..pos + group_len].iter().map(|&x| Value::Int(x as i64)).collect();
+                    let got: Vec<Value> =
+                        shape[pos..pos + group_len].iter().map(|&x| Value::Int(x as i64)).collect();
                     match self.local(&id.name) {
                         None => self.bind(&id.name, Value::List(Rc::new(got))),
                         Some(Value::List(prev)) => {
                             let same = prev.len() == got.len() && prev.iter().zip(&got).all(|(a, b)| matches!((a, b), (Value::Int(x), Value::Int(y)) if x == y));
                             if !same {
                                 let expected = self.pattern_str(t);
-                                return Err(mismatch(self, expected).with_note(format!("`..{}` was bound to a different group of axes earlier", id.name)));
+                                return Err(mismatch(self, expected).with_note(format!(
+                                    "`..{}` was bound to a different group of axes earlier",
+                                    id.name
+                                )));
                             }
                         }
-                        Some(_) => return Err(Diagnostic::error("E0206", format!("`..{}` is already bound to a single value", id.name), id.span, "not a group of axes")),
+                        Some(_) => {
+                            return Err(Diagnostic::error(
+                                "E0206",
+                                format!("`..{}` is already bound to a single value", id.name),
+                                id.span,
+                                "not a group of axes",
+                            ))
+                        }
                     }
                 }
-                DimItem::Expr(Expr { kind: ExprKind::Name(n), span: nspan }) if self.try_lookup(n).is_none() => {
+                DimItem::Expr(Expr { kind: ExprKind::Name(n), span: nspan })
+                    if self.try_lookup(n).is_none() =>
+                {
                     let _ = nspan;
                     self.bind(n, Value::Int(shape[pos] as i64));
                 }
@@ -743,7 +1099,12 @@ impl<'p> Evaluator<'p> {
             let want = match self.eval(e) {
                 Ok(Value::Int(i)) => i,
                 Ok(v) => {
-                    return Err(Diagnostic::error("E0201", format!("a dimension must be an integer, found {}", self.describe(&v)), e.span, "not an integer"))
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!("a dimension must be an integer, found {}", self.describe(&v)),
+                        e.span,
+                        "not an integer",
+                    ))
                 }
                 Err(err) if err.code == "E0101" => {
                     return Err(Diagnostic::error("E0205", format!("cannot infer the dims in `{}` from {what}", self.prog.sources.snippet(e.span)), e.span, "unknown size")
@@ -753,7 +1114,8 @@ impl<'p> Evaluator<'p> {
             };
             if want != shape[pos] as i64 {
                 let expected = self.pattern_str(t);
-                return Err(mismatch(self, expected).with_note(format!("axis {pos}: expected {want}, found {}", shape[pos])));
+                return Err(mismatch(self, expected)
+                    .with_note(format!("axis {pos}: expected {want}, found {}", shape[pos])));
             }
         }
         Ok(())
@@ -766,7 +1128,11 @@ impl<'p> Evaluator<'p> {
             .iter()
             .map(|d| match d {
                 DimItem::Variadic(id) => match self.try_lookup(&id.name) {
-                    Some(Value::List(l)) => l.iter().map(|v| if let Value::Int(i) = v { i.to_string() } else { "?".into() }).collect::<Vec<_>>().join(", "),
+                    Some(Value::List(l)) => l
+                        .iter()
+                        .map(|v| if let Value::Int(i) = v { i.to_string() } else { "?".into() })
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     _ => format!("..{}", id.name),
                 },
                 DimItem::Expr(e) => match self.try_eval_int(e) {
@@ -878,11 +1244,22 @@ impl<'p> Evaluator<'p> {
                     };
                     let vspan = value.as_ref().map(|e| e.span).unwrap_or(name.span);
                     let Value::Tensor(id) = v else {
-                        return Err(Diagnostic::error("E0201", format!("an output must be a tensor, found {}", self.describe(&v)), vspan, "not a tensor"));
+                        return Err(Diagnostic::error(
+                            "E0201",
+                            format!("an output must be a tensor, found {}", self.describe(&v)),
+                            vspan,
+                            "not a tensor",
+                        ));
                     };
-                    if let Some((_, prev)) = self.output_spans.iter().find(|(n, _)| *n == name.name) {
-                        return Err(Diagnostic::error("E0106", format!("output `{}` is declared twice", name.name), *span, "second declaration")
-                            .with_label(*prev, "first declared here"));
+                    if let Some((_, prev)) = self.output_spans.iter().find(|(n, _)| *n == name.name)
+                    {
+                        return Err(Diagnostic::error(
+                            "E0106",
+                            format!("output `{}` is declared twice", name.name),
+                            *span,
+                            "second declaration",
+                        )
+                        .with_label(*prev, "first declared here"));
                     }
                     self.output_spans.push((name.name.clone(), *span));
                     self.graph.outputs.push((name.name.clone(), id));
@@ -890,17 +1267,39 @@ impl<'p> Evaluator<'p> {
                 Stmt::Loss { value, span } => {
                     let v = self.eval(value)?;
                     let Value::Tensor(id) = v else {
-                        return Err(Diagnostic::error("E0201", format!("the loss must be a tensor, found {}", self.describe(&v)), value.span, "not a tensor"));
+                        return Err(Diagnostic::error(
+                            "E0201",
+                            format!("the loss must be a tensor, found {}", self.describe(&v)),
+                            value.span,
+                            "not a tensor",
+                        ));
                     };
                     let (dt, shape) = self.ty(id);
                     if !shape.is_empty() || !dt.is_float() {
-                        let d = Diagnostic::error("E0203", format!("the loss must be a scalar float tensor such as f32[], found {}", self.type_str(id)), value.span, format!("this is {}", self.type_str(id)));
-                        let d = if !shape.is_empty() { d.with_help("reduce it to a scalar, e.g. `mean(...)`") } else { d };
+                        let d = Diagnostic::error(
+                            "E0203",
+                            format!(
+                                "the loss must be a scalar float tensor such as f32[], found {}",
+                                self.type_str(id)
+                            ),
+                            value.span,
+                            format!("this is {}", self.type_str(id)),
+                        );
+                        let d = if !shape.is_empty() {
+                            d.with_help("reduce it to a scalar, e.g. `mean(...)`")
+                        } else {
+                            d
+                        };
                         return Err(d);
                     }
                     if self.graph.loss.is_some() {
-                        return Err(Diagnostic::error("E0106", "a model has only one `loss`", *span, "second `loss`")
-                            .with_help("add the terms into one expression: `loss a + 0.1 * b`"));
+                        return Err(Diagnostic::error(
+                            "E0106",
+                            "a model has only one `loss`",
+                            *span,
+                            "second `loss`",
+                        )
+                        .with_help("add the terms into one expression: `loss a + 0.1 * b`"));
                     }
                     self.graph.loss = Some(id);
                 }
@@ -926,12 +1325,22 @@ impl<'p> Evaluator<'p> {
             Pattern::Wildcard(_) => Ok(()),
             Pattern::Tuple(ps, pspan) => {
                 let Value::Tuple(items) = &v else {
-                    return Err(Diagnostic::error("E0201", format!("cannot unpack {} into {} names", self.describe(&v), ps.len()), span, "not a tuple")
-                        .with_label(*pspan, "unpacked here"));
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!("cannot unpack {} into {} names", self.describe(&v), ps.len()),
+                        span,
+                        "not a tuple",
+                    )
+                    .with_label(*pspan, "unpacked here"));
                 };
                 if items.len() != ps.len() {
-                    return Err(Diagnostic::error("E0201", format!("cannot unpack a tuple of {} into {} names", items.len(), ps.len()), span, format!("a tuple of {}", items.len()))
-                        .with_label(*pspan, format!("{} names here", ps.len())));
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!("cannot unpack a tuple of {} into {} names", items.len(), ps.len()),
+                        span,
+                        format!("a tuple of {}", items.len()),
+                    )
+                    .with_label(*pspan, format!("{} names here", ps.len())));
                 }
                 let items = items.clone();
                 for (p, item) in ps.iter().zip(items.iter()) {
@@ -945,9 +1354,23 @@ impl<'p> Evaluator<'p> {
     // ---- layers --------------------------------------------------------------------------
 
     /// Creates a layer instance: binds its config, then creates each field in order.
-    pub fn instantiate(&mut self, module: ModId, index: usize, args: Vec<ArgVal>, span: Span, path: String) -> R<Rc<LayerInst>> {
-        let Item::Layer(l) = self.prog.item(module, index) else { unreachable!("instantiate is called on layer items") };
-        let frame = Frame { module, locals: Vec::new(), fields: Some((l.name.name.clone(), Vec::new())), model: false };
+    pub fn instantiate(
+        &mut self,
+        module: ModId,
+        index: usize,
+        args: Vec<ArgVal>,
+        span: Span,
+        path: String,
+    ) -> R<Rc<LayerInst>> {
+        let Item::Layer(l) = self.prog.item(module, index) else {
+            unreachable!("instantiate is called on layer items")
+        };
+        let frame = Frame {
+            module,
+            locals: Vec::new(),
+            fields: Some((l.name.name.clone(), Vec::new())),
+            model: false,
+        };
         let what = format!("`{}`", l.name.name);
         let saved_ctor = self.ctor_path.take();
         let r = self.in_frame(frame, span, |ev| {
@@ -955,7 +1378,14 @@ impl<'p> Evaluator<'p> {
             let config = ev.frame().locals.clone();
             ev.create_fields(&l.fields, &path, &config)?;
             let fields = ev.frame().fields.take().map(|(_, f)| f).unwrap_or_default();
-            Ok(Rc::new(LayerInst { type_name: l.name.name.clone(), module, item: index, path: path.clone(), config, fields }))
+            Ok(Rc::new(LayerInst {
+                type_name: l.name.name.clone(),
+                module,
+                item: index,
+                path: path.clone(),
+                config,
+                fields,
+            }))
         });
         self.ctor_path = saved_ctor;
         r
@@ -963,7 +1393,12 @@ impl<'p> Evaluator<'p> {
 
     /// Creates fields in order into the current frame: each is visible to the ones after it
     /// (by bare name unless a config parameter has that name, and always as `self.name`).
-    pub fn create_fields(&mut self, fields: &[FieldDef], path: &str, config: &[(String, Value)]) -> R<()> {
+    pub fn create_fields(
+        &mut self,
+        fields: &[FieldDef],
+        path: &str,
+        config: &[(String, Value)],
+    ) -> R<()> {
         for f in fields {
             let v = self.field_value(f, path)?;
             let frame = self.frame();
@@ -980,8 +1415,20 @@ impl<'p> Evaluator<'p> {
     fn field_value(&mut self, f: &FieldDef, path: &str) -> R<Value> {
         let v = self.field_value_inner(f, path)?;
         let text = match &v {
-            Value::Layer(inst) => Some(format!("layer `{}` at `{}` ({})", inst.type_name, inst.path, show_config(&inst.config))),
-            Value::Repeated(list) => list.first().map(|first| format!("{} × layer `{}` at `{}`", list.len(), first.type_name, first.path.rsplit_once('.').map(|(p, _)| p).unwrap_or(&first.path))),
+            Value::Layer(inst) => Some(format!(
+                "layer `{}` at `{}` ({})",
+                inst.type_name,
+                inst.path,
+                show_config(&inst.config)
+            )),
+            Value::Repeated(list) => list.first().map(|first| {
+                format!(
+                    "{} × layer `{}` at `{}`",
+                    list.len(),
+                    first.type_name,
+                    first.path.rsplit_once('.').map(|(p, _)| p).unwrap_or(&first.path)
+                )
+            }),
             Value::Int(_) | Value::Float(_) | Value::Bool(_) => Some(self.describe(&v)),
             _ => None,
         };
@@ -997,7 +1444,8 @@ impl<'p> Evaluator<'p> {
                 return Ok(Value::Absent { field: f.name.span });
             }
         }
-        let full = if path.is_empty() { f.name.name.clone() } else { format!("{path}.{}", f.name.name) };
+        let full =
+            if path.is_empty() { f.name.name.clone() } else { format!("{path}.{}", f.name.name) };
         match &f.init {
             FieldInit::Tensor { trainable, ty, init } => {
                 let (dtype, shape) = self.concrete_type(ty, "a parameter")?;
@@ -1012,19 +1460,51 @@ impl<'p> Evaluator<'p> {
                     }
                 };
                 let index = self.graph.params.len();
-                let node = self.add(Op::Param { index }, Vec::new(), dtype, shape.clone(), f.span)?;
+                let node =
+                    self.add(Op::Param { index }, Vec::new(), dtype, shape.clone(), f.span)?;
                 let kind = if *trainable { "param" } else { "buffer" };
-                self.facts.push(Fact { span: f.name.span, kind: FactKind::Param, text: format!("{kind} {} `{full}` ({} elements, init {init})", fmt_type(dtype, &shape), crate::ir::dump::thousands(shape.iter().product())) });
-                self.graph.params.push(ParamInfo { name: full, dtype, shape, init, trainable: *trainable, node, span: f.span });
+                self.facts.push(Fact {
+                    span: f.name.span,
+                    kind: FactKind::Param,
+                    text: format!(
+                        "{kind} {} `{full}` ({} elements, init {init})",
+                        fmt_type(dtype, &shape),
+                        crate::ir::dump::thousands(shape.iter().product())
+                    ),
+                });
+                self.graph.params.push(ParamInfo {
+                    name: full,
+                    dtype,
+                    shape,
+                    init,
+                    trainable: *trainable,
+                    node,
+                    span: f.span,
+                });
                 Ok(Value::Tensor(node))
             }
             FieldInit::Repeat { count, index, body } => {
                 let n = match self.eval(count)? {
                     Value::Int(n) if (0..=MAX_REPEAT).contains(&n) => n,
                     Value::Int(n) => {
-                        return Err(Diagnostic::error("E0301", format!("repeat count {n} is out of range"), count.span, format!("must be between 0 and {MAX_REPEAT}")))
+                        return Err(Diagnostic::error(
+                            "E0301",
+                            format!("repeat count {n} is out of range"),
+                            count.span,
+                            format!("must be between 0 and {MAX_REPEAT}"),
+                        ))
                     }
-                    v => return Err(Diagnostic::error("E0201", format!("a repeat count must be an integer, found {}", self.describe(&v)), count.span, "not an integer")),
+                    v => {
+                        return Err(Diagnostic::error(
+                            "E0201",
+                            format!(
+                                "a repeat count must be an integer, found {}",
+                                self.describe(&v)
+                            ),
+                            count.span,
+                            "not an integer",
+                        ))
+                    }
                 };
                 let mut list = Vec::new();
                 for i in 0..n {
@@ -1061,8 +1541,13 @@ impl<'p> Evaluator<'p> {
                     self.ctor_path = None;
                     values.push(v?);
                 }
-                let layers: Vec<Rc<LayerInst>> = values.iter().filter_map(|v| if let Value::Layer(l) = v { Some(l.clone()) } else { None }).collect();
-                if let Some((i, l)) = layers.iter().enumerate().find(|(i, l)| l.path != format!("{full}.{i}")) {
+                let layers: Vec<Rc<LayerInst>> = values
+                    .iter()
+                    .filter_map(|v| if let Value::Layer(l) = v { Some(l.clone()) } else { None })
+                    .collect();
+                if let Some((i, l)) =
+                    layers.iter().enumerate().find(|(i, l)| l.path != format!("{full}.{i}"))
+                {
                     return Err(Diagnostic::error("E0108", format!("element {i} reuses the existing layer `{}`", l.path), items[i].span, "an existing layer")
                         .with_help("call the layer type to make a new layer here; sharing weights between fields is not supported"));
                 }
@@ -1089,23 +1574,44 @@ impl<'p> Evaluator<'p> {
         let mut shape = Vec::new();
         for d in &t.dims {
             match d {
-                DimItem::Variadic(id) => {
-                    return Err(Diagnostic::error("E0206", format!("the shape of {what} must be fully known"), id.span, "a `..` group is only allowed in patterns (parameter, return and `let` types)"))
-                }
+                DimItem::Variadic(id) => return Err(Diagnostic::error(
+                    "E0206",
+                    format!("the shape of {what} must be fully known"),
+                    id.span,
+                    "a `..` group is only allowed in patterns (parameter, return and `let` types)",
+                )),
                 DimItem::Expr(e) => match self.eval(e)? {
                     Value::Int(i) if i >= 1 => shape.push(i as usize),
                     Value::Int(i) => {
-                        return Err(Diagnostic::error("E0301", format!("dimension {i} of {what} is not positive"), e.span, format!("this is {i}"))
-                            .with_help("every dimension must be at least 1"))
+                        return Err(Diagnostic::error(
+                            "E0301",
+                            format!("dimension {i} of {what} is not positive"),
+                            e.span,
+                            format!("this is {i}"),
+                        )
+                        .with_help("every dimension must be at least 1"))
                     }
                     v => {
-                        return Err(Diagnostic::error("E0201", format!("a dimension must be an integer, found {}", self.describe(&v)), e.span, "not an integer"))
+                        return Err(Diagnostic::error(
+                            "E0201",
+                            format!("a dimension must be an integer, found {}", self.describe(&v)),
+                            e.span,
+                            "not an integer",
+                        ))
                     }
                 },
             }
         }
         if shape::numel(&shape).is_none_or(|n| n > MAX_NUMEL) {
-            return Err(Diagnostic::error("E0301", format!("{what} with shape {} has more than 2^40 elements", fmt_type(dtype_of(t.dtype), &shape)), t.span, "too large"));
+            return Err(Diagnostic::error(
+                "E0301",
+                format!(
+                    "{what} with shape {} has more than 2^40 elements",
+                    fmt_type(dtype_of(t.dtype), &shape)
+                ),
+                t.span,
+                "too large",
+            ));
         }
         Ok((dtype_of(t.dtype), shape))
     }
@@ -1174,7 +1680,21 @@ fn scalar_desc(s: ScalarType) -> &'static str {
 /// Compile-time numbers stay finite: an infinity or NaN is an error where it arises.
 pub fn finite(span: Span, v: Value) -> R<Value> {
     match v {
-        Value::Float(f) if !f.is_finite() => Err(Diagnostic::error("E0301", format!("this computes {}, not a finite number", if f.is_nan() { "NaN" } else if f > 0.0 { "infinity" } else { "-infinity" }), span, "not finite")),
+        Value::Float(f) if !f.is_finite() => Err(Diagnostic::error(
+            "E0301",
+            format!(
+                "this computes {}, not a finite number",
+                if f.is_nan() {
+                    "NaN"
+                } else if f > 0.0 {
+                    "infinity"
+                } else {
+                    "-infinity"
+                }
+            ),
+            span,
+            "not finite",
+        )),
         v => Ok(v),
     }
 }
@@ -1225,7 +1745,12 @@ fn int_binary(op: BinOp, a: i64, b: i64, ls: Span, rs: Span, span: Span) -> R<Va
         BinOp::Gt => Bool(a > b),
         BinOp::Ge => Bool(a >= b),
         BinOp::MatMul | BinOp::And | BinOp::Or => {
-            return Err(Diagnostic::error("E0201", format!("`{}` cannot combine two integers", op.symbol()), span, "invalid operands"))
+            return Err(Diagnostic::error(
+                "E0201",
+                format!("`{}` cannot combine two integers", op.symbol()),
+                span,
+                "invalid operands",
+            ))
         }
     })
 }

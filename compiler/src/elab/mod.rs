@@ -23,7 +23,8 @@ pub struct Setting {
 impl std::str::FromStr for Setting {
     type Err = String;
     fn from_str(s: &str) -> Result<Setting, String> {
-        let (name, value) = s.split_once('=').ok_or_else(|| format!("expected `name=value`, found `{s}`"))?;
+        let (name, value) =
+            s.split_once('=').ok_or_else(|| format!("expected `name=value`, found `{s}`"))?;
         let name = name.trim();
         if name.is_empty() {
             return Err(format!("expected `name=value`, found `{s}`"));
@@ -47,17 +48,38 @@ pub fn models(prog: &Program, module: ModId) -> Vec<(usize, &LayerItem)> {
 }
 
 /// Elaborates model `index` of `module` with the given argument overrides.
-pub fn elaborate(prog: &Program, module: ModId, index: usize, settings: &[Setting]) -> Result<Graph, Diagnostic> {
+pub fn elaborate(
+    prog: &Program,
+    module: ModId,
+    index: usize,
+    settings: &[Setting],
+) -> Result<Graph, Diagnostic> {
     elaborate_with_facts(prog, module, index, settings, &mut Vec::new())
 }
 
 /// As `elaborate`, also collecting facts about spans (types of expressions, `let`s, fields) —
 /// as many as were learned before an error, if there is one.
-pub fn elaborate_with_facts(prog: &Program, module: ModId, index: usize, settings: &[Setting], facts: &mut Vec<eval::Fact>) -> Result<Graph, Diagnostic> {
-    let Item::Layer(model) = prog.item(module, index) else { unreachable!("callers pass a model item") };
+pub fn elaborate_with_facts(
+    prog: &Program,
+    module: ModId,
+    index: usize,
+    settings: &[Setting],
+    facts: &mut Vec<eval::Fact>,
+) -> Result<Graph, Diagnostic> {
+    let Item::Layer(model) = prog.item(module, index) else {
+        unreachable!("callers pass a model item")
+    };
     for s in settings {
         if !model.params.iter().any(|p| p.name.name == s.name) {
-            let mut d = Diagnostic::error("E0501", format!("`--set {}`: model `{}` has no argument `{}`", s.name, model.name.name, s.name), model.name.span, "in this model");
+            let mut d = Diagnostic::error(
+                "E0501",
+                format!(
+                    "`--set {}`: model `{}` has no argument `{}`",
+                    s.name, model.name.name, s.name
+                ),
+                model.name.span,
+                "in this model",
+            );
             let names: Vec<&str> = model.params.iter().map(|p| p.name.name.as_str()).collect();
             d = match did_you_mean(&s.name, names.iter().copied()) {
                 Some(h) => d.with_help(h),
@@ -69,7 +91,12 @@ pub fn elaborate_with_facts(prog: &Program, module: ModId, index: usize, setting
     }
     let mut ev = Evaluator::new(prog);
     ev.graph.model = model.name.name.clone();
-    let frame = Frame { module, locals: Vec::new(), fields: Some((model.name.name.clone(), Vec::new())), model: true };
+    let frame = Frame {
+        module,
+        locals: Vec::new(),
+        fields: Some((model.name.name.clone(), Vec::new())),
+        model: true,
+    };
     let result = ev.in_frame(frame, model.name.span, |ev| {
         for p in &model.params {
             let v = match settings.iter().rev().find(|s| s.name == p.name.name) {
@@ -77,8 +104,16 @@ pub fn elaborate_with_facts(prog: &Program, module: ModId, index: usize, setting
                 None => match &p.default {
                     Some(d) => ev.eval(d)?,
                     None => {
-                        return Err(Diagnostic::error("E0501", format!("model argument `{}` has no default", p.name.name), p.span, "needs a default")
-                            .with_help(format!("give it one (`{}: ... = value`) or pass `--set {}=value`", p.name.name, p.name.name)))
+                        return Err(Diagnostic::error(
+                            "E0501",
+                            format!("model argument `{}` has no default", p.name.name),
+                            p.span,
+                            "needs a default",
+                        )
+                        .with_help(format!(
+                            "give it one (`{}: ... = value`) or pass `--set {}=value`",
+                            p.name.name, p.name.name
+                        )))
                     }
                 },
             };
@@ -95,7 +130,13 @@ pub fn elaborate_with_facts(prog: &Program, module: ModId, index: usize, setting
         ev.create_fields(&model.fields, "", &config)?;
         for i in &model.inputs {
             let (dtype, shape) = ev.concrete_type(&i.ty, &format!("input `{}`", i.name.name))?;
-            let id = ev.add(crate::ir::Op::Input { name: i.name.name.clone() }, Vec::new(), dtype, shape, i.span)?;
+            let id = ev.add(
+                crate::ir::Op::Input { name: i.name.name.clone() },
+                Vec::new(),
+                dtype,
+                shape,
+                i.span,
+            )?;
             ev.graph.inputs.push((i.name.name.clone(), id));
             ev.bind(&i.name.name, Value::Tensor(id));
         }
@@ -112,17 +153,31 @@ pub fn elaborate_with_facts(prog: &Program, module: ModId, index: usize, setting
 fn parse_setting(s: &Setting, ty: &TypeExpr, span: Span) -> Result<Value, Diagnostic> {
     let v = s.value.as_str();
     let bad = |what: &str| {
-        Diagnostic::error("E0501", format!("`--set {}={}`: expected {what}", s.name, s.value), span, format!("`{}` is declared here", s.name))
+        Diagnostic::error(
+            "E0501",
+            format!("`--set {}={}`: expected {what}", s.name, s.value),
+            span,
+            format!("`{}` is declared here", s.name),
+        )
     };
     match ty {
-        TypeExpr::Scalar(ScalarType::Dim | ScalarType::Int, _) => v.parse::<i64>().map(Value::Int).map_err(|_| bad("an integer")),
-        TypeExpr::Scalar(ScalarType::Float, _) => v.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float).ok_or_else(|| bad("a number")),
+        TypeExpr::Scalar(ScalarType::Dim | ScalarType::Int, _) => {
+            v.parse::<i64>().map(Value::Int).map_err(|_| bad("an integer"))
+        }
+        TypeExpr::Scalar(ScalarType::Float, _) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(Value::Float)
+            .ok_or_else(|| bad("a number")),
         TypeExpr::Scalar(ScalarType::Bool, _) => match v {
             "true" => Ok(Value::Bool(true)),
             "false" => Ok(Value::Bool(false)),
             _ => Err(bad("`true` or `false`")),
         },
-        TypeExpr::Scalar(ScalarType::DType, _) => mgn_syntax::ast::DTypeName::parse(v).map(|d| Value::DType(eval::dtype_of(d))).ok_or_else(|| bad("a dtype such as f32")),
+        TypeExpr::Scalar(ScalarType::DType, _) => mgn_syntax::ast::DTypeName::parse(v)
+            .map(|d| Value::DType(eval::dtype_of(d)))
+            .ok_or_else(|| bad("a dtype such as f32")),
         _ => Err(bad("a value of a type `--set` supports (dim, int, float, bool, dtype)")),
     }
 }

@@ -37,7 +37,8 @@ pub fn matmul(a: &[usize], b: &[usize]) -> Result<Vec<usize>, MatmulError> {
     if k1 != k2 {
         return Err(MatmulError::Inner { k_left: k1, k_right: k2 });
     }
-    let mut out = broadcast(&a2[..a2.len() - 2], &b2[..b2.len() - 2]).map_err(|axis| MatmulError::Batch { axis })?;
+    let mut out = broadcast(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
+        .map_err(|axis| MatmulError::Batch { axis })?;
     if a.len() > 1 {
         out.push(m);
     }
@@ -55,7 +56,13 @@ pub fn axis(axis: i64, rank: usize) -> Option<usize> {
 }
 
 /// Output length of a convolution or pooling window along one axis, if at least 1.
-pub fn window_out(len: usize, kernel: usize, stride: usize, padding: usize, dilation: usize) -> Option<usize> {
+pub fn window_out(
+    len: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+) -> Option<usize> {
     let span = dilation.checked_mul(kernel.checked_sub(1)?)?.checked_add(1)?;
     let padded = len.checked_add(padding.checked_mul(2)?)?;
     if padded < span || stride == 0 {

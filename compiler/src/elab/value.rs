@@ -22,7 +22,9 @@ pub enum Value {
     /// The copies made by `repeat(n)`, applied in order when called.
     Repeated(Rc<Vec<Rc<LayerInst>>>),
     /// A field whose `if` condition was false.
-    Absent { field: Span },
+    Absent {
+        field: Span,
+    },
     /// A `fn`, `layer`, `model` or `const` item.
     Item(ModId, usize),
     Module(ModId),

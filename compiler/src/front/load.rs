@@ -80,15 +80,28 @@ pub fn load(name: String, origin: Origin, text: String) -> (Program, Vec<Diagnos
 }
 
 /// As `load`, with imported files read from `overrides` where present.
-pub fn load_with_overrides(name: String, origin: Origin, text: String, overrides: Overrides) -> (Program, Vec<Diagnostic>) {
-    let mut l = Loader { sources: SourceMap::new(), overrides, modules: Vec::new(), by_origin: HashMap::new(), stack: Vec::new(), diags: Vec::new() };
+pub fn load_with_overrides(
+    name: String,
+    origin: Origin,
+    text: String,
+    overrides: Overrides,
+) -> (Program, Vec<Diagnostic>) {
+    let mut l = Loader {
+        sources: SourceMap::new(),
+        overrides,
+        modules: Vec::new(),
+        by_origin: HashMap::new(),
+        stack: Vec::new(),
+        diags: Vec::new(),
+    };
     let root = l.load_module(name, origin, text);
     (Program { sources: l.sources, modules: l.modules, root }, l.diags)
 }
 
 /// Loads a file from disk as the root of a program.
 pub fn load_path(path: &Path) -> Result<(Program, Vec<Diagnostic>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {}", path.display(), io_reason(&e)))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read `{}`: {}", path.display(), io_reason(&e)))?;
     Ok(load(path.display().to_string(), Origin::Path(normalize(path)), text))
 }
 
@@ -130,7 +143,11 @@ impl Loader {
 
     /// Loads the module a `use` names. Returns it with the item named by a trailing path
     /// segment (`use std.loss.cross_entropy`), if any.
-    fn import_target(&mut self, from: &Origin, u: &ast::UseItem) -> Option<(ModId, Option<ast::Ident>)> {
+    fn import_target(
+        &mut self,
+        from: &Origin,
+        u: &ast::UseItem,
+    ) -> Option<(ModId, Option<ast::Ident>)> {
         match &u.source {
             UseSource::Path(path) => {
                 let first = &path[0];
@@ -165,7 +182,14 @@ impl Loader {
                     let names: Vec<&str> = STDLIB.iter().map(|(n, _)| *n).collect();
                     d = d.with_help(match super::nearest(&module.name, names.iter().copied()) {
                         Some(n) => format!("did you mean `std.{n}`?"),
-                        None => format!("the standard modules are {}", names.iter().map(|n| format!("`std.{n}`")).collect::<Vec<_>>().join(", ")),
+                        None => format!(
+                            "the standard modules are {}",
+                            names
+                                .iter()
+                                .map(|n| format!("`std.{n}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                     });
                     self.diags.push(d);
                     return None;
@@ -181,14 +205,24 @@ impl Loader {
                     return None;
                 }
                 let origin = Origin::Std(mname);
-                let id = self.get_or_load(origin, format!("std.{mname}"), || Ok(text.to_string()), module.span)?;
+                let id = self.get_or_load(
+                    origin,
+                    format!("std.{mname}"),
+                    || Ok(text.to_string()),
+                    module.span,
+                )?;
                 Some((id, path.get(2).cloned()))
             }
             UseSource::File { path, span } => {
                 let base = match from {
                     Origin::Path(p) => p.parent().map(Path::to_path_buf).unwrap_or_default(),
                     Origin::Std(_) => {
-                        self.diags.push(Diagnostic::error("E0104", "the standard library cannot import files", *span, "here"));
+                        self.diags.push(Diagnostic::error(
+                            "E0104",
+                            "the standard library cannot import files",
+                            *span,
+                            "here",
+                        ));
                         return None;
                     }
                     Origin::Memory(_) => std::env::current_dir().unwrap_or_default(),
@@ -216,11 +250,17 @@ impl Loader {
     ) -> Option<ModId> {
         if let Some(&id) = self.by_origin.get(&origin) {
             if let Some(pos) = self.stack.iter().position(|m| *m == id) {
-                let mut chain: Vec<String> = self.stack[pos..].iter().map(|m| self.modules[m.0].name.clone()).collect();
+                let mut chain: Vec<String> =
+                    self.stack[pos..].iter().map(|m| self.modules[m.0].name.clone()).collect();
                 chain.push(self.modules[id.0].name.clone());
                 self.diags.push(
-                    Diagnostic::error("E0105", format!("import cycle: {}", chain.join(" → ")), use_span, "this import closes the cycle")
-                        .with_help("move what both files need into a third file that imports neither"),
+                    Diagnostic::error(
+                        "E0105",
+                        format!("import cycle: {}", chain.join(" → ")),
+                        use_span,
+                        "this import closes the cycle",
+                    )
+                    .with_help("move what both files need into a third file that imports neither"),
                 );
                 return None;
             }
@@ -238,24 +278,42 @@ impl Loader {
         match read() {
             Ok(text) => Some(self.load_module(name, origin, text)),
             Err(reason) => {
-                self.diags.push(Diagnostic::error("E0104", format!("cannot import `{name}`: {reason}"), use_span, reason));
+                self.diags.push(Diagnostic::error(
+                    "E0104",
+                    format!("cannot import `{name}`: {reason}"),
+                    use_span,
+                    reason,
+                ));
                 None
             }
         }
     }
 
-    fn build_scope(&mut self, id: ModId, uses: &[ast::UseItem], targets: &[Option<(ModId, Option<ast::Ident>)>]) {
+    fn build_scope(
+        &mut self,
+        id: ModId,
+        uses: &[ast::UseItem],
+        targets: &[Option<(ModId, Option<ast::Ident>)>],
+    ) {
         let mut scope: HashMap<String, Binding> = HashMap::new();
         let mut diags = Vec::new();
-        let bind = |scope: &mut HashMap<String, Binding>, name: &ast::Ident, b: Binding, diags: &mut Vec<Diagnostic>| {
+        let bind = |scope: &mut HashMap<String, Binding>,
+                    name: &ast::Ident,
+                    b: Binding,
+                    diags: &mut Vec<Diagnostic>| {
             if let Some(prev) = scope.get(&name.name) {
                 let prev_span = match prev {
                     Binding::Item { span, .. } | Binding::Module { span, .. } => *span,
                 };
                 diags.push(
-                    Diagnostic::error("E0106", format!("`{}` is defined more than once", name.name), name.span, "defined again here")
-                        .with_label(prev_span, "first defined here")
-                        .with_help("rename one of them, or import it under another name with `as`"),
+                    Diagnostic::error(
+                        "E0106",
+                        format!("`{}` is defined more than once", name.name),
+                        name.span,
+                        "defined again here",
+                    )
+                    .with_label(prev_span, "first defined here")
+                    .with_help("rename one of them, or import it under another name with `as`"),
                 );
             } else {
                 scope.insert(name.name.clone(), b);
@@ -263,7 +321,12 @@ impl Loader {
         };
         for (index, item) in self.modules[id.0].ast.items.iter().enumerate() {
             if let Some(name) = item.name() {
-                bind(&mut scope, name, Binding::Item { module: id, index, span: name.span }, &mut diags);
+                bind(
+                    &mut scope,
+                    name,
+                    Binding::Item { module: id, index, span: name.span },
+                    &mut diags,
+                );
             }
         }
         let mut poisoned = Vec::new();
@@ -271,27 +334,47 @@ impl Loader {
         for (u, target) in uses.iter().zip(targets) {
             if let (Some(_), Some(alias)) = (&u.names, &u.alias) {
                 diags.push(
-                    Diagnostic::error("E0102", "`as` after a list of names renames nothing", alias.span, "this alias has no effect")
-                        .with_help("rename single names inside the braces: `use std.nn.{Linear as L}`"),
+                    Diagnostic::error(
+                        "E0102",
+                        "`as` after a list of names renames nothing",
+                        alias.span,
+                        "this alias has no effect",
+                    )
+                    .with_help("rename single names inside the braces: `use std.nn.{Linear as L}`"),
                 );
             }
             let Some((target, single)) = target else {
                 // The import failed and was reported; its names should not be reported again.
-                poisoned.extend(u.names.iter().flatten().map(|n| n.alias.as_ref().unwrap_or(&n.name).name.clone()));
+                poisoned.extend(
+                    u.names
+                        .iter()
+                        .flatten()
+                        .map(|n| n.alias.as_ref().unwrap_or(&n.name).name.clone()),
+                );
                 match (&u.alias, &u.source) {
                     (Some(a), _) => poisoned.push(a.name.clone()),
-                    (None, UseSource::Path(p)) if u.names.is_none() => poisoned.push(p.last().expect("paths are non-empty").name.clone()),
+                    (None, UseSource::Path(p)) if u.names.is_none() => {
+                        poisoned.push(p.last().expect("paths are non-empty").name.clone())
+                    }
                     _ => {}
                 }
                 continue;
             };
             let target = *target;
             let tmod = &self.modules[target.0];
-            let import_item = |name: &ast::Ident, alias: Option<&ast::Ident>, scope: &mut HashMap<String, Binding>, diags: &mut Vec<Diagnostic>| {
+            let import_item = |name: &ast::Ident,
+                               alias: Option<&ast::Ident>,
+                               scope: &mut HashMap<String, Binding>,
+                               diags: &mut Vec<Diagnostic>| {
                 match tmod.item_index(&name.name) {
                     Some(index) => {
                         let local = alias.unwrap_or(name);
-                        bind(scope, local, Binding::Item { module: target, index, span: local.span }, diags);
+                        bind(
+                            scope,
+                            local,
+                            Binding::Item { module: target, index, span: local.span },
+                            diags,
+                        );
                     }
                     None => {
                         poisoned_names.borrow_mut().push(alias.unwrap_or(name).name.clone());
@@ -322,7 +405,9 @@ impl Loader {
                 (None, None) => {
                     let local = match (&u.alias, &u.source) {
                         (Some(a), _) => a.clone(),
-                        (None, UseSource::Path(p)) => p.last().expect("paths are non-empty").clone(),
+                        (None, UseSource::Path(p)) => {
+                            p.last().expect("paths are non-empty").clone()
+                        }
                         (None, UseSource::File { span, .. }) => {
                             diags.push(
                                 Diagnostic::error("E0104", "a file import needs a list of names or an alias", *span, "import what?")
@@ -331,7 +416,12 @@ impl Loader {
                             continue;
                         }
                     };
-                    bind(&mut scope, &local, Binding::Module { module: target, span: local.span }, &mut diags);
+                    bind(
+                        &mut scope,
+                        &local,
+                        Binding::Module { module: target, span: local.span },
+                        &mut diags,
+                    );
                 }
             }
         }

@@ -13,7 +13,15 @@ pub fn check(prog: &Program) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
     for (i, m) in prog.modules.iter().enumerate() {
         for item in &m.ast.items {
-            let mut c = Checker { prog, module: ModId(i), layer: None, fields_visible: 0, locals: Vec::new(), diags: &mut diags, model_top: false };
+            let mut c = Checker {
+                prog,
+                module: ModId(i),
+                layer: None,
+                fields_visible: 0,
+                locals: Vec::new(),
+                diags: &mut diags,
+                model_top: false,
+            };
             c.item(item);
         }
     }
@@ -64,8 +72,16 @@ impl<'p> Checker<'p, '_> {
         if !is_model {
             for i in &l.inputs {
                 self.diags.push(
-                    Diagnostic::error("E0107", format!("layer `{}` declares an input", l.name.name), i.span, "only a `model` has inputs")
-                        .with_help(format!("make it a parameter of the forward: `forward({}: ...)`", i.name.name)),
+                    Diagnostic::error(
+                        "E0107",
+                        format!("layer `{}` declares an input", l.name.name),
+                        i.span,
+                        "only a `model` has inputs",
+                    )
+                    .with_help(format!(
+                        "make it a parameter of the forward: `forward({}: ...)`",
+                        i.name.name
+                    )),
                 );
             }
         }
@@ -102,24 +118,44 @@ impl<'p> Checker<'p, '_> {
         for (n, fwd) in l.forward.iter().enumerate() {
             if n > 0 {
                 self.diags.push(
-                    Diagnostic::error("E0106", format!("`{}` has more than one `forward`", l.name.name), fwd.span, "second `forward`")
-                        .with_label(l.forward[0].span, "first `forward` here"),
+                    Diagnostic::error(
+                        "E0106",
+                        format!("`{}` has more than one `forward`", l.name.name),
+                        fwd.span,
+                        "second `forward`",
+                    )
+                    .with_label(l.forward[0].span, "first `forward` here"),
                 );
                 continue;
             }
             self.locals.push(Vec::new());
             if is_model && !fwd.params.is_empty() {
                 self.diags.push(
-                    Diagnostic::error("E0107", "a model's `forward` takes no parameters", fwd.params[0].span, "parameter of a model forward")
-                        .with_help(format!("declare it as a model input: `input {}: ...`", fwd.params[0].name.name)),
+                    Diagnostic::error(
+                        "E0107",
+                        "a model's `forward` takes no parameters",
+                        fwd.params[0].span,
+                        "parameter of a model forward",
+                    )
+                    .with_help(format!(
+                        "declare it as a model input: `input {}: ...`",
+                        fwd.params[0].name.name
+                    )),
                 );
             }
             self.params(&fwd.params);
             if let Some(r) = &fwd.ret {
                 if is_model {
                     self.diags.push(
-                        Diagnostic::error("E0107", "a model's `forward` has no return type", r.span(), "not allowed on a model")
-                            .with_help("name what the model produces with `output name = ...` statements"),
+                        Diagnostic::error(
+                            "E0107",
+                            "a model's `forward` has no return type",
+                            r.span(),
+                            "not allowed on a model",
+                        )
+                        .with_help(
+                            "name what the model produces with `output name = ...` statements",
+                        ),
                     );
                 } else {
                     self.ty(r, true);
@@ -129,12 +165,21 @@ impl<'p> Checker<'p, '_> {
             if !is_model && fwd.body.tail.is_none() {
                 let end = Span { start: fwd.body.span.end.saturating_sub(1), ..fwd.body.span };
                 self.diags.push(
-                    Diagnostic::error("E0107", format!("the `forward` of `{}` returns nothing", l.name.name), end, "expected a final expression before `}`")
-                        .with_help("end the block with the value the layer returns, e.g. `proj(y)`"),
+                    Diagnostic::error(
+                        "E0107",
+                        format!("the `forward` of `{}` returns nothing", l.name.name),
+                        end,
+                        "expected a final expression before `}`",
+                    )
+                    .with_help("end the block with the value the layer returns, e.g. `proj(y)`"),
                 );
             }
             if is_model {
-                let produces = fwd.body.stmts.iter().any(|s| matches!(s, Stmt::Output { .. } | Stmt::Loss { .. }));
+                let produces = fwd
+                    .body
+                    .stmts
+                    .iter()
+                    .any(|s| matches!(s, Stmt::Output { .. } | Stmt::Loss { .. }));
                 if !produces {
                     self.diags.push(
                         Diagnostic::error("E0107", format!("model `{}` produces nothing", l.name.name), fwd.span, "no `output` or `loss` in this forward")
@@ -143,16 +188,28 @@ impl<'p> Checker<'p, '_> {
                 }
                 if let Some(t) = &fwd.body.tail {
                     self.diags.push(
-                        Diagnostic::error("E0107", "a model's forward does not return a value", t.span, "unused final expression")
-                            .with_help("name it: `output logits = ...`"),
+                        Diagnostic::error(
+                            "E0107",
+                            "a model's forward does not return a value",
+                            t.span,
+                            "unused final expression",
+                        )
+                        .with_help("name it: `output logits = ...`"),
                     );
                 }
             }
             self.locals.pop();
         }
         if is_model && l.forward.is_empty() {
-            self.diags.push(Diagnostic::error("E0107", format!("model `{}` has no `forward`", l.name.name), l.name.span, "this model")
-                .with_help("add `forward { ... output name = ... }`"));
+            self.diags.push(
+                Diagnostic::error(
+                    "E0107",
+                    format!("model `{}` has no `forward`", l.name.name),
+                    l.name.span,
+                    "this model",
+                )
+                .with_help("add `forward { ... output name = ... }`"),
+            );
         }
         self.locals.pop();
         self.layer = None;
@@ -160,7 +217,12 @@ impl<'p> Checker<'p, '_> {
 
     fn duplicates(&mut self, l: &LayerItem) {
         let mut seen: Vec<&Ident> = Vec::new();
-        let members = l.params.iter().map(|p| (&p.name, "parameter")).chain(l.inputs.iter().map(|i| (&i.name, "input"))).chain(l.fields.iter().map(|f| (&f.name, "field")));
+        let members = l
+            .params
+            .iter()
+            .map(|p| (&p.name, "parameter"))
+            .chain(l.inputs.iter().map(|i| (&i.name, "input")))
+            .chain(l.fields.iter().map(|f| (&f.name, "field")));
         for (name, what) in members {
             if let Some(prev) = seen.iter().find(|p| p.name == name.name) {
                 // A config parameter and a field may share a name: `self.name` is the field.
@@ -170,8 +232,13 @@ impl<'p> Checker<'p, '_> {
                     continue;
                 }
                 self.diags.push(
-                    Diagnostic::error("E0106", format!("`{}` is defined more than once in `{}`", name.name, l.name.name), name.span, format!("{what} defined again here"))
-                        .with_label(prev.span, "first defined here"),
+                    Diagnostic::error(
+                        "E0106",
+                        format!("`{}` is defined more than once in `{}`", name.name, l.name.name),
+                        name.span,
+                        format!("{what} defined again here"),
+                    )
+                    .with_label(prev.span, "first defined here"),
                 );
             } else {
                 seen.push(name);
@@ -203,7 +270,9 @@ impl<'p> Checker<'p, '_> {
             for d in &t.dims {
                 match d {
                     DimItem::Variadic(id) => self.bind(&id.name),
-                    DimItem::Expr(Expr { kind: ExprKind::Name(n), .. }) if !self.resolves(n) => self.bind(n),
+                    DimItem::Expr(Expr { kind: ExprKind::Name(n), .. }) if !self.resolves(n) => {
+                        self.bind(n)
+                    }
                     _ => {}
                 }
             }
@@ -258,7 +327,12 @@ impl<'p> Checker<'p, '_> {
     fn placement(&mut self, model_top: bool, what: &str, span: Span) {
         if !model_top {
             let in_layer = self.layer.is_some_and(|l| l.kind == LayerKind::Layer);
-            let mut d = Diagnostic::error("E0107", format!("`{what}` is only allowed at the top of a model's forward"), span, format!("`{what}` here"));
+            let mut d = Diagnostic::error(
+                "E0107",
+                format!("`{what}` is only allowed at the top of a model's forward"),
+                span,
+                format!("`{what}` here"),
+            );
             if in_layer {
                 d = d.with_help("a layer returns its result as the last expression of its forward; the model that uses it declares outputs and the loss");
             }
@@ -278,14 +352,24 @@ impl<'p> Checker<'p, '_> {
         match &e.kind {
             ExprKind::Name(n) => self.name(n, e.span),
             ExprKind::SelfRef => {
-                self.diags.push(Diagnostic::error("E0101", "`self` must be followed by a field name", e.span, "expected `self.field`"));
+                self.diags.push(Diagnostic::error(
+                    "E0101",
+                    "`self` must be followed by a field name",
+                    e.span,
+                    "expected `self.field`",
+                ));
             }
             ExprKind::Field(base, field) => match &base.kind {
                 ExprKind::SelfRef => self.self_field(field, base.span),
                 ExprKind::Name(n) if self.module_binding(n).is_some() => {
                     let m = self.prog.module(self.module_binding(n).expect("checked"));
                     if m.item_index(&field.name).is_none() {
-                        let mut d = Diagnostic::error("E0103", format!("`{}` has no item named `{}`", m.name, field.name), field.span, "not found in this module");
+                        let mut d = Diagnostic::error(
+                            "E0103",
+                            format!("`{}` has no item named `{}`", m.name, field.name),
+                            field.span,
+                            "not found in this module",
+                        );
                         if let Some(c) = nearest(&field.name, m.item_names()) {
                             d = d.with_help(format!("did you mean `{c}`?"));
                         }
@@ -313,7 +397,12 @@ impl<'p> Checker<'p, '_> {
                     self.block(b, false);
                 }
             }
-            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) | ExprKind::DType(_) | ExprKind::Error => {}
+            ExprKind::Int(_)
+            | ExprKind::Float(_)
+            | ExprKind::Bool(_)
+            | ExprKind::Str(_)
+            | ExprKind::DType(_)
+            | ExprKind::Error => {}
         }
     }
 
@@ -329,7 +418,12 @@ impl<'p> Checker<'p, '_> {
 
     fn self_field(&mut self, field: &Ident, self_span: Span) {
         let Some(l) = self.layer else {
-            self.diags.push(Diagnostic::error("E0101", "`self` is only available inside a layer or model", self_span, "no enclosing layer"));
+            self.diags.push(Diagnostic::error(
+                "E0101",
+                "`self` is only available inside a layer or model",
+                self_span,
+                "no enclosing layer",
+            ));
             return;
         };
         let visible = &l.fields[..self.fields_visible];
@@ -338,11 +432,21 @@ impl<'p> Checker<'p, '_> {
         }
         let later = l.fields[self.fields_visible..].iter().find(|f| f.name.name == field.name);
         let mut d = if let Some(later) = later {
-            Diagnostic::error("E0101", format!("field `{}` is used before it is defined", field.name), field.span, "used here")
-                .with_label(later.name.span, "defined later here")
-                .with_help("fields are created in order; move this field below the one it uses")
+            Diagnostic::error(
+                "E0101",
+                format!("field `{}` is used before it is defined", field.name),
+                field.span,
+                "used here",
+            )
+            .with_label(later.name.span, "defined later here")
+            .with_help("fields are created in order; move this field below the one it uses")
         } else {
-            Diagnostic::error("E0101", format!("`{}` has no field `{}`", l.name.name, field.name), field.span, "unknown field")
+            Diagnostic::error(
+                "E0101",
+                format!("`{}` has no field `{}`", l.name.name, field.name),
+                field.span,
+                "unknown field",
+            )
         };
         if later.is_none() {
             if let Some(c) = nearest(&field.name, visible.iter().map(|f| f.name.name.as_str())) {
@@ -355,7 +459,8 @@ impl<'p> Checker<'p, '_> {
     fn resolves(&self, name: &str) -> bool {
         self.locals.iter().any(|s| s.iter().any(|n| n == name))
             || self.layer.is_some_and(|l| {
-                l.params.iter().any(|p| p.name.name == name) || l.fields[..self.fields_visible].iter().any(|f| f.name.name == name)
+                l.params.iter().any(|p| p.name.name == name)
+                    || l.fields[..self.fields_visible].iter().any(|f| f.name.name == name)
             })
             || self.prog.module(self.module).scope.contains_key(name)
             || self.prog.module(self.module).poisoned.iter().any(|n| n == name)
@@ -369,9 +474,16 @@ impl<'p> Checker<'p, '_> {
         if let Some(l) = self.layer {
             if let Some(f) = l.fields[self.fields_visible..].iter().find(|f| f.name.name == name) {
                 self.diags.push(
-                    Diagnostic::error("E0101", format!("field `{name}` is used before it is defined"), span, "used here")
-                        .with_label(f.name.span, "defined later here")
-                        .with_help("fields are created in order; move this field below the one it uses"),
+                    Diagnostic::error(
+                        "E0101",
+                        format!("field `{name}` is used before it is defined"),
+                        span,
+                        "used here",
+                    )
+                    .with_label(f.name.span, "defined later here")
+                    .with_help(
+                        "fields are created in order; move this field below the one it uses",
+                    ),
                 );
                 return;
             }
@@ -385,11 +497,18 @@ impl<'p> Checker<'p, '_> {
         for b in builtins::names() {
             candidates.push(b);
         }
-        let mut d = Diagnostic::error("E0101", format!("cannot find `{name}` in this scope"), span, "not found");
+        let mut d = Diagnostic::error(
+            "E0101",
+            format!("cannot find `{name}` in this scope"),
+            span,
+            "not found",
+        );
         if let Some(c) = nearest(name, candidates) {
             d = d.with_help(format!("did you mean `{c}`?"));
         } else if let Some(module) = std_home(name) {
-            d = d.with_help(format!("`{name}` is defined in `std.{module}`; add `use std.{module}.{{{name}}}`"));
+            d = d.with_help(format!(
+                "`{name}` is defined in `std.{module}`; add `use std.{module}.{{{name}}}`"
+            ));
         }
         self.diags.push(d);
     }

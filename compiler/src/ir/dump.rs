@@ -32,13 +32,24 @@ pub fn dump(g: &Graph, sources: &SourceMap) -> String {
     let _ = writeln!(o, "\ninputs:");
     for (name, id) in &g.inputs {
         let n = g.node(*id);
-        let _ = writeln!(o, "  {:<6} {:<16} {:<20} {}", id.to_string(), name, fmt_type(n.dtype, &n.shape), loc(n.span));
+        let _ = writeln!(
+            o,
+            "  {:<6} {:<16} {:<20} {}",
+            id.to_string(),
+            name,
+            fmt_type(n.dtype, &n.shape),
+            loc(n.span)
+        );
     }
 
     let _ = writeln!(o, "\nparameters:");
     let name_w = g.params.iter().map(|p| p.name.len()).max().unwrap_or(4).max(4);
     let shape_w = g.params.iter().map(|p| format!("{:?}", p.shape).len()).max().unwrap_or(5).max(5);
-    let _ = writeln!(o, "  {:<name_w$}  {:<shape_w$}  {:<5}  {:>12}  {:<6}  init", "name", "shape", "dtype", "count", "kind");
+    let _ = writeln!(
+        o,
+        "  {:<name_w$}  {:<shape_w$}  {:<5}  {:>12}  {:<6}  init",
+        "name", "shape", "dtype", "count", "kind"
+    );
     for p in &g.params {
         let _ = writeln!(
             o,

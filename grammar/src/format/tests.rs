@@ -4,9 +4,11 @@ use std::path::{Path, PathBuf};
 /// Every `.mgn` file of the repository: models, the stdlib, and the test programs (valid ones
 /// and the golden error cases, of which only those that parse can be formatted).
 fn repository_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf();
+    let root =
+        Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf();
     let mut out = Vec::new();
-    let mut dirs: Vec<PathBuf> = ["models", "stdlib", "tests/valid", "tests/errors"].iter().map(|d| root.join(d)).collect();
+    let mut dirs: Vec<PathBuf> =
+        ["models", "stdlib", "tests/valid", "tests/errors"].iter().map(|d| root.join(d)).collect();
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).expect("a readable directory") {
             let p = e.expect("a directory entry").path();
@@ -48,7 +50,8 @@ fn fmt_stable(text: &str) -> String {
 }
 
 fn comment_texts(text: &str) -> Vec<String> {
-    let mut v: Vec<String> = comments(text).iter().map(|c| text[c.start..c.end].to_string()).collect();
+    let mut v: Vec<String> =
+        comments(text).iter().map(|c| text[c.start..c.end].to_string()).collect();
     v.sort();
     v
 }
@@ -57,7 +60,8 @@ fn comment_texts(text: &str) -> Vec<String> {
 fn ast_without_spans(text: &str) -> Vec<String> {
     let (file, diags) = parse(FileId(0), text);
     assert!(diags.is_empty(), "{diags:#?}");
-    let (uses, rest): (Vec<&Item>, Vec<&Item>) = file.items.iter().partition(|i| matches!(i, Item::Use(_)));
+    let (uses, rest): (Vec<&Item>, Vec<&Item>) =
+        file.items.iter().partition(|i| matches!(i, Item::Use(_)));
     uses.into_iter().chain(rest).map(strip::item).collect()
 }
 
@@ -66,14 +70,24 @@ fn ast_without_spans(text: &str) -> Vec<String> {
 #[test]
 fn format_every_repository_file_is_idempotent_and_keeps_its_meaning() {
     let files = parsable_files();
-    assert!(files.len() >= 100, "expected the models, stdlib and test programs, found {} files", files.len());
+    assert!(
+        files.len() >= 100,
+        "expected the models, stdlib and test programs, found {} files",
+        files.len()
+    );
     for (p, text) in &files {
         let out = match format(text) {
             Ok(out) => out,
             Err(d) => panic!("{}: {d:#?}", p.display()),
         };
-        assert_eq!(ast_without_spans(&out), ast_without_spans(text), "{}: the AST changed", p.display());
-        let again = format(&out).unwrap_or_else(|d| panic!("{}: the formatted text fails: {d:#?}", p.display()));
+        assert_eq!(
+            ast_without_spans(&out),
+            ast_without_spans(text),
+            "{}: the AST changed",
+            p.display()
+        );
+        let again = format(&out)
+            .unwrap_or_else(|d| panic!("{}: the formatted text fails: {d:#?}", p.display()));
         assert_eq!(again, out, "{}: formatting twice differs from formatting once", p.display());
     }
 }
@@ -93,7 +107,9 @@ fn format_keeps_meaning_with_comments_inserted_anywhere() {
     // Comments dropped between tokens of real files must come out, with the code, unchanged
     // in meaning and stable; a misplaced one would make `verify` refuse the file (E0999).
     // The smaller files keep this quick in debug builds, where parsing dominates.
-    let files = parsable_files().into_iter().filter(|(p, text)| !p.to_string_lossy().contains("errors") && text.len() < 4000);
+    let files = parsable_files()
+        .into_iter()
+        .filter(|(p, text)| !p.to_string_lossy().contains("errors") && text.len() < 4000);
     for (p, text) in files {
         let cs = comments(&text);
         let mut in_string = false;
@@ -119,7 +135,12 @@ fn format_keeps_meaning_with_comments_inserted_anywhere() {
                     Ok(out) => out,
                     Err(d) => panic!("{} with {insert:?} at {pos}: {d:#?}", p.display()),
                 };
-                assert_eq!(fmt(&out), out, "{} with {insert:?} at {pos}: not idempotent", p.display());
+                assert_eq!(
+                    fmt(&out),
+                    out,
+                    "{} with {insert:?} at {pos}: not idempotent",
+                    p.display()
+                );
                 assert_eq!(comment_texts(&out), comment_texts(&mutated));
             }
         }
@@ -143,7 +164,11 @@ fn format_verification_refuses_output_that_changes_meaning_or_loses_comments() {
     assert!(verify(text, &file, "const A = 1 // one\n").is_ok());
     let d = verify(text, &file, "const A = 2 // one\n").expect_err("a changed value");
     assert_eq!(d.code, "E0999");
-    assert_eq!(d.primary_span(), Span::new(FileId(0), 0, 11), "points at the item that would change");
+    assert_eq!(
+        d.primary_span(),
+        Span::new(FileId(0), 0, 11),
+        "points at the item that would change"
+    );
     assert_eq!(verify(text, &file, "const A = 1\n").expect_err("a lost comment").code, "E0999");
     assert_eq!(verify(text, &file, "const A = \n").expect_err("no longer parses").code, "E0999");
 }
@@ -156,7 +181,11 @@ fn format_spacing_types_and_arguments() {
         fmt_stable("const   B:int=A+2*3;\nfn f(x:f32[B,T,d],y:int=1,)->f32[B,T,d]{conv(x,w,padding=(1,1),axis=-1,)}\n"),
         "const B: int = A + 2 * 3\n\nfn f(x: f32[B, T, d], y: int = 1) -> f32[B, T, d] {\n    conv(x, w, padding = (1, 1), axis = -1)\n}\n"
     );
-    assert_eq!(fmt_stable("const T = ( a , )\nconst L = [ 1,2, ]\n"), "const T = (a,)\nconst L = [1, 2]\n", "one-tuples keep their comma");
+    assert_eq!(
+        fmt_stable("const T = ( a , )\nconst L = [ 1,2, ]\n"),
+        "const T = (a,)\nconst L = [1, 2]\n",
+        "one-tuples keep their comma"
+    );
 }
 
 #[test]
@@ -171,7 +200,11 @@ fn format_empty_and_comment_only_files() {
     assert_eq!(fmt_stable(""), "");
     assert_eq!(fmt_stable("\n\n  \n"), "");
     assert_eq!(fmt_stable("// only\n\n\n/* this */"), "// only\n\n/* this */\n");
-    assert_eq!(fmt_stable("const A = 1\r\n// c\r\nconst B = 2 // t \r\n"), "const A = 1\n// c\nconst B = 2  // t\n", "CRLF becomes LF");
+    assert_eq!(
+        fmt_stable("const A = 1\r\n// c\r\nconst B = 2 // t \r\n"),
+        "const A = 1\n// c\nconst B = 2  // t\n",
+        "CRLF becomes LF"
+    );
 }
 
 #[test]
@@ -181,12 +214,16 @@ fn format_breaks_long_parameter_lists_and_joins_short_ones() {
         fmt_stable(long),
         "layer Conv(\n    in_channels: dim,\n    out_channels: dim,\n    kernel_size: dim,\n    stride: dim = 1,\n    padding: int = 0,\n    bias: bool = true,\n) {}\n"
     );
-    assert_eq!(fmt_stable("fn f(\n    a: int,\n    b: int,\n) -> int {\n    a + b\n}\n"), "fn f(a: int, b: int) -> int {\n    a + b\n}\n");
+    assert_eq!(
+        fmt_stable("fn f(\n    a: int,\n    b: int,\n) -> int {\n    a + b\n}\n"),
+        "fn f(a: int, b: int) -> int {\n    a + b\n}\n"
+    );
     // Exactly 100 columns stays on one line; 101 breaks.
     let params = |n: usize| format!("fn f(a: int, {}: int) -> int {{\n    a\n}}\n", "b".repeat(n));
     let fits = params(100 - "fn f(a: int, : int) -> int {".len());
     assert_eq!(fmt_stable(&fits), fits);
-    assert!(fmt_stable(&params(101 - "fn f(a: int, : int) -> int {".len())).starts_with("fn f(\n    a: int,\n"));
+    assert!(fmt_stable(&params(101 - "fn f(a: int, : int) -> int {".len()))
+        .starts_with("fn f(\n    a: int,\n"));
     let forward = "layer L {\n    forward(x: f32[B, T, query_dim], ctx: f32[B, S, cross_attention_dimension]) -> f32[B, T, query_dim] {\n        x\n    }\n}\n";
     assert_eq!(
         fmt_stable(forward),
@@ -286,7 +323,8 @@ fn format_strings_holding_comment_markers_are_not_comments() {
 fn format_deeply_nested_ifs_stay_fast() {
     // Every level holds a statement and a condition too long for one line: each level must
     // be rendered a bounded number of times, not twice per level.
-    let cond = "a_rather_long_condition_name && another_rather_long_condition_name || yet_another_one";
+    let cond =
+        "a_rather_long_condition_name && another_rather_long_condition_name || yet_another_one";
     let mut body = "0".to_string();
     for i in 0..40 {
         body = format!("if {cond} {{ let v{i} = 1\n {body} }} else {{ 1 }}");
@@ -296,4 +334,3 @@ fn format_deeply_nested_ifs_stay_fast() {
     fmt_stable(&text);
     assert!(start.elapsed().as_secs() < 20, "took {:?}", start.elapsed());
 }
-

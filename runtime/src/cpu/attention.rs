@@ -46,12 +46,21 @@ pub(crate) struct Dims {
 pub(crate) fn dims(q: &[usize], k: &[usize], v: &[usize]) -> KResult<Dims> {
     let r = q.len();
     if r < 3 || k.len() != r || v.len() != r {
-        return err(format!("q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"));
+        return err(format!(
+            "q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"
+        ));
     }
     let lead = &q[..r - 3];
     let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
     let (hkv, tk, dk) = (k[r - 3], k[r - 2], k[r - 1]);
-    if &k[..r - 3] != lead || &v[..r - 3] != lead || dk != d || v[r - 3] != hkv || v[r - 2] != tk || hkv == 0 || hq % hkv != 0 {
+    if &k[..r - 3] != lead
+        || &v[..r - 3] != lead
+        || dk != d
+        || v[r - 3] != hkv
+        || v[r - 2] != tk
+        || hkv == 0
+        || hq % hkv != 0
+    {
         return err(format!("q {q:?}, k {k:?} and v {v:?} do not fit together (k and v share heads and length, KV heads divide query heads)"));
     }
     let mut scores = lead.to_vec();
@@ -61,7 +70,8 @@ pub(crate) fn dims(q: &[usize], k: &[usize], v: &[usize]) -> KResult<Dims> {
 
 impl Attn {
     fn new(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool) -> KResult<Attn> {
-        let Dims { batch, hq, hkv, tq, tk, d, dv, scores } = dims(&x[0].shape, &x[1].shape, &x[2].shape)?;
+        let Dims { batch, hq, hkv, tq, tk, d, dv, scores } =
+            dims(&x[0].shape, &x[1].shape, &x[2].shape)?;
         let r = scores.len();
         let mask = if has_mask {
             let st = broadcast_strides(&x[3].shape, &scores)?;
@@ -92,7 +102,17 @@ impl Attn {
         let qh = &q[(b * self.hq + h) * tq * d..][..tq * d];
         let kh = &k[(b * self.hkv + kvh) * tk * d..][..tk * d];
         let mut s = vec![T::zero(); tq * tk];
-        gemm(tq, d, tk, T::of(self.scale), Mat::new(qh, d, 1), Mat::new(kh, d, 1).t(), T::zero(), &mut s, tk);
+        gemm(
+            tq,
+            d,
+            tk,
+            T::of(self.scale),
+            Mat::new(qh, d, 1),
+            Mat::new(kh, d, 1).t(),
+            T::zero(),
+            &mut s,
+            tk,
+        );
         for (i, row) in s.chunks_exact_mut(tk).enumerate() {
             if let (Some(m), Some((starts, rs, cs))) = (mask, &self.mask) {
                 let base = starts[b * self.hq + h] + i * rs;
@@ -100,17 +120,24 @@ impl Attn {
             }
             if self.causal {
                 // Key j is visible to query i when j <= i + (Tk - Tq): aligned to the end.
-                row.iter_mut().enumerate().filter(|(j, _)| j + self.tq > i + self.tk).for_each(|(_, v)| *v = T::neg_infinity());
+                row.iter_mut()
+                    .enumerate()
+                    .filter(|(j, _)| j + self.tq > i + self.tk)
+                    .for_each(|(_, v)| *v = T::neg_infinity());
             }
-            let m = row.iter().fold(T::neg_infinity(), |a, &v| if v > a || v.is_nan() { v } else { a });
+            let m =
+                row.iter().fold(T::neg_infinity(), |a, &v| if v > a || v.is_nan() { v } else { a });
             if m == T::neg_infinity() {
                 row.iter_mut().for_each(|v| *v = T::zero());
                 continue;
             }
-            let sum: f64 = row.iter_mut().map(|v| {
-                *v = (*v - m).exp();
-                v.f64()
-            }).sum();
+            let sum: f64 = row
+                .iter_mut()
+                .map(|v| {
+                    *v = (*v - m).exp();
+                    v.f64()
+                })
+                .sum();
             row.iter_mut().for_each(|v| *v /= T::of(sum));
         }
         s
@@ -122,9 +149,20 @@ impl Attn {
         let vh = &v[(b * self.hkv + h / self.rep()) * tk * dv..][..tk * dv];
         let gh = &dy[(b * self.hq + h) * tq * dv..][..tq * dv];
         let mut dp = vec![T::zero(); tq * tk];
-        gemm(tq, dv, tk, T::one(), Mat::new(gh, dv, 1), Mat::new(vh, dv, 1).t(), T::zero(), &mut dp, tk);
+        gemm(
+            tq,
+            dv,
+            tk,
+            T::one(),
+            Mat::new(gh, dv, 1),
+            Mat::new(vh, dv, 1).t(),
+            T::zero(),
+            &mut dp,
+            tk,
+        );
         for (prow, drow) in p.chunks_exact(tk).zip(dp.chunks_exact_mut(tk)) {
-            let dot = T::of(prow.iter().zip(drow.iter()).map(|(&p, &d)| (p * d).f64()).sum::<f64>());
+            let dot =
+                T::of(prow.iter().zip(drow.iter()).map(|(&p, &d)| (p * d).f64()).sum::<f64>());
             for (d, &p) in drow.iter_mut().zip(prow) {
                 *d = p * (*d - dot);
             }
@@ -134,7 +172,13 @@ impl Attn {
 }
 
 /// Inputs `q, k, v, mask?`.
-pub(crate) fn attention(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn attention(
+    x: &[&Tensor],
+    causal: bool,
+    scale: f64,
+    has_mask: bool,
+    shape: &[usize],
+) -> KResult<Data> {
     let a = Attn::new(x, causal, scale, has_mask)?;
     check_shape(&a.out_shape(&x[0].shape), shape)?;
     by_float!(x, T => (|| {
@@ -156,11 +200,21 @@ pub(crate) fn attention(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool,
 }
 
 /// Inputs `q, k, v, mask?, dy` → the gradient of q, k or v.
-pub(crate) fn attention_grad(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool, part: GradPart) -> KResult<Data> {
+pub(crate) fn attention_grad(
+    x: &[&Tensor],
+    causal: bool,
+    scale: f64,
+    has_mask: bool,
+    part: GradPart,
+) -> KResult<Data> {
     let a = Attn::new(x, causal, scale, has_mask)?;
     let dy_t = x[x.len() - 1];
     if dy_t.shape != a.out_shape(&x[0].shape) {
-        return err(format!("dy has shape {:?}, expected {:?}", dy_t.shape, a.out_shape(&x[0].shape)));
+        return err(format!(
+            "dy has shape {:?}, expected {:?}",
+            dy_t.shape,
+            a.out_shape(&x[0].shape)
+        ));
     }
     if !matches!(part, GradPart::Q | GradPart::K | GradPart::V) {
         return err(format!("has no {part:?} input to differentiate (Q, K or V)"));
@@ -211,7 +265,13 @@ pub(crate) fn attention_grad(x: &[&Tensor], causal: bool, scale: f64, has_mask: 
 /// sees no key, so `P = e^(s − m)·(1/l)` is zero there as `probs` makes it. Only the GPU session
 /// inserts this op and nothing differentiates it, so it has no derivative (and no
 /// finite-difference check); the tests compare the GPU kernel with it.
-pub(crate) fn attention_stats(x: &[&Tensor], causal: bool, scale: f64, has_mask: bool, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn attention_stats(
+    x: &[&Tensor],
+    causal: bool,
+    scale: f64,
+    has_mask: bool,
+    shape: &[usize],
+) -> KResult<Data> {
     // The sizes are attention's with k standing in for v (which the statistics never read).
     let mut qkv = vec![x[0], x[1], x[1]];
     qkv.extend(x.get(2));

@@ -29,7 +29,12 @@ pub(crate) struct Geometry {
 }
 
 /// A 1- or 2-element attribute as (height, width); 1-D gets `fill` for the height.
-pub(crate) fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> KResult<[usize; 2]> {
+pub(crate) fn per_axis(
+    v: &[usize],
+    spatial: usize,
+    fill: usize,
+    what: &str,
+) -> KResult<[usize; 2]> {
     match (spatial, v) {
         (1, [a]) => Ok([fill, *a]),
         (2, [a, b]) => Ok([*a, *b]),
@@ -38,7 +43,12 @@ pub(crate) fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> 
 }
 
 impl Geometry {
-    pub(crate) fn new(stride: &[usize], padding: &[usize], dilation: &[usize], groups: usize) -> KResult<Geometry> {
+    pub(crate) fn new(
+        stride: &[usize],
+        padding: &[usize],
+        dilation: &[usize],
+        groups: usize,
+    ) -> KResult<Geometry> {
         let spatial = stride.len();
         if !(1..=2).contains(&spatial) {
             return err(format!("{spatial} spatial axes are not supported (1 or 2)"));
@@ -58,7 +68,11 @@ impl Geometry {
 }
 
 /// `[N, C, L]` or `[N, C, H, W]` as (N, C, [H, W]).
-pub(crate) fn planes(shape: &[usize], spatial: usize, what: &str) -> KResult<(usize, usize, [usize; 2])> {
+pub(crate) fn planes(
+    shape: &[usize],
+    spatial: usize,
+    what: &str,
+) -> KResult<(usize, usize, [usize; 2])> {
     match (spatial, shape) {
         (1, &[n, c, l]) => Ok((n, c, [1, l])),
         (2, &[n, c, h, w]) => Ok((n, c, [h, w])),
@@ -67,10 +81,18 @@ pub(crate) fn planes(shape: &[usize], spatial: usize, what: &str) -> KResult<(us
 }
 
 /// Output length of a window along one axis (PyTorch's formula), if the window fits.
-pub(crate) fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> KResult<usize> {
+pub(crate) fn window_out(
+    len: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+) -> KResult<usize> {
     let span = dil * (k.max(1) - 1) + 1;
     if k == 0 || len + 2 * pad < span {
-        return err(format!("a window of {k} (dilation {dil}) does not fit an axis of {len} with padding {pad}"));
+        return err(format!(
+            "a window of {k} (dilation {dil}) does not fit an axis of {len} with padding {pad}"
+        ));
     }
     Ok((len + 2 * pad - span) / stride + 1)
 }
@@ -95,13 +117,26 @@ impl Conv {
         let (cout, cin_g, k) = planes(w_shape, geo.spatial, "weight")?;
         let g = geo.groups;
         if cin % g != 0 || cout % g != 0 || cin_g * g != cin {
-            return err(format!("weight {w_shape:?} with {g} groups does not fit an input with {cin} channels"));
+            return err(format!(
+                "weight {w_shape:?} with {g} groups does not fit an input with {cin} channels"
+            ));
         }
         let mut out = [0; 2];
         for a in 0..2 {
             out[a] = window_out(inp[a], k[a], geo.stride[a], geo.padding[a], geo.dilation[a])?;
         }
-        Ok(Conv { n, cin, cout, inp, k, out, g, stride: geo.stride, padding: geo.padding, dilation: geo.dilation })
+        Ok(Conv {
+            n,
+            cin,
+            cout,
+            inp,
+            k,
+            out,
+            g,
+            stride: geo.stride,
+            padding: geo.padding,
+            dilation: geo.dilation,
+        })
     }
 
     fn out_shape(&self, spatial: usize) -> Vec<usize> {
@@ -208,10 +243,19 @@ pub(crate) fn conv(x: &[&Tensor], geo: &Geometry, shape: &[usize]) -> KResult<Da
 }
 
 /// `[dy, weight]` → dx of the step's shape.
-pub(crate) fn conv_grad_input(dy: &Tensor, w: &Tensor, geo: &Geometry, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn conv_grad_input(
+    dy: &Tensor,
+    w: &Tensor,
+    geo: &Geometry,
+    shape: &[usize],
+) -> KResult<Data> {
     let c = Conv::new(shape, &w.shape, geo)?;
     if dy.shape != c.out_shape(geo.spatial) {
-        return err(format!("dy has shape {:?}, but the convolution of {shape:?} gives {:?}", dy.shape, c.out_shape(geo.spatial)));
+        return err(format!(
+            "dy has shape {:?}, but the convolution of {shape:?} gives {:?}",
+            dy.shape,
+            c.out_shape(geo.spatial)
+        ));
     }
     by_float!(&[dy, w], T => (|| {
         let (g_all, wv) = (floats::<T>(dy, "dy")?, floats::<T>(w, "weight")?);
@@ -250,10 +294,20 @@ pub(crate) fn conv_grad_input(dy: &Tensor, w: &Tensor, geo: &Geometry, shape: &[
 }
 
 /// `[x, dy]` → dweight of the step's shape.
-pub(crate) fn conv_grad_weight(x: &Tensor, dy: &Tensor, geo: &Geometry, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn conv_grad_weight(
+    x: &Tensor,
+    dy: &Tensor,
+    geo: &Geometry,
+    shape: &[usize],
+) -> KResult<Data> {
     let c = Conv::new(&x.shape, shape, geo)?;
     if dy.shape != c.out_shape(geo.spatial) {
-        return err(format!("dy has shape {:?}, but the convolution of {:?} gives {:?}", dy.shape, x.shape, c.out_shape(geo.spatial)));
+        return err(format!(
+            "dy has shape {:?}, but the convolution of {:?} gives {:?}",
+            dy.shape,
+            x.shape,
+            c.out_shape(geo.spatial)
+        ));
     }
     by_float!(&[x, dy], T => (|| {
         let (xv, g_all) = (floats::<T>(x, "x")?, floats::<T>(dy, "dy")?);
@@ -285,7 +339,12 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(x_shape: &[usize], kernel: &[usize], stride: &[usize], padding: &[usize]) -> KResult<(Pool, Vec<usize>)> {
+    fn new(
+        x_shape: &[usize],
+        kernel: &[usize],
+        stride: &[usize],
+        padding: &[usize],
+    ) -> KResult<(Pool, Vec<usize>)> {
         let spatial = kernel.len();
         if !(1..=2).contains(&spatial) {
             return err(format!("{spatial} spatial axes are not supported (1 or 2)"));
@@ -334,7 +393,14 @@ impl Pool {
 
 /// Max pooling ignores the padding; average pooling counts it as zeros (divides by the kernel
 /// size, PyTorch's `count_include_pad=True`).
-pub(crate) fn pool(op: PoolOp, x: &Tensor, kernel: &[usize], stride: &[usize], padding: &[usize], shape: &[usize]) -> KResult<Data> {
+pub(crate) fn pool(
+    op: PoolOp,
+    x: &Tensor,
+    kernel: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    shape: &[usize],
+) -> KResult<Data> {
     let (p, out_shape) = Pool::new(&x.shape, kernel, stride, padding)?;
     check_shape(&out_shape, shape)?;
     let (plane, l) = (p.inp[0] * p.inp[1], p.out[0] * p.out[1]);
@@ -359,10 +425,20 @@ pub(crate) fn pool(op: PoolOp, x: &Tensor, kernel: &[usize], stride: &[usize], p
 
 /// `[x, dy]` → dx: max pooling routes each `dy` to its window's first arg-max, average pooling
 /// spreads `dy / kernel size` over the window's in-bounds elements.
-pub(crate) fn pool_grad(op: PoolOp, x: &Tensor, dy: &Tensor, kernel: &[usize], stride: &[usize], padding: &[usize]) -> KResult<Data> {
+pub(crate) fn pool_grad(
+    op: PoolOp,
+    x: &Tensor,
+    dy: &Tensor,
+    kernel: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+) -> KResult<Data> {
     let (p, out_shape) = Pool::new(&x.shape, kernel, stride, padding)?;
     if dy.shape != out_shape {
-        return err(format!("dy has shape {:?}, but pooling {:?} gives {out_shape:?}", dy.shape, x.shape));
+        return err(format!(
+            "dy has shape {:?}, but pooling {:?} gives {out_shape:?}",
+            dy.shape, x.shape
+        ));
     }
     let (plane, l) = (p.inp[0] * p.inp[1], p.out[0] * p.out[1]);
     let area = (p.k[0] * p.k[1]) as f64;

@@ -9,7 +9,17 @@ use std::sync::OnceLock;
 
 /// `f32` or `f64`: every float kernel is written once against this trait.
 pub(crate) trait Float:
-    num_traits::Float + num_traits::FloatConst + AddAssign + SubAssign + MulAssign + DivAssign + Sum + Debug + Send + Sync + 'static
+    num_traits::Float
+    + num_traits::FloatConst
+    + AddAssign
+    + SubAssign
+    + MulAssign
+    + DivAssign
+    + Sum
+    + Debug
+    + Send
+    + Sync
+    + 'static
 {
     /// The elements of `d` if it is stored as this type.
     fn view(d: &Data) -> Option<&[Self]>;
@@ -23,7 +33,22 @@ pub(crate) trait Float:
     /// # Safety
     /// Every element addressed by the dimensions and strides must lie inside the allocations.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_raw(m: usize, k: usize, n: usize, alpha: Self, a: *const Self, rsa: isize, csa: isize, b: *const Self, rsb: isize, csb: isize, beta: Self, c: *mut Self, rsc: isize, csc: isize);
+    unsafe fn gemm_raw(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
 }
 
 impl Float for f32 {
@@ -45,7 +70,22 @@ impl Float for f32 {
     fn erf(self) -> f32 {
         libm::erff(self)
     }
-    unsafe fn gemm_raw(m: usize, k: usize, n: usize, alpha: f32, a: *const f32, rsa: isize, csa: isize, b: *const f32, rsb: isize, csb: isize, beta: f32, c: *mut f32, rsc: isize, csc: isize) {
+    unsafe fn gemm_raw(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: *const f32,
+        rsa: isize,
+        csa: isize,
+        b: *const f32,
+        rsb: isize,
+        csb: isize,
+        beta: f32,
+        c: *mut f32,
+        rsc: isize,
+        csc: isize,
+    ) {
         matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
     }
 }
@@ -69,7 +109,22 @@ impl Float for f64 {
     fn erf(self) -> f64 {
         libm::erf(self)
     }
-    unsafe fn gemm_raw(m: usize, k: usize, n: usize, alpha: f64, a: *const f64, rsa: isize, csa: isize, b: *const f64, rsb: isize, csb: isize, beta: f64, c: *mut f64, rsc: isize, csc: isize) {
+    unsafe fn gemm_raw(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f64,
+        a: *const f64,
+        rsa: isize,
+        csa: isize,
+        b: *const f64,
+        rsb: isize,
+        csb: isize,
+        beta: f64,
+        c: *mut f64,
+        rsc: isize,
+        csc: isize,
+    ) {
         matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
     }
 }
@@ -101,7 +156,17 @@ fn extent(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
 /// With `β = 0` the old contents of `C` are ignored (even NaN). Bounds are checked here, so the
 /// unsafe call below is sound; the kernels always pass in-bounds views, so a failed check is a bug.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm<T: Float>(m: usize, k: usize, n: usize, alpha: T, a: Mat<T>, b: Mat<T>, beta: T, c: &mut [T], ldc: usize) {
+pub(crate) fn gemm<T: Float>(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: T,
+    a: Mat<T>,
+    b: Mat<T>,
+    beta: T,
+    c: &mut [T],
+    ldc: usize,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -119,7 +184,22 @@ pub(crate) fn gemm<T: Float>(m: usize, k: usize, n: usize, alpha: T, a: Mat<T>, 
     // SAFETY: the three asserts above keep every addressed element inside its slice, and `c`
     // is borrowed mutably, so it cannot alias `a` or `b`.
     unsafe {
-        T::gemm_raw(m, k, n, alpha, a.data.as_ptr(), a.rs as isize, a.cs as isize, b.data.as_ptr(), b.rs as isize, b.cs as isize, beta, c.as_mut_ptr(), ldc as isize, 1)
+        T::gemm_raw(
+            m,
+            k,
+            n,
+            alpha,
+            a.data.as_ptr(),
+            a.rs as isize,
+            a.cs as isize,
+            b.data.as_ptr(),
+            b.rs as isize,
+            b.cs as isize,
+            beta,
+            c.as_mut_ptr(),
+            ldc as isize,
+            1,
+        )
     }
 }
 
@@ -139,7 +219,12 @@ const PARALLEL_WORK: usize = if cfg!(all(test, debug_assertions)) { 1 << 9 } els
 /// Splits `out` into consecutive chunks of `chunk` elements and calls `f(chunk_index, chunk)`
 /// for each, spread over the cores when `work_per_chunk × chunks` is large enough. Each call
 /// owns its chunk, so kernels that write disjoint output regions parallelize without locks.
-pub(crate) fn par_chunks<T: Send>(out: &mut [T], chunk: usize, work_per_chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+pub(crate) fn par_chunks<T: Send>(
+    out: &mut [T],
+    chunk: usize,
+    work_per_chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
     if chunk == 0 || out.is_empty() {
         return;
     }

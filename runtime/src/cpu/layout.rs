@@ -50,7 +50,11 @@ pub(crate) fn broadcast_strides(from: &[usize], to: &[usize]) -> KResult<Vec<usi
 
 /// Calls `f` with the offsets, one per stride set, of every index of `shape` in row-major order.
 /// With contiguous strides as one of the sets, that offset is the running element index.
-pub(crate) fn walk<const N: usize>(shape: &[usize], strides: [&[usize]; N], mut f: impl FnMut([usize; N])) {
+pub(crate) fn walk<const N: usize>(
+    shape: &[usize],
+    strides: [&[usize]; N],
+    mut f: impl FnMut([usize; N]),
+) {
     if shape.contains(&0) {
         return;
     }

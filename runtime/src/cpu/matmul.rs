@@ -16,7 +16,10 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &[usize]) -> KResult<Data> {
     let (ab, &[m, k]) = a2.split_at(a2.len() - 2) else { unreachable!("rank >= 2") };
     let (bb, &[k2, n]) = b2.split_at(b2.len() - 2) else { unreachable!("rank >= 2") };
     if k != k2 {
-        return err(format!("cannot multiply {:?} by {:?}: inner sizes {k} and {k2} differ", a.shape, b.shape));
+        return err(format!(
+            "cannot multiply {:?} by {:?}: inner sizes {k} and {k2} differ",
+            a.shape, b.shape
+        ));
     }
     let batch = broadcast_shapes(ab, bb)?;
     let mut out_shape = batch.clone();

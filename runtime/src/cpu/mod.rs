@@ -70,18 +70,33 @@ pub(crate) fn err<T>(msg: impl Into<String>) -> KResult<T> {
 
 /// Runs one op on host tensors. `dtype` and `shape` are the step's declared result type.
 /// `Input` and `Param` are not computations: the executor supplies their values.
-pub fn eval(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> Result<Tensor, KernelError> {
+pub fn eval(
+    op: &Op,
+    inputs: &[&Tensor],
+    dtype: DType,
+    shape: &[usize],
+    ctx: &Ctx,
+) -> Result<Tensor, KernelError> {
     let run = || -> KResult<Data> {
         for (i, t) in inputs.iter().enumerate() {
             if t.data.len() != layout::numel(&t.shape) {
-                return err(format!("input {i} has shape {:?} but holds {} elements", t.shape, t.data.len()));
+                return err(format!(
+                    "input {i} has shape {:?} but holds {} elements",
+                    t.shape,
+                    t.data.len()
+                ));
             }
             if t.shape.contains(&0) {
-                return err(format!("input {i} has a zero-sized axis, {:?} (mgn dims are at least 1)", t.shape));
+                return err(format!(
+                    "input {i} has a zero-sized axis, {:?} (mgn dims are at least 1)",
+                    t.shape
+                ));
             }
         }
         if shape.contains(&0) {
-            return err(format!("the step's shape {shape:?} has a zero-sized axis (mgn dims are at least 1)"));
+            return err(format!(
+                "the step's shape {shape:?} has a zero-sized axis (mgn dims are at least 1)"
+            ));
         }
         if let Some(want) = result_like(op, inputs) {
             check_shape(want, shape)?;
@@ -99,7 +114,9 @@ pub fn eval(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ct
 fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> KResult<Data> {
     use Op::*;
     match op {
-        Input { .. } | Param { .. } => err("inputs and parameters are supplied by the executor, not computed by a kernel"),
+        Input { .. } | Param { .. } => {
+            err("inputs and parameters are supplied by the executor, not computed by a kernel")
+        }
         Constant { value } => {
             arity(x, 0)?;
             Ok(pointwise::constant(*value, dtype, shape))
@@ -257,11 +274,21 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         }
         ConvGradInput { stride, padding, dilation, groups } => {
             arity(x, 2)?;
-            conv::conv_grad_input(x[0], x[1], &conv::Geometry::new(stride, padding, dilation, *groups)?, shape)
+            conv::conv_grad_input(
+                x[0],
+                x[1],
+                &conv::Geometry::new(stride, padding, dilation, *groups)?,
+                shape,
+            )
         }
         ConvGradWeight { stride, padding, dilation, groups } => {
             arity(x, 2)?;
-            conv::conv_grad_weight(x[0], x[1], &conv::Geometry::new(stride, padding, dilation, *groups)?, shape)
+            conv::conv_grad_weight(
+                x[0],
+                x[1],
+                &conv::Geometry::new(stride, padding, dilation, *groups)?,
+                shape,
+            )
         }
         PoolGrad { op, kernel, stride, padding } => {
             arity(x, 2)?;
@@ -290,7 +317,10 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         Fused { program } => run_program(program, x, dtype, shape, ctx),
         MatMulEpilogue { program } => {
             if x.len() < 2 {
-                return err(format!("expects a, b and the epilogue's inputs, got {} inputs", x.len()));
+                return err(format!(
+                    "expects a, b and the epilogue's inputs, got {} inputs",
+                    x.len()
+                ));
             }
             let product = eval(&MatMul, &x[..2], dtype, shape, ctx)?;
             let mut inputs: Vec<&Tensor> = vec![&product];
@@ -303,13 +333,29 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
 /// A fused program (`Op::Fused`) node by node with the ops' own kernels: every node has the
 /// step's shape (fusion only joins same-shaped steps), so the reference is the unfused
 /// computation.
-fn run_program(program: &[Elem], x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> KResult<Data> {
+fn run_program(
+    program: &[Elem],
+    x: &[&Tensor],
+    dtype: DType,
+    shape: &[usize],
+    ctx: &Ctx,
+) -> KResult<Data> {
     let mut nodes: Vec<Tensor> = Vec::with_capacity(program.len());
     for e in program {
         let t = match (e, e.op()) {
-            (Elem::Input(k), _) => x.get(*k as usize).map(|t| (*t).clone()).ok_or_else(|| KernelError(format!("fused input {k} of {}", x.len())))?,
+            (Elem::Input(k), _) => x
+                .get(*k as usize)
+                .map(|t| (*t).clone())
+                .ok_or_else(|| KernelError(format!("fused input {k} of {}", x.len())))?,
             (_, Some((op, args))) => {
-                let args: Vec<&Tensor> = args.iter().map(|&a| nodes.get(a as usize).ok_or_else(|| KernelError(format!("fused node {a} is not computed yet")))).collect::<KResult<_>>()?;
+                let args: Vec<&Tensor> = args
+                    .iter()
+                    .map(|&a| {
+                        nodes.get(a as usize).ok_or_else(|| {
+                            KernelError(format!("fused node {a} is not computed yet"))
+                        })
+                    })
+                    .collect::<KResult<_>>()?;
                 eval(&op, &args, dtype, shape, ctx)?
             }
             (_, None) => return err("a fused node without an op".to_string()),
@@ -325,10 +371,27 @@ fn result_like<'a>(op: &Op, x: &[&'a Tensor]) -> Option<&'a [usize]> {
     use crate::op::GradPart;
     use Op::*;
     let input = match op {
-        Unary(_) | Pow { .. } | Cast | Softmax { .. } | LayerNorm { .. } | RmsNorm { .. } | GroupNorm { .. } | BatchNorm { .. } | Dropout { .. } | Rope { .. } => 0,
-        UnaryGrad(_) | ReduceGrad { .. } | SoftmaxGrad { .. } | DropoutGrad { .. } | PoolGrad { .. } | SoftmaxCrossEntropyGrad => 0,
-        LayerNormGrad { part: GradPart::Input, .. } | RmsNormGrad { part: GradPart::Input, .. } => 0,
-        GroupNormGrad { part: GradPart::Input, .. } | BatchNormGrad { part: GradPart::Input, .. } => 0,
+        Unary(_)
+        | Pow { .. }
+        | Cast
+        | Softmax { .. }
+        | LayerNorm { .. }
+        | RmsNorm { .. }
+        | GroupNorm { .. }
+        | BatchNorm { .. }
+        | Dropout { .. }
+        | Rope { .. } => 0,
+        UnaryGrad(_)
+        | ReduceGrad { .. }
+        | SoftmaxGrad { .. }
+        | DropoutGrad { .. }
+        | PoolGrad { .. }
+        | SoftmaxCrossEntropyGrad => 0,
+        LayerNormGrad { part: GradPart::Input, .. } | RmsNormGrad { part: GradPart::Input, .. } => {
+            0
+        }
+        GroupNormGrad { part: GradPart::Input, .. }
+        | BatchNormGrad { part: GradPart::Input, .. } => 0,
         AttentionGrad { part: GradPart::Q, .. } => 0,
         AttentionGrad { part: GradPart::K, .. } => 1,
         AttentionGrad { part: GradPart::V, .. } => 2,
@@ -345,7 +408,12 @@ fn result_like<'a>(op: &Op, x: &[&'a Tensor]) -> Option<&'a [usize]> {
 /// # Panics
 /// When the running statistics are not `[C]` for `x`'s channel count: the plan checker rules
 /// that out, so it is a bug in the caller, not bad data.
-pub fn batch_norm_update(x: &Tensor, running_mean: &Tensor, running_var: &Tensor, momentum: f64) -> (Tensor, Tensor) {
+pub fn batch_norm_update(
+    x: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    momentum: f64,
+) -> (Tensor, Tensor) {
     norm::batch_norm_update(x, running_mean, running_var, momentum)
 }
 
@@ -353,7 +421,11 @@ pub fn batch_norm_update(x: &Tensor, running_mean: &Tensor, running_var: &Tensor
 
 fn arity(inputs: &[&Tensor], n: usize) -> KResult<()> {
     if inputs.len() != n {
-        return err(format!("expects {n} input{}, got {}", if n == 1 { "" } else { "s" }, inputs.len()));
+        return err(format!(
+            "expects {n} input{}, got {}",
+            if n == 1 { "" } else { "s" },
+            inputs.len()
+        ));
     }
     Ok(())
 }

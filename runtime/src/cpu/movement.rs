@@ -10,7 +10,10 @@ pub(crate) fn permute(x: &Tensor, perm: &[usize], shape: &[usize]) -> KResult<Da
     let mut seen = vec![false; rank];
     for &p in perm {
         if p >= rank || std::mem::replace(&mut seen[p], true) {
-            return err(format!("{perm:?} is not a permutation of the {rank} axes of {:?}", x.shape));
+            return err(format!(
+                "{perm:?} is not a permutation of the {rank} axes of {:?}",
+                x.shape
+            ));
         }
     }
     if perm.len() != rank {
@@ -29,7 +32,11 @@ pub(crate) fn permute(x: &Tensor, perm: &[usize], shape: &[usize]) -> KResult<Da
 
 pub(crate) fn reshape(x: &Tensor, shape: &[usize]) -> KResult<Data> {
     if numel(shape) != x.data.len() {
-        return err(format!("cannot reshape {:?} ({} elements) to {shape:?}", x.shape, x.data.len()));
+        return err(format!(
+            "cannot reshape {:?} ({} elements) to {shape:?}",
+            x.shape,
+            x.data.len()
+        ));
     }
     Ok(x.data.clone())
 }
@@ -42,9 +49,13 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize, shape: &[usize]) -> KResult<Da
     let mut out_shape = first.shape.clone();
     out_shape[axis] = 0;
     for (i, t) in xs.iter().enumerate() {
-        let same_elsewhere = t.shape.len() == rank && (0..rank).all(|k| k == axis || t.shape[k] == first.shape[k]);
+        let same_elsewhere =
+            t.shape.len() == rank && (0..rank).all(|k| k == axis || t.shape[k] == first.shape[k]);
         if !same_elsewhere {
-            return err(format!("input {i} has shape {:?}, which differs from input 0's {:?} off axis {axis}", t.shape, first.shape));
+            return err(format!(
+                "input {i} has shape {:?}, which differs from input 0's {:?} off axis {axis}",
+                t.shape, first.shape
+            ));
         }
         out_shape[axis] += t.shape[axis];
     }
@@ -65,7 +76,13 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize, shape: &[usize]) -> KResult<Da
     })())
 }
 
-fn join<E: Copy>(parts: &[&[E]], xs: &[&Tensor], outer: usize, axis: usize, inner: usize) -> Vec<E> {
+fn join<E: Copy>(
+    parts: &[&[E]],
+    xs: &[&Tensor],
+    outer: usize,
+    axis: usize,
+    inner: usize,
+) -> Vec<E> {
     let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
     for o in 0..outer {
         for (p, t) in parts.iter().zip(xs) {
@@ -79,12 +96,21 @@ fn join<E: Copy>(parts: &[&[E]], xs: &[&Tensor], outer: usize, axis: usize, inne
 fn check_range(x_shape: &[usize], axis: usize, start: usize, end: usize) -> KResult<()> {
     check_axis(axis, x_shape.len(), "axis")?;
     if !(start < end && end <= x_shape[axis]) {
-        return err(format!("{start}..{end} is out of range for axis {axis} of size {}", x_shape[axis]));
+        return err(format!(
+            "{start}..{end} is out of range for axis {axis} of size {}",
+            x_shape[axis]
+        ));
     }
     Ok(())
 }
 
-pub(crate) fn slice(x: &Tensor, axis: usize, start: usize, end: usize, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn slice(
+    x: &Tensor,
+    axis: usize,
+    start: usize,
+    end: usize,
+    shape: &[usize],
+) -> KResult<Data> {
     check_range(&x.shape, axis, start, end)?;
     let mut out_shape = x.shape.clone();
     out_shape[axis] = end - start;
@@ -100,7 +126,13 @@ pub(crate) fn slice(x: &Tensor, axis: usize, start: usize, end: usize, shape: &[
 }
 
 /// `[dy]` → zeros of the step's shape with `dy` at `start..end` of `axis`.
-pub(crate) fn slice_grad(dy: &Tensor, axis: usize, start: usize, end: usize, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn slice_grad(
+    dy: &Tensor,
+    axis: usize,
+    start: usize,
+    end: usize,
+    shape: &[usize],
+) -> KResult<Data> {
     check_range(shape, axis, start, end)?;
     let mut dy_shape = shape.to_vec();
     dy_shape[axis] = end - start;
@@ -154,7 +186,12 @@ pub(crate) fn gather(x: &Tensor, index: &Tensor, axis: usize, shape: &[usize]) -
 
 /// `[index, dy]` → dx of the step's shape: `dy` scatter-added at `index` along `axis`
 /// (a repeated index accumulates).
-pub(crate) fn gather_grad(index: &Tensor, dy: &Tensor, axis: usize, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn gather_grad(
+    index: &Tensor,
+    dy: &Tensor,
+    axis: usize,
+    shape: &[usize],
+) -> KResult<Data> {
     check_axis(axis, shape.len(), "axis")?;
     let mut dy_shape = shape[..axis].to_vec();
     dy_shape.extend_from_slice(&index.shape);

@@ -26,7 +26,13 @@ struct Blocks<F: Fn(usize, usize) -> usize + Sync> {
 type Affine<T> = (Option<Vec<T>>, Option<Vec<T>>);
 
 /// The optional affine parameters of a norm, as inputs `first`, `first + 1`.
-fn affine<T: Float>(x: &[&Tensor], first: usize, has_weight: bool, has_bias: bool, size: usize) -> KResult<Affine<T>> {
+fn affine<T: Float>(
+    x: &[&Tensor],
+    first: usize,
+    has_weight: bool,
+    has_bias: bool,
+    size: usize,
+) -> KResult<Affine<T>> {
     let mut next = first;
     let mut take = |present: bool, name: &str| -> KResult<Option<Vec<T>>> {
         if !present {
@@ -72,7 +78,14 @@ impl<F: Fn(usize, usize) -> usize + Sync> Blocks<F> {
     }
 
     /// The derivative of input `part` (`params` elements for the weight and bias).
-    fn backward<T: Float>(&self, x: &[T], w: Option<&[T]>, dy: &[T], part: GradPart, params: usize) -> Vec<T> {
+    fn backward<T: Float>(
+        &self,
+        x: &[T],
+        w: Option<&[T]>,
+        dy: &[T],
+        part: GradPart,
+        params: usize,
+    ) -> Vec<T> {
         let len = self.len;
         if part == GradPart::Input {
             let mut dx = vec![T::zero(); x.len()];
@@ -80,7 +93,9 @@ impl<F: Fn(usize, usize) -> usize + Sync> Blocks<F> {
                 let (xb, gb) = (&x[blk * len..(blk + 1) * len], &dy[blk * len..(blk + 1) * len]);
                 let (mean, rstd) = self.stats(xb);
                 let xhat: Vec<f64> = xb.iter().map(|v| (v.f64() - mean) * rstd).collect();
-                let g: Vec<f64> = (0..len).map(|i| gb[i].f64() * w.map_or(1.0, |w| w[(self.param)(blk, i)].f64())).collect();
+                let g: Vec<f64> = (0..len)
+                    .map(|i| gb[i].f64() * w.map_or(1.0, |w| w[(self.param)(blk, i)].f64()))
+                    .collect();
                 let mean_g = if self.center { g.iter().sum::<f64>() / len as f64 } else { 0.0 };
                 let mean_gx = g.iter().zip(&xhat).map(|(g, x)| g * x).sum::<f64>() / len as f64;
                 for (i, o) in o.iter_mut().enumerate() {
@@ -94,7 +109,11 @@ impl<F: Fn(usize, usize) -> usize + Sync> Blocks<F> {
         for (blk, (xb, gb)) in x.chunks_exact(len).zip(dy.chunks_exact(len)).enumerate() {
             let (mean, rstd) = if part == GradPart::Weight { self.stats(xb) } else { (0.0, 0.0) };
             for i in 0..len {
-                let v = if part == GradPart::Weight { gb[i].f64() * (xb[i].f64() - mean) * rstd } else { gb[i].f64() };
+                let v = if part == GradPart::Weight {
+                    gb[i].f64() * (xb[i].f64() - mean) * rstd
+                } else {
+                    gb[i].f64()
+                };
                 acc[(self.param)(blk, i)] += v;
             }
         }
@@ -127,7 +146,12 @@ fn last_axis(x: &Tensor) -> KResult<usize> {
 
 // ---- layer norm and RMS norm ------------------------------------------------------------------
 
-pub(crate) fn layer_norm(x: &[&Tensor], eps: f64, has_weight: bool, has_bias: bool) -> KResult<Data> {
+pub(crate) fn layer_norm(
+    x: &[&Tensor],
+    eps: f64,
+    has_weight: bool,
+    has_bias: bool,
+) -> KResult<Data> {
     let d = last_axis(x[0])?;
     let blocks = Blocks { len: d, center: true, eps, param: |_, i| i };
     by_float!(x, T => (|| {
@@ -137,7 +161,13 @@ pub(crate) fn layer_norm(x: &[&Tensor], eps: f64, has_weight: bool, has_bias: bo
 }
 
 /// Inputs `x, weight?, bias?, dy`.
-pub(crate) fn layer_norm_grad(x: &[&Tensor], eps: f64, has_weight: bool, has_bias: bool, part: GradPart) -> KResult<Data> {
+pub(crate) fn layer_norm_grad(
+    x: &[&Tensor],
+    eps: f64,
+    has_weight: bool,
+    has_bias: bool,
+    part: GradPart,
+) -> KResult<Data> {
     check_part(part, has_weight, has_bias)?;
     let d = last_axis(x[0])?;
     let dy = x[x.len() - 1];
@@ -159,7 +189,12 @@ pub(crate) fn rms_norm(x: &[&Tensor], eps: f64, has_weight: bool) -> KResult<Dat
 }
 
 /// Inputs `x, weight?, dy`.
-pub(crate) fn rms_norm_grad(x: &[&Tensor], eps: f64, has_weight: bool, part: GradPart) -> KResult<Data> {
+pub(crate) fn rms_norm_grad(
+    x: &[&Tensor],
+    eps: f64,
+    has_weight: bool,
+    part: GradPart,
+) -> KResult<Data> {
     check_part(part, has_weight, false)?;
     let d = last_axis(x[0])?;
     let dy = x[x.len() - 1];
@@ -173,7 +208,12 @@ pub(crate) fn rms_norm_grad(x: &[&Tensor], eps: f64, has_weight: bool, part: Gra
 
 /// Inputs `x, dy` → `[⌈R / chunk⌉, D]`: `Op::NormWeightGradPartial`, the weight derivative of
 /// a layer norm (`center`) or RMS norm summed per chunk of `chunk` rows.
-pub(crate) fn norm_weight_grad_partial(x: &[&Tensor], eps: f64, center: bool, chunk: usize) -> KResult<Data> {
+pub(crate) fn norm_weight_grad_partial(
+    x: &[&Tensor],
+    eps: f64,
+    center: bool,
+    chunk: usize,
+) -> KResult<Data> {
     let d = last_axis(x[0])?;
     check_dy(x[0], x[1])?;
     if chunk == 0 {
@@ -204,10 +244,21 @@ fn group_layout(x: &Tensor, groups: usize) -> KResult<(usize, usize, usize)> {
     Ok((c, spatial, c / groups * spatial))
 }
 
-pub(crate) fn group_norm(x: &[&Tensor], groups: usize, eps: f64, has_weight: bool, has_bias: bool) -> KResult<Data> {
+pub(crate) fn group_norm(
+    x: &[&Tensor],
+    groups: usize,
+    eps: f64,
+    has_weight: bool,
+    has_bias: bool,
+) -> KResult<Data> {
     let (c, spatial, len) = group_layout(x[0], groups)?;
     // The channels of a group are contiguous in [N, C, S]: block b is group b % G of sample b / G.
-    let blocks = Blocks { len, center: true, eps, param: move |b, i| (b % groups) * (c / groups) + i / spatial };
+    let blocks = Blocks {
+        len,
+        center: true,
+        eps,
+        param: move |b, i| (b % groups) * (c / groups) + i / spatial,
+    };
     by_float!(x, T => (|| {
         let (w, b) = affine::<T>(x, 1, has_weight, has_bias, c)?;
         Ok(blocks.forward(&floats::<T>(x[0], "x")?, w.as_deref(), b.as_deref()))
@@ -215,12 +266,24 @@ pub(crate) fn group_norm(x: &[&Tensor], groups: usize, eps: f64, has_weight: boo
 }
 
 /// Inputs `x, weight?, bias?, dy`.
-pub(crate) fn group_norm_grad(x: &[&Tensor], groups: usize, eps: f64, has_weight: bool, has_bias: bool, part: GradPart) -> KResult<Data> {
+pub(crate) fn group_norm_grad(
+    x: &[&Tensor],
+    groups: usize,
+    eps: f64,
+    has_weight: bool,
+    has_bias: bool,
+    part: GradPart,
+) -> KResult<Data> {
     check_part(part, has_weight, has_bias)?;
     let (c, spatial, len) = group_layout(x[0], groups)?;
     let dy = x[x.len() - 1];
     check_dy(x[0], dy)?;
-    let blocks = Blocks { len, center: true, eps, param: move |b, i| (b % groups) * (c / groups) + i / spatial };
+    let blocks = Blocks {
+        len,
+        center: true,
+        eps,
+        param: move |b, i| (b % groups) * (c / groups) + i / spatial,
+    };
     by_float!(x, T => (|| {
         let (w, _) = affine::<T>(x, 1, has_weight, has_bias, c)?;
         Ok(blocks.backward(&floats::<T>(x[0], "x")?, w.as_deref(), &floats::<T>(dy, "dy")?, part, c))
@@ -238,9 +301,19 @@ fn batch_layout(x: &Tensor) -> KResult<(usize, usize, usize)> {
 }
 
 /// Per-channel (mean, rstd): the batch's (biased variance) in training, else the running ones.
-fn batch_stats<T: Float>(x: &[T], (n, c, s): (usize, usize, usize), rm: &Tensor, rv: &Tensor, eps: f64, training: bool) -> KResult<Vec<(f64, f64)>> {
+fn batch_stats<T: Float>(
+    x: &[T],
+    (n, c, s): (usize, usize, usize),
+    rm: &Tensor,
+    rv: &Tensor,
+    eps: f64,
+    training: bool,
+) -> KResult<Vec<(f64, f64)>> {
     if rm.shape != [c] || rv.shape != [c] {
-        return err(format!("running statistics must have shape [{c}], found {:?} and {:?}", rm.shape, rv.shape));
+        return err(format!(
+            "running statistics must have shape [{c}], found {:?} and {:?}",
+            rm.shape, rv.shape
+        ));
     }
     if !training {
         let (m, v) = (rm.to_f64_vec(), rv.to_f64_vec());
@@ -259,7 +332,9 @@ fn batch_stats<T: Float>(x: &[T], (n, c, s): (usize, usize, usize), rm: &Tensor,
 
 /// Mean and biased variance of channel `ch`.
 fn channel_moments<T: Float>(x: &[T], (n, c, s): (usize, usize, usize), ch: usize) -> (f64, f64) {
-    let values = || (0..n).flat_map(move |i| x[(i * c + ch) * s..(i * c + ch + 1) * s].iter().map(|v| v.f64()));
+    let values = || {
+        (0..n).flat_map(move |i| x[(i * c + ch) * s..(i * c + ch + 1) * s].iter().map(|v| v.f64()))
+    };
     let count = (n * s) as f64;
     let mean = values().sum::<f64>() / count;
     let var = values().map(|v| (v - mean).powi(2)).sum::<f64>() / count;
@@ -267,7 +342,13 @@ fn channel_moments<T: Float>(x: &[T], (n, c, s): (usize, usize, usize), ch: usiz
 }
 
 /// Inputs `x, running_mean, running_var, weight?, bias?`.
-pub(crate) fn batch_norm(x: &[&Tensor], eps: f64, has_weight: bool, has_bias: bool, training: bool) -> KResult<Data> {
+pub(crate) fn batch_norm(
+    x: &[&Tensor],
+    eps: f64,
+    has_weight: bool,
+    has_bias: bool,
+    training: bool,
+) -> KResult<Data> {
     let dims @ (_, c, s) = batch_layout(x[0])?;
     by_float!(x, T => (|| {
         let xv = floats::<T>(x[0], "x")?;
@@ -290,7 +371,14 @@ pub(crate) fn batch_norm(x: &[&Tensor], eps: f64, has_weight: bool, has_bias: bo
 
 /// Inputs `x, running_mean, running_var, weight?, bias?, dy`. In training the batch statistics
 /// depend on `x` (the full derivative); otherwise `dx = dy·w·rstd`.
-pub(crate) fn batch_norm_grad(x: &[&Tensor], eps: f64, has_weight: bool, has_bias: bool, part: GradPart, training: bool) -> KResult<Data> {
+pub(crate) fn batch_norm_grad(
+    x: &[&Tensor],
+    eps: f64,
+    has_weight: bool,
+    has_bias: bool,
+    part: GradPart,
+    training: bool,
+) -> KResult<Data> {
     check_part(part, has_weight, has_bias)?;
     let dims @ (n, c, s) = batch_layout(x[0])?;
     let dy = x[x.len() - 1];
@@ -329,9 +417,18 @@ pub(crate) fn batch_norm_grad(x: &[&Tensor], eps: f64, has_weight: bool, has_bia
     })())
 }
 
-pub(crate) fn batch_norm_update(x: &Tensor, running_mean: &Tensor, running_var: &Tensor, momentum: f64) -> (Tensor, Tensor) {
+pub(crate) fn batch_norm_update(
+    x: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    momentum: f64,
+) -> (Tensor, Tensor) {
     let (n, c, s) = batch_layout(x).unwrap_or_else(|e| panic!("batch_norm_update: {e}"));
-    assert!(running_mean.shape == [c] && running_var.shape == [c], "batch_norm_update: running statistics must be [{c}] for x {:?}", x.shape);
+    assert!(
+        running_mean.shape == [c] && running_var.shape == [c],
+        "batch_norm_update: running statistics must be [{c}] for x {:?}",
+        x.shape
+    );
     let xv = x.to_f64_vec();
     let (old_m, old_v) = (running_mean.to_f64_vec(), running_var.to_f64_vec());
     let count = n * s;
@@ -343,7 +440,11 @@ pub(crate) fn batch_norm_update(x: &Tensor, running_mean: &Tensor, running_var: 
         new_v.push((1.0 - momentum) * old_v[ch] + momentum * unbiased);
     }
     let like = |t: &Tensor, v: Vec<f64>| {
-        let data = if matches!(t.data, Data::F64(_)) { Data::F64(v) } else { Data::F32(v.into_iter().map(|x| x as f32).collect()) };
+        let data = if matches!(t.data, Data::F64(_)) {
+            Data::F64(v)
+        } else {
+            Data::F32(v.into_iter().map(|x| x as f32).collect())
+        };
         Tensor { dtype: t.dtype, shape: t.shape.clone(), data }
     };
     (like(running_mean, new_m), like(running_var, new_v))

@@ -24,7 +24,9 @@ pub(crate) fn constant(value: f64, dtype: DType, shape: &[usize]) -> Data {
 }
 
 pub(crate) fn arange(shape: &[usize]) -> KResult<Data> {
-    let &[n] = shape else { return err(format!("the result must be 1-D, the step says {shape:?}")) };
+    let &[n] = shape else {
+        return err(format!("the result must be 1-D, the step says {shape:?}"));
+    };
     if n > i32::MAX as usize {
         return err(format!("{n} elements do not fit i32 indices"));
     }
@@ -183,7 +185,14 @@ fn float_op<T: Float>(op: BinaryOp) -> fn(T, T) -> T {
 }
 
 /// `a op b` with NumPy broadcasting (`op` is applied at every index of the result).
-fn broadcast_apply<E: Copy + Default>(a: &[E], sa: &[usize], b: &[E], sb: &[usize], out_shape: &[usize], f: impl Fn(E, E) -> KResult<E>) -> KResult<Vec<E>> {
+fn broadcast_apply<E: Copy + Default>(
+    a: &[E],
+    sa: &[usize],
+    b: &[E],
+    sb: &[usize],
+    out_shape: &[usize],
+    f: impl Fn(E, E) -> KResult<E>,
+) -> KResult<Vec<E>> {
     if sa == sb {
         return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
     }
@@ -224,7 +233,9 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, shape: &[usize]) -> K
             };
             Ok(Data::I32(broadcast_apply(x, &a.shape, y, &b.shape, &out_shape, f)?))
         }
-        (Data::I32(_), _) | (_, Data::I32(_)) => err("cannot combine an integer tensor with a float one"),
+        (Data::I32(_), _) | (_, Data::I32(_)) => {
+            err("cannot combine an integer tensor with a float one")
+        }
         _ => by_float!(&[a, b], T => (|| {
             let f = float_op::<T>(op);
             let (x, y) = (floats::<T>(a, "a")?, floats::<T>(b, "b")?);
@@ -271,13 +282,21 @@ pub(crate) fn cast(x: &Tensor, dtype: DType) -> KResult<Data> {
     };
     Ok(match (&x.data, dtype.is_float()) {
         (Data::F32(v), true) => Data::F32(v.iter().map(|&v| round(v)).collect()),
-        (Data::F64(v), true) if matches!(dtype, DType::F16 | DType::BF16) => Data::F64(v.iter().map(|&v| round(v as f32) as f64).collect()),
+        (Data::F64(v), true) if matches!(dtype, DType::F16 | DType::BF16) => {
+            Data::F64(v.iter().map(|&v| round(v as f32) as f64).collect())
+        }
         (Data::F64(v), true) => Data::F64(v.clone()),
         (Data::I32(v), true) => Data::F32(v.iter().map(|&v| round(v as f32)).collect()),
-        (Data::I32(v), false) if dtype == DType::Bool => Data::I32(v.iter().map(|&v| (v != 0) as i32).collect()),
+        (Data::I32(v), false) if dtype == DType::Bool => {
+            Data::I32(v.iter().map(|&v| (v != 0) as i32).collect())
+        }
         (Data::I32(v), false) => Data::I32(v.clone()),
-        (Data::F32(v), false) if dtype == DType::Bool => Data::I32(v.iter().map(|&v| (v != 0.0) as i32).collect()),
-        (Data::F64(v), false) if dtype == DType::Bool => Data::I32(v.iter().map(|&v| (v != 0.0) as i32).collect()),
+        (Data::F32(v), false) if dtype == DType::Bool => {
+            Data::I32(v.iter().map(|&v| (v != 0.0) as i32).collect())
+        }
+        (Data::F64(v), false) if dtype == DType::Bool => {
+            Data::I32(v.iter().map(|&v| (v != 0.0) as i32).collect())
+        }
         (Data::F32(v), false) => Data::I32(v.iter().map(|&v| v as i32).collect()),
         (Data::F64(v), false) => Data::I32(v.iter().map(|&v| v as i32).collect()),
     })

@@ -22,7 +22,9 @@ fn kept_shape(x_shape: &[usize], axes: &[usize]) -> KResult<Vec<usize>> {
 
 fn out_shape(x_shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
     let reduced = |i| axes.contains(&i);
-    (0..x_shape.len()).filter_map(|i| if reduced(i) { keepdim.then_some(1) } else { Some(x_shape[i]) }).collect()
+    (0..x_shape.len())
+        .filter_map(|i| if reduced(i) { keepdim.then_some(1) } else { Some(x_shape[i]) })
+        .collect()
 }
 
 /// Max or min that propagates NaN, as PyTorch's reductions do.
@@ -37,7 +39,13 @@ fn extreme<T: Float>(op: ReduceOp, acc: T, v: T) -> T {
     }
 }
 
-pub(crate) fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdim: bool, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn reduce(
+    op: ReduceOp,
+    x: &Tensor,
+    axes: &[usize],
+    keepdim: bool,
+    shape: &[usize],
+) -> KResult<Data> {
     let kept = kept_shape(&x.shape, axes)?;
     check_shape(&out_shape(&x.shape, axes, keepdim), shape)?;
     let to_out = broadcast_strides(&kept, &x.shape)?;
@@ -75,11 +83,21 @@ pub(crate) fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdim: bool, sh
 
 /// `[x, y, dy]` → dx: sum spreads `dy`, mean spreads `dy / count`, max/min route `dy` to the
 /// first element (row-major) of each reduced group that equals the result.
-pub(crate) fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, dy: &Tensor, axes: &[usize], keepdim: bool) -> KResult<Data> {
+pub(crate) fn reduce_grad(
+    op: ReduceOp,
+    x: &Tensor,
+    y: &Tensor,
+    dy: &Tensor,
+    axes: &[usize],
+    keepdim: bool,
+) -> KResult<Data> {
     let kept = kept_shape(&x.shape, axes)?;
     let want = out_shape(&x.shape, axes, keepdim);
     if y.shape != want || dy.shape != want {
-        return err(format!("y {:?} and dy {:?} must have the reduced shape {want:?}", y.shape, dy.shape));
+        return err(format!(
+            "y {:?} and dy {:?} must have the reduced shape {want:?}",
+            y.shape, dy.shape
+        ));
     }
     let to_out = broadcast_strides(&kept, &x.shape)?;
     let count = numel(&x.shape) / numel(&kept).max(1);
@@ -143,7 +161,12 @@ pub(crate) fn argmax(x: &Tensor, axis: usize, shape: &[usize]) -> KResult<Data> 
 /// Calls `f(start, stride, put)` for every 1-D line along `axis`: element `k` of the line is at
 /// `start + k·stride` of the input, and `put(k, v)` stores the result there. The lines of one
 /// outer index are handed out together, so the output can be split over the cores.
-fn lines<T: Float>(shape: &[usize], axis: usize, out: &mut [T], f: impl Fn(usize, usize, &mut dyn FnMut(usize, T)) + Sync) {
+fn lines<T: Float>(
+    shape: &[usize],
+    axis: usize,
+    out: &mut [T],
+    f: impl Fn(usize, usize, &mut dyn FnMut(usize, T)) + Sync,
+) {
     let (_, n, inner) = split_at_axis(shape, axis);
     par_chunks(out, n * inner, n * inner * 8, |o, block| {
         for i in 0..inner {
@@ -201,13 +224,24 @@ pub(crate) fn softmax_grad(y: &Tensor, dy: &Tensor, axis: usize, log: bool) -> K
 
 /// Rows and classes of `logits [..N, C]` against `targets [..N]`, with the targets checked.
 fn ce_layout(logits: &Tensor, targets: &Tensor) -> KResult<(usize, usize, Vec<usize>)> {
-    let Some((&c, lead)) = logits.shape.split_last() else { return err("logits must have a class axis") };
+    let Some((&c, lead)) = logits.shape.split_last() else {
+        return err("logits must have a class axis");
+    };
     if targets.shape != lead {
-        return err(format!("targets {:?} must be the logits' shape {:?} without the class axis", targets.shape, logits.shape));
+        return err(format!(
+            "targets {:?} must be the logits' shape {:?} without the class axis",
+            targets.shape, logits.shape
+        ));
     }
     let t = ints(targets, "targets")?
         .iter()
-        .map(|&t| if t < 0 || t as usize >= c { err(format!("target {t} is out of range for {c} classes")) } else { Ok(t as usize) })
+        .map(|&t| {
+            if t < 0 || t as usize >= c {
+                err(format!("target {t} is out of range for {c} classes"))
+            } else {
+                Ok(t as usize)
+            }
+        })
         .collect::<KResult<Vec<_>>>()?;
     Ok((numel(lead), c, t))
 }
@@ -224,7 +258,11 @@ pub(crate) fn cross_entropy(logits: &Tensor, targets: &Tensor, shape: &[usize]) 
 }
 
 /// `Op::CrossEntropyRows`: each row's `logsumexp − logit[target]`, in f64 as the loss.
-pub(crate) fn cross_entropy_rows(logits: &Tensor, targets: &Tensor, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn cross_entropy_rows(
+    logits: &Tensor,
+    targets: &Tensor,
+    shape: &[usize],
+) -> KResult<Data> {
     let (rows, c, t) = ce_layout(logits, targets)?;
     check_shape(&[rows], shape)?;
     by_float!(&[logits], T => (|| {
@@ -234,7 +272,11 @@ pub(crate) fn cross_entropy_rows(logits: &Tensor, targets: &Tensor, shape: &[usi
 }
 
 /// `logsumexp(row) − row[target]` per row of `c` logits.
-fn row_losses<'a, T: Float>(v: &'a [T], c: usize, targets: &'a [usize]) -> impl Iterator<Item = f64> + 'a {
+fn row_losses<'a, T: Float>(
+    v: &'a [T],
+    c: usize,
+    targets: &'a [usize],
+) -> impl Iterator<Item = f64> + 'a {
     targets.iter().enumerate().map(move |(r, &t)| {
         let row: Vec<f64> = v[r * c..(r + 1) * c].iter().map(|x| x.f64()).collect();
         let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -243,7 +285,11 @@ fn row_losses<'a, T: Float>(v: &'a [T], c: usize, targets: &'a [usize]) -> impl 
 }
 
 /// `[logits, targets, dloss]` → `(softmax(logits) − one_hot(targets)) · dloss / N`.
-pub(crate) fn cross_entropy_grad(logits: &Tensor, targets: &Tensor, dloss: &Tensor) -> KResult<Data> {
+pub(crate) fn cross_entropy_grad(
+    logits: &Tensor,
+    targets: &Tensor,
+    dloss: &Tensor,
+) -> KResult<Data> {
     let (rows, c, t) = ce_layout(logits, targets)?;
     if dloss.data.len() != 1 {
         return err(format!("dloss must be a scalar, found shape {:?}", dloss.shape));

@@ -11,7 +11,9 @@ struct Rng(u64);
 
 impl Rng {
     fn new(seed: &str) -> Rng {
-        Rng(seed.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)))
+        Rng(seed
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)))
     }
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -39,7 +41,11 @@ const TRAIN: Ctx = Ctx { training: true, seed: 7, node: 3 };
 const INFER: Ctx = Ctx { training: false, seed: 7, node: 3 };
 
 fn ev_ctx(op: &Op, inputs: &[&Tensor], shape: &[usize], ctx: &Ctx) -> Tensor {
-    let dtype = if inputs.iter().any(|t| !matches!(t.data, Data::I32(_))) || inputs.is_empty() { DType::F32 } else { DType::I32 };
+    let dtype = if inputs.iter().any(|t| !matches!(t.data, Data::I32(_))) || inputs.is_empty() {
+        DType::F32
+    } else {
+        DType::I32
+    };
     eval(op, inputs, dtype, shape, ctx).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -55,7 +61,10 @@ fn f64s(t: &Tensor) -> Vec<f64> {
 fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: lengths differ");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}: element {i}: got {g}, want {w}\n got {got:?}\nwant {want:?}");
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}: element {i}: got {g}, want {w}\n got {got:?}\nwant {want:?}"
+        );
     }
 }
 
@@ -65,7 +74,13 @@ fn dot(a: &Tensor, b: &Tensor) -> f64 {
 
 /// Checks `grad(inputs, dy)` against central differences of `⟨dy, f(inputs)⟩` with respect to
 /// every element of input `wrt` (f64 storage, random upstream gradient `dy`).
-fn check_grad(name: &str, inputs: &[Tensor], wrt: usize, f: &dyn Fn(&[Tensor]) -> Tensor, grad: &dyn Fn(&[Tensor], &Tensor) -> Tensor) {
+fn check_grad(
+    name: &str,
+    inputs: &[Tensor],
+    wrt: usize,
+    f: &dyn Fn(&[Tensor]) -> Tensor,
+    grad: &dyn Fn(&[Tensor], &Tensor) -> Tensor,
+) {
     let mut rng = Rng::new(name);
     let y = f(inputs);
     let dy = rng.t(&y.shape);
@@ -87,11 +102,26 @@ fn check_grad(name: &str, inputs: &[Tensor], wrt: usize, f: &dyn Fn(&[Tensor]) -
 }
 
 /// [`check_grad`] of a single op, with the derivative computed by `grad`.
-fn check_op(name: &str, op: &Op, inputs: &[Tensor], shape: &[usize], wrt: usize, grad: &dyn Fn(&[Tensor], &Tensor) -> Tensor) {
+fn check_op(
+    name: &str,
+    op: &Op,
+    inputs: &[Tensor],
+    shape: &[usize],
+    wrt: usize,
+    grad: &dyn Fn(&[Tensor], &Tensor) -> Tensor,
+) {
     check_op_ctx(name, op, inputs, shape, wrt, &TRAIN, grad)
 }
 
-fn check_op_ctx(name: &str, op: &Op, inputs: &[Tensor], shape: &[usize], wrt: usize, ctx: &Ctx, grad: &dyn Fn(&[Tensor], &Tensor) -> Tensor) {
+fn check_op_ctx(
+    name: &str,
+    op: &Op,
+    inputs: &[Tensor],
+    shape: &[usize],
+    wrt: usize,
+    ctx: &Ctx,
+    grad: &dyn Fn(&[Tensor], &Tensor) -> Tensor,
+) {
     let f = |xs: &[Tensor]| ev_ctx(op, &xs.iter().collect::<Vec<_>>(), shape, ctx);
     check_grad(name, inputs, wrt, &f, grad);
 }
@@ -127,7 +157,9 @@ fn unary_grads() {
         let name = format!("{u:?}");
         let positive = matches!(u, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt);
         let x = Rng::new(&name).tensor(&[3, 5], if positive { 0.2 } else { -2.0 }, 2.0);
-        check_op(&name, &Op::Unary(u), &[x], &[3, 5], 0, &|xs, dy| ev(&Op::UnaryGrad(u), &[&xs[0], dy], &[3, 5]));
+        check_op(&name, &Op::Unary(u), &[x], &[3, 5], 0, &|xs, dy| {
+            ev(&Op::UnaryGrad(u), &[&xs[0], dy], &[3, 5])
+        });
     }
 }
 
@@ -151,7 +183,13 @@ fn broadcast(a: &[usize], b: &[usize]) -> Vec<usize> {
 
 #[test]
 fn binary_grads_with_broadcasting() {
-    let cases: [(&[usize], &[usize]); 5] = [(&[3, 4], &[3, 4]), (&[2, 3, 4], &[4]), (&[2, 1, 4], &[3, 1]), (&[], &[2, 3]), (&[2, 3], &[1])];
+    let cases: [(&[usize], &[usize]); 5] = [
+        (&[3, 4], &[3, 4]),
+        (&[2, 3, 4], &[4]),
+        (&[2, 1, 4], &[3, 1]),
+        (&[], &[2, 3]),
+        (&[2, 3], &[1]),
+    ];
     for (sa, sb) in cases {
         let out = broadcast(sa, sb);
         for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
@@ -159,14 +197,23 @@ fn binary_grads_with_broadcasting() {
             let a = rng.t(sa);
             let b = if op == BinaryOp::Div { rng.tensor(sb, 0.5, 1.5) } else { rng.t(sb) };
             let name = format!("{op:?} {sa:?} {sb:?}");
-            let bin = |o, x: &Tensor, y: &Tensor| ev(&Op::Binary(o), &[x, y], &broadcast(&x.shape, &y.shape));
+            let bin = |o, x: &Tensor, y: &Tensor| {
+                ev(&Op::Binary(o), &[x, y], &broadcast(&x.shape, &y.shape))
+            };
             let sum_to = |t: &Tensor, s: &[usize]| ev(&Op::SumTo, &[t], s);
             let out2 = out.clone();
-            check_op(&name, &Op::Binary(op), &[a.clone(), b.clone()], &out, 0, &|xs, dy| match op {
-                BinaryOp::Add | BinaryOp::Sub => sum_to(dy, sa),
-                BinaryOp::Mul => sum_to(&bin(BinaryOp::Mul, dy, &xs[1]), sa),
-                BinaryOp::Div => sum_to(&bin(BinaryOp::Div, dy, &xs[1]), sa),
-            });
+            check_op(
+                &name,
+                &Op::Binary(op),
+                &[a.clone(), b.clone()],
+                &out,
+                0,
+                &|xs, dy| match op {
+                    BinaryOp::Add | BinaryOp::Sub => sum_to(dy, sa),
+                    BinaryOp::Mul => sum_to(&bin(BinaryOp::Mul, dy, &xs[1]), sa),
+                    BinaryOp::Div => sum_to(&bin(BinaryOp::Div, dy, &xs[1]), sa),
+                },
+            );
             check_op(&name, &Op::Binary(op), &[a, b], &out2, 1, &|xs, dy| match op {
                 BinaryOp::Add => sum_to(dy, sb),
                 BinaryOp::Sub => sum_to(&ev(&Op::Unary(UnaryOp::Neg), &[dy], &dy.shape), sb),
@@ -192,16 +239,22 @@ fn cast_grad_is_a_cast_back() {
 #[test]
 fn broadcast_to_and_sum_to_are_adjoint() {
     let x = Rng::new("bt").t(&[3, 1]);
-    check_op("broadcast_to", &Op::BroadcastTo, &[x], &[2, 3, 4], 0, &|_, dy| ev(&Op::SumTo, &[dy], &[3, 1]));
+    check_op("broadcast_to", &Op::BroadcastTo, &[x], &[2, 3, 4], 0, &|_, dy| {
+        ev(&Op::SumTo, &[dy], &[3, 1])
+    });
     let y = Rng::new("st").t(&[2, 3, 4]);
-    check_op("sum_to", &Op::SumTo, &[y], &[3, 1], 0, &|_, dy| ev(&Op::BroadcastTo, &[dy], &[2, 3, 4]));
+    check_op("sum_to", &Op::SumTo, &[y], &[3, 1], 0, &|_, dy| {
+        ev(&Op::BroadcastTo, &[dy], &[2, 3, 4])
+    });
 }
 
 #[test]
 fn dropout_grad_uses_the_forward_mask() {
     let x = Rng::new("dropout").t(&[4, 9]);
     let op = Op::Dropout { p: 0.3 };
-    check_op("dropout", &op, &[x], &[4, 9], 0, &|_, dy| ev(&Op::DropoutGrad { p: 0.3, forward: TRAIN.node }, &[dy], &[4, 9]));
+    check_op("dropout", &op, &[x], &[4, 9], 0, &|_, dy| {
+        ev(&Op::DropoutGrad { p: 0.3, forward: TRAIN.node }, &[dy], &[4, 9])
+    });
 }
 
 // ---- matmul and movement ----------------------------------------------------------------------
@@ -270,7 +323,14 @@ fn matmul_grads_with_broadcasting_and_vectors() {
         let (a, b) = (rng.t(sa), rng.t(sb));
         let out = matmul_shape(sa, sb);
         for wrt in 0..2 {
-            check_op(&format!("matmul {sa:?} {sb:?}"), &Op::MatMul, &[a.clone(), b.clone()], &out, wrt, &|xs, dy| matmul_grad(xs, dy, wrt));
+            check_op(
+                &format!("matmul {sa:?} {sb:?}"),
+                &Op::MatMul,
+                &[a.clone(), b.clone()],
+                &out,
+                wrt,
+                &|xs, dy| matmul_grad(xs, dy, wrt),
+            );
         }
     }
 }
@@ -279,16 +339,43 @@ fn matmul_grads_with_broadcasting_and_vectors() {
 fn movement_grads() {
     let mut rng = Rng::new("movement");
     let x = rng.t(&[2, 3, 4]);
-    check_op("permute", &Op::Permute { perm: vec![2, 0, 1] }, std::slice::from_ref(&x), &[4, 2, 3], 0, &|_, dy| ev(&Op::Permute { perm: vec![1, 2, 0] }, &[dy], &[2, 3, 4]));
-    check_op("reshape", &Op::Reshape, std::slice::from_ref(&x), &[6, 4], 0, &|_, dy| ev(&Op::Reshape, &[dy], &[2, 3, 4]));
-    check_op("slice", &Op::Slice { axis: 1, start: 1, end: 3 }, std::slice::from_ref(&x), &[2, 2, 4], 0, &|_, dy| ev(&Op::SliceGrad { axis: 1, start: 1, end: 3 }, &[dy], &[2, 3, 4]));
-    check_op("slice last", &Op::Slice { axis: 2, start: 3, end: 4 }, &[x], &[2, 3, 1], 0, &|_, dy| ev(&Op::SliceGrad { axis: 2, start: 3, end: 4 }, &[dy], &[2, 3, 4]));
+    check_op(
+        "permute",
+        &Op::Permute { perm: vec![2, 0, 1] },
+        std::slice::from_ref(&x),
+        &[4, 2, 3],
+        0,
+        &|_, dy| ev(&Op::Permute { perm: vec![1, 2, 0] }, &[dy], &[2, 3, 4]),
+    );
+    check_op("reshape", &Op::Reshape, std::slice::from_ref(&x), &[6, 4], 0, &|_, dy| {
+        ev(&Op::Reshape, &[dy], &[2, 3, 4])
+    });
+    check_op(
+        "slice",
+        &Op::Slice { axis: 1, start: 1, end: 3 },
+        std::slice::from_ref(&x),
+        &[2, 2, 4],
+        0,
+        &|_, dy| ev(&Op::SliceGrad { axis: 1, start: 1, end: 3 }, &[dy], &[2, 3, 4]),
+    );
+    check_op(
+        "slice last",
+        &Op::Slice { axis: 2, start: 3, end: 4 },
+        &[x],
+        &[2, 3, 1],
+        0,
+        &|_, dy| ev(&Op::SliceGrad { axis: 2, start: 3, end: 4 }, &[dy], &[2, 3, 4]),
+    );
 
     let parts = [rng.t(&[2, 3]), rng.t(&[2, 1]), rng.t(&[2, 4])];
     let starts = [0, 3, 4, 8];
     for wrt in 0..3 {
         check_op("concat", &Op::Concat { axis: 1 }, &parts, &[2, 8], wrt, &|_, dy| {
-            ev(&Op::Slice { axis: 1, start: starts[wrt], end: starts[wrt + 1] }, &[dy], &[2, starts[wrt + 1] - starts[wrt]])
+            ev(
+                &Op::Slice { axis: 1, start: starts[wrt], end: starts[wrt + 1] },
+                &[dy],
+                &[2, starts[wrt + 1] - starts[wrt]],
+            )
         });
     }
 }
@@ -298,16 +385,32 @@ fn gather_grads_accumulate_repeated_indices() {
     let mut rng = Rng::new("gather");
     let table = rng.t(&[5, 3]);
     let ids = Tensor::i32(vec![2, 3], vec![4, 0, 4, 1, 4, 0]);
-    check_op("embedding", &Op::Gather { axis: 0 }, &[table, ids.clone()], &[2, 3, 3], 0, &|_, dy| ev(&Op::GatherGrad { axis: 0 }, &[&ids, dy], &[5, 3]));
+    check_op(
+        "embedding",
+        &Op::Gather { axis: 0 },
+        &[table, ids.clone()],
+        &[2, 3, 3],
+        0,
+        &|_, dy| ev(&Op::GatherGrad { axis: 0 }, &[&ids, dy], &[5, 3]),
+    );
     let x = rng.t(&[2, 4, 3]);
     let idx = rng.index(&[5], 4);
-    check_op("gather axis 1", &Op::Gather { axis: 1 }, &[x, idx.clone()], &[2, 5, 3], 0, &|_, dy| ev(&Op::GatherGrad { axis: 1 }, &[&idx, dy], &[2, 4, 3]));
+    check_op(
+        "gather axis 1",
+        &Op::Gather { axis: 1 },
+        &[x, idx.clone()],
+        &[2, 5, 3],
+        0,
+        &|_, dy| ev(&Op::GatherGrad { axis: 1 }, &[&idx, dy], &[2, 4, 3]),
+    );
 }
 
 // ---- reductions, softmax, loss ------------------------------------------------------------------
 
 fn reduced(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
-    (0..shape.len()).filter_map(|i| if axes.contains(&i) { keepdim.then_some(1) } else { Some(shape[i]) }).collect()
+    (0..shape.len())
+        .filter_map(|i| if axes.contains(&i) { keepdim.then_some(1) } else { Some(shape[i]) })
+        .collect()
 }
 
 #[test]
@@ -319,10 +422,17 @@ fn reduce_grads() {
                 let out = reduced(&x.shape, &axes, keepdim);
                 let fwd = Op::Reduce { op, axes: axes.clone(), keepdim };
                 let back = Op::ReduceGrad { op, axes: axes.clone(), keepdim };
-                check_op(&format!("{op:?} {axes:?} {keepdim}"), &fwd, std::slice::from_ref(&x), &out, 0, &|xs, dy| {
-                    let y = ev(&fwd, &[&xs[0]], &out);
-                    ev(&back, &[&xs[0], &y, dy], &xs[0].shape)
-                });
+                check_op(
+                    &format!("{op:?} {axes:?} {keepdim}"),
+                    &fwd,
+                    std::slice::from_ref(&x),
+                    &out,
+                    0,
+                    &|xs, dy| {
+                        let y = ev(&fwd, &[&xs[0]], &out);
+                        ev(&back, &[&xs[0], &y, dy], &xs[0].shape)
+                    },
+                );
             }
         }
     }
@@ -334,10 +444,17 @@ fn softmax_grads() {
     for axis in 0..3 {
         for log in [false, true] {
             let op = Op::Softmax { axis, log };
-            check_op(&format!("softmax {axis} {log}"), &op, std::slice::from_ref(&x), &[3, 4, 5], 0, &|xs, dy| {
-                let y = ev(&op, &[&xs[0]], &[3, 4, 5]);
-                ev(&Op::SoftmaxGrad { axis, log }, &[&y, dy], &[3, 4, 5])
-            });
+            check_op(
+                &format!("softmax {axis} {log}"),
+                &op,
+                std::slice::from_ref(&x),
+                &[3, 4, 5],
+                0,
+                &|xs, dy| {
+                    let y = ev(&op, &[&xs[0]], &[3, 4, 5]);
+                    ev(&Op::SoftmaxGrad { axis, log }, &[&y, dy], &[3, 4, 5])
+                },
+            );
         }
     }
 }
@@ -345,22 +462,42 @@ fn softmax_grads() {
 #[test]
 fn cross_entropy_grad() {
     let mut rng = Rng::new("ce");
-    for (logits, targets) in [(rng.tensor(&[4, 5], -3.0, 3.0), rng.index(&[4], 5)), (rng.t(&[2, 3, 4]), rng.index(&[2, 3], 4)), (rng.t(&[3]), Tensor::i32(vec![], vec![2]))] {
+    for (logits, targets) in [
+        (rng.tensor(&[4, 5], -3.0, 3.0), rng.index(&[4], 5)),
+        (rng.t(&[2, 3, 4]), rng.index(&[2, 3], 4)),
+        (rng.t(&[3]), Tensor::i32(vec![], vec![2])),
+    ] {
         let t = targets.clone();
         let shape = logits.shape.clone();
-        check_op("cross_entropy", &Op::SoftmaxCrossEntropy, &[logits, targets], &[], 0, &|xs, dy| ev(&Op::SoftmaxCrossEntropyGrad, &[&xs[0], &t, dy], &shape));
+        check_op(
+            "cross_entropy",
+            &Op::SoftmaxCrossEntropy,
+            &[logits, targets],
+            &[],
+            0,
+            &|xs, dy| ev(&Op::SoftmaxCrossEntropyGrad, &[&xs[0], &t, dy], &shape),
+        );
     }
 }
 
 // ---- normalization ----------------------------------------------------------------------------
 
 /// Checks every part of a norm: inputs `x` then the present weight and bias.
-fn check_norm(name: &str, fwd: &Op, grad: &dyn Fn(GradPart) -> Op, inputs: &[Tensor], parts: &[GradPart], ctx: &Ctx) {
+fn check_norm(
+    name: &str,
+    fwd: &Op,
+    grad: &dyn Fn(GradPart) -> Op,
+    inputs: &[Tensor],
+    parts: &[GradPart],
+    ctx: &Ctx,
+) {
     let shape = inputs[0].shape.clone();
     for (wrt, &part) in parts.iter().enumerate() {
         let g = grad(part);
         let want = inputs[wrt].shape.clone();
-        check_op_ctx(&format!("{name} {part:?}"), fwd, inputs, &shape, wrt, ctx, &|xs, dy| ev_ctx(&g, &with_dy(xs, dy), &want, ctx));
+        check_op_ctx(&format!("{name} {part:?}"), fwd, inputs, &shape, wrt, ctx, &|xs, dy| {
+            ev_ctx(&g, &with_dy(xs, dy), &want, ctx)
+        });
     }
 }
 
@@ -390,9 +527,23 @@ fn layer_and_rms_norm_grads() {
                 inputs.push(rng.t(&[d]));
             }
             let eps = 1e-5;
-            check_norm("layer_norm", &Op::LayerNorm { eps, has_weight, has_bias }, &|part| Op::LayerNormGrad { eps, has_weight, has_bias, part }, &inputs, &parts(has_weight, has_bias), &TRAIN);
+            check_norm(
+                "layer_norm",
+                &Op::LayerNorm { eps, has_weight, has_bias },
+                &|part| Op::LayerNormGrad { eps, has_weight, has_bias, part },
+                &inputs,
+                &parts(has_weight, has_bias),
+                &TRAIN,
+            );
             if !has_bias {
-                check_norm("rms_norm", &Op::RmsNorm { eps, has_weight }, &|part| Op::RmsNormGrad { eps, has_weight, part }, &inputs, &parts(has_weight, false), &TRAIN);
+                check_norm(
+                    "rms_norm",
+                    &Op::RmsNorm { eps, has_weight },
+                    &|part| Op::RmsNormGrad { eps, has_weight, part },
+                    &inputs,
+                    &parts(has_weight, false),
+                    &TRAIN,
+                );
             }
         }
     }
@@ -401,7 +552,9 @@ fn layer_and_rms_norm_grads() {
 #[test]
 fn group_norm_grads() {
     let mut rng = Rng::new("group_norm");
-    for (x_shape, groups) in [(vec![2, 6, 5], 3), (vec![2, 6, 5], 1), (vec![2, 4, 3, 3], 2), (vec![3, 4], 4)] {
+    for (x_shape, groups) in
+        [(vec![2, 6, 5], 3), (vec![2, 6, 5], 1), (vec![2, 4, 3, 3], 2), (vec![3, 4], 4)]
+    {
         let c = x_shape[1];
         for (has_weight, has_bias) in [(false, false), (true, true)] {
             let mut inputs = vec![rng.t(&x_shape)];
@@ -444,7 +597,15 @@ fn batch_norm_grads_in_training_and_inference() {
                     let wrt = if k == 0 { 0 } else { 2 + k };
                     let g = Op::BatchNormGrad { eps, has_weight, has_bias, part, training };
                     let want = inputs[wrt].shape.clone();
-                    check_op_ctx(&format!("batch_norm {x_shape:?} {part:?} training={training}"), &fwd, &inputs, &shape, wrt, ctx, &|xs, dy| ev_ctx(&g, &with_dy(xs, dy), &want, ctx));
+                    check_op_ctx(
+                        &format!("batch_norm {x_shape:?} {part:?} training={training}"),
+                        &fwd,
+                        &inputs,
+                        &shape,
+                        wrt,
+                        ctx,
+                        &|xs, dy| ev_ctx(&g, &with_dy(xs, dy), &want, ctx),
+                    );
                 }
             }
         }
@@ -463,7 +624,12 @@ struct ConvCase {
 }
 
 fn conv_cases() -> Vec<ConvCase> {
-    let case = |x: &[usize], w: &[usize], stride: &[usize], padding: &[usize], dilation: &[usize], groups| ConvCase {
+    let case = |x: &[usize],
+                w: &[usize],
+                stride: &[usize],
+                padding: &[usize],
+                dilation: &[usize],
+                groups| ConvCase {
         x: x.to_vec(),
         w: w.to_vec(),
         stride: stride.to_vec(),
@@ -490,13 +656,29 @@ impl ConvCase {
         s
     }
     fn op(&self, has_bias: bool) -> Op {
-        Op::Conv { stride: self.stride.clone(), padding: self.padding.clone(), dilation: self.dilation.clone(), groups: self.groups, has_bias }
+        Op::Conv {
+            stride: self.stride.clone(),
+            padding: self.padding.clone(),
+            dilation: self.dilation.clone(),
+            groups: self.groups,
+            has_bias,
+        }
     }
     fn grad_input(&self) -> Op {
-        Op::ConvGradInput { stride: self.stride.clone(), padding: self.padding.clone(), dilation: self.dilation.clone(), groups: self.groups }
+        Op::ConvGradInput {
+            stride: self.stride.clone(),
+            padding: self.padding.clone(),
+            dilation: self.dilation.clone(),
+            groups: self.groups,
+        }
     }
     fn grad_weight(&self) -> Op {
-        Op::ConvGradWeight { stride: self.stride.clone(), padding: self.padding.clone(), dilation: self.dilation.clone(), groups: self.groups }
+        Op::ConvGradWeight {
+            stride: self.stride.clone(),
+            padding: self.padding.clone(),
+            dilation: self.dilation.clone(),
+            groups: self.groups,
+        }
     }
 }
 
@@ -511,7 +693,13 @@ fn conv_grads() {
         check_op(&name, &op, &inputs, &out, 1, &|xs, dy| ev(&c.grad_weight(), &[&xs[0], dy], &c.w));
         // The bias gradient is a sum of dy over the batch and spatial axes.
         let axes: Vec<usize> = std::iter::once(0).chain(2..out.len()).collect();
-        check_op(&name, &op, &inputs, &out, 2, &|_, dy| ev(&Op::Reduce { op: ReduceOp::Sum, axes: axes.clone(), keepdim: false }, &[dy], &[c.w[0]]));
+        check_op(&name, &op, &inputs, &out, 2, &|_, dy| {
+            ev(
+                &Op::Reduce { op: ReduceOp::Sum, axes: axes.clone(), keepdim: false },
+                &[dy],
+                &[c.w[0]],
+            )
+        });
     }
 }
 
@@ -519,14 +707,34 @@ fn conv_grads() {
 fn pool_grads() {
     let mut rng = Rng::new("pool");
     let x = rng.t(&[2, 3, 7, 6]);
-    let cases: [(&[usize], &[usize], &[usize]); 4] = [(&[3, 2], &[2, 2], &[1, 1]), (&[2, 2], &[2, 2], &[0, 0]), (&[3, 3], &[1, 1], &[1, 1]), (&[2, 3], &[3, 1], &[1, 0])];
+    let cases: [(&[usize], &[usize], &[usize]); 4] = [
+        (&[3, 2], &[2, 2], &[1, 1]),
+        (&[2, 2], &[2, 2], &[0, 0]),
+        (&[3, 3], &[1, 1], &[1, 1]),
+        (&[2, 3], &[3, 1], &[1, 0]),
+    ];
     for (kernel, stride, padding) in cases {
-        let out: Vec<usize> = [2, 3].into_iter().chain((0..2).map(|a| (x.shape[2 + a] + 2 * padding[a] - kernel[a]) / stride[a] + 1)).collect();
+        let out: Vec<usize> = [2, 3]
+            .into_iter()
+            .chain((0..2).map(|a| (x.shape[2 + a] + 2 * padding[a] - kernel[a]) / stride[a] + 1))
+            .collect();
         for op in [PoolOp::Max, PoolOp::Avg] {
             let (kernel, stride, padding) = (kernel.to_vec(), stride.to_vec(), padding.to_vec());
-            let fwd = Op::Pool { op, kernel: kernel.clone(), stride: stride.clone(), padding: padding.clone() };
+            let fwd = Op::Pool {
+                op,
+                kernel: kernel.clone(),
+                stride: stride.clone(),
+                padding: padding.clone(),
+            };
             let back = Op::PoolGrad { op, kernel, stride, padding };
-            check_op(&format!("{op:?} pool"), &fwd, std::slice::from_ref(&x), &out, 0, &|xs, dy| ev(&back, &[&xs[0], dy], &xs[0].shape));
+            check_op(
+                &format!("{op:?} pool"),
+                &fwd,
+                std::slice::from_ref(&x),
+                &out,
+                0,
+                &|xs, dy| ev(&back, &[&xs[0], dy], &xs[0].shape),
+            );
         }
     }
 }
@@ -534,9 +742,13 @@ fn pool_grads() {
 #[test]
 fn upsample_grads() {
     let mut rng = Rng::new("upsample");
-    for (shape, scale, out) in [(vec![2, 3, 4], 3, vec![2, 3, 12]), (vec![1, 2, 3, 2], 2, vec![1, 2, 6, 4])] {
+    for (shape, scale, out) in
+        [(vec![2, 3, 4], 3, vec![2, 3, 12]), (vec![1, 2, 3, 2], 2, vec![1, 2, 6, 4])]
+    {
         let x = rng.t(&shape);
-        check_op("upsample", &Op::Upsample { scale }, &[x], &out, 0, &|_, dy| ev(&Op::UpsampleGrad { scale }, &[dy], &shape));
+        check_op("upsample", &Op::Upsample { scale }, &[x], &out, 0, &|_, dy| {
+            ev(&Op::UpsampleGrad { scale }, &[dy], &shape)
+        });
     }
 }
 
@@ -565,9 +777,20 @@ fn attention_grads_causal_gqa_mask() {
         let fwd = Op::Attention { causal, scale, has_mask };
         for (wrt, part) in [(0, GradPart::Q), (1, GradPart::K), (2, GradPart::V)] {
             let want = inputs[wrt].shape.clone();
-            check_op(&format!("attention q={sq:?} k={sk:?} {part:?}"), &fwd, &inputs, &out, wrt, &|xs, dy| {
-                ev(&Op::AttentionGrad { causal, scale, has_mask, part }, &with_dy(xs, dy), &want)
-            });
+            check_op(
+                &format!("attention q={sq:?} k={sk:?} {part:?}"),
+                &fwd,
+                &inputs,
+                &out,
+                wrt,
+                &|xs, dy| {
+                    ev(
+                        &Op::AttentionGrad { causal, scale, has_mask, part },
+                        &with_dy(xs, dy),
+                        &want,
+                    )
+                },
+            );
         }
     }
 }
@@ -575,7 +798,14 @@ fn attention_grads_causal_gqa_mask() {
 #[test]
 fn rope_inverse_is_its_derivative() {
     let x = Rng::new("rope").t(&[2, 5, 6]);
-    check_op("rope", &Op::Rope { theta: 100.0, offset: 3, inverse: false }, &[x], &[2, 5, 6], 0, &|_, dy| ev(&Op::Rope { theta: 100.0, offset: 3, inverse: true }, &[dy], &[2, 5, 6]));
+    check_op(
+        "rope",
+        &Op::Rope { theta: 100.0, offset: 3, inverse: false },
+        &[x],
+        &[2, 5, 6],
+        0,
+        &|_, dy| ev(&Op::Rope { theta: 100.0, offset: 3, inverse: true }, &[dy], &[2, 5, 6]),
+    );
 }
 
 // ---- forward values -----------------------------------------------------------------------------
@@ -592,11 +822,20 @@ fn softmax_rows_sum_to_one_and_match_hand_values() {
     let s: f64 = e.iter().sum();
     assert_close(&y, &[e[0] / s, e[1] / s, e[2] / s, 0.5, 0.0, 0.5], 1e-6, "softmax");
     let ls = f64s(&ev(&Op::Softmax { axis: 1, log: true }, &[&x], &[2, 3]));
-    assert_close(&ls[..3], &[(e[0] / s).ln(), (e[1] / s).ln(), (e[2] / s).ln()], 1e-6, "log_softmax");
+    assert_close(
+        &ls[..3],
+        &[(e[0] / s).ln(), (e[1] / s).ln(), (e[2] / s).ln()],
+        1e-6,
+        "log_softmax",
+    );
     let big = Rng::new("rows").tensor(&[4, 6, 5], -20.0, 20.0);
     for axis in 0..3 {
         let y = ev(&Op::Softmax { axis, log: false }, &[&big], &[4, 6, 5]);
-        let sums = f64s(&ev(&Op::Reduce { op: ReduceOp::Sum, axes: vec![axis], keepdim: false }, &[&y], &reduced(&[4, 6, 5], &[axis], false)));
+        let sums = f64s(&ev(
+            &Op::Reduce { op: ReduceOp::Sum, axes: vec![axis], keepdim: false },
+            &[&y],
+            &reduced(&[4, 6, 5], &[axis], false),
+        ));
         assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-12), "softmax axis {axis}: {sums:?}");
     }
 }
@@ -605,9 +844,24 @@ fn softmax_rows_sum_to_one_and_match_hand_values() {
 fn pointwise_values_match_pytorch() {
     let x = f32t(&[4], &[-1.0, 0.0, 1.0, 2.0]);
     let run = |u| f64s(&ev(&Op::Unary(u), &[&x], &[4]));
-    assert_close(&run(UnaryOp::Gelu), &[-0.15865525393145707, 0.0, 0.8413447460685429, 1.9544997361036416], 1e-6, "gelu");
-    assert_close(&run(UnaryOp::GeluTanh), &[-0.15880800939172324, 0.0, 0.8411919906082768, 1.9545976940871754], 1e-6, "gelu_tanh");
-    assert_close(&run(UnaryOp::Silu), &[-0.2689414213699951, 0.0, 0.7310585786300049, 1.7615941559557646], 1e-6, "silu");
+    assert_close(
+        &run(UnaryOp::Gelu),
+        &[-0.15865525393145707, 0.0, 0.8413447460685429, 1.9544997361036416],
+        1e-6,
+        "gelu",
+    );
+    assert_close(
+        &run(UnaryOp::GeluTanh),
+        &[-0.15880800939172324, 0.0, 0.8411919906082768, 1.9545976940871754],
+        1e-6,
+        "gelu_tanh",
+    );
+    assert_close(
+        &run(UnaryOp::Silu),
+        &[-0.2689414213699951, 0.0, 0.7310585786300049, 1.7615941559557646],
+        1e-6,
+        "silu",
+    );
     assert_close(&run(UnaryOp::Relu), &[0.0, 0.0, 1.0, 2.0], 0.0, "relu");
     // PyTorch's choice at the kinks: relu'(0) = |x|'(0) = 0.
     let dy = f32t(&[4], &[1.0; 4]);
@@ -627,14 +881,23 @@ fn integer_arithmetic_wraps_and_floors() {
     let zero = Tensor::i32(vec![], vec![0]);
     let e = eval(&Op::Binary(BinaryOp::Div), &[&a, &zero], DType::I32, &[4], &TRAIN).unwrap_err();
     assert!(e.0.contains("division by zero"), "{e}");
-    let s = eval(&Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[&b], DType::I32, &[], &TRAIN).unwrap();
+    let s = eval(
+        &Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false },
+        &[&b],
+        DType::I32,
+        &[],
+        &TRAIN,
+    )
+    .unwrap();
     assert_eq!(s.data, Data::I32(vec![4]));
 }
 
 #[test]
 fn reductions_match_hand_values() {
     let x = f32t(&[2, 3], &[1.0, 5.0, 3.0, -2.0, 4.0, 4.0]);
-    let r = |op, axes: Vec<usize>, keepdim, shape: &[usize]| f64s(&ev(&Op::Reduce { op, axes, keepdim }, &[&x], shape));
+    let r = |op, axes: Vec<usize>, keepdim, shape: &[usize]| {
+        f64s(&ev(&Op::Reduce { op, axes, keepdim }, &[&x], shape))
+    };
     assert_eq!(r(ReduceOp::Sum, vec![1], false, &[2]), [9.0, 6.0]);
     assert_eq!(r(ReduceOp::Mean, vec![0], true, &[1, 3]), [-0.5, 4.5, 3.5]);
     assert_eq!(r(ReduceOp::Max, vec![0, 1], false, &[]), [5.0]);
@@ -642,13 +905,25 @@ fn reductions_match_hand_values() {
     // The max gradient goes to the first of tied maxima only.
     let y = ev(&Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdim: false }, &[&x], &[2]);
     let dy = f32t(&[2], &[1.0, 10.0]);
-    let dx = ev(&Op::ReduceGrad { op: ReduceOp::Max, axes: vec![1], keepdim: false }, &[&x, &y, &dy], &[2, 3]);
+    let dx = ev(
+        &Op::ReduceGrad { op: ReduceOp::Max, axes: vec![1], keepdim: false },
+        &[&x, &y, &dy],
+        &[2, 3],
+    );
     assert_eq!(f64s(&dx), [0.0, 1.0, 0.0, 0.0, 10.0, 0.0]);
     let am = eval(&Op::ArgMax { axis: 1 }, &[&x], DType::I32, &[2], &TRAIN).unwrap();
     assert_eq!(am.data, Data::I32(vec![1, 1]));
     let nan = f32t(&[3], &[1.0, f32::NAN, 2.0]);
-    assert_eq!(eval(&Op::ArgMax { axis: 0 }, &[&nan], DType::I32, &[], &TRAIN).unwrap().data, Data::I32(vec![1]));
-    assert!(f64s(&ev(&Op::Reduce { op: ReduceOp::Max, axes: vec![0], keepdim: false }, &[&nan], &[]))[0].is_nan());
+    assert_eq!(
+        eval(&Op::ArgMax { axis: 0 }, &[&nan], DType::I32, &[], &TRAIN).unwrap().data,
+        Data::I32(vec![1])
+    );
+    assert!(f64s(&ev(
+        &Op::Reduce { op: ReduceOp::Max, axes: vec![0], keepdim: false },
+        &[&nan],
+        &[]
+    ))[0]
+        .is_nan());
 }
 
 #[test]
@@ -666,10 +941,19 @@ fn sum_to_and_broadcast_to_hand_values() {
 #[test]
 fn movement_hand_values() {
     let x = f32t(&[2, 3], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
-    assert_eq!(f64s(&ev(&Op::Permute { perm: vec![1, 0] }, &[&x], &[3, 2])), [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
-    assert_eq!(f64s(&ev(&Op::Slice { axis: 1, start: 1, end: 3 }, &[&x], &[2, 2])), [1.0, 2.0, 4.0, 5.0]);
+    assert_eq!(
+        f64s(&ev(&Op::Permute { perm: vec![1, 0] }, &[&x], &[3, 2])),
+        [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+    );
+    assert_eq!(
+        f64s(&ev(&Op::Slice { axis: 1, start: 1, end: 3 }, &[&x], &[2, 2])),
+        [1.0, 2.0, 4.0, 5.0]
+    );
     let idx = Tensor::i32(vec![2, 2], vec![2, 0, 1, 1]);
-    assert_eq!(f64s(&ev(&Op::Gather { axis: 1 }, &[&x, &idx], &[2, 2, 2])), [2.0, 0.0, 1.0, 1.0, 5.0, 3.0, 4.0, 4.0]);
+    assert_eq!(
+        f64s(&ev(&Op::Gather { axis: 1 }, &[&x, &idx], &[2, 2, 2])),
+        [2.0, 0.0, 1.0, 1.0, 5.0, 3.0, 4.0, 4.0]
+    );
     // Mixed storage joins as f64.
     let y = Tensor::f64(vec![1, 3], vec![6.0, 7.0, 8.0]);
     let j = ev(&Op::Concat { axis: 0 }, &[&x, &y], &[3, 3]);
@@ -685,8 +969,14 @@ fn movement_hand_values() {
 #[test]
 fn casts_truncate_and_round() {
     let x = f32t(&[5], &[-1.7, 2.9, 0.0, 1.0 + 2f32.powi(-9), 1.0 + 3.0 * 2f32.powi(-9)]);
-    assert_eq!(eval(&Op::Cast, &[&x], DType::I32, &[5], &TRAIN).unwrap().data, Data::I32(vec![-1, 2, 0, 1, 1]));
-    assert_eq!(eval(&Op::Cast, &[&x], DType::Bool, &[5], &TRAIN).unwrap().data, Data::I32(vec![1, 1, 0, 1, 1]));
+    assert_eq!(
+        eval(&Op::Cast, &[&x], DType::I32, &[5], &TRAIN).unwrap().data,
+        Data::I32(vec![-1, 2, 0, 1, 1])
+    );
+    assert_eq!(
+        eval(&Op::Cast, &[&x], DType::Bool, &[5], &TRAIN).unwrap().data,
+        Data::I32(vec![1, 1, 0, 1, 1])
+    );
     // bf16 keeps 8 significant bits, ties to even: 1 + 2^-9 → 1, 1 + 3·2^-9 → 1 + 2^-7.
     let b = f64s(&eval(&Op::Cast, &[&x], DType::BF16, &[5], &TRAIN).unwrap());
     assert_eq!(b[3..], [1.0, 1.0 + 2f64.powi(-7)]);
@@ -720,8 +1010,13 @@ fn conv_reference(x: &Tensor, w: &Tensor, bias: &[f64], c: &ConvCase) -> Vec<f64
                             for kw in 0..ws[1] {
                                 let ih = (oh * st[0] + kh * dl[0]) as isize - pd[0] as isize;
                                 let iw = (ow * st[1] + kw * dl[1]) as isize - pd[1] as isize;
-                                if ih >= 0 && iw >= 0 && (ih as usize) < xs[0] && (iw as usize) < xs[1] {
-                                    let xi = ((n * cin + ci) * xs[0] + ih as usize) * xs[1] + iw as usize;
+                                if ih >= 0
+                                    && iw >= 0
+                                    && (ih as usize) < xs[0]
+                                    && (iw as usize) < xs[1]
+                                {
+                                    let xi = ((n * cin + ci) * xs[0] + ih as usize) * xs[1]
+                                        + iw as usize;
                                     let wi = ((co * (cin / g) + cl) * ws[0] + kh) * ws[1] + kw;
                                     s += xv[xi] * wv[wi];
                                 }
@@ -739,47 +1034,89 @@ fn conv_reference(x: &Tensor, w: &Tensor, bias: &[f64], c: &ConvCase) -> Vec<f64
 #[test]
 fn conv_matches_the_direct_formula() {
     let mut cases = conv_cases();
-    cases.push(ConvCase { x: vec![4, 8, 12, 12], w: vec![16, 4, 3, 3], stride: vec![1, 1], padding: vec![1, 1], dilation: vec![1, 1], groups: 2 });
+    cases.push(ConvCase {
+        x: vec![4, 8, 12, 12],
+        w: vec![16, 4, 3, 3],
+        stride: vec![1, 1],
+        padding: vec![1, 1],
+        dilation: vec![1, 1],
+        groups: 2,
+    });
     for c in cases {
         let mut rng = Rng::new("conv fwd");
-        let to32 = |t: Tensor| Tensor::f32(t.shape.clone(), f64s(&t).iter().map(|&v| v as f32).collect());
+        let to32 =
+            |t: Tensor| Tensor::f32(t.shape.clone(), f64s(&t).iter().map(|&v| v as f32).collect());
         let (x, w, b) = (to32(rng.t(&c.x)), to32(rng.t(&c.w)), to32(rng.t(&[c.w[0]])));
         let want = conv_reference(&x, &w, &f64s(&b), &c);
-        assert_close(&f64s(&ev(&c.op(true), &[&x, &w, &b], &c.out_shape())), &want, 1e-5, &format!("conv {:?} {:?}", c.x, c.w));
+        assert_close(
+            &f64s(&ev(&c.op(true), &[&x, &w, &b], &c.out_shape())),
+            &want,
+            1e-5,
+            &format!("conv {:?} {:?}", c.x, c.w),
+        );
         let no_bias = conv_reference(&x, &w, &vec![0.0; c.w[0]], &c);
-        assert_close(&f64s(&ev(&c.op(false), &[&x, &w], &c.out_shape())), &no_bias, 1e-5, "conv without bias");
+        assert_close(
+            &f64s(&ev(&c.op(false), &[&x, &w], &c.out_shape())),
+            &no_bias,
+            1e-5,
+            "conv without bias",
+        );
     }
 }
 
 #[test]
 fn pooling_and_upsampling_hand_values() {
     let x = f32t(&[1, 1, 4, 4], &(0..16).map(|v| v as f32).collect::<Vec<_>>());
-    let maxp = Op::Pool { op: PoolOp::Max, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![0, 0] };
+    let maxp =
+        Op::Pool { op: PoolOp::Max, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![0, 0] };
     assert_eq!(f64s(&ev(&maxp, &[&x], &[1, 1, 2, 2])), [5.0, 7.0, 13.0, 15.0]);
     // Average pooling counts the padding as zeros: a corner window holds one real element.
     let ones = f32t(&[1, 1, 2, 2], &[1.0; 4]);
-    let avgp = Op::Pool { op: PoolOp::Avg, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![1, 1] };
+    let avgp =
+        Op::Pool { op: PoolOp::Avg, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![1, 1] };
     assert_eq!(f64s(&ev(&avgp, &[&ones], &[1, 1, 2, 2])), [0.25; 4]);
     // Max pooling ignores the padding, even around negative values.
     let neg = f32t(&[1, 1, 2, 2], &[-1.0, -2.0, -3.0, -4.0]);
-    let maxpad = Op::Pool { op: PoolOp::Max, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![1, 1] };
+    let maxpad =
+        Op::Pool { op: PoolOp::Max, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![1, 1] };
     assert_eq!(f64s(&ev(&maxpad, &[&neg], &[1, 1, 2, 2])), [-1.0, -2.0, -3.0, -4.0]);
     // The max gradient goes to the first of tied maxima.
     let tied = f32t(&[1, 1, 2, 2], &[3.0, 3.0, 3.0, 1.0]);
-    let dx = ev(&Op::PoolGrad { op: PoolOp::Max, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![0, 0] }, &[&tied, &f32t(&[1, 1, 1, 1], &[2.0])], &[1, 1, 2, 2]);
+    let dx = ev(
+        &Op::PoolGrad {
+            op: PoolOp::Max,
+            kernel: vec![2, 2],
+            stride: vec![2, 2],
+            padding: vec![0, 0],
+        },
+        &[&tied, &f32t(&[1, 1, 1, 1], &[2.0])],
+        &[1, 1, 2, 2],
+    );
     assert_eq!(f64s(&dx), [2.0, 0.0, 0.0, 0.0]);
     let small = f32t(&[1, 1, 2], &[1.0, 2.0]);
     assert_eq!(f64s(&ev(&Op::Upsample { scale: 2 }, &[&small], &[1, 1, 4])), [1.0, 1.0, 2.0, 2.0]);
     let sq = f32t(&[1, 1, 1, 2], &[1.0, 2.0]);
-    assert_eq!(f64s(&ev(&Op::Upsample { scale: 2 }, &[&sq], &[1, 1, 2, 4])), [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]);
+    assert_eq!(
+        f64s(&ev(&Op::Upsample { scale: 2 }, &[&sq], &[1, 1, 2, 4])),
+        [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]
+    );
 }
 
 #[test]
 fn norms_match_hand_values() {
     let x = f32t(&[2, 3], &[1.0, 2.0, 3.0, 0.0, 0.0, 3.0]);
-    let ln = f64s(&ev(&Op::LayerNorm { eps: 1e-12, has_weight: false, has_bias: false }, &[&x], &[2, 3]));
+    let ln = f64s(&ev(
+        &Op::LayerNorm { eps: 1e-12, has_weight: false, has_bias: false },
+        &[&x],
+        &[2, 3],
+    ));
     let s = 1.5f64.sqrt();
-    assert_close(&ln, &[-s, 0.0, s, -1.0 / 2f64.sqrt(), -1.0 / 2f64.sqrt(), 2.0 / 2f64.sqrt()], 1e-5, "layer_norm");
+    assert_close(
+        &ln,
+        &[-s, 0.0, s, -1.0 / 2f64.sqrt(), -1.0 / 2f64.sqrt(), 2.0 / 2f64.sqrt()],
+        1e-5,
+        "layer_norm",
+    );
     let r = f32t(&[2], &[3.0, 4.0]);
     let w = f32t(&[2], &[1.0, 2.0]);
     let rms = f64s(&ev(&Op::RmsNorm { eps: 0.0, has_weight: true }, &[&r, &w], &[2]));
@@ -787,7 +1124,11 @@ fn norms_match_hand_values() {
     assert_close(&rms, &[3.0 / root, 8.0 / root], 1e-6, "rms_norm");
     // Group norm with one channel per group is instance norm.
     let g = f32t(&[1, 2, 2], &[1.0, 3.0, 5.0, 5.0]);
-    let gn = f64s(&ev(&Op::GroupNorm { groups: 2, eps: 0.0, has_weight: false, has_bias: false }, &[&g], &[1, 2, 2]));
+    let gn = f64s(&ev(
+        &Op::GroupNorm { groups: 2, eps: 0.0, has_weight: false, has_bias: false },
+        &[&g],
+        &[1, 2, 2],
+    ));
     assert_eq!(gn[..2], [-1.0, 1.0]);
     assert!(gn[2..].iter().all(|v| v.is_nan()), "0/0 with eps 0 is NaN, as in PyTorch: {gn:?}");
 }
@@ -806,7 +1147,10 @@ fn batch_norm_uses_batch_or_running_statistics() {
     assert_close(&f64s(&v), &[0.9 * 4.0 + 0.1 * 2.0], 1e-7, "running var");
     assert!(matches!(m.data, Data::F32(_)));
     let single = f32t(&[1, 1], &[1.0]);
-    assert!(eval(&op, &[&single, &rm, &rv], DType::F32, &[1, 1], &TRAIN).unwrap_err().0.contains("more than one value"));
+    assert!(eval(&op, &[&single, &rm, &rv], DType::F32, &[1, 1], &TRAIN)
+        .unwrap_err()
+        .0
+        .contains("more than one value"));
 }
 
 #[test]
@@ -818,10 +1162,27 @@ fn dropout_masks_follow_seed_and_node() {
     assert!((200..300).contains(&dropped), "dropped {dropped} of 1000 at p = 0.25");
     assert!(y.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
     assert_eq!(y, f64s(&ev_ctx(&op, &[&x], &[1000], &TRAIN)), "same seed and node, same mask");
-    assert_ne!(y, f64s(&ev_ctx(&op, &[&x], &[1000], &Ctx { node: 4, ..TRAIN })), "another node, another mask");
-    assert_ne!(y, f64s(&ev_ctx(&op, &[&x], &[1000], &Ctx { seed: 8, ..TRAIN })), "another seed, another mask");
-    assert_eq!(f64s(&ev_ctx(&op, &[&x], &[1000], &INFER)), vec![1.0; 1000], "identity in inference");
-    let g = f64s(&ev_ctx(&Op::DropoutGrad { p: 0.25, forward: TRAIN.node }, &[&x], &[1000], &Ctx { node: 99, ..TRAIN }));
+    assert_ne!(
+        y,
+        f64s(&ev_ctx(&op, &[&x], &[1000], &Ctx { node: 4, ..TRAIN })),
+        "another node, another mask"
+    );
+    assert_ne!(
+        y,
+        f64s(&ev_ctx(&op, &[&x], &[1000], &Ctx { seed: 8, ..TRAIN })),
+        "another seed, another mask"
+    );
+    assert_eq!(
+        f64s(&ev_ctx(&op, &[&x], &[1000], &INFER)),
+        vec![1.0; 1000],
+        "identity in inference"
+    );
+    let g = f64s(&ev_ctx(
+        &Op::DropoutGrad { p: 0.25, forward: TRAIN.node },
+        &[&x],
+        &[1000],
+        &Ctx { node: 99, ..TRAIN },
+    ));
     assert_eq!(g, y, "the gradient uses the forward step's mask");
 }
 
@@ -838,7 +1199,14 @@ fn cross_entropy_hand_values() {
 }
 
 /// Attention written out loop by loop, for comparison.
-fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool, scale: f64) -> Vec<f64> {
+fn attention_reference(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    scale: f64,
+) -> Vec<f64> {
     let (qv, kv, vv) = (f64s(q), f64s(k), f64s(v));
     let [b, hq, tq, d] = q.shape[..] else { panic!() };
     let [_, hkv, tk, _] = k.shape[..] else { panic!() };
@@ -851,7 +1219,12 @@ fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>
             for i in 0..tq {
                 let mut s: Vec<f64> = (0..tk)
                     .map(|j| {
-                        let dotp: f64 = (0..d).map(|c| qv[((bi * hq + h) * tq + i) * d + c] * kv[((bi * hkv + kh) * tk + j) * d + c]).sum();
+                        let dotp: f64 = (0..d)
+                            .map(|c| {
+                                qv[((bi * hq + h) * tq + i) * d + c]
+                                    * kv[((bi * hkv + kh) * tk + j) * d + c]
+                            })
+                            .sum();
                         // mask [B, 1, Tq, Tk]
                         dotp * scale + mv.as_ref().map_or(0.0, |m| m[(bi * tq + i) * tk + j])
                     })
@@ -865,7 +1238,9 @@ fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>
                 let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
                 let z: f64 = e.iter().sum();
                 for c in 0..dv {
-                    out.push((0..tk).map(|j| e[j] / z * vv[((bi * hkv + kh) * tk + j) * dv + c]).sum());
+                    out.push(
+                        (0..tk).map(|j| e[j] / z * vv[((bi * hkv + kh) * tk + j) * dv + c]).sum(),
+                    );
                 }
             }
         }
@@ -879,13 +1254,26 @@ fn attention_matches_a_direct_loop() {
     let (q, k, v) = (rng.t(&[2, 4, 3, 5]), rng.t(&[2, 2, 6, 5]), rng.t(&[2, 2, 6, 3]));
     let mask = rng.tensor(&[2, 1, 3, 6], -1.0, 0.0);
     for causal in [false, true] {
-        let y = ev(&Op::Attention { causal, scale: 0.4, has_mask: true }, &[&q, &k, &v, &mask], &[2, 4, 3, 3]);
-        assert_close(&f64s(&y), &attention_reference(&q, &k, &v, Some(&mask), causal, 0.4), 1e-12, "attention");
+        let y = ev(
+            &Op::Attention { causal, scale: 0.4, has_mask: true },
+            &[&q, &k, &v, &mask],
+            &[2, 4, 3, 3],
+        );
+        assert_close(
+            &f64s(&y),
+            &attention_reference(&q, &k, &v, Some(&mask), causal, 0.4),
+            1e-12,
+            "attention",
+        );
     }
     // A query that sees no key (causal with Tq > Tk) gets zeros, not NaN.
     let (q2, k2) = (rng.t(&[1, 1, 3, 2]), rng.t(&[1, 1, 1, 2]));
     let v2 = Tensor::f64(vec![1, 1, 1, 2], vec![5.0, 6.0]);
-    let y = f64s(&ev(&Op::Attention { causal: true, scale: 1.0, has_mask: false }, &[&q2, &k2, &v2], &[1, 1, 3, 2]));
+    let y = f64s(&ev(
+        &Op::Attention { causal: true, scale: 1.0, has_mask: false },
+        &[&q2, &k2, &v2],
+        &[1, 1, 3, 2],
+    ));
     assert_eq!(y, [0.0, 0.0, 0.0, 0.0, 5.0, 6.0]);
 }
 
@@ -897,7 +1285,12 @@ fn rope_hand_values() {
     assert_eq!(y[..4], xv[..4], "position 0 is not rotated");
     // Position 2, pair (1, 3): angle 2·10000^(−2/4) = 0.02.
     let (c, s) = (0.02f64.cos(), 0.02f64.sin());
-    assert_close(&[y[9], y[11]], &[xv[9] * c - xv[11] * s, xv[11] * c + xv[9] * s], 1e-12, "rope pair");
+    assert_close(
+        &[y[9], y[11]],
+        &[xv[9] * c - xv[11] * s, xv[11] * c + xv[9] * s],
+        1e-12,
+        "rope pair",
+    );
     // With an offset, position t uses angle (offset + t)·inv_freq; the inverse undoes it.
     let shifted = ev(&Op::Rope { theta: 10000.0, offset: 5, inverse: false }, &[&x], &[1, 3, 4]);
     let back = ev(&Op::Rope { theta: 10000.0, offset: 5, inverse: true }, &[&shifted], &[1, 3, 4]);
@@ -907,8 +1300,13 @@ fn rope_hand_values() {
 #[test]
 fn matmul_matches_a_direct_loop_in_f32() {
     let mut rng = Rng::new("matmul fwd");
-    let to32 = |t: Tensor| Tensor::f32(t.shape.clone(), f64s(&t).iter().map(|&v| v as f32).collect());
-    for (sa, sb) in [(vec![3, 5, 7], vec![7, 4]), (vec![2, 1, 5, 7], vec![3, 7, 4]), (vec![40, 30], vec![30, 20])] {
+    let to32 =
+        |t: Tensor| Tensor::f32(t.shape.clone(), f64s(&t).iter().map(|&v| v as f32).collect());
+    for (sa, sb) in [
+        (vec![3, 5, 7], vec![7, 4]),
+        (vec![2, 1, 5, 7], vec![3, 7, 4]),
+        (vec![40, 30], vec![30, 20]),
+    ] {
         let (a, b) = (to32(rng.t(&sa)), to32(rng.t(&sb)));
         let out = matmul_shape(&sa, &sb);
         let y = f64s(&ev(&Op::MatMul, &[&a, &b], &out));
@@ -922,7 +1320,11 @@ fn matmul_matches_a_direct_loop_in_f32() {
         layout::walk(&batch, [&sta, &stb], |[ia, ib]| {
             for i in 0..m {
                 for j in 0..n {
-                    want.push((0..k).map(|c| av[ia * m * k + i * k + c] * bv[ib * k * n + c * n + j]).sum::<f64>());
+                    want.push(
+                        (0..k)
+                            .map(|c| av[ia * m * k + i * k + c] * bv[ib * k * n + c * n + j])
+                            .sum::<f64>(),
+                    );
                 }
             }
         });
@@ -935,27 +1337,70 @@ fn matmul_matches_a_direct_loop_in_f32() {
 #[test]
 fn bad_data_is_an_error_not_a_panic() {
     let table = f32t(&[5, 2], &[0.0; 10]);
-    let e = eval(&Op::Gather { axis: 0 }, &[&table, &Tensor::i32(vec![2], vec![1, 7])], DType::F32, &[2, 2], &TRAIN).unwrap_err();
+    let e = eval(
+        &Op::Gather { axis: 0 },
+        &[&table, &Tensor::i32(vec![2], vec![1, 7])],
+        DType::F32,
+        &[2, 2],
+        &TRAIN,
+    )
+    .unwrap_err();
     assert!(e.0.contains("index 7") && e.0.contains("size 5"), "{e}");
-    let e = eval(&Op::Gather { axis: 0 }, &[&table, &Tensor::i32(vec![1], vec![-1])], DType::F32, &[1, 2], &TRAIN).unwrap_err();
+    let e = eval(
+        &Op::Gather { axis: 0 },
+        &[&table, &Tensor::i32(vec![1], vec![-1])],
+        DType::F32,
+        &[1, 2],
+        &TRAIN,
+    )
+    .unwrap_err();
     assert!(e.0.contains("index -1"), "{e}");
-    let e = eval(&Op::GatherGrad { axis: 0 }, &[&Tensor::i32(vec![1], vec![5]), &f32t(&[1, 2], &[0.0; 2])], DType::F32, &[5, 2], &TRAIN).unwrap_err();
+    let e = eval(
+        &Op::GatherGrad { axis: 0 },
+        &[&Tensor::i32(vec![1], vec![5]), &f32t(&[1, 2], &[0.0; 2])],
+        DType::F32,
+        &[5, 2],
+        &TRAIN,
+    )
+    .unwrap_err();
     assert!(e.0.contains("index 5"), "{e}");
-    let e = eval(&Op::Gather { axis: 0 }, &[&table, &table], DType::F32, &[5, 2, 2], &TRAIN).unwrap_err();
+    let e = eval(&Op::Gather { axis: 0 }, &[&table, &table], DType::F32, &[5, 2, 2], &TRAIN)
+        .unwrap_err();
     assert!(e.0.contains("integer"), "{e}");
-    let e = eval(&Op::Unary(UnaryOp::Exp), &[&Tensor::i32(vec![1], vec![1])], DType::F32, &[1], &TRAIN).unwrap_err();
+    let e =
+        eval(&Op::Unary(UnaryOp::Exp), &[&Tensor::i32(vec![1], vec![1])], DType::F32, &[1], &TRAIN)
+            .unwrap_err();
     assert!(e.0.contains("float"), "{e}");
-    let e = eval(&Op::SoftmaxCrossEntropy, &[&table, &Tensor::i32(vec![5], vec![0, 1, 2, 1, 0])], DType::F32, &[], &TRAIN).unwrap_err();
+    let e = eval(
+        &Op::SoftmaxCrossEntropy,
+        &[&table, &Tensor::i32(vec![5], vec![0, 1, 2, 1, 0])],
+        DType::F32,
+        &[],
+        &TRAIN,
+    )
+    .unwrap_err();
     assert!(e.0.contains("target 2") && e.0.contains("2 classes"), "{e}");
     for op in [Op::Input { name: "x".into() }, Op::Param { index: 0 }] {
         assert!(eval(&op, &[], DType::F32, &[1], &TRAIN).is_err());
     }
     let e = eval(&Op::Unary(UnaryOp::Exp), &[&table], DType::F32, &[2, 5], &TRAIN).unwrap_err();
-    assert!(e.0.contains("[5, 2]") && e.0.contains("[2, 5]"), "a wrong step shape is reported: {e}");
+    assert!(
+        e.0.contains("[5, 2]") && e.0.contains("[2, 5]"),
+        "a wrong step shape is reported: {e}"
+    );
     let e = eval(&Op::MatMul, &[&table], DType::F32, &[5], &TRAIN).unwrap_err();
     assert!(e.0.starts_with("matmul: expects 2 inputs"), "{e}");
     let empty = f32t(&[2, 0], &[]);
-    assert!(eval(&Op::LayerNorm { eps: 1e-5, has_weight: false, has_bias: false }, &[&empty], DType::F32, &[2, 0], &TRAIN).unwrap_err().0.contains("zero-sized"));
+    assert!(eval(
+        &Op::LayerNorm { eps: 1e-5, has_weight: false, has_bias: false },
+        &[&empty],
+        DType::F32,
+        &[2, 0],
+        &TRAIN
+    )
+    .unwrap_err()
+    .0
+    .contains("zero-sized"));
     let broken = Tensor { dtype: DType::F32, shape: vec![3], data: Data::F32(vec![1.0]) };
     assert!(eval(&Op::Unary(UnaryOp::Exp), &[&broken], DType::F32, &[3], &TRAIN).is_err());
 }

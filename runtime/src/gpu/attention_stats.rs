@@ -44,7 +44,12 @@ pub fn add_attention_stats(plan: &Plan) -> (Plan, Vec<u32>) {
             continue;
         }
         let forward_op = Op::Attention { causal, scale, has_mask };
-        let Some(forward) = plan.steps[..i].iter().position(|f| f.op == forward_op && f.inputs == s.inputs[..fwd_arity]) else { continue };
+        let Some(forward) = plan.steps[..i]
+            .iter()
+            .position(|f| f.op == forward_op && f.inputs == s.inputs[..fwd_arity])
+        else {
+            continue;
+        };
         let op = Op::AttentionStats { causal, scale, has_mask };
         let mut inputs = vec![s.inputs[0], s.inputs[1]];
         if has_mask {
@@ -75,14 +80,21 @@ pub fn add_attention_stats(plan: &Plan) -> (Plan, Vec<u32>) {
         for (g, st) in groups.iter().enumerate().filter(|(_, st)| st.before == i) {
             stats_at[g] = steps.len() as u32;
             let inputs = st.inputs.iter().map(|&x| new_of[x as usize]).collect();
-            steps.push(Step { op: st.op.clone(), inputs, dtype: DType::F32, shape: st.shape.clone(), loc: s.loc.clone() });
+            steps.push(Step {
+                op: st.op.clone(),
+                inputs,
+                dtype: DType::F32,
+                shape: st.shape.clone(),
+                loc: s.loc.clone(),
+            });
             original.push(u32::MAX);
         }
         new_of[i] = steps.len() as u32;
         let mut step = s.clone();
         // Inputs come before their reader (Plan::validate), so they are renumbered already;
         // a malformed reference is left for validation to report.
-        let renumber = |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
+        let renumber =
+            |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
         step.inputs = s.inputs.iter().map(|&x| renumber(x)).collect();
         if let Some((g, forward)) = extra[i] {
             step.inputs.push(stats_at[g]);
@@ -115,21 +127,34 @@ mod tests {
         let f = DType::F32;
         let (q, k, v, y) = ([1, 2, 4, 8], [1, 1, 6, 8], [1, 1, 6, 3], [1, 2, 4, 3]);
         let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], f, &q),                                        // 0
-            step(Op::Dropout { p: 0.25 }, vec![0], f, &q),                                              // 1
-            step(Op::Input { name: "k".into() }, vec![], f, &k),                                        // 2
-            step(Op::Input { name: "v".into() }, vec![], f, &v),                                        // 3
-            step(Op::Input { name: "m".into() }, vec![], f, &[4, 6]),                                   // 4
-            step(Op::Attention { causal: false, scale: 0.5, has_mask: true }, vec![1, 2, 3, 4], f, &y), // 5
-            step(Op::Unary(UnaryOp::Neg), vec![5], f, &y),                                              // 6: dy
-            step(grad(false, GradPart::V), vec![1, 2, 3, 4, 6], f, &v),                                 // 7
-            step(grad(false, GradPart::K), vec![1, 2, 3, 4, 6], f, &k),                                 // 8
-            step(Op::Binary(BinaryOp::Add), vec![2, 8], f, &k),                                         // 9
-            step(grad(true, GradPart::V), vec![1, 2, 3, 4, 6], f, &v),                                  // 10: no causal forward
-            step(grad(false, GradPart::Q), vec![1, 2, 3, 4, 6], f, &q),                                 // 11
-            step(Op::DropoutGrad { p: 0.25, forward: 1 }, vec![11], f, &q),                             // 12
+            step(Op::Input { name: "x".into() }, vec![], f, &q), // 0
+            step(Op::Dropout { p: 0.25 }, vec![0], f, &q),       // 1
+            step(Op::Input { name: "k".into() }, vec![], f, &k), // 2
+            step(Op::Input { name: "v".into() }, vec![], f, &v), // 3
+            step(Op::Input { name: "m".into() }, vec![], f, &[4, 6]), // 4
+            step(
+                Op::Attention { causal: false, scale: 0.5, has_mask: true },
+                vec![1, 2, 3, 4],
+                f,
+                &y,
+            ), // 5
+            step(Op::Unary(UnaryOp::Neg), vec![5], f, &y),       // 6: dy
+            step(grad(false, GradPart::V), vec![1, 2, 3, 4, 6], f, &v), // 7
+            step(grad(false, GradPart::K), vec![1, 2, 3, 4, 6], f, &k), // 8
+            step(Op::Binary(BinaryOp::Add), vec![2, 8], f, &k),  // 9
+            step(grad(true, GradPart::V), vec![1, 2, 3, 4, 6], f, &v), // 10: no causal forward
+            step(grad(false, GradPart::Q), vec![1, 2, 3, 4, 6], f, &q), // 11
+            step(Op::DropoutGrad { p: 0.25, forward: 1 }, vec![11], f, &q), // 12
         ];
-        Plan { loss: Some(6), ..Plan::of_steps(Mode::Train, steps, vec![("x".into(), 0), ("k".into(), 2), ("v".into(), 3), ("m".into(), 4)], vec![("y".into(), 5), ("dk".into(), 9)]) }
+        Plan {
+            loss: Some(6),
+            ..Plan::of_steps(
+                Mode::Train,
+                steps,
+                vec![("x".into(), 0), ("k".into(), 2), ("v".into(), 3), ("m".into(), 4)],
+                vec![("y".into(), 5), ("dk".into(), 9)],
+            )
+        }
     }
 
     #[test]
@@ -160,7 +185,10 @@ mod tests {
         for (new, &old) in original.iter().enumerate().filter(|(_, &o)| o != u) {
             assert_eq!(t.steps[new].shape, p.steps[old as usize].shape);
             assert!(t.steps[new].inputs.len() >= p.steps[old as usize].inputs.len());
-            assert_eq!(std::mem::discriminant(&t.steps[new].op), std::mem::discriminant(&p.steps[old as usize].op));
+            assert_eq!(
+                std::mem::discriminant(&t.steps[new].op),
+                std::mem::discriminant(&p.steps[old as usize].op)
+            );
         }
     }
 
@@ -172,7 +200,14 @@ mod tests {
         p.steps.push(step(Op::Dropout { p: 0.5 }, vec![11], f, &[1, 2, 4, 8])); // 13
         p.steps.push(step(Op::DropoutGrad { p: 0.5, forward: 13 }, vec![13], f, &[1, 2, 4, 8])); // 14
         p.steps.push(step(Op::Param { index: 0 }, vec![], f, &[1, 1, 6, 8])); // 15
-        p.params.push(crate::plan::ParamSpec { name: "w".into(), dtype: f, shape: vec![1, 1, 6, 8], init: crate::op::InitSpec::Constant(0.0), trainable: true, frozen: false });
+        p.params.push(crate::plan::ParamSpec {
+            name: "w".into(),
+            dtype: f,
+            shape: vec![1, 1, 6, 8],
+            init: crate::op::InitSpec::Constant(0.0),
+            trainable: true,
+            frozen: false,
+        });
         p.grads = vec![(0, 8)];
         p.outputs.push(("z".into(), 14));
         let (t, original) = add_attention_stats(&p);

@@ -22,7 +22,12 @@ struct Bindings {
 
 impl gpu::ShaderData for Bindings {
     fn layout() -> gpu::ShaderDataLayout {
-        gpu::ShaderDataLayout { bindings: vec![("arena", gpu::ShaderBinding::Buffer), ("params", gpu::ShaderBinding::Plain { size: 128 })] }
+        gpu::ShaderDataLayout {
+            bindings: vec![
+                ("arena", gpu::ShaderBinding::Buffer),
+                ("params", gpu::ShaderBinding::Plain { size: 128 }),
+            ],
+        }
     }
 
     fn fill(&self, mut ctx: gpu::PipelineContext) {
@@ -34,10 +39,17 @@ impl gpu::ShaderData for Bindings {
 
 fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kernel, String> {
     let source = format!("{PRELUDE}{body}");
-    let module = naga::front::wgsl::parse_str(&source).map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
-    let shader = ctx.try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) }).map_err(|e| format!("kernel `{name}`: {e}"))?;
+    let module = naga::front::wgsl::parse_str(&source)
+        .map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
+    let shader = ctx
+        .try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) })
+        .map_err(|e| format!("kernel `{name}`: {e}"))?;
     let layout = <Bindings as gpu::ShaderData>::layout();
-    let pipeline = ctx.create_compute_pipeline(gpu::ComputePipelineDesc { name, data_layouts: &[&layout], compute: shader.at("main") });
+    let pipeline = ctx.create_compute_pipeline(gpu::ComputePipelineDesc {
+        name,
+        data_layouts: &[&layout],
+        compute: shader.at("main"),
+    });
     Ok(Kernel { pipeline, name: name.to_string() })
 }
 
@@ -101,7 +113,11 @@ impl GpuDevice {
                 .map_err(|e| format!("cannot open {}: {e:?}", info.name))?
         };
         let ctx = std::mem::ManuallyDrop::new(ctx);
-        let encoder = ctx.create_command_encoder(gpu::CommandEncoderDesc { name: "mgn", buffer_count: 1, manual_barriers: false });
+        let encoder = ctx.create_command_encoder(gpu::CommandEncoderDesc {
+            name: "mgn",
+            buffer_count: 1,
+            manual_barriers: false,
+        });
         let limits = DeviceLimits::effective(info.limits.unwrap_or(DeviceLimits::MIN_SPEC));
         Ok(GpuDevice { ctx, encoder, info, limits, upload: None, download: None })
     }
@@ -119,8 +135,21 @@ impl GpuDevice {
         let chunk = sources.len().div_ceil(threads).max(1);
         let ctx = &self.ctx;
         std::thread::scope(|scope| {
-            let jobs: Vec<_> = sources.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(|(name, body)| compile(ctx, name, body)).collect::<Vec<_>>())).collect();
-            jobs.into_iter().flat_map(|j| j.join().unwrap_or_else(|_| vec![Err("the driver crashed while compiling a kernel".to_string())])).collect()
+            let jobs: Vec<_> = sources
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter().map(|(name, body)| compile(ctx, name, body)).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            jobs.into_iter()
+                .flat_map(|j| {
+                    j.join().unwrap_or_else(|_| {
+                        vec![Err("the driver crashed while compiling a kernel".to_string())]
+                    })
+                })
+                .collect()
         })
     }
 
@@ -128,9 +157,16 @@ impl GpuDevice {
     pub fn arena(&mut self, words: usize) -> Result<Arena, String> {
         let bytes = (words.max(1) * 4) as u64;
         if !self.limits.fits_binding(bytes) {
-            return Err(format!("{bytes} bytes exceed one binding on this device ({} bytes)", self.limits.max_storage_buffer_range));
+            return Err(format!(
+                "{bytes} bytes exceed one binding on this device ({} bytes)",
+                self.limits.max_storage_buffer_range
+            ));
         }
-        let buffer = self.ctx.create_buffer(gpu::BufferDesc { name: "arena", size: bytes, memory: gpu::Memory::Device });
+        let buffer = self.ctx.create_buffer(gpu::BufferDesc {
+            name: "arena",
+            size: bytes,
+            memory: gpu::Memory::Device,
+        });
         self.encoder.start();
         self.encoder.transfer("zero").fill_buffer(buffer.into(), bytes, 0);
         let sp = self.ctx.submit(&mut self.encoder);
@@ -145,12 +181,15 @@ impl GpuDevice {
 
     /// Copies `data` into the arena at word `offset` (one submission of its own).
     pub fn write(&mut self, arena: &Arena, offset: usize, data: &[u32]) -> Result<(), String> {
-        self.submit(arena, &Submission { uploads: vec![(offset, data)], ..Default::default() }).map(drop)
+        self.submit(arena, &Submission { uploads: vec![(offset, data)], ..Default::default() })
+            .map(drop)
     }
 
     /// Reads `len` words at `offset` back from the arena (one submission of its own).
     pub fn read(&mut self, arena: &Arena, offset: usize, len: usize) -> Result<Vec<u32>, String> {
-        Ok(self.submit(arena, &Submission { downloads: vec![(offset, len)], ..Default::default() })?.remove(0))
+        Ok(self
+            .submit(arena, &Submission { downloads: vec![(offset, len)], ..Default::default() })?
+            .remove(0))
     }
 
     /// Records the dispatches in order, each after the previous one, and waits.
@@ -168,7 +207,14 @@ impl GpuDevice {
             self.ctx.destroy_buffer(slot.take().expect("checked").buffer);
         }
         let memory = if download { gpu::Memory::Download } else { gpu::Memory::Upload };
-        let s = slot.get_or_insert_with(|| Staging { buffer: self.ctx.create_buffer(gpu::BufferDesc { name: "staging", size: words as u64 * 4, memory }), words });
+        let s = slot.get_or_insert_with(|| Staging {
+            buffer: self.ctx.create_buffer(gpu::BufferDesc {
+                name: "staging",
+                size: words as u64 * 4,
+                memory,
+            }),
+            words,
+        });
         Some(s.buffer)
     }
 
@@ -176,12 +222,19 @@ impl GpuDevice {
     pub fn submit(&mut self, arena: &Arena, job: &Submission) -> Result<Vec<Vec<u32>>, String> {
         for &(offset, data) in &job.uploads {
             if offset + data.len() > arena.words {
-                return Err(format!("upload of {} words at {offset} runs past the arena ({} words)", data.len(), arena.words));
+                return Err(format!(
+                    "upload of {} words at {offset} runs past the arena ({} words)",
+                    data.len(),
+                    arena.words
+                ));
             }
         }
         for &(offset, len) in &job.downloads {
             if offset + len > arena.words {
-                return Err(format!("download of {len} words at {offset} runs past the arena ({} words)", arena.words));
+                return Err(format!(
+                    "download of {len} words at {offset} runs past the arena ({} words)",
+                    arena.words
+                ));
             }
         }
         let up_words: usize = job.uploads.iter().map(|(_, d)| d.len()).sum();
@@ -193,8 +246,18 @@ impl GpuDevice {
             let mut at = 0usize;
             let mut pass = self.encoder.transfer("upload");
             for &(offset, data) in &job.uploads {
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (up.data() as *mut u32).add(at), data.len()) };
-                pass.copy_buffer_to_buffer(up.at(at as u64 * 4), arena.buffer.at(offset as u64 * 4), data.len() as u64 * 4);
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        (up.data() as *mut u32).add(at),
+                        data.len(),
+                    )
+                };
+                pass.copy_buffer_to_buffer(
+                    up.at(at as u64 * 4),
+                    arena.buffer.at(offset as u64 * 4),
+                    data.len() as u64 * 4,
+                );
                 at += data.len();
             }
         }
@@ -219,7 +282,11 @@ impl GpuDevice {
             let mut at = 0u64;
             let mut pass = self.encoder.transfer("download");
             for &(offset, len) in &job.downloads {
-                pass.copy_buffer_to_buffer(arena.buffer.at(offset as u64 * 4), down.at(at * 4), len as u64 * 4);
+                pass.copy_buffer_to_buffer(
+                    arena.buffer.at(offset as u64 * 4),
+                    down.at(at * 4),
+                    len as u64 * 4,
+                );
                 at += len as u64;
             }
         }
@@ -231,7 +298,13 @@ impl GpuDevice {
             let mut v = vec![0u32; len];
             // No staging when every download is empty (a tensor with a zero-sized axis).
             if let Some(down) = down.filter(|_| len > 0) {
-                unsafe { std::ptr::copy_nonoverlapping((down.data() as *const u32).add(at), v.as_mut_ptr(), len) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (down.data() as *const u32).add(at),
+                        v.as_mut_ptr(),
+                        len,
+                    )
+                };
             }
             at += len;
             out.push(v);
@@ -243,7 +316,11 @@ impl GpuDevice {
     /// one pass per dispatch, in submissions of at most `PASS_COUNT - 1` passes. Needs
     /// `MGN_PROFILE=1` when the device was opened. The extra barriers make the total slower
     /// than a real run; the split across dispatches is what it is for.
-    pub fn profile(&mut self, arena: &Arena, levels: &[Vec<Dispatch>]) -> Result<Vec<std::time::Duration>, String> {
+    pub fn profile(
+        &mut self,
+        arena: &Arena,
+        levels: &[Vec<Dispatch>],
+    ) -> Result<Vec<std::time::Duration>, String> {
         if std::env::var("MGN_PROFILE").map_or(true, |v| v != "1") {
             return Err("profiling needs MGN_PROFILE=1 when the session opens".into());
         }
@@ -350,7 +427,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         params[..4].copy_from_slice(&[n as u32, 0, n as u32, 2 * n as u32]);
         let groups = fold_grid(n.div_ceil(64) as u64, &dev.limits).expect("fits");
         dev.run(&arena, &[(&add, params, groups)]).expect("runs");
-        let out: Vec<f32> = dev.read(&arena, 2 * n, n).expect("reads").into_iter().map(f32::from_bits).collect();
+        let out: Vec<f32> =
+            dev.read(&arena, 2 * n, n).expect("reads").into_iter().map(f32::from_bits).collect();
         for i in 0..n {
             assert_eq!(out[i], a[i] + b[i], "element {i}");
         }
@@ -380,14 +458,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         dev.run(&arena, &[(&k, params, groups)]).expect("runs");
         let out = dev.read(&arena, 0, n + 16).expect("reads");
         for (i, v) in out.iter().enumerate() {
-            assert_eq!(*v, if i < n { i as u32 + 1 } else { 0 }, "element {i}: each written exactly once, nothing past the end");
+            assert_eq!(
+                *v,
+                if i < n { i as u32 + 1 } else { 0 },
+                "element {i}: each written exactly once, nothing past the end"
+            );
         }
     }
 
     #[test]
     fn invalid_wgsl_is_an_error_naming_the_kernel() {
         let Some(dev) = device() else { return };
-        let Err(e) = dev.kernel("broken", "@compute @workgroup_size(1) fn main() { let x: f32 = arena[0]; }") else { panic!("must fail") };
+        let Err(e) = dev
+            .kernel("broken", "@compute @workgroup_size(1) fn main() { let x: f32 = arena[0]; }")
+        else {
+            panic!("must fail")
+        };
         assert!(e.starts_with("kernel `broken`"), "{e}");
     }
 }

@@ -26,7 +26,8 @@ fn node(op: &Op, args: &[u32]) -> Option<Elem> {
 }
 
 fn fusable(s: &Step) -> bool {
-    s.dtype.is_float() && matches!(s.op, Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. })
+    s.dtype.is_float()
+        && matches!(s.op, Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. })
 }
 
 /// Programs longer than this stay split: a kernel's registers and compile time grow with it.
@@ -44,7 +45,13 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
         }
     }
     let mut result = vec![false; n];
-    for v in plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss).chain(plan.grads.iter().map(|(_, v)| *v)) {
+    for v in plan
+        .outputs
+        .iter()
+        .map(|(_, v)| *v)
+        .chain(plan.loss)
+        .chain(plan.grads.iter().map(|(_, v)| *v))
+    {
         result[v as usize] = true;
     }
     // Per fusable step: its leaves (values it reads), its program over them, and the matrix
@@ -68,7 +75,8 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
                 continue;
             }
             let xs = &plan.steps[x as usize];
-            let only_reader = readers[x as usize] == [i] && !result[x as usize] && xs.shape == s.shape;
+            let only_reader =
+                readers[x as usize] == [i] && !result[x as usize] && xs.shape == s.shape;
             if only_reader && head.is_none() && matches!(xs.op, Op::MatMul) && xs.dtype.is_float() {
                 head = Some(x);
                 absorbed[x as usize] = true;
@@ -79,7 +87,9 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
                 args.push(at);
                 continue;
             }
-            let inline = programs[x as usize].as_ref().filter(|(_, p, h)| only_reader && prog.len() + p.len() < MAX_NODES && !(h.is_some() && head.is_some()));
+            let inline = programs[x as usize].as_ref().filter(|(_, p, h)| {
+                only_reader && prog.len() + p.len() < MAX_NODES && !(h.is_some() && head.is_some())
+            });
             let at = match inline {
                 Some((xl, xp, xh)) => {
                     if xh.is_some() {
@@ -118,7 +128,8 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
         if absorbed[i] {
             continue;
         }
-        let renumber = |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
+        let renumber =
+            |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
         let mut step = s.clone();
         match (&programs[i], grew[i]) {
             (Some((leaves, prog, Some(mm))), true) => {
@@ -133,9 +144,15 @@ pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
                         k
                     }
                 };
-                let program = prog.iter().map(|e| if let Elem::Input(k) = e { Elem::Input(order(*k)) } else { e.clone() }).collect();
+                let program = prog
+                    .iter()
+                    .map(
+                        |e| if let Elem::Input(k) = e { Elem::Input(order(*k)) } else { e.clone() },
+                    )
+                    .collect();
                 step.op = Op::MatMulEpilogue { program };
-                step.inputs = plan.steps[*mm as usize].inputs.iter().map(|&x| renumber(x)).collect();
+                step.inputs =
+                    plan.steps[*mm as usize].inputs.iter().map(|&x| renumber(x)).collect();
                 step.inputs.extend(leaves.iter().filter(|l| *l != mm).map(|&x| renumber(x)));
             }
             (Some((leaves, prog, None)), true) => {
@@ -189,7 +206,12 @@ mod tests {
             step(Op::Pow { exponent: 2.0 }, vec![1], f, &[4]),        // 7: w², other shape
             step(Op::Binary(BinaryOp::Add), vec![6, 7], f, &[3, 4]),  // 8: z + w² (broadcast)
         ];
-        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0), ("w".into(), 1)], vec![("y".into(), 5), ("u".into(), 8)])
+        Plan::of_steps(
+            Mode::Infer,
+            steps,
+            vec![("x".into(), 0), ("w".into(), 1)],
+            vec![("y".into(), 5), ("u".into(), 8)],
+        )
     }
 
     #[test]
@@ -230,14 +252,19 @@ mod tests {
         // index is renumbered past the removed step.
         let f32 = DType::F32;
         let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], f32, &[8]),          // 0
-            step(Op::Unary(UnaryOp::Tanh), vec![0], f32, &[8]),               // 1: output
-            step(Op::Unary(UnaryOp::Neg), vec![1], f32, &[8]),                // 2 → fused into 3
-            step(Op::Unary(UnaryOp::Exp), vec![2], f32, &[8]),                // 3
-            step(Op::Dropout { p: 0.5 }, vec![3], f32, &[8]),                 // 4
+            step(Op::Input { name: "x".into() }, vec![], f32, &[8]), // 0
+            step(Op::Unary(UnaryOp::Tanh), vec![0], f32, &[8]),      // 1: output
+            step(Op::Unary(UnaryOp::Neg), vec![1], f32, &[8]),       // 2 → fused into 3
+            step(Op::Unary(UnaryOp::Exp), vec![2], f32, &[8]),       // 3
+            step(Op::Dropout { p: 0.5 }, vec![3], f32, &[8]),        // 4
             step(Op::DropoutGrad { p: 0.5, forward: 4 }, vec![4], f32, &[8]), // 5
         ];
-        let p = Plan::of_steps(Mode::Train, steps, vec![("x".into(), 0)], vec![("t".into(), 1), ("y".into(), 5)]);
+        let p = Plan::of_steps(
+            Mode::Train,
+            steps,
+            vec![("x".into(), 0)],
+            vec![("t".into(), 1), ("y".into(), 5)],
+        );
         let (f, original) = fuse_elementwise(&p);
         f.validate().expect("a valid plan");
         assert_eq!(original, vec![0, 1, 3, 4, 5]);
@@ -252,22 +279,32 @@ mod tests {
         // with y broadcast from [5].
         let f = DType::F32;
         let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], f, &[7, 5]),      // 0
-            step(Op::Input { name: "y".into() }, vec![], f, &[5]),         // 1
-            step(Op::Unary(UnaryOp::Gelu), vec![0], f, &[7, 5]),           // 2
-            step(Op::Binary(BinaryOp::Mul), vec![2, 1], f, &[7, 5]),       // 3
+            step(Op::Input { name: "x".into() }, vec![], f, &[7, 5]), // 0
+            step(Op::Input { name: "y".into() }, vec![], f, &[5]),    // 1
+            step(Op::Unary(UnaryOp::Gelu), vec![0], f, &[7, 5]),      // 2
+            step(Op::Binary(BinaryOp::Mul), vec![2, 1], f, &[7, 5]),  // 3
             step(Op::UnaryGrad(UnaryOp::Sigmoid), vec![0, 3], f, &[7, 5]), // 4
-            step(Op::Pow { exponent: 2.0 }, vec![4], f, &[7, 5]),          // 5
-            step(Op::Binary(BinaryOp::Sub), vec![5, 1], f, &[7, 5]),       // 6
+            step(Op::Pow { exponent: 2.0 }, vec![4], f, &[7, 5]),     // 5
+            step(Op::Binary(BinaryOp::Sub), vec![5, 1], f, &[7, 5]),  // 6
         ];
-        let gelu = Plan { steps, inputs: vec![("x".into(), 0), ("y".into(), 1)], outputs: vec![("o".into(), 6)], ..plan() };
-        assert!(matches!(fuse_elementwise(&gelu).0.steps.last().map(|s| &s.op), Some(Op::Fused { program }) if program.iter().filter(|e| e.op().is_some()).count() == 5));
+        let gelu = Plan {
+            steps,
+            inputs: vec![("x".into(), 0), ("y".into(), 1)],
+            outputs: vec![("o".into(), 6)],
+            ..plan()
+        };
+        assert!(
+            matches!(fuse_elementwise(&gelu).0.steps.last().map(|s| &s.op), Some(Op::Fused { program }) if program.iter().filter(|e| e.op().is_some()).count() == 5)
+        );
         let x = Tensor::f32(vec![7, 5], crate::gpu::test_util::values(35, 3));
         let y = Tensor::f32(vec![5], vec![0.5, -1.0, 2.0, 0.25, 1.5]);
         let w = Tensor::f32(vec![4], vec![0.5, -1.0, 2.0, 0.25]);
         let x12 = Tensor::f32(vec![3, 4], crate::gpu::test_util::values(12, 9));
-        for (p, given) in [(gelu, vec![("x", &x), ("y", &y)]), (plan(), vec![("x", &x12), ("w", &w)])] {
-            let want = crate::session::Session::new(p.clone(), 0).run(&given).expect("runs on the CPU");
+        for (p, given) in
+            [(gelu, vec![("x", &x), ("y", &y)]), (plan(), vec![("x", &x12), ("w", &w)])]
+        {
+            let want =
+                crate::session::Session::new(p.clone(), 0).run(&given).expect("runs on the CPU");
             let Some(mut gpu) = crate::gpu::test_util::open(p, &[]) else { return };
             let got = gpu.run(&given, 0).expect("runs on the GPU");
             for ((n, a), (_, b)) in got.outputs.iter().zip(&want.outputs) {
@@ -286,18 +323,25 @@ mod tests {
         let f = DType::F32;
         for (m, k, n) in [(70, 33, 66), (1, 40, 300), (9, 20, 5)] {
             let steps = vec![
-                step(Op::Input { name: "a".into() }, vec![], f, &[m, k]),    // 0
-                step(Op::Param { index: 0 }, vec![], f, &[n, k]),            // 1
+                step(Op::Input { name: "a".into() }, vec![], f, &[m, k]), // 0
+                step(Op::Param { index: 0 }, vec![], f, &[n, k]),         // 1
                 step(Op::Permute { perm: vec![1, 0] }, vec![1], f, &[k, n]), // 2
-                step(Op::MatMul, vec![0, 2], f, &[m, n]),                    // 3
-                step(Op::Input { name: "bias".into() }, vec![], f, &[n]),    // 4
-                step(Op::Binary(BinaryOp::Add), vec![3, 4], f, &[m, n]),     // 5
-                step(Op::Unary(UnaryOp::Relu), vec![5], f, &[m, n]),         // 6
-                step(Op::Input { name: "res".into() }, vec![], f, &[m, n]),  // 7
-                step(Op::Binary(BinaryOp::Add), vec![6, 7], f, &[m, n]),     // 8
+                step(Op::MatMul, vec![0, 2], f, &[m, n]),                 // 3
+                step(Op::Input { name: "bias".into() }, vec![], f, &[n]), // 4
+                step(Op::Binary(BinaryOp::Add), vec![3, 4], f, &[m, n]),  // 5
+                step(Op::Unary(UnaryOp::Relu), vec![5], f, &[m, n]),      // 6
+                step(Op::Input { name: "res".into() }, vec![], f, &[m, n]), // 7
+                step(Op::Binary(BinaryOp::Add), vec![6, 7], f, &[m, n]),  // 8
             ];
             let p = Plan {
-                params: vec![ParamSpec { name: "w".into(), dtype: f, shape: vec![n, k], init: InitSpec::Constant(0.0), trainable: true, frozen: false }],
+                params: vec![ParamSpec {
+                    name: "w".into(),
+                    dtype: f,
+                    shape: vec![n, k],
+                    init: InitSpec::Constant(0.0),
+                    trainable: true,
+                    frozen: false,
+                }],
                 steps,
                 inputs: vec![("a".into(), 0), ("bias".into(), 4), ("res".into(), 7)],
                 outputs: vec![("y".into(), 8)],
@@ -306,7 +350,11 @@ mod tests {
             let (fp, _) = fuse_elementwise(&p);
             fp.validate().expect("a valid plan");
             let last = fp.steps.last().expect("steps");
-            assert!(matches!(&last.op, Op::MatMulEpilogue { program } if program.iter().filter(|e| e.op().is_some()).count() == 3), "{:?}", last.op);
+            assert!(
+                matches!(&last.op, Op::MatMulEpilogue { program } if program.iter().filter(|e| e.op().is_some()).count() == 3),
+                "{:?}",
+                last.op
+            );
             assert_eq!(fp.steps.len(), 6, "a, w, wᵀ, bias, res and the fused step");
             let a = Tensor::f32(vec![m, k], crate::gpu::test_util::values(m * k, 1));
             let w = Tensor::f32(vec![n, k], crate::gpu::test_util::values(n * k, 2));
@@ -320,7 +368,9 @@ mod tests {
             fused_cpu.params[0] = w.clone();
             let got = fused_cpu.run(&given).expect("runs").outputs.remove(0).1;
             crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
-            let Some(mut gpu) = crate::gpu::test_util::open(p, std::slice::from_ref(&w)) else { return };
+            let Some(mut gpu) = crate::gpu::test_util::open(p, std::slice::from_ref(&w)) else {
+                return;
+            };
             let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
             crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
         }

@@ -20,12 +20,21 @@ pub fn split_cross_entropy(plan: &Plan) -> (Plan, Vec<u32>) {
         .steps
         .iter()
         .map(|s| {
-            if s.op != Op::SoftmaxCrossEntropy || s.inputs.len() != 2 || s.dtype != DType::F32 || !s.shape.is_empty() {
+            if s.op != Op::SoftmaxCrossEntropy
+                || s.inputs.len() != 2
+                || s.dtype != DType::F32
+                || !s.shape.is_empty()
+            {
                 return None;
             }
             let targets = plan.steps.get(s.inputs[1] as usize)?;
             let rows: usize = targets.shape.iter().product();
-            (rows > 1).then(|| Split { op: Op::CrossEntropyRows, inputs: s.inputs.clone(), shape: vec![rows], then: Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false } })
+            (rows > 1).then(|| Split {
+                op: Op::CrossEntropyRows,
+                inputs: s.inputs.clone(),
+                shape: vec![rows],
+                then: Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false },
+            })
         })
         .collect();
     if splits.iter().all(Option::is_none) {
@@ -52,7 +61,15 @@ mod tests {
             step(Op::Input { name: "t1".into() }, vec![], i, &[1]),           // 4
             step(Op::SoftmaxCrossEntropy, vec![3, 4], f, &[]),                // 5
         ];
-        Plan { loss: Some(2), ..Plan::of_steps(Mode::Train, steps, vec![("logits".into(), 0), ("t".into(), 1), ("one".into(), 3), ("t1".into(), 4)], vec![("loss".into(), 2), ("single".into(), 5)]) }
+        Plan {
+            loss: Some(2),
+            ..Plan::of_steps(
+                Mode::Train,
+                steps,
+                vec![("logits".into(), 0), ("t".into(), 1), ("one".into(), 3), ("t1".into(), 4)],
+                vec![("loss".into(), 2), ("single".into(), 5)],
+            )
+        }
     }
 
     #[test]
@@ -62,13 +79,17 @@ mod tests {
         q.validate().expect("a valid plan");
         assert_eq!(q.steps.len(), p.steps.len() + 1, "the one-row loss stays");
         assert_eq!(q.steps[2].op, Op::CrossEntropyRows);
-        assert_eq!((q.steps[2].inputs.as_slice(), q.steps[2].shape.as_slice()), (&[0, 1][..], &[6][..]));
+        assert_eq!(
+            (q.steps[2].inputs.as_slice(), q.steps[2].shape.as_slice()),
+            (&[0, 1][..], &[6][..])
+        );
         assert_eq!(q.steps[3].op, Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false });
         assert_eq!(q.steps[3].inputs, [2]);
         assert_eq!(q.loss, Some(3));
         assert_eq!(original, [0, 1, u32::MAX, 2, 3, 4, 5]);
 
-        let logits = Tensor::f32(vec![2, 3, 7], values(42, 9).into_iter().map(|v| 8.0 * v).collect());
+        let logits =
+            Tensor::f32(vec![2, 3, 7], values(42, 9).into_iter().map(|v| 8.0 * v).collect());
         let given = [
             ("logits", logits),
             ("t", Tensor::i32(vec![2, 3], vec![0, 6, 3, 3, 1, 5])),
@@ -87,7 +108,8 @@ mod tests {
     #[test]
     fn row_terms_on_the_gpu_match_the_cpu() {
         // Rows longer than a workgroup, large logits (the max shift matters) and a 3-D batch.
-        let logits = Tensor::f32(vec![2, 3, 700], values(4200, 5).into_iter().map(|v| 40.0 * v).collect());
+        let logits =
+            Tensor::f32(vec![2, 3, 700], values(4200, 5).into_iter().map(|v| 40.0 * v).collect());
         let targets = Tensor::i32(vec![2, 3], vec![0, 699, 350, 7, 1, 698]);
         check_on_both(&Op::CrossEntropyRows, &[logits, targets], DType::F32, &[6], 1e-5);
     }

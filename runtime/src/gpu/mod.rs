@@ -6,9 +6,9 @@
 pub mod attention_stats;
 pub mod device;
 pub mod fuse;
+pub mod kernels;
 pub mod loss_rows;
 pub mod norm_partials;
-pub mod kernels;
 pub mod probe;
 pub mod rewrite;
 pub mod schedule;

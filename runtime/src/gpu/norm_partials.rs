@@ -47,9 +47,17 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
         };
         // Malformed steps are left for the kernel generator to report.
         let (Some(&x), Some(&dy)) = (s.inputs.first(), s.inputs.last()) else { continue };
-        let (Some(xs), Some(dys)) = (plan.steps.get(x as usize), plan.steps.get(dy as usize)) else { continue };
+        let (Some(xs), Some(dys)) = (plan.steps.get(x as usize), plan.steps.get(dy as usize))
+        else {
+            continue;
+        };
         let Some(&d) = xs.shape.last() else { continue };
-        if xs.shape != dys.shape || s.shape != [d] || s.dtype != DType::F32 || xs.dtype != DType::F32 || d == 0 {
+        if xs.shape != dys.shape
+            || s.shape != [d]
+            || s.dtype != DType::F32
+            || xs.dtype != DType::F32
+            || d == 0
+        {
             continue;
         }
         let rows = xs.shape.iter().product::<usize>() / d;
@@ -58,11 +66,17 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
             // Σ dy over every axis but the last: a reduction with a workgroup per column.
             let rank = dys.shape.len();
             let step = &mut plan.to_mut().steps[i];
-            step.op = Op::Reduce { op: ReduceOp::Sum, axes: (0..rank - 1).collect(), keepdim: false };
+            step.op =
+                Op::Reduce { op: ReduceOp::Sum, axes: (0..rank - 1).collect(), keepdim: false };
             step.inputs = vec![dy];
         } else {
             let op = Op::NormWeightGradPartial { eps, center, chunk };
-            splits[i] = Some(Split { op, inputs: vec![x, dy], shape: vec![rows.div_ceil(chunk), d], then: Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false } });
+            splits[i] = Some(Split {
+                op,
+                inputs: vec![x, dy],
+                shape: vec![rows.div_ceil(chunk), d],
+                then: Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false },
+            });
         }
     }
     if splits.iter().all(Option::is_none) {
@@ -86,19 +100,76 @@ mod tests {
         let f = DType::F32;
         let (x, w) = ([37, 70], [70]);
         let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], f, &x),                                                                          // 0
-            step(Op::Input { name: "w".into() }, vec![], f, &w),                                                                          // 1
-            step(Op::Input { name: "b".into() }, vec![], f, &w),                                                                          // 2
-            step(Op::Unary(UnaryOp::Tanh), vec![0], f, &x),                                                                               // 3: dy
-            step(Op::LayerNormGrad { eps: 1e-5, has_weight: true, has_bias: true, part: GradPart::Input }, vec![0, 1, 2, 3], f, &x),      // 4
-            step(Op::LayerNormGrad { eps: 1e-5, has_weight: true, has_bias: true, part: GradPart::Weight }, vec![0, 1, 2, 3], f, &w),     // 5
-            step(Op::LayerNormGrad { eps: 1e-5, has_weight: true, has_bias: true, part: GradPart::Bias }, vec![0, 1, 2, 3], f, &w),       // 6
-            step(Op::RmsNormGrad { eps: 1e-6, has_weight: true, part: GradPart::Weight }, vec![0, 1, 3], f, &w),                          // 7
-            step(Op::Binary(BinaryOp::Add), vec![5, 7], f, &w),                                                                           // 8
-            step(Op::Input { name: "s".into() }, vec![], f, &[4, 70]),                                                                    // 9
-            step(Op::LayerNormGrad { eps: 1e-5, has_weight: true, has_bias: false, part: GradPart::Weight }, vec![9, 1, 9], f, &w),       // 10
+            step(Op::Input { name: "x".into() }, vec![], f, &x), // 0
+            step(Op::Input { name: "w".into() }, vec![], f, &w), // 1
+            step(Op::Input { name: "b".into() }, vec![], f, &w), // 2
+            step(Op::Unary(UnaryOp::Tanh), vec![0], f, &x),      // 3: dy
+            step(
+                Op::LayerNormGrad {
+                    eps: 1e-5,
+                    has_weight: true,
+                    has_bias: true,
+                    part: GradPart::Input,
+                },
+                vec![0, 1, 2, 3],
+                f,
+                &x,
+            ), // 4
+            step(
+                Op::LayerNormGrad {
+                    eps: 1e-5,
+                    has_weight: true,
+                    has_bias: true,
+                    part: GradPart::Weight,
+                },
+                vec![0, 1, 2, 3],
+                f,
+                &w,
+            ), // 5
+            step(
+                Op::LayerNormGrad {
+                    eps: 1e-5,
+                    has_weight: true,
+                    has_bias: true,
+                    part: GradPart::Bias,
+                },
+                vec![0, 1, 2, 3],
+                f,
+                &w,
+            ), // 6
+            step(
+                Op::RmsNormGrad { eps: 1e-6, has_weight: true, part: GradPart::Weight },
+                vec![0, 1, 3],
+                f,
+                &w,
+            ), // 7
+            step(Op::Binary(BinaryOp::Add), vec![5, 7], f, &w),  // 8
+            step(Op::Input { name: "s".into() }, vec![], f, &[4, 70]), // 9
+            step(
+                Op::LayerNormGrad {
+                    eps: 1e-5,
+                    has_weight: true,
+                    has_bias: false,
+                    part: GradPart::Weight,
+                },
+                vec![9, 1, 9],
+                f,
+                &w,
+            ), // 10
         ];
-        Plan::of_steps(Mode::Train, steps, vec![("x".into(), 0), ("w".into(), 1), ("b".into(), 2), ("s".into(), 9)], vec![("dx".into(), 4), ("dw".into(), 5), ("db".into(), 6), ("drms".into(), 7), ("sum".into(), 8), ("small".into(), 10)])
+        Plan::of_steps(
+            Mode::Train,
+            steps,
+            vec![("x".into(), 0), ("w".into(), 1), ("b".into(), 2), ("s".into(), 9)],
+            vec![
+                ("dx".into(), 4),
+                ("dw".into(), 5),
+                ("db".into(), 6),
+                ("drms".into(), 7),
+                ("sum".into(), 8),
+                ("small".into(), 10),
+            ],
+        )
     }
 
     #[test]
@@ -108,10 +179,19 @@ mod tests {
         q.validate().expect("a valid plan");
         assert_eq!(q.steps.len(), p.steps.len() + 2);
         let bias = original.iter().position(|&o| o == 6).expect("the bias derivative is kept");
-        assert_eq!(q.steps[bias].op, Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false });
+        assert_eq!(
+            q.steps[bias].op,
+            Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }
+        );
         assert_eq!(q.steps[bias].inputs, [3], "dy");
-        let partials: Vec<usize> = (0..q.steps.len()).filter(|&i| matches!(q.steps[i].op, Op::NormWeightGradPartial { .. })).collect();
-        assert_eq!(partials.len(), 2, "the layer norm's and the RMS norm's weight derivatives; not the 4-row one");
+        let partials: Vec<usize> = (0..q.steps.len())
+            .filter(|&i| matches!(q.steps[i].op, Op::NormWeightGradPartial { .. }))
+            .collect();
+        assert_eq!(
+            partials.len(),
+            2,
+            "the layer norm's and the RMS norm's weight derivatives; not the 4-row one"
+        );
         for &i in &partials {
             assert_eq!(q.steps[i].shape, [5, 70], "37 rows in chunks of 8");
             assert_eq!(original[i], u32::MAX);
@@ -119,8 +199,14 @@ mod tests {
             assert_eq!(reader.op, Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false });
             assert_eq!(reader.inputs, [i as u32]);
         }
-        assert_eq!(q.steps[partials[0]].op, Op::NormWeightGradPartial { eps: 1e-5, center: true, chunk: 8 });
-        assert_eq!(q.steps[partials[1]].op, Op::NormWeightGradPartial { eps: 1e-6, center: false, chunk: 8 });
+        assert_eq!(
+            q.steps[partials[0]].op,
+            Op::NormWeightGradPartial { eps: 1e-5, center: true, chunk: 8 }
+        );
+        assert_eq!(
+            q.steps[partials[1]].op,
+            Op::NormWeightGradPartial { eps: 1e-6, center: false, chunk: 8 }
+        );
         // Every step of the original plan is still computed, under its original index.
         let kept: Vec<u32> = original.iter().copied().filter(|&o| o != u32::MAX).collect();
         assert_eq!(kept, (0..p.steps.len() as u32).collect::<Vec<_>>());
@@ -131,7 +217,13 @@ mod tests {
         let p = plan();
         let (q, _) = split_norm_weight_grads(&p);
         let given = [
-            ("x", Tensor::f32(vec![37, 70], values(37 * 70, 1).into_iter().map(|v| 3.0 * v + 0.5).collect())),
+            (
+                "x",
+                Tensor::f32(
+                    vec![37, 70],
+                    values(37 * 70, 1).into_iter().map(|v| 3.0 * v + 0.5).collect(),
+                ),
+            ),
             ("w", Tensor::f32(vec![70], values(70, 2))),
             ("b", Tensor::f32(vec![70], values(70, 3))),
             ("s", Tensor::f32(vec![4, 70], values(4 * 70, 4))),

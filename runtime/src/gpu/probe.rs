@@ -32,20 +32,30 @@ pub fn devices() -> Result<Vec<Device>, String> {
 }
 
 fn list_devices() -> Result<Vec<Device>, String> {
-    let reports = std::panic::catch_unwind(blade_graphics::Context::enumerate).map_err(|_| "the graphics driver crashed while listing devices".to_string())?.map_err(|e| match e {
-        blade_graphics::NotSupportedError::Platform(p) => platform_reason(&format!("{p:?}")),
-        blade_graphics::NotSupportedError::NoSupportedDeviceFound => "the driver lists no device that supports compute".to_string(),
-        blade_graphics::NotSupportedError::PlatformNotSupported => "this platform has neither Vulkan nor Metal".to_string(),
-    })?;
+    let reports = std::panic::catch_unwind(blade_graphics::Context::enumerate)
+        .map_err(|_| "the graphics driver crashed while listing devices".to_string())?
+        .map_err(|e| match e {
+            blade_graphics::NotSupportedError::Platform(p) => platform_reason(&format!("{p:?}")),
+            blade_graphics::NotSupportedError::NoSupportedDeviceFound => {
+                "the driver lists no device that supports compute".to_string()
+            }
+            blade_graphics::NotSupportedError::PlatformNotSupported => {
+                "this platform has neither Vulkan nor Metal".to_string()
+            }
+        })?;
     let limits = vulkan_limits();
     let out: Vec<Device> = reports
         .into_iter()
         .map(|r| {
             let (rejected, float16, coop) = match &r.status {
-                blade_graphics::DeviceReportStatus::Available { caps, .. } => {
-                    ((!caps.compute).then(|| "it does not support compute shaders".to_string()), caps.shader_float16, (caps.cooperative_matrix.f32_tile, caps.cooperative_matrix.f16_tile))
+                blade_graphics::DeviceReportStatus::Available { caps, .. } => (
+                    (!caps.compute).then(|| "it does not support compute shaders".to_string()),
+                    caps.shader_float16,
+                    (caps.cooperative_matrix.f32_tile, caps.cooperative_matrix.f16_tile),
+                ),
+                blade_graphics::DeviceReportStatus::Rejected(why) => {
+                    (Some(why.clone()), false, (0, 0))
                 }
-                blade_graphics::DeviceReportStatus::Rejected(why) => (Some(why.clone()), false, (0, 0)),
             };
             Device {
                 id: r.device_id,
@@ -70,7 +80,8 @@ fn platform_reason(detail: &str) -> String {
     if detail.contains("INCOMPATIBLE_DRIVER") {
         "no Vulkan driver is installed (the Vulkan loader found no compatible driver; for a software one: apt-get install mesa-vulkan-drivers)".to_string()
     } else if detail.to_lowercase().contains("load") || detail.contains("libvulkan") {
-        "the Vulkan loader is not installed (libvulkan.so.1; apt-get install libvulkan1)".to_string()
+        "the Vulkan loader is not installed (libvulkan.so.1; apt-get install libvulkan1)"
+            .to_string()
     } else if detail.contains("INITIALIZATION_FAILED") {
         "the Vulkan driver failed to initialize".to_string()
     } else {
@@ -84,16 +95,24 @@ pub fn choose(devices: &[Device]) -> Result<&Device, String> {
     let usable = || devices.iter().filter(|d| d.rejected.is_none());
     if let Ok(want) = std::env::var("MGN_DEVICE") {
         let want_lower = want.to_lowercase();
-        let found = devices.iter().find(|d| d.id.to_string() == want || d.name.to_lowercase().contains(&want_lower));
+        let found = devices
+            .iter()
+            .find(|d| d.id.to_string() == want || d.name.to_lowercase().contains(&want_lower));
         return match found {
             Some(d) if d.rejected.is_none() => Ok(d),
-            Some(d) => Err(format!("MGN_DEVICE={want} names {}, which cannot be used: {}", d.name, d.rejected.as_deref().unwrap_or("unknown reason"))),
+            Some(d) => Err(format!(
+                "MGN_DEVICE={want} names {}, which cannot be used: {}",
+                d.name,
+                d.rejected.as_deref().unwrap_or("unknown reason")
+            )),
             None => Err(format!("MGN_DEVICE={want} matches no device")),
         };
     }
-    usable().find(|d| !d.software).or_else(|| usable().next()).ok_or_else(|| match devices.iter().find_map(|d| d.rejected.clone()) {
-        Some(why) => format!("no device can be used: {why}"),
-        None => "no device can be used".to_string(),
+    usable().find(|d| !d.software).or_else(|| usable().next()).ok_or_else(|| {
+        match devices.iter().find_map(|d| d.rejected.clone()) {
+            Some(why) => format!("no device can be used: {why}"),
+            None => "no device can be used".to_string(),
+        }
     })
 }
 
@@ -104,7 +123,9 @@ fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
     // the driver is unusable if it is.
     // The loader stays loaded for the life of the process (see `devices`).
     static ENTRY: std::sync::OnceLock<Option<ash::Entry>> = std::sync::OnceLock::new();
-    let Some(entry) = ENTRY.get_or_init(|| unsafe { ash::Entry::load() }.ok()) else { return Vec::new() };
+    let Some(entry) = ENTRY.get_or_init(|| unsafe { ash::Entry::load() }.ok()) else {
+        return Vec::new();
+    };
     let app = vk::ApplicationInfo::default().api_version(vk::make_api_version(0, 1, 1, 0));
     let info = vk::InstanceCreateInfo::default().application_info(&app);
     let Ok(instance) = (unsafe { entry.create_instance(&info, None) }) else { return Vec::new() };
@@ -146,16 +167,31 @@ mod tests {
     use super::*;
 
     fn dev(id: u32, name: &str, software: bool, rejected: Option<&str>) -> Device {
-        Device { id, name: name.into(), driver: String::new(), software, rejected: rejected.map(String::from), limits: None, float16: false, cooperative_matrix: (0, 0) }
+        Device {
+            id,
+            name: name.into(),
+            driver: String::new(),
+            software,
+            rejected: rejected.map(String::from),
+            limits: None,
+            float16: false,
+            cooperative_matrix: (0, 0),
+        }
     }
 
     #[test]
     fn hardware_is_preferred_over_software() {
         let ds = [dev(1, "llvmpipe", true, None), dev(2, "NVIDIA H200", false, None)];
         assert_eq!(choose(&ds).map(|d| d.id), Ok(2));
-        let ds = [dev(1, "llvmpipe", true, None), dev(2, "Old GPU", false, Some("Vulkan 1.0 is too old"))];
+        let ds = [
+            dev(1, "llvmpipe", true, None),
+            dev(2, "Old GPU", false, Some("Vulkan 1.0 is too old")),
+        ];
         assert_eq!(choose(&ds).map(|d| d.id), Ok(1));
         let ds = [dev(2, "Old GPU", false, Some("Vulkan 1.0 is too old"))];
-        assert_eq!(choose(&ds).map(|d| d.id), Err("no device can be used: Vulkan 1.0 is too old".into()));
+        assert_eq!(
+            choose(&ds).map(|d| d.id),
+            Err("no device can be used: Vulkan 1.0 is too old".into())
+        );
     }
 }

@@ -17,7 +17,8 @@ pub fn for_gpu(plan: &Plan) -> (Plan, Vec<u32>) {
     let (fused, kept) = super::fuse::fuse_elementwise(&losses);
     // Back through each rewrite to `plan`'s indices; inserted steps map to u32::MAX.
     let back = |map: &[u32], k: u32| map.get(k as usize).copied().unwrap_or(u32::MAX);
-    let composed = kept.iter().map(|&k| back(&original, back(&of_stats, back(&of_split, k)))).collect();
+    let composed =
+        kept.iter().map(|&k| back(&original, back(&of_stats, back(&of_split, k)))).collect();
     (fused, composed)
 }
 
@@ -42,7 +43,8 @@ pub(super) fn split_steps(plan: &Plan, mut splits: Vec<Option<Split>>) -> (Plan,
     for (i, s) in plan.steps.iter().enumerate() {
         // Inputs come before their reader (Plan::validate), so they are renumbered already; a
         // malformed reference is left for validation to report.
-        let renumber = |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
+        let renumber =
+            |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
         let mut step = s.clone();
         step.inputs = s.inputs.iter().map(|&x| renumber(x)).collect();
         if let Op::DropoutGrad { forward, .. } = &mut step.op {
@@ -50,7 +52,13 @@ pub(super) fn split_steps(plan: &Plan, mut splits: Vec<Option<Split>>) -> (Plan,
         }
         if let Some(sp) = splits[i].take() {
             let inputs = sp.inputs.iter().map(|&x| renumber(x)).collect();
-            steps.push(Step { op: sp.op, inputs, dtype: DType::F32, shape: sp.shape, loc: s.loc.clone() });
+            steps.push(Step {
+                op: sp.op,
+                inputs,
+                dtype: DType::F32,
+                shape: sp.shape,
+                loc: s.loc.clone(),
+            });
             original.push(u32::MAX);
             step.op = sp.then;
             step.inputs = vec![steps.len() as u32 - 1];

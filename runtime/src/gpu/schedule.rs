@@ -97,7 +97,9 @@ pub fn check(plan: &Plan, offsets: &[usize], words: &[usize], l: &Levels) -> Res
             if offsets[a] < offsets[b] + words[b] && offsets[b] < offsets[a] + words[a] {
                 let la = l.step[a].expect("computed");
                 if la >= lb {
-                    return Err(format!("step {b} (level {lb}) reuses the words of step {a} (level {la})"));
+                    return Err(format!(
+                        "step {b} (level {lb}) reuses the words of step {a} (level {la})"
+                    ));
                 }
                 if let Some(&(r, lr)) = readers[a].iter().find(|&&(r, lr)| r < b && lr >= lb) {
                     return Err(format!("step {b} (level {lb}) reuses the words of step {a}, which step {r} still reads at level {lr}"));
@@ -116,14 +118,28 @@ mod tests {
     use crate::DType;
 
     fn plan(steps: Vec<(Op, Vec<u32>)>) -> Plan {
-        let steps: Vec<Step> = steps.into_iter().map(|(op, inputs)| Step { op, inputs, dtype: DType::F32, shape: vec![4], loc: SourceLoc::default() }).collect();
+        let steps: Vec<Step> = steps
+            .into_iter()
+            .map(|(op, inputs)| Step {
+                op,
+                inputs,
+                dtype: DType::F32,
+                shape: vec![4],
+                loc: SourceLoc::default(),
+            })
+            .collect();
         let last = steps.len() as u32 - 1;
         Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), last)])
     }
 
     #[test]
     fn independent_steps_share_a_level_and_dependent_ones_follow() {
-        let p = plan(vec![(Op::Input { name: "x".into() }, vec![]), (Op::Unary(UnaryOp::Relu), vec![0]), (Op::Unary(UnaryOp::Neg), vec![0]), (Op::Binary(BinaryOp::Add), vec![1, 2])]);
+        let p = plan(vec![
+            (Op::Input { name: "x".into() }, vec![]),
+            (Op::Unary(UnaryOp::Relu), vec![0]),
+            (Op::Unary(UnaryOp::Neg), vec![0]),
+            (Op::Binary(BinaryOp::Add), vec![1, 2]),
+        ]);
         let offsets = [0, 4, 8, 12];
         let l = levels(&p, &offsets, &[4; 4]);
         assert_eq!(l.step, vec![None, Some(0), Some(0), Some(1)]);

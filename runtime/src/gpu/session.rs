@@ -99,7 +99,11 @@ fn words_of(t: &Tensor) -> Vec<u32> {
 }
 
 fn tensor_of(words: Vec<u32>, dtype: crate::DType, shape: Vec<usize>) -> Tensor {
-    let data = if dtype.is_float() { Data::F32(words.into_iter().map(f32::from_bits).collect()) } else { Data::I32(words.into_iter().map(|w| w as i32).collect()) };
+    let data = if dtype.is_float() {
+        Data::F32(words.into_iter().map(f32::from_bits).collect())
+    } else {
+        Data::I32(words.into_iter().map(|w| w as i32).collect())
+    };
     Tensor { dtype, shape, data }
 }
 
@@ -110,7 +114,12 @@ fn params_block(words: &[u32]) -> Params {
 }
 
 /// The plan's dispatches by level, with this run's dropout keys, and the step each one runs.
-fn step_levels<'a>(kernels: &'a [Kernel], dispatch: &[Option<StepDispatch>], by_level: &Levels, seed: u64) -> (Vec<Vec<Dispatch<'a>>>, Vec<Vec<usize>>) {
+fn step_levels<'a>(
+    kernels: &'a [Kernel],
+    dispatch: &[Option<StepDispatch>],
+    by_level: &Levels,
+    seed: u64,
+) -> (Vec<Vec<Dispatch<'a>>>, Vec<Vec<usize>>) {
     let mut levels: Vec<Vec<Dispatch>> = (0..by_level.count).map(|_| Vec::new()).collect();
     let mut steps: Vec<Vec<usize>> = (0..by_level.count).map(|_| Vec::new()).collect();
     for (i, d) in dispatch.iter().enumerate() {
@@ -150,14 +159,19 @@ impl GpuSession {
         // Values share arena words when their lifetimes do not overlap (memory::plan_arena).
         let layout = crate::memory::plan_arena(&plan);
         let offsets = layout.offsets;
-        let words: Vec<usize> = plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
+        let words: Vec<usize> =
+            plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
         let levels = levels(&plan, &offsets, &words);
         let width = dev.limits.workgroup_width(256);
         // Distinct kernel sources (name, body, where from) in first-use order; they are compiled
         // together at the end, in parallel.
         let mut sources: Vec<(String, String, String)> = Vec::new();
         let mut cache: HashMap<String, usize> = HashMap::new();
-        let mut kernel = |_: &GpuDevice, name: &str, body: String, loc: &dyn std::fmt::Display| -> Result<usize, RuntimeError> {
+        let mut kernel = |_: &GpuDevice,
+                          name: &str,
+                          body: String,
+                          loc: &dyn std::fmt::Display|
+         -> Result<usize, RuntimeError> {
             if let Some(&k) = cache.get(&body) {
                 return Ok(k);
             }
@@ -176,9 +190,11 @@ impl GpuSession {
             }
             let (inputs, output, words) = step_operands(&plan, &offsets, &transposed, i);
             let at = step_name(i);
-            let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train).map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
+            let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train)
+                .map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
             let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, {at}", s.loc))?;
-            let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
+            let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits)
+                .map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
             let mut params = [0u32; 32];
             for (w, v) in words {
                 params[w] = v;
@@ -195,7 +211,14 @@ impl GpuSession {
         if plan.mode == Mode::Train && !plan.grads.is_empty() {
             let spec = &plan.optimizer;
             let (has_m, has_v) = update::buffers(spec);
-            let param_step: HashMap<usize, usize> = plan.steps.iter().enumerate().filter_map(|(i, s)| if let Op::Param { index } = s.op { Some((index, i)) } else { None }).collect();
+            let param_step: HashMap<usize, usize> = plan
+                .steps
+                .iter()
+                .enumerate()
+                .filter_map(
+                    |(i, s)| if let Op::Param { index } = s.op { Some((index, i)) } else { None },
+                )
+                .collect();
             let mut trained = Vec::new();
             let mut partials = 0usize;
             for &(p, g) in &plan.grads {
@@ -210,9 +233,23 @@ impl GpuSession {
                     })
                 };
                 let (m, v) = (take(has_m), take(has_v));
-                let grid = |g: usize| fold_grid(g as u64, &dev.limits).map_err(|e| RuntimeError(e.to_string()));
-                let (update_groups, norm_groups) = (grid(n.div_ceil(width as usize))?, grid(update::norm_groups(n, width))?);
-                trained.push(TrainedParam { index: p, offset: offsets[ps], grad: offsets[g as usize], m, v, n, partials, has_state: false, update_groups, norm_groups });
+                let grid = |g: usize| {
+                    fold_grid(g as u64, &dev.limits).map_err(|e| RuntimeError(e.to_string()))
+                };
+                let (update_groups, norm_groups) =
+                    (grid(n.div_ceil(width as usize))?, grid(update::norm_groups(n, width))?);
+                trained.push(TrainedParam {
+                    index: p,
+                    offset: offsets[ps],
+                    grad: offsets[g as usize],
+                    m,
+                    v,
+                    n,
+                    partials,
+                    has_state: false,
+                    update_groups,
+                    norm_groups,
+                });
                 partials += update::norm_groups(n, width);
             }
             let scratch = top;
@@ -222,33 +259,67 @@ impl GpuSession {
                         t.partials += scratch + 1;
                     }
                     top += 1 + partials;
-                    let sq = kernel(&dev, "sum_squares", update::sum_squares_kernel(width), &"the optimizer's clipping")?;
-                    let fin = kernel(&dev, "clip_scale", update::clip_scale_kernel(width, scratch + 1, partials, c, scratch), &"the optimizer's clipping")?;
+                    let sq = kernel(
+                        &dev,
+                        "sum_squares",
+                        update::sum_squares_kernel(width),
+                        &"the optimizer's clipping",
+                    )?;
+                    let fin = kernel(
+                        &dev,
+                        "clip_scale",
+                        update::clip_scale_kernel(width, scratch + 1, partials, c, scratch),
+                        &"the optimizer's clipping",
+                    )?;
                     Some((sq, fin))
                 }
                 None => None,
             };
-            let update_kernel = kernel(&dev, "optimizer", update::update_kernel(spec, width, clip.map(|_| scratch)), &"the optimizer")?;
-            let bn_kernel = kernel(&dev, "running_stats", update::running_stats_kernel(width), &"batch norm")?;
+            let update_kernel = kernel(
+                &dev,
+                "optimizer",
+                update::update_kernel(spec, width, clip.map(|_| scratch)),
+                &"the optimizer",
+            )?;
+            let bn_kernel =
+                kernel(&dev, "running_stats", update::running_stats_kernel(width), &"batch norm")?;
             let mut bn = Vec::new();
             for (i, s) in plan.steps.iter().enumerate() {
-                if let (Op::BatchNorm { momentum, .. }, Some(level)) = (&s.op, levels.bn_update[i]) {
+                if let (Op::BatchNorm { momentum, .. }, Some(level)) = (&s.op, levels.bn_update[i])
+                {
                     let x = &plan.steps[s.inputs[0] as usize].shape;
                     let (n, c) = (x[0], x.get(1).copied().unwrap_or(1));
                     let sp: usize = x.iter().skip(2).product();
                     let [xo, rm, rv] = [0, 1, 2].map(|k| offsets[s.inputs[k] as usize] as u32);
                     let mut p = params_block(&[xo, rm, rv, 0, n as u32, c as u32, sp as u32, 0]);
                     p[8] = (*momentum as f32).to_bits();
-                    let groups = fold_grid(c as u64, &dev.limits).map_err(|e| RuntimeError(e.to_string()))?;
+                    let groups = fold_grid(c as u64, &dev.limits)
+                        .map_err(|e| RuntimeError(e.to_string()))?;
                     bn.push((level, p, groups));
                 }
             }
             train = Some(Training { bn, bn_kernel, params: trained, update_kernel, clip });
         }
-        let named: Vec<(String, String)> = sources.iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
-        let kernels = dev.kernels(&named).into_iter().zip(&sources).map(|(k, (_, _, loc))| k.map_err(|e| RuntimeError(format!("{e} (at {loc})")))).collect::<Result<Vec<_>, _>>()?;
+        let named: Vec<(String, String)> =
+            sources.iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
+        let kernels = dev
+            .kernels(&named)
+            .into_iter()
+            .zip(&sources)
+            .map(|(k, (_, _, loc))| k.map_err(|e| RuntimeError(format!("{e} (at {loc})"))))
+            .collect::<Result<Vec<_>, _>>()?;
         let arena = dev.arena(top).map_err(|e| RuntimeError(format!("{}: {e}", plan.model)))?;
-        let mut session = GpuSession { dev, plan, original, arena: Some(arena), offsets, kernels, dispatch, levels, train };
+        let mut session = GpuSession {
+            dev,
+            plan,
+            original,
+            arena: Some(arena),
+            offsets,
+            kernels,
+            dispatch,
+            levels,
+            train,
+        };
         session.set_params(params)?;
         Ok(session)
     }
@@ -264,9 +335,23 @@ impl GpuSession {
 
     /// Writes parameter values into their regions.
     pub fn set_params(&mut self, params: &[Tensor]) -> Result<(), RuntimeError> {
-        let data: Vec<(usize, Vec<u32>)> =
-            self.plan.steps.iter().enumerate().filter_map(|(i, s)| if let Op::Param { index } = s.op { Some((self.offsets[i], words_of(&params[index]))) } else { None }).collect();
-        let job = Submission { uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(), ..Default::default() };
+        let data: Vec<(usize, Vec<u32>)> = self
+            .plan
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                if let Op::Param { index } = s.op {
+                    Some((self.offsets[i], words_of(&params[index])))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let job = Submission {
+            uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(),
+            ..Default::default()
+        };
         let r = self.dev.submit(self.arena.as_ref().expect("arena"), &job);
         r.map(drop).map_err(err)
     }
@@ -284,31 +369,65 @@ impl GpuSession {
         for ((index, _), t) in wanted.into_iter().zip(got) {
             out[index] = Some(t);
         }
-        Ok(out.into_iter().enumerate().map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&self.plan.params[i], 0, i))).collect())
+        Ok(out
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&self.plan.params[i], 0, i)))
+            .collect())
     }
 
     /// Reads the values of `steps` back in one submission.
     fn read(&mut self, steps: &[u32]) -> Result<Vec<Tensor>, RuntimeError> {
-        let downloads: Vec<(usize, usize)> = steps.iter().map(|&v| (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())).collect();
-        let r = self.dev.submit(self.arena.as_ref().expect("arena"), &Submission { downloads, ..Default::default() });
+        let downloads: Vec<(usize, usize)> = steps
+            .iter()
+            .map(|&v| {
+                (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())
+            })
+            .collect();
+        let r = self.dev.submit(
+            self.arena.as_ref().expect("arena"),
+            &Submission { downloads, ..Default::default() },
+        );
         let words = r.map_err(err)?;
-        Ok(steps.iter().zip(words).map(|(&v, w)| tensor_of(w, self.plan.steps[v as usize].dtype, self.plan.steps[v as usize].shape.clone())).collect())
+        Ok(steps
+            .iter()
+            .zip(words)
+            .map(|(&v, w)| {
+                tensor_of(
+                    w,
+                    self.plan.steps[v as usize].dtype,
+                    self.plan.steps[v as usize].shape.clone(),
+                )
+            })
+            .collect())
     }
 
     /// The current value of step `v` of the plan the session was given (after the last run).
     pub fn value(&mut self, v: u32) -> Result<Tensor, RuntimeError> {
-        let at = self.original.iter().position(|&o| o == v).ok_or_else(|| RuntimeError(format!("the plan has no step {v}")))?;
+        let at = self
+            .original
+            .iter()
+            .position(|&o| o == v)
+            .ok_or_else(|| RuntimeError(format!("the plan has no step {v}")))?;
         Ok(self.read(&[at as u32])?.remove(0))
     }
 
     /// One submission of every step, reading nothing back (see `Session::run_resident`).
-    pub fn run_resident(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<(), RuntimeError> {
+    pub fn run_resident(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+        seed: u64,
+    ) -> Result<(), RuntimeError> {
         self.submit(inputs, seed, None, &[]).map(drop)
     }
 
     /// GPU time of one run of the plan's steps (`MGN_PROFILE=1`), each dispatch timed alone in its
     /// own pass: per op family and the slowest dispatches (see [`Profile`]).
-    pub fn profile(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<Profile, RuntimeError> {
+    pub fn profile(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+        seed: u64,
+    ) -> Result<Profile, RuntimeError> {
         self.submit(inputs, seed, None, &[])?;
         let (levels, steps) = step_levels(&self.kernels, &self.dispatch, &self.levels, seed);
         let times = self.dev.profile(self.arena.as_ref().expect("arena"), &levels).map_err(err)?;
@@ -317,12 +436,14 @@ impl GpuSession {
         for (i, t) in steps.into_iter().flatten().zip(times) {
             let s = &self.plan.steps[i];
             let what = s.op.describe();
-            let e = by.entry(what.split_whitespace().next().unwrap_or("?").to_string()).or_default();
+            let e =
+                by.entry(what.split_whitespace().next().unwrap_or("?").to_string()).or_default();
             e.0 += 1;
             e.1 += t;
             each.push((format!("{what} → {:?} ({})", s.shape, s.loc), t));
         }
-        let mut by_op: Vec<(String, usize, std::time::Duration)> = by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();
+        let mut by_op: Vec<(String, usize, std::time::Duration)> =
+            by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();
         by_op.sort_by_key(|e| std::cmp::Reverse(e.2));
         each.sort_by_key(|e| std::cmp::Reverse(e.1));
         each.truncate(Profile::SLOWEST);
@@ -331,21 +452,43 @@ impl GpuSession {
 
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.
     /// `seed` is the run's dropout seed (the CPU session's, so both draw the same masks).
-    pub fn run(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<RunOutput, RuntimeError> {
+    pub fn run(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+        seed: u64,
+    ) -> Result<RunOutput, RuntimeError> {
         let mut wanted: Vec<u32> = self.plan.outputs.iter().map(|(_, v)| *v).collect();
         wanted.extend(self.plan.loss);
         wanted.extend(self.plan.grads.iter().map(|(_, v)| *v));
         let mut got = self.submit(inputs, seed, None, &wanted)?.into_iter();
-        let outputs = self.plan.outputs.iter().map(|(n, _)| (n.clone(), got.next().expect("one per output"))).collect();
+        let outputs = self
+            .plan
+            .outputs
+            .iter()
+            .map(|(n, _)| (n.clone(), got.next().expect("one per output")))
+            .collect();
         let loss = self.plan.loss.map(|_| got.next().expect("the loss"));
-        let grads = self.plan.grads.iter().map(|(p, _)| (self.plan.params[*p].name.clone(), got.next().expect("one per gradient"))).collect();
+        let grads = self
+            .plan
+            .grads
+            .iter()
+            .map(|(p, _)| {
+                (self.plan.params[*p].name.clone(), got.next().expect("one per gradient"))
+            })
+            .collect();
         Ok(RunOutput { outputs, loss, grads })
     }
 
     /// One training step in one submission: forward, backward, running statistics and update
     /// number `step` of the optimizer; reads back only the loss.
-    pub fn train_step(&mut self, inputs: &[(&str, &Tensor)], seed: u64, step: u64) -> Result<f64, RuntimeError> {
-        let loss = self.plan.loss.ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
+    pub fn train_step(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+        seed: u64,
+        step: u64,
+    ) -> Result<f64, RuntimeError> {
+        let loss =
+            self.plan.loss.ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
         let out = self.submit(inputs, seed, Some(step), &[loss])?;
         if let Some(t) = &mut self.train {
             for p in &mut t.params {
@@ -372,7 +515,10 @@ impl GpuSession {
                 }
             }
         }
-        let r = self.dev.submit(self.arena.as_ref().expect("arena"), &Submission { downloads, ..Default::default() });
+        let r = self.dev.submit(
+            self.arena.as_ref().expect("arena"),
+            &Submission { downloads, ..Default::default() },
+        );
         for ((which, index), words) in slots.into_iter().zip(r.map_err(err)?) {
             let v = Some(words.into_iter().map(f32::from_bits).collect());
             if which == 0 {
@@ -404,20 +550,36 @@ impl GpuSession {
                 }
             }
         }
-        let job = Submission { uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(), ..Default::default() };
+        let job = Submission {
+            uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(),
+            ..Default::default()
+        };
         let r = self.dev.submit(self.arena.as_ref().expect("arena"), &job);
         r.map(drop).map_err(err)
     }
 
     /// Records and submits the plan (plus, with `step`, the training updates), reading back the
     /// values of `wanted`.
-    fn submit(&mut self, inputs: &[(&str, &Tensor)], seed: u64, step: Option<u64>, wanted: &[u32]) -> Result<Vec<Tensor>, RuntimeError> {
+    fn submit(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+        seed: u64,
+        step: Option<u64>,
+        wanted: &[u32],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
         let mut uploads: Vec<(usize, Vec<u32>)> = Vec::new();
         for (name, v) in &self.plan.inputs {
             let want = &self.plan.steps[*v as usize];
-            let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| *t).ok_or_else(|| RuntimeError(format!("missing input `{name}`")))?;
+            let t = inputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| *t)
+                .ok_or_else(|| RuntimeError(format!("missing input `{name}`")))?;
             if t.shape != want.shape {
-                return Err(RuntimeError(format!("input `{name}` has shape {:?}, but the plan was built for {:?}", t.shape, want.shape)));
+                return Err(RuntimeError(format!(
+                    "input `{name}` has shape {:?}, but the plan was built for {:?}",
+                    t.shape, want.shape
+                )));
             }
             uploads.push((self.offsets[*v as usize], words_of(t)));
         }
@@ -427,7 +589,18 @@ impl GpuSession {
                 levels[*l].push((&self.kernels[t.bn_kernel], *p, *g));
             }
             if let Some((sq, fin)) = t.clip {
-                levels.push(t.params.iter().map(|p| (&self.kernels[sq], params_block(&[p.grad as u32, p.n as u32, p.partials as u32]), p.norm_groups)).collect());
+                levels.push(
+                    t.params
+                        .iter()
+                        .map(|p| {
+                            (
+                                &self.kernels[sq],
+                                params_block(&[p.grad as u32, p.n as u32, p.partials as u32]),
+                                p.norm_groups,
+                            )
+                        })
+                        .collect(),
+                );
                 levels.push(vec![(&self.kernels[fin], [0; 32], [1, 1, 1])]);
             }
             let scalars = update::update_scalars(&self.plan.optimizer, step);
@@ -435,7 +608,14 @@ impl GpuSession {
                 t.params
                     .iter()
                     .map(|p| {
-                        let mut b = params_block(&[p.offset as u32, p.grad as u32, p.m.unwrap_or(0) as u32, p.v.unwrap_or(0) as u32, p.n as u32, u32::from(!p.has_state)]);
+                        let mut b = params_block(&[
+                            p.offset as u32,
+                            p.grad as u32,
+                            p.m.unwrap_or(0) as u32,
+                            p.v.unwrap_or(0) as u32,
+                            p.n as u32,
+                            u32::from(!p.has_state),
+                        ]);
                         for (k, x) in scalars.iter().enumerate() {
                             b[8 + k] = x.to_bits();
                         }
@@ -444,11 +624,30 @@ impl GpuSession {
                     .collect(),
             );
         }
-        let downloads = wanted.iter().map(|&v| (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())).collect();
+        let downloads = wanted
+            .iter()
+            .map(|&v| {
+                (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())
+            })
+            .collect();
         let arena = self.arena.as_ref().expect("arena");
-        let job = Submission { uploads: uploads.iter().map(|(o, d)| (*o, d.as_slice())).collect(), levels, downloads };
+        let job = Submission {
+            uploads: uploads.iter().map(|(o, d)| (*o, d.as_slice())).collect(),
+            levels,
+            downloads,
+        };
         let words = self.dev.submit(arena, &job).map_err(err)?;
-        Ok(wanted.iter().zip(words).map(|(&v, w)| tensor_of(w, self.plan.steps[v as usize].dtype, self.plan.steps[v as usize].shape.clone())).collect())
+        Ok(wanted
+            .iter()
+            .zip(words)
+            .map(|(&v, w)| {
+                tensor_of(
+                    w,
+                    self.plan.steps[v as usize].dtype,
+                    self.plan.steps[v as usize].shape.clone(),
+                )
+            })
+            .collect())
     }
 }
 

@@ -7,17 +7,33 @@ use crate::tensor::Tensor;
 use crate::DType;
 
 pub fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
-    Step { op, inputs, dtype, shape: shape.to_vec(), loc: SourceLoc { file: "t.mgn".into(), line: 1, column: 1 } }
+    Step {
+        op,
+        inputs,
+        dtype,
+        shape: shape.to_vec(),
+        loc: SourceLoc { file: "t.mgn".into(), line: 1, column: 1 },
+    }
 }
 
 /// Deterministic values in [-1, 1).
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
-    (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0).collect()
+    (0..n)
+        .map(|i| {
+            (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0
+                - 1.0
+        })
+        .collect()
 }
 
 /// Runs `op` over `inputs` in a one-step training plan on the GPU; None when there is no GPU
 /// (a failure instead under `MGN_REQUIRE_GPU=1`, and always when the kernel itself fails).
-pub fn run_on_gpu(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usize]) -> Option<Tensor> {
+pub fn run_on_gpu(
+    op: &Op,
+    inputs: &[Tensor],
+    out_dtype: DType,
+    out_shape: &[usize],
+) -> Option<Tensor> {
     let mut steps = Vec::new();
     let mut names = Vec::new();
     for (k, t) in inputs.iter().enumerate() {
@@ -29,8 +45,11 @@ pub fn run_on_gpu(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usi
     let out = steps.len() as u32 - 1;
     let plan = Plan::of_steps(Mode::Train, steps, names.clone(), vec![("y".into(), out)]);
     let mut gpu = open(plan, &[])?;
-    let given: Vec<(&str, &Tensor)> = names.iter().map(|(n, k)| (n.as_str(), &inputs[*k as usize])).collect();
-    Some(gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1)
+    let given: Vec<(&str, &Tensor)> =
+        names.iter().map(|(n, k)| (n.as_str(), &inputs[*k as usize])).collect();
+    Some(
+        gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1,
+    )
 }
 
 /// A GPU session for `plan`; None when there is no GPU (a failure instead under
@@ -38,7 +57,10 @@ pub fn run_on_gpu(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usi
 pub fn open(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
     match GpuSession::new(plan, params) {
         Ok(g) => Some(g),
-        Err(e) if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1") && !e.0.contains("kernel") => {
+        Err(e)
+            if std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1")
+                && !e.0.contains("kernel") =>
+        {
             eprintln!("skipping: {e}");
             None
         }
@@ -47,7 +69,14 @@ pub fn open(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
 }
 
 pub fn run_on_cpu(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize]) -> Tensor {
-    crate::cpu::eval(op, inputs, dtype, shape, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs")
+    crate::cpu::eval(
+        op,
+        inputs,
+        dtype,
+        shape,
+        &crate::cpu::Ctx { training: true, seed: 0, node: 0 },
+    )
+    .expect("cpu runs")
 }
 
 /// Every element within `tol` relative (plus `tol` absolute); equal infinities match.
@@ -55,7 +84,12 @@ pub fn assert_close(op: &Op, got: &Tensor, want: &Tensor, tol: f64) {
     assert_eq!(got.shape, want.shape, "{}", op.describe());
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!(a == b || (a - b).abs() <= tol * (1.0 + b.abs()), "{} {:?}: element {i}: gpu {a}, cpu {b}", op.describe(), want.shape);
+        assert!(
+            a == b || (a - b).abs() <= tol * (1.0 + b.abs()),
+            "{} {:?}: element {i}: gpu {a}, cpu {b}",
+            op.describe(),
+            want.shape
+        );
     }
 }
 
@@ -71,16 +105,38 @@ pub fn check_on_both(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[
 /// the given shape, so a run moves nothing between host and device, and one submission holds
 /// `repeat` independent copies of the op. The median of 5 runs after one warm-up, with the
 /// device's name; None (and a note) when the plan cannot run here.
-pub fn time_op(op: &Op, operands: &[&[usize]], out_shape: &[usize], repeat: usize) -> Option<(f64, String)> {
+pub fn time_op(
+    op: &Op,
+    operands: &[&[usize]],
+    out_shape: &[usize],
+    repeat: usize,
+) -> Option<(f64, String)> {
     use crate::op::InitSpec;
-    let param = |k: usize, shape: &[usize]| ParamSpec { name: format!("p{k}"), dtype: DType::F32, shape: shape.to_vec(), init: InitSpec::Constant(0.0), trainable: false, frozen: false };
-    let mut steps: Vec<Step> = (0..operands.len()).map(|k| step(Op::Param { index: k }, vec![], DType::F32, operands[k])).collect();
+    let param = |k: usize, shape: &[usize]| ParamSpec {
+        name: format!("p{k}"),
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        init: InitSpec::Constant(0.0),
+        trainable: false,
+        frozen: false,
+    };
+    let mut steps: Vec<Step> = (0..operands.len())
+        .map(|k| step(Op::Param { index: k }, vec![], DType::F32, operands[k]))
+        .collect();
     for _ in 0..repeat.max(1) {
         steps.push(step(op.clone(), (0..operands.len() as u32).collect(), DType::F32, out_shape));
     }
-    let outputs = (operands.len() as u32..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect();
-    let plan = Plan { params: operands.iter().enumerate().map(|(k, s)| param(k, s)).collect(), ..Plan::of_steps(Mode::Infer, steps, vec![], outputs) };
-    let tensors: Vec<Tensor> = operands.iter().enumerate().map(|(k, s)| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 + 1))).collect();
+    let outputs =
+        (operands.len() as u32..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect();
+    let plan = Plan {
+        params: operands.iter().enumerate().map(|(k, s)| param(k, s)).collect(),
+        ..Plan::of_steps(Mode::Infer, steps, vec![], outputs)
+    };
+    let tensors: Vec<Tensor> = operands
+        .iter()
+        .enumerate()
+        .map(|(k, s)| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 + 1)))
+        .collect();
     let mut gpu = match GpuSession::new(plan, &tensors) {
         Ok(g) => g,
         Err(e) => {

@@ -13,15 +13,27 @@ fn check(op: Op, shapes: &[&[usize]], ints: &[(usize, i32)], out_shape: &[usize]
 }
 
 /// As `check`, with `shift` added to every float input (positive inputs for log, sqrt, rsqrt).
-fn check_shifted(op: Op, shapes: &[&[usize]], ints: &[(usize, i32)], out_shape: &[usize], tol: f64, shift: f32) {
+fn check_shifted(
+    op: Op,
+    shapes: &[&[usize]],
+    ints: &[(usize, i32)],
+    out_shape: &[usize],
+    tol: f64,
+    shift: f32,
+) {
     let tensors: Vec<Tensor> = shapes
         .iter()
         .enumerate()
         .map(|(k, s)| {
             let n: usize = s.iter().product();
             match ints.iter().find(|(i, _)| *i == k) {
-                Some((_, hi)) => Tensor::i32(s.to_vec(), (0..n).map(|i| (i as i32 * 7 + 3) % hi).collect()),
-                None => Tensor::f32(s.to_vec(), values(n, k as u32 * 977).into_iter().map(|v| v + shift).collect()),
+                Some((_, hi)) => {
+                    Tensor::i32(s.to_vec(), (0..n).map(|i| (i as i32 * 7 + 3) % hi).collect())
+                }
+                None => Tensor::f32(
+                    s.to_vec(),
+                    values(n, k as u32 * 977).into_iter().map(|v| v + shift).collect(),
+                ),
             }
         })
         .collect();
@@ -59,11 +71,23 @@ fn movement_and_reductions_match_the_cpu() {
     check(Op::SumTo, &[&[4, 3]], &[], &[3], 1e-5);
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
         check(Op::Reduce { op, axes: vec![1], keepdim: false }, &[&[2, 7, 3]], &[], &[2, 3], 1e-5);
-        check(Op::Reduce { op, axes: vec![0, 2], keepdim: true }, &[&[2, 7, 3]], &[], &[1, 7, 1], 1e-5);
+        check(
+            Op::Reduce { op, axes: vec![0, 2], keepdim: true },
+            &[&[2, 7, 3]],
+            &[],
+            &[1, 7, 1],
+            1e-5,
+        );
     }
     for log in [false, true] {
         check(Op::Softmax { axis: 1, log }, &[&[3, 11, 2]], &[], &[3, 11, 2], 1e-5);
-        check(Op::SoftmaxGrad { axis: 2, log }, &[&[3, 2, 11], &[3, 2, 11]], &[], &[3, 2, 11], 1e-5);
+        check(
+            Op::SoftmaxGrad { axis: 2, log },
+            &[&[3, 2, 11], &[3, 2, 11]],
+            &[],
+            &[3, 2, 11],
+            1e-5,
+        );
     }
 }
 
@@ -82,7 +106,13 @@ fn rows_longer_than_a_workgroup_reduce_across_it() {
     check(Op::SoftmaxCrossEntropyGrad, &[&[3, 1030], &[3], &[]], &[(1, 1030)], &[3, 1030], 1e-5);
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
         check(Op::Reduce { op, axes: vec![0, 1], keepdim: false }, &[&[50, 61]], &[], &[], 1e-5);
-        check(Op::Reduce { op, axes: vec![0, 2], keepdim: false }, &[&[40, 3, 70]], &[], &[3], 1e-5);
+        check(
+            Op::Reduce { op, axes: vec![0, 2], keepdim: false },
+            &[&[40, 3, 70]],
+            &[],
+            &[3],
+            1e-5,
+        );
     }
     check(Op::SumTo, &[&[2100, 3]], &[], &[3], 1e-5);
     check(Op::SumTo, &[&[4, 600, 5]], &[], &[1, 1, 5], 1e-5);

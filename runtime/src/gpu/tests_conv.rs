@@ -14,7 +14,13 @@ fn input(shape: &[usize], seed: u32) -> Tensor {
 
 /// Seeded floats from only five levels, so that pooling windows hold tied maxima.
 fn tied(shape: &[usize], seed: u32) -> Tensor {
-    Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed * 977 + 13).into_iter().map(|v| (v * 2.0).round() / 2.0).collect())
+    Tensor::f32(
+        shape.to_vec(),
+        values(shape.iter().product(), seed * 977 + 13)
+            .into_iter()
+            .map(|v| (v * 2.0).round() / 2.0)
+            .collect(),
+    )
 }
 
 /// Runs `op` on `given` on the GPU and the CPU and compares (equal values, infinities
@@ -43,13 +49,25 @@ impl Case {
         let sp = self.stride.len();
         let mut s = vec![self.x[0], self.w[0]];
         for a in 0..sp {
-            s.push(window_out(self.x[2 + a], self.w[2 + a], self.stride[a], self.padding[a], self.dilation[a]));
+            s.push(window_out(
+                self.x[2 + a],
+                self.w[2 + a],
+                self.stride[a],
+                self.padding[a],
+                self.dilation[a],
+            ));
         }
         s
     }
 
     fn conv(&self, has_bias: bool) -> Op {
-        Op::Conv { stride: self.stride.clone(), padding: self.padding.clone(), dilation: self.dilation.clone(), groups: self.groups, has_bias }
+        Op::Conv {
+            stride: self.stride.clone(),
+            padding: self.padding.clone(),
+            dilation: self.dilation.clone(),
+            groups: self.groups,
+            has_bias,
+        }
     }
 
     /// Forward with and without bias, then both derivatives.
@@ -64,8 +82,19 @@ impl Case {
         let dy = input(&y, 4);
         check(self.conv(true), &[x.clone(), w.clone(), bias], &y, tol);
         check(self.conv(false), &[x.clone(), w.clone()], &y, tol);
-        let (stride, padding, dilation, groups) = (self.stride.clone(), self.padding.clone(), self.dilation.clone(), self.groups);
-        check(Op::ConvGradInput { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups }, &[dy.clone(), w], &self.x, tol);
+        let (stride, padding, dilation, groups) =
+            (self.stride.clone(), self.padding.clone(), self.dilation.clone(), self.groups);
+        check(
+            Op::ConvGradInput {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups,
+            },
+            &[dy.clone(), w],
+            &self.x,
+            tol,
+        );
         check(Op::ConvGradWeight { stride, padding, dilation, groups }, &[x, dy], &self.w, tol);
     }
 }
@@ -73,19 +102,67 @@ impl Case {
 #[test]
 fn conv2d_and_its_derivatives_match_the_cpu() {
     // Stride 2 and padding 1 on odd sizes.
-    Case { x: vec![2, 3, 7, 9], w: vec![5, 3, 3, 3], stride: vec![2, 2], padding: vec![1, 1], dilation: vec![1, 1], groups: 1 }.check_all();
+    Case {
+        x: vec![2, 3, 7, 9],
+        w: vec![5, 3, 3, 3],
+        stride: vec![2, 2],
+        padding: vec![1, 1],
+        dilation: vec![1, 1],
+        groups: 1,
+    }
+    .check_all();
     // Dilation 2 and groups 2, every attribute different per axis.
-    Case { x: vec![2, 4, 9, 7], w: vec![6, 2, 3, 2], stride: vec![1, 2], padding: vec![2, 1], dilation: vec![2, 2], groups: 2 }.check_all();
+    Case {
+        x: vec![2, 4, 9, 7],
+        w: vec![6, 2, 3, 2],
+        stride: vec![1, 2],
+        padding: vec![2, 1],
+        dilation: vec![2, 2],
+        groups: 2,
+    }
+    .check_all();
     // Everything at once, with a stride that skips input positions and a 1×1 kernel edge.
-    Case { x: vec![3, 6, 11, 8], w: vec![9, 2, 3, 1], stride: vec![3, 2], padding: vec![1, 0], dilation: vec![2, 1], groups: 3 }.check_all();
+    Case {
+        x: vec![3, 6, 11, 8],
+        w: vec![9, 2, 3, 1],
+        stride: vec![3, 2],
+        padding: vec![1, 0],
+        dilation: vec![2, 1],
+        groups: 3,
+    }
+    .check_all();
     // Depthwise, padding larger than the kernel's reach (outputs made of padding only).
-    Case { x: vec![1, 4, 5, 5], w: vec![4, 1, 2, 2], stride: vec![1, 1], padding: vec![2, 2], dilation: vec![1, 1], groups: 4 }.check_all();
+    Case {
+        x: vec![1, 4, 5, 5],
+        w: vec![4, 1, 2, 2],
+        stride: vec![1, 1],
+        padding: vec![2, 2],
+        dilation: vec![1, 1],
+        groups: 4,
+    }
+    .check_all();
 }
 
 #[test]
 fn conv1d_and_its_derivatives_match_the_cpu() {
-    Case { x: vec![3, 4, 11], w: vec![6, 2, 3], stride: vec![2], padding: vec![1], dilation: vec![2], groups: 2 }.check_all();
-    Case { x: vec![2, 3, 10], w: vec![4, 3, 5], stride: vec![1], padding: vec![2], dilation: vec![1], groups: 1 }.check_all();
+    Case {
+        x: vec![3, 4, 11],
+        w: vec![6, 2, 3],
+        stride: vec![2],
+        padding: vec![1],
+        dilation: vec![2],
+        groups: 2,
+    }
+    .check_all();
+    Case {
+        x: vec![2, 3, 10],
+        w: vec![4, 3, 5],
+        stride: vec![1],
+        padding: vec![2],
+        dilation: vec![1],
+        groups: 1,
+    }
+    .check_all();
 }
 
 /// The shapes the tiled (implicit GEMM) kernels must get right: channel and pixel counts that
@@ -115,7 +192,15 @@ fn tiled_conv_shapes_match_the_cpu() {
     // the kernel (phases no tap reaches) with wide padding; and different strides per axis.
     case(vec![2, 5, 23], vec![6, 5, 3], 2, 1, 1, 1).check_all();
     case(vec![2, 4, 13, 11], vec![5, 4, 2, 2], 3, 2, 1, 1).check_all();
-    Case { x: vec![2, 6, 10, 9], w: vec![4, 3, 3, 5], stride: vec![3, 2], padding: vec![1, 2], dilation: vec![1, 1], groups: 2 }.check_all();
+    Case {
+        x: vec![2, 6, 10, 9],
+        w: vec![4, 3, 3, 5],
+        stride: vec![3, 2],
+        padding: vec![1, 2],
+        dilation: vec![1, 1],
+        groups: 2,
+    }
+    .check_all();
     case(vec![2, 4, 21], vec![4, 1, 3], 1, 1, 1, 4).check_all();
     // A long weight-gradient reduction: 4 × 16 × 16 positions per weight.
     case(vec![4, 3, 16, 16], vec![4, 3, 3, 3], 1, 1, 1, 1).check_all_within(1e-4);
@@ -128,7 +213,8 @@ fn check_pool(op: PoolOp, x: &[usize], kernel: &[usize], stride: &[usize], paddi
         y.push(window_out(x[2 + a], kernel[a], stride[a], padding[a], 1));
     }
     let (kernel, stride, padding) = (kernel.to_vec(), stride.to_vec(), padding.to_vec());
-    let fwd = Op::Pool { op, kernel: kernel.clone(), stride: stride.clone(), padding: padding.clone() };
+    let fwd =
+        Op::Pool { op, kernel: kernel.clone(), stride: stride.clone(), padding: padding.clone() };
     let grad = Op::PoolGrad { op, kernel, stride, padding };
     for xs in [input(x, 5), tied(x, 6)] {
         check(fwd.clone(), &[xs.clone()], &y, 1e-6);
@@ -151,15 +237,23 @@ fn pooling_and_its_derivative_match_the_cpu() {
     // A whole window of one value: the gradient goes to its first element only.
     let x = Tensor::f32(vec![1, 1, 4, 4], vec![0.5; 16]);
     let dy = input(&[1, 1, 2, 2], 8);
-    let pool = |kernel: Vec<usize>| Op::PoolGrad { op: PoolOp::Max, kernel, stride: vec![2, 2], padding: vec![0, 0] };
+    let pool = |kernel: Vec<usize>| Op::PoolGrad {
+        op: PoolOp::Max,
+        kernel,
+        stride: vec![2, 2],
+        padding: vec![0, 0],
+    };
     check(pool(vec![2, 2]), &[x.clone(), dy.clone()], &[1, 1, 4, 4], 0.0);
     check(pool(vec![3, 3]), &[x, input(&[1, 1, 1, 1], 9)], &[1, 1, 4, 4], 0.0);
 }
 
 #[test]
 fn upsampling_and_its_derivative_match_the_cpu() {
-    for (x, scale) in [(vec![2, 3, 5], 2), (vec![2, 3, 4, 5], 2), (vec![1, 2, 3, 3], 3), (vec![2, 1, 7], 3)] {
-        let y: Vec<usize> = x.iter().enumerate().map(|(i, &d)| if i >= 2 { d * scale } else { d }).collect();
+    for (x, scale) in
+        [(vec![2, 3, 5], 2), (vec![2, 3, 4, 5], 2), (vec![1, 2, 3, 3], 3), (vec![2, 1, 7], 3)]
+    {
+        let y: Vec<usize> =
+            x.iter().enumerate().map(|(i, &d)| if i >= 2 { d * scale } else { d }).collect();
         check(Op::Upsample { scale }, &[input(&x, 10)], &y, 0.0);
         check(Op::UpsampleGrad { scale }, &[input(&y, 11)], &x, 1e-6);
     }

@@ -99,21 +99,34 @@ fn every_variant_in_one_plan_matches_the_cpu() {
     let mut outputs = Vec::new();
     for (c, (a, b)) in cases.iter().enumerate() {
         for (j, s) in [a, b].iter().enumerate() {
-            tensors.push(Tensor::f32(s.to_vec(), values(s.iter().product(), (c * 2 + j) as u32 * 31)));
+            tensors
+                .push(Tensor::f32(s.to_vec(), values(s.iter().product(), (c * 2 + j) as u32 * 31)));
             steps.push(step(Op::Input { name: format!("x{}", c * 2 + j) }, vec![], DType::F32, s));
         }
     }
     for (c, (a, b)) in cases.iter().enumerate() {
         outputs.push((format!("y{c}"), steps.len() as u32));
-        steps.push(step(Op::MatMul, vec![c as u32 * 2, c as u32 * 2 + 1], DType::F32, &out_shape(a, b)));
+        steps.push(step(
+            Op::MatMul,
+            vec![c as u32 * 2, c as u32 * 2 + 1],
+            DType::F32,
+            &out_shape(a, b),
+        ));
     }
-    let inputs: Vec<(String, u32)> = (0..tensors.len()).map(|i| (format!("x{i}"), i as u32)).collect();
+    let inputs: Vec<(String, u32)> =
+        (0..tensors.len()).map(|i| (format!("x{i}"), i as u32)).collect();
     let plan = Plan::of_steps(Mode::Infer, steps, inputs.clone(), outputs);
     let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
-    let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, i)| (n.as_str(), &tensors[*i as usize])).collect();
+    let given: Vec<(&str, &Tensor)> =
+        inputs.iter().map(|(n, i)| (n.as_str(), &tensors[*i as usize])).collect();
     let got = gpu.run(&given, 0).expect("runs").outputs;
     for (c, (a, b)) in cases.iter().enumerate() {
-        let want = run_on_cpu(&Op::MatMul, &[&tensors[c * 2], &tensors[c * 2 + 1]], DType::F32, &out_shape(a, b));
+        let want = run_on_cpu(
+            &Op::MatMul,
+            &[&tensors[c * 2], &tensors[c * 2 + 1]],
+            DType::F32,
+            &out_shape(a, b),
+        );
         assert_close(&Op::MatMul, &got[c].1, &want, 1e-4);
     }
 }
@@ -144,8 +157,14 @@ fn matmul_throughput() {
         let k = *a.last().unwrap();
         let flops = 2.0 * out.iter().product::<usize>() as f64 * k as f64;
         let repeat = ((4e10 / flops) as usize).clamp(1, 20);
-        let Some((s, device)) = super::test_util::time_op(&Op::MatMul, &[a, b], &out, repeat) else { continue };
-        let bytes = 4.0 * (a.iter().product::<usize>() + b.iter().product::<usize>() + out.iter().product::<usize>()) as f64;
+        let Some((s, device)) = super::test_util::time_op(&Op::MatMul, &[a, b], &out, repeat)
+        else {
+            continue;
+        };
+        let bytes = 4.0
+            * (a.iter().product::<usize>()
+                + b.iter().product::<usize>()
+                + out.iter().product::<usize>()) as f64;
         println!("matmul {a:?} × {b:?}: {:9.1} µs per product, {:8.1} GFLOP/s, {:7.1} GB/s of operands ({device})", s * 1e6, flops / s / 1e9, bytes / s / 1e9);
     }
 }
@@ -158,7 +177,14 @@ fn a_transposed_weight_is_read_in_place() {
     use super::test_util::{assert_close, step};
     use crate::op::InitSpec;
     use crate::plan::{Mode, ParamSpec, Plan};
-    for (x_shape, n) in [(vec![5, 7], 3), (vec![1, 70], 300), (vec![2, 33], 40), (vec![65, 33], 70), (vec![2, 3, 19], 21), (vec![129, 8], 9)] {
+    for (x_shape, n) in [
+        (vec![5, 7], 3),
+        (vec![1, 70], 300),
+        (vec![2, 33], 40),
+        (vec![65, 33], 70),
+        (vec![2, 3, 19], 21),
+        (vec![129, 8], 9),
+    ] {
         let k = *x_shape.last().expect("2-D or more");
         let mut y_shape = x_shape.clone();
         *y_shape.last_mut().expect("checked") = n;
@@ -169,8 +195,18 @@ fn a_transposed_weight_is_read_in_place() {
             step(Op::Permute { perm: vec![1, 0] }, vec![1], f, &[k, n]),
             step(Op::MatMul, vec![0, 2], f, &y_shape),
         ];
-        let w = ParamSpec { name: "w".into(), dtype: f, shape: vec![n, k], init: InitSpec::Constant(0.0), trainable: true, frozen: false };
-        let plan = Plan { params: vec![w], ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 3)]) };
+        let w = ParamSpec {
+            name: "w".into(),
+            dtype: f,
+            shape: vec![n, k],
+            init: InitSpec::Constant(0.0),
+            trainable: true,
+            frozen: false,
+        };
+        let plan = Plan {
+            params: vec![w],
+            ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 3)])
+        };
         assert_eq!(crate::memory::transposed_views(&plan), vec![false, false, true, false]);
         let x = Tensor::f32(x_shape.clone(), values(x_shape.iter().product(), 5));
         let w = Tensor::f32(vec![n, k], values(n * k, 77));

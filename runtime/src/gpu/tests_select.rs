@@ -19,12 +19,48 @@ fn concat_and_slices_match_the_cpu() {
     let ints = [Tensor::i32(vec![2, 2], vec![1, 2, 3, 4]), Tensor::i32(vec![2, 1], vec![-5, 6])];
     check_on_both(&Op::Concat { axis: 1 }, &ints, DType::I32, &[2, 3], 0.0);
     let x = floats(&[4, 6, 3], 4);
-    check_on_both(&Op::Slice { axis: 1, start: 2, end: 5 }, std::slice::from_ref(&x), DType::F32, &[4, 3, 3], 0.0);
-    check_on_both(&Op::Slice { axis: 0, start: 1, end: 4 }, std::slice::from_ref(&x), DType::F32, &[3, 6, 3], 0.0);
-    check_on_both(&Op::Slice { axis: 2, start: 2, end: 3 }, std::slice::from_ref(&x), DType::F32, &[4, 6, 1], 0.0);
-    check_on_both(&Op::SliceGrad { axis: 1, start: 2, end: 5 }, &[floats(&[4, 3, 3], 5)], DType::F32, &[4, 6, 3], 0.0);
-    check_on_both(&Op::SliceGrad { axis: 0, start: 0, end: 1 }, &[floats(&[1, 6, 3], 6)], DType::F32, &[4, 6, 3], 0.0);
-    check_on_both(&Op::SliceGrad { axis: 2, start: 1, end: 3 }, &[floats(&[4, 6, 2], 7)], DType::F32, &[4, 6, 3], 0.0);
+    check_on_both(
+        &Op::Slice { axis: 1, start: 2, end: 5 },
+        std::slice::from_ref(&x),
+        DType::F32,
+        &[4, 3, 3],
+        0.0,
+    );
+    check_on_both(
+        &Op::Slice { axis: 0, start: 1, end: 4 },
+        std::slice::from_ref(&x),
+        DType::F32,
+        &[3, 6, 3],
+        0.0,
+    );
+    check_on_both(
+        &Op::Slice { axis: 2, start: 2, end: 3 },
+        std::slice::from_ref(&x),
+        DType::F32,
+        &[4, 6, 1],
+        0.0,
+    );
+    check_on_both(
+        &Op::SliceGrad { axis: 1, start: 2, end: 5 },
+        &[floats(&[4, 3, 3], 5)],
+        DType::F32,
+        &[4, 6, 3],
+        0.0,
+    );
+    check_on_both(
+        &Op::SliceGrad { axis: 0, start: 0, end: 1 },
+        &[floats(&[1, 6, 3], 6)],
+        DType::F32,
+        &[4, 6, 3],
+        0.0,
+    );
+    check_on_both(
+        &Op::SliceGrad { axis: 2, start: 1, end: 3 },
+        &[floats(&[4, 6, 2], 7)],
+        DType::F32,
+        &[4, 6, 3],
+        0.0,
+    );
 }
 
 #[test]
@@ -33,15 +69,33 @@ fn gathers_and_their_gradients_match_the_cpu() {
     let table = floats(&[5, 4], 11);
     let idx = Tensor::i32(vec![2, 3], vec![4, 0, 4, 1, 1, 3]);
     check_on_both(&Op::Gather { axis: 0 }, &[table, idx.clone()], DType::F32, &[2, 3, 4], 0.0);
-    check_on_both(&Op::GatherGrad { axis: 0 }, &[idx, floats(&[2, 3, 4], 12)], DType::F32, &[5, 4], 1e-6);
+    check_on_both(
+        &Op::GatherGrad { axis: 0 },
+        &[idx, floats(&[2, 3, 4], 12)],
+        DType::F32,
+        &[5, 4],
+        1e-6,
+    );
     // A middle axis with repeats and an untouched row.
     let x = floats(&[3, 6, 2], 13);
     let idx = Tensor::i32(vec![4], vec![5, 0, 5, 2]);
     check_on_both(&Op::Gather { axis: 1 }, &[x, idx.clone()], DType::F32, &[3, 4, 2], 0.0);
-    check_on_both(&Op::GatherGrad { axis: 1 }, &[idx, floats(&[3, 4, 2], 14)], DType::F32, &[3, 6, 2], 1e-6);
+    check_on_both(
+        &Op::GatherGrad { axis: 1 },
+        &[idx, floats(&[3, 4, 2], 14)],
+        DType::F32,
+        &[3, 6, 2],
+        1e-6,
+    );
     // The last axis, and an integer source.
     let xi = Tensor::i32(vec![2, 3], vec![10, 11, 12, 20, 21, 22]);
-    check_on_both(&Op::Gather { axis: 1 }, &[xi, Tensor::i32(vec![2], vec![2, 2])], DType::I32, &[2, 2], 0.0);
+    check_on_both(
+        &Op::Gather { axis: 1 },
+        &[xi, Tensor::i32(vec![2], vec![2, 2])],
+        DType::I32,
+        &[2, 2],
+        0.0,
+    );
 }
 
 /// Rows wide enough for the workgroup-per-row gradient kernel: columns past one workgroup, index
@@ -52,9 +106,21 @@ fn wide_gather_gradients_sum_their_matches_in_order() {
     let m = 700;
     let idx: Vec<i32> = (0..m as i32).map(|k| if k < 300 { 5 } else { (k * k + 3) % 37 }).collect();
     let idx = Tensor::i32(vec![m], idx);
-    check_on_both(&Op::GatherGrad { axis: 0 }, &[idx, floats(&[m, 300], 41)], DType::F32, &[37, 300], 1e-6);
+    check_on_both(
+        &Op::GatherGrad { axis: 0 },
+        &[idx, floats(&[m, 300], 41)],
+        DType::F32,
+        &[37, 300],
+        1e-6,
+    );
     let idx = Tensor::i32(vec![150], (0..150).map(|k: i32| k * 7 % 10).collect());
-    check_on_both(&Op::GatherGrad { axis: 1 }, &[idx, floats(&[3, 150, 96], 42)], DType::F32, &[3, 10, 96], 1e-6);
+    check_on_both(
+        &Op::GatherGrad { axis: 1 },
+        &[idx, floats(&[3, 150, 96], 42)],
+        DType::F32,
+        &[3, 10, 96],
+        1e-6,
+    );
 }
 
 /// The wide kernel drops out-of-range positions too (the CPU refuses them, so the expected sums
@@ -64,7 +130,12 @@ fn wide_gather_gradients_drop_out_of_range_positions() {
     let (rows, cols) = (4, 130);
     let idx = vec![-1, 2, 4, 2, 0, 7];
     let dy = floats(&[idx.len(), cols], 43);
-    let Some(got) = gpu_run(&Op::GatherGrad { axis: 0 }, &[Tensor::i32(vec![idx.len()], idx.clone()), dy.clone()], DType::F32, &[rows, cols]) else {
+    let Some(got) = gpu_run(
+        &Op::GatherGrad { axis: 0 },
+        &[Tensor::i32(vec![idx.len()], idx.clone()), dy.clone()],
+        DType::F32,
+        &[rows, cols],
+    ) else {
         return;
     };
     let dyv = dy.to_f64_vec();
@@ -84,25 +155,45 @@ fn out_of_range_gather_indices_read_nothing() {
     // The CPU refuses these; the GPU must stay inside the tensor: 0 for gather, dropped for its gradient.
     let x = floats(&[3, 2], 21);
     let idx = Tensor::i32(vec![3], vec![-1, 2, 3]);
-    let Some(got) = gpu_run(&Op::Gather { axis: 0 }, &[x.clone(), idx.clone()], DType::F32, &[3, 2]) else {
+    let Some(got) =
+        gpu_run(&Op::Gather { axis: 0 }, &[x.clone(), idx.clone()], DType::F32, &[3, 2])
+    else {
         return;
     };
     let xv = x.to_f64_vec();
     assert_eq!(got.to_f64_vec(), vec![0.0, 0.0, xv[4], xv[5], 0.0, 0.0]);
     let dy = Tensor::f32(vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    let got = gpu_run(&Op::GatherGrad { axis: 0 }, &[idx, dy], DType::F32, &[3, 2]).expect("the GPU ran once");
+    let got = gpu_run(&Op::GatherGrad { axis: 0 }, &[idx, dy], DType::F32, &[3, 2])
+        .expect("the GPU ran once");
     assert_eq!(got.to_f64_vec(), vec![0.0, 0.0, 0.0, 0.0, 3.0, 4.0]);
 }
 
 #[test]
 fn reduce_gradients_and_argmax_match_the_cpu() {
     // Few distinct values, so maxima and minima tie within groups.
-    let x = Tensor::f32(vec![2, 7, 3], values(42, 31).into_iter().map(|v| (v * 2.0).round()).collect());
+    let x =
+        Tensor::f32(vec![2, 7, 3], values(42, 31).into_iter().map(|v| (v * 2.0).round()).collect());
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
-        for (axes, keepdim, shape) in [(vec![1], false, vec![2, 3]), (vec![0, 2], true, vec![1, 7, 1]), (vec![2, 0], false, vec![7]), (vec![0, 1, 2], false, vec![])] {
-            let y = run_on_cpu(&Op::Reduce { op, axes: axes.clone(), keepdim }, &[&x], DType::F32, &shape);
+        for (axes, keepdim, shape) in [
+            (vec![1], false, vec![2, 3]),
+            (vec![0, 2], true, vec![1, 7, 1]),
+            (vec![2, 0], false, vec![7]),
+            (vec![0, 1, 2], false, vec![]),
+        ] {
+            let y = run_on_cpu(
+                &Op::Reduce { op, axes: axes.clone(), keepdim },
+                &[&x],
+                DType::F32,
+                &shape,
+            );
             let dy = floats(&shape, 32);
-            check_on_both(&Op::ReduceGrad { op, axes, keepdim }, &[x.clone(), y, dy], DType::F32, &[2, 7, 3], 1e-6);
+            check_on_both(
+                &Op::ReduceGrad { op, axes, keepdim },
+                &[x.clone(), y, dy],
+                DType::F32,
+                &[2, 7, 3],
+                1e-6,
+            );
         }
     }
     check_on_both(&Op::ArgMax { axis: 1 }, std::slice::from_ref(&x), DType::I32, &[2, 3], 0.0);
@@ -115,19 +206,42 @@ fn rope_matches_the_cpu() {
     let x = floats(&[2, 3, 5, 8], 41);
     for offset in [0, 3] {
         for inverse in [false, true] {
-            check_on_both(&Op::Rope { theta: 10000.0, offset, inverse }, std::slice::from_ref(&x), DType::F32, &[2, 3, 5, 8], 1e-5);
+            check_on_both(
+                &Op::Rope { theta: 10000.0, offset, inverse },
+                std::slice::from_ref(&x),
+                DType::F32,
+                &[2, 3, 5, 8],
+                1e-5,
+            );
         }
     }
-    check_on_both(&Op::Rope { theta: 500.0, offset: 1, inverse: false }, &[floats(&[7, 4], 42)], DType::F32, &[7, 4], 1e-5);
+    check_on_both(
+        &Op::Rope { theta: 500.0, offset: 1, inverse: false },
+        &[floats(&[7, 4], 42)],
+        DType::F32,
+        &[7, 4],
+        1e-5,
+    );
 }
 
 #[test]
 fn rope_inverse_undoes_rope() {
     let x = floats(&[3, 6, 4], 43);
-    let Some(y) = gpu_run(&Op::Rope { theta: 10000.0, offset: 3, inverse: false }, std::slice::from_ref(&x), DType::F32, &[3, 6, 4]) else {
+    let Some(y) = gpu_run(
+        &Op::Rope { theta: 10000.0, offset: 3, inverse: false },
+        std::slice::from_ref(&x),
+        DType::F32,
+        &[3, 6, 4],
+    ) else {
         return;
     };
-    let back = gpu_run(&Op::Rope { theta: 10000.0, offset: 3, inverse: true }, &[y], DType::F32, &[3, 6, 4]).expect("the GPU ran once");
+    let back = gpu_run(
+        &Op::Rope { theta: 10000.0, offset: 3, inverse: true },
+        &[y],
+        DType::F32,
+        &[3, 6, 4],
+    )
+    .expect("the GPU ran once");
     for (a, b) in back.to_f64_vec().iter().zip(x.to_f64_vec()) {
         assert!((a - b).abs() < 1e-5, "{a} vs {b}");
     }
@@ -135,7 +249,8 @@ fn rope_inverse_undoes_rope() {
 
 /// q, k, v (and the mask) for batch 2, Hq 4, Hkv 2, D 8, Dv 6.
 fn attention_inputs(tq: usize, tk: usize, mask: Option<&[usize]>) -> Vec<Tensor> {
-    let mut x = vec![floats(&[2, 4, tq, 8], 51), floats(&[2, 2, tk, 8], 52), floats(&[2, 2, tk, 6], 53)];
+    let mut x =
+        vec![floats(&[2, 4, tq, 8], 51), floats(&[2, 2, tk, 8], 52), floats(&[2, 2, tk, 6], 53)];
     if let Some(m) = mask {
         x.push(floats(m, 54));
     }
@@ -150,13 +265,25 @@ fn attention_matches_the_cpu() {
             for mask in [None, Some(vec![tq, tk]), Some(vec![2, 1, tq, tk])] {
                 let has_mask = mask.is_some();
                 let x = attention_inputs(tq, tk, mask.as_deref());
-                check_on_both(&Op::Attention { causal, scale, has_mask }, &x, DType::F32, &[2, 4, tq, 6], 1e-5);
+                check_on_both(
+                    &Op::Attention { causal, scale, has_mask },
+                    &x,
+                    DType::F32,
+                    &[2, 4, tq, 6],
+                    1e-5,
+                );
             }
         }
     }
     // Rank 3 (no batch axes), one KV head for all query heads, Dv = D.
     let x = [floats(&[3, 2, 4], 61), floats(&[1, 3, 4], 62), floats(&[1, 3, 4], 63)];
-    check_on_both(&Op::Attention { causal: true, scale: 0.5, has_mask: false }, &x, DType::F32, &[3, 2, 4], 1e-5);
+    check_on_both(
+        &Op::Attention { causal: true, scale: 0.5, has_mask: false },
+        &x,
+        DType::F32,
+        &[3, 2, 4],
+        1e-5,
+    );
 }
 
 #[test]
@@ -167,8 +294,18 @@ fn attention_gradients_match_the_cpu() {
             let has_mask = mask.is_some();
             let mut x = attention_inputs(tq, tk, mask.as_deref());
             x.push(floats(&[2, 4, tq, 6], 55));
-            for (part, shape) in [(GradPart::Q, vec![2, 4, tq, 8]), (GradPart::K, vec![2, 2, tk, 8]), (GradPart::V, vec![2, 2, tk, 6])] {
-                check_on_both(&Op::AttentionGrad { causal, scale, has_mask, part }, &x, DType::F32, &shape, 2e-5);
+            for (part, shape) in [
+                (GradPart::Q, vec![2, 4, tq, 8]),
+                (GradPart::K, vec![2, 2, tk, 8]),
+                (GradPart::V, vec![2, 2, tk, 6]),
+            ] {
+                check_on_both(
+                    &Op::AttentionGrad { causal, scale, has_mask, part },
+                    &x,
+                    DType::F32,
+                    &shape,
+                    2e-5,
+                );
             }
         }
     }
@@ -178,10 +315,22 @@ fn attention_gradients_match_the_cpu() {
 /// the CPU. `q, k, v` are `[B, Hq, Tq, D]`, `[B, Hkv, Tk, D]`, `[B, Hkv, Tk, Dv]`; `mask` (if
 /// any) is appended. The derivatives run as compiled (statistics recomputed) and as the GPU
 /// session rewrites them (statistics and the forward output given), against the same CPU result.
-fn check_attention(b: usize, (hq, hkv): (usize, usize), (tq, tk): (usize, usize), (d, dv): (usize, usize), causal: bool, mask: Option<Tensor>, seed: u32) {
+fn check_attention(
+    b: usize,
+    (hq, hkv): (usize, usize),
+    (tq, tk): (usize, usize),
+    (d, dv): (usize, usize),
+    causal: bool,
+    mask: Option<Tensor>,
+    seed: u32,
+) {
     let scale = 1.0 / (d as f64).sqrt();
     let has_mask = mask.is_some();
-    let mut x = vec![floats(&[b, hq, tq, d], seed), floats(&[b, hkv, tk, d], seed + 1), floats(&[b, hkv, tk, dv], seed + 2)];
+    let mut x = vec![
+        floats(&[b, hq, tq, d], seed),
+        floats(&[b, hkv, tk, d], seed + 1),
+        floats(&[b, hkv, tk, dv], seed + 2),
+    ];
     x.extend(mask);
     let forward = Op::Attention { causal, scale, has_mask };
     check_on_both(&forward, &x, DType::F32, &[b, hq, tq, dv], 1e-5);
@@ -191,9 +340,14 @@ fn check_attention(b: usize, (hq, hkv): (usize, usize), (tq, tk): (usize, usize)
     check_on_both(&stats_op, &qk_mask, DType::F32, &[b, hq, tq, 2], 1e-5);
     let refs: Vec<&Tensor> = x.iter().collect();
     let out = run_on_cpu(&forward, &refs, DType::F32, &[b, hq, tq, dv]);
-    let stats = run_on_cpu(&stats_op, &qk_mask.iter().collect::<Vec<_>>(), DType::F32, &[b, hq, tq, 2]);
+    let stats =
+        run_on_cpu(&stats_op, &qk_mask.iter().collect::<Vec<_>>(), DType::F32, &[b, hq, tq, 2]);
     x.push(floats(&[b, hq, tq, dv], seed + 3));
-    for (part, shape) in [(GradPart::Q, [b, hq, tq, d]), (GradPart::K, [b, hkv, tk, d]), (GradPart::V, [b, hkv, tk, dv])] {
+    for (part, shape) in [
+        (GradPart::Q, [b, hq, tq, d]),
+        (GradPart::K, [b, hkv, tk, d]),
+        (GradPart::V, [b, hkv, tk, dv]),
+    ] {
         let op = Op::AttentionGrad { causal, scale, has_mask, part };
         check_on_both(&op, &x, DType::F32, &shape, 5e-5);
         let want = run_on_cpu(&op, &x.iter().collect::<Vec<_>>(), DType::F32, &shape);
@@ -218,13 +372,31 @@ fn attention_statistics_hold_the_row_max_and_reciprocal_sum() {
     let k = Tensor::f32(vec![1, 3, 1], vec![0.0, 1.0, 2.0]);
     let inf = f32::NEG_INFINITY;
     let mask = Tensor::f32(vec![3, 3], vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, inf, inf, inf]);
-    let got = run_on_cpu(&Op::AttentionStats { causal: false, scale: 1.0, has_mask: true }, &[&q, &k, &mask], DType::F32, &[1, 3, 2]).to_f64_vec();
+    let got = run_on_cpu(
+        &Op::AttentionStats { causal: false, scale: 1.0, has_mask: true },
+        &[&q, &k, &mask],
+        DType::F32,
+        &[1, 3, 2],
+    )
+    .to_f64_vec();
     let l = 1.0 + (-1f64).exp() + (-2f64).exp();
     assert!((got[0] - 2.0).abs() < 1e-6 && (got[1] - 1.0 / l).abs() < 1e-6, "{got:?}");
     assert_eq!(&got[4..], &[-(f32::MAX as f64), 0.0], "a row that sees no key");
-    let got = run_on_cpu(&Op::AttentionStats { causal: true, scale: 1.0, has_mask: false }, &[&q, &k], DType::F32, &[1, 3, 2]).to_f64_vec();
+    let got = run_on_cpu(
+        &Op::AttentionStats { causal: true, scale: 1.0, has_mask: false },
+        &[&q, &k],
+        DType::F32,
+        &[1, 3, 2],
+    )
+    .to_f64_vec();
     assert_eq!(&got[..2], &[0.0, 1.0], "causal row 0 sees key 0 alone");
-    check_on_both(&Op::AttentionStats { causal: false, scale: 1.0, has_mask: true }, &[q, k, mask], DType::F32, &[1, 3, 2], 1e-6);
+    check_on_both(
+        &Op::AttentionStats { causal: false, scale: 1.0, has_mask: true },
+        &[q, k, mask],
+        DType::F32,
+        &[1, 3, 2],
+        1e-6,
+    );
 }
 
 #[test]
@@ -232,7 +404,12 @@ fn rows_masked_entirely_with_a_large_finite_value_stay_uniform() {
     // -1e9 on every key of rows 0 and 3 (a padded query): the softmax there is uniform on both
     // backends, which a logsumexp stored in f32 (-1e9 + ln Tk rounds to -1e9) would not give.
     let (tq, tk) = (5, 19);
-    let mask = Tensor::f32(vec![1, 1, tq, tk], (0..tq * tk).map(|i| if matches!(i / tk, 0 | 3) || i % tk > 15 { -1e9 } else { 0.0 }).collect());
+    let mask = Tensor::f32(
+        vec![1, 1, tq, tk],
+        (0..tq * tk)
+            .map(|i| if matches!(i / tk, 0 | 3) || i % tk > 15 { -1e9 } else { 0.0 })
+            .collect(),
+    );
     check_attention(1, (2, 1), (tq, tk), (8, 8), false, Some(mask), 111);
 }
 
@@ -247,7 +424,10 @@ fn causal_grouped_attention_at_lengths_off_the_tile_matches_the_cpu() {
 fn cross_attention_with_a_padding_mask_matches_the_cpu() {
     // Tq ≠ Tk both ways, a [B, 1, 1, Tk] padding-style mask, and a causal Tq > Tk whose first
     // rows see no key at all.
-    let pad = Tensor::f32(vec![2, 1, 1, 70], (0..140).map(|i| if i % 70 >= 60 + i / 70 * 5 { -1e9 } else { 0.0 }).collect());
+    let pad = Tensor::f32(
+        vec![2, 1, 1, 70],
+        (0..140).map(|i| if i % 70 >= 60 + i / 70 * 5 { -1e9 } else { 0.0 }).collect(),
+    );
     check_attention(2, (2, 2), (37, 70), (8, 8), false, Some(pad), 81);
     check_attention(1, (4, 2), (70, 37), (8, 4), true, None, 82);
 }
@@ -276,7 +456,12 @@ fn fully_masked_rows_give_zeros_like_the_cpu() {
     check_attention(1, (3, 1), (tq, tk), (8, 8), true, Some(mask), 102);
     let Some(y) = gpu_run(
         &Op::Attention { causal: false, scale: 0.5, has_mask: true },
-        &[floats(&[1, 1, tq, 4], 103), floats(&[1, 1, tk, 4], 104), floats(&[1, 1, tk, 4], 105), floats(&[tq, tk], 0)],
+        &[
+            floats(&[1, 1, tq, 4], 103),
+            floats(&[1, 1, tk, 4], 104),
+            floats(&[1, 1, tk, 4], 105),
+            floats(&[tq, tk], 0),
+        ],
         DType::F32,
         &[1, 1, tq, 4],
     ) else {

@@ -22,7 +22,8 @@ fn linear(width: u32) -> String {
     format!("let i = gid.x + (gid.y + gid.z * groups.y) * groups.x * {width}u;")
 }
 
-const HEADER: &str = "@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>";
+const HEADER: &str =
+    "@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>";
 
 /// The update kernel for `spec`'s kind. `scale_word`: where the clipping factor is (None: 1).
 pub fn update_kernel(spec: &OptimizerSpec, width: u32, scale_word: Option<usize>) -> String {
@@ -66,15 +67,27 @@ fn main({HEADER}) {{
 pub fn update_scalars(spec: &OptimizerSpec, step: u64) -> [f32; 8] {
     let lr = lr_at(spec, step);
     match spec.kind {
-        OptimizerKind::Sgd { momentum } => [lr as f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, momentum as f32],
-        OptimizerKind::Adam { beta1, beta2, eps } | OptimizerKind::AdamW { beta1, beta2, eps, .. } => {
+        OptimizerKind::Sgd { momentum } => {
+            [lr as f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, momentum as f32]
+        }
+        OptimizerKind::Adam { beta1, beta2, eps }
+        | OptimizerKind::AdamW { beta1, beta2, eps, .. } => {
             let wd = match spec.kind {
                 OptimizerKind::AdamW { weight_decay, .. } => weight_decay,
                 _ => 0.0,
             };
             let bc1 = 1.0 - beta1.powf(step as f64);
             let bc2_sqrt = (1.0 - beta2.powf(step as f64)).sqrt();
-            [lr as f32, beta1 as f32, beta2 as f32, eps as f32, (lr / bc1) as f32, bc2_sqrt as f32, wd as f32, 0.0]
+            [
+                lr as f32,
+                beta1 as f32,
+                beta2 as f32,
+                eps as f32,
+                (lr / bc1) as f32,
+                bc2_sqrt as f32,
+                wd as f32,
+                0.0,
+            ]
         }
     }
 }
@@ -127,7 +140,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wg:
 
 /// One workgroup: sums `count` partial sums at `partials`, writes the clipping factor
 /// `min(1, clip / (norm + 1e-6))` to `scale_word`.
-pub fn clip_scale_kernel(width: u32, partials: usize, count: usize, clip: f64, scale_word: usize) -> String {
+pub fn clip_scale_kernel(
+    width: u32,
+    partials: usize,
+    count: usize,
+    clip: f64,
+    scale_word: usize,
+) -> String {
     format!(
         "var<workgroup> part: array<f32, {width}>;
 @compute @workgroup_size({width})
@@ -208,13 +227,24 @@ mod tests {
 
     fn validate(body: &str) {
         let full = format!("{}{}", super::super::device::PRELUDE, body);
-        let mut m = naga::front::wgsl::parse_str(&full).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&full)));
+        let mut m = naga::front::wgsl::parse_str(&full)
+            .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&full)));
         for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
-            if g.binding.is_none() && matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
+            if g.binding.is_none()
+                && matches!(
+                    g.space,
+                    naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform
+                )
+            {
                 g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
             }
         }
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default()).validate(&m).unwrap_or_else(|e| panic!("{e:?}\n{body}"));
+        naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::default(),
+        )
+        .validate(&m)
+        .unwrap_or_else(|e| panic!("{e:?}\n{body}"));
     }
 
     #[test]

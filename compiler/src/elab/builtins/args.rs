@@ -1,9 +1,9 @@
 //! Binding call arguments to a builtin's parameters, and typed access to them for the rules.
 
+use super::Builtin;
 use crate::elab::eval::{as_f64, ArgVal, Evaluator, R};
 use crate::elab::shape;
 use crate::elab::value::Value;
-use super::Builtin;
 use crate::front::did_you_mean;
 use crate::ir::{fmt_type, NodeId, Op};
 use mgn_runtime::DType;
@@ -24,14 +24,24 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
     for a in args {
         let slot = match &a.name {
             None if named_seen => {
-                return Err(Diagnostic::error("E0401", "a positional argument follows a named one", a.span, "positional argument")
-                    .with_help("give positional arguments first, then named ones"));
+                return Err(Diagnostic::error(
+                    "E0401",
+                    "a positional argument follows a named one",
+                    a.span,
+                    "positional argument",
+                )
+                .with_help("give positional arguments first, then named ones"));
             }
             None => {
                 if positional >= names.len() {
                     return Err(Diagnostic::error(
                         "E0401",
-                        format!("`{}` takes at most {} argument{}", b.name, names.len(), crate::elab::eval::plural(names.len())),
+                        format!(
+                            "`{}` takes at most {} argument{}",
+                            b.name,
+                            names.len(),
+                            crate::elab::eval::plural(names.len())
+                        ),
                         a.span,
                         "unexpected argument",
                     )
@@ -43,20 +53,30 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
             Some(n) => {
                 named_seen = true;
                 match names.iter().position(|p| *p == n.name) {
-                Some(i) => {
-                    if vals[i].is_some() {
-                        return Err(Diagnostic::error("E0401", format!("argument `{}` is given twice", n.name), n.span, "given again here"));
+                    Some(i) => {
+                        if vals[i].is_some() {
+                            return Err(Diagnostic::error(
+                                "E0401",
+                                format!("argument `{}` is given twice", n.name),
+                                n.span,
+                                "given again here",
+                            ));
+                        }
+                        i
                     }
-                    i
-                }
-                None => {
-                    let mut d = Diagnostic::error("E0401", format!("`{}` has no parameter named `{}`", b.name, n.name), n.span, "unknown parameter");
-                    d = match did_you_mean(&n.name, names.iter().copied()) {
-                        Some(h) => d.with_help(h),
-                        None => d.with_note(signature(b)),
-                    };
-                    return Err(d);
-                }
+                    None => {
+                        let mut d = Diagnostic::error(
+                            "E0401",
+                            format!("`{}` has no parameter named `{}`", b.name, n.name),
+                            n.span,
+                            "unknown parameter",
+                        );
+                        d = match did_you_mean(&n.name, names.iter().copied()) {
+                            Some(h) => d.with_help(h),
+                            None => d.with_note(signature(b)),
+                        };
+                        return Err(d);
+                    }
                 }
             }
         };
@@ -68,7 +88,13 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
     }
     for (i, p) in b.params.iter().enumerate() {
         if !p.ends_with('?') && vals[i].is_none() {
-            return Err(Diagnostic::error("E0401", format!("missing argument `{p}` in this call to `{}`", b.name), span, format!("`{p}` not given")).with_note(signature(b)));
+            return Err(Diagnostic::error(
+                "E0401",
+                format!("missing argument `{p}` in this call to `{}`", b.name),
+                span,
+                format!("`{p}` not given"),
+            )
+            .with_note(signature(b)));
         }
     }
     let args = Args { builtin: b, vals, span };
@@ -81,7 +107,11 @@ pub fn signature(b: &Builtin) -> String {
 
 impl Args {
     pub(super) fn slot(&self, name: &str) -> usize {
-        self.builtin.params.iter().position(|p| p.trim_end_matches('?') == name).expect("builtins ask only for their own parameters")
+        self.builtin
+            .params
+            .iter()
+            .position(|p| p.trim_end_matches('?') == name)
+            .expect("builtins ask only for their own parameters")
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&(Value, Span)> {
@@ -94,7 +124,16 @@ impl Args {
 
     pub(super) fn wrong(&self, ev: &Evaluator, name: &str, want: &str) -> Diagnostic {
         let (v, s) = self.get(name).expect("only present arguments are wrong");
-        let mut d = Diagnostic::error("E0201", format!("argument `{name}` of `{}` must be {want}, found {}", self.builtin.name, ev.describe(v)), *s, format!("expected {want}"));
+        let mut d = Diagnostic::error(
+            "E0201",
+            format!(
+                "argument `{name}` of `{}` must be {want}, found {}",
+                self.builtin.name,
+                ev.describe(v)
+            ),
+            *s,
+            format!("expected {want}"),
+        );
         if let Value::Absent { field } = v {
             d = d.with_label(*field, "this field does not exist: its `if` condition is false");
         }
@@ -125,7 +164,9 @@ impl Args {
 
     pub(super) fn number(&self, ev: &Evaluator, name: &str) -> R<f64> {
         match self.get(name) {
-            Some((Value::Int(_) | Value::Float(_), _)) => Ok(as_f64(&self.get(name).expect("matched").0)),
+            Some((Value::Int(_) | Value::Float(_), _)) => {
+                Ok(as_f64(&self.get(name).expect("matched").0))
+            }
             _ => Err(self.wrong(ev, name, "a number")),
         }
     }
@@ -174,8 +215,20 @@ impl Args {
     }
 
     pub(super) fn axis_error(&self, name: &str, a: i64, rank: usize) -> Diagnostic {
-        Diagnostic::error("E0207", format!("axis {a} is out of range for a tensor with {rank} ax{}", if rank == 1 { "is" } else { "es" }), self.span_of(name), "axis out of range")
-            .with_help(if rank == 0 { "a scalar has no axes".to_string() } else { format!("valid axes are -{rank} … {}", rank as i64 - 1) })
+        Diagnostic::error(
+            "E0207",
+            format!(
+                "axis {a} is out of range for a tensor with {rank} ax{}",
+                if rank == 1 { "is" } else { "es" }
+            ),
+            self.span_of(name),
+            "axis out of range",
+        )
+        .with_help(if rank == 0 {
+            "a scalar has no axes".to_string()
+        } else {
+            format!("valid axes are -{rank} … {}", rank as i64 - 1)
+        })
     }
 
     pub(super) fn name(&self) -> &'static str {
@@ -186,8 +239,13 @@ impl Args {
 pub(super) fn float_tensor(ev: &Evaluator, a: &Args, name: &str) -> R<(NodeId, Span)> {
     let (t, s) = a.tensor(ev, name)?;
     if !ev.ty(t).0.is_float() {
-        return Err(Diagnostic::error("E0202", format!("`{}` needs a float tensor for `{name}`, found {}", a.name(), ev.type_str(t)), s, format!("this is {}", ev.type_str(t)))
-            .with_help("convert it with `cast(x, f32)`"));
+        return Err(Diagnostic::error(
+            "E0202",
+            format!("`{}` needs a float tensor for `{name}`, found {}", a.name(), ev.type_str(t)),
+            s,
+            format!("this is {}", ev.type_str(t)),
+        )
+        .with_help("convert it with `cast(x, f32)`"));
     }
     Ok((t, s))
 }
@@ -195,24 +253,53 @@ pub(super) fn float_tensor(ev: &Evaluator, a: &Args, name: &str) -> R<(NodeId, S
 pub(super) fn int_tensor(ev: &Evaluator, a: &Args, name: &str) -> R<(NodeId, Span)> {
     let (t, s) = a.tensor(ev, name)?;
     if !ev.ty(t).0.is_int() {
-        return Err(Diagnostic::error("E0202", format!("`{}` needs integer `{name}`, found {}", a.name(), ev.type_str(t)), s, format!("this is {}", ev.type_str(t)))
-            .with_help("indices and class labels are i32 (or i64) tensors"));
+        return Err(Diagnostic::error(
+            "E0202",
+            format!("`{}` needs integer `{name}`, found {}", a.name(), ev.type_str(t)),
+            s,
+            format!("this is {}", ev.type_str(t)),
+        )
+        .with_help("indices and class labels are i32 (or i64) tensors"));
     }
     Ok((t, s))
 }
 
 /// Checks that an optional per-feature tensor (a norm's weight or bias) has shape `[n]`.
-pub(super) fn vector_of(ev: &Evaluator, a: &Args, name: &str, n: usize, dtype: DType, why: &str) -> R<Option<NodeId>> {
+pub(super) fn vector_of(
+    ev: &Evaluator,
+    a: &Args,
+    name: &str,
+    n: usize,
+    dtype: DType,
+    why: &str,
+) -> R<Option<NodeId>> {
     let Some((t, s)) = a.opt_tensor(ev, name)? else { return Ok(None) };
     let (d, shape) = ev.ty(t);
     if shape != [n] || d != dtype {
-        return Err(Diagnostic::error("E0203", format!("`{name}` of `{}` must be {}, found {}", a.name(), fmt_type(dtype, &[n]), ev.type_str(t)), s, format!("this is {}", ev.type_str(t)))
-            .with_note(why.to_string()));
+        return Err(Diagnostic::error(
+            "E0203",
+            format!(
+                "`{name}` of `{}` must be {}, found {}",
+                a.name(),
+                fmt_type(dtype, &[n]),
+                ev.type_str(t)
+            ),
+            s,
+            format!("this is {}", ev.type_str(t)),
+        )
+        .with_note(why.to_string()));
     }
     Ok(Some(t))
 }
 
-pub(super) fn node(ev: &mut Evaluator, op: Op, inputs: Vec<NodeId>, dtype: DType, shape: Vec<usize>, span: Span) -> R<Value> {
+pub(super) fn node(
+    ev: &mut Evaluator,
+    op: Op,
+    inputs: Vec<NodeId>,
+    dtype: DType,
+    shape: Vec<usize>,
+    span: Span,
+) -> R<Value> {
     ev.add(op, inputs, dtype, shape, span).map(Value::Tensor)
 }
 

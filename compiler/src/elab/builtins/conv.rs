@@ -10,17 +10,34 @@ use mgn_syntax::Diagnostic;
 // ---- convolution and resampling -------------------------------------------------------------
 
 /// An int or a per-axis list for `spatial` axes.
-pub(super) fn per_axis(ev: &Evaluator, a: &Args, name: &str, default: usize, spatial: usize, min: i64) -> R<Vec<usize>> {
+pub(super) fn per_axis(
+    ev: &Evaluator,
+    a: &Args,
+    name: &str,
+    default: usize,
+    spatial: usize,
+    min: i64,
+) -> R<Vec<usize>> {
     let v = match a.ints(ev, name)? {
         None => vec![default; spatial],
         Some(v) if v.len() == 1 => vec![v[0].max(0) as usize; spatial],
         Some(v) if v.len() == spatial => v.iter().map(|&x| x.max(0) as usize).collect(),
         Some(v) => {
-            return Err(Diagnostic::error("E0201", format!("`{name}` needs 1 or {spatial} values, found {}", v.len()), a.span_of(name), "wrong number of values"))
+            return Err(Diagnostic::error(
+                "E0201",
+                format!("`{name}` needs 1 or {spatial} values, found {}", v.len()),
+                a.span_of(name),
+                "wrong number of values",
+            ))
         }
     };
     if let Some(bad) = a.ints(ev, name)?.and_then(|l| l.into_iter().find(|&x| x < min)) {
-        return Err(Diagnostic::error("E0301", format!("`{name}` must be at least {min}, found {bad}"), a.span_of(name), "out of range"));
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("`{name}` must be at least {min}, found {bad}"),
+            a.span_of(name),
+            "out of range",
+        ));
     }
     Ok(v)
 }
@@ -33,11 +50,22 @@ pub(super) fn conv(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
     let sw = ev.ty(w).1.to_vec();
     let layout = if spatial == 1 { "[N, Cin, L]" } else { "[N, Cin, H, W]" };
     if sx.len() != spatial + 2 {
-        return Err(Diagnostic::error("E0206", format!("`{}` needs an input {layout}, found {}", a.name(), fmt_type(d, &sx)), xs, format!("{} axes", sx.len())));
+        return Err(Diagnostic::error(
+            "E0206",
+            format!("`{}` needs an input {layout}, found {}", a.name(), fmt_type(d, &sx)),
+            xs,
+            format!("{} axes", sx.len()),
+        ));
     }
-    let wlayout = if spatial == 1 { "[Cout, Cin / groups, K]" } else { "[Cout, Cin / groups, Kh, Kw]" };
+    let wlayout =
+        if spatial == 1 { "[Cout, Cin / groups, K]" } else { "[Cout, Cin / groups, Kh, Kw]" };
     if sw.len() != spatial + 2 || ev.ty(w).0 != d {
-        return Err(Diagnostic::error("E0206", format!("`{}` needs a {d} weight {wlayout}, found {}", a.name(), ev.type_str(w)), ws, "wrong weight shape"));
+        return Err(Diagnostic::error(
+            "E0206",
+            format!("`{}` needs a {d} weight {wlayout}, found {}", a.name(), ev.type_str(w)),
+            ws,
+            "wrong weight shape",
+        ));
     }
     let groups = a.int_or(ev, "groups", 1)?;
     let (cin, cout) = (sx[1], sw[0]);
@@ -46,8 +74,26 @@ pub(super) fn conv(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
     }
     let groups = groups as usize;
     if sw[1] * groups != cin {
-        let d = Diagnostic::error("E0203", format!("`{}` input has {cin} channels but the weight expects {}", a.name(), sw[1] * groups), xs, format!("this is {}", fmt_type(d, &sx)))
-            .with_label(ws, format!("weight {} takes {} input channel{}{}", ev.type_str(w), sw[1], crate::elab::eval::plural(sw[1]), if groups > 1 { format!(" per group ({groups} groups)") } else { String::new() }));
+        let d = Diagnostic::error(
+            "E0203",
+            format!(
+                "`{}` input has {cin} channels but the weight expects {}",
+                a.name(),
+                sw[1] * groups
+            ),
+            xs,
+            format!("this is {}", fmt_type(d, &sx)),
+        )
+        .with_label(
+            ws,
+            format!(
+                "weight {} takes {} input channel{}{}",
+                ev.type_str(w),
+                sw[1],
+                crate::elab::eval::plural(sw[1]),
+                if groups > 1 { format!(" per group ({groups} groups)") } else { String::new() }
+            ),
+        );
         return Err(d);
     }
     let stride = per_axis(ev, a, "stride", 1, spatial, 1)?;
@@ -64,9 +110,23 @@ pub(super) fn conv(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
             }
         }
     }
-    let bias = vector_of(ev, a, "bias", cout, d, &format!("a convolution has one bias per output channel ({cout})"))?;
+    let bias = vector_of(
+        ev,
+        a,
+        "bias",
+        cout,
+        d,
+        &format!("a convolution has one bias per output channel ({cout})"),
+    )?;
     let inputs = [x, w].into_iter().chain(bias).collect();
-    node(ev, Op::Conv { stride, padding, dilation, groups, has_bias: bias.is_some() }, inputs, d, out, a.span)
+    node(
+        ev,
+        Op::Conv { stride, padding, dilation, groups, has_bias: bias.is_some() },
+        inputs,
+        d,
+        out,
+        a.span,
+    )
 }
 
 pub(super) fn pool(ev: &mut Evaluator, a: &Args, op: PoolOp) -> R<Value> {
@@ -74,21 +134,45 @@ pub(super) fn pool(ev: &mut Evaluator, a: &Args, op: PoolOp) -> R<Value> {
     let (d, s) = ev.ty(x);
     let s = s.to_vec();
     if s.len() != 4 {
-        return Err(Diagnostic::error("E0206", format!("`{}` needs an input [N, C, H, W], found {}", a.name(), fmt_type(d, &s)), xs, format!("{} axes", s.len())));
+        return Err(Diagnostic::error(
+            "E0206",
+            format!("`{}` needs an input [N, C, H, W], found {}", a.name(), fmt_type(d, &s)),
+            xs,
+            format!("{} axes", s.len()),
+        ));
     }
     let kernel = per_axis(ev, a, "kernel", 1, 2, 1)?;
-    let stride = if a.get("stride").is_some() { per_axis(ev, a, "stride", 1, 2, 1)? } else { kernel.clone() };
+    let stride = if a.get("stride").is_some() {
+        per_axis(ev, a, "stride", 1, 2, 1)?
+    } else {
+        kernel.clone()
+    };
     let padding = per_axis(ev, a, "padding", 0, 2, 0)?;
     let mut out = vec![s[0], s[1]];
     for i in 0..2 {
         if padding[i] * 2 > kernel[i] {
-            return Err(Diagnostic::error("E0203", format!("padding {} is more than half the kernel size {}", padding[i], kernel[i]), a.span_of("padding"), "too much padding"));
+            return Err(Diagnostic::error(
+                "E0203",
+                format!("padding {} is more than half the kernel size {}", padding[i], kernel[i]),
+                a.span_of("padding"),
+                "too much padding",
+            ));
         }
         match shape::window_out(s[2 + i], kernel[i], stride[i], padding[i], 1) {
             Some(o) => out.push(o),
             None => {
-                return Err(Diagnostic::error("E0203", format!("pooling window {} does not fit axis {} of size {}", kernel[i], i + 2, s[2 + i]), a.span, "output would be empty")
-                    .with_label(xs, format!("this is {}", fmt_type(d, &s))))
+                return Err(Diagnostic::error(
+                    "E0203",
+                    format!(
+                        "pooling window {} does not fit axis {} of size {}",
+                        kernel[i],
+                        i + 2,
+                        s[2 + i]
+                    ),
+                    a.span,
+                    "output would be empty",
+                )
+                .with_label(xs, format!("this is {}", fmt_type(d, &s))))
             }
         }
     }
@@ -100,16 +184,33 @@ pub(super) fn upsample(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let (d, s) = ev.ty(x);
     let s = s.to_vec();
     if s.len() != 3 && s.len() != 4 {
-        return Err(Diagnostic::error("E0206", format!("`upsample` needs [N, C, L] or [N, C, H, W], found {}", fmt_type(d, &s)), xs, format!("{} axes", s.len())));
+        return Err(Diagnostic::error(
+            "E0206",
+            format!("`upsample` needs [N, C, L] or [N, C, H, W], found {}", fmt_type(d, &s)),
+            xs,
+            format!("{} axes", s.len()),
+        ));
     }
     let scale = a.int_or(ev, "scale", 2)?;
     if scale < 1 {
-        return Err(Diagnostic::error("E0301", format!("`scale` must be at least 1, found {scale}"), a.span_of("scale"), "out of range"));
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("`scale` must be at least 1, found {scale}"),
+            a.span_of("scale"),
+            "out of range",
+        ));
     }
     let mut out = Vec::new();
     for (i, &x) in s.iter().enumerate() {
         let size = if i >= 2 { x.checked_mul(scale as usize) } else { Some(x) };
-        out.push(size.ok_or_else(|| Diagnostic::error("E0301", format!("`upsample` by {scale} makes axis {i} too large"), a.span_of("scale"), "overflow"))?);
+        out.push(size.ok_or_else(|| {
+            Diagnostic::error(
+                "E0301",
+                format!("`upsample` by {scale} makes axis {i} too large"),
+                a.span_of("scale"),
+                "overflow",
+            )
+        })?);
     }
     node(ev, Op::Upsample { scale: scale as usize }, vec![x], d, out, a.span)
 }

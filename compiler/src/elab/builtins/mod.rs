@@ -15,8 +15,8 @@ pub use args::{call, signature, Args};
 pub use pointwise::{elementwise, matmul};
 pub use shapes::swap_axes;
 
-use crate::elab::eval::{Evaluator, R};
 use super::value::Value;
+use crate::elab::eval::{Evaluator, R};
 use crate::ir::{InitSpec, PoolOp, ReduceOp, UnaryOp};
 use attention::*;
 use conv::*;
@@ -48,10 +48,21 @@ macro_rules! b {
 static BUILTINS: &[Builtin] = &[
     // pointwise
     b!("relu", ["x"], "max(x, 0)", |e, a| unary(e, a, UnaryOp::Relu, |x| x.max(0.0))),
-    b!("gelu", ["x"], "GELU with the exact erf form", |e, a| unary(e, a, UnaryOp::Gelu, |x| 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)))),
-    b!("gelu_tanh", ["x"], "GELU with the tanh approximation", |e, a| unary(e, a, UnaryOp::GeluTanh, |x| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()))),
-    b!("silu", ["x"], "x * sigmoid(x)", |e, a| unary(e, a, UnaryOp::Silu, |x| x / (1.0 + (-x).exp()))),
-    b!("sigmoid", ["x"], "1 / (1 + exp(-x))", |e, a| unary(e, a, UnaryOp::Sigmoid, |x| 1.0 / (1.0 + (-x).exp()))),
+    b!("gelu", ["x"], "GELU with the exact erf form", |e, a| unary(e, a, UnaryOp::Gelu, |x| 0.5
+        * x
+        * (1.0 + erf(x / std::f64::consts::SQRT_2)))),
+    b!("gelu_tanh", ["x"], "GELU with the tanh approximation", |e, a| unary(
+        e,
+        a,
+        UnaryOp::GeluTanh,
+        |x| 0.5
+            * x
+            * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+    )),
+    b!("silu", ["x"], "x * sigmoid(x)", |e, a| unary(e, a, UnaryOp::Silu, |x| x
+        / (1.0 + (-x).exp()))),
+    b!("sigmoid", ["x"], "1 / (1 + exp(-x))", |e, a| unary(e, a, UnaryOp::Sigmoid, |x| 1.0
+        / (1.0 + (-x).exp()))),
     b!("tanh", ["x"], "hyperbolic tangent", |e, a| unary(e, a, UnaryOp::Tanh, f64::tanh)),
     b!("exp", ["x"], "e^x", |e, a| unary(e, a, UnaryOp::Exp, f64::exp)),
     b!("log", ["x"], "natural logarithm", |e, a| unary(e, a, UnaryOp::Log, f64::ln)),
@@ -63,7 +74,9 @@ static BUILTINS: &[Builtin] = &[
     b!("square", ["x"], "x * x", |e, a| unary(e, a, UnaryOp::Square, |x| x * x)),
     b!("pow", ["x", "p"], "x raised to a constant power p", pow),
     b!("cast", ["x", "dtype"], "converts the element type", cast),
-    b!("float", ["x"], "a compile-time number as a float", |e, a| Ok(Value::Float(a.number(e, "x")?))),
+    b!("float", ["x"], "a compile-time number as a float", |e, a| Ok(Value::Float(
+        a.number(e, "x")?
+    ))),
     b!("int", ["x"], "a compile-time number as an integer (truncating)", int_of),
     b!("floor_div", ["a", "b"], "integer division rounding down", |e, a| int_div(e, a, false)),
     b!("ceil_div", ["a", "b"], "integer division rounding up", |e, a| int_div(e, a, true)),
@@ -77,44 +90,144 @@ static BUILTINS: &[Builtin] = &[
     b!("reshape", ["x", "shape"], "same elements, new shape; one -1 is inferred", reshape),
     b!("unsqueeze", ["x", "axis"], "inserts a size-1 axis", unsqueeze),
     b!("squeeze", ["x", "axis"], "removes a size-1 axis", squeeze),
-    b!("flatten", ["x", "start?", "end?"], "merges axes start..=end (1 and -1 by default)", flatten),
+    b!(
+        "flatten",
+        ["x", "start?", "end?"],
+        "merges axes start..=end (1 and -1 by default)",
+        flatten
+    ),
     b!("concat", ["tensors", "axis?"], "joins tensors along an axis (0 by default)", concat),
-    b!("split", ["x", "parts", "axis?"], "splits into a count of equal parts or a list of sizes; returns a tuple", split),
+    b!(
+        "split",
+        ["x", "parts", "axis?"],
+        "splits into a count of equal parts or a list of sizes; returns a tuple",
+        split
+    ),
     b!("slice", ["x", "axis", "start", "end"], "elements start..end along an axis", slice),
     b!("gather", ["x", "index", "axis?"], "selects along an axis by an integer tensor", gather),
     b!("embedding", ["weight", "ids"], "rows of `weight` selected by integer `ids`", embedding),
     b!("arange", ["n"], "i32[n] holding 0 … n-1", arange),
     // reductions
-    b!("sum", ["x", "axis?", "keepdim?"], "sum over axes (all by default)", |e, a| reduce(e, a, ReduceOp::Sum)),
-    b!("mean", ["x", "axis?", "keepdim?"], "mean over axes (all by default)", |e, a| reduce(e, a, ReduceOp::Mean)),
-    b!("max", ["x", "axis?", "keepdim?"], "maximum over axes (all by default)", |e, a| reduce(e, a, ReduceOp::Max)),
-    b!("min", ["x", "axis?", "keepdim?"], "minimum over axes (all by default)", |e, a| reduce(e, a, ReduceOp::Min)),
+    b!("sum", ["x", "axis?", "keepdim?"], "sum over axes (all by default)", |e, a| reduce(
+        e,
+        a,
+        ReduceOp::Sum
+    )),
+    b!("mean", ["x", "axis?", "keepdim?"], "mean over axes (all by default)", |e, a| reduce(
+        e,
+        a,
+        ReduceOp::Mean
+    )),
+    b!("max", ["x", "axis?", "keepdim?"], "maximum over axes (all by default)", |e, a| reduce(
+        e,
+        a,
+        ReduceOp::Max
+    )),
+    b!("min", ["x", "axis?", "keepdim?"], "minimum over axes (all by default)", |e, a| reduce(
+        e,
+        a,
+        ReduceOp::Min
+    )),
     b!("argmax", ["x", "axis?"], "index of the maximum along an axis, as i32", argmax),
-    b!("softmax", ["x", "axis?"], "softmax along an axis (the last by default)", |e, a| softmax(e, a, false)),
-    b!("log_softmax", ["x", "axis?"], "log of softmax along an axis (the last by default)", |e, a| softmax(e, a, true)),
+    b!("softmax", ["x", "axis?"], "softmax along an axis (the last by default)", |e, a| softmax(
+        e, a, false
+    )),
+    b!(
+        "log_softmax",
+        ["x", "axis?"],
+        "log of softmax along an axis (the last by default)",
+        |e, a| softmax(e, a, true)
+    ),
     // normalization
-    b!("layer_norm", ["x", "weight?", "bias?", "eps?"], "normalizes over the last axis", layer_norm),
-    b!("rms_norm", ["x", "weight?", "eps?"], "divides by the root mean square over the last axis", rms_norm),
-    b!("group_norm", ["x", "groups", "weight?", "bias?", "eps?"], "normalizes groups of channels of [N, C, ...]", group_norm),
-    b!("batch_norm", ["x", "running_mean", "running_var", "weight?", "bias?", "momentum?", "eps?"], "batch normalization over [N, C, ...]", batch_norm),
-    b!("dropout", ["x", "p?"], "zeroes elements with probability p in training; identity in inference", dropout),
+    b!(
+        "layer_norm",
+        ["x", "weight?", "bias?", "eps?"],
+        "normalizes over the last axis",
+        layer_norm
+    ),
+    b!(
+        "rms_norm",
+        ["x", "weight?", "eps?"],
+        "divides by the root mean square over the last axis",
+        rms_norm
+    ),
+    b!(
+        "group_norm",
+        ["x", "groups", "weight?", "bias?", "eps?"],
+        "normalizes groups of channels of [N, C, ...]",
+        group_norm
+    ),
+    b!(
+        "batch_norm",
+        ["x", "running_mean", "running_var", "weight?", "bias?", "momentum?", "eps?"],
+        "batch normalization over [N, C, ...]",
+        batch_norm
+    ),
+    b!(
+        "dropout",
+        ["x", "p?"],
+        "zeroes elements with probability p in training; identity in inference",
+        dropout
+    ),
     // convolution and resampling
-    b!("conv1d", ["x", "weight", "bias?", "stride?", "padding?", "dilation?", "groups?"], "1-D convolution of [N, Cin, L]", |e, a| conv(e, a, 1)),
-    b!("conv2d", ["x", "weight", "bias?", "stride?", "padding?", "dilation?", "groups?"], "2-D convolution of [N, Cin, H, W]", |e, a| conv(e, a, 2)),
-    b!("max_pool2d", ["x", "kernel", "stride?", "padding?"], "2-D max pooling of [N, C, H, W]", |e, a| pool(e, a, PoolOp::Max)),
-    b!("avg_pool2d", ["x", "kernel", "stride?", "padding?"], "2-D average pooling of [N, C, H, W]", |e, a| pool(e, a, PoolOp::Avg)),
-    b!("upsample", ["x", "scale?"], "nearest-neighbour upsampling of [N, C, L] or [N, C, H, W]", upsample),
+    b!(
+        "conv1d",
+        ["x", "weight", "bias?", "stride?", "padding?", "dilation?", "groups?"],
+        "1-D convolution of [N, Cin, L]",
+        |e, a| conv(e, a, 1)
+    ),
+    b!(
+        "conv2d",
+        ["x", "weight", "bias?", "stride?", "padding?", "dilation?", "groups?"],
+        "2-D convolution of [N, Cin, H, W]",
+        |e, a| conv(e, a, 2)
+    ),
+    b!(
+        "max_pool2d",
+        ["x", "kernel", "stride?", "padding?"],
+        "2-D max pooling of [N, C, H, W]",
+        |e, a| pool(e, a, PoolOp::Max)
+    ),
+    b!(
+        "avg_pool2d",
+        ["x", "kernel", "stride?", "padding?"],
+        "2-D average pooling of [N, C, H, W]",
+        |e, a| pool(e, a, PoolOp::Avg)
+    ),
+    b!(
+        "upsample",
+        ["x", "scale?"],
+        "nearest-neighbour upsampling of [N, C, L] or [N, C, H, W]",
+        upsample
+    ),
     // attention
-    b!("attention", ["q", "k", "v", "causal?", "scale?", "mask?"], "scaled dot-product attention with grouped KV heads", attention),
+    b!(
+        "attention",
+        ["q", "k", "v", "causal?", "scale?", "mask?"],
+        "scaled dot-product attention with grouped KV heads",
+        attention
+    ),
     b!("rope", ["x", "theta?", "offset?"], "rotary position embedding over [.., T, D]", rope),
     // losses
-    b!("softmax_cross_entropy", ["logits", "targets"], "mean cross-entropy of logits [.., C] and integer targets [..]", softmax_cross_entropy),
+    b!(
+        "softmax_cross_entropy",
+        ["logits", "targets"],
+        "mean cross-entropy of logits [.., C] and integer targets [..]",
+        softmax_cross_entropy
+    ),
     // initializers
     b!("zeros", [], "initializer: all zeros", |_, _| Ok(Value::Init(InitSpec::Constant(0.0)))),
     b!("ones", [], "initializer: all ones", |_, _| Ok(Value::Init(InitSpec::Constant(1.0)))),
-    b!("constant", ["value"], "initializer: every element `value`", |e, a| Ok(Value::Init(InitSpec::Constant(a.number(e, "value")?)))),
+    b!("constant", ["value"], "initializer: every element `value`", |e, a| Ok(Value::Init(
+        InitSpec::Constant(a.number(e, "value")?)
+    ))),
     b!("normal", ["mean?", "std?"], "initializer: normal distribution (0, 1 by default)", normal),
-    b!("uniform", ["low?", "high?"], "initializer: uniform distribution (-1, 1 by default)", uniform),
+    b!(
+        "uniform",
+        ["low?", "high?"],
+        "initializer: uniform distribution (-1, 1 by default)",
+        uniform
+    ),
 ];
 
 pub fn lookup(name: &str) -> Option<&'static Builtin> {
@@ -135,12 +248,19 @@ pub fn all() -> &'static [Builtin] {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::pointwise::erf;
+    use super::*;
 
     #[test]
     fn erf_is_accurate() {
-        for (x, want) in [(0.0, 0.0), (0.5, 0.5204998778130465), (1.0, 0.8427007929497149), (2.0, 0.9953222650189527), (3.0, 0.9999779095030014), (-1.0, -0.8427007929497149)] {
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.5204998778130465),
+            (1.0, 0.8427007929497149),
+            (2.0, 0.9953222650189527),
+            (3.0, 0.9999779095030014),
+            (-1.0, -0.8427007929497149),
+        ] {
             assert!((erf(x) - want).abs() < 1e-12, "erf({x}) = {} (want {want})", erf(x));
         }
     }
@@ -155,10 +275,13 @@ mod tests {
         for b in all() {
             let mut seen_optional = false;
             for p in b.params {
-                assert!(!(seen_optional && !p.ends_with('?')), "{}: required parameter after an optional one", b.name);
+                assert!(
+                    !(seen_optional && !p.ends_with('?')),
+                    "{}: required parameter after an optional one",
+                    b.name
+                );
                 seen_optional |= p.ends_with('?');
             }
         }
     }
 }
-

@@ -12,9 +12,13 @@ use mgn_syntax::{Diagnostic, Span};
 pub(super) fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp, scalar: fn(f64) -> f64) -> R<Value> {
     match a.get("x") {
         Some((Value::Int(i), s)) if matches!(op, UnaryOp::Abs) => {
-            i.checked_abs().map(Value::Int).ok_or_else(|| Diagnostic::error("E0301", "integer overflow", *s, "|x| does not fit in 64 bits"))
+            i.checked_abs().map(Value::Int).ok_or_else(|| {
+                Diagnostic::error("E0301", "integer overflow", *s, "|x| does not fit in 64 bits")
+            })
         }
-        Some((Value::Int(_) | Value::Float(_), _)) => crate::elab::eval::finite(a.span, Value::Float(scalar(a.number(ev, "x")?))),
+        Some((Value::Int(_) | Value::Float(_), _)) => {
+            crate::elab::eval::finite(a.span, Value::Float(scalar(a.number(ev, "x")?)))
+        }
         _ => {
             let (t, _) = float_tensor(ev, a, "x")?;
             let (d, s) = ev.ty(t);
@@ -27,7 +31,9 @@ pub(super) fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp, scalar: fn(f64) -
 pub(super) fn pow(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let p = a.number(ev, "p")?;
     match a.get("x") {
-        Some((Value::Int(_) | Value::Float(_), _)) => crate::elab::eval::finite(a.span, Value::Float(a.number(ev, "x")?.powf(p))),
+        Some((Value::Int(_) | Value::Float(_), _)) => {
+            crate::elab::eval::finite(a.span, Value::Float(a.number(ev, "x")?.powf(p)))
+        }
         _ => {
             let (t, _) = float_tensor(ev, a, "x")?;
             let (d, s) = ev.ty(t);
@@ -50,7 +56,12 @@ pub(super) fn cast(ev: &mut Evaluator, a: &Args) -> R<Value> {
 pub(super) fn int_of(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let x = a.number(ev, "x")?;
     if !x.is_finite() || x.abs() > 9.0e18 {
-        return Err(Diagnostic::error("E0301", format!("{x} does not fit in an integer"), a.span_of("x"), "out of range"));
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("{x} does not fit in an integer"),
+            a.span_of("x"),
+            "out of range",
+        ));
     }
     Ok(Value::Int(x.trunc() as i64))
 }
@@ -61,14 +72,25 @@ pub(super) fn int_div(ev: &mut Evaluator, a: &Args, ceil: bool) -> R<Value> {
         return Err(a.wrong(ev, bad, "an integer"));
     };
     if *y <= 0 {
-        return Err(Diagnostic::error("E0301", format!("`{}` needs a positive divisor, found {y}", a.name()), *ys, "not positive"));
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("`{}` needs a positive divisor, found {y}", a.name()),
+            *ys,
+            "not positive",
+        ));
     }
     let q = x.div_euclid(*y);
     Ok(Value::Int(if ceil && x.rem_euclid(*y) != 0 { q + 1 } else { q }))
 }
 
 /// `a op b` with broadcasting; a number on one side becomes a scalar of the tensor's dtype.
-pub fn elementwise(ev: &mut Evaluator, op: BinaryOp, l: (&Value, Span), r: (&Value, Span), span: Span) -> R<NodeId> {
+pub fn elementwise(
+    ev: &mut Evaluator,
+    op: BinaryOp,
+    l: (&Value, Span),
+    r: (&Value, Span),
+    span: Span,
+) -> R<NodeId> {
     let ld = if let Value::Tensor(t) = l.0 { Some(ev.ty(*t).0) } else { None };
     let rd = if let Value::Tensor(t) = r.0 { Some(ev.ty(*t).0) } else { None };
     let dtype = ld.or(rd).expect("one side is a tensor");
@@ -82,10 +104,22 @@ pub fn elementwise(ev: &mut Evaluator, op: BinaryOp, l: (&Value, Span), r: (&Val
         match v {
             Value::Tensor(t) => Ok(*t),
             Value::Int(i) => ev.add(Op::Constant { value: *i as f64 }, vec![], dtype, vec![], s),
-            Value::Float(f) if dtype.is_float() => ev.add(Op::Constant { value: *f }, vec![], dtype, vec![], s),
-            Value::Float(_) => Err(Diagnostic::error("E0202", format!("cannot combine a float with an integer tensor ({dtype}) in `{sym}`"), s, "a float")
-                .with_help(format!("convert the tensor with `cast(x, f32)` first"))),
-            other => Err(Diagnostic::error("E0201", format!("`{sym}` cannot combine a tensor with {}", ev.describe(other)), s, "not a tensor or number")),
+            Value::Float(f) if dtype.is_float() => {
+                ev.add(Op::Constant { value: *f }, vec![], dtype, vec![], s)
+            }
+            Value::Float(_) => Err(Diagnostic::error(
+                "E0202",
+                format!("cannot combine a float with an integer tensor ({dtype}) in `{sym}`"),
+                s,
+                "a float",
+            )
+            .with_help(format!("convert the tensor with `cast(x, f32)` first"))),
+            other => Err(Diagnostic::error(
+                "E0201",
+                format!("`{sym}` cannot combine a tensor with {}", ev.describe(other)),
+                s,
+                "not a tensor or number",
+            )),
         }
     };
     let a = operand(ev, l.0, l.1)?;
@@ -94,9 +128,21 @@ pub fn elementwise(ev: &mut Evaluator, op: BinaryOp, l: (&Value, Span), r: (&Val
     let (db, sb) = ev.ty(b);
     if da != db {
         let _ = span;
-        let d = Diagnostic::error("E0202", format!("`{sym}` needs operands of one dtype, found {} and {}", fmt_type(da, sa), fmt_type(db, sb)), r.1, format!("this is {}", fmt_type(db, sb)))
-            .with_label(l.1, format!("this is {}", fmt_type(da, sa)))
-            .with_help(format!("convert one side, e.g. `cast(x, {})`", if da.is_float() { da } else { db }));
+        let d = Diagnostic::error(
+            "E0202",
+            format!(
+                "`{sym}` needs operands of one dtype, found {} and {}",
+                fmt_type(da, sa),
+                fmt_type(db, sb)
+            ),
+            r.1,
+            format!("this is {}", fmt_type(db, sb)),
+        )
+        .with_label(l.1, format!("this is {}", fmt_type(da, sa)))
+        .with_help(format!(
+            "convert one side, e.g. `cast(x, {})`",
+            if da.is_float() { da } else { db }
+        ));
         return Err(d);
     }
     let (sa, sb) = (sa.to_vec(), sb.to_vec());
@@ -104,7 +150,8 @@ pub fn elementwise(ev: &mut Evaluator, op: BinaryOp, l: (&Value, Span), r: (&Val
         Ok(out) => ev.add(Op::Binary(op), vec![a, b], da, out, span),
         Err(axis) => {
             let rank = sa.len().max(sb.len());
-            let pick = |s: &[usize]| if axis + s.len() >= rank { s[axis + s.len() - rank] } else { 1 };
+            let pick =
+                |s: &[usize]| if axis + s.len() >= rank { s[axis + s.len() - rank] } else { 1 };
             let d = Diagnostic::error("E0203", format!("cannot broadcast {} with {} in `{sym}`", fmt_type(da, &sa), fmt_type(db, &sb)), r.1, format!("this is {}", fmt_type(db, &sb)))
                 .with_label(l.1, format!("this is {}", fmt_type(da, &sa)))
                 .with_note(format!("sizes {} and {} differ at axis {} of the result; broadcast sizes must be equal or 1", pick(&sa), pick(&sb), axis));
@@ -118,8 +165,13 @@ pub fn matmul(ev: &mut Evaluator, l: (&Value, Span), r: (&Value, Span), span: Sp
     let side = |ev: &Evaluator, v: &Value, s: Span| -> R<NodeId> {
         match v {
             Value::Tensor(t) => Ok(*t),
-            other => Err(Diagnostic::error("E0201", format!("`@` needs tensors on both sides, found {}", ev.describe(other)), s, "not a tensor")
-                .with_help("to scale a tensor by a number use `*`")),
+            other => Err(Diagnostic::error(
+                "E0201",
+                format!("`@` needs tensors on both sides, found {}", ev.describe(other)),
+                s,
+                "not a tensor",
+            )
+            .with_help("to scale a tensor by a number use `*`")),
         }
     };
     let a = side(ev, l.0, l.1)?;
@@ -129,11 +181,24 @@ pub fn matmul(ev: &mut Evaluator, l: (&Value, Span), r: (&Value, Span), span: Sp
     let (sa, sb) = (sa.to_vec(), sb.to_vec());
     if da != db || !da.is_float() {
         let (bad, good) = if da.is_float() { (r, l) } else { (l, r) };
-        let (bad_t, good_t) = if da.is_float() { (fmt_type(db, &sb), fmt_type(da, &sa)) } else { (fmt_type(da, &sa), fmt_type(db, &sb)) };
+        let (bad_t, good_t) = if da.is_float() {
+            (fmt_type(db, &sb), fmt_type(da, &sa))
+        } else {
+            (fmt_type(da, &sa), fmt_type(db, &sb))
+        };
         let _ = span;
-        return Err(Diagnostic::error("E0202", format!("`@` needs two float tensors of one dtype, found {} and {}", fmt_type(da, &sa), fmt_type(db, &sb)), bad.1, format!("this is {bad_t}"))
-            .with_label(good.1, format!("this is {good_t}"))
-            .with_help("convert with `cast(x, f32)`"));
+        return Err(Diagnostic::error(
+            "E0202",
+            format!(
+                "`@` needs two float tensors of one dtype, found {} and {}",
+                fmt_type(da, &sa),
+                fmt_type(db, &sb)
+            ),
+            bad.1,
+            format!("this is {bad_t}"),
+        )
+        .with_label(good.1, format!("this is {good_t}"))
+        .with_help("convert with `cast(x, f32)`"));
     }
     match shape::matmul(&sa, &sb) {
         Ok(out) => ev.add(Op::MatMul, vec![a, b], da, out, span),
@@ -149,11 +214,16 @@ pub fn matmul(ev: &mut Evaluator, l: (&Value, Span), r: (&Value, Span), span: Sp
                     Some(format!("batch axis {axis} differs; batch sizes must be equal or 1")),
                 ),
             };
-            let mut d = Diagnostic::error("E0204", msg, r.1, format!("this is {}", fmt_type(db, &sb))).with_label(l.1, format!("this is {}", fmt_type(da, &sa)));
+            let mut d =
+                Diagnostic::error("E0204", msg, r.1, format!("this is {}", fmt_type(db, &sb)))
+                    .with_label(l.1, format!("this is {}", fmt_type(da, &sa)));
             if let Some(n) = note {
                 d = d.with_note(n);
             }
-            if matches!(e, shape::MatmulError::Inner { .. }) && sa.last() == sb.last() && sb.len() >= 2 {
+            if matches!(e, shape::MatmulError::Inner { .. })
+                && sa.last() == sb.last()
+                && sb.len() >= 2
+            {
                 d = d.with_help("the right side may need transposing: `a @ b^T`");
             }
             let d = ev.origin_label(d, l.0, l.1, "the left side was");

@@ -15,20 +15,36 @@ pub(super) fn reduce(ev: &mut Evaluator, a: &Args, op: ReduceOp) -> R<Value> {
     let (d, s) = ev.ty(t);
     let s = s.to_vec();
     if op == ReduceOp::Mean && !d.is_float() {
-        return Err(Diagnostic::error("E0202", format!("`mean` needs a float tensor, found {}", fmt_type(d, &s)), a.span_of("x"), "not float").with_help("convert it with `cast(x, f32)`"));
+        return Err(Diagnostic::error(
+            "E0202",
+            format!("`mean` needs a float tensor, found {}", fmt_type(d, &s)),
+            a.span_of("x"),
+            "not float",
+        )
+        .with_help("convert it with `cast(x, f32)`"));
     }
     let mut axes = Vec::new();
     match a.ints(ev, "axis")? {
         None => axes.extend(0..s.len()),
         Some(list) if list.is_empty() => {
-            return Err(Diagnostic::error("E0207", format!("`{}` over an empty list of axes", a.name()), a.span_of("axis"), "no axes")
-                .with_help("leave `axis` out to reduce over every axis"));
+            return Err(Diagnostic::error(
+                "E0207",
+                format!("`{}` over an empty list of axes", a.name()),
+                a.span_of("axis"),
+                "no axes",
+            )
+            .with_help("leave `axis` out to reduce over every axis"));
         }
         Some(list) => {
             for x in list {
                 let ax = shape::axis(x, s.len()).ok_or_else(|| a.axis_error("axis", x, s.len()))?;
                 if axes.contains(&ax) {
-                    return Err(Diagnostic::error("E0207", format!("axis {ax} is listed twice"), a.span_of("axis"), "duplicate axis"));
+                    return Err(Diagnostic::error(
+                        "E0207",
+                        format!("axis {ax} is listed twice"),
+                        a.span_of("axis"),
+                        "duplicate axis",
+                    ));
                 }
                 axes.push(ax);
             }
@@ -36,7 +52,11 @@ pub(super) fn reduce(ev: &mut Evaluator, a: &Args, op: ReduceOp) -> R<Value> {
     }
     axes.sort_unstable();
     let keepdim = a.bool_or(ev, "keepdim", false)?;
-    let out: Vec<usize> = s.iter().enumerate().filter_map(|(i, &x)| if axes.contains(&i) { keepdim.then_some(1) } else { Some(x) }).collect();
+    let out: Vec<usize> = s
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &x)| if axes.contains(&i) { keepdim.then_some(1) } else { Some(x) })
+        .collect();
     node(ev, Op::Reduce { op, axes, keepdim }, vec![t], d, out, a.span)
 }
 
@@ -60,13 +80,25 @@ pub(super) fn softmax(ev: &mut Evaluator, a: &Args, log: bool) -> R<Value> {
 pub(super) fn eps(ev: &Evaluator, a: &Args, default: f64) -> R<f64> {
     let e = a.number_or(ev, "eps", default)?;
     if e <= 0.0 || !e.is_finite() {
-        return Err(Diagnostic::error("E0301", format!("`eps` must be positive, found {e}"), a.span_of("eps"), "not positive"));
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("`eps` must be positive, found {e}"),
+            a.span_of("eps"),
+            "not positive",
+        ));
     }
     Ok(e)
 }
 
 pub(super) fn last_dim(ev: &Evaluator, a: &Args, t: NodeId) -> R<usize> {
-    ev.ty(t).1.last().copied().ok_or_else(|| Diagnostic::error("E0206", format!("`{}` needs at least one axis, found a scalar", a.name()), a.span_of("x"), "a scalar"))
+    ev.ty(t).1.last().copied().ok_or_else(|| {
+        Diagnostic::error(
+            "E0206",
+            format!("`{}` needs at least one axis, found a scalar", a.name()),
+            a.span_of("x"),
+            "a scalar",
+        )
+    })
 }
 
 pub(super) fn layer_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
@@ -79,7 +111,14 @@ pub(super) fn layer_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let b = vector_of(ev, a, "bias", n, d, &why)?;
     let eps = eps(ev, a, 1e-5)?;
     let inputs = std::iter::once(t).chain(w).chain(b).collect();
-    node(ev, Op::LayerNorm { eps, has_weight: w.is_some(), has_bias: b.is_some() }, inputs, d, s, a.span)
+    node(
+        ev,
+        Op::LayerNorm { eps, has_weight: w.is_some(), has_bias: b.is_some() },
+        inputs,
+        d,
+        s,
+        a.span,
+    )
 }
 
 pub(super) fn rms_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
@@ -87,17 +126,36 @@ pub(super) fn rms_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let (d, s) = ev.ty(t);
     let s = s.to_vec();
     let n = last_dim(ev, a, t)?;
-    let w = vector_of(ev, a, "weight", n, d, &format!("rms_norm normalizes over the last axis, of size {n}"))?;
+    let w = vector_of(
+        ev,
+        a,
+        "weight",
+        n,
+        d,
+        &format!("rms_norm normalizes over the last axis, of size {n}"),
+    )?;
     let eps = eps(ev, a, 1e-6)?;
     let inputs = std::iter::once(t).chain(w).collect();
     node(ev, Op::RmsNorm { eps, has_weight: w.is_some() }, inputs, d, s, a.span)
 }
 
 /// Channels of an `[N, C, ...]` input with at least `min_rank` axes.
-pub(super) fn channels(ev: &Evaluator, a: &Args, t: NodeId, min_rank: usize, max_rank: usize, layout: &str) -> R<usize> {
+pub(super) fn channels(
+    ev: &Evaluator,
+    a: &Args,
+    t: NodeId,
+    min_rank: usize,
+    max_rank: usize,
+    layout: &str,
+) -> R<usize> {
     let s = ev.ty(t).1;
     if s.len() < min_rank || s.len() > max_rank {
-        return Err(Diagnostic::error("E0206", format!("`{}` needs {layout}, found {}", a.name(), ev.type_str(t)), a.span_of("x"), format!("{} axes", s.len())));
+        return Err(Diagnostic::error(
+            "E0206",
+            format!("`{}` needs {layout}, found {}", a.name(), ev.type_str(t)),
+            a.span_of("x"),
+            format!("{} axes", s.len()),
+        ));
     }
     Ok(s[1])
 }
@@ -109,14 +167,31 @@ pub(super) fn group_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let c = channels(ev, a, t, 2, 8, "[N, C, ...]")?;
     let groups = a.int_or(ev, "groups", 1)?;
     if groups < 1 || c % groups as usize != 0 {
-        return Err(Diagnostic::error("E0203", format!("`group_norm` cannot split {c} channels into {groups} groups"), a.span_of("groups"), format!("{c} is not divisible by {groups}")));
+        return Err(Diagnostic::error(
+            "E0203",
+            format!("`group_norm` cannot split {c} channels into {groups} groups"),
+            a.span_of("groups"),
+            format!("{c} is not divisible by {groups}"),
+        ));
     }
     let why = format!("group_norm has one weight per channel ({c})");
     let w = vector_of(ev, a, "weight", c, d, &why)?;
     let b = vector_of(ev, a, "bias", c, d, &why)?;
     let eps = eps(ev, a, 1e-5)?;
     let inputs = std::iter::once(t).chain(w).chain(b).collect();
-    node(ev, Op::GroupNorm { groups: groups as usize, eps, has_weight: w.is_some(), has_bias: b.is_some() }, inputs, d, s, a.span)
+    node(
+        ev,
+        Op::GroupNorm {
+            groups: groups as usize,
+            eps,
+            has_weight: w.is_some(),
+            has_bias: b.is_some(),
+        },
+        inputs,
+        d,
+        s,
+        a.span,
+    )
 }
 
 pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
@@ -144,18 +219,35 @@ pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let b = vector_of(ev, a, "bias", c, d, &why)?;
     let momentum = a.number_or(ev, "momentum", 0.1)?;
     if !(0.0..=1.0).contains(&momentum) {
-        return Err(Diagnostic::error("E0301", format!("`momentum` must be between 0 and 1, found {momentum}"), a.span_of("momentum"), "out of range"));
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("`momentum` must be between 0 and 1, found {momentum}"),
+            a.span_of("momentum"),
+            "out of range",
+        ));
     }
     let eps = eps(ev, a, 1e-5)?;
     let inputs = std::iter::once(t).chain(stats).chain(w).chain(b).collect();
-    node(ev, Op::BatchNorm { eps, momentum, has_weight: w.is_some(), has_bias: b.is_some() }, inputs, d, s, a.span)
+    node(
+        ev,
+        Op::BatchNorm { eps, momentum, has_weight: w.is_some(), has_bias: b.is_some() },
+        inputs,
+        d,
+        s,
+        a.span,
+    )
 }
 
 pub(super) fn dropout(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let (t, _) = float_tensor(ev, a, "x")?;
     let p = a.number_or(ev, "p", 0.1)?;
     if !(0.0..1.0).contains(&p) {
-        return Err(Diagnostic::error("E0301", format!("dropout probability must be in [0, 1), found {p}"), a.span_of("p"), "out of range"));
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("dropout probability must be in [0, 1), found {p}"),
+            a.span_of("p"),
+            "out of range",
+        ));
     }
     let (d, s) = ev.ty(t);
     let s = s.to_vec();

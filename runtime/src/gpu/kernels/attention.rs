@@ -40,9 +40,9 @@
 //! per key tile instead of `O(Tq·Tk·D)`.
 
 use super::{load, store, strides, KernelSource, Operand};
-use crate::op::{GradPart, Op};
 use crate::cpu::attention as cpu_attention;
 use crate::cpu::layout::broadcast_strides;
+use crate::op::{GradPart, Op};
 use crate::plan::Step;
 
 /// The workgroup array every kernel stays within, in f32 words (16 KiB: the Vulkan floor).
@@ -53,7 +53,12 @@ const NEG: &str = "-3.4028235e38";
 
 /// Kernels for `Op::Attention`, `Op::AttentionStats` and `Op::AttentionGrad` (with or without
 /// the statistics the GPU session adds: see `Given`).
-pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub fn generate(
+    step: &Step,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let need = |k: usize| super::need_inputs(step, inputs, k);
     match &step.op {
         Op::Attention { causal, scale, has_mask } => {
@@ -70,7 +75,10 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             let mut want = a.q.shape.clone();
             *want.last_mut().expect("rank checked") = 2;
             if out.shape != want {
-                return Err(format!("attention_stats: the result is {:?}, expected {want:?}", out.shape));
+                return Err(format!(
+                    "attention_stats: the result is {:?}, expected {want:?}",
+                    out.shape
+                ));
             }
             row_stats(&a, out, width as usize)
         }
@@ -84,8 +92,12 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             let given = Given::of(&a, &inputs[base..], *part)?;
             match part {
                 GradPart::Q => grad_q(&a, given.as_ref(), out, width as usize),
-                GradPart::K | GradPart::V => grad_kv(&a, *part == GradPart::K, given.as_ref(), out, width as usize),
-                other => Err(format!("attention has no {other:?} input to differentiate (Q, K or V)")),
+                GradPart::K | GradPart::V => {
+                    grad_kv(&a, *part == GradPart::K, given.as_ref(), out, width as usize)
+                }
+                other => {
+                    Err(format!("attention has no {other:?} input to differentiate (Q, K or V)"))
+                }
             }
         }
         other => Err(format!("`{}` is not attention", other.describe())),
@@ -107,12 +119,18 @@ impl<'a> Given<'a> {
         let mut want = a.q.shape.clone();
         *want.last_mut().expect("rank checked") = 2;
         if stats.shape != want || !stats.dtype.is_float() {
-            return Err(format!("attention_grad: the statistics are {:?}, expected {want:?}", stats.shape));
+            return Err(format!(
+                "attention_grad: the statistics are {:?}, expected {want:?}",
+                stats.shape
+            ));
         }
         let out = extra.get(1);
         if let (Some(o), Some(dy)) = (out, a.dy) {
             if o.shape != dy.shape {
-                return Err(format!("attention_grad: the forward output is {:?}, expected dy's {:?}", o.shape, dy.shape));
+                return Err(format!(
+                    "attention_grad: the forward output is {:?}, expected dy's {:?}",
+                    o.shape, dy.shape
+                ));
             }
         }
         if extra.len() > 2 {
@@ -151,14 +169,32 @@ struct Attn<'a> {
 impl<'a> Attn<'a> {
     fn new(x: &'a [Operand], causal: bool, scale: f64, has_mask: bool) -> Result<Attn<'a>, String> {
         let msg = |e: crate::cpu::KernelError| format!("attention: {e}");
-        let cpu_attention::Dims { batch, hq, hkv, tq, tk, d, dv, scores } = cpu_attention::dims(&x[0].shape, &x[1].shape, &x[2].shape).map_err(msg)?;
+        let cpu_attention::Dims { batch, hq, hkv, tq, tk, d, dv, scores } =
+            cpu_attention::dims(&x[0].shape, &x[1].shape, &x[2].shape).map_err(msg)?;
         let mask = if has_mask { Some(&x[3]) } else { None };
         let mask_strides = match mask {
             Some(m) => broadcast_strides(&m.shape, &scores).map_err(msg)?,
             None => Vec::new(),
         };
         let dy = x.get(3 + has_mask as usize);
-        Ok(Attn { q: &x[0], k: &x[1], v: &x[2], mask, dy, batch, hq, hkv, tq, tk, d, dv, causal, scale, scores, mask_strides })
+        Ok(Attn {
+            q: &x[0],
+            k: &x[1],
+            v: &x[2],
+            mask,
+            dy,
+            batch,
+            hq,
+            hkv,
+            tq,
+            tk,
+            d,
+            dv,
+            causal,
+            scale,
+            scores,
+            mask_strides,
+        })
     }
 
     fn rep(&self) -> usize {
@@ -174,7 +210,10 @@ impl<'a> Attn<'a> {
         let (r, st) = (self.scores.len(), &self.mask_strides);
         let heads = &self.scores[..r - 2];
         let hs = strides(heads);
-        let terms: Vec<String> = (0..r - 2).filter(|&a| st[a] != 0).map(|a| format!("((bh / {}u) % {}u) * {}u", hs[a], heads[a], st[a])).collect();
+        let terms: Vec<String> = (0..r - 2)
+            .filter(|&a| st[a] != 0)
+            .map(|a| format!("((bh / {}u) % {}u) * {}u", hs[a], heads[a], st[a]))
+            .collect();
         let base = if terms.is_empty() { "0u".to_string() } else { terms.join(" + ") };
         (base, st[r - 2], st[r - 1])
     }
@@ -230,7 +269,13 @@ impl Tiles {
     /// The best `(BQ, BK)` whose workgroup array `words(bq, bk)` fits in 16 KiB: first enough
     /// score pairs to busy every invocation, then by `prefer`. `BQ` at most `max_q`, `BK` at
     /// most `max_k` (both rounded up to powers of two), `BK ≤ W`.
-    fn choose(w: usize, max_q: usize, max_k: usize, words: impl Fn(usize, usize) -> usize, prefer: impl Fn(usize, usize) -> (usize, usize, usize)) -> Result<Tiles, String> {
+    fn choose(
+        w: usize,
+        max_q: usize,
+        max_k: usize,
+        words: impl Fn(usize, usize) -> usize,
+        prefer: impl Fn(usize, usize) -> (usize, usize, usize),
+    ) -> Result<Tiles, String> {
         let pow2 = |n: usize| n.max(1).next_power_of_two();
         let (cap_q, cap_k) = (pow2(max_q).min(w).min(64), pow2(max_k).min(w).min(64));
         // ((busy invocations, preference), BQ, BK) of the best fit so far.
@@ -250,7 +295,12 @@ impl Tiles {
             }
             bq *= 2;
         }
-        let (_, bq, bk) = best.ok_or_else(|| format!("attention: head dims do not fit a {} KiB workgroup tile", SHARED_WORDS * 4 / 1024))?;
+        let (_, bq, bk) = best.ok_or_else(|| {
+            format!(
+                "attention: head dims do not fit a {} KiB workgroup tile",
+                SHARED_WORDS * 4 / 1024
+            )
+        })?;
         Ok(Tiles { w, bq, bk, spt: (bq * bk).div_ceil(w), rstep: w / bk })
     }
 }
@@ -259,7 +309,17 @@ impl Tiles {
 /// `o`) into `sh[dst + r·stride + c]`; rows at or past `limit` read as zeros. Consecutive
 /// invocations load consecutive words.
 #[allow(clippy::too_many_arguments)]
-fn stage(o: &Operand, src: &str, row0: &str, limit: usize, rows: usize, cols: usize, dst: usize, stride: usize, w: usize) -> String {
+fn stage(
+    o: &Operand,
+    src: &str,
+    row0: &str,
+    limit: usize,
+    rows: usize,
+    cols: usize,
+    dst: usize,
+    stride: usize,
+    w: usize,
+) -> String {
     fill(
         "for (var x = tid; x < $N$u; x = x + $W$u) {
         let rr = x / $COLS$u;
@@ -285,20 +345,34 @@ fn stage(o: &Operand, src: &str, row0: &str, limit: usize, rows: usize, cols: us
 /// WGSL scoring pair `(r, sj)` of the key tile at `k0` against the query tile at `q0`: `okk`
 /// (the key is visible), `sc` (`scale·q·k + mask`, −FLT_MAX when hidden) and with `dp` also
 /// `dpv` (`dy·v`). Q rows at `qo` (stride `qd`), K at `ko` (`kd`), dy at `yo` (`yd`), V at `vo` (`vd`).
-fn score(a: &Attn, qo: usize, qd: usize, ko: usize, kd: usize, dp: Option<(usize, usize, usize, usize)>) -> String {
+fn score(
+    a: &Attn,
+    qo: usize,
+    qd: usize,
+    ko: usize,
+    kd: usize,
+    dp: Option<(usize, usize, usize, usize)>,
+) -> String {
     let (_, msq, msk) = a.mask_layout();
     let mask = match a.mask {
         Some(m) => format!(" + {}", load(m, &format!("mbase + qi * {msq}u + j * {msk}u"))),
         None => String::new(),
     };
-    let causal = if a.causal { format!(" && j + {}u <= qi + {}u", a.tq, a.tk) } else { String::new() };
+    let causal =
+        if a.causal { format!(" && j + {}u <= qi + {}u", a.tq, a.tk) } else { String::new() };
     let dpv = match dp {
         Some((yo, yd, vo, vd)) => fill(
             "
             for (var e = 0u; e < $DV$u; e = e + 1u) {
                 dpv = dpv + sh[$YO$u + r * $YD$u + e] * sh[$VO$u + sj * $VD$u + e];
             }",
-            &[("DV", a.dv.to_string()), ("YO", yo.to_string()), ("YD", yd.to_string()), ("VO", vo.to_string()), ("VD", vd.to_string())],
+            &[
+                ("DV", a.dv.to_string()),
+                ("YO", yo.to_string()),
+                ("YD", yd.to_string()),
+                ("VO", vo.to_string()),
+                ("VD", vd.to_string()),
+            ],
         ),
         None => String::new(),
     };
@@ -367,7 +441,21 @@ struct StatsLayout {
 /// and dP in `own_s`, `own_ok`, `own_dp` (dk and dv need no second pass over their own keys).
 fn stats_pass(a: &Attn, t: &Tiles, l: &StatsLayout, save_own: bool) -> String {
     let rowdot = l.y.is_some();
-    let stage_v = if rowdot { stage(a.v, &format!("kvrow * {}u + k0 * {}u", a.tk * a.dv, a.dv), "k0", a.tk, t.bk, a.dv, l.vo, l.vd, t.w) } else { String::new() };
+    let stage_v = if rowdot {
+        stage(
+            a.v,
+            &format!("kvrow * {}u + k0 * {}u", a.tk * a.dv, a.dv),
+            "k0",
+            a.tk,
+            t.bk,
+            a.dv,
+            l.vo,
+            l.vd,
+            t.w,
+        )
+    } else {
+        String::new()
+    };
     let save = if save_own {
         "
                 if (k0 == kown) {
@@ -446,7 +534,20 @@ fn stats_pass(a: &Attn, t: &Tiles, l: &StatsLayout, save_own: bool) -> String {
             ("BK", t.bk.to_string()),
             ("BQ", t.bq.to_string()),
             ("RSTEP", t.rstep.to_string()),
-            ("STAGE_K", stage(a.k, &format!("kvrow * {}u + k0 * {}u", a.tk * a.d, a.d), "k0", a.tk, t.bk, a.d, l.ko, l.kd, t.w)),
+            (
+                "STAGE_K",
+                stage(
+                    a.k,
+                    &format!("kvrow * {}u + k0 * {}u", a.tk * a.d, a.d),
+                    "k0",
+                    a.tk,
+                    t.bk,
+                    a.d,
+                    l.ko,
+                    l.kd,
+                    t.w,
+                ),
+            ),
             ("STAGE_V", stage_v),
             ("SCORE", score(a, l.qo, l.qd, l.ko, l.kd, l.y.map(|(yo, yd)| (yo, yd, l.vo, l.vd)))),
             ("SAVE", save.into()),
@@ -463,14 +564,28 @@ fn stats_pass(a: &Attn, t: &Tiles, l: &StatsLayout, save_own: bool) -> String {
 /// forward output, `rowdot = dy·out` (dy staged at `yo`, row stride `yd`). Barriers on both
 /// sides: dy must be staged before, and every scorer reads the rows after.
 #[allow(clippy::too_many_arguments)]
-fn load_given(a: &Attn, g: &Given, bq: usize, yo: usize, yd: usize, mo: usize, lo: usize, ro: usize) -> String {
+fn load_given(
+    a: &Attn,
+    g: &Given,
+    bq: usize,
+    yo: usize,
+    yd: usize,
+    mo: usize,
+    lo: usize,
+    ro: usize,
+) -> String {
     let rowdot = match g.out {
         Some(o) => fill(
             "
             for (var e = 0u; e < $DV$u; e = e + 1u) {
                 rd = rd + sh[$YO$u + tid * $YD$u + e] * $OUT$;
             }",
-            &[("DV", a.dv.to_string()), ("YO", yo.to_string()), ("YD", yd.to_string()), ("OUT", load(o, &format!("row * {}u + e", a.dv)))],
+            &[
+                ("DV", a.dv.to_string()),
+                ("YO", yo.to_string()),
+                ("YD", yd.to_string()),
+                ("OUT", load(o, &format!("row * {}u + e", a.dv))),
+            ],
         ),
         None => String::new(),
     };
@@ -536,14 +651,40 @@ fn row_stats(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> 
         $STORE_M$
         $STORE_INV$
     }",
-        &[vec![
-            ("NQB", nqb.to_string()),
-            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
-            ("STATS", stats_pass(a, &t, &layout, false)),
-            ("LO", lo.to_string()),
-            ("STORE_M", store(out, &format!("(bh * {}u + qi) * 2u", a.tq), &format!("sh[{mo}u + tid]"))),
-            ("STORE_INV", store(out, &format!("(bh * {}u + qi) * 2u + 1u", a.tq), "select(0.0, 1.0 / l, l > 0.0)")),
-        ], t.values(a)]
+        &[
+            vec![
+                ("NQB", nqb.to_string()),
+                (
+                    "STAGE_Q",
+                    stage(
+                        a.q,
+                        &format!("(bh * {}u + q0) * {d}u", a.tq),
+                        "q0",
+                        a.tq,
+                        t.bq,
+                        d,
+                        qo,
+                        qd,
+                        w,
+                    ),
+                ),
+                ("STATS", stats_pass(a, &t, &layout, false)),
+                ("LO", lo.to_string()),
+                (
+                    "STORE_M",
+                    store(out, &format!("(bh * {}u + qi) * 2u", a.tq), &format!("sh[{mo}u + tid]")),
+                ),
+                (
+                    "STORE_INV",
+                    store(
+                        out,
+                        &format!("(bh * {}u + qi) * 2u + 1u", a.tq),
+                        "select(0.0, 1.0 / l, l > 0.0)",
+                    ),
+                ),
+            ],
+            t.values(a),
+        ]
         .concat(),
     );
     Ok(kernel(w, t.bq * qd + 3 * t.bq + (t.bk * qd).max(3 * t.bq * t.bk), groups, &body))
@@ -568,7 +709,11 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wg: ve
 }
 
 fn kernel(w: usize, words: usize, groups: usize, body: &str) -> KernelSource {
-    KernelSource { body: entry(w, words, groups, body), invocations: (groups * w) as u64, dropout_node: None }
+    KernelSource {
+        body: entry(w, words, groups, body),
+        invocations: (groups * w) as u64,
+        dropout_node: None,
+    }
 }
 
 /// One workgroup per (batch·query head, tile of BQ queries); key tiles stream through shared
@@ -584,7 +729,8 @@ fn forward(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
         let cpt = dv.div_ceil(tpr).max(1);
         (tpr, cpt, bq * odd(d) + bk * odd(d) + bk * cpt * tpr + 2 * bq * (bk + 1))
     };
-    let t = Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk.min(16), bq, bk))?;
+    let t =
+        Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk.min(16), bq, bk))?;
     let (tpr, cpt, words) = geometry(t.bq, t.bk);
     let (qd, kd, vd, sb) = (odd(d), odd(d), cpt * tpr, t.bk + 1);
     let qo = 0;
@@ -674,24 +820,69 @@ fn forward(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
             }
         }
     }",
-        &[vec![
-            ("NQB", nqb.to_string()),
-            ("TPR", tpr.to_string()),
-            ("CPT", cpt.to_string()),
-            ("NEG", NEG.into()),
-            ("KEND", key_end(a, t.bq)),
-            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
-            ("STAGE_K", stage(a.k, &format!("kvrow * {}u + k0 * {d}u", a.tk * d), "k0", a.tk, t.bk, d, ko, kd, w)),
-            ("STAGE_V", stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w)),
-            ("SCORE", score(a, qo, qd, ko, kd, None)),
-            ("SO", so.to_string()),
-            ("PO", po.to_string()),
-            ("SB", sb.to_string()),
-            ("VO", vo.to_string()),
-            ("VD", vd.to_string()),
-            ("DV", dv.to_string()),
-            ("STORE", store(out, &format!("(bh * {}u + qi) * {dv}u + col", a.tq), "acc[c] * inv")),
-        ], t.values(a)]
+        &[
+            vec![
+                ("NQB", nqb.to_string()),
+                ("TPR", tpr.to_string()),
+                ("CPT", cpt.to_string()),
+                ("NEG", NEG.into()),
+                ("KEND", key_end(a, t.bq)),
+                (
+                    "STAGE_Q",
+                    stage(
+                        a.q,
+                        &format!("(bh * {}u + q0) * {d}u", a.tq),
+                        "q0",
+                        a.tq,
+                        t.bq,
+                        d,
+                        qo,
+                        qd,
+                        w,
+                    ),
+                ),
+                (
+                    "STAGE_K",
+                    stage(
+                        a.k,
+                        &format!("kvrow * {}u + k0 * {d}u", a.tk * d),
+                        "k0",
+                        a.tk,
+                        t.bk,
+                        d,
+                        ko,
+                        kd,
+                        w,
+                    ),
+                ),
+                (
+                    "STAGE_V",
+                    stage(
+                        a.v,
+                        &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv),
+                        "k0",
+                        a.tk,
+                        t.bk,
+                        dv,
+                        vo,
+                        vd,
+                        w,
+                    ),
+                ),
+                ("SCORE", score(a, qo, qd, ko, kd, None)),
+                ("SO", so.to_string()),
+                ("PO", po.to_string()),
+                ("SB", sb.to_string()),
+                ("VO", vo.to_string()),
+                ("VD", vd.to_string()),
+                ("DV", dv.to_string()),
+                (
+                    "STORE",
+                    store(out, &format!("(bh * {}u + qi) * {dv}u + col", a.tq), "acc[c] * inv"),
+                ),
+            ],
+            t.values(a),
+        ]
         .concat(),
     );
     Ok(kernel(w, words, groups, &body))
@@ -701,7 +892,12 @@ fn forward(a: &Attn, out: &Operand, w: usize) -> Result<KernelSource, String> {
 /// max, sum and rowdot once (or they are `given`: then the row max, `1/l` and `dy·out`); a
 /// second pass over the key tiles forms `dS = P ∘ (dP − rowdot)` per pair into shared memory
 /// and accumulates `dq += dS·K` in the output mapping (over D).
-fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<KernelSource, String> {
+fn grad_q(
+    a: &Attn,
+    given: Option<&Given>,
+    out: &Operand,
+    w: usize,
+) -> Result<KernelSource, String> {
     let (d, dv) = (a.d, a.dv);
     // The statistics pass's partials (none when the statistics are given).
     let part = |bq: usize, bk: usize| if given.is_some() { 0 } else { 3 * bq * bk };
@@ -713,7 +909,8 @@ fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<Ke
         let tiles = (bk * (odd(d) + odd(dv))).max(part(bq, bk));
         (tpr, cpt, bq * (odd(d) + odd(dv)) + tiles + bq * (bk + 1) + 3 * bq + cpt * tpr)
     };
-    let t = Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk.min(16), bq, bk))?;
+    let t =
+        Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk.min(16), bq, bk))?;
     let (tpr, cpt, words) = geometry(t.bq, t.bk);
     let (qd, yd, kd, vd, sb) = (odd(d), odd(dv), odd(d), odd(dv), t.bk + 1);
     let qo = 0;
@@ -732,7 +929,14 @@ fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<Ke
     let layout = StatsLayout { qo, qd, y: Some((yo, yd)), ko, kd, vo, vd, part: ko, mo, lo, ro };
     // `sh[LO]` holds the row sum `l`, or with given statistics `1/l`.
     let (stats, per_l) = match given {
-        Some(g) => (format!("let kend = {};\n    {}", key_end(a, t.bq), load_given(a, g, t.bq, yo, yd, mo, lo, ro)), "*"),
+        Some(g) => (
+            format!(
+                "let kend = {};\n    {}",
+                key_end(a, t.bq),
+                load_given(a, g, t.bq, yo, yd, mo, lo, ro)
+            ),
+            "*",
+        ),
         None => (stats_pass(a, &t, &layout, false), "/"),
     };
     let body = fill(
@@ -783,27 +987,89 @@ fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<Ke
             }
         }
     }",
-        &[vec![
-            ("NQB", nqb.to_string()),
-            ("TPR", tpr.to_string()),
-            ("CPT", cpt.to_string()),
-            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, qo, qd, w)),
-            ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, yo, yd, w)),
-            ("STATS", stats),
-            ("PER_L", per_l.into()),
-            ("STAGE_K", stage(a.k, &format!("kvrow * {}u + k0 * {d}u", a.tk * d), "k0", a.tk, t.bk, d, ko, kd, w)),
-            ("STAGE_V", stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w)),
-            ("SCORE", score(a, qo, qd, ko, kd, Some((yo, yd, vo, vd)))),
-            ("LO", lo.to_string()),
-            ("MO", mo.to_string()),
-            ("RO", ro.to_string()),
-            ("DSO", dso.to_string()),
-            ("SB", sb.to_string()),
-            ("KO", ko.to_string()),
-            ("KD", kd.to_string()),
-            ("D", d.to_string()),
-            ("STORE", store(out, &format!("(bh * {}u + qi) * {d}u + col", a.tq), &format!("acc[c] * {:?}", a.scale as f32))),
-        ], t.values(a)]
+        &[
+            vec![
+                ("NQB", nqb.to_string()),
+                ("TPR", tpr.to_string()),
+                ("CPT", cpt.to_string()),
+                (
+                    "STAGE_Q",
+                    stage(
+                        a.q,
+                        &format!("(bh * {}u + q0) * {d}u", a.tq),
+                        "q0",
+                        a.tq,
+                        t.bq,
+                        d,
+                        qo,
+                        qd,
+                        w,
+                    ),
+                ),
+                (
+                    "STAGE_Y",
+                    stage(
+                        dy,
+                        &format!("(bh * {}u + q0) * {dv}u", a.tq),
+                        "q0",
+                        a.tq,
+                        t.bq,
+                        dv,
+                        yo,
+                        yd,
+                        w,
+                    ),
+                ),
+                ("STATS", stats),
+                ("PER_L", per_l.into()),
+                (
+                    "STAGE_K",
+                    stage(
+                        a.k,
+                        &format!("kvrow * {}u + k0 * {d}u", a.tk * d),
+                        "k0",
+                        a.tk,
+                        t.bk,
+                        d,
+                        ko,
+                        kd,
+                        w,
+                    ),
+                ),
+                (
+                    "STAGE_V",
+                    stage(
+                        a.v,
+                        &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv),
+                        "k0",
+                        a.tk,
+                        t.bk,
+                        dv,
+                        vo,
+                        vd,
+                        w,
+                    ),
+                ),
+                ("SCORE", score(a, qo, qd, ko, kd, Some((yo, yd, vo, vd)))),
+                ("LO", lo.to_string()),
+                ("MO", mo.to_string()),
+                ("RO", ro.to_string()),
+                ("DSO", dso.to_string()),
+                ("SB", sb.to_string()),
+                ("KO", ko.to_string()),
+                ("KD", kd.to_string()),
+                ("D", d.to_string()),
+                (
+                    "STORE",
+                    store(
+                        out,
+                        &format!("(bh * {}u + qi) * {d}u + col", a.tq),
+                        &format!("acc[c] * {:?}", a.scale as f32),
+                    ),
+                ),
+            ],
+            t.values(a),
+        ]
         .concat(),
     );
     Ok(kernel(w, words, groups, &body))
@@ -815,7 +1081,13 @@ fn grad_q(a: &Attn, given: Option<&Given>, out: &Operand, w: usize) -> Result<Ke
 /// the statistics pass over every key (keeping the scores and dP of its own keys), then form
 /// `P` (dv) or `dS` (dk) for its own keys into shared memory and accumulate `Pᵀ·dy` or `dSᵀ·q`
 /// in the output mapping (key `tid / TPR`, columns `tid % TPR + c·TPR`).
-fn grad_kv(a: &Attn, is_k: bool, given: Option<&Given>, out: &Operand, w: usize) -> Result<KernelSource, String> {
+fn grad_kv(
+    a: &Attn,
+    is_k: bool,
+    given: Option<&Given>,
+    out: &Operand,
+    w: usize,
+) -> Result<KernelSource, String> {
     if let Some(g) = given {
         return grad_kv_given(a, is_k, g, out, w);
     }
@@ -835,7 +1107,19 @@ fn grad_kv(a: &Attn, is_k: bool, given: Option<&Given>, out: &Operand, w: usize)
     let (tpr, cpt, words) = geometry(t.bq, t.bk);
     let o = KvLayout::new(d, dv, &t);
     let (ko, kd, vo, vd) = (o.mo + 3 * t.bq, odd(d), o.mo + 3 * t.bq + t.bk * odd(d), odd(dv));
-    let layout = StatsLayout { qo: o.qo, qd: o.qd, y: if is_k { Some((o.yo, o.yd)) } else { None }, ko, kd, vo, vd, part: ko, mo: o.mo, lo: o.lo, ro: o.ro };
+    let layout = StatsLayout {
+        qo: o.qo,
+        qd: o.qd,
+        y: if is_k { Some((o.yo, o.yd)) } else { None },
+        ko,
+        kd,
+        vo,
+        vd,
+        part: ko,
+        mo: o.mo,
+        lo: o.lo,
+        ro: o.ro,
+    };
     let pass = KvPass {
         own: String::new(),
         tile: format!(
@@ -857,7 +1141,13 @@ fn grad_kv(a: &Attn, is_k: bool, given: Option<&Given>, out: &Operand, w: usize)
 /// The workgroup's own K tile (and for dk its V tile) is staged once; per query tile: stage q
 /// and dy, load the rows' `m`, `1/l` (and for dk `rowdot = dy·out`), score the own keys into
 /// `P` (dv) or `dS` (dk) in shared memory, and accumulate `Pᵀ·dy` or `dSᵀ·q` as `grad_kv` does.
-fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Result<KernelSource, String> {
+fn grad_kv_given(
+    a: &Attn,
+    is_k: bool,
+    g: &Given,
+    out: &Operand,
+    w: usize,
+) -> Result<KernelSource, String> {
     let (d, dv) = (a.d, a.dv);
     let cols = if is_k { d } else { dv };
     let geometry = |bq: usize, bk: usize| {
@@ -876,9 +1166,26 @@ fn grad_kv_given(a: &Attn, is_k: bool, g: &Given, out: &Operand, w: usize) -> Re
     let ko = o.mo + 3 * t.bq;
     let vo = ko + t.bk * kd;
     let po = if is_k { vo + t.bk * vd } else { vo };
-    let stage_v = if is_k { stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w) } else { String::new() };
+    let stage_v = if is_k {
+        stage(a.v, &format!("kvrow * {}u + k0 * {dv}u", a.tk * dv), "k0", a.tk, t.bk, dv, vo, vd, w)
+    } else {
+        String::new()
+    };
     let pass = KvPass {
-        own: format!("let k0 = kown;\n    {}\n    {stage_v}", stage(a.k, &format!("kvrow * {}u + k0 * {d}u", a.tk * d), "k0", a.tk, t.bk, d, ko, kd, w)),
+        own: format!(
+            "let k0 = kown;\n    {}\n    {stage_v}",
+            stage(
+                a.k,
+                &format!("kvrow * {}u + k0 * {d}u", a.tk * d),
+                "k0",
+                a.tk,
+                t.bk,
+                d,
+                ko,
+                kd,
+                w
+            )
+        ),
         tile: load_given(a, g, t.bq, o.yo, o.yd, o.mo, o.lo, o.ro),
         pair: score(a, o.qo, o.qd, ko, kd, is_k.then_some((o.yo, o.yd, vo, vd))),
         prob: "exp(sc - sh[$MO$u + r]) * lrow",
@@ -927,7 +1234,16 @@ struct KvPass {
 /// keys (every query head it serves), puts `P` (dv) or `dS` (dk) of its keys in shared memory
 /// and accumulates `Pᵀ·dy` or `dSᵀ·q` in registers, stored once at the end.
 #[allow(clippy::too_many_arguments)]
-fn kv_kernel(a: &Attn, is_k: bool, t: &Tiles, (tpr, cpt, words): (usize, usize, usize), o: &KvLayout, pass: KvPass, out: &Operand, w: usize) -> Result<KernelSource, String> {
+fn kv_kernel(
+    a: &Attn,
+    is_k: bool,
+    t: &Tiles,
+    (tpr, cpt, words): (usize, usize, usize),
+    o: &KvLayout,
+    pass: KvPass,
+    out: &Operand,
+    w: usize,
+) -> Result<KernelSource, String> {
     let (d, dv) = (a.d, a.dv);
     let cols = if is_k { d } else { dv };
     let nkb = a.tk.div_ceil(t.bk);
@@ -937,7 +1253,16 @@ fn kv_kernel(a: &Attn, is_k: bool, t: &Tiles, (tpr, cpt, words): (usize, usize, 
     }
     let dy = a.dy.expect("checked");
     // The first query that sees key `kown` is `kown + Tq − Tk`; earlier tiles contribute nothing.
-    let qfirst = if a.causal { format!("((max(kown + {tq}u, {tk}u) - {tk}u) / {bq}u) * {bq}u", tq = a.tq, tk = a.tk, bq = t.bq) } else { "0u".into() };
+    let qfirst = if a.causal {
+        format!(
+            "((max(kown + {tq}u, {tk}u) - {tk}u) / {bq}u) * {bq}u",
+            tq = a.tq,
+            tk = a.tk,
+            bq = t.bq
+        )
+    } else {
+        "0u".into()
+    };
     let weight = if is_k { "p * (dpv - sh[$RO$u + r])" } else { "p" };
     let (src, src_d) = if is_k { (o.qo, o.qd) } else { (o.yo, o.yd) };
     let scale = if is_k { format!(" * {:?}", a.scale as f32) } else { String::new() };
@@ -999,23 +1324,59 @@ fn kv_kernel(a: &Attn, is_k: bool, t: &Tiles, (tpr, cpt, words): (usize, usize, 
         .replace("$PAIR$", &pass.pair)
         .replace("$PROB$", pass.prob)
         .replace("$WEIGHT$", weight),
-        &[vec![
-            ("NKB", nkb.to_string()),
-            ("TPR", tpr.to_string()),
-            ("CPT", cpt.to_string()),
-            ("QFIRST", qfirst),
-            ("STAGE_Q", stage(a.q, &format!("(bh * {}u + q0) * {d}u", a.tq), "q0", a.tq, t.bq, d, o.qo, o.qd, w)),
-            ("STAGE_Y", stage(dy, &format!("(bh * {}u + q0) * {dv}u", a.tq), "q0", a.tq, t.bq, dv, o.yo, o.yd, w)),
-            ("LO", o.lo.to_string()),
-            ("MO", o.mo.to_string()),
-            ("RO", o.ro.to_string()),
-            ("PO", o.po.to_string()),
-            ("SB", (t.bk + 1).to_string()),
-            ("SRC", src.to_string()),
-            ("SRCD", src_d.to_string()),
-            ("COLS", cols.to_string()),
-            ("STORE", store(out, &format!("j * {cols}u + kvrow * {}u + col", a.tk * cols), &format!("acc[c]{scale}"))),
-        ], t.values(a)]
+        &[
+            vec![
+                ("NKB", nkb.to_string()),
+                ("TPR", tpr.to_string()),
+                ("CPT", cpt.to_string()),
+                ("QFIRST", qfirst),
+                (
+                    "STAGE_Q",
+                    stage(
+                        a.q,
+                        &format!("(bh * {}u + q0) * {d}u", a.tq),
+                        "q0",
+                        a.tq,
+                        t.bq,
+                        d,
+                        o.qo,
+                        o.qd,
+                        w,
+                    ),
+                ),
+                (
+                    "STAGE_Y",
+                    stage(
+                        dy,
+                        &format!("(bh * {}u + q0) * {dv}u", a.tq),
+                        "q0",
+                        a.tq,
+                        t.bq,
+                        dv,
+                        o.yo,
+                        o.yd,
+                        w,
+                    ),
+                ),
+                ("LO", o.lo.to_string()),
+                ("MO", o.mo.to_string()),
+                ("RO", o.ro.to_string()),
+                ("PO", o.po.to_string()),
+                ("SB", (t.bk + 1).to_string()),
+                ("SRC", src.to_string()),
+                ("SRCD", src_d.to_string()),
+                ("COLS", cols.to_string()),
+                (
+                    "STORE",
+                    store(
+                        out,
+                        &format!("j * {cols}u + kvrow * {}u + col", a.tk * cols),
+                        &format!("acc[c]{scale}"),
+                    ),
+                ),
+            ],
+            t.values(a),
+        ]
         .concat(),
     );
     Ok(kernel(w, words, groups, &body))
@@ -1035,7 +1396,12 @@ mod tests {
     #[test]
     fn model_shaped_kernels_validate_and_fit_the_floor() {
         // (batch, Hq, Hkv, Tq, Tk, D, causal): Whisper tiny's encoder, SmolLM2-135M, a cross-attention, a tiny head.
-        let shapes = [(1, 6, 6, 1500, 1500, 64, false), (1, 9, 3, 128, 128, 64, true), (2, 4, 2, 37, 70, 8, false), (1, 2, 1, 5, 3, 128, true)];
+        let shapes = [
+            (1, 6, 6, 1500, 1500, 64, false),
+            (1, 9, 3, 128, 128, 64, true),
+            (2, 4, 2, 37, 70, 8, false),
+            (1, 2, 1, 5, 3, 128, true),
+        ];
         for (b, hq, hkv, tq, tk, d, causal) in shapes {
             for width in [256, 128, 64] {
                 // q, k, v, mask, dy, then the statistics and the forward output.
@@ -1061,28 +1427,56 @@ mod tests {
                 ];
                 for (op, n) in steps {
                     let shape = match &op {
-                        Op::AttentionGrad { part: GradPart::K | GradPart::V, .. } => vec![b, hkv, tk, d],
+                        Op::AttentionGrad { part: GradPart::K | GradPart::V, .. } => {
+                            vec![b, hkv, tk, d]
+                        }
                         Op::AttentionStats { .. } => vec![b, hq, tq, 2],
                         _ => vec![b, hq, tq, d],
                     };
                     let step = crate::gpu::test_util::step(op.clone(), vec![], DType::F32, &shape);
                     // The statistics read q, k and the mask.
                     let stats_inputs = [x[0].clone(), x[1].clone(), x[3].clone()];
-                    let inputs = if matches!(op, Op::AttentionStats { .. }) { &stats_inputs[..] } else { &x[..n] };
-                    let src = generate(&step, inputs, &operand(5 << 20, &shape), width).unwrap_or_else(|e| panic!("{}: {e}", op.describe()));
+                    let inputs = if matches!(op, Op::AttentionStats { .. }) {
+                        &stats_inputs[..]
+                    } else {
+                        &x[..n]
+                    };
+                    let src = generate(&step, inputs, &operand(5 << 20, &shape), width)
+                        .unwrap_or_else(|e| panic!("{}: {e}", op.describe()));
                     assert_eq!(src.invocations % width as u64, 0);
-                    let words: usize = src.body.split("array<f32, ").nth(1).and_then(|s| s.split('>').next()).and_then(|n| n.parse().ok()).expect("one workgroup array");
-                    assert!(words <= SHARED_WORDS, "{} at width {width}: {words} words", op.describe());
+                    let words: usize = src
+                        .body
+                        .split("array<f32, ")
+                        .nth(1)
+                        .and_then(|s| s.split('>').next())
+                        .and_then(|n| n.parse().ok())
+                        .expect("one workgroup array");
+                    assert!(
+                        words <= SHARED_WORDS,
+                        "{} at width {width}: {words} words",
+                        op.describe()
+                    );
                     let full = format!("{}{}", crate::gpu::device::PRELUDE, src.body);
-                    let mut m = naga::front::wgsl::parse_str(&full).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&full)));
+                    let mut m = naga::front::wgsl::parse_str(&full)
+                        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&full)));
                     for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
-                        if g.binding.is_none() && matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
+                        if g.binding.is_none()
+                            && matches!(
+                                g.space,
+                                naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform
+                            )
+                        {
                             g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
                         }
                     }
-                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default())
-                        .validate(&m)
-                        .unwrap_or_else(|e| panic!("{} at width {width}: {e:?}\n{full}", op.describe()));
+                    naga::valid::Validator::new(
+                        naga::valid::ValidationFlags::all(),
+                        naga::valid::Capabilities::default(),
+                    )
+                    .validate(&m)
+                    .unwrap_or_else(|e| {
+                        panic!("{} at width {width}: {e:?}\n{full}", op.describe())
+                    });
                 }
             }
         }

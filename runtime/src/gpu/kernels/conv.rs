@@ -31,17 +31,32 @@ use crate::op::{Op, PoolOp};
 use crate::plan::Step;
 
 /// Kernels for conv1d/conv2d and their input/weight derivatives, max/avg pooling and its derivative, nearest upsampling and its derivative.
-pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub fn generate(
+    step: &Step,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let what = step.op.describe();
     let need = |k: usize| super::need_inputs(step, inputs, k);
     let src = match &step.op {
         Op::Conv { stride, padding, dilation, groups, has_bias } => {
             need(2 + *has_bias as usize)?;
-            let c = ConvDims::new(&inputs[0].shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
+            let c = ConvDims::new(
+                &inputs[0].shape,
+                &inputs[1].shape,
+                stride,
+                padding,
+                dilation,
+                *groups,
+            )?;
             expect_shape(&what, &out.shape, &c.out_shape())?;
             let bias = if *has_bias {
                 if inputs[2].shape != [c.cout] {
-                    return Err(format!("`{what}`: bias must have shape [{}], found {:?}", c.cout, inputs[2].shape));
+                    return Err(format!(
+                        "`{what}`: bias must have shape [{}], found {:?}",
+                        c.cout, inputs[2].shape
+                    ));
                 }
                 Some(&inputs[2])
             } else {
@@ -54,7 +69,8 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
         }
         Op::ConvGradInput { stride, padding, dilation, groups } => {
             need(2)?;
-            let c = ConvDims::new(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
+            let c =
+                ConvDims::new(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[0].shape, &c.out_shape())?;
             if let Some(k) = conv_grad_input_phased(&c, &inputs[0], &inputs[1], out, width) {
                 return Ok(k);
@@ -66,7 +82,8 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
         }
         Op::ConvGradWeight { stride, padding, dilation, groups } => {
             need(2)?;
-            let c = ConvDims::new(&inputs[0].shape, &out.shape, stride, padding, dilation, *groups)?;
+            let c =
+                ConvDims::new(&inputs[0].shape, &out.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[1].shape, &c.out_shape())?;
             if let Some(k) = conv_grad_weight_tiled(&c, &inputs[0], &inputs[1], out, width) {
                 return Ok(k);
@@ -119,11 +136,21 @@ fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> Result<[usi
     cpu_conv::per_axis(v, spatial, fill, what).map_err(|e| e.to_string())
 }
 
-fn planes(shape: &[usize], spatial: usize, what: &str) -> Result<(usize, usize, [usize; 2]), String> {
+fn planes(
+    shape: &[usize],
+    spatial: usize,
+    what: &str,
+) -> Result<(usize, usize, [usize; 2]), String> {
     cpu_conv::planes(shape, spatial, what).map_err(|e| e.to_string())
 }
 
-fn window_out(len: usize, k: usize, stride: usize, pad: usize, dil: usize) -> Result<usize, String> {
+fn window_out(
+    len: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+) -> Result<usize, String> {
     cpu_conv::window_out(len, k, stride, pad, dil).map_err(|e| e.to_string())
 }
 
@@ -144,10 +171,30 @@ struct ConvDims {
 }
 
 impl ConvDims {
-    fn new(x_shape: &[usize], w_shape: &[usize], stride: &[usize], padding: &[usize], dilation: &[usize], groups: usize) -> Result<ConvDims, String> {
-        let geo = cpu_conv::Geometry::new(stride, padding, dilation, groups).map_err(|e| e.to_string())?;
+    fn new(
+        x_shape: &[usize],
+        w_shape: &[usize],
+        stride: &[usize],
+        padding: &[usize],
+        dilation: &[usize],
+        groups: usize,
+    ) -> Result<ConvDims, String> {
+        let geo = cpu_conv::Geometry::new(stride, padding, dilation, groups)
+            .map_err(|e| e.to_string())?;
         let c = cpu_conv::Conv::new(x_shape, w_shape, &geo).map_err(|e| e.to_string())?;
-        Ok(ConvDims { spatial: geo.spatial, n: c.n, cin: c.cin, cout: c.cout, inp: c.inp, k: c.k, out: c.out, g: c.g, stride: c.stride, padding: c.padding, dilation: c.dilation })
+        Ok(ConvDims {
+            spatial: geo.spatial,
+            n: c.n,
+            cin: c.cin,
+            cout: c.cout,
+            inp: c.inp,
+            k: c.k,
+            out: c.out,
+            g: c.g,
+            stride: c.stride,
+            padding: c.padding,
+            dilation: c.dilation,
+        })
     }
 
     fn out_shape(&self) -> Vec<usize> {
@@ -279,13 +326,24 @@ fn conv_grad_weight(c: &ConvDims, x: &Operand, dy: &Operand, out: &Operand) -> S
 /// Forward as a GEMM per group: M = output channels, N = samples × output positions,
 /// K = input channels × taps; A is the weight (contiguous along K), B the im2col of the input,
 /// staged along N so that neighbouring invocations read neighbouring pixels.
-fn conv_tiled(c: &ConvDims, x: &Operand, w: &Operand, bias: Option<&Operand>, out: &Operand, width: u32) -> Option<KernelSource> {
+fn conv_tiled(
+    c: &ConvDims,
+    x: &Operand,
+    w: &Operand,
+    bias: Option<&Operand>,
+    out: &Operand,
+    width: u32,
+) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
     let gm = Gemm { groups: c.g, m: cout_g, n: c.n * l, k: cin_g * kk, k_end: None };
-    let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k))) };
+    let a = Loader {
+        k_fast: true,
+        pre: String::new(),
+        body: format!("v = {};", load(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k))),
+    };
     // A pointwise convolution reads the input plane as it is: no window arithmetic.
     let pointwise = kk == 1 && [sh, sw, ph, pw] == [1, 1, 0, 0];
     let b = Loader {
@@ -311,8 +369,13 @@ fn conv_tiled(c: &ConvDims, x: &Operand, w: &Operand, bias: Option<&Operand>, ou
             )
         },
     };
-    let plus = bias.map_or(String::new(), |b| format!(" + {}", load(b, &format!("g * {cout_g}u + m"))));
-    let epilogue = store(out, &format!("((n / {l}u) * {cout}u + g * {cout_g}u + m) * {l}u + n % {l}u"), &format!("acc{plus}"));
+    let plus =
+        bias.map_or(String::new(), |b| format!(" + {}", load(b, &format!("g * {cout_g}u + m"))));
+    let epilogue = store(
+        out,
+        &format!("((n / {l}u) * {cout}u + g * {cout_g}u + m) * {l}u + n % {l}u"),
+        &format!("acc{plus}"),
+    );
     implicit_gemm(&gm, &a, &b, &epilogue, width)
 }
 
@@ -320,15 +383,32 @@ fn conv_tiled(c: &ConvDims, x: &Operand, w: &Operand, bias: Option<&Operand>, ou
 /// N = samples × input positions, K = output channels × taps. B gathers, for input position
 /// (ih, iw) and tap (kh, kw), the dy at the output position that tap came from, when
 /// ih + p − kh·d is a whole multiple of the stride inside the output (zero otherwise).
-fn conv_grad_input_tiled(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand, width: u32) -> Option<KernelSource> {
+fn conv_grad_input_tiled(
+    c: &ConvDims,
+    dy: &Operand,
+    w: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
     let gm = Gemm { groups: c.g, m: cin_g, n: c.n * hw, k: cout_g * kk, k_end: None };
-    let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(w, &format!("((g * {cout_g}u + k / {kk}u) * {cin_g}u + m0 + r) * {kk}u + k % {kk}u"))) };
+    let a = Loader {
+        k_fast: true,
+        pre: String::new(),
+        body: format!(
+            "v = {};",
+            load(
+                w,
+                &format!("((g * {cout_g}u + k / {kk}u) * {cin_g}u + m0 + r) * {kk}u + k % {kk}u")
+            )
+        ),
+    };
     // A stride of 1 needs no divisibility test (and no division).
-    let on_grid = |t: &str, s: usize| if s == 1 { String::new() } else { format!(" && {t} % {s} == 0") };
+    let on_grid =
+        |t: &str, s: usize| if s == 1 { String::new() } else { format!(" && {t} % {s} == 0") };
     let b = Loader {
         k_fast: false,
         pre: format!(
@@ -354,7 +434,11 @@ fn conv_grad_input_tiled(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand,
             dyv = load(dy, &format!("bdy + (k / {kk}u) * {l}u + y * {ow}u + x")),
         ),
     };
-    let epilogue = store(out, &format!("((n / {hw}u) * {cin}u + g * {cin_g}u + m) * {hw}u + n % {hw}u"), "acc");
+    let epilogue = store(
+        out,
+        &format!("((n / {hw}u) * {cin}u + g * {cin_g}u + m) * {hw}u + n % {hw}u"),
+        "acc",
+    );
     implicit_gemm(&gm, &a, &b, &epilogue, width)
 }
 
@@ -366,7 +450,13 @@ fn conv_grad_input_tiled(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand,
 /// phase that no tap reaches (a 1×1 kernel at stride 2: three phases of four) skips its K loop
 /// and stores zeros. M = input channels, N = samples × the phase's positions (the largest phase's
 /// count; positions past the image are neither read nor stored), K = output channels × taps.
-fn conv_grad_input_phased(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand, width: u32) -> Option<KernelSource> {
+fn conv_grad_input_phased(
+    c: &ConvDims,
+    dy: &Operand,
+    w: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw]) = (c.stride, c.padding);
     if c.dilation != [1, 1] || sh * sw == 1 {
@@ -378,12 +468,20 @@ fn conv_grad_input_phased(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand
     let (qh, qw) = (h.div_ceil(sh), wd.div_ceil(sw));
     let (th, tw) = (kh.div_ceil(sh), kw.div_ceil(sw));
     let taps = th * tw;
-    let gm = Gemm { groups: c.g * phases, m: cin_g, n: c.n * qh * qw, k: cout_g * taps, k_end: Some(format!("select(0u, {}u, a_live)", cout_g * taps)) };
+    let gm = Gemm {
+        groups: c.g * phases,
+        m: cin_g,
+        n: c.n * qh * qw,
+        k: cout_g * taps,
+        k_end: Some(format!("select(0u, {}u, a_live)", cout_g * taps)),
+    };
     // Depth k → output channel `co` and the phase's tap (`kh_`, `kw_`; past the kernel for the
     // phases with fewer taps than the most). A's `pre` decodes the workgroup's group into the
     // conv group `a_g` and the phase (`a_rh`, `a_rw`), its first taps, and whether any tap reaches
     // it — from the group alone, so uniform, as the K loop bound must be; B and the epilogue use them.
-    let tap_of = |k: &str| format!("let co = {k} / {taps}u;\n                let tt = {k} % {taps}u;\n                let kh_ = a_kh0 + (tt / {tw}u) * {sh}u;\n                let kw_ = a_kw0 + (tt % {tw}u) * {sw}u;");
+    let tap_of = |k: &str| {
+        format!("let co = {k} / {taps}u;\n                let tt = {k} % {taps}u;\n                let kh_ = a_kh0 + (tt / {tw}u) * {sh}u;\n                let kw_ = a_kw0 + (tt % {tw}u) * {sw}u;")
+    };
     let a = Loader {
         k_fast: true,
         pre: format!(
@@ -400,7 +498,12 @@ fn conv_grad_input_phased(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand
                     v = {wv};
                 }}",
             tap = tap_of("k"),
-            wv = load(w, &format!("((a_g * {cout_g}u + co) * {cin_g}u + m0 + r) * {kk}u + kh_ * {kw}u + kw_")),
+            wv = load(
+                w,
+                &format!(
+                    "((a_g * {cout_g}u + co) * {cin_g}u + m0 + r) * {kk}u + kh_ * {kw}u + kw_"
+                )
+            ),
         ),
     };
     let b = Loader {
@@ -437,7 +540,14 @@ fn conv_grad_input_phased(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand
                 {st}
             }}",
         pq = qh * qw,
-        st = store(out, &format!("((n / {}u) * {cin}u + a_g * {cin_g}u + m) * {hw}u + e_ih * {wd}u + e_iw", qh * qw), "acc"),
+        st = store(
+            out,
+            &format!(
+                "((n / {}u) * {cin}u + a_g * {cin_g}u + m) * {hw}u + e_ih * {wd}u + e_iw",
+                qh * qw
+            ),
+            "acc"
+        ),
     );
     implicit_gemm(&gm, &a, &b, &epilogue, width)
 }
@@ -446,13 +556,26 @@ fn conv_grad_input_phased(c: &ConvDims, dy: &Operand, w: &Operand, out: &Operand
 /// K = samples × output positions — a long reduction, which the tile chooser splits across
 /// the workgroup's invocations when there are few tiles. Both operands are contiguous along K
 /// (dy by output position, the im2col of x by pixel), so both stage along K.
-fn conv_grad_weight_tiled(c: &ConvDims, x: &Operand, dy: &Operand, out: &Operand, width: u32) -> Option<KernelSource> {
+fn conv_grad_weight_tiled(
+    c: &ConvDims,
+    x: &Operand,
+    dy: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
     let gm = Gemm { groups: c.g, m: cout_g, n: cin_g * kk, k: c.n * l, k_end: None };
-    let a = Loader { k_fast: true, pre: String::new(), body: format!("v = {};", load(dy, &format!("((k / {l}u) * {cout}u + g * {cout_g}u + m0 + r) * {l}u + k % {l}u"))) };
+    let a = Loader {
+        k_fast: true,
+        pre: String::new(),
+        body: format!(
+            "v = {};",
+            load(dy, &format!("((k / {l}u) * {cout}u + g * {cout_g}u + m0 + r) * {l}u + k % {l}u"))
+        ),
+    };
     let b = Loader {
         k_fast: true,
         pre: String::new(),
@@ -562,7 +685,10 @@ impl Tile {
         let steps = gm.k.div_ceil(self.bk) as f64;
         let depth = (self.bk / self.s) as f64;
         let loads = (self.bk * self.tm).div_ceil(width) + (self.bk * self.tn).div_ceil(width);
-        let per_step = depth * (self.rm * self.rn) as f64 + 0.5 * depth * (self.rm + self.rn) as f64 + 6.0 * loads as f64 + 20.0;
+        let per_step = depth * (self.rm * self.rn) as f64
+            + 0.5 * depth * (self.rm + self.rn) as f64
+            + 6.0 * loads as f64
+            + 20.0;
         let tail = (self.rm * self.rn * if self.s > 1 { 2 * self.s } else { 1 }) as f64;
         let traffic = (tiles * (self.tm + self.tn)) as f64 * steps * self.bk as f64;
         4.0 * waves as f64 * (steps * per_step + tail + 40.0) + traffic / 1400.0
@@ -606,17 +732,32 @@ fn choose_tile(gm: &Gemm, width: usize) -> Option<Tile> {
 /// The tiled kernel for `gm`: `epilogue` stores `acc` for in-group row `m` and column `n` of
 /// group `g`. Returns None when no tile fits (the caller falls back to one invocation per
 /// output element).
-fn implicit_gemm(gm: &Gemm, a: &Loader, b: &Loader, epilogue: &str, width: u32) -> Option<KernelSource> {
+fn implicit_gemm(
+    gm: &Gemm,
+    a: &Loader,
+    b: &Loader,
+    epilogue: &str,
+    width: u32,
+) -> Option<KernelSource> {
     let w = width as usize;
     #[cfg(test)]
-    if let Some(t) = tests::FORCED.with(|f| f.borrow().iter().copied().find(|t| t.tmt() * t.tnt() * t.s == w)) {
+    if let Some(t) =
+        tests::FORCED.with(|f| f.borrow().iter().copied().find(|t| t.tmt() * t.tnt() * t.s == w))
+    {
         return Some(gemm_kernel(gm, &t, a, b, epilogue, w));
     }
     let t = choose_tile(gm, w)?;
     Some(gemm_kernel(gm, &t, a, b, epilogue, w))
 }
 
-fn gemm_kernel(gm: &Gemm, t: &Tile, a: &Loader, b: &Loader, epilogue: &str, w: usize) -> KernelSource {
+fn gemm_kernel(
+    gm: &Gemm,
+    t: &Tile,
+    a: &Loader,
+    b: &Loader,
+    epilogue: &str,
+    w: usize,
+) -> KernelSource {
     let (mtiles, ntiles) = (gm.m.div_ceil(t.tm), gm.n.div_ceil(t.tn));
     let nwg = gm.groups * mtiles * ntiles;
     let (tmt, tnt) = (t.tmt(), t.tnt());
@@ -624,12 +765,23 @@ fn gemm_kernel(gm: &Gemm, t: &Tile, a: &Loader, b: &Loader, epilogue: &str, w: u
     let boff = t.bk * lda;
     let (mm, nn, kk) = (gm.m, gm.n, gm.k);
     // Staging of one operand: `rows` is its tile extent along m or n, `bound` the matrix's.
-    let stage = |ld: &Loader, rows: usize, bound: usize, origin: &str, fast: &str, base: usize, stride: usize| -> String {
+    let stage = |ld: &Loader,
+                 rows: usize,
+                 bound: usize,
+                 origin: &str,
+                 fast: &str,
+                 base: usize,
+                 stride: usize|
+     -> String {
         let fast_len = if ld.k_fast { t.bk } else { rows };
         let slow_len = if ld.k_fast { rows } else { t.bk };
         let per_pass = w / fast_len;
         let passes = slow_len.div_ceil(per_pass);
-        let guard = if passes * per_pass > slow_len { format!("if (sl_ >= {slow_len}u) {{ continue; }}") } else { String::new() };
+        let guard = if passes * per_pass > slow_len {
+            format!("if (sl_ >= {slow_len}u) {{ continue; }}")
+        } else {
+            String::new()
+        };
         let (r, k) = if ld.k_fast { ("sl_", fast) } else { (fast, "sl_") };
         format!(
             "for (var j = 0u; j < {passes}u; j = j + 1u) {{
@@ -659,17 +811,29 @@ fn gemm_kernel(gm: &Gemm, t: &Tile, a: &Loader, b: &Loader, epilogue: &str, w: u
     let mut store = String::new();
     let slot = |i: usize, j: usize| format!("{}u + tm_ * {tnt}u + tn_", (i * t.rn + j) * tmt * tnt);
     for i in 0..t.rm {
-        loads_a.push_str(&format!("let a{i} = sm[kk * {lda}u + tm_ + {}u];\n            ", i * tmt));
+        loads_a
+            .push_str(&format!("let a{i} = sm[kk * {lda}u + tm_ + {}u];\n            ", i * tmt));
     }
     for j in 0..t.rn {
-        loads_b.push_str(&format!("let b{j} = sm[{boff}u + kk * {ldb}u + tn_ + {}u];\n            ", j * tnt));
+        loads_b.push_str(&format!(
+            "let b{j} = sm[{boff}u + kk * {ldb}u + tn_ + {}u];\n            ",
+            j * tnt
+        ));
     }
     for i in 0..t.rm {
         for j in 0..t.rn {
             decl.push_str(&format!("var c{i}_{j} = 0.0;\n    "));
             fmas.push_str(&format!("c{i}_{j} = fma(a{i}, b{j}, c{i}_{j});\n            "));
-            spill.push_str(&format!("sm[(sl - 1u) * {} + {}] = c{i}_{j};\n        ", t.tm * t.tn, slot(i, j)));
-            gather.push_str(&format!("c{i}_{j} = c{i}_{j} + sm[q * {} + {}];\n            ", t.tm * t.tn, slot(i, j)));
+            spill.push_str(&format!(
+                "sm[(sl - 1u) * {} + {}] = c{i}_{j};\n        ",
+                t.tm * t.tn,
+                slot(i, j)
+            ));
+            gather.push_str(&format!(
+                "c{i}_{j} = c{i}_{j} + sm[q * {} + {}];\n            ",
+                t.tm * t.tn,
+                slot(i, j)
+            ));
             store.push_str(&format!(
                 "{{
         let m = m0 + tm_ + {mi}u;
@@ -767,7 +931,12 @@ struct PoolDims {
 }
 
 impl PoolDims {
-    fn new(x_shape: &[usize], kernel: &[usize], stride: &[usize], padding: &[usize]) -> Result<PoolDims, String> {
+    fn new(
+        x_shape: &[usize],
+        kernel: &[usize],
+        stride: &[usize],
+        padding: &[usize],
+    ) -> Result<PoolDims, String> {
         let spatial = kernel.len();
         if !(1..=2).contains(&spatial) {
             return Err(format!("{spatial} spatial axes are not supported (1 or 2)"));
@@ -817,7 +986,8 @@ fn argmax(p: &PoolDims, x: &Operand, oy: &str, ox: &str) -> String {
 }
 
 fn pool(op: PoolOp, p: &PoolDims, x: &Operand, out: &Operand) -> String {
-    let ([h, wd], [kh, kw], [sh, sw], [ph, pw], [oh, ow]) = (p.inp, p.k, p.stride, p.padding, p.out);
+    let ([h, wd], [kh, kw], [sh, sw], [ph, pw], [oh, ow]) =
+        (p.inp, p.k, p.stride, p.padding, p.out);
     let head = format!(
         "let pl = i / {l}u;
     let oy = (i / {ow}u) % {oh}u;
@@ -864,7 +1034,8 @@ fn pool(op: PoolOp, p: &PoolDims, x: &Operand, out: &Operand) -> String {
 /// (oy, then ox, ascending), max pooling adds dy where the window's first arg-max is this
 /// element, average pooling adds dy / kernel size.
 fn pool_grad(op: PoolOp, p: &PoolDims, x: &Operand, dy: &Operand, out: &Operand) -> String {
-    let ([h, wd], [kh, kw], [sh, sw], [ph, pw], [oh, ow]) = (p.inp, p.k, p.stride, p.padding, p.out);
+    let ([h, wd], [kh, kw], [sh, sw], [ph, pw], [oh, ow]) =
+        (p.inp, p.k, p.stride, p.padding, p.out);
     let g = load(dy, &format!("(pl * {}u + oy * {ow}u + ox)", oh * ow));
     let (decl, add) = match op {
         PoolOp::Max => (
@@ -924,9 +1095,12 @@ impl UpDims {
         let (inp, sc) = match *shape {
             [_, _, l] => ([1, l], [1, scale]),
             [_, _, h, w] => ([h, w], [scale, scale]),
-            _ => return Err(format!("upsampling needs [N, C, L] or [N, C, H, W], found {shape:?}")),
+            _ => {
+                return Err(format!("upsampling needs [N, C, L] or [N, C, H, W], found {shape:?}"))
+            }
         };
-        let scaled = shape.iter().enumerate().map(|(i, &d)| if i >= 2 { d * scale } else { d }).collect();
+        let scaled =
+            shape.iter().enumerate().map(|(i, &d)| if i >= 2 { d * scale } else { d }).collect();
         Ok(UpDims { inp, scale: sc, scaled })
     }
 }
@@ -1009,17 +1183,39 @@ mod tests {
         );
         for v in variants() {
             FORCED.with(|f| *f.borrow_mut() = v.clone());
-            let conv = Op::Conv { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups, has_bias: true };
+            let conv = Op::Conv {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups,
+                has_bias: true,
+            };
             check_on_both(&conv, &[xt.clone(), wt.clone(), bt.clone()], DType::F32, &y, 1e-5);
-            let gi = Op::ConvGradInput { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups };
+            let gi = Op::ConvGradInput {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups,
+            };
             check_on_both(&gi, &[dyt.clone(), wt.clone()], DType::F32, &x, 1e-5);
-            let gw = Op::ConvGradWeight { stride: stride.clone(), padding: padding.clone(), dilation: dilation.clone(), groups };
+            let gw = Op::ConvGradWeight {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups,
+            };
             check_on_both(&gw, &[xt.clone(), dyt.clone()], DType::F32, &w, 1e-5);
             // The phased input gradient (strided, dilation 1) with every tile too.
             let (s2, p2, d2) = (vec![2, 3], vec![1, 0], vec![1, 1]);
             let y2 = vec![2, 10, 5, 3];
             let gi = Op::ConvGradInput { stride: s2, padding: p2, dilation: d2, groups };
-            check_on_both(&gi, &[Tensor::f32(y2.clone(), values(2 * 10 * 5 * 3, 5)), wt.clone()], DType::F32, &x, 1e-5);
+            check_on_both(
+                &gi,
+                &[Tensor::f32(y2.clone(), values(2 * 10 * 5 * 3, 5)), wt.clone()],
+                DType::F32,
+                &x,
+                1e-5,
+            );
         }
         FORCED.with(|f| f.borrow_mut().clear());
     }
@@ -1034,8 +1230,27 @@ mod tests {
         use crate::gpu::test_util::time_op;
         let b = 4;
         // (cout, cin, kernel, stride, input size): one layer of each kind per stage.
-        let layers = [(64, 3, 7, 2, 224), (64, 64, 3, 1, 56), (256, 64, 1, 1, 56), (64, 256, 1, 1, 56), (128, 128, 3, 2, 56), (512, 128, 1, 1, 28), (256, 256, 3, 1, 14), (1024, 256, 1, 1, 14), (512, 512, 3, 1, 7), (2048, 512, 1, 1, 7), (512, 2048, 1, 1, 7)];
-        let alternatives = [None, Some(tile(128, 128, 8, 8, 1, 8)), Some(tile(128, 64, 8, 4, 1, 8)), Some(tile(64, 64, 4, 4, 1, 16)), Some(tile(64, 64, 8, 4, 2, 16)), Some(tile(32, 32, 4, 4, 4, 32))];
+        let layers = [
+            (64, 3, 7, 2, 224),
+            (64, 64, 3, 1, 56),
+            (256, 64, 1, 1, 56),
+            (64, 256, 1, 1, 56),
+            (128, 128, 3, 2, 56),
+            (512, 128, 1, 1, 28),
+            (256, 256, 3, 1, 14),
+            (1024, 256, 1, 1, 14),
+            (512, 512, 3, 1, 7),
+            (2048, 512, 1, 1, 7),
+            (512, 2048, 1, 1, 7),
+        ];
+        let alternatives = [
+            None,
+            Some(tile(128, 128, 8, 8, 1, 8)),
+            Some(tile(128, 64, 8, 4, 1, 8)),
+            Some(tile(64, 64, 4, 4, 1, 16)),
+            Some(tile(64, 64, 8, 4, 2, 16)),
+            Some(tile(32, 32, 4, 4, 4, 32)),
+        ];
         for (co, ci, k, st, size) in layers {
             let pad = k / 2;
             let o = (size + 2 * pad - k) / st + 1;
@@ -1043,14 +1258,47 @@ mod tests {
             let flops = 2.0 * (b * co * o * o * ci * k * k) as f64;
             let geo = (vec![st, st], vec![pad, pad], vec![1, 1]);
             let ops = [
-                ("forward", Op::Conv { stride: geo.0.clone(), padding: geo.1.clone(), dilation: geo.2.clone(), groups: 1, has_bias: false }, [&x[..], &w[..]], &y),
-                ("grad input", Op::ConvGradInput { stride: geo.0.clone(), padding: geo.1.clone(), dilation: geo.2.clone(), groups: 1 }, [&y[..], &w[..]], &x),
-                ("grad weight", Op::ConvGradWeight { stride: geo.0.clone(), padding: geo.1.clone(), dilation: geo.2.clone(), groups: 1 }, [&x[..], &y[..]], &w),
+                (
+                    "forward",
+                    Op::Conv {
+                        stride: geo.0.clone(),
+                        padding: geo.1.clone(),
+                        dilation: geo.2.clone(),
+                        groups: 1,
+                        has_bias: false,
+                    },
+                    [&x[..], &w[..]],
+                    &y,
+                ),
+                (
+                    "grad input",
+                    Op::ConvGradInput {
+                        stride: geo.0.clone(),
+                        padding: geo.1.clone(),
+                        dilation: geo.2.clone(),
+                        groups: 1,
+                    },
+                    [&y[..], &w[..]],
+                    &x,
+                ),
+                (
+                    "grad weight",
+                    Op::ConvGradWeight {
+                        stride: geo.0.clone(),
+                        padding: geo.1.clone(),
+                        dilation: geo.2.clone(),
+                        groups: 1,
+                    },
+                    [&x[..], &y[..]],
+                    &w,
+                ),
             ];
             for (what, op, operands, out) in &ops {
                 for alt in alternatives {
                     FORCED.with(|f| *f.borrow_mut() = alt.into_iter().collect());
-                    let label = alt.map_or("chosen".to_string(), |t| format!("{}x{} r{}x{} s{} bk{}", t.tm, t.tn, t.rm, t.rn, t.s, t.bk));
+                    let label = alt.map_or("chosen".to_string(), |t| {
+                        format!("{}x{} r{}x{} s{} bk{}", t.tm, t.tn, t.rm, t.rn, t.s, t.bk)
+                    });
                     // About 2·10¹⁰ FLOP per submission, within 64 MiB of outputs.
                     let out_bytes = 4 * out.iter().product::<usize>();
                     let repeat = ((2e10 / flops) as usize).min((64 << 20) / out_bytes).clamp(1, 20);
@@ -1067,12 +1315,28 @@ mod tests {
     /// (and tiny ones), at both widths.
     #[test]
     fn chosen_tiles_fit_the_floor() {
-        let shapes = [(1, 64, 4 * 112 * 112, 147), (1, 64, 4 * 56 * 56, 576), (1, 2048, 4 * 49, 512), (1, 64, 64, 4 * 3136), (1, 64, 147, 4 * 12544), (32, 1, 9, 4096), (1, 3, 50, 9), (1, 1, 1, 1)];
+        let shapes = [
+            (1, 64, 4 * 112 * 112, 147),
+            (1, 64, 4 * 56 * 56, 576),
+            (1, 2048, 4 * 49, 512),
+            (1, 64, 64, 4 * 3136),
+            (1, 64, 147, 4 * 12544),
+            (32, 1, 9, 4096),
+            (1, 3, 50, 9),
+            (1, 1, 1, 1),
+        ];
         for width in [128usize, 256] {
             for (groups, m, n, k) in shapes {
                 let t = choose_tile(&Gemm { groups, m, n, k, k_end: None }, width).expect("a tile");
                 assert_eq!(t.tmt() * t.tnt() * t.s, width, "{t:?}");
-                assert!(t.shared_words() <= SHARED_WORDS && t.bk % t.s == 0 && t.bk <= width && t.tm <= width && t.tn <= width, "{t:?}");
+                assert!(
+                    t.shared_words() <= SHARED_WORDS
+                        && t.bk % t.s == 0
+                        && t.bk <= width
+                        && t.tm <= width
+                        && t.tn <= width,
+                    "{t:?}"
+                );
                 eprintln!("width {width} gemm {groups}x{m}x{n}x{k}: {t:?}");
             }
         }

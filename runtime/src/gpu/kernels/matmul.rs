@@ -83,7 +83,10 @@ impl Geometry {
             }
         }
         if numel(&batch) * m * n != total {
-            return Err(format!("matmul of {:?} by {:?} cannot give {:?}", a0.shape, b0.shape, out.shape));
+            return Err(format!(
+                "matmul of {:?} by {:?} cannot give {:?}",
+                a0.shape, b0.shape, out.shape
+            ));
         }
         let (a_items, b_items) = (numel(a_batch), numel(b_batch));
         if b0.transposed && (b0.shape.len() != 2 || a0.transposed) {
@@ -92,7 +95,18 @@ impl Geometry {
         if a0.transposed {
             return Err("a transposed operand must be a 2-D right operand".into());
         }
-        let mut g = Geometry { a, b, out: out.clone(), m, k, n, batch, bt: b0.transposed, ot: false, epilogue: false };
+        let mut g = Geometry {
+            a,
+            b,
+            out: out.clone(),
+            m,
+            k,
+            n,
+            batch,
+            bt: b0.transposed,
+            ot: false,
+            epilogue: false,
+        };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows.
         if b_items == 1 && a_items == numel(&g.batch) {
@@ -145,7 +159,18 @@ impl Geometry {
         a.transposed = false;
         let mut b = self.a.clone();
         b.shape = vec![self.k, self.m];
-        Geometry { a, b, out: self.out.clone(), m: self.n, k: self.k, n: self.m, batch: Vec::new(), bt: true, ot: true, epilogue: self.epilogue }
+        Geometry {
+            a,
+            b,
+            out: self.out.clone(),
+            m: self.n,
+            k: self.k,
+            n: self.m,
+            batch: Vec::new(),
+            bt: true,
+            ot: true,
+            epilogue: self.epilogue,
+        }
     }
 
     /// A WGSL expression for the first word (past the operand's offset) of batch item `batch`
@@ -159,7 +184,12 @@ impl Geometry {
         for (j, &d) in tb.iter().enumerate() {
             let ax = j + r - tb.len();
             if d != 1 {
-                terms.push(format!("((batch / {}u) % {}u) * {}u", bs[ax], self.batch[ax], ts[j] * size));
+                terms.push(format!(
+                    "((batch / {}u) % {}u) * {}u",
+                    bs[ax],
+                    self.batch[ax],
+                    ts[j] * size
+                ));
             }
         }
         if terms.is_empty() {
@@ -171,17 +201,31 @@ impl Geometry {
 
     /// Declarations of `abase`, `bbase` and `obase` for batch item `batch`.
     fn bases(&self) -> String {
-        format!("let abase = {};\n    let bbase = {};\n    let obase = batch * {}u;", self.batch_base(&self.a, self.m * self.k), self.batch_base(&self.b, self.k * self.n), self.m * self.n)
+        format!(
+            "let abase = {};\n    let bbase = {};\n    let obase = batch * {}u;",
+            self.batch_base(&self.a, self.m * self.k),
+            self.batch_base(&self.b, self.k * self.n),
+            self.m * self.n
+        )
     }
 }
 
-pub(super) fn generate(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub(super) fn generate(
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     generate_with(inputs, out, width, None)
 }
 
 /// `generate`, with every result passed to the WGSL function `epilogue` defines
 /// (`fn mgn_epilogue(i: u32, p: f32)`, which stores element `i`) instead of stored.
-pub(super) fn generate_with(inputs: &[Operand], out: &Operand, width: u32, epilogue: Option<&str>) -> Result<KernelSource, String> {
+pub(super) fn generate_with(
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+    epilogue: Option<&str>,
+) -> Result<KernelSource, String> {
     let mut g = Geometry::of(inputs, out)?;
     g.epilogue = epilogue.is_some();
     let mut k = generate_for(g, width)?;
@@ -234,7 +278,11 @@ fn reduce_lanes(out: &mut String, lanes: usize, stride: usize, count: usize, wid
         out.push_str("    workgroupBarrier();\n");
         out.push_str(&format!("    if (lane < {half}u) {{\n"));
         for j in 0..count {
-            out.push_str(&format!("        mm_red[{o}u + t] = mm_red[{o}u + t] + mm_red[{o}u + t + {d}u];\n", o = j * width, d = half * stride));
+            out.push_str(&format!(
+                "        mm_red[{o}u + t] = mm_red[{o}u + t] + mm_red[{o}u + t + {d}u];\n",
+                o = j * width,
+                d = half * stride
+            ));
         }
         out.push_str("    }\n");
         half /= 2;
@@ -248,7 +296,10 @@ fn k_loop(k: usize, lanes: usize, step: impl Fn(&str, &str) -> String) -> String
     for u in 0..4 {
         s.push_str(&step(&format!("(kk + {}u)", u * lanes), &format!("x{u}")));
     }
-    s.push_str(&format!("            kk = kk + {}u;\n        }}\n        while (kk < {k}u) {{\n", 4 * lanes));
+    s.push_str(&format!(
+        "            kk = kk + {}u;\n        }}\n        while (kk < {k}u) {{\n",
+        4 * lanes
+    ));
     s.push_str(&step("kk", "x"));
     s.push_str(&format!("            kk = kk + {lanes}u;\n        }}\n"));
     s
@@ -266,7 +317,10 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     // One warp per row reads 128 contiguous bytes per load; more lanes per row (and fewer rows)
     // when the rows alone would leave the GPU idle, but no more lanes than k has elements.
     let mut lanes = width.min(32).min(pow2_at_least(k));
-    while lanes < width && lanes < pow2_at_least(k) && ((m.div_ceil(width / lanes) * batches) as u64) < FILL {
+    while lanes < width
+        && lanes < pow2_at_least(k)
+        && ((m.div_ceil(width / lanes) * batches) as u64) < FILL
+    {
         lanes *= 2;
     }
     let rows = width / lanes;
@@ -283,7 +337,10 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     let step = |kk: &str, v: &str| {
         let mut s = format!("            let {v} = {};\n", load(&g.a, &format!("arow + {kk}")));
         for j in 0..n {
-            s.push_str(&format!("            acc{j} = acc{j} + {v} * {};\n", load(&g.b, &g.b_at(kk, &format!("{j}u")))));
+            s.push_str(&format!(
+                "            acc{j} = acc{j} + {v} * {};\n",
+                load(&g.b, &g.b_at(kk, &format!("{j}u")))
+            ));
         }
         s
     };
@@ -303,7 +360,10 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str(&format!("    if (lane == 0u && row < {m}u) {{\n"));
     for j in 0..n {
-        body.push_str(&format!("        {}\n", g.store(&g.o_at("row", &format!("{j}u")), &format!("acc{j}"))));
+        body.push_str(&format!(
+            "        {}\n",
+            g.store(&g.o_at("row", &format!("{j}u")), &format!("acc{j}"))
+        ));
     }
     body.push_str("    }");
     entry(&shared, width, groups, &body)
@@ -316,12 +376,16 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     let (m, k, n) = (g.m, g.k, g.n);
     // A transposed B would make these loads strided: `generate` swaps those products instead.
     debug_assert!(!g.bt && !g.ot);
-    let bcol_at = |kk: &str| if g.bt { format!("bcol + {kk}") } else { format!("bcol + ({kk}) * {n}u") };
+    let bcol_at =
+        |kk: &str| if g.bt { format!("bcol + {kk}") } else { format!("bcol + ({kk}) * {n}u") };
     let batches = g.batches();
     // Eight consecutive columns still use whole 32-byte sectors of B; fewer columns per
     // workgroup (more lanes splitting k) when the columns alone would leave the GPU idle.
     let mut cols = width;
-    while cols > 8 && ((n.div_ceil(cols) * batches) as u64) < FILL && width / cols < pow2_at_least(k) {
+    while cols > 8
+        && ((n.div_ceil(cols) * batches) as u64) < FILL
+        && width / cols < pow2_at_least(k)
+    {
         cols /= 2;
     }
     let lanes = width / cols;
@@ -337,11 +401,17 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     let step = |kk: &str, v: &str| {
         let mut s = format!("            let {v} = {};\n", load(&g.b, &bcol_at(kk)));
         for i in 0..m {
-            s.push_str(&format!("            acc{i} = acc{i} + {} * {v};\n", load(&g.a, &format!("abase + {}u + {kk}", i * k))));
+            s.push_str(&format!(
+                "            acc{i} = acc{i} + {} * {v};\n",
+                load(&g.a, &format!("abase + {}u + {kk}", i * k))
+            ));
         }
         s
     };
-    body.push_str(&format!("    if (col < {n}u) {{\n        let bcol = bbase + col{};\n", if g.bt { format!(" * {k}u") } else { String::new() }));
+    body.push_str(&format!(
+        "    if (col < {n}u) {{\n        let bcol = bbase + col{};\n",
+        if g.bt { format!(" * {k}u") } else { String::new() }
+    ));
     body.push_str(&k_loop(k, lanes, step));
     body.push_str("    }\n");
     let mut shared = String::new();
@@ -357,7 +427,10 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str(&format!("    if (lane == 0u && col < {n}u) {{\n"));
     for i in 0..m {
-        body.push_str(&format!("        {}\n", g.store(&format!("obase + {}u + col", i * n), &format!("acc{i}"))));
+        body.push_str(&format!(
+            "        {}\n",
+            g.store(&format!("obase + {}u + col", i * n), &format!("acc{i}"))
+        ));
     }
     body.push_str("    }");
     entry(&shared, width, groups, &body)
@@ -384,7 +457,11 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
     // padding floats per k row spread the transposing stores over every bank.
     let sa = (bm + 4) / 4;
     let sb = bn / 4;
-    let shared = format!("var<workgroup> mm_a: array<vec4<f32>, {}>;\nvar<workgroup> mm_b: array<vec4<f32>, {}>;\n", BK * sa, BK * sb);
+    let shared = format!(
+        "var<workgroup> mm_a: array<vec4<f32>, {}>;\nvar<workgroup> mm_b: array<vec4<f32>, {}>;\n",
+        BK * sa,
+        BK * sb
+    );
     let (edge_m, edge_n, edge_k) = (m % bm != 0, n % bn != 0, k % BK != 0);
     let mut s = String::new();
     let mut line = |x: String| {
@@ -440,7 +517,10 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
             if conds.is_empty() {
                 format!("        {target} = {value};\n")
             } else {
-                format!("        {target} = 0.0;\n        if ({}) {{ {target} = {value}; }}\n", conds.join(" && "))
+                format!(
+                    "        {target} = 0.0;\n        if ({}) {{ {target} = {value}; }}\n",
+                    conds.join(" && ")
+                )
             }
         };
         for p in 0..pa {
@@ -488,11 +568,19 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
     s.push_str("        workgroupBarrier();\n");
     for p in 0..pa {
         let st = format!("mm_a[as{p}][ac{p}] = ra{p};");
-        s.push_str(&if partial_a { format!("        if (ae{p} < {}u) {{ {st} }}\n", bm * BK) } else { format!("        {st}\n") });
+        s.push_str(&if partial_a {
+            format!("        if (ae{p} < {}u) {{ {st} }}\n", bm * BK)
+        } else {
+            format!("        {st}\n")
+        });
     }
     for p in 0..pb {
         let st = format!("mm_b[bs{p}][bq{p}] = rb{p};");
-        s.push_str(&if partial_b { format!("        if (be{p} < {}u) {{ {st} }}\n", BK * bn) } else { format!("        {st}\n") });
+        s.push_str(&if partial_b {
+            format!("        if (be{p} < {}u) {{ {st} }}\n", BK * bn)
+        } else {
+            format!("        {st}\n")
+        });
     }
     s.push_str("        workgroupBarrier();\n");
     // The next panels' loads are in flight while this one is multiplied.
@@ -509,7 +597,10 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
         for i in 0..tm {
             let comp = ["x", "y", "z", "w"][i % 4];
             for j4 in 0..tn / 4 {
-                s.push_str(&format!("        c{i}_{j4} = c{i}_{j4} + a{kk}_{}.{comp} * b{kk}_{j4};\n", i / 4));
+                s.push_str(&format!(
+                    "        c{i}_{j4} = c{i}_{j4} + a{kk}_{}.{comp} * b{kk}_{j4};\n",
+                    i / 4
+                ));
             }
         }
     }
@@ -550,11 +641,22 @@ mod tests {
         let full = format!("{}{body}", crate::gpu::device::PRELUDE);
         let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
         for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
-            if g.binding.is_none() && matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
+            if g.binding.is_none()
+                && matches!(
+                    g.space,
+                    naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform
+                )
+            {
                 g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
             }
         }
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default()).validate(&m).map(|_| ()).map_err(|e| format!("{e:?}"))
+        naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::default(),
+        )
+        .validate(&m)
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
     }
 
     /// Bytes of workgroup memory the kernel declares.
@@ -562,7 +664,8 @@ mod tests {
         body.lines()
             .filter(|l| l.starts_with("var<workgroup>"))
             .map(|l| {
-                let count: usize = l.rsplit(", ").next().unwrap().trim_end_matches(">;").parse().unwrap();
+                let count: usize =
+                    l.rsplit(", ").next().unwrap().trim_end_matches(">;").parse().unwrap();
                 count * if l.contains("vec4<f32>") { 16 } else { 4 }
             })
             .sum()
@@ -584,12 +687,27 @@ mod tests {
         for width in [64, 128, 256] {
             for (a, b, out, marker) in cases {
                 let what = format!("{a:?} × {b:?} at width {width}");
-                let src = generate(&[operand(3, a), operand(100_000, b)], &operand(7_000_000, out), width).unwrap();
+                let src = generate(
+                    &[operand(3, a), operand(100_000, b)],
+                    &operand(7_000_000, out),
+                    width,
+                )
+                .unwrap();
                 assert!(src.body.contains(marker), "{what}: expected the kernel with `{marker}`");
                 assert!(src.body.contains(&format!("@workgroup_size({width})")), "{what}");
                 assert_eq!(src.invocations % width as u64, 0, "{what}");
-                assert!(src.body.contains(&format!("if (g >= {}u) {{ return; }}", src.invocations / width as u64)), "{what}");
-                assert!(shared_bytes(&src.body) <= 16 * 1024, "{what}: {} bytes of shared memory", shared_bytes(&src.body));
+                assert!(
+                    src.body.contains(&format!(
+                        "if (g >= {}u) {{ return; }}",
+                        src.invocations / width as u64
+                    )),
+                    "{what}"
+                );
+                assert!(
+                    shared_bytes(&src.body) <= 16 * 1024,
+                    "{what}: {} bytes of shared memory",
+                    shared_bytes(&src.body)
+                );
                 validate(&src.body).unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
             }
         }

@@ -54,7 +54,12 @@ pub const FIRST_SLOT: usize = 2;
 /// The operands of step `i` (inputs, then output) with their offsets in parameter words, and
 /// the words to put in the parameter block. A step with more operands than words bakes them in.
 /// `transposed` is `memory::transposed_views(plan)`.
-pub fn step_operands(plan: &crate::plan::Plan, offsets: &[usize], transposed: &[bool], i: usize) -> (Vec<Operand>, Operand, Vec<(usize, u32)>) {
+pub fn step_operands(
+    plan: &crate::plan::Plan,
+    offsets: &[usize],
+    transposed: &[bool],
+    i: usize,
+) -> (Vec<Operand>, Operand, Vec<(usize, u32)>) {
     let s = &plan.steps[i];
     let parametric = FIRST_SLOT + s.inputs.len() < 32;
     let mut words = Vec::new();
@@ -63,9 +68,16 @@ pub fn step_operands(plan: &crate::plan::Plan, offsets: &[usize], transposed: &[
         if let Some(w) = slot {
             words.push((w, offsets[v] as u32));
         }
-        Operand { offset: offsets[v], shape: plan.steps[v].shape.clone(), dtype: plan.steps[v].dtype, slot, transposed: transposed[v] }
+        Operand {
+            offset: offsets[v],
+            shape: plan.steps[v].shape.clone(),
+            dtype: plan.steps[v].dtype,
+            slot,
+            transposed: transposed[v],
+        }
     };
-    let inputs: Vec<Operand> = s.inputs.iter().enumerate().map(|(k, &x)| operand(k, x as usize)).collect();
+    let inputs: Vec<Operand> =
+        s.inputs.iter().enumerate().map(|(k, &x)| operand(k, x as usize)).collect();
     let out = operand(s.inputs.len(), i);
     (inputs, out, words)
 }
@@ -129,7 +141,9 @@ pub(super) fn load(o: &Operand, index: &str) -> String {
 
 pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
     match out.dtype {
-        d if d.is_float() => format!("arena[{} + {index}] = bitcast<u32>(f32({value}));", base(out)),
+        d if d.is_float() => {
+            format!("arena[{} + {index}] = bitcast<u32>(f32({value}));", base(out))
+        }
         _ => format!("arena[{} + {index}] = bitcast<u32>(i32({value}));", base(out)),
     }
 }
@@ -140,7 +154,9 @@ fn unary(op: UnaryOp, x: &str) -> String {
         UnaryOp::Neg => format!("(-{x})"),
         UnaryOp::Relu => format!("max({x}, 0.0)"),
         UnaryOp::Gelu => format!("(0.5 * {x} * (1.0 + mgn_erf({x} * 0.70710678118654752)))"),
-        UnaryOp::GeluTanh => format!("(0.5 * {x} * (1.0 + tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))))"),
+        UnaryOp::GeluTanh => format!(
+            "(0.5 * {x} * (1.0 + tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))))"
+        ),
         UnaryOp::Silu => format!("({x} / (1.0 + exp(-{x})))"),
         UnaryOp::Sigmoid => format!("(1.0 / (1.0 + exp(-{x})))"),
         UnaryOp::Tanh => format!("tanh({x})"),
@@ -206,7 +222,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /// Kernel source for one step, or the reason it has no GPU kernel yet. `training` is the plan's
 /// mode: batch statistics and active dropout, or running statistics and the identity.
-pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, width: u32, training: bool) -> Result<KernelSource, String> {
+pub fn generate(
+    step: &Step,
+    index: u32,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+    training: bool,
+) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
     let f = |k: usize, idx: &str| load(&inputs[k], idx);
     let same = |k: usize| broadcast_index("i", &out.shape, &inputs[k].shape);
@@ -235,7 +258,11 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
             // Output coordinate a is input coordinate perm[a].
             let os = strides(&out.shape);
             let is = strides(&inputs[0].shape);
-            let terms: Vec<String> = perm.iter().enumerate().map(|(a, &p)| format!("((i / {}u) % {}u) * {}u", os[a], out.shape[a], is[p])).collect();
+            let terms: Vec<String> = perm
+                .iter()
+                .enumerate()
+                .map(|(a, &p)| format!("((i / {}u) % {}u) * {}u", os[a], out.shape[a], is[p]))
+                .collect();
             store(out, "i", &f(0, &terms.join(" + ")))
         }
         Op::MatMul => return matmul::generate(inputs, out, width),
@@ -248,26 +275,43 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
             let leaf = |k: u32| -> Result<String, String> {
                 match k {
                     0 => Ok("p".into()),
-                    k => extra.get(k as usize - 1).map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape))).ok_or_else(|| format!("epilogue input {k} of {}", extra.len() + 1)),
+                    k => extra
+                        .get(k as usize - 1)
+                        .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
+                        .ok_or_else(|| format!("epilogue input {k} of {}", extra.len() + 1)),
                 }
             };
             let (lines, last, erf) = program_lines(program, leaf)?;
-            let epilogue = format!("{}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n", if erf { ERF } else { "" }, store(out, "i", &last));
+            let epilogue = format!(
+                "{}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
+                if erf { ERF } else { "" },
+                store(out, "i", &last)
+            );
             return matmul::generate_with(&inputs[..2], out, width, Some(&epilogue));
         }
         Op::SumTo => return sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => return reduce(*op, axes, &inputs[0], out, width),
         Op::Softmax { axis, log } => return rows::softmax(*axis, *log, &inputs[0], out, width),
-        Op::SoftmaxGrad { axis, log } => return rows::softmax_grad(*axis, *log, inputs, out, width),
+        Op::SoftmaxGrad { axis, log } => {
+            return rows::softmax_grad(*axis, *log, inputs, out, width)
+        }
         Op::SoftmaxCrossEntropy => return rows::cross_entropy(inputs, out, width),
         Op::SoftmaxCrossEntropyGrad => return rows::cross_entropy_grad(inputs, out, width),
         Op::CrossEntropyRows => return rows::cross_entropy_rows(inputs, out, width),
-        Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. } | Op::Pool { .. } | Op::PoolGrad { .. } | Op::Upsample { .. } | Op::UpsampleGrad { .. } => {
-            return conv::generate(step, inputs, out, width)
+        Op::Conv { .. }
+        | Op::ConvGradInput { .. }
+        | Op::ConvGradWeight { .. }
+        | Op::Pool { .. }
+        | Op::PoolGrad { .. }
+        | Op::Upsample { .. }
+        | Op::UpsampleGrad { .. } => return conv::generate(step, inputs, out, width),
+        Op::BatchNorm { eps, has_weight, has_bias, .. } => {
+            return norm::batch_norm(inputs, out, *eps, *has_weight, *has_bias, training, width)
         }
-        Op::BatchNorm { eps, has_weight, has_bias, .. } => return norm::batch_norm(inputs, out, *eps, *has_weight, *has_bias, training, width),
         // Dropout is the identity in inference plans and when it drops nothing.
-        Op::Dropout { p } | Op::DropoutGrad { p, .. } if !training || *p == 0.0 => store(out, "i", &f(0, "i")),
+        Op::Dropout { p } | Op::DropoutGrad { p, .. } if !training || *p == 0.0 => {
+            store(out, "i", &f(0, "i"))
+        }
         Op::Dropout { p } => {
             let mut k = norm::dropout(&inputs[0], out, *p, width)?;
             k.dropout_node = Some(index);
@@ -278,9 +322,14 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
             k.dropout_node = Some(*forward);
             return Ok(k);
         }
-        Op::LayerNorm { .. } | Op::LayerNormGrad { .. } | Op::RmsNorm { .. } | Op::RmsNormGrad { .. } | Op::GroupNorm { .. } | Op::GroupNormGrad { .. } | Op::BatchNormGrad { .. } | Op::NormWeightGradPartial { .. } => {
-            return norm::generate(step, inputs, out, width)
-        }
+        Op::LayerNorm { .. }
+        | Op::LayerNormGrad { .. }
+        | Op::RmsNorm { .. }
+        | Op::RmsNormGrad { .. }
+        | Op::GroupNorm { .. }
+        | Op::GroupNormGrad { .. }
+        | Op::BatchNormGrad { .. }
+        | Op::NormWeightGradPartial { .. } => return norm::generate(step, inputs, out, width),
         Op::Concat { .. }
         | Op::Slice { .. }
         | Op::SliceGrad { .. }
@@ -294,15 +343,29 @@ pub fn generate(step: &Step, index: u32, inputs: &[Operand], out: &Operand, widt
         | Op::AttentionGrad { .. } => return select::generate(step, inputs, out, width),
         other => return Err(format!("`{}` has no GPU kernel yet", other.describe())),
     };
-    let helpers = if matches!(step.op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu)) { ERF } else { "" };
+    let helpers = if matches!(step.op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu)) {
+        ERF
+    } else {
+        ""
+    };
     Ok(elementwise(n, width, &body, helpers))
 }
 
 /// A fused element-wise chain (`gpu::fuse`): one `let` per node, inputs broadcast to the
 /// output's shape, the last node stored.
-fn fused(program: &[crate::op::Elem], inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn fused(
+    program: &[crate::op::Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
-    let leaf = |k: u32| inputs.get(k as usize).map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape))).ok_or_else(|| format!("fused input {k} of {}", inputs.len()));
+    let leaf = |k: u32| {
+        inputs
+            .get(k as usize)
+            .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
+            .ok_or_else(|| format!("fused input {k} of {}", inputs.len()))
+    };
     let (lines, last, erf) = program_lines(program, leaf)?;
     let body = format!("{lines}{}", store(out, "i", &last));
     Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
@@ -310,7 +373,10 @@ fn fused(program: &[crate::op::Elem], inputs: &[Operand], out: &Operand, width: 
 
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
 /// of its result, and whether it needs the erf helper.
-fn program_lines(program: &[crate::op::Elem], leaf: impl Fn(u32) -> Result<String, String>) -> Result<(String, String, bool), String> {
+fn program_lines(
+    program: &[crate::op::Elem],
+    leaf: impl Fn(u32) -> Result<String, String>,
+) -> Result<(String, String, bool), String> {
     use crate::op::Elem;
     let v = |a: &u32| format!("v{a}");
     let mut body = String::new();
@@ -346,18 +412,50 @@ fn sum_to(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource,
     // Axes of x that collapse: leading ones, and those where out has size 1 but x does not.
     let full: Vec<usize> = (0..r).map(|a| if a < pad { 1 } else { out.shape[a - pad] }).collect();
     let reduced: Vec<usize> = (0..r).filter(|&a| full[a] == 1 && x.shape[a] != 1).collect();
-    let sum = rows::Combine { step: "acc = acc + v;", init: "0.0", across: "wg_sum", result: "acc".into() };
+    let sum = rows::Combine {
+        step: "acc = acc + v;",
+        init: "0.0",
+        across: "wg_sum",
+        result: "acc".into(),
+    };
     rows::reduce(x, out, &full, &reduced, &sum, width)
 }
 
-fn reduce(op: ReduceOp, axes: &[usize], x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let keep: Vec<usize> = x.shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
+fn reduce(
+    op: ReduceOp,
+    axes: &[usize],
+    x: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let keep: Vec<usize> =
+        x.shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();
     let c = match op {
-        ReduceOp::Sum => rows::Combine { step: "acc = acc + v;", init: "0.0", across: "wg_sum", result: "acc".into() },
-        ReduceOp::Mean => rows::Combine { step: "acc = acc + v;", init: "0.0", across: "wg_sum", result: format!("acc / {count}.0") },
-        ReduceOp::Max => rows::Combine { step: "acc = max(acc, v);", init: "-3.4028235e38", across: "wg_max", result: "acc".into() },
-        ReduceOp::Min => rows::Combine { step: "acc = min(acc, v);", init: "3.4028235e38", across: "wg_min", result: "acc".into() },
+        ReduceOp::Sum => rows::Combine {
+            step: "acc = acc + v;",
+            init: "0.0",
+            across: "wg_sum",
+            result: "acc".into(),
+        },
+        ReduceOp::Mean => rows::Combine {
+            step: "acc = acc + v;",
+            init: "0.0",
+            across: "wg_sum",
+            result: format!("acc / {count}.0"),
+        },
+        ReduceOp::Max => rows::Combine {
+            step: "acc = max(acc, v);",
+            init: "-3.4028235e38",
+            across: "wg_max",
+            result: "acc".into(),
+        },
+        ReduceOp::Min => rows::Combine {
+            step: "acc = min(acc, v);",
+            init: "3.4028235e38",
+            across: "wg_min",
+            result: "acc".into(),
+        },
     };
     rows::reduce(x, out, &keep, axes, &c, width)
 }
@@ -379,7 +477,13 @@ pub struct PlanKernels {
 /// statistics step by the derivative it serves.
 pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
     let (run, original) = super::rewrite::for_gpu(plan);
-    let given = |i: usize| original[i..].iter().copied().find(|&o| o != u32::MAX).expect("an inserted step precedes a given one") as usize;
+    let given = |i: usize| {
+        original[i..]
+            .iter()
+            .copied()
+            .find(|&o| o != u32::MAX)
+            .expect("an inserted step precedes a given one") as usize
+    };
     let plan = &run;
     let layout = crate::memory::plan_arena(plan);
     let width = limits.workgroup_width(256);
@@ -403,15 +507,30 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
                 }
                 out.distinct += 1;
                 let full = format!("{}{}", super::device::PRELUDE, src.body);
-                let verdict = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full)).and_then(|mut m| {
-                    // blade assigns bindings when it builds the pipeline; give them here too.
-                    for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
-                        if g.binding.is_none() && matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
-                            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
+                let verdict = naga::front::wgsl::parse_str(&full)
+                    .map_err(|e| e.emit_to_string(&full))
+                    .and_then(|mut m| {
+                        // blade assigns bindings when it builds the pipeline; give them here too.
+                        for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
+                            if g.binding.is_none()
+                                && matches!(
+                                    g.space,
+                                    naga::AddressSpace::Storage { .. }
+                                        | naga::AddressSpace::Uniform
+                                )
+                            {
+                                g.binding =
+                                    Some(naga::ResourceBinding { group: 0, binding: k as u32 });
+                            }
                         }
-                    }
-                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::default()).validate(&m).map(|_| ()).map_err(|e| format!("{e:?}"))
-                });
+                        naga::valid::Validator::new(
+                            naga::valid::ValidationFlags::all(),
+                            naga::valid::Capabilities::default(),
+                        )
+                        .validate(&m)
+                        .map(|_| ())
+                        .map_err(|e| format!("{e:?}"))
+                    });
                 if let Err(e) = verdict {
                     out.invalid.push((given(i), e));
                 }

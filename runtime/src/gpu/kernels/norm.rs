@@ -34,8 +34,14 @@ use crate::op::{GradPart, Op};
 use crate::plan::Step;
 
 /// Kernels for the norms and their derivatives, and dropout with the CPU backend's mask (`cpu::dropout_keep`).
-pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let unsupported = |why: &str| Err(format!("`{}` has no GPU kernel yet ({why})", step.op.describe()));
+pub fn generate(
+    step: &Step,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let unsupported =
+        |why: &str| Err(format!("`{}` has no GPU kernel yet ({why})", step.op.describe()));
     if !out.dtype.is_float() {
         return unsupported("integer output");
     }
@@ -45,17 +51,44 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
         Op::LayerNorm { eps, has_weight, has_bias } => {
             let rows = last_axis_rows(&inputs[0])?;
             let (wt, bs) = affine(inputs, 1, *has_weight, *has_bias);
-            Ok(row_kernel(&rows, &inputs[0], None, &Stats::Batch { center: true }, *eps, Mode::Forward { w: wt, b: bs }, out, w))
+            Ok(row_kernel(
+                &rows,
+                &inputs[0],
+                None,
+                &Stats::Batch { center: true },
+                *eps,
+                Mode::Forward { w: wt, b: bs },
+                out,
+                w,
+            ))
         }
         Op::RmsNorm { eps, has_weight } => {
             let rows = last_axis_rows(&inputs[0])?;
             let (wt, _) = affine(inputs, 1, *has_weight, false);
-            Ok(row_kernel(&rows, &inputs[0], None, &Stats::Batch { center: false }, *eps, Mode::Forward { w: wt, b: None }, out, w))
+            Ok(row_kernel(
+                &rows,
+                &inputs[0],
+                None,
+                &Stats::Batch { center: false },
+                *eps,
+                Mode::Forward { w: wt, b: None },
+                out,
+                w,
+            ))
         }
         Op::GroupNorm { groups, eps, has_weight, has_bias } => {
             let rows = group_rows(&inputs[0], *groups)?;
             let (wt, bs) = affine(inputs, 1, *has_weight, *has_bias);
-            Ok(row_kernel(&rows, &inputs[0], None, &Stats::Batch { center: true }, *eps, Mode::Forward { w: wt, b: bs }, out, w))
+            Ok(row_kernel(
+                &rows,
+                &inputs[0],
+                None,
+                &Stats::Batch { center: true },
+                *eps,
+                Mode::Forward { w: wt, b: bs },
+                out,
+                w,
+            ))
         }
         Op::LayerNormGrad { eps, has_weight, has_bias, part } => {
             check_part(*part, *has_weight, *has_bias)?;
@@ -72,12 +105,30 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
                 GradPart::Input => {
                     let rows = group_rows(x, *groups)?;
                     let wt = has_weight.then(|| &inputs[1]);
-                    Ok(row_kernel(&rows, x, Some(dy), &Stats::Batch { center: true }, *eps, Mode::Input { w: wt }, out, w))
+                    Ok(row_kernel(
+                        &rows,
+                        x,
+                        Some(dy),
+                        &Stats::Batch { center: true },
+                        *eps,
+                        Mode::Input { w: wt },
+                        out,
+                        w,
+                    ))
                 }
                 GradPart::Weight => group_weight_grad(x, dy, *groups, *eps, out, w),
                 _ => {
                     group_rows(x, *groups)?;
-                    Ok(row_kernel(&channel_rows(x)?, x, Some(dy), &Stats::Batch { center: true }, *eps, Mode::Param(GradPart::Bias), out, w))
+                    Ok(row_kernel(
+                        &channel_rows(x)?,
+                        x,
+                        Some(dy),
+                        &Stats::Batch { center: true },
+                        *eps,
+                        Mode::Param(GradPart::Bias),
+                        out,
+                        w,
+                    ))
                 }
             }
         }
@@ -85,9 +136,15 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             check_part(*part, *has_weight, *has_bias)?;
             batch_norm_grad(inputs, out, *eps, *has_weight, *part, *training, width)
         }
-        Op::NormWeightGradPartial { eps, center, chunk } => weight_grad_partial(&inputs[0], dy, *eps, *center, *chunk, out, w),
-        Op::BatchNorm { .. } => unsupported("its statistics depend on the plan's mode, which the generator does not receive"),
-        Op::Dropout { .. } | Op::DropoutGrad { .. } => unsupported("the mask needs the run's seed, which does not reach the kernel"),
+        Op::NormWeightGradPartial { eps, center, chunk } => {
+            weight_grad_partial(&inputs[0], dy, *eps, *center, *chunk, out, w)
+        }
+        Op::BatchNorm { .. } => unsupported(
+            "its statistics depend on the plan's mode, which the generator does not receive",
+        ),
+        Op::Dropout { .. } | Op::DropoutGrad { .. } => {
+            unsupported("the mask needs the run's seed, which does not reach the kernel")
+        }
         _ => unsupported("not a norm"),
     }
 }
@@ -107,7 +164,12 @@ fn lit(v: f64) -> String {
 }
 
 /// The weight and bias among `inputs` (from `first`), when present.
-fn affine(inputs: &[Operand], first: usize, has_weight: bool, has_bias: bool) -> (Option<&Operand>, Option<&Operand>) {
+fn affine(
+    inputs: &[Operand],
+    first: usize,
+    has_weight: bool,
+    has_bias: bool,
+) -> (Option<&Operand>, Option<&Operand>) {
     (has_weight.then(|| &inputs[first]), has_bias.then(|| &inputs[first + has_weight as usize]))
 }
 
@@ -128,7 +190,12 @@ struct Rows {
 fn last_axis_rows(x: &Operand) -> Result<Rows, String> {
     let d = *x.shape.last().ok_or("needs at least one axis, found a scalar")?;
     let count = x.shape[..x.shape.len() - 1].iter().product();
-    Ok(Rows { count, len: d, index: Box::new(move |b, t| format!("({b}) * {d}u + ({t})")), param: Box::new(|_, t| t.to_string()) })
+    Ok(Rows {
+        count,
+        len: d,
+        index: Box::new(move |b, t| format!("({b}) * {d}u + ({t})")),
+        param: Box::new(|_, t| t.to_string()),
+    })
 }
 
 /// Group norm: `x: [N, C, S...]`; row `b` is group `b % G` of sample `b / G` (its channels are
@@ -140,14 +207,23 @@ fn group_rows(x: &Operand, groups: usize) -> Result<Rows, String> {
     }
     let cpg = c / groups;
     let len = cpg * s;
-    Ok(Rows { count: n * groups, len, index: Box::new(move |b, t| format!("({b}) * {len}u + ({t})")), param: Box::new(move |b, t| format!("(({b}) % {groups}u) * {cpg}u + ({t}) / {s}u")) })
+    Ok(Rows {
+        count: n * groups,
+        len,
+        index: Box::new(move |b, t| format!("({b}) * {len}u + ({t})")),
+        param: Box::new(move |b, t| format!("(({b}) % {groups}u) * {cpg}u + ({t}) / {s}u")),
+    })
 }
 
 /// Batch norm (and group norm's bias): row `b` is channel `b` across batch and space; element
 /// `t` is sample `t / S`, position `t % S`.
 fn channel_rows(x: &Operand) -> Result<Rows, String> {
     let (n, c, s) = batch_layout(x)?;
-    let index: Expr2 = if s == 1 { Box::new(move |b, t| format!("({t}) * {c}u + ({b})")) } else { Box::new(move |b, t| format!("((({t}) / {s}u) * {c}u + ({b})) * {s}u + ({t}) % {s}u")) };
+    let index: Expr2 = if s == 1 {
+        Box::new(move |b, t| format!("({t}) * {c}u + ({b})"))
+    } else {
+        Box::new(move |b, t| format!("((({t}) / {s}u) * {c}u + ({b})) * {s}u + ({t}) % {s}u"))
+    };
     Ok(Rows { count: c, len: n * s, index, param: Box::new(|b, _| b.to_string()) })
 }
 
@@ -184,8 +260,16 @@ fn lanes_for(len: usize, width: usize) -> usize {
 
 /// Declares `var {acc}: vec4<f32>` = Σ `term(t)` over `t = start, start + step, … < len` when
 /// `guard` holds (else 0). Four independent partial sums keep four loads in flight per invocation.
-fn strided(acc: &str, start: &str, step: usize, len: usize, guard: &str, term: impl Fn(&str) -> String) -> String {
-    let mut s = format!("var {acc} = vec4<f32>(0.0);\n    if ({guard}) {{\n        var t = {start};\n");
+fn strided(
+    acc: &str,
+    start: &str,
+    step: usize,
+    len: usize,
+    guard: &str,
+    term: impl Fn(&str) -> String,
+) -> String {
+    let mut s =
+        format!("var {acc} = vec4<f32>(0.0);\n    if ({guard}) {{\n        var t = {start};\n");
     if len >= 4 * step {
         s += &format!(
             "        var a1 = vec4<f32>(0.0);
@@ -251,7 +335,16 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wg: ve
 /// One row per `lanes_for(len)` invocations: the mean, then one pass for the variance with (for
 /// derivatives) `Σg` and `Σg·(x − mean)`, then the outputs. `dy` is given for derivatives.
 #[allow(clippy::too_many_arguments)]
-fn row_kernel(rows: &Rows, x: &Operand, dy: Option<&Operand>, stats: &Stats, eps: f64, mode: Mode, out: &Operand, width: usize) -> KernelSource {
+fn row_kernel(
+    rows: &Rows,
+    x: &Operand,
+    dy: Option<&Operand>,
+    stats: &Stats,
+    eps: f64,
+    mode: Mode,
+    out: &Operand,
+    width: usize,
+) -> KernelSource {
     let (len, count) = (rows.len, rows.count);
     let l = lanes_for(len, width);
     let per = width / l;
@@ -269,7 +362,9 @@ fn row_kernel(rows: &Rows, x: &Operand, dy: Option<&Operand>, stats: &Stats, eps
     let center = matches!(stats, Stats::Batch { center: true });
     match stats {
         Stats::Batch { center: true } if !bias => {
-            body += &strided("s1", "lane", l, len, "valid", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("at(b, {t})"))));
+            body += &strided("s1", "lane", l, len, "valid", |t| {
+                format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("at(b, {t})")))
+            });
             body += &seg_reduce("r1", "s1", "lane", l, 1);
             body += &format!("let m = r1.x / {n};\n    ");
         }
@@ -278,7 +373,11 @@ fn row_kernel(rows: &Rows, x: &Operand, dy: Option<&Operand>, stats: &Stats, eps
     }
     // The derivative's `g` of element `e` (in row `b` at `t`).
     let g = |e: &str, t: &str| match &mode {
-        Mode::Input { w: Some(w) } => Some(format!("{} * {}", load(dy.expect("derivatives have dy"), e), load(w, &format!("prm(b, {t})")))),
+        Mode::Input { w: Some(w) } => Some(format!(
+            "{} * {}",
+            load(dy.expect("derivatives have dy"), e),
+            load(w, &format!("prm(b, {t})"))
+        )),
         Mode::Input { w: None } | Mode::Param(_) => Some(load(dy.expect("derivatives have dy"), e)),
         Mode::Forward { .. } => None,
     };
@@ -300,11 +399,16 @@ fn row_kernel(rows: &Rows, x: &Operand, dy: Option<&Operand>, stats: &Stats, eps
         body += &seg_reduce("r2", "s2", "lane", l, 1);
     }
     match stats {
-        Stats::Batch { .. } => body += &format!("let rstd = 1.0 / sqrt(r2.x / {n} + {});\n    ", lit(eps)),
-        Stats::Given { var, .. } => body += &format!("let rstd = 1.0 / sqrt({var} + {});\n    ", lit(eps)),
+        Stats::Batch { .. } => {
+            body += &format!("let rstd = 1.0 / sqrt(r2.x / {n} + {});\n    ", lit(eps))
+        }
+        Stats::Given { var, .. } => {
+            body += &format!("let rstd = 1.0 / sqrt({var} + {});\n    ", lit(eps))
+        }
     }
-    let each =
-        |value: &str| format!("if (valid) {{\n        for (var t = lane; t < {len}u; t = t + {l}u) {{\n            let e = at(b, t);\n            {}\n        }}\n    }}", store(out, "e", value));
+    let each = |value: &str| {
+        format!("if (valid) {{\n        for (var t = lane; t < {len}u; t = t + {l}u) {{\n            let e = at(b, t);\n            {}\n        }}\n    }}", store(out, "e", value))
+    };
     let tail = match &mode {
         Mode::Forward { w, b } => {
             let mut y = format!("({} - m) * rstd", load(x, "e"));
@@ -333,12 +437,29 @@ fn row_kernel(rows: &Rows, x: &Operand, dy: Option<&Operand>, stats: &Stats, eps
 
 /// Layer and RMS norm derivatives: the input's row by row, the weight's and bias's by column
 /// blocks (`column_grad`).
-fn last_axis_grad(inputs: &[Operand], out: &Operand, eps: f64, center: bool, has_weight: bool, part: GradPart, width: usize) -> Result<KernelSource, String> {
+fn last_axis_grad(
+    inputs: &[Operand],
+    out: &Operand,
+    eps: f64,
+    center: bool,
+    has_weight: bool,
+    part: GradPart,
+    width: usize,
+) -> Result<KernelSource, String> {
     let x = &inputs[0];
     let dy = &inputs[inputs.len() - 1];
     let rows = last_axis_rows(x)?;
     if part == GradPart::Input {
-        return Ok(row_kernel(&rows, x, Some(dy), &Stats::Batch { center }, eps, Mode::Input { w: has_weight.then(|| &inputs[1]) }, out, width));
+        return Ok(row_kernel(
+            &rows,
+            x,
+            Some(dy),
+            &Stats::Batch { center },
+            eps,
+            Mode::Input { w: has_weight.then(|| &inputs[1]) },
+            out,
+            width,
+        ));
     }
     Ok(column_grad(&rows, x, dy, center, eps, part, out, width))
 }
@@ -348,7 +469,16 @@ fn last_axis_grad(inputs: &[Operand], out: &Operand, eps: f64, center: bool, has
 /// the rows. For the weight, each tile of rows first gets its statistics, every row from the 32
 /// invocations of its lane; the partial sums of a column then merge across row lanes.
 #[allow(clippy::too_many_arguments)]
-fn column_grad(rows: &Rows, x: &Operand, dy: &Operand, center: bool, eps: f64, part: GradPart, out: &Operand, width: usize) -> KernelSource {
+fn column_grad(
+    rows: &Rows,
+    x: &Operand,
+    dy: &Operand,
+    center: bool,
+    eps: f64,
+    part: GradPart,
+    out: &Operand,
+    width: usize,
+) -> KernelSource {
     let (d, count) = (rows.len, rows.count);
     let cl = lanes_for(d, width.min(32));
     let rl = width / cl;
@@ -362,11 +492,20 @@ fn column_grad(rows: &Rows, x: &Operand, dy: &Operand, center: bool, eps: f64, p
     "
     );
     if part == GradPart::Bias {
-        body += &strided("acc", "rlane", rl, count, "cv", |r| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(dy, &at(r, "c"))));
+        body += &strided("acc", "rlane", rl, count, "cv", |r| {
+            format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(dy, &at(r, "c")))
+        });
     } else {
         helpers += &format!("fn sq(e: u32, m: f32) -> vec4<f32> {{\n    let d = {} - m;\n    return vec4<f32>(d * d, 0.0, 0.0, 0.0);\n}}\n", load(x, "e"));
         let mean = if center {
-            format!("{}{}let m = r1.x / f32({d}u);", strided("s1", "lane", cl, d, "rv", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &at("r", t)))), seg_reduce("r1", "s1", "lane", cl, 1))
+            format!(
+                "{}{}let m = r1.x / f32({d}u);",
+                strided("s1", "lane", cl, d, "rv", |t| format!(
+                    "vec4<f32>({}, 0.0, 0.0, 0.0)",
+                    load(x, &at("r", t))
+                )),
+                seg_reduce("r1", "s1", "lane", cl, 1)
+            )
         } else {
             "let m = 0.0;".into()
         };
@@ -403,7 +542,15 @@ fn column_grad(rows: &Rows, x: &Operand, dy: &Operand, center: bool, eps: f64, p
 /// Compared with `column_grad`'s workgroup per 32 columns (12 workgroups for 384 columns, each
 /// recomputing every row's statistics), each row's statistics are computed once and the rows
 /// spread over as many workgroups as there are chunks.
-fn weight_grad_partial(x: &Operand, dy: &Operand, eps: f64, center: bool, chunk: usize, out: &Operand, width: usize) -> Result<KernelSource, String> {
+fn weight_grad_partial(
+    x: &Operand,
+    dy: &Operand,
+    eps: f64,
+    center: bool,
+    chunk: usize,
+    out: &Operand,
+    width: usize,
+) -> Result<KernelSource, String> {
     let rows = last_axis_rows(x)?;
     if dy.shape != x.shape {
         return Err(format!("dy {:?} must have x's shape {:?}", dy.shape, x.shape));
@@ -420,7 +567,10 @@ fn weight_grad_partial(x: &Operand, dy: &Operand, eps: f64, center: bool, chunk:
     let mean = if center {
         format!(
             "{}{}let m = r1.x / f32({d}u);",
-            strided("s1", "lane", cl, d, "rv", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &at("r", t)))),
+            strided("s1", "lane", cl, d, "rv", |t| format!(
+                "vec4<f32>({}, 0.0, 0.0, 0.0)",
+                load(x, &at("r", t))
+            )),
             seg_reduce("r1", "s1", "lane", cl, 1)
         )
     } else {
@@ -480,7 +630,14 @@ fn weight_grad_partial(x: &Operand, dy: &Operand, eps: f64, center: bool, chunk:
 /// Group norm's weight derivative `Σ dy·x̂` per channel: one workgroup per channel loops over
 /// the samples, computing each sample's group statistics with the whole workgroup (the other
 /// channels of the group recompute them), then its channel's share.
-fn group_weight_grad(x: &Operand, dy: &Operand, groups: usize, eps: f64, out: &Operand, width: usize) -> Result<KernelSource, String> {
+fn group_weight_grad(
+    x: &Operand,
+    dy: &Operand,
+    groups: usize,
+    eps: f64,
+    out: &Operand,
+    width: usize,
+) -> Result<KernelSource, String> {
     let rows = group_rows(x, groups)?;
     let (n, c, s) = batch_layout(x)?;
     let (cpg, blen) = (c / groups, rows.len);
@@ -510,7 +667,10 @@ fn gx(e: u32, m: f32, rstd: f32) -> vec4<f32> {{
     {tot}if (tid == 0u) {{
         {st}
     }}",
-        s1 = strided("s1", "tid", width, blen, "true", |t| format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("base + {t}")))),
+        s1 = strided("s1", "tid", width, blen, "true", |t| format!(
+            "vec4<f32>({}, 0.0, 0.0, 0.0)",
+            load(x, &format!("base + {t}"))
+        )),
         r1 = seg_reduce("r1", "s1", "tid", width, 1),
         s2 = strided("s2", "tid", width, blen, "true", |t| format!("sq(base + {t}, m)")),
         r2 = seg_reduce("r2", "s2", "tid", width, 1),
@@ -525,7 +685,10 @@ fn gx(e: u32, m: f32, rstd: f32) -> vec4<f32> {{
 /// Running statistics must be `[C]`.
 fn check_running(inputs: &[Operand], c: usize) -> Result<(), String> {
     if inputs[1].shape != [c] || inputs[2].shape != [c] {
-        return Err(format!("running statistics must have shape [{c}], found {:?} and {:?}", inputs[1].shape, inputs[2].shape));
+        return Err(format!(
+            "running statistics must have shape [{c}], found {:?} and {:?}",
+            inputs[1].shape, inputs[2].shape
+        ));
     }
     Ok(())
 }
@@ -548,17 +711,41 @@ fn batch_stats(inputs: &[Operand], training: bool) -> Result<Stats, String> {
 /// inference kernels.
 fn running(inputs: &[Operand], eps: f64) -> Result<(String, String), String> {
     let (_, c, s) = batch_layout(&inputs[0])?;
-    Ok((format!("let c = (i / {s}u) % {c}u;\n    let rstd = 1.0 / sqrt({} + {});", load(&inputs[2], "c"), lit(eps)), load(&inputs[1], "c")))
+    Ok((
+        format!(
+            "let c = (i / {s}u) % {c}u;\n    let rstd = 1.0 / sqrt({} + {});",
+            load(&inputs[2], "c"),
+            lit(eps)
+        ),
+        load(&inputs[1], "c"),
+    ))
 }
 
 /// Batch norm forward, inputs `x, running_mean, running_var, weight?, bias?`: batch statistics
 /// (a workgroup per channel) when `training`, else the running ones (elementwise).
-pub(super) fn batch_norm(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool, has_bias: bool, training: bool, width: u32) -> Result<KernelSource, String> {
+pub(super) fn batch_norm(
+    inputs: &[Operand],
+    out: &Operand,
+    eps: f64,
+    has_weight: bool,
+    has_bias: bool,
+    training: bool,
+    width: u32,
+) -> Result<KernelSource, String> {
     let x = &inputs[0];
     let stats = batch_stats(inputs, training)?;
     let (w, b) = affine(inputs, 3, has_weight, has_bias);
     if training {
-        return Ok(row_kernel(&channel_rows(x)?, x, None, &stats, eps, Mode::Forward { w, b }, out, width as usize));
+        return Ok(row_kernel(
+            &channel_rows(x)?,
+            x,
+            None,
+            &stats,
+            eps,
+            Mode::Forward { w, b },
+            out,
+            width as usize,
+        ));
     }
     let (pre, mean) = running(inputs, eps)?;
     let mut y = format!("({} - {mean}) * rstd", load(x, "i"));
@@ -568,12 +755,25 @@ pub(super) fn batch_norm(inputs: &[Operand], out: &Operand, eps: f64, has_weight
     if let Some(b) = b {
         y = format!("{y} + {}", load(b, "c"));
     }
-    Ok(elementwise(out.shape.iter().product(), width, &format!("{pre}\n    {}", store(out, "i", &y)), ""))
+    Ok(elementwise(
+        out.shape.iter().product(),
+        width,
+        &format!("{pre}\n    {}", store(out, "i", &y)),
+        "",
+    ))
 }
 
 /// Inputs `x, running_mean, running_var, weight?, bias?, dy`. In training the batch statistics
 /// depend on `x` (the full derivative); otherwise `dx = dy·w·rstd`, elementwise.
-fn batch_norm_grad(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool, part: GradPart, training: bool, width: u32) -> Result<KernelSource, String> {
+fn batch_norm_grad(
+    inputs: &[Operand],
+    out: &Operand,
+    eps: f64,
+    has_weight: bool,
+    part: GradPart,
+    training: bool,
+    width: u32,
+) -> Result<KernelSource, String> {
     let x = &inputs[0];
     let dy = &inputs[inputs.len() - 1];
     let stats = batch_stats(inputs, training)?;
@@ -583,9 +783,16 @@ fn batch_norm_grad(inputs: &[Operand], out: &Operand, eps: f64, has_weight: bool
         GradPart::Input if !training => {
             let (pre, _) = running(inputs, eps)?;
             let scale = w.map_or("rstd".to_string(), |w| format!("rstd * {}", load(w, "c")));
-            Ok(elementwise(out.shape.iter().product(), width, &format!("{pre}\n    {}", store(out, "i", &format!("{scale} * {}", load(dy, "i")))), ""))
+            Ok(elementwise(
+                out.shape.iter().product(),
+                width,
+                &format!("{pre}\n    {}", store(out, "i", &format!("{scale} * {}", load(dy, "i")))),
+                "",
+            ))
         }
-        GradPart::Input => Ok(row_kernel(&rows, x, Some(dy), &stats, eps, Mode::Input { w }, out, width as usize)),
+        GradPart::Input => {
+            Ok(row_kernel(&rows, x, Some(dy), &stats, eps, Mode::Input { w }, out, width as usize))
+        }
         p => Ok(row_kernel(&rows, x, Some(dy), &stats, eps, Mode::Param(p), out, width as usize)),
     }
 }
@@ -635,7 +842,12 @@ pub(crate) fn dropout_key(seed: u64, node: u32) -> u64 {
 /// with the forward step's key): element `e` is kept when `(splitmix64(key ^ e) >> 11) / 2^53
 /// >= p`, with `key` read from `params.p[0].xy` (see `dropout_key`) and the comparison done
 /// exactly in integers: `h >= ceil(p·2^53)·2^11`.
-pub(super) fn dropout(x: &Operand, out: &Operand, p: f64, width: u32) -> Result<KernelSource, String> {
+pub(super) fn dropout(
+    x: &Operand,
+    out: &Operand,
+    p: f64,
+    width: u32,
+) -> Result<KernelSource, String> {
     if !(0.0..1.0).contains(&p) {
         return Err(format!("dropout probability must be in [0, 1), found {p}"));
     }
@@ -668,7 +880,9 @@ mod tests {
     fn device() -> Option<GpuDevice> {
         match GpuDevice::open() {
             Ok(d) => Some(d),
-            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}"),
+            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+                panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}")
+            }
             Err(why) => {
                 eprintln!("skipping: no GPU device ({why})");
                 None
@@ -677,12 +891,24 @@ mod tests {
     }
 
     fn values(n: usize, seed: u32, shift: f32) -> Vec<f32> {
-        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 1000.0 - 1.0 + shift).collect()
+        (0..n)
+            .map(|i| {
+                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32
+                    / 1000.0
+                    - 1.0
+                    + shift
+            })
+            .collect()
     }
 
     /// Lays `inputs` out in an arena followed by the output, runs `make`'s kernel and returns
     /// the output with the inputs as tensors.
-    fn run(dev: &mut GpuDevice, inputs: &[(Vec<usize>, f32)], out_shape: &[usize], make: impl Fn(&[Operand], &Operand, u32) -> KernelSource) -> (Vec<f32>, Vec<Tensor>) {
+    fn run(
+        dev: &mut GpuDevice,
+        inputs: &[(Vec<usize>, f32)],
+        out_shape: &[usize],
+        make: impl Fn(&[Operand], &Operand, u32) -> KernelSource,
+    ) -> (Vec<f32>, Vec<Tensor>) {
         run_with(dev, inputs, out_shape, [0u32; 32], None, make)
     }
 
@@ -710,25 +936,43 @@ mod tests {
         let kernel = dev.kernel("norm_test", &src.body).expect("valid WGSL");
         let arena = dev.arena(offset + n).expect("fits");
         for (o, t) in ops.iter().zip(&tensors) {
-            dev.write(&arena, o.offset, &t.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect::<Vec<_>>()).expect("uploads");
+            dev.write(
+                &arena,
+                o.offset,
+                &t.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect::<Vec<_>>(),
+            )
+            .expect("uploads");
         }
         let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits).expect("fits");
         dev.run(&arena, &[(&kernel, params, groups)]).expect("runs");
-        (dev.read(&arena, offset, n).expect("reads").into_iter().map(f32::from_bits).collect(), tensors)
+        (
+            dev.read(&arena, offset, n).expect("reads").into_iter().map(f32::from_bits).collect(),
+            tensors,
+        )
     }
 
     fn close(what: &str, got: &[f32], want: &Tensor, tol: f64) {
         let want = want.to_f64_vec();
         assert_eq!(got.len(), want.len());
         for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
-            assert!((a as f64 - b).abs() <= tol * (1.0 + b.abs()), "{what}: element {i}: gpu {a}, cpu {b}");
+            assert!(
+                (a as f64 - b).abs() <= tol * (1.0 + b.abs()),
+                "{what}: element {i}: gpu {a}, cpu {b}"
+            );
         }
     }
 
     #[test]
     fn batch_norm_forward_matches_the_cpu_in_both_modes() {
         let Some(mut dev) = device() else { return };
-        for x in [vec![4usize, 3, 5], vec![5, 3], vec![2, 3, 2, 3], vec![8, 3, 700], vec![300, 4], vec![3, 2, 1]] {
+        for x in [
+            vec![4usize, 3, 5],
+            vec![5, 3],
+            vec![2, 3, 2, 3],
+            vec![8, 3, 700],
+            vec![300, 4],
+            vec![3, 2, 1],
+        ] {
             let c = vec![x[1]];
             for training in [true, false] {
                 for (w, b) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -739,11 +983,25 @@ mod tests {
                     if b {
                         inputs.push((c.clone(), 0.0));
                     }
-                    let (got, tensors) = run(&mut dev, &inputs, &x, |ins, out, width| batch_norm(ins, out, 1e-5, w, b, training, width).expect("generates"));
+                    let (got, tensors) = run(&mut dev, &inputs, &x, |ins, out, width| {
+                        batch_norm(ins, out, 1e-5, w, b, training, width).expect("generates")
+                    });
                     let op = Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: w, has_bias: b };
                     let refs: Vec<&Tensor> = tensors.iter().collect();
-                    let want = crate::cpu::eval(&op, &refs, DType::F32, &x, &crate::cpu::Ctx { training, seed: 0, node: 0 }).expect("cpu runs");
-                    close(&format!("batch_norm training={training} w={w} b={b} {x:?}"), &got, &want, 1e-4);
+                    let want = crate::cpu::eval(
+                        &op,
+                        &refs,
+                        DType::F32,
+                        &x,
+                        &crate::cpu::Ctx { training, seed: 0, node: 0 },
+                    )
+                    .expect("cpu runs");
+                    close(
+                        &format!("batch_norm training={training} w={w} b={b} {x:?}"),
+                        &got,
+                        &want,
+                        1e-4,
+                    );
                 }
             }
         }
@@ -753,15 +1011,25 @@ mod tests {
     fn dropout_draws_the_cpu_mask_exactly() {
         let Some(mut dev) = device() else { return };
         let x = vec![7usize, 301];
-        for (p, seed, node) in [(0.5, 0u64, 0u32), (0.1, 0xDEAD_BEEF_0123_4567, 17), (0.9, u64::MAX, 3), (0.0, 42, 1), (0.3, 1 << 40, u32::MAX)] {
+        for (p, seed, node) in [
+            (0.5, 0u64, 0u32),
+            (0.1, 0xDEAD_BEEF_0123_4567, 17),
+            (0.9, u64::MAX, 3),
+            (0.0, 42, 1),
+            (0.3, 1 << 40, u32::MAX),
+        ] {
             let key = dropout_key(seed, node);
             let mut params = [0u32; 32];
             params[0] = key as u32;
             params[1] = (key >> 32) as u32;
-            let (got, tensors) = run_with(&mut dev, &[(x.clone(), 0.0)], &x, params, None, |ins, out, width| dropout(&ins[0], out, p, width).expect("generates"));
+            let (got, tensors) =
+                run_with(&mut dev, &[(x.clone(), 0.0)], &x, params, None, |ins, out, width| {
+                    dropout(&ins[0], out, p, width).expect("generates")
+                });
             let refs: Vec<&Tensor> = tensors.iter().collect();
             let ctx = crate::cpu::Ctx { training: true, seed, node };
-            let want = crate::cpu::eval(&Op::Dropout { p }, &refs, DType::F32, &x, &ctx).expect("cpu runs");
+            let want = crate::cpu::eval(&Op::Dropout { p }, &refs, DType::F32, &x, &ctx)
+                .expect("cpu runs");
             let what = format!("dropout p={p} seed={seed} node={node}");
             close(&what, &got, &want, 1e-6);
             // The mask itself, exactly (inputs are never 0 here except by construction).
@@ -769,7 +1037,14 @@ mod tests {
                 assert_eq!(g == 0.0, w == 0.0, "{what}: element {i} mask differs");
             }
             // DropoutGrad of the same forward step draws the same mask.
-            let grad = crate::cpu::eval(&Op::DropoutGrad { p, forward: node }, &refs, DType::F32, &x, &crate::cpu::Ctx { training: true, seed, node: 0 }).expect("cpu runs");
+            let grad = crate::cpu::eval(
+                &Op::DropoutGrad { p, forward: node },
+                &refs,
+                DType::F32,
+                &x,
+                &crate::cpu::Ctx { training: true, seed, node: 0 },
+            )
+            .expect("cpu runs");
             close(&format!("{what} (grad)"), &got, &grad, 1e-6);
         }
     }
@@ -780,28 +1055,80 @@ mod tests {
     fn norm_kernels_hold_at_narrow_widths() {
         let Some(mut dev) = device() else { return };
         let g = |part| Op::LayerNormGrad { eps: 1e-5, has_weight: true, has_bias: true, part };
-        let gn = |part| Op::GroupNormGrad { groups: 3, eps: 1e-5, has_weight: true, has_bias: true, part };
-        let bn = |part| Op::BatchNormGrad { eps: 1e-5, has_weight: true, has_bias: false, part, training: true };
+        let gn = |part| Op::GroupNormGrad {
+            groups: 3,
+            eps: 1e-5,
+            has_weight: true,
+            has_bias: true,
+            part,
+        };
+        let bn = |part| Op::BatchNormGrad {
+            eps: 1e-5,
+            has_weight: true,
+            has_bias: false,
+            part,
+            training: true,
+        };
         let (ln, gx, bx) = (vec![9usize, 70], vec![2usize, 6, 50], vec![4usize, 3, 70]);
         // (op, input shapes, output shape)
         let cases: Vec<(Op, Vec<Vec<usize>>, Vec<usize>)> = vec![
             (g(GradPart::Input), vec![ln.clone(), vec![70], vec![70], ln.clone()], ln.clone()),
             (g(GradPart::Weight), vec![ln.clone(), vec![70], vec![70], ln.clone()], vec![70]),
             (g(GradPart::Bias), vec![ln.clone(), vec![70], vec![70], ln.clone()], vec![70]),
-            (Op::RmsNorm { eps: 1e-6, has_weight: true }, vec![vec![3, 300], vec![300]], vec![3, 300]),
+            (
+                Op::RmsNorm { eps: 1e-6, has_weight: true },
+                vec![vec![3, 300], vec![300]],
+                vec![3, 300],
+            ),
             (gn(GradPart::Input), vec![gx.clone(), vec![6], vec![6], gx.clone()], gx.clone()),
             (gn(GradPart::Weight), vec![gx.clone(), vec![6], vec![6], gx.clone()], vec![6]),
-            (bn(GradPart::Input), vec![bx.clone(), vec![3], vec![3], vec![3], bx.clone()], bx.clone()),
-            (bn(GradPart::Weight), vec![bx.clone(), vec![3], vec![3], vec![3], bx.clone()], vec![3]),
+            (
+                bn(GradPart::Input),
+                vec![bx.clone(), vec![3], vec![3], vec![3], bx.clone()],
+                bx.clone(),
+            ),
+            (
+                bn(GradPart::Weight),
+                vec![bx.clone(), vec![3], vec![3], vec![3], bx.clone()],
+                vec![3],
+            ),
         ];
         for width in [64u32, 32, 16, 4, 1] {
             for (op, shapes, out) in &cases {
                 // Positive running variances (input 2 of batch norm); other inputs around 0.
-                let inputs: Vec<(Vec<usize>, f32)> = shapes.iter().enumerate().map(|(k, s)| (s.clone(), if k == 2 && matches!(op, Op::BatchNormGrad { .. }) { 1.5 } else { 0.0 })).collect();
-                let step = crate::gpu::test_util::step(op.clone(), (0..shapes.len() as u32).collect(), DType::F32, out);
-                let (got, tensors) = run_with(&mut dev, &inputs, out, [0u32; 32], Some(width), |ins, o, w| generate(&step, ins, o, w).expect("generates"));
+                let inputs: Vec<(Vec<usize>, f32)> = shapes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| {
+                        (
+                            s.clone(),
+                            if k == 2 && matches!(op, Op::BatchNormGrad { .. }) {
+                                1.5
+                            } else {
+                                0.0
+                            },
+                        )
+                    })
+                    .collect();
+                let step = crate::gpu::test_util::step(
+                    op.clone(),
+                    (0..shapes.len() as u32).collect(),
+                    DType::F32,
+                    out,
+                );
+                let (got, tensors) =
+                    run_with(&mut dev, &inputs, out, [0u32; 32], Some(width), |ins, o, w| {
+                        generate(&step, ins, o, w).expect("generates")
+                    });
                 let refs: Vec<&Tensor> = tensors.iter().collect();
-                let want = crate::cpu::eval(op, &refs, DType::F32, out, &crate::cpu::Ctx { training: true, seed: 0, node: 0 }).expect("cpu runs");
+                let want = crate::cpu::eval(
+                    op,
+                    &refs,
+                    DType::F32,
+                    out,
+                    &crate::cpu::Ctx { training: true, seed: 0, node: 0 },
+                )
+                .expect("cpu runs");
                 close(&format!("{} at width {width}", op.describe()), &got, &want, 2e-4);
             }
         }

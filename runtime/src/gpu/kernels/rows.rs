@@ -84,21 +84,44 @@ fn max_and_sum(len: usize, stride: usize, width: u32, value: &str) -> String {
     )
 }
 
-pub(super) fn softmax(axis: usize, log: bool, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub(super) fn softmax(
+    axis: usize,
+    log: bool,
+    x: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (base, len, stride) = row_of(&x.shape, axis);
-    let result = if log { format!("{} - m - log(s)", load(x, "e")) } else { format!("exp({} - m) / s", load(x, "e")) };
-    let body = format!("let base = {base};\n    {}\n    {}", max_and_sum(len, stride, width, &load(x, "e")), each(len, stride, width, &store(out, "e", &result)));
+    let result = if log {
+        format!("{} - m - log(s)", load(x, "e"))
+    } else {
+        format!("exp({} - m) / s", load(x, "e"))
+    };
+    let body = format!(
+        "let base = {base};\n    {}\n    {}",
+        max_and_sum(len, stride, width, &load(x, "e")),
+        each(len, stride, width, &store(out, "e", &result))
+    );
     Ok(row_kernel(rows_of(&x.shape, axis), width, &body))
 }
 
-pub(super) fn softmax_grad(axis: usize, log: bool, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub(super) fn softmax_grad(
+    axis: usize,
+    log: bool,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (y, dy) = (&inputs[0], &inputs[1]);
     let (base, len, stride) = row_of(&y.shape, axis);
     // log: dx = dy − softmax(x)·Σdy with softmax(x) = exp(y); else dx = y·(dy − Σ dy·y).
     let (term, result) = if log {
         (load(dy, "e"), format!("{} - exp({}) * s", load(dy, "e"), load(y, "e")))
     } else {
-        (format!("{} * {}", load(dy, "e"), load(y, "e")), format!("{} * ({} - s)", load(y, "e"), load(dy, "e")))
+        (
+            format!("{} * {}", load(dy, "e"), load(y, "e")),
+            format!("{} * ({} - s)", load(y, "e"), load(dy, "e")),
+        )
     };
     let body = format!(
         "let base = {base};
@@ -114,7 +137,11 @@ pub(super) fn softmax_grad(axis: usize, log: bool, inputs: &[Operand], out: &Ope
 
 /// The mean loss over all rows: one workgroup, row after row (the loss is one number and there
 /// is no scratch to combine workgroups in); each row's reductions are parallel.
-pub(super) fn cross_entropy(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub(super) fn cross_entropy(
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (logits, targets) = (&inputs[0], &inputs[1]);
     let c = *logits.shape.last().ok_or("logits need a class axis")?;
     let rows: usize = targets.shape.iter().product();
@@ -136,12 +163,21 @@ pub(super) fn cross_entropy(inputs: &[Operand], out: &Operand, width: u32) -> Re
 }
 
 /// `Op::CrossEntropyRows`: one workgroup per row, storing the row's `m + log(s) − logit[target]`.
-pub(super) fn cross_entropy_rows(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub(super) fn cross_entropy_rows(
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (logits, targets) = (&inputs[0], &inputs[1]);
     let c = *logits.shape.last().ok_or("logits need a class axis")?;
     let rows: usize = targets.shape.iter().product();
-    if out.shape.iter().product::<usize>() != rows || logits.shape.iter().product::<usize>() != rows * c {
-        return Err(format!("logits {:?}, targets {:?} and output {:?} disagree on the rows", logits.shape, targets.shape, out.shape));
+    if out.shape.iter().product::<usize>() != rows
+        || logits.shape.iter().product::<usize>() != rows * c
+    {
+        return Err(format!(
+            "logits {:?}, targets {:?} and output {:?} disagree on the rows",
+            logits.shape, targets.shape, out.shape
+        ));
     }
     let body = format!(
         "let base = r * {c}u;
@@ -155,7 +191,11 @@ pub(super) fn cross_entropy_rows(inputs: &[Operand], out: &Operand, width: u32) 
     Ok(row_kernel(rows, width, &body))
 }
 
-pub(super) fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub(super) fn cross_entropy_grad(
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (logits, targets, dl) = (&inputs[0], &inputs[1], &inputs[2]);
     let c = *logits.shape.last().ok_or("logits need a class axis")?;
     let rows: usize = targets.shape.iter().product();
@@ -168,7 +208,19 @@ pub(super) fn cross_entropy_grad(inputs: &[Operand], out: &Operand, width: u32) 
         stats = max_and_sum(c, 1, width, &load(logits, "e")),
         tg = load(targets, "r"),
         dl = load(dl, "0u"),
-        write = each(c, 1, width, &store(out, "e", &format!("(exp({} - m) / s - select(0.0, 1.0, t == tgt)) * scale", load(logits, "e")))),
+        write = each(
+            c,
+            1,
+            width,
+            &store(
+                out,
+                "e",
+                &format!(
+                    "(exp({} - m) / s - select(0.0, 1.0, t == tgt)) * scale",
+                    load(logits, "e")
+                )
+            )
+        ),
     );
     Ok(row_kernel(rows, width, &body))
 }
@@ -185,17 +237,37 @@ pub(super) struct Combine {
 /// Reduces `x` over the `reduced` axes into `out`; `keep` is `out`'s shape padded to `x`'s
 /// rank (1 on reduced axes). Short reductions: one invocation per output walking its elements.
 /// Long ones: one workgroup per output.
-pub(super) fn reduce(x: &Operand, out: &Operand, keep: &[usize], reduced: &[usize], c: &Combine, width: u32) -> Result<KernelSource, String> {
+pub(super) fn reduce(
+    x: &Operand,
+    out: &Operand,
+    keep: &[usize],
+    reduced: &[usize],
+    c: &Combine,
+    width: u32,
+) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
     let xs = strides(&x.shape);
     let ks = strides(keep);
-    let base: Vec<String> = (0..x.shape.len()).filter(|a| !reduced.contains(a)).map(|a| format!("((o / {}u) % {}u) * {}u", ks[a], keep[a], xs[a])).collect();
+    let base: Vec<String> = (0..x.shape.len())
+        .filter(|a| !reduced.contains(a))
+        .map(|a| format!("((o / {}u) % {}u) * {}u", ks[a], keep[a], xs[a]))
+        .collect();
     let base = if base.is_empty() { "0u".to_string() } else { base.join(" + ") };
     let count: usize = reduced.iter().map(|&a| x.shape[a]).product();
     let rshape: Vec<usize> = reduced.iter().map(|&a| x.shape[a]).collect();
     let rs = strides(&rshape);
-    let offset: Vec<String> = reduced.iter().enumerate().map(|(j, &a)| format!("((t / {}u) % {}u) * {}u", rs[j], rshape[j], xs[a])).collect();
-    let value = load(x, &format!("base + {}", if offset.is_empty() { "0u".to_string() } else { offset.join(" + ") }));
+    let offset: Vec<String> = reduced
+        .iter()
+        .enumerate()
+        .map(|(j, &a)| format!("((t / {}u) % {}u) * {}u", rs[j], rshape[j], xs[a]))
+        .collect();
+    let value = load(
+        x,
+        &format!(
+            "base + {}",
+            if offset.is_empty() { "0u".to_string() } else { offset.join(" + ") }
+        ),
+    );
     let (step, init, result) = (c.step, c.init, &c.result);
     if count < 4 * width as usize || n >= 4096 {
         let body = format!(

@@ -15,7 +15,12 @@ use crate::op::{Op, ReduceOp};
 use crate::plan::Step;
 
 /// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention, AttentionStats and AttentionGrad.
-pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+pub fn generate(
+    step: &Step,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let need = |k: usize| super::need_inputs(step, inputs, k);
     match &step.op {
         Op::Concat { axis } => {
@@ -50,7 +55,9 @@ pub fn generate(step: &Step, inputs: &[Operand], out: &Operand, width: u32) -> R
             need(1)?;
             rope(*theta, *offset, *inverse, &inputs[0], out, width)
         }
-        Op::Attention { .. } | Op::AttentionStats { .. } | Op::AttentionGrad { .. } => super::attention::generate(step, inputs, out, width),
+        Op::Attention { .. } | Op::AttentionStats { .. } | Op::AttentionGrad { .. } => {
+            super::attention::generate(step, inputs, out, width)
+        }
         other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
     }
 }
@@ -73,7 +80,12 @@ fn decompose(len: usize, inner: usize) -> String {
     )
 }
 
-fn concat(axis: usize, pieces: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn concat(
+    axis: usize,
+    pieces: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (_, len, inner) = split(&out.shape, axis)?;
     let n: usize = out.shape.iter().product();
     let mut body = decompose(len, inner);
@@ -81,7 +93,10 @@ fn concat(axis: usize, pieces: &[Operand], out: &Operand, width: u32) -> Result<
     for p in pieces {
         let (_, plen, pinner) = split(&p.shape, axis)?;
         if pinner != inner {
-            return Err(format!("concat piece {:?} does not fit output {:?} off axis {axis}", p.shape, out.shape));
+            return Err(format!(
+                "concat piece {:?} does not fit output {:?} off axis {axis}",
+                p.shape, out.shape
+            ));
         }
         if plen == 0 {
             continue;
@@ -98,15 +113,27 @@ fn concat(axis: usize, pieces: &[Operand], out: &Operand, width: u32) -> Result<
         start = end;
     }
     if start != len {
-        return Err(format!("concat pieces add up to {start} along axis {axis}, the output has {len}"));
+        return Err(format!(
+            "concat pieces add up to {start} along axis {axis}, the output has {len}"
+        ));
     }
     Ok(elementwise(n, width, &body, ""))
 }
 
-fn slice(axis: usize, start: usize, end: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn slice(
+    axis: usize,
+    start: usize,
+    end: usize,
+    x: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (_, xlen, inner) = split(&x.shape, axis)?;
     if !(start < end && end <= xlen) {
-        return Err(format!("slice {start}..{end} is out of range for axis {axis} of {:?}", x.shape));
+        return Err(format!(
+            "slice {start}..{end} is out of range for axis {axis} of {:?}",
+            x.shape
+        ));
     }
     let n: usize = out.shape.iter().product();
     let body = format!(
@@ -118,10 +145,20 @@ fn slice(axis: usize, start: usize, end: usize, x: &Operand, out: &Operand, widt
     Ok(elementwise(n, width, &body, ""))
 }
 
-fn slice_grad(axis: usize, start: usize, end: usize, dy: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn slice_grad(
+    axis: usize,
+    start: usize,
+    end: usize,
+    dy: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (_, len, inner) = split(&out.shape, axis)?;
     if !(start < end && end <= len) {
-        return Err(format!("slice {start}..{end} is out of range for axis {axis} of {:?}", out.shape));
+        return Err(format!(
+            "slice {start}..{end} is out of range for axis {axis} of {:?}",
+            out.shape
+        ));
     }
     let n: usize = out.shape.iter().product();
     let body = format!(
@@ -132,14 +169,24 @@ fn slice_grad(axis: usize, start: usize, end: usize, dy: &Operand, out: &Operand
         {}
     }}",
         decompose(len, inner),
-        store(out, "i", &load(dy, &format!("(o * {run}u + (a - {start}u)) * {inner}u + r", run = end - start))),
+        store(
+            out,
+            "i",
+            &load(dy, &format!("(o * {run}u + (a - {start}u)) * {inner}u + r", run = end - start))
+        ),
         store(out, "i", "0"),
     );
     Ok(elementwise(n, width, &body, ""))
 }
 
 /// `index_select`; an index outside the axis gives 0 (the CPU refuses it).
-fn gather(axis: usize, x: &Operand, index: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn gather(
+    axis: usize,
+    x: &Operand,
+    index: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (_, len, inner) = split(&x.shape, axis)?;
     let m: usize = index.shape.iter().product();
     let n: usize = out.shape.iter().product();
@@ -165,7 +212,13 @@ fn gather(axis: usize, x: &Operand, index: &Operand, out: &Operand, width: u32) 
 ///
 /// Rows wide enough to fill a workgroup (an embedding table's gradient) take `gather_grad_rows`;
 /// narrow ones, one invocation per element scanning every position.
-fn gather_grad(axis: usize, index: &Operand, dy: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn gather_grad(
+    axis: usize,
+    index: &Operand,
+    dy: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (outer, len, inner) = split(&out.shape, axis)?;
     let m: usize = index.shape.iter().product();
     if inner >= (width / 4) as usize && width.is_power_of_two() {
@@ -197,7 +250,16 @@ fn gather_grad(axis: usize, index: &Operand, dy: &Operand, out: &Operand, width:
 /// 30,522 × 384 word-embedding gradient over 1,024 tokens that was 1.2·10¹⁰ reads (7 ms on an
 /// H200); this reads each position once per row block (6·10⁷) plus `dy` once per match.
 #[allow(clippy::too_many_arguments)]
-fn gather_grad_rows(outer: usize, len: usize, inner: usize, m: usize, index: &Operand, dy: &Operand, out: &Operand, width: u32) -> KernelSource {
+fn gather_grad_rows(
+    outer: usize,
+    len: usize,
+    inner: usize,
+    m: usize,
+    index: &Operand,
+    dy: &Operand,
+    out: &Operand,
+    width: u32,
+) -> KernelSource {
     let blocks = inner.div_ceil(width as usize);
     let rows = outer * len * blocks;
     let body = format!(
@@ -266,23 +328,36 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
 
 /// `[x, y, dy]` → dx; max/min route `dy` to the first (row-major) element of each reduced group
 /// equal to the result, found by scanning the group's elements before this one.
-fn reduce_grad(op: ReduceOp, axes: &[usize], inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn reduce_grad(
+    op: ReduceOp,
+    axes: &[usize],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let (x, y, dy) = (&inputs[0], &inputs[1], &inputs[2]);
     let shape = &x.shape;
     if let Some(&a) = axes.iter().find(|&&a| a >= shape.len()) {
         return Err(format!("axis {a} is out of range for shape {shape:?}"));
     }
     let n: usize = shape.iter().product();
-    let kept: Vec<usize> = shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
+    let kept: Vec<usize> =
+        shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
     let xs = strides(shape);
     let ks = strides(&kept);
     let coord = |a: usize| format!("((i / {}u) % {}u)", xs[a], shape[a]);
-    let oi: Vec<String> = (0..shape.len()).filter(|a| !axes.contains(a) && shape[*a] != 1).map(|a| format!("{} * {}u", coord(a), ks[a])).collect();
+    let oi: Vec<String> = (0..shape.len())
+        .filter(|a| !axes.contains(a) && shape[*a] != 1)
+        .map(|a| format!("{} * {}u", coord(a), ks[a]))
+        .collect();
     let oi = if oi.is_empty() { "0u".to_string() } else { oi.join(" + ") };
     let count: usize = axes.iter().map(|&a| shape[a]).product();
     let body = match op {
         ReduceOp::Sum => format!("let oi = {oi};\n    {}", store(out, "i", &load(dy, "oi"))),
-        ReduceOp::Mean => format!("let oi = {oi};\n    {}", store(out, "i", &format!("{} / {count}.0", load(dy, "oi")))),
+        ReduceOp::Mean => format!(
+            "let oi = {oi};\n    {}",
+            store(out, "i", &format!("{} / {count}.0", load(dy, "oi")))
+        ),
         ReduceOp::Max | ReduceOp::Min => {
             // The group's elements in row-major order: position r over the reduced axes.
             let rshape: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
@@ -291,9 +366,18 @@ fn reduce_grad(op: ReduceOp, axes: &[usize], inputs: &[Operand], out: &Operand, 
             let sorted: Vec<usize> = order.iter().map(|&j| axes[j]).collect();
             let sshape: Vec<usize> = order.iter().map(|&j| rshape[j]).collect();
             let rs = strides(&sshape);
-            let mine: Vec<String> = sorted.iter().enumerate().map(|(j, &a)| format!("{} * {}u", coord(a), rs[j])).collect();
-            let back: Vec<String> = sorted.iter().map(|&a| format!("{} * {}u", coord(a), xs[a])).collect();
-            let off: Vec<String> = sorted.iter().enumerate().map(|(j, &a)| format!("((r / {}u) % {}u) * {}u", rs[j], sshape[j], xs[a])).collect();
+            let mine: Vec<String> = sorted
+                .iter()
+                .enumerate()
+                .map(|(j, &a)| format!("{} * {}u", coord(a), rs[j]))
+                .collect();
+            let back: Vec<String> =
+                sorted.iter().map(|&a| format!("{} * {}u", coord(a), xs[a])).collect();
+            let off: Vec<String> = sorted
+                .iter()
+                .enumerate()
+                .map(|(j, &a)| format!("((r / {}u) % {}u) * {}u", rs[j], sshape[j], xs[a]))
+                .collect();
             let join = |v: Vec<String>| if v.is_empty() { "0u".to_string() } else { v.join(" + ") };
             format!(
                 "let oi = {oi};
@@ -352,7 +436,14 @@ fn argmax(axis: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelS
 /// HF `rotate_half` rope on `[.., T, D]`. The inverse frequencies are computed in f64 here and
 /// baked in; only `position · inv_freq` and its cosine and sine are f32 (the CPU is all f64), so
 /// the error grows with the position (≈ position · 1e-7 absolute).
-fn rope(theta: f64, offset: usize, inverse: bool, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
+fn rope(
+    theta: f64,
+    offset: usize,
+    inverse: bool,
+    x: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
     let r = x.shape.len();
     if r < 2 || !x.shape[r - 1].is_multiple_of(2) {
         return Err(format!("rope needs [.., T, D] with an even D, found {:?}", x.shape));
@@ -363,7 +454,8 @@ fn rope(theta: f64, offset: usize, inverse: bool, x: &Operand, out: &Operand, wi
     if half == 0 || n == 0 {
         return Ok(elementwise(n, width, "", ""));
     }
-    let freqs: Vec<String> = (0..half).map(|i| format!("{:?}", theta.powf(-2.0 * i as f64 / d as f64) as f32)).collect();
+    let freqs: Vec<String> =
+        (0..half).map(|i| format!("{:?}", theta.powf(-2.0 * i as f64 / d as f64) as f32)).collect();
     let sign = if inverse { "-" } else { "" };
     let body = format!(
         "var inv_freq = array<f32, {half}u>({freqs});
@@ -379,8 +471,16 @@ fn rope(theta: f64, offset: usize, inverse: bool, x: &Operand, out: &Operand, wi
         {hi}
     }}",
         freqs = freqs.join(", "),
-        lo = store(out, "i", &format!("{} * c - {} * s", load(x, "i"), load(x, &format!("i + {half}u")))),
-        hi = store(out, "i", &format!("{} * c + {} * s", load(x, "i"), load(x, &format!("i - {half}u")))),
+        lo = store(
+            out,
+            "i",
+            &format!("{} * c - {} * s", load(x, "i"), load(x, &format!("i + {half}u")))
+        ),
+        hi = store(
+            out,
+            "i",
+            &format!("{} * c + {} * s", load(x, "i"), load(x, &format!("i - {half}u")))
+        ),
     );
     Ok(elementwise(n, width, &body, ""))
 }
