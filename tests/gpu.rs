@@ -3,10 +3,10 @@
 
 use mgn_compiler::lower::PlanOptions;
 use mgn_compiler::{driver::plan_path, elab::Setting};
+use mgn_ir::optim::OptimizerSpec;
+use mgn_ir::tensor::Tensor;
 use mgn_runtime::gpu::session::GpuSession;
-use mgn_runtime::optim::OptimizerSpec;
 use mgn_runtime::session::Session;
-use mgn_runtime::tensor::Tensor;
 use mgn_runtime::Plan;
 use mgn_tests::{rendered, root};
 use std::path::Path;
@@ -375,7 +375,7 @@ fn the_digits_cnn_trains_on_the_gpu_with_the_cpu_loss_curve() {
 
 #[test]
 fn every_optimizer_updates_on_the_device_like_the_cpu() {
-    use mgn_runtime::optim::{OptimizerKind, Schedule};
+    use mgn_ir::optim::{OptimizerKind, Schedule};
     let mlp = ["batch=8", "hidden=12"];
     for (kind, clip, schedule) in [
         (OptimizerKind::Sgd { momentum: 0.0 }, None, Schedule::Constant),

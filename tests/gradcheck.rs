@@ -5,9 +5,9 @@
 
 use mgn_compiler::lower::PlanOptions;
 use mgn_compiler::{driver::plan_path, elab::Setting};
-use mgn_runtime::optim::OptimizerSpec;
+use mgn_ir::optim::OptimizerSpec;
+use mgn_ir::tensor::{Data, Tensor};
 use mgn_runtime::session::Session;
-use mgn_runtime::tensor::{Data, Tensor};
 use mgn_runtime::Plan;
 use mgn_tests::{rendered, root};
 use std::path::Path;

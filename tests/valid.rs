@@ -1,7 +1,7 @@
 //! Valid programs: every model, stdlib module and test program checks clean, and the IR of
 //! the digits MLP is pinned as a golden dump.
 
-use mgn_compiler::ir::dump::dump;
+use mgn_compiler::graph::dump::dump;
 use mgn_compiler::{check_path, Models};
 use mgn_tests::{check, compare_golden, mgn_files, rendered, root};
 use std::path::Path;
@@ -86,7 +86,7 @@ fn every_node_points_at_a_user_line() {
 #[test]
 fn training_plans_map_every_step_to_the_model_and_respect_freezing() {
     use mgn_compiler::lower::PlanOptions;
-    use mgn_runtime::optim::OptimizerSpec;
+    use mgn_ir::optim::OptimizerSpec;
     root();
     let frozen = vec!["fc1".to_string()];
     let (outcome, plan) = mgn_compiler::driver::plan_path(
@@ -140,8 +140,8 @@ fn elaboration_records_facts_for_the_language_server() {
 #[test]
 fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
     use mgn_compiler::lower::PlanOptions;
+    use mgn_ir::optim::OptimizerSpec;
     use mgn_runtime::memory::{check_arena, plan_arena, plan_memory};
-    use mgn_runtime::optim::OptimizerSpec;
     root();
     for f in mgn_files("models") {
         for train in [false, true] {

@@ -12,10 +12,10 @@
 use mgn_compiler::driver::plan_path;
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
+use mgn_ir::plan::Mode;
+use mgn_ir::tensor::Tensor;
 use mgn_runtime::checkpoint::{self, MatchMode};
-use mgn_runtime::plan::Mode;
 use mgn_runtime::session::{RunOutput, Session};
-use mgn_runtime::tensor::Tensor;
 use mgn_tests::gates::{self, Results};
 use mgn_tests::{rendered, root};
 use std::path::{Path, PathBuf};

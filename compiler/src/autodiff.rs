@@ -6,8 +6,8 @@
 //! the forward node it differentiates, so errors and NaN reports in the backward pass still name
 //! the model's line.
 
-use crate::ir::{BinaryOp, GradPart, Graph, Node, NodeId, Op, UnaryOp};
-use mgn_runtime::DType;
+use crate::graph::{BinaryOp, GradPart, Graph, Node, NodeId, Op, UnaryOp};
+use mgn_ir::DType;
 use mgn_syntax::{Diagnostic, Span};
 
 /// Which parameters to differentiate, and with which semantics.
@@ -386,7 +386,7 @@ impl Builder<'_> {
                         2,
                         self.push_like(
                             n,
-                            Op::Reduce { op: crate::ir::ReduceOp::Sum, axes, keepdim: false },
+                            Op::Reduce { op: crate::graph::ReduceOp::Sum, axes, keepdim: false },
                             vec![dy],
                             vec![sw[0]],
                         ),

@@ -5,7 +5,7 @@
 
 use crate::elab::{self, Setting};
 use crate::front::{self, Program};
-use crate::ir::Graph;
+use crate::graph::Graph;
 use crate::source::{normalize, Origin};
 use mgn_syntax::{Diagnostic, Span};
 use std::path::Path;
@@ -172,7 +172,7 @@ pub fn plan_path(
     model: Option<String>,
     settings: Vec<Setting>,
     opts: &crate::lower::PlanOptions,
-) -> Result<(Outcome, Option<mgn_runtime::Plan>), String> {
+) -> Result<(Outcome, Option<mgn_ir::Plan>), String> {
     let mut outcome = check_path(path, Models::One { name: model, settings })?;
     if !outcome.ok() {
         return Ok((outcome, None));

@@ -10,7 +10,7 @@ pub mod autodiff;
 pub mod driver;
 pub mod elab;
 pub mod front;
-pub mod ir;
+pub mod graph;
 pub mod lower;
 pub mod render;
 pub mod rewrite;

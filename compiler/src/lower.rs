@@ -2,10 +2,10 @@
 //! steps, and records each step's source location in the user's model.
 
 use crate::autodiff::{differentiate, GradOptions};
-use crate::ir::{Graph, NodeId};
+use crate::graph::{Graph, NodeId};
 use crate::source::SourceMap;
-use mgn_runtime::optim::OptimizerSpec;
-use mgn_runtime::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use mgn_ir::optim::OptimizerSpec;
+use mgn_ir::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
 use mgn_syntax::Diagnostic;
 
 /// What a plan computes.

@@ -12,7 +12,7 @@
 //! - `x * sigmoid(x)` (either order) → `silu(x)`;
 //! - `cast(x)` to `x`'s own dtype → `x`.
 
-use crate::ir::{BinaryOp, Graph, NodeId, Op, UnaryOp};
+use crate::graph::{BinaryOp, Graph, NodeId, Op, UnaryOp};
 
 /// Rewrites `g` until no rule applies; returns how many rewrites were made.
 pub fn simplify(g: &mut Graph) -> usize {
@@ -126,8 +126,8 @@ fn rule(g: &Graph, i: usize) -> Option<Rewrite> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::Node;
-    use mgn_runtime::DType;
+    use crate::graph::Node;
+    use mgn_ir::DType;
     use mgn_syntax::Span;
 
     fn node(op: Op, inputs: Vec<u32>, shape: Vec<usize>) -> Node {

@@ -14,9 +14,9 @@
 //! (`optim.<param name>.m`, `optim.<param name>.v`, `optim.step`); [`match_params`] does not
 //! count those names as unexpected.
 
-use crate::plan::ParamSpec;
-use crate::tensor::{Data, Tensor};
-use crate::DType;
+use mgn_ir::plan::ParamSpec;
+use mgn_ir::tensor::{Data, Tensor};
+use mgn_ir::DType;
 use safetensors::tensor::{Dtype as StDtype, SafeTensorError};
 use safetensors::SafeTensors;
 use std::collections::{BTreeMap, HashSet};
@@ -85,8 +85,8 @@ impl Checkpoint {
     pub fn optimizer_state(
         &self,
         params: &[ParamSpec],
-    ) -> Result<crate::optim::OptimizerState, CheckpointError> {
-        crate::optim::OptimizerState::from_tensors(&self.tensors, params)
+    ) -> Result<mgn_ir::optim::OptimizerState, CheckpointError> {
+        crate::optim::state_from_tensors(&self.tensors, params)
             .map_err(|m| CheckpointError::new(&self.path, m))
     }
 }
@@ -257,7 +257,7 @@ pub fn save(
     metadata: &[(String, String)],
 ) -> Result<(), CheckpointError> {
     let bytes = to_bytes(tensors, metadata).map_err(|m| CheckpointError::new(path, m))?;
-    crate::io::write_atomic(path, &bytes)
+    mgn_ir::io::write_atomic(path, &bytes)
         .map_err(|e| CheckpointError::new(path, format!("cannot write the checkpoint: {e}")))
 }
 
@@ -591,7 +591,7 @@ pub fn match_params(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::InitSpec;
+    use mgn_ir::plan::InitSpec;
     use safetensors::tensor::View;
     use std::borrow::Cow;
 

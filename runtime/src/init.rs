@@ -6,10 +6,10 @@
 //! Box–Muller normals) rather than taken from a distribution crate, so the values depend only on
 //! the ChaCha8 stream, which is fixed by its specification.
 
-use crate::op::InitSpec;
-use crate::plan::ParamSpec;
-use crate::tensor::{Data, Tensor};
-use crate::DType;
+use mgn_ir::plan::InitSpec;
+use mgn_ir::plan::ParamSpec;
+use mgn_ir::tensor::{Data, Tensor};
+use mgn_ir::DType;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -7,8 +7,8 @@
 //! Bytes are counted at each step's declared dtype (`f32` 4, `bf16` 2, `bool` 1, …), as a GPU
 //! buffer holds it, whatever wider storage the CPU backend uses.
 
-use crate::op::Op;
-use crate::plan::Plan;
+use mgn_ir::op::Op;
+use mgn_ir::plan::Plan;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanMemory {
@@ -66,9 +66,10 @@ pub fn plan_memory(plan: &Plan) -> PlanMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::{BinaryOp, InitSpec, UnaryOp};
-    use crate::plan::{Mode, ParamSpec, SourceLoc, Step};
-    use crate::DType;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::InitSpec;
+    use mgn_ir::plan::{Mode, ParamSpec, SourceLoc, Step};
+    use mgn_ir::DType;
 
     #[test]
     fn peak_counts_what_is_alive_together() {
@@ -138,7 +139,7 @@ pub fn view_roots(plan: &Plan) -> Vec<usize> {
         let identity = match s.op {
             Op::Reshape => true,
             Op::Dropout { p } | Op::DropoutGrad { p, .. } => {
-                plan.mode == crate::plan::Mode::Infer || p == 0.0
+                plan.mode == mgn_ir::plan::Mode::Infer || p == 0.0
             }
             _ => false,
         };
@@ -349,9 +350,9 @@ pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
 #[cfg(test)]
 mod arena_tests {
     use super::*;
-    use crate::op::{BinaryOp, UnaryOp};
-    use crate::plan::{Mode, SourceLoc, Step};
-    use crate::DType;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::{Mode, SourceLoc, Step};
+    use mgn_ir::DType;
 
     /// A chain x → a → b → c → … → y: only neighbours are alive together.
     fn chain(len: usize) -> Plan {

@@ -2,10 +2,10 @@
 //! in order on a backend, and applies training updates.
 
 use crate::cpu;
-use crate::op::Op;
-use crate::optim::OptimizerState;
-use crate::plan::{Mode, Plan};
-use crate::tensor::{Data, Tensor};
+use mgn_ir::op::Op;
+use mgn_ir::optim::OptimizerState;
+use mgn_ir::plan::{Mode, Plan};
+use mgn_ir::tensor::{Data, Tensor};
 use std::fmt;
 
 #[derive(Debug)]
@@ -178,7 +178,14 @@ impl Session {
         let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
         let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
         self.step += 1;
-        self.optimizer.step(&self.plan.optimizer, self.step, &mut self.params, &grads, &trained);
+        crate::optim::apply(
+            &mut self.optimizer,
+            &self.plan.optimizer,
+            self.step,
+            &mut self.params,
+            &grads,
+            &trained,
+        );
         Ok(loss)
     }
 
@@ -323,7 +330,7 @@ fn check_finite(
     t: &Tensor,
     op: &Op,
     i: usize,
-    loc: &crate::plan::SourceLoc,
+    loc: &mgn_ir::plan::SourceLoc,
 ) -> Result<(), RuntimeError> {
     let bad = match &t.data {
         Data::F32(v) => v.iter().position(|x| !x.is_finite()).map(|k| v[k] as f64),
@@ -375,8 +382,7 @@ impl Session {
         self.sync_from_device()?;
         let mut state = self.optimizer.clone();
         state.step = self.step;
-        let optim = state
-            .to_tensors(&self.plan.params)
+        let optim = crate::optim::state_to_tensors(&state, &self.plan.params)
             .map_err(|e| RuntimeError(format!("{}: {e}", path.display())))?;
         let mut tensors: Vec<(String, &Tensor)> =
             self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();

@@ -6,7 +6,7 @@
 //! Both sides are maps from the names `mgnc run --grads` writes (`output.<name>`, `loss`,
 //! `grad.<param>`) to values widened to f64, as compare.py loads them.
 
-use mgn_runtime::tensor::Tensor;
+use mgn_ir::tensor::Tensor;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

@@ -21,13 +21,13 @@
 use super::plan::{resolve_backend, Backend, Engine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
-use mgn_compiler::ir::dump::thousands;
+use mgn_compiler::graph::dump::thousands;
 use mgn_compiler::lower::PlanOptions;
+use mgn_ir::optim::{OptimizerKind, OptimizerSpec};
+use mgn_ir::plan::Mode;
+use mgn_ir::tensor::{Data, Tensor};
 use mgn_runtime::memory::{plan_arena, plan_memory, PlanMemory};
-use mgn_runtime::optim::{OptimizerKind, OptimizerSpec};
-use mgn_runtime::plan::Mode;
 use mgn_runtime::session::{RunOutput, Session};
-use mgn_runtime::tensor::{Data, Tensor};
 use mgn_runtime::Plan;
 use rand::{RngExt, SeedableRng};
 use serde_json::{json, Value};

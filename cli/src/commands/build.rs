@@ -2,10 +2,10 @@
 
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
-use mgn_compiler::ir::dump::{dump, thousands};
+use mgn_compiler::graph::dump::{dump, thousands};
 use mgn_compiler::lower::PlanOptions;
-use mgn_runtime::optim::OptimizerSpec;
-use mgn_runtime::plan::Mode;
+use mgn_ir::optim::OptimizerSpec;
+use mgn_ir::plan::Mode;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;

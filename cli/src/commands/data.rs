@@ -1,7 +1,7 @@
 //! Data sets for `mgnc train` and `mgnc eval`: a safetensors file whose tensors are named like
 //! the model's inputs, all with the same number of samples along the first axis.
 
-use mgn_runtime::tensor::{Data, Tensor};
+use mgn_ir::tensor::{Data, Tensor};
 use mgn_runtime::Plan;
 use std::path::Path;
 

@@ -102,7 +102,7 @@ fn read_stdin() -> Result<String, String> {
 /// Replaces the file's contents atomically, keeping its permissions.
 fn write(path: &Path, text: &str) -> std::io::Result<()> {
     let permissions = std::fs::metadata(path)?.permissions();
-    mgn_runtime::io::write_atomic(path, text.as_bytes())?;
+    mgn_ir::io::write_atomic(path, text.as_bytes())?;
     std::fs::set_permissions(path, permissions)
 }
 

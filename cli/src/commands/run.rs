@@ -7,10 +7,10 @@ use super::plan::{attach, obtain, resolve_backend, Backend};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
+use mgn_ir::plan::Mode;
+use mgn_ir::tensor::Tensor;
 use mgn_runtime::checkpoint::{self, MatchMode};
-use mgn_runtime::plan::Mode;
 use mgn_runtime::session::Session;
-use mgn_runtime::tensor::Tensor;
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]

@@ -8,9 +8,9 @@ use super::builtins;
 use super::shape;
 use super::value::{LayerInst, Value};
 use crate::front::{did_you_mean, Binding, ModId, Program};
-use crate::ir::{fmt_type, BinaryOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp};
+use crate::graph::{fmt_type, BinaryOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp};
 use crate::source::Origin;
-use mgn_runtime::DType;
+use mgn_ir::DType;
 use mgn_syntax::ast::*;
 use mgn_syntax::{Diagnostic, Span};
 use std::collections::HashMap;
@@ -1469,7 +1469,7 @@ impl<'p> Evaluator<'p> {
                     text: format!(
                         "{kind} {} `{full}` ({} elements, init {init})",
                         fmt_type(dtype, &shape),
-                        crate::ir::dump::thousands(shape.iter().product())
+                        crate::graph::dump::thousands(shape.iter().product())
                     ),
                 });
                 self.graph.params.push(ParamInfo {

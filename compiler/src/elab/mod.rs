@@ -7,7 +7,7 @@ pub mod shape;
 pub mod value;
 
 use crate::front::{did_you_mean, ModId, Program};
-use crate::ir::Graph;
+use crate::graph::Graph;
 use eval::{Evaluator, Frame};
 use mgn_syntax::ast::{Item, LayerItem, LayerKind, ScalarType, TypeExpr};
 use mgn_syntax::{Diagnostic, Span};
@@ -131,7 +131,7 @@ pub fn elaborate_with_facts(
         for i in &model.inputs {
             let (dtype, shape) = ev.concrete_type(&i.ty, &format!("input `{}`", i.name.name))?;
             let id = ev.add(
-                crate::ir::Op::Input { name: i.name.name.clone() },
+                crate::graph::Op::Input { name: i.name.name.clone() },
                 Vec::new(),
                 dtype,
                 shape,
@@ -185,7 +185,7 @@ fn parse_setting(s: &Setting, ty: &TypeExpr, span: Span) -> Result<Value, Diagno
 fn show(v: &Value) -> String {
     match v {
         Value::Int(i) => i.to_string(),
-        Value::Float(f) => crate::ir::fmt_f64(*f),
+        Value::Float(f) => crate::graph::fmt_f64(*f),
         Value::Bool(b) => b.to_string(),
         Value::DType(d) => d.to_string(),
         other => other.kind().to_string(),

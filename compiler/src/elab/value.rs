@@ -1,8 +1,8 @@
 //! Compile-time values: what an expression evaluates to during elaboration.
 
 use crate::front::ModId;
-use crate::ir::{InitSpec, NodeId};
-use mgn_runtime::DType;
+use crate::graph::{InitSpec, NodeId};
+use mgn_ir::DType;
 use mgn_syntax::Span;
 use std::rc::Rc;
 

@@ -10,8 +10,8 @@
 use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::{broadcast_strides, numel, walk};
 use super::{by_float, check_shape, err, floats, KResult};
-use crate::op::GradPart;
-use crate::{Data, Tensor};
+use mgn_ir::op::GradPart;
+use mgn_ir::{Data, Tensor};
 
 /// The sizes of one attention op, checked, and where each (batch, head)'s mask starts.
 struct Attn {

@@ -12,8 +12,8 @@
 use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::numel;
 use super::{by_float, check_shape, err, floats, KResult};
-use crate::op::PoolOp;
-use crate::{Data, Tensor};
+use mgn_ir::op::PoolOp;
+use mgn_ir::{Data, Tensor};
 
 /// Upper bound on the elements of one `cols` matrix: the batch is processed in chunks under it.
 /// Debug tests use a small bound, so that their small shapes also run in several chunks.

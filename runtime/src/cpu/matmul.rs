@@ -4,7 +4,7 @@
 use super::float::{gemm, par_chunks, Mat};
 use super::layout::{broadcast_shapes, broadcast_strides, numel, walk};
 use super::{by_float, check_shape, err, floats, KResult};
-use crate::{Data, Tensor};
+use mgn_ir::{Data, Tensor};
 
 pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &[usize]) -> KResult<Data> {
     if a.shape.is_empty() || b.shape.is_empty() {

@@ -30,9 +30,9 @@ mod reduce;
 #[cfg(test)]
 mod tests;
 
-use crate::op::{Elem, Op};
-use crate::{DType, Data, Tensor};
 use float::Float;
+use mgn_ir::op::{Elem, Op};
+use mgn_ir::{DType, Data, Tensor};
 use std::borrow::Cow;
 
 pub use float::threads;
@@ -368,7 +368,7 @@ fn run_program(
 /// The shape of the result when it is one input's shape (the kernels of the other ops check
 /// the shape they compute).
 fn result_like<'a>(op: &Op, x: &[&'a Tensor]) -> Option<&'a [usize]> {
-    use crate::op::GradPart;
+    use mgn_ir::op::GradPart;
     use Op::*;
     let input = match op {
         Unary(_)

@@ -3,7 +3,7 @@
 
 use super::layout::{numel, split_at_axis, strides, walk};
 use super::{by_float, check_axis, check_shape, err, floats, ints, map_data, KResult};
-use crate::{Data, Tensor};
+use mgn_ir::{Data, Tensor};
 
 pub(crate) fn permute(x: &Tensor, perm: &[usize], shape: &[usize]) -> KResult<Data> {
     let rank = x.shape.len();

@@ -9,8 +9,8 @@
 use super::float::{par_chunks, Float};
 use super::layout::numel;
 use super::{by_float, err, floats, KResult};
-use crate::op::GradPart;
-use crate::{Data, Tensor};
+use mgn_ir::op::GradPart;
+use mgn_ir::{Data, Tensor};
 
 /// How a norm sees `x`: consecutive blocks of `len` elements, each normalized on its own;
 /// element `i` of block `b` uses affine parameter `param(b, i)`.

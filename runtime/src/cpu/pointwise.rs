@@ -4,8 +4,8 @@
 use super::float::{par_chunks, Float};
 use super::layout::{broadcast_shapes, broadcast_strides, numel, strides, walk};
 use super::{by_float, check_shape, err, floats, map_data, KResult};
-use crate::op::{BinaryOp, UnaryOp};
-use crate::{DType, Data, Tensor};
+use mgn_ir::op::{BinaryOp, UnaryOp};
+use mgn_ir::{DType, Data, Tensor};
 
 /// Elements per parallel chunk of an elementwise kernel.
 const CHUNK: usize = 1 << 14;

@@ -3,8 +3,8 @@
 use super::float::{par_chunks, Float};
 use super::layout::{broadcast_strides, numel, split_at_axis, strides, walk};
 use super::{by_float, check_axis, check_shape, err, floats, ints, KResult};
-use crate::op::ReduceOp;
-use crate::{Data, Tensor};
+use mgn_ir::op::ReduceOp;
+use mgn_ir::{Data, Tensor};
 
 /// The reduced axes checked, and the shape with them set to 1 (the keepdim shape, whose element
 /// order is also the order without keepdim).

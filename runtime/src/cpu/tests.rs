@@ -2,7 +2,7 @@
 //! against hand-computed ones or direct formulas.
 
 use super::*;
-use crate::op::{BinaryOp, GradPart, PoolOp, ReduceOp, UnaryOp};
+use mgn_ir::op::{BinaryOp, GradPart, PoolOp, ReduceOp, UnaryOp};
 
 // ---- helpers ----------------------------------------------------------------------------------
 

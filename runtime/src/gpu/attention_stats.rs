@@ -13,9 +13,9 @@
 //! masks are keyed by step index, so the session keeps using the original indices for those
 //! (the second result of [`add_attention_stats`]).
 
-use crate::op::{GradPart, Op};
-use crate::plan::{Plan, Step};
-use crate::DType;
+use mgn_ir::op::{GradPart, Op};
+use mgn_ir::plan::{Plan, Step};
+use mgn_ir::DType;
 
 /// One inserted statistics step: the original step it goes before, its op and inputs (original
 /// indices: q, k, mask?) and shape.
@@ -113,8 +113,8 @@ pub fn add_attention_stats(plan: &Plan) -> (Plan, Vec<u32>) {
 mod tests {
     use super::*;
     use crate::gpu::test_util::step;
-    use crate::op::{BinaryOp, UnaryOp};
-    use crate::plan::Mode;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::Mode;
 
     fn grad(causal: bool, part: GradPart) -> Op {
         Op::AttentionGrad { causal, scale: 0.5, has_mask: true, part }
@@ -200,11 +200,11 @@ mod tests {
         p.steps.push(step(Op::Dropout { p: 0.5 }, vec![11], f, &[1, 2, 4, 8])); // 13
         p.steps.push(step(Op::DropoutGrad { p: 0.5, forward: 13 }, vec![13], f, &[1, 2, 4, 8])); // 14
         p.steps.push(step(Op::Param { index: 0 }, vec![], f, &[1, 1, 6, 8])); // 15
-        p.params.push(crate::plan::ParamSpec {
+        p.params.push(mgn_ir::plan::ParamSpec {
             name: "w".into(),
             dtype: f,
             shape: vec![1, 1, 6, 8],
-            init: crate::op::InitSpec::Constant(0.0),
+            init: mgn_ir::plan::InitSpec::Constant(0.0),
             trainable: true,
             frozen: false,
         });

@@ -11,8 +11,8 @@
 //! result as the matmul kernel stores it. The CPU backend never sees fused plans; its kernels
 //! are the reference the fused kernels are tested against.
 
-use crate::op::{Elem, Op};
-use crate::plan::{Plan, Step};
+use mgn_ir::op::{Elem, Op};
+use mgn_ir::plan::{Plan, Step};
 
 /// The node a fusable step contributes, given the nodes of its inputs.
 fn node(op: &Op, args: &[u32]) -> Option<Elem> {
@@ -186,10 +186,10 @@ fn leaf(leaves: &mut Vec<u32>, x: u32) -> u32 {
 mod tests {
     use super::*;
     use crate::gpu::test_util::step;
-    use crate::op::{BinaryOp, UnaryOp};
-    use crate::plan::Mode;
-    use crate::tensor::Tensor;
-    use crate::DType;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::Mode;
+    use mgn_ir::tensor::Tensor;
+    use mgn_ir::DType;
 
     /// x → a = relu(x) → b = a · w (w broadcast from [4]) → c = b + b → y = exp(c);
     /// z = neg(a) makes a a value with two readers; y and z are the outputs.
@@ -318,8 +318,8 @@ mod tests {
     /// tiled, few-column and swapped (one-row) matmul kernels: one MatMulEpilogue step.
     #[test]
     fn a_matmul_heads_its_epilogue_on_both_backends() {
-        use crate::op::InitSpec;
-        use crate::plan::ParamSpec;
+        use mgn_ir::plan::InitSpec;
+        use mgn_ir::plan::ParamSpec;
         let f = DType::F32;
         for (m, k, n) in [(70, 33, 66), (1, 40, 300), (9, 20, 5)] {
             let steps = vec![

@@ -9,9 +9,9 @@
 //! Compiled plans never contain `CrossEntropyRows`, and the CPU runs them unchanged.
 
 use super::rewrite::{split_steps, Split};
-use crate::op::{Op, ReduceOp};
-use crate::plan::Plan;
-use crate::DType;
+use mgn_ir::op::{Op, ReduceOp};
+use mgn_ir::plan::Plan;
+use mgn_ir::DType;
 
 /// `plan` with every cross-entropy loss over more than one row split, and for each new step the
 /// index of the step of `plan` it computes (`u32::MAX` for the inserted row terms).
@@ -47,8 +47,8 @@ pub fn split_cross_entropy(plan: &Plan) -> (Plan, Vec<u32>) {
 mod tests {
     use super::*;
     use crate::gpu::test_util::{check_on_both, step, values};
-    use crate::plan::Mode;
-    use crate::tensor::Tensor;
+    use mgn_ir::plan::Mode;
+    use mgn_ir::tensor::Tensor;
 
     /// A loss over 2 × 3 rows of 7 classes read by an output, and one over a single row.
     fn plan() -> Plan {

@@ -14,9 +14,9 @@
 //! rewritten step keeps its index in the map the session uses for dropout masks.
 
 use super::rewrite::{split_steps, Split};
-use crate::op::{GradPart, Op, ReduceOp};
-use crate::plan::Plan;
-use crate::DType;
+use mgn_ir::op::{GradPart, Op, ReduceOp};
+use mgn_ir::plan::Plan;
+use mgn_ir::DType;
 
 /// Rows per chunk at least this many (a chunk's statistics cost a few barriers per row); plans
 /// with no more rows than this keep the one-step derivative.
@@ -89,9 +89,9 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
 mod tests {
     use super::*;
     use crate::gpu::test_util::{step, values};
-    use crate::op::{BinaryOp, UnaryOp};
-    use crate::plan::Mode;
-    use crate::tensor::Tensor;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::Mode;
+    use mgn_ir::tensor::Tensor;
 
     /// A layer norm's three derivatives and an RMS norm's weight derivative over 37 rows of 70
     /// (chunks of 8, the last one short), a layer norm over too few rows to split, and a reader

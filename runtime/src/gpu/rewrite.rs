@@ -3,9 +3,9 @@
 //! cross-entropy losses split over rows (`norm_partials`, `loss_rows`), then element-wise fusion
 //! (`fuse`). The CPU backend runs plans as compiled.
 
-use crate::op::Op;
-use crate::plan::{Plan, Step};
-use crate::DType;
+use mgn_ir::op::Op;
+use mgn_ir::plan::{Plan, Step};
+use mgn_ir::DType;
 
 /// The plan the GPU runs, and for each of its steps the index of the step of `plan` it computes
 /// (`u32::MAX` for an inserted statistics step). Dropout masks and error messages use those

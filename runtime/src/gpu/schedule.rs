@@ -6,8 +6,8 @@
 //! its own (write after write) and (c) every reader of such a step (write after read). Its level
 //! is one more than the latest of those. Plans are in topological order, so one sweep does.
 
-use crate::op::Op;
-use crate::plan::{Mode, Plan};
+use mgn_ir::op::Op;
+use mgn_ir::plan::{Mode, Plan};
 
 /// Levels of a plan's dispatches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,9 +113,9 @@ pub fn check(plan: &Plan, offsets: &[usize], words: &[usize], l: &Levels) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::{BinaryOp, UnaryOp};
-    use crate::plan::{SourceLoc, Step};
-    use crate::DType;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::{SourceLoc, Step};
+    use mgn_ir::DType;
 
     fn plan(steps: Vec<(Op, Vec<u32>)>) -> Plan {
         let steps: Vec<Step> = steps

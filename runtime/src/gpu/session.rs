@@ -13,11 +13,11 @@ use super::kernels::{generate, step_operands};
 use super::schedule::{levels, Levels};
 use super::update;
 use crate::limits::fold_grid;
-use crate::op::Op;
-use crate::optim::OptimizerState;
-use crate::plan::{Mode, Plan};
 use crate::session::{RunOutput, RuntimeError};
-use crate::tensor::{Data, Tensor};
+use mgn_ir::op::Op;
+use mgn_ir::optim::OptimizerState;
+use mgn_ir::plan::{Mode, Plan};
+use mgn_ir::tensor::{Data, Tensor};
 use std::collections::HashMap;
 
 /// What `GpuSession::profile` measured: GPU time per op family (the first word of the op's
@@ -98,7 +98,7 @@ fn words_of(t: &Tensor) -> Vec<u32> {
     }
 }
 
-fn tensor_of(words: Vec<u32>, dtype: crate::DType, shape: Vec<usize>) -> Tensor {
+fn tensor_of(words: Vec<u32>, dtype: mgn_ir::DType, shape: Vec<usize>) -> Tensor {
     let data = if dtype.is_float() {
         Data::F32(words.into_iter().map(f32::from_bits).collect())
     } else {

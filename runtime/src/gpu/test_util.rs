@@ -1,10 +1,10 @@
 //! What the GPU kernel tests share: one-op plans run on the GPU and on the CPU reference.
 
 use super::session::GpuSession;
-use crate::op::Op;
-use crate::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
-use crate::tensor::Tensor;
-use crate::DType;
+use mgn_ir::op::Op;
+use mgn_ir::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
 
 pub fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
     Step {
@@ -111,7 +111,7 @@ pub fn time_op(
     out_shape: &[usize],
     repeat: usize,
 ) -> Option<(f64, String)> {
-    use crate::op::InitSpec;
+    use mgn_ir::plan::InitSpec;
     let param = |k: usize, shape: &[usize]| ParamSpec {
         name: format!("p{k}"),
         dtype: DType::F32,

@@ -2,9 +2,9 @@
 //! Runs on the device `mgnc info` would use (lavapipe in CI, where `MGN_REQUIRE_GPU=1`).
 
 use super::test_util::{check_on_both, values};
-use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
-use crate::tensor::Tensor;
-use crate::DType;
+use mgn_ir::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
 
 /// Runs `op` on inputs of the given shapes (float unless listed in `ints` with a bound) on the
 /// GPU and the CPU, and compares.

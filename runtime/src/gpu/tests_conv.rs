@@ -3,9 +3,9 @@
 //! (lavapipe in CI, where `MGN_REQUIRE_GPU=1`).
 
 use super::test_util::{check_on_both, values};
-use crate::op::{Op, PoolOp};
-use crate::tensor::Tensor;
-use crate::DType;
+use mgn_ir::op::{Op, PoolOp};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
 
 /// Seeded floats in [-1, 1) of the given shape.
 fn input(shape: &[usize], seed: u32) -> Tensor {

@@ -3,9 +3,9 @@
 //! broadcast batches and 1-D operands. Shapes stay small: CI runs them on lavapipe.
 
 use super::test_util::{check_on_both, values};
-use crate::op::Op;
-use crate::tensor::Tensor;
-use crate::DType;
+use mgn_ir::op::Op;
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
 
 /// The output shape torch.matmul gives (1-D operands promoted, then their axis dropped).
 fn out_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
@@ -81,7 +81,7 @@ fn batched_matmuls_broadcast_like_torch() {
 #[test]
 fn every_variant_in_one_plan_matches_the_cpu() {
     use super::test_util::{assert_close, run_on_cpu, step};
-    use crate::plan::{Mode, Plan};
+    use mgn_ir::plan::{Mode, Plan};
     let cases: [(&[usize], &[usize]); 10] = [
         (&[130, 70], &[70, 129]),
         (&[65, 33], &[33, 17]),
@@ -175,8 +175,8 @@ fn matmul_throughput() {
 #[test]
 fn a_transposed_weight_is_read_in_place() {
     use super::test_util::{assert_close, step};
-    use crate::op::InitSpec;
-    use crate::plan::{Mode, ParamSpec, Plan};
+    use mgn_ir::plan::InitSpec;
+    use mgn_ir::plan::{Mode, ParamSpec, Plan};
     for (x_shape, n) in [
         (vec![5, 7], 3),
         (vec![1, 70], 300),

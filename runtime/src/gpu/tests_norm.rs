@@ -3,9 +3,9 @@
 //! `MGN_REQUIRE_GPU=1`.
 
 use super::test_util::{check_on_both, values};
-use crate::op::{GradPart, Op};
-use crate::tensor::Tensor;
-use crate::DType;
+use mgn_ir::op::{GradPart, Op};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
 
 /// Runs `op` on float inputs of the given shapes (each with `shift` added) on the GPU and the
 /// CPU, and compares.

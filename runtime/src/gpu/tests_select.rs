@@ -4,9 +4,9 @@
 //! given explicitly (repeated gather indices, tied maxima).
 
 use super::test_util::{assert_close, check_on_both, run_on_cpu, run_on_gpu as gpu_run, values};
-use crate::op::{GradPart, Op, ReduceOp};
-use crate::tensor::Tensor;
-use crate::DType;
+use mgn_ir::op::{GradPart, Op, ReduceOp};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
 
 fn floats(shape: &[usize], seed: u32) -> Tensor {
     Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))

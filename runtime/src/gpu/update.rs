@@ -13,7 +13,7 @@
 //! - running statistics: p[0] = (x, running mean, running var offsets), p[1] = (batch, channels,
 //!   spatial size), p[2].x = f32 momentum.
 
-use crate::optim::{lr_at, OptimizerKind, OptimizerSpec};
+use mgn_ir::optim::{lr_at, OptimizerKind, OptimizerSpec};
 
 /// Elements each invocation of the squared-norm kernel sums before the workgroup reduction.
 pub const NORM_ITEMS: u32 = 16;

@@ -5,8 +5,8 @@ use crate::elab::eval::{as_f64, ArgVal, Evaluator, R};
 use crate::elab::shape;
 use crate::elab::value::Value;
 use crate::front::did_you_mean;
-use crate::ir::{fmt_type, NodeId, Op};
-use mgn_runtime::DType;
+use crate::graph::{fmt_type, NodeId, Op};
+use mgn_ir::DType;
 use mgn_syntax::{Diagnostic, Span};
 use std::rc::Rc;
 

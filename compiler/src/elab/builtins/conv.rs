@@ -4,7 +4,7 @@ use super::args::*;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::shape;
 use crate::elab::value::Value;
-use crate::ir::{fmt_type, Op, PoolOp};
+use crate::graph::{fmt_type, Op, PoolOp};
 use mgn_syntax::Diagnostic;
 
 // ---- convolution and resampling -------------------------------------------------------------

@@ -3,7 +3,7 @@
 use super::args::*;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::value::Value;
-use crate::ir::InitSpec;
+use crate::graph::InitSpec;
 use mgn_syntax::Diagnostic;
 
 // ---- initializers ---------------------------------------------------------------------------

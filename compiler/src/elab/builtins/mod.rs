@@ -17,7 +17,7 @@ pub use shapes::swap_axes;
 
 use super::value::Value;
 use crate::elab::eval::{Evaluator, R};
-use crate::ir::{InitSpec, PoolOp, ReduceOp, UnaryOp};
+use crate::graph::{InitSpec, PoolOp, ReduceOp, UnaryOp};
 use attention::*;
 use conv::*;
 use init::*;

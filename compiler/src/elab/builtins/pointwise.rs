@@ -4,7 +4,7 @@ use super::args::*;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::shape;
 use crate::elab::value::Value;
-use crate::ir::{fmt_type, BinaryOp, NodeId, Op, UnaryOp};
+use crate::graph::{fmt_type, BinaryOp, NodeId, Op, UnaryOp};
 use mgn_syntax::{Diagnostic, Span};
 
 // ---- pointwise --------------------------------------------------------------------------

@@ -4,8 +4,8 @@ use super::args::*;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::shape;
 use crate::elab::value::Value;
-use crate::ir::{fmt_type, NodeId, Op, ReduceOp};
-use mgn_runtime::DType;
+use crate::graph::{fmt_type, NodeId, Op, ReduceOp};
+use mgn_ir::DType;
 use mgn_syntax::Diagnostic;
 
 // ---- reductions and normalization ---------------------------------------------------------

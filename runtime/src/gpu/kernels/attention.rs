@@ -42,8 +42,8 @@
 use super::{load, store, strides, KernelSource, Operand};
 use crate::cpu::attention as cpu_attention;
 use crate::cpu::layout::broadcast_strides;
-use crate::op::{GradPart, Op};
-use crate::plan::Step;
+use mgn_ir::op::{GradPart, Op};
+use mgn_ir::plan::Step;
 
 /// The workgroup array every kernel stays within, in f32 words (16 KiB: the Vulkan floor).
 const SHARED_WORDS: usize = 4096;
@@ -1385,7 +1385,7 @@ fn kv_kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DType;
+    use mgn_ir::DType;
 
     fn operand(offset: usize, shape: &[usize]) -> Operand {
         Operand::at(offset, shape, DType::F32)

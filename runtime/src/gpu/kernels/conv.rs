@@ -27,8 +27,8 @@
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
 use crate::cpu::conv as cpu_conv;
-use crate::op::{Op, PoolOp};
-use crate::plan::Step;
+use mgn_ir::op::{Op, PoolOp};
+use mgn_ir::plan::Step;
 
 /// Kernels for conv1d/conv2d and their input/weight derivatives, max/avg pooling and its derivative, nearest upsampling and its derivative.
 pub fn generate(
@@ -1142,8 +1142,8 @@ fn upsample_grad(u: &UpDims, dy: &Operand, out: &Operand) -> String {
 mod tests {
     use super::*;
     use crate::gpu::test_util::{check_on_both, values};
-    use crate::tensor::Tensor;
-    use crate::DType;
+    use mgn_ir::tensor::Tensor;
+    use mgn_ir::DType;
     use std::cell::RefCell;
 
     thread_local! {

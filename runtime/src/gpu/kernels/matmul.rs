@@ -630,7 +630,7 @@ fn tiled(g: &Geometry, width: usize) -> KernelSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DType;
+    use mgn_ir::DType;
 
     fn operand(offset: usize, shape: &[usize]) -> Operand {
         Operand::at(offset, shape, DType::F32)

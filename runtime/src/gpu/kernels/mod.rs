@@ -12,9 +12,9 @@ mod norm;
 mod rows;
 mod select;
 
-use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
-use crate::plan::Step;
-use crate::DType;
+use mgn_ir::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use mgn_ir::plan::Step;
+use mgn_ir::DType;
 
 /// Where a value lives: its first word in the arena, and its shape.
 #[derive(Clone, Debug)]
@@ -55,7 +55,7 @@ pub const FIRST_SLOT: usize = 2;
 /// the words to put in the parameter block. A step with more operands than words bakes them in.
 /// `transposed` is `memory::transposed_views(plan)`.
 pub fn step_operands(
-    plan: &crate::plan::Plan,
+    plan: &mgn_ir::plan::Plan,
     offsets: &[usize],
     transposed: &[bool],
     i: usize,
@@ -354,7 +354,7 @@ pub fn generate(
 /// A fused element-wise chain (`gpu::fuse`): one `let` per node, inputs broadcast to the
 /// output's shape, the last node stored.
 fn fused(
-    program: &[crate::op::Elem],
+    program: &[mgn_ir::op::Elem],
     inputs: &[Operand],
     out: &Operand,
     width: u32,
@@ -374,10 +374,10 @@ fn fused(
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
 /// of its result, and whether it needs the erf helper.
 fn program_lines(
-    program: &[crate::op::Elem],
+    program: &[mgn_ir::op::Elem],
     leaf: impl Fn(u32) -> Result<String, String>,
 ) -> Result<(String, String, bool), String> {
-    use crate::op::Elem;
+    use mgn_ir::op::Elem;
     let v = |a: &u32| format!("v{a}");
     let mut body = String::new();
     let mut erf = false;
@@ -475,7 +475,7 @@ pub struct PlanKernels {
 /// layout, the given limits) and validates each with naga, without a device — `mgnc build`
 /// runs this at build time. Steps are reported by their index in `plan`; an inserted
 /// statistics step by the derivative it serves.
-pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
+pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
     let (run, original) = super::rewrite::for_gpu(plan);
     let given = |i: usize| {
         original[i..]
@@ -487,7 +487,7 @@ pub fn check_plan(plan: &crate::plan::Plan, limits: &crate::limits::DeviceLimits
     let plan = &run;
     let layout = crate::memory::plan_arena(plan);
     let width = limits.workgroup_width(256);
-    let training = plan.mode == crate::plan::Mode::Train;
+    let training = plan.mode == mgn_ir::plan::Mode::Train;
     let mut out = PlanKernels::default();
     let mut seen = std::collections::HashSet::new();
     let root = crate::memory::view_roots(plan);

@@ -30,8 +30,8 @@
 //! node, index, p)`: the per-run part (`dropout_key`) arrives in the parameter block.
 
 use super::{elementwise, load, store, KernelSource, Operand};
-use crate::op::{GradPart, Op};
-use crate::plan::Step;
+use mgn_ir::op::{GradPart, Op};
+use mgn_ir::plan::Step;
 
 /// Kernels for the norms and their derivatives, and dropout with the CPU backend's mask (`cpu::dropout_keep`).
 pub fn generate(
@@ -874,8 +874,8 @@ mod tests {
     use super::*;
     use crate::gpu::device::GpuDevice;
     use crate::limits::fold_grid;
-    use crate::tensor::Tensor;
-    use crate::DType;
+    use mgn_ir::tensor::Tensor;
+    use mgn_ir::DType;
 
     fn device() -> Option<GpuDevice> {
         match GpuDevice::open() {

@@ -11,8 +11,8 @@
 
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
-use crate::op::{Op, ReduceOp};
-use crate::plan::Step;
+use mgn_ir::op::{Op, ReduceOp};
+use mgn_ir::plan::Step;
 
 /// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention, AttentionStats and AttentionGrad.
 pub fn generate(

@@ -6,10 +6,11 @@
 //! u32, then the plan as JSON. A file with another version or a broken body is refused with an
 //! error that names the file and the problem.
 
-use crate::op::{InitSpec, Op};
+use crate::op::{fmt_f64, Op};
 use crate::optim::OptimizerSpec;
 use crate::DType;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::path::Path;
 
 pub const PLAN_MAGIC: &[u8; 8] = b"MGNPLAN\0";
@@ -98,8 +99,7 @@ impl std::error::Error for PlanError {}
 impl Plan {
     /// A plan of `steps` reading the named `inputs` and returning the named `outputs`, without
     /// parameters, loss or gradients: what the hand-built plans of unit tests start from.
-    #[cfg(test)]
-    pub(crate) fn of_steps(
+    pub fn of_steps(
         mode: Mode,
         steps: Vec<Step>,
         inputs: Vec<(String, u32)>,
@@ -287,10 +287,45 @@ impl Plan {
     }
 }
 
+/// How a parameter or buffer is initialized.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum InitSpec {
+    Constant(f64),
+    Normal { mean: f64, std: f64 },
+    Uniform { low: f64, high: f64 },
+}
+
+impl fmt::Display for InitSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InitSpec::Constant(v) if *v == 0.0 => write!(f, "zeros"),
+            InitSpec::Constant(v) if *v == 1.0 => write!(f, "ones"),
+            InitSpec::Constant(v) => write!(f, "constant({})", fmt_f64(*v)),
+            InitSpec::Normal { mean, std } => {
+                write!(f, "normal({}, {})", fmt_f64(*mean), fmt_f64(*std))
+            }
+            InitSpec::Uniform { low, high } => {
+                write!(f, "uniform({}, {})", fmt_g(*low), fmt_g(*high))
+            }
+        }
+    }
+}
+
+/// Six significant digits, for derived bounds such as 1/sqrt(784).
+fn fmt_g(v: f64) -> String {
+    let s = format!("{v:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::{BinaryOp, InitSpec};
+    use crate::op::BinaryOp;
 
     fn tiny() -> Plan {
         let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {

@@ -4,7 +4,7 @@
 
 pub mod dump;
 
-use mgn_runtime::DType;
+use mgn_ir::DType;
 use mgn_syntax::Span;
 use std::fmt;
 
@@ -17,7 +17,8 @@ impl fmt::Display for NodeId {
     }
 }
 
-pub use mgn_runtime::op::{fmt_f64, BinaryOp, GradPart, InitSpec, Op, PoolOp, ReduceOp, UnaryOp};
+pub use mgn_ir::op::{fmt_f64, BinaryOp, GradPart, Op, PoolOp, ReduceOp, UnaryOp};
+pub use mgn_ir::plan::InitSpec;
 
 #[derive(Clone, Debug)]
 pub struct Node {

@@ -3,7 +3,6 @@
 //! archetype; the derivative ops at the end are what autodiff emits.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum UnaryOp {
@@ -545,40 +544,5 @@ pub fn fmt_f64(v: f64) -> String {
         format!("{v:e}")
     } else {
         format!("{v}")
-    }
-}
-
-/// How a parameter or buffer is initialized.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum InitSpec {
-    Constant(f64),
-    Normal { mean: f64, std: f64 },
-    Uniform { low: f64, high: f64 },
-}
-
-impl fmt::Display for InitSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InitSpec::Constant(v) if *v == 0.0 => write!(f, "zeros"),
-            InitSpec::Constant(v) if *v == 1.0 => write!(f, "ones"),
-            InitSpec::Constant(v) => write!(f, "constant({})", fmt_f64(*v)),
-            InitSpec::Normal { mean, std } => {
-                write!(f, "normal({}, {})", fmt_f64(*mean), fmt_f64(*std))
-            }
-            InitSpec::Uniform { low, high } => {
-                write!(f, "uniform({}, {})", fmt_g(*low), fmt_g(*high))
-            }
-        }
-    }
-}
-
-/// Six significant digits, for derived bounds such as 1/sqrt(784).
-fn fmt_g(v: f64) -> String {
-    let s = format!("{v:.6}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
     }
 }
