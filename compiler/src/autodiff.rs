@@ -137,7 +137,7 @@ impl Builder<'_> {
     }
 
     fn binary(&mut self, origin: NodeId, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
-        let shape = crate::elab::shape::broadcast(&self.shape(a), &self.shape(b))
+        let shape = mgn_ir::shape::broadcast(&self.shape(a), &self.shape(b))
             .expect("operands of a checked graph broadcast");
         self.push_like(origin, Op::Binary(op), vec![a, b], shape)
     }
@@ -524,7 +524,7 @@ impl Builder<'_> {
     }
 
     fn matmul(&mut self, origin: NodeId, a: NodeId, b: NodeId) -> NodeId {
-        let shape = crate::elab::shape::matmul(&self.shape(a), &self.shape(b))
+        let shape = mgn_ir::shape::matmul(&self.shape(a), &self.shape(b))
             .expect("gradient matmuls are well-shaped");
         self.push_like(origin, Op::MatMul, vec![a, b], shape)
     }

@@ -1,7 +1,7 @@
 //! What every stage of mgn shares, and nothing heavy: element types (`dtype`), the public op
 //! vocabulary (`op`), the plan an app embeds and its file format (`plan`), the optimizer settings
-//! and state a training plan carries (`optim`), host tensors (`tensor`) and atomic file writes
-//! (`io`).
+//! and state a training plan carries (`optim`), the shape rules every stage applies (`shape`),
+//! host tensors (`tensor`) and atomic file writes (`io`).
 //!
 //! The compiler produces plans of these types, the backends run them. The crate depends on no
 //! GPU crate and on nothing of the compiler (a test in `tests/deps.rs` checks both).
@@ -11,6 +11,7 @@ pub mod io;
 pub mod op;
 pub mod optim;
 pub mod plan;
+pub mod shape;
 pub mod tensor;
 
 pub use dtype::DType;

@@ -2,7 +2,6 @@
 //! An app that embeds a plan links this crate alone.
 
 pub mod checkpoint;
-pub mod cpu;
 pub mod gpu;
 pub mod init;
 pub mod limits;

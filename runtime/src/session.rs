@@ -1,7 +1,7 @@
 //! A Session runs a Plan: it owns the parameters and the optimizer state, executes the steps
 //! in order on a backend, and applies training updates.
 
-use crate::cpu;
+use mgn_cpu as cpu;
 use mgn_ir::op::Op;
 use mgn_ir::optim::OptimizerState;
 use mgn_ir::plan::{Mode, Plan};

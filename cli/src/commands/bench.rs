@@ -533,7 +533,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let (mut s, gpu) = b.open(plan.clone(), &mut notes)?;
     let device = match &gpu {
         Some((name, _)) => name.clone(),
-        None => format!("CPU ({} threads)", mgn_runtime::cpu::threads()),
+        None => format!("CPU ({} threads)", mgn_cpu::threads()),
     };
     let mut setup = gpu.map(|(_, ms)| Setup { inference: ms, ..Setup::default() });
     let forward = b.measure("forward", || timed_run(&mut s, &given(&inputs)))?;

@@ -5,11 +5,11 @@
 //! is added, so each error can name both shapes and where each came from.
 
 use super::builtins;
-use super::shape;
 use super::value::{LayerInst, Value};
 use crate::front::{did_you_mean, Binding, ModId, Program};
 use crate::graph::{fmt_type, BinaryOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp};
 use crate::source::Origin;
+use mgn_ir::shape;
 use mgn_ir::DType;
 use mgn_syntax::ast::*;
 use mgn_syntax::{Diagnostic, Span};
@@ -165,7 +165,7 @@ impl<'p> Evaluator<'p> {
             )
             .with_help("check `repeat` counts and model arguments"));
         }
-        match shape::numel(&shape) {
+        match shape::checked_numel(&shape) {
             Some(n) if n <= MAX_NUMEL => {}
             _ => {
                 return Err(Diagnostic::error(
@@ -1602,7 +1602,7 @@ impl<'p> Evaluator<'p> {
                 },
             }
         }
-        if shape::numel(&shape).is_none_or(|n| n > MAX_NUMEL) {
+        if shape::checked_numel(&shape).is_none_or(|n| n > MAX_NUMEL) {
             return Err(Diagnostic::error(
                 "E0301",
                 format!(

@@ -3,7 +3,6 @@
 
 pub mod builtins;
 pub mod eval;
-pub mod shape;
 pub mod value;
 
 use crate::front::{did_you_mean, ModId, Program};

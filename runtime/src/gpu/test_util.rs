@@ -69,14 +69,8 @@ pub fn open(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
 }
 
 pub fn run_on_cpu(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize]) -> Tensor {
-    crate::cpu::eval(
-        op,
-        inputs,
-        dtype,
-        shape,
-        &crate::cpu::Ctx { training: true, seed: 0, node: 0 },
-    )
-    .expect("cpu runs")
+    mgn_cpu::eval(op, inputs, dtype, shape, &mgn_cpu::Ctx { training: true, seed: 0, node: 0 })
+        .expect("cpu runs")
 }
 
 /// Every element within `tol` relative (plus `tol` absolute); equal infinities match.

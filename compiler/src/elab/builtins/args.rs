@@ -2,10 +2,10 @@
 
 use super::Builtin;
 use crate::elab::eval::{as_f64, ArgVal, Evaluator, R};
-use crate::elab::shape;
 use crate::elab::value::Value;
 use crate::front::did_you_mean;
 use crate::graph::{fmt_type, NodeId, Op};
+use mgn_ir::shape;
 use mgn_ir::DType;
 use mgn_syntax::{Diagnostic, Span};
 use std::rc::Rc;

@@ -2,9 +2,9 @@
 
 use super::args::*;
 use crate::elab::eval::{Evaluator, R};
-use crate::elab::shape;
 use crate::elab::value::Value;
 use crate::graph::{fmt_type, Op, PoolOp};
+use mgn_ir::shape;
 use mgn_syntax::Diagnostic;
 
 // ---- convolution and resampling -------------------------------------------------------------

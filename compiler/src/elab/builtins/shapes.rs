@@ -2,9 +2,9 @@
 
 use super::args::*;
 use crate::elab::eval::{Evaluator, R};
-use crate::elab::shape;
 use crate::elab::value::Value;
 use crate::graph::{fmt_type, NodeId, Op};
+use mgn_ir::shape;
 use mgn_ir::DType;
 use mgn_syntax::{Diagnostic, Span};
 
@@ -75,7 +75,7 @@ pub(super) fn reshape(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let (d, s) = ev.ty(t);
     let s = s.to_vec();
     let dims = a.ints(ev, "shape")?.expect("required");
-    let total = shape::numel(&s).expect("checked when created");
+    let total = shape::checked_numel(&s).expect("checked when created");
     let mut out = Vec::new();
     let mut infer = None;
     for (i, &x) in dims.iter().enumerate() {
@@ -103,7 +103,7 @@ pub(super) fn reshape(ev: &mut Evaluator, a: &Args) -> R<Value> {
             }
         }
     }
-    let Some(known) = shape::numel(&out) else {
+    let Some(known) = shape::checked_numel(&out) else {
         return Err(Diagnostic::error(
             "E0301",
             format!("`reshape` to {:?} overflows", dims),

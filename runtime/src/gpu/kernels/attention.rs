@@ -40,10 +40,10 @@
 //! per key tile instead of `O(Tq·Tk·D)`.
 
 use super::{load, store, strides, KernelSource, Operand};
-use crate::cpu::attention as cpu_attention;
-use crate::cpu::layout::broadcast_strides;
 use mgn_ir::op::{GradPart, Op};
 use mgn_ir::plan::Step;
+use mgn_ir::shape::attention::{dims, Dims};
+use mgn_ir::shape::broadcast_strides;
 
 /// The workgroup array every kernel stays within, in f32 words (16 KiB: the Vulkan floor).
 const SHARED_WORDS: usize = 4096;
@@ -168,9 +168,9 @@ struct Attn<'a> {
 
 impl<'a> Attn<'a> {
     fn new(x: &'a [Operand], causal: bool, scale: f64, has_mask: bool) -> Result<Attn<'a>, String> {
-        let msg = |e: crate::cpu::KernelError| format!("attention: {e}");
-        let cpu_attention::Dims { batch, hq, hkv, tq, tk, d, dv, scores } =
-            cpu_attention::dims(&x[0].shape, &x[1].shape, &x[2].shape).map_err(msg)?;
+        let msg = |e: mgn_ir::shape::ShapeError| format!("attention: {e}");
+        let Dims { batch, hq, hkv, tq, tk, d, dv, scores } =
+            dims(&x[0].shape, &x[1].shape, &x[2].shape).map_err(msg)?;
         let mask = if has_mask { Some(&x[3]) } else { None };
         let mask_strides = match mask {
             Some(m) => broadcast_strides(&m.shape, &scores).map_err(msg)?,

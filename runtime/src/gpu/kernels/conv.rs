@@ -26,9 +26,9 @@
 
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
-use crate::cpu::conv as cpu_conv;
 use mgn_ir::op::{Op, PoolOp};
 use mgn_ir::plan::Step;
+use mgn_ir::shape::conv::{Conv as ConvDims, Geometry, Pool as PoolDims};
 
 /// Kernels for conv1d/conv2d and their input/weight derivatives, max/avg pooling and its derivative, nearest upsampling and its derivative.
 pub fn generate(
@@ -42,14 +42,8 @@ pub fn generate(
     let src = match &step.op {
         Op::Conv { stride, padding, dilation, groups, has_bias } => {
             need(2 + *has_bias as usize)?;
-            let c = ConvDims::new(
-                &inputs[0].shape,
-                &inputs[1].shape,
-                stride,
-                padding,
-                dilation,
-                *groups,
-            )?;
+            let c =
+                conv_dims(&inputs[0].shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &out.shape, &c.out_shape())?;
             let bias = if *has_bias {
                 if inputs[2].shape != [c.cout] {
@@ -69,8 +63,7 @@ pub fn generate(
         }
         Op::ConvGradInput { stride, padding, dilation, groups } => {
             need(2)?;
-            let c =
-                ConvDims::new(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
+            let c = conv_dims(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[0].shape, &c.out_shape())?;
             if let Some(k) = conv_grad_input_phased(&c, &inputs[0], &inputs[1], out, width) {
                 return Ok(k);
@@ -82,8 +75,7 @@ pub fn generate(
         }
         Op::ConvGradWeight { stride, padding, dilation, groups } => {
             need(2)?;
-            let c =
-                ConvDims::new(&inputs[0].shape, &out.shape, stride, padding, dilation, *groups)?;
+            let c = conv_dims(&inputs[0].shape, &out.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[1].shape, &c.out_shape())?;
             if let Some(k) = conv_grad_weight_tiled(&c, &inputs[0], &inputs[1], out, width) {
                 return Ok(k);
@@ -92,14 +84,16 @@ pub fn generate(
         }
         Op::Pool { op, kernel, stride, padding } => {
             need(1)?;
-            let p = PoolDims::new(&inputs[0].shape, kernel, stride, padding)?;
-            expect_shape(&what, &out.shape, &p.out_shape)?;
+            let p = PoolDims::new(&inputs[0].shape, kernel, stride, padding)
+                .map_err(|e| e.to_string())?;
+            expect_shape(&what, &out.shape, &p.out_shape())?;
             pool(*op, &p, &inputs[0], out)
         }
         Op::PoolGrad { op, kernel, stride, padding } => {
             need(2)?;
-            let p = PoolDims::new(&inputs[0].shape, kernel, stride, padding)?;
-            expect_shape(&what, &inputs[1].shape, &p.out_shape)?;
+            let p = PoolDims::new(&inputs[0].shape, kernel, stride, padding)
+                .map_err(|e| e.to_string())?;
+            expect_shape(&what, &inputs[1].shape, &p.out_shape())?;
             expect_shape(&what, &out.shape, &inputs[0].shape)?;
             pool_grad(*op, &p, &inputs[0], &inputs[1], out)
         }
@@ -131,85 +125,17 @@ fn expect_shape(what: &str, found: &[usize], want: &[usize]) -> Result<(), Strin
 
 // ---- convolution ------------------------------------------------------------------------------
 
-/// The CPU backend's checked geometry helpers, with their errors as text.
-fn per_axis(v: &[usize], spatial: usize, fill: usize, what: &str) -> Result<[usize; 2], String> {
-    cpu_conv::per_axis(v, spatial, fill, what).map_err(|e| e.to_string())
-}
-
-fn planes(
-    shape: &[usize],
-    spatial: usize,
-    what: &str,
-) -> Result<(usize, usize, [usize; 2]), String> {
-    cpu_conv::planes(shape, spatial, what).map_err(|e| e.to_string())
-}
-
-fn window_out(
-    len: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-    dil: usize,
-) -> Result<usize, String> {
-    cpu_conv::window_out(len, k, stride, pad, dil).map_err(|e| e.to_string())
-}
-
-/// Every size of one convolution, checked by the CPU backend's `Conv`.
-struct ConvDims {
-    spatial: usize,
-    n: usize,
-    cin: usize,
-    cout: usize,
-    /// Input height and width.
-    inp: [usize; 2],
-    k: [usize; 2],
-    out: [usize; 2],
-    g: usize,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-}
-
-impl ConvDims {
-    fn new(
-        x_shape: &[usize],
-        w_shape: &[usize],
-        stride: &[usize],
-        padding: &[usize],
-        dilation: &[usize],
-        groups: usize,
-    ) -> Result<ConvDims, String> {
-        let geo = cpu_conv::Geometry::new(stride, padding, dilation, groups)
-            .map_err(|e| e.to_string())?;
-        let c = cpu_conv::Conv::new(x_shape, w_shape, &geo).map_err(|e| e.to_string())?;
-        Ok(ConvDims {
-            spatial: geo.spatial,
-            n: c.n,
-            cin: c.cin,
-            cout: c.cout,
-            inp: c.inp,
-            k: c.k,
-            out: c.out,
-            g: c.g,
-            stride: c.stride,
-            padding: c.padding,
-            dilation: c.dilation,
-        })
-    }
-
-    fn out_shape(&self) -> Vec<usize> {
-        let mut s = vec![self.n, self.cout];
-        s.extend_from_slice(&self.out[2 - self.spatial..]);
-        s
-    }
-
-    fn cin_g(&self) -> usize {
-        self.cin / self.g
-    }
-
-    fn cout_g(&self) -> usize {
-        self.cout / self.g
-    }
+/// The convolution's sizes, checked by the shape rule every stage shares.
+fn conv_dims(
+    x_shape: &[usize],
+    w_shape: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Result<ConvDims, String> {
+    let geo = Geometry::new(stride, padding, dilation, groups).map_err(|e| e.to_string())?;
+    ConvDims::new(x_shape, w_shape, &geo).map_err(|e| e.to_string())
 }
 
 /// y[n, co, oh, ow] = bias[co] + Σ x[n, g·Cin/G + ci, oh·s + kh·d − p, ow·s + kw·d − p] · w[co, ci, kh, kw].
@@ -919,44 +845,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
 }
 
 // ---- pooling ----------------------------------------------------------------------------------
-
-/// Sizes of one pooling op, checked (the CPU's `Pool`).
-struct PoolDims {
-    inp: [usize; 2],
-    out: [usize; 2],
-    k: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    out_shape: Vec<usize>,
-}
-
-impl PoolDims {
-    fn new(
-        x_shape: &[usize],
-        kernel: &[usize],
-        stride: &[usize],
-        padding: &[usize],
-    ) -> Result<PoolDims, String> {
-        let spatial = kernel.len();
-        if !(1..=2).contains(&spatial) {
-            return Err(format!("{spatial} spatial axes are not supported (1 or 2)"));
-        }
-        let (n, ch, inp) = planes(x_shape, spatial, "input")?;
-        let k = per_axis(kernel, spatial, 1, "kernel")?;
-        let stride = per_axis(stride, spatial, 1, "stride")?;
-        let padding = per_axis(padding, spatial, 0, "padding")?;
-        if stride.contains(&0) {
-            return Err("stride must be at least 1".into());
-        }
-        let mut out = [0; 2];
-        for a in 0..2 {
-            out[a] = window_out(inp[a], k[a], stride[a], padding[a], 1)?;
-        }
-        let mut out_shape = vec![n, ch];
-        out_shape.extend_from_slice(&out[2 - spatial..]);
-        Ok(PoolDims { inp, out, k, stride, padding, out_shape })
-    }
-}
 
 /// WGSL statements that leave in `best` (an `i32`, −1 when the window is all padding) the
 /// in-plane position of the first maximum of window (`oy`, `ox`) of the plane starting at

@@ -988,12 +988,12 @@ mod tests {
                     });
                     let op = Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: w, has_bias: b };
                     let refs: Vec<&Tensor> = tensors.iter().collect();
-                    let want = crate::cpu::eval(
+                    let want = mgn_cpu::eval(
                         &op,
                         &refs,
                         DType::F32,
                         &x,
-                        &crate::cpu::Ctx { training, seed: 0, node: 0 },
+                        &mgn_cpu::Ctx { training, seed: 0, node: 0 },
                     )
                     .expect("cpu runs");
                     close(
@@ -1027,9 +1027,9 @@ mod tests {
                     dropout(&ins[0], out, p, width).expect("generates")
                 });
             let refs: Vec<&Tensor> = tensors.iter().collect();
-            let ctx = crate::cpu::Ctx { training: true, seed, node };
-            let want = crate::cpu::eval(&Op::Dropout { p }, &refs, DType::F32, &x, &ctx)
-                .expect("cpu runs");
+            let ctx = mgn_cpu::Ctx { training: true, seed, node };
+            let want =
+                mgn_cpu::eval(&Op::Dropout { p }, &refs, DType::F32, &x, &ctx).expect("cpu runs");
             let what = format!("dropout p={p} seed={seed} node={node}");
             close(&what, &got, &want, 1e-6);
             // The mask itself, exactly (inputs are never 0 here except by construction).
@@ -1037,12 +1037,12 @@ mod tests {
                 assert_eq!(g == 0.0, w == 0.0, "{what}: element {i} mask differs");
             }
             // DropoutGrad of the same forward step draws the same mask.
-            let grad = crate::cpu::eval(
+            let grad = mgn_cpu::eval(
                 &Op::DropoutGrad { p, forward: node },
                 &refs,
                 DType::F32,
                 &x,
-                &crate::cpu::Ctx { training: true, seed, node: 0 },
+                &mgn_cpu::Ctx { training: true, seed, node: 0 },
             )
             .expect("cpu runs");
             close(&format!("{what} (grad)"), &got, &grad, 1e-6);
@@ -1121,12 +1121,12 @@ mod tests {
                         generate(&step, ins, o, w).expect("generates")
                     });
                 let refs: Vec<&Tensor> = tensors.iter().collect();
-                let want = crate::cpu::eval(
+                let want = mgn_cpu::eval(
                     op,
                     &refs,
                     DType::F32,
                     out,
-                    &crate::cpu::Ctx { training: true, seed: 0, node: 0 },
+                    &mgn_cpu::Ctx { training: true, seed: 0, node: 0 },
                 )
                 .expect("cpu runs");
                 close(&format!("{} at width {width}", op.describe()), &got, &want, 2e-4);

@@ -13,138 +13,25 @@ use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::numel;
 use super::{by_float, check_shape, err, floats, KResult};
 use mgn_ir::op::PoolOp;
+pub(crate) use mgn_ir::shape::conv::Geometry;
+use mgn_ir::shape::conv::{upsample as up_layout, upsampled as scaled, Conv, Pool};
 use mgn_ir::{Data, Tensor};
 
 /// Upper bound on the elements of one `cols` matrix: the batch is processed in chunks under it.
 /// Debug tests use a small bound, so that their small shapes also run in several chunks.
 const COLS_LIMIT: usize = if cfg!(all(test, debug_assertions)) { 1 << 8 } else { 1 << 18 };
 
-/// Stride, padding and dilation per axis (height, width), and the group count.
-pub(crate) struct Geometry {
-    pub(crate) spatial: usize,
-    pub(crate) stride: [usize; 2],
-    pub(crate) padding: [usize; 2],
-    pub(crate) dilation: [usize; 2],
-    pub(crate) groups: usize,
+/// What the im2col GEMMs need of a convolution's sizes.
+trait Cols {
+    fn rows(&self) -> usize;
+    fn l(&self) -> usize;
+    fn chunk(&self) -> usize;
+    fn row(&self, g: usize, r: usize) -> (usize, (usize, usize));
+    fn im2col<T: Float>(&self, x: &[T], g: usize, n0: usize, nb: usize) -> Vec<T>;
+    fn dy_matrix<T: Float>(&self, dy: &[T], g: usize, n0: usize, nb: usize) -> Vec<T>;
 }
 
-/// A 1- or 2-element attribute as (height, width); 1-D gets `fill` for the height.
-pub(crate) fn per_axis(
-    v: &[usize],
-    spatial: usize,
-    fill: usize,
-    what: &str,
-) -> KResult<[usize; 2]> {
-    match (spatial, v) {
-        (1, [a]) => Ok([fill, *a]),
-        (2, [a, b]) => Ok([*a, *b]),
-        _ => err(format!("{what} {v:?} must have one value per spatial axis ({spatial})")),
-    }
-}
-
-impl Geometry {
-    pub(crate) fn new(
-        stride: &[usize],
-        padding: &[usize],
-        dilation: &[usize],
-        groups: usize,
-    ) -> KResult<Geometry> {
-        let spatial = stride.len();
-        if !(1..=2).contains(&spatial) {
-            return err(format!("{spatial} spatial axes are not supported (1 or 2)"));
-        }
-        let g = Geometry {
-            spatial,
-            stride: per_axis(stride, spatial, 1, "stride")?,
-            padding: per_axis(padding, spatial, 0, "padding")?,
-            dilation: per_axis(dilation, spatial, 1, "dilation")?,
-            groups,
-        };
-        if g.stride.contains(&0) || g.dilation.contains(&0) || groups == 0 {
-            return err("stride, dilation and groups must be at least 1");
-        }
-        Ok(g)
-    }
-}
-
-/// `[N, C, L]` or `[N, C, H, W]` as (N, C, [H, W]).
-pub(crate) fn planes(
-    shape: &[usize],
-    spatial: usize,
-    what: &str,
-) -> KResult<(usize, usize, [usize; 2])> {
-    match (spatial, shape) {
-        (1, &[n, c, l]) => Ok((n, c, [1, l])),
-        (2, &[n, c, h, w]) => Ok((n, c, [h, w])),
-        _ => err(format!("{what} {shape:?} must have {} axes", spatial + 2)),
-    }
-}
-
-/// Output length of a window along one axis (PyTorch's formula), if the window fits.
-pub(crate) fn window_out(
-    len: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-    dil: usize,
-) -> KResult<usize> {
-    let span = dil * (k.max(1) - 1) + 1;
-    if k == 0 || len + 2 * pad < span {
-        return err(format!(
-            "a window of {k} (dilation {dil}) does not fit an axis of {len} with padding {pad}"
-        ));
-    }
-    Ok((len + 2 * pad - span) / stride + 1)
-}
-
-/// Every size of one convolution, checked.
-pub(crate) struct Conv {
-    pub(crate) n: usize,
-    pub(crate) cin: usize,
-    pub(crate) cout: usize,
-    pub(crate) inp: [usize; 2],
-    pub(crate) k: [usize; 2],
-    pub(crate) out: [usize; 2],
-    pub(crate) g: usize,
-    pub(crate) stride: [usize; 2],
-    pub(crate) padding: [usize; 2],
-    pub(crate) dilation: [usize; 2],
-}
-
-impl Conv {
-    pub(crate) fn new(x_shape: &[usize], w_shape: &[usize], geo: &Geometry) -> KResult<Conv> {
-        let (n, cin, inp) = planes(x_shape, geo.spatial, "input")?;
-        let (cout, cin_g, k) = planes(w_shape, geo.spatial, "weight")?;
-        let g = geo.groups;
-        if cin % g != 0 || cout % g != 0 || cin_g * g != cin {
-            return err(format!(
-                "weight {w_shape:?} with {g} groups does not fit an input with {cin} channels"
-            ));
-        }
-        let mut out = [0; 2];
-        for a in 0..2 {
-            out[a] = window_out(inp[a], k[a], geo.stride[a], geo.padding[a], geo.dilation[a])?;
-        }
-        Ok(Conv {
-            n,
-            cin,
-            cout,
-            inp,
-            k,
-            out,
-            g,
-            stride: geo.stride,
-            padding: geo.padding,
-            dilation: geo.dilation,
-        })
-    }
-
-    fn out_shape(&self, spatial: usize) -> Vec<usize> {
-        let mut s = vec![self.n, self.cout];
-        s.extend_from_slice(&self.out[2 - spatial..]);
-        s
-    }
-
+impl Cols for Conv {
     /// Rows of `cols` per group.
     fn rows(&self) -> usize {
         self.cin / self.g * self.k[0] * self.k[1]
@@ -157,13 +44,6 @@ impl Conv {
     /// Samples per chunk, so that `cols` stays under [`COLS_LIMIT`].
     fn chunk(&self) -> usize {
         (COLS_LIMIT / (self.rows() * self.l()).max(1)).clamp(1, self.n.max(1))
-    }
-
-    /// The input position read by tap `(kh, kw)` at output `(oh, ow)`, if not in the padding.
-    fn source(&self, (kh, kw): (usize, usize), (oh, ow): (usize, usize)) -> Option<usize> {
-        let ih = (oh * self.stride[0] + kh * self.dilation[0]).checked_sub(self.padding[0])?;
-        let iw = (ow * self.stride[1] + kw * self.dilation[1]).checked_sub(self.padding[1])?;
-        (ih < self.inp[0] && iw < self.inp[1]).then_some(ih * self.inp[1] + iw)
     }
 
     /// The input channel and kernel tap `(kh, kw)` of row `r` of group `g`'s `cols`.
@@ -209,7 +89,7 @@ impl Conv {
 /// Inputs `x, weight, bias?`.
 pub(crate) fn conv(x: &[&Tensor], geo: &Geometry, shape: &[usize]) -> KResult<Data> {
     let c = Conv::new(&x[0].shape, &x[1].shape, geo)?;
-    check_shape(&c.out_shape(geo.spatial), shape)?;
+    check_shape(&c.out_shape(), shape)?;
     if let Some(b) = x.get(2) {
         if b.shape != [c.cout] {
             return err(format!("bias must have shape [{}], found {:?}", c.cout, b.shape));
@@ -250,11 +130,11 @@ pub(crate) fn conv_grad_input(
     shape: &[usize],
 ) -> KResult<Data> {
     let c = Conv::new(shape, &w.shape, geo)?;
-    if dy.shape != c.out_shape(geo.spatial) {
+    if dy.shape != c.out_shape() {
         return err(format!(
             "dy has shape {:?}, but the convolution of {shape:?} gives {:?}",
             dy.shape,
-            c.out_shape(geo.spatial)
+            c.out_shape()
         ));
     }
     by_float!(&[dy, w], T => (|| {
@@ -301,12 +181,12 @@ pub(crate) fn conv_grad_weight(
     shape: &[usize],
 ) -> KResult<Data> {
     let c = Conv::new(&x.shape, shape, geo)?;
-    if dy.shape != c.out_shape(geo.spatial) {
+    if dy.shape != c.out_shape() {
         return err(format!(
             "dy has shape {:?}, but the convolution of {:?} gives {:?}",
             dy.shape,
             x.shape,
-            c.out_shape(geo.spatial)
+            c.out_shape()
         ));
     }
     by_float!(&[x, dy], T => (|| {
@@ -328,56 +208,12 @@ pub(crate) fn conv_grad_weight(
 
 // ---- pooling --------------------------------------------------------------------------------
 
-/// Sizes of one pooling op, checked.
-struct Pool {
-    planes: usize,
-    inp: [usize; 2],
-    out: [usize; 2],
-    k: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
+/// The first maximum of a pooling window.
+trait ArgMax {
+    fn argmax<T: Float>(&self, plane: &[T], oh: usize, ow: usize) -> Option<usize>;
 }
 
-impl Pool {
-    fn new(
-        x_shape: &[usize],
-        kernel: &[usize],
-        stride: &[usize],
-        padding: &[usize],
-    ) -> KResult<(Pool, Vec<usize>)> {
-        let spatial = kernel.len();
-        if !(1..=2).contains(&spatial) {
-            return err(format!("{spatial} spatial axes are not supported (1 or 2)"));
-        }
-        let (n, ch, inp) = planes(x_shape, spatial, "input")?;
-        let k = per_axis(kernel, spatial, 1, "kernel")?;
-        let stride = per_axis(stride, spatial, 1, "stride")?;
-        let padding = per_axis(padding, spatial, 0, "padding")?;
-        if stride.contains(&0) {
-            return err("stride must be at least 1");
-        }
-        let mut out = [0; 2];
-        for a in 0..2 {
-            out[a] = window_out(inp[a], k[a], stride[a], padding[a], 1)?;
-        }
-        let mut shape = vec![n, ch];
-        shape.extend_from_slice(&out[2 - spatial..]);
-        Ok((Pool { planes: n * ch, inp, out, k, stride, padding }, shape))
-    }
-
-    /// The in-bounds input positions of the window of output `(oh, ow)`, row-major.
-    fn window(&self, oh: usize, ow: usize) -> impl Iterator<Item = usize> + '_ {
-        let h0 = oh * self.stride[0];
-        let w0 = ow * self.stride[1];
-        (0..self.k[0]).flat_map(move |a| {
-            (0..self.k[1]).filter_map(move |b| {
-                let ih = (h0 + a).checked_sub(self.padding[0])?;
-                let iw = (w0 + b).checked_sub(self.padding[1])?;
-                (ih < self.inp[0] && iw < self.inp[1]).then_some(ih * self.inp[1] + iw)
-            })
-        })
-    }
-
+impl ArgMax for Pool {
     /// Position of the first maximum of a window (NaN counts as the maximum).
     fn argmax<T: Float>(&self, plane: &[T], oh: usize, ow: usize) -> Option<usize> {
         let mut best: Option<usize> = None;
@@ -401,13 +237,14 @@ pub(crate) fn pool(
     padding: &[usize],
     shape: &[usize],
 ) -> KResult<Data> {
-    let (p, out_shape) = Pool::new(&x.shape, kernel, stride, padding)?;
+    let p = Pool::new(&x.shape, kernel, stride, padding)?;
+    let out_shape = p.out_shape();
     check_shape(&out_shape, shape)?;
     let (plane, l) = (p.inp[0] * p.inp[1], p.out[0] * p.out[1]);
     let area = (p.k[0] * p.k[1]) as f64;
     by_float!(&[x], T => (|| {
         let xv = floats::<T>(x, "x")?;
-        let mut out = vec![T::zero(); p.planes * l];
+        let mut out = vec![T::zero(); p.planes() * l];
         par_chunks(&mut out, l, l * p.k[0] * p.k[1], |pl, o| {
             let xp = &xv[pl * plane..][..plane];
             for oh in 0..p.out[0] {
@@ -433,7 +270,8 @@ pub(crate) fn pool_grad(
     stride: &[usize],
     padding: &[usize],
 ) -> KResult<Data> {
-    let (p, out_shape) = Pool::new(&x.shape, kernel, stride, padding)?;
+    let p = Pool::new(&x.shape, kernel, stride, padding)?;
+    let out_shape = p.out_shape();
     if dy.shape != out_shape {
         return err(format!(
             "dy has shape {:?}, but pooling {:?} gives {out_shape:?}",
@@ -469,22 +307,6 @@ pub(crate) fn pool_grad(
 }
 
 // ---- nearest upsampling -----------------------------------------------------------------------
-
-/// Scale per axis (height, width) for `[N, C, L]` (height 1, not scaled) or `[N, C, H, W]`.
-fn up_layout(shape: &[usize], scale: usize) -> KResult<(usize, [usize; 2], [usize; 2])> {
-    if scale == 0 {
-        return err("scale must be at least 1");
-    }
-    match *shape {
-        [n, c, l] => Ok((n * c, [1, l], [1, scale])),
-        [n, c, h, w] => Ok((n * c, [h, w], [scale, scale])),
-        _ => err(format!("needs [N, C, L] or [N, C, H, W], found {shape:?}")),
-    }
-}
-
-fn scaled(shape: &[usize], scale: usize) -> Vec<usize> {
-    shape.iter().enumerate().map(|(i, &d)| if i >= 2 { d * scale } else { d }).collect()
-}
 
 /// `out[.., i, j] = x[.., i / scale, j / scale]`.
 pub(crate) fn upsample(x: &Tensor, scale: usize, shape: &[usize]) -> KResult<Data> {

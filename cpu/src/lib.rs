@@ -62,6 +62,12 @@ impl std::fmt::Display for KernelError {
 
 impl std::error::Error for KernelError {}
 
+impl From<mgn_ir::shape::ShapeError> for KernelError {
+    fn from(e: mgn_ir::shape::ShapeError) -> KernelError {
+        KernelError(e.0)
+    }
+}
+
 pub(crate) type KResult<T> = Result<T, KernelError>;
 
 pub(crate) fn err<T>(msg: impl Into<String>) -> KResult<T> {
@@ -439,16 +445,16 @@ pub(crate) fn any_f64(inputs: &[&Tensor]) -> bool {
 /// otherwise to `f32`. The body returns `KResult<Vec<$T>>`; the macro yields `KResult<Data>`.
 macro_rules! by_float {
     ($inputs:expr, $T:ident => $body:expr) => {
-        if $crate::cpu::any_f64($inputs) {
+        if $crate::any_f64($inputs) {
             #[allow(unused_imports)]
             use num_traits::{Float as _, FloatConst as _, One as _, Zero as _};
             type $T = f64;
-            $body.map(<$T as $crate::cpu::float::Float>::wrap)
+            $body.map(<$T as $crate::float::Float>::wrap)
         } else {
             #[allow(unused_imports)]
             use num_traits::{Float as _, FloatConst as _, One as _, Zero as _};
             type $T = f32;
-            $body.map(<$T as $crate::cpu::float::Float>::wrap)
+            $body.map(<$T as $crate::float::Float>::wrap)
         }
     };
 }
@@ -458,9 +464,9 @@ pub(crate) use by_float;
 macro_rules! map_data {
     ($data:expr, $v:ident => $body:expr) => {
         match $data {
-            $crate::Data::F32($v) => $crate::Data::F32($body),
-            $crate::Data::F64($v) => $crate::Data::F64($body),
-            $crate::Data::I32($v) => $crate::Data::I32($body),
+            mgn_ir::Data::F32($v) => mgn_ir::Data::F32($body),
+            mgn_ir::Data::F64($v) => mgn_ir::Data::F64($body),
+            mgn_ir::Data::I32($v) => mgn_ir::Data::I32($body),
         }
     };
 }

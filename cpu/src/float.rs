@@ -1,7 +1,7 @@
 //! The float element trait the kernels are generic over, the GEMM behind every matrix product,
 //! and the one helper that spreads work over the cores.
 
-use crate::Data;
+use mgn_ir::Data;
 use std::fmt::Debug;
 use std::iter::Sum;
 use std::ops::{AddAssign, DivAssign, MulAssign, SubAssign};

@@ -11,6 +11,7 @@ use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::{broadcast_strides, numel, walk};
 use super::{by_float, check_shape, err, floats, KResult};
 use mgn_ir::op::GradPart;
+use mgn_ir::shape::attention::Dims;
 use mgn_ir::{Data, Tensor};
 
 /// The sizes of one attention op, checked, and where each (batch, head)'s mask starts.
@@ -28,44 +29,8 @@ struct Attn {
     mask: Option<(Vec<usize>, usize, usize)>,
 }
 
-/// The sizes of an attention's operands, checked (shared with the GPU kernels): q
-/// `[..B, Hq, Tq, D]`, k `[..B, Hkv, Tk, D]`, v `[..B, Hkv, Tk, Dv]`, `Hkv` dividing `Hq`.
-pub(crate) struct Dims {
-    /// The product of the leading axes.
-    pub batch: usize,
-    pub hq: usize,
-    pub hkv: usize,
-    pub tq: usize,
-    pub tk: usize,
-    pub d: usize,
-    pub dv: usize,
-    /// `[..B, Hq, Tq, Tk]`, what the scores (and a mask broadcast to them) have.
-    pub scores: Vec<usize>,
-}
-
-pub(crate) fn dims(q: &[usize], k: &[usize], v: &[usize]) -> KResult<Dims> {
-    let r = q.len();
-    if r < 3 || k.len() != r || v.len() != r {
-        return err(format!(
-            "q {q:?}, k {k:?} and v {v:?} must be [..B, heads, T, D] of one rank (at least 3)"
-        ));
-    }
-    let lead = &q[..r - 3];
-    let (hq, tq, d) = (q[r - 3], q[r - 2], q[r - 1]);
-    let (hkv, tk, dk) = (k[r - 3], k[r - 2], k[r - 1]);
-    if &k[..r - 3] != lead
-        || &v[..r - 3] != lead
-        || dk != d
-        || v[r - 3] != hkv
-        || v[r - 2] != tk
-        || hkv == 0
-        || hq % hkv != 0
-    {
-        return err(format!("q {q:?}, k {k:?} and v {v:?} do not fit together (k and v share heads and length, KV heads divide query heads)"));
-    }
-    let mut scores = lead.to_vec();
-    scores.extend([hq, tq, tk]);
-    Ok(Dims { batch: numel(lead), hq, hkv, tq, tk, d, dv: v[r - 1], scores })
+fn dims(q: &[usize], k: &[usize], v: &[usize]) -> KResult<Dims> {
+    Ok(mgn_ir::shape::attention::dims(q, k, v)?)
 }
 
 impl Attn {
