@@ -3,12 +3,13 @@
 
 use mgn_compiler::lower::PlanOptions;
 use mgn_compiler::{driver::plan_path, elab::Setting};
+use mgn_gpu::session::GpuSession;
+use mgn_gpu::GpuError;
 use mgn_ir::optim::OptimizerSpec;
 use mgn_ir::tensor::Tensor;
-use mgn_runtime::gpu::session::GpuSession;
 use mgn_runtime::session::Session;
 use mgn_runtime::Plan;
-use mgn_tests::{rendered, root};
+use mgn_tests::{on_gpu, rendered, root};
 use std::path::Path;
 
 fn plan(model: &str, settings: &[&str], opts: &PlanOptions) -> Plan {
@@ -21,34 +22,7 @@ fn plan(model: &str, settings: &[&str], opts: &PlanOptions) -> Plan {
 }
 
 fn gpu(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
-    match GpuSession::new(plan, params) {
-        Ok(s) => Some(s),
-        Err(e) if e.0.contains("no GPU") || e.0.contains("Vulkan") || e.0.contains("driver") => {
-            assert!(
-                std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
-                "MGN_REQUIRE_GPU=1 but: {e}"
-            );
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
-
-/// Moves a session onto the GPU; false (after saying why) where there is none, which
-/// `MGN_REQUIRE_GPU=1` (CI, with lavapipe) turns into a failure.
-fn on_gpu(s: &mut Session) -> bool {
-    match s.use_gpu() {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(
-                std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
-                "MGN_REQUIRE_GPU=1 but: {e}"
-            );
-            eprintln!("skipping: {e}");
-            false
-        }
-    }
+    mgn_gpu::testing::or_skip(GpuSession::new(plan, params))
 }
 
 /// Seeded inputs for a plan: floats in [-1, 1), integers in their valid range.
@@ -167,16 +141,10 @@ fn matrix_vector_products_run_and_kernel_failures_name_the_model_line() {
     let params = Session::new(p.clone(), 0).params;
     match GpuSession::new(p, &params) {
         Ok(_) => panic!("a conv over a matrix and a vector cannot be generated"),
-        Err(e) if e.0.contains("(at ") => {
-            assert!(e.0.contains("gemv.mgn:5:") && e.0.contains(&format!("step {k})")), "{e}")
+        Err(GpuError::Failed(e)) => {
+            assert!(e.contains("gemv.mgn:5:") && e.contains(&format!("step {k})")), "{e}")
         }
-        Err(e) => {
-            assert!(
-                std::env::var("MGN_REQUIRE_GPU").map_or(true, |v| v != "1"),
-                "MGN_REQUIRE_GPU=1 but: {e}"
-            );
-            eprintln!("skipping: {e}");
-        }
+        Err(e) => drop(mgn_gpu::testing::or_skip::<()>(Err(e))),
     }
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -434,7 +402,7 @@ fn a_checkpoint_saved_from_the_gpu_resumes_there_like_the_cpu() {
 
 #[test]
 fn every_models_dispatch_levels_keep_its_memory_plans_order() {
-    use mgn_runtime::gpu::schedule::{check, levels};
+    use mgn_gpu::schedule::{check, levels};
     root();
     let mut models: Vec<_> = std::fs::read_dir("models")
         .expect("models/")
@@ -447,7 +415,7 @@ fn every_models_dispatch_levels_keep_its_memory_plans_order() {
             let (_, Some(p)) = plan_path(&m, None, vec![], &opts).expect("readable") else {
                 continue;
             };
-            let a = mgn_runtime::memory::plan_arena(&p);
+            let a = mgn_gpu::memory::plan_arena(&p);
             let words: Vec<usize> =
                 p.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
             let l = levels(&p, &a.offsets, &words);

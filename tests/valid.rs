@@ -140,8 +140,8 @@ fn elaboration_records_facts_for_the_language_server() {
 #[test]
 fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
     use mgn_compiler::lower::PlanOptions;
+    use mgn_gpu::memory::{check_arena, plan_arena, plan_memory};
     use mgn_ir::optim::OptimizerSpec;
-    use mgn_runtime::memory::{check_arena, plan_arena, plan_memory};
     root();
     for f in mgn_files("models") {
         for train in [false, true] {
@@ -159,7 +159,7 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
             // Compiled plans, and what the GPU session rewrites them into, pass plan validation.
             let mode = if train { "train" } else { "infer" };
             plan.validate().unwrap_or_else(|e| panic!("{} ({mode}): {e}", f.display()));
-            mgn_runtime::gpu::rewrite::for_gpu(&plan)
+            mgn_gpu::rewrite::for_gpu(&plan)
                 .0
                 .validate()
                 .unwrap_or_else(|e| panic!("{} ({mode}, GPU rewrite): {e}", f.display()));

@@ -15,7 +15,7 @@ use mgn_compiler::lower::PlanOptions;
 use mgn_ir::plan::Mode;
 use mgn_ir::tensor::Tensor;
 use mgn_runtime::checkpoint::{self, MatchMode};
-use mgn_runtime::session::{RunOutput, Session};
+use mgn_runtime::session::{RunOutput, RuntimeError, Session};
 use mgn_tests::gates::{self, Results};
 use mgn_tests::{rendered, root};
 use std::path::{Path, PathBuf};
@@ -95,16 +95,6 @@ fn named(out: &RunOutput) -> Results {
     gates::results(all)
 }
 
-/// Whether `use_gpu`'s error means "there is no usable device" (a skip, unless
-/// `MGN_REQUIRE_GPU=1`) rather than a plan the GPU backend cannot run (always a failure).
-fn no_device(e: &str) -> bool {
-    !e.contains("(at ")
-        && (e.contains("no GPU")
-            || e.contains("Vulkan")
-            || e.contains("driver")
-            || e.contains("device"))
-}
-
 /// Applies the gates to one run; prints the verdict line and returns the failure, if any.
 fn judge(
     name: &str,
@@ -147,10 +137,12 @@ fn judge(
 /// together, naming the workload, mode, backend, gate and worst parameter.
 fn check_workload(name: &str) {
     let dir = fixtures().join(name);
-    if !dir.exists() {
-        eprintln!("skipping {name}: no reference fixture at {} (bench/make_fixtures.sh writes them on a machine with torch; see bench/README.md)", dir.display());
-        return;
-    }
+    assert!(
+        dir.exists(),
+        "{name}: no reference fixture at {} (bench/make_fixtures.sh writes them on a machine \
+         with torch; see bench/README.md)",
+        dir.display()
+    );
     let sets = settings(&dir);
     let parsed: Vec<Setting> = sets
         .iter()
@@ -158,7 +150,6 @@ fn check_workload(name: &str) {
         .collect();
     let model = format!("models/{name}.mgn");
     let mut failures = Vec::new();
-    let require_gpu = std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1");
     for mode in MODES {
         let d = dir.join(mode);
         check_complete(name, mode, &d, &sets);
@@ -221,8 +212,8 @@ fn check_workload(name: &str) {
                     failures.push(format!("{name} ({mode}, gpu: {device}): the run failed: {e}"))
                 }
             },
-            Err(e) if no_device(&e.to_string()) && !require_gpu => {
-                eprintln!("{name} ({mode}): skipping the GPU: {e}")
+            Err(RuntimeError::NoDevice(why)) if !mgn_gpu::testing::device_required() => {
+                mgn_gpu::testing::record_skip(&format!("{name} ({mode}) on the GPU: {why}"))
             }
             Err(e) => {
                 failures.push(format!("{name} ({mode}, gpu): cannot run on the GPU backend: {e}"))
@@ -262,10 +253,8 @@ fn minilm_l6_matches_pytorch() {
 #[test]
 fn every_fixture_folder_has_a_test() {
     let dir = fixtures();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("skipping: no fixture folder at {}", dir.display());
-        return;
-    };
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no fixture folder at {}: {e}", dir.display()));
     for e in entries {
         let path = e.expect("readable entry").path();
         if path.is_dir() {

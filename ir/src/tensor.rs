@@ -1,4 +1,4 @@
-//! Host tensors: a dtype, a shape and the elements.
+//! Host tensors (a dtype, a shape and the elements), and what a run of a plan returns.
 //!
 //! Storage is wider than or equal to the declared dtype: `f16`/`bf16` live as `F32` on the CPU,
 //! integer types and `bool` as `I32`; `F64` exists so gradient checks can run the same kernels
@@ -83,4 +83,12 @@ impl Tensor {
             Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
         }
     }
+}
+
+/// What one run produced.
+pub struct RunOutput {
+    pub outputs: Vec<(String, Tensor)>,
+    pub loss: Option<Tensor>,
+    /// (parameter name, gradient) for each trained parameter, in plan order.
+    pub grads: Vec<(String, Tensor)>,
 }

@@ -18,11 +18,9 @@ fn run(plan: &Path, weights: &Path, inputs: &Path) -> Result<(), String> {
     let mut session = Session::new(plan, 0);
     session.load_checkpoint(weights, MatchMode::Strict).map_err(|e| e.to_string())?;
     // A hardware GPU when there is one; the CPU otherwise.
-    let on = match mgn_runtime::gpu::probe::devices()
-        .and_then(|d| mgn_runtime::gpu::probe::choose(&d).map(|d| d.software))
-    {
-        Ok(false) => session.use_gpu().unwrap_or_else(|e| format!("the CPU ({e})")),
-        _ => "the CPU".to_string(),
+    let on = match mgn_runtime::gpu::hardware_gpu() {
+        true => session.use_gpu().unwrap_or_else(|e| format!("the CPU ({e})")),
+        false => "the CPU".to_string(),
     };
     let data = checkpoint::load(inputs).map_err(|e| e.to_string())?;
     let given: Vec<(&str, &Tensor)> = data.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();

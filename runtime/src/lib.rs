@@ -4,9 +4,8 @@
 pub mod checkpoint;
 pub mod gpu;
 pub mod init;
-pub mod limits;
-pub mod memory;
 pub mod optim;
 pub mod session;
 
 pub use mgn_ir::{DType, Data, Mode, Op, Plan, Step, Tensor};
+pub use session::{RunOutput, RuntimeError, Session};

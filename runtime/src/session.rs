@@ -5,26 +5,44 @@ use mgn_cpu as cpu;
 use mgn_ir::op::Op;
 use mgn_ir::optim::OptimizerState;
 use mgn_ir::plan::{Mode, Plan};
+pub use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::fmt;
 
-#[derive(Debug)]
-pub struct RuntimeError(pub String);
+/// Why a session could not do what was asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuntimeError {
+    /// `use_gpu` found no usable device (or the runtime was built without its GPU backend).
+    NoDevice(String),
+    /// Anything else, as one message naming the input, step or file involved.
+    Failed(String),
+}
+
+impl RuntimeError {
+    pub fn is_no_device(&self) -> bool {
+        matches!(self, RuntimeError::NoDevice(_))
+    }
+}
 
 impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            RuntimeError::NoDevice(why) => write!(f, "no usable GPU: {why}"),
+            RuntimeError::Failed(why) => f.write_str(why),
+        }
     }
 }
 
 impl std::error::Error for RuntimeError {}
 
-/// What one run produced.
-pub struct RunOutput {
-    pub outputs: Vec<(String, Tensor)>,
-    pub loss: Option<Tensor>,
-    /// (parameter name, gradient) for each trained parameter, in plan order.
-    pub grads: Vec<(String, Tensor)>,
+impl From<crate::gpu::GpuError> for RuntimeError {
+    fn from(e: crate::gpu::GpuError) -> RuntimeError {
+        #[allow(unreachable_patterns)] // a CPU-only build's error has one variant
+        match e {
+            crate::gpu::GpuError::NoDevice(why) => RuntimeError::NoDevice(why),
+            other => RuntimeError::Failed(other.to_string()),
+        }
+    }
 }
 
 pub struct Session {
@@ -41,7 +59,7 @@ pub struct Session {
     /// When set, steps run on the GPU. Training steps there update the parameters and the
     /// optimizer state on the device; `sync_from_device` brings `params` and `optimizer` up to
     /// date (checkpoints do it themselves).
-    gpu: Option<crate::gpu::session::GpuSession>,
+    gpu: Option<crate::gpu::Device>,
     /// Whether the device holds newer parameters than `params`.
     device_ahead: bool,
 }
@@ -84,7 +102,7 @@ impl Session {
     /// Runs the plan's steps on the GPU from now on. Returns the device's name; fails (and
     /// leaves the session on the CPU) when there is no usable device or an op has no kernel.
     pub fn use_gpu(&mut self) -> Result<String, RuntimeError> {
-        let mut g = crate::gpu::session::GpuSession::new(self.plan.clone(), &self.params)?;
+        let mut g = crate::gpu::open(self.plan.clone(), &self.params)?;
         g.set_optimizer_state(&self.optimizer)?;
         let name = g.device_name().to_string();
         self.gpu = Some(g);
@@ -105,7 +123,11 @@ impl Session {
     /// no-op on the CPU, or when nothing changed there).
     pub fn sync_from_device(&mut self) -> Result<(), RuntimeError> {
         if let (Some(g), true) = (&mut self.gpu, self.device_ahead) {
-            self.params = g.params()?;
+            for (host, device) in self.params.iter_mut().zip(g.params()?) {
+                if let Some(t) = device {
+                    *host = t;
+                }
+            }
             self.optimizer = g.optimizer_state(self.step)?;
             self.device_ahead = false;
         }
@@ -114,15 +136,17 @@ impl Session {
 
     /// GPU time per op family and the slowest dispatches over one run (see
     /// `GpuSession::profile`); None on the CPU.
+    #[cfg(feature = "gpu")]
     pub fn profile(
         &mut self,
         inputs: &[(&str, &Tensor)],
-    ) -> Option<Result<crate::gpu::session::Profile, RuntimeError>> {
+    ) -> Option<Result<crate::gpu::Profile, RuntimeError>> {
         let seed = self.run_seed();
-        self.gpu.as_mut().map(|g| g.profile(inputs, seed))
+        self.gpu.as_mut().map(|g| g.profile(inputs, seed).map_err(RuntimeError::from))
     }
 
     /// Compiled GPU pipelines and dependency levels, when running on the GPU.
+    #[cfg(feature = "gpu")]
     pub fn gpu_shape(&self) -> Option<(usize, usize)> {
         self.gpu.as_ref().map(|g| g.shape())
     }
@@ -131,7 +155,7 @@ impl Session {
     pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<RunOutput, RuntimeError> {
         let seed = self.run_seed();
         if let Some(g) = &mut self.gpu {
-            return g.run(inputs, seed);
+            return Ok(g.run(inputs, seed)?);
         }
         let slots = self.execute(inputs, false)?;
         Ok(self.collect(slots, inputs))
@@ -143,7 +167,7 @@ impl Session {
     pub fn run_resident(&mut self, inputs: &[(&str, &Tensor)]) -> Result<(), RuntimeError> {
         let seed = self.run_seed();
         if let Some(g) = &mut self.gpu {
-            return g.run_resident(inputs, seed);
+            return Ok(g.run_resident(inputs, seed)?);
         }
         self.execute(inputs, false).map(drop)
     }
@@ -152,7 +176,7 @@ impl Session {
     /// update. Returns the loss.
     pub fn train_step(&mut self, inputs: &[(&str, &Tensor)]) -> Result<f64, RuntimeError> {
         if self.plan.mode != Mode::Train {
-            return Err(RuntimeError(format!(
+            return Err(RuntimeError::Failed(format!(
                 "the plan of `{}` is an inference plan; build it with `--mode train` to train",
                 self.plan.model
             )));
@@ -174,7 +198,7 @@ impl Session {
             .loss
             .as_ref()
             .map(|l| l.to_f64_vec()[0])
-            .ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
+            .ok_or_else(|| RuntimeError::Failed("the training plan has no loss".into()))?;
         let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
         let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
         self.step += 1;
@@ -231,7 +255,7 @@ impl Session {
         for (name, step) in &self.plan.inputs {
             let Some(pos) = inputs.iter().position(|(n, _)| n == name) else {
                 let given: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
-                return Err(RuntimeError(format!(
+                return Err(RuntimeError::Failed(format!(
                     "missing input `{name}` (given: {})",
                     if given.is_empty() { "none".into() } else { given.join(", ") }
                 )));
@@ -239,7 +263,7 @@ impl Session {
             let want = &self.plan.steps[*step as usize];
             let t = inputs[pos].1;
             if t.shape != want.shape {
-                return Err(RuntimeError(format!(
+                return Err(RuntimeError::Failed(format!(
                     "input `{name}` has shape {:?}, but the plan was built for {:?}",
                     t.shape, want.shape
                 )));
@@ -249,7 +273,7 @@ impl Session {
                 Data::I32(_) => !want.dtype.is_float(),
             };
             if !storage_ok {
-                return Err(RuntimeError(format!(
+                return Err(RuntimeError::Failed(format!(
                     "input `{name}` holds {} values, but the plan expects {}",
                     t.dtype, want.dtype
                 )));
@@ -278,8 +302,9 @@ impl Session {
                     let args: Vec<&Tensor> =
                         step.inputs.iter().map(|&x| get(&slots, x, &self.params, inputs)).collect();
                     let ctx = cpu::Ctx { training, seed, node: i as u32 };
-                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx)
-                        .map_err(|e| RuntimeError(format!("{e} (at {}, step {i})", step.loc)))?;
+                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx).map_err(|e| {
+                        RuntimeError::Failed(format!("{e} (at {}, step {i})", step.loc))
+                    })?;
                     if self.check_numerics {
                         check_finite(&t, op, i, &step.loc)?;
                     }
@@ -338,7 +363,7 @@ fn check_finite(
         Data::I32(_) => None,
     };
     match bad {
-        Some(x) => Err(RuntimeError(format!(
+        Some(x) => Err(RuntimeError::Failed(format!(
             "{} produced by `{}` (step {i}) at {loc}",
             if x.is_nan() { "NaN" } else { "an infinity" },
             op.describe()
@@ -355,17 +380,19 @@ impl Session {
         path: &std::path::Path,
         mode: crate::checkpoint::MatchMode,
     ) -> Result<crate::checkpoint::Report, RuntimeError> {
-        let ckpt = crate::checkpoint::load(path).map_err(|e| RuntimeError(e.to_string()))?;
+        let ckpt =
+            crate::checkpoint::load(path).map_err(|e| RuntimeError::Failed(e.to_string()))?;
         let (tensors, report) = crate::checkpoint::match_params(&ckpt, &self.plan.params, mode)
-            .map_err(|e| RuntimeError(e.to_string()))?;
+            .map_err(|e| RuntimeError::Failed(e.to_string()))?;
         for (i, t) in tensors.into_iter().enumerate() {
             if let Some(t) = t {
                 self.params[i] = t;
             }
         }
         if ckpt.tensors.iter().any(|(n, _)| n == crate::optim::STEP_TENSOR) {
-            self.optimizer =
-                ckpt.optimizer_state(&self.plan.params).map_err(|e| RuntimeError(e.to_string()))?;
+            self.optimizer = ckpt
+                .optimizer_state(&self.plan.params)
+                .map_err(|e| RuntimeError::Failed(e.to_string()))?;
             self.step = self.optimizer.step;
         }
         if let Some(g) = &mut self.gpu {
@@ -383,11 +410,12 @@ impl Session {
         let mut state = self.optimizer.clone();
         state.step = self.step;
         let optim = crate::optim::state_to_tensors(&state, &self.plan.params)
-            .map_err(|e| RuntimeError(format!("{}: {e}", path.display())))?;
+            .map_err(|e| RuntimeError::Failed(format!("{}: {e}", path.display())))?;
         let mut tensors: Vec<(String, &Tensor)> =
             self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();
         tensors.extend(optim.iter().map(|(n, t)| (n.clone(), t)));
         let metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);
-        crate::checkpoint::save(path, &tensors, &metadata).map_err(|e| RuntimeError(e.to_string()))
+        crate::checkpoint::save(path, &tensors, &metadata)
+            .map_err(|e| RuntimeError::Failed(e.to_string()))
     }
 }

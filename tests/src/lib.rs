@@ -1,5 +1,5 @@
-//! Helpers shared by the end-to-end tests: the workspace root, and "check this file and
-//! render every diagnostic" as one string.
+//! Helpers shared by the end-to-end tests: the workspace root, "check this file and render
+//! every diagnostic" as one string, and moving a session onto the GPU or skipping for want of one.
 
 use mgn_compiler::render::render;
 use mgn_compiler::{check_path, Models, Outcome};
@@ -7,6 +7,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 pub mod gates;
+
+/// Moves a session onto the GPU: true when it is there; false, after recording a skip, when
+/// there is no device (a failure under `MGN_REQUIRE_GPU=1`). Any other error fails the test.
+pub fn on_gpu(s: &mut mgn_runtime::Session) -> bool {
+    match s.use_gpu() {
+        Ok(_) => true,
+        Err(mgn_runtime::RuntimeError::NoDevice(why)) if !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip(&why);
+            false
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
 
 /// The repository root. Tests run from there so that file names in diagnostics are the
 /// same relative paths a user would type (`tests/errors/x.mgn`).

@@ -1,7 +1,7 @@
 //! `mgnc bench FILE [--set k=v]... [--backend …] [--warmup 5] [--samples 20] [--json]`: how
 //! long a model takes to compile, run forward (at its shape and at a one-sample, one-token
 //! shape), run forward + loss + backward, and take a training step; and how much memory its
-//! plans need (`mgn_runtime::memory`).
+//! plans need (`mgn_gpu::memory`).
 //!
 //! Every measurement is `--warmup` untimed calls, then `--samples` calls each timed with the wall
 //! clock (`Instant`) around the one call; the report gives the median and the interquartile range
@@ -23,10 +23,10 @@ use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::graph::dump::thousands;
 use mgn_compiler::lower::PlanOptions;
+use mgn_gpu::memory::{plan_arena, plan_memory, PlanMemory};
 use mgn_ir::optim::{OptimizerKind, OptimizerSpec};
 use mgn_ir::plan::Mode;
 use mgn_ir::tensor::{Data, Tensor};
-use mgn_runtime::memory::{plan_arena, plan_memory, PlanMemory};
 use mgn_runtime::session::{RunOutput, Session};
 use mgn_runtime::Plan;
 use rand::{RngExt, SeedableRng};

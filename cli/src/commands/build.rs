@@ -103,8 +103,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     }
     // Every GPU kernel of the plan is generated and validated by naga now, at build time, for
     // the guaranteed device floor; a kernel naga rejects is a compiler bug reported with its line.
-    let kernels =
-        mgn_runtime::gpu::kernels::check_plan(&plan, &mgn_runtime::limits::DeviceLimits::MIN_SPEC);
+    let kernels = mgn_gpu::kernels::check_plan(&plan, &mgn_gpu::limits::DeviceLimits::MIN_SPEC);
     if let Some((i, e)) = kernels.invalid.first() {
         let s = &plan.steps[*i];
         report::error(
@@ -166,8 +165,8 @@ fn mib(bytes: u64) -> String {
 /// The memory lines of `--stats`. Step values are counted at 4 bytes per element, as the GPU
 /// arena stores them.
 fn memory_stats(plan: &mgn_runtime::Plan) -> String {
-    let m = mgn_runtime::memory::plan_memory(plan);
-    let a = mgn_runtime::memory::plan_arena(plan);
+    let m = mgn_gpu::memory::plan_memory(plan);
+    let a = mgn_gpu::memory::plan_arena(plan);
     let planned = ((a.total_words - a.param_words) * 4) as u64;
     format!(
         "memory: parameters {}; values: logical {} (one buffer each), planned {} (arena, {} pinned for inputs), lower bound {} (peak live)\n",

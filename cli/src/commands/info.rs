@@ -1,8 +1,8 @@
 //! `mgnc info`: every GPU device, its limits and features, which one mgn would use, and — when
 //! none can be used — the one-sentence reason.
 
-use mgn_runtime::gpu::probe::{choose, devices, Device};
-use mgn_runtime::limits::{min_spec_requested, DeviceLimits};
+use mgn_gpu::limits::{min_spec_requested, DeviceLimits};
+use mgn_gpu::probe::{choose, devices, Device};
 
 fn size(bytes: u64) -> String {
     match bytes {

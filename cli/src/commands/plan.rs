@@ -78,11 +78,11 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
         }
         Backend::Vulkan | Backend::Metal => Ok(Engine::Gpu { forced: true }),
         Backend::Auto => {
-            let devices = mgn_runtime::gpu::probe::devices();
+            let devices = mgn_gpu::probe::devices();
             match devices
                 .as_ref()
                 .map_err(Clone::clone)
-                .and_then(|ds| mgn_runtime::gpu::probe::choose(ds).cloned())
+                .and_then(|ds| mgn_gpu::probe::choose(ds).cloned())
             {
                 Ok(d) if !d.software => Ok(Engine::Gpu { forced: false }),
                 Ok(d) => {

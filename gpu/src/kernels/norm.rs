@@ -872,22 +872,13 @@ pub(super) fn dropout(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::device::GpuDevice;
+    use crate::device::GpuDevice;
     use crate::limits::fold_grid;
     use mgn_ir::tensor::Tensor;
     use mgn_ir::DType;
 
     fn device() -> Option<GpuDevice> {
-        match GpuDevice::open() {
-            Ok(d) => Some(d),
-            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-                panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}")
-            }
-            Err(why) => {
-                eprintln!("skipping: no GPU device ({why})");
-                None
-            }
-        }
+        crate::testing::or_skip(GpuDevice::open())
     }
 
     fn values(n: usize, seed: u32, shift: f32) -> Vec<f32> {
@@ -1110,7 +1101,7 @@ mod tests {
                         )
                     })
                     .collect();
-                let step = crate::gpu::test_util::step(
+                let step = crate::test_util::step(
                     op.clone(),
                     (0..shapes.len() as u32).collect(),
                     DType::F32,

@@ -210,9 +210,9 @@ fn a_transposed_weight_is_read_in_place() {
         assert_eq!(crate::memory::transposed_views(&plan), vec![false, false, true, false]);
         let x = Tensor::f32(x_shape.clone(), values(x_shape.iter().product(), 5));
         let w = Tensor::f32(vec![n, k], values(n * k, 77));
-        let mut cpu = crate::session::Session::new(plan.clone(), 0);
-        cpu.params[0] = w.clone();
-        let want = cpu.run(&[("x", &x)]).expect("cpu runs").outputs.remove(0).1;
+        let params = std::slice::from_ref(&w);
+        let want =
+            super::test_util::run_on_cpu_plan(&plan, params, &[("x", &x)]).outputs.remove(0).1;
         let Some(mut gpu) = super::test_util::open(plan, std::slice::from_ref(&w)) else { return };
         let got = gpu.run(&[("x", &x)], 0).expect("gpu runs").outputs.remove(0).1;
         assert_close(&Op::MatMul, &got, &want, 1e-4);

@@ -638,7 +638,7 @@ mod tests {
 
     /// naga's verdict on a kernel, as `kernels::check_plan` gives it (bindings assigned).
     fn validate(body: &str) -> Result<(), String> {
-        let full = format!("{}{body}", crate::gpu::device::PRELUDE);
+        let full = format!("{}{body}", crate::device::PRELUDE);
         let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
         for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
             if g.binding.is_none()

@@ -8,6 +8,7 @@
 
 use super::probe::{choose, devices, Device};
 use crate::limits::DeviceLimits;
+use crate::GpuError;
 use blade_graphics as gpu;
 
 /// The parameter block: 32 words, seen in WGSL as `array<vec4<u32>, 8>` (uniform arrays need
@@ -100,17 +101,19 @@ pub struct Submission<'a> {
 
 impl GpuDevice {
     /// Opens the device `probe::choose` picks (hardware first, `MGN_DEVICE` to override).
-    pub fn open() -> Result<GpuDevice, String> {
-        let all = devices()?;
-        let info = choose(&all)?.clone();
+    pub fn open() -> Result<GpuDevice, GpuError> {
+        let all = devices().map_err(GpuError::NoDevice)?;
+        let info = choose(&all).map_err(GpuError::NoDevice)?.clone();
         // MGN_PROFILE=1 turns on GPU timestamps (see `profile`); they cost a little per pass.
         let timing = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
         let desc = gpu::ContextDesc { device_id: Some(info.id), timing, ..Default::default() };
         let ctx = {
             let _one_at_a_time = lifecycle();
             std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
-                .map_err(|_| format!("the driver crashed while opening {}", info.name))?
-                .map_err(|e| format!("cannot open {}: {e:?}", info.name))?
+                .map_err(|_| {
+                    GpuError::NoDevice(format!("the driver crashed while opening {}", info.name))
+                })?
+                .map_err(|e| GpuError::NoDevice(format!("cannot open {}: {e:?}", info.name)))?
         };
         let ctx = std::mem::ManuallyDrop::new(ctx);
         let encoder = ctx.create_command_encoder(gpu::CommandEncoderDesc {
@@ -390,16 +393,7 @@ mod tests {
     /// Needs a Vulkan device (lavapipe in CI, where `MGN_REQUIRE_GPU=1` makes its absence a
     /// failure); elsewhere says so and passes.
     fn device() -> Option<GpuDevice> {
-        match GpuDevice::open() {
-            Ok(d) => Some(d),
-            Err(why) if std::env::var("MGN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-                panic!("MGN_REQUIRE_GPU=1 but no GPU device: {why}")
-            }
-            Err(why) => {
-                eprintln!("skipping: no GPU device ({why})");
-                None
-            }
-        }
+        crate::testing::or_skip(GpuDevice::open())
     }
 
     const ADD: &str = "@compute @workgroup_size(64)

@@ -13,10 +13,11 @@ use super::kernels::{generate, step_operands};
 use super::schedule::{levels, Levels};
 use super::update;
 use crate::limits::fold_grid;
-use crate::session::{RunOutput, RuntimeError};
+use crate::GpuError;
 use mgn_ir::op::Op;
 use mgn_ir::optim::OptimizerState;
 use mgn_ir::plan::{Mode, Plan};
+use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::collections::HashMap;
 
@@ -137,17 +138,18 @@ fn step_levels<'a>(
     (levels, steps)
 }
 
-fn err(e: String) -> RuntimeError {
-    RuntimeError(e)
+fn err(e: String) -> GpuError {
+    GpuError::Failed(e)
 }
 
 impl GpuSession {
     /// Opens the GPU, lays out the arena, uploads `params` and compiles a kernel per step.
-    pub fn new(plan: Plan, params: &[Tensor]) -> Result<GpuSession, RuntimeError> {
+    pub fn new(plan: Plan, params: &[Tensor]) -> Result<GpuSession, GpuError> {
         // The rewrites and the memory plan index steps by the plan's own references: a plan built
         // by hand (not by mgnc, not loaded from a file) is checked first.
-        plan.validate().map_err(|e| RuntimeError(format!("{}: invalid plan: {e}", plan.model)))?;
-        let mut dev = GpuDevice::open().map_err(err)?;
+        plan.validate()
+            .map_err(|e| GpuError::Failed(format!("{}: invalid plan: {e}", plan.model)))?;
+        let mut dev = GpuDevice::open()?;
         // Attention derivatives read statistics computed once (before the memory plan and the
         // levels, which must see the steps that run). Errors and dropout masks keep the given
         // plan's step numbers: masks are keyed by step index, like the CPU's.
@@ -171,7 +173,7 @@ impl GpuSession {
                           name: &str,
                           body: String,
                           loc: &dyn std::fmt::Display|
-         -> Result<usize, RuntimeError> {
+         -> Result<usize, GpuError> {
             if let Some(&k) = cache.get(&body) {
                 return Ok(k);
             }
@@ -191,10 +193,10 @@ impl GpuSession {
             let (inputs, output, words) = step_operands(&plan, &offsets, &transposed, i);
             let at = step_name(i);
             let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train)
-                .map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
+                .map_err(|e| GpuError::Failed(format!("{e} (at {}, {at})", s.loc)))?;
             let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, {at}", s.loc))?;
             let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits)
-                .map_err(|e| RuntimeError(format!("{e} (at {}, {at})", s.loc)))?;
+                .map_err(|e| GpuError::Failed(format!("{e} (at {}, {at})", s.loc)))?;
             let mut params = [0u32; 32];
             for (w, v) in words {
                 params[w] = v;
@@ -234,7 +236,7 @@ impl GpuSession {
                 };
                 let (m, v) = (take(has_m), take(has_v));
                 let grid = |g: usize| {
-                    fold_grid(g as u64, &dev.limits).map_err(|e| RuntimeError(e.to_string()))
+                    fold_grid(g as u64, &dev.limits).map_err(|e| GpuError::Failed(e.to_string()))
                 };
                 let (update_groups, norm_groups) =
                     (grid(n.div_ceil(width as usize))?, grid(update::norm_groups(n, width))?);
@@ -294,7 +296,7 @@ impl GpuSession {
                     let mut p = params_block(&[xo, rm, rv, 0, n as u32, c as u32, sp as u32, 0]);
                     p[8] = (*momentum as f32).to_bits();
                     let groups = fold_grid(c as u64, &dev.limits)
-                        .map_err(|e| RuntimeError(e.to_string()))?;
+                        .map_err(|e| GpuError::Failed(e.to_string()))?;
                     bn.push((level, p, groups));
                 }
             }
@@ -306,9 +308,9 @@ impl GpuSession {
             .kernels(&named)
             .into_iter()
             .zip(&sources)
-            .map(|(k, (_, _, loc))| k.map_err(|e| RuntimeError(format!("{e} (at {loc})"))))
+            .map(|(k, (_, _, loc))| k.map_err(|e| GpuError::Failed(format!("{e} (at {loc})"))))
             .collect::<Result<Vec<_>, _>>()?;
-        let arena = dev.arena(top).map_err(|e| RuntimeError(format!("{}: {e}", plan.model)))?;
+        let arena = dev.arena(top).map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
         let mut session = GpuSession {
             dev,
             plan,
@@ -334,7 +336,7 @@ impl GpuSession {
     }
 
     /// Writes parameter values into their regions.
-    pub fn set_params(&mut self, params: &[Tensor]) -> Result<(), RuntimeError> {
+    pub fn set_params(&mut self, params: &[Tensor]) -> Result<(), GpuError> {
         let data: Vec<(usize, Vec<u32>)> = self
             .plan
             .steps
@@ -356,8 +358,9 @@ impl GpuSession {
         r.map(drop).map_err(err)
     }
 
-    /// Reads every parameter back (for checkpoints).
-    pub fn params(&mut self) -> Result<Vec<Tensor>, RuntimeError> {
+    /// Reads back every parameter the plan reads (for checkpoints): `None` for the others,
+    /// which the device never holds and so never changes.
+    pub fn params(&mut self) -> Result<Vec<Option<Tensor>>, GpuError> {
         let mut out: Vec<Option<Tensor>> = vec![None; self.plan.params.len()];
         let mut wanted = Vec::new();
         for (i, s) in self.plan.steps.iter().enumerate() {
@@ -369,15 +372,11 @@ impl GpuSession {
         for ((index, _), t) in wanted.into_iter().zip(got) {
             out[index] = Some(t);
         }
-        Ok(out
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&self.plan.params[i], 0, i)))
-            .collect())
+        Ok(out)
     }
 
     /// Reads the values of `steps` back in one submission.
-    fn read(&mut self, steps: &[u32]) -> Result<Vec<Tensor>, RuntimeError> {
+    fn read(&mut self, steps: &[u32]) -> Result<Vec<Tensor>, GpuError> {
         let downloads: Vec<(usize, usize)> = steps
             .iter()
             .map(|&v| {
@@ -403,31 +402,23 @@ impl GpuSession {
     }
 
     /// The current value of step `v` of the plan the session was given (after the last run).
-    pub fn value(&mut self, v: u32) -> Result<Tensor, RuntimeError> {
+    pub fn value(&mut self, v: u32) -> Result<Tensor, GpuError> {
         let at = self
             .original
             .iter()
             .position(|&o| o == v)
-            .ok_or_else(|| RuntimeError(format!("the plan has no step {v}")))?;
+            .ok_or_else(|| GpuError::Failed(format!("the plan has no step {v}")))?;
         Ok(self.read(&[at as u32])?.remove(0))
     }
 
     /// One submission of every step, reading nothing back (see `Session::run_resident`).
-    pub fn run_resident(
-        &mut self,
-        inputs: &[(&str, &Tensor)],
-        seed: u64,
-    ) -> Result<(), RuntimeError> {
+    pub fn run_resident(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<(), GpuError> {
         self.submit(inputs, seed, None, &[]).map(drop)
     }
 
     /// GPU time of one run of the plan's steps (`MGN_PROFILE=1`), each dispatch timed alone in its
     /// own pass: per op family and the slowest dispatches (see [`Profile`]).
-    pub fn profile(
-        &mut self,
-        inputs: &[(&str, &Tensor)],
-        seed: u64,
-    ) -> Result<Profile, RuntimeError> {
+    pub fn profile(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<Profile, GpuError> {
         self.submit(inputs, seed, None, &[])?;
         let (levels, steps) = step_levels(&self.kernels, &self.dispatch, &self.levels, seed);
         let times = self.dev.profile(self.arena.as_ref().expect("arena"), &levels).map_err(err)?;
@@ -452,11 +443,7 @@ impl GpuSession {
 
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.
     /// `seed` is the run's dropout seed (the CPU session's, so both draw the same masks).
-    pub fn run(
-        &mut self,
-        inputs: &[(&str, &Tensor)],
-        seed: u64,
-    ) -> Result<RunOutput, RuntimeError> {
+    pub fn run(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<RunOutput, GpuError> {
         let mut wanted: Vec<u32> = self.plan.outputs.iter().map(|(_, v)| *v).collect();
         wanted.extend(self.plan.loss);
         wanted.extend(self.plan.grads.iter().map(|(_, v)| *v));
@@ -486,9 +473,11 @@ impl GpuSession {
         inputs: &[(&str, &Tensor)],
         seed: u64,
         step: u64,
-    ) -> Result<f64, RuntimeError> {
-        let loss =
-            self.plan.loss.ok_or_else(|| RuntimeError("the training plan has no loss".into()))?;
+    ) -> Result<f64, GpuError> {
+        let loss = self
+            .plan
+            .loss
+            .ok_or_else(|| GpuError::Failed("the training plan has no loss".into()))?;
         let out = self.submit(inputs, seed, Some(step), &[loss])?;
         if let Some(t) = &mut self.train {
             for p in &mut t.params {
@@ -499,7 +488,7 @@ impl GpuSession {
     }
 
     /// The optimizer state as the host keeps it (buffers of parameters updated at least once).
-    pub fn optimizer_state(&mut self, step: u64) -> Result<OptimizerState, RuntimeError> {
+    pub fn optimizer_state(&mut self, step: u64) -> Result<OptimizerState, GpuError> {
         let mut state = OptimizerState::new(self.plan.params.len());
         state.step = step;
         let Some(t) = &self.train else {
@@ -531,7 +520,7 @@ impl GpuSession {
     }
 
     /// Uploads optimizer state (from a checkpoint); parameters without buffers start fresh.
-    pub fn set_optimizer_state(&mut self, state: &OptimizerState) -> Result<(), RuntimeError> {
+    pub fn set_optimizer_state(&mut self, state: &OptimizerState) -> Result<(), GpuError> {
         let Some(t) = &mut self.train else {
             return Ok(());
         };
@@ -566,7 +555,7 @@ impl GpuSession {
         seed: u64,
         step: Option<u64>,
         wanted: &[u32],
-    ) -> Result<Vec<Tensor>, RuntimeError> {
+    ) -> Result<Vec<Tensor>, GpuError> {
         let mut uploads: Vec<(usize, Vec<u32>)> = Vec::new();
         for (name, v) in &self.plan.inputs {
             let want = &self.plan.steps[*v as usize];
@@ -574,9 +563,9 @@ impl GpuSession {
                 .iter()
                 .find(|(n, _)| n == name)
                 .map(|(_, t)| *t)
-                .ok_or_else(|| RuntimeError(format!("missing input `{name}`")))?;
+                .ok_or_else(|| GpuError::Failed(format!("missing input `{name}`")))?;
             if t.shape != want.shape {
-                return Err(RuntimeError(format!(
+                return Err(GpuError::Failed(format!(
                     "input `{name}` has shape {:?}, but the plan was built for {:?}",
                     t.shape, want.shape
                 )));

@@ -226,7 +226,7 @@ mod tests {
     use super::*;
 
     fn validate(body: &str) {
-        let full = format!("{}{}", super::super::device::PRELUDE, body);
+        let full = format!("{}{}", crate::device::PRELUDE, body);
         let mut m = naga::front::wgsl::parse_str(&full)
             .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&full)));
         for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {

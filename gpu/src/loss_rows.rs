@@ -46,7 +46,7 @@ pub fn split_cross_entropy(plan: &Plan) -> (Plan, Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::test_util::{check_on_both, step, values};
+    use crate::test_util::{check_on_both, step, values};
     use mgn_ir::plan::Mode;
     use mgn_ir::tensor::Tensor;
 
@@ -97,8 +97,8 @@ mod tests {
             ("t1", Tensor::i32(vec![1], vec![2])),
         ];
         let given: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (*n, t)).collect();
-        let want = crate::session::Session::new(p, 0).run(&given).expect("runs");
-        let got = crate::session::Session::new(q, 0).run(&given).expect("runs");
+        let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
+        let got = crate::test_util::run_on_cpu_plan(&q, &[], &given);
         for ((n, a), (_, b)) in want.outputs.iter().zip(&got.outputs) {
             let (a, b) = (a.to_f64_vec()[0], b.to_f64_vec()[0]);
             assert!((a - b).abs() <= 1e-6 * (1.0 + a.abs()), "{n}: {a} vs {b}");

@@ -185,7 +185,7 @@ fn leaf(leaves: &mut Vec<u32>, x: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::test_util::step;
+    use crate::test_util::step;
     use mgn_ir::op::{BinaryOp, UnaryOp};
     use mgn_ir::plan::Mode;
     use mgn_ir::tensor::Tensor;
@@ -239,8 +239,8 @@ mod tests {
         let x = Tensor::f32(vec![3, 4], (0..12).map(|i| i as f32 * 0.3 - 1.5).collect());
         let w = Tensor::f32(vec![4], vec![0.5, -1.0, 2.0, 0.25]);
         let given = [("x", &x), ("w", &w)];
-        let want = crate::session::Session::new(p, 0).run(&given).expect("runs");
-        let got = crate::session::Session::new(f, 0).run(&given).expect("runs");
+        let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
+        let got = crate::test_util::run_on_cpu_plan(&f, &[], &given);
         for ((n, a), (_, b)) in got.outputs.iter().zip(&want.outputs) {
             assert_eq!(a.to_f64_vec(), b.to_f64_vec(), "{n}");
         }
@@ -296,19 +296,18 @@ mod tests {
         assert!(
             matches!(fuse_elementwise(&gelu).0.steps.last().map(|s| &s.op), Some(Op::Fused { program }) if program.iter().filter(|e| e.op().is_some()).count() == 5)
         );
-        let x = Tensor::f32(vec![7, 5], crate::gpu::test_util::values(35, 3));
+        let x = Tensor::f32(vec![7, 5], crate::test_util::values(35, 3));
         let y = Tensor::f32(vec![5], vec![0.5, -1.0, 2.0, 0.25, 1.5]);
         let w = Tensor::f32(vec![4], vec![0.5, -1.0, 2.0, 0.25]);
-        let x12 = Tensor::f32(vec![3, 4], crate::gpu::test_util::values(12, 9));
+        let x12 = Tensor::f32(vec![3, 4], crate::test_util::values(12, 9));
         for (p, given) in
             [(gelu, vec![("x", &x), ("y", &y)]), (plan(), vec![("x", &x12), ("w", &w)])]
         {
-            let want =
-                crate::session::Session::new(p.clone(), 0).run(&given).expect("runs on the CPU");
-            let Some(mut gpu) = crate::gpu::test_util::open(p, &[]) else { return };
+            let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
+            let Some(mut gpu) = crate::test_util::open(p, &[]) else { return };
             let got = gpu.run(&given, 0).expect("runs on the GPU");
             for ((n, a), (_, b)) in got.outputs.iter().zip(&want.outputs) {
-                crate::gpu::test_util::assert_close(&Op::Fused { program: vec![] }, a, b, 1e-5);
+                crate::test_util::assert_close(&Op::Fused { program: vec![] }, a, b, 1e-5);
                 assert_eq!(a.shape, b.shape, "{n}");
             }
         }
@@ -356,23 +355,20 @@ mod tests {
                 last.op
             );
             assert_eq!(fp.steps.len(), 6, "a, w, wᵀ, bias, res and the fused step");
-            let a = Tensor::f32(vec![m, k], crate::gpu::test_util::values(m * k, 1));
-            let w = Tensor::f32(vec![n, k], crate::gpu::test_util::values(n * k, 2));
-            let bias = Tensor::f32(vec![n], crate::gpu::test_util::values(n, 3));
-            let res = Tensor::f32(vec![m, n], crate::gpu::test_util::values(m * n, 4));
+            let a = Tensor::f32(vec![m, k], crate::test_util::values(m * k, 1));
+            let w = Tensor::f32(vec![n, k], crate::test_util::values(n * k, 2));
+            let bias = Tensor::f32(vec![n], crate::test_util::values(n, 3));
+            let res = Tensor::f32(vec![m, n], crate::test_util::values(m * n, 4));
             let given = [("a", &a), ("bias", &bias), ("res", &res)];
-            let mut cpu = crate::session::Session::new(p.clone(), 0);
-            cpu.params[0] = w.clone();
-            let want = cpu.run(&given).expect("runs").outputs.remove(0).1;
-            let mut fused_cpu = crate::session::Session::new(fp, 0);
-            fused_cpu.params[0] = w.clone();
-            let got = fused_cpu.run(&given).expect("runs").outputs.remove(0).1;
-            crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
-            let Some(mut gpu) = crate::gpu::test_util::open(p, std::slice::from_ref(&w)) else {
+            let params = std::slice::from_ref(&w);
+            let want = crate::test_util::run_on_cpu_plan(&p, params, &given).outputs.remove(0).1;
+            let got = crate::test_util::run_on_cpu_plan(&fp, params, &given).outputs.remove(0).1;
+            crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
+            let Some(mut gpu) = crate::test_util::open(p, std::slice::from_ref(&w)) else {
                 return;
             };
             let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
-            crate::gpu::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
+            crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
         }
     }
 }

@@ -88,7 +88,7 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::test_util::{step, values};
+    use crate::test_util::{step, values};
     use mgn_ir::op::{BinaryOp, UnaryOp};
     use mgn_ir::plan::Mode;
     use mgn_ir::tensor::Tensor;
@@ -229,8 +229,8 @@ mod tests {
             ("s", Tensor::f32(vec![4, 70], values(4 * 70, 4))),
         ];
         let given: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (*n, t)).collect();
-        let want = crate::session::Session::new(p, 0).run(&given).expect("runs");
-        let got = crate::session::Session::new(q, 0).run(&given).expect("runs");
+        let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
+        let got = crate::test_util::run_on_cpu_plan(&q, &[], &given);
         for ((name, a), (_, b)) in want.outputs.iter().zip(&got.outputs) {
             let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
             for (x, y) in a.iter().zip(&b) {

@@ -1433,7 +1433,7 @@ mod tests {
                         Op::AttentionStats { .. } => vec![b, hq, tq, 2],
                         _ => vec![b, hq, tq, d],
                     };
-                    let step = crate::gpu::test_util::step(op.clone(), vec![], DType::F32, &shape);
+                    let step = crate::test_util::step(op.clone(), vec![], DType::F32, &shape);
                     // The statistics read q, k and the mask.
                     let stats_inputs = [x[0].clone(), x[1].clone(), x[3].clone()];
                     let inputs = if matches!(op, Op::AttentionStats { .. }) {
@@ -1456,7 +1456,7 @@ mod tests {
                         "{} at width {width}: {words} words",
                         op.describe()
                     );
-                    let full = format!("{}{}", crate::gpu::device::PRELUDE, src.body);
+                    let full = format!("{}{}", crate::device::PRELUDE, src.body);
                     let mut m = naga::front::wgsl::parse_str(&full)
                         .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&full)));
                     for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {

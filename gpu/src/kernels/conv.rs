@@ -1029,7 +1029,7 @@ fn upsample_grad(u: &UpDims, dy: &Operand, out: &Operand) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::test_util::{check_on_both, values};
+    use crate::test_util::{check_on_both, values};
     use mgn_ir::tensor::Tensor;
     use mgn_ir::DType;
     use std::cell::RefCell;
@@ -1115,7 +1115,7 @@ mod tests {
     #[test]
     #[ignore]
     fn conv_throughput() {
-        use crate::gpu::test_util::time_op;
+        use crate::test_util::time_op;
         let b = 4;
         // (cout, cin, kernel, stride, input size): one layer of each kind per stage.
         let layers = [

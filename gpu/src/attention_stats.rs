@@ -112,7 +112,7 @@ pub fn add_attention_stats(plan: &Plan) -> (Plan, Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::test_util::step;
+    use crate::test_util::step;
     use mgn_ir::op::{BinaryOp, UnaryOp};
     use mgn_ir::plan::Mode;
 

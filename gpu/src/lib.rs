@@ -1,0 +1,62 @@
+//! The GPU backend: a plan becomes WGSL kernels run through blade (Vulkan; Metal compiled,
+//! never run here).
+//!
+//! In pipeline order: the plan passes the GPU makes before anything else (`rewrite`, which
+//! applies `attention_stats`, `norm_partials`, `loss_rows` and `fuse`), the memory plan of one
+//! arena (`memory`), the dispatch order (`schedule`), the kernels generated per step (`kernels`)
+//! and the training updates (`update`); then the device (`probe`, `limits`, `device`) and the
+//! session that runs a plan on it (`session`).
+
+pub mod attention_stats;
+pub mod device;
+pub mod fuse;
+pub mod kernels;
+pub mod limits;
+pub mod loss_rows;
+pub mod memory;
+pub mod norm_partials;
+pub mod probe;
+pub mod rewrite;
+pub mod schedule;
+pub mod session;
+pub mod testing;
+pub mod update;
+
+#[cfg(test)]
+mod test_util;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_conv;
+#[cfg(test)]
+mod tests_matmul;
+#[cfg(test)]
+mod tests_norm;
+#[cfg(test)]
+mod tests_select;
+
+pub use session::GpuSession;
+
+use std::fmt;
+
+/// Why the GPU backend could not do what was asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuError {
+    /// No usable device: no Vulkan loader or driver, no device that computes, `MGN_DEVICE`
+    /// naming none, or a device that refused to open. The one error a test may skip on.
+    NoDevice(String),
+    /// Anything else: a plan the backend cannot run (an op without a kernel, an arena past
+    /// the device's binding), a kernel naga or the driver rejects, a failure mid-run.
+    Failed(String),
+}
+
+impl fmt::Display for GpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuError::NoDevice(why) => write!(f, "no usable GPU: {why}"),
+            GpuError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for GpuError {}

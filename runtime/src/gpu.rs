@@ -1,0 +1,86 @@
+//! The GPU backend as a session sees it: `mgn_gpu`'s session with the `gpu` feature (the
+//! default), else a type with no values, so that a CPU-only build (`default-features = false`)
+//! links no Vulkan, naga or blade and every GPU branch of `Session` is statically dead.
+
+#[cfg(feature = "gpu")]
+pub use mgn_gpu::session::{GpuSession as Device, Profile};
+#[cfg(feature = "gpu")]
+pub use mgn_gpu::GpuError;
+
+#[cfg(feature = "gpu")]
+pub fn open(plan: mgn_ir::Plan, params: &[mgn_ir::Tensor]) -> Result<Device, GpuError> {
+    Device::new(plan, params)
+}
+
+/// Whether the device `Session::use_gpu` would take is a hardware GPU (not a software one such
+/// as lavapipe, which is slower than the CPU backend). False without the `gpu` feature.
+pub fn hardware_gpu() -> bool {
+    #[cfg(feature = "gpu")]
+    {
+        use mgn_gpu::probe::{choose, devices};
+        devices().is_ok_and(|d| choose(&d).is_ok_and(|d| !d.software))
+    }
+    #[cfg(not(feature = "gpu"))]
+    false
+}
+
+#[cfg(not(feature = "gpu"))]
+pub use none::*;
+
+#[cfg(not(feature = "gpu"))]
+mod none {
+    use mgn_ir::optim::OptimizerState;
+    use mgn_ir::tensor::{RunOutput, Tensor};
+    use mgn_ir::Plan;
+
+    /// Why there is no GPU: this build left the backend out.
+    #[derive(Debug)]
+    pub enum GpuError {
+        NoDevice(String),
+    }
+
+    impl std::fmt::Display for GpuError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let GpuError::NoDevice(why) = self;
+            f.write_str(why)
+        }
+    }
+
+    pub fn open(_: Plan, _: &[Tensor]) -> Result<Device, GpuError> {
+        Err(GpuError::NoDevice(
+            "this build of mgn-runtime has no GPU backend (its `gpu` feature is off)".into(),
+        ))
+    }
+
+    /// No value of this type exists: without the feature a session never holds a device.
+    pub enum Device {}
+
+    type R<T> = Result<T, GpuError>;
+
+    impl Device {
+        pub fn device_name(&self) -> &str {
+            match *self {}
+        }
+        pub fn set_params(&mut self, _: &[Tensor]) -> R<()> {
+            match *self {}
+        }
+        pub fn params(&mut self) -> R<Vec<Option<Tensor>>> {
+            match *self {}
+        }
+        pub fn set_optimizer_state(&mut self, _: &OptimizerState) -> R<()> {
+            match *self {}
+        }
+        pub fn optimizer_state(&mut self, _: u64) -> R<OptimizerState> {
+            match *self {}
+        }
+        pub fn run(&mut self, _: &[(&str, &Tensor)], _: u64) -> R<RunOutput> {
+            match *self {}
+        }
+        pub fn run_resident(&mut self, _: &[(&str, &Tensor)], _: u64) -> R<()> {
+            match *self {}
+        }
+        pub fn train_step(&mut self, _: &[(&str, &Tensor)], _: u64, _: u64) -> R<f64> {
+            match *self {}
+        }
+    }
+}
