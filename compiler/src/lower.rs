@@ -92,22 +92,12 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
 
     // Liveness: everything the results read, transitively. Inputs nothing reads are dropped,
     // so an inference plan does not ask for the labels its loss would need.
-    let mut live = vec![false; g.nodes.len()];
-    let mut roots: Vec<NodeId> = g.outputs.iter().map(|(_, id)| *id).collect();
+    let mut roots: Vec<u32> = g.outputs.iter().map(|(_, id)| id.0).collect();
     if want_loss {
-        roots.extend(g.loss);
+        roots.extend(g.loss.map(|id| id.0));
     }
-    roots.extend(grads.iter().map(|(_, id)| *id));
-    for r in &roots {
-        live[r.0 as usize] = true;
-    }
-    for i in (0..g.nodes.len()).rev() {
-        if live[i] {
-            for x in &g.nodes[i].inputs {
-                live[x.0 as usize] = true;
-            }
-        }
-    }
+    roots.extend(grads.iter().map(|(_, id)| id.0));
+    let live = mgn_ir::analysis::needed(&g, roots);
     let mut renumber = vec![u32::MAX; g.nodes.len()];
     let mut steps = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {

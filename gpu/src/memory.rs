@@ -199,7 +199,7 @@ pub fn transposed_views(plan: &Plan) -> Vec<bool> {
 /// Like `Plan::last_uses`, by root: the last step that reads a value or any view of it
 /// (`usize::MAX` when the value or a view of it is a result). Views themselves get 0.
 pub fn root_last_uses(plan: &Plan, root: &[usize]) -> Vec<usize> {
-    let per_step = plan.last_uses();
+    let per_step = mgn_ir::analysis::DefUse::of(plan).last_uses();
     let mut out = vec![0usize; plan.steps.len()];
     for (i, &lu) in per_step.iter().enumerate() {
         out[root[i]] = out[root[i]].max(lu);
@@ -376,7 +376,7 @@ mod arena_tests {
 
     /// No two values alive at the same time share a word.
     fn assert_valid(plan: &Plan, a: &ArenaPlan) {
-        let last_use = plan.last_uses();
+        let last_use = mgn_ir::analysis::DefUse::of(plan).last_uses();
         let n = plan.steps.len();
         let end = |i: usize| {
             if last_use[i] == usize::MAX

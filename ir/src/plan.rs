@@ -155,9 +155,6 @@ impl Plan {
         Plan::from_bytes(&bytes, &path.display().to_string())
     }
 
-    /// For each step, the last step that reads its value; `usize::MAX` for the results
-    /// (outputs, loss, gradients), which are never freed. The session frees a value after the
-    /// step given here (a value nothing reads is 0, and is kept).
     /// This plan with `steps` instead of its own, and its inputs, outputs, loss and gradients
     /// renumbered through `at` (old step index → new) — for rewrites that insert or remove
     /// steps.
@@ -169,25 +166,6 @@ impl Plan {
         out.loss = self.loss.map(&at);
         out.grads = self.grads.iter().map(|&(p, v)| (p, at(v))).collect();
         out
-    }
-
-    pub fn last_uses(&self) -> Vec<usize> {
-        let mut last_use = vec![0usize; self.steps.len()];
-        for (i, s) in self.steps.iter().enumerate() {
-            for &x in &s.inputs {
-                last_use[x as usize] = i;
-            }
-        }
-        let results = self
-            .outputs
-            .iter()
-            .map(|(_, v)| *v)
-            .chain(self.loss)
-            .chain(self.grads.iter().map(|(_, v)| *v));
-        for r in results {
-            last_use[r as usize] = usize::MAX;
-        }
-        last_use
     }
 
     /// The exclusive upper bound of the values an integer step may hold for the plan to be

@@ -81,7 +81,7 @@ impl Session {
             .enumerate()
             .map(|(i, p)| crate::init::initialize(p, seed, i))
             .collect();
-        let last_use = plan.last_uses();
+        let last_use = mgn_ir::analysis::DefUse::of(&plan).last_uses();
         Session {
             optimizer: OptimizerState::default(),
             plan,

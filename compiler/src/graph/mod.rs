@@ -80,6 +80,21 @@ impl Graph {
     }
 }
 
+impl mgn_ir::analysis::Dataflow for Graph {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn inputs(&self, step: usize) -> impl Iterator<Item = u32> + '_ {
+        self.nodes[step].inputs.iter().map(|x| x.0)
+    }
+
+    fn results(&self) -> Vec<u32> {
+        let outputs = self.outputs.iter().map(|(_, id)| id.0);
+        outputs.chain(self.loss.map(|id| id.0)).collect()
+    }
+}
+
 /// `f32[8, 64, 128]`.
 pub fn fmt_type(dtype: DType, shape: &[usize]) -> String {
     format!("{dtype}[{}]", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
