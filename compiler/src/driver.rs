@@ -1,4 +1,4 @@
-//! The compiler's entry points, shared by the CLI, the tests and (later) the language server.
+//! The compiler's entry points, shared by the CLI, the tests and the language server.
 //!
 //! Every entry point runs the pipeline on a thread with a large stack and turns a panic into an
 //! "internal compiler error" diagnostic: whatever the input, the caller gets diagnostics back.
@@ -146,21 +146,38 @@ fn pick_model(
     let names: Vec<&str> = all.iter().map(|(_, m)| m.name.name.as_str()).collect();
     match name {
         Some(n) => all.iter().find(|(_, m)| m.name.name == n).map(|(i, _)| *i).ok_or_else(|| {
-            let mut d = Diagnostic::error("E0501", format!("there is no model `{n}` in this file"), file_start, "in this file");
-            d = match front::did_you_mean(n, names.iter().copied()) {
+            let d = Diagnostic::error(
+                "E0501",
+                format!("there is no model `{n}` in this file"),
+                file_start,
+                "in this file",
+            );
+            match front::did_you_mean(n, names.iter().copied()) {
                 Some(h) => d.with_help(h),
                 None if names.is_empty() => d.with_note("the file defines no models"),
                 None => d.with_note(format!("its models are: {}", names.join(", "))),
-            };
-            d
+            }
         }),
         None => match all {
             [(i, _)] => Ok(*i),
-            [] => Err(Diagnostic::error("E0501", "this file defines no model to build", file_start, "no `model` item")
-                .with_help("`mgnc build` compiles a `model`; `mgnc check` also checks files that only define layers")),
-            _ => Err(Diagnostic::error("E0501", "this file defines several models", all[1].1.name.span, "another model")
-                .with_label(all[0].1.name.span, "a model")
-                .with_help(format!("choose one with `--model NAME` ({})", names.join(", ")))),
+            [] => Err(Diagnostic::error(
+                "E0501",
+                "this file defines no model to build",
+                file_start,
+                "no `model` item",
+            )
+            .with_help(concat!(
+                "`mgnc build` compiles a `model`; ",
+                "`mgnc check` also checks files that only define layers"
+            ))),
+            _ => Err(Diagnostic::error(
+                "E0501",
+                "this file defines several models",
+                all[1].1.name.span,
+                "another model",
+            )
+            .with_label(all[0].1.name.span, "a model")
+            .with_help(format!("choose one with `--model NAME` ({})", names.join(", ")))),
         },
     }
 }

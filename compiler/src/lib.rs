@@ -1,10 +1,12 @@
 //! The mgn compiler: `.mgn` source to a checked graph IR.
 //!
 //! Pipeline (data flows one way, each stage a module):
-//! `source` (files, embedded stdlib) → `mgn_syntax::parse` → `front::load` (imports, scopes)
-//! → `front::names` (name and structure checks) → `elab` (values, types, shapes; builds the
-//! graph) → `ir` (the graph and its dump). `render` turns diagnostics into text or JSON, and
-//! `driver` strings the stages together for the CLI, the tests and the language server.
+//! `source` (files, embedded stdlib) → `mgn_syntax::parse` → `front::load` (imports, scopes;
+//! every name resolved once by `front::resolve`) → `front::names` (names that refer to
+//! nothing, structure rules) → `elab` (values, types, shapes; builds the graph, reading what
+//! names denote from the resolution) → `graph` (the graph and its dump). `render` turns
+//! diagnostics into text or JSON, and `driver` strings the stages together for the CLI, the
+//! tests and the language server.
 
 pub mod autodiff;
 pub mod driver;

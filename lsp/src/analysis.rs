@@ -1,11 +1,10 @@
 //! One run of the compiler with an open document as the root, and what the features need from
-//! it: the program (ASTs, scopes, source map), diagnostics, facts and the name index.
+//! it: the program (ASTs, scopes, resolved names, source map), diagnostics and facts.
 
 use crate::paths::Paths;
-use crate::resolve::{self, Index};
 use lsp_types::Uri;
 use mgn_compiler::front::load::Overrides;
-use mgn_compiler::front::Program;
+use mgn_compiler::front::{Program, Resolution};
 use mgn_compiler::source::Origin;
 use mgn_compiler::{check_text_with_overrides, Models, Outcome};
 use mgn_syntax::FileId;
@@ -54,7 +53,6 @@ pub struct Analysis {
     pub uri: Uri,
     pub version: i32,
     pub outcome: Outcome,
-    pub index: Index,
     /// Every file loaded, with the version of the open buffer it was read from (`None`: from
     /// disk, or the embedded stdlib).
     pub loaded: Vec<(Origin, Option<i32>)>,
@@ -74,7 +72,6 @@ impl Analysis {
             Models::All,
             snap.overrides,
         );
-        let index = resolve::index(&outcome.program);
         let loaded = outcome
             .program
             .sources
@@ -90,11 +87,16 @@ impl Analysis {
                 (f.origin.clone(), v)
             })
             .collect();
-        Analysis { uri: snap.uri, version: snap.version, outcome, index, loaded }
+        Analysis { uri: snap.uri, version: snap.version, outcome, loaded }
     }
 
     pub fn program(&self) -> &Program {
         &self.outcome.program
+    }
+
+    /// What every name of the program refers to, as the compiler resolved it.
+    pub fn names(&self) -> &Resolution {
+        &self.program().resolution
     }
 
     /// The root file (the document this analysis is for).

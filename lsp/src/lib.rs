@@ -4,7 +4,8 @@
 //! any `lsp_server::Connection` (the tests use an in-memory pair). Every feature works from
 //! the compiler's own analysis: diagnostics are exactly `mgnc check`'s, hover shows the facts
 //! elaboration recorded (types of expressions and `let`s, parameter shapes and checkpoint
-//! names), and names resolve with the compiler's scopes. See docs/EDITORS.md.
+//! names), and names are what the compiler resolved them to (`Program::resolution`). See
+//! docs/EDITORS.md.
 
 // `lsp_types::Uri` hashes and compares by its text; clippy sees a cell inside and objects.
 #![allow(clippy::mutable_key_type)]

@@ -431,40 +431,10 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
     // For each root: the files it contributed to.
     let mut touched: HashMap<Uri, Vec<Uri>> = HashMap::new();
     let publish = |contributions: &Contributions, file: &Uri, version: Option<i32>| {
-        // Only what was said about the file's current text: an importer that read an older
-        // buffer will be checked again (it is scheduled with every change) and say it anew.
-        let now = lock(&state).docs.get(file).map(|d| d.version);
-        let mut all: Vec<lsp::Diagnostic> = Vec::new();
-        if let Some(by_root) = contributions.get(file) {
-            let mut roots: Vec<&Uri> = by_root.keys().collect();
-            roots.sort();
-            for r in roots {
-                let (read, ds) = &by_root[r];
-                if now.is_some() && *read != now {
-                    continue;
-                }
-                for d in ds {
-                    if !all.contains(d) {
-                        all.push(d.clone());
-                    }
-                }
-            }
-        }
-        let params = lsp::PublishDiagnosticsParams { uri: file.clone(), diagnostics: all, version };
-        let _ = sender.send(
-            Notification::new(lsp::notification::PublishDiagnostics::METHOD.into(), params).into(),
-        );
+        publish_diagnostics(&state, &sender, contributions, file, version)
     };
     loop {
-        let Ok(first) = jobs.recv() else { return };
-        let mut pending = vec![first];
-        loop {
-            match jobs.recv_timeout(DEBOUNCE) {
-                Ok(j) => pending.push(j),
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-        }
+        let Some(pending) = next_batch(&jobs) else { return };
         let mut order: Vec<Uri> = Vec::new();
         for j in pending {
             match j {
@@ -485,38 +455,7 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
             }
         }
         for uri in order {
-            let snap = {
-                let st = lock(&state);
-                match st.analyses.get(&uri) {
-                    // Already analysed (by a request) at these versions: publish that.
-                    Some(a) if a.is_fresh(&st.docs) => Err(a.clone()),
-                    _ => Ok(Snapshot::new(&st.docs, &uri)),
-                }
-            };
-            let a = match snap {
-                Err(a) => a,
-                Ok(None) => continue,
-                Ok(Some(snap)) => {
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| Analysis::run(snap))) {
-                        Ok(a) => Arc::new(a),
-                        Err(_) => continue,
-                    }
-                }
-            };
-            let diags = match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                features::diagnostics(&paths, &a)
-            })) {
-                Ok(d) => d,
-                Err(_) => continue,
-            };
-            {
-                let mut st = lock(&state);
-                if !a.is_fresh(&st.docs) {
-                    // A newer version is on its way; its own check will publish.
-                    continue;
-                }
-                st.store(a.clone());
-            }
+            let Some((a, diags)) = check(&state, &paths, &uri) else { continue };
             let old =
                 touched.insert(uri.clone(), diags.keys().cloned().collect()).unwrap_or_default();
             for f in &old {
@@ -542,4 +481,82 @@ fn worker(jobs: Receiver<Job>, state: Shared, paths: Arc<Paths>, sender: Sender<
             }
         }
     }
+}
+
+/// The next job and every one that follows it within `DEBOUNCE`; `None` once the server
+/// has stopped.
+fn next_batch(jobs: &Receiver<Job>) -> Option<Vec<Job>> {
+    let first = jobs.recv().ok()?;
+    let mut pending = vec![first];
+    loop {
+        match jobs.recv_timeout(DEBOUNCE) {
+            Ok(j) => pending.push(j),
+            Err(RecvTimeoutError::Timeout) => return Some(pending),
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// Diagnostics by the URI of the file they are in.
+type ByFile = HashMap<Uri, Vec<lsp::Diagnostic>>;
+
+/// The current analysis of a document (run now unless a request ran it at these versions)
+/// and its diagnostics by file; `None` when the document is gone, the analysis panicked, or
+/// a newer version is on its way (its own check will publish).
+fn check(state: &Shared, paths: &Paths, uri: &Uri) -> Option<(Arc<Analysis>, ByFile)> {
+    let snap = {
+        let st = lock(state);
+        match st.analyses.get(uri) {
+            // Already analysed (by a request) at these versions: publish that.
+            Some(a) if a.is_fresh(&st.docs) => Err(a.clone()),
+            _ => Ok(Snapshot::new(&st.docs, uri)),
+        }
+    };
+    let a = match snap {
+        Err(a) => a,
+        Ok(snap) => {
+            let snap = snap?;
+            Arc::new(std::panic::catch_unwind(AssertUnwindSafe(|| Analysis::run(snap))).ok()?)
+        }
+    };
+    let diags =
+        std::panic::catch_unwind(AssertUnwindSafe(|| features::diagnostics(paths, &a))).ok()?;
+    let mut st = lock(state);
+    if !a.is_fresh(&st.docs) {
+        return None;
+    }
+    st.store(a.clone());
+    Some((a, diags))
+}
+
+/// Publishes what every root said about the file's current text: an importer that read an
+/// older buffer will be checked again (it is scheduled with every change) and say it anew.
+fn publish_diagnostics(
+    state: &Shared,
+    sender: &Sender<Message>,
+    contributions: &Contributions,
+    file: &Uri,
+    version: Option<i32>,
+) {
+    let now = lock(state).docs.get(file).map(|d| d.version);
+    let mut all: Vec<lsp::Diagnostic> = Vec::new();
+    if let Some(by_root) = contributions.get(file) {
+        let mut roots: Vec<&Uri> = by_root.keys().collect();
+        roots.sort();
+        for r in roots {
+            let (read, ds) = &by_root[r];
+            if now.is_some() && *read != now {
+                continue;
+            }
+            for d in ds {
+                if !all.contains(d) {
+                    all.push(d.clone());
+                }
+            }
+        }
+    }
+    let params = lsp::PublishDiagnosticsParams { uri: file.clone(), diagnostics: all, version };
+    let _ = sender.send(
+        Notification::new(lsp::notification::PublishDiagnostics::METHOD.into(), params).into(),
+    );
 }

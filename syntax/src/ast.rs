@@ -48,7 +48,8 @@ impl Item {
 #[derive(Clone, Debug)]
 pub struct UseItem {
     pub source: UseSource,
-    /// `use m.{a, b as c}`; `None` imports the module itself (or the single item a dotted path ends in).
+    /// `use m.{a, b as c}`; `None` imports the module itself (or the single item a dotted path
+    /// ends in).
     pub names: Option<Vec<UseName>>,
     pub alias: Option<Ident>,
     pub span: Span,
@@ -330,6 +331,7 @@ pub enum ExprKind {
         branches: Vec<(Expr, Block)>,
         otherwise: Option<Block>,
     },
-    /// Produced where the parser already reported an error (e.g. too deep), so later passes skip it.
+    /// Produced where the parser already reported an error (e.g. too deep), so later passes
+    /// skip it.
     Error,
 }

@@ -2,7 +2,9 @@
 //!
 //! `parse` never panics on any input: a malformed file produces diagnostics (see `diag`), and
 //! inputs that would exhaust the stack or run away (deep nesting, huge files) are refused by
-//! `limits` before the PEG parser sees them.
+//! `limits` before the PEG parser sees them. `visit` walks the AST for every later pass that
+//! looks at all of it (name resolution, the names check, the formatter's comparison), and
+//! `format` prints it back in the canonical layout.
 
 pub mod ast;
 pub mod diag;
@@ -10,6 +12,7 @@ pub mod format;
 pub mod limits;
 pub mod parser;
 pub mod span;
+pub mod visit;
 
 pub use diag::{Diagnostic, Label, Severity};
 pub use parser::parse;

@@ -123,10 +123,9 @@ pub fn elaborate_with_facts(
             };
             let v = ev.check_type(&p.ty, v, span, &what)?;
             ev.graph.config.push((p.name.name.clone(), show(&v)));
-            ev.bind(&p.name.name, v);
+            ev.bind(&p.name.name, p.name.span, v);
         }
-        let config = ev.frame().locals.clone();
-        ev.create_fields(&model.fields, "", &config)?;
+        ev.create_fields(&model.fields, "")?;
         for i in &model.inputs {
             let (dtype, shape) = ev.concrete_type(&i.ty, &format!("input `{}`", i.name.name))?;
             let id = ev.add(
@@ -137,7 +136,7 @@ pub fn elaborate_with_facts(
                 i.span,
             )?;
             ev.graph.inputs.push((i.name.name.clone(), id));
-            ev.bind(&i.name.name, Value::Tensor(id));
+            ev.bind(&i.name.name, i.name.span, Value::Tensor(id));
         }
         if let Some(fwd) = model.forward.first() {
             ev.eval_block(&fwd.body)?;

@@ -31,6 +31,16 @@ pub enum Value {
     Builtin(&'static super::builtins::Builtin),
 }
 
+/// A value bound to a name while evaluating. `def` is the span of the definition it binds
+/// (a parameter's name, a `let` pattern's name, a dim in a shape pattern, a field's name): a
+/// use of the name finds it through the `Resolution`, which says which definition it denotes.
+#[derive(Clone, Debug)]
+pub struct Local {
+    pub name: String,
+    pub def: Span,
+    pub value: Value,
+}
+
 /// An instantiated layer: its config values and its fields (parameters are `Tensor`s that
 /// point at `Param` nodes).
 #[derive(Debug)]
@@ -40,7 +50,8 @@ pub struct LayerInst {
     pub item: usize,
     /// Checkpoint path of this instance (`blocks.0.attn`), empty for the model itself.
     pub path: String,
-    pub config: Vec<(String, Value)>,
+    /// Config parameters and the dims their shape patterns bound.
+    pub config: Vec<Local>,
     pub fields: Vec<(String, Value)>,
 }
 

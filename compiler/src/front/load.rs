@@ -1,6 +1,8 @@
-//! Loads a root file and everything it imports into a `Program`, and builds each module's scope.
+//! Loads a root file and everything it imports into a `Program`, builds each module's scope
+//! of items and imports, and resolves every name once (`resolve`).
 
 use super::did_you_mean;
+use super::resolve::{resolve, Resolution};
 use crate::source::{normalize, std_source, Origin, SourceMap, STDLIB};
 use mgn_syntax::ast::{self, Item, UseSource};
 use mgn_syntax::{Diagnostic, Span};
@@ -48,6 +50,8 @@ pub struct Program {
     pub sources: SourceMap,
     pub modules: Vec<Module>,
     pub root: ModId,
+    /// What every name in every module refers to (see `resolve`).
+    pub resolution: Resolution,
 }
 
 impl Program {
@@ -95,7 +99,10 @@ pub fn load_with_overrides(
         diags: Vec::new(),
     };
     let root = l.load_module(name, origin, text);
-    (Program { sources: l.sources, modules: l.modules, root }, l.diags)
+    let mut program =
+        Program { sources: l.sources, modules: l.modules, root, resolution: Resolution::default() };
+    program.resolution = resolve(&program);
+    (program, l.diags)
 }
 
 /// Loads a file from disk as the root of a program.
@@ -149,70 +156,7 @@ impl Loader {
         u: &ast::UseItem,
     ) -> Option<(ModId, Option<ast::Ident>)> {
         match &u.source {
-            UseSource::Path(path) => {
-                let first = &path[0];
-                if first.name != "std" {
-                    let mut d = Diagnostic::error(
-                        "E0102",
-                        format!("unknown module `{}`", first.name),
-                        first.span,
-                        "not a module",
-                    )
-                    .with_help("modules are `std.<name>` (std.nn, std.attention, std.loss, std.init) or a quoted file path such as \"./blocks.mgn\"");
-                    if let Some(h) = did_you_mean(&first.name, ["std"]) {
-                        d = d.with_help(h);
-                    }
-                    self.diags.push(d);
-                    return None;
-                }
-                let Some(module) = path.get(1) else {
-                    self.diags.push(
-                        Diagnostic::error("E0102", "`use std` needs a module name", first.span, "which module?")
-                            .with_help("write `use std.nn.{Linear}` or another module: std.nn, std.attention, std.loss, std.init"),
-                    );
-                    return None;
-                };
-                let Some((mname, text)) = std_source(&module.name) else {
-                    let mut d = Diagnostic::error(
-                        "E0102",
-                        format!("there is no module `std.{}`", module.name),
-                        module.span,
-                        "unknown module",
-                    );
-                    let names: Vec<&str> = STDLIB.iter().map(|(n, _)| *n).collect();
-                    d = d.with_help(match super::nearest(&module.name, names.iter().copied()) {
-                        Some(n) => format!("did you mean `std.{n}`?"),
-                        None => format!(
-                            "the standard modules are {}",
-                            names
-                                .iter()
-                                .map(|n| format!("`std.{n}`"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    });
-                    self.diags.push(d);
-                    return None;
-                };
-                if path.len() > 3 || (path.len() == 3 && u.names.is_some()) {
-                    let extra = &path[if u.names.is_some() { 2 } else { 3 }];
-                    self.diags.push(Diagnostic::error(
-                        "E0102",
-                        format!("`std.{}` has no submodules", module.name),
-                        extra.span,
-                        "unexpected path segment",
-                    ));
-                    return None;
-                }
-                let origin = Origin::Std(mname);
-                let id = self.get_or_load(
-                    origin,
-                    format!("std.{mname}"),
-                    || Ok(text.to_string()),
-                    module.span,
-                )?;
-                Some((id, path.get(2).cloned()))
-            }
+            UseSource::Path(path) => self.std_import(u, path),
             UseSource::File { path, span } => {
                 let base = match from {
                     Origin::Path(p) => p.parent().map(Path::to_path_buf).unwrap_or_default(),
@@ -239,6 +183,79 @@ impl Loader {
                 Some((id, None))
             }
         }
+    }
+
+    /// `use std.nn`, `use std.nn.{Linear}`, `use std.loss.cross_entropy`.
+    fn std_import(
+        &mut self,
+        u: &ast::UseItem,
+        path: &[ast::Ident],
+    ) -> Option<(ModId, Option<ast::Ident>)> {
+        let first = &path[0];
+        if first.name != "std" {
+            let mut d = Diagnostic::error(
+                "E0102",
+                format!("unknown module `{}`", first.name),
+                first.span,
+                "not a module",
+            )
+            .with_help(concat!(
+                "modules are `std.<name>` (std.nn, std.attention, std.loss, std.init) ",
+                "or a quoted file path such as \"./blocks.mgn\""
+            ));
+            if let Some(h) = did_you_mean(&first.name, ["std"]) {
+                d = d.with_help(h);
+            }
+            self.diags.push(d);
+            return None;
+        }
+        let Some(module) = path.get(1) else {
+            self.diags.push(
+                Diagnostic::error(
+                    "E0102",
+                    "`use std` needs a module name",
+                    first.span,
+                    "which module?",
+                )
+                .with_help(concat!(
+                    "write `use std.nn.{Linear}` or another module: ",
+                    "std.nn, std.attention, std.loss, std.init"
+                )),
+            );
+            return None;
+        };
+        let Some((mname, text)) = std_source(&module.name) else {
+            let mut d = Diagnostic::error(
+                "E0102",
+                format!("there is no module `std.{}`", module.name),
+                module.span,
+                "unknown module",
+            );
+            let names: Vec<&str> = STDLIB.iter().map(|(n, _)| *n).collect();
+            d = d.with_help(match super::nearest(&module.name, names.iter().copied()) {
+                Some(n) => format!("did you mean `std.{n}`?"),
+                None => format!(
+                    "the standard modules are {}",
+                    names.iter().map(|n| format!("`std.{n}`")).collect::<Vec<_>>().join(", ")
+                ),
+            });
+            self.diags.push(d);
+            return None;
+        };
+        if path.len() > 3 || (path.len() == 3 && u.names.is_some()) {
+            let extra = &path[if u.names.is_some() { 2 } else { 3 }];
+            self.diags.push(Diagnostic::error(
+                "E0102",
+                format!("`std.{}` has no submodules", module.name),
+                extra.span,
+                "unexpected path segment",
+            ));
+            return None;
+        }
+        let origin = Origin::Std(mname);
+        let id =
+            self.get_or_load(origin, format!("std.{mname}"), || Ok(text.to_string()), module.span)?;
+        Some((id, path.get(2).cloned()))
     }
 
     fn get_or_load(
@@ -295,45 +312,15 @@ impl Loader {
         uses: &[ast::UseItem],
         targets: &[Option<(ModId, Option<ast::Ident>)>],
     ) {
-        let mut scope: HashMap<String, Binding> = HashMap::new();
-        let mut diags = Vec::new();
-        let bind = |scope: &mut HashMap<String, Binding>,
-                    name: &ast::Ident,
-                    b: Binding,
-                    diags: &mut Vec<Diagnostic>| {
-            if let Some(prev) = scope.get(&name.name) {
-                let prev_span = match prev {
-                    Binding::Item { span, .. } | Binding::Module { span, .. } => *span,
-                };
-                diags.push(
-                    Diagnostic::error(
-                        "E0106",
-                        format!("`{}` is defined more than once", name.name),
-                        name.span,
-                        "defined again here",
-                    )
-                    .with_label(prev_span, "first defined here")
-                    .with_help("rename one of them, or import it under another name with `as`"),
-                );
-            } else {
-                scope.insert(name.name.clone(), b);
-            }
-        };
+        let mut b = ScopeBuilder::default();
         for (index, item) in self.modules[id.0].ast.items.iter().enumerate() {
             if let Some(name) = item.name() {
-                bind(
-                    &mut scope,
-                    name,
-                    Binding::Item { module: id, index, span: name.span },
-                    &mut diags,
-                );
+                b.bind(name, Binding::Item { module: id, index, span: name.span });
             }
         }
-        let mut poisoned = Vec::new();
-        let poisoned_names = std::cell::RefCell::new(Vec::new());
         for (u, target) in uses.iter().zip(targets) {
             if let (Some(_), Some(alias)) = (&u.names, &u.alias) {
-                diags.push(
+                b.diags.push(
                     Diagnostic::error(
                         "E0102",
                         "`as` after a list of names renames nothing",
@@ -344,90 +331,119 @@ impl Loader {
                 );
             }
             let Some((target, single)) = target else {
-                // The import failed and was reported; its names should not be reported again.
-                poisoned.extend(
-                    u.names
-                        .iter()
-                        .flatten()
-                        .map(|n| n.alias.as_ref().unwrap_or(&n.name).name.clone()),
-                );
-                match (&u.alias, &u.source) {
-                    (Some(a), _) => poisoned.push(a.name.clone()),
-                    (None, UseSource::Path(p)) if u.names.is_none() => {
-                        poisoned.push(p.last().expect("paths are non-empty").name.clone())
-                    }
-                    _ => {}
-                }
+                b.poison(u);
                 continue;
             };
-            let target = *target;
             let tmod = &self.modules[target.0];
-            let import_item = |name: &ast::Ident,
-                               alias: Option<&ast::Ident>,
-                               scope: &mut HashMap<String, Binding>,
-                               diags: &mut Vec<Diagnostic>| {
-                match tmod.item_index(&name.name) {
-                    Some(index) => {
-                        let local = alias.unwrap_or(name);
-                        bind(
-                            scope,
-                            local,
-                            Binding::Item { module: target, index, span: local.span },
-                            diags,
-                        );
-                    }
-                    None => {
-                        poisoned_names.borrow_mut().push(alias.unwrap_or(name).name.clone());
-                        let mut d = Diagnostic::error(
-                            "E0103",
-                            format!("`{}` has no item named `{}`", tmod.name, name.name),
-                            name.span,
-                            "not found in this module",
-                        );
-                        if let Some(h) = did_you_mean(&name.name, tmod.item_names()) {
-                            d = d.with_help(h);
-                        } else {
-                            let mut all: Vec<&str> = tmod.item_names().collect();
-                            all.sort();
-                            d = d.with_note(format!("`{}` defines: {}", tmod.name, all.join(", ")));
-                        }
-                        diags.push(d);
-                    }
-                }
-            };
             match (&u.names, single) {
                 (Some(names), _) => {
                     for n in names {
-                        import_item(&n.name, n.alias.as_ref(), &mut scope, &mut diags);
+                        b.import_item(*target, tmod, &n.name, n.alias.as_ref());
                     }
                 }
-                (None, Some(name)) => import_item(name, u.alias.as_ref(), &mut scope, &mut diags),
+                (None, Some(name)) => b.import_item(*target, tmod, name, u.alias.as_ref()),
                 (None, None) => {
                     let local = match (&u.alias, &u.source) {
-                        (Some(a), _) => a.clone(),
-                        (None, UseSource::Path(p)) => {
-                            p.last().expect("paths are non-empty").clone()
-                        }
+                        (Some(a), _) => a,
+                        (None, UseSource::Path(p)) => p.last().expect("paths are non-empty"),
                         (None, UseSource::File { span, .. }) => {
-                            diags.push(
-                                Diagnostic::error("E0104", "a file import needs a list of names or an alias", *span, "import what?")
-                                    .with_help("write `use \"./blocks.mgn\".{Block}` or `use \"./blocks.mgn\" as blocks`"),
+                            b.diags.push(
+                                Diagnostic::error(
+                                    "E0104",
+                                    "a file import needs a list of names or an alias",
+                                    *span,
+                                    "import what?",
+                                )
+                                .with_help(concat!(
+                                    "write `use \"./blocks.mgn\".{Block}` ",
+                                    "or `use \"./blocks.mgn\" as blocks`"
+                                )),
                             );
                             continue;
                         }
                     };
-                    bind(
-                        &mut scope,
-                        &local,
-                        Binding::Module { module: target, span: local.span },
-                        &mut diags,
-                    );
+                    b.bind(local, Binding::Module { module: *target, span: local.span });
                 }
             }
         }
-        self.diags.extend(diags);
-        poisoned.extend(poisoned_names.into_inner());
-        self.modules[id.0].scope = scope;
-        self.modules[id.0].poisoned.extend(poisoned);
+        self.diags.extend(b.diags);
+        self.modules[id.0].scope = b.scope;
+        self.modules[id.0].poisoned.extend(b.poisoned);
+    }
+}
+
+/// A module's scope under construction, with what its imports reported.
+#[derive(Default)]
+struct ScopeBuilder {
+    scope: HashMap<String, Binding>,
+    diags: Vec<Diagnostic>,
+    /// Names a failed import would have bound.
+    poisoned: Vec<String>,
+}
+
+impl ScopeBuilder {
+    fn bind(&mut self, name: &ast::Ident, b: Binding) {
+        let Some(prev) = self.scope.get(&name.name) else {
+            self.scope.insert(name.name.clone(), b);
+            return;
+        };
+        let prev_span = match prev {
+            Binding::Item { span, .. } | Binding::Module { span, .. } => *span,
+        };
+        self.diags.push(
+            Diagnostic::error(
+                "E0106",
+                format!("`{}` is defined more than once", name.name),
+                name.span,
+                "defined again here",
+            )
+            .with_label(prev_span, "first defined here")
+            .with_help("rename one of them, or import it under another name with `as`"),
+        );
+    }
+
+    /// Imports item `name` of module `target` (which is `tmod`), under `alias` if given.
+    fn import_item(
+        &mut self,
+        target: ModId,
+        tmod: &Module,
+        name: &ast::Ident,
+        alias: Option<&ast::Ident>,
+    ) {
+        let local = alias.unwrap_or(name);
+        if let Some(index) = tmod.item_index(&name.name) {
+            self.bind(local, Binding::Item { module: target, index, span: local.span });
+            return;
+        }
+        self.poisoned.push(local.name.clone());
+        let mut d = Diagnostic::error(
+            "E0103",
+            format!("`{}` has no item named `{}`", tmod.name, name.name),
+            name.span,
+            "not found in this module",
+        );
+        if let Some(h) = did_you_mean(&name.name, tmod.item_names()) {
+            d = d.with_help(h);
+        } else {
+            let mut all: Vec<&str> = tmod.item_names().collect();
+            all.sort();
+            d = d.with_note(format!("`{}` defines: {}", tmod.name, all.join(", ")));
+        }
+        self.diags.push(d);
+    }
+
+    /// The import failed and was reported: the names it would have bound are not reported
+    /// again where they are used.
+    fn poison(&mut self, u: &ast::UseItem) {
+        self.poisoned.extend(
+            u.names.iter().flatten().map(|n| n.alias.as_ref().unwrap_or(&n.name).name.clone()),
+        );
+        match (&u.alias, &u.source) {
+            (Some(a), _) => self.poisoned.push(a.name.clone()),
+            (None, UseSource::Path(p)) if u.names.is_none() => {
+                self.poisoned.push(p.last().expect("paths are non-empty").name.clone())
+            }
+            _ => {}
+        }
     }
 }

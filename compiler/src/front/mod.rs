@@ -1,10 +1,13 @@
-//! The front end after parsing: loading modules and their imports (`load`), and checking that
-//! every name in every item refers to something (`names`), before any value is computed.
+//! The front end after parsing: loading modules and their imports (`load`), resolving every
+//! name in every item once (`resolve`), and checking that each refers to something along with
+//! the structure rules (`names`), before any value is computed.
 
 pub mod load;
 pub mod names;
+pub mod resolve;
 
 pub use load::{Binding, ModId, Module, Program};
+pub use resolve::{Occurrence, Problem, Resolution, SymKind, Target, Visible};
 
 /// The candidate nearest to `name` by edit distance, if it is near enough to be a likely typo.
 pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {

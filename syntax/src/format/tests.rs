@@ -62,7 +62,7 @@ fn ast_without_spans(text: &str) -> Vec<String> {
     assert!(diags.is_empty(), "{diags:#?}");
     let (uses, rest): (Vec<&Item>, Vec<&Item>) =
         file.items.iter().partition(|i| matches!(i, Item::Use(_)));
-    uses.into_iter().chain(rest).map(strip::item).collect()
+    uses.into_iter().chain(rest).map(stripped).collect()
 }
 
 // ---- the whole repository ----------------------------------------------------------
@@ -178,8 +178,14 @@ fn format_verification_refuses_output_that_changes_meaning_or_loses_comments() {
 #[test]
 fn format_spacing_types_and_arguments() {
     assert_eq!(
-        fmt_stable("const   B:int=A+2*3;\nfn f(x:f32[B,T,d],y:int=1,)->f32[B,T,d]{conv(x,w,padding=(1,1),axis=-1,)}\n"),
-        "const B: int = A + 2 * 3\n\nfn f(x: f32[B, T, d], y: int = 1) -> f32[B, T, d] {\n    conv(x, w, padding = (1, 1), axis = -1)\n}\n"
+        fmt_stable(concat!(
+            "const   B:int=A+2*3;\n",
+            "fn f(x:f32[B,T,d],y:int=1,)->f32[B,T,d]{conv(x,w,padding=(1,1),axis=-1,)}\n"
+        )),
+        concat!(
+            "const B: int = A + 2 * 3\n\nfn f(x: f32[B, T, d], y: int = 1) -> f32[B, T, d] {\n",
+            "    conv(x, w, padding = (1, 1), axis = -1)\n}\n"
+        )
     );
     assert_eq!(
         fmt_stable("const T = ( a , )\nconst L = [ 1,2, ]\n"),
@@ -190,8 +196,18 @@ fn format_spacing_types_and_arguments() {
 
 #[test]
 fn format_items_members_and_blank_lines() {
-    let text = "use std.nn.{Linear}\nconst A = 1\nconst B = 2\n\n\n\nconst C = 3\nlayer L(d: dim) { w = param f32[d] init zeros;\n\n\n    b = param f32[d]\n    forward(x: f32[d]) -> f32[d] { x * self.w + self.b }\n}\nuse std.loss.{mse}\nmodel M() {\n    input x: f32[4]\n    forward { let y = x; output y; }\n}\n";
-    let expected = "use std.nn.{Linear}\nuse std.loss.{mse}\n\nconst A = 1\nconst B = 2\n\nconst C = 3\n\nlayer L(d: dim) {\n    w = param f32[d] init zeros\n\n    b = param f32[d]\n    forward(x: f32[d]) -> f32[d] {\n        x * self.w + self.b\n    }\n}\n\nmodel M {\n    input x: f32[4]\n    forward {\n        let y = x\n        output y\n    }\n}\n";
+    let text = concat!(
+        "use std.nn.{Linear}\nconst A = 1\nconst B = 2\n\n\n\nconst C = 3\n",
+        "layer L(d: dim) { w = param f32[d] init zeros;\n\n\n    b = param f32[d]\n",
+        "    forward(x: f32[d]) -> f32[d] { x * self.w + self.b }\n}\nuse std.loss.{mse}\n",
+        "model M() {\n    input x: f32[4]\n    forward { let y = x; output y; }\n}\n"
+    );
+    let expected = concat!(
+        "use std.nn.{Linear}\nuse std.loss.{mse}\n\nconst A = 1\nconst B = 2\n\nconst C = 3\n\n",
+        "layer L(d: dim) {\n    w = param f32[d] init zeros\n\n    b = param f32[d]\n",
+        "    forward(x: f32[d]) -> f32[d] {\n        x * self.w + self.b\n    }\n}\n\nmodel M {\n",
+        "    input x: f32[4]\n    forward {\n        let y = x\n        output y\n    }\n}\n"
+    );
     assert_eq!(fmt_stable(text), expected);
 }
 
@@ -209,10 +225,16 @@ fn format_empty_and_comment_only_files() {
 
 #[test]
 fn format_breaks_long_parameter_lists_and_joins_short_ones() {
-    let long = "layer Conv(in_channels: dim, out_channels: dim, kernel_size: dim, stride: dim = 1, padding: int = 0, bias: bool = true) {\n}\n";
+    let long = concat!(
+        "layer Conv(in_channels: dim, out_channels: dim, kernel_size: dim, stride: dim = 1, ",
+        "padding: int = 0, bias: bool = true) {\n}\n"
+    );
     assert_eq!(
         fmt_stable(long),
-        "layer Conv(\n    in_channels: dim,\n    out_channels: dim,\n    kernel_size: dim,\n    stride: dim = 1,\n    padding: int = 0,\n    bias: bool = true,\n) {}\n"
+        concat!(
+            "layer Conv(\n    in_channels: dim,\n    out_channels: dim,\n    kernel_size: dim,\n",
+            "    stride: dim = 1,\n    padding: int = 0,\n    bias: bool = true,\n) {}\n"
+        )
     );
     assert_eq!(
         fmt_stable("fn f(\n    a: int,\n    b: int,\n) -> int {\n    a + b\n}\n"),
@@ -224,91 +246,182 @@ fn format_breaks_long_parameter_lists_and_joins_short_ones() {
     assert_eq!(fmt_stable(&fits), fits);
     assert!(fmt_stable(&params(101 - "fn f(a: int, : int) -> int {".len()))
         .starts_with("fn f(\n    a: int,\n"));
-    let forward = "layer L {\n    forward(x: f32[B, T, query_dim], ctx: f32[B, S, cross_attention_dimension]) -> f32[B, T, query_dim] {\n        x\n    }\n}\n";
+    let forward = concat!(
+        "layer L {\n",
+        "    forward(x: f32[B, T, query_dim], ctx: f32[B, S, cross_attention_dimension]) -> ",
+        "f32[B, T, query_dim] {\n        x\n    }\n}\n"
+    );
     assert_eq!(
         fmt_stable(forward),
-        "layer L {\n    forward(\n        x: f32[B, T, query_dim],\n        ctx: f32[B, S, cross_attention_dimension],\n    ) -> f32[B, T, query_dim] {\n        x\n    }\n}\n"
+        concat!(
+            "layer L {\n    forward(\n        x: f32[B, T, query_dim],\n",
+            "        ctx: f32[B, S, cross_attention_dimension],\n    ) -> f32[B, T, query_dim] {\n",
+            "        x\n    }\n}\n"
+        )
     );
 }
 
 #[test]
 fn format_breaks_long_calls_lists_and_operator_chains() {
-    let hug = "fn f() {\n    let y = attention(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads), causal = true)\n}\n";
+    let hug = concat!(
+        "fn f() {\n",
+        "    let y = attention(split_heads(q, heads), split_heads(k, heads), split_heads(v, ",
+        "heads), causal = true)\n}\n"
+    );
     assert_eq!(
         fmt_stable(hug),
-        "fn f() {\n    let y = attention(\n        split_heads(q, heads), split_heads(k, heads), split_heads(v, heads), causal = true\n    )\n}\n",
+        concat!(
+            "fn f() {\n    let y = attention(\n",
+            "        split_heads(q, heads), split_heads(k, heads), split_heads(v, heads), causal ",
+            "= true\n    )\n}\n"
+        ),
         "arguments that fit on one line of their own"
     );
-    let tall = "layer L {\n    blocks = [DownBlock(c0, c0, tdim, heads, ctx_dim, groups), DownBlock(c0, c1, tdim, heads, ctx_dim, groups), Plain(c1)]\n}\n";
+    let tall = concat!(
+        "layer L {\n",
+        "    blocks = [DownBlock(c0, c0, tdim, heads, ctx_dim, groups), DownBlock(c0, c1, tdim, ",
+        "heads, ctx_dim, groups), Plain(c1)]\n}\n"
+    );
     assert_eq!(
         fmt_stable(tall),
-        "layer L {\n    blocks = [\n        DownBlock(c0, c0, tdim, heads, ctx_dim, groups),\n        DownBlock(c0, c1, tdim, heads, ctx_dim, groups),\n        Plain(c1),\n    ]\n}\n",
+        concat!(
+            "layer L {\n    blocks = [\n        DownBlock(c0, c0, tdim, heads, ctx_dim, groups),\n",
+            "        DownBlock(c0, c1, tdim, heads, ctx_dim, groups),\n        Plain(c1),\n    ]\n",
+            "}\n"
+        ),
         "one element per line, with a trailing comma"
     );
-    let chain = "model M {\n    forward {\n        loss cross_entropy(logits, labels) + bce_with_logits(flag_logits, flags) + 0.5 * mse(pooled, recon)\n    }\n}\n";
+    let chain = concat!(
+        "model M {\n    forward {\n",
+        "        loss cross_entropy(logits, labels) + bce_with_logits(flag_logits, flags) + 0.5 * ",
+        "mse(pooled, recon)\n    }\n}\n"
+    );
     assert_eq!(
         fmt_stable(chain),
-        "model M {\n    forward {\n        loss cross_entropy(logits, labels)\n            + bce_with_logits(flag_logits, flags)\n            + 0.5 * mse(pooled, recon)\n    }\n}\n",
+        concat!(
+            "model M {\n    forward {\n        loss cross_entropy(logits, labels)\n",
+            "            + bce_with_logits(flag_logits, flags)\n",
+            "            + 0.5 * mse(pooled, recon)\n    }\n}\n"
+        ),
         "a line starting with an operator continues the one above"
     );
 }
 
 #[test]
 fn format_long_field_clauses_go_to_continuation_lines() {
-    let text = "layer C(i: dim, o: dim, k: dim) {\n    weight = param f32[o, i / groups, k, k] init kaiming_uniform(in_channels / groups * kernel_size * kernel_size, a = sqrt(5.0))\n    bias = param f32[out_channels] init fan_in_uniform(in_channels / groups * kernel_size * kernel_size) if bias\n}\n";
+    let text = concat!(
+        "layer C(i: dim, o: dim, k: dim) {\n",
+        "    weight = param f32[o, i / groups, k, k] init kaiming_uniform(in_channels / groups * ",
+        "kernel_size * kernel_size, a = sqrt(5.0))\n",
+        "    bias = param f32[out_channels] init fan_in_uniform(in_channels / groups * ",
+        "kernel_size * kernel_size) if bias\n}\n"
+    );
     assert_eq!(
         fmt_stable(text),
-        "layer C(i: dim, o: dim, k: dim) {\n    weight = param f32[o, i / groups, k, k]\n        init kaiming_uniform(in_channels / groups * kernel_size * kernel_size, a = sqrt(5.0))\n    bias = param f32[out_channels]\n        init fan_in_uniform(in_channels / groups * kernel_size * kernel_size) if bias\n}\n"
+        concat!(
+            "layer C(i: dim, o: dim, k: dim) {\n    weight = param f32[o, i / groups, k, k]\n",
+            "        init kaiming_uniform(in_channels / groups * kernel_size * kernel_size, a = ",
+            "sqrt(5.0))\n    bias = param f32[out_channels]\n",
+            "        init fan_in_uniform(in_channels / groups * kernel_size * kernel_size) if ",
+            "bias\n}\n"
+        )
     );
 }
 
 #[test]
 fn format_if_expressions() {
-    let text = "fn f(c: bool, x: int) -> int {\n    let a = if c {\n        x\n    } else { 1 }\n    let b = if c { let y = x * 2\n y } else if !c { x } else { 0 }\n    a + b\n}\n";
+    let text = concat!(
+        "fn f(c: bool, x: int) -> int {\n    let a = if c {\n        x\n    } else { 1 }\n",
+        "    let b = if c { let y = x * 2\n y } else if !c { x } else { 0 }\n    a + b\n}\n"
+    );
     assert_eq!(
         fmt_stable(text),
-        "fn f(c: bool, x: int) -> int {\n    let a = if c { x } else { 1 }\n    let b = if c {\n        let y = x * 2\n        y\n    } else if !c {\n        x\n    } else {\n        0\n    }\n    a + b\n}\n"
+        concat!(
+            "fn f(c: bool, x: int) -> int {\n    let a = if c { x } else { 1 }\n",
+            "    let b = if c {\n        let y = x * 2\n        y\n    } else if !c {\n        x\n",
+            "    } else {\n        0\n    }\n    a + b\n}\n"
+        )
     );
-    let long = "fn f() {\n    let h = if act == ACT_RELU { relu(h) } else if act == ACT_TANH { tanh(h) } else { h * self.scale }\n}\n";
+    let long = concat!(
+        "fn f() {\n",
+        "    let h = if act == ACT_RELU { relu(h) } else if act == ACT_TANH { tanh(h) } else { h ",
+        "* self.scale }\n}\n"
+    );
     assert_eq!(
         fmt_stable(long),
-        "fn f() {\n    let h = if act == ACT_RELU {\n        relu(h)\n    } else if act == ACT_TANH {\n        tanh(h)\n    } else {\n        h * self.scale\n    }\n}\n"
+        concat!(
+            "fn f() {\n    let h = if act == ACT_RELU {\n        relu(h)\n",
+            "    } else if act == ACT_TANH {\n        tanh(h)\n    } else {\n",
+            "        h * self.scale\n    }\n}\n"
+        )
     );
 }
 
 #[test]
 fn format_parentheses_written_by_the_user_are_kept() {
-    let text = "const A = (a + b) * c\nconst B = a - (b - c)\nconst C = (a * b) + c\nconst D = ((a + b))\nconst E = (x) + f((y))\nconst F = -(-x)\nconst G = (-x)^T + (a - b)[0]\nconst H = !(a && b) || (c == d) == e\n";
+    let text = concat!(
+        "const A = (a + b) * c\nconst B = a - (b - c)\nconst C = (a * b) + c\n",
+        "const D = ((a + b))\nconst E = (x) + f((y))\nconst F = -(-x)\n",
+        "const G = (-x)^T + (a - b)[0]\nconst H = !(a && b) || (c == d) == e\n"
+    );
     assert_eq!(
         fmt_stable(text),
-        "const A = (a + b) * c\nconst B = a - (b - c)\nconst C = (a * b) + c\nconst D = (a + b)\nconst E = x + f(y)\nconst F = -(-x)\nconst G = (-x)^T + (a - b)[0]\nconst H = !(a && b) || (c == d) == e\n"
+        concat!(
+            "const A = (a + b) * c\nconst B = a - (b - c)\nconst C = (a * b) + c\n",
+            "const D = (a + b)\nconst E = x + f(y)\nconst F = -(-x)\n",
+            "const G = (-x)^T + (a - b)[0]\nconst H = !(a && b) || (c == d) == e\n"
+        )
     );
 }
 
 #[test]
 fn format_keeps_semicolons_that_end_a_statement_before_a_continuation_character() {
-    let text = "fn f(x: int) -> (int, int) {\n    let y = x * 2;\n    (y, x)\n}\nfn g(x: int) -> int {\n    let y = x;\n    -y\n}\nfn h(x: int) -> int {\n    let y = x;\n    let z = y;\n    z;\n}\n";
+    let text = concat!(
+        "fn f(x: int) -> (int, int) {\n    let y = x * 2;\n    (y, x)\n}\nfn g(x: int) -> int {\n",
+        "    let y = x;\n    -y\n}\nfn h(x: int) -> int {\n    let y = x;\n    let z = y;\n",
+        "    z;\n}\n"
+    );
     assert_eq!(
         fmt_stable(text),
-        "fn f(x: int) -> (int, int) {\n    let y = x * 2;\n    (y, x)\n}\n\nfn g(x: int) -> int {\n    let y = x;\n    -y\n}\n\nfn h(x: int) -> int {\n    let y = x\n    let z = y\n    z\n}\n"
+        concat!(
+            "fn f(x: int) -> (int, int) {\n    let y = x * 2;\n    (y, x)\n}\n\n",
+            "fn g(x: int) -> int {\n    let y = x;\n    -y\n}\n\nfn h(x: int) -> int {\n",
+            "    let y = x\n    let z = y\n    z\n}\n"
+        )
     );
 }
 
 #[test]
 fn format_places_comments() {
-    let text = "// header\n\n// about f\nfn f(x: int, // the input\n  y: int /* second */,\n  // nothing after\n) -> int { // opening\n    let a = x   // trailing\n    let bb = y // aligned\n\n\n    // before the tail\n    a + bb\n    // dangling\n}   // after the item\n";
+    let text = concat!(
+        "// header\n\n// about f\nfn f(x: int, // the input\n  y: int /* second */,\n",
+        "  // nothing after\n) -> int { // opening\n    let a = x   // trailing\n",
+        "    let bb = y // aligned\n\n\n    // before the tail\n    a + bb\n    // dangling\n",
+        "}   // after the item\n"
+    );
     assert_eq!(
         fmt_stable(text),
-        "// header\n\n// about f\nfn f(\n    x: int,  // the input\n    y: int,  /* second */\n    // nothing after\n) -> int {  // opening\n    let a = x   // trailing\n    let bb = y  // aligned\n\n    // before the tail\n    a + bb\n    // dangling\n}  // after the item\n"
+        concat!(
+            "// header\n\n// about f\nfn f(\n    x: int,  // the input\n",
+            "    y: int,  /* second */\n    // nothing after\n) -> int {  // opening\n",
+            "    let a = x   // trailing\n    let bb = y  // aligned\n\n    // before the tail\n",
+            "    a + bb\n    // dangling\n}  // after the item\n"
+        )
     );
 }
 
 #[test]
 fn format_copies_statements_and_headers_with_comments_inside_them() {
-    let text = "model M {\n  forward {\n          let y = f(x,\n                    // inside a call\n                    z)\n    output y\n  }\n}\nlayer L /* odd */ (n: dim) {\n}\n";
+    let text = concat!(
+        "model M {\n  forward {\n          let y = f(x,\n                    // inside a call\n",
+        "                    z)\n    output y\n  }\n}\nlayer L /* odd */ (n: dim) {\n}\n"
+    );
     assert_eq!(
         fmt_stable(text),
-        "model M {\n    forward {\n        let y = f(x,\n                  // inside a call\n                  z)\n        output y\n    }\n}\n\nlayer L /* odd */ (n: dim) {}\n"
+        concat!(
+            "model M {\n    forward {\n        let y = f(x,\n                  // inside a call\n",
+            "                  z)\n        output y\n    }\n}\n\nlayer L /* odd */ (n: dim) {}\n"
+        )
     );
 }
 

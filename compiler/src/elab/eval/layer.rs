@@ -1,0 +1,341 @@
+//! Layer instances: binding a layer's config, then creating its fields in order
+//! (parameters and buffers become `Param` nodes named by their field path).
+
+use super::*;
+
+impl<'p> Evaluator<'p> {
+    /// Creates a layer instance: binds its config, then creates each field in order.
+    pub fn instantiate(
+        &mut self,
+        module: ModId,
+        index: usize,
+        args: Vec<ArgVal>,
+        span: Span,
+        path: String,
+    ) -> R<Rc<LayerInst>> {
+        let Item::Layer(l) = self.prog.item(module, index) else {
+            unreachable!("instantiate is called on layer items")
+        };
+        let frame = Frame {
+            module,
+            locals: Vec::new(),
+            fields: Some((l.name.name.clone(), Vec::new())),
+            model: false,
+        };
+        let what = format!("`{}`", l.name.name);
+        let saved_ctor = self.ctor_path.take();
+        let r = self.in_frame(frame, span, |ev| {
+            ev.enter_params(&l.params, args, &what, l.name.span, span)?;
+            let config = ev.frame().locals.clone();
+            ev.create_fields(&l.fields, &path)?;
+            let fields = ev.frame().fields.take().map(|(_, f)| f).unwrap_or_default();
+            Ok(Rc::new(LayerInst {
+                type_name: l.name.name.clone(),
+                module,
+                item: index,
+                path: path.clone(),
+                config,
+                fields,
+            }))
+        });
+        self.ctor_path = saved_ctor;
+        r
+    }
+
+    /// Creates fields in order into the current frame: each is visible to the ones after it
+    /// (as `self.name`, and by its bare name where the resolution says it denotes the field).
+    pub fn create_fields(&mut self, fields: &[FieldDef], path: &str) -> R<()> {
+        for f in fields {
+            let v = self.field_value(f, path)?;
+            if let Some((_, fields)) = &mut self.frame().fields {
+                fields.push((f.name.name.clone(), v.clone()));
+            }
+            self.bind(&f.name.name, f.name.span, v);
+        }
+        Ok(())
+    }
+
+    fn field_value(&mut self, f: &FieldDef, path: &str) -> R<Value> {
+        let v = self.field_value_inner(f, path)?;
+        let text = match &v {
+            Value::Layer(inst) => Some(format!(
+                "layer `{}` at `{}` ({})",
+                inst.type_name,
+                inst.path,
+                show_config(&inst.config)
+            )),
+            Value::Repeated(list) => list.first().map(|first| {
+                format!(
+                    "{} × layer `{}` at `{}`",
+                    list.len(),
+                    first.type_name,
+                    first.path.rsplit_once('.').map(|(p, _)| p).unwrap_or(&first.path)
+                )
+            }),
+            Value::Int(_) | Value::Float(_) | Value::Bool(_) => Some(self.describe(&v)),
+            _ => None,
+        };
+        if let Some(text) = text {
+            self.facts.push(Fact { span: f.name.span, kind: FactKind::Layer, text });
+        }
+        Ok(v)
+    }
+
+    fn field_value_inner(&mut self, f: &FieldDef, path: &str) -> R<Value> {
+        if let Some(c) = &f.cond {
+            if !self.expect_bool(c)? {
+                return Ok(Value::Absent { field: f.name.span });
+            }
+        }
+        let full =
+            if path.is_empty() { f.name.name.clone() } else { format!("{path}.{}", f.name.name) };
+        match &f.init {
+            FieldInit::Tensor { trainable, ty, init } => {
+                self.tensor_field(f, *trainable, ty, init.as_ref(), full)
+            }
+            FieldInit::Repeat { count, index, body } => {
+                self.repeat_field(count, index.as_ref(), body, &full)
+            }
+            FieldInit::Expr(Expr { kind: ExprKind::List(items), .. }) => {
+                self.list_field(f, items, &full)
+            }
+            FieldInit::Expr(e) => {
+                self.ctor_path = Some(full);
+                let v = self.eval(e);
+                self.ctor_path = None;
+                v
+            }
+        }
+    }
+
+    /// `name = param f32[..] init e` or `buffer ...`: a `Param` node named by the field path.
+    fn tensor_field(
+        &mut self,
+        f: &FieldDef,
+        trainable: bool,
+        ty: &TensorType,
+        init: Option<&Expr>,
+        full: String,
+    ) -> R<Value> {
+        let (dtype, shape) = self.concrete_type(ty, "a parameter")?;
+        let init = match init {
+            None => InitSpec::Constant(0.0),
+            Some(e) => {
+                let v = self.eval(e)?;
+                match self.as_init(v, e.span)? {
+                    Value::Init(i) => i,
+                    _ => unreachable!("as_init returns an Init"),
+                }
+            }
+        };
+        let index = self.graph.params.len();
+        let node = self.add(Op::Param { index }, Vec::new(), dtype, shape.clone(), f.span)?;
+        let kind = if trainable { "param" } else { "buffer" };
+        self.facts.push(Fact {
+            span: f.name.span,
+            kind: FactKind::Param,
+            text: format!(
+                "{kind} {} `{full}` ({} elements, init {init})",
+                fmt_type(dtype, &shape),
+                crate::graph::dump::thousands(shape.iter().product())
+            ),
+        });
+        self.graph.params.push(ParamInfo {
+            name: full,
+            dtype,
+            shape,
+            init,
+            trainable,
+            node,
+            span: f.span,
+        });
+        Ok(Value::Tensor(node))
+    }
+
+    /// `name = repeat(n, i) Block(...)`: copies named `name.0`, `name.1`, ...
+    fn repeat_field(
+        &mut self,
+        count: &Expr,
+        index: Option<&Ident>,
+        body: &Expr,
+        full: &str,
+    ) -> R<Value> {
+        let n = match self.eval(count)? {
+            Value::Int(n) if (0..=MAX_REPEAT).contains(&n) => n,
+            Value::Int(n) => {
+                return Err(Diagnostic::error(
+                    "E0301",
+                    format!("repeat count {n} is out of range"),
+                    count.span,
+                    format!("must be between 0 and {MAX_REPEAT}"),
+                ))
+            }
+            v => {
+                return Err(Diagnostic::error(
+                    "E0201",
+                    format!("a repeat count must be an integer, found {}", self.describe(&v)),
+                    count.span,
+                    "not an integer",
+                ))
+            }
+        };
+        let mut list = Vec::new();
+        for i in 0..n {
+            if let Some(id) = index {
+                self.bind(&id.name, id.span, Value::Int(i));
+            }
+            self.ctor_path = Some(format!("{full}.{i}"));
+            let v = self.eval(body);
+            self.ctor_path = None;
+            if index.is_some() {
+                self.frame().locals.pop();
+            }
+            match v? {
+                Value::Layer(inst) if inst.path != format!("{full}.{i}") => {
+                    return Err(Diagnostic::error(
+                        "E0108",
+                        format!(
+                            "`repeat` would reuse the existing layer `{}` instead of making copies",
+                            inst.path
+                        ),
+                        body.span,
+                        "an existing layer",
+                    )
+                    .with_help("call the layer type to make new copies: `repeat(n) Block(...)`"))
+                }
+                Value::Layer(inst) => list.push(inst),
+                other => {
+                    return Err(Diagnostic::error(
+                        "E0201",
+                        format!("`repeat` needs a layer, found {}", self.describe(&other)),
+                        body.span,
+                        "not a layer",
+                    )
+                    .with_help("write `repeat(n) Block(...)`"))
+                }
+            }
+        }
+        Ok(Value::Repeated(Rc::new(list)))
+    }
+
+    /// `[Conv2d(...), BatchNorm2d(...)]`: layers named `field.0`, `field.1`, ... applied in
+    /// order (PyTorch's nn.Sequential); a list of other values stays a list.
+    fn list_field(&mut self, f: &FieldDef, items: &[Expr], full: &str) -> R<Value> {
+        let mut values = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            self.ctor_path = Some(format!("{full}.{i}"));
+            let v = self.eval(item);
+            self.ctor_path = None;
+            values.push(v?);
+        }
+        let layers: Vec<Rc<LayerInst>> = values
+            .iter()
+            .filter_map(|v| if let Value::Layer(l) = v { Some(l.clone()) } else { None })
+            .collect();
+        if let Some((i, l)) =
+            layers.iter().enumerate().find(|(i, l)| l.path != format!("{full}.{i}"))
+        {
+            return Err(Diagnostic::error(
+                "E0108",
+                format!("element {i} reuses the existing layer `{}`", l.path),
+                items[i].span,
+                "an existing layer",
+            )
+            .with_help(concat!(
+                "call the layer type to make a new layer here; ",
+                "sharing weights between fields is not supported"
+            )));
+        }
+        if layers.len() == values.len() && !layers.is_empty() {
+            Ok(Value::Repeated(Rc::new(layers)))
+        } else if layers.is_empty() {
+            Ok(Value::List(Rc::new(values)))
+        } else {
+            Err(Diagnostic::error(
+                "E0201",
+                "a list field must hold only layers or no layers",
+                f.span,
+                "mixed list",
+            )
+            .with_help(
+                "layers in a list are applied in order; keep other values in separate fields",
+            ))
+        }
+    }
+
+    /// Evaluates a tensor type whose dims must all be known (parameters, model inputs).
+    pub fn concrete_type(&mut self, t: &TensorType, what: &str) -> R<(DType, Vec<usize>)> {
+        let mut shape = Vec::new();
+        for d in &t.dims {
+            match d {
+                DimItem::Variadic(id) => {
+                    return Err(Diagnostic::error(
+                        "E0206",
+                        format!("the shape of {what} must be fully known"),
+                        id.span,
+                        concat!(
+                            "a `..` group is only allowed in patterns ",
+                            "(parameter, return and `let` types)"
+                        ),
+                    ))
+                }
+                DimItem::Expr(e) => match self.eval(e)? {
+                    Value::Int(i) if i >= 1 => shape.push(i as usize),
+                    Value::Int(i) => {
+                        return Err(Diagnostic::error(
+                            "E0301",
+                            format!("dimension {i} of {what} is not positive"),
+                            e.span,
+                            format!("this is {i}"),
+                        )
+                        .with_help("every dimension must be at least 1"))
+                    }
+                    v => {
+                        return Err(Diagnostic::error(
+                            "E0201",
+                            format!("a dimension must be an integer, found {}", self.describe(&v)),
+                            e.span,
+                            "not an integer",
+                        ))
+                    }
+                },
+            }
+        }
+        if shape::checked_numel(&shape).is_none_or(|n| n > MAX_NUMEL) {
+            return Err(Diagnostic::error(
+                "E0301",
+                format!(
+                    "{what} with shape {} has more than 2^40 elements",
+                    fmt_type(dtype_of(t.dtype), &shape)
+                ),
+                t.span,
+                "too large",
+            ));
+        }
+        Ok((dtype_of(t.dtype), shape))
+    }
+}
+
+fn show_config(config: &[Local]) -> String {
+    config
+        .iter()
+        .map(|l| match &l.value {
+            Value::Int(i) => format!("{} = {i}", l.name),
+            Value::Float(f) => format!("{} = {f:?}", l.name),
+            Value::Bool(b) => format!("{} = {b}", l.name),
+            Value::DType(d) => format!("{} = {d}", l.name),
+            v => format!("{} = {}", l.name, v.kind()),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The bindings a layer's `forward` starts with: its config, then its fields, each under its
+/// definition.
+pub(super) fn layer_locals(inst: &LayerInst, l: &LayerItem) -> Vec<Local> {
+    let mut locals = inst.config.clone();
+    for (f, (name, value)) in l.fields.iter().zip(&inst.fields) {
+        locals.push(Local { name: name.clone(), def: f.name.span, value: value.clone() });
+    }
+    locals
+}

@@ -1,0 +1,102 @@
+use super::*;
+
+fn parse_ok(text: &str) -> File {
+    let (f, diags) = parse(FileId(0), text);
+    assert!(diags.is_empty(), "unexpected diagnostics: {diags:#?}");
+    f
+}
+
+fn snippet(text: &str, s: Span) -> &str {
+    &text[s.start as usize..s.end as usize]
+}
+
+#[test]
+fn items_and_spans() {
+    let text = concat!(
+        "use std.nn.{Linear as L}\nconst K: int = 3 // three\nmodel M(n: dim = 4) {\n",
+        "    input x: f32[n, ..B]\n    w = param f32[n] init zeros if true\n    forward {\n",
+        "        let (a, _) = split(x @ w^T, 2)\n        output y = a\n        loss mean(a)\n",
+        "    }\n}\n"
+    );
+    let f = parse_ok(text);
+    assert_eq!(f.items.len(), 3);
+    let Item::Const(c) = &f.items[1] else { panic!("const expected") };
+    assert_eq!(
+        snippet(text, c.span),
+        "const K: int = 3",
+        "trailing comments are not part of a span"
+    );
+    let Item::Layer(m) = &f.items[2] else { panic!("model expected") };
+    assert_eq!(m.kind, LayerKind::Model);
+    assert_eq!(snippet(text, m.inputs[0].ty.span), "f32[n, ..B]");
+    assert!(matches!(m.inputs[0].ty.dims[1], DimItem::Variadic(_)));
+    assert!(m.fields[0].cond.is_some());
+    let body = &m.forward[0].body;
+    assert_eq!(body.stmts.len(), 3);
+    let Stmt::Let { value, .. } = &body.stmts[0] else { panic!("let expected") };
+    assert_eq!(snippet(text, value.span), "split(x @ w^T, 2)");
+}
+
+#[test]
+fn precedence_matches_python() {
+    let text = "fn f() { a + b * c @ d^T - -e }";
+    let f = parse_ok(text);
+    let Item::Fn(func) = &f.items[0] else { panic!() };
+    let tail = func.body.tail.as_ref().expect("tail expression");
+    // ((a + ((b * c) @ d^T)) - (-e))
+    let ExprKind::Binary(BinOp::Sub, lhs, rhs) = &tail.kind else { panic!("{:?}", tail.kind) };
+    assert!(matches!(rhs.kind, ExprKind::Unary(UnOp::Neg, _)));
+    let ExprKind::Binary(BinOp::Add, _, prod) = &lhs.kind else { panic!() };
+    let ExprKind::Binary(BinOp::MatMul, bc, dt) = &prod.kind else { panic!() };
+    assert!(matches!(bc.kind, ExprKind::Binary(BinOp::Mul, _, _)));
+    assert!(matches!(dt.kind, ExprKind::Transpose(_)));
+}
+
+#[test]
+fn contextual_keywords_and_reserved_field_names() {
+    let f = parse_ok(concat!(
+        "layer L {\n    input = 3\n    model = X()\n",
+        "    forward(loss: f32[2]) -> f32[2] { self.model(loss) }\n}"
+    ));
+    let Item::Layer(l) = &f.items[0] else { panic!() };
+    assert_eq!(l.fields[0].name.name, "input");
+    assert_eq!(l.fields[1].name.name, "model");
+    assert_eq!(l.forward[0].params[0].name.name, "loss");
+}
+
+#[test]
+fn recovers_after_an_error_and_reports_each() {
+    let text = "fn a( { }\nfn ok() { 1 }\nlayer B { forward { ) }\n";
+    let (f, diags) = parse(FileId(0), text);
+    assert_eq!(diags.len(), 2, "{diags:#?}");
+    assert_eq!(f.items.len(), 1, "the good item in between survives");
+    assert_eq!(f.unparsed.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["a", "B"]);
+}
+
+#[test]
+fn error_names_expected_tokens() {
+    let (_, diags) = parse(FileId(0), "fn f(x: f32[4]) -> f32[4] { relu(x }");
+    assert_eq!(diags[0].message, "expected `)`, `,`, `=` or an operator, found `}`");
+}
+
+#[test]
+fn limits_are_diagnostics() {
+    for text in [
+        "(".repeat(1000),
+        format!("fn f() {{ {}x }}", "- ".repeat(100)),
+        format!("fn f() {{ x{} }}", "^T".repeat(1000)),
+    ] {
+        let (_, diags) = parse(FileId(0), &text);
+        assert!(diags.iter().any(|d| d.code == "E0003"), "{text:.40}: {diags:?}");
+    }
+    let (_, diags) = parse(FileId(0), &" ".repeat(limits::MAX_SOURCE_BYTES + 1));
+    assert_eq!(diags[0].code, "E0002");
+}
+
+#[test]
+fn long_flat_chains_are_fine() {
+    let sum = vec!["x"; 200].join(" + ");
+    parse_ok(&format!("fn f(x: int) -> int {{ {sum} }}"));
+    let chain = " else if false { 1 }".repeat(2000);
+    parse_ok(&format!("fn f() {{ if true {{ 1 }}{chain} else {{ 2 }} }}"));
+}
