@@ -18,8 +18,8 @@ if [ "${1:-}" = --prepare ]; then
     mkdir -p .dev/tests
     rm -f .dev/tests/*
     cp target/release/mgnc .dev/mgnc
-    # The runtime's unit tests (every GPU kernel against the CPU) and the whole-model tests.
-    for spec in "-p mgn-runtime --lib" "-p mgn-tests --test gpu" "-p mgn-tests --test gradcheck" "-p mgn-tests --test valid"; do
+    # The GPU backend's unit tests (every GPU kernel against the CPU) and the whole-model tests.
+    for spec in "-p mgn-gpu --lib" "-p mgn-tests --test gpu" "-p mgn-tests --test gradcheck" "-p mgn-tests --test valid"; do
         # shellcheck disable=SC2086
         exe=$(cargo test --release $spec --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
@@ -63,7 +63,7 @@ for t in .dev/tests/*; do
     run "$(basename "$t")" env MGN_REQUIRE_GPU=1 "$t" --test-threads 4
 done
 echo "== under MGN_MIN_SPEC=1"
-run "runtime gpu:: (MGN_MIN_SPEC=1)" env MGN_REQUIRE_GPU=1 MGN_MIN_SPEC=1 .dev/tests/mgnruntime_lib gpu:: --test-threads 4
+run "GPU kernels (MGN_MIN_SPEC=1)" env MGN_REQUIRE_GPU=1 MGN_MIN_SPEC=1 .dev/tests/mgngpu_lib --test-threads 4
 run "whole models on the GPU (MGN_MIN_SPEC=1)" env MGN_REQUIRE_GPU=1 MGN_MIN_SPEC=1 .dev/tests/mgntests_gpu --test-threads 4
 for b in cpu vulkan; do
     echo "== train digits_mlp --backend $b"

@@ -66,7 +66,7 @@ if has throughput; then
     # Kernel throughput sweeps (ignored tests): the matmul shapes and ResNet-50's convolutions
     # with each tile, the data the tile choosers are tuned by.
     stamp "throughput"
-    timeout 300 .dev/tests/mgnruntime_lib throughput --ignored --nocapture --test-threads 1 >"$OUT/throughput.log" 2>&1
+    timeout 300 .dev/tests/mgngpu_lib throughput --ignored --nocapture --test-threads 1 >"$OUT/throughput.log" 2>&1
     pack
 fi
 if has bench; then

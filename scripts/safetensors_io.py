@@ -2,7 +2,7 @@
 
 The official `safetensors` package writes metadata in hash-map order, so regenerating a file
 could change its bytes without changing its content. This writer lays files out as the mgn
-runtime does (`runtime/src/checkpoint.rs`): the `__metadata__` entry first with sorted keys, then
+runtime does (`runtime/src/checkpoint/`): the `__metadata__` entry first with sorted keys, then
 the tensors ordered by decreasing element size and then name, the header padded with spaces to a
 multiple of 8. Every file written is read back with the official package and compared.
 """

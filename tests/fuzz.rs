@@ -160,8 +160,12 @@ fn pathological_inputs_are_refused_with_diagnostics() {
         format!("fn f() {{ if true {{ 1 }}{} else {{ 2 }} }}", " else if true { 1 }".repeat(5_000)),
         "layer L { }\n".repeat(20_000),
         "fn f() -> int { f() }\nmodel M { forward { output y = f() } }".to_string(),
-        "const A: int = B\nconst B: int = A\nmodel M(n: dim = A) { input x: f32[n] forward { output x } }".to_string(),
-        "model M { w = param f32[4000000000, 4000000000, 4000000000] forward { output w } }".to_string(),
+        "const A: int = B\nconst B: int = A\n\
+         model M(n: dim = A) { input x: f32[n] forward { output x } }"
+            .to_string(),
+        "model M { w = param f32[4000000000, 4000000000, 4000000000] \
+         forward { output w } }"
+            .to_string(),
         "\u{0}\u{feff}\u{202e}".to_string(),
     ];
     for text in cases {

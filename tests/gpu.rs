@@ -107,24 +107,34 @@ fn digits_mlp_trains_on_the_gpu_with_the_cpu_loss_curve() {
     }
 }
 
-/// A plan with an op that has no GPU kernel yet is refused, naming the first such op and its
-/// model line. digits_cnn's conv and pooling now have kernels; its batch norm (inference
-/// statistics) does not yet. When every op of digits_cnn has one, point this at another model.
+/// Matrix-vector products (a 1-D right operand) run on the GPU with the CPU's results, and a
+/// plan broken by hand is refused naming the step and its model line.
 #[test]
-fn matrix_vector_products_run_and_kernel_failures_name_the_model_line() {
+fn matrix_vector_products_run_and_broken_plans_name_the_model_line() {
     let dir = std::env::temp_dir().join(format!("mgn-gpu-gemv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = dir.join("gemv.mgn");
     std::fs::write(
         &model,
-        "model G(b: dim = 3) {\n    input x: f32[b, 5]\n    w = param f32[5] init normal(std = 0.5)\n    forward {\n        let y = x @ w\n        output y\n        loss mean(y * y)\n    }\n}\n",
+        "\
+model G(b: dim = 3) {
+    input x: f32[b, 5]
+    w = param f32[5] init normal(std = 0.5)
+    forward {
+        let y = x @ w
+        output y
+        loss mean(y * y)
+    }
+}
+",
     )
     .expect("write");
     let path = model.to_str().expect("utf-8").to_string();
     // x @ w with a 1-D w: forward and both gradients match the CPU.
     compare_model(&path, &[]);
 
-    // A step the generator cannot handle is refused with the op, the step and the model line.
+    // A hand-edited step no kernel could run (a conv over a matrix and a vector) is refused
+    // before any kernel is generated, with the op, the step and the model line.
     let mut p = plan(&path, &[], &PlanOptions::train(&[], OptimizerSpec::default()));
     let k = p
         .steps
@@ -140,9 +150,10 @@ fn matrix_vector_products_run_and_kernel_failures_name_the_model_line() {
     };
     let params = Session::new(p.clone(), 0).params;
     match GpuSession::new(p, &params) {
-        Ok(_) => panic!("a conv over a matrix and a vector cannot be generated"),
+        Ok(_) => panic!("a conv over a matrix and a vector cannot run"),
         Err(GpuError::Failed(e)) => {
-            assert!(e.contains("gemv.mgn:5:") && e.contains(&format!("step {k})")), "{e}")
+            let step = format!("step {k} (`conv1d");
+            assert!(e.contains("gemv.mgn:5:") && e.contains(&step) && e.contains("axes"), "{e}")
         }
         Err(e) => drop(mgn_gpu::testing::or_skip::<()>(Err(e))),
     }
@@ -154,7 +165,18 @@ fn training_dropout_draws_the_cpu_masks_on_the_gpu() {
     let dir = std::env::temp_dir().join(format!("mgn-gpu-dropout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = dir.join("drop.mgn");
-    std::fs::write(&model, "model D(b: dim = 8) {\n    input x: f32[b, 33]\n    w = param f32[33] init ones\n    forward {\n        let y = dropout(x * w, p = 0.4)\n        output y\n        loss mean(y * y)\n    }\n}\n").expect("write");
+    let source = "\
+model D(b: dim = 8) {
+    input x: f32[b, 33]
+    w = param f32[33] init ones
+    forward {
+        let y = dropout(x * w, p = 0.4)
+        output y
+        loss mean(y * y)
+    }
+}
+";
+    std::fs::write(&model, source).expect("write");
     let p = plan(
         model.to_str().expect("utf-8"),
         &[],
@@ -415,6 +437,8 @@ fn every_models_dispatch_levels_keep_its_memory_plans_order() {
             let (_, Some(p)) = plan_path(&m, None, vec![], &opts).expect("readable") else {
                 continue;
             };
+            // As the session runs it: after the GPU's rewrites.
+            let p = mgn_gpu::rewrite::for_gpu(&p);
             let a = mgn_gpu::memory::plan_arena(&p);
             let words: Vec<usize> =
                 p.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();

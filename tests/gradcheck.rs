@@ -73,7 +73,8 @@ fn check_model(model: &str, settings: &[&str]) {
                     data: Data::F64((0..n).map(|_| rng.normal()).collect()),
                 }
             } else {
-                // The bound is `Plan::int_input_range`'s (shared with `mgnc bench`); 100 when nothing bounds it.
+                // The bound is `Plan::int_input_range`'s (shared with `mgnc bench`); 100 when
+                // nothing bounds it.
                 let hi = plan.int_input_range(*v).unwrap_or(100);
                 Tensor {
                     dtype: s.dtype,

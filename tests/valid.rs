@@ -107,7 +107,8 @@ fn training_plans_map_every_step_to_the_model_and_respect_freezing() {
         assert_eq!(s.loc.file, "models/digits_mlp.mgn", "{:?}", s.op);
         assert!(s.loc.line >= 8, "{:?} at line {}", s.op, s.loc.line);
     }
-    // Nothing of the size vocab × vocab (or classes × classes) appears in a cross-entropy backward.
+    // Nothing of the size vocab × vocab (or classes × classes) appears in a cross-entropy
+    // backward.
     assert!(plan.steps.iter().all(|s| s.shape != [10, 10]));
 }
 
@@ -159,22 +160,23 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
             // Compiled plans, and what the GPU session rewrites them into, pass plan validation.
             let mode = if train { "train" } else { "infer" };
             plan.validate().unwrap_or_else(|e| panic!("{} ({mode}): {e}", f.display()));
-            mgn_gpu::rewrite::for_gpu(&plan)
-                .0
-                .validate()
-                .unwrap_or_else(|e| panic!("{} ({mode}, GPU rewrite): {e}", f.display()));
-            let a = plan_arena(&plan);
-            if let Err(e) = check_arena(&plan, &a) {
-                panic!("{} ({}): {e}", f.display(), if train { "train" } else { "infer" });
+            let gpu = mgn_gpu::rewrite::for_gpu(&plan);
+            gpu.validate().unwrap_or_else(|e| panic!("{} ({mode}, GPU rewrite): {e}", f.display()));
+            // The arena of the plan as compiled (`mgnc build --stats`) and as the GPU runs it.
+            for plan in [mgn_gpu::program::GpuPlan::of(&plan), gpu] {
+                let a = plan_arena(&plan);
+                if let Err(e) = check_arena(&plan, &a) {
+                    panic!("{} ({}): {e}", f.display(), if train { "train" } else { "infer" });
+                }
+                let m = plan_memory(&plan);
+                let planned = ((a.total_words - a.param_words) * 4) as u64;
+                assert!(
+                    planned < m.logical_bytes.max(1024) || m.logical_bytes < 4096,
+                    "{}: planned {planned} vs logical {}",
+                    f.display(),
+                    m.logical_bytes
+                );
             }
-            let m = plan_memory(&plan);
-            let planned = ((a.total_words - a.param_words) * 4) as u64;
-            assert!(
-                planned < m.logical_bytes.max(1024) || m.logical_bytes < 4096,
-                "{}: planned {planned} vs logical {}",
-                f.display(),
-                m.logical_bytes
-            );
         }
     }
 }

@@ -41,7 +41,8 @@ enum Command {
     Train(TrainArgs),
     /// Accuracy of a model or inference plan with given weights on a labelled data set.
     Eval(EvalArgs),
-    /// Measure compile time, forward, minimal-shape, backward and training-step latency, and memory.
+    /// Measure compile time, forward, minimal-shape, backward and training-step latency, and
+    /// memory.
     Bench(BenchArgs),
     /// GPU devices, their limits and features, and which one would be used.
     Info {

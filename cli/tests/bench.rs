@@ -1,8 +1,8 @@
 //! `mgnc bench` on small shapes: the JSON report has every field and consistent statistics, the
 //! table has every row, models without a loss or without batch/sequence arguments are measured
 //! as far as they go with a note, unavailable backends are refused, and `--backend vulkan` times
-//! the GPU (lavapipe in CI). Timings are never asserted on: only their shape (p25 ≤ median ≤ p75,
-//! sample counts).
+//! the GPU (lavapipe in CI). Timings are never asserted on: only their shape
+//! (p25 ≤ median ≤ p75, sample counts).
 
 use serde_json::Value;
 use std::path::Path;
@@ -149,7 +149,8 @@ fn table_lists_every_measurement_and_the_memory() {
     for want in [
         "DigitsCnn (models/digits_cnn.mgn",
         "config: batch=4 c1=4 c2=6",
-        "wall-clock ms per call: median and interquartile range (p25–p75) of 3 calls after 1 warm-up calls",
+        "wall-clock ms per call: median and interquartile range (p25–p75) of 3 calls after 1 \
+         warm-up calls",
         "median",
         "compile (check, elaborate, lower)",
         "compile, training plan (+ autodiff)",

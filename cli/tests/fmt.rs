@@ -47,7 +47,14 @@ fn modified(p: &Path) -> std::time::SystemTime {
 
 const MESSY: &str =
     "model M(n:dim=4) {\n  input x:f32[n,n]\n  forward { output y=x@x^T // square\n  }\n}\n";
-const TIDY: &str = "model M(n: dim = 4) {\n    input x: f32[n, n]\n    forward {\n        output y = x @ x^T  // square\n    }\n}\n";
+const TIDY: &str = "\
+model M(n: dim = 4) {
+    input x: f32[n, n]
+    forward {
+        output y = x @ x^T  // square
+    }
+}
+";
 
 #[test]
 fn check_exits_one_and_lists_files_that_would_change() {

@@ -157,11 +157,22 @@ impl Client {
     }
 
     fn open(&mut self, uri: &str, text: &str) {
-        self.notify("textDocument/didOpen", json!({ "textDocument": { "uri": uri, "languageId": "mgn", "version": 1, "text": text } }));
+        self.notify(
+            "textDocument/didOpen",
+            json!({
+                "textDocument": { "uri": uri, "languageId": "mgn", "version": 1, "text": text }
+            }),
+        );
     }
 
     fn change(&mut self, uri: &str, version: i64, changes: Value) {
-        self.notify("textDocument/didChange", json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": changes }));
+        self.notify(
+            "textDocument/didChange",
+            json!({
+                "textDocument": { "uri": uri, "version": version },
+                "contentChanges": changes
+            }),
+        );
     }
 
     fn shutdown(mut self) {
@@ -261,57 +272,88 @@ fn editor_session() {
     let mut c = Client::start(&dir);
     c.open(&main, MAIN);
     assert_eq!(c.diagnostics_for_version(&main, 1), Vec::<Value>::new(), "the model checks clean");
+    // Each step below leaves the server in the state the next one starts from.
+    hovers(&mut c, &main);
+    let stdlib = definitions(&mut c, &main, &blocks, &dir);
+    outline(&mut c, &main);
+    completions_and_imported_files(&mut c, &main, &blocks, &stdlib);
+    incremental_edits(&mut c, &main);
+    formatting(&mut c, &main);
+    c.shutdown();
+}
 
-    // Hover: a let's type, a parameter (shape and checkpoint name), a builtin, a layer's doc.
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "let h", 0, 4))));
+/// The stdlib's `nn.mgn` as the server wrote it out: its URI and its text.
+struct Stdlib {
+    uri: String,
+    text: String,
+}
+
+/// Hover: a let's type, a parameter (shape and checkpoint name), a builtin, a layer's doc.
+fn hovers(c: &mut Client, main: &str) {
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "let h", 0, 4))));
     assert!(h.contains("let h: f32[4, 16]"), "{h}");
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "h)", 0, 0))));
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "h)", 0, 0))));
     assert!(h.contains("let h: f32[4, 16]"), "a use of a let shows its type: {h}");
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "out(h)", 0, 1))));
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "out(h)", 0, 1))));
     assert!(h.contains("layer `Linear` at `out`"), "{h}");
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "relu", 0, 1))));
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "relu", 0, 1))));
     assert!(h.contains("builtin relu(x)") && h.contains("max(x, 0)"), "{h}");
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "Linear(d", 0, 2))));
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "Linear(d", 0, 2))));
     assert!(h.contains("layer Linear(in_features: dim"), "the stdlib signature: {h}");
     assert!(h.contains("y = x · Wᵀ + b"), "and its doc comment: {h}");
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "twice", 0, 0))));
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "twice", 0, 0))));
     assert!(
         h.contains("fn twice(x: f32[..B]) -> f32[..B]") && h.contains("Doubles its input."),
         "{h}"
     );
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(MAIN, "input x", 0, 6))));
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "input x", 0, 6))));
     assert!(h.contains("input x: f32[batch, d]") && h.contains("f32[4, 8]"), "{h}");
     // Beyond the end of the file: an answer, not a crash.
-    let r = c.request_raw("textDocument/hover", at(&main, json!({ "line": 999, "character": 3 })));
+    let r = c.request_raw("textDocument/hover", at(main, json!({ "line": 999, "character": 3 })));
     assert!(r.get("error").is_none(), "{r}");
+}
 
-    // Definition: a local, a stdlib layer, an imported layer, a named argument.
-    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "relu(fc(x))", 0, 8)));
-    assert_eq!(d["uri"], main.as_str());
+/// Definition: a local, a stdlib layer, an imported layer, a named argument. Returns the
+/// stdlib file the server pointed to.
+fn definitions(c: &mut Client, main: &str, blocks: &str, dir: &Path) -> Stdlib {
+    let d = c.request("textDocument/definition", at(main, pos(MAIN, "relu(fc(x))", 0, 8)));
+    assert_eq!(d["uri"], main);
     assert_eq!(d["range"]["start"], pos(MAIN, "x: f32[batch", 0, 0), "`x` is the model input");
-    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "h))", 0, 0)));
+    let d = c.request("textDocument/definition", at(main, pos(MAIN, "h))", 0, 0)));
     assert_eq!(d["range"]["start"], pos(MAIN, "h = relu", 0, 0));
-    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "Linear(d", 0, 1)));
+    let d = c.request("textDocument/definition", at(main, pos(MAIN, "Linear(d", 0, 1)));
     let uri = d["uri"].as_str().unwrap();
     assert!(uri.ends_with("/stdlib-cache/nn.mgn"), "{d}");
-    let d_std_uri = uri.to_string();
-    let std_text = std::fs::read_to_string(dir.join("stdlib-cache/nn.mgn")).unwrap();
-    assert_eq!(d["range"]["start"], pos(&std_text, "Linear(in_features", 0, 0), "{d}");
-    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "Scale(3)", 0, 0)));
-    assert_eq!(d["uri"], blocks.as_str());
+    let stdlib = Stdlib {
+        uri: uri.to_string(),
+        text: std::fs::read_to_string(dir.join("stdlib-cache/nn.mgn")).unwrap(),
+    };
+    assert_eq!(d["range"]["start"], pos(&stdlib.text, "Linear(in_features", 0, 0), "{d}");
+    let d = c.request("textDocument/definition", at(main, pos(MAIN, "Scale(3)", 0, 0)));
+    assert_eq!(d["uri"], blocks);
     assert_eq!(d["range"]["start"], pos(BLOCKS, "Scale", 0, 0));
-    let d = c.request("textDocument/definition", at(&main, pos(MAIN, "bias = false", 0, 1)));
+    let d = c.request("textDocument/definition", at(main, pos(MAIN, "bias = false", 0, 1)));
     assert_eq!(
         d["range"]["start"],
-        pos(&std_text, "bias: bool", 0, 0),
+        pos(&stdlib.text, "bias: bool", 0, 0),
         "a named argument goes to the parameter: {d}"
     );
+    stdlib
+}
 
+/// References, symbols, inlay hints, semantic tokens.
+fn outline(c: &mut Client, main: &str) {
     // References of the field `fc`: its definition and its use.
-    let r = c.request("textDocument/references", json!({ "textDocument": { "uri": main }, "position": pos(MAIN, "fc = ", 0, 0), "context": { "includeDeclaration": true } }));
+    let r = c.request(
+        "textDocument/references",
+        json!({
+            "textDocument": { "uri": main },
+            "position": pos(MAIN, "fc = ", 0, 0),
+            "context": { "includeDeclaration": true }
+        }),
+    );
     assert_eq!(r.as_array().unwrap().len(), 2, "{r}");
 
-    // Symbols, inlay hints, semantic tokens.
     let s = c.request("textDocument/documentSymbol", json!({ "textDocument": { "uri": main } }));
     let names: Vec<&str> =
         s.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
@@ -320,7 +362,16 @@ fn editor_session() {
     let children: Vec<&str> =
         mlp["children"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(children, ["batch", "d", "x", "fc", "out", "scale", "forward"]);
-    let hints = c.request("textDocument/inlayHint", json!({ "textDocument": { "uri": main }, "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 99, "character": 0 } } }));
+    let hints = c.request(
+        "textDocument/inlayHint",
+        json!({
+            "textDocument": { "uri": main },
+            "range": {
+                "start": { "line": 0, "character": 0 },
+                "end": { "line": 99, "character": 0 }
+            }
+        }),
+    );
     let hints: Vec<(Value, String)> = hints
         .as_array()
         .unwrap()
@@ -337,61 +388,75 @@ fn editor_session() {
     let t =
         c.request("textDocument/semanticTokens/full", json!({ "textDocument": { "uri": main } }));
     let data = t["data"].as_array().unwrap();
-    assert!(data.len() % 5 == 0 && data.len() > 100, "{} numbers", data.len());
+    assert!(data.len().is_multiple_of(5) && data.len() > 100, "{} numbers", data.len());
+}
 
-    // Completion: builtins and items anywhere, fields after `self.`, named arguments.
-    let l = labels(&c.request("textDocument/completion", at(&main, pos(MAIN, "relu(fc", 0, 0))));
+/// Completion: builtins and items anywhere, fields after `self.`; hover in an imported file and
+/// in the stdlib shows what the importing model made of them.
+fn completions_and_imported_files(c: &mut Client, main: &str, blocks: &str, stdlib: &Stdlib) {
+    let l = labels(&c.request("textDocument/completion", at(main, pos(MAIN, "relu(fc", 0, 0))));
     for want in ["relu", "softmax", "Linear", "twice", "fc", "x", "batch", "let"] {
         assert!(l.iter().any(|x| x == want), "`{want}` missing from {l:?}");
     }
-    let blocks = blocks_open(&mut c, &blocks);
+    let blocks = blocks_open(c, blocks);
     let l = labels(&c.request("textDocument/completion", at(&blocks, pos(BLOCKS, "self.w", 0, 5))));
     assert_eq!(l, ["w"]);
     // Hover in an imported file shows what the importing model made of it.
     let h = hover_text(&c.request("textDocument/hover", at(&blocks, pos(BLOCKS, "self.w", 0, 5))));
     assert!(h.contains("param f32[3] `scale.w`"), "{h}");
     // The stdlib copy opens as a document; hover there shows each instantiation.
-    let nn = d_std_uri.clone();
-    c.open(&nn, &std_text);
+    let nn = &stdlib.uri;
+    c.open(nn, &stdlib.text);
     let h = hover_text(
-        &c.request("textDocument/hover", at(&nn, pos(&std_text, "weight = param", 0, 0))),
+        &c.request("textDocument/hover", at(nn, pos(&stdlib.text, "weight = param", 0, 0))),
     );
     assert!(h.contains("`fc.weight`") && h.contains("`out.weight`"), "{h}");
-    let ds = c.diagnostics_for_version(&nn, 1);
+    let ds = c.diagnostics_for_version(nn, 1);
     assert!(ds.is_empty(), "{ds:#?}");
+}
 
-    // Incremental edits: type a call with a half-written named argument (a syntax error that
-    // leaves the model unparsed), complete it, fix it, check.
+/// Incremental edits: type a call with a half-written named argument (a syntax error that
+/// leaves the model unparsed), complete it, fix it, break a shape. Leaves main.mgn at version 4.
+fn incremental_edits(c: &mut Client, main: &str) {
     let edit_at = pos(MAIN, "scale = Scale(3)", 0, 16);
-    c.change(&main, 2, json!([{ "range": { "start": edit_at, "end": edit_at }, "text": "\n    extra = Linear(64, 10, b" }]));
-    let ds = c.diagnostics_for_version(&main, 2);
+    let typed = "\n    extra = Linear(64, 10, b";
+    c.change(main, 2, json!([{ "range": { "start": edit_at, "end": edit_at }, "text": typed }]));
+    let ds = c.diagnostics_for_version(main, 2);
     assert_eq!(ds.len(), 1, "{ds:#?}");
     assert_eq!(ds[0]["code"], "E0001");
     let now = MAIN.replace("scale = Scale(3)", "scale = Scale(3)\n    extra = Linear(64, 10, b");
-    let l = labels(&c.request("textDocument/completion", at(&main, pos(&now, "10, b", 0, 5))));
+    let l = labels(&c.request("textDocument/completion", at(main, pos(&now, "10, b", 0, 5))));
     assert_eq!(l.first().map(String::as_str), Some("bias"), "{l:?}");
     assert!(
         !l.contains(&"in_features".to_string())
             || l.iter().position(|x| x == "bias") < l.iter().position(|x| x == "in_features")
     );
     // Hover and definition still answer from what parsed.
-    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(&now, "twice", 0, 0))));
+    let h = hover_text(&c.request("textDocument/hover", at(main, pos(&now, "twice", 0, 0))));
     assert!(h.contains("fn twice"), "{h}");
     let end = pos(&now, "10, b", 0, 5);
-    c.change(&main, 3, json!([{ "range": { "start": end, "end": end }, "text": "ias = false)" }]));
-    assert_eq!(c.diagnostics_for_version(&main, 3), Vec::<Value>::new());
+    c.change(main, 3, json!([{ "range": { "start": end, "end": end }, "text": "ias = false)" }]));
+    assert_eq!(c.diagnostics_for_version(main, 3), Vec::<Value>::new());
     // A shape error names the shapes and carries the related locations.
     let fixed = now.replace("10, b", "10, bias = false)");
     let bad = pos(&fixed, "scale(out(h))", 0, 0);
     let bad_end = pos(&fixed, "scale(out(h))", 0, 13);
-    c.change(&main, 4, json!([{ "range": { "start": bad, "end": bad_end }, "text": "fc(h)" }]));
-    let ds = c.diagnostics_for_version(&main, 4);
+    c.change(main, 4, json!([{ "range": { "start": bad, "end": bad_end }, "text": "fc(h)" }]));
+    let ds = c.diagnostics_for_version(main, 4);
     assert_eq!(ds.len(), 1, "{ds:#?}");
     assert!(ds[0]["message"].as_str().unwrap().contains("f32[4, 16]"), "{:#}", ds[0]);
     assert!(ds[0]["relatedInformation"].as_array().is_some_and(|r| !r.is_empty()), "{:#}", ds[0]);
+}
 
-    // Formatting answers with `mgnc fmt`'s layout: one whole-document edit (or none if canonical).
-    let f = c.request_raw("textDocument/formatting", json!({ "textDocument": { "uri": main }, "options": { "tabSize": 4, "insertSpaces": true } }));
+/// Formatting answers with `mgnc fmt`'s layout: one whole-document edit (or none if canonical).
+fn formatting(c: &mut Client, main: &str) {
+    let f = c.request_raw(
+        "textDocument/formatting",
+        json!({
+            "textDocument": { "uri": main },
+            "options": { "tabSize": 4, "insertSpaces": true }
+        }),
+    );
     assert!(f.get("error").is_none() && f.get("result").is_some(), "{f}");
     if let Some(edits) = f["result"].as_array() {
         let new_text = edits[0]["newText"].as_str().expect("an edit");
@@ -401,8 +466,6 @@ fn editor_session() {
             "the result is already canonical"
         );
     }
-
-    c.shutdown();
 }
 
 /// Opens blocks.mgn and returns its URI.
@@ -451,7 +514,8 @@ fn unsaved_imports_and_their_own_diagnostics() {
     for v in 5..=9 {
         let text = if v % 2 == 1 { "x" } else { "xx" };
         let len = if v % 2 == 1 { 2 } else { 1 };
-        c.change(&blocks, v, json!([{ "range": { "start": w, "end": { "line": w["line"], "character": w["character"].as_u64().unwrap() + len } }, "text": text }]));
+        let end = json!({ "line": w["line"], "character": w["character"].as_u64().unwrap() + len });
+        c.change(&blocks, v, json!([{ "range": { "start": w, "end": end }, "text": text }]));
     }
     let p = c.diagnostics_where(&blocks, |p| p["version"] == 9);
     assert_eq!(p["diagnostics"], json!([]));
@@ -500,7 +564,8 @@ fn latency_on_the_largest_model() {
     times.sort();
     let median = times[times.len() / 2];
     println!(
-        "didChange → publishDiagnostics on {} ({} bytes): median {:.0} ms, min {:.0} ms, max {:.0} ms (includes the {} ms debounce)",
+        "didChange → publishDiagnostics on {} ({} bytes): median {:.0} ms, min {:.0} ms, \
+         max {:.0} ms (includes the {} ms debounce)",
         largest.file_name().unwrap().to_string_lossy(),
         text.len(),
         median.as_secs_f64() * 1e3,

@@ -84,7 +84,7 @@ fn trained_checkpoint_reproduces_accuracy_in_a_fresh_inference_plan() {
         "--save",
         ckpt.to_str().expect("utf-8"),
     ]));
-    let last = log.lines().filter(|l| l.starts_with("epoch")).last().expect("an epoch line");
+    let last = log.lines().rfind(|l| l.starts_with("epoch")).expect("an epoch line");
     let trained_acc = last
         .split("eval accuracy ")
         .nth(1)
@@ -145,7 +145,16 @@ fn weights_that_do_not_match_are_refused_with_names() {
 fn numerics_check_names_the_op_and_line() {
     let dir = scratch("nan");
     let model = dir.join("nan.mgn");
-    std::fs::write(&model, "model N(b: dim = 2) {\n    input x: f32[b, 3]\n    forward {\n        let y = log(x - 10.0)\n        output y\n    }\n}\n").expect("write");
+    let source = "\
+model N(b: dim = 2) {
+    input x: f32[b, 3]
+    forward {
+        let y = log(x - 10.0)
+        output y
+    }
+}
+";
+    std::fs::write(&model, source).expect("write");
     let inputs = dir.join("in.safetensors");
     let x = mgn_runtime::Tensor::f32(vec![2, 3], vec![1.0; 6]);
     checkpoint::save(&inputs, &[("x".to_string(), &x)], &[]).expect("write inputs");

@@ -113,11 +113,17 @@ fn scale_layer(name: &str, tensors: usize) -> String {
     let fields: String =
         (0..tensors).map(|i| format!("    p{i} = param f32[4] init ones\n")).collect();
     let uses: String = (0..tensors).map(|i| format!(" * self.p{i}")).collect();
-    format!("layer {name} {{\n{fields}    forward(x: f32[4]) -> f32[4] {{\n        x{uses}\n    }}\n}}\n")
+    format!(
+        "layer {name} {{\n{fields}    forward(x: f32[4]) -> f32[4] {{\n        x{uses}\n    }}\n\
+         }}\n"
+    )
 }
 
 fn model(imports: &str, fields: &str, output: &str) -> String {
-    format!("{imports}\nmodel M {{\n    input x: f32[4]\n{fields}\n    forward {{\n        output y = {output}\n    }}\n}}\n")
+    format!(
+        "{imports}\nmodel M {{\n    input x: f32[4]\n{fields}\n    forward {{\n        \
+         output y = {output}\n    }}\n}}\n"
+    )
 }
 
 #[test]

@@ -157,7 +157,17 @@ pub(crate) fn attention(
             let vh = &v[(b * a.hkv + kvh) * tk * dv..][..tk * dv];
             for r in 0..rep {
                 let p = a.probs(&q, &k, mask.as_deref(), b, kvh * rep + r);
-                gemm(tq, tk, dv, T::one(), Mat::new(&p, tk, 1), Mat::new(vh, dv, 1), T::zero(), &mut o[r * tq * dv..], dv);
+                gemm(
+                    tq,
+                    tk,
+                    dv,
+                    T::one(),
+                    Mat::new(&p, tk, 1),
+                    Mat::new(vh, dv, 1),
+                    T::zero(),
+                    &mut o[r * tq * dv..],
+                    dv,
+                );
             }
         });
         Ok(out)
@@ -206,71 +216,49 @@ pub(crate) fn attention_grad(
                 match part {
                     GradPart::V => {
                         let gh = &dy[(b * a.hq + h) * tq * dv..][..tq * dv];
-                        gemm(tk, tq, dv, T::one(), Mat::new(&p, tk, 1).t(), Mat::new(gh, dv, 1), acc, o, dv);
+                        gemm(
+                            tk,
+                            tq,
+                            dv,
+                            T::one(),
+                            Mat::new(&p, tk, 1).t(),
+                            Mat::new(gh, dv, 1),
+                            acc,
+                            o,
+                            dv,
+                        );
                     }
                     GradPart::K => {
                         let ds = a.dscores(&p, &v, &dy, b, h);
                         let qh = &q[(b * a.hq + h) * tq * d..][..tq * d];
-                        gemm(tk, tq, d, scale, Mat::new(&ds, tk, 1).t(), Mat::new(qh, d, 1), acc, o, d);
+                        gemm(
+                            tk,
+                            tq,
+                            d,
+                            scale,
+                            Mat::new(&ds, tk, 1).t(),
+                            Mat::new(qh, d, 1),
+                            acc,
+                            o,
+                            d,
+                        );
                     }
                     _ => {
                         let ds = a.dscores(&p, &v, &dy, b, h);
                         let kh = &k[(b * a.hkv + kvh) * tk * d..][..tk * d];
-                        gemm(tq, tk, d, scale, Mat::new(&ds, tk, 1), Mat::new(kh, d, 1), T::zero(), &mut o[r * tq * d..], d);
+                        gemm(
+                            tq,
+                            tk,
+                            d,
+                            scale,
+                            Mat::new(&ds, tk, 1),
+                            Mat::new(kh, d, 1),
+                            T::zero(),
+                            &mut o[r * tq * d..],
+                            d,
+                        );
                     }
                 }
-            }
-        });
-        Ok(out)
-    })())
-}
-
-/// Inputs `q, k, mask?` → per query row `(m, 1/l)`: the maximum of its visible scores and the
-/// reciprocal of `Σ_j e^(s_j − m)` (see `Op::AttentionStats`); `(−FLT_MAX, 0)` for a row that
-/// sees no key, so `P = e^(s − m)·(1/l)` is zero there as `probs` makes it. Only the GPU session
-/// inserts this op and nothing differentiates it, so it has no derivative (and no
-/// finite-difference check); the tests compare the GPU kernel with it.
-pub(crate) fn attention_stats(
-    x: &[&Tensor],
-    causal: bool,
-    scale: f64,
-    has_mask: bool,
-    shape: &[usize],
-) -> KResult<Data> {
-    // The sizes are attention's with k standing in for v (which the statistics never read).
-    let mut qkv = vec![x[0], x[1], x[1]];
-    qkv.extend(x.get(2));
-    let a = Attn::new(&qkv, causal, scale, has_mask)?;
-    let mut want = x[0].shape.clone();
-    *want.last_mut().expect("rank checked") = 2;
-    check_shape(&want, shape)?;
-    by_float!(x, T => (|| {
-        let (q, k) = (floats::<T>(x[0], "q")?, floats::<T>(x[1], "k")?);
-        let mask = x.get(2).map(|m| floats::<T>(m, "mask")).transpose()?;
-        let (tq, tk, d) = (a.tq, a.tk, a.d);
-        let mut out = vec![T::zero(); a.batch * a.hq * tq * 2];
-        par_chunks(&mut out, tq * 2, tq * tk * d, |bh, o| {
-            let (b, h) = (bh / a.hq, bh % a.hq);
-            let qh = &q[bh * tq * d..][..tq * d];
-            let kh = &k[(b * a.hkv + h / a.rep()) * tk * d..][..tk * d];
-            let mut s = vec![T::zero(); tq * tk];
-            gemm(tq, d, tk, T::of(a.scale), Mat::new(qh, d, 1), Mat::new(kh, d, 1).t(), T::zero(), &mut s, tk);
-            for (i, (row, st)) in s.chunks_exact_mut(tk).zip(o.chunks_exact_mut(2)).enumerate() {
-                if let (Some(m), Some((starts, rs, cs))) = (mask.as_deref(), &a.mask) {
-                    let base = starts[bh] + i * rs;
-                    row.iter_mut().enumerate().for_each(|(j, v)| *v += m[base + j * cs]);
-                }
-                // Hidden keys (causal, aligned to the end) count as -inf, as in `probs`.
-                let visible = |j: usize| !a.causal || j + a.tq <= i + a.tk;
-                let m = row.iter().enumerate().filter(|&(j, _)| visible(j)).fold(T::neg_infinity(), |acc, (_, &v)| if v > acc || v.is_nan() { v } else { acc });
-                if m == T::neg_infinity() {
-                    st[0] = T::of(-(f32::MAX as f64));
-                    st[1] = T::zero();
-                    continue;
-                }
-                let l: f64 = row.iter().enumerate().filter(|&(j, _)| visible(j)).map(|(_, &v)| (v - m).exp().f64()).sum();
-                st[0] = m;
-                st[1] = T::of(1.0 / l);
             }
         });
         Ok(out)

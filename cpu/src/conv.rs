@@ -106,7 +106,17 @@ pub(crate) fn conv(x: &[&Tensor], geo: &Geometry, shape: &[usize]) -> KResult<Da
             for g in 0..c.g {
                 let cols = c.im2col(&xv, g, n0, nb);
                 y.resize(cg * nb * l, T::zero());
-                gemm(cg, rows, nb * l, T::one(), Mat::new(&wv[g * cg * rows..], rows, 1), Mat::new(&cols, nb * l, 1), T::zero(), &mut y, nb * l);
+                gemm(
+                    cg,
+                    rows,
+                    nb * l,
+                    T::one(),
+                    Mat::new(&wv[g * cg * rows..], rows, 1),
+                    Mat::new(&cols, nb * l, 1),
+                    T::zero(),
+                    &mut y,
+                    nb * l,
+                );
                 for co in 0..cg {
                     let b = bias.as_ref().map_or(T::zero(), |b| b[g * cg + co]);
                     for s in 0..nb {
@@ -148,7 +158,17 @@ pub(crate) fn conv_grad_input(
             for g in 0..c.g {
                 let dyg = c.dy_matrix(&g_all, g, n0, nb);
                 let mut dcols = vec![T::zero(); rows * nb * l];
-                gemm(rows, cg, nb * l, T::one(), Mat::new(&wv[g * cg * rows..], rows, 1).t(), Mat::new(&dyg, nb * l, 1), T::zero(), &mut dcols, nb * l);
+                gemm(
+                    rows,
+                    cg,
+                    nb * l,
+                    T::one(),
+                    Mat::new(&wv[g * cg * rows..], rows, 1).t(),
+                    Mat::new(&dyg, nb * l, 1),
+                    T::zero(),
+                    &mut dcols,
+                    nb * l,
+                );
                 // col2im: each sample's slice of dx is written by one thread.
                 let dx_chunk = &mut dx[n0 * c.cin * plane..(n0 + nb) * c.cin * plane];
                 par_chunks(dx_chunk, c.cin * plane, rows * l, |s, dxs| {
@@ -199,7 +219,17 @@ pub(crate) fn conv_grad_weight(
             for g in 0..c.g {
                 let cols = c.im2col(&xv, g, n0, nb);
                 let dyg = c.dy_matrix(&g_all, g, n0, nb);
-                gemm(cg, nb * l, rows, T::one(), Mat::new(&dyg, nb * l, 1), Mat::new(&cols, nb * l, 1).t(), beta, &mut dw[g * cg * rows..], rows);
+                gemm(
+                    cg,
+                    nb * l,
+                    rows,
+                    T::one(),
+                    Mat::new(&dyg, nb * l, 1),
+                    Mat::new(&cols, nb * l, 1).t(),
+                    beta,
+                    &mut dw[g * cg * rows..],
+                    rows,
+                );
             }
         }
         Ok(dw)
@@ -251,7 +281,10 @@ pub(crate) fn pool(
                 for ow in 0..p.out[1] {
                     o[oh * p.out[1] + ow] = match op {
                         PoolOp::Max => p.argmax(xp, oh, ow).map_or(T::neg_infinity(), |at| xp[at]),
-                        PoolOp::Avg => T::of(p.window(oh, ow).map(|at| xp[at].f64()).sum::<f64>() / area),
+                        PoolOp::Avg => {
+                            let sum = p.window(oh, ow).map(|at| xp[at].f64()).sum::<f64>();
+                            T::of(sum / area)
+                        }
                     };
                 }
             }

@@ -27,7 +27,6 @@ pub(crate) trait Float:
     fn wrap(v: Vec<Self>) -> Data;
     fn of(x: f64) -> Self;
     fn f64(self) -> f64;
-    fn erf(self) -> Self;
     /// `C ← α·A·B + β·C` on raw strided matrices (see [`gemm`], the safe entry point).
     ///
     /// # Safety
@@ -67,9 +66,6 @@ impl Float for f32 {
     fn f64(self) -> f64 {
         self as f64
     }
-    fn erf(self) -> f32 {
-        libm::erff(self)
-    }
     unsafe fn gemm_raw(
         m: usize,
         k: usize,
@@ -105,9 +101,6 @@ impl Float for f64 {
     }
     fn f64(self) -> f64 {
         self
-    }
-    fn erf(self) -> f64 {
-        libm::erf(self)
     }
     unsafe fn gemm_raw(
         m: usize,

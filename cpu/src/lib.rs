@@ -31,7 +31,8 @@ mod reduce;
 mod tests;
 
 use float::Float;
-use mgn_ir::op::{Elem, Op};
+use mgn_ir::infer::Ty;
+use mgn_ir::op::Op;
 use mgn_ir::{DType, Data, Tensor};
 use std::borrow::Cow;
 
@@ -104,9 +105,9 @@ pub fn eval(
                 "the step's shape {shape:?} has a zero-sized axis (mgn dims are at least 1)"
             ));
         }
-        if let Some(want) = result_like(op, inputs) {
-            check_shape(want, shape)?;
-        }
+        // The op's typing rule, the one the plan validator and the compiler apply.
+        let types: Vec<Ty> = inputs.iter().map(|t| (t.dtype, &t.shape[..])).collect();
+        mgn_ir::infer::check(op, &types, (dtype, shape))?;
         let data = dispatch(op, inputs, dtype, shape, ctx)?;
         if data.len() != layout::numel(shape) {
             return err(format!("produced {} elements for the step's shape {shape:?}", data.len()));
@@ -123,287 +124,89 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         Input { .. } | Param { .. } => {
             err("inputs and parameters are supplied by the executor, not computed by a kernel")
         }
-        Constant { value } => {
-            arity(x, 0)?;
-            Ok(pointwise::constant(*value, dtype, shape))
-        }
-        Arange => {
-            arity(x, 0)?;
-            pointwise::arange(shape)
-        }
-        Unary(u) => {
-            arity(x, 1)?;
-            pointwise::unary(*u, x[0])
-        }
-        Pow { exponent } => {
-            arity(x, 1)?;
-            pointwise::pow(x[0], *exponent)
-        }
-        Binary(b) => {
-            arity(x, 2)?;
-            pointwise::binary(*b, x[0], x[1], shape)
-        }
-        Cast => {
-            arity(x, 1)?;
-            pointwise::cast(x[0], dtype)
-        }
-        MatMul => {
-            arity(x, 2)?;
-            matmul::matmul(x[0], x[1], shape)
-        }
-        Permute { perm } => {
-            arity(x, 1)?;
-            movement::permute(x[0], perm, shape)
-        }
-        Reshape => {
-            arity(x, 1)?;
-            movement::reshape(x[0], shape)
-        }
+        Constant { value } => Ok(pointwise::constant(*value, dtype, shape)),
+        Arange => pointwise::arange(shape),
+        Unary(u) => pointwise::unary(*u, x[0]),
+        Pow { exponent } => pointwise::pow(x[0], *exponent),
+        Binary(b) => pointwise::binary(*b, x[0], x[1], shape),
+        Cast => pointwise::cast(x[0], dtype),
+        MatMul => matmul::matmul(x[0], x[1], shape),
+        Permute { perm } => movement::permute(x[0], perm, shape),
+        Reshape => movement::reshape(x[0], shape),
         Concat { axis } => movement::concat(x, *axis, shape),
-        Slice { axis, start, end } => {
-            arity(x, 1)?;
-            movement::slice(x[0], *axis, *start, *end, shape)
-        }
-        Gather { axis } => {
-            arity(x, 2)?;
-            movement::gather(x[0], x[1], *axis, shape)
-        }
-        Reduce { op, axes, keepdim } => {
-            arity(x, 1)?;
-            reduce::reduce(*op, x[0], axes, *keepdim, shape)
-        }
-        ArgMax { axis } => {
-            arity(x, 1)?;
-            reduce::argmax(x[0], *axis, shape)
-        }
-        Softmax { axis, log } => {
-            arity(x, 1)?;
-            reduce::softmax(x[0], *axis, *log)
-        }
+        Slice { axis, start, end } => movement::slice(x[0], *axis, *start, *end, shape),
+        Gather { axis } => movement::gather(x[0], x[1], *axis, shape),
+        Reduce { op, axes, keepdim } => reduce::reduce(*op, x[0], axes, *keepdim, shape),
+        ArgMax { axis } => reduce::argmax(x[0], *axis, shape),
+        Softmax { axis, log } => reduce::softmax(x[0], *axis, *log),
         LayerNorm { eps, has_weight, has_bias } => {
-            arity(x, 1 + *has_weight as usize + *has_bias as usize)?;
             norm::layer_norm(x, *eps, *has_weight, *has_bias)
         }
-        RmsNorm { eps, has_weight } => {
-            arity(x, 1 + *has_weight as usize)?;
-            norm::rms_norm(x, *eps, *has_weight)
-        }
+        RmsNorm { eps, has_weight } => norm::rms_norm(x, *eps, *has_weight),
         GroupNorm { groups, eps, has_weight, has_bias } => {
-            arity(x, 1 + *has_weight as usize + *has_bias as usize)?;
             norm::group_norm(x, *groups, *eps, *has_weight, *has_bias)
         }
         BatchNorm { eps, has_weight, has_bias, .. } => {
-            arity(x, 3 + *has_weight as usize + *has_bias as usize)?;
             norm::batch_norm(x, *eps, *has_weight, *has_bias, ctx.training)
         }
-        Dropout { p } => {
-            arity(x, 1)?;
-            pointwise::dropout(x[0], *p, ctx.training, ctx.seed, ctx.node)
-        }
-        Conv { stride, padding, dilation, groups, has_bias } => {
-            arity(x, 2 + *has_bias as usize)?;
+        Dropout { p } => pointwise::dropout(x[0], *p, ctx.training, ctx.seed, ctx.node),
+        Conv { stride, padding, dilation, groups, .. } => {
             conv::conv(x, &conv::Geometry::new(stride, padding, dilation, *groups)?, shape)
         }
         Pool { op, kernel, stride, padding } => {
-            arity(x, 1)?;
             conv::pool(*op, x[0], kernel, stride, padding, shape)
         }
-        Upsample { scale } => {
-            arity(x, 1)?;
-            conv::upsample(x[0], *scale, shape)
-        }
+        Upsample { scale } => conv::upsample(x[0], *scale, shape),
         Attention { causal, scale, has_mask } => {
-            arity(x, 3 + *has_mask as usize)?;
             attention::attention(x, *causal, *scale, *has_mask, shape)
         }
-        Rope { theta, offset, inverse } => {
-            arity(x, 1)?;
-            attention::rope(x[0], *theta, *offset, *inverse)
-        }
-        SoftmaxCrossEntropy => {
-            arity(x, 2)?;
-            reduce::cross_entropy(x[0], x[1], shape)
-        }
-        CrossEntropyRows => {
-            arity(x, 2)?;
-            reduce::cross_entropy_rows(x[0], x[1], shape)
-        }
+        Rope { theta, offset, inverse } => attention::rope(x[0], *theta, *offset, *inverse),
+        SoftmaxCrossEntropy => reduce::cross_entropy(x[0], x[1], shape),
 
         // ---- derivative ops ----
-        SumTo => {
-            arity(x, 1)?;
-            pointwise::sum_to(x[0], shape)
-        }
-        BroadcastTo => {
-            arity(x, 1)?;
-            pointwise::broadcast_to(x[0], shape)
-        }
-        UnaryGrad(u) => {
-            arity(x, 2)?;
-            pointwise::unary_grad(*u, x[0], x[1])
-        }
+        SumTo => pointwise::sum_to(x[0], shape),
+        BroadcastTo => pointwise::broadcast_to(x[0], shape),
+        UnaryGrad(u) => pointwise::unary_grad(*u, x[0], x[1]),
         ReduceGrad { op, axes, keepdim } => {
-            arity(x, 3)?;
             reduce::reduce_grad(*op, x[0], x[1], x[2], axes, *keepdim)
         }
-        SoftmaxGrad { axis, log } => {
-            arity(x, 2)?;
-            reduce::softmax_grad(x[0], x[1], *axis, *log)
-        }
-        SliceGrad { axis, start, end } => {
-            arity(x, 1)?;
-            movement::slice_grad(x[0], *axis, *start, *end, shape)
-        }
-        GatherGrad { axis } => {
-            arity(x, 2)?;
-            movement::gather_grad(x[0], x[1], *axis, shape)
-        }
+        SoftmaxGrad { axis, log } => reduce::softmax_grad(x[0], x[1], *axis, *log),
+        SliceGrad { axis, start, end } => movement::slice_grad(x[0], *axis, *start, *end, shape),
+        GatherGrad { axis } => movement::gather_grad(x[0], x[1], *axis, shape),
         LayerNormGrad { eps, has_weight, has_bias, part } => {
-            arity(x, 2 + *has_weight as usize + *has_bias as usize)?;
             norm::layer_norm_grad(x, *eps, *has_weight, *has_bias, *part)
         }
-        RmsNormGrad { eps, has_weight, part } => {
-            arity(x, 2 + *has_weight as usize)?;
-            norm::rms_norm_grad(x, *eps, *has_weight, *part)
-        }
+        RmsNormGrad { eps, has_weight, part } => norm::rms_norm_grad(x, *eps, *has_weight, *part),
         GroupNormGrad { groups, eps, has_weight, has_bias, part } => {
-            arity(x, 2 + *has_weight as usize + *has_bias as usize)?;
             norm::group_norm_grad(x, *groups, *eps, *has_weight, *has_bias, *part)
         }
         BatchNormGrad { eps, has_weight, has_bias, part, training } => {
-            arity(x, 4 + *has_weight as usize + *has_bias as usize)?;
             norm::batch_norm_grad(x, *eps, *has_weight, *has_bias, *part, *training)
         }
         DropoutGrad { p, forward } => {
-            arity(x, 1)?;
             pointwise::dropout(x[0], *p, ctx.training, ctx.seed, *forward)
         }
-        ConvGradInput { stride, padding, dilation, groups } => {
-            arity(x, 2)?;
-            conv::conv_grad_input(
-                x[0],
-                x[1],
-                &conv::Geometry::new(stride, padding, dilation, *groups)?,
-                shape,
-            )
-        }
-        ConvGradWeight { stride, padding, dilation, groups } => {
-            arity(x, 2)?;
-            conv::conv_grad_weight(
-                x[0],
-                x[1],
-                &conv::Geometry::new(stride, padding, dilation, *groups)?,
-                shape,
-            )
-        }
+        ConvGradInput { stride, padding, dilation, groups } => conv::conv_grad_input(
+            x[0],
+            x[1],
+            &conv::Geometry::new(stride, padding, dilation, *groups)?,
+            shape,
+        ),
+        ConvGradWeight { stride, padding, dilation, groups } => conv::conv_grad_weight(
+            x[0],
+            x[1],
+            &conv::Geometry::new(stride, padding, dilation, *groups)?,
+            shape,
+        ),
         PoolGrad { op, kernel, stride, padding } => {
-            arity(x, 2)?;
             conv::pool_grad(*op, x[0], x[1], kernel, stride, padding)
         }
-        UpsampleGrad { scale } => {
-            arity(x, 1)?;
-            conv::upsample_grad(x[0], *scale, shape)
-        }
+        UpsampleGrad { scale } => conv::upsample_grad(x[0], *scale, shape),
         AttentionGrad { causal, scale, has_mask, part } => {
-            arity(x, 4 + *has_mask as usize)?;
             attention::attention_grad(x, *causal, *scale, *has_mask, *part)
         }
-        NormWeightGradPartial { eps, center, chunk } => {
-            arity(x, 2)?;
-            norm::norm_weight_grad_partial(x, *eps, *center, *chunk)
-        }
-        AttentionStats { causal, scale, has_mask } => {
-            arity(x, 2 + *has_mask as usize)?;
-            attention::attention_stats(x, *causal, *scale, *has_mask, shape)
-        }
-        SoftmaxCrossEntropyGrad => {
-            arity(x, 3)?;
-            reduce::cross_entropy_grad(x[0], x[1], x[2])
-        }
-        Fused { program } => run_program(program, x, dtype, shape, ctx),
-        MatMulEpilogue { program } => {
-            if x.len() < 2 {
-                return err(format!(
-                    "expects a, b and the epilogue's inputs, got {} inputs",
-                    x.len()
-                ));
-            }
-            let product = eval(&MatMul, &x[..2], dtype, shape, ctx)?;
-            let mut inputs: Vec<&Tensor> = vec![&product];
-            inputs.extend(&x[2..]);
-            run_program(program, &inputs, dtype, shape, ctx)
-        }
+        SoftmaxCrossEntropyGrad => reduce::cross_entropy_grad(x[0], x[1], x[2]),
     }
-}
-
-/// A fused program (`Op::Fused`) node by node with the ops' own kernels: every node has the
-/// step's shape (fusion only joins same-shaped steps), so the reference is the unfused
-/// computation.
-fn run_program(
-    program: &[Elem],
-    x: &[&Tensor],
-    dtype: DType,
-    shape: &[usize],
-    ctx: &Ctx,
-) -> KResult<Data> {
-    let mut nodes: Vec<Tensor> = Vec::with_capacity(program.len());
-    for e in program {
-        let t = match (e, e.op()) {
-            (Elem::Input(k), _) => x
-                .get(*k as usize)
-                .map(|t| (*t).clone())
-                .ok_or_else(|| KernelError(format!("fused input {k} of {}", x.len())))?,
-            (_, Some((op, args))) => {
-                let args: Vec<&Tensor> = args
-                    .iter()
-                    .map(|&a| {
-                        nodes.get(a as usize).ok_or_else(|| {
-                            KernelError(format!("fused node {a} is not computed yet"))
-                        })
-                    })
-                    .collect::<KResult<_>>()?;
-                eval(&op, &args, dtype, shape, ctx)?
-            }
-            (_, None) => return err("a fused node without an op".to_string()),
-        };
-        nodes.push(t);
-    }
-    nodes.pop().map(|t| t.data).ok_or_else(|| KernelError("an empty fused program".into()))
-}
-
-/// The shape of the result when it is one input's shape (the kernels of the other ops check
-/// the shape they compute).
-fn result_like<'a>(op: &Op, x: &[&'a Tensor]) -> Option<&'a [usize]> {
-    use mgn_ir::op::GradPart;
-    use Op::*;
-    let input = match op {
-        Unary(_)
-        | Pow { .. }
-        | Cast
-        | Softmax { .. }
-        | LayerNorm { .. }
-        | RmsNorm { .. }
-        | GroupNorm { .. }
-        | BatchNorm { .. }
-        | Dropout { .. }
-        | Rope { .. } => 0,
-        UnaryGrad(_)
-        | ReduceGrad { .. }
-        | SoftmaxGrad { .. }
-        | DropoutGrad { .. }
-        | PoolGrad { .. }
-        | SoftmaxCrossEntropyGrad => 0,
-        LayerNormGrad { part: GradPart::Input, .. } | RmsNormGrad { part: GradPart::Input, .. } => {
-            0
-        }
-        GroupNormGrad { part: GradPart::Input, .. }
-        | BatchNormGrad { part: GradPart::Input, .. } => 0,
-        AttentionGrad { part: GradPart::Q, .. } => 0,
-        AttentionGrad { part: GradPart::K, .. } => 1,
-        AttentionGrad { part: GradPart::V, .. } => 2,
-        _ => return None,
-    };
-    x.get(input).map(|t| t.shape.as_slice())
 }
 
 /// Updated running statistics of a training batch-norm step, as PyTorch does it:
@@ -424,17 +227,6 @@ pub fn batch_norm_update(
 }
 
 // ---- input access shared by the kernels --------------------------------------------------------
-
-fn arity(inputs: &[&Tensor], n: usize) -> KResult<()> {
-    if inputs.len() != n {
-        return err(format!(
-            "expects {n} input{}, got {}",
-            if n == 1 { "" } else { "s" },
-            inputs.len()
-        ));
-    }
-    Ok(())
-}
 
 /// Whether any input is stored as F64 (and so the op computes in f64).
 pub(crate) fn any_f64(inputs: &[&Tensor]) -> bool {

@@ -40,11 +40,31 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &[usize]) -> KResult<Data> {
         if numel(bb) == 1 && numel(ab) == numel(&batch) {
             // A shared right operand (a weight): fold the batch into the rows, one big GEMM.
             let rows = numel(&batch) * m;
-            gemm(rows, k, n, T::one(), Mat::new(&av, k, 1), Mat::new(&bv, n, 1), T::zero(), &mut out, n);
+            gemm(
+                rows,
+                k,
+                n,
+                T::one(),
+                Mat::new(&av, k, 1),
+                Mat::new(&bv, n, 1),
+                T::zero(),
+                &mut out,
+                n,
+            );
         } else {
             par_chunks(&mut out, m * n, m * k * n, |item, c| {
                 let (oa, ob) = offsets[item];
-                gemm(m, k, n, T::one(), Mat::new(&av[oa..], k, 1), Mat::new(&bv[ob..], n, 1), T::zero(), c, n);
+                gemm(
+                    m,
+                    k,
+                    n,
+                    T::one(),
+                    Mat::new(&av[oa..], k, 1),
+                    Mat::new(&bv[ob..], n, 1),
+                    T::zero(),
+                    c,
+                    n,
+                );
             });
         }
         Ok(out)

@@ -144,7 +144,8 @@ pub(crate) fn slice_grad(
     by_float!(&[dy], T => floats::<T>(dy, "dy").map(|v| {
         let mut out = vec![T::zero(); numel(shape)];
         for o in 0..outer {
-            out[(o * len + start) * inner..(o * len + end) * inner].copy_from_slice(&v[o * run..(o + 1) * run]);
+            let dst = (o * len + start) * inner..(o * len + end) * inner;
+            out[dst].copy_from_slice(&v[o * run..(o + 1) * run]);
         }
         out
     }))
@@ -206,7 +207,8 @@ pub(crate) fn gather_grad(
         for o in 0..outer {
             for (k, &i) in idx.iter().enumerate() {
                 let src = &v[(o * idx.len() + k) * inner..(o * idx.len() + k + 1) * inner];
-                for (d, &s) in out[(o * len + i) * inner..(o * len + i + 1) * inner].iter_mut().zip(src) {
+                let row = (o * len + i) * inner..(o * len + i + 1) * inner;
+                for (d, &s) in out[row].iter_mut().zip(src) {
                     *d += s;
                 }
             }

@@ -175,7 +175,8 @@ pub(crate) fn layer_norm_grad(
     let blocks = Blocks { len: d, center: true, eps, param: |_, i| i };
     by_float!(x, T => (|| {
         let (w, _) = affine::<T>(x, 1, has_weight, has_bias, d)?;
-        Ok(blocks.backward(&floats::<T>(x[0], "x")?, w.as_deref(), &floats::<T>(dy, "dy")?, part, d))
+        let (xv, dyv) = (floats::<T>(x[0], "x")?, floats::<T>(dy, "dy")?);
+        Ok(blocks.backward(&xv, w.as_deref(), &dyv, part, d))
     })())
 }
 
@@ -202,31 +203,8 @@ pub(crate) fn rms_norm_grad(
     let blocks = Blocks { len: d, center: false, eps, param: |_, i| i };
     by_float!(x, T => (|| {
         let (w, _) = affine::<T>(x, 1, has_weight, false, d)?;
-        Ok(blocks.backward(&floats::<T>(x[0], "x")?, w.as_deref(), &floats::<T>(dy, "dy")?, part, d))
-    })())
-}
-
-/// Inputs `x, dy` → `[⌈R / chunk⌉, D]`: `Op::NormWeightGradPartial`, the weight derivative of
-/// a layer norm (`center`) or RMS norm summed per chunk of `chunk` rows.
-pub(crate) fn norm_weight_grad_partial(
-    x: &[&Tensor],
-    eps: f64,
-    center: bool,
-    chunk: usize,
-) -> KResult<Data> {
-    let d = last_axis(x[0])?;
-    check_dy(x[0], x[1])?;
-    if chunk == 0 {
-        return err("needs a chunk of at least one row");
-    }
-    let blocks = Blocks { len: d, center, eps, param: |_, i| i };
-    by_float!(x, T => (|| {
-        let (xv, dy) = (floats::<T>(x[0], "x")?, floats::<T>(x[1], "dy")?);
-        let mut out = Vec::new();
-        for (xc, gc) in xv.chunks(chunk * d.max(1)).zip(dy.chunks(chunk * d.max(1))) {
-            out.extend(blocks.backward(xc, None, gc, GradPart::Weight, d));
-        }
-        Ok(out)
+        let (xv, dyv) = (floats::<T>(x[0], "x")?, floats::<T>(dy, "dy")?);
+        Ok(blocks.backward(&xv, w.as_deref(), &dyv, part, d))
     })())
 }
 
@@ -286,7 +264,8 @@ pub(crate) fn group_norm_grad(
     };
     by_float!(x, T => (|| {
         let (w, _) = affine::<T>(x, 1, has_weight, has_bias, c)?;
-        Ok(blocks.backward(&floats::<T>(x[0], "x")?, w.as_deref(), &floats::<T>(dy, "dy")?, part, c))
+        let (xv, dyv) = (floats::<T>(x[0], "x")?, floats::<T>(dy, "dy")?);
+        Ok(blocks.backward(&xv, w.as_deref(), &dyv, part, c))
     })())
 }
 
@@ -320,7 +299,10 @@ fn batch_stats<T: Float>(
         return Ok((0..c).map(|ch| (m[ch], 1.0 / (v[ch] + eps).sqrt())).collect());
     }
     if n * s <= 1 {
-        return err(format!("training needs more than one value per channel, found input shape [{n}, {c}, ..] with {s} per sample"));
+        return err(format!(
+            "training needs more than one value per channel, found input shape [{n}, {c}, ..] \
+             with {s} per sample"
+        ));
     }
     Ok((0..c)
         .map(|ch| {
@@ -387,7 +369,10 @@ pub(crate) fn batch_norm_grad(
         let (xv, g) = (floats::<T>(x[0], "x")?, floats::<T>(dy, "dy")?);
         let (w, _) = affine::<T>(x, 3, has_weight, has_bias, c)?;
         let stats = batch_stats(&xv, dims, x[1], x[2], eps, training)?;
-        let planes = || xv.chunks_exact(s).zip(g.chunks_exact(s)).enumerate().map(|(p, (xp, gp))| (p % c, xp, gp));
+        let planes = || {
+            let pairs = xv.chunks_exact(s).zip(g.chunks_exact(s));
+            pairs.enumerate().map(|(p, (xp, gp))| (p % c, xp, gp))
+        };
         // Per channel: Σ dy and Σ dy·x̂ (the bias and weight gradients, and the input's terms).
         let (mut sum_g, mut sum_gx) = (vec![0f64; c], vec![0f64; c]);
         for (ch, xp, gp) in planes() {
@@ -407,7 +392,12 @@ pub(crate) fn batch_norm_grad(
                     let (mean, rstd) = stats[ch];
                     let scale = rstd * w.as_ref().map_or(1.0, |w| w[ch].f64());
                     dx.extend(xp.iter().zip(gp).map(|(xv, gv)| {
-                        let d = if training { gv.f64() - sum_g[ch] / count - (xv.f64() - mean) * rstd * sum_gx[ch] / count } else { gv.f64() };
+                        let d = if training {
+                        let centred = (xv.f64() - mean) * rstd * sum_gx[ch] / count;
+                        gv.f64() - sum_g[ch] / count - centred
+                    } else {
+                        gv.f64()
+                    };
                         T::of(scale * d)
                     }));
                 }

@@ -35,96 +35,8 @@ pub(crate) fn arange(shape: &[usize]) -> KResult<Data> {
 
 // ---- unary ----------------------------------------------------------------------------------
 
-const GELU_TANH_C: f64 = 0.044715;
-
-fn sigmoid<T: Float>(x: T) -> T {
-    T::one() / (T::one() + (-x).exp())
-}
-
-/// `f(x)` of a pointwise op, as PyTorch defines it.
-pub(crate) fn unary_fn<T: Float>(op: UnaryOp, x: T) -> T {
-    let half = T::of(0.5);
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Relu => {
-            if x > T::zero() || x.is_nan() {
-                x
-            } else {
-                T::zero()
-            }
-        }
-        UnaryOp::Gelu => half * x * (T::one() + (x * T::FRAC_1_SQRT_2()).erf()),
-        UnaryOp::GeluTanh => {
-            let u = (T::of(2.0) / T::PI()).sqrt() * (x + T::of(GELU_TANH_C) * x * x * x);
-            half * x * (T::one() + u.tanh())
-        }
-        UnaryOp::Silu => x * sigmoid(x),
-        UnaryOp::Sigmoid => sigmoid(x),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => x.sqrt().recip(),
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Square => x * x,
-    }
-}
-
-/// `f'(x)`, PyTorch's choice at the kinks: relu'(0) = 0, |x|'(0) = 0.
-pub(crate) fn unary_deriv<T: Float>(op: UnaryOp, x: T) -> T {
-    let (one, half) = (T::one(), T::of(0.5));
-    match op {
-        UnaryOp::Neg => -one,
-        UnaryOp::Relu => {
-            if x > T::zero() {
-                one
-            } else {
-                T::zero()
-            }
-        }
-        UnaryOp::Gelu => {
-            let cdf = half * (one + (x * T::FRAC_1_SQRT_2()).erf());
-            let pdf = (-half * x * x).exp() / (T::of(2.0) * T::PI()).sqrt();
-            cdf + x * pdf
-        }
-        UnaryOp::GeluTanh => {
-            let k = (T::of(2.0) / T::PI()).sqrt();
-            let c = T::of(GELU_TANH_C);
-            let t = (k * (x + c * x * x * x)).tanh();
-            half * (one + t) + half * x * (one - t * t) * k * (one + T::of(3.0) * c * x * x)
-        }
-        UnaryOp::Silu => {
-            let s = sigmoid(x);
-            s * (one + x * (one - s))
-        }
-        UnaryOp::Sigmoid => {
-            let s = sigmoid(x);
-            s * (one - s)
-        }
-        UnaryOp::Tanh => {
-            let t = x.tanh();
-            one - t * t
-        }
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.recip(),
-        UnaryOp::Sqrt => half / x.sqrt(),
-        UnaryOp::Rsqrt => -half * x.powf(T::of(-1.5)),
-        UnaryOp::Abs => {
-            if x > T::zero() {
-                one
-            } else if x < T::zero() {
-                -one
-            } else {
-                T::zero()
-            }
-        }
-        UnaryOp::Sin => x.cos(),
-        UnaryOp::Cos => -x.sin(),
-        UnaryOp::Square => T::of(2.0) * x,
-    }
-}
+// The functions themselves are `mgn_ir::pointwise`'s, shared with the compiler's constant
+// folding; here they are mapped over tensors.
 
 /// Applies `f` to every element of `x`, in parallel chunks.
 fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync) -> Vec<T> {
@@ -148,7 +60,7 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor) -> KResult<Data> {
         };
         return Ok(Data::I32(v.iter().map(|&v| f(v)).collect()));
     }
-    by_float!(&[x], T => floats::<T>(x, "x").map(|v| map(&v, |v| unary_fn(op, v))))
+    by_float!(&[x], T => floats::<T>(x, "x").map(|v| map(&v, |v| mgn_ir::pointwise::unary(op, v))))
 }
 
 /// `[x, dy]` → `dy · f'(x)`.
@@ -162,7 +74,7 @@ pub(crate) fn unary_grad(op: UnaryOp, x: &Tensor, dy: &Tensor) -> KResult<Data> 
         par_chunks(&mut out, CHUNK, CHUNK * 4, |c, o| {
             let base = c * CHUNK;
             for (i, o) in o.iter_mut().enumerate() {
-                *o = dy[base + i] * unary_deriv(op, x[base + i]);
+                *o = dy[base + i] * mgn_ir::pointwise::derivative(op, x[base + i]);
             }
         });
         Ok(out)

@@ -184,7 +184,8 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, log: bool) -> KResult<Data> {
         let mut out = vec![T::zero(); v.len()];
         lines(&x.shape, axis, &mut out, |start, stride, put| {
             let at = |k: usize| v[start + k * stride];
-            let m = (0..n).map(at).fold(T::neg_infinity(), |a, b| if b > a || b.is_nan() { b } else { a });
+            let max = |a: T, b: T| if b > a || b.is_nan() { b } else { a };
+            let m = (0..n).map(at).fold(T::neg_infinity(), max);
             let e: Vec<T> = (0..n).map(|k| (at(k) - m).exp()).collect();
             let sum: f64 = e.iter().map(|v| v.f64()).sum();
             for (k, &ek) in e.iter().enumerate() {
@@ -254,20 +255,6 @@ pub(crate) fn cross_entropy(logits: &Tensor, targets: &Tensor, shape: &[usize]) 
         let v = floats::<T>(logits, "logits")?;
         let total: f64 = row_losses(&v, c, &t).sum();
         Ok(vec![T::of(total / rows as f64)])
-    })())
-}
-
-/// `Op::CrossEntropyRows`: each row's `logsumexp − logit[target]`, in f64 as the loss.
-pub(crate) fn cross_entropy_rows(
-    logits: &Tensor,
-    targets: &Tensor,
-    shape: &[usize],
-) -> KResult<Data> {
-    let (rows, c, t) = ce_layout(logits, targets)?;
-    check_shape(&[rows], shape)?;
-    by_float!(&[logits], T => (|| {
-        let v = floats::<T>(logits, "logits")?;
-        Ok(row_losses(&v, c, &t).map(T::of).collect())
     })())
 }
 

@@ -55,7 +55,10 @@ fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kernel, String>
 }
 
 /// The WGSL declarations every kernel starts with.
-pub const PRELUDE: &str = "struct Params { p: array<vec4<u32>, 8> }\nvar<storage, read_write> arena: array<u32>;\nvar<uniform> params: Params;\n";
+pub const PRELUDE: &str = "struct Params { p: array<vec4<u32>, 8> }
+var<storage, read_write> arena: array<u32>;
+var<uniform> params: Params;
+";
 
 pub struct GpuDevice {
     /// Dropped by hand in `Drop`, under `LIFECYCLE` (see there).

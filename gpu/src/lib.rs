@@ -1,27 +1,27 @@
 //! The GPU backend: a plan becomes WGSL kernels run through blade (Vulkan; Metal compiled,
 //! never run here).
 //!
-//! In pipeline order: the plan passes the GPU makes before anything else (`rewrite`, which
-//! applies `attention_stats`, `norm_partials`, `loss_rows` and `fuse`), the memory plan of one
-//! arena (`memory`), the dispatch order (`schedule`), the kernels generated per step (`kernels`)
-//! and the training updates (`update`); then the device (`probe`, `limits`, `device`) and the
-//! session that runs a plan on it (`session`).
+//! In pipeline order: the GPU program and its private ops (`program`), the rewrites the GPU
+//! makes to a compiled plan before anything else (`rewrite`: attention statistics, norm and
+//! loss rows, fusion), the memory plan of one arena (`memory`), the dispatch order
+//! (`schedule`), the kernels generated per step (`kernels`) and the training updates
+//! (`update`); then the device (`probe`, `limits`, `device`) and the session that runs a plan
+//! on it (`session`).
 
-pub mod attention_stats;
 pub mod device;
-pub mod fuse;
 pub mod kernels;
 pub mod limits;
-pub mod loss_rows;
 pub mod memory;
-pub mod norm_partials;
 pub mod probe;
+pub mod program;
 pub mod rewrite;
 pub mod schedule;
 pub mod session;
 pub mod testing;
 pub mod update;
 
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]

@@ -1,14 +1,19 @@
-//! What a plan needs in memory, computed from the plan alone: the parameters, and the step
+//! What a GPU plan needs in memory, computed from the plan alone: the parameters, and the step
 //! values under the session's order (each value is computed at its step and freed after its
 //! last reader; results live to the end). `peak_live_bytes` is the most that is alive at once,
 //! the lower bound a memory planner that reuses buffers between steps can reach;
-//! `logical_bytes` is what one buffer per value, never reused, would take.
+//! `logical_bytes` is what one buffer per value, never reused, would take. Then the arena plan
+//! the session runs with (`plan_arena`), checked by `check_arena`.
+//!
+//! Readers, results and last uses come from `mgn_ir::analysis::DefUse` over the plan's
+//! positions. A compiled plan's memory is that of `GpuPlan::of(plan)`.
 //!
 //! Bytes are counted at each step's declared dtype (`f32` 4, `bf16` 2, `bool` 1, …), as a GPU
 //! buffer holds it, whatever wider storage the CPU backend uses.
 
+use crate::program::{GpuOp, GpuPlan};
+use mgn_ir::analysis::DefUse;
 use mgn_ir::op::Op;
-use mgn_ir::plan::Plan;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanMemory {
@@ -25,12 +30,12 @@ pub struct PlanMemory {
 }
 
 /// Bytes of one step's value at its declared dtype.
-pub fn step_bytes(plan: &Plan, step: usize) -> u64 {
+pub fn step_bytes(plan: &GpuPlan, step: usize) -> u64 {
     let s = &plan.steps[step];
     s.shape.iter().map(|&d| d as u64).product::<u64>() * s.dtype.size_bytes() as u64
 }
 
-pub fn plan_memory(plan: &Plan) -> PlanMemory {
+pub fn plan_memory(plan: &GpuPlan) -> PlanMemory {
     let param_bytes =
         plan.params.iter().map(|p| p.numel() as u64 * p.dtype.size_bytes() as u64).sum();
     // Views (reshapes, identity dropout) hold no words of their own: the peak counts each
@@ -41,13 +46,14 @@ pub fn plan_memory(plan: &Plan) -> PlanMemory {
     let mut live = vec![false; plan.steps.len()];
     let mut now = 0u64;
     for (i, s) in plan.steps.iter().enumerate() {
-        if !matches!(s.op, Op::Param { .. }) {
+        let param = matches!(s.op, GpuOp::Plan(Op::Param { .. }));
+        if !param {
             m.logical_bytes += step_bytes(plan, i);
         }
-        if matches!(s.op, Op::Input { .. }) {
+        if matches!(s.op, GpuOp::Plan(Op::Input { .. })) {
             m.input_bytes += step_bytes(plan, i);
         }
-        if root[i] == i && !matches!(s.op, Op::Param { .. }) {
+        if root[i] == i && !param {
             live[i] = true;
             now += step_bytes(plan, i);
         }
@@ -67,8 +73,7 @@ pub fn plan_memory(plan: &Plan) -> PlanMemory {
 mod tests {
     use super::*;
     use mgn_ir::op::{BinaryOp, UnaryOp};
-    use mgn_ir::plan::InitSpec;
-    use mgn_ir::plan::{Mode, ParamSpec, SourceLoc, Step};
+    use mgn_ir::plan::{InitSpec, Mode, ParamSpec, Plan, SourceLoc, Step};
     use mgn_ir::DType;
 
     #[test]
@@ -99,7 +104,7 @@ mod tests {
             params: vec![w],
             ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)])
         };
-        let m = plan_memory(&plan);
+        let m = plan_memory(&GpuPlan::of(&plan));
         assert_eq!(m.param_bytes, 400);
         assert_eq!(m.input_bytes, 400);
         assert_eq!(m.logical_bytes, 1600);
@@ -128,7 +133,7 @@ pub struct ArenaPlan {
 /// A view is a step whose output has its input's elements in the same order, so it needs no
 /// words and no kernel of its own: a reshape, and dropout where it is the identity (inference
 /// plans, p = 0). Values are never written after their step, so sharing words is safe.
-pub fn view_roots(plan: &Plan) -> Vec<usize> {
+pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
     let mut root: Vec<usize> = (0..plan.steps.len()).collect();
     let transposed = transposed_views(plan);
     for (i, s) in plan.steps.iter().enumerate() {
@@ -136,10 +141,10 @@ pub fn view_roots(plan: &Plan) -> Vec<usize> {
             root[i] = s.inputs[0] as usize;
             continue;
         }
-        let identity = match s.op {
-            Op::Reshape => true,
-            Op::Dropout { p } | Op::DropoutGrad { p, .. } => {
-                plan.mode == mgn_ir::plan::Mode::Infer || p == 0.0
+        let identity = match s.op.plan_op() {
+            Some(Op::Reshape) => true,
+            Some(Op::Dropout { p } | Op::DropoutGrad { p, .. }) => {
+                plan.mode == mgn_ir::plan::Mode::Infer || *p == 0.0
             }
             _ => false,
         };
@@ -160,46 +165,32 @@ pub fn view_roots(plan: &Plan) -> Vec<usize> {
 /// linear layer) read only as the right operand of matrix products. The GPU's matmul reads the
 /// parameter in place, transposed, so the transpose needs no words and no kernel; a transpose
 /// anything else reads is computed as usual.
-pub fn transposed_views(plan: &Plan) -> Vec<bool> {
-    let n = plan.steps.len();
-    let mut ok: Vec<bool> = plan
-        .steps
-        .iter()
-        .map(|s| {
-            matches!(&s.op, Op::Permute { perm } if perm[..] == [1, 0])
+pub fn transposed_views(plan: &GpuPlan) -> Vec<bool> {
+    let def_use = DefUse::of(plan);
+    let matmul = |op: &GpuOp| matches!(op, GpuOp::Plan(Op::MatMul) | GpuOp::MatMulEpilogue { .. });
+    (0..plan.steps.len())
+        .map(|t| {
+            let s = &plan.steps[t];
+            let swap = matches!(s.op.plan_op(), Some(Op::Permute { perm }) if perm[..] == [1, 0]);
+            let transpose = swap
                 && s.dtype.is_float()
-                && matches!(plan.steps[s.inputs[0] as usize].op, Op::Param { .. })
+                && matches!(plan.steps[s.inputs[0] as usize].op, GpuOp::Plan(Op::Param { .. }));
+            // Every reader reads it as its right operand and nowhere else; a result must be
+            // stored in its own words.
+            let right_operand_only = def_use.readers[t].iter().all(|&r| {
+                let r = &plan.steps[r as usize];
+                let mut at = r.inputs.iter().enumerate().filter(|(_, &x)| x as usize == t);
+                matmul(&r.op) && at.next().is_some_and(|(k, _)| k == 1) && at.next().is_none()
+            });
+            transpose && right_operand_only && !def_use.result[t]
         })
-        .collect();
-    for s in &plan.steps {
-        for (k, &x) in s.inputs.iter().enumerate() {
-            if ok[x as usize]
-                && !(matches!(s.op, Op::MatMul | Op::MatMulEpilogue { .. })
-                    && k == 1
-                    && s.inputs[0] != x)
-            {
-                ok[x as usize] = false;
-            }
-        }
-    }
-    // A result must be stored in its own words.
-    for v in plan
-        .outputs
-        .iter()
-        .map(|(_, v)| *v)
-        .chain(plan.loss)
-        .chain(plan.grads.iter().map(|(_, v)| *v))
-    {
-        ok[v as usize] = false;
-    }
-    debug_assert_eq!(ok.len(), n);
-    ok
+        .collect()
 }
 
-/// Like `Plan::last_uses`, by root: the last step that reads a value or any view of it
+/// `DefUse::last_uses` by root: the last step that reads a value or any view of it
 /// (`usize::MAX` when the value or a view of it is a result). Views themselves get 0.
-pub fn root_last_uses(plan: &Plan, root: &[usize]) -> Vec<usize> {
-    let per_step = mgn_ir::analysis::DefUse::of(plan).last_uses();
+pub fn root_last_uses(plan: &GpuPlan, root: &[usize]) -> Vec<usize> {
+    let per_step = DefUse::of(plan).last_uses();
     let mut out = vec![0usize; plan.steps.len()];
     for (i, &lu) in per_step.iter().enumerate() {
         out[root[i]] = out[root[i]].max(lu);
@@ -210,20 +201,24 @@ pub fn root_last_uses(plan: &Plan, root: &[usize]) -> Vec<usize> {
 /// Regions start at multiples of this many words (16 bytes), so vector loads stay aligned.
 const ALIGN: usize = 4;
 
-fn words(plan: &Plan, step: usize) -> usize {
+fn words(plan: &GpuPlan, step: usize) -> usize {
     plan.steps[step].shape.iter().product::<usize>().max(1).div_ceil(ALIGN) * ALIGN
+}
+
+/// Parameters and inputs: their words persist across runs.
+fn pinned(plan: &GpuPlan, step: usize) -> bool {
+    matches!(plan.steps[step].op, GpuOp::Plan(Op::Param { .. } | Op::Input { .. }))
 }
 
 /// Plans the arena. A step's output never shares words with its own inputs (kernels read the
 /// inputs while writing the output): inputs are released only after the output is placed.
-pub fn plan_arena(plan: &Plan) -> ArenaPlan {
+pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
     let root = view_roots(plan);
     let last_use = root_last_uses(plan, &root);
     let n = plan.steps.len();
     // Parameters and inputs persist across runs; results are placed when computed and never
     // released (their last use is "after the run"), so they need no region before that.
-    let pinned: Vec<bool> =
-        (0..n).map(|i| matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })).collect();
+    let pinned: Vec<bool> = (0..n).map(|i| pinned(plan, i)).collect();
     let mut offsets = vec![0usize; n];
     let mut top = 0usize;
     for i in 0..n {
@@ -234,7 +229,7 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
     }
     let pinned_words = top;
     let param_words = (0..n)
-        .filter(|&i| matches!(plan.steps[i].op, Op::Param { .. }))
+        .filter(|&i| matches!(plan.steps[i].op, GpuOp::Plan(Op::Param { .. })))
         .map(|i| words(plan, i))
         .sum();
     // Free regions (offset, words) of the transient part, kept sorted by offset.
@@ -309,7 +304,7 @@ pub fn plan_arena(plan: &Plan) -> ArenaPlan {
 
 /// Checks that no two values alive at the same time share a word, and that every region is
 /// inside the arena; returns the first violation.
-pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
+pub fn check_arena(plan: &GpuPlan, a: &ArenaPlan) -> Result<(), String> {
     let root = view_roots(plan);
     let last_use = root_last_uses(plan, &root);
     let n = plan.steps.len();
@@ -319,9 +314,7 @@ pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
         }
     }
     let end = |i: usize| {
-        if last_use[i] == usize::MAX
-            || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })
-        {
+        if last_use[i] == usize::MAX || pinned(plan, i) {
             usize::MAX
         } else {
             last_use[i].max(i)
@@ -351,11 +344,11 @@ pub fn check_arena(plan: &Plan, a: &ArenaPlan) -> Result<(), String> {
 mod arena_tests {
     use super::*;
     use mgn_ir::op::{BinaryOp, UnaryOp};
-    use mgn_ir::plan::{Mode, SourceLoc, Step};
+    use mgn_ir::plan::{Mode, Plan, SourceLoc, Step};
     use mgn_ir::DType;
 
     /// A chain x → a → b → c → … → y: only neighbours are alive together.
-    fn chain(len: usize) -> Plan {
+    fn chain(len: usize) -> GpuPlan {
         let step = |op, inputs: Vec<u32>| Step {
             op,
             inputs,
@@ -371,17 +364,20 @@ mod arena_tests {
             ));
         }
         let last = steps.len() as u32 - 1;
-        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), last)])
+        GpuPlan::of(&Plan::of_steps(
+            Mode::Infer,
+            steps,
+            vec![("x".into(), 0)],
+            vec![("y".into(), last)],
+        ))
     }
 
     /// No two values alive at the same time share a word.
-    fn assert_valid(plan: &Plan, a: &ArenaPlan) {
-        let last_use = mgn_ir::analysis::DefUse::of(plan).last_uses();
+    fn assert_valid(plan: &GpuPlan, a: &ArenaPlan) {
+        let last_use = DefUse::of(plan).last_uses();
         let n = plan.steps.len();
         let end = |i: usize| {
-            if last_use[i] == usize::MAX
-                || matches!(plan.steps[i].op, Op::Param { .. } | Op::Input { .. })
-            {
+            if last_use[i] == usize::MAX || pinned(plan, i) {
                 usize::MAX
             } else {
                 last_use[i].max(i)
@@ -433,6 +429,7 @@ mod arena_tests {
             step(Op::Binary(BinaryOp::Add), vec![2, 3], vec![8, 8]),
         ];
         let plan = Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]);
+        let plan = GpuPlan::of(&plan);
         assert_eq!(view_roots(&plan), vec![0, 1, 1, 3, 4]);
         let a = plan_arena(&plan);
         assert_eq!(a.offsets[2], a.offsets[1]);

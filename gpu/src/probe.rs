@@ -78,7 +78,9 @@ fn list_devices() -> Result<Vec<Device>, String> {
 /// One sentence for a driver that could not be started.
 fn platform_reason(detail: &str) -> String {
     if detail.contains("INCOMPATIBLE_DRIVER") {
-        "no Vulkan driver is installed (the Vulkan loader found no compatible driver; for a software one: apt-get install mesa-vulkan-drivers)".to_string()
+        "no Vulkan driver is installed (the Vulkan loader found no compatible driver; for a \
+         software one: apt-get install mesa-vulkan-drivers)"
+            .to_string()
     } else if detail.to_lowercase().contains("load") || detail.contains("libvulkan") {
         "the Vulkan loader is not installed (libvulkan.so.1; apt-get install libvulkan1)"
             .to_string()

@@ -5,9 +5,12 @@
 //! reuses arena words once a value is dead, after (b) every earlier step whose region overlaps
 //! its own (write after write) and (c) every reader of such a step (write after read). Its level
 //! is one more than the latest of those. Plans are in topological order, so one sweep does.
+//! The checker finds each value's readers with `mgn_ir::analysis::DefUse`.
 
+use crate::program::{GpuOp, GpuPlan};
+use mgn_ir::analysis::DefUse;
 use mgn_ir::op::Op;
-use mgn_ir::plan::{Mode, Plan};
+use mgn_ir::plan::Mode;
 
 /// Levels of a plan's dispatches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +25,7 @@ pub struct Levels {
 }
 
 /// `offsets` and `words` give each value's arena region (in 32-bit words).
-pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
+pub fn levels(plan: &GpuPlan, offsets: &[usize], words: &[usize]) -> Levels {
     let n = plan.steps.len();
     // A view (memory::view_roots) is not dispatched: reading it is reading its root.
     let root = crate::memory::view_roots(plan);
@@ -35,7 +38,7 @@ pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
     let mut count = 0;
     let after = |l: Option<usize>| l.map_or(0, |l| l + 1);
     for (i, s) in plan.steps.iter().enumerate() {
-        if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
+        if matches!(s.op, GpuOp::Plan(Op::Input { .. } | Op::Param { .. })) || root[i] != i {
             continue;
         }
         let mut level = 0;
@@ -53,7 +56,7 @@ pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
             let r = &mut read_at[root[x as usize]];
             *r = Some(r.map_or(level, |r| r.max(level)));
         }
-        if plan.mode == Mode::Train && matches!(s.op, Op::BatchNorm { .. }) {
+        if plan.mode == Mode::Train && matches!(s.op, GpuOp::Plan(Op::BatchNorm { .. })) {
             // After the normalization itself (which reads the running statistics it updates).
             let u = level + 1;
             bn_update[i] = Some(u);
@@ -71,14 +74,18 @@ pub fn levels(plan: &Plan, offsets: &[usize], words: &[usize]) -> Levels {
 
 /// Checks that `l` keeps every ordering the plan needs (reads after writes; reuse of words after
 /// the previous owner and all of its readers). For tests over whole models.
-pub fn check(plan: &Plan, offsets: &[usize], words: &[usize], l: &Levels) -> Result<(), String> {
+pub fn check(plan: &GpuPlan, offsets: &[usize], words: &[usize], l: &Levels) -> Result<(), String> {
     let n = plan.steps.len();
     let root = crate::memory::view_roots(plan);
+    let def_use = DefUse::of(plan);
+    // Per value: the dispatches reading it or a view of it, each with the level of the read
+    // (and again at its running-statistics update, which reads the same inputs).
     let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
-    for (i, s) in plan.steps.iter().enumerate() {
-        let Some(li) = l.step[i] else { continue };
-        for &x in &s.inputs {
-            let x = root[x as usize];
+    for (v, of_v) in def_use.readers.iter().enumerate() {
+        let x = root[v];
+        for &i in of_v {
+            let i = i as usize;
+            let Some(li) = l.step[i] else { continue };
             if let Some(lx) = l.step[x] {
                 if lx >= li {
                     return Err(format!("step {i} (level {li}) reads step {x} (level {lx})"));
@@ -102,7 +109,10 @@ pub fn check(plan: &Plan, offsets: &[usize], words: &[usize], l: &Levels) -> Res
                     ));
                 }
                 if let Some(&(r, lr)) = readers[a].iter().find(|&&(r, lr)| r < b && lr >= lb) {
-                    return Err(format!("step {b} (level {lb}) reuses the words of step {a}, which step {r} still reads at level {lr}"));
+                    return Err(format!(
+                        "step {b} (level {lb}) reuses the words of step {a}, which step {r} \
+                         still reads at level {lr}"
+                    ));
                 }
             }
         }
@@ -114,10 +124,10 @@ pub fn check(plan: &Plan, offsets: &[usize], words: &[usize], l: &Levels) -> Res
 mod tests {
     use super::*;
     use mgn_ir::op::{BinaryOp, UnaryOp};
-    use mgn_ir::plan::{SourceLoc, Step};
+    use mgn_ir::plan::{Plan, SourceLoc, Step};
     use mgn_ir::DType;
 
-    fn plan(steps: Vec<(Op, Vec<u32>)>) -> Plan {
+    fn plan(steps: Vec<(Op, Vec<u32>)>) -> GpuPlan {
         let steps: Vec<Step> = steps
             .into_iter()
             .map(|(op, inputs)| Step {
@@ -129,7 +139,8 @@ mod tests {
             })
             .collect();
         let last = steps.len() as u32 - 1;
-        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), last)])
+        let outputs = vec![("y".into(), last)];
+        GpuPlan::of(&Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], outputs))
     }
 
     #[test]
@@ -148,7 +159,7 @@ mod tests {
 
     /// x → a = relu(x) → b = neg(a); c = exp(x); y = b + c: with c placed on a's words, c must
     /// wait for b, a's last reader.
-    fn reuse_plan() -> Plan {
+    fn reuse_plan() -> GpuPlan {
         plan(vec![
             (Op::Input { name: "x".into() }, vec![]),
             (Op::Unary(UnaryOp::Relu), vec![0]),

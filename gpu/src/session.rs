@@ -1,6 +1,9 @@
-//! Runs a plan on the GPU: every value gets a region of one device-local arena, every step a
-//! kernel generated for its shapes (`kernels`), and a run is one submission: the inputs are
-//! copied in, the dispatches run level by level (`schedule`), the results are copied out.
+//! Runs a plan on the GPU: the plan is rewritten into the GPU's program (`rewrite::for_gpu`),
+//! every value gets a region of one device-local arena (`memory`), every step a kernel
+//! generated for its shapes (`kernels`), and a run is one submission: the inputs are copied in,
+//! the dispatches run level by level (`schedule`), the results are copied out. Opening a
+//! session is those steps in order (`GpuSession::open`); messages name steps by their number
+//! in the given plan.
 //!
 //! A training step adds, in the same submission, batch norm's running-statistics updates and
 //! the optimizer (`update`), and reads back only the loss: parameters and optimizer state then
@@ -8,11 +11,12 @@
 //! (checkpoints, evaluation). A plan with an op that has no kernel is refused with the op and
 //! its model line.
 
-use super::device::{Arena, Dispatch, GpuDevice, Kernel, Params, Submission};
-use super::kernels::{generate, step_operands};
-use super::schedule::{levels, Levels};
-use super::update;
-use crate::limits::fold_grid;
+use crate::device::{Arena, Dispatch, GpuDevice, Kernel, Params, Submission};
+use crate::kernels::{generate, step_operands};
+use crate::limits::{fold_grid, DeviceLimits};
+use crate::program::{GpuOp, GpuPlan};
+use crate::schedule::{levels, Levels};
+use crate::update;
 use crate::GpuError;
 use mgn_ir::op::Op;
 use mgn_ir::optim::OptimizerState;
@@ -37,11 +41,9 @@ impl Profile {
 
 pub struct GpuSession {
     dev: GpuDevice,
-    /// The plan as run: the one given with attention statistics steps added
-    /// (`attention_stats`), so its step indices are not the given plan's.
-    pub plan: Plan,
-    /// Per step of `plan`, its index in the given plan (`u32::MAX` for inserted steps).
-    original: Vec<u32>,
+    /// The plan as run: the given one after the GPU's rewrites (`rewrite::for_gpu`). Its step
+    /// ids are the given plan's step numbers.
+    pub plan: GpuPlan,
     arena: Option<Arena>,
     /// First arena word of each step's value.
     offsets: Vec<usize>,
@@ -55,7 +57,7 @@ pub struct GpuSession {
 }
 
 /// A step's kernel (index into `kernels`), grid, parameter block (its operands' offsets), and
-/// for dropout the node whose per-run mask key goes in words 0 and 1.
+/// for dropout the id whose per-run mask key goes in words 0 and 1.
 struct StepDispatch {
     kernel: usize,
     groups: [u32; 3],
@@ -127,7 +129,7 @@ fn step_levels<'a>(
         if let (Some(d), Some(l)) = (d, by_level.step[i]) {
             let mut p = d.params;
             if let Some(node) = d.dropout_node {
-                let key = super::kernels::dropout_key(seed, node);
+                let key = crate::kernels::dropout_key(seed, node);
                 p[0] = key as u32;
                 p[1] = (key >> 32) as u32;
             }
@@ -142,186 +144,218 @@ fn err(e: String) -> GpuError {
     GpuError::Failed(e)
 }
 
+/// Distinct kernel sources (name, body, where they come from) in first-use order: steps of the
+/// same shapes share one, and all are compiled together at the end, in parallel.
+#[derive(Default)]
+struct Sources {
+    list: Vec<(String, String, String)>,
+    index: HashMap<String, usize>,
+}
+
+impl Sources {
+    /// The index of the kernel with this body, added when new.
+    fn add(&mut self, name: &str, body: String, at: &dyn std::fmt::Display) -> usize {
+        if let Some(&k) = self.index.get(&body) {
+            return k;
+        }
+        self.list.push((name.to_string(), body.clone(), at.to_string()));
+        self.index.insert(body, self.list.len() - 1);
+        self.list.len() - 1
+    }
+
+    /// Every kernel compiled, or the first error with where its kernel came from.
+    fn compile(&self, dev: &GpuDevice) -> Result<Vec<Kernel>, GpuError> {
+        let named: Vec<(String, String)> =
+            self.list.iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
+        dev.kernels(&named)
+            .into_iter()
+            .zip(&self.list)
+            .map(|(k, (_, _, at))| k.map_err(|e| GpuError::Failed(format!("{e} (at {at})"))))
+            .collect()
+    }
+}
+
+/// Each step's dispatch (`None` for inputs, parameters and views): its kernel, grid and
+/// parameter block. A step without a kernel is an error naming its op and model line.
+fn step_dispatches(
+    plan: &GpuPlan,
+    offsets: &[usize],
+    limits: &DeviceLimits,
+    sources: &mut Sources,
+) -> Result<Vec<Option<StepDispatch>>, GpuError> {
+    let width = limits.workgroup_width(256);
+    let root = crate::memory::view_roots(plan);
+    let transposed = crate::memory::transposed_views(plan);
+    let mut dispatch = Vec::with_capacity(plan.steps.len());
+    for (i, s) in plan.steps.iter().enumerate() {
+        // Views (reshapes, identity dropout) share their input's words: nothing to run.
+        if matches!(s.op, GpuOp::Plan(Op::Input { .. } | Op::Param { .. })) || root[i] != i {
+            dispatch.push(None);
+            continue;
+        }
+        let at = format!("{}, {}", s.loc, plan.step_name(i));
+        let failed = |e: String| GpuError::Failed(format!("{e} (at {at})"));
+        let (inputs, output, words) = step_operands(plan, offsets, &transposed, i);
+        let training = plan.mode == Mode::Train;
+        let src =
+            generate(&s.op, plan.ids[i], &inputs, &output, width, training).map_err(failed)?;
+        let kernel = sources.add(&format!("step{i}"), src.body, &at);
+        let groups = fold_grid(src.invocations.div_ceil(width as u64), limits)
+            .map_err(|e| failed(e.to_string()))?;
+        let mut params = [0u32; 32];
+        for (w, v) in words {
+            params[w] = v;
+        }
+        // The mask key is the dropout step's id: its number in the given plan, as on the CPU.
+        let dropout_node = src.dropout_node;
+        dispatch.push(Some(StepDispatch { kernel, groups, params, dropout_node }));
+    }
+    Ok(dispatch)
+}
+
+/// A training plan's updates: optimizer state and clipping scratch placed from word `top` on
+/// (moved past them), the optimizer's kernels, and batch norm's running-statistics updates.
+fn training(
+    plan: &GpuPlan,
+    offsets: &[usize],
+    levels: &Levels,
+    limits: &DeviceLimits,
+    top: &mut usize,
+    sources: &mut Sources,
+) -> Result<Option<Training>, GpuError> {
+    if plan.mode != Mode::Train || plan.grads.is_empty() {
+        return Ok(None);
+    }
+    let width = limits.workgroup_width(256);
+    let spec = &plan.optimizer;
+    let (mut params, partials) = trained_params(plan, offsets, limits, top)?;
+    let scratch = *top;
+    let clip = match spec.clip_norm {
+        Some(c) => {
+            for t in &mut params {
+                t.partials += scratch + 1;
+            }
+            *top += 1 + partials;
+            let at = &"the optimizer's clipping";
+            let sq = sources.add("sum_squares", update::sum_squares_kernel(width), at);
+            let fin = update::clip_scale_kernel(width, scratch + 1, partials, c, scratch);
+            Some((sq, sources.add("clip_scale", fin, at)))
+        }
+        None => None,
+    };
+    let body = update::update_kernel(spec, width, clip.map(|_| scratch));
+    let update_kernel = sources.add("optimizer", body, &"the optimizer");
+    let bn_kernel =
+        sources.add("running_stats", update::running_stats_kernel(width), &"batch norm");
+    let bn = running_stats_updates(plan, offsets, levels, limits)?;
+    Ok(Some(Training { bn, bn_kernel, params, update_kernel, clip }))
+}
+
+/// Each trained parameter's regions (its optimizer state placed from word `top` on) and grids,
+/// and the words of the clipping partial sums they take together.
+fn trained_params(
+    plan: &GpuPlan,
+    offsets: &[usize],
+    limits: &DeviceLimits,
+    top: &mut usize,
+) -> Result<(Vec<TrainedParam>, usize), GpuError> {
+    let width = limits.workgroup_width(256);
+    let (has_m, has_v) = update::buffers(&plan.optimizer);
+    let param_step: HashMap<usize, usize> = (0..plan.steps.len())
+        .filter_map(|i| match plan.steps[i].op {
+            GpuOp::Plan(Op::Param { index }) => Some((index, i)),
+            _ => None,
+        })
+        .collect();
+    let grid = |g: usize| fold_grid(g as u64, limits).map_err(|e| GpuError::Failed(e.to_string()));
+    let mut trained = Vec::new();
+    let mut partials = 0usize;
+    for &(p, g) in &plan.grads {
+        let Some(&ps) = param_step.get(&p) else { continue };
+        let n = plan.steps[ps].shape.iter().product::<usize>().max(1);
+        let mut take = |on: bool| {
+            on.then(|| {
+                *top += n;
+                *top - n
+            })
+        };
+        let (m, v) = (take(has_m), take(has_v));
+        trained.push(TrainedParam {
+            index: p,
+            offset: offsets[ps],
+            grad: offsets[g as usize],
+            m,
+            v,
+            n,
+            partials,
+            has_state: false,
+            update_groups: grid(n.div_ceil(width as usize))?,
+            norm_groups: grid(update::norm_groups(n, width))?,
+        });
+        partials += update::norm_groups(n, width);
+    }
+    Ok((trained, partials))
+}
+
+/// (level, parameter block, grid) of each training batch norm's running-statistics update.
+fn running_stats_updates(
+    plan: &GpuPlan,
+    offsets: &[usize],
+    levels: &Levels,
+    limits: &DeviceLimits,
+) -> Result<Vec<(usize, Params, [u32; 3])>, GpuError> {
+    let mut bn = Vec::new();
+    for (i, s) in plan.steps.iter().enumerate() {
+        let (GpuOp::Plan(Op::BatchNorm { momentum, .. }), Some(level)) =
+            (&s.op, levels.bn_update[i])
+        else {
+            continue;
+        };
+        let x = &plan.steps[s.inputs[0] as usize].shape;
+        let (n, c) = (x[0], x.get(1).copied().unwrap_or(1));
+        let sp: usize = x.iter().skip(2).product();
+        let [xo, rm, rv] = [0, 1, 2].map(|k| offsets[s.inputs[k] as usize] as u32);
+        let mut p = params_block(&[xo, rm, rv, 0, n as u32, c as u32, sp as u32, 0]);
+        p[8] = (*momentum as f32).to_bits();
+        let groups = fold_grid(c as u64, limits).map_err(|e| GpuError::Failed(e.to_string()))?;
+        bn.push((level, p, groups));
+    }
+    Ok(bn)
+}
+
 impl GpuSession {
-    /// Opens the GPU, lays out the arena, uploads `params` and compiles a kernel per step.
+    /// Opens the GPU for `plan` after its rewrites (`rewrite::for_gpu`), uploads `params` and
+    /// compiles a kernel per step.
     pub fn new(plan: Plan, params: &[Tensor]) -> Result<GpuSession, GpuError> {
-        // The rewrites and the memory plan index steps by the plan's own references: a plan built
-        // by hand (not by mgnc, not loaded from a file) is checked first.
+        // The rewrites index steps by the plan's own references: a plan built by hand (not by
+        // mgnc, not loaded from a file) is checked first.
         plan.validate()
             .map_err(|e| GpuError::Failed(format!("{}: invalid plan: {e}", plan.model)))?;
+        GpuSession::open(crate::rewrite::for_gpu(&plan), params)
+    }
+
+    /// Opens the GPU for a GPU plan as it is: lays out the arena (`memory::plan_arena`),
+    /// orders the dispatches (`schedule::levels`), generates and compiles the kernels and
+    /// uploads `params`.
+    pub(crate) fn open(plan: GpuPlan, params: &[Tensor]) -> Result<GpuSession, GpuError> {
+        plan.validate()
+            .map_err(|e| GpuError::Failed(format!("{}: invalid GPU plan: {e}", plan.model)))?;
         let mut dev = GpuDevice::open()?;
-        // Attention derivatives read statistics computed once (before the memory plan and the
-        // levels, which must see the steps that run). Errors and dropout masks keep the given
-        // plan's step numbers: masks are keyed by step index, like the CPU's.
-        let (plan, original) = super::rewrite::for_gpu(&plan);
-        let step_name = |i: usize| match original[i] {
-            u32::MAX => format!("the attention statistics before step {}", original[i + 1]),
-            o => format!("step {o}"),
-        };
-        // Values share arena words when their lifetimes do not overlap (memory::plan_arena).
+        // Values share arena words when their lifetimes do not overlap.
         let layout = crate::memory::plan_arena(&plan);
         let offsets = layout.offsets;
         let words: Vec<usize> =
             plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
         let levels = levels(&plan, &offsets, &words);
-        let width = dev.limits.workgroup_width(256);
-        // Distinct kernel sources (name, body, where from) in first-use order; they are compiled
-        // together at the end, in parallel.
-        let mut sources: Vec<(String, String, String)> = Vec::new();
-        let mut cache: HashMap<String, usize> = HashMap::new();
-        let mut kernel = |_: &GpuDevice,
-                          name: &str,
-                          body: String,
-                          loc: &dyn std::fmt::Display|
-         -> Result<usize, GpuError> {
-            if let Some(&k) = cache.get(&body) {
-                return Ok(k);
-            }
-            sources.push((name.to_string(), body.clone(), loc.to_string()));
-            cache.insert(body, sources.len() - 1);
-            Ok(sources.len() - 1)
-        };
-        let mut dispatch = Vec::with_capacity(plan.steps.len());
-        let root = crate::memory::view_roots(&plan);
-        let transposed = crate::memory::transposed_views(&plan);
-        for (i, s) in plan.steps.iter().enumerate() {
-            // Views (reshapes, identity dropout) share their input's words: nothing to run.
-            if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
-                dispatch.push(None);
-                continue;
-            }
-            let (inputs, output, words) = step_operands(&plan, &offsets, &transposed, i);
-            let at = step_name(i);
-            let src = generate(s, i as u32, &inputs, &output, width, plan.mode == Mode::Train)
-                .map_err(|e| GpuError::Failed(format!("{e} (at {}, {at})", s.loc)))?;
-            let k = kernel(&dev, &format!("step{i}"), src.body, &format_args!("{}, {at}", s.loc))?;
-            let groups = fold_grid(src.invocations.div_ceil(width as u64), &dev.limits)
-                .map_err(|e| GpuError::Failed(format!("{e} (at {}, {at})", s.loc)))?;
-            let mut params = [0u32; 32];
-            for (w, v) in words {
-                params[w] = v;
-            }
-            // The mask key is the original index of the dropout step (a DropoutGrad's renumbered
-            // `forward` maps back to it too).
-            let dropout_node = src.dropout_node.map(|n| original[n as usize]);
-            dispatch.push(Some(StepDispatch { kernel: k, groups, params, dropout_node }));
-        }
-
+        let mut sources = Sources::default();
+        let dispatch = step_dispatches(&plan, &offsets, &dev.limits, &mut sources)?;
         // Training: optimizer state and clipping scratch go past the plan's own words.
         let mut top = layout.total_words;
-        let mut train = None;
-        if plan.mode == Mode::Train && !plan.grads.is_empty() {
-            let spec = &plan.optimizer;
-            let (has_m, has_v) = update::buffers(spec);
-            let param_step: HashMap<usize, usize> = plan
-                .steps
-                .iter()
-                .enumerate()
-                .filter_map(
-                    |(i, s)| if let Op::Param { index } = s.op { Some((index, i)) } else { None },
-                )
-                .collect();
-            let mut trained = Vec::new();
-            let mut partials = 0usize;
-            for &(p, g) in &plan.grads {
-                let Some(&ps) = param_step.get(&p) else {
-                    continue;
-                };
-                let n = words[ps];
-                let mut take = |on: bool| {
-                    on.then(|| {
-                        top += n;
-                        top - n
-                    })
-                };
-                let (m, v) = (take(has_m), take(has_v));
-                let grid = |g: usize| {
-                    fold_grid(g as u64, &dev.limits).map_err(|e| GpuError::Failed(e.to_string()))
-                };
-                let (update_groups, norm_groups) =
-                    (grid(n.div_ceil(width as usize))?, grid(update::norm_groups(n, width))?);
-                trained.push(TrainedParam {
-                    index: p,
-                    offset: offsets[ps],
-                    grad: offsets[g as usize],
-                    m,
-                    v,
-                    n,
-                    partials,
-                    has_state: false,
-                    update_groups,
-                    norm_groups,
-                });
-                partials += update::norm_groups(n, width);
-            }
-            let scratch = top;
-            let clip = match spec.clip_norm {
-                Some(c) => {
-                    for t in &mut trained {
-                        t.partials += scratch + 1;
-                    }
-                    top += 1 + partials;
-                    let sq = kernel(
-                        &dev,
-                        "sum_squares",
-                        update::sum_squares_kernel(width),
-                        &"the optimizer's clipping",
-                    )?;
-                    let fin = kernel(
-                        &dev,
-                        "clip_scale",
-                        update::clip_scale_kernel(width, scratch + 1, partials, c, scratch),
-                        &"the optimizer's clipping",
-                    )?;
-                    Some((sq, fin))
-                }
-                None => None,
-            };
-            let update_kernel = kernel(
-                &dev,
-                "optimizer",
-                update::update_kernel(spec, width, clip.map(|_| scratch)),
-                &"the optimizer",
-            )?;
-            let bn_kernel =
-                kernel(&dev, "running_stats", update::running_stats_kernel(width), &"batch norm")?;
-            let mut bn = Vec::new();
-            for (i, s) in plan.steps.iter().enumerate() {
-                if let (Op::BatchNorm { momentum, .. }, Some(level)) = (&s.op, levels.bn_update[i])
-                {
-                    let x = &plan.steps[s.inputs[0] as usize].shape;
-                    let (n, c) = (x[0], x.get(1).copied().unwrap_or(1));
-                    let sp: usize = x.iter().skip(2).product();
-                    let [xo, rm, rv] = [0, 1, 2].map(|k| offsets[s.inputs[k] as usize] as u32);
-                    let mut p = params_block(&[xo, rm, rv, 0, n as u32, c as u32, sp as u32, 0]);
-                    p[8] = (*momentum as f32).to_bits();
-                    let groups = fold_grid(c as u64, &dev.limits)
-                        .map_err(|e| GpuError::Failed(e.to_string()))?;
-                    bn.push((level, p, groups));
-                }
-            }
-            train = Some(Training { bn, bn_kernel, params: trained, update_kernel, clip });
-        }
-        let named: Vec<(String, String)> =
-            sources.iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
-        let kernels = dev
-            .kernels(&named)
-            .into_iter()
-            .zip(&sources)
-            .map(|(k, (_, _, loc))| k.map_err(|e| GpuError::Failed(format!("{e} (at {loc})"))))
-            .collect::<Result<Vec<_>, _>>()?;
+        let train = training(&plan, &offsets, &levels, &dev.limits, &mut top, &mut sources)?;
+        let kernels = sources.compile(&dev)?;
         let arena = dev.arena(top).map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
-        let mut session = GpuSession {
-            dev,
-            plan,
-            original,
-            arena: Some(arena),
-            offsets,
-            kernels,
-            dispatch,
-            levels,
-            train,
-        };
+        let mut session =
+            GpuSession { dev, plan, arena: Some(arena), offsets, kernels, dispatch, levels, train };
         session.set_params(params)?;
         Ok(session)
     }
@@ -342,12 +376,11 @@ impl GpuSession {
             .steps
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| {
-                if let Op::Param { index } = s.op {
+            .filter_map(|(i, s)| match s.op {
+                GpuOp::Plan(Op::Param { index }) => {
                     Some((self.offsets[i], words_of(&params[index])))
-                } else {
-                    None
                 }
+                _ => None,
             })
             .collect();
         let job = Submission {
@@ -364,7 +397,7 @@ impl GpuSession {
         let mut out: Vec<Option<Tensor>> = vec![None; self.plan.params.len()];
         let mut wanted = Vec::new();
         for (i, s) in self.plan.steps.iter().enumerate() {
-            if let Op::Param { index } = s.op {
+            if let GpuOp::Plan(Op::Param { index }) = s.op {
                 wanted.push((index, i));
             }
         }
@@ -403,10 +436,7 @@ impl GpuSession {
 
     /// The current value of step `v` of the plan the session was given (after the last run).
     pub fn value(&mut self, v: u32) -> Result<Tensor, GpuError> {
-        let at = self
-            .original
-            .iter()
-            .position(|&o| o == v)
+        let at = (self.plan.position(crate::program::StepId(v)))
             .ok_or_else(|| GpuError::Failed(format!("the plan has no step {v}")))?;
         Ok(self.read(&[at as u32])?.remove(0))
     }

@@ -1,10 +1,16 @@
-//! What the GPU kernel tests share: one-op plans run on the GPU and on the CPU reference.
+//! What the GPU kernel tests share: one-op plans run on the GPU and on the CPU reference
+//! (`reference.rs`). Ops are anything that becomes a `GpuOp`: the compiled plan's `Op`s and the
+//! GPU's own.
 
-use super::session::GpuSession;
+use crate::program::{self, GpuOp, GpuPlan, StepId};
+use crate::session::GpuSession;
 use mgn_ir::op::Op;
+use mgn_ir::optim::OptimizerSpec;
 use mgn_ir::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
 use mgn_ir::tensor::{RunOutput, Tensor};
 use mgn_ir::DType;
+
+pub use crate::reference::run as run_reference;
 
 pub fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
     Step {
@@ -28,28 +34,49 @@ pub fn values(n: usize, seed: u32) -> Vec<f32> {
 
 /// Runs `op` over `inputs` in a one-step training plan on the GPU; None when there is no GPU
 /// (a failure instead under `MGN_REQUIRE_GPU=1`, and always when the kernel itself fails).
-pub fn run_on_gpu(
-    op: &Op,
+pub fn run_on_gpu<O: Clone + Into<GpuOp>>(
+    op: &O,
     inputs: &[Tensor],
     out_dtype: DType,
     out_shape: &[usize],
 ) -> Option<Tensor> {
+    let op: GpuOp = op.clone().into();
+    let loc = SourceLoc { file: "t.mgn".into(), line: 1, column: 1 };
+    let gpu_step = |op: GpuOp, inputs: Vec<u32>, dtype: DType, shape: &[usize]| program::Step {
+        op,
+        inputs,
+        dtype,
+        shape: shape.to_vec(),
+        loc: loc.clone(),
+    };
     let mut steps = Vec::new();
     let mut names = Vec::new();
     for (k, t) in inputs.iter().enumerate() {
         let name = format!("x{k}");
-        steps.push(step(Op::Input { name: name.clone() }, vec![], t.dtype, &t.shape));
+        steps.push(gpu_step(Op::Input { name: name.clone() }.into(), vec![], t.dtype, &t.shape));
         names.push((name, k as u32));
     }
-    steps.push(step(op.clone(), (0..inputs.len() as u32).collect(), out_dtype, out_shape));
-    let out = steps.len() as u32 - 1;
-    let plan = Plan::of_steps(Mode::Train, steps, names.clone(), vec![("y".into(), out)]);
-    let mut gpu = open(plan, &[])?;
+    let n = inputs.len() as u32;
+    steps.push(gpu_step(op.clone(), (0..n).collect(), out_dtype, out_shape));
+    let ids: Vec<StepId> = (0..=n).map(StepId).collect();
+    let plan = GpuPlan {
+        model: "T".into(),
+        mode: Mode::Train,
+        params: vec![],
+        optimizer: OptimizerSpec::default(),
+        steps,
+        ids: ids.clone(),
+        origins: ids,
+        inputs: names.clone(),
+        outputs: vec![("y".into(), n)],
+        loss: None,
+        grads: vec![],
+    };
+    let mut gpu = crate::testing::or_skip(GpuSession::open(plan, &[]))?;
     let given: Vec<(&str, &Tensor)> =
         names.iter().map(|(n, k)| (n.as_str(), &inputs[*k as usize])).collect();
-    Some(
-        gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe())).outputs.remove(0).1,
-    )
+    let run = gpu.run(&given, 0).unwrap_or_else(|e| panic!("{}: {e}", op.describe()));
+    Some(run.outputs.into_iter().next().expect("one output").1)
 }
 
 /// A GPU session for `plan`; None when there is no device (a failure instead under
@@ -58,60 +85,44 @@ pub fn open(plan: Plan, params: &[Tensor]) -> Option<GpuSession> {
     crate::testing::or_skip(GpuSession::new(plan, params))
 }
 
-/// `plan` run step by step on the CPU backend (the reference), as a training plan's forward
-/// and backward or an inference plan's forward, with dropout seed 0; `params` in plan order.
+/// `plan` as compiled, run step by step on the CPU reference (see `reference::run`).
 pub fn run_on_cpu_plan(plan: &Plan, params: &[Tensor], inputs: &[(&str, &Tensor)]) -> RunOutput {
-    let mut values: Vec<Option<Tensor>> = vec![None; plan.steps.len()];
-    let training = plan.mode == Mode::Train;
-    for (i, s) in plan.steps.iter().enumerate() {
-        let v = match &s.op {
-            Op::Input { name } => {
-                let (_, t) = inputs.iter().find(|(n, _)| n == name).expect("every input given");
-                (*t).clone()
-            }
-            Op::Param { index } => params[*index].clone(),
-            op => {
-                let args: Vec<&Tensor> = s
-                    .inputs
-                    .iter()
-                    .map(|&x| values[x as usize].as_ref().expect("computed"))
-                    .collect();
-                let ctx = mgn_cpu::Ctx { training, seed: 0, node: i as u32 };
-                mgn_cpu::eval(op, &args, s.dtype, &s.shape, &ctx)
-                    .unwrap_or_else(|e| panic!("step {i} on the CPU: {e}"))
-            }
-        };
-        values[i] = Some(v);
-    }
-    let get = |v: u32| values[v as usize].clone().expect("computed");
-    RunOutput {
-        outputs: plan.outputs.iter().map(|(n, v)| (n.clone(), get(*v))).collect(),
-        loss: plan.loss.map(get),
-        grads: plan.grads.iter().map(|(p, v)| (plan.params[*p].name.clone(), get(*v))).collect(),
-    }
+    run_reference(&GpuPlan::of(plan), params, inputs)
 }
 
-pub fn run_on_cpu(op: &Op, inputs: &[&Tensor], dtype: DType, shape: &[usize]) -> Tensor {
-    mgn_cpu::eval(op, inputs, dtype, shape, &mgn_cpu::Ctx { training: true, seed: 0, node: 0 })
-        .expect("cpu runs")
+/// `op` over `inputs` on the CPU reference, as a training step with dropout seed 0.
+pub fn run_on_cpu<O: Clone + Into<GpuOp>>(
+    op: &O,
+    inputs: &[&Tensor],
+    dtype: DType,
+    shape: &[usize],
+) -> Tensor {
+    let ctx = mgn_cpu::Ctx { training: true, seed: 0, node: 0 };
+    crate::reference::eval(&op.clone().into(), inputs, dtype, shape, &ctx)
 }
 
 /// Every element within `tol` relative (plus `tol` absolute); equal infinities match.
-pub fn assert_close(op: &Op, got: &Tensor, want: &Tensor, tol: f64) {
-    assert_eq!(got.shape, want.shape, "{}", op.describe());
+pub fn assert_close<O: Clone + Into<GpuOp>>(op: &O, got: &Tensor, want: &Tensor, tol: f64) {
+    let what = op.clone().into().describe();
+    assert_eq!(got.shape, want.shape, "{what}");
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         assert!(
             a == b || (a - b).abs() <= tol * (1.0 + b.abs()),
-            "{} {:?}: element {i}: gpu {a}, cpu {b}",
-            op.describe(),
+            "{what} {:?}: element {i}: gpu {a}, cpu {b}",
             want.shape
         );
     }
 }
 
 /// Runs `op` on both backends and compares.
-pub fn check_on_both(op: &Op, inputs: &[Tensor], out_dtype: DType, out_shape: &[usize], tol: f64) {
+pub fn check_on_both<O: Clone + Into<GpuOp>>(
+    op: &O,
+    inputs: &[Tensor],
+    out_dtype: DType,
+    out_shape: &[usize],
+    tol: f64,
+) {
     let Some(got) = run_on_gpu(op, inputs, out_dtype, out_shape) else { return };
     let refs: Vec<&Tensor> = inputs.iter().collect();
     assert_close(op, &got, &run_on_cpu(op, &refs, out_dtype, out_shape), tol);

@@ -1,8 +1,8 @@
 //! What tests that need a GPU share: they skip when there is no device, and only then.
 //!
 //! A skip is said on stderr and, when `MGN_SKIP_LOG` names a file, recorded there as one line
-//! (`test<TAB>reason`; `scripts/test.sh` counts them). `MGN_REQUIRE_GPU=1` (CI, where lavapipe is installed)
-//! turns a missing device into a failure too. Any other error fails the test.
+//! (`test<TAB>reason`; `scripts/test.sh` counts them). `MGN_REQUIRE_GPU=1` (CI, where lavapipe
+//! is installed) turns a missing device into a failure too. Any other error fails the test.
 
 use crate::GpuError;
 use std::io::Write;

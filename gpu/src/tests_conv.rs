@@ -217,7 +217,7 @@ fn check_pool(op: PoolOp, x: &[usize], kernel: &[usize], stride: &[usize], paddi
         Op::Pool { op, kernel: kernel.clone(), stride: stride.clone(), padding: padding.clone() };
     let grad = Op::PoolGrad { op, kernel, stride, padding };
     for xs in [input(x, 5), tied(x, 6)] {
-        check(fwd.clone(), &[xs.clone()], &y, 1e-6);
+        check(fwd.clone(), std::slice::from_ref(&xs), &y, 1e-6);
         check(grad.clone(), &[xs, input(&y, 7)], x, 1e-6);
     }
 }

@@ -133,7 +133,7 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 
 /// Throughput of the matmul kernels on shapes of a small language model (SmolLM2-135M: hidden
 /// 576, MLP 1536, vocabulary 49152) and square ones: not a check, a measurement for a real GPU
-/// (`cargo test --release -p mgn-runtime matmul_throughput -- --ignored --nocapture`). Both
+/// (`cargo test --release -p mgn-gpu matmul_throughput -- --ignored --nocapture`). Both
 /// operands are parameters, so a run moves nothing between host and device; each run is one
 /// submission of `repeat` independent products.
 #[test]
@@ -165,7 +165,13 @@ fn matmul_throughput() {
             * (a.iter().product::<usize>()
                 + b.iter().product::<usize>()
                 + out.iter().product::<usize>()) as f64;
-        println!("matmul {a:?} × {b:?}: {:9.1} µs per product, {:8.1} GFLOP/s, {:7.1} GB/s of operands ({device})", s * 1e6, flops / s / 1e9, bytes / s / 1e9);
+        println!(
+            "matmul {a:?} × {b:?}: {:9.1} µs per product, {:8.1} GFLOP/s, {:7.1} GB/s of \
+             operands ({device})",
+            s * 1e6,
+            flops / s / 1e9,
+            bytes / s / 1e9
+        );
     }
 }
 
@@ -207,7 +213,8 @@ fn a_transposed_weight_is_read_in_place() {
             params: vec![w],
             ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 3)])
         };
-        assert_eq!(crate::memory::transposed_views(&plan), vec![false, false, true, false]);
+        let transposed = crate::memory::transposed_views(&crate::program::GpuPlan::of(&plan));
+        assert_eq!(transposed, vec![false, false, true, false]);
         let x = Tensor::f32(x_shape.clone(), values(x_shape.iter().product(), 5));
         let w = Tensor::f32(vec![n, k], values(n * k, 77));
         let params = std::slice::from_ref(&w);

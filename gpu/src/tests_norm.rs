@@ -3,13 +3,14 @@
 //! `MGN_REQUIRE_GPU=1`.
 
 use super::test_util::{check_on_both, values};
+use crate::program::GpuOp;
 use mgn_ir::op::{GradPart, Op};
 use mgn_ir::tensor::Tensor;
 use mgn_ir::DType;
 
 /// Runs `op` on float inputs of the given shapes (each with `shift` added) on the GPU and the
 /// CPU, and compares.
-fn check(op: Op, inputs: &[(&[usize], f32)], out_shape: &[usize], tol: f64) {
+fn check(op: impl Into<GpuOp>, inputs: &[(&[usize], f32)], out_shape: &[usize], tol: f64) {
     let tensors: Vec<Tensor> = inputs
         .iter()
         .enumerate()
@@ -23,7 +24,7 @@ fn check(op: Op, inputs: &[(&[usize], f32)], out_shape: &[usize], tol: f64) {
             )
         })
         .collect();
-    check_on_both(&op, &tensors, DType::F32, out_shape, tol);
+    check_on_both(&op.into(), &tensors, DType::F32, out_shape, tol);
 }
 
 /// Every (has_weight, has_bias) combination with the parts it can differentiate.
@@ -284,7 +285,7 @@ fn batch_norm_on_large_channels_and_odd_shapes() {
 }
 
 /// The chunked weight derivative the GPU session splits layer and RMS norms' into
-/// (`gpu/norm_partials.rs`): rows narrower and wider than a workgroup, a short last chunk, one
+/// (`rewrite/norm_partials.rs`): rows narrower and wider than a workgroup, a short last chunk, one
 /// chunk, and inputs far from zero mean.
 #[test]
 fn chunked_norm_weight_derivatives_match_the_cpu() {
@@ -298,7 +299,7 @@ fn chunked_norm_weight_derivatives_match_the_cpu() {
             let rows = x.iter().product::<usize>() / x[x.len() - 1];
             let out = [rows.div_ceil(chunk), x[x.len() - 1]];
             check(
-                Op::NormWeightGradPartial { eps: 1e-5, center, chunk },
+                GpuOp::NormWeightGradPartial { eps: 1e-5, center, chunk },
                 &[(x, 2.5), (x, 0.0)],
                 &out,
                 1e-4,

@@ -110,7 +110,9 @@ pub fn sum_squares_kernel(width: u32) -> String {
     format!(
         "var<workgroup> part: array<f32, {width}>;
 @compute @workgroup_size({width})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, \
+    @builtin(workgroup_id) wg: vec3<u32>, \
+    @builtin(num_workgroups) groups: vec3<u32>) {{
     let q = params.p[0];
     let group = wg.x + (wg.y + wg.z * groups.y) * groups.x;
     let base = group * {chunk}u + lid.x;
@@ -178,7 +180,9 @@ pub fn running_stats_kernel(width: u32) -> String {
         "var<workgroup> s1: array<f32, {width}>;
 var<workgroup> s2: array<f32, {width}>;
 @compute @workgroup_size({width})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, \
+    @builtin(workgroup_id) wg: vec3<u32>, \
+    @builtin(num_workgroups) groups: vec3<u32>) {{
     let q0 = params.p[0];
     let q1 = params.p[1];
     let c = wg.x + (wg.y + wg.z * groups.y) * groups.x;
@@ -226,25 +230,7 @@ mod tests {
     use super::*;
 
     fn validate(body: &str) {
-        let full = format!("{}{}", crate::device::PRELUDE, body);
-        let mut m = naga::front::wgsl::parse_str(&full)
-            .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&full)));
-        for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
-            if g.binding.is_none()
-                && matches!(
-                    g.space,
-                    naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform
-                )
-            {
-                g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
-            }
-        }
-        naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::default(),
-        )
-        .validate(&m)
-        .unwrap_or_else(|e| panic!("{e:?}\n{body}"));
+        crate::kernels::validate(body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     }
 
     #[test]

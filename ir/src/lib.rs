@@ -1,19 +1,27 @@
-//! What every stage of mgn shares, and nothing heavy: element types (`dtype`), the public op
-//! vocabulary (`op`), def-use over steps (`analysis`), the plan an app embeds and its file format (`plan`), the optimizer settings
-//! and state a training plan carries (`optim`), the shape rules every stage applies (`shape`),
-//! host tensors (`tensor`) and atomic file writes (`io`).
+//! What every stage of mgn shares, and nothing heavy (serde, and libm for `erf`):
+//!
+//! - `dtype`: element types; `tensor`: host tensors and what a run returns;
+//! - `op`: the public op vocabulary; `pointwise`: its point-wise functions and derivatives;
+//! - `shape`: the shape rules every stage applies; `infer`: each op's typing rule on them;
+//! - `plan`: the plan an app embeds and its file format; `valid`: the plan validator;
+//! - `optim`: the optimizer settings and state a training plan carries;
+//! - `analysis`: def-use over steps (readers, results, last uses);
+//! - `io`: atomic file writes.
 //!
 //! The compiler produces plans of these types, the backends run them. The crate depends on no
-//! GPU crate and on nothing of the compiler (a test in `tests/deps.rs` checks both).
+//! GPU crate and on nothing of the compiler (`tests/architecture.rs` checks both).
 
 pub mod analysis;
 pub mod dtype;
+pub mod infer;
 pub mod io;
 pub mod op;
 pub mod optim;
 pub mod plan;
+pub mod pointwise;
 pub mod shape;
 pub mod tensor;
+pub mod valid;
 
 pub use dtype::DType;
 pub use op::Op;

@@ -23,6 +23,27 @@ pub enum UnaryOp {
     Square,
 }
 
+impl UnaryOp {
+    /// Every point-wise function, for tests that cover them all.
+    pub const ALL: [UnaryOp; 15] = [
+        UnaryOp::Neg,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Abs,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Square,
+    ];
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BinaryOp {
     Add,
@@ -186,7 +207,8 @@ pub enum Op {
     GatherGrad {
         axis: usize,
     },
-    /// The forward op's inputs then `dy` → the gradient of input `part` (0 = x, 1 = weight, 2 = bias).
+    /// The forward op's inputs then `dy` → the gradient of input `part` (0 = x, 1 = weight,
+    /// 2 = bias).
     LayerNormGrad {
         eps: f64,
         has_weight: bool,
@@ -243,84 +265,15 @@ pub enum Op {
     UpsampleGrad {
         scale: usize,
     },
-    /// `[q, k, v, mask?, dy]` → the gradient of q (part 0), k (1) or v (2). The GPU session may
-    /// append `[stats, out]` (an `AttentionStats` of the same q, k, mask and the forward output;
-    /// `out` only for q and k, which need `rowdot = dy·out`) so the kernels skip their
-    /// statistics pass; compiled plans never do.
+    /// `[q, k, v, mask?, dy]` → the gradient of q (part 0), k (1) or v (2).
     AttentionGrad {
         causal: bool,
         scale: f64,
         has_mask: bool,
         part: GradPart,
     },
-    /// `[q, k, mask?]` → `[..B, Hq, Tq, 2]`: per query row of the attention with these operands,
-    /// the maximum `m` of its scaled, masked, visible scores and `1/l`, `l = Σ_j e^(s_j − m)`, so
-    /// that `P_ij = e^(s_ij − m_i) · (1/l_i)`. A row that sees no key (all hidden or `-inf`)
-    /// holds `(−FLT_MAX, 0)`, which gives `P = 0` as the forward does. Kept as a pair rather than
-    /// one logsumexp because `m + ln l` in f32 drops `ln l` when `|m|` is large (a row masked
-    /// entirely with −1e9 would get every `P = 1`). Inserted by the GPU session only (never made
-    /// by autodiff, never differentiated).
-    AttentionStats {
-        causal: bool,
-        scale: f64,
-        has_mask: bool,
-    },
-    /// `[x, dy]` → `[⌈R / chunk⌉, D]`: a layer norm's (`center`) or RMS norm's weight derivative
-    /// over the last axis (`D`) of `x`'s `R` rows, summed per chunk of `chunk` consecutive rows
-    /// (`Σ dy·x̂`, the last chunk possibly shorter); the chunks' sum is the derivative. The GPU
-    /// session splits a norm's weight derivative into this and a sum over chunks
-    /// (`gpu/norm_partials.rs`), so that its rows spread over many workgroups and each row's
-    /// statistics are computed once. Never made by autodiff, never differentiated.
-    NormWeightGradPartial {
-        eps: f64,
-        center: bool,
-        chunk: usize,
-    },
-    /// `[logits, targets]` → `[rows]`: each row's `logsumexp(logits) − logits[target]`, the
-    /// terms `SoftmaxCrossEntropy` averages. The GPU session computes a cross-entropy loss as this
-    /// and a mean (`gpu/loss_rows.rs`), so the rows run on many workgroups instead of one. Never
-    /// made by autodiff, never differentiated.
-    CrossEntropyRows,
     /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
     SoftmaxCrossEntropyGrad,
-    /// A chain of element-wise float ops computed in one step: `program` evaluates, element by
-    /// element of the output, nodes that read the step's inputs (each broadcast to the output
-    /// shape) or earlier nodes; the last node is the result. Made by the GPU session's fusion
-    /// (`gpu::fuse`), never by the compiler.
-    Fused {
-        program: Vec<Elem>,
-    },
-    /// `[a, b, extra…]`: a matrix product followed, element by element of its result, by
-    /// `program` (an epilogue: bias, residual, activation…), in which `Input(0)` is the product
-    /// and `Input(k)` the step's input `k + 1`. Made by the GPU session's fusion, like `Fused`.
-    MatMulEpilogue {
-        program: Vec<Elem>,
-    },
-}
-
-/// One node of a `Fused` program; the numbers are the indices of earlier nodes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Elem {
-    /// The step's input with this index.
-    Input(u32),
-    Unary(UnaryOp, u32),
-    /// `(x, dy)` → dy · d op(x)/dx, like `Op::UnaryGrad`.
-    UnaryGrad(UnaryOp, u32, u32),
-    Binary(BinaryOp, u32, u32),
-    Pow(f64, u32),
-}
-
-impl Elem {
-    /// The op this node applies, and the nodes it reads.
-    pub fn op(&self) -> Option<(Op, Vec<u32>)> {
-        match self {
-            Elem::Input(_) => None,
-            Elem::Unary(u, a) => Some((Op::Unary(*u), vec![*a])),
-            Elem::UnaryGrad(u, a, b) => Some((Op::UnaryGrad(*u), vec![*a, *b])),
-            Elem::Binary(o, a, b) => Some((Op::Binary(*o), vec![*a, *b])),
-            Elem::Pow(e, a) => Some((Op::Pow { exponent: *e }, vec![*a])),
-        }
-    }
 }
 
 /// Which input of a multi-input op a derivative op computes.
@@ -335,70 +288,6 @@ pub enum GradPart {
 }
 
 impl Op {
-    /// Whether `n` inputs suit this op, for the ops whose input count is fixed by the op alone
-    /// (others are checked by their kernels, which report a wrong count as an error). Plan
-    /// validation uses it so that a hand-edited plan is refused, not a panic in a backend.
-    pub fn check_input_count(&self, n: usize) -> Result<(), String> {
-        let exactly = |k: usize| (k, k);
-        let (lo, hi) = match self {
-            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange => (0, 0),
-            Op::Unary(_)
-            | Op::Pow { .. }
-            | Op::Cast
-            | Op::Reshape
-            | Op::Permute { .. }
-            | Op::Dropout { .. }
-            | Op::DropoutGrad { .. }
-            | Op::Softmax { .. }
-            | Op::SumTo
-            | Op::BroadcastTo => (1, 1),
-            Op::Binary(_)
-            | Op::UnaryGrad(_)
-            | Op::MatMul
-            | Op::SoftmaxGrad { .. }
-            | Op::SoftmaxCrossEntropy
-            | Op::CrossEntropyRows => (2, 2),
-            // The norms: x (and dy for derivatives), the running statistics for batch norm,
-            // then the optional weight and bias — the CPU backend's layouts.
-            Op::LayerNorm { has_weight, has_bias, .. }
-            | Op::GroupNorm { has_weight, has_bias, .. } => {
-                exactly(1 + *has_weight as usize + *has_bias as usize)
-            }
-            Op::RmsNorm { has_weight, .. } => exactly(1 + *has_weight as usize),
-            Op::BatchNorm { has_weight, has_bias, .. } => {
-                exactly(3 + *has_weight as usize + *has_bias as usize)
-            }
-            Op::LayerNormGrad { has_weight, has_bias, .. }
-            | Op::GroupNormGrad { has_weight, has_bias, .. } => {
-                exactly(2 + *has_weight as usize + *has_bias as usize)
-            }
-            Op::RmsNormGrad { has_weight, .. } => exactly(2 + *has_weight as usize),
-            Op::NormWeightGradPartial { .. } => (2, 2),
-            Op::BatchNormGrad { has_weight, has_bias, .. } => {
-                exactly(4 + *has_weight as usize + *has_bias as usize)
-            }
-            Op::Fused { program } => {
-                check_program(program, n)?;
-                (1, usize::MAX)
-            }
-            Op::MatMulEpilogue { program } => {
-                // Input(0) is the product; Input(k) the step's input k + 1.
-                check_program(program, n.saturating_sub(1))?;
-                (2, usize::MAX)
-            }
-            _ => (0, usize::MAX),
-        };
-        if n < lo || n > hi {
-            let want = if lo == hi { format!("{lo}") } else { format!("at least {lo}") };
-            return Err(format!(
-                "`{}` takes {want} input{}, not {n}",
-                self.describe(),
-                if lo == 1 && hi == 1 { "" } else { "s" }
-            ));
-        }
-        Ok(())
-    }
-
     /// Short name plus attributes, as printed in IR dumps.
     pub fn describe(&self) -> String {
         let list = |v: &[usize]| {
@@ -469,7 +358,6 @@ impl Op {
                 fmt_f64(*theta)
             ),
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
-            Op::CrossEntropyRows => "cross_entropy_rows".into(),
             Op::SumTo => "sum_to".into(),
             Op::BroadcastTo => "broadcast_to".into(),
             Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),
@@ -493,49 +381,9 @@ impl Op {
             }
             Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
-            Op::AttentionStats { causal, scale, .. } => format!(
-                "attention_stats{} scale={}",
-                if *causal { " causal" } else { "" },
-                fmt_f64(*scale)
-            ),
-            Op::NormWeightGradPartial { center, chunk, .. } => format!(
-                "{}_norm_weight_grad_partial chunk={chunk}",
-                if *center { "layer" } else { "rms" }
-            ),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
-            Op::Fused { program } => {
-                let names: Vec<String> =
-                    program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();
-                format!("fused {}", names.join(" → "))
-            }
-            Op::MatMulEpilogue { program } => {
-                let names: Vec<String> =
-                    program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();
-                format!("matmul_epilogue {}", names.join(" → "))
-            }
         }
     }
-}
-
-/// A fused program reads only the `inputs` it is given and only earlier nodes, and has a result.
-fn check_program(program: &[Elem], inputs: usize) -> Result<(), String> {
-    if program.is_empty() {
-        return Err("an empty fused program".into());
-    }
-    for (j, e) in program.iter().enumerate() {
-        if let Elem::Input(k) = e {
-            if *k as usize >= inputs {
-                return Err(format!("fused node {j} reads input {k}, but there are {inputs}"));
-            }
-        } else if let Some((_, args)) = e.op() {
-            if let Some(a) = args.iter().find(|&&a| a as usize >= j) {
-                return Err(format!(
-                    "fused node {j} reads node {a}, which is not computed before it"
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Prints a float compactly and exactly enough to read back (`0.02`, `1e-5`, `10000`).

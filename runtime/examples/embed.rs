@@ -4,7 +4,8 @@
 //!
 //! ```sh
 //! mgnc build models/digits_mlp.mgn -o digits.mgnplan            # once, at build time
-//! cargo run -p mgn-runtime --example embed -- digits.mgnplan weights.safetensors inputs.safetensors
+//! cargo run -p mgn-runtime --example embed -- \
+//!     digits.mgnplan weights.safetensors inputs.safetensors
 //! ```
 
 use mgn_runtime::checkpoint::{self, MatchMode};

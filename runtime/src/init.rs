@@ -28,8 +28,8 @@ fn mix64(mut z: u64) -> u64 {
 }
 
 /// The random stream of parameter `name` under `seed`. The 256-bit key is
-/// `seed ‖ h ‖ mix(seed ⊕ h) ‖ mix(h + len)` (little-endian words), with `h` the FNV-1a hash of
-/// the name.
+/// `seed ‖ h ‖ mix(seed ⊕ h) ‖ mix(h + len)` (little-endian words), with `h` the
+/// FNV-1a hash of the name.
 pub fn param_rng(seed: u64, name: &str) -> ChaCha8Rng {
     let h = fnv1a64(name.as_bytes());
     let words = [seed, h, mix64(seed ^ h), mix64(h.wrapping_add(name.len() as u64))];

@@ -106,7 +106,7 @@ pub fn apply(
         let p = &mut params[pi];
         let n = p.data.len();
         match spec.kind {
-            OptimizerKind::Sgd { momentum } if momentum == 0.0 => {
+            OptimizerKind::Sgd { momentum: 0.0 } => {
                 update_each(pi, p, g, |_, w, g| w - lr * g * scale)
             }
             OptimizerKind::Sgd { momentum } => {
@@ -307,7 +307,8 @@ mod tests {
 
     #[test]
     fn adam_matches_torch() {
-        // Step 1 by hand: m̂ = g, v̂ = g², so p −= 0.1·g/(|g| + 1e-8): 1 − 0.1·0.5/0.50000001.
+        // Step 1 by hand: m̂ = g, v̂ = g², so p −= 0.1·g/(|g| + 1e-8):
+        // 1 − 0.1·0.5/0.50000001.
         // Steps 2 and 3 from the same formulas evaluated in double precision.
         let s = spec(OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 }, 0.1);
         let out = run(&s, vec![1.0, -2.0, 0.25], &grads());

@@ -296,7 +296,19 @@ impl Session {
         for i in 0..self.plan.steps.len() {
             let step = &self.plan.steps[i];
             let slot = match &step.op {
-                Op::Input { .. } => Slot::Input(which[i].expect("checked above")),
+                Op::Input { .. } => {
+                    let pos = which[i].expect("checked above");
+                    let given = inputs[pos].1;
+                    if given.dtype == step.dtype {
+                        Slot::Input(pos)
+                    } else {
+                        // f32 values for an f16 input, i32 ones for an i64 input: held at the
+                        // declared type, so every op sees the types the plan was checked with.
+                        let ctx = cpu::Ctx { training, seed, node: i as u32 };
+                        let t = cpu::eval(&Op::Cast, &[given], step.dtype, &step.shape, &ctx);
+                        Slot::Owned(t.map_err(|e| RuntimeError::Failed(e.to_string()))?)
+                    }
+                }
                 Op::Param { index } => Slot::Param(*index),
                 op => {
                     let args: Vec<&Tensor> =
@@ -347,7 +359,10 @@ fn get<'a>(
         Slot::Owned(t) => t,
         Slot::Param(p) => &params[*p],
         Slot::Input(i) => inputs[*i].1,
-        Slot::Empty => unreachable!("plans are validated: every input is computed before it is read and freed after its last reader"),
+        Slot::Empty => unreachable!(
+            "plans are validated: every input is computed before it is read and freed after its \
+             last reader"
+        ),
     }
 }
 

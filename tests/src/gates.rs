@@ -215,8 +215,27 @@ fn fmt(x: f64) -> String {
 pub fn compare(expected: &Results, actual: &Results) -> Verdict {
     let mut gates = Vec::new();
     let mut problems = Vec::new();
+    forward_gates(expected, actual, &mut gates, &mut problems);
+    let extra_grads: Vec<String> = actual
+        .keys()
+        .filter(|k| k.starts_with("grad.") && !expected.contains_key(*k))
+        .map(|k| k[5..].to_string())
+        .collect();
+    let (params, negligible) = backward_gates(expected, actual, &mut gates, &mut problems);
 
-    // Forward: every output the reference has, then the loss.
+    // compare.py fails a run on a failed gate or on a missing, misshapen or non-finite result;
+    // every problem recorded here is one of those.
+    let passed = gates.iter().all(|g| g.passed) && problems.is_empty();
+    Verdict { passed, gates, problems, extra_grads, params, negligible }
+}
+
+/// The forward gates: every output the reference has, then the loss.
+fn forward_gates(
+    expected: &Results,
+    actual: &Results,
+    gates: &mut Vec<Gate>,
+    problems: &mut Vec<String>,
+) {
     for (name, e) in expected.iter().filter(|(k, _)| k.starts_with("output.")) {
         let err = match actual.get(name) {
             None => {
@@ -242,133 +261,156 @@ pub fn compare(expected: &Results, actual: &Results) -> Verdict {
         });
     }
     if let Some(e) = expected.get("loss") {
-        let e = e.data.first().copied().unwrap_or(f64::NAN);
-        match actual.get("loss").and_then(|a| a.data.first().copied()) {
-            None => {
-                problems.push("loss: missing from the actual results".to_string());
-                gates.push(Gate {
-                    name: "loss rel err".into(),
-                    value: f64::INFINITY,
-                    limit: format!("< {LOSS_LIMIT}"),
-                    passed: false,
-                    detail: String::new(),
-                });
+        gates.push(loss_gate(e, actual, problems));
+    }
+}
+
+fn loss_gate(expected: &Array, actual: &Results, problems: &mut Vec<String>) -> Gate {
+    let e = expected.data.first().copied().unwrap_or(f64::NAN);
+    match actual.get("loss").and_then(|a| a.data.first().copied()) {
+        None => {
+            problems.push("loss: missing from the actual results".to_string());
+            Gate {
+                name: "loss rel err".into(),
+                value: f64::INFINITY,
+                limit: format!("< {LOSS_LIMIT}"),
+                passed: false,
+                detail: String::new(),
             }
-            Some(a) => {
-                let err = rel_scalar(a, e);
-                gates.push(Gate {
-                    name: "loss rel err".into(),
-                    value: err,
-                    limit: format!("< {LOSS_LIMIT}"),
-                    passed: err < LOSS_LIMIT && a.is_finite(),
-                    detail: format!("expected {e:.6}, got {a:.6}"),
-                });
+        }
+        Some(a) => {
+            let err = rel_scalar(a, e);
+            Gate {
+                name: "loss rel err".into(),
+                value: err,
+                limit: format!("< {LOSS_LIMIT}"),
+                passed: err < LOSS_LIMIT && a.is_finite(),
+                detail: format!("expected {e:.6}, got {a:.6}"),
             }
         }
     }
+}
 
-    // Backward.
+/// The backward gates (total norm, norm vector, minimum cosine) over the gradients the
+/// reference has, with every parameter's scores and how many the zero-gradient rule judged.
+/// No gates when the reference has no gradients.
+fn backward_gates(
+    expected: &Results,
+    actual: &Results,
+    gates: &mut Vec<Gate>,
+    problems: &mut Vec<String>,
+) -> (Vec<Param>, usize) {
     let grads: Vec<(&String, &Array)> =
         expected.iter().filter(|(k, _)| k.starts_with("grad.")).collect();
-    let extra_grads: Vec<String> = actual
-        .keys()
-        .filter(|k| k.starts_with("grad.") && !expected.contains_key(*k))
-        .map(|k| k[5..].to_string())
-        .collect();
     let mut params = Vec::new();
     let mut negligible = 0;
-    if !grads.is_empty() {
-        let total_e = grads.iter().map(|(_, e)| norm(&e.data).powi(2)).sum::<f64>().sqrt();
-        let (mut ne, mut na) = (Vec::new(), Vec::new());
-        for (k, e) in &grads {
-            let en = norm(&e.data);
-            let name = k[5..].to_string();
-            let a = match actual.get(*k) {
-                None => Err("missing"),
-                Some(a) if a.shape != e.shape => Err("shape differs"),
-                Some(a) if !a.finite() => Err("NaN/inf"),
-                Some(a) => Ok(a),
-            };
-            let a = match a {
-                Ok(a) => a,
-                Err(why) => {
-                    problems.push(format!("{k}: {why}"));
-                    params.push(Param {
-                        name,
-                        cosine: f64::NEG_INFINITY,
-                        norm_err: f64::INFINITY,
-                        expected_norm: en,
-                        actual_norm: f64::NAN,
-                    });
-                    ne.push(en);
-                    na.push(f64::INFINITY);
-                    continue;
-                }
-            };
-            let an = norm(&a.data);
-            let cosine = if en <= ZERO_GRAD * total_e {
-                negligible += 1;
-                if an <= ZERO_GRAD_ACTUAL * total_e {
-                    1.0
-                } else {
-                    f64::NEG_INFINITY
-                }
-            } else if an == 0.0 {
-                0.0
-            } else {
-                a.data.iter().zip(&e.data).map(|(x, y)| x * y).sum::<f64>() / (an * en)
-            };
-            params.push(Param {
-                name,
-                cosine,
-                norm_err: rel_scalar(an, en),
-                expected_norm: en,
-                actual_norm: an,
-            });
-            ne.push(en);
-            na.push(an);
-        }
-        let all_finite = na.iter().all(|x| x.is_finite());
-        let total_a = if all_finite { norm(&na) } else { f64::INFINITY };
-        let total_err = rel_scalar(total_a, total_e);
-        let vec_err = if all_finite { rel(&na, &ne) } else { f64::INFINITY };
-        gates.push(Gate {
-            name: "grad total-norm rel err".into(),
-            value: total_err,
-            limit: format!("< {GRAD_NORM_LIMIT}"),
-            passed: total_err < GRAD_NORM_LIMIT,
-            detail: format!("expected {total_e:.6}, got {total_a:.6}"),
-        });
-        gates.push(Gate {
-            name: "grad norm-vector rel err".into(),
-            value: vec_err,
-            limit: format!("< {GRAD_VECTOR_LIMIT}"),
-            passed: vec_err < GRAD_VECTOR_LIMIT,
-            detail: format!("{} parameters", grads.len()),
-        });
-        let worst = params
-            .iter()
-            .min_by(|a, b| cosine_key(a.cosine).total_cmp(&cosine_key(b.cosine)))
-            .expect("at least one gradient");
-        let below = params.iter().filter(|p| !(p.cosine >= COSINE_LIMIT)).count();
-        let zero_note = if negligible > 0 {
-            format!("; {negligible} with a zero reference gradient")
-        } else {
-            String::new()
-        };
-        gates.push(Gate {
-            name: "grad min cosine".into(),
-            value: worst.cosine,
-            limit: format!(">= {COSINE_LIMIT}"),
-            passed: worst.cosine >= COSINE_LIMIT,
-            detail: format!("{}; {below} of {} below{zero_note}", worst.name, params.len()),
-        });
+    if grads.is_empty() {
+        return (params, negligible);
     }
+    let total_e = grads.iter().map(|(_, e)| norm(&e.data).powi(2)).sum::<f64>().sqrt();
+    let (mut ne, mut na) = (Vec::new(), Vec::new());
+    for (k, e) in &grads {
+        let (param, an) = grad_param(k, e, actual, total_e, problems, &mut negligible);
+        ne.push(param.expected_norm);
+        na.push(an);
+        params.push(param);
+    }
+    let all_finite = na.iter().all(|x| x.is_finite());
+    let total_a = if all_finite { norm(&na) } else { f64::INFINITY };
+    let total_err = rel_scalar(total_a, total_e);
+    let vec_err = if all_finite { rel(&na, &ne) } else { f64::INFINITY };
+    gates.push(Gate {
+        name: "grad total-norm rel err".into(),
+        value: total_err,
+        limit: format!("< {GRAD_NORM_LIMIT}"),
+        passed: total_err < GRAD_NORM_LIMIT,
+        detail: format!("expected {total_e:.6}, got {total_a:.6}"),
+    });
+    gates.push(Gate {
+        name: "grad norm-vector rel err".into(),
+        value: vec_err,
+        limit: format!("< {GRAD_VECTOR_LIMIT}"),
+        passed: vec_err < GRAD_VECTOR_LIMIT,
+        detail: format!("{} parameters", grads.len()),
+    });
+    gates.push(min_cosine_gate(&params, negligible));
+    (params, negligible)
+}
 
-    // compare.py fails a run on a failed gate or on a missing, misshapen or non-finite result;
-    // every problem recorded here is one of those.
-    let passed = gates.iter().all(|g| g.passed) && problems.is_empty();
-    Verdict { passed, gates, problems, extra_grads, params, negligible }
+/// One gradient (`k` is its `grad.` name) against the reference `e`: the parameter's scores,
+/// and the norm it adds to the norm vector (∞ when ours is missing, misshapen or not finite,
+/// which is also a problem). Counts in `negligible` a reference the zero-gradient rule judges.
+fn grad_param(
+    k: &str,
+    e: &Array,
+    actual: &Results,
+    total_e: f64,
+    problems: &mut Vec<String>,
+    negligible: &mut usize,
+) -> (Param, f64) {
+    let en = norm(&e.data);
+    let name = k[5..].to_string();
+    let a = match actual.get(k) {
+        None => Err("missing"),
+        Some(a) if a.shape != e.shape => Err("shape differs"),
+        Some(a) if !a.finite() => Err("NaN/inf"),
+        Some(a) => Ok(a),
+    };
+    let a = match a {
+        Ok(a) => a,
+        Err(why) => {
+            problems.push(format!("{k}: {why}"));
+            let param = Param {
+                name,
+                cosine: f64::NEG_INFINITY,
+                norm_err: f64::INFINITY,
+                expected_norm: en,
+                actual_norm: f64::NAN,
+            };
+            return (param, f64::INFINITY);
+        }
+    };
+    let an = norm(&a.data);
+    let cosine = if en <= ZERO_GRAD * total_e {
+        *negligible += 1;
+        if an <= ZERO_GRAD_ACTUAL * total_e {
+            1.0
+        } else {
+            f64::NEG_INFINITY
+        }
+    } else if an == 0.0 {
+        0.0
+    } else {
+        a.data.iter().zip(&e.data).map(|(x, y)| x * y).sum::<f64>() / (an * en)
+    };
+    let param =
+        Param { name, cosine, norm_err: rel_scalar(an, en), expected_norm: en, actual_norm: an };
+    (param, an)
+}
+
+/// The worst cosine of all parameters (at least one), naming it and counting those below.
+fn min_cosine_gate(params: &[Param], negligible: usize) -> Gate {
+    let worst = params
+        .iter()
+        .min_by(|a, b| cosine_key(a.cosine).total_cmp(&cosine_key(b.cosine)))
+        .expect("at least one gradient");
+    // A NaN cosine counts as below the limit.
+    let below = params
+        .iter()
+        .filter(|p| p.cosine.partial_cmp(&COSINE_LIMIT).is_none_or(|o| o.is_lt()))
+        .count();
+    let zero_note = if negligible > 0 {
+        format!("; {negligible} with a zero reference gradient")
+    } else {
+        String::new()
+    };
+    Gate {
+        name: "grad min cosine".into(),
+        value: worst.cosine,
+        limit: format!(">= {COSINE_LIMIT}"),
+        passed: worst.cosine >= COSINE_LIMIT,
+        detail: format!("{}; {below} of {} below{zero_note}", worst.name, params.len()),
+    }
 }
 
 #[cfg(test)]

@@ -78,7 +78,8 @@ pub fn compare_golden(expected: &Path, actual: &str) -> Option<String> {
         .position(|(a, b)| a != b)
         .unwrap_or(want.lines().count().min(actual.lines().count()));
     Some(format!(
-        "{} differs from the output (first at line {}); run with BLESS=1 to accept.\n--- expected\n{want}\n--- actual\n{actual}",
+        "{} differs from the output (first at line {}); run with BLESS=1 to accept.\n\
+         --- expected\n{want}\n--- actual\n{actual}",
         expected.display(),
         first + 1
     ))

@@ -123,7 +123,8 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         Emit::Summary => {
             let trainable = g.param_count(true);
             format!(
-                "{}: {} parameters ({} trainable), {} operations, {} {} plan of {} steps{}{}; built in {elapsed:.1} ms\n",
+                "{}: {} parameters ({} trainable), {} operations, {} {} plan of {} steps{}{}; \
+                 built in {elapsed:.1} ms\n",
                 g.model,
                 thousands(trainable + g.param_count(false)),
                 thousands(trainable),
@@ -131,7 +132,11 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
                 if plan.mode == Mode::Train { "a" } else { "an" },
                 if plan.mode == Mode::Train { "training" } else { "inference" },
                 thousands(plan.steps.len()),
-                if plan.grads.is_empty() { String::new() } else { format!(" with {} gradients", plan.grads.len()) },
+                if plan.grads.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with {} gradients", plan.grads.len())
+                },
                 a.out.as_ref().map(|o| format!(", written to {}", o.display())).unwrap_or_default(),
             )
         }
@@ -165,11 +170,13 @@ fn mib(bytes: u64) -> String {
 /// The memory lines of `--stats`. Step values are counted at 4 bytes per element, as the GPU
 /// arena stores them.
 fn memory_stats(plan: &mgn_runtime::Plan) -> String {
-    let m = mgn_gpu::memory::plan_memory(plan);
-    let a = mgn_gpu::memory::plan_arena(plan);
+    let plan = mgn_gpu::program::GpuPlan::of(plan);
+    let m = mgn_gpu::memory::plan_memory(&plan);
+    let a = mgn_gpu::memory::plan_arena(&plan);
     let planned = ((a.total_words - a.param_words) * 4) as u64;
     format!(
-        "memory: parameters {}; values: logical {} (one buffer each), planned {} (arena, {} pinned for inputs), lower bound {} (peak live)\n",
+        "memory: parameters {}; values: logical {} (one buffer each), planned {} (arena, {} \
+         pinned for inputs), lower bound {} (peak live)\n",
         mib(m.param_bytes),
         mib(m.logical_bytes),
         mib(planned),

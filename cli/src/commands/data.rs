@@ -41,7 +41,8 @@ impl Dataset {
             }
             if t.shape.len() != want.shape.len() || t.shape[1..] != want.shape[1..] {
                 return Err(format!(
-                    "{}: `{name}` has shape {:?}; the model's input is {:?}, so each sample must be {:?}",
+                    "{}: `{name}` has shape {:?}; the model's input is {:?}, so each sample must \
+                     be {:?}",
                     path.display(),
                     t.shape,
                     want.shape,

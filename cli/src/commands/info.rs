@@ -15,7 +15,8 @@ fn size(bytes: u64) -> String {
 
 fn limits_line(l: &DeviceLimits) -> String {
     format!(
-        "workgroups {}×{}×{}, {} invocations, {} shared memory, {} per storage binding, {} storage buffers per stage, {} parameter block",
+        "workgroups {}×{}×{}, {} invocations, {} shared memory, {} per storage binding, {} \
+         storage buffers per stage, {} parameter block",
         l.max_workgroups[0],
         l.max_workgroups[1],
         l.max_workgroups[2],
@@ -37,7 +38,10 @@ fn json_device(d: &Device, chosen: bool) -> serde_json::Value {
         "rejected": d.rejected,
         "chosen": chosen,
         "float16": d.float16,
-        "cooperative_matrix": { "f32_tile": d.cooperative_matrix.0, "f16_tile": d.cooperative_matrix.1 },
+        "cooperative_matrix": {
+            "f32_tile": d.cooperative_matrix.0,
+            "f16_tile": d.cooperative_matrix.1
+        },
         "limits": d.limits.map(|l| serde_json::json!({
             "max_workgroups": l.max_workgroups,
             "max_invocations": l.max_invocations,
@@ -54,8 +58,13 @@ pub fn run(json: bool) -> u8 {
     let listed = devices();
     let chosen = listed.as_ref().map_err(Clone::clone).and_then(|ds| choose(ds).map(|d| d.id));
     if json {
+        let is_chosen = |d: &Device| chosen.as_ref().is_ok_and(|c| *c == d.id);
+        let devices: Vec<serde_json::Value> = listed
+            .as_ref()
+            .map(|ds| ds.iter().map(|d| json_device(d, is_chosen(d))).collect())
+            .unwrap_or_default();
         let v = serde_json::json!({
-            "devices": listed.as_ref().map(|ds| ds.iter().map(|d| json_device(d, chosen.as_ref().is_ok_and(|c| *c == d.id))).collect::<Vec<_>>()).unwrap_or_default(),
+            "devices": devices,
             "chosen": chosen.as_ref().ok(),
             "reason": chosen.as_ref().err(),
             "min_spec": min_spec,
@@ -113,7 +122,11 @@ pub fn run(json: bool) -> u8 {
                 d.name
             );
             if d.software {
-                println!("note: {} is a software rasterizer: `--backend auto` runs on the CPU backend instead; `--backend vulkan` uses it anyway", d.name);
+                println!(
+                    "note: {} is a software rasterizer: `--backend auto` runs on the CPU backend \
+                     instead; `--backend vulkan` uses it anyway",
+                    d.name
+                );
             } else {
                 println!("`--backend auto` runs on it");
             }

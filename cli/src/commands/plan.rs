@@ -17,7 +17,11 @@ pub fn obtain(
 ) -> Result<Plan, u8> {
     if file.extension().is_some_and(|e| e == "mgnplan") {
         if !settings.is_empty() || model.is_some() {
-            report::error("`--set` and `--model` apply when compiling a .mgn file; a .mgnplan is already built", format);
+            report::error(
+                "`--set` and `--model` apply when compiling a .mgn file; a .mgnplan is already \
+                 built",
+                format,
+            );
             return Err(super::EXIT_ERRORS);
         }
         return Plan::load(file).map_err(|e| {
@@ -69,7 +73,11 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
     match b {
         Backend::Cpu => Ok(Engine::Cpu),
         Backend::Vulkan if cfg!(any(target_os = "macos", target_os = "ios")) => {
-            report::error("this build talks to the GPU through Metal on Apple platforms; use `--backend metal`", format);
+            report::error(
+                "this build talks to the GPU through Metal on Apple platforms; use \
+                 `--backend metal`",
+                format,
+            );
             Err(super::EXIT_ERRORS)
         }
         Backend::Metal if !cfg!(any(target_os = "macos", target_os = "ios")) => {
@@ -86,7 +94,11 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
             {
                 Ok(d) if !d.software => Ok(Engine::Gpu { forced: false }),
                 Ok(d) => {
-                    note(&format!("no hardware GPU (only {}); running on the CPU backend (`--backend vulkan` uses it anyway)", d.name));
+                    note(&format!(
+                        "no hardware GPU (only {}); running on the CPU backend \
+                         (`--backend vulkan` uses it anyway)",
+                        d.name
+                    ));
                     Ok(Engine::Cpu)
                 }
                 Err(why) => {

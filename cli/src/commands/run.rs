@@ -93,13 +93,17 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
     if !a.grads
         && plan.loss.is_some()
         && missing(&plan)
-        && !a.file.extension().is_some_and(|e| e == "mgnplan")
+        && a.file.extension().is_none_or(|e| e != "mgnplan")
     {
         opts.loss = false;
         plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     }
     if a.grads && plan.grads.is_empty() {
-        return Err(fail("`--grads` needs a plan with gradients: run the .mgn file, or build the plan with `--mode train`", a.format));
+        return Err(fail(
+            "`--grads` needs a plan with gradients: run the .mgn file, or build the plan with \
+             `--mode train`",
+            a.format,
+        ));
     }
     let mut session = Session::new(plan, a.seed);
     session.check_numerics = a.check_numerics || cfg!(debug_assertions);

@@ -3,7 +3,7 @@
 //! (accuracy of a model or plan with given weights on a data set).
 
 use super::data::{classification, correct, plan_batch, Dataset};
-use super::plan::{attach, obtain, resolve_backend, Backend};
+use super::plan::{attach, obtain, resolve_backend, Backend, Engine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -124,7 +124,11 @@ fn with_batch(
             settings.push(Setting { name, value: b.to_string() });
             Ok(settings)
         }
-        None => Err(fail("`--batch` sets a model argument named `batch` or `B`, and this model has neither; use `--set NAME=VALUE`", format)),
+        None => Err(fail(
+            "`--batch` sets a model argument named `batch` or `B`, and this model has neither; \
+             use `--set NAME=VALUE`",
+            format,
+        )),
     }
 }
 
@@ -139,19 +143,13 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     let engine = resolve_backend(a.backend, a.format)?;
     let f = a.format;
     let settings = with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)?;
-    let kind = match a.optimizer {
-        OptimizerName::Sgd => OptimizerKind::Sgd { momentum: a.momentum },
-        OptimizerName::Adam => OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 },
-        OptimizerName::Adamw => OptimizerKind::AdamW {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: a.weight_decay,
-        },
-    };
     // The schedule's length is known once the data set is: fill it in below.
-    let mut spec =
-        OptimizerSpec { kind, lr: a.lr, schedule: Schedule::Constant, clip_norm: a.clip_norm };
+    let mut spec = OptimizerSpec {
+        kind: optimizer_kind(&a),
+        lr: a.lr,
+        schedule: Schedule::Constant,
+        clip_norm: a.clip_norm,
+    };
     let train_plan = obtain(
         &a.file,
         a.model.clone(),
@@ -160,12 +158,7 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         f,
     )?;
     let eval_plan = obtain(&a.file, a.model.clone(), settings, &PlanOptions::infer(), f)?;
-    let data = Dataset::load(&a.data, &train_plan).map_err(|e| fail(&e, f))?;
-    let eval_data = match &a.eval_data {
-        // Read with the training plan's inputs, so the labels come along for accuracy.
-        Some(p) => Some(Dataset::load(p, &train_plan).map_err(|e| fail(&e, f))?),
-        None => None,
-    };
+    let (data, eval_data) = load_data(&a, &train_plan)?;
     let batch = plan_batch(&train_plan).map_err(|e| fail(&e, f))?;
     if data.len < batch {
         return Err(fail(
@@ -186,65 +179,22 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     plan.optimizer = spec;
     let task = classification(&plan, &eval_plan);
 
-    let mut session = Session::new(plan, a.seed);
-    session.check_numerics = a.check_numerics || cfg!(debug_assertions);
-    if let Some(r) = &a.resume {
-        session.load_checkpoint(r, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
-        eprintln!("resumed from {} at step {}", r.display(), session.step);
-    }
-    attach(&mut session, engine, f)?;
+    let mut session = open_session(&a, plan, engine)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = interrupted.clone();
-        // A second handler cannot be installed (tests call this twice in one process); then Ctrl-C keeps its default.
+        // A second handler cannot be installed (tests call this twice in one process); then
+        // Ctrl-C keeps its default.
         let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
     }
-
-    let t = plan_batch(&session.plan).unwrap_or(batch);
-    eprintln!(
-        "training {} on {} ({} samples, batch {t}, {steps_per_epoch} steps per epoch{}) with {}",
-        session.plan.model,
-        a.data.display(),
-        data.len,
-        if data.len % batch != 0 {
-            format!(", last {} samples of each shuffled epoch unused", data.len % batch)
-        } else {
-            String::new()
-        },
-        describe_optimizer(&session.plan.optimizer),
-    );
+    announce(&a, &session, &data, batch);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
     let start = Instant::now();
     let first_epoch = (session.step / steps_per_epoch as u64) as u32;
     for epoch in first_epoch..a.epochs {
         let mut order: Vec<usize> = (0..data.len).collect();
         order.shuffle(&mut rng);
-        let bar = progress(steps_per_epoch as u64, a.quiet, epoch + 1, a.epochs);
-        let mut sum = 0.0;
-        for s in 0..steps_per_epoch {
-            let cols = data.batch(&order[s * batch..(s + 1) * batch]);
-            let given: Vec<(&str, &Tensor)> = cols.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            let loss = session
-                .train_step(&given)
-                .map_err(|e| fail(&format!("{}: {e}", a.file.display()), f))?;
-            sum += loss;
-            bar.set_message(format!("loss {loss:.4}"));
-            bar.inc(1);
-            if interrupted.load(Ordering::SeqCst) {
-                bar.abandon();
-                let path = a.save.clone().unwrap_or_else(|| {
-                    PathBuf::from(format!("{}.interrupted.safetensors", session.plan.model))
-                });
-                session.save_checkpoint(&path).map_err(|e| fail(&e.to_string(), f))?;
-                eprintln!(
-                    "interrupted at step {}: checkpoint saved to {}",
-                    session.step,
-                    path.display()
-                );
-                return Err(130);
-            }
-        }
-        bar.finish_and_clear();
+        let sum = train_epoch(&a, &mut session, &data, &order, batch, epoch, &interrupted)?;
         let mut line = format!(
             "epoch {:>3}/{}  loss {:.4}",
             epoch + 1,
@@ -252,10 +202,7 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
             sum / steps_per_epoch as f64
         );
         if let (Some(ed), Some((labels, output))) = (&eval_data, &task) {
-            let mut eval = Session::new(eval_plan.clone(), a.seed);
-            session.sync_from_device().map_err(|e| fail(&e.to_string(), f))?;
-            eval.params = session.params.clone();
-            let acc = accuracy(&mut eval, ed, labels, output).map_err(|e| fail(&e, f))?;
+            let acc = held_out_accuracy(&a, &mut session, &eval_plan, ed, labels, output)?;
             line += &format!(
                 "  eval accuracy {:.2}% ({}/{})",
                 100.0 * acc.0 as f64 / acc.1 as f64,
@@ -271,6 +218,120 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         eprintln!("saved checkpoint to {}", path.display());
     }
     Ok(())
+}
+
+/// The training data and, with `--eval-data`, the held-out data; both read with the training
+/// plan's inputs, so the labels come along for accuracy.
+fn load_data(a: &TrainArgs, train_plan: &Plan) -> Result<(Dataset, Option<Dataset>), u8> {
+    let f = a.format;
+    let data = Dataset::load(&a.data, train_plan).map_err(|e| fail(&e, f))?;
+    let eval_data = match &a.eval_data {
+        Some(p) => Some(Dataset::load(p, train_plan).map_err(|e| fail(&e, f))?),
+        None => None,
+    };
+    Ok((data, eval_data))
+}
+
+/// (correct, total) on the held-out data of the inference plan with the trained parameters.
+fn held_out_accuracy(
+    a: &TrainArgs,
+    session: &mut Session,
+    eval_plan: &Plan,
+    data: &Dataset,
+    labels: &str,
+    output: &str,
+) -> Result<(usize, usize), u8> {
+    let f = a.format;
+    let mut eval = Session::new(eval_plan.clone(), a.seed);
+    session.sync_from_device().map_err(|e| fail(&e.to_string(), f))?;
+    eval.params = session.params.clone();
+    accuracy(&mut eval, data, labels, output).map_err(|e| fail(&e, f))
+}
+
+fn optimizer_kind(a: &TrainArgs) -> OptimizerKind {
+    match a.optimizer {
+        OptimizerName::Sgd => OptimizerKind::Sgd { momentum: a.momentum },
+        OptimizerName::Adam => OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+        OptimizerName::Adamw => OptimizerKind::AdamW {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: a.weight_decay,
+        },
+    }
+}
+
+/// The training session: resumed from `--resume` when given, then moved to `engine`.
+fn open_session(a: &TrainArgs, plan: Plan, engine: Engine) -> Result<Session, u8> {
+    let f = a.format;
+    let mut session = Session::new(plan, a.seed);
+    session.check_numerics = a.check_numerics || cfg!(debug_assertions);
+    if let Some(r) = &a.resume {
+        session.load_checkpoint(r, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
+        eprintln!("resumed from {} at step {}", r.display(), session.step);
+    }
+    attach(&mut session, engine, f)?;
+    Ok(session)
+}
+
+/// The line that opens a run: the model, the data, the batching and the optimizer.
+fn announce(a: &TrainArgs, session: &Session, data: &Dataset, batch: usize) {
+    let steps_per_epoch = data.len / batch;
+    let t = plan_batch(&session.plan).unwrap_or(batch);
+    eprintln!(
+        "training {} on {} ({} samples, batch {t}, {steps_per_epoch} steps per epoch{}) with {}",
+        session.plan.model,
+        a.data.display(),
+        data.len,
+        if !data.len.is_multiple_of(batch) {
+            format!(", last {} samples of each shuffled epoch unused", data.len % batch)
+        } else {
+            String::new()
+        },
+        describe_optimizer(&session.plan.optimizer),
+    );
+}
+
+/// One epoch of optimizer steps over `data` in `order`, behind a progress bar; the sum of the
+/// steps' losses. On Ctrl-C it saves a checkpoint and fails with exit code 130.
+fn train_epoch(
+    a: &TrainArgs,
+    session: &mut Session,
+    data: &Dataset,
+    order: &[usize],
+    batch: usize,
+    epoch: u32,
+    interrupted: &AtomicBool,
+) -> Result<f64, u8> {
+    let f = a.format;
+    let steps_per_epoch = data.len / batch;
+    let bar = progress(steps_per_epoch as u64, a.quiet, epoch + 1, a.epochs);
+    let mut sum = 0.0;
+    for s in 0..steps_per_epoch {
+        let cols = data.batch(&order[s * batch..(s + 1) * batch]);
+        let given: Vec<(&str, &Tensor)> = cols.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let loss = session
+            .train_step(&given)
+            .map_err(|e| fail(&format!("{}: {e}", a.file.display()), f))?;
+        sum += loss;
+        bar.set_message(format!("loss {loss:.4}"));
+        bar.inc(1);
+        if interrupted.load(Ordering::SeqCst) {
+            bar.abandon();
+            let path = a.save.clone().unwrap_or_else(|| {
+                PathBuf::from(format!("{}.interrupted.safetensors", session.plan.model))
+            });
+            session.save_checkpoint(&path).map_err(|e| fail(&e.to_string(), f))?;
+            eprintln!(
+                "interrupted at step {}: checkpoint saved to {}",
+                session.step,
+                path.display()
+            );
+            return Err(130);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(sum)
 }
 
 fn describe_optimizer(s: &OptimizerSpec) -> String {

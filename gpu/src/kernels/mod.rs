@@ -1,9 +1,10 @@
-//! WGSL generation, one kernel per plan step, specialized to its shapes and arena offsets.
+//! WGSL generation, one kernel per step of a GPU plan, specialized to its shapes.
 //!
-//! Every kernel computes one output element per invocation (`i`), reading its inputs from the
-//! arena at offsets baked into the source; reductions loop over their reduced elements. This
-//! first family set is deliberately plain — correct against the CPU backend, not yet fast: the
-//! tiled matmul, fused pointwise chains and the memory planner are the next steps (issue 4).
+//! Operand offsets come from the parameter block (`step_operands`), so steps that differ only
+//! in where their values live share one pipeline. Element-wise ops and fused programs compute
+//! one output element per invocation (`i`) here; every other family has its module: `matmul`
+//! (tiles, GEMV, split-k, epilogues), `conv`, `attention`, `rows` (softmax, cross-entropy, long
+//! reductions), `norm` (and dropout), `select` (gather/scatter, slices, RoPE).
 
 mod attention;
 mod conv;
@@ -12,8 +13,8 @@ mod norm;
 mod rows;
 mod select;
 
+use crate::program::{Elem, GpuOp, GpuPlan, StepId};
 use mgn_ir::op::{BinaryOp, Op, ReduceOp, UnaryOp};
-use mgn_ir::plan::Step;
 use mgn_ir::DType;
 
 /// Where a value lives: its first word in the arena, and its shape.
@@ -38,10 +39,10 @@ impl Operand {
     }
 }
 
-/// An error naming the step's op unless it has at least `k` inputs.
-pub(super) fn need_inputs(step: &Step, inputs: &[Operand], k: usize) -> Result<(), String> {
+/// An error naming the op unless it has at least `k` inputs.
+pub(super) fn need_inputs(op: &Op, inputs: &[Operand], k: usize) -> Result<(), String> {
     if inputs.len() < k {
-        Err(format!("`{}` needs {k} inputs, found {}", step.op.describe(), inputs.len()))
+        Err(format!("`{}` needs {k} inputs, found {}", op.describe(), inputs.len()))
     } else {
         Ok(())
     }
@@ -55,7 +56,7 @@ pub const FIRST_SLOT: usize = 2;
 /// the words to put in the parameter block. A step with more operands than words bakes them in.
 /// `transposed` is `memory::transposed_views(plan)`.
 pub fn step_operands(
-    plan: &mgn_ir::plan::Plan,
+    plan: &GpuPlan,
     offsets: &[usize],
     transposed: &[bool],
     i: usize,
@@ -94,7 +95,8 @@ pub(super) fn base(o: &Operand) -> String {
 pub struct KernelSource {
     pub body: String,
     pub invocations: u64,
-    /// For dropout: the forward step whose per-run mask key the parameter block must carry.
+    /// For dropout: the id of the dropout step whose per-run mask key the parameter block must
+    /// carry (a derivative's forward step).
     pub dropout_node: Option<u32>,
 }
 
@@ -176,12 +178,25 @@ fn unary_grad(op: UnaryOp, x: &str, dy: &str) -> String {
     let d = match op {
         UnaryOp::Neg => "-1.0".to_string(),
         UnaryOp::Relu => format!("select(0.0, 1.0, {x} > 0.0)"),
-        UnaryOp::Gelu => format!("(0.5 * (1.0 + mgn_erf({x} * 0.70710678118654752)) + {x} * 0.39894228040143268 * exp(-0.5 * {x} * {x}))"),
-        UnaryOp::GeluTanh => format!(
-            "(0.5 * (1.0 + tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))) + 0.5 * {x} * (1.0 - tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x})) * tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))) * 0.79788456080286536 * (1.0 + 0.134145 * {x} * {x}))"
+        UnaryOp::Gelu => format!(
+            "(0.5 * (1.0 + mgn_erf({x} * 0.70710678118654752)) + \
+             {x} * 0.39894228040143268 * exp(-0.5 * {x} * {x}))"
         ),
-        UnaryOp::Silu => format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 + {x} * (1.0 - 1.0 / (1.0 + exp(-{x})))))"),
-        UnaryOp::Sigmoid => format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 - 1.0 / (1.0 + exp(-{x}))))"),
+        UnaryOp::GeluTanh => {
+            // tanh(u) of the forward, and d/dx of its argument.
+            let t = format!("tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))");
+            format!(
+                "(0.5 * (1.0 + {t}) + \
+                 0.5 * {x} * (1.0 - {t} * {t}) * 0.79788456080286536 * \
+                 (1.0 + 0.134145 * {x} * {x}))"
+            )
+        }
+        UnaryOp::Silu => {
+            format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 + {x} * (1.0 - 1.0 / (1.0 + exp(-{x})))))")
+        }
+        UnaryOp::Sigmoid => {
+            format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 - 1.0 / (1.0 + exp(-{x}))))")
+        }
         UnaryOp::Tanh => format!("(1.0 - tanh({x}) * tanh({x}))"),
         UnaryOp::Exp => format!("exp({x})"),
         UnaryOp::Log => format!("(1.0 / {x})"),
@@ -198,7 +213,8 @@ fn unary_grad(op: UnaryOp, x: &str, dy: &str) -> String {
 /// erf for f32 (Abramowitz–Stegun 7.1.26, |error| < 1.5e-7), used by exact GELU.
 pub(super) const ERF: &str = "fn mgn_erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.3275911 * abs(x));
-    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-x * x);
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t \
+        + 0.254829592) * t * exp(-x * x);
     return select(-y, y, x >= 0.0);
 }
 ";
@@ -208,7 +224,8 @@ pub(super) fn elementwise(n: usize, width: u32, body: &str, helpers: &str) -> Ke
     KernelSource {
         body: format!(
             "{helpers}@compute @workgroup_size({width})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, \
+    @builtin(num_workgroups) groups: vec3<u32>) {{
     let i = gid.x + (gid.y + gid.z * groups.y) * groups.x * {width}u;
     if (i >= {n}u) {{ return; }}
     {body}
@@ -220,20 +237,106 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
-/// Kernel source for one step, or the reason it has no GPU kernel yet. `training` is the plan's
-/// mode: batch statistics and active dropout, or running statistics and the identity.
+/// Kernel source for one step, or the reason it has no GPU kernel yet. `id` is the step's id
+/// (a dropout's mask key); `training` is the plan's mode: batch statistics and active dropout,
+/// or running statistics and the identity.
 pub fn generate(
-    step: &Step,
-    index: u32,
+    op: &GpuOp,
+    id: StepId,
     inputs: &[Operand],
     out: &Operand,
     width: u32,
     training: bool,
 ) -> Result<KernelSource, String> {
-    let n: usize = out.shape.iter().product();
+    if let GpuOp::Plan(op) = op {
+        return plan_op(op, id, inputs, out, width, training);
+    }
+    op.check_input_count(inputs.len())?;
+    match op {
+        GpuOp::Plan(_) => unreachable!("handled above"),
+        GpuOp::AttentionStats { .. } | GpuOp::AttentionGradWithStats { .. } => {
+            attention::generate(op, inputs, out, width)
+        }
+        GpuOp::NormWeightGradPartial { eps, center, chunk } => {
+            let w = width as usize;
+            norm::weight_grad_partial(&inputs[0], &inputs[1], *eps, *center, *chunk, out, w)
+        }
+        GpuOp::CrossEntropyRows => rows::cross_entropy_rows(inputs, out, width),
+        GpuOp::Fused { program } => fused(program, inputs, out, width),
+        GpuOp::MatMulEpilogue { program } => epilogue(program, inputs, out, width),
+    }
+}
+
+/// The kernel of an op of the compiled plan.
+fn plan_op(
+    op: &Op,
+    id: StepId,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+    training: bool,
+) -> Result<KernelSource, String> {
+    if let Some(body) = pointwise(op, inputs, out, training) {
+        let gelu = matches!(op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu));
+        let n: usize = out.shape.iter().product();
+        return Ok(elementwise(n, width, &body, if gelu { ERF } else { "" }));
+    }
+    match op {
+        Op::MatMul => matmul::generate(inputs, out, width),
+        Op::SumTo => sum_to(inputs, out, width),
+        Op::Reduce { op, axes, .. } => reduce(*op, axes, &inputs[0], out, width),
+        Op::Softmax { axis, log } => rows::softmax(*axis, *log, &inputs[0], out, width),
+        Op::SoftmaxGrad { axis, log } => rows::softmax_grad(*axis, *log, inputs, out, width),
+        Op::SoftmaxCrossEntropy => rows::cross_entropy(inputs, out, width),
+        Op::SoftmaxCrossEntropyGrad => rows::cross_entropy_grad(inputs, out, width),
+        Op::Conv { .. }
+        | Op::ConvGradInput { .. }
+        | Op::ConvGradWeight { .. }
+        | Op::Pool { .. }
+        | Op::PoolGrad { .. }
+        | Op::Upsample { .. }
+        | Op::UpsampleGrad { .. } => conv::generate(op, inputs, out, width),
+        Op::BatchNorm { eps, has_weight, has_bias, .. } => {
+            norm::batch_norm(inputs, out, *eps, *has_weight, *has_bias, training, width)
+        }
+        Op::Dropout { p } => {
+            let mut k = norm::dropout(&inputs[0], out, *p, width)?;
+            k.dropout_node = Some(id.0);
+            Ok(k)
+        }
+        Op::DropoutGrad { p, forward } => {
+            let mut k = norm::dropout(&inputs[0], out, *p, width)?;
+            k.dropout_node = Some(*forward);
+            Ok(k)
+        }
+        Op::LayerNorm { .. }
+        | Op::LayerNormGrad { .. }
+        | Op::RmsNorm { .. }
+        | Op::RmsNormGrad { .. }
+        | Op::GroupNorm { .. }
+        | Op::GroupNormGrad { .. }
+        | Op::BatchNormGrad { .. } => norm::generate(op, inputs, out, width),
+        Op::Attention { .. } | Op::AttentionGrad { .. } => {
+            attention::generate(&GpuOp::Plan(op.clone()), inputs, out, width)
+        }
+        Op::Concat { .. }
+        | Op::Slice { .. }
+        | Op::SliceGrad { .. }
+        | Op::Gather { .. }
+        | Op::GatherGrad { .. }
+        | Op::ReduceGrad { .. }
+        | Op::ArgMax { .. }
+        | Op::Rope { .. } => select::generate(op, inputs, out, width),
+        other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
+    }
+}
+
+/// The per-element body of an element-wise op (one output element `i` per invocation), or
+/// None for the ops with kernels of their own.
+fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Option<String> {
     let f = |k: usize, idx: &str| load(&inputs[k], idx);
     let same = |k: usize| broadcast_index("i", &out.shape, &inputs[k].shape);
-    let body = match &step.op {
+    Some(match op {
         Op::Constant { value } => store(out, "i", &format!("{value:?}")),
         Op::Arange => store(out, "i", "i"),
         Op::Unary(u) if out.dtype.is_float() => store(out, "i", &unary(*u, &f(0, "i"))),
@@ -241,13 +344,7 @@ pub fn generate(
         Op::Pow { exponent } => store(out, "i", &format!("pow({}, {exponent:?})", f(0, "i"))),
         Op::Binary(b) => {
             let (x, y) = (f(0, &same(0)), f(1, &same(1)));
-            let sym = match b {
-                BinaryOp::Add => "+",
-                BinaryOp::Sub => "-",
-                BinaryOp::Mul => "*",
-                BinaryOp::Div => "/",
-            };
-            store(out, "i", &format!("({x} {sym} {y})"))
+            store(out, "i", &format!("({x} {} {y})", binary_symbol(*b)))
         }
         Op::Cast if out.dtype.is_float() => store(out, "i", &format!("f32({})", f(0, "i"))),
         Op::Cast => store(out, "i", &format!("i32({})", f(0, "i"))),
@@ -265,96 +362,27 @@ pub fn generate(
                 .collect();
             store(out, "i", &f(0, &terms.join(" + ")))
         }
-        Op::MatMul => return matmul::generate(inputs, out, width),
-        Op::Fused { program } => return fused(program, inputs, out, width),
-        Op::MatMulEpilogue { program } => {
-            if inputs.len() < 2 {
-                return Err("matmul_epilogue needs a and b".into());
-            }
-            let extra = &inputs[2..];
-            let leaf = |k: u32| -> Result<String, String> {
-                match k {
-                    0 => Ok("p".into()),
-                    k => extra
-                        .get(k as usize - 1)
-                        .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
-                        .ok_or_else(|| format!("epilogue input {k} of {}", extra.len() + 1)),
-                }
-            };
-            let (lines, last, erf) = program_lines(program, leaf)?;
-            let epilogue = format!(
-                "{}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
-                if erf { ERF } else { "" },
-                store(out, "i", &last)
-            );
-            return matmul::generate_with(&inputs[..2], out, width, Some(&epilogue));
-        }
-        Op::SumTo => return sum_to(inputs, out, width),
-        Op::Reduce { op, axes, .. } => return reduce(*op, axes, &inputs[0], out, width),
-        Op::Softmax { axis, log } => return rows::softmax(*axis, *log, &inputs[0], out, width),
-        Op::SoftmaxGrad { axis, log } => {
-            return rows::softmax_grad(*axis, *log, inputs, out, width)
-        }
-        Op::SoftmaxCrossEntropy => return rows::cross_entropy(inputs, out, width),
-        Op::SoftmaxCrossEntropyGrad => return rows::cross_entropy_grad(inputs, out, width),
-        Op::CrossEntropyRows => return rows::cross_entropy_rows(inputs, out, width),
-        Op::Conv { .. }
-        | Op::ConvGradInput { .. }
-        | Op::ConvGradWeight { .. }
-        | Op::Pool { .. }
-        | Op::PoolGrad { .. }
-        | Op::Upsample { .. }
-        | Op::UpsampleGrad { .. } => return conv::generate(step, inputs, out, width),
-        Op::BatchNorm { eps, has_weight, has_bias, .. } => {
-            return norm::batch_norm(inputs, out, *eps, *has_weight, *has_bias, training, width)
-        }
         // Dropout is the identity in inference plans and when it drops nothing.
         Op::Dropout { p } | Op::DropoutGrad { p, .. } if !training || *p == 0.0 => {
             store(out, "i", &f(0, "i"))
         }
-        Op::Dropout { p } => {
-            let mut k = norm::dropout(&inputs[0], out, *p, width)?;
-            k.dropout_node = Some(index);
-            return Ok(k);
-        }
-        Op::DropoutGrad { p, forward } => {
-            let mut k = norm::dropout(&inputs[0], out, *p, width)?;
-            k.dropout_node = Some(*forward);
-            return Ok(k);
-        }
-        Op::LayerNorm { .. }
-        | Op::LayerNormGrad { .. }
-        | Op::RmsNorm { .. }
-        | Op::RmsNormGrad { .. }
-        | Op::GroupNorm { .. }
-        | Op::GroupNormGrad { .. }
-        | Op::BatchNormGrad { .. }
-        | Op::NormWeightGradPartial { .. } => return norm::generate(step, inputs, out, width),
-        Op::Concat { .. }
-        | Op::Slice { .. }
-        | Op::SliceGrad { .. }
-        | Op::Gather { .. }
-        | Op::GatherGrad { .. }
-        | Op::ReduceGrad { .. }
-        | Op::ArgMax { .. }
-        | Op::Rope { .. }
-        | Op::Attention { .. }
-        | Op::AttentionStats { .. }
-        | Op::AttentionGrad { .. } => return select::generate(step, inputs, out, width),
-        other => return Err(format!("`{}` has no GPU kernel yet", other.describe())),
-    };
-    let helpers = if matches!(step.op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu)) {
-        ERF
-    } else {
-        ""
-    };
-    Ok(elementwise(n, width, &body, helpers))
+        _ => return None,
+    })
 }
 
-/// A fused element-wise chain (`gpu::fuse`): one `let` per node, inputs broadcast to the
+fn binary_symbol(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+    }
+}
+
+/// A fused element-wise chain (`rewrite::fuse`): one `let` per node, inputs broadcast to the
 /// output's shape, the last node stored.
 fn fused(
-    program: &[mgn_ir::op::Elem],
+    program: &[Elem],
     inputs: &[Operand],
     out: &Operand,
     width: u32,
@@ -371,13 +399,39 @@ fn fused(
     Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
 }
 
+/// A matrix product whose kernel applies `program` to each result as it stores it
+/// (`mgn_epilogue`): `Input(0)` is the product, `Input(k)` the step's input `k + 1`.
+fn epilogue(
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let extra = &inputs[2..];
+    let leaf = |k: u32| -> Result<String, String> {
+        match k {
+            0 => Ok("p".into()),
+            k => extra
+                .get(k as usize - 1)
+                .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
+                .ok_or_else(|| format!("epilogue input {k} of {}", extra.len() + 1)),
+        }
+    };
+    let (lines, last, erf) = program_lines(program, leaf)?;
+    let epilogue = format!(
+        "{}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
+        if erf { ERF } else { "" },
+        store(out, "i", &last)
+    );
+    matmul::generate_with(&inputs[..2], out, width, Some(&epilogue))
+}
+
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
 /// of its result, and whether it needs the erf helper.
 fn program_lines(
-    program: &[mgn_ir::op::Elem],
+    program: &[Elem],
     leaf: impl Fn(u32) -> Result<String, String>,
 ) -> Result<(String, String, bool), String> {
-    use mgn_ir::op::Elem;
     let v = |a: &u32| format!("v{a}");
     let mut body = String::new();
     let mut erf = false;
@@ -386,15 +440,7 @@ fn program_lines(
             Elem::Input(k) => leaf(*k)?,
             Elem::Unary(u, a) => unary(*u, &v(a)),
             Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
-            Elem::Binary(op, a, b) => {
-                let sym = match op {
-                    BinaryOp::Add => "+",
-                    BinaryOp::Sub => "-",
-                    BinaryOp::Mul => "*",
-                    BinaryOp::Div => "/",
-                };
-                format!("({} {sym} {})", v(a), v(b))
-            }
+            Elem::Binary(op, a, b) => format!("({} {} {})", v(a), binary_symbol(*op), v(b)),
             Elem::Pow(e, a) => format!("pow({}, {e:?})", v(a)),
         };
         erf |= matches!(e, Elem::Unary(UnaryOp::Gelu, _) | Elem::UnaryGrad(UnaryOp::Gelu, _, _));
@@ -471,20 +517,12 @@ pub struct PlanKernels {
     pub invalid: Vec<(usize, String)>,
 }
 
-/// Generates every step's kernel as a GPU session would (its attention statistics steps, arena
-/// layout, the given limits) and validates each with naga, without a device — `mgnc build`
-/// runs this at build time. Steps are reported by their index in `plan`; an inserted
-/// statistics step by the derivative it serves.
+/// Generates every step's kernel as a GPU session would (after its rewrites, with its arena
+/// layout, for the given limits) and validates each with naga, without a device — `mgnc build`
+/// runs this at build time. Steps are reported by their number in `plan`; a step a rewrite
+/// inserted by the step it was made for.
 pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
-    let (run, original) = super::rewrite::for_gpu(plan);
-    let given = |i: usize| {
-        original[i..]
-            .iter()
-            .copied()
-            .find(|&o| o != u32::MAX)
-            .expect("an inserted step precedes a given one") as usize
-    };
-    let plan = &run;
+    let plan = &crate::rewrite::for_gpu(plan);
     let layout = crate::memory::plan_arena(plan);
     let width = limits.workgroup_width(256);
     let training = plan.mode == mgn_ir::plan::Mode::Train;
@@ -494,48 +532,44 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
     let transposed = crate::memory::transposed_views(plan);
     for (i, s) in plan.steps.iter().enumerate() {
         // Inputs and parameters are uploaded, views share their root's words: no kernel.
-        if matches!(s.op, Op::Input { .. } | Op::Param { .. }) || root[i] != i {
+        if matches!(s.op, GpuOp::Plan(Op::Input { .. } | Op::Param { .. })) || root[i] != i {
             continue;
         }
+        let given = plan.origins[i].0 as usize;
         let (inputs, output, _) = step_operands(plan, &layout.offsets, &transposed, i);
-        match generate(s, i as u32, &inputs, &output, width, training) {
-            Err(why) => out.missing.push((given(i), why)),
+        match generate(&s.op, plan.ids[i], &inputs, &output, width, training) {
+            Err(why) => out.missing.push((given, why)),
             Ok(src) => {
                 out.with_kernel += 1;
-                if !seen.insert(src.body.clone()) {
-                    continue;
-                }
-                out.distinct += 1;
-                let full = format!("{}{}", super::device::PRELUDE, src.body);
-                let verdict = naga::front::wgsl::parse_str(&full)
-                    .map_err(|e| e.emit_to_string(&full))
-                    .and_then(|mut m| {
-                        // blade assigns bindings when it builds the pipeline; give them here too.
-                        for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
-                            if g.binding.is_none()
-                                && matches!(
-                                    g.space,
-                                    naga::AddressSpace::Storage { .. }
-                                        | naga::AddressSpace::Uniform
-                                )
-                            {
-                                g.binding =
-                                    Some(naga::ResourceBinding { group: 0, binding: k as u32 });
-                            }
-                        }
-                        naga::valid::Validator::new(
-                            naga::valid::ValidationFlags::all(),
-                            naga::valid::Capabilities::default(),
-                        )
-                        .validate(&m)
-                        .map(|_| ())
-                        .map_err(|e| format!("{e:?}"))
-                    });
-                if let Err(e) = verdict {
-                    out.invalid.push((given(i), e));
+                if seen.insert(src.body.clone()) {
+                    out.distinct += 1;
+                    if let Err(e) = validate(&src.body) {
+                        out.invalid.push((given, e));
+                    }
                 }
             }
         }
     }
     out
+}
+
+/// What naga says of a kernel body (with the prelude every kernel is compiled with).
+pub fn validate(body: &str) -> Result<(), String> {
+    let full = format!("{}{}", super::device::PRELUDE, body);
+    let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
+    // blade assigns bindings when it builds the pipeline; give them here too.
+    for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
+        let bound =
+            matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform);
+        if g.binding.is_none() && bound {
+            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
+        }
+    }
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::default(),
+    )
+    .validate(&m)
+    .map(drop)
+    .map_err(|e| format!("{e:?}"))
 }

@@ -1,8 +1,9 @@
-//! Row kernels: softmax, its gradient, cross-entropy and its gradient, and reductions. One
-//! workgroup owns one row (or one reduced output): its invocations stride over the row —
-//! coalesced where the row is contiguous — combine in shared memory, and then the same workgroup
-//! writes the row. Computing a row's statistics once per element instead (what these kernels
-//! replaced) costs O(row²) per row: 6·10¹¹ operations for SmolLM2's 49,152-way loss gradient.
+//! Row kernels: softmax, its gradient, cross-entropy (whole, or per row for the GPU's
+//! `CrossEntropyRows`) and its gradient, and reductions. One workgroup owns one row (or one
+//! reduced output): its invocations stride over the row — coalesced where the row is
+//! contiguous — combine in shared memory, and then the same workgroup writes the row.
+//! Computing a row's statistics once per element instead (what these kernels replaced) costs
+//! O(row²) per row: 6·10¹¹ operations for SmolLM2's 49,152-way loss gradient.
 
 use super::{load, store, strides, KernelSource, Operand};
 
@@ -40,7 +41,9 @@ fn wg_min(lid: u32, v: f32) -> f32 {{
     return -wg_max(lid, -v);
 }}
 @compute @workgroup_size({width})
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+fn main(@builtin(workgroup_id) wg: vec3<u32>, \
+    @builtin(num_workgroups) grid: vec3<u32>, \
+    @builtin(local_invocation_index) lid: u32) {{
     let r = wg.x + (wg.y + wg.z * grid.y) * grid.x;
     if (r >= {rows}u) {{ return; }}
     {body}
@@ -66,7 +69,10 @@ fn rows_of(shape: &[usize], axis: usize) -> usize {
 
 /// `for t in this invocation's elements of the row { … }` with `e`, the element's index.
 fn each(len: usize, stride: usize, width: u32, body: &str) -> String {
-    format!("for (var t = lid; t < {len}u; t = t + {width}u) {{\n        let e = base + t * {stride}u;\n        {body}\n    }}")
+    format!(
+        "for (var t = lid; t < {len}u; t = t + {width}u) {{\n        \
+         let e = base + t * {stride}u;\n        {body}\n    }}"
+    )
 }
 
 /// `m`, the row's maximum of `value` (an expression of the element index `e`), and `s`, the
@@ -162,7 +168,8 @@ pub(super) fn cross_entropy(
     Ok(row_kernel(1, width, &body))
 }
 
-/// `Op::CrossEntropyRows`: one workgroup per row, storing the row's `m + log(s) − logit[target]`.
+/// `GpuOp::CrossEntropyRows`: one workgroup per row, storing the row's
+/// `m + log(s) − logit[target]`.
 pub(super) fn cross_entropy_rows(
     inputs: &[Operand],
     out: &Operand,

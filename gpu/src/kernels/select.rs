@@ -1,5 +1,4 @@
-//! Selection: concat, slice, gather and their derivatives, reduce derivatives, argmax, rope; attention
-//! is dispatched to its tiled kernels (`attention.rs`).
+//! Selection: concat, slice, gather and their derivatives, reduce derivatives, argmax, rope.
 //!
 //! Like the rest of the generator, one invocation computes one output element, so nothing here
 //! needs atomics: scatter-style derivatives (gather's) loop over every index position and keep
@@ -12,17 +11,16 @@
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
 use mgn_ir::op::{Op, ReduceOp};
-use mgn_ir::plan::Step;
 
-/// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax, Rope, Attention, AttentionStats and AttentionGrad.
+/// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax and Rope.
 pub fn generate(
-    step: &Step,
+    op: &Op,
     inputs: &[Operand],
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let need = |k: usize| super::need_inputs(step, inputs, k);
-    match &step.op {
+    let need = |k: usize| super::need_inputs(op, inputs, k);
+    match op {
         Op::Concat { axis } => {
             need(1)?;
             concat(*axis, inputs, out, width)
@@ -54,9 +52,6 @@ pub fn generate(
         Op::Rope { theta, offset, inverse } => {
             need(1)?;
             rope(*theta, *offset, *inverse, &inputs[0], out, width)
-        }
-        Op::Attention { .. } | Op::AttentionStats { .. } | Op::AttentionGrad { .. } => {
-            super::attention::generate(step, inputs, out, width)
         }
         other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
     }
@@ -267,7 +262,9 @@ fn gather_grad_rows(
 var<workgroup> hits: array<u32, {width}>;
 var<workgroup> any: u32;
 @compute @workgroup_size({width})
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+fn main(@builtin(workgroup_id) wg: vec3<u32>, \
+    @builtin(num_workgroups) grid: vec3<u32>, \
+    @builtin(local_invocation_index) lid: u32) {{
     let id = wg.x + (wg.y + wg.z * grid.y) * grid.x;
     if (id >= {rows}u) {{ return; }}
     let row = id / {blocks}u;
@@ -307,7 +304,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
                     acc = acc + f32({dyv});
                 }}
             }}
-            // Cleared before the barrier that ends the block: the next block's matches set it after.
+            // Cleared before the barrier that ends the block: the next block's matches set \
+               it after.
             if (lid == 0u) {{ any = 0u; }}
             workgroupBarrier();
         }}

@@ -1,12 +1,13 @@
 //! Binding call arguments to a builtin's parameters, and typed access to them for the rules.
 
 use super::Builtin;
-use crate::elab::eval::{as_f64, ArgVal, Evaluator, R};
+use crate::elab::eval::{as_f64, bind_args, plural, ArgVal, Evaluator, R};
 use crate::elab::value::Value;
 use crate::front::did_you_mean;
 use crate::graph::{fmt_type, NodeId, Op};
 use mgn_ir::shape;
 use mgn_ir::DType;
+use mgn_syntax::ast::Ident;
 use mgn_syntax::{Diagnostic, Span};
 use std::rc::Rc;
 
@@ -18,74 +19,25 @@ pub struct Args {
 
 pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Span) -> R<Value> {
     let names: Vec<&str> = b.params.iter().map(|p| p.trim_end_matches('?')).collect();
-    let mut vals: Vec<Option<(Value, Span)>> = vec![None; names.len()];
-    let mut positional = 0;
-    let mut named_seen = false;
-    for a in args {
-        let slot = match &a.name {
-            None if named_seen => {
-                return Err(Diagnostic::error(
-                    "E0401",
-                    "a positional argument follows a named one",
-                    a.span,
-                    "positional argument",
-                )
-                .with_help("give positional arguments first, then named ones"));
-            }
-            None => {
-                if positional >= names.len() {
-                    return Err(Diagnostic::error(
-                        "E0401",
-                        format!(
-                            "`{}` takes at most {} argument{}",
-                            b.name,
-                            names.len(),
-                            crate::elab::eval::plural(names.len())
-                        ),
-                        a.span,
-                        "unexpected argument",
-                    )
-                    .with_note(signature(b)));
-                }
-                positional += 1;
-                positional - 1
-            }
-            Some(n) => {
-                named_seen = true;
-                match names.iter().position(|p| *p == n.name) {
-                    Some(i) => {
-                        if vals[i].is_some() {
-                            return Err(Diagnostic::error(
-                                "E0401",
-                                format!("argument `{}` is given twice", n.name),
-                                n.span,
-                                "given again here",
-                            ));
-                        }
-                        i
-                    }
-                    None => {
-                        let mut d = Diagnostic::error(
-                            "E0401",
-                            format!("`{}` has no parameter named `{}`", b.name, n.name),
-                            n.span,
-                            "unknown parameter",
-                        );
-                        d = match did_you_mean(&n.name, names.iter().copied()) {
-                            Some(h) => d.with_help(h),
-                            None => d.with_note(signature(b)),
-                        };
-                        return Err(d);
-                    }
-                }
-            }
-        };
-        // An absent optional field passed to an optional parameter counts as not given.
-        if matches!(a.value, Value::Absent { .. }) && b.params[slot].ends_with('?') {
-            continue;
+    let too_many = |a: &ArgVal| {
+        let n = names.len();
+        let msg = format!("`{}` takes at most {n} argument{}", b.name, plural(n));
+        Diagnostic::error("E0401", msg, a.span, "unexpected argument").with_note(signature(b))
+    };
+    let unknown = |n: &Ident| {
+        let msg = format!("`{}` has no parameter named `{}`", b.name, n.name);
+        let d = Diagnostic::error("E0401", msg, n.span, "unknown parameter");
+        match did_you_mean(&n.name, names.iter().copied()) {
+            Some(h) => d.with_help(h),
+            None => d.with_note(signature(b)),
         }
-        vals[slot] = Some((a.value, a.span));
-    }
+    };
+    let slots = bind_args(&names, args, too_many, unknown)?;
+    // An absent optional field passed to an optional parameter counts as not given.
+    let vals: Vec<Option<(Value, Span)>> = (slots.into_iter().zip(b.params))
+        .map(|(a, p)| a.filter(|a| !(matches!(a.value, Value::Absent { .. }) && p.ends_with('?'))))
+        .map(|a| a.map(|a| (a.value, a.span)))
+        .collect();
     for (i, p) in b.params.iter().enumerate() {
         if !p.ends_with('?') && vals[i].is_none() {
             return Err(Diagnostic::error(
@@ -292,6 +244,10 @@ pub(super) fn vector_of(
     Ok(Some(t))
 }
 
+/// Adds the node a builtin computed, after the IR's typing rule for its op agrees with the
+/// type the builtin gave it: the builtin's checks explain a mistake in the user's words, the
+/// rule (`mgn_ir::infer`, shared with the validator and the backends) is the one definition of
+/// what the op produces, and a disagreement is a compiler bug reported at this call.
 pub(super) fn node(
     ev: &mut Evaluator,
     op: Op,
@@ -300,7 +256,28 @@ pub(super) fn node(
     shape: Vec<usize>,
     span: Span,
 ) -> R<Value> {
-    ev.add(op, inputs, dtype, shape, span).map(Value::Tensor)
+    checked(ev, op, inputs, dtype, shape, span).map(Value::Tensor)
+}
+
+/// [`node`], returning the node itself.
+pub fn checked(
+    ev: &mut Evaluator,
+    op: Op,
+    inputs: Vec<NodeId>,
+    dtype: DType,
+    shape: Vec<usize>,
+    span: Span,
+) -> R<NodeId> {
+    let types: Vec<(DType, &[usize])> = inputs.iter().map(|&x| ev.ty(x)).collect();
+    if let Err(e) = mgn_ir::infer::check(&op, &types, (dtype, &shape)) {
+        return Err(Diagnostic::error(
+            "E0999",
+            format!("internal error: `{}` typed against the IR's rule: {e}", op.describe()),
+            span,
+            "while elaborating this call",
+        ));
+    }
+    ev.add(op, inputs, dtype, shape, span)
 }
 
 pub(super) fn tuple_of(vals: Vec<Value>) -> Value {

@@ -17,8 +17,14 @@ pub(super) fn attention(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let (sq, sk, sv) = (sq.to_vec(), ev.ty(k).1.to_vec(), ev.ty(v).1.to_vec());
     for (t, s, name) in [(q, qs, "q"), (k, ks, "k"), (v, vs, "v")] {
         if ev.ty(t).1.len() < 3 {
-            return Err(Diagnostic::error("E0206", format!("`attention` needs `{name}` as [..B, heads, T, D], found {}", ev.type_str(t)), s, "too few axes")
-                .with_help("split the model dimension into heads first, e.g. with `split_heads` from std.attention"));
+            let msg = format!(
+                "`attention` needs `{name}` as [..B, heads, T, D], found {}",
+                ev.type_str(t)
+            );
+            return Err(Diagnostic::error("E0206", msg, s, "too few axes").with_help(
+                "split the model dimension into heads first, e.g. with `split_heads` from \
+                 std.attention",
+            ));
         }
         if ev.ty(t).0 != d {
             return Err(Diagnostic::error(
@@ -85,9 +91,14 @@ pub(super) fn attention(ev: &mut Evaluator, a: &Args) -> R<Value> {
         .with_label(ks, format!("k is {}", fmt_type(d, &sk))));
     }
     if hq % hk != 0 {
-        return Err(mismatch(format!("`attention`: {hk} key/value heads cannot be shared among {hq} query heads"), ks, format!("k has {hk} heads"))
+        let msg =
+            format!("`attention`: {hk} key/value heads cannot be shared among {hq} query heads");
+        return Err(mismatch(msg, ks, format!("k has {hk} heads"))
             .with_label(qs, format!("q has {hq} heads"))
-            .with_help("with grouped KV heads the number of key/value heads must divide the number of query heads"));
+            .with_help(
+                "with grouped KV heads the number of key/value heads must divide the number of \
+                 query heads",
+            ));
     }
     let causal = a.bool_or(ev, "causal", false)?;
     let scale = a.number_or(ev, "scale", 1.0 / (dq as f64).sqrt())?;
@@ -98,8 +109,15 @@ pub(super) fn attention(ev: &mut Evaluator, a: &Args) -> R<Value> {
         let scores: Vec<usize> = batch.iter().copied().chain([hq, tq, tk]).collect();
         let fits = md == d && shape::broadcast(msh, &scores).is_ok_and(|b| b == scores);
         if !fits {
-            return Err(Diagnostic::error("E0203", format!("`attention` mask {} does not broadcast to the scores {}", ev.type_str(m), fmt_type(d, &scores)), ms, "mask shape")
-                .with_help("an additive mask of shape [B, 1, 1, Tk] (0 to keep, a large negative number to drop) fits every head and query"));
+            let msg = format!(
+                "`attention` mask {} does not broadcast to the scores {}",
+                ev.type_str(m),
+                fmt_type(d, &scores)
+            );
+            return Err(Diagnostic::error("E0203", msg, ms, "mask shape").with_help(
+                "an additive mask of shape [B, 1, 1, Tk] (0 to keep, a large negative number to \
+                 drop) fits every head and query",
+            ));
         }
         inputs.push(m);
     }
@@ -142,7 +160,12 @@ pub(super) fn softmax_cross_entropy(ev: &mut Evaluator, a: &Args) -> R<Value> {
     if sl.is_empty() || st.as_slice() != &sl[..sl.len() - 1] {
         let want =
             if sl.is_empty() { "[..N]".to_string() } else { format!("{:?}", &sl[..sl.len() - 1]) };
-        return Err(Diagnostic::error("E0203", format!("cross-entropy targets must have the logits' shape without the class axis, {want}, found {}", ev.type_str(t)), ts, format!("this is {}", ev.type_str(t)))
+        let msg = format!(
+            "cross-entropy targets must have the logits' shape without the class axis, {want}, \
+             found {}",
+            ev.type_str(t)
+        );
+        return Err(Diagnostic::error("E0203", msg, ts, format!("this is {}", ev.type_str(t)))
             .with_label(ls, format!("logits are {}", fmt_type(d, &sl))));
     }
     node(ev, Op::SoftmaxCrossEntropy, vec![l, t], d, vec![], a.span)

@@ -70,7 +70,11 @@ pub(super) fn conv(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
     let groups = a.int_or(ev, "groups", 1)?;
     let (cin, cout) = (sx[1], sw[0]);
     if groups < 1 || cin % groups as usize != 0 || cout % groups as usize != 0 {
-        return Err(Diagnostic::error("E0203", format!("`groups = {groups}` must divide both the input channels ({cin}) and the output channels ({cout})"), a.span_of("groups"), "does not divide"));
+        let msg = format!(
+            "`groups = {groups}` must divide both the input channels ({cin}) and the output \
+             channels ({cout})"
+        );
+        return Err(Diagnostic::error("E0203", msg, a.span_of("groups"), "does not divide"));
     }
     let groups = groups as usize;
     if sw[1] * groups != cin {
@@ -105,8 +109,17 @@ pub(super) fn conv(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
         match shape::window_out(sx[2 + i], k, stride[i], padding[i], dilation[i]) {
             Some(o) => out.push(o),
             None => {
-                return Err(Diagnostic::error("E0203", format!("`{}` kernel of size {k} (dilation {}) does not fit spatial axis {} of size {} with padding {}", a.name(), dilation[i], i + 2, sx[2 + i], padding[i]), a.span, "output would be empty")
-                    .with_label(xs, format!("this is {}", fmt_type(d, &sx))))
+                let msg = format!(
+                    "`{}` kernel of size {k} (dilation {}) does not fit spatial axis {} of size {} \
+                     with padding {}",
+                    a.name(),
+                    dilation[i],
+                    i + 2,
+                    sx[2 + i],
+                    padding[i]
+                );
+                return Err(Diagnostic::error("E0203", msg, a.span, "output would be empty")
+                    .with_label(xs, format!("this is {}", fmt_type(d, &sx))));
             }
         }
     }

@@ -9,7 +9,9 @@ use mgn_syntax::{Diagnostic, Span};
 
 // ---- pointwise --------------------------------------------------------------------------
 
-pub(super) fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp, scalar: fn(f64) -> f64) -> R<Value> {
+/// A point-wise function: folded at compile time on a number (with `mgn_ir::pointwise`, the
+/// same definition the CPU backend runs), a node on a tensor.
+pub(super) fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp) -> R<Value> {
     match a.get("x") {
         Some((Value::Int(i), s)) if matches!(op, UnaryOp::Abs) => {
             i.checked_abs().map(Value::Int).ok_or_else(|| {
@@ -17,7 +19,8 @@ pub(super) fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp, scalar: fn(f64) -
             })
         }
         Some((Value::Int(_) | Value::Float(_), _)) => {
-            crate::elab::eval::finite(a.span, Value::Float(scalar(a.number(ev, "x")?)))
+            let x = a.number(ev, "x")?;
+            crate::elab::eval::finite(a.span, Value::Float(mgn_ir::pointwise::unary(op, x)))
         }
         _ => {
             let (t, _) = float_tensor(ev, a, "x")?;
@@ -103,9 +106,11 @@ pub fn elementwise(
     let operand = |ev: &mut Evaluator, v: &Value, s: Span| -> R<NodeId> {
         match v {
             Value::Tensor(t) => Ok(*t),
-            Value::Int(i) => ev.add(Op::Constant { value: *i as f64 }, vec![], dtype, vec![], s),
+            Value::Int(i) => {
+                checked(ev, Op::Constant { value: *i as f64 }, vec![], dtype, vec![], s)
+            }
             Value::Float(f) if dtype.is_float() => {
-                ev.add(Op::Constant { value: *f }, vec![], dtype, vec![], s)
+                checked(ev, Op::Constant { value: *f }, vec![], dtype, vec![], s)
             }
             Value::Float(_) => Err(Diagnostic::error(
                 "E0202",
@@ -113,7 +118,7 @@ pub fn elementwise(
                 s,
                 "a float",
             )
-            .with_help(format!("convert the tensor with `cast(x, f32)` first"))),
+            .with_help("convert the tensor with `cast(x, f32)` first")),
             other => Err(Diagnostic::error(
                 "E0201",
                 format!("`{sym}` cannot combine a tensor with {}", ev.describe(other)),
@@ -147,14 +152,25 @@ pub fn elementwise(
     }
     let (sa, sb) = (sa.to_vec(), sb.to_vec());
     match shape::broadcast(&sa, &sb) {
-        Ok(out) => ev.add(Op::Binary(op), vec![a, b], da, out, span),
+        Ok(out) => checked(ev, Op::Binary(op), vec![a, b], da, out, span),
         Err(axis) => {
             let rank = sa.len().max(sb.len());
             let pick =
                 |s: &[usize]| if axis + s.len() >= rank { s[axis + s.len() - rank] } else { 1 };
-            let d = Diagnostic::error("E0203", format!("cannot broadcast {} with {} in `{sym}`", fmt_type(da, &sa), fmt_type(db, &sb)), r.1, format!("this is {}", fmt_type(db, &sb)))
+            let msg = format!(
+                "cannot broadcast {} with {} in `{sym}`",
+                fmt_type(da, &sa),
+                fmt_type(db, &sb)
+            );
+            let d = Diagnostic::error("E0203", msg, r.1, format!("this is {}", fmt_type(db, &sb)))
                 .with_label(l.1, format!("this is {}", fmt_type(da, &sa)))
-                .with_note(format!("sizes {} and {} differ at axis {} of the result; broadcast sizes must be equal or 1", pick(&sa), pick(&sb), axis));
+                .with_note(format!(
+                    "sizes {} and {} differ at axis {} of the result; broadcast sizes must be \
+                     equal or 1",
+                    pick(&sa),
+                    pick(&sb),
+                    axis
+                ));
             let d = ev.origin_label(d, l.0, l.1, "the left side was");
             Err(ev.origin_label(d, r.0, r.1, "the right side was"))
         }
@@ -201,16 +217,25 @@ pub fn matmul(ev: &mut Evaluator, l: (&Value, Span), r: (&Value, Span), span: Sp
         .with_help("convert with `cast(x, f32)`"));
     }
     match shape::matmul(&sa, &sb) {
-        Ok(out) => ev.add(Op::MatMul, vec![a, b], da, out, span),
+        Ok(out) => checked(ev, Op::MatMul, vec![a, b], da, out, span),
         Err(e) => {
             let (msg, note) = match e {
-                shape::MatmulError::Scalar => ("`@` needs tensors with at least one axis".to_string(), None),
+                shape::MatmulError::Scalar => {
+                    ("`@` needs tensors with at least one axis".to_string(), None)
+                }
                 shape::MatmulError::Inner { k_left, k_right } => (
                     format!("cannot multiply {} by {}", fmt_type(da, &sa), fmt_type(db, &sb)),
-                    Some(format!("the last axis of the left side ({k_left}) must equal the second-to-last axis of the right side ({k_right})")),
+                    Some(format!(
+                        "the last axis of the left side ({k_left}) must equal the second-to-last \
+                         axis of the right side ({k_right})"
+                    )),
                 ),
                 shape::MatmulError::Batch { axis } => (
-                    format!("the batch axes of {} and {} do not broadcast", fmt_type(da, &sa), fmt_type(db, &sb)),
+                    format!(
+                        "the batch axes of {} and {} do not broadcast",
+                        fmt_type(da, &sa),
+                        fmt_type(db, &sb)
+                    ),
                     Some(format!("batch axis {axis} differs; batch sizes must be equal or 1")),
                 ),
             };
@@ -230,8 +255,4 @@ pub fn matmul(ev: &mut Evaluator, l: (&Value, Span), r: (&Value, Span), span: Sp
             Err(ev.origin_label(d, r.0, r.1, "the right side was"))
         }
     }
-}
-
-pub(super) fn erf(x: f64) -> f64 {
-    libm::erf(x)
 }

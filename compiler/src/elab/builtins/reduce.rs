@@ -206,8 +206,11 @@ pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
         vector_of(ev, a, name, c, d, &why)?;
         let is_buffer = ev.graph.param_of(r).is_some_and(|p| !p.trainable);
         if !is_buffer {
-            let mut dg = Diagnostic::error("E0203", format!("`{name}` of `batch_norm` must be a `buffer` field"), rs, "not a buffer")
-                .with_help("declare it as `buffer f32[C] init zeros` (ones for the variance): running statistics are state, not trained");
+            let msg = format!("`{name}` of `batch_norm` must be a `buffer` field");
+            let mut dg = Diagnostic::error("E0203", msg, rs, "not a buffer").with_help(
+                "declare it as `buffer f32[C] init zeros` (ones for the variance): running \
+                 statistics are state, not trained",
+            );
             if let Some(p) = ev.graph.param_of(r) {
                 dg = dg.with_label(p.span, "declared as a trainable `param` here");
             }

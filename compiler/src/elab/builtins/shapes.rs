@@ -1,4 +1,5 @@
-//! Builtins that move or select elements: transpose, permute, reshape, concat, split, slice, gather.
+//! Builtins that move or select elements: transpose, permute, reshape, concat, split, slice,
+//! gather.
 
 use super::args::*;
 use crate::elab::eval::{Evaluator, R};
@@ -15,7 +16,7 @@ pub fn swap_axes(ev: &mut Evaluator, t: NodeId, i: usize, j: usize, span: Span) 
     let mut perm: Vec<usize> = (0..s.len()).collect();
     perm.swap(i, j);
     let out: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
-    ev.add(Op::Permute { perm }, vec![t], d, out, span)
+    checked(ev, Op::Permute { perm }, vec![t], d, out, span)
 }
 
 pub(super) fn transpose(ev: &mut Evaluator, a: &Args) -> R<Value> {
@@ -112,7 +113,7 @@ pub(super) fn reshape(ev: &mut Evaluator, a: &Args) -> R<Value> {
         ));
     };
     if let Some(i) = infer {
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(Diagnostic::error(
                 "E0203",
                 format!("cannot reshape {} ({total} elements) to {:?}", fmt_type(d, &s), dims),
@@ -225,7 +226,12 @@ pub(super) fn concat(ev: &mut Evaluator, a: &Args) -> R<Value> {
         if !ok {
             return Err(Diagnostic::error(
                 "E0203",
-                format!("`concat` along axis {axis} needs equal dtypes and equal sizes on every other axis, but tensor 0 is {} and tensor {i} is {}", fmt_type(d0, &s0), fmt_type(d, s)),
+                format!(
+                    "`concat` along axis {axis} needs equal dtypes and equal sizes on every other \
+                     axis, but tensor 0 is {} and tensor {i} is {}",
+                    fmt_type(d0, &s0),
+                    fmt_type(d, s)
+                ),
                 span,
                 "in this list",
             ));

@@ -1,21 +1,17 @@
-//! The GPU session's rewrite of layer- and RMS-norm weight derivatives: `Σ_rows dy·x̂` per
-//! column becomes a `NormWeightGradPartial` step (the sum per chunk of rows) and a `Reduce` sum
-//! over the chunks. A layer norm's bias derivative, `Σ_rows dy`, becomes a plain `Reduce` (a
-//! workgroup per column) for the same reason.
+//! Layer- and RMS-norm weight derivatives spread over rows: `Σ_rows dy·x̂` per column becomes
+//! a `NormWeightGradPartial` step (the sum per chunk of rows) and a `Reduce` sum over the
+//! chunks. A layer norm's bias derivative, `Σ_rows dy`, becomes a plain `Reduce` (a workgroup
+//! per column) for the same reason.
 //!
 //! Done in one step, a workgroup owns a block of 32 columns and walks every row, recomputing the
 //! row's statistics for each block: at Whisper's 1,500 rows × 384 columns that is 12 workgroups
-//! on a GPU with 132 SMs, each computing 1,500 rows' statistics in sequence (3.6 ms of its 32.9 ms
-//! backward on the H200). Split, each chunk's workgroup computes its rows' statistics once for
-//! all columns, and there are as many workgroups as chunks (about two per SM of an H200); the
-//! sum over chunks is a short column reduction.
-//!
-//! Compiled plans never contain `NormWeightGradPartial`, and the CPU runs them unchanged; the
-//! rewritten step keeps its index in the map the session uses for dropout masks.
+//! on a GPU with 132 SMs, each computing 1,500 rows' statistics in sequence (3.6 ms of its
+//! 32.9 ms backward on the H200). Split, each chunk's workgroup computes its rows' statistics
+//! once for all columns, and there are as many workgroups as chunks (about two per SM of an
+//! H200); the sum over chunks is a short column reduction.
 
-use super::rewrite::{split_steps, Split};
+use crate::program::{GpuOp, Program};
 use mgn_ir::op::{GradPart, Op, ReduceOp};
-use mgn_ir::plan::Plan;
 use mgn_ir::DType;
 
 /// Rows per chunk at least this many (a chunk's statistics cost a few barriers per row); plans
@@ -29,28 +25,29 @@ fn chunk_for(rows: usize) -> Option<usize> {
     (rows > MIN_CHUNK).then(|| rows.div_ceil(CHUNKS).max(MIN_CHUNK))
 }
 
-/// `plan` with every splittable norm weight derivative split, and for each new step the index of
-/// the step of `plan` it computes (`u32::MAX` for an inserted partial step). A plan without
-/// them comes back unchanged with the identity map.
-pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
-    let n = plan.steps.len();
-    let mut splits: Vec<Option<Split>> = (0..n).map(|_| None).collect();
-    // A layer norm's bias derivative becomes a plain sum of dy over rows in place.
-    let mut plan = std::borrow::Cow::Borrowed(plan);
-    for i in 0..n {
-        let s = &plan.steps[i];
+/// Splits every norm weight derivative over more than `MIN_CHUNK` rows, and turns every such
+/// layer-norm bias derivative into a column sum.
+pub(super) fn split_norm_weight_grads(program: &mut Program) {
+    for id in program.order().to_vec() {
+        let s = program.step(id);
         let (eps, center) = match s.op {
-            Op::LayerNormGrad { eps, part: GradPart::Weight, has_weight: true, .. } => (eps, true),
-            Op::RmsNormGrad { eps, part: GradPart::Weight, has_weight: true } => (eps, false),
-            Op::LayerNormGrad { part: GradPart::Bias, has_bias: true, .. } => (0.0, false),
+            GpuOp::Plan(Op::LayerNormGrad {
+                eps,
+                part: GradPart::Weight,
+                has_weight: true,
+                ..
+            }) => (eps, true),
+            GpuOp::Plan(Op::RmsNormGrad { eps, part: GradPart::Weight, has_weight: true }) => {
+                (eps, false)
+            }
+            GpuOp::Plan(Op::LayerNormGrad { part: GradPart::Bias, has_bias: true, .. }) => {
+                (0.0, false)
+            }
             _ => continue,
         };
         // Malformed steps are left for the kernel generator to report.
         let (Some(&x), Some(&dy)) = (s.inputs.first(), s.inputs.last()) else { continue };
-        let (Some(xs), Some(dys)) = (plan.steps.get(x as usize), plan.steps.get(dy as usize))
-        else {
-            continue;
-        };
+        let (Some(xs), Some(dys)) = (program.get(x), program.get(dy)) else { continue };
         let Some(&d) = xs.shape.last() else { continue };
         if xs.shape != dys.shape
             || s.shape != [d]
@@ -62,36 +59,34 @@ pub fn split_norm_weight_grads(plan: &Plan) -> (Plan, Vec<u32>) {
         }
         let rows = xs.shape.iter().product::<usize>() / d;
         let Some(chunk) = chunk_for(rows) else { continue };
-        if matches!(s.op, Op::LayerNormGrad { part: GradPart::Bias, .. }) {
+        if matches!(s.op, GpuOp::Plan(Op::LayerNormGrad { part: GradPart::Bias, .. })) {
             // Σ dy over every axis but the last: a reduction with a workgroup per column.
-            let rank = dys.shape.len();
-            let step = &mut plan.to_mut().steps[i];
-            step.op =
-                Op::Reduce { op: ReduceOp::Sum, axes: (0..rank - 1).collect(), keepdim: false };
+            let axes = (0..dys.shape.len() - 1).collect();
+            let step = program.step_mut(id);
+            step.op = GpuOp::Plan(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: false });
             step.inputs = vec![dy];
         } else {
-            let op = Op::NormWeightGradPartial { eps, center, chunk };
-            splits[i] = Some(Split {
-                op,
-                inputs: vec![x, dy],
-                shape: vec![rows.div_ceil(chunk), d],
-                then: Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false },
-            });
+            let partial = GpuOp::NormWeightGradPartial { eps, center, chunk };
+            let sum = Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false };
+            program.split(id, partial, vec![x, dy], vec![rows.div_ceil(chunk), d], sum.into());
         }
     }
-    if splits.iter().all(Option::is_none) {
-        return (plan.into_owned(), (0..n as u32).collect());
-    }
-    split_steps(&plan, splits)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::program::{GpuPlan, StepId};
     use crate::test_util::{step, values};
     use mgn_ir::op::{BinaryOp, UnaryOp};
-    use mgn_ir::plan::Mode;
+    use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
+
+    fn split(p: &Plan) -> GpuPlan {
+        let mut program = Program::new(p);
+        split_norm_weight_grads(&mut program);
+        program.to_gpu_plan()
+    }
 
     /// A layer norm's three derivatives and an RMS norm's weight derivative over 37 rows of 70
     /// (chunks of 8, the last one short), a layer norm over too few rows to split, and a reader
@@ -175,47 +170,45 @@ mod tests {
     #[test]
     fn weight_derivatives_over_many_rows_split_into_chunks_and_a_sum() {
         let p = plan();
-        let (q, original) = split_norm_weight_grads(&p);
+        let q = split(&p);
         q.validate().expect("a valid plan");
         assert_eq!(q.steps.len(), p.steps.len() + 2);
-        let bias = original.iter().position(|&o| o == 6).expect("the bias derivative is kept");
-        assert_eq!(
-            q.steps[bias].op,
-            Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }
-        );
+        let sum = GpuOp::Plan(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false });
+        let bias = q.position(StepId(6)).expect("the bias derivative is kept");
+        assert_eq!(q.steps[bias].op, sum);
         assert_eq!(q.steps[bias].inputs, [3], "dy");
         let partials: Vec<usize> = (0..q.steps.len())
-            .filter(|&i| matches!(q.steps[i].op, Op::NormWeightGradPartial { .. }))
+            .filter(|&i| matches!(q.steps[i].op, GpuOp::NormWeightGradPartial { .. }))
             .collect();
         assert_eq!(
             partials.len(),
             2,
             "the layer norm's and the RMS norm's weight derivatives; not the 4-row one"
         );
-        for &i in &partials {
+        for (&i, made_for) in partials.iter().zip([5, 7]) {
             assert_eq!(q.steps[i].shape, [5, 70], "37 rows in chunks of 8");
-            assert_eq!(original[i], u32::MAX);
+            assert_eq!((q.ids[i].0 >= 11, q.origins[i]), (true, StepId(made_for)));
             let reader = &q.steps[i + 1];
-            assert_eq!(reader.op, Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false });
+            assert_eq!((reader.op.clone(), q.ids[i + 1]), (sum.clone(), StepId(made_for)));
             assert_eq!(reader.inputs, [i as u32]);
         }
         assert_eq!(
             q.steps[partials[0]].op,
-            Op::NormWeightGradPartial { eps: 1e-5, center: true, chunk: 8 }
+            GpuOp::NormWeightGradPartial { eps: 1e-5, center: true, chunk: 8 }
         );
         assert_eq!(
             q.steps[partials[1]].op,
-            Op::NormWeightGradPartial { eps: 1e-6, center: false, chunk: 8 }
+            GpuOp::NormWeightGradPartial { eps: 1e-6, center: false, chunk: 8 }
         );
-        // Every step of the original plan is still computed, under its original index.
-        let kept: Vec<u32> = original.iter().copied().filter(|&o| o != u32::MAX).collect();
+        // Every step of the compiled plan is still computed, under its own number.
+        let kept: Vec<u32> = q.ids.iter().map(|id| id.0).filter(|&id| id < 11).collect();
         assert_eq!(kept, (0..p.steps.len() as u32).collect::<Vec<_>>());
     }
 
     #[test]
     fn the_split_plan_computes_what_the_plan_does_on_the_cpu() {
         let p = plan();
-        let (q, _) = split_norm_weight_grads(&p);
+        let q = split(&p);
         let given = [
             (
                 "x",
@@ -230,7 +223,7 @@ mod tests {
         ];
         let given: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (*n, t)).collect();
         let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
-        let got = crate::test_util::run_on_cpu_plan(&q, &[], &given);
+        let got = crate::test_util::run_reference(&q, &[], &given);
         for ((name, a), (_, b)) in want.outputs.iter().zip(&got.outputs) {
             let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
             for (x, y) in a.iter().zip(&b) {

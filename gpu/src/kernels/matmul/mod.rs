@@ -1,5 +1,6 @@
-//! Matrix products (`Op::MatMul`): batched, broadcasting leading batch axes and promoting 1-D
-//! operands as torch.matmul does, in f32.
+//! Matrix products (`Op::MatMul`, and `GpuOp::MatMulEpilogue` with its element-wise epilogue):
+//! batched, broadcasting leading batch axes and promoting 1-D operands as torch.matmul does, in
+//! f32.
 //!
 //! Three kernels, picked by shape when the plan is compiled:
 //! - `tiled`: the general case. One workgroup per output tile; the tile's A and B panels pass
@@ -16,7 +17,12 @@
 //! `invocations / width` workgroups (folded into y and z past 65535); workgroups past the end
 //! return at once, all together, before any barrier.
 
+#[cfg(test)]
+mod tests;
+mod tiled;
+
 use super::{load, store, strides, KernelSource, Operand};
+use tiled::tiled;
 
 /// About as many workgroups as it takes to fill a large GPU (two per SM of a 132-SM H200):
 /// below this, the generators trade work per invocation for more workgroups.
@@ -42,7 +48,8 @@ struct Geometry {
     bt: bool,
     /// The output is stored transposed, `[n, m]` (only for the swapped decode product).
     ot: bool,
-    /// Results go through `mgn_epilogue(i, value)` (an `Op::MatMulEpilogue`), which stores them.
+    /// Results go through `mgn_epilogue(i, value)` (a `GpuOp::MatMulEpilogue`), which stores
+    /// them.
     epilogue: bool,
 }
 
@@ -257,7 +264,9 @@ fn entry(shared: &str, width: usize, groups: usize, body: &str) -> KernelSource 
     KernelSource {
         body: format!(
             "{shared}@compute @workgroup_size({width})
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+fn main(@builtin(workgroup_id) wg: vec3<u32>, \
+    @builtin(num_workgroups) grid: vec3<u32>, \
+    @builtin(local_invocation_index) t: u32) {{
     let g = wg.x + (wg.y + wg.z * grid.y) * grid.x;
     if (g >= {groups}u) {{ return; }}
     {body}
@@ -327,7 +336,11 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     let per_batch = m.div_ceil(rows);
     let groups = per_batch * batches;
     let mut body = String::new();
-    body.push_str(&format!("let batch = g / {per_batch}u;\n    let row = (g % {per_batch}u) * {rows}u + t / {lanes}u;\n    let lane = t % {lanes}u;\n    "));
+    body.push_str(&format!(
+        "let batch = g / {per_batch}u;\n    \
+        let row = (g % {per_batch}u) * {rows}u + t / {lanes}u;\n    \
+        let lane = t % {lanes}u;\n    "
+    ));
     body.push_str(&g.bases());
     body.push('\n');
     for j in 0..n {
@@ -392,7 +405,11 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     let per_batch = n.div_ceil(cols);
     let groups = per_batch * batches;
     let mut body = String::new();
-    body.push_str(&format!("let batch = g / {per_batch}u;\n    let col = (g % {per_batch}u) * {cols}u + t % {cols}u;\n    let lane = t / {cols}u;\n    "));
+    body.push_str(&format!(
+        "let batch = g / {per_batch}u;\n    \
+        let col = (g % {per_batch}u) * {cols}u + t % {cols}u;\n    \
+        let lane = t / {cols}u;\n    "
+    ));
     body.push_str(&g.bases());
     body.push('\n');
     for i in 0..m {
@@ -434,289 +451,4 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str("    }");
     entry(&shared, width, groups, &body)
-}
-
-/// The tiled kernel. Invocations form a `tx_n × ty_n` grid; invocation (tx, ty) owns the
-/// output rows `i4 * ty_n * 4 + ty * 4 + 0..4` and columns `j4 * tx_n * 4 + tx * 4 + 0..4` of the
-/// tile, so that its reads from shared memory are whole vec4s and neighbouring invocations
-/// read neighbouring vec4s (no bank conflicts).
-fn tiled(g: &Geometry, width: usize) -> KernelSource {
-    let (m, k, n) = (g.m, g.k, g.n);
-    let batches = g.batches();
-    let tx_n = 1usize << (width.trailing_zeros().div_ceil(2));
-    let ty_n = width / tx_n;
-    // 8×8 outputs per invocation when that still gives enough tiles, else 4×4.
-    let big = (m.div_ceil(ty_n * 8) * n.div_ceil(tx_n * 8) * batches) as u64 >= FILL;
-    let (tm, tn) = if big { (8, 8) } else { (4, 4) };
-    let (bm, bn) = (ty_n * tm, tx_n * tn);
-    let (tiles_m, tiles_n) = (m.div_ceil(bm), n.div_ceil(bn));
-    let per_batch = tiles_m * tiles_n;
-    let groups = per_batch * batches;
-    let kt = k.div_ceil(BK);
-    // A's panel is stored transposed (k-major) so invocations read their rows as vec4s; 4
-    // padding floats per k row spread the transposing stores over every bank.
-    let sa = (bm + 4) / 4;
-    let sb = bn / 4;
-    let shared = format!(
-        "var<workgroup> mm_a: array<vec4<f32>, {}>;\nvar<workgroup> mm_b: array<vec4<f32>, {}>;\n",
-        BK * sa,
-        BK * sb
-    );
-    let (edge_m, edge_n, edge_k) = (m % bm != 0, n % bn != 0, k % BK != 0);
-    let mut s = String::new();
-    let mut line = |x: String| {
-        s.push_str("    ");
-        s.push_str(&x);
-        s.push('\n');
-    };
-    line(format!("let batch = g / {per_batch}u;"));
-    line(format!("let tile = g % {per_batch}u;"));
-    line(format!("let m0 = (tile / {tiles_n}u) * {bm}u;"));
-    line(format!("let n0 = (tile % {tiles_n}u) * {bn}u;"));
-    for l in g.bases().lines() {
-        line(l.trim().to_string());
-    }
-    line(format!("let tx = t % {tx_n}u;"));
-    line(format!("let ty = t / {tx_n}u;"));
-    // Which panel elements this invocation moves: element e of A's bm×BK panel is (e / BK,
-    // e % BK) and of B's BK×bn panel (e / bn, e % bn), so consecutive invocations read
-    // consecutive words of a row of A or of B.
-    let slots = |size: usize| (size.div_ceil(width), size % width != 0);
-    let (pa, partial_a) = slots(bm * BK);
-    let (pb, partial_b) = slots(BK * bn);
-    for p in 0..pa {
-        line(format!("let ae{p} = t + {}u;", p * width));
-        line(format!("let ar{p} = ae{p} / {BK}u;"));
-        line(format!("let ak{p} = ae{p} % {BK}u;"));
-        line(format!("let ag{p} = abase + (m0 + ar{p}) * {k}u + ak{p};"));
-        line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
-        line(format!("let ac{p} = ar{p} % 4u;"));
-        line(format!("var ra{p} = 0.0;"));
-    }
-    for p in 0..pb {
-        line(format!("let be{p} = t + {}u;", p * width));
-        if g.bt {
-            // B is stored [n, k]: consecutive invocations walk k within a column, which is
-            // contiguous there, as A's panel walks k within a row.
-            line(format!("let bk{p} = be{p} % {BK}u;"));
-            line(format!("let bc{p} = be{p} / {BK}u;"));
-            line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k}u + bk{p};"));
-        } else {
-            line(format!("let bk{p} = be{p} / {bn}u;"));
-            line(format!("let bc{p} = be{p} % {bn}u;"));
-            line(format!("let bg{p} = bbase + bk{p} * {n}u + n0 + bc{p};"));
-        }
-        line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
-        line(format!("let bq{p} = bc{p} % 4u;"));
-        line(format!("var rb{p} = 0.0;"));
-    }
-    // Loads of the panels at depth k0 into registers, zero past the matrices' edges.
-    let fetch = |k0: &str| {
-        let mut f = String::new();
-        let guarded = |conds: Vec<String>, target: String, value: String| {
-            if conds.is_empty() {
-                format!("        {target} = {value};\n")
-            } else {
-                format!(
-                    "        {target} = 0.0;\n        if ({}) {{ {target} = {value}; }}\n",
-                    conds.join(" && ")
-                )
-            }
-        };
-        for p in 0..pa {
-            let mut c = Vec::new();
-            if partial_a {
-                c.push(format!("ae{p} < {}u", bm * BK));
-            }
-            if edge_m {
-                c.push(format!("m0 + ar{p} < {m}u"));
-            }
-            if edge_k {
-                c.push(format!("{k0} + ak{p} < {k}u"));
-            }
-            f.push_str(&guarded(c, format!("ra{p}"), load(&g.a, &format!("ag{p} + {k0}"))));
-        }
-        for p in 0..pb {
-            let mut c = Vec::new();
-            if partial_b {
-                c.push(format!("be{p} < {}u", BK * bn));
-            }
-            if edge_n {
-                c.push(format!("n0 + bc{p} < {n}u"));
-            }
-            if edge_k {
-                c.push(format!("{k0} + bk{p} < {k}u"));
-            }
-            let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}u") };
-            f.push_str(&guarded(c, format!("rb{p}"), load(&g.b, &at)));
-        }
-        f
-    };
-    for i in 0..tm {
-        for j4 in 0..tn / 4 {
-            line(format!("var c{i}_{j4} = vec4<f32>(0.0);"));
-        }
-    }
-    let mut s = s;
-    if kt > 0 {
-        s.push_str("    {\n");
-        s.push_str(&fetch("0u"));
-        s.push_str("    }\n");
-    }
-    s.push_str(&format!("    for (var kt = 0u; kt < {kt}u; kt = kt + 1u) {{\n"));
-    // Everyone has finished reading the previous panels before they are overwritten.
-    s.push_str("        workgroupBarrier();\n");
-    for p in 0..pa {
-        let st = format!("mm_a[as{p}][ac{p}] = ra{p};");
-        s.push_str(&if partial_a {
-            format!("        if (ae{p} < {}u) {{ {st} }}\n", bm * BK)
-        } else {
-            format!("        {st}\n")
-        });
-    }
-    for p in 0..pb {
-        let st = format!("mm_b[bs{p}][bq{p}] = rb{p};");
-        s.push_str(&if partial_b {
-            format!("        if (be{p} < {}u) {{ {st} }}\n", BK * bn)
-        } else {
-            format!("        {st}\n")
-        });
-    }
-    s.push_str("        workgroupBarrier();\n");
-    // The next panels' loads are in flight while this one is multiplied.
-    s.push_str(&format!("        if (kt + 1u < {kt}u) {{\n        let k1 = (kt + 1u) * {BK}u;\n"));
-    s.push_str(&fetch("k1"));
-    s.push_str("        }\n");
-    for kk in 0..BK {
-        for i4 in 0..tm / 4 {
-            s.push_str(&format!("        let a{kk}_{i4} = mm_a[{}u + ty];\n", kk * sa + i4 * ty_n));
-        }
-        for j4 in 0..tn / 4 {
-            s.push_str(&format!("        let b{kk}_{j4} = mm_b[{}u + tx];\n", kk * sb + j4 * tx_n));
-        }
-        for i in 0..tm {
-            let comp = ["x", "y", "z", "w"][i % 4];
-            for j4 in 0..tn / 4 {
-                s.push_str(&format!(
-                    "        c{i}_{j4} = c{i}_{j4} + a{kk}_{}.{comp} * b{kk}_{j4};\n",
-                    i / 4
-                ));
-            }
-        }
-    }
-    s.push_str("    }\n");
-    // Row i of the register block is tile row (i / 4) * ty_n * 4 + ty * 4 + i % 4.
-    s.push_str("    let r0 = m0 + ty * 4u;\n    let q0 = n0 + tx * 4u;\n");
-    for i in 0..tm {
-        let dr = (i / 4) * ty_n * 4 + i % 4;
-        let mut row = String::new();
-        for j4 in 0..tn / 4 {
-            for (jj, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                let dc = j4 * tx_n * 4 + jj;
-                let st = g.store(&format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
-                if edge_n {
-                    row.push_str(&format!("        if (q0 + {dc}u < {n}u) {{ {st} }}\n"));
-                } else {
-                    row.push_str(&format!("        {st}\n"));
-                }
-            }
-        }
-        let cond = if edge_m { format!("r0 + {dr}u < {m}u") } else { "true".into() };
-        s.push_str(&format!("    if ({cond}) {{\n        let orow = obase + (r0 + {dr}u) * {n}u + q0;\n{row}    }}\n"));
-    }
-    entry(&shared, width, groups, s.trim_start())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use mgn_ir::DType;
-
-    fn operand(offset: usize, shape: &[usize]) -> Operand {
-        Operand::at(offset, shape, DType::F32)
-    }
-
-    /// naga's verdict on a kernel, as `kernels::check_plan` gives it (bindings assigned).
-    fn validate(body: &str) -> Result<(), String> {
-        let full = format!("{}{body}", crate::device::PRELUDE);
-        let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
-        for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
-            if g.binding.is_none()
-                && matches!(
-                    g.space,
-                    naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform
-                )
-            {
-                g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
-            }
-        }
-        naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::default(),
-        )
-        .validate(&m)
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
-    }
-
-    /// Bytes of workgroup memory the kernel declares.
-    fn shared_bytes(body: &str) -> usize {
-        body.lines()
-            .filter(|l| l.starts_with("var<workgroup>"))
-            .map(|l| {
-                let count: usize =
-                    l.rsplit(", ").next().unwrap().trim_end_matches(">;").parse().unwrap();
-                count * if l.contains("vec4<f32>") { 16 } else { 4 }
-            })
-            .sum()
-    }
-
-    #[test]
-    fn each_shape_takes_its_kernel_and_every_kernel_validates_within_the_floor() {
-        let cases: [(&[usize], &[usize], &[usize], &str); 9] = [
-            (&[130, 70], &[70, 129], &[130, 129], "mm_a"),
-            (&[4, 256, 512], &[512, 1024], &[4, 256, 1024], "mm_a"),
-            (&[2, 132, 9, 10], &[132, 10, 9], &[2, 132, 9, 9], "mm_a"),
-            (&[1, 576], &[576, 1536], &[1, 1536], "let col"),
-            (&[576], &[576, 49152], &[49152], "let col"),
-            (&[3, 1, 7], &[7, 20], &[3, 1, 20], "let col"),
-            (&[50, 300], &[300], &[50], "let row"),
-            (&[300], &[300], &[], "let row"),
-            (&[2, 3, 5, 7], &[2, 1, 7, 2], &[2, 3, 5, 2], "let row"),
-        ];
-        for width in [64, 128, 256] {
-            for (a, b, out, marker) in cases {
-                let what = format!("{a:?} × {b:?} at width {width}");
-                let src = generate(
-                    &[operand(3, a), operand(100_000, b)],
-                    &operand(7_000_000, out),
-                    width,
-                )
-                .unwrap();
-                assert!(src.body.contains(marker), "{what}: expected the kernel with `{marker}`");
-                assert!(src.body.contains(&format!("@workgroup_size({width})")), "{what}");
-                assert_eq!(src.invocations % width as u64, 0, "{what}");
-                assert!(
-                    src.body.contains(&format!(
-                        "if (g >= {}u) {{ return; }}",
-                        src.invocations / width as u64
-                    )),
-                    "{what}"
-                );
-                assert!(
-                    shared_bytes(&src.body) <= 16 * 1024,
-                    "{what}: {} bytes of shared memory",
-                    shared_bytes(&src.body)
-                );
-                validate(&src.body).unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
-            }
-        }
-    }
-
-    #[test]
-    fn integer_and_scalar_operands_are_refused() {
-        let ints = Operand { dtype: DType::I32, ..operand(0, &[2, 2]) };
-        assert!(generate(&[ints.clone(), ints.clone()], &ints, 256).is_err());
-        assert!(generate(&[operand(0, &[]), operand(1, &[3])], &operand(4, &[3]), 256).is_err());
-    }
 }

@@ -1,22 +1,25 @@
-//! Element-wise fusion, a GPU session rewrite: a float element-wise step (unary, binary, unary
-//! derivative, power) whose only reader is another element-wise step of the same shape is
-//! computed inside that reader's kernel instead of by a dispatch of its own, so the chain runs
-//! as one `Op::Fused` step — one dispatch, and its intermediate values never touch memory.
+//! Element-wise fusion: a float element-wise step (unary, binary, unary derivative, power) whose
+//! only reader is another element-wise step of the same shape is computed inside that reader's
+//! kernel instead of by a dispatch of its own, so the chain runs as one `GpuOp::Fused` step —
+//! one dispatch, and its intermediate values never touch memory.
 //!
 //! Same shape matters: the reader's output element `i` then needs exactly element `i` of the
 //! fused step, and the fused step's own inputs broadcast to the reader's shape as they did to
 //! its own. A step that is a result (output, loss, gradient) or is read twice by different steps
 //! keeps its own dispatch. A matrix product whose only reader is such a chain becomes the head
-//! of it (`Op::MatMulEpilogue`): the chain — a bias, a residual, an activation — runs on each
-//! result as the matmul kernel stores it. The CPU backend never sees fused plans; its kernels
-//! are the reference the fused kernels are tested against.
+//! of it (`GpuOp::MatMulEpilogue`): the chain — a bias, a residual, an activation — runs on each
+//! result as the matmul kernel stores it.
+//!
+//! The decisions need the program's def-use in execution order, so fusion reads a dense
+//! snapshot of the program ([`GpuPlan`]); its edits go back to the program by step id.
 
-use mgn_ir::op::{Elem, Op};
-use mgn_ir::plan::{Plan, Step};
+use crate::program::{Elem, GpuOp, GpuPlan, Program, Step, StepId};
+use mgn_ir::analysis::DefUse;
+use mgn_ir::op::Op;
 
 /// The node a fusable step contributes, given the nodes of its inputs.
-fn node(op: &Op, args: &[u32]) -> Option<Elem> {
-    Some(match (op, args) {
+fn node(op: &GpuOp, args: &[u32]) -> Option<Elem> {
+    Some(match (op.plan_op()?, args) {
         (Op::Unary(u), [a]) => Elem::Unary(*u, *a),
         (Op::UnaryGrad(u), [a, b]) => Elem::UnaryGrad(*u, *a, *b),
         (Op::Binary(o), [a, b]) => Elem::Binary(*o, *a, *b),
@@ -25,171 +28,199 @@ fn node(op: &Op, args: &[u32]) -> Option<Elem> {
     })
 }
 
-fn fusable(s: &Step) -> bool {
+fn fusable(s: &Step<u32>) -> bool {
     s.dtype.is_float()
-        && matches!(s.op, Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. })
+        && matches!(
+            s.op.plan_op(),
+            Some(Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. })
+        )
 }
 
 /// Programs longer than this stay split: a kernel's registers and compile time grow with it.
 const MAX_NODES: usize = 48;
 
-/// `plan` with element-wise chains fused, and for each new step its index in `plan`.
-pub fn fuse_elementwise(plan: &Plan) -> (Plan, Vec<u32>) {
-    let n = plan.steps.len();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, s) in plan.steps.iter().enumerate() {
-        for &x in &s.inputs {
-            if readers[x as usize].last() != Some(&i) {
-                readers[x as usize].push(i);
+/// What fusion makes of one element-wise step: the values it reads (`leaves`, positions), its
+/// program over them, and the matrix product it absorbed (one of the leaves), if any.
+#[derive(Clone, Default)]
+struct Chain {
+    leaves: Vec<u32>,
+    program: Vec<Elem>,
+    head: Option<u32>,
+}
+
+impl Chain {
+    /// The node reading `x` as a leaf (the index of `x` among the leaves, added when new).
+    fn leaf(&mut self, x: u32) -> u32 {
+        let k = match self.leaves.iter().position(|&l| l == x) {
+            Some(k) => k,
+            None => {
+                self.leaves.push(x);
+                self.leaves.len() - 1
             }
-        }
+        };
+        self.push(Elem::Input(k as u32))
     }
-    let mut result = vec![false; n];
-    for v in plan
-        .outputs
-        .iter()
-        .map(|(_, v)| *v)
-        .chain(plan.loss)
-        .chain(plan.grads.iter().map(|(_, v)| *v))
-    {
-        result[v as usize] = true;
+
+    /// Appends `e`; its node index.
+    fn push(&mut self, e: Elem) -> u32 {
+        self.program.push(e);
+        self.program.len() as u32 - 1
     }
-    // Per fusable step: its leaves (values it reads), its program over them, and the matrix
-    // product it absorbed (one of the leaves), if any.
-    let mut programs: Vec<Option<(Vec<u32>, Vec<Elem>, Option<u32>)>> = vec![None; n];
-    let mut absorbed = vec![false; n];
-    let mut grew = vec![false; n];
-    for (i, s) in plan.steps.iter().enumerate() {
-        if !fusable(s) {
-            continue;
+
+    /// Appends `other`'s program, its leaves mapped to this chain's; the node of its result.
+    fn inline(&mut self, other: &Chain) -> u32 {
+        let base = self.program.len() as u32;
+        for e in &other.program {
+            let e = match e {
+                Elem::Input(k) => {
+                    self.leaf(other.leaves[*k as usize]);
+                    continue;
+                }
+                Elem::Unary(u, a) => Elem::Unary(*u, a + base),
+                Elem::UnaryGrad(u, a, b) => Elem::UnaryGrad(*u, a + base, b + base),
+                Elem::Binary(o, a, b) => Elem::Binary(*o, a + base, b + base),
+                Elem::Pow(e, a) => Elem::Pow(*e, a + base),
+            };
+            self.push(e);
         }
-        let mut leaves: Vec<u32> = Vec::new();
-        let mut prog: Vec<Elem> = Vec::new();
-        let mut head: Option<u32> = None;
+        self.program.len() as u32 - 1
+    }
+
+    /// The fused op and its inputs (positions). With a head, the product is input 0 of the
+    /// epilogue, the head's operands `a` and `b` come first, and the other leaves follow.
+    fn into_step(self, view: &GpuPlan) -> (GpuOp, Vec<u32>) {
+        let Some(mm) = self.head else {
+            return (GpuOp::Fused { program: self.program }, self.leaves);
+        };
+        let pos = self.leaves.iter().position(|&l| l == mm).expect("the head is a leaf") as u32;
+        let order = |k: u32| match k.cmp(&pos) {
+            std::cmp::Ordering::Equal => 0,
+            std::cmp::Ordering::Less => k + 1,
+            std::cmp::Ordering::Greater => k,
+        };
+        let program = self
+            .program
+            .into_iter()
+            .map(|e| if let Elem::Input(k) = e { Elem::Input(order(k)) } else { e })
+            .collect();
+        let mut inputs = view.steps[mm as usize].inputs.clone();
+        inputs.extend(self.leaves.iter().filter(|&&l| l != mm));
+        (GpuOp::MatMulEpilogue { program }, inputs)
+    }
+}
+
+/// Fusion's state over a snapshot of the program, by position.
+struct Fusion<'a> {
+    view: &'a GpuPlan,
+    def_use: DefUse,
+    /// Per fusable step: its chain so far.
+    chains: Vec<Option<Chain>>,
+    /// Steps computed inside their reader's chain (removed from the program).
+    absorbed: Vec<bool>,
+    /// Steps whose chain absorbed another step (their op becomes the chain).
+    grew: Vec<bool>,
+}
+
+impl Fusion<'_> {
+    /// The chain of the fusable step `i`, over its inputs' chains.
+    fn chain(&mut self, i: usize) -> Chain {
+        let view = self.view;
+        let s = &view.steps[i];
+        let mut c = Chain::default();
         let mut args = Vec::with_capacity(s.inputs.len());
         // An input read twice (x · x) is inlined once and its node reused.
         let mut done: Vec<(u32, u32)> = Vec::new();
         for &x in &s.inputs {
-            if let Some(&(_, node)) = done.iter().find(|(v, _)| *v == x) {
-                args.push(node);
-                continue;
-            }
-            let xs = &plan.steps[x as usize];
-            let only_reader =
-                readers[x as usize] == [i] && !result[x as usize] && xs.shape == s.shape;
-            if only_reader && head.is_none() && matches!(xs.op, Op::MatMul) && xs.dtype.is_float() {
-                head = Some(x);
-                absorbed[x as usize] = true;
-                grew[i] = true;
-                prog.push(Elem::Input(leaf(&mut leaves, x)));
-                let at = prog.len() as u32 - 1;
-                done.push((x, at));
-                args.push(at);
-                continue;
-            }
-            let inline = programs[x as usize].as_ref().filter(|(_, p, h)| {
-                only_reader && prog.len() + p.len() < MAX_NODES && !(h.is_some() && head.is_some())
-            });
-            let at = match inline {
-                Some((xl, xp, xh)) => {
-                    if xh.is_some() {
-                        head = *xh;
-                    }
-                    let base = prog.len() as u32;
-                    for e in xp {
-                        prog.push(match e {
-                            Elem::Input(k) => Elem::Input(leaf(&mut leaves, xl[*k as usize])),
-                            Elem::Unary(u, a) => Elem::Unary(*u, a + base),
-                            Elem::UnaryGrad(u, a, b) => Elem::UnaryGrad(*u, a + base, b + base),
-                            Elem::Binary(o, a, b) => Elem::Binary(*o, a + base, b + base),
-                            Elem::Pow(e, a) => Elem::Pow(*e, a + base),
-                        });
-                    }
-                    absorbed[x as usize] = true;
-                    grew[i] = true;
-                    prog.len() as u32 - 1
-                }
-                None => {
-                    prog.push(Elem::Input(leaf(&mut leaves, x)));
-                    prog.len() as u32 - 1
-                }
+            let at = match done.iter().find(|(v, _)| *v == x) {
+                Some(&(_, node)) => node,
+                None => self.input_node(i, x, &mut c),
             };
             done.push((x, at));
             args.push(at);
         }
-        prog.push(node(&s.op, &args).expect("fusable steps have a node"));
-        programs[i] = Some((leaves, prog, head));
+        c.push(node(&s.op, &args).expect("fusable steps have a node"));
+        c
     }
 
-    let mut steps = Vec::with_capacity(n);
-    let mut original = Vec::with_capacity(n);
-    let mut new_of = vec![u32::MAX; n];
-    for (i, s) in plan.steps.iter().enumerate() {
-        if absorbed[i] {
-            continue;
+    /// The node of `c` holding input `x` of step `i`: when `i` is `x`'s only reader and has its
+    /// shape, a matrix product becomes the chain's head and an element-wise chain is inlined;
+    /// anything else is a leaf.
+    fn input_node(&mut self, i: usize, x: u32, c: &mut Chain) -> u32 {
+        let (xi, view) = (x as usize, self.view);
+        let xs = &view.steps[xi];
+        let only_reader =
+            self.def_use.only_reader(xi) == Some(i) && xs.shape == view.steps[i].shape;
+        if only_reader
+            && c.head.is_none()
+            && xs.op == GpuOp::Plan(Op::MatMul)
+            && xs.dtype.is_float()
+        {
+            c.head = Some(x);
+            (self.absorbed[xi], self.grew[i]) = (true, true);
+            return c.leaf(x);
         }
-        let renumber =
-            |x: u32| new_of.get(x as usize).copied().filter(|&v| v != u32::MAX).unwrap_or(x);
-        let mut step = s.clone();
-        match (&programs[i], grew[i]) {
-            (Some((leaves, prog, Some(mm))), true) => {
-                // The product is input 0 of the epilogue; the other leaves follow a and b.
-                let pos = leaves.iter().position(|l| l == mm).expect("the head is a leaf") as u32;
-                let order = |k: u32| {
-                    if k == pos {
-                        0
-                    } else if k < pos {
-                        k + 1
-                    } else {
-                        k
-                    }
-                };
-                let program = prog
-                    .iter()
-                    .map(
-                        |e| if let Elem::Input(k) = e { Elem::Input(order(*k)) } else { e.clone() },
-                    )
-                    .collect();
-                step.op = Op::MatMulEpilogue { program };
-                step.inputs =
-                    plan.steps[*mm as usize].inputs.iter().map(|&x| renumber(x)).collect();
-                step.inputs.extend(leaves.iter().filter(|l| *l != mm).map(|&x| renumber(x)));
-            }
-            (Some((leaves, prog, None)), true) => {
-                step.op = Op::Fused { program: prog.clone() };
-                step.inputs = leaves.iter().map(|&x| renumber(x)).collect();
-            }
-            _ => step.inputs = s.inputs.iter().map(|&x| renumber(x)).collect(),
+        let inline = self.chains[xi].as_ref().filter(|xc| {
+            only_reader
+                && c.program.len() + xc.program.len() < MAX_NODES
+                && !(xc.head.is_some() && c.head.is_some())
+        });
+        let Some(xc) = inline else { return c.leaf(x) };
+        if xc.head.is_some() {
+            c.head = xc.head;
         }
-        if let Op::DropoutGrad { forward, .. } = &mut step.op {
-            *forward = renumber(*forward);
-        }
-        new_of[i] = steps.len() as u32;
-        steps.push(step);
-        original.push(i as u32);
+        let at = c.inline(xc);
+        (self.absorbed[xi], self.grew[i]) = (true, true);
+        at
     }
-    (plan.with_steps(steps, |v| new_of.get(v as usize).copied().unwrap_or(v)), original)
 }
 
-/// The index of `x` among `leaves`, added when new.
-fn leaf(leaves: &mut Vec<u32>, x: u32) -> u32 {
-    match leaves.iter().position(|&l| l == x) {
-        Some(k) => k as u32,
-        None => {
-            leaves.push(x);
-            leaves.len() as u32 - 1
+/// Fuses every element-wise chain of `program` (see the module header).
+pub(super) fn fuse_elementwise(program: &mut Program) {
+    let view = program.to_gpu_plan();
+    let n = view.steps.len();
+    let mut f = Fusion {
+        view: &view,
+        def_use: DefUse::of(&view),
+        chains: vec![None; n],
+        absorbed: vec![false; n],
+        grew: vec![false; n],
+    };
+    for i in 0..n {
+        if fusable(&view.steps[i]) {
+            f.chains[i] = Some(f.chain(i));
         }
     }
+    let id = |pos: u32| view.ids[pos as usize];
+    for (i, chain) in f.chains.into_iter().enumerate() {
+        let Some(chain) = chain.filter(|_| f.grew[i] && !f.absorbed[i]) else { continue };
+        let (op, inputs) = chain.into_step(&view);
+        let step = program.step_mut(view.ids[i]);
+        step.op = op;
+        step.inputs = inputs.into_iter().map(id).collect();
+    }
+    let absorbed: Vec<StepId> = (0..n).filter(|&i| f.absorbed[i]).map(|i| view.ids[i]).collect();
+    program.remove(&absorbed);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::run_reference;
     use crate::test_util::step;
     use mgn_ir::op::{BinaryOp, UnaryOp};
-    use mgn_ir::plan::Mode;
+    use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
     use mgn_ir::DType;
+
+    fn fused(p: &Plan) -> GpuPlan {
+        let mut program = Program::new(p);
+        fuse_elementwise(&mut program);
+        program.to_gpu_plan()
+    }
+
+    fn ids(g: &GpuPlan) -> Vec<u32> {
+        g.ids.iter().map(|id| id.0).collect()
+    }
 
     /// x → a = relu(x) → b = a · w (w broadcast from [4]) → c = b + b → y = exp(c);
     /// z = neg(a) makes a a value with two readers; y and z are the outputs.
@@ -217,30 +248,30 @@ mod tests {
     #[test]
     fn chains_fuse_and_shared_or_reshaped_values_stay() {
         let p = plan();
-        let (f, original) = fuse_elementwise(&p);
+        let f = fused(&p);
         f.validate().expect("a valid plan");
         // b and c fuse into y; z fuses into u; a stays (two readers), and so does w² (another
         // shape than its reader).
-        assert_eq!(original, vec![0, 1, 2, 5, 7, 8]);
-        let Op::Fused { program } = &f.steps[3].op else { panic!("{:?}", f.steps[3].op) };
+        assert_eq!(ids(&f), vec![0, 1, 2, 5, 7, 8]);
+        let GpuOp::Fused { program } = &f.steps[3].op else { panic!("{:?}", f.steps[3].op) };
         assert_eq!(f.steps[3].inputs, vec![2, 1], "y reads a and w");
         assert_eq!(program.len(), 5, "a, w, b, c (reading b twice), exp: {program:?}");
         assert_eq!(f.outputs, vec![("y".into(), 3), ("u".into(), 5)]);
-        let Op::Fused { program } = &f.steps[5].op else { panic!("{:?}", f.steps[5].op) };
+        let GpuOp::Fused { program } = &f.steps[5].op else { panic!("{:?}", f.steps[5].op) };
         assert_eq!(f.steps[5].inputs, vec![2, 4], "u reads a and w²");
         assert_eq!(program.len(), 4, "{program:?}");
-        assert!(matches!(f.steps[4].op, Op::Pow { .. }));
+        assert!(matches!(f.steps[4].op, GpuOp::Plan(Op::Pow { .. })));
     }
 
     #[test]
     fn the_fused_plan_computes_what_the_plan_does_on_the_cpu() {
         let p = plan();
-        let (f, _) = fuse_elementwise(&p);
+        let f = fused(&p);
         let x = Tensor::f32(vec![3, 4], (0..12).map(|i| i as f32 * 0.3 - 1.5).collect());
         let w = Tensor::f32(vec![4], vec![0.5, -1.0, 2.0, 0.25]);
         let given = [("x", &x), ("w", &w)];
         let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
-        let got = crate::test_util::run_on_cpu_plan(&f, &[], &given);
+        let got = run_reference(&f, &[], &given);
         for ((n, a), (_, b)) in got.outputs.iter().zip(&want.outputs) {
             assert_eq!(a.to_f64_vec(), b.to_f64_vec(), "{n}");
         }
@@ -248,8 +279,8 @@ mod tests {
 
     #[test]
     fn results_and_dropout_references_survive() {
-        // a feeds the output directly and a reader: it stays; a dropout derivative's forward
-        // index is renumbered past the removed step.
+        // a feeds the output directly and a reader: it stays; a dropout derivative still names
+        // its forward step by id, past the removed step.
         let f32 = DType::F32;
         let steps = vec![
             step(Op::Input { name: "x".into() }, vec![], f32, &[8]), // 0
@@ -265,12 +296,13 @@ mod tests {
             vec![("x".into(), 0)],
             vec![("t".into(), 1), ("y".into(), 5)],
         );
-        let (f, original) = fuse_elementwise(&p);
+        let f = fused(&p);
         f.validate().expect("a valid plan");
-        assert_eq!(original, vec![0, 1, 3, 4, 5]);
-        assert!(matches!(f.steps[1].op, Op::Unary(UnaryOp::Tanh)));
-        assert!(matches!(f.steps[2].op, Op::Fused { .. }));
-        assert_eq!(f.steps[4].op, Op::DropoutGrad { p: 0.5, forward: 3 });
+        assert_eq!(ids(&f), vec![0, 1, 3, 4, 5]);
+        assert_eq!(f.steps[1].op, GpuOp::Plan(Op::Unary(UnaryOp::Tanh)));
+        assert!(matches!(f.steps[2].op, GpuOp::Fused { .. }));
+        assert_eq!(f.steps[4].op, GpuOp::Plan(Op::DropoutGrad { p: 0.5, forward: 4 }));
+        assert_eq!(f.outputs, [("t".to_string(), 1), ("y".to_string(), 4)]);
     }
 
     #[test]
@@ -293,9 +325,9 @@ mod tests {
             outputs: vec![("o".into(), 6)],
             ..plan()
         };
-        assert!(
-            matches!(fuse_elementwise(&gelu).0.steps.last().map(|s| &s.op), Some(Op::Fused { program }) if program.iter().filter(|e| e.op().is_some()).count() == 5)
-        );
+        let last = fused(&gelu).steps.pop().expect("steps").op;
+        let GpuOp::Fused { program } = last else { panic!("{last:?}") };
+        assert_eq!(program.iter().filter(|e| e.op().is_some()).count(), 5, "{program:?}");
         let x = Tensor::f32(vec![7, 5], crate::test_util::values(35, 3));
         let y = Tensor::f32(vec![5], vec![0.5, -1.0, 2.0, 0.25, 1.5]);
         let w = Tensor::f32(vec![4], vec![0.5, -1.0, 2.0, 0.25]);
@@ -307,7 +339,7 @@ mod tests {
             let Some(mut gpu) = crate::test_util::open(p, &[]) else { return };
             let got = gpu.run(&given, 0).expect("runs on the GPU");
             for ((n, a), (_, b)) in got.outputs.iter().zip(&want.outputs) {
-                crate::test_util::assert_close(&Op::Fused { program: vec![] }, a, b, 1e-5);
+                crate::test_util::assert_close(&GpuOp::Fused { program: vec![] }, a, b, 1e-5);
                 assert_eq!(a.shape, b.shape, "{n}");
             }
         }
@@ -346,14 +378,11 @@ mod tests {
                 outputs: vec![("y".into(), 8)],
                 ..plan()
             };
-            let (fp, _) = fuse_elementwise(&p);
+            let fp = fused(&p);
             fp.validate().expect("a valid plan");
-            let last = fp.steps.last().expect("steps");
-            assert!(
-                matches!(&last.op, Op::MatMulEpilogue { program } if program.iter().filter(|e| e.op().is_some()).count() == 3),
-                "{:?}",
-                last.op
-            );
+            let last = &fp.steps.last().expect("steps").op;
+            let GpuOp::MatMulEpilogue { program } = last else { panic!("{last:?}") };
+            assert_eq!(program.iter().filter(|e| e.op().is_some()).count(), 3, "{program:?}");
             assert_eq!(fp.steps.len(), 6, "a, w, wᵀ, bias, res and the fused step");
             let a = Tensor::f32(vec![m, k], crate::test_util::values(m * k, 1));
             let w = Tensor::f32(vec![n, k], crate::test_util::values(n * k, 2));
@@ -362,7 +391,7 @@ mod tests {
             let given = [("a", &a), ("bias", &bias), ("res", &res)];
             let params = std::slice::from_ref(&w);
             let want = crate::test_util::run_on_cpu_plan(&p, params, &given).outputs.remove(0).1;
-            let got = crate::test_util::run_on_cpu_plan(&fp, params, &given).outputs.remove(0).1;
+            let got = run_reference(&fp, params, &given).outputs.remove(0).1;
             crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
             let Some(mut gpu) = crate::test_util::open(p, std::slice::from_ref(&w)) else {
                 return;

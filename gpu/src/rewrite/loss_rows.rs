@@ -1,53 +1,42 @@
-//! The GPU session's rewrite of cross-entropy losses: `SoftmaxCrossEntropy` (the mean over rows of
+//! Cross-entropy losses spread over rows: `SoftmaxCrossEntropy` (the mean over rows of
 //! `logsumexp − logit[target]`) becomes `CrossEntropyRows` (one term per row, a workgroup each)
 //! and a `Reduce` mean.
 //!
 //! As one step the loss is one workgroup walking every row in turn — it has to, to sum them
 //! without atomics: SmolLM2's 128 rows of 49,152 logits took 4.0 ms of its 62.5 ms forward +
 //! backward on the H200, on one SM. Its derivative already runs a workgroup per row.
-//!
-//! Compiled plans never contain `CrossEntropyRows`, and the CPU runs them unchanged.
 
-use super::rewrite::{split_steps, Split};
+use crate::program::{GpuOp, Program};
 use mgn_ir::op::{Op, ReduceOp};
-use mgn_ir::plan::Plan;
 use mgn_ir::DType;
 
-/// `plan` with every cross-entropy loss over more than one row split, and for each new step the
-/// index of the step of `plan` it computes (`u32::MAX` for the inserted row terms).
-pub fn split_cross_entropy(plan: &Plan) -> (Plan, Vec<u32>) {
-    let splits: Vec<Option<Split>> = plan
-        .steps
-        .iter()
-        .map(|s| {
-            if s.op != Op::SoftmaxCrossEntropy
-                || s.inputs.len() != 2
-                || s.dtype != DType::F32
-                || !s.shape.is_empty()
-            {
-                return None;
-            }
-            let targets = plan.steps.get(s.inputs[1] as usize)?;
-            let rows: usize = targets.shape.iter().product();
-            (rows > 1).then(|| Split {
-                op: Op::CrossEntropyRows,
-                inputs: s.inputs.clone(),
-                shape: vec![rows],
-                then: Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false },
-            })
-        })
-        .collect();
-    if splits.iter().all(Option::is_none) {
-        return (plan.clone(), (0..plan.steps.len() as u32).collect());
+/// Splits every f32 cross-entropy loss over more than one row.
+pub(super) fn split_cross_entropy(program: &mut Program) {
+    for id in program.order().to_vec() {
+        let s = program.step(id);
+        if s.op != GpuOp::Plan(Op::SoftmaxCrossEntropy)
+            || s.inputs.len() != 2
+            || s.dtype != DType::F32
+            || !s.shape.is_empty()
+        {
+            continue;
+        }
+        let Some(targets) = program.get(s.inputs[1]) else { continue };
+        let rows: usize = targets.shape.iter().product();
+        if rows > 1 {
+            let mean = Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false };
+            let inputs = s.inputs.clone();
+            program.split(id, GpuOp::CrossEntropyRows, inputs, vec![rows], mean.into());
+        }
     }
-    split_steps(plan, splits)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::program::StepId;
     use crate::test_util::{check_on_both, step, values};
-    use mgn_ir::plan::Mode;
+    use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
 
     /// A loss over 2 × 3 rows of 7 classes read by an output, and one over a single row.
@@ -75,18 +64,23 @@ mod tests {
     #[test]
     fn losses_over_rows_become_row_terms_and_a_mean() {
         let p = plan();
-        let (q, original) = split_cross_entropy(&p);
+        let mut program = Program::new(&p);
+        split_cross_entropy(&mut program);
+        let q = program.to_gpu_plan();
         q.validate().expect("a valid plan");
         assert_eq!(q.steps.len(), p.steps.len() + 1, "the one-row loss stays");
-        assert_eq!(q.steps[2].op, Op::CrossEntropyRows);
+        assert_eq!(q.steps[2].op, GpuOp::CrossEntropyRows);
         assert_eq!(
             (q.steps[2].inputs.as_slice(), q.steps[2].shape.as_slice()),
             (&[0, 1][..], &[6][..])
         );
-        assert_eq!(q.steps[3].op, Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false });
+        let mean = Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false };
+        assert_eq!(q.steps[3].op, GpuOp::Plan(mean));
         assert_eq!(q.steps[3].inputs, [2]);
         assert_eq!(q.loss, Some(3));
-        assert_eq!(original, [0, 1, u32::MAX, 2, 3, 4, 5]);
+        let ids: Vec<u32> = q.ids.iter().map(|id| id.0).collect();
+        assert_eq!(ids, [0, 1, 6, 2, 3, 4, 5]);
+        assert_eq!(q.origins[2], StepId(2), "the row terms are made for the loss");
 
         let logits =
             Tensor::f32(vec![2, 3, 7], values(42, 9).into_iter().map(|v| 8.0 * v).collect());
@@ -98,7 +92,7 @@ mod tests {
         ];
         let given: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (*n, t)).collect();
         let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
-        let got = crate::test_util::run_on_cpu_plan(&q, &[], &given);
+        let got = crate::test_util::run_reference(&q, &[], &given);
         for ((n, a), (_, b)) in want.outputs.iter().zip(&got.outputs) {
             let (a, b) = (a.to_f64_vec()[0], b.to_f64_vec()[0]);
             assert!((a - b).abs() <= 1e-6 * (1.0 + a.abs()), "{n}: {a} vs {b}");
@@ -111,6 +105,6 @@ mod tests {
         let logits =
             Tensor::f32(vec![2, 3, 700], values(4200, 5).into_iter().map(|v| 40.0 * v).collect());
         let targets = Tensor::i32(vec![2, 3], vec![0, 699, 350, 7, 1, 698]);
-        check_on_both(&Op::CrossEntropyRows, &[logits, targets], DType::F32, &[6], 1e-5);
+        check_on_both(&GpuOp::CrossEntropyRows, &[logits, targets], DType::F32, &[6], 1e-5);
     }
 }

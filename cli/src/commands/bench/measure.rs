@@ -1,0 +1,235 @@
+//! Taking the measurements: timed calls with warm-up and progress, compiles, and sessions
+//! opened on the bench's backend (falling back to the CPU under `--backend auto`).
+
+use super::inputs::given;
+use super::results::Profiled;
+use super::BenchArgs;
+use crate::commands::plan::Engine;
+use crate::commands::report::{self, MessageFormat};
+use mgn_compiler::elab::Setting;
+use mgn_compiler::lower::PlanOptions;
+use mgn_ir::plan::Mode;
+use mgn_ir::tensor::Tensor;
+use mgn_runtime::session::{RunOutput, Session};
+use mgn_runtime::Plan;
+use std::cell::Cell;
+use std::time::Instant;
+
+/// Median and interquartile range of one measurement, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Timing {
+    pub median_ms: f64,
+    pub p25_ms: f64,
+    pub p75_ms: f64,
+    pub samples: usize,
+}
+
+impl Timing {
+    /// From durations in milliseconds (any order, at least one).
+    pub fn from_samples(mut ms: Vec<f64>) -> Timing {
+        ms.sort_by(f64::total_cmp);
+        Timing {
+            median_ms: quantile(&ms, 0.5),
+            p25_ms: quantile(&ms, 0.25),
+            p75_ms: quantile(&ms, 0.75),
+            samples: ms.len(),
+        }
+    }
+}
+
+/// The `q` quantile of sorted values, interpolating linearly between neighbours (NumPy's
+/// default).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// One bench run: its arguments, how it reports, and where its sessions run.
+pub(super) struct Bench<'a> {
+    pub(super) a: &'a BenchArgs,
+    pub(super) format: MessageFormat,
+    pub(super) progress: bool,
+    /// Where the sessions run; under `auto` it becomes `Engine::Cpu` when the first session
+    /// cannot use the GPU.
+    pub(super) engine: Cell<Engine>,
+    /// A session of this bench has run on the GPU (so falling back now would mix backends).
+    pub(super) used_gpu: Cell<bool>,
+}
+
+impl Bench<'_> {
+    /// `--warmup` untimed calls, then `--samples` calls timed one by one. What a call returns
+    /// is dropped after its clock stops.
+    pub(super) fn measure<T>(
+        &self,
+        what: &str,
+        mut call: impl FnMut() -> Result<T, String>,
+    ) -> Result<Timing, u8> {
+        let total = self.a.warmup + self.a.samples;
+        let mut ms = Vec::with_capacity(self.a.samples);
+        for i in 0..total {
+            if self.progress {
+                let (phase, n, of) = if i < self.a.warmup {
+                    ("warm-up", i + 1, self.a.warmup)
+                } else {
+                    ("sample", i + 1 - self.a.warmup, self.a.samples)
+                };
+                eprint!("\r\x1b[2K{what}: {phase} {n}/{of}");
+            }
+            let start = Instant::now();
+            let r = call();
+            let elapsed = start.elapsed().as_secs_f64() * 1e3;
+            let r = r.map_err(|e| self.fail(&format!("{what}: {e}")))?;
+            drop(r);
+            if i >= self.a.warmup {
+                ms.push(elapsed);
+            }
+        }
+        if self.progress {
+            eprint!("\r\x1b[2K");
+        }
+        Ok(Timing::from_samples(ms))
+    }
+
+    pub(super) fn fail(&self, msg: &str) -> u8 {
+        report::error(msg, self.format);
+        crate::commands::EXIT_ERRORS
+    }
+
+    /// Compiles the model, printing diagnostics when it does not build.
+    pub(super) fn compile(
+        &self,
+        settings: &[Setting],
+        opts: &PlanOptions,
+    ) -> Result<(mgn_compiler::Outcome, Plan), u8> {
+        let (outcome, plan) = mgn_compiler::driver::plan_path(
+            &self.a.file,
+            self.a.model.clone(),
+            settings.to_vec(),
+            opts,
+        )
+        .map_err(|e| self.fail(&e))?;
+        if !report::diagnostics(&outcome, self.format) {
+            return Err(crate::commands::EXIT_ERRORS);
+        }
+        Ok((outcome, plan.expect("a clean build lowers to a plan")))
+    }
+
+    /// The compile time from the .mgn text to a plan: check, elaborate, (autodiff,) lower. The
+    /// outcome and plan are dropped after the clock stops.
+    pub(super) fn measure_compile(
+        &self,
+        what: &str,
+        settings: &[Setting],
+        opts: &PlanOptions,
+    ) -> Result<Timing, u8> {
+        self.measure(what, || {
+            match mgn_compiler::driver::plan_path(
+                &self.a.file,
+                self.a.model.clone(),
+                settings.to_vec(),
+                opts,
+            )? {
+                (outcome, Some(plan)) => Ok((outcome, plan)),
+                (outcome, None) => Err(outcome
+                    .diagnostics
+                    .first()
+                    .map_or("does not build".into(), |d| d.message.clone())),
+            }
+        })
+    }
+
+    /// A session for `plan`, moved onto the GPU when the bench runs there; with it, the
+    /// device's name and the wall time (ms) `use_gpu` took. Under `--backend auto` a first
+    /// session the GPU cannot run sends the whole bench to the CPU (with a note); a later one
+    /// is an error, so that one report never mixes backends.
+    pub(super) fn open(
+        &self,
+        plan: Plan,
+        notes: &mut Vec<String>,
+    ) -> Result<(Session, Option<(String, f64)>), u8> {
+        let mut s = session(plan, self.a.seed);
+        let Engine::Gpu { forced } = self.engine.get() else { return Ok((s, None)) };
+        let start = Instant::now();
+        match s.use_gpu() {
+            Ok(name) => {
+                self.used_gpu.set(true);
+                Ok((s, Some((name, start.elapsed().as_secs_f64() * 1e3))))
+            }
+            Err(e) if forced || self.used_gpu.get() => Err(self.fail(&format!(
+                "the GPU cannot run the {} plan of `{}`: {e}",
+                mode_name(&s.plan),
+                s.plan.model
+            ))),
+            Err(e) => {
+                let w = format!(
+                    "measured on the CPU backend: the GPU cannot run `{}` ({e})",
+                    s.plan.model
+                );
+                if self.format == MessageFormat::Human {
+                    eprintln!("note: {w}");
+                }
+                notes.push(w);
+                self.engine.set(Engine::Cpu);
+                Ok((s, None))
+            }
+        }
+    }
+}
+
+/// A session with NaN checks off, so that the kernels are what is timed.
+fn session(plan: Plan, seed: u64) -> Session {
+    let mut s = Session::new(plan, seed);
+    s.check_numerics = false;
+    s
+}
+
+/// One timed run of every step: on the GPU the results stay on the device (what is timed is the
+/// submission and its wait); on the CPU they are collected, and dropped after the clock stops.
+pub(super) fn timed_run(
+    s: &mut Session,
+    inputs: &[(&str, &Tensor)],
+) -> Result<Option<RunOutput>, String> {
+    match s.on_gpu() {
+        true => s.run_resident(inputs).map(|()| None).map_err(|e| e.to_string()),
+        false => s.run(inputs).map(Some).map_err(|e| e.to_string()),
+    }
+}
+
+fn mode_name(plan: &Plan) -> &'static str {
+    match plan.mode {
+        Mode::Train => "training",
+        Mode::Infer => "inference",
+    }
+}
+
+/// One profiled run of `s` (GPU only).
+pub(super) fn profile_of(
+    s: &mut mgn_runtime::session::Session,
+    inputs: &[(String, Tensor)],
+) -> Option<Profiled> {
+    let ms = |t: std::time::Duration| t.as_secs_f64() * 1e3;
+    match s.profile(&given(inputs))? {
+        Ok(p) => Some(Profiled {
+            by_op: p.by_op.into_iter().map(|(k, n, t)| (k, n, ms(t))).collect(),
+            slowest: p.slowest.into_iter().map(|(k, t)| (k, ms(t))).collect(),
+        }),
+        Err(e) => {
+            eprintln!("warning: profiling failed: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_like_numpy() {
+        let t = Timing::from_samples(vec![4.0, 1.0, 3.0, 2.0]);
+        assert_eq!((t.p25_ms, t.median_ms, t.p75_ms, t.samples), (1.75, 2.5, 3.25, 4));
+        let one = Timing::from_samples(vec![7.0]);
+        assert_eq!((one.p25_ms, one.median_ms, one.p75_ms), (7.0, 7.0, 7.0));
+    }
+}

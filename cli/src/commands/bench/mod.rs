@@ -1,0 +1,322 @@
+//! `mgnc bench FILE [--set k=v]... [--backend …] [--warmup 5] [--samples 20] [--json]`: how
+//! long a model takes to compile, run forward (at its shape and at a one-sample, one-token
+//! shape), run forward + loss + backward, and take a training step; and how much memory its
+//! plans need (`mgn_gpu::memory`).
+//!
+//! Every measurement is `--warmup` untimed calls, then `--samples` calls each timed with the wall
+//! clock (`Instant`) around the one call; the report gives the median and the interquartile range
+//! (p25–p75, linear interpolation). Inputs are seeded random: floats N(0, 1), integers uniform
+//! below the bound `Plan::int_input_range` derives (the table an index reads, the class count a
+//! label picks from), {0, 1} where nothing bounds them (masks, flags). NaN checks are off, so the
+//! kernels are what is timed.
+//!
+//! On the GPU (`--backend vulkan`, or `auto` with a hardware GPU) the forward and the
+//! forward + loss + backward are timed with `Session::run_resident`: the clock runs around
+//! uploading the inputs, one submission and the wait for it, and the results stay on the device —
+//! what PyTorch's timings with `torch.cuda.synchronize()` around each call measure. The training
+//! step is `Session::train_step` as a user calls it, with whatever it moves between host and
+//! device. Setting a session up on the GPU (kernels, arena, parameter upload) is timed once per
+//! session and reported apart from the compile time.
+//!
+//! The parts: `inputs` makes the random inputs and the minimal-shape settings, `measure` times
+//! calls and opens the sessions, `results` holds what one run found, and `json` and `table`
+//! write it out.
+
+mod inputs;
+mod json;
+mod measure;
+mod results;
+mod table;
+
+use self::inputs::{describe, given, minimal_settings, random_inputs, BATCH_ARGS, SEQUENCE_ARGS};
+use self::measure::{profile_of, timed_run, Bench, Timing};
+use self::results::{
+    backend_name, optimizer_name, optimizer_state_bytes, Memory, Minimal, Profiled, Report, Setup,
+};
+use super::plan::{resolve_backend, Backend};
+use super::report::MessageFormat;
+use mgn_compiler::elab::Setting;
+use mgn_compiler::lower::PlanOptions;
+use mgn_ir::optim::OptimizerSpec;
+use mgn_runtime::Plan;
+use std::cell::Cell;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Fewer timed samples than this make the interquartile range too rough to compare.
+const MIN_SAMPLES: usize = 20;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// The model to measure (.mgn).
+    pub file: PathBuf,
+    /// Override a model argument, e.g. `--set T=128` (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub settings: Vec<Setting>,
+    /// Which model to measure when the file defines several.
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// Untimed calls before each measurement.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Timed calls per measurement; fewer than 20 is allowed with a warning.
+    #[arg(long, default_value_t = MIN_SAMPLES)]
+    pub samples: usize,
+    /// Seed of the random inputs and the initial parameters.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON object (on stdout) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// On the GPU, also time one run per op family with GPU timestamps (one pass per dispatch).
+    #[arg(long)]
+    pub profile: bool,
+}
+
+pub fn run(a: BenchArgs) -> u8 {
+    let format = if a.json { MessageFormat::Json } else { MessageFormat::Human };
+    if a.profile {
+        // GPU timestamps must be requested when the device opens.
+        std::env::set_var("MGN_PROFILE", "1");
+    }
+    let engine = match resolve_backend(a.backend, format) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let b = Bench {
+        a: &a,
+        format,
+        progress: !a.json && std::io::stderr().is_terminal(),
+        engine: Cell::new(engine),
+        used_gpu: Cell::new(false),
+    };
+    match bench(&b) {
+        Ok(r) => {
+            let text =
+                if a.json { format!("{}\n", json::to_json(&r, &a)) } else { table::table(&r, &a) };
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            0
+        }
+        Err(code) => code,
+    }
+}
+
+/// Everything one run measures, in order: the compile times, the forward at the model's shape,
+/// at the minimal shape, then forward + loss + backward and the training step.
+fn bench(b: &Bench) -> Result<Report, u8> {
+    let a = b.a;
+    let mut notes = check_args(b)?;
+    let infer = PlanOptions::infer();
+    let spec = OptimizerSpec::default();
+    let train = PlanOptions::train(&[], spec.clone());
+    let (outcome, plan) = b.compile(&a.settings, &infer)?;
+    let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
+    let train_plan = if has_loss { Some(b.compile(&a.settings, &train)?.1) } else { None };
+    let model = plan.model.clone();
+    let config = plan.config.clone();
+
+    let compile = b.measure_compile("compile (inference plan)", &a.settings, &infer)?;
+    let compile_train = match has_loss {
+        true => Some(b.measure_compile("compile (training plan)", &a.settings, &train)?),
+        false => None,
+    };
+
+    let (inputs, unbounded) = random_inputs(&plan, a.seed);
+    let memory = Memory::of(&plan);
+    let (mut s, gpu) = b.open(plan.clone(), &mut notes)?;
+    let device = match &gpu {
+        Some((name, _)) => name.clone(),
+        None => format!("CPU ({} threads)", mgn_cpu::threads()),
+    };
+    let mut setup = gpu.map(|(_, ms)| Setup { inference: ms, ..Setup::default() });
+    let forward = b.measure("forward", || timed_run(&mut s, &given(&inputs)))?;
+    let mut profile = Vec::new();
+    if a.profile {
+        profile.extend(profile_of(&mut s, &inputs).map(|p| ("forward", p)));
+    }
+    drop(s);
+
+    let (minimal, compile_minimal_ms) = measure_minimal(b, &plan, &infer, &mut setup, &mut notes)?;
+    let training = match train_plan {
+        Some(tp) => Some(measure_training(b, tp, &mut setup, &mut profile, &mut notes)?),
+        None => {
+            notes.push(format!(
+                "forward only: `{model}` has no loss, so there is no backward pass or training \
+                 step to measure"
+            ));
+            None
+        }
+    };
+    if !unbounded.is_empty() {
+        notes.push(format!(
+            "integer inputs that index nothing take 0 or 1: {}",
+            unbounded.join(", ")
+        ));
+    }
+    Ok(Report {
+        model,
+        config,
+        param_count: plan.params.iter().map(|p| p.numel() as u64).sum(),
+        backend: backend_name(b.engine.get()),
+        device,
+        optimizer: optimizer_name(&spec),
+        compile,
+        compile_train,
+        compile_minimal_ms,
+        setup,
+        forward,
+        minimal,
+        forward_backward: training.as_ref().map(|t| t.forward_backward),
+        train_step: training.as_ref().map(|t| t.train_step),
+        memory,
+        memory_train: training.as_ref().map(|t| (t.memory, t.optimizer_bytes)),
+        profile,
+        notes,
+    })
+}
+
+/// Refuses what cannot be measured; the notes that samples too few or a debug build warrant.
+fn check_args(b: &Bench) -> Result<Vec<String>, u8> {
+    let a = b.a;
+    if a.file.extension().is_some_and(|e| e == "mgnplan") {
+        return Err(
+            b.fail("`mgnc bench` measures compiling too: give the .mgn file, not a .mgnplan")
+        );
+    }
+    if a.samples == 0 {
+        return Err(b.fail("`--samples` must be at least 1"));
+    }
+    let mut notes = Vec::new();
+    if a.samples < MIN_SAMPLES {
+        let w = format!(
+            "{} sample{} per measurement, fewer than {MIN_SAMPLES}: the median and interquartile \
+             range are rough",
+            a.samples,
+            if a.samples == 1 { "" } else { "s" }
+        );
+        eprintln!("warning: {w}");
+        notes.push(w);
+    }
+    if cfg!(debug_assertions) {
+        notes.push(
+            "this mgnc is a debug build: its timings say little; build with \
+             `cargo build --release`"
+                .into(),
+        );
+    }
+    Ok(notes)
+}
+
+/// The forward at one sample and one token, when the model has arguments to shrink and is not
+/// there already: the settings, the timing and the plan's memory; and the one compile it took.
+fn measure_minimal(
+    b: &Bench,
+    plan: &Plan,
+    infer: &PlanOptions,
+    setup: &mut Option<Setup>,
+    notes: &mut Vec<String>,
+) -> Result<(Option<Minimal>, Option<f64>), u8> {
+    let a = b.a;
+    let shrink = minimal_settings(plan);
+    let already = shrink.iter().all(|m| plan.config.iter().any(|(k, v)| *k == m.name && v == "1"));
+    let mut compile_minimal_ms = None;
+    let minimal = if shrink.is_empty() {
+        notes.push(format!(
+            "no minimal-shape latency: the model has no argument named {}",
+            BATCH_ARGS
+                .iter()
+                .chain(&SEQUENCE_ARGS)
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        None
+    } else if already {
+        notes.push(format!(
+            "no separate minimal-shape latency: the model is already at {} (the forward \
+             measurement)",
+            describe(&shrink)
+        ));
+        None
+    } else {
+        let mut settings = a.settings.clone();
+        settings.retain(|s| !shrink.iter().any(|m| m.name == s.name));
+        settings.extend(shrink.iter().cloned());
+        let start = Instant::now();
+        let built = mgn_compiler::driver::plan_path(&a.file, a.model.clone(), settings, infer)
+            .map_err(|e| b.fail(&e))?;
+        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+        match built {
+            (_, Some(p)) => {
+                compile_minimal_ms = Some(compile_ms);
+                let (inputs, _) = random_inputs(&p, a.seed);
+                let mem = Memory::of(&p);
+                let (mut s, gpu) = b.open(p, notes)?;
+                if let (Some(st), Some((_, ms))) = (setup, gpu) {
+                    st.minimal = Some(ms);
+                }
+                let t = b.measure(&format!("forward at {}", describe(&shrink)), || {
+                    timed_run(&mut s, &given(&inputs))
+                })?;
+                Some((shrink, t, mem))
+            }
+            (outcome, None) => {
+                let why = outcome
+                    .diagnostics
+                    .first()
+                    .map_or_else(String::new, |d| format!(": {}", d.message));
+                notes.push(format!(
+                    "no minimal-shape latency: the model does not build at {}{why}",
+                    describe(&shrink)
+                ));
+                None
+            }
+        }
+    };
+    Ok((minimal, compile_minimal_ms))
+}
+
+/// What the training plan measures.
+struct Training {
+    forward_backward: Timing,
+    train_step: Timing,
+    memory: Memory,
+    optimizer_bytes: u64,
+}
+
+/// Forward + loss + backward and the training step on the training plan `tp`.
+fn measure_training(
+    b: &Bench,
+    tp: Plan,
+    setup: &mut Option<Setup>,
+    profile: &mut Vec<(&'static str, Profiled)>,
+    notes: &mut Vec<String>,
+) -> Result<Training, u8> {
+    let a = b.a;
+    let (inputs, _) = random_inputs(&tp, a.seed);
+    let memory = Memory::of(&tp);
+    let optimizer_bytes = optimizer_state_bytes(&tp);
+    let (mut s, gpu) = b.open(tp, notes)?;
+    if let (Some(st), Some((_, ms))) = (setup, gpu) {
+        st.training = Some(ms);
+    }
+    let forward_backward =
+        b.measure("forward + loss + backward", || timed_run(&mut s, &given(&inputs)))?;
+    if a.profile {
+        profile.extend(profile_of(&mut s, &inputs).map(|p| ("forward + loss + backward", p)));
+    }
+    let train_step =
+        b.measure("training step", || s.train_step(&given(&inputs)).map_err(|e| e.to_string()))?;
+    if s.on_gpu() {
+        notes.push(
+            "the training step is Session::train_step as a user calls it, with whatever it \
+             moves between host and device"
+                .into(),
+        );
+    }
+    Ok(Training { forward_backward, train_step, memory, optimizer_bytes })
+}

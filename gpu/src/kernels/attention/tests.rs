@@ -1,0 +1,83 @@
+//! The attention kernels at model shapes, without a device: naga accepts each and its
+//! workgroup array fits the Vulkan floor. Their numbers are checked against the CPU in
+//! `tests_select.rs`.
+
+use super::*;
+use crate::kernels::Operand;
+use mgn_ir::DType;
+
+fn operand(offset: usize, shape: &[usize]) -> Operand {
+    Operand::at(offset, shape, DType::F32)
+}
+
+/// Every kernel naga accepts (barriers in uniform control flow included), and its
+/// workgroup array within 16 KiB, at the shapes of the models we run and both widths.
+#[test]
+fn model_shaped_kernels_validate_and_fit_the_floor() {
+    // (batch, Hq, Hkv, Tq, Tk, D, causal): Whisper tiny's encoder, SmolLM2-135M, a
+    // cross-attention, a tiny head.
+    let shapes = [
+        (1, 6, 6, 1500, 1500, 64, false),
+        (1, 9, 3, 128, 128, 64, true),
+        (2, 4, 2, 37, 70, 8, false),
+        (1, 2, 1, 5, 3, 128, true),
+    ];
+    for (b, hq, hkv, tq, tk, d, causal) in shapes {
+        for width in [256, 128, 64] {
+            // q, k, v, mask, dy, then the statistics and the forward output.
+            let x = [
+                operand(0, &[b, hq, tq, d]),
+                operand(1 << 20, &[b, hkv, tk, d]),
+                operand(2 << 20, &[b, hkv, tk, d]),
+                operand(3 << 20, &[tq, tk]),
+                operand(4 << 20, &[b, hq, tq, d]),
+                operand(6 << 20, &[b, hq, tq, 2]),
+                operand(7 << 20, &[b, hq, tq, d]),
+            ];
+            let (scale, has_mask) = (0.125, true);
+            let grad = |part| GpuOp::Plan(Op::AttentionGrad { causal, scale, has_mask, part });
+            let given = |part| GpuOp::AttentionGradWithStats { causal, scale, has_mask, part };
+            let steps = [
+                (GpuOp::Plan(Op::Attention { causal, scale, has_mask }), 4),
+                (GpuOp::AttentionStats { causal, scale, has_mask }, 3),
+                (grad(GradPart::Q), 5),
+                (grad(GradPart::K), 5),
+                (grad(GradPart::V), 5),
+                (given(GradPart::Q), 7),
+                (given(GradPart::K), 7),
+                (given(GradPart::V), 6),
+            ];
+            for (op, n) in steps {
+                let shape = match &op {
+                    GpuOp::Plan(Op::AttentionGrad { part: GradPart::K | GradPart::V, .. })
+                    | GpuOp::AttentionGradWithStats { part: GradPart::K | GradPart::V, .. } => {
+                        vec![b, hkv, tk, d]
+                    }
+                    GpuOp::AttentionStats { .. } => vec![b, hq, tq, 2],
+                    _ => vec![b, hq, tq, d],
+                };
+                // The statistics read q, k and the mask.
+                let stats_inputs = [x[0].clone(), x[1].clone(), x[3].clone()];
+                let inputs = if matches!(op, GpuOp::AttentionStats { .. }) {
+                    &stats_inputs[..]
+                } else {
+                    &x[..n]
+                };
+                let src = generate(&op, inputs, &operand(5 << 20, &shape), width)
+                    .unwrap_or_else(|e| panic!("{}: {e}", op.describe()));
+                assert_eq!(src.invocations % width as u64, 0);
+                let words: usize = src
+                    .body
+                    .split("array<f32, ")
+                    .nth(1)
+                    .and_then(|s| s.split('>').next())
+                    .and_then(|n| n.parse().ok())
+                    .expect("one workgroup array");
+                assert!(words <= SHARED_WORDS, "{} at width {width}: {words} words", op.describe());
+                super::super::validate(&src.body).unwrap_or_else(|e| {
+                    panic!("{} at width {width}: {e}\n{}", op.describe(), src.body)
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! The implicit GEMM every convolution runs as: the tile shapes, the cost model that picks one,
+//! and the kernel that stages operand slices into shared memory and accumulates register blocks.
+
+use crate::kernels::KernelSource;
+
+#[cfg(test)]
+mod tests;
+
+/// One convolution as a batch of matrix products, one per group:
+/// `C[g][m][n] = Σ_k A[g][m][k] · B[g][k][n]`, where A and B are never materialised: each
+/// workgroup stages a `BK`-deep slice of its A and B tiles into shared memory, gathering the
+/// elements straight from the tensors (`Loader`), zero where the tile overhangs the matrix or a
+/// window reaches into the padding.
+pub(super) struct Gemm {
+    pub(super) groups: usize,
+    pub(super) m: usize,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    /// A WGSL expression of the group `g` (and of what the loaders' `pre` statements define from
+    /// it alone) bounding the K loop below `k` for that group — 0 skips the loop and stores zeros.
+    pub(super) k_end: Option<String>,
+}
+
+/// How one operand's tile is staged.
+pub(super) struct Loader {
+    /// Consecutive invocations take consecutive k (true) or consecutive rows m / columns n
+    /// (false): whichever is contiguous in memory, so that the staging loads coalesce.
+    pub(super) k_fast: bool,
+    /// Statements run once per invocation before the k loop. They may use `g` (the group),
+    /// `m0`, `n0` (the tile's first row and column) and `fa` / `fb`, this invocation's index
+    /// along the fast axis of A's / B's staging (fixed for the whole loop): when the fast axis is
+    /// m or n, everything that depends on the row or column alone is computed here once.
+    pub(super) pre: String,
+    /// Statements that set `v` (an `f32` var, 0.0 before) to the element at tile row (A) or
+    /// column (B) `r` and depth `k`; only run for `m0 + r < M` (`n0 + r < N`) and `k < K`.
+    pub(super) body: String,
+}
+
+/// A tile shape: `tm × tn` outputs per workgroup, `rm × rn` per invocation (rows strided by
+/// `tm / rm`, columns by `tn / rn`, so that neighbouring invocations read neighbouring shared
+/// words and store neighbouring outputs), `s` invocations splitting each `bk`-deep slice of K
+/// (summed through shared memory at the end).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Tile {
+    tm: usize,
+    tn: usize,
+    rm: usize,
+    rn: usize,
+    s: usize,
+    bk: usize,
+}
+
+/// Shared memory every Vulkan device has (maxComputeSharedMemorySize's floor), in `f32` words.
+const SHARED_WORDS: usize = 16 * 1024 / 4;
+
+/// Workgroup slots of the target (an H200: 132 SMs, about 512 resident invocations each at
+/// these kernels' register use), in invocations: the tile chooser weighs a second wave of
+/// workgroups against fewer, larger tiles.
+const RESIDENT_INVOCATIONS: usize = 132 * 512;
+
+impl Tile {
+    fn tmt(&self) -> usize {
+        self.tm / self.rm
+    }
+
+    fn tnt(&self) -> usize {
+        self.tn / self.rn
+    }
+
+    /// Row stride of A's and B's staged slices: one word of padding when the staging writes
+    /// along k, so that those stores (a row apart) do not all fall in one bank.
+    fn lda(&self, a: &Loader) -> usize {
+        self.tm + a.k_fast as usize
+    }
+
+    fn ldb(&self, b: &Loader) -> usize {
+        self.tn + b.k_fast as usize
+    }
+
+    /// Shared words: both staged slices, or the partial sums of the `s − 1` other slices.
+    fn shared_words(&self) -> usize {
+        (self.bk * (self.tm + 1 + self.tn + 1)).max((self.s - 1) * self.tm * self.tn)
+    }
+
+    /// Estimated time of the whole GEMM on the target, in cycles: the waves of workgroups times
+    /// one workgroup's instructions per invocation (FMAs, shared reads, staging loads with their
+    /// index arithmetic, barriers per slice, the split's sum at the end; an SM issues about a
+    /// quarter instruction per cycle to each of its resident invocations), plus the words all
+    /// tiles stage from memory at about 1400 words per cycle (L2). Few large tiles waste the
+    /// machine; many small ones re-read the operands.
+    fn cost(&self, gm: &Gemm, width: usize) -> f64 {
+        let tiles = gm.groups * gm.m.div_ceil(self.tm) * gm.n.div_ceil(self.tn);
+        let waves = tiles.div_ceil((RESIDENT_INVOCATIONS / width).max(1));
+        let steps = gm.k.div_ceil(self.bk) as f64;
+        let depth = (self.bk / self.s) as f64;
+        let loads = (self.bk * self.tm).div_ceil(width) + (self.bk * self.tn).div_ceil(width);
+        let per_step = depth * (self.rm * self.rn) as f64
+            + 0.5 * depth * (self.rm + self.rn) as f64
+            + 6.0 * loads as f64
+            + 20.0;
+        let tail = (self.rm * self.rn * if self.s > 1 { 2 * self.s } else { 1 }) as f64;
+        let traffic = (tiles * (self.tm + self.tn)) as f64 * steps * self.bk as f64;
+        4.0 * waves as f64 * (steps * per_step + tail + 40.0) + traffic / 1400.0
+    }
+}
+
+/// The cheapest tile for `gm` on workgroups of `width` invocations that fits in the guaranteed
+/// shared memory, or None when `width` is not a power of two we can tile with.
+fn choose_tile(gm: &Gemm, width: usize) -> Option<Tile> {
+    if !width.is_power_of_two() || width < 16 {
+        return None;
+    }
+    let pows = |max: usize| (0..).map(|e| 1usize << e).take_while(move |&v| v <= max);
+    let mut best: Option<(f64, Tile)> = None;
+    for s in pows(32.min(width)) {
+        for tmt in pows(width / s) {
+            let tnt = width / s / tmt;
+            for rm in pows(8) {
+                for rn in pows(8) {
+                    let (tm, tn) = (tmt * rm, tnt * rn);
+                    if rm * rn > 32 || tm > 128.min(width) || tn > 128.min(width) {
+                        continue;
+                    }
+                    for bk in [8, 16, 32, 64] {
+                        let t = Tile { tm, tn, rm, rn, s, bk };
+                        if bk < s || bk > width || t.shared_words() > SHARED_WORDS {
+                            continue;
+                        }
+                        let c = t.cost(gm, width);
+                        if best.is_none_or(|(b, _)| c < b) {
+                            best = Some((c, t));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    best.map(|(_, t)| t)
+}
+
+/// The tiled kernel for `gm`: `epilogue` stores `acc` for in-group row `m` and column `n` of
+/// group `g`. Returns None when no tile fits (the caller falls back to one invocation per
+/// output element).
+pub(super) fn implicit_gemm(
+    gm: &Gemm,
+    a: &Loader,
+    b: &Loader,
+    epilogue: &str,
+    width: u32,
+) -> Option<KernelSource> {
+    let w = width as usize;
+    #[cfg(test)]
+    if let Some(t) =
+        tests::FORCED.with(|f| f.borrow().iter().copied().find(|t| t.tmt() * t.tnt() * t.s == w))
+    {
+        return Some(gemm_kernel(gm, &t, a, b, epilogue, w));
+    }
+    let t = choose_tile(gm, w)?;
+    Some(gemm_kernel(gm, &t, a, b, epilogue, w))
+}
+
+/// WGSL staging one `bk`-deep slice of an operand's tile into `sm[base + kk·stride + r]`:
+/// `rows` is the tile's extent along m (A) or n (B), `bound` the matrix's, `origin` the tile's
+/// first row or column, `fast` this invocation's index along the staging's fast axis.
+#[allow(clippy::too_many_arguments)]
+fn stage_slice(
+    ld: &Loader,
+    t: &Tile,
+    k_len: usize,
+    rows: usize,
+    bound: usize,
+    origin: &str,
+    fast: &str,
+    base: usize,
+    stride: usize,
+    w: usize,
+) -> String {
+    let fast_len = if ld.k_fast { t.bk } else { rows };
+    let slow_len = if ld.k_fast { rows } else { t.bk };
+    let per_pass = w / fast_len;
+    let passes = slow_len.div_ceil(per_pass);
+    let guard = if passes * per_pass > slow_len {
+        format!("if (sl_ >= {slow_len}u) {{ continue; }}")
+    } else {
+        String::new()
+    };
+    let (r, k) = if ld.k_fast { ("sl_", fast) } else { (fast, "sl_") };
+    format!(
+        "for (var j = 0u; j < {passes}u; j = j + 1u) {{
+            let sl_ = tid / {fast_len}u + j * {per_pass}u;
+            {guard}
+            let r = {r};
+            let kk = {k};
+            let k = k0 + kk;
+            var v = 0.0;
+            if ({origin} + r < {bound}u && k < {k_len}u) {{
+                {body}
+            }}
+            sm[{base}u + kk * {stride}u + r] = v;
+        }}",
+        body = ld.body,
+    )
+}
+
+/// One invocation's `rm × rn` register block, as WGSL: the accumulators' declarations, the
+/// inner step over one depth `kk` of the staged slices (loads and FMAs), and the finish —
+/// with a split K, slices past the first leave their sums in shared memory (after the loop's
+/// last barrier, so the staged slices are dead) and slice 0 adds them up; then `epilogue`
+/// stores each accumulator as `acc`.
+fn register_block(gm: &Gemm, t: &Tile, epilogue: &str, lda: usize, ldb: usize) -> [String; 3] {
+    let (tmt, tnt) = (t.tmt(), t.tnt());
+    let boff = t.bk * lda;
+    let (mut decl, mut fmas, mut loads_a, mut loads_b) =
+        (String::new(), String::new(), String::new(), String::new());
+    let (mut spill, mut gather, mut store) = (String::new(), String::new(), String::new());
+    let slot = |i: usize, j: usize| format!("{}u + tm_ * {tnt}u + tn_", (i * t.rn + j) * tmt * tnt);
+    for i in 0..t.rm {
+        loads_a
+            .push_str(&format!("let a{i} = sm[kk * {lda}u + tm_ + {}u];\n            ", i * tmt));
+    }
+    for j in 0..t.rn {
+        loads_b.push_str(&format!(
+            "let b{j} = sm[{boff}u + kk * {ldb}u + tn_ + {}u];\n            ",
+            j * tnt
+        ));
+    }
+    let words = t.tm * t.tn;
+    for i in 0..t.rm {
+        for j in 0..t.rn {
+            let c = format!("c{i}_{j}");
+            decl.push_str(&format!("var {c} = 0.0;\n    "));
+            fmas.push_str(&format!("{c} = fma(a{i}, b{j}, {c});\n            "));
+            spill.push_str(&format!("sm[(sl - 1u) * {words} + {}] = {c};\n        ", slot(i, j)));
+            gather
+                .push_str(&format!("{c} = {c} + sm[q * {words} + {}];\n            ", slot(i, j)));
+            store.push_str(&format!(
+                "{{
+        let m = m0 + tm_ + {mi}u;
+        let n = n0 + tn_ + {nj}u;
+        if (m < {mm}u && n < {nn}u) {{
+            let acc = {c};
+            {epilogue}
+        }}
+    }}
+    ",
+                mi = i * tmt,
+                nj = j * tnt,
+                mm = gm.m,
+                nn = gm.n,
+            ));
+        }
+    }
+    let finish = if t.s > 1 {
+        format!(
+            "if (sl > 0u) {{
+        {spill}
+    }}
+    workgroupBarrier();
+    if (sl == 0u) {{
+        for (var q = 0u; q < {others}u; q = q + 1u) {{
+            {gather}
+        }}
+        {store}
+    }}",
+            others = t.s - 1,
+        )
+    } else {
+        store
+    };
+    [decl, loads_a + &loads_b + &fmas, finish]
+}
+
+/// The tiled kernel of `gm` with tile `t` (see `implicit_gemm`).
+fn gemm_kernel(
+    gm: &Gemm,
+    t: &Tile,
+    a: &Loader,
+    b: &Loader,
+    epilogue: &str,
+    w: usize,
+) -> KernelSource {
+    let (mtiles, ntiles) = (gm.m.div_ceil(t.tm), gm.n.div_ceil(t.tn));
+    let nwg = gm.groups * mtiles * ntiles;
+    let (tmt, tnt) = (t.tmt(), t.tnt());
+    let (lda, ldb) = (t.lda(a), t.ldb(b));
+    let boff = t.bk * lda;
+    let fa_len = if a.k_fast { t.bk } else { t.tm };
+    let fb_len = if b.k_fast { t.bk } else { t.tn };
+    let [decl, inner, finish] = register_block(gm, t, epilogue, lda, ldb);
+    let depth = t.bk / t.s;
+    let body = format!(
+        "var<workgroup> sm: array<f32, {words}>;
+
+@compute @workgroup_size({w})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, \
+         @builtin(local_invocation_index) tid: u32) {{
+    let id = wg.x + (wg.y + wg.z * groups.y) * groups.x;
+    if (id >= {nwg}u) {{ return; }}
+    let g = id / {mn_tiles}u;
+    let m0 = ((id / {ntiles}u) % {mtiles}u) * {tm}u;
+    let n0 = (id % {ntiles}u) * {tn}u;
+    let fa = tid % {fa_len}u;
+    let fb = tid % {fb_len}u;
+    {pre_a}
+    {pre_b}
+    let tn_ = tid % {tnt}u;
+    let tm_ = (tid / {tnt}u) % {tmt}u;
+    let sl = tid / {tmnt}u;
+    {decl}
+    let kend = {kend};
+    for (var k0 = 0u; k0 < kend; k0 = k0 + {bk}u) {{
+        {stage_a}
+        {stage_b}
+        workgroupBarrier();
+        for (var q = 0u; q < {depth}u; q = q + 1u) {{
+            let kk = {kk_of_q};
+            {inner}
+        }}
+        workgroupBarrier();
+    }}
+    {finish}
+}}
+",
+        words = t.shared_words(),
+        // A constant trip count, so that the compiler can unroll the slice.
+        kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() },
+        mn_tiles = mtiles * ntiles,
+        kend = gm.k_end.clone().unwrap_or(format!("{}u", gm.k)),
+        tm = t.tm,
+        tn = t.tn,
+        bk = t.bk,
+        tmnt = tmt * tnt,
+        pre_a = a.pre,
+        pre_b = b.pre,
+        stage_a = stage_slice(a, t, gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w),
+        stage_b = stage_slice(b, t, gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w),
+    );
+    KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None }
+}

@@ -1,0 +1,71 @@
+//! Each shape takes its kernel, and every kernel validates within the Vulkan floor (without a
+//! device). The numbers are checked against the CPU in `tests_matmul.rs`.
+
+use super::*;
+use crate::kernels::validate;
+use mgn_ir::DType;
+
+fn operand(offset: usize, shape: &[usize]) -> Operand {
+    Operand::at(offset, shape, DType::F32)
+}
+
+/// Bytes of workgroup memory the kernel declares.
+fn shared_bytes(body: &str) -> usize {
+    body.lines()
+        .filter(|l| l.starts_with("var<workgroup>"))
+        .map(|l| {
+            let count: usize =
+                l.rsplit(", ").next().unwrap().trim_end_matches(">;").parse().unwrap();
+            count * if l.contains("vec4<f32>") { 16 } else { 4 }
+        })
+        .sum()
+}
+
+/// a, b and the product's shapes, and a line only the expected kernel has.
+type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a str);
+
+#[test]
+fn each_shape_takes_its_kernel_and_every_kernel_validates_within_the_floor() {
+    let cases: [Case; 9] = [
+        (&[130, 70], &[70, 129], &[130, 129], "mm_a"),
+        (&[4, 256, 512], &[512, 1024], &[4, 256, 1024], "mm_a"),
+        (&[2, 132, 9, 10], &[132, 10, 9], &[2, 132, 9, 9], "mm_a"),
+        (&[1, 576], &[576, 1536], &[1, 1536], "let col"),
+        (&[576], &[576, 49152], &[49152], "let col"),
+        (&[3, 1, 7], &[7, 20], &[3, 1, 20], "let col"),
+        (&[50, 300], &[300], &[50], "let row"),
+        (&[300], &[300], &[], "let row"),
+        (&[2, 3, 5, 7], &[2, 1, 7, 2], &[2, 3, 5, 2], "let row"),
+    ];
+    for width in [64, 128, 256] {
+        for (a, b, out, marker) in cases {
+            let what = format!("{a:?} × {b:?} at width {width}");
+            let src =
+                generate(&[operand(3, a), operand(100_000, b)], &operand(7_000_000, out), width)
+                    .unwrap();
+            assert!(src.body.contains(marker), "{what}: expected the kernel with `{marker}`");
+            assert!(src.body.contains(&format!("@workgroup_size({width})")), "{what}");
+            assert_eq!(src.invocations % width as u64, 0, "{what}");
+            assert!(
+                src.body.contains(&format!(
+                    "if (g >= {}u) {{ return; }}",
+                    src.invocations / width as u64
+                )),
+                "{what}"
+            );
+            assert!(
+                shared_bytes(&src.body) <= 16 * 1024,
+                "{what}: {} bytes of shared memory",
+                shared_bytes(&src.body)
+            );
+            validate(&src.body).unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
+        }
+    }
+}
+
+#[test]
+fn integer_and_scalar_operands_are_refused() {
+    let ints = Operand { dtype: DType::I32, ..operand(0, &[2, 2]) };
+    assert!(generate(&[ints.clone(), ints.clone()], &ints, 256).is_err());
+    assert!(generate(&[operand(0, &[]), operand(1, &[3])], &operand(4, &[3]), 256).is_err());
+}

@@ -1,0 +1,271 @@
+//! The general matrix-product kernel: output tiles, panels staged through registers into shared
+//! memory, a register block per invocation.
+
+use super::{entry, Geometry, BK, FILL};
+use crate::kernels::{load, KernelSource};
+
+/// The tiled kernel. Invocations form a `tx_n × ty_n` grid; invocation (tx, ty) owns the
+/// output rows `i4 * ty_n * 4 + ty * 4 + 0..4` and columns `j4 * tx_n * 4 + tx * 4 + 0..4` of the
+/// tile, so that its reads from shared memory are whole vec4s and neighbouring invocations
+/// read neighbouring vec4s (no bank conflicts). Each `BK`-deep panel of A and B is staged
+/// through registers: the next panel's loads are in flight while this one is multiplied.
+pub(super) fn tiled(g: &Geometry, width: usize) -> KernelSource {
+    let t = Tiling::of(g, width);
+    // A's panel is stored transposed (k-major) so invocations read their rows as vec4s; 4
+    // padding floats per k row spread the transposing stores over every bank.
+    let shared = format!(
+        "var<workgroup> mm_a: array<vec4<f32>, {}>;\nvar<workgroup> mm_b: array<vec4<f32>, {}>;\n",
+        BK * t.sa,
+        BK * t.sb
+    );
+    let s = t.setup(g) + &t.k_loop(g) + &t.stores(g);
+    entry(&shared, width, t.per_batch * g.batches(), s.trim_start())
+}
+
+/// The sizes of a tiled kernel (see `tiled`).
+struct Tiling {
+    width: usize,
+    /// The invocation grid.
+    tx_n: usize,
+    ty_n: usize,
+    /// Outputs per invocation (8×8 or 4×4) and per tile.
+    tm: usize,
+    tn: usize,
+    bm: usize,
+    bn: usize,
+    tiles_n: usize,
+    per_batch: usize,
+    /// Panels along k.
+    kt: usize,
+    /// Row strides of the staged panels, in vec4s.
+    sa: usize,
+    sb: usize,
+    /// Panel elements each invocation moves, and whether the last move is partial.
+    pa: usize,
+    partial_a: bool,
+    pb: usize,
+    partial_b: bool,
+    /// Whether the tiles overhang m, n and k.
+    edge_m: bool,
+    edge_n: bool,
+    edge_k: bool,
+}
+
+impl Tiling {
+    fn of(g: &Geometry, width: usize) -> Tiling {
+        let (m, k, n) = (g.m, g.k, g.n);
+        let tx_n = 1usize << (width.trailing_zeros().div_ceil(2));
+        let ty_n = width / tx_n;
+        // 8×8 outputs per invocation when that still gives enough tiles, else 4×4.
+        let big = (m.div_ceil(ty_n * 8) * n.div_ceil(tx_n * 8) * g.batches()) as u64 >= FILL;
+        let (tm, tn) = if big { (8, 8) } else { (4, 4) };
+        let (bm, bn) = (ty_n * tm, tx_n * tn);
+        let tiles_n = n.div_ceil(bn);
+        // Element e of A's bm×BK panel is (e / BK, e % BK) and of B's BK×bn panel (e / bn,
+        // e % bn), so consecutive invocations read consecutive words of a row of A or of B.
+        let slots = |size: usize| (size.div_ceil(width), !size.is_multiple_of(width));
+        let ((pa, partial_a), (pb, partial_b)) = (slots(bm * BK), slots(BK * bn));
+        Tiling {
+            width,
+            tx_n,
+            ty_n,
+            tm,
+            tn,
+            bm,
+            bn,
+            tiles_n,
+            per_batch: m.div_ceil(bm) * tiles_n,
+            kt: k.div_ceil(BK),
+            sa: (bm + 4) / 4,
+            sb: bn / 4,
+            pa,
+            partial_a,
+            pb,
+            partial_b,
+            edge_m: m % bm != 0,
+            edge_n: n % bn != 0,
+            edge_k: k % BK != 0,
+        }
+    }
+
+    /// The tile's origin, the operands' bases, which panel elements this invocation moves (and
+    /// where they go), and the accumulators.
+    fn setup(&self, g: &Geometry) -> String {
+        let (k, n, w, bn, sa, sb) = (g.k, g.n, self.width, self.bn, self.sa, self.sb);
+        let mut s = String::new();
+        let mut line = |x: String| {
+            s.push_str("    ");
+            s.push_str(&x);
+            s.push('\n');
+        };
+        line(format!("let batch = g / {}u;", self.per_batch));
+        line(format!("let tile = g % {}u;", self.per_batch));
+        line(format!("let m0 = (tile / {}u) * {}u;", self.tiles_n, self.bm));
+        line(format!("let n0 = (tile % {}u) * {bn}u;", self.tiles_n));
+        for l in g.bases().lines() {
+            line(l.trim().to_string());
+        }
+        line(format!("let tx = t % {}u;", self.tx_n));
+        line(format!("let ty = t / {}u;", self.tx_n));
+        for p in 0..self.pa {
+            line(format!("let ae{p} = t + {}u;", p * w));
+            line(format!("let ar{p} = ae{p} / {BK}u;"));
+            line(format!("let ak{p} = ae{p} % {BK}u;"));
+            line(format!("let ag{p} = abase + (m0 + ar{p}) * {k}u + ak{p};"));
+            line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
+            line(format!("let ac{p} = ar{p} % 4u;"));
+            line(format!("var ra{p} = 0.0;"));
+        }
+        for p in 0..self.pb {
+            line(format!("let be{p} = t + {}u;", p * w));
+            if g.bt {
+                // B is stored [n, k]: consecutive invocations walk k within a column, which is
+                // contiguous there, as A's panel walks k within a row.
+                line(format!("let bk{p} = be{p} % {BK}u;"));
+                line(format!("let bc{p} = be{p} / {BK}u;"));
+                line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k}u + bk{p};"));
+            } else {
+                line(format!("let bk{p} = be{p} / {bn}u;"));
+                line(format!("let bc{p} = be{p} % {bn}u;"));
+                line(format!("let bg{p} = bbase + bk{p} * {n}u + n0 + bc{p};"));
+            }
+            line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
+            line(format!("let bq{p} = bc{p} % 4u;"));
+            line(format!("var rb{p} = 0.0;"));
+        }
+        for i in 0..self.tm {
+            for j4 in 0..self.tn / 4 {
+                line(format!("var c{i}_{j4} = vec4<f32>(0.0);"));
+            }
+        }
+        s
+    }
+
+    /// Loads of the panels at depth `k0` into registers, zero past the matrices' edges.
+    fn fetch(&self, g: &Geometry, k0: &str) -> String {
+        let (m, k, n) = (g.m, g.k, g.n);
+        let mut f = String::new();
+        let guarded = |conds: Vec<String>, target: String, value: String| {
+            if conds.is_empty() {
+                format!("        {target} = {value};\n")
+            } else {
+                format!(
+                    "        {target} = 0.0;\n        if ({}) {{ {target} = {value}; }}\n",
+                    conds.join(" && ")
+                )
+            }
+        };
+        for p in 0..self.pa {
+            let mut c = Vec::new();
+            if self.partial_a {
+                c.push(format!("ae{p} < {}u", self.bm * BK));
+            }
+            if self.edge_m {
+                c.push(format!("m0 + ar{p} < {m}u"));
+            }
+            if self.edge_k {
+                c.push(format!("{k0} + ak{p} < {k}u"));
+            }
+            f.push_str(&guarded(c, format!("ra{p}"), load(&g.a, &format!("ag{p} + {k0}"))));
+        }
+        for p in 0..self.pb {
+            let mut c = Vec::new();
+            if self.partial_b {
+                c.push(format!("be{p} < {}u", BK * self.bn));
+            }
+            if self.edge_n {
+                c.push(format!("n0 + bc{p} < {n}u"));
+            }
+            if self.edge_k {
+                c.push(format!("{k0} + bk{p} < {k}u"));
+            }
+            let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}u") };
+            f.push_str(&guarded(c, format!("rb{p}"), load(&g.b, &at)));
+        }
+        f
+    }
+
+    /// The loop over the panels: stage the registers, prefetch the next panel, multiply.
+    fn k_loop(&self, g: &Geometry) -> String {
+        let (kt, sa, sb) = (self.kt, self.sa, self.sb);
+        let mut s = String::new();
+        if kt > 0 {
+            s.push_str("    {\n");
+            s.push_str(&self.fetch(g, "0u"));
+            s.push_str("    }\n");
+        }
+        s.push_str(&format!("    for (var kt = 0u; kt < {kt}u; kt = kt + 1u) {{\n"));
+        // Everyone has finished reading the previous panels before they are overwritten.
+        s.push_str("        workgroupBarrier();\n");
+        let staged = |partial: bool, e: String, size: usize, st: String| {
+            if partial {
+                format!("        if ({e} < {size}u) {{ {st} }}\n")
+            } else {
+                format!("        {st}\n")
+            }
+        };
+        for p in 0..self.pa {
+            let st = format!("mm_a[as{p}][ac{p}] = ra{p};");
+            s.push_str(&staged(self.partial_a, format!("ae{p}"), self.bm * BK, st));
+        }
+        for p in 0..self.pb {
+            let st = format!("mm_b[bs{p}][bq{p}] = rb{p};");
+            s.push_str(&staged(self.partial_b, format!("be{p}"), BK * self.bn, st));
+        }
+        s.push_str("        workgroupBarrier();\n");
+        // The next panels' loads are in flight while this one is multiplied.
+        s.push_str(&format!(
+            "        if (kt + 1u < {kt}u) {{\n        let k1 = (kt + 1u) * {BK}u;\n"
+        ));
+        s.push_str(&self.fetch(g, "k1"));
+        s.push_str("        }\n");
+        for kk in 0..BK {
+            for i4 in 0..self.tm / 4 {
+                let at = kk * sa + i4 * self.ty_n;
+                s.push_str(&format!("        let a{kk}_{i4} = mm_a[{at}u + ty];\n"));
+            }
+            for j4 in 0..self.tn / 4 {
+                let at = kk * sb + j4 * self.tx_n;
+                s.push_str(&format!("        let b{kk}_{j4} = mm_b[{at}u + tx];\n"));
+            }
+            for i in 0..self.tm {
+                let (comp, i4) = (["x", "y", "z", "w"][i % 4], i / 4);
+                for j4 in 0..self.tn / 4 {
+                    s.push_str(&format!(
+                        "        c{i}_{j4} = c{i}_{j4} + a{kk}_{i4}.{comp} * b{kk}_{j4};\n"
+                    ));
+                }
+            }
+        }
+        s.push_str("    }\n");
+        s
+    }
+
+    /// The stores of the register block, guarded at the matrices' edges.
+    fn stores(&self, g: &Geometry) -> String {
+        let (m, n) = (g.m, g.n);
+        // Row i of the register block is tile row (i / 4) * ty_n * 4 + ty * 4 + i % 4.
+        let mut s = String::from("    let r0 = m0 + ty * 4u;\n    let q0 = n0 + tx * 4u;\n");
+        for i in 0..self.tm {
+            let dr = (i / 4) * self.ty_n * 4 + i % 4;
+            let mut row = String::new();
+            for j4 in 0..self.tn / 4 {
+                for (jj, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                    let dc = j4 * self.tx_n * 4 + jj;
+                    let st = g.store(&format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
+                    if self.edge_n {
+                        row.push_str(&format!("        if (q0 + {dc}u < {n}u) {{ {st} }}\n"));
+                    } else {
+                        row.push_str(&format!("        {st}\n"));
+                    }
+                }
+            }
+            let cond = if self.edge_m { format!("r0 + {dr}u < {m}u") } else { "true".into() };
+            s.push_str(&format!(
+                "    if ({cond}) {{\n        \
+                    let orow = obase + (r0 + {dr}u) * {n}u + q0;\n{row}    }}\n"
+            ));
+        }
+        s
+    }
+}

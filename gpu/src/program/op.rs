@@ -1,0 +1,232 @@
+//! The GPU's op vocabulary: every op of the compiled plan (`GpuOp::Plan`), and the ops only the
+//! GPU's rewrites make (`rewrite/`). The private ops never leave this crate — they are not
+//! serialised, the compiler never sees them and the CPU backend has no kernel for them; their
+//! CPU references live with the tests (`reference.rs`).
+
+use mgn_ir::infer::Ty;
+use mgn_ir::op::{fmt_f64, BinaryOp, GradPart, Op, UnaryOp};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum GpuOp {
+    /// An op of the compiled plan, run as compiled.
+    Plan(Op),
+    /// `[q, k, mask?]` → `[..B, Hq, Tq, 2]`: per query row of the attention with these
+    /// operands, the maximum `m` of its scaled, masked, visible scores and `1/l`,
+    /// `l = Σ_j e^(s_j − m)`, so that `P_ij = e^(s_ij − m_i) · (1/l_i)`. A row that sees no key
+    /// (all hidden or `-inf`) holds `(−FLT_MAX, 0)`, which gives `P = 0` as the forward does.
+    /// Kept as a pair rather than one logsumexp because `m + ln l` in f32 drops `ln l` when
+    /// `|m|` is large (a row masked entirely with −1e9 would get every `P = 1`). Made by
+    /// `rewrite::attention_stats`.
+    AttentionStats { causal: bool, scale: f64, has_mask: bool },
+    /// `[q, k, v, mask?, dy, stats, out?]` → the gradient of q, k or v, as `Op::AttentionGrad`,
+    /// given the `AttentionStats` of the same q, k and mask, and for q and k the forward output
+    /// (`rowdot = dy·out`), so the kernel skips its statistics pass. Made by
+    /// `rewrite::attention_stats`.
+    AttentionGradWithStats { causal: bool, scale: f64, has_mask: bool, part: GradPart },
+    /// `[x, dy]` → `[⌈R / chunk⌉, D]`: a layer norm's (`center`) or RMS norm's weight derivative
+    /// over the last axis (`D`) of `x`'s `R` rows, summed per chunk of `chunk` consecutive rows
+    /// (`Σ dy·x̂`, the last chunk possibly shorter); the chunks' sum is the derivative. Made by
+    /// `rewrite::norm_partials`.
+    NormWeightGradPartial { eps: f64, center: bool, chunk: usize },
+    /// `[logits, targets]` → `[rows]`: each row's `logsumexp(logits) − logits[target]`, the
+    /// terms `SoftmaxCrossEntropy` averages. Made by `rewrite::loss_rows`.
+    CrossEntropyRows,
+    /// A chain of element-wise float ops computed in one step: `program` evaluates, element by
+    /// element of the output, nodes that read the step's inputs (each broadcast to the output
+    /// shape) or earlier nodes; the last node is the result. Made by `rewrite::fuse`.
+    Fused { program: Vec<Elem> },
+    /// `[a, b, extra…]`: a matrix product followed, element by element of its result, by
+    /// `program` (an epilogue: bias, residual, activation…), in which `Input(0)` is the product
+    /// and `Input(k)` the step's input `k + 1`. Made by `rewrite::fuse`.
+    MatMulEpilogue { program: Vec<Elem> },
+}
+
+impl From<Op> for GpuOp {
+    fn from(op: Op) -> GpuOp {
+        GpuOp::Plan(op)
+    }
+}
+
+/// One node of a fused program; the numbers are the indices of earlier nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Elem {
+    /// The step's input with this index.
+    Input(u32),
+    Unary(UnaryOp, u32),
+    /// `(x, dy)` → dy · d op(x)/dx, like `Op::UnaryGrad`.
+    UnaryGrad(UnaryOp, u32, u32),
+    Binary(BinaryOp, u32, u32),
+    Pow(f64, u32),
+}
+
+impl Elem {
+    /// The op this node applies, and the nodes it reads.
+    pub fn op(&self) -> Option<(Op, Vec<u32>)> {
+        match self {
+            Elem::Input(_) => None,
+            Elem::Unary(u, a) => Some((Op::Unary(*u), vec![*a])),
+            Elem::UnaryGrad(u, a, b) => Some((Op::UnaryGrad(*u), vec![*a, *b])),
+            Elem::Binary(o, a, b) => Some((Op::Binary(*o), vec![*a, *b])),
+            Elem::Pow(e, a) => Some((Op::Pow { exponent: *e }, vec![*a])),
+        }
+    }
+}
+
+impl GpuOp {
+    /// The compiled plan's op, for a step that runs one.
+    pub fn plan_op(&self) -> Option<&Op> {
+        match self {
+            GpuOp::Plan(op) => Some(op),
+            _ => None,
+        }
+    }
+
+    /// Whether a step of this op over inputs of these types may produce `out`: the IR's
+    /// typing rule (`mgn_ir::infer`, the one the plan validator and the CPU backend apply) for
+    /// the plan's own ops; the input count and program for the GPU's own, whose kernels check
+    /// the shapes they read. The rewrites are checked by this, so a pass that mistypes a step
+    /// fails in the tests, not in a kernel.
+    pub fn check(&self, x: &[Ty], out: Ty) -> Result<(), String> {
+        match self {
+            GpuOp::Plan(op) => {
+                mgn_ir::infer::check(op, x, out).map_err(|e| format!("`{}`: {e}", op.describe()))
+            }
+            _ => self.check_input_count(x.len()),
+        }
+    }
+
+    /// Whether `n` inputs suit one of the GPU's own ops.
+    pub(crate) fn check_input_count(&self, n: usize) -> Result<(), String> {
+        let exactly = |k: usize| (k, k);
+        let (lo, hi) = match self {
+            GpuOp::Plan(op) => {
+                return Err(format!("`{}` is a plan op: `check` types it", op.describe()))
+            }
+            GpuOp::AttentionStats { has_mask, .. } => exactly(2 + *has_mask as usize),
+            GpuOp::AttentionGradWithStats { has_mask, part, .. } => {
+                // q, k, v, mask?, dy, the statistics, and for q and k the forward output.
+                exactly(5 + *has_mask as usize + (*part != GradPart::V) as usize)
+            }
+            GpuOp::NormWeightGradPartial { .. } | GpuOp::CrossEntropyRows => exactly(2),
+            GpuOp::Fused { program } => {
+                check_program(program, n)?;
+                (1, usize::MAX)
+            }
+            GpuOp::MatMulEpilogue { program } => {
+                // Input(0) is the product; Input(k) the step's input k + 1.
+                check_program(program, n.saturating_sub(1))?;
+                (2, usize::MAX)
+            }
+        };
+        if n < lo || n > hi {
+            let want = if lo == hi { format!("{lo}") } else { format!("at least {lo}") };
+            let s = if lo == 1 && hi == 1 { "" } else { "s" };
+            return Err(format!("`{}` takes {want} input{s}, not {n}", self.describe()));
+        }
+        Ok(())
+    }
+
+    /// Short name plus attributes, as in error messages and profiles (the first word is the
+    /// op's family).
+    pub fn describe(&self) -> String {
+        let chain = |program: &[Elem]| {
+            let names: Vec<String> =
+                program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();
+            names.join(" → ")
+        };
+        match self {
+            GpuOp::Plan(op) => op.describe(),
+            GpuOp::AttentionStats { causal, scale, .. } => format!(
+                "attention_stats{} scale={}",
+                if *causal { " causal" } else { "" },
+                fmt_f64(*scale)
+            ),
+            GpuOp::AttentionGradWithStats { part, .. } => {
+                format!("attention_grad {part:?} with_stats").to_lowercase()
+            }
+            GpuOp::NormWeightGradPartial { center, chunk, .. } => format!(
+                "{}_norm_weight_grad_partial chunk={chunk}",
+                if *center { "layer" } else { "rms" }
+            ),
+            GpuOp::CrossEntropyRows => "cross_entropy_rows".into(),
+            GpuOp::Fused { program } => format!("fused {}", chain(program)),
+            GpuOp::MatMulEpilogue { program } => format!("matmul_epilogue {}", chain(program)),
+        }
+    }
+}
+
+/// A fused program reads only the `inputs` it is given and only earlier nodes, and has a result.
+fn check_program(program: &[Elem], inputs: usize) -> Result<(), String> {
+    if program.is_empty() {
+        return Err("an empty fused program".into());
+    }
+    for (j, e) in program.iter().enumerate() {
+        if let Elem::Input(k) = e {
+            if *k as usize >= inputs {
+                return Err(format!("fused node {j} reads input {k}, but there are {inputs}"));
+            }
+        } else if let Some((_, args)) = e.op() {
+            if let Some(a) = args.iter().find(|&&a| a as usize >= j) {
+                return Err(format!(
+                    "fused node {j} reads node {a}, which is not computed before it"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_counts_and_fused_programs_are_checked() {
+        let stats = GpuOp::AttentionStats { causal: false, scale: 1.0, has_mask: true };
+        assert_eq!(stats.check_input_count(3), Ok(()));
+        assert!(stats.check_input_count(2).unwrap_err().contains("takes 3 inputs, not 2"));
+        let grad = |part| GpuOp::AttentionGradWithStats {
+            causal: true,
+            scale: 1.0,
+            has_mask: false,
+            part,
+        };
+        assert_eq!(grad(GradPart::V).check_input_count(5), Ok(()));
+        assert_eq!(grad(GradPart::Q).check_input_count(6), Ok(()));
+        assert!(grad(GradPart::K).check_input_count(5).is_err(), "dk needs the forward output");
+        let plan = GpuOp::Plan(Op::Binary(BinaryOp::Add));
+        let f = mgn_ir::DType::F32;
+        let e = plan.check(&[(f, &[2])], (f, &[2])).unwrap_err();
+        assert!(e.contains("takes 2 input(s), not 1"), "{e}");
+        assert_eq!(plan.check(&[(f, &[2, 1]), (f, &[3])], (f, &[2, 3])), Ok(()));
+        assert!(plan.check(&[(f, &[2]), (f, &[3])], (f, &[3])).is_err(), "no broadcast");
+
+        let relu_of_3 = vec![Elem::Input(0), Elem::Unary(UnaryOp::Relu, 3)];
+        let fused = GpuOp::Fused { program: relu_of_3 };
+        assert!(fused.check_input_count(1).unwrap_err().contains("reads node 3"));
+        let fused = GpuOp::Fused { program: vec![Elem::Input(2)] };
+        assert!(fused.check_input_count(2).unwrap_err().contains("reads input 2"));
+        assert!(GpuOp::Fused { program: vec![] }.check_input_count(1).is_err());
+        // An epilogue's input 0 is the product: two step inputs (a, b) leave one leaf.
+        let epilogue = GpuOp::MatMulEpilogue {
+            program: vec![Elem::Input(0), Elem::Input(1), Elem::Binary(BinaryOp::Add, 0, 1)],
+        };
+        assert!(epilogue.check_input_count(2).unwrap_err().contains("reads input 1"));
+        assert_eq!(epilogue.check_input_count(3), Ok(()));
+    }
+
+    #[test]
+    fn descriptions_name_the_family_first() {
+        let program = vec![Elem::Input(0), Elem::Unary(UnaryOp::Relu, 0), Elem::Pow(2.0, 1)];
+        assert_eq!(GpuOp::Fused { program }.describe(), "fused relu → pow 2");
+        let grad = GpuOp::AttentionGradWithStats {
+            causal: false,
+            scale: 0.5,
+            has_mask: false,
+            part: GradPart::K,
+        };
+        assert_eq!(grad.describe(), "attention_grad k with_stats");
+        let partial = GpuOp::NormWeightGradPartial { eps: 1e-5, center: false, chunk: 8 };
+        assert_eq!(partial.describe(), "rms_norm_weight_grad_partial chunk=8");
+    }
+}

@@ -1,0 +1,263 @@
+//! The CPU reference of GPU plans, for tests: every kernel and every rewrite is checked against
+//! it. The compiled plan's ops run on the CPU backend (`mgn_cpu::eval`); the ops only the GPU's
+//! rewrites make have small references here, composed from the CPU backend's public ops where
+//! they can be (row terms of a loss are one-row losses, a chunk's weight derivative is the
+//! norm's own over the chunk, a fused program is its nodes one by one), so each of them is
+//! exactly the computation it replaces.
+
+use crate::program::{Elem, GpuOp, GpuPlan};
+use mgn_cpu::Ctx;
+use mgn_ir::infer::Ty;
+use mgn_ir::op::{GradPart, Op};
+use mgn_ir::plan::Mode;
+use mgn_ir::shape::attention::{dims, Dims};
+use mgn_ir::tensor::{RunOutput, Tensor};
+use mgn_ir::DType;
+
+/// The CPU backend's result of a public op; a failure is a test failure.
+fn cpu(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> Tensor {
+    mgn_cpu::eval(op, x, dtype, shape, ctx).unwrap_or_else(|e| panic!("on the CPU: {e}"))
+}
+
+/// `op` over `x` on the CPU, for a step of `dtype` and `shape`.
+pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> Tensor {
+    let types: Vec<Ty> = x.iter().map(|t| (t.dtype, &t.shape[..])).collect();
+    if let Err(e) = op.check(&types, (dtype, shape)) {
+        panic!("{e}");
+    }
+    match op {
+        GpuOp::Plan(op) => cpu(op, x, dtype, shape, ctx),
+        GpuOp::AttentionStats { causal, scale, has_mask } => {
+            attention_stats(x, *causal, *scale, *has_mask, shape)
+        }
+        GpuOp::AttentionGradWithStats { causal, scale, has_mask, part } => {
+            // The statistics and the forward output only save the kernel work.
+            let grad = Op::AttentionGrad {
+                causal: *causal,
+                scale: *scale,
+                has_mask: *has_mask,
+                part: *part,
+            };
+            cpu(&grad, &x[..5 + *has_mask as usize], dtype, shape, ctx)
+        }
+        GpuOp::NormWeightGradPartial { eps, center, chunk } => {
+            norm_weight_grad_partial(x[0], x[1], *eps, *center, *chunk, shape, ctx)
+        }
+        GpuOp::CrossEntropyRows => cross_entropy_rows(x[0], x[1], shape, ctx),
+        GpuOp::Fused { program } => run_program(program, x, dtype, shape, ctx),
+        GpuOp::MatMulEpilogue { program } => {
+            let product = cpu(&Op::MatMul, &x[..2], dtype, shape, ctx);
+            let mut inputs = vec![&product];
+            inputs.extend(&x[2..]);
+            run_program(program, &inputs, dtype, shape, ctx)
+        }
+    }
+}
+
+/// `plan` step by step on the CPU, as a training plan's forward and backward or an inference
+/// plan's forward, with dropout seed 0 (each dropout keyed by its step's id, as on the GPU);
+/// `params` in plan order.
+pub fn run(plan: &GpuPlan, params: &[Tensor], inputs: &[(&str, &Tensor)]) -> RunOutput {
+    let mut values: Vec<Option<Tensor>> = vec![None; plan.steps.len()];
+    let training = plan.mode == Mode::Train;
+    for (i, s) in plan.steps.iter().enumerate() {
+        let v = match &s.op {
+            GpuOp::Plan(Op::Input { name }) => {
+                let (_, t) = inputs.iter().find(|(n, _)| n == name).expect("every input given");
+                (*t).clone()
+            }
+            GpuOp::Plan(Op::Param { index }) => params[*index].clone(),
+            op => {
+                let args: Vec<&Tensor> = s
+                    .inputs
+                    .iter()
+                    .map(|&x| values[x as usize].as_ref().expect("computed"))
+                    .collect();
+                let ctx = Ctx { training, seed: 0, node: plan.ids[i].0 };
+                eval(op, &args, s.dtype, &s.shape, &ctx)
+            }
+        };
+        values[i] = Some(v);
+    }
+    let get = |v: u32| values[v as usize].clone().expect("computed");
+    RunOutput {
+        outputs: plan.outputs.iter().map(|(n, v)| (n.clone(), get(*v))).collect(),
+        loss: plan.loss.map(get),
+        grads: plan.grads.iter().map(|(p, v)| (plan.params[*p].name.clone(), get(*v))).collect(),
+    }
+}
+
+/// `GpuOp::AttentionStats` of `q, k, mask?`: per query row, the maximum `m` of its visible
+/// scores `scale·q·k + mask` and `1/Σ e^(s − m)`, or `(−FLT_MAX, 0)` for a row that sees no
+/// key. Scores are f32 values, as the CPU backend's attention holds them (so a row masked
+/// entirely with −1e9 is uniform there too); products and the sum are taken in f64, the mask
+/// broadcast to the scores by the CPU backend.
+fn attention_stats(
+    x: &[&Tensor],
+    causal: bool,
+    scale: f64,
+    has_mask: bool,
+    shape: &[usize],
+) -> Tensor {
+    let (q, k) = (x[0], x[1]);
+    let Dims { batch, hq, hkv, tq, tk, d, scores, .. } =
+        dims(&q.shape, &k.shape, &k.shape).expect("attention operands");
+    let ctx = Ctx { training: true, seed: 0, node: 0 };
+    let mask =
+        has_mask.then(|| cpu(&Op::BroadcastTo, &[x[2]], x[2].dtype, &scores, &ctx).to_f64_vec());
+    let (q, k) = (q.to_f64_vec(), k.to_f64_vec());
+    let mut out = Vec::with_capacity(batch * hq * tq * 2);
+    for bh in 0..batch * hq {
+        let kv = (bh / hq) * hkv + (bh % hq) / (hq / hkv);
+        for i in 0..tq {
+            // Causal keys are aligned to the end: key j is visible to query i when
+            // j + Tq <= i + Tk.
+            let s: Vec<f32> = (0..tk)
+                .filter(|&j| !causal || j + tq <= i + tk)
+                .map(|j| {
+                    let qk: f64 =
+                        (0..d).map(|e| q[(bh * tq + i) * d + e] * k[(kv * tk + j) * d + e]).sum();
+                    let m = mask.as_ref().map_or(0.0, |m| m[(bh * tq + i) * tk + j]);
+                    (scale * qk) as f32 + m as f32
+                })
+                .collect();
+            let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if m == f32::NEG_INFINITY {
+                out.extend([-f32::MAX, 0.0]);
+                continue;
+            }
+            let l: f64 = s.iter().map(|v| (v - m).exp() as f64).sum();
+            out.extend([m, (1.0 / l) as f32]);
+        }
+    }
+    Tensor::f32(shape.to_vec(), out)
+}
+
+/// `GpuOp::NormWeightGradPartial` of `x, dy`: per chunk of `chunk` rows, the norm's own weight
+/// derivative over those rows (a layer norm's with `center`, else an RMS norm's).
+fn norm_weight_grad_partial(
+    x: &Tensor,
+    dy: &Tensor,
+    eps: f64,
+    center: bool,
+    chunk: usize,
+    shape: &[usize],
+    ctx: &Ctx,
+) -> Tensor {
+    let d = *x.shape.last().expect("x has a last axis");
+    let rows = x.shape.iter().product::<usize>() / d;
+    let as_rows = |t: &Tensor| cpu(&Op::Reshape, &[t], t.dtype, &[rows, d], ctx);
+    let (x, dy) = (as_rows(x), as_rows(dy));
+    // The weight's value does not enter its own derivative.
+    let ones = Tensor::f32(vec![d], vec![1.0; d]);
+    let grad = if center {
+        Op::LayerNormGrad { eps, has_weight: true, has_bias: false, part: GradPart::Weight }
+    } else {
+        Op::RmsNormGrad { eps, has_weight: true, part: GradPart::Weight }
+    };
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for start in (0..rows).step_by(chunk) {
+        let end = (start + chunk).min(rows);
+        let slice = Op::Slice { axis: 0, start, end };
+        let xc = cpu(&slice, &[&x], x.dtype, &[end - start, d], ctx);
+        let dyc = cpu(&slice, &[&dy], dy.dtype, &[end - start, d], ctx);
+        out.extend(cpu(&grad, &[&xc, &ones, &dyc], DType::F32, &[d], ctx).to_f64_vec());
+    }
+    Tensor::f32(shape.to_vec(), out.into_iter().map(|v| v as f32).collect())
+}
+
+/// `GpuOp::CrossEntropyRows`: each row's loss, as the mean cross-entropy of that row alone.
+fn cross_entropy_rows(logits: &Tensor, targets: &Tensor, shape: &[usize], ctx: &Ctx) -> Tensor {
+    let c = *logits.shape.last().expect("logits have a class axis");
+    let rows = targets.shape.iter().product::<usize>();
+    let logits = cpu(&Op::Reshape, &[logits], logits.dtype, &[rows, c], ctx);
+    let targets = cpu(&Op::Reshape, &[targets], targets.dtype, &[rows], ctx);
+    let terms = (0..rows).map(|r| {
+        let slice = Op::Slice { axis: 0, start: r, end: r + 1 };
+        let l = cpu(&slice, &[&logits], logits.dtype, &[1, c], ctx);
+        let t = cpu(&slice, &[&targets], targets.dtype, &[1], ctx);
+        cpu(&Op::SoftmaxCrossEntropy, &[&l, &t], DType::F32, &[], ctx).to_f64_vec()[0] as f32
+    });
+    Tensor::f32(shape.to_vec(), terms.collect())
+}
+
+/// A fused program node by node with the CPU backend's kernels: every node has the step's
+/// shape (fusion joins only same-shaped steps), so this is the unfused computation.
+fn run_program(
+    program: &[Elem],
+    x: &[&Tensor],
+    dtype: DType,
+    shape: &[usize],
+    ctx: &Ctx,
+) -> Tensor {
+    let mut nodes: Vec<Tensor> = Vec::with_capacity(program.len());
+    for e in program {
+        let t = match (e, e.op()) {
+            (Elem::Input(k), _) => x[*k as usize].clone(),
+            (_, Some((op, args))) => {
+                let args: Vec<&Tensor> = args.iter().map(|&a| &nodes[a as usize]).collect();
+                cpu(&op, &args, dtype, shape, ctx)
+            }
+            (_, None) => unreachable!("every node but an input applies an op"),
+        };
+        nodes.push(t);
+    }
+    nodes.pop().expect("a fused program has a result")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_statistics_hold_the_row_max_and_reciprocal_sum() {
+        // One head, three keys: row 0 sees all (scores 0, 1, 2 with q = 1, k = 0, 1, 2 and
+        // scale 1), row 2 is masked to -inf everywhere.
+        let q = Tensor::f32(vec![1, 3, 1], vec![1.0, 1.0, 1.0]);
+        let k = Tensor::f32(vec![1, 3, 1], vec![0.0, 1.0, 2.0]);
+        let inf = f32::NEG_INFINITY;
+        let mask = Tensor::f32(vec![3, 3], vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, inf, inf, inf]);
+        let got = attention_stats(&[&q, &k, &mask], false, 1.0, true, &[1, 3, 2]).to_f64_vec();
+        let l = 1.0 + (-1f64).exp() + (-2f64).exp();
+        assert!((got[0] - 2.0).abs() < 1e-6 && (got[1] - 1.0 / l).abs() < 1e-6, "{got:?}");
+        assert_eq!(&got[4..], &[-(f32::MAX as f64), 0.0], "a row that sees no key");
+        let got = attention_stats(&[&q, &k], true, 1.0, false, &[1, 3, 2]).to_f64_vec();
+        assert_eq!(&got[..2], &[0.0, 1.0], "causal row 0 sees key 0 alone");
+    }
+
+    #[test]
+    fn row_terms_and_chunks_add_up_to_the_ops_they_split() {
+        let ctx = Ctx { training: true, seed: 0, node: 0 };
+        let values = |n: usize, seed: u32| crate::test_util::values(n, seed);
+        let logits =
+            Tensor::f32(vec![2, 3, 5], values(30, 1).into_iter().map(|v| 4.0 * v).collect());
+        let targets = Tensor::i32(vec![2, 3], vec![0, 4, 2, 1, 3, 3]);
+        let terms = cross_entropy_rows(&logits, &targets, &[6], &ctx).to_f64_vec();
+        let loss = cpu(&Op::SoftmaxCrossEntropy, &[&logits, &targets], DType::F32, &[], &ctx);
+        let mean = terms.iter().sum::<f64>() / 6.0;
+        assert!((mean - loss.to_f64_vec()[0]).abs() < 1e-6, "{mean} vs {loss:?}");
+
+        let (x, dy) =
+            (Tensor::f32(vec![7, 4], values(28, 2)), Tensor::f32(vec![7, 4], values(28, 3)));
+        let w = Tensor::f32(vec![4], values(4, 4));
+        for center in [true, false] {
+            let chunks =
+                norm_weight_grad_partial(&x, &dy, 1e-5, center, 3, &[3, 4], &ctx).to_f64_vec();
+            let whole = if center {
+                Op::LayerNormGrad {
+                    eps: 1e-5,
+                    has_weight: true,
+                    has_bias: false,
+                    part: GradPart::Weight,
+                }
+            } else {
+                Op::RmsNormGrad { eps: 1e-5, has_weight: true, part: GradPart::Weight }
+            };
+            let want = cpu(&whole, &[&x, &w, &dy], DType::F32, &[4], &ctx).to_f64_vec();
+            for (c, want) in want.iter().enumerate() {
+                let sum = chunks[c] + chunks[4 + c] + chunks[8 + c];
+                assert!((sum - want).abs() < 1e-5, "center {center}, column {c}: {sum} vs {want}");
+            }
+        }
+    }
+}

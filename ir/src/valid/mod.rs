@@ -1,0 +1,141 @@
+//! The plan validator: everything a backend may assume about a plan, checked once, so a
+//! hand-edited, truncated or foreign plan is refused with a clear error instead of panicking
+//! (or silently computing garbage) in a backend.
+//!
+//! A valid plan:
+//! - references only earlier steps, and names only existing steps, parameters and inputs;
+//! - holds only public ops (backend-private ops cannot be written in the format at all:
+//!   deserializing one fails, and [`crate::infer`] refuses any that reach it);
+//! - types every step by its op's rule ([`crate::infer::check`]): input counts, dtypes and
+//!   shapes agree, parameters have their declared type, every gradient has its parameter's;
+//! - has no tensor over 2^40 elements.
+//!
+//! Validation is linear in the plan's size; the compiler runs it on every plan it builds,
+//! `Plan::from_bytes` on every plan it reads, and `GpuSession::new` on hand-built ones.
+
+use crate::infer::{check, Ty};
+use crate::op::Op;
+use crate::plan::Plan;
+use crate::shape::checked_numel;
+
+/// The largest tensor a plan may hold, in elements.
+pub const MAX_ELEMENTS: usize = 1 << 40;
+
+/// The first thing wrong with `plan`, as a sentence naming the step and its model line.
+pub fn validate(plan: &Plan) -> Result<(), String> {
+    for i in 0..plan.steps.len() {
+        step(plan, i)?;
+    }
+    inputs(plan)?;
+    results(plan)
+}
+
+fn step(plan: &Plan, i: usize) -> Result<(), String> {
+    let s = &plan.steps[i];
+    let at = || format!("step {i} (`{}`, from {})", s.op.describe(), s.loc);
+    if let Some(&bad) = s.inputs.iter().find(|&&x| x as usize >= i) {
+        return Err(format!("{} reads value {bad}, which is not computed before it", at()));
+    }
+    if checked_numel(&s.shape).is_none_or(|n| n > MAX_ELEMENTS) {
+        return Err(format!("{} has an impossible shape {:?}", at(), s.shape));
+    }
+    match &s.op {
+        Op::DropoutGrad { forward, .. } => {
+            let f = plan.steps.get(*forward as usize).filter(|_| (*forward as usize) < i);
+            if !matches!(f.map(|f| &f.op), Some(Op::Dropout { .. })) {
+                return Err(format!("{} derives step {forward}, not an earlier dropout", at()));
+            }
+        }
+        Op::Param { index } => {
+            let p = plan.params.get(*index).ok_or_else(|| {
+                format!("{} names parameter {index}, but there are {}", at(), plan.params.len())
+            })?;
+            if p.shape != s.shape || p.dtype != s.dtype {
+                return Err(format!(
+                    "{}: parameter `{}` is {}{:?} but the step says {}{:?}",
+                    at(),
+                    p.name,
+                    p.dtype,
+                    p.shape,
+                    s.dtype,
+                    s.shape
+                ));
+            }
+        }
+        _ => {}
+    }
+    let types: Vec<Ty> = s
+        .inputs
+        .iter()
+        .map(|&x| (plan.steps[x as usize].dtype, &plan.steps[x as usize].shape[..]))
+        .collect();
+    check(&s.op, &types, (s.dtype, &s.shape)).map_err(|e| format!("{}: {e}", at()))
+}
+
+/// Every input step is named in the plan's input list (sessions look its value up there), and
+/// the list names input steps only, each name once.
+fn inputs(plan: &Plan) -> Result<(), String> {
+    for (i, s) in plan.steps.iter().enumerate() {
+        if let Op::Input { name } = &s.op {
+            if !plan.inputs.iter().any(|(n, v)| n == name && *v as usize == i) {
+                return Err(format!(
+                    "step {i} reads input `{name}`, which the plan's input list does not name"
+                ));
+            }
+        }
+    }
+    for (k, (name, v)) in plan.inputs.iter().enumerate() {
+        if !matches!(plan.steps.get(*v as usize).map(|s| &s.op), Some(Op::Input { .. })) {
+            return Err(format!("input `{name}` names step {v}, which is not an input"));
+        }
+        if plan.inputs[..k].iter().any(|(n, _)| n == name) {
+            return Err(format!("input `{name}` is listed twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Outputs, the loss and gradients name existing steps; the loss is a float scalar; each
+/// gradient belongs to a trainable parameter and has its type.
+fn results(plan: &Plan) -> Result<(), String> {
+    let n = plan.steps.len();
+    let named = plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss);
+    for v in named.chain(plan.grads.iter().map(|(_, v)| *v)) {
+        if v as usize >= n {
+            return Err(format!("value {v} is named but the plan has {n} steps"));
+        }
+    }
+    if let Some(l) = plan.loss {
+        let s = &plan.steps[l as usize];
+        if !s.shape.is_empty() || !s.dtype.is_float() {
+            return Err(format!(
+                "the loss (step {l}) is {}{:?}, not a float scalar",
+                s.dtype, s.shape
+            ));
+        }
+    }
+    for (k, &(p, v)) in plan.grads.iter().enumerate() {
+        let spec = plan.params.get(p).ok_or_else(|| {
+            format!("a gradient names parameter {p}, but there are {}", plan.params.len())
+        })?;
+        let g = &plan.steps[v as usize];
+        if !spec.trainable || g.shape != spec.shape || !g.dtype.is_float() {
+            return Err(format!(
+                "the gradient of `{}` (step {v}) is {}{:?}, but the parameter is {}{:?}{}",
+                spec.name,
+                g.dtype,
+                g.shape,
+                spec.dtype,
+                spec.shape,
+                if spec.trainable { "" } else { " and not trainable" }
+            ));
+        }
+        if plan.grads[..k].iter().any(|&(q, _)| q == p) {
+            return Err(format!("parameter `{}` has two gradients", spec.name));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! Broken plans as data: each row edits a small valid plan one way and names the words the
+//! validator's refusal must contain.
+
+use crate::dtype::DType;
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::plan::{InitSpec, Mode, ParamSpec, Plan, SourceLoc, Step};
+
+/// `y = relu(x + w)`, `loss = sum(y)`, with the gradient of `w` (as autodiff would shape it).
+fn plan() -> Plan {
+    let f = DType::F32;
+    let step = |op, inputs: Vec<u32>, dtype, shape: Vec<usize>| Step {
+        op,
+        inputs,
+        dtype,
+        shape,
+        loc: SourceLoc { file: "m.mgn".into(), line: 3, column: 5 },
+    };
+    let w = ParamSpec {
+        name: "w".into(),
+        dtype: f,
+        shape: vec![4],
+        init: InitSpec::Constant(1.0),
+        trainable: true,
+        frozen: false,
+    };
+    Plan {
+        params: vec![w],
+        loss: Some(4),
+        grads: vec![(0, 6)],
+        ..Plan::of_steps(
+            Mode::Train,
+            vec![
+                step(Op::Input { name: "x".into() }, vec![], f, vec![2, 4]),
+                step(Op::Param { index: 0 }, vec![], f, vec![4]),
+                step(Op::Binary(BinaryOp::Add), vec![0, 1], f, vec![2, 4]),
+                step(Op::Unary(UnaryOp::Relu), vec![2], f, vec![2, 4]),
+                step(
+                    Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1], keepdim: false },
+                    vec![3],
+                    f,
+                    vec![],
+                ),
+                step(Op::BroadcastTo, vec![4], f, vec![2, 4]),
+                step(Op::SumTo, vec![5], f, vec![4]),
+            ],
+            vec![("x".into(), 0)],
+            vec![("y".into(), 3)],
+        )
+    }
+}
+
+#[test]
+fn the_base_plan_is_valid() {
+    plan().validate().expect("valid");
+}
+
+#[test]
+fn broken_plans_are_refused_with_a_reason() {
+    type Edit = fn(&mut Plan);
+    let rows: &[(Edit, &str)] = &[
+        (|p| p.steps[2].inputs = vec![0, 2], "not computed before it"),
+        (|p| p.steps[1].op = Op::Param { index: 5 }, "parameter 5"),
+        (|p| p.steps[1].shape = vec![5], "parameter `w` is f32[4] but the step says f32[5]"),
+        (|p| p.steps[1].dtype = DType::F16, "parameter `w` is f32[4] but the step says f16[4]"),
+        (|p| p.outputs[0].1 = 99, "value 99"),
+        (|p| p.inputs.clear(), "does not name"),
+        (|p| p.inputs.push(("w".into(), 1)), "not an input"),
+        (|p| p.inputs.push(("x".into(), 0)), "listed twice"),
+        (|p| p.steps[3].shape = vec![1 << 30, 1 << 30], "impossible shape"),
+        (|p| p.steps[2].inputs = vec![0], "takes 2 input(s), not 1"),
+        // Types: every step by its op's rule, with the step and its model line.
+        (|p| p.steps[3].shape = vec![4, 2], "step 3 (`relu`, from m.mgn:3:5)"),
+        (|p| p.steps[2].dtype = DType::I32, "the inputs give f32[2, 4]"),
+        (|p| p.steps[0].dtype = DType::I32, "operands of one dtype"),
+        (|p| p.steps[6].shape = vec![3], "does not broadcast"),
+        (|p| p.steps[4].shape = vec![1], "the inputs give f32[]"),
+        // Results.
+        (|p| p.loss = Some(3), "not a float scalar"),
+        (|p| p.grads = vec![(0, 3)], "the gradient of `w` (step 3) is f32[2, 4]"),
+        (|p| p.grads.push((0, 6)), "two gradients"),
+        (|p| p.params[0].trainable = false, "not trainable"),
+        (
+            |p| p.steps[6].op = Op::DropoutGrad { p: 0.5, forward: 3 },
+            "derives step 3, not an earlier dropout",
+        ),
+    ];
+    for (k, (edit, words)) in rows.iter().enumerate() {
+        let mut p = plan();
+        edit(&mut p);
+        let e = p.validate().expect_err(&format!("row {k} must be refused"));
+        assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
+    }
+}
+
+#[test]
+fn plan_files_with_unknown_ops_or_bad_types_are_refused_when_read() {
+    let good = String::from_utf8(plan().to_bytes()[12..].to_vec()).expect("JSON");
+    let file = |json: &str| {
+        let mut b = crate::plan::PLAN_MAGIC.to_vec();
+        b.extend(crate::plan::PLAN_VERSION.to_le_bytes());
+        b.extend(json.as_bytes());
+        Plan::from_bytes(&b, "edited.mgnplan").map(drop).unwrap_err().to_string()
+    };
+    let unknown = good.replacen("\"Unary\":\"Relu\"", "\"Teleport\":\"Relu\"", 1);
+    let e = file(&unknown);
+    assert!(e.starts_with("edited.mgnplan: corrupt plan: unknown op or value `Teleport`"), "{e}");
+    assert!(!e.contains("expected one of"), "no list of every op: {e}");
+    let mistyped = good.replacen("\"shape\":[2,4]", "\"shape\":[2,5]", 1);
+    let e = file(&mistyped);
+    assert!(e.contains("edited.mgnplan: invalid plan: step 0") || e.contains("step 2"), "{e}");
+}

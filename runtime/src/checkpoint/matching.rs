@@ -1,0 +1,338 @@
+//! Matching a checkpoint's tensors to a plan's parameters by name: strict or partial, with
+//! conversions within a kind (`f16` → `f32`, `i64` → `i32`) and a report of everything that
+//! did not fit.
+
+use super::{Checkpoint, CheckpointError, OPTIM_PREFIX};
+use mgn_ir::plan::ParamSpec;
+use mgn_ir::tensor::{Data, Tensor};
+use mgn_ir::DType;
+use std::collections::HashSet;
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatchMode {
+    /// Every parameter must be present with its shape, and nothing else (beyond optimizer
+    /// state) may be in the checkpoint.
+    Strict,
+    /// Load what matches; report the rest.
+    Partial,
+}
+
+/// A tensor's dtype and shape, printed `f32[128, 64]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl fmt::Display for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        write!(f, "{}[{}]", self.dtype, dims.join(", "))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    pub name: String,
+    pub expected: Signature,
+    pub found: Signature,
+    /// Why the values cannot be used when the signatures alone do not say (an out-of-range value).
+    pub note: Option<String>,
+}
+
+/// What matching a checkpoint against a plan's parameters found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Parameters loaded from the checkpoint.
+    pub loaded: Vec<String>,
+    /// Parameters of the plan that the checkpoint lacks (with the expected signature).
+    pub missing: Vec<(String, Signature)>,
+    /// Checkpoint tensors that are neither parameters nor optimizer state.
+    pub unexpected: Vec<(String, Signature)>,
+    /// Tensors whose shape or kind (float / integer / bool) differ from the parameter's.
+    pub mismatched: Vec<Mismatch>,
+    /// Loaded tensors converted between dtypes of the same kind (`f16` → `f32`, `i64` → `i32`),
+    /// as PyTorch's `load_state_dict` does; not an error in either mode.
+    pub converted: Vec<(String, DType, DType)>,
+}
+
+impl Report {
+    /// Nothing missing, unexpected or mismatched.
+    pub fn is_clean(&self) -> bool {
+        self.missing.is_empty() && self.unexpected.is_empty() && self.mismatched.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} parameter(s) loaded", self.loaded.len())?;
+        if !self.missing.is_empty() {
+            writeln!(f, "missing from the checkpoint ({}):", self.missing.len())?;
+            for (n, s) in &self.missing {
+                writeln!(f, "  {n}: expected {s}")?;
+            }
+        }
+        if !self.unexpected.is_empty() {
+            writeln!(f, "in the checkpoint but not in the model ({}):", self.unexpected.len())?;
+            for (n, s) in &self.unexpected {
+                writeln!(f, "  {n}: found {s}")?;
+            }
+        }
+        if !self.mismatched.is_empty() {
+            writeln!(f, "shape or dtype differs ({}):", self.mismatched.len())?;
+            for m in &self.mismatched {
+                write!(f, "  {}: expected {}, found {}", m.name, m.expected, m.found)?;
+                match &m.note {
+                    Some(n) => writeln!(f, " ({n})")?,
+                    None => writeln!(f)?,
+                }
+            }
+        }
+        if !self.converted.is_empty() {
+            writeln!(f, "converted on load ({}):", self.converted.len())?;
+            for (n, from, to) in &self.converted {
+                writeln!(f, "  {n}: {from} -> {to}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Float,
+    Int,
+    Bool,
+}
+
+fn kind(d: DType) -> Kind {
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => Kind::Float,
+        DType::I32 | DType::I64 | DType::U32 => Kind::Int,
+        DType::Bool => Kind::Bool,
+    }
+}
+
+/// Converts a loaded tensor to a parameter's declared dtype of the same kind.
+fn convert(t: &Tensor, to: DType) -> Result<Tensor, String> {
+    let mut out = t.clone();
+    out.dtype = to;
+    match (&mut out.data, to) {
+        (Data::F32(v), DType::F16) => {
+            v.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32())
+        }
+        (Data::F32(v), DType::BF16) => {
+            v.iter_mut().for_each(|x| *x = half::bf16::from_f32(*x).to_f32())
+        }
+        (Data::I32(v), DType::U32) => {
+            if let Some(i) = v.iter().position(|&x| x < 0) {
+                return Err(format!("element {i} is {}, not a u32", v[i]));
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+/// Matches checkpoint tensors to a plan's parameters by name. The result has one entry per
+/// parameter, in order: the tensor to load (converted to the parameter's dtype), or `None`.
+/// Strict mode fails when anything is missing, unexpected or mismatched; partial mode loads
+/// what matches. Either way the report says what was found.
+pub fn match_params(
+    ckpt: &Checkpoint,
+    params: &[ParamSpec],
+    mode: MatchMode,
+) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
+    let mut report = Report::default();
+    let mut out = Vec::with_capacity(params.len());
+    let mut used = HashSet::new();
+    for p in params {
+        let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+        let Some(t) = ckpt.get(&p.name) else {
+            report.missing.push((p.name.clone(), expected));
+            out.push(None);
+            continue;
+        };
+        used.insert(p.name.as_str());
+        let found = Signature { dtype: t.dtype, shape: t.shape.clone() };
+        if t.shape != p.shape || kind(t.dtype) != kind(p.dtype) {
+            report.mismatched.push(Mismatch { name: p.name.clone(), expected, found, note: None });
+            out.push(None);
+            continue;
+        }
+        match convert(t, p.dtype) {
+            Ok(c) => {
+                if t.dtype != p.dtype {
+                    report.converted.push((p.name.clone(), t.dtype, p.dtype));
+                }
+                report.loaded.push(p.name.clone());
+                out.push(Some(c));
+            }
+            Err(note) => {
+                report.mismatched.push(Mismatch {
+                    name: p.name.clone(),
+                    expected,
+                    found,
+                    note: Some(note),
+                });
+                out.push(None);
+            }
+        }
+    }
+    for (name, t) in &ckpt.tensors {
+        if !used.contains(name.as_str()) && !name.starts_with(OPTIM_PREFIX) {
+            report
+                .unexpected
+                .push((name.clone(), Signature { dtype: t.dtype, shape: t.shape.clone() }));
+        }
+    }
+    if mode == MatchMode::Strict && !report.is_clean() {
+        let mut msg = String::from(
+            "the checkpoint does not match the model's parameters (strict loading; partial \
+             loading would load what matches)\n",
+        );
+        msg.push_str(report.to_string().trim_end());
+        return Err(CheckpointError::new(&ckpt.path, msg));
+    }
+    Ok((out, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mgn_ir::plan::InitSpec;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    fn param(name: &str, dtype: DType, shape: &[usize]) -> ParamSpec {
+        ParamSpec {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            init: InitSpec::Constant(0.0),
+            trainable: true,
+            frozen: false,
+        }
+    }
+
+    fn ckpt(tensors: Vec<(String, Tensor)>) -> Checkpoint {
+        let mut tensors = tensors;
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        Checkpoint { path: PathBuf::from("ck.safetensors"), tensors, metadata: BTreeMap::new() }
+    }
+
+    #[test]
+    fn strict_match_of_a_complete_checkpoint() {
+        let params = vec![
+            param("fc.weight", DType::F32, &[2, 2]),
+            param("fc.bias", DType::F32, &[2]),
+            param("bn.n", DType::I64, &[]),
+        ];
+        let ck = ckpt(vec![
+            ("fc.weight".into(), Tensor::f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0])),
+            ("fc.bias".into(), Tensor::f32(vec![2], vec![5.0, 6.0])),
+            ("bn.n".into(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![3]) }),
+            ("optim.fc.weight.m".into(), Tensor::f32(vec![2, 2], vec![0.0; 4])),
+            (
+                "optim.step".into(),
+                Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![10]) },
+            ),
+        ]);
+        let (vals, report) = match_params(&ck, &params, MatchMode::Strict).unwrap();
+        assert!(report.is_clean(), "{report}");
+        assert_eq!(report.loaded.len(), 3);
+        assert_eq!(vals[1].as_ref().unwrap().to_f64_vec(), vec![5.0, 6.0]);
+        assert_eq!(vals[2].as_ref().unwrap().dtype, DType::I64);
+    }
+
+    fn messy() -> (Vec<ParamSpec>, Checkpoint) {
+        let params = vec![
+            param("fc1.weight", DType::F32, &[128, 64]),
+            param("fc1.bias", DType::F32, &[128]),
+            param("fc2.weight", DType::F32, &[10, 128]),
+            param("fc2.bias", DType::F32, &[10]),
+            param("emb.weight", DType::F32, &[4, 2]),
+        ];
+        let ck = ckpt(vec![
+            ("fc1.weight".into(), Tensor::f32(vec![64, 128], vec![0.0; 64 * 128])),
+            ("fc1.bias".into(), Tensor::f32(vec![128], vec![1.0; 128])),
+            (
+                "fc2.weight".into(),
+                Tensor {
+                    dtype: DType::F16,
+                    shape: vec![10, 128],
+                    data: Data::F32(vec![0.5; 1280]),
+                },
+            ),
+            ("fc2.bias".into(), Tensor::i32(vec![10], vec![0; 10])),
+            ("head.weight".into(), Tensor::f32(vec![3], vec![0.0; 3])),
+            ("optim.fc1.weight.v".into(), Tensor::f32(vec![64, 128], vec![0.0; 64 * 128])),
+        ]);
+        (params, ck)
+    }
+
+    #[test]
+    fn strict_match_lists_every_problem() {
+        let (params, ck) = messy();
+        let e = match_params(&ck, &params, MatchMode::Strict).unwrap_err();
+        let m = e.to_string();
+        assert!(m.starts_with("ck.safetensors: the checkpoint does not match"), "{m}");
+        assert!(
+            m.contains("missing from the checkpoint (1):\n  emb.weight: expected f32[4, 2]"),
+            "{m}"
+        );
+        assert!(
+            m.contains("in the checkpoint but not in the model (1):\n  head.weight: found f32[3]"),
+            "{m}"
+        );
+        assert!(m.contains("fc1.weight: expected f32[128, 64], found f32[64, 128]"), "{m}");
+        assert!(m.contains("fc2.bias: expected f32[10], found i32[10]"), "{m}");
+        assert!(!m.contains("optim."), "{m}");
+        assert!(m.lines().count() >= 8, "{m}");
+    }
+
+    #[test]
+    fn partial_match_loads_what_fits() {
+        let (params, ck) = messy();
+        let (vals, r) = match_params(&ck, &params, MatchMode::Partial).unwrap();
+        assert_eq!(r.loaded, vec!["fc1.bias", "fc2.weight"]);
+        assert_eq!(r.missing.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(), vec!["emb.weight"]);
+        assert_eq!(
+            r.unexpected.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(),
+            vec!["head.weight"]
+        );
+        assert_eq!(
+            r.mismatched.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+            vec!["fc1.weight", "fc2.bias"]
+        );
+        assert_eq!(r.converted, vec![("fc2.weight".to_string(), DType::F16, DType::F32)]);
+        assert!(vals[0].is_none() && vals[3].is_none() && vals[4].is_none());
+        assert_eq!(vals[1].as_ref().unwrap().to_f64_vec(), vec![1.0; 128]);
+        let w2 = vals[2].as_ref().unwrap();
+        assert_eq!((w2.dtype, w2.shape.clone()), (DType::F32, vec![10, 128]));
+    }
+
+    #[test]
+    fn match_converts_within_a_kind_and_rounds_to_half() {
+        let params = vec![
+            param("h", DType::F16, &[1]),
+            param("u", DType::U32, &[1]),
+            param("n", DType::I32, &[]),
+        ];
+        let ck = ckpt(vec![
+            ("h".into(), Tensor::f32(vec![1], vec![0.1])),
+            ("u".into(), Tensor::i32(vec![1], vec![-1])),
+            ("n".into(), Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![9]) }),
+        ]);
+        let (vals, r) = match_params(&ck, &params, MatchMode::Partial).unwrap();
+        assert_eq!(
+            vals[0].as_ref().unwrap().as_f32().unwrap()[0],
+            half::f16::from_f32(0.1).to_f32()
+        );
+        assert!(vals[1].is_none());
+        assert!(r.mismatched[0].note.as_ref().unwrap().contains("not a u32"));
+        assert_eq!(vals[2].as_ref().unwrap(), &Tensor::i32(vec![], vec![9]));
+        assert!(match_params(&ck, &params, MatchMode::Strict).is_err());
+    }
+}

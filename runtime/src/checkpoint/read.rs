@@ -1,0 +1,212 @@
+//! Reading a checkpoint: the header is checked against the file before anything tensor-sized is
+//! allocated, and every way a file can be wrong becomes a sentence naming the file.
+
+use super::dtypes::decode;
+use super::{Checkpoint, CheckpointError, FORMAT_KEY, FORMAT_VERSION};
+use safetensors::tensor::SafeTensorError;
+use safetensors::SafeTensors;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Reads a checkpoint file into host tensors.
+pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| CheckpointError::new(path, format!("cannot read the checkpoint: {e}")))?;
+    from_bytes(&bytes, path)
+}
+
+/// Parses checkpoint bytes; `path` names the source in errors.
+pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointError> {
+    let err = |m: String| CheckpointError::new(path, m);
+    // `read_metadata` checks the header length against the file, parses the header, and checks
+    // that the tensors' offsets tile the data exactly and agree with their shapes and dtypes
+    // (with overflow checks), all before any tensor-sized allocation.
+    let (n, header) =
+        SafeTensors::read_metadata(bytes).map_err(|e| err(describe_parse_error(bytes, &e)))?;
+    let data = &bytes[8 + n..];
+    let metadata: BTreeMap<String, String> =
+        header.metadata().clone().unwrap_or_default().into_iter().collect();
+    if let Some(v) = metadata.get(FORMAT_KEY) {
+        if v != FORMAT_VERSION {
+            return Err(err(format!(
+                "checkpoint format version {v}, but this runtime reads version {FORMAT_VERSION}"
+            )));
+        }
+    }
+    let mut tensors = Vec::new();
+    for (name, info) in header.tensors() {
+        let (start, end) = info.data_offsets;
+        let bytes = data.get(start..end).ok_or_else(|| {
+            err(format!("corrupt header: the data offsets of tensor `{name}` are out of range"))
+        })?;
+        let t = decode(&name, info.dtype, &info.shape, bytes).map_err(err)?;
+        tensors.push((name, t));
+    }
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Checkpoint { path: path.to_path_buf(), tensors, metadata })
+}
+
+/// Turns a safetensors parse error into a sentence that says what is wrong with the file.
+fn describe_parse_error(bytes: &[u8], e: &SafeTensorError) -> String {
+    let declared = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let len = bytes.len();
+    match e {
+        SafeTensorError::HeaderTooSmall => format!(
+            "not a safetensors checkpoint: the file has {len} bytes, fewer than the 8-byte header \
+             length"
+        ),
+        SafeTensorError::HeaderTooLarge => format!(
+            "not a safetensors checkpoint, or corrupt: the header length field says {} bytes (the \
+             limit is 100 MB)",
+            declared.unwrap_or(0)
+        ),
+        SafeTensorError::InvalidHeaderLength => format!(
+            "truncated or corrupt: the header length field says {} bytes but the file has only {} \
+             after it",
+            declared.unwrap_or(0),
+            len.saturating_sub(8)
+        ),
+        SafeTensorError::InvalidHeader(_) => "corrupt header: it is not UTF-8 text".into(),
+        SafeTensorError::InvalidHeaderDeserialization(je) | SafeTensorError::JsonError(je) => {
+            format!("corrupt header: {je}")
+        }
+        SafeTensorError::MetadataIncompleteBuffer => format!(
+            "truncated or corrupt: the tensor data described by the header does not match the \
+             {len}-byte file (it is missing or has trailing bytes)"
+        ),
+        SafeTensorError::ValidationOverflow => {
+            "corrupt header: a tensor's declared size overflows".into()
+        }
+        SafeTensorError::TensorInvalidInfo => {
+            "corrupt header: a tensor's shape and dtype do not match the size of its data".into()
+        }
+        SafeTensorError::InvalidOffset(name) => format!(
+            "corrupt header: the data offsets of tensor `{name}` are out of order, overlapping or \
+             out of range"
+        ),
+        SafeTensorError::MisalignedSlice => {
+            "corrupt header: a tensor's size is not a whole number of bytes".into()
+        }
+        other => format!("cannot parse the checkpoint: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::dtypes::encode;
+    use super::super::testing::{parse, sample_bytes, with_header};
+    use super::*;
+    use mgn_ir::tensor::Tensor;
+
+    #[test]
+    fn truncated_files_are_errors_at_every_cut() {
+        let bytes = sample_bytes();
+        for cut in 0..bytes.len() {
+            let e = parse(&bytes[..cut]).expect_err("a truncated file must not load");
+            assert!(e.to_string().starts_with("bad.safetensors: "), "{e}");
+        }
+        assert!(parse(&bytes).is_ok());
+        let e = parse(&bytes[..bytes.len() - 1]).unwrap_err();
+        assert!(e.message.contains("truncated"), "{e}");
+        let e = parse(&bytes[..20]).unwrap_err();
+        assert!(e.message.contains("truncated") && e.message.contains("header length"), "{e}");
+        let e = parse(&bytes[..3]).unwrap_err();
+        assert!(e.message.contains("fewer than the 8-byte header length"), "{e}");
+        // Trailing bytes are refused too.
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(&[0; 4]);
+        assert!(parse(&longer).is_err());
+    }
+
+    #[test]
+    fn garbage_and_flipped_bytes_never_panic() {
+        // Deterministic pseudo-random garbage of many lengths.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for len in (0..2000).step_by(37) {
+            let junk: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            assert!(parse(&junk).is_err());
+        }
+        let e = parse(b"this is not a checkpoint at all, just some text").unwrap_err();
+        assert!(e.message.contains("header length"), "{e}");
+        // Every single-byte corruption of a valid file either loads or is an error.
+        let bytes = sample_bytes();
+        for i in 0..bytes.len() {
+            for v in [0u8, 0xFF, b'9', b'"'] {
+                let mut b = bytes.clone();
+                b[i] = v;
+                let _ = parse(&b);
+            }
+        }
+    }
+
+    #[test]
+    fn malicious_headers_are_refused_without_allocating() {
+        // 10^12 elements, honestly sized offsets far past the end of the file.
+        let h =
+            r#"{"w":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,4000000000000]}}"#;
+        let e = parse(&with_header(h, &[0; 16])).unwrap_err();
+        assert!(e.message.contains("truncated or corrupt"), "{e}");
+        // 10^12 elements with offsets that lie about the size.
+        let h = r#"{"w":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,16]}}"#;
+        let e = parse(&with_header(h, &[0; 16])).unwrap_err();
+        assert!(e.message.contains("do not match the size"), "{e}");
+        // A shape whose element count overflows.
+        let h = concat!(
+            r#"{"w":{"dtype":"F32","shape":[18446744073709551615,18446744073709551615],"#,
+            r#""data_offsets":[0,16]}}"#
+        );
+        let e = parse(&with_header(h, &[0; 16])).unwrap_err();
+        assert!(e.message.contains("overflows"), "{e}");
+        // Offsets past the end of the data.
+        let h = r#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
+        assert!(parse(&with_header(h, &[0; 8])).is_err());
+        // Offsets backwards.
+        let h = r#"{"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}}"#;
+        let e = parse(&with_header(h, &[0; 8])).unwrap_err();
+        assert!(e.message.contains("offsets of tensor `w`"), "{e}");
+        // Absurd header lengths.
+        for n in [u64::MAX, 1 << 40, 100_000_001, 1_000_000] {
+            let mut b = n.to_le_bytes().to_vec();
+            b.extend_from_slice(b"{}");
+            let e = parse(&b).unwrap_err();
+            assert!(e.message.contains("header length field says"), "{n}: {e}");
+        }
+        // Not JSON, not UTF-8, unknown dtype.
+        assert!(parse(&with_header("{not json", &[]))
+            .unwrap_err()
+            .message
+            .contains("corrupt header"));
+        assert!(parse(&with_header("\u{0}\u{1}", &[])).is_err());
+        let mut b = 4u64.to_le_bytes().to_vec();
+        b.extend_from_slice(&[0xFF, 0xFE, 0xFD, 0xFC]);
+        assert!(parse(&b).unwrap_err().message.contains("UTF-8"));
+        let h = r#"{"w":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}}"#;
+        assert!(parse(&with_header(h, &[0; 4])).unwrap_err().message.contains("corrupt header"));
+    }
+
+    #[test]
+    fn other_format_versions_are_refused_and_foreign_files_load() {
+        let mut meta = std::collections::HashMap::new();
+        meta.insert(FORMAT_KEY.to_string(), "7".to_string());
+        let t = Tensor::f32(vec![1], vec![1.0]);
+        let enc = encode("w", &t).unwrap();
+        let bytes = safetensors::serialize([("w", &enc)], Some(meta)).unwrap();
+        assert!(parse(&bytes).unwrap_err().message.contains("version 7"));
+        // A file without metadata (as PyTorch or other tools may write) is fine.
+        let bytes = safetensors::serialize([("w", &enc)], None).unwrap();
+        let ck = parse(&bytes).unwrap();
+        assert!(ck.metadata.is_empty() && ck.model().is_none());
+    }
+
+    #[test]
+    fn missing_file_names_the_file() {
+        let e = load(Path::new("/nonexistent/dir/x.safetensors")).unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/dir/x.safetensors: cannot read"), "{e}");
+    }
+}
