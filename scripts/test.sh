@@ -18,10 +18,10 @@ tests() {
     run=$((run + 1))
     MGN_SKIP_LOG="$work/skips.$run" "$@" 2>&1 | tee -a "$work/log" || status=$?
 }
-tests cargo test --workspace --locked "$@"
+tests cargo test --workspace --locked --no-fail-fast "$@"
 # The GPU tests again, with every device limit at Vulkan's guaranteed floor.
-MGN_MIN_SPEC=1 tests cargo test -p mgn-gpu --locked
-MGN_MIN_SPEC=1 tests cargo test -p mgn-tests --locked --test gpu --test workloads
+MGN_MIN_SPEC=1 tests cargo test -p mgn-gpu --locked --no-fail-fast
+MGN_MIN_SPEC=1 tests cargo test -p mgn-tests --locked --no-fail-fast --test gpu --test workloads
 # An app that runs plans on the CPU only builds the runtime without Vulkan, naga or blade.
 tests cargo test -p mgn-runtime --locked --no-default-features
 passed=$(grep -Eo '[0-9]+ passed' "$work/log" | awk '{s += $1} END {print s + 0}')
