@@ -4,7 +4,8 @@
 //!   compiler; a CPU-only app links no GPU crate; the IR links nothing heavy), read from
 //!   `cargo tree` with the features each user would build with;
 //! - every source file stays small enough to hold in one's head (800 lines, unless its header
-//!   says why not) and narrow enough to read side by side (100 columns).
+//!   says why not) and narrow enough to read side by side (100 columns), and no function is
+//!   over 100 lines of logic (lines that are not blank and not only a comment).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -121,4 +122,67 @@ fn source_files_stay_small_and_narrow() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Lines of logic (not blank, not only a comment) in each function body of `text`, with the
+/// function's name and first line.
+fn function_lengths(text: &str) -> Result<Vec<(String, usize, usize)>, syn::Error> {
+    use syn::spanned::Spanned;
+    use syn::visit::Visit;
+
+    struct Lengths<'t> {
+        lines: Vec<&'t str>,
+        out: Vec<(String, usize, usize)>,
+    }
+    impl Lengths<'_> {
+        fn body(&mut self, name: &syn::Ident, block: &syn::Block) {
+            let (first, last) = (block.span().start().line, block.span().end().line);
+            let logic = self.lines[first.saturating_sub(1)..last.min(self.lines.len())]
+                .iter()
+                .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+                .count();
+            self.out.push((name.to_string(), first, logic));
+        }
+    }
+    impl<'ast> Visit<'ast> for Lengths<'_> {
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            self.body(&f.sig.ident, &f.block);
+            syn::visit::visit_item_fn(self, f);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            self.body(&f.sig.ident, &f.block);
+            syn::visit::visit_impl_item_fn(self, f);
+        }
+        fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+            if let Some(block) = &f.default {
+                self.body(&f.sig.ident, block);
+            }
+            syn::visit::visit_trait_item_fn(self, f);
+        }
+    }
+    let file = syn::parse_file(text)?;
+    let mut v = Lengths { lines: text.lines().collect(), out: Vec::new() };
+    v.visit_file(&file);
+    Ok(v.out)
+}
+
+#[test]
+fn functions_stay_short() {
+    let mut problems = Vec::new();
+    let mut measured = 0;
+    for f in sources() {
+        let text = std::fs::read_to_string(&f).expect("utf-8 source");
+        let name = f.strip_prefix(root()).unwrap_or(&f).display().to_string();
+        match function_lengths(&text) {
+            Ok(fns) => {
+                measured += fns.len();
+                for (func, line, logic) in fns.into_iter().filter(|(_, _, n)| *n > 100) {
+                    problems.push(format!("{name}:{line}: `{func}` has {logic} lines of logic"));
+                }
+            }
+            Err(e) => problems.push(format!("{name}: does not parse: {e}")),
+        }
+    }
+    assert!(measured > 1000, "the functions were read: {measured}");
+    assert!(problems.is_empty(), "over 100 lines of logic:\n{}", problems.join("\n"));
 }

@@ -1,4 +1,5 @@
-//! The mgn compiler: `.mgn` source to a checked graph IR.
+//! The mgn compiler: `.mgn` source to a checked graph, and the graph to a validated plan
+//! (`mgn_ir::Plan`).
 //!
 //! Pipeline (data flows one way, each stage a module):
 //! `source` (files, embedded stdlib) → `mgn_syntax::parse` → `front::load` (imports, scopes;
@@ -6,7 +7,8 @@
 //! nothing, structure rules) → `elab` (values, types, shapes; builds the graph, reading what
 //! names denote from the resolution) → `graph` (the graph and its dump). `render` turns
 //! diagnostics into text or JSON, and `driver` strings the stages together for the CLI, the
-//! tests and the language server.
+//! tests and the language server. For plans: `autodiff` (the backward pass), `rewrite`
+//! (greedy local rules) and `lower` (live nodes as numbered steps, validated).
 
 pub mod autodiff;
 pub mod driver;

@@ -142,7 +142,8 @@ impl Plan {
             )));
         }
         let plan: Plan = serde_json::from_slice(&bytes[12..]).map_err(|e| err(corrupt(&e)))?;
-        plan.validate().map_err(|m| err(format!("invalid plan: {m}")))?;
+        plan.validate()
+            .map_err(|m| err(format!("invalid plan: {m} (rebuild it with this mgnc)")))?;
         Ok(plan)
     }
 

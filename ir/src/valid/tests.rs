@@ -101,6 +101,14 @@ fn plan_files_with_unknown_ops_or_bad_types_are_refused_when_read() {
         b.extend(json.as_bytes());
         Plan::from_bytes(&b, "edited.mgnplan").map(drop).unwrap_err().to_string()
     };
+    // An op that never existed, and one that only the GPU backend makes: neither is in the
+    // format.
+    for op in ["Teleport", "CrossEntropyRows"] {
+        let unknown = good.replacen("{\"Unary\":\"Relu\"}", &format!("\"{op}\""), 1);
+        let e = file(&unknown);
+        let want = format!("edited.mgnplan: corrupt plan: unknown op or value `{op}`");
+        assert!(e.starts_with(&want), "{e}");
+    }
     let unknown = good.replacen("\"Unary\":\"Relu\"", "\"Teleport\":\"Relu\"", 1);
     let e = file(&unknown);
     assert!(e.starts_with("edited.mgnplan: corrupt plan: unknown op or value `Teleport`"), "{e}");

@@ -3,18 +3,47 @@
 use super::args::*;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::value::Value;
-use crate::graph::{fmt_type, Op};
+use crate::graph::{fmt_type, NodeId, Op};
 use mgn_ir::shape;
+use mgn_ir::shape::attention::{dims as attention_dims, Dims};
 use mgn_syntax::{Diagnostic, Span};
 
 // ---- attention ------------------------------------------------------------------------------
 
 pub(super) fn attention(ev: &mut Evaluator, a: &Args) -> R<Value> {
-    let (q, qs) = float_tensor(ev, a, "q")?;
-    let (k, ks) = float_tensor(ev, a, "k")?;
-    let (v, vs) = float_tensor(ev, a, "v")?;
-    let (d, sq) = ev.ty(q);
-    let (sq, sk, sv) = (sq.to_vec(), ev.ty(k).1.to_vec(), ev.ty(v).1.to_vec());
+    let qkv = [float_tensor(ev, a, "q")?, float_tensor(ev, a, "k")?, float_tensor(ev, a, "v")?];
+    let dims = operands(ev, a, qkv)?;
+    let [(q, _), (k, _), (v, _)] = qkv;
+    let d = ev.ty(q).0;
+    let causal = a.bool_or(ev, "causal", false)?;
+    let scale = a.number_or(ev, "scale", 1.0 / (dims.d as f64).sqrt())?;
+    let mut inputs = vec![q, k, v];
+    let mask = a.opt_tensor(ev, "mask")?;
+    if let Some((m, ms)) = mask {
+        let (md, msh) = ev.ty(m);
+        let fits = md == d && shape::broadcast(msh, &dims.scores).is_ok_and(|b| b == dims.scores);
+        if !fits {
+            let msg = format!(
+                "`attention` mask {} does not broadcast to the scores {}",
+                ev.type_str(m),
+                fmt_type(d, &dims.scores)
+            );
+            return Err(Diagnostic::error("E0203", msg, ms, "mask shape").with_help(
+                "an additive mask of shape [B, 1, 1, Tk] (0 to keep, a large negative number to \
+                 drop) fits every head and query",
+            ));
+        }
+        inputs.push(m);
+    }
+    let op = Op::Attention { causal, scale, has_mask: mask.is_some() };
+    node(ev, op, inputs, d, dims.out(), a.span)
+}
+
+/// q `[..B, Hq, Tq, D]`, k `[..B, Hkv, Tk, D]` and v `[..B, Hkv, Tk, Dv]` of one dtype, with
+/// `Hkv` dividing `Hq`: each way they can disagree in the user's words, then their sizes.
+fn operands(ev: &Evaluator, a: &Args, qkv: [(NodeId, Span); 3]) -> R<Dims> {
+    let [(q, qs), (k, ks), (v, vs)] = qkv;
+    let d = ev.ty(q).0;
     for (t, s, name) in [(q, qs, "q"), (k, ks, "k"), (v, vs, "v")] {
         if ev.ty(t).1.len() < 3 {
             let msg = format!(
@@ -27,68 +56,49 @@ pub(super) fn attention(ev: &mut Evaluator, a: &Args) -> R<Value> {
             ));
         }
         if ev.ty(t).0 != d {
-            return Err(Diagnostic::error(
-                "E0202",
-                format!(
-                    "`attention` needs q, k and v of one dtype, found {} and {}",
-                    d,
-                    ev.ty(t).0
-                ),
-                s,
-                "different dtype",
-            ));
+            let msg = format!(
+                "`attention` needs q, k and v of one dtype, found {} and {}",
+                d,
+                ev.ty(t).0
+            );
+            return Err(Diagnostic::error("E0202", msg, s, "different dtype"));
         }
     }
-    let r = sq.len();
+    let (sq, sk, sv) = (ev.ty(q).1, ev.ty(k).1, ev.ty(v).1);
     let mismatch =
         |msg: String, span: Span, label: String| Diagnostic::error("E0203", msg, span, label);
+    let all = || format!("{}, {} and {}", fmt_type(d, sq), fmt_type(d, sk), fmt_type(d, sv));
+    let r = sq.len();
     if sk.len() != r || sv.len() != r {
-        return Err(mismatch(
-            format!(
-                "`attention` needs q, k and v of one rank, found {}, {} and {}",
-                fmt_type(d, &sq),
-                fmt_type(d, &sk),
-                fmt_type(d, &sv)
-            ),
-            a.span,
-            "ranks differ".into(),
-        ));
+        let msg = format!("`attention` needs q, k and v of one rank, found {}", all());
+        return Err(mismatch(msg, a.span, "ranks differ".into()));
     }
     let batch = &sq[..r - 3];
     if &sk[..r - 3] != batch || &sv[..r - 3] != batch {
-        return Err(mismatch(
-            format!(
-                "`attention` batch axes differ: q is {}, k is {}, v is {}",
-                fmt_type(d, &sq),
-                fmt_type(d, &sk),
-                fmt_type(d, &sv)
-            ),
-            ks,
-            "batch axes differ".into(),
-        ));
+        let msg = format!(
+            "`attention` batch axes differ: q is {}, k is {}, v is {}",
+            fmt_type(d, sq),
+            fmt_type(d, sk),
+            fmt_type(d, sv)
+        );
+        return Err(mismatch(msg, ks, "batch axes differ".into()));
     }
-    let (hq, tq, dq) = (sq[r - 3], sq[r - 2], sq[r - 1]);
+    let (hq, dq) = (sq[r - 3], sq[r - 1]);
     let (hk, tk, dk) = (sk[r - 3], sk[r - 2], sk[r - 1]);
-    let (hv, tv, dv) = (sv[r - 3], sv[r - 2], sv[r - 1]);
+    let (hv, tv) = (sv[r - 3], sv[r - 2]);
     if dq != dk {
-        return Err(mismatch(
-            format!("`attention` head size of q ({dq}) and k ({dk}) differ"),
-            ks,
-            format!("k is {}", fmt_type(d, &sk)),
-        )
-        .with_label(qs, format!("q is {}", fmt_type(d, &sq))));
+        let msg = format!("`attention` head size of q ({dq}) and k ({dk}) differ");
+        return Err(mismatch(msg, ks, format!("k is {}", fmt_type(d, sk)))
+            .with_label(qs, format!("q is {}", fmt_type(d, sq))));
     }
     if hk != hv || tk != tv {
-        return Err(mismatch(
-            format!(
-                "`attention` needs k and v with the same heads and length, found {} and {}",
-                fmt_type(d, &sk),
-                fmt_type(d, &sv)
-            ),
-            vs,
-            format!("v is {}", fmt_type(d, &sv)),
-        )
-        .with_label(ks, format!("k is {}", fmt_type(d, &sk))));
+        let msg = format!(
+            "`attention` needs k and v with the same heads and length, found {} and {}",
+            fmt_type(d, sk),
+            fmt_type(d, sv)
+        );
+        return Err(mismatch(msg, vs, format!("v is {}", fmt_type(d, sv)))
+            .with_label(ks, format!("k is {}", fmt_type(d, sk))));
     }
     if hq % hk != 0 {
         let msg =
@@ -100,30 +110,12 @@ pub(super) fn attention(ev: &mut Evaluator, a: &Args) -> R<Value> {
                  query heads",
             ));
     }
-    let causal = a.bool_or(ev, "causal", false)?;
-    let scale = a.number_or(ev, "scale", 1.0 / (dq as f64).sqrt())?;
-    let mut inputs = vec![q, k, v];
-    let mask = a.opt_tensor(ev, "mask")?;
-    if let Some((m, ms)) = mask {
-        let (md, msh) = ev.ty(m);
-        let scores: Vec<usize> = batch.iter().copied().chain([hq, tq, tk]).collect();
-        let fits = md == d && shape::broadcast(msh, &scores).is_ok_and(|b| b == scores);
-        if !fits {
-            let msg = format!(
-                "`attention` mask {} does not broadcast to the scores {}",
-                ev.type_str(m),
-                fmt_type(d, &scores)
-            );
-            return Err(Diagnostic::error("E0203", msg, ms, "mask shape").with_help(
-                "an additive mask of shape [B, 1, 1, Tk] (0 to keep, a large negative number to \
-                 drop) fits every head and query",
-            ));
-        }
-        inputs.push(m);
-    }
-    let mut out = batch.to_vec();
-    out.extend([hq, tq, dv]);
-    node(ev, Op::Attention { causal, scale, has_mask: mask.is_some() }, inputs, d, out, a.span)
+    // Everything the shared rule checks is said above, in the user's words; a disagreement
+    // left over is a compiler bug.
+    attention_dims(sq, sk, sv).map_err(|e| {
+        let msg = format!("internal error: `attention` against the IR's rule: {e}");
+        Diagnostic::error("E0999", msg, a.span, "while elaborating this call")
+    })
 }
 
 pub(super) fn rope(ev: &mut Evaluator, a: &Args) -> R<Value> {
