@@ -100,6 +100,12 @@ impl Client {
         self.stdin.flush().unwrap();
     }
 
+    /// Bytes as they are, framed or not.
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
     fn notify(&mut self, method: &str, params: Value) {
         self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
     }
@@ -128,27 +134,30 @@ impl Client {
         v["result"].clone()
     }
 
+    /// The next message from the server that satisfies `pred`.
+    fn next_where(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + TIMEOUT;
+        if let Some(i) = self.inbox.iter().position(&pred) {
+            return self.inbox.remove(i).unwrap();
+        }
+        loop {
+            match self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(v) if pred(&v) => return v,
+                Ok(v) => self.inbox.push_back(v),
+                Err(RecvTimeoutError::Timeout) => panic!("no {what}; saw {:#?}", self.inbox),
+                Err(e) => panic!("server went away: {e}"),
+            }
+        }
+    }
+
     /// The next `publishDiagnostics` for `uri` that satisfies `pred`.
     fn diagnostics_where(&mut self, uri: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + TIMEOUT;
         let matches = |v: &Value| {
             v["method"] == "textDocument/publishDiagnostics"
                 && v["params"]["uri"] == uri
                 && pred(&v["params"])
         };
-        if let Some(i) = self.inbox.iter().position(matches) {
-            return self.inbox.remove(i).unwrap()["params"].clone();
-        }
-        loop {
-            match self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(v) if matches(&v) => return v["params"].clone(),
-                Ok(v) => self.inbox.push_back(v),
-                Err(RecvTimeoutError::Timeout) => {
-                    panic!("no diagnostics for {uri}; saw {:#?}", self.inbox)
-                }
-                Err(e) => panic!("server went away: {e}"),
-            }
-        }
+        self.next_where(&format!("diagnostics for {uri}"), matches)["params"].clone()
     }
 
     fn diagnostics_for_version(&mut self, uri: &str, version: i64) -> Vec<Value> {
@@ -573,5 +582,87 @@ fn latency_on_the_largest_model() {
         times[times.len() - 1].as_secs_f64() * 1e3,
         150
     );
+    c.shutdown();
+}
+
+/// Imports the server must not read: a FIFO without a writer and a device without end. Each is
+/// a diagnostic at its `use`, and the server goes on answering.
+#[cfg(unix)]
+#[test]
+fn imports_of_special_files_do_not_stop_the_server() {
+    let dir = temp_dir("special");
+    let fifo = std::ffi::CString::new(dir.join("fifo.mgn").to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    let main = file_uri(&dir.join("main.mgn"));
+    let text = "use \"./fifo.mgn\".{A}\nuse \"/dev/zero\".{B}\nfn f() -> int { 1 }\n";
+    let mut c = Client::start(&dir);
+    c.open(&main, text);
+    let ds = c.diagnostics_for_version(&main, 1);
+    let got: Vec<(&str, u64)> = ds
+        .iter()
+        .map(|d| (d["code"].as_str().unwrap(), d["range"]["start"]["line"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, [("E0104", 0), ("E0104", 1)], "{ds:#?}");
+    assert!(ds[0]["message"].as_str().unwrap().contains("named pipe"), "{ds:#?}");
+    assert!(ds[1]["message"].as_str().unwrap().contains("character device"), "{ds:#?}");
+    let h = hover_text(&c.request("textDocument/hover", at(&main, pos(text, "f()", 0, 0))));
+    assert!(h.contains("fn f() -> int"), "{h}");
+    c.shutdown();
+}
+
+/// Malformed input between valid requests: each malformed request is answered with a JSON-RPC
+/// error (or skipped), bad framing is skipped up to the next header, and the session goes on.
+#[test]
+fn malformed_messages_and_framing_do_not_end_the_session() {
+    let dir = temp_dir("malformed");
+    let main = file_uri(&dir.join("main.mgn"));
+    let text = "fn f() -> int { 1 }\n";
+    let mut c = Client::start(&dir);
+    c.open(&main, text);
+    c.diagnostics_for_version(&main, 1);
+    let still_answers = |c: &mut Client| {
+        let h = hover_text(&c.request("textDocument/hover", at(&main, pos(text, "f()", 0, 0))));
+        assert!(h.contains("fn f() -> int"), "{h}");
+    };
+    let error_with = |c: &mut Client, code: i64, id: Value| {
+        let what = format!("error {code} for id {id}");
+        c.next_where(&what, |v| v["error"]["code"] == code && v["id"] == id)
+    };
+    // A body that is not JSON: a parse error, with no id to give.
+    c.send_raw(b"Content-Length: 10\r\n\r\n{not json}");
+    error_with(&mut c, -32700, Value::Null);
+    still_answers(&mut c);
+    // JSON, but not a request: an invalid request, with its id. An id lsp-server cannot hold.
+    let bad = br#"{"jsonrpc":"2.0","id":77,"method":5}"#;
+    c.send_raw(&[format!("Content-Length: {}\r\n\r\n", bad.len()).as_bytes(), bad].concat());
+    error_with(&mut c, -32600, json!(77));
+    c.send(json!({ "jsonrpc": "2.0", "id": 1u64 << 40, "method": "textDocument/hover" }));
+    error_with(&mut c, -32600, json!(1u64 << 40));
+    c.send(json!([1, 2]));
+    error_with(&mut c, -32600, Value::Null);
+    c.send(json!({ "jsonrpc": "2.0", "method": 7 })); // a broken notification: no answer
+    still_answers(&mut c);
+    // No header at all, a header line that is not a header, an unreadable length.
+    c.send_raw(br#"{"jsonrpc":"2.0","id":500,"method":"shutdown"}"#);
+    still_answers(&mut c);
+    c.send_raw(b"Content-Type: x\r\nthis is no header\r\n\r\n{}");
+    c.send_raw(b"Content-Length: lots\r\n\r\n{}");
+    c.send_raw(b"Content-Length: 99999999999999999999999\r\n\r\n{}");
+    still_answers(&mut c);
+    // Too short: the cut body is a parse error, and the rest is skipped.
+    c.send_raw(
+        b"Content-Length: 5\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":501,\"method\":\"shutdown\"}",
+    );
+    error_with(&mut c, -32700, Value::Null);
+    still_answers(&mut c);
+    // Too long: the body ends where the next header starts.
+    let short = br#"{"jsonrpc":"2.0","id":502,"method":"textDocument/documentSymbol","params":{}}"#;
+    c.send_raw(&[b"Content-Length: 4000\r\n\r\n".as_slice(), short].concat());
+    still_answers(&mut c);
+    error_with(&mut c, -32602, json!(502));
+    // Bytes that are not UTF-8, and a header without its body before the end of input.
+    c.send_raw(b"Content-Length: 4\r\n\r\n\xff\xfe\xfd\xfc");
+    error_with(&mut c, -32700, Value::Null);
+    still_answers(&mut c);
     c.shutdown();
 }

@@ -189,3 +189,17 @@ fn watch_stops_cleanly_on_ctrl_c() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn watch_survives_a_diagnostic_past_column_65535() {
+    let t = TempDir::new("long-line");
+    t.write("model.mgn", &model("", "", "x * 2"));
+    let mut w = Watching::start(&t.0, "model.mgn");
+    w.expect_all(&["M: 0 parameters", "watching 1 file"]);
+    // The error is 70,000 columns to the right: reported with its column, and watching goes on.
+    let long = model("", "", &format!("x *{} oops", " ".repeat(70_000)));
+    t.save("model.mgn", &long);
+    w.expect_all(&["cannot find `oops`", "model.mgn:6:70024", "watching 1 file"]);
+    t.save("model.mgn", &model("", "    w = param f32[4] init ones", "x * self.w"));
+    w.expect("M: 4 parameters");
+}

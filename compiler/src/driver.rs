@@ -6,7 +6,7 @@
 use crate::elab::{self, Setting};
 use crate::front::{self, Program};
 use crate::graph::Graph;
-use crate::source::{normalize, Origin};
+use crate::source::{normalize, read_source, Origin};
 use mgn_syntax::{Diagnostic, Span};
 use std::path::Path;
 
@@ -39,11 +39,11 @@ pub enum Models {
     One { name: Option<String>, settings: Vec<Setting> },
 }
 
+/// Checks a file from disk. An error means it cannot be read (`read_source`: missing, not a
+/// regular file, over the size limit, not UTF-8), and says why.
 pub fn check_path(path: &Path, models: Models) -> Result<Outcome, String> {
-    let text = std::fs::read(path)
-        .map_err(|e| format!("cannot read `{}`: {}", path.display(), front::load::io_reason(&e)))?;
-    let text = String::from_utf8(text)
-        .map_err(|_| format!("cannot read `{}`: the file is not valid UTF-8", path.display()))?;
+    let text = read_source(path)
+        .map_err(|reason| format!("cannot read `{}`: {reason}", path.display()))?;
     Ok(check_text(path.display().to_string(), Origin::Path(normalize(path)), text, models))
 }
 

@@ -1,33 +1,53 @@
 //! Diagnostics for people (miette's graphical report) and for tools (JSON lines).
+//!
+//! The report shows excerpts of the source. Lines longer than `LONG_LINE` bytes are shown only
+//! around the labels, with `…` for the rest (`Excerpt`), so a label at any column renders;
+//! locations (the report's `file:line:column`, JSON spans) are computed on the file itself.
+//! Rendering runs under a panic guard: a renderer bug gives a plain rendering, not a crash.
 
-use crate::source::SourceMap;
-use mgn_syntax::{Diagnostic, FileId, Severity};
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceSpan};
+use crate::source::{SourceFile, SourceMap};
+use mgn_syntax::{Diagnostic, FileId, Label, LineIndex, Severity, Span};
+use miette::{
+    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents,
+    SourceCode, SourceSpan, SpanContents,
+};
 use serde::Serialize;
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Lines longer than this many bytes are shown only around the labels on them.
+const LONG_LINE: usize = 240;
+/// Bytes kept on each side of a label's start and end on a long line.
+const KEEP: usize = 40;
+/// At most this many parts of one long line are shown; labels beyond them point at an elision.
+const MAX_PARTS: usize = 16;
+/// What stands for the bytes left out of a long line.
+const ELISION: &str = "…";
+/// Words (identifiers, numbers) longer than this many bytes are shortened in the report's text.
+const LONG_WORD: usize = 240;
 
 /// One file's share of a diagnostic, in miette's terms. Labels in other files than the
 /// primary one become related reports, each showing its own file.
 #[derive(Debug)]
-struct Report {
+struct Report<'s> {
     message: String,
     code: Option<String>,
     severity: miette::Severity,
     help: Option<String>,
-    source: Option<NamedSource<String>>,
+    source: Option<Excerpt<'s>>,
     labels: Vec<LabeledSpan>,
-    related: Vec<Report>,
+    related: Vec<Report<'s>>,
 }
 
-impl fmt::Display for Report {
+impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for Report {}
+impl std::error::Error for Report<'_> {}
 
-impl miette::Diagnostic for Report {
+impl miette::Diagnostic for Report<'_> {
     fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.code.as_ref().map(|c| Box::new(c) as Box<dyn fmt::Display>)
     }
@@ -37,8 +57,8 @@ impl miette::Diagnostic for Report {
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
     }
-    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
-        self.source.as_ref().map(|s| s as &dyn miette::SourceCode)
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        self.source.as_ref().map(|s| s as &dyn SourceCode)
     }
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         Some(Box::new(self.labels.iter().cloned()))
@@ -52,51 +72,236 @@ impl miette::Diagnostic for Report {
     }
 }
 
-fn source_of(sources: &SourceMap, file: FileId) -> NamedSource<String> {
-    let f = sources.get(file);
-    NamedSource::new(f.name.clone(), f.text.clone())
+/// A file as the report shows it: long lines cut to the parts around the labels, and lone
+/// carriage returns shown as spaces (miette would count them as line breaks; the compiler does
+/// not). `runs` are the parts kept, `(view offset, file offset, length)` in order; between two
+/// runs the view has `ELISION`. Line breaks are all kept, so line numbers agree.
+struct Excerpt<'s> {
+    name: &'s str,
+    lines: &'s LineIndex,
+    view: String,
+    runs: Vec<(usize, usize, usize)>,
 }
 
-fn labeled(l: &mgn_syntax::Label, text_len: usize) -> LabeledSpan {
-    let start = (l.span.start as usize).min(text_len);
-    let len = (l.span.len()).min(text_len - start);
-    let span = SourceSpan::new(start.into(), len);
-    if l.primary {
-        LabeledSpan::new_primary_with_span(Some(l.message.clone()), span)
-    } else {
-        LabeledSpan::new_with_span(Some(l.message.clone()), span)
+impl fmt::Debug for Excerpt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Excerpt({}, {} runs)", self.name, self.runs.len())
     }
 }
 
-fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
+fn floor_boundary(text: &str, mut i: usize) -> usize {
+    i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_boundary(text: &str, mut i: usize) -> usize {
+    i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+impl<'s> Excerpt<'s> {
+    /// The excerpt of `file` in which every offset of `points` (labels' ends) is visible.
+    fn new(file: &'s SourceFile, points: &[usize]) -> Excerpt<'s> {
+        let text = file.text.as_str();
+        let mut points: Vec<usize> = points.iter().map(|&p| floor_boundary(text, p)).collect();
+        points.sort_unstable();
+        points.dedup();
+        let mut ex = Excerpt {
+            name: &file.name,
+            lines: &file.lines,
+            view: String::with_capacity(text.len()),
+            runs: Vec::new(),
+        };
+        let mut start = 0;
+        loop {
+            let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+            if end - start <= LONG_LINE {
+                ex.keep(text, start, end);
+            } else {
+                ex.elide(text, start, end, &points);
+            }
+            if end == text.len() {
+                return ex;
+            }
+            ex.keep(text, end, end + 1);
+            start = end + 1;
+        }
+    }
+
+    /// Shows `text[from..to]` as it is (lone carriage returns as spaces).
+    fn keep(&mut self, text: &str, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        let at = self.view.len();
+        let part = &text[from..to];
+        if part.contains('\r') {
+            let bytes = text.as_bytes();
+            for (i, c) in part.char_indices() {
+                let lone = c == '\r' && bytes.get(from + i + 1) != Some(&b'\n');
+                self.view.push(if lone { ' ' } else { c });
+            }
+        } else {
+            self.view.push_str(part);
+        }
+        match self.runs.last_mut() {
+            Some((v, o, len)) if *v + *len == at && *o + *len == from => *len += to - from,
+            _ => self.runs.push((at, from, to - from)),
+        }
+    }
+
+    /// Shows the long line `text[start..end]` around the points on it, or its beginning.
+    fn elide(&mut self, text: &str, start: usize, end: usize, points: &[usize]) {
+        let on_line = &points[points.partition_point(|&p| p < start)..];
+        let on_line = &on_line[..on_line.partition_point(|&p| p <= end)];
+        let mut parts: Vec<(usize, usize)> = Vec::new();
+        for &p in on_line {
+            let a = floor_boundary(text, p.saturating_sub(KEEP).max(start));
+            let b = ceil_boundary(text, (p + KEEP).min(end));
+            match parts.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => parts.push((a, b)),
+            }
+        }
+        if parts.is_empty() {
+            parts.push((start, ceil_boundary(text, start + 2 * KEEP)));
+        }
+        parts.truncate(MAX_PARTS);
+        let mut at = start;
+        for (a, b) in parts {
+            if a > at {
+                self.view.push_str(ELISION);
+            }
+            self.keep(text, a, b);
+            at = b;
+        }
+        if at < end {
+            self.view.push_str(ELISION);
+        }
+    }
+
+    /// Where a file offset is in the view (an offset left out: where its elision starts).
+    fn to_view(&self, offset: usize) -> usize {
+        let i = self.runs.partition_point(|r| r.1 <= offset);
+        match i.checked_sub(1).map(|i| self.runs[i]) {
+            Some((v, o, len)) => v + (offset - o).min(len),
+            None => 0,
+        }
+    }
+
+    /// The file offset of a view offset (in an elision: the first byte it stands for).
+    fn to_file(&self, offset: usize) -> usize {
+        let i = self.runs.partition_point(|r| r.0 <= offset);
+        match i.checked_sub(1).map(|i| self.runs[i]) {
+            Some((v, o, len)) => o + (offset - v).min(len),
+            None => 0,
+        }
+    }
+}
+
+impl SourceCode for Excerpt<'_> {
+    /// miette reads the view; the line and column it prints come from the file.
+    fn read_span<'a>(
+        &'a self,
+        span: &SourceSpan,
+        before: usize,
+        after: usize,
+    ) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
+        let c = self.view.read_span(span, before, after)?;
+        let (line, column) = self.lines.line_col(self.to_file(c.span().offset()));
+        Ok(Box::new(MietteSpanContents::new_named(
+            self.name.to_string(),
+            c.data(),
+            *c.span(),
+            line - 1,
+            column - 1,
+            c.line_count(),
+        )))
+    }
+}
+
+/// The excerpt of `file` for a diagnostic, with the labels there; `None` if there is no such
+/// file.
+fn excerpt<'s>(
+    sources: &'s SourceMap,
+    d: &Diagnostic,
+    file: FileId,
+) -> Option<(Excerpt<'s>, Vec<LabeledSpan>)> {
+    let f = sources.try_get(file)?;
+    let here: Vec<&Label> = d.labels.iter().filter(|l| l.span.file == file).collect();
+    let points: Vec<usize> =
+        here.iter().flat_map(|l| [l.span.start as usize, l.span.end as usize]).collect();
+    let ex = Excerpt::new(f, &points);
+    let labels = here
+        .iter()
+        .map(|l| {
+            let start = ex.to_view(l.span.start as usize);
+            let end = ex.to_view(l.span.end.max(l.span.start) as usize);
+            let span = SourceSpan::new(start.into(), end - start);
+            if l.primary {
+                LabeledSpan::new_primary_with_span(Some(clip(&l.message)), span)
+            } else {
+                LabeledSpan::new_with_span(Some(clip(&l.message)), span)
+            }
+        })
+        .collect();
+    Some((ex, labels))
+}
+
+/// `text` with every word longer than `LONG_WORD` bytes cut to its start and end around
+/// `ELISION` (the report would spend time on them and show nothing useful).
+fn clip(text: &str) -> String {
+    if !text.split_whitespace().any(|w| w.len() > LONG_WORD) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len().min(4 * LONG_WORD));
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| !c.is_whitespace()) {
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        if end > LONG_WORD {
+            out.push_str(&rest[..floor_boundary(rest, 2 * KEEP)]);
+            out.push_str(ELISION);
+            out.push_str(&rest[ceil_boundary(rest, end - KEEP / 2)..end]);
+        } else {
+            out.push_str(&rest[..end]);
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn report<'s>(sources: &'s SourceMap, d: &Diagnostic) -> Report<'s> {
     let primary = d.primary_span().file;
-    let len_of = |f: FileId| sources.get(f).text.len();
-    let mut related: Vec<Report> = Vec::new();
     let mut other_files: Vec<FileId> =
         d.labels.iter().map(|l| l.span.file).filter(|f| *f != primary).collect();
-    other_files.dedup();
     other_files.sort();
     other_files.dedup();
+    let mut related: Vec<Report> = Vec::new();
     for f in other_files {
+        let Some((source, labels)) = excerpt(sources, d, f) else { continue };
         related.push(Report {
-            message: format!("see {}", sources.get(f).name),
+            message: format!("see {}", source.name),
             code: None,
             severity: miette::Severity::Advice,
             help: None,
-            source: Some(source_of(sources, f)),
-            labels: d
-                .labels
-                .iter()
-                .filter(|l| l.span.file == f)
-                .map(|l| labeled(l, len_of(f)))
-                .collect(),
+            source: Some(source),
+            labels,
             related: Vec::new(),
         });
     }
     // Notes are facts about the error (not fixes): each is a sourceless related report.
     for n in &d.notes {
         related.push(Report {
-            message: format!("note: {n}"),
+            message: format!("note: {}", clip(n)),
             code: None,
             severity: miette::Severity::Advice,
             help: None,
@@ -105,35 +310,60 @@ fn report(sources: &SourceMap, d: &Diagnostic) -> Report {
             related: Vec::new(),
         });
     }
+    let (source, labels) = match excerpt(sources, d, primary) {
+        Some((source, labels)) => (Some(source), labels),
+        None => (None, Vec::new()),
+    };
     Report {
-        message: d.message.clone(),
+        message: clip(&d.message),
         code: Some(d.code.to_string()),
         severity: match d.severity {
             Severity::Error => miette::Severity::Error,
             Severity::Warning => miette::Severity::Warning,
         },
-        help: d.help.clone(),
-        source: Some(source_of(sources, primary)),
-        labels: d
-            .labels
-            .iter()
-            .filter(|l| l.span.file == primary)
-            .map(|l| labeled(l, len_of(primary)))
-            .collect(),
+        help: d.help.as_deref().map(clip),
+        source,
+        labels,
         related,
     }
 }
 
 /// The human rendering, without colour (stable for golden tests); `color` adds ANSI styles.
+/// Never panics: if the report cannot be drawn, the diagnostic is written plainly.
 pub fn render(sources: &SourceMap, d: &Diagnostic, color: bool) -> String {
+    match catch_unwind(AssertUnwindSafe(|| graphical(sources, d, color))) {
+        Ok(Some(out)) => out,
+        _ => plain(sources, d),
+    }
+}
+
+fn graphical(sources: &SourceMap, d: &Diagnostic, color: bool) -> Option<String> {
     let theme = if color { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
     let handler = GraphicalReportHandler::new_themed(theme)
         .with_width(100)
         .with_links(false)
         .with_context_lines(1);
     let mut out = String::new();
-    if handler.render_report(&mut out, &report(sources, d)).is_err() {
-        out = format!("error[{}]: {}\n", d.code, d.message);
+    handler.render_report(&mut out, &report(sources, d)).ok()?;
+    Some(out)
+}
+
+/// The diagnostic without excerpts: its message, where each label is, the help and notes.
+pub fn plain(sources: &SourceMap, d: &Diagnostic) -> String {
+    let severity = match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    };
+    let mut out = format!("{severity}[{}]: {}\n", d.code, d.message);
+    for l in &d.labels {
+        let s = json_span(sources, l.span);
+        out.push_str(&format!("  --> {}:{}:{}: {}\n", s.file, s.line, s.column, l.message));
+    }
+    if let Some(h) = &d.help {
+        out.push_str(&format!("  help: {h}\n"));
+    }
+    for n in &d.notes {
+        out.push_str(&format!("  note: {n}\n"));
     }
     out
 }
@@ -170,18 +400,32 @@ pub struct JsonDiagnostic {
     pub rendered: String,
 }
 
-pub fn json_span(sources: &SourceMap, span: mgn_syntax::Span) -> JsonSpan {
-    let f = sources.get(span.file);
-    let (line, column) = f.lines.line_col(span.start as usize);
-    let (end_line, end_column) = f.lines.line_col(span.end as usize);
+/// Where a span is: its file's name, 1-based lines and byte columns, and byte offsets (clamped
+/// to the file). A span in no file of the map (a bug) has an empty name and line 0.
+pub fn json_span(sources: &SourceMap, span: Span) -> JsonSpan {
+    let Some(f) = sources.try_get(span.file) else {
+        return JsonSpan {
+            file: String::new(),
+            line: 0,
+            column: 0,
+            end_line: 0,
+            end_column: 0,
+            byte_start: span.start,
+            byte_end: span.end,
+        };
+    };
+    let start = (span.start as usize).min(f.text.len());
+    let end = (span.end as usize).clamp(start, f.text.len());
+    let (line, column) = f.lines.line_col(start);
+    let (end_line, end_column) = f.lines.line_col(end);
     JsonSpan {
         file: f.name.clone(),
         line,
         column,
         end_line,
         end_column,
-        byte_start: span.start,
-        byte_end: span.end,
+        byte_start: start as u32,
+        byte_end: end as u32,
     }
 }
 
@@ -208,4 +452,72 @@ pub fn to_json(sources: &SourceMap, d: &Diagnostic) -> String {
     serde_json::to_string(&j).unwrap_or_else(|e| {
         format!("{{\"severity\":\"error\",\"message\":\"cannot serialize diagnostic: {e}\"}}")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Origin;
+
+    fn one_file(text: String) -> SourceMap {
+        let mut sources = SourceMap::new();
+        sources.add("long.mgn".into(), Origin::Memory("long".into()), text);
+        sources
+    }
+
+    #[test]
+    fn a_diagnostic_past_column_65535_renders_with_its_location() {
+        let text = format!("fn f() {{ 1 }}\n{})\nfn g() {{ 2 }}\n", " ".repeat(70_000));
+        let at = text.find(" )").unwrap() + 1;
+        let sources = one_file(text);
+        let d =
+            Diagnostic::error("E0001", "unexpected `)`", Span::new(FileId(0), at, at + 1), "here");
+        let out = render(&sources, &d, false);
+        assert!(out.contains("[long.mgn:2:70001]"), "{out}");
+        assert!(out.contains("unexpected `)`") && out.contains("here"), "{out}");
+        assert!(out.lines().all(|l| l.chars().count() < 400), "long lines are elided: {out}");
+        let json: serde_json::Value = serde_json::from_str(&to_json(&sources, &d)).unwrap();
+        assert_eq!((json["line"].as_u64(), json["column"].as_u64()), (Some(2), Some(70_001)));
+    }
+
+    #[test]
+    fn labels_anywhere_on_long_lines_in_other_files_or_none_render() {
+        let long = "1 + ".repeat(20_000);
+        let text = format!("let a = {long}x + y{} z\nfn g() {{\r 2 }}\n", "é".repeat(50_000));
+        let (x, g) = (text.find("x + y").unwrap(), text.find("2 }").unwrap());
+        let z = text.rfind(" z").unwrap() + 1;
+        let mut sources = one_file(text);
+        sources.add("b.mgn".into(), Origin::Memory("b".into()), format!("{long}w\n"));
+        let d = Diagnostic::error("E0001", "m", Span::new(FileId(0), x, x + 1), "x here")
+            .with_label(Span::new(FileId(0), z, z + 1), "z here")
+            .with_label(Span::new(FileId(0), g, g + 1), "after a lone carriage return")
+            .with_label(Span::new(FileId(0), x + 4, g), "across lines")
+            .with_label(Span::new(FileId(1), 80_000, 80_001), "in another file")
+            .with_label(Span::new(FileId(7), 3, 1), "in no file");
+        let out = render(&sources, &d, false);
+        assert!(out.contains("[long.mgn:1:80009]") && out.contains("[b.mgn:1:80001]"), "{out}");
+        for label in ["x here", "z here", "after a lone", "across lines", "in another file"] {
+            assert!(out.contains(label), "{label}: {out}");
+        }
+        assert!(out.contains(" 2 │ ") && !out.contains(" 3 │ "), "a lone CR breaks no line: {out}");
+        assert!(out.lines().all(|l| l.chars().count() < 300), "{out}");
+        let plain = plain(&sources, &d);
+        assert!(plain.contains("--> long.mgn:1:180015: z here"), "{plain}");
+        assert!(plain.contains("--> long.mgn:2:11: after a lone"), "{plain}");
+    }
+
+    #[test]
+    fn long_words_in_messages_are_shortened() {
+        let name = "x".repeat(1_000_000);
+        let sources = one_file("fn f() { 1 }\n".into());
+        let d = Diagnostic::error(
+            "E0101",
+            format!("cannot find `{name}` in this scope"),
+            Span::new(FileId(0), 3, 4),
+            format!("`{name}`"),
+        );
+        let out = render(&sources, &d, false);
+        assert!(out.len() < 2_000 && out.contains("…") && out.contains("in this scope"), "{out}");
+        assert!(to_json(&sources, &d).contains(&name), "the JSON message is whole");
+    }
 }

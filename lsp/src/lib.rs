@@ -17,13 +17,15 @@ mod paths;
 mod resolve;
 mod server;
 mod text;
+mod transport;
 
 pub use paths::{path_to_uri, uri_to_path};
 pub use server::{capabilities, serve, Error, DEBOUNCE};
 
-/// Serves LSP over stdin/stdout until the client says `exit`.
+/// Serves LSP over stdin/stdout until the client says `exit`, or stdin ends. Malformed input
+/// does not end the session (`transport`).
 pub fn run_stdio() -> Result<(), Error> {
-    let (conn, io) = lsp_server::Connection::stdio();
+    let (conn, io) = transport::stdio();
     serve(conn)?;
     io.join()?;
     Ok(())

@@ -153,7 +153,8 @@ fn write_stdlib() -> Option<PathBuf> {
         std::fs::create_dir_all(dir)?;
         for (name, text) in STDLIB {
             let path = dir.join(format!("{name}.mgn"));
-            if std::fs::read_to_string(&path).ok().as_deref() == Some(*text) {
+            // Not `read_to_string`: a FIFO or a device there must not block or fill the memory.
+            if mgn_compiler::source::read_source(&path).ok().as_deref() == Some(*text) {
                 continue;
             }
             // Write beside and rename, so a concurrent server never reads half a file.

@@ -6,8 +6,8 @@
 //! are listed on stdout and the exit code is 1 if there are any.
 
 use mgn_compiler::render::render;
-use mgn_compiler::source::{Origin, SourceMap};
-use std::io::{IsTerminal, Read, Write};
+use mgn_compiler::source::{read_source, read_source_from, Origin, SourceMap};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 pub fn run(paths: &[PathBuf], check: bool) -> u8 {
@@ -68,13 +68,15 @@ pub fn run(paths: &[PathBuf], check: bool) -> u8 {
 }
 
 /// Every `.mgn` file under `dir`, in name order, skipping hidden directories and `target`.
+/// Links to directories are not followed (a link to a parent would never end).
 fn mgn_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> =
-        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    let mut entries: Vec<(PathBuf, bool)> = std::fs::read_dir(dir)?
+        .map(|e| e.and_then(|e| Ok((e.path(), e.file_type()?.is_dir()))))
+        .collect::<Result<_, _>>()?;
     entries.sort();
-    for p in entries {
+    for (p, is_dir) in entries {
         let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        if p.is_dir() {
+        if is_dir {
             if !name.starts_with('.') && name != "target" {
                 mgn_files(&p, out)?;
             }
@@ -85,18 +87,14 @@ fn mgn_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A regular file within the size limit, in UTF-8 (`read_source` says why not).
 fn read(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        format!("cannot read `{}`: {}", path.display(), mgn_compiler::front::load::io_reason(&e))
-    })?;
-    String::from_utf8(bytes)
-        .map_err(|_| format!("cannot read `{}`: the file is not valid UTF-8", path.display()))
+    read_source(path).map_err(|reason| format!("cannot read `{}`: {reason}", path.display()))
 }
 
 fn read_stdin() -> Result<String, String> {
-    let mut text = String::new();
-    std::io::stdin().read_to_string(&mut text).map_err(|e| format!("cannot read stdin: {e}"))?;
-    Ok(text)
+    read_source_from(std::io::stdin().lock())
+        .map_err(|reason| format!("cannot read stdin: {reason}"))
 }
 
 /// Replaces the file's contents atomically, keeping its permissions.

@@ -3,7 +3,8 @@
 
 use super::did_you_mean;
 use super::resolve::{resolve, Resolution};
-use crate::source::{normalize, std_source, Origin, SourceMap, STDLIB};
+pub use crate::source::io_reason;
+use crate::source::{normalize, read_source, std_source, Origin, SourceMap, STDLIB};
 use mgn_syntax::ast::{self, Item, UseSource};
 use mgn_syntax::{Diagnostic, Span};
 use std::collections::HashMap;
@@ -107,18 +108,9 @@ pub fn load_with_overrides(
 
 /// Loads a file from disk as the root of a program.
 pub fn load_path(path: &Path) -> Result<(Program, Vec<Diagnostic>), String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read `{}`: {}", path.display(), io_reason(&e)))?;
+    let text = read_source(path)
+        .map_err(|reason| format!("cannot read `{}`: {reason}", path.display()))?;
     Ok(load(path.display().to_string(), Origin::Path(normalize(path)), text))
-}
-
-pub fn io_reason(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_string(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-        std::io::ErrorKind::InvalidData => "the file is not valid UTF-8".to_string(),
-        _ => e.to_string(),
-    }
 }
 
 impl Loader {
@@ -177,7 +169,7 @@ impl Loader {
                 let buffer = self.overrides.get(&full).cloned();
                 let read = move || match buffer {
                     Some(text) => Ok(text),
-                    None => std::fs::read_to_string(&read_path).map_err(|e| io_reason(&e)),
+                    None => read_source(&read_path),
                 };
                 let id = self.get_or_load(Origin::Path(full), display, read, *span)?;
                 Some((id, None))
@@ -445,5 +437,60 @@ impl ScopeBuilder {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Loads `text` as `dir/main.mgn` on another thread; `None` if it takes over 20 s.
+    fn load_in(dir: &Path, text: &str) -> Option<Vec<Diagnostic>> {
+        let (tx, rx) = mpsc::channel();
+        let origin = Origin::Path(dir.join("main.mgn"));
+        let text = text.to_string();
+        std::thread::spawn(move || tx.send(load("main.mgn".into(), origin, text).1));
+        rx.recv_timeout(Duration::from_secs(20)).ok()
+    }
+
+    /// A FIFO would block, a device would be read without end; bad UTF-8 is located.
+    #[cfg(unix)]
+    #[test]
+    fn imports_of_special_files_and_bad_text_are_diagnostics_at_the_use() {
+        let dir = std::env::temp_dir().join(format!("mgn-load-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(dir.join("fifo.mgn")).status();
+        assert!(made.unwrap().success());
+        std::fs::write(dir.join("bad.mgn"), b"layer A {}\n\xc3(").unwrap();
+        let text = "use \"./fifo.mgn\".{A}\nuse \"/dev/zero\".{B}\nuse \"./bad.mgn\".{C}\n";
+        let diags = load_in(&dir, text).expect("loading answers");
+        let got: Vec<(&str, String, u32)> =
+            diags.iter().map(|d| (d.code, d.message.clone(), d.primary_span().start)).collect();
+        let fifo = dir.join("fifo.mgn").display().to_string();
+        let bad = dir.join("bad.mgn").display().to_string();
+        let want = [
+            (
+                "E0104",
+                format!("cannot import `{fifo}`: it is a named pipe (FIFO), not a regular file"),
+                4,
+            ),
+            (
+                "E0104",
+                "cannot import `/dev/zero`: it is a character device, not a regular file".into(),
+                25,
+            ),
+            (
+                "E0104",
+                format!(
+                    "cannot import `{bad}`: the file is not valid UTF-8: byte 0xC3 at offset 11 \
+                     (line 2, column 1)"
+                ),
+                45,
+            ),
+        ];
+        assert_eq!(got, want);
     }
 }

@@ -9,12 +9,21 @@ pub mod resolve;
 pub use load::{Binding, ModId, Module, Program};
 pub use resolve::{Occurrence, Problem, Resolution, SymKind, Target, Visible};
 
+/// Names longer than this get no suggestion: an edit distance costs the product of the two
+/// lengths, and two 70,000-letter names (which the fuzz test makes) would take minutes.
+const MAX_SUGGESTED: usize = 100;
+
 /// The candidate nearest to `name` by edit distance, if it is near enough to be a likely typo.
 pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).clamp(1, 3);
+    let len = name.chars().count();
+    if len > MAX_SUGGESTED {
+        return None;
+    }
+    let limit = (len / 3).clamp(1, 3);
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
-        if c == name {
+        // Lengths further apart than `limit` are further apart in edit distance too.
+        if c == name || len.abs_diff(c.chars().count()) > limit {
             continue;
         }
         let d = strsim::levenshtein(name, c);
@@ -54,5 +63,20 @@ mod tests {
         assert_eq!(nearest("Lniear", names), Some("Linear"));
         assert_eq!(nearest("conv2d", names), None);
         assert_eq!(nearest("relu", names), None, "an exact match is not a suggestion");
+    }
+
+    /// Edit distances cost the product of the lengths: a 70,000-letter name (a mutant the fuzz
+    /// test makes) took seconds against a thousand short candidates, and minutes against one
+    /// as long.
+    #[test]
+    fn very_long_names_are_not_compared() {
+        let long = "x".repeat(70_000);
+        let names: Vec<String> = (0..1000).map(|i| format!("name_{i}")).collect();
+        let start = std::time::Instant::now();
+        assert_eq!(nearest(&long, names.iter().map(String::as_str)), None);
+        assert_eq!(nearest(&format!("{long}y"), [long.as_str()]), None);
+        assert!(start.elapsed().as_secs_f64() < 1.0, "{:?}", start.elapsed());
+        let (a, b) = ("x".repeat(99), "x".repeat(100));
+        assert_eq!(nearest(&b, [a.as_str()]), Some(a.as_str()), "up to 100 letters");
     }
 }
