@@ -4,22 +4,15 @@
 //! the GPU (lavapipe in CI). Timings are never asserted on: only their shape
 //! (p25 ≤ median ≤ p75, sample counts).
 
+mod common;
+
+use common::text;
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+/// `mgnc bench ARGS…`.
 fn mgnc(args: &[&str]) -> Output {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    Command::new(env!("CARGO_BIN_EXE_mgnc"))
-        .arg("bench")
-        .args(args)
-        .current_dir(root)
-        .output()
-        .expect("mgnc runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    common::mgnc(&[&["bench"], args].concat())
 }
 
 /// Runs `mgnc bench … --json` and parses stdout, which must be exactly one JSON object.

@@ -1,20 +1,8 @@
 //! The `mgnc` binary as a user runs it: exit codes, output formats and flags.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn mgnc(args: &[&str]) -> Output {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    Command::new(env!("CARGO_BIN_EXE_mgnc"))
-        .args(args)
-        .current_dir(root)
-        .output()
-        .expect("mgnc runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{mgnc, mgnc_env, text};
 
 #[test]
 fn check_clean_file_exits_zero() {
@@ -116,14 +104,11 @@ fn info_lists_devices_or_says_why_there_are_none() {
     assert!(s.contains("would use:") || s.contains("no GPU can be used:"), "{s}");
     assert!(s.contains("CPU backend:"), "{s}");
 
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    let none = Command::new(env!("CARGO_BIN_EXE_mgnc"))
-        .arg("info")
-        .env("VK_DRIVER_FILES", "/nonexistent/icd.json")
-        .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
-        .current_dir(root)
-        .output()
-        .expect("mgnc runs");
+    let no_driver = [
+        ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
+        ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
+    ];
+    let none = mgnc_env(&["info"], &no_driver);
     assert!(none.status.success());
     let s = text(&none.stdout);
     assert!(
@@ -131,12 +116,7 @@ fn info_lists_devices_or_says_why_there_are_none() {
         "{s}"
     );
 
-    let floor = Command::new(env!("CARGO_BIN_EXE_mgnc"))
-        .args(["info", "--json"])
-        .env("MGN_MIN_SPEC", "1")
-        .current_dir(root)
-        .output()
-        .expect("mgnc runs");
+    let floor = mgnc_env(&["info", "--json"], &[("MGN_MIN_SPEC", "1")]);
     let v: serde_json::Value =
         serde_json::from_str(text(&floor.stdout).trim()).expect("one JSON object");
     assert_eq!(v["min_spec"], true);

@@ -302,6 +302,60 @@ pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
     ArenaPlan { offsets, total_words: top, pinned_words, param_words }
 }
 
+/// An error, before any kernel is generated, when an arena of `words` 32-bit words cannot be
+/// allocated for `plan`: past one storage binding (the arena is one), past the device's memory,
+/// or past what 32-bit word offsets address. It names the size, the limit and the largest
+/// values with their model lines, so the user knows what to shrink.
+pub fn check_fits(
+    plan: &GpuPlan,
+    words: usize,
+    limits: &crate::limits::DeviceLimits,
+    device_memory: Option<u64>,
+) -> Result<(), String> {
+    let bytes = (words as u64).saturating_mul(4);
+    let b = mgn_ir::units::bytes;
+    let limit = [
+        Some((
+            u32::MAX as u64 * 4,
+            format!("the {} that 32-bit word offsets address", b(u32::MAX as u64 * 4)),
+        )),
+        Some((
+            limits.max_storage_buffer_range,
+            format!(
+                "one storage binding on this device holds ({})",
+                b(limits.max_storage_buffer_range)
+            ),
+        )),
+        device_memory.map(|m| (m, format!("the device's memory ({})", b(m)))),
+    ];
+    let Some((_, what)) = limit.into_iter().flatten().filter(|(m, _)| bytes > *m).min() else {
+        return Ok(());
+    };
+    let mut largest: Vec<(usize, usize)> = (0..plan.steps.len())
+        .filter(|&i| !matches!(plan.steps[i].op, GpuOp::Plan(Op::Param { .. })))
+        .map(|i| (plan.steps[i].shape.iter().product::<usize>(), i))
+        .collect();
+    largest.sort_unstable_by(|a, b| b.cmp(a));
+    let named: Vec<String> = largest
+        .iter()
+        .take(3)
+        .map(|&(n, i)| {
+            let s = &plan.steps[i];
+            let size = mgn_ir::units::bytes(n as u64 * 4);
+            format!("`{}` {}{:?} at {} ({size})", s.op.describe(), s.dtype, s.shape, s.loc)
+        })
+        .collect();
+    let params = plan.params.iter().map(|p| p.numel() as u64 * 4).sum::<u64>();
+    Err(format!(
+        "`{}` needs a GPU arena of {} (parameters {}), more than {what}; its largest values: \
+         {}. Make the model or its batch smaller (`--set`), or run it on the CPU",
+        plan.model,
+        b(bytes),
+        b(params),
+        named.join("; ")
+    ))
+}
+
 /// Checks that no two values alive at the same time share a word, and that every region is
 /// inside the arena; returns the first violation.
 pub fn check_arena(plan: &GpuPlan, a: &ArenaPlan) -> Result<(), String> {
@@ -437,5 +491,27 @@ mod arena_tests {
         check_arena(&plan, &a).expect("valid");
         let m = plan_memory(&plan);
         assert_eq!(m.peak_live_bytes, 3 * 256, "three 64-float values at most: v shares a's bytes");
+    }
+
+    #[test]
+    fn arenas_past_a_binding_the_device_or_32_bit_offsets_are_refused_by_name() {
+        let plan = chain(6);
+        let words = plan_arena(&plan).total_words;
+        let limits = crate::limits::DeviceLimits::MIN_SPEC;
+        check_fits(&plan, words, &limits, None).expect("a small chain fits");
+        let bytes = words as u64 * 4;
+        assert!(bytes > 256, "the chain keeps at least two 64-float values: {bytes} B");
+        let small = crate::limits::DeviceLimits { max_storage_buffer_range: 256, ..limits };
+        let e = check_fits(&plan, words, &small, None).unwrap_err();
+        assert!(e.contains("more than one storage binding on this device holds (256 B)"), "{e}");
+        assert!(e.contains("its largest values: `"), "{e}");
+        let e = check_fits(&plan, words, &limits, Some(256)).unwrap_err();
+        assert!(e.contains("more than the device's memory (256 B)"), "{e}");
+        // The tightest limit passed is the one named.
+        let e = check_fits(&plan, 1 << 33, &limits, None).unwrap_err();
+        assert!(e.contains("one storage binding on this device holds (128 MiB)"), "{e}");
+        let any = crate::limits::DeviceLimits { max_storage_buffer_range: u64::MAX, ..limits };
+        let e = check_fits(&plan, 1 << 33, &any, None).unwrap_err();
+        assert!(e.contains("32.0 GiB") && e.contains("32-bit word offsets"), "{e}");
     }
 }

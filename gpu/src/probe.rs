@@ -21,6 +21,8 @@ pub struct Device {
     pub float16: bool,
     /// Cooperative-matrix tile sizes (f32 inputs, f16 inputs), 0 when unsupported.
     pub cooperative_matrix: (u32, u32),
+    /// Bytes of the largest device-local memory heap (where the arena lives), when known.
+    pub memory: Option<u64>,
 }
 
 /// Every device, or one sentence saying why there is none to list. Listed once per process:
@@ -63,7 +65,8 @@ fn list_devices() -> Result<Vec<Device>, String> {
                 driver: r.information.driver_name.clone(),
                 software: r.information.is_software_emulated,
                 rejected,
-                limits: limits.iter().find(|(id, _)| *id == r.device_id).map(|(_, l)| *l),
+                limits: limits.iter().find(|(id, ..)| *id == r.device_id).map(|(_, l, _)| *l),
+                memory: limits.iter().find(|(id, ..)| *id == r.device_id).and_then(|(.., m)| *m),
                 float16,
                 cooperative_matrix: coop,
             }
@@ -118,8 +121,11 @@ pub fn choose(devices: &[Device]) -> Result<&Device, String> {
     })
 }
 
+/// Per device ID: its limits and the size of its largest device-local heap.
+type Reported = Vec<(u32, DeviceLimits, Option<u64>)>;
+
 #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
+fn vulkan_limits() -> Reported {
     use ash::vk;
     // Any failure here only means the limits are not shown; `devices` already reported why
     // the driver is unusable if it is.
@@ -136,6 +142,11 @@ fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
         for pd in devices {
             let p = unsafe { instance.get_physical_device_properties(pd) };
             let l = p.limits;
+            let m = unsafe { instance.get_physical_device_memory_properties(pd) };
+            let heaps = &m.memory_heaps[..m.memory_heap_count as usize];
+            let local =
+                heaps.iter().filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL));
+            let memory = local.map(|h| h.size).max();
             out.push((
                 p.device_id,
                 DeviceLimits {
@@ -146,6 +157,7 @@ fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
                     max_storage_buffers: l.max_per_stage_descriptor_storage_buffers,
                     max_parameter_block: l.max_push_constants_size,
                 },
+                memory,
             ));
         }
     }
@@ -159,7 +171,7 @@ fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
 }
 
 #[cfg(any(target_os = "macos", target_os = "ios"))]
-fn vulkan_limits() -> Vec<(u32, DeviceLimits)> {
+fn vulkan_limits() -> Reported {
     // Metal's limits are not read yet (untested here: no Apple machine); the floor applies.
     Vec::new()
 }
@@ -178,6 +190,7 @@ mod tests {
             limits: None,
             float16: false,
             cooperative_matrix: (0, 0),
+            memory: None,
         }
     }
 

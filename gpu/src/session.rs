@@ -343,6 +343,12 @@ impl GpuSession {
         let mut dev = GpuDevice::open()?;
         // Values share arena words when their lifetimes do not overlap.
         let layout = crate::memory::plan_arena(&plan);
+        // Sizes past the device refused now, in the model's terms, before any kernel is made.
+        let fits = |words| {
+            crate::memory::check_fits(&plan, words, &dev.limits, dev.info.memory)
+                .map_err(GpuError::Failed)
+        };
+        fits(layout.total_words)?;
         let offsets = layout.offsets;
         let words: Vec<usize> =
             plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
@@ -352,6 +358,7 @@ impl GpuSession {
         // Training: optimizer state and clipping scratch go past the plan's own words.
         let mut top = layout.total_words;
         let train = training(&plan, &offsets, &levels, &dev.limits, &mut top, &mut sources)?;
+        fits(top)?;
         let kernels = sources.compile(&dev)?;
         let arena = dev.arena(top).map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
         let mut session =

@@ -1,24 +1,161 @@
-//! File writing that never leaves a half-written file behind.
+//! File writing that never leaves a half-written file behind, nor temporary files that pile up.
 
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
-/// Writes `bytes` to a temporary file next to `path`, flushes it to disk, then renames it over
-/// `path`: a crash at any point leaves either the old file or the new one, never a mix.
+/// Writes `bytes` to a temporary file next to `path` (`.NAME.tmpPID`), flushes it to disk,
+/// renames it over `path` and flushes the directory, so the rename survives a power loss: a
+/// crash at any point leaves either the old file or the new one, never a mix.
+///
+/// A writer killed mid-write leaves its temporary file behind; each write first removes those
+/// of the same target that are abandoned (see [`remove_abandoned_temporaries`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    let prefix = format!(".{}.tmp", name.to_string_lossy());
+    remove_abandoned_temporaries(dir, &prefix);
+    let tmp = dir.join(format!("{prefix}{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// A temporary file untouched this long is abandoned, whatever process its PID names now
+/// (PIDs are reused): a live writer writes its bytes, syncs and renames without pausing.
+const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
+
+/// A temporary file whose writer has exited is abandoned once untouched this long. The grace
+/// keeps the file of a writer this host cannot see (another PID namespace, another machine on
+/// a shared disk), which is written to continuously, from being taken for a dead one's.
+const GONE_GRACE: Duration = Duration::from_secs(60);
+
+/// Removes the abandoned temporary files `PREFIX<PID>` in `dir` (regular files only, never this
+/// process's own): those untouched for [`ABANDONED_AFTER`], and, where the host lists its
+/// processes in `/proc`, those whose writer has exited and that are untouched for
+/// [`GONE_GRACE`]. A running writer's file is never removed (were one wrongly taken for
+/// abandoned, its own rename would fail and report it; no file is ever torn). Best effort:
+/// what cannot be read or removed stays.
+fn remove_abandoned_temporaries(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let own = std::process::id();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(digits) = file_name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(pid) = digits.parse::<u32>() else { continue };
+        // The entry's own metadata: a symbolic link is not followed, and not a regular file.
+        let Ok(meta) = entry.metadata() else { continue };
+        if pid == own || !meta.is_file() {
+            continue;
+        }
+        let Some(idle) = meta.modified().ok().and_then(|t| t.elapsed().ok()) else { continue };
+        if idle >= ABANDONED_AFTER || (idle >= GONE_GRACE && process_gone(pid)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether process `pid` has certainly exited: where `/proc` lists processes (Linux), it has no
+/// entry there; elsewhere this is never known, and only [`ABANDONED_AFTER`] applies.
+fn process_gone(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    proc.join("self").exists() && !proc.join(pid.to_string()).exists()
+}
+
+/// Flushes a directory's entries (a rename in it) to disk. File systems that cannot sync a
+/// directory say so with `EINVAL`; that is not an error of the write.
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+        other => other,
+    }
+}
+
+/// Elsewhere (Windows) a directory cannot be opened as a file; the rename is flushed with it.
+#[cfg(not(unix))]
+fn sync_dir(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("mgn-io-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Creates `name` in `dir`, last modified `ago` in the past.
+    fn touch(dir: &Path, name: &str, ago: Duration) {
+        let f = std::fs::File::create(dir.join(name)).unwrap();
+        f.set_modified(SystemTime::now() - ago).unwrap();
+    }
+
+    #[test]
+    fn a_write_removes_abandoned_temporaries_of_its_target_only() {
+        let dir = scratch("stale");
+        let target = dir.join("ck.safetensors");
+        let (hours, minutes, now) =
+            (Duration::from_secs(2 * 3600), Duration::from_secs(5 * 60), Duration::ZERO);
+        // Running processes: the one that started this test, and init.
+        let alive = std::os::unix::process::parent_id();
+        // A PID above Linux's largest (2^22): its process is certainly gone.
+        let gone = 4_000_000_001u32;
+        // Untouched for hours: abandoned, whatever process its PID names now (PIDs are reused).
+        touch(&dir, ".ck.safetensors.tmp1", hours);
+        // Its writer has exited (killed mid-write) and nothing has touched it for minutes.
+        touch(&dir, &format!(".ck.safetensors.tmp{gone}"), minutes);
+        // Being written right now, by a running process or one this host cannot see (another
+        // PID namespace, another machine on a shared disk): left alone.
+        touch(&dir, &format!(".ck.safetensors.tmp{alive}"), now);
+        touch(&dir, &format!(".ck.safetensors.tmp{}", gone + 1), now);
+        // Another target's temporary file, and names that only look alike: left alone.
+        touch(&dir, &format!(".other.safetensors.tmp{gone}"), hours);
+        touch(&dir, ".ck.safetensors.tmpx1", hours);
+        touch(&dir, ".ck.safetensors.tmp+1", hours);
+        touch(&dir, ".ck.safetensors.tmp1.tmp2", hours);
+        std::fs::create_dir(dir.join(format!(".ck.safetensors.tmp{}", gone + 2))).unwrap();
+        let before = entries(&dir);
+
+        write_atomic(&target, b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        let mut removed: Vec<String> = vec![".ck.safetensors.tmp1".into()];
+        if Path::new("/proc/self").exists() {
+            removed.push(format!(".ck.safetensors.tmp{gone}"));
+        }
+        let mut want: Vec<String> = before.into_iter().filter(|n| !removed.contains(n)).collect();
+        want.push("ck.safetensors".into());
+        want.sort();
+        assert_eq!(entries(&dir), want);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

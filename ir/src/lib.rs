@@ -6,7 +6,7 @@
 //! - `plan`: the plan an app embeds and its file format; `valid`: the plan validator;
 //! - `optim`: the optimizer settings and state a training plan carries;
 //! - `analysis`: def-use over steps (readers, results, last uses);
-//! - `io`: atomic file writes.
+//! - `io`: atomic file writes; `units`: sizes for people.
 //!
 //! The compiler produces plans of these types, the backends run them. The crate depends on no
 //! GPU crate and on nothing of the compiler (`tests/architecture.rs` checks both).
@@ -21,6 +21,7 @@ pub mod plan;
 pub mod pointwise;
 pub mod shape;
 pub mod tensor;
+pub mod units;
 pub mod valid;
 
 pub use dtype::DType;

@@ -4,8 +4,9 @@
 pub mod checkpoint;
 pub mod gpu;
 pub mod init;
+pub mod memory;
 pub mod optim;
 pub mod session;
 
 pub use mgn_ir::{DType, Data, Mode, Op, Plan, Step, Tensor};
-pub use session::{RunOutput, RuntimeError, Session};
+pub use session::{Restore, RunOutput, RuntimeError, Session};

@@ -169,6 +169,11 @@ pub fn state_to_tensors(
 
 /// Rebuilds the state from checkpoint tensors (any others are ignored). Parameters without
 /// stored buffers start fresh; no `optim.step` means step 0.
+///
+/// Refused, naming the tensors: a buffer whose shape is not its parameter's, one holding NaN or
+/// an infinity, and an incomplete Adam state (some `.v` stored, but a parameter with only one
+/// of its two moments), which would otherwise restart that moment from zero without a word.
+/// Whether the state is of the optimizer a run trains with is [`check_kind`]'s question.
 pub fn state_from_tensors(
     tensors: &[(String, Tensor)],
     params: &[ParamSpec],
@@ -205,7 +210,105 @@ pub fn state_from_tensors(
             *slot = Some(values);
         }
     }
+    let buffers = params.iter().flat_map(|p| [m_name(&p.name), v_name(&p.name)]);
+    let stored: Vec<(String, &Tensor)> =
+        buffers.filter_map(|n| Some((n.clone(), find(&n)?))).collect();
+    if let Some(list) =
+        crate::checkpoint::describe_non_finite(stored.iter().map(|(n, t)| (n.as_str(), *t)))
+    {
+        return Err(format!(
+            "the optimizer state holds values that are not finite: {list}\n(training on would \
+             make the parameters NaN; it comes from a run that diverged, or a damaged file)"
+        ));
+    }
+    check_complete(&state, params)?;
     Ok(state)
+}
+
+/// With Adam's state (a second moment stored for some parameter), every parameter has both
+/// moments or neither.
+fn check_complete(state: &OptimizerState, params: &[ParamSpec]) -> Result<(), String> {
+    if state.v.iter().all(Option::is_none) {
+        return Ok(());
+    }
+    let lacking: Vec<(String, String)> = params
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match (&state.m[i], &state.v[i]) {
+            (Some(_), None) => Some((v_name(&p.name), m_name(&p.name))),
+            (None, Some(_)) => Some((m_name(&p.name), v_name(&p.name))),
+            _ => None,
+        })
+        .collect();
+    let Some((missing, present)) = lacking.first() else { return Ok(()) };
+    let more = match lacking.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Err(format!(
+        "the optimizer state is incomplete: `{missing}` is missing, though `{present}` is \
+         there{more}; Adam and AdamW keep both moments of every parameter they update, and \
+         resuming would restart the missing one from zero"
+    ))
+}
+
+/// Which buffers (`m`, `v`) an optimizer keeps per parameter.
+fn kept_buffers(kind: &OptimizerKind) -> (bool, bool) {
+    match kind {
+        OptimizerKind::Sgd { momentum } if *momentum == 0.0 => (false, false),
+        OptimizerKind::Sgd { .. } => (true, false),
+        OptimizerKind::Adam { .. } | OptimizerKind::AdamW { .. } => (true, true),
+    }
+}
+
+/// Refuses optimizer state that is not of the optimizer `kind` a run trains with, naming both:
+/// Adam and AdamW keep `.m` and `.v` per parameter, SGD with momentum `.m` only, plain SGD
+/// nothing (so a state without buffers after some steps is plain SGD's). Resuming with another
+/// optimizer would drop the state, or start it from zero under a step count that assumes it
+/// has been accumulating. Adam and AdamW keep the same state, so either resumes the other.
+pub fn check_kind(
+    state: &OptimizerState,
+    params: &[ParamSpec],
+    kind: &OptimizerKind,
+) -> Result<(), String> {
+    let has_m = state.m.iter().any(Option::is_some);
+    let has_v = state.v.iter().any(Option::is_some);
+    let found = match (has_m, has_v) {
+        (_, true) => (true, true),
+        (true, false) => (true, false),
+        (false, false) if state.step == 0 => return Ok(()), // nothing accumulated yet
+        (false, false) => (false, false),
+    };
+    if found == kept_buffers(kind) {
+        return Ok(());
+    }
+    let found_words = match found {
+        (_, true) => "Adam's or AdamW's (`.m` and `.v` per parameter)".to_string(),
+        (true, false) => "SGD with momentum's (`.m` only)".to_string(),
+        _ => format!("plain SGD's (no buffers after {} steps)", state.step),
+    };
+    let want_words = match kind {
+        OptimizerKind::Sgd { momentum } if *momentum == 0.0 => "plain SGD (no state)".to_string(),
+        OptimizerKind::Sgd { momentum } => format!("SGD with momentum {momentum} (`.m` only)"),
+        OptimizerKind::Adam { .. } => "Adam (`.m` and `.v` per parameter)".to_string(),
+        OptimizerKind::AdamW { .. } => "AdamW (`.m` and `.v` per parameter)".to_string(),
+    };
+    // Adam's state with every `.v` gone looks like momentum's: say which tensor that would be.
+    let lost_v = match (found, kept_buffers(kind)) {
+        ((true, false), (true, true)) => params
+            .iter()
+            .zip(&state.m)
+            .find(|(_, m)| m.is_some())
+            .map(|(p, _)| {
+                format!(" (or its `.v` tensors, such as `{}`, are missing)", v_name(&p.name))
+            })
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    Err(format!(
+        "the optimizer state is {found_words}{lost_v}, but this run trains with {want_words}; \
+         resume with the optimizer the checkpoint was trained with"
+    ))
 }
 
 /// The per-element Adam update (torch.optim.Adam / AdamW, no amsgrad), as a closure over the
@@ -501,6 +604,98 @@ mod tests {
         assert!(state_from_tensors(&bad, &specs).is_err());
         let fresh = state_from_tensors(&[], &specs).unwrap();
         assert_eq!(fresh, OptimizerState::new(1));
+    }
+
+    #[test]
+    fn state_missing_one_moment_is_refused_by_name() {
+        let specs = vec![pspec("a", &[2]), pspec("b", &[2]), pspec("c", &[1])];
+        let t2 = || Tensor::f32(vec![2], vec![0.5, 0.25]);
+        let named = |names: &[&str]| -> Vec<(String, Tensor)> {
+            names.iter().map(|n| (n.to_string(), t2())).collect()
+        };
+        // Adam's state (some `.v` present) where `b` lost its `.v`: not zero-filled, refused.
+        let e = state_from_tensors(&named(&["optim.a.m", "optim.a.v", "optim.b.m"]), &specs)
+            .unwrap_err();
+        assert!(e.contains("`optim.b.v` is missing, though `optim.b.m` is there"), "{e}");
+        assert!(!e.contains("more"), "{e}");
+        let e = state_from_tensors(&named(&["optim.a.v", "optim.b.m", "optim.b.v"]), &specs)
+            .unwrap_err();
+        assert!(e.contains("`optim.a.m` is missing, though `optim.a.v` is there"), "{e}");
+        let e = state_from_tensors(&named(&["optim.a.v", "optim.b.v"]), &specs).unwrap_err();
+        assert!(e.contains("`optim.a.m` is missing") && e.contains("(and 1 more)"), "{e}");
+        // Complete states load: both moments, momentum buffers alone, or a parameter with none.
+        for ok in [&["optim.a.m", "optim.a.v", "optim.b.m", "optim.b.v"][..], &["optim.a.m"]] {
+            assert!(state_from_tensors(&named(ok), &specs).is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn state_holding_nan_or_infinity_is_refused_by_name() {
+        let specs = vec![pspec("a", &[2]), pspec("b", &[1])];
+        let bad = vec![
+            ("optim.a.m".to_string(), Tensor::f32(vec![2], vec![0.0, f32::NAN])),
+            ("optim.a.v".to_string(), Tensor::f32(vec![2], vec![f32::INFINITY, f32::INFINITY])),
+            ("optim.b.m".to_string(), Tensor::f32(vec![1], vec![1.0])),
+            ("optim.b.v".to_string(), Tensor::f32(vec![1], vec![1.0])),
+        ];
+        let e = state_from_tensors(&bad, &specs).unwrap_err();
+        assert_eq!(
+            e.lines().next().unwrap(),
+            "the optimizer state holds values that are not finite: `optim.a.m` has 1 of 2 (1 \
+             NaN), `optim.a.v` has 2 of 2 (2 infinite)"
+        );
+    }
+
+    #[test]
+    fn state_of_another_optimizer_is_refused_naming_both() {
+        let specs = vec![pspec("a", &[2]), pspec("b", &[1])];
+        let adam = OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 };
+        let adamw =
+            OptimizerKind::AdamW { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 };
+        let momentum = OptimizerKind::Sgd { momentum: 0.9 };
+        let plain = OptimizerKind::Sgd { momentum: 0.0 };
+        let state = |m: bool, v: bool, step: u64| OptimizerState {
+            m: vec![m.then(|| vec![0.0; 2]), m.then(|| vec![0.0])],
+            v: vec![v.then(|| vec![0.0; 2]), v.then(|| vec![0.0])],
+            step,
+        };
+        let (adam_state, momentum_state) = (state(true, true, 5), state(true, false, 5));
+        let (plain_state, fresh) = (state(false, false, 5), state(false, false, 0));
+        for (st, kind) in [
+            (&adam_state, &adam),
+            (&adam_state, &adamw),
+            (&momentum_state, &momentum),
+            (&plain_state, &plain),
+            (&fresh, &adam),
+            (&fresh, &momentum),
+            (&fresh, &plain),
+        ] {
+            assert_eq!(check_kind(st, &specs, kind), Ok(()), "{kind:?}");
+        }
+        let refused = |st: &OptimizerState, kind: &OptimizerKind| {
+            check_kind(st, &specs, kind).expect_err("a state of another optimizer")
+        };
+        let e = refused(&adam_state, &plain);
+        assert!(
+            e.starts_with(
+                "the optimizer state is Adam's or AdamW's (`.m` and `.v` per \
+             parameter), but this run trains with plain SGD (no state)"
+            ),
+            "{e}"
+        );
+        let e = refused(&adam_state, &momentum);
+        assert!(e.contains("Adam's or AdamW's") && e.contains("SGD with momentum 0.9"), "{e}");
+        let e = refused(&momentum_state, &adam);
+        assert!(
+            e.contains("SGD with momentum's (`.m` only)")
+                && e.contains("trains with Adam (`.m` and `.v` per parameter)")
+                && e.contains("`optim.a.v`"),
+            "{e}"
+        );
+        assert!(refused(&momentum_state, &plain).contains("SGD with momentum's"));
+        let e = refused(&plain_state, &adamw);
+        assert!(e.contains("plain SGD's (no buffers after 5 steps)") && e.contains("AdamW"));
+        assert!(refused(&plain_state, &momentum).contains("plain SGD's"));
     }
 
     #[test]

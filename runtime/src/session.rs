@@ -62,6 +62,9 @@ pub struct Session {
     gpu: Option<crate::gpu::Device>,
     /// Whether the device holds newer parameters than `params`.
     device_ahead: bool,
+    /// Whether the host was found to have the memory a run on the CPU takes (checked before
+    /// the first one).
+    host_checked: bool,
 }
 
 /// A value during execution: computed here, or borrowed from the caller's inputs or the params.
@@ -73,14 +76,25 @@ enum Slot {
 }
 
 impl Session {
-    /// A session with freshly initialized parameters (deterministic for a given seed).
+    /// A session with freshly initialized parameters (deterministic for a given seed), after
+    /// checking that the host has the memory its parameters and optimizer state take: a plan
+    /// too large for the machine is an error naming its largest tensors.
+    pub fn try_new(plan: Plan, seed: u64) -> Result<Session, RuntimeError> {
+        crate::memory::check(&plan, crate::memory::resident(&plan), "a session")?;
+        Ok(Session::new(plan, seed))
+    }
+
+    /// A session with freshly initialized parameters (deterministic for a given seed). Memory
+    /// is not checked: a plan too large for the host aborts in the allocator (see `try_new`).
     pub fn new(plan: Plan, seed: u64) -> Session {
-        let params = plan
-            .params
-            .iter()
-            .enumerate()
+        let params = (plan.params.iter().enumerate())
             .map(|(i, p)| crate::init::initialize(p, seed, i))
             .collect();
+        Session::with_params(plan, seed, params)
+    }
+
+    /// A session over `params` (in the plan's order, of its shapes).
+    fn with_params(plan: Plan, seed: u64, params: Vec<Tensor>) -> Session {
         let last_use = mgn_ir::analysis::DefUse::of(&plan).last_uses();
         Session {
             optimizer: OptimizerState::default(),
@@ -92,6 +106,7 @@ impl Session {
             last_use,
             gpu: None,
             device_ahead: false,
+            host_checked: false,
         }
     }
 
@@ -289,6 +304,14 @@ impl Session {
         updates: bool,
     ) -> Result<Vec<Slot>, RuntimeError> {
         let which = self.check_inputs(inputs)?;
+        if !self.host_checked {
+            let need = crate::memory::Footprint {
+                values: crate::memory::peak_values(&self.plan),
+                ..crate::memory::resident(&self.plan)
+            };
+            crate::memory::check(&self.plan, need, "a run on the CPU")?;
+            self.host_checked = true;
+        }
         let training = self.plan.mode == Mode::Train;
         let seed = self.run_seed();
         let mut slots: Vec<Slot> = (0..self.plan.steps.len()).map(|_| Slot::Empty).collect();
@@ -387,6 +410,33 @@ fn check_finite(
     }
 }
 
+/// What a session takes from a checkpoint (see [`Session::from_checkpoint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restore {
+    /// The parameters alone: for running or evaluating a model.
+    Weights,
+    /// Parameters, optimizer state and step: for resuming training.
+    Everything,
+}
+
+/// The optimizer state a checkpoint holds (`None` without `optim.step`): complete and finite,
+/// and, when `plan` trains, of the plan's optimizer (see `optim::check_kind`).
+fn checkpoint_optimizer_state(
+    plan: &Plan,
+    ckpt: &crate::checkpoint::Checkpoint,
+) -> Result<Option<OptimizerState>, RuntimeError> {
+    if ckpt.get(crate::optim::STEP_TENSOR).is_none() {
+        return Ok(None);
+    }
+    let state =
+        ckpt.optimizer_state(&plan.params).map_err(|e| RuntimeError::Failed(e.to_string()))?;
+    if plan.mode == Mode::Train && !plan.grads.is_empty() {
+        crate::optim::check_kind(&state, &plan.params, &plan.optimizer.kind)
+            .map_err(|e| RuntimeError::Failed(format!("{}: {e}", ckpt.path.display())))?;
+    }
+    Ok(Some(state))
+}
+
 impl Session {
     /// Loads parameters (and, when present, optimizer state and the step count) from a
     /// safetensors checkpoint. Strict mode refuses missing, unexpected or mismatched tensors.
@@ -399,16 +449,16 @@ impl Session {
             crate::checkpoint::load(path).map_err(|e| RuntimeError::Failed(e.to_string()))?;
         let (tensors, report) = crate::checkpoint::match_params(&ckpt, &self.plan.params, mode)
             .map_err(|e| RuntimeError::Failed(e.to_string()))?;
+        let optimizer = checkpoint_optimizer_state(&self.plan, &ckpt)?;
+        // Everything is checked: only now does the session change.
         for (i, t) in tensors.into_iter().enumerate() {
             if let Some(t) = t {
                 self.params[i] = t;
             }
         }
-        if ckpt.tensors.iter().any(|(n, _)| n == crate::optim::STEP_TENSOR) {
-            self.optimizer = ckpt
-                .optimizer_state(&self.plan.params)
-                .map_err(|e| RuntimeError::Failed(e.to_string()))?;
-            self.step = self.optimizer.step;
+        if let Some(state) = optimizer {
+            self.step = state.step;
+            self.optimizer = state;
         }
         if let Some(g) = &mut self.gpu {
             g.set_params(&self.params)?;
@@ -418,9 +468,53 @@ impl Session {
         Ok(report)
     }
 
+    /// A session whose parameters come from the checkpoint at `path`: the checkpoint is read
+    /// and matched against the plan before anything plan-sized is allocated (so a mismatch is
+    /// the error a user sees, not an allocation failure), then the host's memory is checked.
+    /// Parameters the checkpoint does not hold (`MatchMode::Partial`) are initialized.
+    /// `Restore::Everything` also takes the optimizer state and step (resuming training);
+    /// `Restore::Weights` takes the parameters alone (running, evaluating).
+    pub fn from_checkpoint(
+        plan: Plan,
+        seed: u64,
+        path: &std::path::Path,
+        mode: crate::checkpoint::MatchMode,
+        restore: Restore,
+    ) -> Result<(Session, crate::checkpoint::Report), RuntimeError> {
+        let ckpt =
+            crate::checkpoint::load(path).map_err(|e| RuntimeError::Failed(e.to_string()))?;
+        let (tensors, report) = crate::checkpoint::match_params(&ckpt, &plan.params, mode)
+            .map_err(|e| RuntimeError::Failed(e.to_string()))?;
+        let optimizer = match restore {
+            Restore::Everything => checkpoint_optimizer_state(&plan, &ckpt)?,
+            Restore::Weights => None,
+        };
+        crate::memory::check(&plan, crate::memory::resident(&plan), "a session")?;
+        let params = (tensors.into_iter().enumerate())
+            .map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&plan.params[i], seed, i)))
+            .collect();
+        let mut session = Session::with_params(plan, seed, params);
+        if let Some(state) = optimizer {
+            session.step = state.step;
+            session.optimizer = state;
+        }
+        Ok((session, report))
+    }
+
     /// Writes the parameters, the optimizer state and metadata atomically: a crash mid-write
     /// leaves the previous checkpoint intact.
     pub fn save_checkpoint(&mut self, path: &std::path::Path) -> Result<(), RuntimeError> {
+        self.save_checkpoint_with(path, &[])
+    }
+
+    /// [`Session::save_checkpoint`] with `extra` metadata entries beside the standard ones (a
+    /// training loop records its position in the data there). They come back in
+    /// [`crate::checkpoint::load`]'s `metadata`.
+    pub fn save_checkpoint_with(
+        &mut self,
+        path: &std::path::Path,
+        extra: &[(String, String)],
+    ) -> Result<(), RuntimeError> {
         self.sync_from_device()?;
         let mut state = self.optimizer.clone();
         state.step = self.step;
@@ -429,7 +523,8 @@ impl Session {
         let mut tensors: Vec<(String, &Tensor)> =
             self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();
         tensors.extend(optim.iter().map(|(n, t)| (n.clone(), t)));
-        let metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);
+        let mut metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);
+        metadata.extend_from_slice(extra);
         crate::checkpoint::save(path, &tensors, &metadata)
             .map_err(|e| RuntimeError::Failed(e.to_string()))
     }

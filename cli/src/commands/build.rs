@@ -104,6 +104,10 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     // Every GPU kernel of the plan is generated and validated by naga now, at build time, for
     // the guaranteed device floor; a kernel naga rejects is a compiler bug reported with its line.
     let kernels = mgn_gpu::kernels::check_plan(&plan, &mgn_gpu::limits::DeviceLimits::MIN_SPEC);
+    if let (Some(why), MessageFormat::Human) = (&kernels.too_large, a.format) {
+        // The plan runs on the CPU; it is only too large for any GPU.
+        eprintln!("note: this plan cannot run on a GPU: {why}");
+    }
     if let Some((i, e)) = kernels.invalid.first() {
         let s = &plan.steps[*i];
         report::error(

@@ -10,7 +10,7 @@ use mgn_compiler::lower::PlanOptions;
 use mgn_ir::plan::Mode;
 use mgn_ir::tensor::Tensor;
 use mgn_runtime::checkpoint::{self, MatchMode};
-use mgn_runtime::session::Session;
+use mgn_runtime::session::{Restore, Session};
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
@@ -105,15 +105,22 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
             a.format,
         ));
     }
-    let mut session = Session::new(plan, a.seed);
-    session.check_numerics = a.check_numerics || cfg!(debug_assertions);
-    if let Some(w) = &a.weights {
-        let mode = if a.partial { MatchMode::Partial } else { MatchMode::Strict };
-        let rep = session.load_checkpoint(w, mode).map_err(|e| fail(&e.to_string(), a.format))?;
-        if !rep.is_clean() {
-            eprintln!("warning: {}: {rep}", w.display());
+    // The weights are matched against the plan, and the host's memory checked, before any
+    // parameter is allocated: a mismatch or a model too large is an error, not an abort. A run
+    // takes the parameters alone (it never steps an optimizer).
+    let mut session = match &a.weights {
+        Some(w) => {
+            let mode = if a.partial { MatchMode::Partial } else { MatchMode::Strict };
+            let (session, rep) = Session::from_checkpoint(plan, a.seed, w, mode, Restore::Weights)
+                .map_err(|e| fail(&e.to_string(), a.format))?;
+            if !rep.is_clean() {
+                eprintln!("warning: {}: {rep}", w.display());
+            }
+            session
         }
-    }
+        None => Session::try_new(plan, a.seed).map_err(|e| fail(&e.to_string(), a.format))?,
+    };
+    session.check_numerics = a.check_numerics || cfg!(debug_assertions);
     attach(&mut session, engine, a.format)?;
     let given: Vec<(&str, &Tensor)> = inputs.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let out =

@@ -515,6 +515,9 @@ pub struct PlanKernels {
     pub distinct: usize,
     pub missing: Vec<(usize, String)>,
     pub invalid: Vec<(usize, String)>,
+    /// Why no GPU could run the plan at all (its arena past 32-bit word offsets), when so; then
+    /// no kernel is generated.
+    pub too_large: Option<String>,
 }
 
 /// Generates every step's kernel as a GPU session would (after its rewrites, with its arena
@@ -524,6 +527,11 @@ pub struct PlanKernels {
 pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
     let plan = &crate::rewrite::for_gpu(plan);
     let layout = crate::memory::plan_arena(plan);
+    // Only what every GPU shares bounds a plan here: its word offsets are 32-bit.
+    let any_device = crate::limits::DeviceLimits { max_storage_buffer_range: u64::MAX, ..*limits };
+    if let Err(why) = crate::memory::check_fits(plan, layout.total_words, &any_device, None) {
+        return PlanKernels { too_large: Some(why), ..Default::default() };
+    }
     let width = limits.workgroup_width(256);
     let training = plan.mode == mgn_ir::plan::Mode::Train;
     let mut out = PlanKernels::default();
@@ -572,4 +580,32 @@ pub fn validate(body: &str) -> Result<(), String> {
     .validate(&m)
     .map(drop)
     .map_err(|e| format!("{e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_util::step;
+    use mgn_ir::op::{Op, UnaryOp};
+    use mgn_ir::plan::{Mode, Plan};
+    use mgn_ir::DType;
+
+    fn relu_of(shape: &[usize]) -> Plan {
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], DType::F32, shape),
+            step(Op::Unary(UnaryOp::Relu), vec![0], DType::F32, shape),
+        ];
+        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 1)])
+    }
+
+    #[test]
+    fn plans_past_32_bit_offsets_are_refused_in_the_models_terms_before_any_kernel() {
+        let limits = crate::limits::DeviceLimits::MIN_SPEC;
+        let fine = super::check_plan(&relu_of(&[4, 8]), &limits);
+        assert!(fine.too_large.is_none() && fine.with_kernel == 1 && fine.invalid.is_empty());
+        // 2^31 × 128 floats: a WGSL literal no 32-bit offset holds (it failed naga before).
+        let huge = super::check_plan(&relu_of(&[1 << 31, 128]), &limits);
+        let why = huge.too_large.expect("refused");
+        assert!(why.contains("`relu` f32[2147483648, 128] at t.mgn:1:1"), "{why}");
+        assert_eq!((huge.with_kernel, huge.invalid.len()), (0, 0), "no kernel was generated");
+    }
 }

@@ -71,6 +71,8 @@ fn broken_plans_are_refused_with_a_reason() {
         // Types: every step by its op's rule, with the step and its model line.
         (|p| p.steps[3].shape = vec![4, 2], "step 3 (`relu`, from m.mgn:3:5)"),
         (|p| p.steps[2].dtype = DType::I32, "the inputs give f32[2, 4]"),
+        // A step's dtype edited from f32 to bool (it used to run).
+        (|p| p.steps[3].dtype = DType::Bool, "the result is bool[2, 4], but the inputs give f32"),
         (|p| p.steps[0].dtype = DType::I32, "operands of one dtype"),
         (|p| p.steps[6].shape = vec![3], "does not broadcast"),
         (|p| p.steps[4].shape = vec![1], "the inputs give f32[]"),

@@ -64,6 +64,28 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The first problem in a sentence, and how many more there are: a mismatch if there is
+    /// one, else a missing parameter, else an unexpected tensor.
+    fn first_problem(&self) -> String {
+        let total = self.missing.len() + self.unexpected.len() + self.mismatched.len();
+        let first = if let Some(m) = self.mismatched.first() {
+            let note = m.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
+            format!("`{}` is {} in the file but {} in the model{note}", m.name, m.found, m.expected)
+        } else if let Some((n, s)) = self.missing.first() {
+            format!("`{n}` ({s}) is not in the file")
+        } else if let Some((n, s)) = self.unexpected.first() {
+            format!("`{n}` ({s}) is in the file but not in the model")
+        } else {
+            return "nothing".into();
+        };
+        match total {
+            0 | 1 => first,
+            n => format!("{first} (and {} more)", n - 1),
+        }
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{} parameter(s) loaded", self.loaded.len())?;
@@ -188,12 +210,23 @@ pub fn match_params(
         }
     }
     if mode == MatchMode::Strict && !report.is_clean() {
-        let mut msg = String::from(
-            "the checkpoint does not match the model's parameters (strict loading; partial \
+        let mut msg = format!(
+            "the checkpoint does not match the model's parameters: {}\n(strict loading; partial \
              loading would load what matches)\n",
+            report.first_problem()
         );
         msg.push_str(report.to_string().trim_end());
         return Err(CheckpointError::new(&ckpt.path, msg));
+    }
+    let loaded = params.iter().zip(&out).filter_map(|(p, t)| Some((p.name.as_str(), t.as_ref()?)));
+    if let Some(list) = super::describe_non_finite(loaded) {
+        return Err(CheckpointError::new(
+            &ckpt.path,
+            format!(
+                "the checkpoint holds values that are not finite: {list}\n(a model computed with \
+                 them gives NaN; they come from a run that diverged, or a damaged file)"
+            ),
+        ));
     }
     Ok((out, report))
 }
@@ -277,7 +310,12 @@ mod tests {
         let (params, ck) = messy();
         let e = match_params(&ck, &params, MatchMode::Strict).unwrap_err();
         let m = e.to_string();
-        assert!(m.starts_with("ck.safetensors: the checkpoint does not match"), "{m}");
+        // The first line names the file and the first problem, and counts the others.
+        assert_eq!(
+            m.lines().next().unwrap(),
+            "ck.safetensors: the checkpoint does not match the model's parameters: `fc1.weight` \
+             is f32[64, 128] in the file but f32[128, 64] in the model (and 3 more)"
+        );
         assert!(
             m.contains("missing from the checkpoint (1):\n  emb.weight: expected f32[4, 2]"),
             "{m}"
@@ -290,6 +328,75 @@ mod tests {
         assert!(m.contains("fc2.bias: expected f32[10], found i32[10]"), "{m}");
         assert!(!m.contains("optim."), "{m}");
         assert!(m.lines().count() >= 8, "{m}");
+    }
+
+    #[test]
+    fn the_first_line_names_the_first_problem_of_any_kind() {
+        let params = vec![param("a", DType::F32, &[2]), param("b", DType::F32, &[1])];
+        let first = |ck: &Checkpoint| {
+            let e = match_params(ck, &params, MatchMode::Strict).unwrap_err().to_string();
+            e.lines().next().unwrap().to_string()
+        };
+        let a = || ("a".to_string(), Tensor::f32(vec![2], vec![0.0; 2]));
+        let b = || ("b".to_string(), Tensor::f32(vec![1], vec![0.0]));
+        let prefix = "ck.safetensors: the checkpoint does not match the model's parameters: ";
+        assert_eq!(first(&ckpt(vec![a()])), format!("{prefix}`b` (f32[1]) is not in the file"));
+        assert_eq!(
+            first(&ckpt(vec![a(), b(), ("c".into(), Tensor::i32(vec![3], vec![0; 3]))])),
+            format!("{prefix}`c` (i32[3]) is in the file but not in the model")
+        );
+        let u = vec![param("u", DType::U32, &[1])];
+        let e = match_params(&ckpt(vec![("u".into(), Tensor::i32(vec![1], vec![-1]))]), &u, {
+            MatchMode::Strict
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{prefix}`u` is i32[1] in the file but u32[1] in the model (element 0 is -1, not \
+                 a u32)\n"
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn non_finite_parameters_are_refused_in_either_mode() {
+        let params = vec![
+            param("a", DType::F32, &[4]),
+            param("b", DType::F32, &[2]),
+            param("c", DType::F16, &[1]),
+        ];
+        let nan = f32::NAN;
+        let ck = ckpt(vec![
+            ("a".into(), Tensor::f32(vec![4], vec![nan, 1.0, f32::INFINITY, nan])),
+            ("b".into(), Tensor::f32(vec![2], vec![0.0, 1.0])),
+            ("c".into(), Tensor { dtype: DType::F16, shape: vec![1], data: Data::F32(vec![nan]) }),
+        ]);
+        for mode in [MatchMode::Strict, MatchMode::Partial] {
+            let e = match_params(&ck, &params[..], mode).unwrap_err().to_string();
+            assert_eq!(
+                e.lines().next().unwrap(),
+                "ck.safetensors: the checkpoint holds values that are not finite: `a` has 3 of 4 \
+                 (2 NaN, 1 infinite), `c` has 1 of 1 (1 NaN)",
+                "{mode:?}"
+            );
+        }
+        let ck = ckpt(vec![
+            ("a".into(), Tensor::f32(vec![4], vec![0.0; 4])),
+            ("b".into(), Tensor::f32(vec![2], vec![f32::NEG_INFINITY, 1.0])),
+            ("c".into(), Tensor::f32(vec![1], vec![0.0])),
+            // Not a parameter of the model: not loaded (partial mode), so not refused.
+            ("d".into(), Tensor::f64(vec![1], vec![f64::NAN])),
+        ]);
+        let e = match_params(&ck, &params, MatchMode::Partial).unwrap_err();
+        assert!(
+            e.message.starts_with(
+                "the checkpoint holds values that are not finite: `b` has 1 \
+             of 2 (1 infinite)\n"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

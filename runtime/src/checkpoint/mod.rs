@@ -7,12 +7,16 @@
 //! the model name (`mgn.model`) and the training step (`mgn.step`).
 //!
 //! Loading never trusts the file: every size and offset in the header is checked against the
-//! file's length before anything is allocated, and every problem (truncation, corruption, an
-//! unsupported dtype, an `i64` that does not fit the host's `i32`) is an error naming the file.
+//! file's length before anything is allocated, and every problem (truncation, corruption, a
+//! name the header lists twice, an unsupported dtype, an `i64` that does not fit the host's
+//! `i32`) is an error naming the file. Parameters holding NaN or infinite values are refused
+//! by [`match_params`], naming each tensor and how many of its values are not finite.
 //!
 //! Optimizer state is stored beside the parameters under [`OPTIM_PREFIX`]
 //! (`optim.<param name>.m`, `optim.<param name>.v`, `optim.step`, named by [`crate::optim`]);
-//! [`match_params`] does not count those names as unexpected.
+//! [`match_params`] does not count those names as unexpected. [`Checkpoint::optimizer_state`]
+//! refuses a state that is not finite or lacks one of Adam's moments; `Session::load_checkpoint`
+//! also refuses one of another optimizer than the plan's (`optim::check_kind`).
 //!
 //! The parts: `dtypes` converts one tensor between host storage and its declared dtype's bytes,
 //! `write` lays out and atomically saves a file, `read` parses and checks one, and `matching`
@@ -102,6 +106,39 @@ impl Checkpoint {
         crate::optim::state_from_tensors(&self.tensors, params)
             .map_err(|m| CheckpointError::new(&self.path, m))
     }
+}
+
+/// The tensors among `tensors` holding NaN or infinite values, as one phrase
+/// (`` `fc1.weight` has 3 of 8192 (2 NaN, 1 infinite), `fc2.bias` has ... ``), or `None` when
+/// every value is finite. Integer tensors are always finite.
+pub(crate) fn describe_non_finite<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, &'a Tensor)>,
+) -> Option<String> {
+    fn count<T: Copy>(v: &[T], nan: impl Fn(T) -> bool, inf: impl Fn(T) -> bool) -> (usize, usize) {
+        v.iter().fold((0, 0), |(n, i), &x| (n + nan(x) as usize, i + inf(x) as usize))
+    }
+    let mut parts = Vec::new();
+    for (name, t) in tensors {
+        let (nan, inf) = match &t.data {
+            mgn_ir::tensor::Data::F32(v) => count(v, f32::is_nan, f32::is_infinite),
+            mgn_ir::tensor::Data::F64(v) => count(v, f64::is_nan, f64::is_infinite),
+            mgn_ir::tensor::Data::I32(_) => (0, 0),
+        };
+        if nan + inf > 0 {
+            let kinds: Vec<String> = [(nan, "NaN"), (inf, "infinite")]
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}"))
+                .collect();
+            parts.push(format!(
+                "`{name}` has {} of {} ({})",
+                nan + inf,
+                t.data.len(),
+                kinds.join(", ")
+            ));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// The standard metadata of an mgn checkpoint (the format version is added by [`save`]).

@@ -23,6 +23,11 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointErr
     // (with overflow checks), all before any tensor-sized allocation.
     let (n, header) =
         SafeTensors::read_metadata(bytes).map_err(|e| err(describe_parse_error(bytes, &e)))?;
+    if let Some(what) = repeated_key(&bytes[8..8 + n]) {
+        return Err(err(format!(
+            "corrupt header: {what} is listed twice (a reader would keep one of them silently)"
+        )));
+    }
     let data = &bytes[8 + n..];
     let metadata: BTreeMap<String, String> =
         header.metadata().clone().unwrap_or_default().into_iter().collect();
@@ -44,6 +49,62 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointErr
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Checkpoint { path: path.to_path_buf(), tensors, metadata })
+}
+
+/// The first name the header lists twice, described (``tensor `w` ``, ``metadata key `k` ``,
+/// `` `__metadata__` ``): the `safetensors` crate reads the header into maps, which keep the
+/// last of two entries with one name without a word. `header` has already been parsed as JSON.
+fn repeated_key(header: &[u8]) -> Option<String> {
+    let mut de = serde_json::Deserializer::from_slice(header);
+    serde::de::DeserializeSeed::deserialize(FirstRepeat { top: true }, &mut de).ok().flatten()
+}
+
+/// Finds the first repeated key of a JSON object (and, at the top, of its `__metadata__`).
+struct FirstRepeat {
+    top: bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FirstRepeat {
+    type Value = Option<String>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FirstRepeat {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    /// `__metadata__` may be null.
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        let mut first = None;
+        while let Some(key) = map.next_key::<String>()? {
+            let inner = if self.top && key == "__metadata__" {
+                map.next_value_seed(FirstRepeat { top: false })?
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                None
+            };
+            let repeated = !seen.insert(key.clone());
+            if first.is_none() {
+                first = match (repeated, self.top) {
+                    (true, true) if key == "__metadata__" => Some("`__metadata__`".to_string()),
+                    (true, true) => Some(format!("tensor `{key}`")),
+                    (true, false) => Some(format!("metadata key `{key}`")),
+                    (false, _) => inner,
+                };
+            }
+        }
+        Ok(first)
+    }
 }
 
 /// Turns a safetensors parse error into a sentence that says what is wrong with the file.
@@ -188,6 +249,26 @@ mod tests {
         assert!(parse(&b).unwrap_err().message.contains("UTF-8"));
         let h = r#"{"w":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}}"#;
         assert!(parse(&with_header(h, &[0; 4])).unwrap_err().message.contains("corrupt header"));
+    }
+
+    #[test]
+    fn duplicate_keys_in_the_header_are_refused_by_name() {
+        // The `safetensors` crate keeps the last of two entries with one name, silently.
+        let one = r#"{"dtype":"F32","shape":[1],"data_offsets":[0,4]}"#;
+        let twice = format!(r#"{{"w":{one},"w":{one}}}"#);
+        let e = parse(&with_header(&twice, &[0; 4])).unwrap_err();
+        assert!(e.message.contains("corrupt header: tensor `w` is listed twice"), "{e}");
+        let meta = format!(r#"{{"__metadata__":{{"mgn.step":"1","mgn.step":"2"}},"w":{one}}}"#);
+        let e = parse(&with_header(&meta, &[0; 4])).unwrap_err();
+        assert!(e.message.contains("corrupt header: metadata key `mgn.step` is listed twice"));
+        let both = format!(r#"{{"__metadata__":{{}},"w":{one},"__metadata__":{{}}}}"#);
+        let e = parse(&with_header(&both, &[0; 4])).unwrap_err();
+        assert!(e.message.contains("corrupt header") && e.message.contains("`__metadata__`"));
+        // The same names in different places are fine; so is metadata that is null.
+        let fine = format!(r#"{{"__metadata__":{{"w":"1"}},"w":{one}}}"#);
+        assert!(parse(&with_header(&fine, &[0; 4])).is_ok());
+        let null = format!(r#"{{"__metadata__":null,"w":{one}}}"#);
+        assert!(parse(&with_header(&null, &[0; 4])).is_ok());
     }
 
     #[test]

@@ -84,16 +84,11 @@ impl Memory {
     }
 }
 
-/// Bytes of the optimizer state a training plan keeps: per trained parameter, Adam's two moments,
-/// SGD's momentum buffer (none without momentum). Counted from the plan and the optimizer, not
-/// read from a session, so it holds wherever the session keeps the state (host or device).
+/// Bytes of the optimizer state a training plan keeps (per trained parameter, Adam's two
+/// moments, SGD's momentum buffer): counted from the plan, so it holds wherever the session
+/// keeps the state (host or device).
 pub(super) fn optimizer_state_bytes(plan: &Plan) -> u64 {
-    let buffers = match plan.optimizer.kind {
-        OptimizerKind::Sgd { momentum: 0.0 } => 0,
-        OptimizerKind::Sgd { .. } => 1,
-        OptimizerKind::Adam { .. } | OptimizerKind::AdamW { .. } => 2,
-    };
-    plan.grads.iter().map(|(p, _)| plan.params[*p].numel() as u64 * 4 * buffers).sum()
+    mgn_runtime::memory::resident(plan).optimizer
 }
 
 /// The optimizer the training step is timed with, as the table names it.

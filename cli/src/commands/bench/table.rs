@@ -5,23 +5,7 @@ use super::measure::Timing;
 use super::results::{timing_basis, Memory, Profiled, Report, Setup};
 use super::BenchArgs;
 use mgn_compiler::graph::dump::thousands;
-
-/// Bytes in binary units, to three significant digits.
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut x = n as f64;
-    let mut u = 0;
-    while x >= 1024.0 && u + 1 < UNITS.len() {
-        x /= 1024.0;
-        u += 1;
-    }
-    match u {
-        0 => format!("{n} B"),
-        _ if x >= 100.0 => format!("{x:.0} {}", UNITS[u]),
-        _ if x >= 10.0 => format!("{x:.1} {}", UNITS[u]),
-        _ => format!("{x:.2} {}", UNITS[u]),
-    }
-}
+use mgn_ir::units::bytes;
 
 /// Milliseconds to four or five significant digits.
 fn ms(x: f64) -> String {
@@ -186,16 +170,4 @@ fn profile(plan: &str, p: &Profiled) -> String {
         out += &format!("  {ms:>9.3} ms  {step}\n");
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bytes_are_readable() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(1536), "1.50 KiB");
-        assert_eq!(bytes(20 << 20), "20.0 MiB");
-    }
 }

@@ -1,0 +1,252 @@
+//! Checkpoints as users meet them through the `mgnc` binary: never silently wrong (NaN or
+//! infinite values, an incomplete optimizer state or another optimizer's, a header that lists a
+//! tensor twice, a mismatch whose first line does not say which tensor), and never torn or
+//! littered with the temporary files of interrupted writes.
+
+mod common;
+
+use common::{mgnc, ok, root, scratch};
+use mgn_runtime::checkpoint;
+use mgn_runtime::{Data, Tensor};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, SystemTime};
+
+const FIXTURE: &str = "tests/fixtures/digits_mlp/weights.safetensors";
+
+/// The error output of a command that must fail with exit code 1 and print no result.
+fn refused(out: &Output) -> String {
+    let err = common::refused(out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!err.contains("accuracy") && !stdout.contains("accuracy"), "{err}{stdout}");
+    assert!(!err.contains("epoch "), "refused before training: {err}");
+    err
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Writes `to`: the checkpoint `from` with its tensors edited, and its metadata.
+fn edited(from: &Path, to: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) {
+    let ck = checkpoint::load(from).expect("a readable checkpoint");
+    let mut tensors = ck.tensors.clone();
+    edit(&mut tensors);
+    let refs: Vec<(String, &Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
+    let meta: Vec<(String, String)> =
+        ck.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    checkpoint::save(to, &refs, &meta).expect("written");
+}
+
+/// Sets the first values of tensor `name` to `values`.
+fn poison(tensors: &mut [(String, Tensor)], name: &str, values: &[f32]) {
+    let (_, t) = tensors.iter_mut().find(|(n, _)| n == name).expect("the tensor is there");
+    let Data::F32(v) = &mut t.data else { panic!("{name} is not f32") };
+    v[..values.len()].copy_from_slice(values);
+}
+
+fn eval(weights: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["eval", "models/digits_mlp.mgn", "--weights", s(weights)];
+    args.extend_from_slice(&["--data", "data/digits_test.safetensors"]);
+    args.extend_from_slice(extra);
+    mgnc(&args)
+}
+
+fn resume(ck: &Path, extra: &[&str]) -> Output {
+    let mut args =
+        vec!["train", "models/digits_mlp.mgn", "--data", "data/digits_train.safetensors"];
+    args.extend_from_slice(&["--epochs", "2", "--quiet", "--resume", s(ck)]);
+    args.extend_from_slice(extra);
+    mgnc(&args)
+}
+
+#[test]
+fn weights_with_nan_or_infinity_are_refused_naming_the_tensors() {
+    let dir = scratch("nan");
+    let bad = dir.join("nan.safetensors");
+    let inf = f32::INFINITY;
+    edited(&root().join(FIXTURE), &bad, |t| {
+        poison(t, "fc1.weight", &[f32::NAN, inf, 0.5, -inf]);
+        poison(t, "fc2.bias", &[f32::NAN]);
+    });
+    let err = refused(&eval(&bad, &[]));
+    assert!(
+        err.contains(
+            "nan.safetensors: the checkpoint holds values that are not finite: \
+             `fc1.weight` has 3 of 8192 (1 NaN, 2 infinite), `fc2.bias` has 1 of 10 (1 NaN)"
+        ),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_mismatch_names_the_first_tensor_on_its_first_line() {
+    let fixture = root().join(FIXTURE);
+    let err = refused(&eval(&fixture, &["--set", "hidden=32"]));
+    let first = err.lines().find(|l| l.starts_with("error: ")).expect("an error line");
+    assert_eq!(
+        first,
+        format!(
+            "error: {}: the checkpoint does not match the model's parameters: `fc1.weight` is \
+             f32[128, 64] in the file but f32[32, 64] in the model (and 2 more)",
+            fixture.display()
+        ),
+        "{err}"
+    );
+    // The full list follows.
+    assert!(err.contains("fc2.weight: expected f32[10, 32], found f32[10, 128]"), "{err}");
+}
+
+#[test]
+fn a_header_listing_a_tensor_twice_is_refused_naming_it() {
+    let dir = scratch("dup");
+    let bad = dir.join("dup.safetensors");
+    let bytes = std::fs::read(root().join(FIXTURE)).expect("fixture");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).expect("utf-8").trim_end();
+    // `fc2.bias` listed a second time, with the same offsets: a reader that keeps the last of
+    // two entries sees a valid file.
+    let start = header.find("\"fc2.bias\":").expect("fc2.bias in the header");
+    let end = start + header[start..].find('}').expect("its entry") + 1;
+    let mut twice = format!("{},{}}}", &header[..header.len() - 1], &header[start..end]);
+    while twice.len() % 8 != 0 {
+        twice.push(' ');
+    }
+    let mut out = (twice.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(twice.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(&bad, out).expect("written");
+    let err = refused(&eval(&bad, &[]));
+    assert!(
+        err.contains("dup.safetensors: corrupt header: tensor `fc2.bias` is listed twice"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn resuming_refuses_non_finite_incomplete_or_foreign_optimizer_state() {
+    let dir = scratch("resume");
+    let adam = dir.join("adam.safetensors");
+    let train = ["train", "models/digits_mlp.mgn", "--data", "data/digits_train.safetensors"];
+    let mut args = train.to_vec();
+    args.extend_from_slice(&["--epochs", "1", "--quiet", "--save", s(&adam)]);
+    ok(&mgnc(&args));
+
+    // NaN in a parameter, an infinity in a second moment.
+    let bad = dir.join("nan.safetensors");
+    edited(&adam, &bad, |t| poison(t, "fc1.bias", &[f32::NAN]));
+    let err = refused(&resume(&bad, &[]));
+    assert!(err.contains("`fc1.bias` has 1 of 128 (1 NaN)"), "{err}");
+    edited(&adam, &bad, |t| poison(t, "optim.fc2.bias.v", &[f32::INFINITY, f32::INFINITY]));
+    let err = refused(&resume(&bad, &[]));
+    assert!(
+        err.contains(
+            "nan.safetensors: the optimizer state holds values that are not finite: \
+             `optim.fc2.bias.v` has 2 of 10 (2 infinite)"
+        ),
+        "{err}"
+    );
+
+    // One moment gone: not restarted from zero.
+    let lost = dir.join("lost.safetensors");
+    edited(&adam, &lost, |t| t.retain(|(n, _)| n != "optim.fc1.weight.v"));
+    let err = refused(&resume(&lost, &[]));
+    assert!(
+        err.contains(
+            "lost.safetensors: the optimizer state is incomplete: `optim.fc1.weight.v` \
+             is missing, though `optim.fc1.weight.m` is there"
+        ),
+        "{err}"
+    );
+
+    // Adam's state resumed by SGD (with and without momentum): both kinds named.
+    let err = refused(&resume(&adam, &["--optimizer", "sgd"]));
+    assert!(
+        err.contains(
+            "adam.safetensors: the optimizer state is Adam's or AdamW's (`.m` and `.v` \
+             per parameter), but this run trains with SGD with momentum 0.9 (`.m` only)"
+        ),
+        "{err}"
+    );
+    let err = refused(&resume(&adam, &["--optimizer", "sgd", "--momentum", "0"]));
+    assert!(err.contains("trains with plain SGD (no state)"), "{err}");
+    // And SGD's momentum buffers resumed by Adam.
+    let sgd = dir.join("sgd.safetensors");
+    let mut args = train.to_vec();
+    args.extend_from_slice(&["--epochs", "1", "--quiet", "--optimizer", "sgd", "--save", s(&sgd)]);
+    ok(&mgnc(&args));
+    let err = refused(&resume(&sgd, &[]));
+    assert!(
+        err.contains("the optimizer state is SGD with momentum's (`.m` only)")
+            && err.contains("trains with Adam (`.m` and `.v` per parameter)"),
+        "{err}"
+    );
+
+    // AdamW keeps Adam's state: it resumes.
+    let log = ok(&resume(&adam, &["--optimizer", "adamw"]));
+    assert!(log.contains("resumed from") && log.contains("epoch   2/2"), "{log}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Creates `name` in `dir`, last modified `ago` in the past.
+fn touch(dir: &Path, name: &str, ago: Duration) {
+    let f = std::fs::File::create(dir.join(name)).expect("created");
+    f.set_modified(SystemTime::now() - ago).expect("mtime set");
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("readable")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_save_removes_the_temporary_files_of_interrupted_writes() {
+    let dir = scratch("stale");
+    let ck = dir.join("c.safetensors");
+    // A writer killed mid-write (`kill -9`) leaves `.c.safetensors.tmp<PID>` behind: here, an
+    // mgnc that has exited, and one whose PID has since been reused by init.
+    let mut gone = Command::new(env!("CARGO_BIN_EXE_mgnc"))
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("ran");
+    let gone_pid = gone.id();
+    gone.wait().expect("exited");
+    touch(&dir, &format!(".c.safetensors.tmp{gone_pid}"), Duration::from_secs(300));
+    touch(&dir, ".c.safetensors.tmp1", Duration::from_secs(3 * 3600));
+    // A writer still at work (this test's process): its file stays.
+    let writing = format!(".c.safetensors.tmp{}", std::process::id());
+    touch(&dir, &writing, Duration::ZERO);
+    // Temporary files of other targets are not this save's business.
+    let other = format!(".d.safetensors.tmp{gone_pid}");
+    touch(&dir, &other, Duration::from_secs(3 * 3600));
+    for _ in 0..2 {
+        ok(&mgnc(&[
+            "train",
+            "models/digits_mlp.mgn",
+            "--data",
+            "data/digits_train.safetensors",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--save",
+            s(&ck),
+        ]));
+        let mut want = vec![other.clone(), writing.clone(), "c.safetensors".to_string()];
+        if !Path::new("/proc/self").exists() {
+            // Where the host does not list its processes, only the hour-old file is known to
+            // be abandoned.
+            want.push(format!(".c.safetensors.tmp{gone_pid}"));
+        }
+        want.sort();
+        assert_eq!(entries(&dir), want);
+        assert!(checkpoint::load(&ck).expect("a complete checkpoint").step().unwrap_or(0) > 0);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
