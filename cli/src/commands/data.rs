@@ -1,6 +1,7 @@
 //! Data sets for `mgnc train` and `mgnc eval`: a safetensors file whose tensors are named like
 //! the model's inputs, all with the same number of samples along the first axis.
 
+use mgn_ir::op::Op;
 use mgn_ir::tensor::{Data, Tensor};
 use mgn_runtime::Plan;
 use std::path::Path;
@@ -58,6 +59,9 @@ impl Dataset {
                     want.dtype
                 ));
             }
+            if let (Data::I32(_), Some(bound)) = (&t.data, plan.int_input_range(*step)) {
+                check_range(path, name, &t, bound, bound_kind(plan, *step))?;
+            }
             let n = t.shape[0];
             if *len.get_or_insert(n) != n {
                 return Err(format!(
@@ -104,6 +108,62 @@ impl Dataset {
             })
             .collect()
     }
+}
+
+/// What bounds an integer tensor's values: the classes it labels or the rows of a table it
+/// indexes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Bound {
+    Classes,
+    Rows,
+}
+
+/// Whether the integer value `value` of `plan` labels classes (it reaches a softmax
+/// cross-entropy's targets, through shape-only ops) or indexes a table.
+fn bound_kind(plan: &Plan, value: u32) -> Bound {
+    for (me, s) in plan.steps.iter().enumerate() {
+        let Some(pos) = s.inputs.iter().position(|&x| x == value) else { continue };
+        match (&s.op, pos) {
+            (Op::SoftmaxCrossEntropy, 1) => return Bound::Classes,
+            (Op::Reshape | Op::Slice { .. } | Op::Permute { .. }, 0)
+                if bound_kind(plan, me as u32) == Bound::Classes =>
+            {
+                return Bound::Classes
+            }
+            _ => {}
+        }
+    }
+    Bound::Rows
+}
+
+/// Refuses the first value of the integer tensor `name` (samples along its first axis) outside
+/// `0..bound`, naming the file, the tensor, the sample (and the position within it), the value
+/// and the class count or table size that bounds it.
+pub fn check_range(
+    path: &Path,
+    name: &str,
+    t: &Tensor,
+    bound: i32,
+    kind: Bound,
+) -> Result<(), String> {
+    let Data::I32(v) = &t.data else { return Ok(()) };
+    let Some(k) = v.iter().position(|&x| x < 0 || x >= bound) else { return Ok(()) };
+    let per_sample = t.shape.get(1..).map_or(1, |s| s.iter().product::<usize>()).max(1);
+    let at = if per_sample > 1 {
+        format!("sample {}, position {} of {per_sample},", k / per_sample, k % per_sample)
+    } else {
+        format!("sample {}", k / per_sample)
+    };
+    let why = match kind {
+        Bound::Classes => {
+            format!("the model has {bound} classes, so `{name}` must be from 0 to {}", bound - 1)
+        }
+        Bound::Rows => format!(
+            "`{name}` indexes a table of {bound} rows, so it must be from 0 to {}",
+            bound - 1
+        ),
+    };
+    Err(format!("{}: `{name}` {at} is {}; {why}", path.display(), v[k]))
 }
 
 /// The batch size a plan was built for (the first axis of its inputs).

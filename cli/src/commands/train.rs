@@ -1,6 +1,17 @@
 //! `mgnc train` (epochs of optimizer steps over a data set, with a progress bar, loss per epoch,
-//! accuracy where the model classifies, checkpoints, resume, Ctrl-C saves) and `mgnc eval`
-//! (accuracy of a model or plan with given weights on a data set).
+//! accuracy where the model classifies, checkpoints — final, periodic, on Ctrl-C or SIGTERM —
+//! exact resume, and a stop at the first non-finite loss) and `mgnc eval` (accuracy of a model
+//! or plan with given weights on a data set).
+//!
+//! The parts: `order` (each epoch's data order and the place in it a checkpoint records),
+//! `steps` (the training loop), `checkpoints` (checked, periodic and pruned saves), `eval`.
+
+mod checkpoints;
+mod eval;
+mod order;
+mod steps;
+
+pub use eval::{eval, EvalArgs};
 
 use super::data::{classification, correct, plan_batch, Dataset};
 use super::plan::{attach, obtain, resolve_backend, Backend, Engine};
@@ -10,14 +21,17 @@ use mgn_compiler::lower::PlanOptions;
 use mgn_ir::optim::{OptimizerKind, OptimizerSpec, Schedule};
 use mgn_ir::tensor::Tensor;
 use mgn_runtime::checkpoint::MatchMode;
-use mgn_runtime::session::Session;
+use mgn_runtime::session::{Restore, Session};
 use mgn_runtime::Plan;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use order::{Order, Recorded};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use steps::{Stop, Trainer};
+
+/// Periodic checkpoints kept when `--keep` is not given.
+const DEFAULT_KEEP: usize = 3;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum OptimizerName {
@@ -66,14 +80,26 @@ pub struct TrainArgs {
     /// Warm-up steps of the cosine schedule.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
-    /// Write a checkpoint here when training ends (and on Ctrl-C).
+    /// Write a checkpoint here when training ends (and on Ctrl-C or SIGTERM).
     #[arg(long)]
     pub save: Option<PathBuf>,
-    /// Continue from a checkpoint (parameters, optimizer state and step).
+    /// Also write a checkpoint every N optimizer steps, beside `--save`, as
+    /// `NAME.step-N.safetensors`.
+    #[arg(long, value_name = "N", requires = "save",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub save_every: Option<u64>,
+    /// Keep the K newest periodic checkpoints (default 3), deleting older ones once a new one
+    /// is written.
+    #[arg(long, value_name = "K", requires = "save_every",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: Option<u64>,
+    /// Continue from a checkpoint (parameters, optimizer state, step and place in the data).
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Seed of the initializers, the data order and dropout (default 0; with `--resume`, the
+    /// checkpoint's).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Override a model argument, e.g. `--set T=1` (repeatable).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub settings: Vec<Setting>,
@@ -93,6 +119,13 @@ pub struct TrainArgs {
     pub quiet: bool,
     #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
+}
+
+impl TrainArgs {
+    /// How many periodic checkpoints to keep.
+    fn keep(&self) -> usize {
+        self.keep.map_or(DEFAULT_KEEP, |k| k as usize)
+    }
 }
 
 fn fail(msg: &str, format: MessageFormat) -> u8 {
@@ -170,8 +203,16 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
             f,
         ));
     }
-    let steps_per_epoch = data.len / batch;
-    let total = steps_per_epoch as u64 * a.epochs as u64;
+    let recorded = match &a.resume {
+        Some(r) => mgn_runtime::checkpoint::load(r)
+            .map_err(|e| e.to_string())
+            .and_then(|c| Recorded::of(&c))
+            .map_err(|e| fail(&e, f))?,
+        None => None,
+    };
+    let seed = a.seed.or(recorded.map(|r| r.order.seed)).unwrap_or(0);
+    let order = Order { seed, batch, samples: data.len };
+    let total = order.steps_per_epoch() * a.epochs as u64;
     if a.schedule == ScheduleName::Cosine {
         spec.schedule = Schedule::WarmupCosine { warmup: a.warmup, total, min_lr: 0.0 };
     }
@@ -179,45 +220,36 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     plan.optimizer = spec;
     let task = classification(&plan, &eval_plan);
 
-    let mut session = open_session(&a, plan, engine)?;
+    let session = open_session(&a, plan, engine, &order, recorded)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = interrupted.clone();
-        // A second handler cannot be installed (tests call this twice in one process); then
-        // Ctrl-C keeps its default.
+        // Ctrl-C, SIGTERM and SIGHUP (ctrlc's `termination` feature). A second handler cannot
+        // be installed (tests call this twice in one process); then they keep their default.
         let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
     }
     announce(&a, &session, &data, batch);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
     let start = Instant::now();
-    let first_epoch = (session.step / steps_per_epoch as u64) as u32;
-    for epoch in first_epoch..a.epochs {
-        let mut order: Vec<usize> = (0..data.len).collect();
-        order.shuffle(&mut rng);
-        let sum = train_epoch(&a, &mut session, &data, &order, batch, epoch, &interrupted)?;
-        let mut line = format!(
-            "epoch {:>3}/{}  loss {:.4}",
-            epoch + 1,
-            a.epochs,
-            sum / steps_per_epoch as f64
-        );
-        if let (Some(ed), Some((labels, output))) = (&eval_data, &task) {
-            let acc = held_out_accuracy(&a, &mut session, &eval_plan, ed, labels, output)?;
-            line += &format!(
-                "  eval accuracy {:.2}% ({}/{})",
-                100.0 * acc.0 as f64 / acc.1 as f64,
-                acc.0,
-                acc.1
-            );
+    let mut trainer = Trainer::new(&a, session, &data, order, &interrupted);
+    let mut after_epoch = |session: &mut Session| -> Result<String, Stop> {
+        let (Some(ed), Some((labels, output))) = (&eval_data, &task) else {
+            return Ok(String::new());
+        };
+        let (right, all) = held_out_accuracy(session, &eval_plan, ed, labels, output)
+            .map_err(|message| Stop { code: super::EXIT_ERRORS, message })?;
+        let pct = 100.0 * right as f64 / all as f64;
+        Ok(format!("  eval accuracy {pct:.2}% ({right}/{all})"))
+    };
+    let stopped = |s: Stop| {
+        if !s.message.is_empty() {
+            report::error(&s.message, f);
         }
-        eprintln!("{line}");
-    }
-    eprintln!("trained {} steps in {:.1} s", session.step, start.elapsed().as_secs_f64());
-    if let Some(path) = &a.save {
-        session.save_checkpoint(path).map_err(|e| fail(&e.to_string(), f))?;
-        eprintln!("saved checkpoint to {}", path.display());
-    }
-    Ok(())
+        s.code
+    };
+    trainer.run(&mut after_epoch).map_err(stopped)?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("trained {} steps in {secs:.1} s", trainer.session.step);
+    trainer.save_final().map_err(stopped)
 }
 
 /// The training data and, with `--eval-data`, the held-out data; both read with the training
@@ -234,18 +266,16 @@ fn load_data(a: &TrainArgs, train_plan: &Plan) -> Result<(Dataset, Option<Datase
 
 /// (correct, total) on the held-out data of the inference plan with the trained parameters.
 fn held_out_accuracy(
-    a: &TrainArgs,
     session: &mut Session,
     eval_plan: &Plan,
     data: &Dataset,
     labels: &str,
     output: &str,
-) -> Result<(usize, usize), u8> {
-    let f = a.format;
-    let mut eval = Session::new(eval_plan.clone(), a.seed);
-    session.sync_from_device().map_err(|e| fail(&e.to_string(), f))?;
+) -> Result<(usize, usize), String> {
+    let mut eval = Session::new(eval_plan.clone(), session.seed);
+    session.sync_from_device().map_err(|e| e.to_string())?;
     eval.params = session.params.clone();
-    accuracy(&mut eval, data, labels, output).map_err(|e| fail(&e, f))
+    accuracy(&mut eval, data, labels, output)
 }
 
 fn optimizer_kind(a: &TrainArgs) -> OptimizerKind {
@@ -261,14 +291,46 @@ fn optimizer_kind(a: &TrainArgs) -> OptimizerKind {
     }
 }
 
-/// The training session: resumed from `--resume` when given, then moved to `engine`.
-fn open_session(a: &TrainArgs, plan: Plan, engine: Engine) -> Result<Session, u8> {
+/// The training session: resumed from `--resume` when given (refused when the checkpoint's run
+/// had another data order), then moved to `engine`.
+fn open_session(
+    a: &TrainArgs,
+    plan: Plan,
+    engine: Engine,
+    order: &Order,
+    recorded: Option<Recorded>,
+) -> Result<Session, u8> {
     let f = a.format;
-    let mut session = Session::new(plan, a.seed);
+    // A checkpoint is matched against the plan, and the host's memory checked, before the
+    // parameters are allocated.
+    let mut session = match &a.resume {
+        Some(r) => {
+            Session::from_checkpoint(plan, order.seed, r, MatchMode::Strict, Restore::Everything)
+                .map_err(|e| fail(&e.to_string(), f))?
+                .0
+        }
+        None => Session::try_new(plan, order.seed).map_err(|e| fail(&e.to_string(), f))?,
+    };
     session.check_numerics = a.check_numerics || cfg!(debug_assertions);
     if let Some(r) = &a.resume {
-        session.load_checkpoint(r, MatchMode::Strict).map_err(|e| fail(&e.to_string(), f))?;
-        eprintln!("resumed from {} at step {}", r.display(), session.step);
+        let step = session.step;
+        match recorded {
+            Some(rec) => rec.check(order, step, r).map_err(|e| fail(&e, f))?,
+            None if step > 0 => eprintln!(
+                "note: {} does not record its place in the data (an older mgnc or another tool \
+                 wrote it); continuing after step {step} in this run's data order",
+                r.display()
+            ),
+            None => {}
+        }
+        let (epoch, batch) = order.position(step);
+        eprintln!(
+            "resumed from {} at step {step} (epoch {}, batch {} of {})",
+            r.display(),
+            epoch + 1,
+            batch + 1,
+            order.steps_per_epoch()
+        );
     }
     attach(&mut session, engine, f)?;
     Ok(session)
@@ -290,48 +352,6 @@ fn announce(a: &TrainArgs, session: &Session, data: &Dataset, batch: usize) {
         },
         describe_optimizer(&session.plan.optimizer),
     );
-}
-
-/// One epoch of optimizer steps over `data` in `order`, behind a progress bar; the sum of the
-/// steps' losses. On Ctrl-C it saves a checkpoint and fails with exit code 130.
-fn train_epoch(
-    a: &TrainArgs,
-    session: &mut Session,
-    data: &Dataset,
-    order: &[usize],
-    batch: usize,
-    epoch: u32,
-    interrupted: &AtomicBool,
-) -> Result<f64, u8> {
-    let f = a.format;
-    let steps_per_epoch = data.len / batch;
-    let bar = progress(steps_per_epoch as u64, a.quiet, epoch + 1, a.epochs);
-    let mut sum = 0.0;
-    for s in 0..steps_per_epoch {
-        let cols = data.batch(&order[s * batch..(s + 1) * batch]);
-        let given: Vec<(&str, &Tensor)> = cols.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let loss = session
-            .train_step(&given)
-            .map_err(|e| fail(&format!("{}: {e}", a.file.display()), f))?;
-        sum += loss;
-        bar.set_message(format!("loss {loss:.4}"));
-        bar.inc(1);
-        if interrupted.load(Ordering::SeqCst) {
-            bar.abandon();
-            let path = a.save.clone().unwrap_or_else(|| {
-                PathBuf::from(format!("{}.interrupted.safetensors", session.plan.model))
-            });
-            session.save_checkpoint(&path).map_err(|e| fail(&e.to_string(), f))?;
-            eprintln!(
-                "interrupted at step {}: checkpoint saved to {}",
-                session.step,
-                path.display()
-            );
-            return Err(130);
-        }
-    }
-    bar.finish_and_clear();
-    Ok(sum)
 }
 
 fn describe_optimizer(s: &OptimizerSpec) -> String {
@@ -395,97 +415,4 @@ pub fn accuracy(
         start += batch;
     }
     Ok((right, data.len))
-}
-
-#[derive(clap::Args)]
-pub struct EvalArgs {
-    /// A .mgn model or an inference .mgnplan.
-    pub file: PathBuf,
-    #[arg(long)]
-    pub weights: PathBuf,
-    /// Labelled data: the model's inputs plus an integer labels tensor.
-    #[arg(long)]
-    pub data: PathBuf,
-    /// Batch size (sets the model argument `batch` or `B`).
-    #[arg(long)]
-    pub batch: Option<usize>,
-    /// Override a model argument, e.g. `--set T=1` (repeatable).
-    #[arg(long = "set", value_name = "NAME=VALUE")]
-    pub settings: Vec<Setting>,
-    /// Which model to build when the file defines several.
-    #[arg(long)]
-    pub model: Option<String>,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: Backend,
-    #[arg(long = "message-format", value_enum, default_value = "human")]
-    pub format: MessageFormat,
-}
-
-/// `mgnc eval FILE|PLAN --weights W --data D`: accuracy of an inference plan on a data set.
-pub fn eval(a: EvalArgs) -> u8 {
-    let f = a.format;
-    let r = (|| -> Result<(), u8> {
-        let engine = resolve_backend(a.backend, f)?;
-        let is_plan = a.file.extension().is_some_and(|e| e == "mgnplan");
-        let settings = if is_plan {
-            a.settings.clone()
-        } else {
-            with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)?
-        };
-        let plan: Plan = obtain(&a.file, a.model.clone(), settings, &PlanOptions::infer(), f)?;
-        let mut session = Session::new(plan, 0);
-        session
-            .load_checkpoint(&a.weights, MatchMode::Strict)
-            .map_err(|e| fail(&e.to_string(), f))?;
-        attach(&mut session, engine, f)?;
-        // The labels are not an input of an inference plan; read them from the data file.
-        let ckpt = mgn_runtime::checkpoint::load(&a.data).map_err(|e| fail(&e.to_string(), f))?;
-        let data = Dataset::load(&a.data, &session.plan).map_err(|e| fail(&e, f))?;
-        let (labels_name, labels) = ckpt
-            .tensors
-            .iter()
-            .find(|(n, t)| !t.dtype.is_float() && session.plan.inputs.iter().all(|(i, _)| i != n))
-            .ok_or_else(|| {
-                fail(
-                    &format!(
-                        "{}: no integer labels tensor besides the model's inputs",
-                        a.data.display()
-                    ),
-                    f,
-                )
-            })?;
-        let output = session
-            .plan
-            .outputs
-            .iter()
-            .find(|(_, s)| {
-                let st = &session.plan.steps[*s as usize];
-                st.shape.len() == labels.shape.len() + 1
-                    && st.shape[1..st.shape.len() - 1] == labels.shape[1..]
-            })
-            .map(|(n, _)| n.clone())
-            .ok_or_else(|| {
-                fail(
-                    &format!(
-                        "no output of `{}` has a class axis for `{labels_name}`",
-                        session.plan.model
-                    ),
-                    f,
-                )
-            })?;
-        let mut with_labels = data;
-        with_labels.columns.push((labels_name.clone(), labels.clone()));
-        let (right, total) =
-            accuracy(&mut session, &with_labels, labels_name, &output).map_err(|e| fail(&e, f))?;
-        println!(
-            "accuracy {:.2}% ({right}/{total}) of `{output}` against `{labels_name}` in {}",
-            100.0 * right as f64 / total as f64,
-            a.data.display()
-        );
-        Ok(())
-    })();
-    match r {
-        Ok(()) => 0,
-        Err(c) => c,
-    }
 }
