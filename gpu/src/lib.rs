@@ -27,6 +27,8 @@ mod test_util;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_attention;
+#[cfg(test)]
 mod tests_conv;
 #[cfg(test)]
 mod tests_matmul;

@@ -167,7 +167,11 @@ pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
 /// anything else reads is computed as usual.
 pub fn transposed_views(plan: &GpuPlan) -> Vec<bool> {
     let def_use = DefUse::of(plan);
-    let matmul = |op: &GpuOp| matches!(op, GpuOp::Plan(Op::MatMul) | GpuOp::MatMulEpilogue { .. });
+    // Products that read an operand transposed by flag (`MatMulT`, a flagged epilogue) take no
+    // transposed views: `rewrite::transposes` already folded the permutes they read.
+    let matmul = |op: &GpuOp| {
+        matches!(op, GpuOp::Plan(Op::MatMul) | GpuOp::MatMulEpilogue { ta: false, tb: false, .. })
+    };
     (0..plan.steps.len())
         .map(|t| {
             let s = &plan.steps[t];

@@ -45,8 +45,10 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         }
         GpuOp::CrossEntropyRows => cross_entropy_rows(x[0], x[1], shape, ctx),
         GpuOp::Fused { program } => run_program(program, x, dtype, shape, ctx),
-        GpuOp::MatMulEpilogue { program } => {
-            let product = cpu(&Op::MatMul, &x[..2], dtype, shape, ctx);
+        GpuOp::MatMulT { ta, tb, alpha } => product(x, (*ta, *tb, *alpha), shape, ctx),
+        GpuOp::AttentionProbs { causal, has_mask } => attention_probs(x, *causal, *has_mask, ctx),
+        GpuOp::MatMulEpilogue { program, ta, tb } => {
+            let product = product(x, (*ta, *tb, 1.0), shape, ctx);
             let mut inputs = vec![&product];
             inputs.extend(&x[2..]);
             run_program(program, &inputs, dtype, shape, ctx)
@@ -131,6 +133,66 @@ fn attention_stats(
         }
     }
     Tensor::f32(shape.to_vec(), out)
+}
+
+/// `alpha · op(a) · op(b)` of `x[0], x[1]`, an operand transposed (its last two axes) where
+/// its flag says, as `GpuOp::MatMulT` and a flagged epilogue's product read them.
+fn product(
+    x: &[&Tensor],
+    (ta, tb, alpha): (bool, bool, f64),
+    shape: &[usize],
+    ctx: &Ctx,
+) -> Tensor {
+    let swap = |t: &Tensor, on: bool| {
+        let r = t.shape.len();
+        if !on || r < 2 {
+            return t.clone();
+        }
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        let mut shape = t.shape.clone();
+        shape.swap(r - 2, r - 1);
+        cpu(&Op::Permute { perm }, &[t], t.dtype, &shape, ctx)
+    };
+    let (a, b) = (swap(x[0], ta), swap(x[1], tb));
+    let product = cpu(&Op::MatMul, &[&a, &b], DType::F32, shape, ctx);
+    if alpha == 1.0 {
+        return product;
+    }
+    let scaled = product.to_f64_vec().iter().map(|&v| v as f32 * alpha as f32).collect();
+    Tensor::f32(shape.to_vec(), scaled)
+}
+
+/// `GpuOp::AttentionProbs` of `scores, mask?`: per row, the softmax of the visible
+/// `scores + mask` (f32, as the CPU backend's attention holds its scores), zeros where hidden,
+/// and a row that sees no key all zeros.
+fn attention_probs(x: &[&Tensor], causal: bool, has_mask: bool, ctx: &Ctx) -> Tensor {
+    let shape = &x[0].shape;
+    let r = shape.len();
+    let (tq, tk) = (shape[r - 2], shape[r - 1]);
+    let mask =
+        has_mask.then(|| cpu(&Op::BroadcastTo, &[x[1]], x[1].dtype, shape, ctx).to_f64_vec());
+    let scores = x[0].to_f64_vec();
+    let mut out = vec![0f32; scores.len()];
+    for (row, probs) in out.chunks_mut(tk.max(1)).enumerate() {
+        let i = row % tq;
+        let visible = |j: usize| !causal || j + tq <= i + tk;
+        let z = |j: usize| {
+            let e = row * tk + j;
+            scores[e] as f32 + mask.as_ref().map_or(0.0, |m| m[e] as f32)
+        };
+        let m = (0..tk).filter(|&j| visible(j)).map(z).fold(f32::NEG_INFINITY, f32::max);
+        if m == f32::NEG_INFINITY {
+            continue;
+        }
+        let sum: f64 = (0..tk).filter(|&j| visible(j)).map(|j| (z(j) - m).exp() as f64).sum();
+        for (j, p) in probs.iter_mut().enumerate() {
+            if visible(j) {
+                *p = ((z(j) - m).exp() as f64 / sum) as f32;
+            }
+        }
+    }
+    Tensor::f32(shape.clone(), out)
 }
 
 /// `GpuOp::NormWeightGradPartial` of `x, dy`: per chunk of `chunk` rows, the norm's own weight

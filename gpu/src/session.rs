@@ -331,7 +331,8 @@ impl GpuSession {
         // mgnc, not loaded from a file) is checked first.
         plan.validate()
             .map_err(|e| GpuError::Failed(format!("{}: invalid plan: {e}", plan.model)))?;
-        GpuSession::open(crate::rewrite::for_gpu(&plan), params)
+        let options = crate::rewrite::Options::from_env().map_err(GpuError::Failed)?;
+        GpuSession::open(crate::rewrite::for_gpu_with(&plan, &options), params)
     }
 
     /// Opens the GPU for a GPU plan as it is: lays out the arena (`memory::plan_arena`),

@@ -263,7 +263,15 @@ pub fn generate(
         }
         GpuOp::CrossEntropyRows => rows::cross_entropy_rows(inputs, out, width),
         GpuOp::Fused { program } => fused(program, inputs, out, width),
-        GpuOp::MatMulEpilogue { program } => epilogue(program, inputs, out, width),
+        GpuOp::MatMulEpilogue { program, ta, tb } => {
+            let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: 1.0 };
+            epilogue(program, inputs, out, width, layout)
+        }
+        GpuOp::MatMulT { ta, tb, alpha } => {
+            let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha };
+            matmul::generate_layout(inputs, out, width, layout)
+        }
+        GpuOp::AttentionProbs { causal, .. } => rows::attention_probs(*causal, inputs, out, width),
     }
 }
 
@@ -406,6 +414,7 @@ fn epilogue(
     inputs: &[Operand],
     out: &Operand,
     width: u32,
+    layout: matmul::Layout,
 ) -> Result<KernelSource, String> {
     let extra = &inputs[2..];
     let leaf = |k: u32| -> Result<String, String> {
@@ -423,7 +432,7 @@ fn epilogue(
         if erf { ERF } else { "" },
         store(out, "i", &last)
     );
-    matmul::generate_with(&inputs[..2], out, width, Some(&epilogue))
+    matmul::generate_with(&inputs[..2], out, width, Some(&epilogue), layout)
 }
 
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name

@@ -5,7 +5,7 @@
 //! Computing a row's statistics once per element instead (what these kernels replaced) costs
 //! O(row²) per row: 6·10¹¹ operations for SmolLM2's 49,152-way loss gradient.
 
-use super::{load, store, strides, KernelSource, Operand};
+use super::{broadcast_index, load, store, strides, KernelSource, Operand};
 
 /// The workgroup skeleton: `red` (one f32 per invocation), `wg_sum` / `wg_max` (every invocation
 /// gets the combined value; call them in uniform control flow), and `r`, the row of this
@@ -139,6 +139,50 @@ pub(super) fn softmax_grad(
         write = each(len, stride, width, &store(out, "e", &result)),
     );
     Ok(row_kernel(rows_of(&y.shape, axis), width, &body))
+}
+
+/// `GpuOp::AttentionProbs`: one workgroup per row of scaled scores `[..B, H, Tq, Tk]`, the
+/// mask broadcast to them; keys hidden by `causal` take no probability and a row that sees no
+/// key (all hidden, or all `-inf`) is all zeros, as `Op::Attention` has it on the CPU.
+pub(super) fn attention_probs(
+    causal: bool,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let scores = &inputs[0];
+    let r = scores.shape.len();
+    if r < 2 || out.shape != scores.shape {
+        return Err(format!("attention probabilities of {:?} as {:?}", scores.shape, out.shape));
+    }
+    let (tq, tk) = (scores.shape[r - 2], scores.shape[r - 1]);
+    let mut z = load(scores, "e");
+    if let Some(mask) = inputs.get(1) {
+        mgn_ir::shape::broadcast_strides(&mask.shape, &scores.shape)
+            .map_err(|e| format!("attention mask: {e}"))?;
+        z = format!("({z} + {})", load(mask, &broadcast_index("e", &scores.shape, &mask.shape)));
+    }
+    // Key j is visible to query i when j + Tq <= i + Tk (causal keys end-aligned).
+    let visible = if causal { format!("t + {tq}u <= r % {tq}u + {tk}u") } else { "true".into() };
+    let body = format!(
+        "let base = r * {tk}u;
+    var mi = -3.4028235e38;
+    {max}
+    let m = wg_max(lid, mi);
+    var si = 0.0;
+    {sum}
+    let s = wg_sum(lid, si);
+    {write}",
+        max = each(tk, 1, width, &format!("if ({visible}) {{ mi = max(mi, {z}); }}")),
+        sum = each(tk, 1, width, &format!("if ({visible}) {{ si = si + exp({z} - m); }}")),
+        write = each(
+            tk,
+            1,
+            width,
+            &store(out, "e", &format!("select(0.0, exp({z} - m) / s, ({visible}) && s > 0.0)")),
+        ),
+    );
+    Ok(row_kernel(rows_of(&scores.shape, r - 1), width, &body))
 }
 
 /// The mean loss over all rows: one workgroup, row after row (the loss is one number and there

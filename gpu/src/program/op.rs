@@ -37,8 +37,21 @@ pub enum GpuOp {
     Fused { program: Vec<Elem> },
     /// `[a, b, extra…]`: a matrix product followed, element by element of its result, by
     /// `program` (an epilogue: bias, residual, activation…), in which `Input(0)` is the product
-    /// and `Input(k)` the step's input `k + 1`. Made by `rewrite::fuse`.
-    MatMulEpilogue { program: Vec<Elem> },
+    /// and `Input(k)` the step's input `k + 1`. Made by `rewrite::fuse`; `ta` and `tb` read
+    /// an operand transposed in place, as `MatMulT` does (set by `rewrite::transposes`).
+    MatMulEpilogue { program: Vec<Elem>, ta: bool, tb: bool },
+    /// `[a, b]` → `alpha · op(a) · op(b)`, batched as `Op::MatMul`, where `op(a)` is the
+    /// transpose of a's last two axes when `ta` (its words hold `[.., k, m]`), and likewise
+    /// `op(b)` when `tb` (`[.., n, k]`): the products of materialised attention read q, k and
+    /// the probabilities in place instead of transposing them. Made by
+    /// `rewrite::attention_matmul`.
+    MatMulT { ta: bool, tb: bool, alpha: f64 },
+    /// `[scores, mask?]` → the probabilities of an attention whose scaled scores are given, as
+    /// `Op::Attention` computes them: `softmax` over the last axis of `scores + mask` (the mask
+    /// broadcast to the scores), keys hidden by `causal` (key `j` past query `i + Tk − Tq`)
+    /// taking no probability, and a row that sees no key all zeros. Made by
+    /// `rewrite::attention_matmul`.
+    AttentionProbs { causal: bool, has_mask: bool },
 }
 
 impl From<Op> for GpuOp {
@@ -108,11 +121,13 @@ impl GpuOp {
                 exactly(5 + *has_mask as usize + (*part != GradPart::V) as usize)
             }
             GpuOp::NormWeightGradPartial { .. } | GpuOp::CrossEntropyRows => exactly(2),
+            GpuOp::MatMulT { .. } => exactly(2),
+            GpuOp::AttentionProbs { has_mask, .. } => exactly(1 + *has_mask as usize),
             GpuOp::Fused { program } => {
                 check_program(program, n)?;
                 (1, usize::MAX)
             }
-            GpuOp::MatMulEpilogue { program } => {
+            GpuOp::MatMulEpilogue { program, .. } => {
                 // Input(0) is the product; Input(k) the step's input k + 1.
                 check_program(program, n.saturating_sub(1))?;
                 (2, usize::MAX)
@@ -150,7 +165,21 @@ impl GpuOp {
             ),
             GpuOp::CrossEntropyRows => "cross_entropy_rows".into(),
             GpuOp::Fused { program } => format!("fused {}", chain(program)),
-            GpuOp::MatMulEpilogue { program } => format!("matmul_epilogue {}", chain(program)),
+            GpuOp::MatMulEpilogue { program, .. } => {
+                format!("matmul_epilogue {}", chain(program))
+            }
+            GpuOp::MatMulT { ta, tb, alpha } => {
+                let t = |on: bool, x: &str| if on { format!(" {x}ᵀ") } else { String::new() };
+                let scaled = if *alpha == 1.0 {
+                    String::new()
+                } else {
+                    format!(" alpha={}", fmt_f64(*alpha))
+                };
+                format!("matmul{}{}{scaled}", t(*ta, "a"), t(*tb, "b"))
+            }
+            GpuOp::AttentionProbs { causal, .. } => {
+                format!("attention_probs{}", if *causal { " causal" } else { "" })
+            }
         }
     }
 }
@@ -210,6 +239,8 @@ mod tests {
         // An epilogue's input 0 is the product: two step inputs (a, b) leave one leaf.
         let epilogue = GpuOp::MatMulEpilogue {
             program: vec![Elem::Input(0), Elem::Input(1), Elem::Binary(BinaryOp::Add, 0, 1)],
+            ta: false,
+            tb: false,
         };
         assert!(epilogue.check_input_count(2).unwrap_err().contains("reads input 1"));
         assert_eq!(epilogue.check_input_count(3), Ok(()));

@@ -105,7 +105,7 @@ impl Chain {
             .collect();
         let mut inputs = view.steps[mm as usize].inputs.clone();
         inputs.extend(self.leaves.iter().filter(|&&l| l != mm));
-        (GpuOp::MatMulEpilogue { program }, inputs)
+        (GpuOp::MatMulEpilogue { program, ta: false, tb: false }, inputs)
     }
 }
 
@@ -381,7 +381,7 @@ mod tests {
             let fp = fused(&p);
             fp.validate().expect("a valid plan");
             let last = &fp.steps.last().expect("steps").op;
-            let GpuOp::MatMulEpilogue { program } = last else { panic!("{last:?}") };
+            let GpuOp::MatMulEpilogue { program, .. } = last else { panic!("{last:?}") };
             assert_eq!(program.iter().filter(|e| e.op().is_some()).count(), 3, "{program:?}");
             assert_eq!(fp.steps.len(), 6, "a, w, wᵀ, bias, res and the fused step");
             let a = Tensor::f32(vec![m, k], crate::test_util::values(m * k, 1));

@@ -1,24 +1,50 @@
 //! The rewrites a GPU session makes before it plans memory and generates kernels, in order:
-//! attention statistics computed once (`attention_stats`), norm weight derivatives and
-//! cross-entropy losses split over rows (`norm_partials`, `loss_rows`), then element-wise
-//! fusion (`fuse`). Each edits the [`Program`] by step id; positions are assigned once, at the
-//! end. The CPU backend runs plans as compiled.
+//! long attentions through their score matrix (`attention_matmul`), the others' statistics
+//! computed once (`attention_stats`), norm weight derivatives and cross-entropy losses split
+//! over rows (`norm_partials`, `loss_rows`), element-wise fusion (`fuse`), then transposes
+//! folded into the products that read them (`transposes`). Each edits the [`Program`] by step
+//! id; positions are assigned once, at the end. The CPU backend runs plans as compiled.
 
+mod attention_matmul;
 mod attention_stats;
 mod fuse;
 mod loss_rows;
 mod norm_partials;
+mod transposes;
+
+pub use attention_matmul::AttentionPath;
 
 use crate::program::{GpuPlan, Program};
 use mgn_ir::plan::Plan;
 
-/// The program the GPU runs for `plan`. Its steps keep the compiled plan's numbers as ids, so
-/// dropout masks and messages match the CPU's.
+/// The choices a rewrite leaves open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    pub attention: AttentionPath,
+}
+
+impl Options {
+    /// The defaults, with what the environment overrides (`MGN_ATTENTION`).
+    pub fn from_env() -> Result<Options, String> {
+        Ok(Options { attention: AttentionPath::from_env()? })
+    }
+}
+
+/// The program the GPU runs for `plan`, with the options the environment sets (the defaults
+/// where it sets an unknown value: a session reports that before it gets here). Its steps keep
+/// the compiled plan's numbers as ids, so dropout masks and messages match the CPU's.
 pub fn for_gpu(plan: &Plan) -> GpuPlan {
+    for_gpu_with(plan, &Options::from_env().unwrap_or_default())
+}
+
+/// `for_gpu` with the given options.
+pub fn for_gpu_with(plan: &Plan, options: &Options) -> GpuPlan {
     let mut program = Program::new(plan);
+    attention_matmul::materialise_attention(&mut program, options.attention);
     attention_stats::add_attention_stats(&mut program);
     norm_partials::split_norm_weight_grads(&mut program);
     loss_rows::split_cross_entropy(&mut program);
     fuse::fuse_elementwise(&mut program);
+    transposes::fold_transposes(&mut program);
     program.to_gpu_plan()
 }

@@ -44,6 +44,8 @@ struct Geometry {
     n: usize,
     /// The output's batch axes (empty when folded into m).
     batch: Vec<usize>,
+    /// A's words hold the `[k, m]` matrix it transposes (`GpuOp::MatMulT`).
+    at: bool,
     /// B's words hold the `[n, k]` matrix it transposes (a linear layer's weight read in place).
     bt: bool,
     /// The output is stored transposed, `[n, m]` (only for the swapped decode product).
@@ -51,10 +53,38 @@ struct Geometry {
     /// Results go through `mgn_epilogue(i, value)` (a `GpuOp::MatMulEpilogue`), which stores
     /// them.
     epilogue: bool,
+    /// Every result is multiplied by this before it is stored.
+    alpha: f64,
+}
+
+/// How a product reads its operands and scales its result: `GpuOp::MatMulT`'s attributes
+/// (`Layout::PLAIN` for `Op::MatMul`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Layout {
+    /// A's words hold `[.., k, m]` (its transpose).
+    pub ta: bool,
+    /// B's words hold `[.., n, k]`.
+    pub tb: bool,
+    /// Every result is multiplied by this.
+    pub alpha: f64,
+}
+
+impl Layout {
+    pub const PLAIN: Layout = Layout { ta: false, tb: false, alpha: 1.0 };
 }
 
 impl Geometry {
     fn of(inputs: &[Operand], out: &Operand) -> Result<Geometry, String> {
+        let (a0, b0) = (&inputs[0], &inputs[1]);
+        if a0.transposed || b0.transposed && b0.shape.len() != 2 {
+            return Err("a transposed operand must be a 2-D right operand".into());
+        }
+        Geometry::of_layout(inputs, out, Layout { tb: b0.transposed, ..Layout::PLAIN })
+    }
+
+    /// The geometry of `alpha · op(a) · op(b)`, the operands' shapes as stored: a transposed
+    /// one holds its last two axes swapped.
+    fn of_layout(inputs: &[Operand], out: &Operand, layout: Layout) -> Result<Geometry, String> {
         let (a0, b0) = (&inputs[0], &inputs[1]);
         if a0.shape.is_empty() || b0.shape.is_empty() {
             return Err("matmul of scalars has no GPU kernel".into());
@@ -71,6 +101,21 @@ impl Geometry {
         if b.shape.len() == 1 {
             b.shape.push(1);
         }
+        // Logical shapes from here on (the flags say how the words lie).
+        let swap_last = |s: &mut Vec<usize>, on: bool| {
+            let r = s.len();
+            if on && r >= 2 {
+                s.swap(r - 2, r - 1);
+            }
+        };
+        if b0.transposed {
+            // A transposed view already carries its logical shape.
+        } else {
+            swap_last(&mut b.shape, layout.tb);
+        }
+        swap_last(&mut a.shape, layout.ta);
+        a.transposed = false;
+        b.transposed = false;
         let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
         let (k2, n) = (b.shape[b.shape.len() - 2], b.shape[b.shape.len() - 1]);
         if k != k2 {
@@ -96,12 +141,6 @@ impl Geometry {
             ));
         }
         let (a_items, b_items) = (numel(a_batch), numel(b_batch));
-        if b0.transposed && (b0.shape.len() != 2 || a0.transposed) {
-            return Err("a transposed operand must be a 2-D right operand".into());
-        }
-        if a0.transposed {
-            return Err("a transposed operand must be a 2-D right operand".into());
-        }
         let mut g = Geometry {
             a,
             b,
@@ -110,13 +149,16 @@ impl Geometry {
             k,
             n,
             batch,
-            bt: b0.transposed,
+            at: layout.ta,
+            bt: layout.tb,
             ot: false,
             epilogue: false,
+            alpha: layout.alpha,
         };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
-        // (and of the output) lie one after another, so they are just more rows.
-        if b_items == 1 && a_items == numel(&g.batch) {
+        // (and of the output) lie one after another, so they are just more rows — unless A is
+        // stored transposed, when its rows are not.
+        if b_items == 1 && a_items == numel(&g.batch) && !g.at {
             g.m *= numel(&g.batch);
             g.batch.clear();
             g.a.shape = vec![g.m, k];
@@ -141,6 +183,13 @@ impl Geometry {
     /// Stores `value` at output word `at` (past the output's offset), through the epilogue when
     /// there is one.
     fn store(&self, at: &str, value: &str) -> String {
+        let scaled;
+        let value = if self.alpha == 1.0 {
+            value
+        } else {
+            scaled = format!("({value}) * {:?}", self.alpha as f32);
+            &scaled
+        };
         if self.epilogue {
             format!("mgn_epilogue({at}, {value});")
         } else {
@@ -174,9 +223,11 @@ impl Geometry {
             k: self.k,
             n: self.m,
             batch: Vec::new(),
+            at: false,
             bt: true,
             ot: true,
             epilogue: self.epilogue,
+            alpha: self.alpha,
         }
     }
 
@@ -222,18 +273,37 @@ pub(super) fn generate(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    generate_with(inputs, out, width, None)
+    generate_with(inputs, out, width, None, Layout::PLAIN)
 }
 
-/// `generate`, with every result passed to the WGSL function `epilogue` defines
-/// (`fn mgn_epilogue(i: u32, p: f32)`, which stores element `i`) instead of stored.
+/// `GpuOp::MatMulT`: `alpha · op(a) · op(b)` with either operand read transposed in place.
+pub(super) fn generate_layout(
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+    layout: Layout,
+) -> Result<KernelSource, String> {
+    generate_with(inputs, out, width, None, layout)
+}
+
+/// The product `layout` describes, with every result passed to the WGSL function `epilogue`
+/// defines (`fn mgn_epilogue(i: u32, p: f32)`, which stores element `i`) instead of stored.
 pub(super) fn generate_with(
     inputs: &[Operand],
     out: &Operand,
     width: u32,
     epilogue: Option<&str>,
+    layout: Layout,
 ) -> Result<KernelSource, String> {
-    let mut g = Geometry::of(inputs, out)?;
+    let flagged = layout.ta || layout.tb;
+    if flagged && inputs.iter().take(2).any(|o| o.transposed) {
+        return Err("a product reads an operand transposed both by flag and as a view".into());
+    }
+    let mut g = if flagged || layout.alpha != 1.0 {
+        Geometry::of_layout(inputs, out, layout)?
+    } else {
+        Geometry::of(inputs, out)?
+    };
     g.epilogue = epilogue.is_some();
     let mut k = generate_for(g, width)?;
     if let Some(e) = epilogue {
@@ -247,7 +317,11 @@ fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
     if g.m == 0 || g.n == 0 || g.batches() == 0 {
         return Ok(super::elementwise(0, width as u32, "", ""));
     }
-    Ok(if g.n <= SKINNY {
+    Ok(if g.at || (g.bt && !g.batch.is_empty() && g.m <= SKINNY) {
+        // Transposed operands of batched products: only the tiled kernel reads them in
+        // panels, coalesced either way.
+        tiled(&g, width)
+    } else if g.n <= SKINNY {
         few_cols(&g, width)
     } else if g.m <= SKINNY && g.bt && g.batch.is_empty() {
         few_cols(&g.swapped(), width)

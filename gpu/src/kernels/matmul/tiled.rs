@@ -62,7 +62,8 @@ impl Tiling {
         let (bm, bn) = (ty_n * tm, tx_n * tn);
         let tiles_n = n.div_ceil(bn);
         // Element e of A's bm×BK panel is (e / BK, e % BK) and of B's BK×bn panel (e / bn,
-        // e % bn), so consecutive invocations read consecutive words of a row of A or of B.
+        // e % bn), so consecutive invocations read consecutive words of a row of A or of B (of
+        // A's stored rows, (e % bm, e / bm), when it is stored transposed).
         let slots = |size: usize| (size.div_ceil(width), !size.is_multiple_of(width));
         let ((pa, partial_a), (pb, partial_b)) = (slots(bm * BK), slots(BK * bn));
         Tiling {
@@ -107,11 +108,20 @@ impl Tiling {
         }
         line(format!("let tx = t % {}u;", self.tx_n));
         line(format!("let ty = t / {}u;", self.tx_n));
+        let m = g.m;
         for p in 0..self.pa {
             line(format!("let ae{p} = t + {}u;", p * w));
-            line(format!("let ar{p} = ae{p} / {BK}u;"));
-            line(format!("let ak{p} = ae{p} % {BK}u;"));
-            line(format!("let ag{p} = abase + (m0 + ar{p}) * {k}u + ak{p};"));
+            if g.at {
+                // A is stored [k, m]: consecutive invocations walk m within a row of it, as B's
+                // panel walks n.
+                line(format!("let ar{p} = ae{p} % {}u;", self.bm));
+                line(format!("let ak{p} = ae{p} / {}u;", self.bm));
+                line(format!("let ag{p} = abase + ak{p} * {m}u + m0 + ar{p};"));
+            } else {
+                line(format!("let ar{p} = ae{p} / {BK}u;"));
+                line(format!("let ak{p} = ae{p} % {BK}u;"));
+                line(format!("let ag{p} = abase + (m0 + ar{p}) * {k}u + ak{p};"));
+            }
             line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
             line(format!("let ac{p} = ar{p} % 4u;"));
             line(format!("var ra{p} = 0.0;"));
@@ -166,7 +176,8 @@ impl Tiling {
             if self.edge_k {
                 c.push(format!("{k0} + ak{p} < {k}u"));
             }
-            f.push_str(&guarded(c, format!("ra{p}"), load(&g.a, &format!("ag{p} + {k0}"))));
+            let at = if g.at { format!("ag{p} + ({k0}) * {m}u") } else { format!("ag{p} + {k0}") };
+            f.push_str(&guarded(c, format!("ra{p}"), load(&g.a, &at)));
         }
         for p in 0..self.pb {
             let mut c = Vec::new();

@@ -1,0 +1,212 @@
+//! Attention through its score matrix (`rewrite/attention_matmul.rs`): the products with
+//! operands read transposed (`GpuOp::MatMulT`), the probabilities kernel, and whole attentions
+//! — forward and all three derivatives, grouped heads, causal and masked, rows that see no key —
+//! rewritten and run on the CPU reference and on the GPU against the plan as compiled.
+
+use crate::program::{GpuOp, GpuPlan};
+use crate::rewrite::{for_gpu_with, AttentionPath, Options};
+use crate::session::GpuSession;
+use crate::test_util::{check_on_both, run_on_cpu_plan, run_reference, step, values};
+use mgn_ir::op::{GradPart, Op};
+use mgn_ir::plan::{Mode, Plan};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
+
+fn floats(shape: &[usize], seed: u32) -> Tensor {
+    Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
+}
+
+#[test]
+fn products_with_transposed_operands_match_the_cpu() {
+    // (a as stored, b as stored, ta, tb, output): partial tiles on every axis, batches,
+    // a shared right operand, a skinny side, and a scale.
+    type Case = (&'static [usize], &'static [usize], bool, bool, &'static [usize]);
+    let cases: [Case; 7] = [
+        (&[3, 13, 9], &[3, 13, 11], true, false, &[3, 9, 11]),
+        (&[2, 65, 33], &[2, 17, 33], false, true, &[2, 65, 17]),
+        (&[2, 70, 130], &[2, 129, 70], true, true, &[2, 130, 129]),
+        (&[4, 37, 5], &[37, 7], true, false, &[4, 5, 7]),
+        (&[2, 6, 40], &[2, 3, 40], false, true, &[2, 6, 3]),
+        (&[2, 40, 6], &[2, 40, 3], true, false, &[2, 6, 3]),
+        (&[64, 16], &[64, 16], false, true, &[64, 64]),
+    ];
+    for (a, b, ta, tb, out) in cases {
+        for alpha in [1.0, 0.125] {
+            let x = [floats(a, 17), floats(b, 4242)];
+            check_on_both(&GpuOp::MatMulT { ta, tb, alpha }, &x, DType::F32, out, 1e-4);
+        }
+    }
+    // The reference itself: op(a) is the transpose it claims to be.
+    let a = floats(&[2, 3], 1);
+    let ctx = mgn_cpu::Ctx { training: true, seed: 0, node: 0 };
+    let eye = Tensor::f32(vec![2, 2], vec![1.0, 0.0, 0.0, 1.0]);
+    let op = GpuOp::MatMulT { ta: true, tb: false, alpha: 2.0 };
+    let got = crate::reference::eval(&op, &[&a, &eye], DType::F32, &[3, 2], &ctx).to_f64_vec();
+    let a = a.to_f64_vec();
+    let want: Vec<f64> = (0..6).map(|e| 2.0 * a[(e % 2) * 3 + e / 2]).collect();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn attention_probabilities_match_the_cpu() {
+    let inf = f32::NEG_INFINITY;
+    // Row 2 masked entirely: zeros, as a row that sees no key.
+    let mask = Tensor::f32(vec![3, 4], [[0.0; 4], [0.0, inf, 0.0, -1e9], [inf; 4]].concat());
+    for causal in [false, true] {
+        let s = floats(&[2, 2, 3, 4], 9);
+        check_on_both(
+            &GpuOp::AttentionProbs { causal, has_mask: true },
+            &[s.clone(), mask.clone()],
+            DType::F32,
+            &[2, 2, 3, 4],
+            1e-6,
+        );
+        // More queries than keys, causal: the first rows see nothing. Rows past one workgroup's
+        // width.
+        let s = floats(&[1, 2, 7, 300], 10);
+        check_on_both(
+            &GpuOp::AttentionProbs { causal, has_mask: false },
+            &[s],
+            DType::F32,
+            &[1, 2, 7, 300],
+            1e-6,
+        );
+    }
+}
+
+/// One attention's forward and its three derivatives as a training plan would have them:
+/// inputs q, k, v, mask?, dy; results out, dq, dk, dv.
+fn attention_plan(
+    b: usize,
+    (hq, hkv): (usize, usize),
+    (tq, tk): (usize, usize),
+    (d, dv): (usize, usize),
+    causal: bool,
+    mask: Option<&[usize]>,
+) -> (Plan, Vec<Tensor>) {
+    let scale = 1.0 / (d as f64).sqrt();
+    let has_mask = mask.is_some();
+    let mut shapes = vec![vec![b, hq, tq, d], vec![b, hkv, tk, d], vec![b, hkv, tk, dv]];
+    shapes.extend(mask.map(<[usize]>::to_vec));
+    shapes.push(vec![b, hq, tq, dv]);
+    let names = ["q", "k", "v", "mask", "dy"];
+    let names: Vec<&str> = names.iter().copied().filter(|&n| has_mask || n != "mask").collect();
+    let mut steps = Vec::new();
+    let mut inputs = Vec::new();
+    let mut values = Vec::new();
+    for (k, (name, shape)) in names.iter().zip(&shapes).enumerate() {
+        steps.push(step(Op::Input { name: name.to_string() }, vec![], DType::F32, shape));
+        inputs.push((name.to_string(), k as u32));
+        let mut t = floats(shape, 31 + k as u32);
+        if *name == "mask" {
+            // Some keys hidden outright.
+            if let mgn_ir::tensor::Data::F32(v) = &mut t.data {
+                for x in v.iter_mut().step_by(5) {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+        }
+        values.push(t);
+    }
+    let n = names.len() as u32;
+    let operands: Vec<u32> = (0..n - 1).collect();
+    let all: Vec<u32> = (0..n).collect();
+    steps.push(step(
+        Op::Attention { causal, scale, has_mask },
+        operands,
+        DType::F32,
+        &[b, hq, tq, dv],
+    ));
+    let mut outputs = vec![("out".to_string(), n)];
+    for (k, (part, shape)) in [
+        (GradPart::Q, [b, hq, tq, d]),
+        (GradPart::K, [b, hkv, tk, d]),
+        (GradPart::V, [b, hkv, tk, dv]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let op = Op::AttentionGrad { causal, scale, has_mask, part };
+        steps.push(step(op, all.clone(), DType::F32, &shape));
+        outputs.push((format!("d{part:?}").to_lowercase(), n + 1 + k as u32));
+    }
+    (Plan::of_steps(Mode::Train, steps, inputs, outputs), values)
+}
+
+/// The rewritten plan against the plan as compiled: on the CPU reference always, and on the
+/// GPU when there is one.
+fn check_rewrite(plan: &Plan, values: &[Tensor]) {
+    plan.validate().expect("a valid plan");
+    let rewritten = for_gpu_with(plan, &Options { attention: AttentionPath::Matmul });
+    rewritten.validate().expect("a valid GPU plan");
+    let count =
+        |p: &GpuPlan, f: &dyn Fn(&GpuOp) -> bool| p.steps.iter().filter(|s| f(&s.op)).count();
+    let attention = |op: &GpuOp| {
+        matches!(op, GpuOp::Plan(Op::Attention { .. } | Op::AttentionGrad { .. }))
+            || matches!(op, GpuOp::AttentionStats { .. } | GpuOp::AttentionGradWithStats { .. })
+    };
+    assert_eq!(count(&rewritten, &attention), 0, "every attention step rewritten");
+    // One set of probabilities for the forward and the derivatives, one dS for dq and dk.
+    assert_eq!(count(&rewritten, &|op| matches!(op, GpuOp::AttentionProbs { .. })), 1);
+    assert_eq!(count(&rewritten, &|op| matches!(op, GpuOp::Plan(Op::SoftmaxGrad { .. }))), 1);
+    assert_eq!(count(&rewritten, &|op| matches!(op, GpuOp::MatMulT { .. })), 6);
+
+    let names = ["q", "k", "v", "mask", "dy"];
+    let names: Vec<&str> =
+        names.iter().copied().filter(|&n| values.len() == 5 || n != "mask").collect();
+    let given: Vec<(&str, &Tensor)> = names.iter().copied().zip(values).collect();
+    let want = run_on_cpu_plan(plan, &[], &given);
+    let on_cpu = run_reference(&rewritten, &[], &given);
+    let close = |got: &[(String, Tensor)], tol: f64, what: &str| {
+        for ((name, g), (_, w)) in got.iter().zip(&want.outputs) {
+            assert_eq!(g.shape, w.shape, "{name}");
+            for (i, (a, b)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+                assert!((a - b).abs() <= tol * (1.0 + b.abs()), "{what} {name}[{i}]: {a} vs {b}");
+            }
+        }
+    };
+    close(&on_cpu.outputs, 1e-5, "rewritten, on the CPU:");
+    let Some(mut gpu) = crate::testing::or_skip(GpuSession::open(rewritten, &[])) else { return };
+    let got = gpu.run(&given, 0).expect("the GPU runs the rewritten attention");
+    close(&got.outputs, 5e-5, "on the GPU:");
+}
+
+#[test]
+fn attention_through_the_score_matrix_matches_the_plan_as_compiled() {
+    // (batch, (Hq, Hkv), (Tq, Tk), (D, Dv), causal, mask)
+    check_rewrite_of(2, (4, 2), (5, 7), (8, 6), false, None);
+    check_rewrite_of(2, (4, 2), (5, 7), (8, 6), true, Some(&[5, 7]));
+    // More queries than keys, causal: the first four rows see no key.
+    check_rewrite_of(1, (2, 2), (7, 3), (8, 8), true, None);
+    // A padding mask per batch item, one KV head for all query heads.
+    check_rewrite_of(2, (3, 1), (6, 9), (4, 5), false, Some(&[2, 1, 1, 9]));
+    check_rewrite_of(1, (2, 2), (33, 70), (16, 16), true, None);
+}
+
+fn check_rewrite_of(
+    b: usize,
+    heads: (usize, usize),
+    lengths: (usize, usize),
+    dims: (usize, usize),
+    causal: bool,
+    mask: Option<&[usize]>,
+) {
+    let (plan, values) = attention_plan(b, heads, lengths, dims, causal, mask);
+    check_rewrite(&plan, &values);
+}
+
+#[test]
+fn only_long_attentions_take_the_score_matrix_by_default() {
+    let long = attention_plan(1, (2, 2), (128, 128), (8, 8), false, None).0;
+    let short = attention_plan(1, (2, 2), (1, 128), (8, 8), true, None).0;
+    let probs = |plan: &Plan, path| {
+        let p = for_gpu_with(plan, &Options { attention: path });
+        p.steps.iter().filter(|s| matches!(s.op, GpuOp::AttentionProbs { .. })).count()
+    };
+    assert_eq!(probs(&long, AttentionPath::Auto), 1);
+    assert_eq!(probs(&short, AttentionPath::Auto), 0);
+    assert_eq!(probs(&short, AttentionPath::Matmul), 1);
+    assert_eq!(probs(&long, AttentionPath::Tiled), 0);
+}
