@@ -3,8 +3,9 @@
 # the parser/checker fuzz tests, and the GPU tests (on lavapipe where installed: `apt-get install
 # mesa-vulkan-drivers libvulkan1`) once more under MGN_MIN_SPEC=1 (kernels and whole models), and
 # the runtime built without its GPU backend. Ends with one line: passed, failed, skipped. A test
-# skips only when there is no GPU device (MGN_REQUIRE_GPU=1 makes that a failure too); it then
-# returns early, so libtest counts it as passed, and this script moves it to "skipped".
+# skips only when there is no GPU device (MGN_REQUIRE_GPU=1 makes that a failure too) or, for the
+# editor test (cli/tests/editor.rs), no Neovim (MGN_NVIM names one it must run); it then returns
+# early, so libtest counts it as passed, and this script moves it to "skipped" with its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ for f in "$work"/skips.*; do
 done
 echo
 if [ "$skipped" -gt 0 ]; then
-    echo "skipped for want of a GPU device:"
+    echo "skipped (a GPU device or Neovim missing):"
     cat "$work"/skips.* | sort -u | sed 's/^/  /; s/\t/: /'
 fi
 echo "$((passed - skipped)) passed, $failed failed, $skipped skipped"

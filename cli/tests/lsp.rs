@@ -90,6 +90,7 @@ impl Client {
         let caps = &init["capabilities"];
         assert_eq!(caps["textDocumentSync"]["change"], 2, "incremental sync: {caps}");
         assert!(caps["semanticTokensProvider"]["legend"]["tokenTypes"].is_array());
+        assert_eq!(caps["renameProvider"]["prepareProvider"], true, "{caps}");
         c.notify("initialized", json!({}));
         c
     }
@@ -664,5 +665,89 @@ fn malformed_messages_and_framing_do_not_end_the_session() {
     c.send_raw(b"Content-Length: 4\r\n\r\n\xff\xfe\xfd\xfc");
     error_with(&mut c, -32700, Value::Null);
     still_answers(&mut c);
+    c.shutdown();
+}
+
+/// Rename across a file and its import, and what it refuses; the answer is at once.
+#[test]
+fn rename_across_files_and_its_refusals() {
+    let dir = temp_dir("rename");
+    std::fs::write(dir.join("blocks.mgn"), BLOCKS).unwrap();
+    let main = file_uri(&dir.join("main.mgn"));
+    let blocks = file_uri(&dir.join("blocks.mgn"));
+    let mut c = Client::start(&dir);
+    c.open(&main, MAIN);
+    let p = c.request("textDocument/prepareRename", at(&main, pos(MAIN, "Scale(3)", 0, 2)));
+    assert_eq!(p["placeholder"], "Scale", "{p}");
+    assert_eq!(p["range"]["start"], pos(MAIN, "Scale(3)", 0, 0), "{p}");
+    let rename = |c: &mut Client, at_: Value, new: &str| {
+        let mut params = at_;
+        params["newName"] = json!(new);
+        c.request_raw("textDocument/rename", params)
+    };
+    let r = rename(&mut c, at(&main, pos(MAIN, "Scale(3)", 0, 0)), "Gain");
+    let changes = &r["result"]["changes"];
+    let in_main = changes[&main].as_array().expect("edits in main.mgn");
+    let in_blocks = changes[&blocks].as_array().expect("edits in blocks.mgn");
+    assert_eq!(in_main.len(), 2, "the import and the use: {r}");
+    assert_eq!(in_blocks.len(), 1, "the definition: {r}");
+    assert_eq!(in_blocks[0]["range"]["start"], pos(BLOCKS, "Scale", 0, 0));
+    assert!(in_main.iter().all(|e| e["newText"] == "Gain"), "{r}");
+    // Refusals are errors with a message the editor shows.
+    let refusals = [
+        (pos(MAIN, "Linear(d", 0, 0), "Dense", "standard library"),
+        (pos(MAIN, "relu", 0, 0), "r", "builtin"),
+        (pos(MAIN, "let h", 0, 4), "y", "already defined"),
+        (pos(MAIN, "let h", 0, 4), "fn", "reserved word"),
+    ];
+    for (p, new, words) in refusals {
+        let r = rename(&mut c, at(&main, p.clone()), new);
+        let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("refused: {r}"));
+        assert!(msg.contains(words), "{msg}");
+    }
+    let r = c.request_raw("textDocument/prepareRename", at(&main, pos(MAIN, "Linear(d", 0, 0)));
+    assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("standard library")), "{r}");
+    c.shutdown();
+}
+
+/// Completion in `use` lines, and in a file opened half-typed (no analysis has seen it parse);
+/// a half-typed `self.` is reported on its own line.
+#[test]
+fn completion_in_use_lines_and_right_after_opening() {
+    let dir = temp_dir("typing");
+    let main = file_uri(&dir.join("main.mgn"));
+    let text = "\
+use std.nn.{Linear, }
+use std.
+
+model M {
+    input x: f32[2, 4]
+    fc = Linear(4, 4)
+    forward {
+        let h = fc(x)
+        let z = self.
+
+        output y = h
+    }
+}
+";
+    let mut c = Client::start(&dir);
+    c.open(&main, text);
+    let complete =
+        |c: &mut Client, p: Value| labels(&c.request("textDocument/completion", at(&main, p)));
+    let l = complete(&mut c, pos(text, "self.", 0, 5));
+    assert_eq!(l, ["fc"], "fields after `self.` before any analysis saw the model parse");
+    let l = complete(&mut c, pos(text, "Linear, }", 0, 8));
+    for want in ["LayerNorm", "GroupNorm", "Mlp"] {
+        assert!(l.iter().any(|x| x == want), "`{want}` missing from {l:?}");
+    }
+    assert!(!l.iter().any(|x| x == "Linear" || x == "relu" || x == "M"), "{l:?}");
+    let l = complete(&mut c, pos(text, "std.\n", 0, 4));
+    assert_eq!(l, ["nn", "attention", "loss", "init"]);
+    let ds = c.diagnostics_for_version(&main, 1);
+    let lines: Vec<u64> =
+        ds.iter().map(|d| d["range"]["start"]["line"].as_u64().unwrap()).collect();
+    assert!(lines.contains(&8), "`self.` is reported on its own line: {ds:#?}");
+    assert!(!lines.contains(&10), "not at the next statement: {ds:#?}");
     c.shutdown();
 }

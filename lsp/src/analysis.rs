@@ -3,7 +3,7 @@
 
 use crate::paths::Paths;
 use lsp_types::Uri;
-use mgn_compiler::front::load::Overrides;
+use mgn_compiler::front::load::{load_with_overrides, Overrides};
 use mgn_compiler::front::{Program, Resolution};
 use mgn_compiler::source::Origin;
 use mgn_compiler::{check_text_with_overrides, Models, Outcome};
@@ -58,13 +58,37 @@ pub struct Analysis {
     pub loaded: Vec<(Origin, Option<i32>)>,
 }
 
+/// The name diagnostics give a document's file.
+fn display_name(origin: &Origin) -> String {
+    match origin {
+        Origin::Path(p) => p.display().to_string(),
+        Origin::Std(m) => format!("std.{m}"),
+        Origin::Memory(s) => s.clone(),
+    }
+}
+
+/// The parser and the resolver recurse as deep as the language limits allow.
+const NAMES_STACK_BYTES: usize = 64 << 20;
+
 impl Analysis {
-    pub fn run(snap: Snapshot) -> Analysis {
-        let name = match &snap.origin {
-            Origin::Path(p) => p.display().to_string(),
-            Origin::Std(m) => format!("std.{m}"),
-            Origin::Memory(s) => s.clone(),
+    /// Loads and resolves a snapshot's text, without checking or elaborating it: the names
+    /// completion needs from a text that is not the buffer's (the line being typed left out).
+    /// `None` if that failed.
+    pub fn names_only(snap: Snapshot) -> Option<Analysis> {
+        let (uri, version) = (snap.uri.clone(), snap.version);
+        let run = move || {
+            let name = display_name(&snap.origin);
+            let (program, diagnostics) =
+                load_with_overrides(name, snap.origin, snap.text, snap.overrides);
+            Outcome { program, diagnostics, graphs: Vec::new(), facts: Vec::new() }
         };
+        let thread = std::thread::Builder::new().stack_size(NAMES_STACK_BYTES).spawn(run);
+        let outcome = thread.ok()?.join().ok()?;
+        Some(Analysis { uri, version, outcome, loaded: Vec::new() })
+    }
+
+    pub fn run(snap: Snapshot) -> Analysis {
+        let name = display_name(&snap.origin);
         let outcome = check_text_with_overrides(
             name,
             snap.origin.clone(),

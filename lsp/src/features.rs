@@ -3,20 +3,25 @@
 //!
 //! This file holds what several features share (positions, diagnostics, facts, signatures,
 //! declarations); `hover`, `navigation` (definition, references), `completion`, `symbols`
-//! (the outline), `hints` (inlay hints) and `tokens` (semantic tokens) answer one request
-//! each.
+//! (the outline), `hints` (inlay hints), `tokens` (semantic tokens) and `rename` answer one
+//! request each; `enclosing` chooses the scope completion answers from while a line is
+//! half-typed, and `imports` completes what modules offer.
 
 mod completion;
+mod enclosing;
 mod hints;
 mod hover;
+mod imports;
 mod navigation;
+mod rename;
 mod symbols;
 mod tokens;
 
-pub use completion::{completion, Enclosing};
+pub use enclosing::complete;
 pub use hints::inlay_hints;
 pub use hover::hover;
 pub use navigation::{definition, references};
+pub use rename::{prepare_rename, rename};
 pub use symbols::document_symbols;
 pub use tokens::{semantic_tokens, TOKEN_MODIFIERS, TOKEN_TYPES};
 
@@ -241,15 +246,38 @@ pub fn builtin_signature(b: &Builtin) -> String {
     format!("builtin {}({})", b.name, b.params.join(", "))
 }
 
+/// Source text on one line, without its comments: a completion's detail.
 fn one_line(s: &str) -> String {
     let mut out = String::new();
-    for part in s.split_whitespace() {
+    for part in without_comments(s).split_whitespace() {
         if !out.is_empty() && !out.ends_with('(') && !part.starts_with(')') {
             out.push(' ');
         }
         out.push_str(part);
     }
     out.replace(",)", ")")
+}
+
+/// The text with `//` and `/* */` comments left out (not those inside strings).
+fn without_comments(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with("//") {
+            rest = &rest[rest.find('\n').unwrap_or(rest.len())..];
+        } else if let Some(body) = rest.strip_prefix("/*") {
+            rest = body.find("*/").map_or("", |i| &body[i + 2..]);
+            out.push(' ');
+        } else if c == '"' {
+            let end = rest[1..].find(['"', '\n']).map_or(rest.len(), |i| i + 2).min(rest.len());
+            out.push_str(&rest[..end]);
+            rest = &rest[end..];
+        } else {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
 }
 
 fn code_block(s: &str) -> String {

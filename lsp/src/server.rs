@@ -5,7 +5,7 @@
 //! after the last change, and published only if no buffer they read has changed meanwhile.
 
 use crate::analysis::{Analysis, Doc, Snapshot};
-use crate::features::{self, Ctx, Enclosing};
+use crate::features::{self, Ctx};
 use crate::paths::Paths;
 use crate::text::{apply_change, LineMap};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -14,7 +14,6 @@ use lsp_types as lsp;
 use lsp_types::notification::Notification as _;
 use lsp_types::Uri;
 use mgn_compiler::source::Origin;
-use mgn_syntax::ast::Item;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -87,6 +86,10 @@ pub fn capabilities() -> lsp::ServerCapabilities {
         }),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
         document_formatting_provider: Some(lsp::OneOf::Left(true)),
+        rename_provider: Some(lsp::OneOf::Right(lsp::RenameOptions {
+            prepare_provider: Some(true),
+            work_done_progress_options: Default::default(),
+        })),
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
         semantic_tokens_provider: Some(
             lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(
@@ -270,6 +273,19 @@ impl Server {
         Ok((LineMap::new(&doc.text).offset(pos), doc.text.clone()))
     }
 
+    /// Answers a request about a position from the analyses of the current buffers.
+    fn at<R>(
+        &self,
+        p: lsp::TextDocumentPositionParams,
+        answer: impl FnOnce(&Ctx, usize) -> R,
+    ) -> Result<R, String> {
+        let uri = p.text_document.uri;
+        let (offset, _) = self.offset(&uri, p.position)?;
+        let (this, all, stale) = self.analyses(&uri)?;
+        let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
+        Ok(answer(&ctx, offset))
+    }
+
     fn request(&mut self, req: Request) -> Response {
         let id = req.id.clone();
         let method = req.method.clone();
@@ -301,36 +317,32 @@ impl Server {
         match req.method.as_str() {
             HoverRequest::METHOD => {
                 let p: lsp::HoverParams = params(req.params).map_err(bad)?;
-                let uri = p.text_document_position_params.text_document.uri;
-                let (offset, _) =
-                    self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
-                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
-                json(serde_json::to_value(features::hover(&ctx, offset)))
+                let h = self.at(p.text_document_position_params, features::hover);
+                json(serde_json::to_value(h.map_err(failed)?))
             }
             GotoDefinition::METHOD => {
                 let p: lsp::GotoDefinitionParams = params(req.params).map_err(bad)?;
-                let uri = p.text_document_position_params.text_document.uri;
-                let (offset, _) =
-                    self.offset(&uri, p.text_document_position_params.position).map_err(failed)?;
-                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
+                let d = self.at(p.text_document_position_params, features::definition);
                 json(serde_json::to_value(
-                    features::definition(&ctx, offset).map(lsp::GotoDefinitionResponse::Scalar),
+                    d.map_err(failed)?.map(lsp::GotoDefinitionResponse::Scalar),
                 ))
             }
             References::METHOD => {
                 let p: lsp::ReferenceParams = params(req.params).map_err(bad)?;
-                let uri = p.text_document_position.text_document.uri;
-                let (offset, _) =
-                    self.offset(&uri, p.text_document_position.position).map_err(failed)?;
-                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
-                json(serde_json::to_value(features::references(
-                    &ctx,
-                    offset,
-                    p.context.include_declaration,
-                )))
+                let decl = p.context.include_declaration;
+                let r = self.at(p.text_document_position, |c, o| features::references(c, o, decl));
+                json(serde_json::to_value(r.map_err(failed)?))
+            }
+            PrepareRenameRequest::METHOD => {
+                let p: lsp::TextDocumentPositionParams = params(req.params).map_err(bad)?;
+                let r = self.at(p, features::prepare_rename).map_err(failed)?;
+                json(serde_json::to_value(r.map_err(failed)?))
+            }
+            Rename::METHOD => {
+                let p: lsp::RenameParams = params(req.params).map_err(bad)?;
+                let new = p.new_name;
+                let r = self.at(p.text_document_position, |c, o| features::rename(c, o, &new));
+                json(serde_json::to_value(r.map_err(failed)?.map_err(failed)?))
             }
             Completion::METHOD => {
                 let p: lsp::CompletionParams = params(req.params).map_err(bad)?;
@@ -338,7 +350,16 @@ impl Server {
                 let (offset, text) =
                     self.offset(&uri, p.text_document_position.position).map_err(failed)?;
                 let (this, ..) = self.analyses(&uri).map_err(failed)?;
-                let items = self.completion(&uri, &this, &text, offset);
+                let (last, snap) = {
+                    let st = lock(&self.state);
+                    (
+                        st.last_items.get(&uri).cloned().unwrap_or_default(),
+                        Snapshot::new(&st.docs, &uri),
+                    )
+                };
+                let names_of =
+                    |text: String| snap.and_then(|s| Analysis::names_only(Snapshot { text, ..s }));
+                let items = features::complete(&this, &last, names_of, &text, offset);
                 json(serde_json::to_value(lsp::CompletionResponse::Array(items)))
             }
             DocumentSymbolRequest::METHOD => {
@@ -376,53 +397,6 @@ impl Server {
             }
             _ => Err((ErrorCode::MethodNotFound, format!("unknown request `{}`", req.method))),
         }
-    }
-
-    fn completion(
-        &self,
-        uri: &Uri,
-        this: &Arc<Analysis>,
-        text: &str,
-        offset: usize,
-    ) -> Vec<lsp::CompletionItem> {
-        let prog = this.program();
-        let root = prog.module(prog.root);
-        if let Some(item) =
-            root.ast.items.iter().find(|i| i.span().contains(offset) && !matches!(i, Item::Use(_)))
-        {
-            let enc =
-                Enclosing { analysis: this, module: prog.root, item: Some(item), current: true };
-            return features::completion(&enc, text, offset);
-        }
-        // Inside an item that does not parse right now: its last parsed version gives the
-        // scope (fields, parameters, lets), positions aside.
-        let name = root
-            .ast
-            .unparsed
-            .iter()
-            .filter(|n| (n.span.start as usize) < offset)
-            .max_by_key(|n| n.span.start)
-            .map(|n| n.name.clone());
-        let old = name
-            .as_ref()
-            .and_then(|n| lock(&self.state).last_items.get(uri).and_then(|m| m.get(n)).cloned());
-        if let (Some(name), Some(old)) = (name, old) {
-            let oprog = old.program();
-            let oroot = oprog.module(oprog.root);
-            if let Some(item) =
-                oroot.ast.items.iter().find(|i| i.name().is_some_and(|n| n.name == name))
-            {
-                let enc = Enclosing {
-                    analysis: &old,
-                    module: oprog.root,
-                    item: Some(item),
-                    current: false,
-                };
-                return features::completion(&enc, text, offset);
-            }
-        }
-        let enc = Enclosing { analysis: this, module: prog.root, item: None, current: true };
-        features::completion(&enc, text, offset)
     }
 }
 

@@ -17,6 +17,9 @@ pub struct Enclosing<'a> {
     pub item: Option<&'a Item>,
     /// True when `item` comes from the current text (so scopes can use the cursor position).
     pub current: bool,
+    /// For an older version of the item: whether the cursor is in its `forward` (the text says),
+    /// so that the forward's names are offered there and only there.
+    pub in_forward: bool,
 }
 
 /// `self.model.layer[0]` before a `.` or `(` at `end`: the names of the chain, indexes dropped.
@@ -178,7 +181,7 @@ fn field_completions(prog: &Program, l: &LayerItem) -> Vec<lsp::CompletionItem> 
         .collect()
 }
 
-fn module_items(prog: &Program, m: ModId) -> Vec<lsp::CompletionItem> {
+pub(super) fn module_items(prog: &Program, m: ModId) -> Vec<lsp::CompletionItem> {
     prog.module(m)
         .ast
         .items
@@ -193,6 +196,9 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
     let mut start = offset.min(b.len());
     while start > 0 && ident_char(b[start - 1]) {
         start -= 1;
+    }
+    if let Some(items) = super::imports::use_completion(enc.analysis, text, start) {
+        return items;
     }
     let visible = visible_at(enc, offset);
     // A bare name that holds a layer, as the innermost visible binding of it says.
@@ -242,6 +248,10 @@ pub fn completion(enc: &Enclosing, text: &str, offset: usize) -> Vec<lsp::Comple
 /// The names the compiler's scopes make visible at the cursor, innermost scope first.
 fn visible_at<'a>(enc: &Enclosing<'a>, offset: usize) -> Vec<&'a Visible> {
     let Some(is) = enc.item.map(|i| i.span()) else { return Vec::new() };
+    let forwards: Vec<Span> = match enc.item {
+        Some(Item::Layer(l)) => l.forward.iter().map(|f| f.span).collect(),
+        _ => Vec::new(),
+    };
     let mut visible: Vec<&Visible> = enc
         .analysis
         .names()
@@ -255,9 +265,11 @@ fn visible_at<'a>(enc: &Enclosing<'a>, offset: usize) -> Vec<&'a Visible> {
             {
                 return false;
             }
-            !enc.current
-                || (v.scope.contains(offset)
-                    && (v.kind != SymKind::Local || (v.def.end as usize) <= offset))
+            if !enc.current {
+                let of_forward = forwards.iter().any(|f| f.start <= v.scope.start);
+                return enc.in_forward || !of_forward;
+            }
+            v.scope.contains(offset) && (v.kind != SymKind::Local || (v.def.end as usize) <= offset)
         })
         .collect();
     visible.sort_by_key(|v| v.scope.len());
@@ -286,6 +298,10 @@ fn member_completions(
     } else {
         return match resolve_global(prog, enc.module, first) {
             Some(Target::Module(m)) if rest.is_empty() => module_items(prog, m),
+            // Not known to the analysis: a `use` line may bind it all the same.
+            None if rest.is_empty() => {
+                super::imports::guessed_module_items(enc.analysis, text, first)
+            }
             _ => Vec::new(),
         };
     };

@@ -1,5 +1,6 @@
 //! What the features share, tested, and every feature on half-typed files.
 
+use super::completion::{completion, Enclosing};
 use super::*;
 use crate::analysis::{Doc, Snapshot};
 use lsp_types::Uri;
@@ -24,7 +25,7 @@ pub(super) fn analyse(text: &str) -> Arc<Analysis> {
 pub(super) fn enclosing(a: &Analysis, offset: usize) -> Enclosing<'_> {
     let root = a.program().root;
     let item = a.program().module(root).ast.items.iter().find(|i| i.span().contains(offset));
-    Enclosing { analysis: a, module: root, item, current: true }
+    Enclosing { analysis: a, module: root, item, current: true, in_forward: false }
 }
 
 /// Every feature at a few offsets of a text: none may panic.
@@ -45,6 +46,10 @@ fn exercise(paths: &Paths, text: &str) {
         let _ = definition(&ctx, off);
         let _ = references(&ctx, off, true);
         let _ = completion(&enclosing(&a, off), text, off.min(n));
+        let _ =
+            complete(&a, &HashMap::new(), |t| Arc::try_unwrap(analyse(&t)).ok(), text, off.min(n));
+        let _ = prepare_rename(&ctx, off);
+        let _ = rename(&ctx, off, "renamed");
     }
 }
 

@@ -44,8 +44,12 @@ pub(super) fn syntax_error(
             );
         }
     }
+    let at = at.min(text.len());
+    if let Some(d) = missing_field_name(file, text, at) {
+        return d;
+    }
     // Report at the next token, not at the whitespace before it.
-    let mut at = at.min(text.len());
+    let mut at = at;
     while at < text.len() && text.as_bytes()[at].is_ascii_whitespace() {
         at += 1;
     }
@@ -90,6 +94,25 @@ pub(super) fn syntax_error(
         d = d.with_help(help);
     }
     d
+}
+
+/// `self.` at the end of a line (a half-typed field access): reported at the `.`, on its own
+/// line, not at the next line's first word.
+fn missing_field_name(file: FileId, text: &str, at: usize) -> Option<Diagnostic> {
+    let before = text[..at].trim_end_matches([' ', '\t']);
+    let rest = &text[at..];
+    let line_ends = rest.trim_start_matches([' ', '\t', '\r']).starts_with('\n') || rest.is_empty();
+    let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+    let use_line = line.trim_start().starts_with("use ");
+    if !before.ends_with('.') || before.ends_with("..") || !line_ends || use_line {
+        return None;
+    }
+    let dot = before.len() - 1;
+    let span = Span::new(file, dot, dot + 1);
+    Some(
+        Diagnostic::error("E0001", "expected a field name after `.`", span, "a name goes here")
+            .with_help("the name follows the `.` on the same line, as in `self.weight`"),
+    )
 }
 
 const RESERVED: &[&str] = &[

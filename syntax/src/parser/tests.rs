@@ -100,3 +100,18 @@ fn long_flat_chains_are_fine() {
     let chain = " else if false { 1 }".repeat(2000);
     parse_ok(&format!("fn f() {{ if true {{ 1 }}{chain} else {{ 2 }} }}"));
 }
+
+/// A half-typed `self.` is reported on its own line, at the `.`, and the next line's first word
+/// is not taken for the field's name.
+#[test]
+fn a_dot_at_the_end_of_a_line_is_reported_there() {
+    let text =
+        "model M {\n    forward {\n        let z = self.\n\n        output y = z\n    }\n}\n";
+    let (_, diags) = parse(FileId(0), text);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0].message, "expected a field name after `.`");
+    let dot = text.find("self.").unwrap() + 4;
+    assert_eq!(diags[0].primary_span(), Span::new(FileId(0), dot, dot + 1));
+    parse_ok("fn f(x: int) -> int { x . y }");
+    parse_ok("fn f(x: int) -> int {\n    x\n        .y\n}");
+}
