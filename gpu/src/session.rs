@@ -26,12 +26,27 @@ use mgn_ir::tensor::{Data, Tensor};
 use std::collections::HashMap;
 
 /// What `GpuSession::profile` measured: GPU time per op family (the first word of the op's
-/// name: family, dispatches, total), slowest first, and the slowest dispatches on their own
-/// (the op with its attributes, the output shape and the model line it came from).
+/// name: family, dispatches, total), slowest first, the slowest dispatches on their own (the op
+/// with its attributes, the output shape and the model line it came from), and every dispatch
+/// in the order it ran (for a trace).
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
     pub by_op: Vec<(String, usize, std::time::Duration)>,
     pub slowest: Vec<(String, std::time::Duration)>,
+    pub dispatches: Vec<Timed>,
+}
+
+/// One dispatch of a profiled run.
+#[derive(Clone, Debug)]
+pub struct Timed {
+    /// The op with its attributes (`GpuOp::describe`; the first word is its family).
+    pub op: String,
+    pub shape: Vec<usize>,
+    /// The model line the step comes from.
+    pub loc: mgn_ir::plan::SourceLoc,
+    /// Its dependency level: dispatches of one level run together in a real run.
+    pub level: usize,
+    pub time: std::time::Duration,
 }
 
 impl Profile {
@@ -462,7 +477,9 @@ impl GpuSession {
         let times = self.dev.profile(self.arena.as_ref().expect("arena"), &levels).map_err(err)?;
         let mut by: HashMap<String, (usize, std::time::Duration)> = HashMap::new();
         let mut each = Vec::new();
-        for (i, t) in steps.into_iter().flatten().zip(times) {
+        let mut dispatches = Vec::new();
+        let at_level = steps.iter().enumerate().flat_map(|(l, v)| v.iter().map(move |&i| (l, i)));
+        for ((level, i), t) in at_level.zip(times) {
             let s = &self.plan.steps[i];
             let what = s.op.describe();
             let e =
@@ -470,13 +487,15 @@ impl GpuSession {
             e.0 += 1;
             e.1 += t;
             each.push((format!("{what} → {:?} ({})", s.shape, s.loc), t));
+            let (shape, loc) = (s.shape.clone(), s.loc.clone());
+            dispatches.push(Timed { op: what, shape, loc, level, time: t });
         }
         let mut by_op: Vec<(String, usize, std::time::Duration)> =
             by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();
         by_op.sort_by_key(|e| std::cmp::Reverse(e.2));
         each.sort_by_key(|e| std::cmp::Reverse(e.1));
         each.truncate(Profile::SLOWEST);
-        Ok(Profile { by_op, slowest: each })
+        Ok(Profile { by_op, slowest: each, dispatches })
     }
 
     /// One submission of every step; returns outputs, loss and gradients like the CPU session.

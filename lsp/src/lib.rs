@@ -14,6 +14,7 @@ mod analysis;
 mod features;
 mod format;
 mod paths;
+pub mod profile;
 mod resolve;
 mod server;
 mod text;

@@ -1,5 +1,6 @@
-//! Hover: what a name refers to (a signature, a declaration, doc comments) and what
-//! elaboration learned about it (types, parameter shapes, what a parameter was bound to).
+//! Hover: what a name refers to (a signature, a declaration, doc comments), what elaboration
+//! learned about it (types, parameter shapes, what a parameter was bound to), and the GPU
+//! time of its line from the model's last `mgnc bench --trace` (`crate::profile`).
 
 use super::*;
 
@@ -26,11 +27,20 @@ pub fn hover(ctx: &Ctx, offset: usize) -> Option<lsp::Hover> {
         let best = facts
             .iter()
             .filter(|f| f.start <= offset && offset <= f.end)
-            .min_by_key(|f| (f.end - f.start, f.kind != FactKind::Expr))?;
-        let span = Span { file, start: best.start as u32, end: best.end as u32 };
-        let texts = facts_at(&facts, span, &[best.kind]);
-        parts.push(code_block(&join_facts(&texts)));
-        range = Some(span);
+            .min_by_key(|f| (f.end - f.start, f.kind != FactKind::Expr));
+        if let Some(best) = best {
+            let span = Span { file, start: best.start as u32, end: best.end as u32 };
+            let texts = facts_at(&facts, span, &[best.kind]);
+            parts.push(code_block(&join_facts(&texts)));
+            range = Some(span);
+        }
+    }
+    if let Origin::Path(path) = &src.origin {
+        let line = LineMap::new(&src.text).position(offset).line + 1;
+        parts.extend(crate::profile::describe(&crate::profile::line_times(path, line)));
+    }
+    if parts.is_empty() {
+        return None;
     }
     Some(lsp::Hover {
         contents: lsp::HoverContents::Markup(lsp::MarkupContent {

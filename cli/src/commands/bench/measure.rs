@@ -213,6 +213,7 @@ pub(super) fn profile_of(
         Ok(p) => Some(Profiled {
             by_op: p.by_op.into_iter().map(|(k, n, t)| (k, n, ms(t))).collect(),
             slowest: p.slowest.into_iter().map(|(k, t)| (k, ms(t))).collect(),
+            dispatches: p.dispatches,
         }),
         Err(e) => {
             eprintln!("warning: profiling failed: {e}");

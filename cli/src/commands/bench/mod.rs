@@ -27,6 +27,7 @@ mod json;
 mod measure;
 mod results;
 mod table;
+mod trace;
 
 use self::inputs::{describe, given, minimal_settings, random_inputs, BATCH_ARGS, SEQUENCE_ARGS};
 use self::measure::{profile_of, timed_run, Bench, Timing};
@@ -74,11 +75,23 @@ pub struct BenchArgs {
     /// On the GPU, also time one run per op family with GPU timestamps (one pass per dispatch).
     #[arg(long)]
     pub profile: bool,
+    /// With the profile, write every dispatch's GPU time, op, shape and model line as a Chrome
+    /// trace (Perfetto, chrome://tracing) to FILE, by default `MODEL.trace.json` beside the
+    /// model — where `mgnc lsp` looks for it to show GPU time per line on hover.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub trace: Option<Option<PathBuf>>,
+}
+
+impl BenchArgs {
+    /// Whether GPU timestamps are taken: `--profile`, or `--trace`, which needs them.
+    fn profiles(&self) -> bool {
+        self.profile || self.trace.is_some()
+    }
 }
 
 pub fn run(a: BenchArgs) -> u8 {
     let format = if a.json { MessageFormat::Json } else { MessageFormat::Human };
-    if a.profile {
+    if a.profiles() {
         // GPU timestamps must be requested when the device opens.
         std::env::set_var("MGN_PROFILE", "1");
     }
@@ -95,6 +108,16 @@ pub fn run(a: BenchArgs) -> u8 {
     };
     match bench(&b) {
         Ok(r) => {
+            if let Some(path) = &a.trace {
+                let path = trace::path_for(path.as_deref(), &a.file);
+                match trace::write(&path, &r, &a.file) {
+                    Ok(()) => eprintln!("trace written to {}", path.display()),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return 1;
+                    }
+                }
+            }
             let text =
                 if a.json { format!("{}\n", json::to_json(&r, &a)) } else { table::table(&r, &a) };
             // A closed pipe (`| head`) is not an error worth a panic.
@@ -135,7 +158,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let mut setup = gpu.map(|(_, ms)| Setup { inference: ms, ..Setup::default() });
     let forward = b.measure("forward", || timed_run(&mut s, &given(&inputs)))?;
     let mut profile = Vec::new();
-    if a.profile {
+    if a.profiles() {
         profile.extend(profile_of(&mut s, &inputs).map(|p| ("forward", p)));
     }
     drop(s);
@@ -306,7 +329,7 @@ fn measure_training(
     }
     let forward_backward =
         b.measure("forward + loss + backward", || timed_run(&mut s, &given(&inputs)))?;
-    if a.profile {
+    if a.profiles() {
         profile.extend(profile_of(&mut s, &inputs).map(|p| ("forward + loss + backward", p)));
     }
     let train_step =

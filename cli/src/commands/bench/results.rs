@@ -43,10 +43,12 @@ pub(super) struct Report {
 /// plan's memory.
 pub(super) type Minimal = (Vec<Setting>, Timing, Memory);
 
-/// One profiled plan, in milliseconds: (op family, dispatches, total) and (dispatch, time).
+/// One profiled plan, in milliseconds: (op family, dispatches, total), (dispatch, time), and
+/// every dispatch in the order it ran (for `--trace`).
 pub(super) struct Profiled {
     pub(super) by_op: Vec<(String, usize, f64)>,
     pub(super) slowest: Vec<(String, f64)>,
+    pub(super) dispatches: Vec<mgn_runtime::gpu::Timed>,
 }
 
 /// Wall time (ms) of moving each session onto the GPU (`Session::use_gpu`: kernels, the arena,
