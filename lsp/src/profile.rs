@@ -47,7 +47,8 @@ fn parse(text: &str) -> Option<Lines> {
 }
 
 /// Traces read so far, by path, with the modification time they were read at.
-static CACHE: Mutex<Option<HashMap<PathBuf, (SystemTime, Arc<Lines>)>>> = Mutex::new(None);
+type Cache = HashMap<PathBuf, (SystemTime, Arc<Lines>)>;
+static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 
 fn lines_of(trace: &Path) -> Option<Arc<Lines>> {
     let modified = std::fs::metadata(trace).and_then(|m| m.modified()).ok()?;

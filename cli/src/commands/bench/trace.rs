@@ -42,7 +42,8 @@ fn document(r: &Report, model: &Path) -> Value {
         "args": { "name": format!("mgnc bench {} on {}", model.display(), r.device) },
     })];
     // (file, line) → plan → (ms, dispatches)
-    let mut lines: BTreeMap<(String, u32), BTreeMap<&str, (f64, usize)>> = BTreeMap::new();
+    type PerPlan<'r> = BTreeMap<&'r str, (f64, usize)>;
+    let mut lines: BTreeMap<(String, u32), PerPlan> = BTreeMap::new();
     for (tid, (plan, p)) in r.profile.iter().enumerate() {
         events.push(json!({
             "name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
