@@ -45,7 +45,21 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         }
         GpuOp::CrossEntropyRows => cross_entropy_rows(x[0], x[1], shape, ctx),
         GpuOp::Fused { program } => run_program(program, x, dtype, shape, ctx),
-        GpuOp::MatMulT { ta, tb, alpha } => product(x, (*ta, *tb, *alpha), shape, ctx),
+        GpuOp::MatMulT { ta, tb, alpha, splits } => {
+            split_products(x, (*ta, *tb, *alpha), *splits, shape, ctx)
+        }
+        GpuOp::SplitSum { splits, program } => {
+            let n: usize = shape.iter().product();
+            let parts = x[0].to_f64_vec();
+            // In the kernel's order: range 0 first.
+            let sum: Vec<f32> = (0..n)
+                .map(|i| (1..*splits).fold(parts[i] as f32, |acc, s| acc + parts[s * n + i] as f32))
+                .collect();
+            let sum = Tensor::f32(shape.to_vec(), sum);
+            let mut inputs = vec![&sum];
+            inputs.extend(&x[1..]);
+            run_program(program, &inputs, dtype, shape, ctx)
+        }
         GpuOp::AttentionProbs { causal, has_mask } => attention_probs(x, *causal, *has_mask, ctx),
         GpuOp::MatMulEpilogue { program, ta, tb } => {
             let product = product(x, (*ta, *tb, 1.0), shape, ctx);
@@ -161,6 +175,46 @@ fn product(
     }
     let scaled = product.to_f64_vec().iter().map(|&v| v as f32 * alpha as f32).collect();
     Tensor::f32(shape.to_vec(), scaled)
+}
+
+/// A `MatMulT`'s output: the whole product, or (`splits > 1`) the products of its k ranges
+/// (`kernels::matmul::split_depth` deep) one after another.
+fn split_products(
+    x: &[&Tensor],
+    layout: (bool, bool, f64),
+    splits: usize,
+    shape: &[usize],
+    ctx: &Ctx,
+) -> Tensor {
+    if splits <= 1 {
+        return product(x, layout, shape, ctx);
+    }
+    let (ta, tb, alpha) = layout;
+    let (a, b) = (x[0], x[1]);
+    let (ra, rb) = (a.shape.len(), b.shape.len());
+    // k's axis in each operand as stored.
+    let (ka, kb) = (if ta { ra - 2 } else { ra - 1 }, if tb { rb - 1 } else { rb - 2 });
+    let k = a.shape[ka];
+    let depth = crate::kernels::split_depth(k, splits);
+    let each = &shape[1..];
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for s in 0..splits {
+        let (start, end) = ((s * depth).min(k), ((s + 1) * depth).min(k));
+        if start == end {
+            out.extend(std::iter::repeat_n(0.0, each.iter().product()));
+            continue;
+        }
+        let slice = |t: &Tensor, axis: usize| {
+            let mut sh = t.shape.clone();
+            sh[axis] = end - start;
+            cpu(&Op::Slice { axis, start, end }, &[t], t.dtype, &sh, ctx)
+        };
+        let (a, b) = (slice(a, ka), slice(b, kb));
+        out.extend(
+            product(&[&a, &b], (ta, tb, alpha), each, ctx).to_f64_vec().iter().map(|&v| v as f32),
+        );
+    }
+    Tensor::f32(shape.to_vec(), out)
 }
 
 /// `GpuOp::AttentionProbs` of `scores, mask?`: per row, the softmax of the visible

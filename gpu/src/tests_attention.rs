@@ -3,11 +3,11 @@
 //! — forward and all three derivatives, grouped heads, causal and masked, rows that see no key —
 //! rewritten and run on the CPU reference and on the GPU against the plan as compiled.
 
-use crate::program::{GpuOp, GpuPlan};
+use crate::program::{Elem, GpuOp, GpuPlan};
 use crate::rewrite::{for_gpu_with, AttentionPath, Options};
 use crate::session::GpuSession;
 use crate::test_util::{check_on_both, run_on_cpu_plan, run_reference, step, values};
-use mgn_ir::op::{GradPart, Op};
+use mgn_ir::op::{BinaryOp, GradPart, Op};
 use mgn_ir::plan::{Mode, Plan};
 use mgn_ir::tensor::Tensor;
 use mgn_ir::DType;
@@ -33,14 +33,14 @@ fn products_with_transposed_operands_match_the_cpu() {
     for (a, b, ta, tb, out) in cases {
         for alpha in [1.0, 0.125] {
             let x = [floats(a, 17), floats(b, 4242)];
-            check_on_both(&GpuOp::MatMulT { ta, tb, alpha }, &x, DType::F32, out, 1e-4);
+            check_on_both(&GpuOp::MatMulT { ta, tb, alpha, splits: 1 }, &x, DType::F32, out, 1e-4);
         }
     }
     // The reference itself: op(a) is the transpose it claims to be.
     let a = floats(&[2, 3], 1);
     let ctx = mgn_cpu::Ctx { training: true, seed: 0, node: 0 };
     let eye = Tensor::f32(vec![2, 2], vec![1.0, 0.0, 0.0, 1.0]);
-    let op = GpuOp::MatMulT { ta: true, tb: false, alpha: 2.0 };
+    let op = GpuOp::MatMulT { ta: true, tb: false, alpha: 2.0, splits: 1 };
     let got = crate::reference::eval(&op, &[&a, &eye], DType::F32, &[3, 2], &ctx).to_f64_vec();
     let a = a.to_f64_vec();
     let want: Vec<f64> = (0..6).map(|e| 2.0 * a[(e % 2) * 3 + e / 2]).collect();
@@ -209,4 +209,70 @@ fn only_long_attentions_take_the_score_matrix_by_default() {
     assert_eq!(probs(&short, AttentionPath::Auto), 0);
     assert_eq!(probs(&short, AttentionPath::Matmul), 1);
     assert_eq!(probs(&long, AttentionPath::Tiled), 0);
+}
+
+#[test]
+fn products_split_along_k_match_the_cpu() {
+    // Partial products of each k range (the last one shorter), then their sum through an
+    // epilogue that adds a bias.
+    for (a, b, ta, tb, splits) in [
+        (vec![20, 300], vec![300, 24], false, false, 2),
+        (vec![2, 300, 20], vec![2, 24, 300], true, true, 3),
+        (vec![37, 1000], vec![1000, 9], false, false, 7),
+    ] {
+        let x = [floats(&a, 5), floats(&b, 6)];
+        let (m, n) = (
+            if ta { a[a.len() - 1] } else { a[a.len() - 2] },
+            if tb { b[b.len() - 2] } else { b[b.len() - 1] },
+        );
+        let mut out = vec![splits];
+        out.extend(&a[..a.len() - 2]);
+        out.extend([m, n]);
+        let op = GpuOp::MatMulT { ta, tb, alpha: 0.5, splits };
+        check_on_both(&op, &x, DType::F32, &out, 1e-4);
+        let ctx = mgn_cpu::Ctx { training: true, seed: 0, node: 0 };
+        let refs: Vec<&Tensor> = x.iter().collect();
+        let partials = crate::reference::eval(&op, &refs, DType::F32, &out, &ctx);
+        let bias = floats(&[n], 7);
+        let program = vec![Elem::Input(0), Elem::Input(1), Elem::Binary(BinaryOp::Add, 0, 1)];
+        let sum = GpuOp::SplitSum { splits, program };
+        check_on_both(&sum, &[partials, bias], DType::F32, &out[1..], 1e-5);
+    }
+}
+
+/// A layer's forward and weight derivative with few output tiles and a deep k, as the GPU
+/// rewrites them (split, an epilogue kept through the sum), against the plan as compiled.
+#[test]
+fn split_products_in_a_plan_match_the_plan_as_compiled() {
+    let f = DType::F32;
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], f, &[40, 600]),
+        step(Op::Input { name: "w".into() }, vec![], f, &[600, 30]),
+        step(Op::Input { name: "bias".into() }, vec![], f, &[30]),
+        step(Op::MatMul, vec![0, 1], f, &[40, 30]),
+        step(Op::Binary(BinaryOp::Add), vec![3, 2], f, &[40, 30]),
+        step(Op::Permute { perm: vec![1, 0] }, vec![0], f, &[600, 40]),
+        step(Op::MatMul, vec![5, 4], f, &[600, 30]),
+    ];
+    let inputs = vec![("x".into(), 0), ("w".into(), 1), ("bias".into(), 2)];
+    let plan = Plan::of_steps(Mode::Train, steps, inputs, vec![("y".into(), 4), ("g".into(), 6)]);
+    plan.validate().expect("valid");
+    let gpu_plan = for_gpu_with(&plan, &Options::default());
+    gpu_plan.validate().expect("valid GPU plan");
+    let sums = gpu_plan.steps.iter().filter(|s| matches!(s.op, GpuOp::SplitSum { .. })).count();
+    assert_eq!(sums, 1, "the forward splits (40 × 30 over 600); the derivative fills the GPU");
+    let (x, w, bias) = (floats(&[40, 600], 1), floats(&[600, 30], 2), floats(&[30], 3));
+    let given = [("x", &x), ("w", &w), ("bias", &bias)];
+    let want = run_on_cpu_plan(&plan, &[], &given);
+    let check = |got: &[(String, Tensor)], tol: f64| {
+        for ((name, g), (_, w)) in got.iter().zip(&want.outputs) {
+            for (a, b) in g.to_f64_vec().iter().zip(w.to_f64_vec()) {
+                assert!((a - b).abs() <= tol * (1.0 + b.abs()), "{name}: {a} vs {b}");
+            }
+        }
+    };
+    // Sums of 600 products in f32, in another order: rounding of order 1e-5.
+    check(&run_reference(&gpu_plan, &[], &given).outputs, 1e-4);
+    let Some(mut gpu) = crate::testing::or_skip(GpuSession::open(gpu_plan, &[])) else { return };
+    check(&gpu.run(&given, 0).expect("runs").outputs, 1e-4);
 }

@@ -9,6 +9,8 @@
 mod attention;
 mod conv;
 mod matmul;
+
+pub(crate) use matmul::split_depth;
 mod norm;
 mod rows;
 mod select;
@@ -264,14 +266,15 @@ pub fn generate(
         GpuOp::CrossEntropyRows => rows::cross_entropy_rows(inputs, out, width),
         GpuOp::Fused { program } => fused(program, inputs, out, width),
         GpuOp::MatMulEpilogue { program, ta, tb } => {
-            let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: 1.0 };
+            let layout = matmul::Layout { ta: *ta, tb: *tb, ..matmul::Layout::PLAIN };
             epilogue(program, inputs, out, width, layout)
         }
-        GpuOp::MatMulT { ta, tb, alpha } => {
-            let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha };
+        GpuOp::MatMulT { ta, tb, alpha, splits } => {
+            let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha, splits: *splits };
             matmul::generate_layout(inputs, out, width, layout)
         }
         GpuOp::AttentionProbs { causal, .. } => rows::attention_probs(*causal, inputs, out, width),
+        GpuOp::SplitSum { splits, program } => split_sum(*splits, program, inputs, out, width),
     }
 }
 
@@ -404,6 +407,39 @@ fn fused(
     };
     let (lines, last, erf) = program_lines(program, leaf)?;
     let body = format!("{lines}{}", store(out, "i", &last));
+    Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
+}
+
+/// The sum of a split product's `splits` partial products, each element through `program`
+/// (`Input(0)` is the sum; `Input(k)` the step's input `k`, broadcast to the output).
+fn split_sum(
+    splits: usize,
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let n: usize = out.shape.iter().product();
+    let partials = &inputs[0];
+    if partials.shape.iter().product::<usize>() != n * splits {
+        return Err(format!(
+            "{splits} partial products of {:?} in {:?}",
+            out.shape, partials.shape
+        ));
+    }
+    let terms: Vec<String> =
+        (0..splits).map(|s| load(partials, &format!("{}u + i", s * n))).collect();
+    let leaf = |k: u32| -> Result<String, String> {
+        match k {
+            0 => Ok("p".into()),
+            k => inputs
+                .get(k as usize)
+                .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
+                .ok_or_else(|| format!("split sum input {k} of {}", inputs.len())),
+        }
+    };
+    let (lines, last, erf) = program_lines(program, leaf)?;
+    let body = format!("let p = {};\n    {lines}{}", terms.join(" + "), store(out, "i", &last));
     Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
 }
 

@@ -43,9 +43,15 @@ pub enum GpuOp {
     /// `[a, b]` → `alpha · op(a) · op(b)`, batched as `Op::MatMul`, where `op(a)` is the
     /// transpose of a's last two axes when `ta` (its words hold `[.., k, m]`), and likewise
     /// `op(b)` when `tb` (`[.., n, k]`): the products of materialised attention read q, k and
-    /// the probabilities in place instead of transposing them. Made by
-    /// `rewrite::attention_matmul`.
-    MatMulT { ta: bool, tb: bool, alpha: f64 },
+    /// the probabilities in place instead of transposing them. With `splits > 1`, k is cut
+    /// into that many ranges and each range's product stored apart: the output is
+    /// `[splits, ..B, m, n]`, which a `SplitSum` adds up. Made by `rewrite::attention_matmul`,
+    /// `rewrite::transposes` and `rewrite::split_k`.
+    MatMulT { ta: bool, tb: bool, alpha: f64, splits: usize },
+    /// `[partials, extra…]` → the sum of the `splits` partial products of a `MatMulT` over
+    /// their first axis, then `program` on each element as a `MatMulEpilogue`'s (`Input(0)` the
+    /// sum, `Input(k)` the step's input `k`). Made by `rewrite::split_k`.
+    SplitSum { splits: usize, program: Vec<Elem> },
     /// `[scores, mask?]` → the probabilities of an attention whose scaled scores are given, as
     /// `Op::Attention` computes them: `softmax` over the last axis of `scores + mask` (the mask
     /// broadcast to the scores), keys hidden by `causal` (key `j` past query `i + Tk − Tq`)
@@ -122,6 +128,10 @@ impl GpuOp {
             }
             GpuOp::NormWeightGradPartial { .. } | GpuOp::CrossEntropyRows => exactly(2),
             GpuOp::MatMulT { .. } => exactly(2),
+            GpuOp::SplitSum { program, .. } => {
+                check_program(program, n)?;
+                (1, usize::MAX)
+            }
             GpuOp::AttentionProbs { has_mask, .. } => exactly(1 + *has_mask as usize),
             GpuOp::Fused { program } => {
                 check_program(program, n)?;
@@ -168,14 +178,18 @@ impl GpuOp {
             GpuOp::MatMulEpilogue { program, .. } => {
                 format!("matmul_epilogue {}", chain(program))
             }
-            GpuOp::MatMulT { ta, tb, alpha } => {
+            GpuOp::MatMulT { ta, tb, alpha, splits } => {
                 let t = |on: bool, x: &str| if on { format!(" {x}ᵀ") } else { String::new() };
+                let split = if *splits > 1 { format!(" split={splits}") } else { String::new() };
                 let scaled = if *alpha == 1.0 {
                     String::new()
                 } else {
                     format!(" alpha={}", fmt_f64(*alpha))
                 };
-                format!("matmul{}{}{scaled}", t(*ta, "a"), t(*tb, "b"))
+                format!("matmul{}{}{scaled}{split}", t(*ta, "a"), t(*tb, "b"))
+            }
+            GpuOp::SplitSum { splits, program } => {
+                format!("split_sum {splits} → {}", chain(program)).trim_end_matches(" → ").into()
             }
             GpuOp::AttentionProbs { causal, .. } => {
                 format!("attention_probs{}", if *causal { " causal" } else { "" })

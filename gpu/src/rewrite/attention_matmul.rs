@@ -202,7 +202,7 @@ fn matmul(
     (ta, tb, alpha): (bool, bool, f64),
     shape: Vec<usize>,
 ) -> StepId {
-    insert(program, at, GpuOp::MatMulT { ta, tb, alpha }, vec![a, b], shape)
+    insert(program, at, GpuOp::MatMulT { ta, tb, alpha, splits: 1 }, vec![a, b], shape)
 }
 
 /// The views of q, k and v and the probabilities of the attention `key` names, inserted

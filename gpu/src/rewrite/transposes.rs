@@ -61,8 +61,10 @@ pub(super) fn fold_transposes(program: &mut Program) {
             GpuOp::MatMulEpilogue { program, .. } => {
                 GpuOp::MatMulEpilogue { program, ta: flags[0], tb: flags[1] }
             }
-            GpuOp::MatMulT { alpha, .. } => GpuOp::MatMulT { ta: flags[0], tb: flags[1], alpha },
-            _ => GpuOp::MatMulT { ta: flags[0], tb: flags[1], alpha: 1.0 },
+            GpuOp::MatMulT { alpha, splits, .. } => {
+                GpuOp::MatMulT { ta: flags[0], tb: flags[1], alpha, splits }
+            }
+            _ => GpuOp::MatMulT { ta: flags[0], tb: flags[1], alpha: 1.0, splits: 1 },
         };
     }
     remove_unread(program, &folded);

@@ -55,6 +55,8 @@ struct Geometry {
     epilogue: bool,
     /// Every result is multiplied by this before it is stored.
     alpha: f64,
+    /// Ranges of k computed apart (`Layout::splits`); 1 for a whole product.
+    splits: usize,
 }
 
 /// How a product reads its operands and scales its result: `GpuOp::MatMulT`'s attributes
@@ -67,10 +69,19 @@ pub(crate) struct Layout {
     pub tb: bool,
     /// Every result is multiplied by this.
     pub alpha: f64,
+    /// k split into this many ranges, each product stored apart: the output is `[splits, ..]`
+    /// (see `split_k`).
+    pub splits: usize,
 }
 
 impl Layout {
-    pub const PLAIN: Layout = Layout { ta: false, tb: false, alpha: 1.0 };
+    pub const PLAIN: Layout = Layout { ta: false, tb: false, alpha: 1.0, splits: 1 };
+}
+
+/// How deep each of `splits` ranges of `k` is: a whole number of panels, and together at least
+/// `k` (the last range may be shorter, or empty).
+pub(crate) fn split_depth(k: usize, splits: usize) -> usize {
+    k.div_ceil(splits.max(1)).div_ceil(BK) * BK
 }
 
 impl Geometry {
@@ -134,7 +145,7 @@ impl Geometry {
                 }
             }
         }
-        if numel(&batch) * m * n != total {
+        if numel(&batch) * m * n * layout.splits.max(1) != total {
             return Err(format!(
                 "matmul of {:?} by {:?} cannot give {:?}",
                 a0.shape, b0.shape, out.shape
@@ -154,6 +165,7 @@ impl Geometry {
             ot: false,
             epilogue: false,
             alpha: layout.alpha,
+            splits: layout.splits.max(1),
         };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows — unless A is
@@ -228,6 +240,7 @@ impl Geometry {
             ot: true,
             epilogue: self.epilogue,
             alpha: self.alpha,
+            splits: 1,
         }
     }
 
@@ -257,10 +270,16 @@ impl Geometry {
         }
     }
 
-    /// Declarations of `abase`, `bbase` and `obase` for batch item `batch`.
+    /// Declarations of `abase`, `bbase` and `obase` for batch item `batch` (and k range
+    /// `split`, whose product is stored after the earlier ranges').
     fn bases(&self) -> String {
+        let split = if self.splits > 1 {
+            format!(" + split * {}u", self.batches() * self.m * self.n)
+        } else {
+            String::new()
+        };
         format!(
-            "let abase = {};\n    let bbase = {};\n    let obase = batch * {}u;",
+            "let abase = {};\n    let bbase = {};\n    let obase = batch * {}u{split};",
             self.batch_base(&self.a, self.m * self.k),
             self.batch_base(&self.b, self.k * self.n),
             self.m * self.n
@@ -295,7 +314,7 @@ pub(super) fn generate_with(
     epilogue: Option<&str>,
     layout: Layout,
 ) -> Result<KernelSource, String> {
-    let flagged = layout.ta || layout.tb;
+    let flagged = layout.ta || layout.tb || layout.splits > 1;
     if flagged && inputs.iter().take(2).any(|o| o.transposed) {
         return Err("a product reads an operand transposed both by flag and as a view".into());
     }
@@ -317,7 +336,7 @@ fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
     if g.m == 0 || g.n == 0 || g.batches() == 0 {
         return Ok(super::elementwise(0, width as u32, "", ""));
     }
-    Ok(if g.at || (g.bt && !g.batch.is_empty() && g.m <= SKINNY) {
+    Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && g.m <= SKINNY) {
         // Transposed operands of batched products: only the tiled kernel reads them in
         // panels, coalesced either way.
         tiled(&g, width)

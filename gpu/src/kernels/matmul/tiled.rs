@@ -1,7 +1,7 @@
 //! The general matrix-product kernel: output tiles, panels staged through registers into shared
 //! memory, a register block per invocation.
 
-use super::{entry, Geometry, BK, FILL};
+use super::{entry, split_depth, Geometry, BK, FILL};
 use crate::kernels::{load, KernelSource};
 
 /// The tiled kernel. Invocations form a `tx_n × ty_n` grid; invocation (tx, ty) owns the
@@ -19,7 +19,7 @@ pub(super) fn tiled(g: &Geometry, width: usize) -> KernelSource {
         BK * t.sb
     );
     let s = t.setup(g) + &t.k_loop(g) + &t.stores(g);
-    entry(&shared, width, t.per_batch * g.batches(), s.trim_start())
+    entry(&shared, width, t.per_batch * g.batches() * g.splits, s.trim_start())
 }
 
 /// The sizes of a tiled kernel (see `tiled`).
@@ -35,8 +35,10 @@ struct Tiling {
     bn: usize,
     tiles_n: usize,
     per_batch: usize,
-    /// Panels along k.
+    /// Panels along k (of one k range when split).
     kt: usize,
+    /// The depth of one k range (`k` itself unless split).
+    ks: usize,
     /// Row strides of the staged panels, in vec4s.
     sa: usize,
     sb: usize,
@@ -76,7 +78,8 @@ impl Tiling {
             bn,
             tiles_n,
             per_batch: m.div_ceil(bm) * tiles_n,
-            kt: k.div_ceil(BK),
+            kt: split_depth(k, g.splits).div_ceil(BK),
+            ks: if g.splits > 1 { split_depth(k, g.splits) } else { k },
             sa: (bm + 4) / 4,
             sb: bn / 4,
             pa,
@@ -85,7 +88,7 @@ impl Tiling {
             partial_b,
             edge_m: m % bm != 0,
             edge_n: n % bn != 0,
-            edge_k: k % BK != 0,
+            edge_k: k % BK != 0 || g.splits > 1,
         }
     }
 
@@ -99,8 +102,20 @@ impl Tiling {
             s.push_str(&x);
             s.push('\n');
         };
-        line(format!("let batch = g / {}u;", self.per_batch));
-        line(format!("let tile = g % {}u;", self.per_batch));
+        if g.splits > 1 {
+            // Workgroups of one k range first, then the next range's; this range's first k, and
+            // how many k it holds (the last may hold fewer, or none).
+            let (items, ks) = (self.per_batch * g.batches(), self.ks);
+            line(format!("let split = g / {items}u;"));
+            line(format!("let gs = g % {items}u;"));
+            line(format!("let koff = split * {ks}u;"));
+            line(format!("let klen = select(0u, min({ks}u, {k}u - koff), koff < {k}u);"));
+        } else {
+            line("let gs = g;".into());
+            line("let koff = 0u;".into());
+        }
+        line(format!("let batch = gs / {}u;", self.per_batch));
+        line(format!("let tile = gs % {}u;", self.per_batch));
         line(format!("let m0 = (tile / {}u) * {}u;", self.tiles_n, self.bm));
         line(format!("let n0 = (tile % {}u) * {bn}u;", self.tiles_n));
         for l in g.bases().lines() {
@@ -116,11 +131,11 @@ impl Tiling {
                 // panel walks n.
                 line(format!("let ar{p} = ae{p} % {}u;", self.bm));
                 line(format!("let ak{p} = ae{p} / {}u;", self.bm));
-                line(format!("let ag{p} = abase + ak{p} * {m}u + m0 + ar{p};"));
+                line(format!("let ag{p} = abase + (koff + ak{p}) * {m}u + m0 + ar{p};"));
             } else {
                 line(format!("let ar{p} = ae{p} / {BK}u;"));
                 line(format!("let ak{p} = ae{p} % {BK}u;"));
-                line(format!("let ag{p} = abase + (m0 + ar{p}) * {k}u + ak{p};"));
+                line(format!("let ag{p} = abase + (m0 + ar{p}) * {k}u + koff + ak{p};"));
             }
             line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
             line(format!("let ac{p} = ar{p} % 4u;"));
@@ -133,11 +148,11 @@ impl Tiling {
                 // contiguous there, as A's panel walks k within a row.
                 line(format!("let bk{p} = be{p} % {BK}u;"));
                 line(format!("let bc{p} = be{p} / {BK}u;"));
-                line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k}u + bk{p};"));
+                line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k}u + koff + bk{p};"));
             } else {
                 line(format!("let bk{p} = be{p} / {bn}u;"));
                 line(format!("let bc{p} = be{p} % {bn}u;"));
-                line(format!("let bg{p} = bbase + bk{p} * {n}u + n0 + bc{p};"));
+                line(format!("let bg{p} = bbase + (koff + bk{p}) * {n}u + n0 + bc{p};"));
             }
             line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
             line(format!("let bq{p} = bc{p} % 4u;"));
@@ -153,7 +168,9 @@ impl Tiling {
 
     /// Loads of the panels at depth `k0` into registers, zero past the matrices' edges.
     fn fetch(&self, g: &Geometry, k0: &str) -> String {
-        let (m, k, n) = (g.m, g.k, g.n);
+        let (m, n) = (g.m, g.n);
+        // The k this invocation's range holds: all of k, or (split) the range's own.
+        let klen = if g.splits > 1 { "klen".to_string() } else { format!("{}u", g.k) };
         let mut f = String::new();
         let guarded = |conds: Vec<String>, target: String, value: String| {
             if conds.is_empty() {
@@ -174,7 +191,7 @@ impl Tiling {
                 c.push(format!("m0 + ar{p} < {m}u"));
             }
             if self.edge_k {
-                c.push(format!("{k0} + ak{p} < {k}u"));
+                c.push(format!("{k0} + ak{p} < {klen}"));
             }
             let at = if g.at { format!("ag{p} + ({k0}) * {m}u") } else { format!("ag{p} + {k0}") };
             f.push_str(&guarded(c, format!("ra{p}"), load(&g.a, &at)));
@@ -188,7 +205,7 @@ impl Tiling {
                 c.push(format!("n0 + bc{p} < {n}u"));
             }
             if self.edge_k {
-                c.push(format!("{k0} + bk{p} < {k}u"));
+                c.push(format!("{k0} + bk{p} < {klen}"));
             }
             let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}u") };
             f.push_str(&guarded(c, format!("rb{p}"), load(&g.b, &at)));
