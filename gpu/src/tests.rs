@@ -116,6 +116,13 @@ fn rows_longer_than_a_workgroup_reduce_across_it() {
     }
     check(Op::SumTo, &[&[2100, 3]], &[], &[3], 1e-5);
     check(Op::SumTo, &[&[4, 600, 5]], &[], &[1, 1, 5], 1e-5);
+    // Column reductions (a bias's derivative): lanes split the rows of each column group.
+    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+        check(Op::Reduce { op, axes: vec![0], keepdim: false }, &[&[1500, 37]], &[], &[37], 1e-5);
+        let axes = vec![0, 1];
+        check(Op::Reduce { op, axes, keepdim: true }, &[&[3, 70, 300]], &[], &[1, 1, 300], 1e-5);
+    }
+    check(Op::SumTo, &[&[1, 900, 1, 20]], &[], &[1, 20], 1e-5);
 }
 
 #[test]

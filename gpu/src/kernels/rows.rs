@@ -285,9 +285,97 @@ pub(super) struct Combine {
     pub result: String,
 }
 
+impl Combine {
+    /// Two partial results combined, as WGSL.
+    fn merge(&self, a: &str, b: &str) -> String {
+        match self.across {
+            "wg_max" => format!("max({a}, {b})"),
+            "wg_min" => format!("min({a}, {b})"),
+            _ => format!("{a} + {b}"),
+        }
+    }
+}
+
+/// About as many workgroups as fill a large GPU (two per SM of a 132-SM H200).
+const FILL: usize = 264;
+
+/// Whether reducing `reduced` leaves `x` as `[count, n]` in memory: every reduced axis (of
+/// size above 1) before every kept one, as a bias's derivative sums over the rows before it.
+fn reduces_leading_axes(shape: &[usize], reduced: &[usize]) -> bool {
+    let mut kept_seen = false;
+    for (a, &d) in shape.iter().enumerate() {
+        if d == 1 {
+            continue;
+        }
+        if reduced.contains(&a) {
+            if kept_seen {
+                return false;
+            }
+        } else {
+            kept_seen = true;
+        }
+    }
+    true
+}
+
+/// Column reductions of `x` as `[count, n]`: a workgroup owns `cols` consecutive outputs, so
+/// each of its loads reads consecutive words, and its `width / cols` lanes split the rows
+/// (more lanes and fewer columns per workgroup when the columns alone would leave the GPU
+/// idle); the lanes combine in shared memory.
+fn column_reduce(
+    x: &Operand,
+    out: &Operand,
+    count: usize,
+    c: &Combine,
+    width: u32,
+) -> KernelSource {
+    let n: usize = out.shape.iter().product();
+    let w = width as usize;
+    // Eight consecutive columns still read whole 32-byte sectors; fewer only when there are
+    // fewer outputs than that.
+    let least = n.next_power_of_two().min(8);
+    let mut cols = w;
+    while cols > least && n.div_ceil(cols) < FILL && w / cols < count.next_power_of_two() {
+        cols /= 2;
+    }
+    let lanes = w / cols;
+    let mut tree = String::new();
+    let mut half = lanes / 2;
+    while half > 0 {
+        tree.push_str(&format!(
+            "    if (lane < {half}u) {{ red[lid] = {}; }}\n    workgroupBarrier();\n",
+            c.merge("red[lid]", &format!("red[lid + {}u]", half * cols))
+        ));
+        half /= 2;
+    }
+    let body = format!(
+        "let col = r * {cols}u + lid % {cols}u;
+    let lane = lid / {cols}u;
+    var acc = {init};
+    if (col < {n}u) {{
+        for (var t = lane; t < {count}u; t = t + {lanes}u) {{
+            let v = {value};
+            {step}
+        }}
+    }}
+    red[lid] = acc;
+    workgroupBarrier();
+{tree}    if (lane == 0u && col < {n}u) {{
+        acc = red[lid];
+        {store}
+    }}",
+        init = c.init,
+        value = load(x, &format!("t * {n}u + col")),
+        step = c.step,
+        store = store(out, "col", &c.result),
+    );
+    row_kernel(n.div_ceil(cols), width, &body)
+}
+
 /// Reduces `x` over the `reduced` axes into `out`; `keep` is `out`'s shape padded to `x`'s
-/// rank (1 on reduced axes). Short reductions: one invocation per output walking its elements.
-/// Long ones: one workgroup per output.
+/// rank (1 on reduced axes). Over leading axes: by columns (`column_reduce`). Otherwise short
+/// reductions take one invocation per output walking its elements, long ones one workgroup per
+/// output.
 pub(super) fn reduce(
     x: &Operand,
     out: &Operand,
@@ -320,6 +408,9 @@ pub(super) fn reduce(
         ),
     );
     let (step, init, result) = (c.step, c.init, &c.result);
+    if count >= 32 && reduces_leading_axes(&x.shape, reduced) {
+        return Ok(column_reduce(x, out, count, c, width));
+    }
     if count < 4 * width as usize || n >= 4096 {
         let body = format!(
             "let o = i;

@@ -15,8 +15,9 @@ use mgn_ir::DType;
 /// About as many workgroups as fill a large GPU (two per SM of a 132-SM H200), as the matmul
 /// kernels count them.
 const FILL: usize = 264;
-/// Products with at least this many 64×64 tiles already fill the GPU.
-const ENOUGH_TILES: usize = FILL / 2;
+/// Products with at least this many 64×64 tiles already fill the GPU. (Whisper's attention
+/// products, 144 tiles deep 1,500, still run faster split in two.)
+const ENOUGH_TILES: usize = FILL;
 /// Each k range is at least this deep (shallower ranges spend more on the partials' traffic
 /// than they win).
 const MIN_DEPTH: usize = 128;
@@ -102,6 +103,8 @@ mod tests {
         assert_eq!(splits_for([384, 1500, 384, 1]), 8);
         // SmolLM2's projection at 128 tokens: 18 tiles, 576 deep (ranges of 144).
         assert_eq!(splits_for([128, 576, 576, 1]), 4);
+        // Whisper's attention products: 144 tiles, split in two.
+        assert_eq!(splits_for([1500, 1500, 64, 6]), 2);
         // Full already, shallow, or skinny.
         assert_eq!(splits_for([1500, 384, 1536, 4]), 1);
         assert_eq!(splits_for([128, 200, 128, 1]), 1);
