@@ -148,8 +148,11 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     let text = if a.stats {
         let gpu = match kernels.missing.first() {
             None => format!(
-                "gpu: {} dispatches of {} distinct kernels, all generated and validated by naga\n",
-                kernels.with_kernel, kernels.distinct
+                "gpu: {} dispatches of {} distinct kernels, all generated and validated by naga; \
+                 values planned {} as the GPU runs the plan (after its rewrites)\n",
+                kernels.with_kernel,
+                kernels.distinct,
+                mgn_ir::units::bytes(kernels.arena_values_bytes)
             ),
             Some((i, why)) => format!(
                 "gpu: {} kernels validated; {} steps have none yet, first {why} (at {})\n",

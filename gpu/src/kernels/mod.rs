@@ -563,6 +563,9 @@ pub struct PlanKernels {
     /// Why no GPU could run the plan at all (its arena past 32-bit word offsets), when so; then
     /// no kernel is generated.
     pub too_large: Option<String>,
+    /// Bytes of inputs and values in the arena as the GPU runs the plan (after its rewrites,
+    /// parameters and optimizer state not counted).
+    pub arena_values_bytes: u64,
 }
 
 /// Generates every step's kernel as a GPU session would (after its rewrites, with its arena
@@ -579,7 +582,8 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
     }
     let width = limits.workgroup_width(256);
     let training = plan.mode == mgn_ir::plan::Mode::Train;
-    let mut out = PlanKernels::default();
+    let values = (layout.total_words - layout.param_words) as u64 * 4;
+    let mut out = PlanKernels { arena_values_bytes: values, ..PlanKernels::default() };
     let mut seen = std::collections::HashSet::new();
     let root = crate::memory::view_roots(plan);
     let transposed = crate::memory::transposed_views(plan);
