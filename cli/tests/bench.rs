@@ -294,6 +294,15 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
         assert_memory(&v["memory"][plan], plan);
     }
     assert!(notes(&v).iter().any(|n| n.contains("Session::train_step")), "{:?}", notes(&v));
+    // Where each session's setup went, phase by phase.
+    for plan in ["inference", "training"] {
+        let note = format!("GPU setup of the {plan} plan");
+        assert!(
+            notes(&v).iter().any(|n| n.starts_with(&note) && n.contains("pipelines")),
+            "{:?}",
+            notes(&v)
+        );
+    }
 
     // The table names the backend and how GPU times are taken.
     let out = mgnc(&small);

@@ -69,6 +69,8 @@ pub struct GpuSession {
     levels: Levels,
     /// Training plans: batch norm running-statistics updates and the optimizer.
     train: Option<Training>,
+    /// How long each phase of opening the session took, in order (`setup_phases`).
+    setup_phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// A step's kernel (index into `kernels`), grid, parameter block (its operands' offsets), and
@@ -347,16 +349,28 @@ impl GpuSession {
         plan.validate()
             .map_err(|e| GpuError::Failed(format!("{}: invalid plan: {e}", plan.model)))?;
         let options = crate::rewrite::Options::from_env().map_err(GpuError::Failed)?;
-        GpuSession::open(crate::rewrite::for_gpu_with(&plan, &options), params)
+        let start = std::time::Instant::now();
+        let rewritten = crate::rewrite::for_gpu_with(&plan, &options);
+        let rewrite = start.elapsed();
+        let mut session = GpuSession::open(rewritten, params)?;
+        session.setup_phases.insert(0, ("rewrites", rewrite));
+        Ok(session)
     }
 
     /// Opens the GPU for a GPU plan as it is: lays out the arena (`memory::plan_arena`),
     /// orders the dispatches (`schedule::levels`), generates and compiles the kernels and
     /// uploads `params`.
     pub(crate) fn open(plan: GpuPlan, params: &[Tensor]) -> Result<GpuSession, GpuError> {
+        let mut phases = Vec::new();
+        let mut clock = std::time::Instant::now();
+        let mut phase = |name: &'static str| {
+            phases.push((name, clock.elapsed()));
+            clock = std::time::Instant::now();
+        };
         plan.validate()
             .map_err(|e| GpuError::Failed(format!("{}: invalid GPU plan: {e}", plan.model)))?;
         let mut dev = GpuDevice::open()?;
+        phase("device");
         // Values share arena words when their lifetimes do not overlap.
         let layout = crate::memory::plan_arena(&plan);
         // Sizes past the device refused now, in the model's terms, before any kernel is made.
@@ -369,22 +383,44 @@ impl GpuSession {
         let words: Vec<usize> =
             plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
         let levels = levels(&plan, &offsets, &words);
+        phase("arena plan and levels");
         let mut sources = Sources::default();
         let dispatch = step_dispatches(&plan, &offsets, &dev.limits, &mut sources)?;
         // Training: optimizer state and clipping scratch go past the plan's own words.
         let mut top = layout.total_words;
         let train = training(&plan, &offsets, &levels, &dev.limits, &mut top, &mut sources)?;
         fits(top)?;
+        phase("kernels generated");
         let kernels = sources.compile(&dev)?;
+        phase("pipelines");
         let arena = dev.arena(top).map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
-        let mut session =
-            GpuSession { dev, plan, arena: Some(arena), offsets, kernels, dispatch, levels, train };
+        phase("arena allocated");
+        let mut session = GpuSession {
+            dev,
+            plan,
+            arena: Some(arena),
+            offsets,
+            kernels,
+            dispatch,
+            levels,
+            train,
+            setup_phases: Vec::new(),
+        };
         session.set_params(params)?;
+        phase("parameters uploaded");
+        session.setup_phases = phases;
         Ok(session)
     }
 
     pub fn device_name(&self) -> &str {
         &self.dev.info.name
+    }
+
+    /// How long each phase of opening this session took, in order: the rewrites, the device,
+    /// the arena plan, kernel generation, pipeline creation, the arena's allocation and the
+    /// parameters' upload.
+    pub fn setup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        self.setup_phases.clone()
     }
 
     /// Number of compiled pipelines and of dependency levels (for reports).

@@ -61,6 +61,9 @@ mod none {
         pub fn device_name(&self) -> &str {
             match *self {}
         }
+        pub fn setup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+            match *self {}
+        }
         pub fn set_params(&mut self, _: &[Tensor]) -> R<()> {
             match *self {}
         }

@@ -134,6 +134,11 @@ impl Session {
         self.gpu.is_some()
     }
 
+    /// How long each phase of moving onto the GPU took (`use_gpu`), in order; empty on the CPU.
+    pub fn gpu_setup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        self.gpu.as_ref().map(|g| g.setup_phases()).unwrap_or_default()
+    }
+
     /// Brings `params` and `optimizer` up to date with the device after GPU training steps (a
     /// no-op on the CPU, or when nothing changed there).
     pub fn sync_from_device(&mut self) -> Result<(), RuntimeError> {

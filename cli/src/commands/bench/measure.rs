@@ -154,7 +154,9 @@ impl Bench<'_> {
         match s.use_gpu() {
             Ok(name) => {
                 self.used_gpu.set(true);
-                Ok((s, Some((name, start.elapsed().as_secs_f64() * 1e3))))
+                let ms = start.elapsed().as_secs_f64() * 1e3;
+                notes.push(setup_note(&s, ms));
+                Ok((s, Some((name, ms))))
             }
             Err(e) if forced || self.used_gpu.get() => Err(self.fail(&format!(
                 "the GPU cannot run the {} plan of `{}`: {e}",
@@ -201,6 +203,16 @@ fn mode_name(plan: &Plan) -> &'static str {
         Mode::Train => "training",
         Mode::Infer => "inference",
     }
+}
+
+/// Where the `ms` of moving `s` onto the GPU went, phase by phase.
+fn setup_note(s: &Session, ms: f64) -> String {
+    let phases = s.gpu_setup_phases();
+    let known: f64 = phases.iter().map(|(_, t)| t.as_secs_f64() * 1e3).sum();
+    let mut each: Vec<String> =
+        phases.iter().map(|(n, t)| format!("{n} {:.1}", t.as_secs_f64() * 1e3)).collect();
+    each.push(format!("optimizer state and the rest {:.1}", (ms - known).max(0.0)));
+    format!("GPU setup of the {} plan, {ms:.1} ms: {}", mode_name(&s.plan), each.join(", "))
 }
 
 /// One profiled run of `s` (GPU only).
