@@ -11,6 +11,7 @@
 #   PYTHON   the Python with torch, transformers, torchvision, safetensors, numpy (python3)
 #   MGNC     the mgnc binary (default target/release/mgnc, built with cargo when missing)
 #   BACKEND  mgnc's backend (cpu)
+#   REWRITES mgnc's graph rewrites (greedy; egglog needs an mgnc built with --features egglog)
 #   MODES    the modes to check (eval train); the pretrained check runs in eval only
 #   OUT      where the files go (bench/out), one folder per NAME/MODE
 #   DEVICE   the reference's torch device (default: cuda when available)
@@ -26,6 +27,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 BACKEND=${BACKEND:-cpu}
+REWRITES=${REWRITES:-greedy}
 MODES=${MODES:-eval train}
 OUT=${OUT:-bench/out}
 if [ -z "${MGNC:-}" ]; then
@@ -103,7 +105,7 @@ for name in "${NAMES[@]}"; do
         if [ "$status" = PASS ]; then
             if ! "$MGNC" run "models/$model.mgn" --weights "$dir/weights.safetensors" --inputs "$dir/inputs.safetensors" \
                     --out "$dir/actual.safetensors" "${grads[@]}" --mode "$mode" --backend "$BACKEND" "${sets[@]}" \
-                    >"$dir/mgnc.log" 2>&1; then
+                    --rewrites "$REWRITES" >"$dir/mgnc.log" 2>&1; then
                 status=MGNC-ERROR
                 tail -20 "$dir/mgnc.log"
             fi

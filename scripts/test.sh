@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests of every crate, golden diagnostics, valid programs, the CLI,
 # the parser/checker fuzz tests, and the GPU tests (on lavapipe where installed: `apt-get install
-# mesa-vulkan-drivers libvulkan1`) once more under MGN_MIN_SPEC=1 (kernels and whole models), and
-# the runtime built without its GPU backend. Ends with one line: passed, failed, skipped. A test
-# skips only when there is no GPU device (MGN_REQUIRE_GPU=1 makes that a failure too) or, for the
-# editor test (cli/tests/editor.rs), no Neovim (MGN_NVIM names one it must run); it then returns
-# early, so libtest counts it as passed, and this script moves it to "skipped" with its reason.
+# mesa-vulkan-drivers libvulkan1`) once more under MGN_MIN_SPEC=1 (kernels and whole models), the
+# runtime built without its GPU backend, and the compiler with its egglog feature. Ends with one
+# line: passed, failed, skipped. A test skips only when there is no GPU device (MGN_REQUIRE_GPU=1
+# makes that a failure too) or, for the editor test (cli/tests/editor.rs), no Neovim (MGN_NVIM
+# names one it must run); it then returns early, so libtest counts it as passed, and this script
+# moves it to "skipped" with its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,9 @@ MGN_MIN_SPEC=1 tests cargo test -p mgn-gpu --locked --no-fail-fast
 MGN_MIN_SPEC=1 tests cargo test -p mgn-tests --locked --no-fail-fast --test gpu --test workloads
 # An app that runs plans on the CPU only builds the runtime without Vulkan, naga or blade.
 tests cargo test -p mgn-runtime --locked --no-default-features
+# The egglog rewrite engine (a cargo feature, off by default): its unit tests, and every model's
+# plans against the other engines' on the CPU reference (compiler/tests/rewrites.rs).
+tests cargo test -p mgn-compiler --locked --no-fail-fast --features egglog
 passed=$(grep -Eo '[0-9]+ passed' "$work/log" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$work/log" | awk '{s += $1} END {print s + 0}')
 skipped=0

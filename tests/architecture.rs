@@ -76,6 +76,16 @@ fn the_compiler_and_the_language_server_link_no_backend() {
 }
 
 #[test]
+fn egglog_is_linked_only_with_its_feature() {
+    // The default build stays small: equality saturation is opt-in (`--features egglog`).
+    assert_none_of("mgnc", &[], &["egglog"]);
+    assert_none_of("mgn-lsp", &[], &["egglog"]);
+    assert!(links("mgnc", &["--features", "egglog"]).contains("egglog"));
+    let backends = [&GPU[..], &["mgn-runtime", "mgn-cpu"]].concat();
+    assert_none_of("mgn-compiler", &["--features", "egglog"], &backends);
+}
+
+#[test]
 fn the_backends_depend_on_the_ir_alone() {
     let above = [&FRONT_END[..], &["mgn-runtime"]].concat();
     assert_none_of("mgn-cpu", &[], &[&above[..], &GPU[..]].concat());

@@ -162,7 +162,7 @@ fn check_workload(name: &str) {
             grads: true,
             frozen: &[],
             optimizer: Default::default(),
-            rewrite: true,
+            rewrites: Default::default(),
         };
         let start = Instant::now();
         let (outcome, plan) = plan_path(Path::new(&model), None, parsed.clone(), &opts)

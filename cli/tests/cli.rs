@@ -137,3 +137,27 @@ fn build_stats_report_memory_and_validated_gpu_kernels() {
         "{s}"
     );
 }
+
+/// `--rewrites` picks the engine: none keeps autodiff's transposes of transposes, which greedy
+/// removes; egglog works in a build with its feature and says how to get one in a build without.
+#[test]
+fn rewrites_pick_the_engine_and_egglog_says_when_it_is_not_built_in() {
+    let steps = |engine: &str| {
+        let args = ["build", "models/tiny_gpt.mgn", "--mode", "train", "--rewrites", engine];
+        let out = mgnc(&args);
+        assert!(out.status.success() || engine == "egglog", "{}", text(&out.stderr));
+        let summary = text(&out.stdout);
+        let n = summary.split("plan of ").nth(1).and_then(|s| s.split(' ').next());
+        (out, n.map(|n| n.replace(',', "").parse::<usize>().expect("a count")))
+    };
+    let (none, greedy) = (steps("none").1.expect("built"), steps("greedy").1.expect("built"));
+    assert!(greedy < none, "greedy {greedy}, none {none}");
+    let (out, egglog) = steps("egglog");
+    if cfg!(feature = "egglog") {
+        assert!(egglog.is_some_and(|e| e <= greedy), "{}", text(&out.stderr));
+    } else {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(err.contains("E0502") && err.contains("--features egglog"), "{err}");
+    }
+}

@@ -8,7 +8,8 @@
 //! names denote from the resolution) → `graph` (the graph and its dump). `render` turns
 //! diagnostics into text or JSON, and `driver` strings the stages together for the CLI, the
 //! tests and the language server. For plans: `autodiff` (the backward pass), `rewrite`
-//! (greedy local rules) and `lower` (live nodes as numbered steps, validated).
+//! (greedy local rules, or egglog's equality saturation with the `egglog` feature) and `lower`
+//! (live nodes as numbered steps, validated).
 
 pub mod autodiff;
 pub mod driver;

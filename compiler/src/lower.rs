@@ -3,6 +3,7 @@
 
 use crate::autodiff::{differentiate, GradOptions};
 use crate::graph::{Graph, NodeId, Op};
+use crate::rewrite::{rewrite, Rewrites};
 use crate::source::SourceMap;
 use mgn_ir::optim::OptimizerSpec;
 use mgn_ir::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
@@ -17,8 +18,8 @@ pub struct PlanOptions<'a> {
     pub grads: bool,
     pub frozen: &'a [String],
     pub optimizer: OptimizerSpec,
-    /// Run the greedy rewrites (`rewrite.rs`); off only to compare against them.
-    pub rewrite: bool,
+    /// The rewrite engine (`rewrite/`): greedy by default; none only to compare against it.
+    pub rewrites: Rewrites,
 }
 
 impl PlanOptions<'_> {
@@ -29,17 +30,25 @@ impl PlanOptions<'_> {
             grads: false,
             frozen: &[],
             optimizer: OptimizerSpec::default(),
-            rewrite: true,
+            rewrites: Rewrites::Greedy,
         }
     }
 
     pub fn train(frozen: &[String], optimizer: OptimizerSpec) -> PlanOptions<'_> {
-        PlanOptions { mode: Mode::Train, loss: true, grads: true, frozen, optimizer, rewrite: true }
+        PlanOptions {
+            mode: Mode::Train,
+            loss: true,
+            grads: true,
+            frozen,
+            optimizer,
+            rewrites: Rewrites::Greedy,
+        }
     }
 }
 
 /// The graph, differentiated and rewritten as `opts` asks, as a validated plan.
 pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Plan, Diagnostic> {
+    check_engine(opts.rewrites)?;
     check_frozen(&g, opts)?;
     let grads = differentiate_and_rewrite(&mut g, opts)?;
     let want_loss = opts.loss || opts.grads;
@@ -127,6 +136,20 @@ fn check_frozen(g: &Graph, opts: &PlanOptions) -> Result<(), Diagnostic> {
     Ok(())
 }
 
+/// The engine `--rewrites` asks for is in this build (egglog needs its cargo feature).
+fn check_engine(engine: Rewrites) -> Result<(), Diagnostic> {
+    if engine.available() {
+        return Ok(());
+    }
+    Err(Diagnostic::error(
+        "E0502",
+        "`--rewrites egglog` needs the `egglog` feature, which this mgnc was built without",
+        Default::default(),
+        "while building this model",
+    )
+    .with_help("build it with `cargo build --release -p mgnc --features egglog`"))
+}
+
 /// The rewrites before autodiff (fewer forward nodes to differentiate) and after (autodiff's
 /// own redundancies, e.g. transposing a transposed weight for every matmul gradient), and the
 /// backward pass when `opts` asks for gradients: (parameter, gradient node) pairs.
@@ -134,24 +157,32 @@ fn differentiate_and_rewrite(
     g: &mut Graph,
     opts: &PlanOptions,
 ) -> Result<Vec<(usize, NodeId)>, Diagnostic> {
-    if opts.rewrite {
-        crate::rewrite::simplify(g);
-    }
+    rewrite(g, opts.rewrites).map_err(rewrite_failed)?;
     if !opts.grads {
         return Ok(Vec::new());
     }
     let training = opts.mode == Mode::Train;
     let mut grads = differentiate(g, &GradOptions { training, frozen: opts.frozen })?;
-    if opts.rewrite {
+    if opts.rewrites != Rewrites::None {
         // Gradients are results like outputs: track them through the rewrite as outputs.
         let n_out = g.outputs.len();
         g.outputs.extend(grads.iter().map(|(_, id)| (String::new(), *id)));
-        crate::rewrite::simplify(g);
+        rewrite(g, opts.rewrites).map_err(rewrite_failed)?;
         for (k, (_, id)) in g.outputs.drain(n_out..).enumerate() {
             grads[k].1 = id;
         }
     }
     Ok(grads)
+}
+
+/// A rewrite engine that fails is a compiler bug, reported at the model.
+fn rewrite_failed(why: String) -> Diagnostic {
+    Diagnostic::error(
+        "E0999",
+        format!("internal error: the rewrites failed: {why}"),
+        Default::default(),
+        "while rewriting this model's graph",
+    )
 }
 
 /// The live nodes as steps, in order, each with its model line; and each node's step number
@@ -210,14 +241,43 @@ mod tests {
     }
 }
 ";
-        let plan = plan_of(text, &PlanOptions::train(&[], OptimizerSpec::default()));
-        let grads: Vec<usize> = (plan.steps.iter())
-            .filter_map(|s| match s.op {
-                Op::DropoutGrad { forward, .. } => Some(forward as usize),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(grads.len(), 1);
-        assert!(matches!(plan.steps[grads[0]].op, Op::Dropout { .. }), "replays the mask it drew");
+        for rewrites in [Rewrites::None, Rewrites::Greedy, Rewrites::Egglog] {
+            if !rewrites.available() {
+                continue;
+            }
+            let opts =
+                PlanOptions { rewrites, ..PlanOptions::train(&[], OptimizerSpec::default()) };
+            let plan = plan_of(text, &opts);
+            let grads: Vec<usize> = (plan.steps.iter())
+                .filter_map(|s| match s.op {
+                    Op::DropoutGrad { forward, .. } => Some(forward as usize),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(grads.len(), 1, "{rewrites:?}");
+            let forward = &plan.steps[grads[0]].op;
+            assert!(
+                matches!(forward, Op::Dropout { .. }),
+                "{rewrites:?}: replays the mask it drew"
+            );
+        }
+    }
+
+    #[cfg(not(feature = "egglog"))]
+    #[test]
+    fn the_egglog_engine_without_its_feature_says_how_to_build_it() {
+        let (mut out, opts) = (
+            check_text(
+                "m.mgn".into(),
+                Origin::Memory("m.mgn".into()),
+                "model M { input x: f32[2]\n forward { output x } }".into(),
+                Models::All,
+            ),
+            PlanOptions { rewrites: Rewrites::Egglog, ..PlanOptions::infer() },
+        );
+        let g = out.graphs.pop().expect("a graph");
+        let d = lower(g, &out.program.sources, &opts).expect_err("refused");
+        assert_eq!(d.code, "E0502");
+        assert!(d.help.is_some_and(|h| h.contains("--features egglog")), "{}", d.message);
     }
 }

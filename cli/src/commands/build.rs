@@ -1,5 +1,6 @@
 //! `mgnc build FILE [--emit summary|ir] [--mode infer|train -o OUT.mgnplan]`
 
+use super::plan::RewriteEngine;
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::graph::dump::{dump, thousands};
@@ -46,6 +47,9 @@ pub struct BuildArgs {
     /// Freeze parameters whose name is this or starts with it and a dot (repeatable).
     #[arg(long, value_name = "NAME")]
     pub freeze: Vec<String>,
+    /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
+    #[arg(long, value_enum, default_value = "greedy")]
+    pub rewrites: RewriteEngine,
     #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
     /// Build again whenever the model or a file it imports changes, until Ctrl-C (`watch.rs`).
@@ -78,6 +82,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         PlanMode::Infer => PlanOptions::infer(),
         PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
     };
+    let opts = PlanOptions { rewrites: a.rewrites.into(), ..opts };
     let (outcome, plan) = match mgn_compiler::driver::plan_path(
         &a.file,
         a.model.clone(),

@@ -3,8 +3,32 @@
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
+use mgn_compiler::rewrite::Rewrites;
 use mgn_runtime::Plan;
 use std::path::Path;
+
+/// `--rewrites`: the engine that rewrites a model's graph before it is lowered to a plan
+/// (`mgn_compiler::rewrite`), for every command that compiles one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, clap::ValueEnum)]
+pub enum RewriteEngine {
+    /// No rewrites: the graph as elaborated and differentiated (to measure the others).
+    None,
+    /// Greedy local rules.
+    #[default]
+    Greedy,
+    /// Equality saturation through egglog; needs an mgnc built with `--features egglog`.
+    Egglog,
+}
+
+impl From<RewriteEngine> for Rewrites {
+    fn from(e: RewriteEngine) -> Rewrites {
+        match e {
+            RewriteEngine::None => Rewrites::None,
+            RewriteEngine::Greedy => Rewrites::Greedy,
+            RewriteEngine::Egglog => Rewrites::Egglog,
+        }
+    }
+}
 
 /// Compiles `file` with `opts`, or loads it when it is a `.mgnplan`. Errors are printed;
 /// `Err` carries the exit code.

@@ -3,7 +3,7 @@
 //! `output.<name>`, `loss` when the model has one, `grad.<param>` with `--grads`.
 //! This is the interface models are compared with PyTorch through; keep it stable.
 
-use super::plan::{attach, obtain, resolve_backend, Backend};
+use super::plan::{attach, obtain, resolve_backend, Backend, RewriteEngine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -53,6 +53,9 @@ pub struct RunArgs {
     /// Freeze parameters whose name is this or starts with it and a dot (repeatable).
     #[arg(long, value_name = "NAME")]
     pub freeze: Vec<String>,
+    /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
+    #[arg(long, value_enum, default_value = "greedy")]
+    pub rewrites: RewriteEngine,
     /// Seed for initializers (without --weights) and dropout.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -85,7 +88,7 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
         grads: a.grads,
         frozen: &a.freeze,
         optimizer: Default::default(),
-        rewrite: true,
+        rewrites: a.rewrites.into(),
     };
     let mut plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     // Without --grads the loss is optional: drop it when the inputs it needs are not given.

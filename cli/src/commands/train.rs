@@ -14,7 +14,7 @@ mod steps;
 pub use eval::{eval, EvalArgs};
 
 use super::data::{classification, correct, plan_batch, Dataset};
-use super::plan::{attach, obtain, resolve_backend, Backend, Engine};
+use super::plan::{attach, obtain, resolve_backend, Backend, Engine, RewriteEngine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -109,6 +109,9 @@ pub struct TrainArgs {
     /// Freeze parameters whose name is this or starts with it and a dot (repeatable).
     #[arg(long, value_name = "NAME")]
     pub freeze: Vec<String>,
+    /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
+    #[arg(long, value_enum, default_value = "greedy")]
+    pub rewrites: RewriteEngine,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     /// Stop at the first NaN/Inf and name the op and model line (always on in debug builds).
@@ -187,10 +190,11 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         &a.file,
         a.model.clone(),
         settings.clone(),
-        &PlanOptions::train(&a.freeze, spec.clone()),
+        &PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::train(&a.freeze, spec.clone()) },
         f,
     )?;
-    let eval_plan = obtain(&a.file, a.model.clone(), settings, &PlanOptions::infer(), f)?;
+    let infer = PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::infer() };
+    let eval_plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;
     let (data, eval_data) = load_data(&a, &train_plan)?;
     let batch = plan_batch(&train_plan).map_err(|e| fail(&e, f))?;
     if data.len < batch {

@@ -34,7 +34,7 @@ use self::measure::{profile_of, timed_run, Bench, Timing};
 use self::results::{
     backend_name, optimizer_name, optimizer_state_bytes, Memory, Minimal, Profiled, Report, Setup,
 };
-use super::plan::{resolve_backend, Backend};
+use super::plan::{resolve_backend, Backend, RewriteEngine};
 use super::report::MessageFormat;
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -60,6 +60,9 @@ pub struct BenchArgs {
     pub model: Option<String>,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
+    /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
+    #[arg(long, value_enum, default_value = "greedy")]
+    pub rewrites: RewriteEngine,
     /// Untimed calls before each measurement.
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
@@ -133,9 +136,10 @@ pub fn run(a: BenchArgs) -> u8 {
 fn bench(b: &Bench) -> Result<Report, u8> {
     let a = b.a;
     let mut notes = check_args(b)?;
-    let infer = PlanOptions::infer();
+    let infer = PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::infer() };
     let spec = OptimizerSpec::default();
-    let train = PlanOptions::train(&[], spec.clone());
+    let train =
+        PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::train(&[], spec.clone()) };
     let (outcome, plan) = b.compile(&a.settings, &infer)?;
     let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
     let train_plan = if has_loss { Some(b.compile(&a.settings, &train)?.1) } else { None };

@@ -3,7 +3,7 @@
 
 use super::{accuracy, fail, with_batch};
 use crate::commands::data::{check_range, Bound, Dataset};
-use crate::commands::plan::{attach, obtain, resolve_backend, Backend};
+use crate::commands::plan::{attach, obtain, resolve_backend, Backend, RewriteEngine};
 use crate::commands::report::MessageFormat;
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -31,6 +31,9 @@ pub struct EvalArgs {
     /// Which model to build when the file defines several.
     #[arg(long)]
     pub model: Option<String>,
+    /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
+    #[arg(long, value_enum, default_value = "greedy")]
+    pub rewrites: RewriteEngine,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     #[arg(long = "message-format", value_enum, default_value = "human")]
@@ -54,7 +57,8 @@ fn eval_inner(a: &EvalArgs) -> Result<(), u8> {
     } else {
         with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)?
     };
-    let plan: Plan = obtain(&a.file, a.model.clone(), settings, &PlanOptions::infer(), f)?;
+    let infer = PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::infer() };
+    let plan: Plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;
     if plan.mode == Mode::Train {
         return Err(fail(
             &format!(

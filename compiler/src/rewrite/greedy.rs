@@ -1,4 +1,5 @@
-//! Greedy local rewrites of the graph IR, run to a fixed point before and after autodiff.
+//! The greedy engine (`--rewrites greedy`, the default): local rules applied in place to a fixed
+//! point.
 //!
 //! Each rule replaces a node by a cheaper equivalent built only from nodes defined before it,
 //! so rewriting in place keeps the node list in execution order; a node that becomes another
