@@ -92,11 +92,13 @@ pub struct Arena {
 /// One dispatch: a kernel, its parameter block and its (folded) grid.
 pub type Dispatch<'a> = (&'a Kernel, Params, [u32; 3]);
 
-/// Everything one submission does, in order: copy `uploads` (arena word offset, words) in, run
-/// the dispatch `levels` — dispatches within a level are independent, and a memory barrier
-/// separates consecutive levels — then copy `downloads` (offset, length) out.
+/// Everything one submission does, in order: zero the `zeros` (arena word offset, length) and
+/// copy `uploads` (offset, words) in, run the dispatch `levels` — dispatches within a level are
+/// independent, and a memory barrier separates consecutive levels — then copy `downloads`
+/// (offset, length) out.
 #[derive(Default)]
 pub struct Submission<'a> {
+    pub zeros: Vec<(usize, usize)>,
     pub uploads: Vec<(usize, &'a [u32])>,
     pub levels: Vec<Vec<Dispatch<'a>>>,
     pub downloads: Vec<(usize, usize)>,
@@ -243,11 +245,27 @@ impl GpuDevice {
                 ));
             }
         }
+        for &(offset, len) in &job.zeros {
+            if offset + len > arena.words {
+                return Err(format!(
+                    "zeroing {len} words at {offset} runs past the arena ({} words)",
+                    arena.words
+                ));
+            }
+        }
         let up_words: usize = job.uploads.iter().map(|(_, d)| d.len()).sum();
         let down_words: usize = job.downloads.iter().map(|&(_, n)| n).sum();
         let up = self.staging(false, up_words);
         let down = self.staging(true, down_words);
         self.encoder.start();
+        if !job.zeros.is_empty() {
+            // Filled on the device: nothing crosses the bus (an optimizer's fresh moments are
+            // as large as the parameters, twice over).
+            let mut pass = self.encoder.transfer("zero");
+            for &(offset, len) in &job.zeros {
+                pass.fill_buffer(arena.buffer.at(offset as u64 * 4), len as u64 * 4, 0);
+            }
+        }
         if let Some(up) = up {
             let mut at = 0usize;
             let mut pass = self.encoder.transfer("upload");
@@ -431,6 +449,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         // A tensor with a zero-sized axis reads back as nothing (it has no staging).
         assert_eq!(dev.read(&arena, 0, 0).expect("reads nothing"), Vec::<u32>::new());
+        // Zeroed on the device before the uploads of the same submission land.
+        let job = Submission {
+            zeros: vec![(1, n - 2)],
+            uploads: vec![(3, &[7u32, 8][..])],
+            ..Default::default()
+        };
+        dev.submit(&arena, &job).expect("zeroes and uploads");
+        let got = dev.read(&arena, 0, n).expect("reads");
+        assert_eq!(got[0], a[0].to_bits(), "before the zeros");
+        assert_eq!(&got[1..6], &[0, 0, 7, 8, 0], "zeros, then the upload over them");
+        assert!(got[6..n - 1].iter().all(|&w| w == 0));
+        assert_eq!(got[n - 1], a[n - 1].to_bits(), "after the zeros");
+        let past = Submission { zeros: vec![(3 * n - 1, 2)], ..Default::default() };
+        let e = dev.submit(&arena, &past).unwrap_err();
+        assert!(e.contains("runs past the arena"), "{e}");
     }
 
     #[test]

@@ -110,11 +110,17 @@ struct TrainedParam {
     norm_groups: [u32; 3],
 }
 
-fn words_of(t: &Tensor) -> Vec<u32> {
+/// A tensor's words as the arena holds them: f32 and i32 values as they lie in memory (no
+/// copy: a model's parameters are hundreds of megabytes), f64 rounded to f32.
+fn words_of(t: &Tensor) -> std::borrow::Cow<'_, [u32]> {
+    use std::borrow::Cow;
+    // Safety: f32, i32 and u32 have the same size and alignment, and every bit pattern is a
+    // valid u32; the words are read, never written, through this view.
+    let view = |p: *const u32, n: usize| unsafe { std::slice::from_raw_parts(p, n) };
     match &t.data {
-        Data::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
-        Data::F64(v) => v.iter().map(|&x| (x as f32).to_bits()).collect(),
-        Data::I32(v) => v.iter().map(|&x| x as u32).collect(),
+        Data::F32(v) => Cow::Borrowed(view(v.as_ptr().cast(), v.len())),
+        Data::I32(v) => Cow::Borrowed(view(v.as_ptr().cast(), v.len())),
+        Data::F64(v) => Cow::Owned(v.iter().map(|&x| (x as f32).to_bits()).collect()),
     }
 }
 
@@ -430,7 +436,7 @@ impl GpuSession {
 
     /// Writes parameter values into their regions.
     pub fn set_params(&mut self, params: &[Tensor]) -> Result<(), GpuError> {
-        let data: Vec<(usize, Vec<u32>)> = self
+        let data: Vec<(usize, std::borrow::Cow<[u32]>)> = self
             .plan
             .steps
             .iter()
@@ -443,7 +449,7 @@ impl GpuSession {
             })
             .collect();
         let job = Submission {
-            uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(),
+            uploads: data.iter().map(|(o, d)| (*o, &d[..])).collect(),
             ..Default::default()
         };
         let r = self.dev.submit(self.arena.as_ref().expect("arena"), &job);
@@ -617,25 +623,24 @@ impl GpuSession {
         let Some(t) = &mut self.train else {
             return Ok(());
         };
-        let mut data: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut uploads: Vec<(usize, &[u32])> = Vec::new();
+        let mut zeros = Vec::new();
         for p in &mut t.params {
             let m = state.m.get(p.index).and_then(|m| m.as_ref());
             let v = state.v.get(p.index).and_then(|v| v.as_ref());
             p.has_state = m.is_some();
             for (at, buf) in [(p.m, m), (p.v, v)] {
-                if let Some(at) = at {
-                    let words = match buf {
-                        Some(b) if b.len() == p.n => b.iter().map(|x| x.to_bits()).collect(),
-                        _ => vec![0; p.n],
-                    };
-                    data.push((at, words));
+                match (at, buf) {
+                    // Safety: as in `words_of` (f32 and u32 share size, alignment and validity).
+                    (Some(at), Some(b)) if b.len() == p.n => uploads.push((at, unsafe {
+                        std::slice::from_raw_parts(b.as_ptr().cast::<u32>(), b.len())
+                    })),
+                    (Some(at), _) => zeros.push((at, p.n)),
+                    (None, _) => {}
                 }
             }
         }
-        let job = Submission {
-            uploads: data.iter().map(|(o, d)| (*o, d.as_slice())).collect(),
-            ..Default::default()
-        };
+        let job = Submission { zeros, uploads, ..Default::default() };
         let r = self.dev.submit(self.arena.as_ref().expect("arena"), &job);
         r.map(drop).map_err(err)
     }
@@ -649,7 +654,7 @@ impl GpuSession {
         step: Option<u64>,
         wanted: &[u32],
     ) -> Result<Vec<Tensor>, GpuError> {
-        let mut uploads: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut uploads: Vec<(usize, std::borrow::Cow<[u32]>)> = Vec::new();
         for (name, v) in &self.plan.inputs {
             let want = &self.plan.steps[*v as usize];
             let t = inputs
@@ -714,7 +719,8 @@ impl GpuSession {
             .collect();
         let arena = self.arena.as_ref().expect("arena");
         let job = Submission {
-            uploads: uploads.iter().map(|(o, d)| (*o, d.as_slice())).collect(),
+            zeros: Vec::new(),
+            uploads: uploads.iter().map(|(o, d)| (*o, &d[..])).collect(),
             levels,
             downloads,
         };
