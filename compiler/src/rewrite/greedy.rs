@@ -127,20 +127,8 @@ fn rule(g: &Graph, i: usize) -> Option<Rewrite> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Node;
-    use mgn_ir::DType;
-    use mgn_syntax::Span;
 
-    fn node(op: Op, inputs: Vec<u32>, shape: Vec<usize>) -> Node {
-        Node {
-            op,
-            inputs: inputs.into_iter().map(NodeId).collect(),
-            dtype: DType::F32,
-            shape,
-            span: Span::default(),
-            user_span: Span::default(),
-        }
-    }
+    use crate::rewrite::test_node as node;
 
     #[test]
     fn double_transpose_cancels_and_silu_fuses() {

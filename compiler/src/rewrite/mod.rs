@@ -54,3 +54,20 @@ pub fn rewrite(g: &mut Graph, engine: Rewrites) -> Result<(), String> {
         Rewrites::Egglog => Err("this build has no egglog engine (the `egglog` feature)".into()),
     }
 }
+
+/// An f32 node of `shape` for the engines' tests.
+#[cfg(test)]
+pub(crate) fn test_node(
+    op: crate::graph::Op,
+    inputs: Vec<u32>,
+    shape: Vec<usize>,
+) -> crate::graph::Node {
+    crate::graph::Node {
+        op,
+        inputs: inputs.into_iter().map(crate::graph::NodeId).collect(),
+        dtype: mgn_ir::DType::F32,
+        shape,
+        span: mgn_syntax::Span::default(),
+        user_span: mgn_syntax::Span::default(),
+    }
+}

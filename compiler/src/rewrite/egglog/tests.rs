@@ -1,18 +1,7 @@
 use super::*;
 use crate::graph::{BinaryOp, Node, NodeId, Op, UnaryOp};
-use mgn_ir::DType;
-use mgn_syntax::Span;
 
-fn node(op: Op, inputs: Vec<u32>, shape: Vec<usize>) -> Node {
-    Node {
-        op,
-        inputs: inputs.into_iter().map(NodeId).collect(),
-        dtype: DType::F32,
-        shape,
-        span: Span::default(),
-        user_span: Span::default(),
-    }
-}
+use crate::rewrite::test_node as node;
 
 fn graph(nodes: Vec<Node>, outputs: &[u32]) -> Graph {
     let outputs = outputs.iter().map(|&o| (format!("y{o}"), NodeId(o))).collect();
