@@ -390,6 +390,15 @@ fn binary_symbol(op: BinaryOp) -> &'static str {
     }
 }
 
+/// Element `i` of `inputs[k]` broadcast to `out`'s shape, as a fused program's leaf reads it;
+/// an error naming `what` when there is no such input.
+fn element_of(inputs: &[Operand], k: usize, out: &Operand, what: &str) -> Result<String, String> {
+    inputs
+        .get(k)
+        .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
+        .ok_or_else(|| format!("{what} {k} of {}", inputs.len()))
+}
+
 /// A fused element-wise chain (`rewrite::fuse`): one `let` per node, inputs broadcast to the
 /// output's shape, the last node stored.
 fn fused(
@@ -399,12 +408,7 @@ fn fused(
     width: u32,
 ) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
-    let leaf = |k: u32| {
-        inputs
-            .get(k as usize)
-            .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
-            .ok_or_else(|| format!("fused input {k} of {}", inputs.len()))
-    };
+    let leaf = |k: u32| element_of(inputs, k as usize, out, "fused input");
     let (lines, last, erf) = program_lines(program, leaf)?;
     let body = format!("{lines}{}", store(out, "i", &last));
     Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
@@ -429,14 +433,9 @@ fn split_sum(
     }
     let terms: Vec<String> =
         (0..splits).map(|s| load(partials, &format!("{}u + i", s * n))).collect();
-    let leaf = |k: u32| -> Result<String, String> {
-        match k {
-            0 => Ok("p".into()),
-            k => inputs
-                .get(k as usize)
-                .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
-                .ok_or_else(|| format!("split sum input {k} of {}", inputs.len())),
-        }
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        k => element_of(inputs, k as usize, out, "split sum input"),
     };
     let (lines, last, erf) = program_lines(program, leaf)?;
     let body = format!("let p = {};\n    {lines}{}", terms.join(" + "), store(out, "i", &last));
@@ -452,15 +451,10 @@ fn epilogue(
     width: u32,
     layout: matmul::Layout,
 ) -> Result<KernelSource, String> {
-    let extra = &inputs[2..];
-    let leaf = |k: u32| -> Result<String, String> {
-        match k {
-            0 => Ok("p".into()),
-            k => extra
-                .get(k as usize - 1)
-                .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
-                .ok_or_else(|| format!("epilogue input {k} of {}", extra.len() + 1)),
-        }
+    // Input(k) is the step's input k + 1: past a and b, the product is Input(0).
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        k => element_of(&inputs[1..], k as usize, out, "epilogue input"),
     };
     let (lines, last, erf) = program_lines(program, leaf)?;
     let epilogue = format!(
