@@ -2,12 +2,14 @@
 //! long attentions through their score matrix (`attention_matmul`), the others' statistics
 //! computed once (`attention_stats`), norm weight derivatives and cross-entropy losses split
 //! over rows (`norm_partials`, `loss_rows`), element-wise fusion (`fuse`), transposes folded
-//! into the products that read them (`transposes`), then products that would leave the GPU
-//! idle split along k (`split_k`). Each edits the [`Program`] by step id; positions are
+//! into the products that read them (`transposes`), weight derivatives over a batch made one
+//! product (`batch_grads`), then products that would leave the GPU idle split along k
+//! (`split_k`). Each edits the [`Program`] by step id; positions are
 //! assigned once, at the end. The CPU backend runs plans as compiled.
 
 mod attention_matmul;
 mod attention_stats;
+mod batch_grads;
 mod fuse;
 mod loss_rows;
 mod norm_partials;
@@ -48,6 +50,7 @@ pub fn for_gpu_with(plan: &Plan, options: &Options) -> GpuPlan {
     loss_rows::split_cross_entropy(&mut program);
     fuse::fuse_elementwise(&mut program);
     transposes::fold_transposes(&mut program);
+    batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     program.to_gpu_plan()
 }
