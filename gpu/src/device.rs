@@ -104,6 +104,23 @@ pub struct Submission<'a> {
     pub downloads: Vec<(usize, usize)>,
 }
 
+impl Submission<'_> {
+    /// Every zeroed, uploaded and downloaded range inside an arena of `words` words.
+    fn check(&self, words: usize) -> Result<(), String> {
+        let ranges = self.zeros.iter().map(|&(o, n)| ("zeroing", o, n));
+        let ranges = ranges.chain(self.uploads.iter().map(|&(o, d)| ("upload", o, d.len())));
+        let ranges = ranges.chain(self.downloads.iter().map(|&(o, n)| ("download", o, n)));
+        for (what, offset, len) in ranges {
+            if offset + len > words {
+                return Err(format!(
+                    "{what} of {len} words at {offset} runs past the arena ({words} words)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl GpuDevice {
     /// Opens the device `probe::choose` picks (hardware first, `MGN_DEVICE` to override).
     pub fn open() -> Result<GpuDevice, GpuError> {
@@ -228,31 +245,7 @@ impl GpuDevice {
 
     /// Records one submission (see `Submission`) and waits for it; returns the downloads.
     pub fn submit(&mut self, arena: &Arena, job: &Submission) -> Result<Vec<Vec<u32>>, String> {
-        for &(offset, data) in &job.uploads {
-            if offset + data.len() > arena.words {
-                return Err(format!(
-                    "upload of {} words at {offset} runs past the arena ({} words)",
-                    data.len(),
-                    arena.words
-                ));
-            }
-        }
-        for &(offset, len) in &job.downloads {
-            if offset + len > arena.words {
-                return Err(format!(
-                    "download of {len} words at {offset} runs past the arena ({} words)",
-                    arena.words
-                ));
-            }
-        }
-        for &(offset, len) in &job.zeros {
-            if offset + len > arena.words {
-                return Err(format!(
-                    "zeroing {len} words at {offset} runs past the arena ({} words)",
-                    arena.words
-                ));
-            }
-        }
+        job.check(arena.words)?;
         let up_words: usize = job.uploads.iter().map(|(_, d)| d.len()).sum();
         let down_words: usize = job.downloads.iter().map(|&(_, n)| n).sum();
         let up = self.staging(false, up_words);
