@@ -35,18 +35,10 @@ WARMUP=${WARMUP:-5}
 SAMPLES=${SAMPLES:-10}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 NAMES=("$@")
-if [ ${#NAMES[@]} -eq 0 ]; then NAMES=(smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny smolvla_expert minilm_l6); fi
-
-if [ ! -x "$MGNC" ]; then
-    echo "error: no mgnc at $MGNC (build it with \`cargo build --release -p mgnc --features egglog\` and copy it, or set MGNC)" >&2
-    exit 2
-fi
-for name in "${NAMES[@]}"; do
-    if [ ! -f "models/$name.mgn" ]; then
-        echo "error: no models/$name.mgn" >&2
-        exit 2
-    fi
-done
+# shellcheck source=bench/common.sh
+. bench/common.sh
+if [ ${#NAMES[@]} -eq 0 ]; then NAMES=("${WORKLOADS[@]}"); fi
+check_inputs "$MGNC" "cargo build --release -p mgnc --features egglog" "${NAMES[@]}"
 if [[ " $ENGINES " == *" egglog "* ]] && ! "$MGNC" build models/digits_mlp.mgn --rewrites egglog >/dev/null 2>&1; then
     "$MGNC" build models/digits_mlp.mgn --rewrites egglog >&2
     echo "error: $MGNC has no egglog engine; build it with \`cargo build --release -p mgnc --features egglog\`" >&2
@@ -54,16 +46,7 @@ if [[ " $ENGINES " == *" egglog "* ]] && ! "$MGNC" build models/digits_mlp.mgn -
 fi
 mkdir -p "$OUT"
 
-# The GPU machine's image has no Vulkan loader: unpack the .debs brought along in .gl/ (see
-# shared/design/GPU.md), and point the loader at NVIDIA's ICD when it is there.
-if [ "$BACKEND" != cpu ] && ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1 '; then
-    if ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        for f in .gl/*.deb; do dpkg -x "$f" /; done
-        ldconfig
-    fi
-fi
-NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$NV_ICD" ]; then export VK_DRIVER_FILES=$NV_ICD; fi
+if [ "$BACKEND" != cpu ]; then vulkan_loader; fi
 
 # SMALL=1: shapes that run in seconds on a CPU (compiler/tests/rewrites.rs's).
 small() {
@@ -77,18 +60,18 @@ small() {
     esac
 }
 
-# A model's --set arguments (SMALL's, then SET_<name>), one per word.
-sets_of() {
-    local var="SET_$1" kv
+# A model's --set arguments: SMALL's, then SET_<name>'s (`sets_of`).
+sets_with_small() {
+    local kv
     if [ "${SMALL:-0}" = 1 ]; then
         for kv in $(small "$1"); do printf -- '--set\n%s\n' "$kv"; done
     fi
-    for kv in ${!var:-}; do printf -- '--set\n%s\n' "$kv"; done
+    sets_of "$1"
 }
 
 start=$(date +%s)
 for name in "${NAMES[@]}"; do
-    mapfile -t sets < <(sets_of "$name")
+    mapfile -t sets < <(sets_with_small "$name")
     for engine in $ENGINES; do
         echo "=== $name --rewrites $engine ${sets[*]:-}" >&2
         base="$OUT/$name.$engine"

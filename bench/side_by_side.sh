@@ -37,37 +37,12 @@ WARMUP=${WARMUP:-5}
 SAMPLES=${SAMPLES:-20}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 NAMES=("$@")
-if [ ${#NAMES[@]} -eq 0 ]; then NAMES=(smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny smolvla_expert minilm_l6); fi
-
-if [ ! -x "$MGNC" ]; then
-    echo "error: no mgnc at $MGNC (build it with \`cargo build --release -p mgnc\` and copy it, or set MGNC)" >&2
-    exit 2
-fi
-for name in "${NAMES[@]}"; do
-    if [ ! -f "models/$name.mgn" ]; then
-        echo "error: no models/$name.mgn" >&2
-        exit 2
-    fi
-done
+# shellcheck source=bench/common.sh
+. bench/common.sh
+if [ ${#NAMES[@]} -eq 0 ]; then NAMES=("${WORKLOADS[@]}"); fi
+check_inputs "$MGNC" "cargo build --release -p mgnc" "${NAMES[@]}"
 mkdir -p "$OUT"
-
-# The GPU machine's image has no Vulkan loader: unpack the .debs brought along in .gl/ (see
-# shared/design/GPU.md), and point the loader at NVIDIA's ICD when it is there.
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1 '; then
-    if ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        for f in .gl/*.deb; do dpkg -x "$f" /; done
-        ldconfig
-    fi
-fi
-NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$NV_ICD" ]; then export VK_DRIVER_FILES=$NV_ICD; fi
-
-# A model's --set arguments (SET_<name>), one per word.
-sets_of() {
-    local var="SET_$1"
-    local kv
-    for kv in ${!var:-}; do printf -- '--set\n%s\n' "$kv"; done
-}
+vulkan_loader
 
 wants_compile() {
     local c
