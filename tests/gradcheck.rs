@@ -204,3 +204,44 @@ fn tiny_unet() {
         ],
     );
 }
+
+/// `stop_gradient` is the identity forward and blocks the backward: for
+/// `loss = Σ w·stop_gradient(w) + Σ x·v` the derivative is `w`, not the `2w` a finite
+/// difference sees, and `v`'s is `x` alone (the target built from `stop_gradient(v)` adds
+/// nothing). On the CPU and, where there is one, on the GPU.
+#[test]
+fn stop_gradient_passes_values_and_blocks_gradients() {
+    let plan = compile("tests/valid/stop_gradient.mgn", &[]);
+    let x = Tensor::f32(vec![5], vec![0.5, -1.0, 2.0, 0.25, -3.0]);
+    let mut session = Session::new(plan.clone(), 3);
+    let w = session.params[session.param_index("w").expect("w")].to_f64_vec();
+    let v = session.params[session.param_index("v").expect("v")].to_f64_vec();
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let grad = |name: &str| {
+            let (_, g) = out.grads.iter().find(|(n, _)| n == name).expect("a gradient");
+            g.to_f64_vec()
+        };
+        let loss = out.loss.as_ref().expect("a loss").to_f64_vec()[0];
+        let want: f64 = w.iter().map(|a| a * a).sum::<f64>()
+            + v.iter().zip(x.to_f64_vec()).map(|(a, b)| a * b).sum::<f64>();
+        assert!((loss - want).abs() < 1e-5, "{on}: loss {loss} vs {want}");
+        for (g, a) in grad("w").iter().zip(&w) {
+            assert!((g - a).abs() < 1e-6, "{on}: dw {g} vs w {a}");
+        }
+        for (g, a) in grad("v").iter().zip(x.to_f64_vec()) {
+            assert!((g - a).abs() < 1e-6, "{on}: dv {g} vs x {a}");
+        }
+        let gap = out.outputs.iter().find(|(n, _)| n == "gap").expect("gap").1.to_f64_vec();
+        for (g, a) in gap.iter().zip(&v) {
+            assert!((g - a).abs() < 1e-6, "{on}: gap {g} vs v {a}");
+        }
+    };
+    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}

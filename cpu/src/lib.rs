@@ -130,6 +130,7 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         Pow { exponent } => pointwise::pow(x[0], *exponent),
         Binary(b) => pointwise::binary(*b, x[0], x[1], shape),
         Cast => pointwise::cast(x[0], dtype),
+        StopGradient => Ok(x[0].data.clone()),
         MatMul => matmul::matmul(x[0], x[1], shape),
         Permute { perm } => movement::permute(x[0], perm, shape),
         Reshape => movement::reshape(x[0], shape),

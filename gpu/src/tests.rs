@@ -48,6 +48,7 @@ fn pointwise_ops_match_the_cpu() {
         check(Op::Unary(u), &[&[3, 7]], &[], &[3, 7], 1e-5);
         check(Op::UnaryGrad(u), &[&[3, 7], &[3, 7]], &[], &[3, 7], 1e-5);
     }
+    check(Op::StopGradient, &[&[3, 7]], &[], &[3, 7], 0.0);
     for u in [Log, Sqrt, Rsqrt] {
         check_shifted(Op::Unary(u), &[&[3, 7]], &[], &[3, 7], 1e-5, 2.0);
         check_shifted(Op::UnaryGrad(u), &[&[3, 7], &[3, 7]], &[], &[3, 7], 1e-5, 2.0);

@@ -161,6 +161,10 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
             take::<2>(x)?;
             Ok(None)
         }
+        StopGradient => {
+            let [a] = take(x)?;
+            same(*a)
+        }
         Unary(_) | Pow { .. } | Dropout { .. } | DropoutGrad { .. } => {
             let [a] = take(x)?;
             float(*a, "the operand")?;

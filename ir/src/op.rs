@@ -91,6 +91,9 @@ pub enum Op {
     /// Elementwise with NumPy broadcasting.
     Binary(BinaryOp),
     Cast,
+    /// The identity, through which autodiff sends no gradient: targets, teacher networks,
+    /// straight-through estimators.
+    StopGradient,
     /// Batched matrix product with broadcasting over leading axes (PyTorch `matmul` rules).
     MatMul,
     Permute {
@@ -302,6 +305,7 @@ impl Op {
             Op::Pow { exponent } => format!("pow {}", fmt_f64(*exponent)),
             Op::Binary(b) => format!("{b:?}").to_lowercase(),
             Op::Cast => "cast".into(),
+            Op::StopGradient => "stop_gradient".into(),
             Op::MatMul => "matmul".into(),
             Op::Permute { perm } => format!("permute {}", list(perm)),
             Op::Reshape => "reshape".into(),

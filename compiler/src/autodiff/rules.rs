@@ -16,7 +16,8 @@ impl Builder<'_> {
         let node = self.g.node(n).clone();
         let grads = match &node.op {
             Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange => Some(vec![]),
-            Op::ArgMax { .. } => Some(vec![]),
+            // No gradient flows through either (`stop_gradient` is the point of the op).
+            Op::ArgMax { .. } | Op::StopGradient => Some(vec![]),
             Op::Unary(_) | Op::Pow { .. } | Op::Binary(_) | Op::Cast | Op::MatMul => {
                 Some(self.pointwise(n, dy, &node))
             }

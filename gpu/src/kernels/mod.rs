@@ -359,7 +359,7 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
         }
         Op::Cast if out.dtype.is_float() => store(out, "i", &format!("f32({})", f(0, "i"))),
         Op::Cast => store(out, "i", &format!("i32({})", f(0, "i"))),
-        Op::Reshape => store(out, "i", &f(0, "i")),
+        Op::Reshape | Op::StopGradient => store(out, "i", &f(0, "i")),
         Op::BroadcastTo => store(out, "i", &f(0, &same(0))),
         Op::UnaryGrad(u) => store(out, "i", &unary_grad(*u, &f(0, "i"), &f(1, "i"))),
         Op::Permute { perm } => {

@@ -122,6 +122,8 @@ fn step_chosen_types_are_checked_against_the_inputs() {
     bad(Op::SumTo, &[(F, &[8, 3, 4])], (F, &[2, 4]), "does not broadcast");
     ok(Op::BroadcastTo, &[(F, &[])], (F, &[2, 2]));
     ok(Op::Cast, &[(F, &[3])], (I, &[3]));
+    ok(Op::StopGradient, &[(F, &[2, 3])], (F, &[2, 3]));
+    bad(Op::StopGradient, &[(F, &[2, 3])], (F, &[6]), "");
     ok(Op::Arange, &[], (I, &[5]));
     bad(Op::Arange, &[], (F, &[5]), "integer");
     ok(Op::SliceGrad { axis: 1, start: 2, end: 4 }, &[(F, &[3, 2])], (F, &[3, 6]));

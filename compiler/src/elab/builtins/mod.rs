@@ -67,6 +67,12 @@ static BUILTINS: &[Builtin] = &[
     b!("square", ["x"], "x * x", |e, a| unary(e, a, UnaryOp::Square)),
     b!("pow", ["x", "p"], "x raised to a constant power p", pow),
     b!("cast", ["x", "dtype"], "converts the element type", cast),
+    b!(
+        "stop_gradient",
+        ["x"],
+        "x itself, through which no gradient flows (PyTorch's `detach`)",
+        stop_gradient
+    ),
     b!("float", ["x"], "a compile-time number as a float", |e, a| Ok(Value::Float(
         a.number(e, "x")?
     ))),

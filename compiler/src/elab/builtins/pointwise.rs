@@ -56,6 +56,13 @@ pub(super) fn cast(ev: &mut Evaluator, a: &Args) -> R<Value> {
     node(ev, Op::Cast, vec![t], dtype, s, a.span)
 }
 
+pub(super) fn stop_gradient(ev: &mut Evaluator, a: &Args) -> R<Value> {
+    let (t, _) = float_tensor(ev, a, "x")?;
+    let (d, s) = ev.ty(t);
+    let s = s.to_vec();
+    node(ev, Op::StopGradient, vec![t], d, s, a.span)
+}
+
 pub(super) fn int_of(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let x = a.number(ev, "x")?;
     if !x.is_finite() || x.abs() > 9.0e18 {
