@@ -114,14 +114,23 @@ struct TrainedParam {
 /// copy: a model's parameters are hundreds of megabytes), f64 rounded to f32.
 fn words_of(t: &Tensor) -> std::borrow::Cow<'_, [u32]> {
     use std::borrow::Cow;
-    // Safety: f32, i32 and u32 have the same size and alignment, and every bit pattern is a
-    // valid u32; the words are read, never written, through this view.
-    let view = |p: *const u32, n: usize| unsafe { std::slice::from_raw_parts(p, n) };
     match &t.data {
-        Data::F32(v) => Cow::Borrowed(view(v.as_ptr().cast(), v.len())),
-        Data::I32(v) => Cow::Borrowed(view(v.as_ptr().cast(), v.len())),
+        Data::F32(v) => Cow::Borrowed(as_words(v)),
+        Data::I32(v) => Cow::Borrowed(as_words(v)),
         Data::F64(v) => Cow::Owned(v.iter().map(|&x| (x as f32).to_bits()).collect()),
     }
+}
+
+/// The 32-bit element types the arena holds as they are.
+trait Word: Copy {}
+impl Word for f32 {}
+impl Word for i32 {}
+
+/// 32-bit values seen as the words that hold them (no copy).
+fn as_words<T: Word>(v: &[T]) -> &[u32] {
+    // Safety: f32 and i32 have the size and alignment of u32, no padding, and every bit
+    // pattern is a valid u32; the words are read, never written, through this view.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u32>(), v.len()) }
 }
 
 fn tensor_of(words: Vec<u32>, dtype: mgn_ir::DType, shape: Vec<usize>) -> Tensor {
@@ -631,10 +640,7 @@ impl GpuSession {
             p.has_state = m.is_some();
             for (at, buf) in [(p.m, m), (p.v, v)] {
                 match (at, buf) {
-                    // Safety: as in `words_of` (f32 and u32 share size, alignment and validity).
-                    (Some(at), Some(b)) if b.len() == p.n => uploads.push((at, unsafe {
-                        std::slice::from_raw_parts(b.as_ptr().cast::<u32>(), b.len())
-                    })),
+                    (Some(at), Some(b)) if b.len() == p.n => uploads.push((at, as_words(b))),
                     (Some(at), _) => zeros.push((at, p.n)),
                     (None, _) => {}
                 }

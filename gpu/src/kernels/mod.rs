@@ -10,7 +10,7 @@ mod attention;
 mod conv;
 mod matmul;
 
-pub(crate) use matmul::split_depth;
+pub(crate) use matmul::{split_depth, SKINNY};
 mod norm;
 mod rows;
 mod select;
@@ -49,6 +49,11 @@ pub(super) fn need_inputs(op: &Op, inputs: &[Operand], k: usize) -> Result<(), S
         Ok(())
     }
 }
+
+/// About as many workgroups as it takes to fill a large GPU (two per SM of a 132-SM H200):
+/// below this, the generators (and `rewrite::split_k`) trade work per workgroup for more
+/// workgroups.
+pub(crate) const FILL: usize = 264;
 
 /// The first parameter-block word that carries operand offsets (words 0 and 1 hold dropout's
 /// mask key).

@@ -5,7 +5,7 @@
 //! Computing a row's statistics once per element instead (what these kernels replaced) costs
 //! O(row²) per row: 6·10¹¹ operations for SmolLM2's 49,152-way loss gradient.
 
-use super::{broadcast_index, load, store, strides, KernelSource, Operand};
+use super::{broadcast_index, load, store, strides, KernelSource, Operand, FILL};
 
 /// The workgroup skeleton: `red` (one f32 per invocation), `wg_sum` / `wg_max` (every invocation
 /// gets the combined value; call them in uniform control flow), and `r`, the row of this
@@ -295,9 +295,6 @@ impl Combine {
         }
     }
 }
-
-/// About as many workgroups as fill a large GPU (two per SM of a 132-SM H200).
-const FILL: usize = 264;
 
 /// Whether reducing `reduced` leaves `x` as `[count, n]` in memory: every reduced axis (of
 /// size above 1) before every kept one, as a bias's derivative sums over the rows before it.

@@ -8,13 +8,11 @@
 //! a GPU with 132 SMs. Split k ways, the same product has k times the workgroups, each walking
 //! 1/k of the depth; the partial products cost one more pass over a small output.
 
+use crate::kernels::{FILL, SKINNY};
 use crate::program::{Elem, GpuOp, Program, Step};
 use mgn_ir::op::Op;
 use mgn_ir::DType;
 
-/// About as many workgroups as fill a large GPU (two per SM of a 132-SM H200), as the matmul
-/// kernels count them.
-const FILL: usize = 264;
 /// Products with at least this many 64×64 tiles fill the GPU; from half as many, only a deep
 /// k (`DEEP`) still pays for splitting in two. Measured on the H200: Whisper's attention
 /// products (144 tiles, 1,500 deep) 145 → 95 µs split in two, its 384-deep projections (144
@@ -25,9 +23,6 @@ const DEEP: usize = 1024;
 /// than they win).
 const MIN_DEPTH: usize = 128;
 const MAX_SPLITS: usize = 16;
-/// Outputs with at most this many rows or columns take the skinny kernels, which split k over
-/// lanes already.
-const SKINNY: usize = 8;
 
 /// The product's (m, k, n, batch items) from its operands as stored and its output.
 fn geometry(a: &[usize], b: &[usize], out: &[usize], ta: bool, tb: bool) -> Option<[usize; 4]> {
@@ -43,6 +38,7 @@ fn geometry(a: &[usize], b: &[usize], out: &[usize], ta: bool, tb: bool) -> Opti
 
 /// How many k ranges the product gets: 1 when it fills the GPU already or is too shallow.
 pub(crate) fn splits_for([m, k, n, batches]: [usize; 4]) -> usize {
+    // The skinny kernels split k over lanes already.
     if m <= SKINNY || n <= SKINNY {
         return 1;
     }

@@ -113,7 +113,9 @@ fn find_labels(
         .iter()
         .find_map(|(n, s)| {
             let st = &plan.steps[*s as usize];
-            let fits = st.shape.len() == labels.shape.len() + 1
+            // Labels without a sample axis fit nothing (and would not slice).
+            let fits = !labels.shape.is_empty()
+                && st.shape.len() == labels.shape.len() + 1
                 && st.shape[1..st.shape.len() - 1] == labels.shape[1..];
             fits.then(|| (n.clone(), *st.shape.last().expect("a class axis")))
         })

@@ -21,15 +21,12 @@
 mod tests;
 mod tiled;
 
-use super::{load, store, strides, KernelSource, Operand};
+use super::{load, store, strides, KernelSource, Operand, FILL};
 use tiled::tiled;
 
-/// About as many workgroups as it takes to fill a large GPU (two per SM of a 132-SM H200):
-/// below this, the generators trade work per invocation for more workgroups.
-const FILL: u64 = 264;
 /// Products with at most this many rows (or columns) take a skinny kernel: a tile of 64 rows
 /// would waste most of its work.
-const SKINNY: usize = 8;
+pub(crate) const SKINNY: usize = 8;
 /// The k depth of one shared-memory stage of the tiled kernel: with 128×128 tiles both
 /// panels take 8.25 KiB, far inside the 16 KiB Vulkan guarantees.
 const BK: usize = 8;
@@ -419,10 +416,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     // One warp per row reads 128 contiguous bytes per load; more lanes per row (and fewer rows)
     // when the rows alone would leave the GPU idle, but no more lanes than k has elements.
     let mut lanes = width.min(32).min(pow2_at_least(k));
-    while lanes < width
-        && lanes < pow2_at_least(k)
-        && ((m.div_ceil(width / lanes) * batches) as u64) < FILL
-    {
+    while lanes < width && lanes < pow2_at_least(k) && m.div_ceil(width / lanes) * batches < FILL {
         lanes *= 2;
     }
     let rows = width / lanes;
@@ -488,10 +482,7 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     // Eight consecutive columns still use whole 32-byte sectors of B; fewer columns per
     // workgroup (more lanes splitting k) when the columns alone would leave the GPU idle.
     let mut cols = width;
-    while cols > 8
-        && ((n.div_ceil(cols) * batches) as u64) < FILL
-        && width / cols < pow2_at_least(k)
-    {
+    while cols > 8 && n.div_ceil(cols) * batches < FILL && width / cols < pow2_at_least(k) {
         cols /= 2;
     }
     let lanes = width / cols;

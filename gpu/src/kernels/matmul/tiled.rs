@@ -59,7 +59,7 @@ impl Tiling {
         let tx_n = 1usize << (width.trailing_zeros().div_ceil(2));
         let ty_n = width / tx_n;
         // 8×8 outputs per invocation when that still gives enough tiles, else 4×4.
-        let big = (m.div_ceil(ty_n * 8) * n.div_ceil(tx_n * 8) * g.batches()) as u64 >= FILL;
+        let big = (m.div_ceil(ty_n * 8) * n.div_ceil(tx_n * 8) * g.batches()) >= FILL;
         let (tm, tn) = if big { (8, 8) } else { (4, 4) };
         let (bm, bn) = (ty_n * tm, tx_n * tn);
         let tiles_n = n.div_ceil(bn);
