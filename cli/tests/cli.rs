@@ -136,6 +136,8 @@ fn build_stats_report_memory_and_validated_gpu_kernels() {
         s.contains("gpu: ") && s.contains(" distinct kernels, all generated and validated by naga"),
         "{s}"
     );
+    // The arena as the GPU runs the plan, after its own rewrites.
+    assert!(s.contains("values planned ") && s.contains(" as the GPU runs the plan"), "{s}");
 }
 
 /// `--rewrites` picks the engine: none keeps autodiff's transposes of transposes, which greedy

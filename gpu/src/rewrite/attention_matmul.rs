@@ -46,11 +46,16 @@ impl AttentionPath {
     /// The path `MGN_ATTENTION` asks for (`auto` when unset); an unknown value is an error
     /// naming the ones there are.
     pub fn from_env() -> Result<AttentionPath, String> {
-        match std::env::var("MGN_ATTENTION").as_deref() {
-            Err(_) | Ok("") | Ok("auto") => Ok(AttentionPath::Auto),
-            Ok("tiled") => Ok(AttentionPath::Tiled),
-            Ok("matmul") => Ok(AttentionPath::Matmul),
-            Ok(other) => {
+        AttentionPath::parse(std::env::var("MGN_ATTENTION").ok().as_deref())
+    }
+
+    /// The path a value of `MGN_ATTENTION` names (`None`: unset).
+    fn parse(value: Option<&str>) -> Result<AttentionPath, String> {
+        match value {
+            None | Some("") | Some("auto") => Ok(AttentionPath::Auto),
+            Some("tiled") => Ok(AttentionPath::Tiled),
+            Some("matmul") => Ok(AttentionPath::Matmul),
+            Some(other) => {
                 Err(format!("MGN_ATTENTION={other:?}: expected `auto`, `tiled` or `matmul`"))
             }
         }
@@ -248,4 +253,19 @@ fn score_grad(program: &mut Program, at: StepId, g: &mut Group, dy: StepId, scal
     let ds3 = view(program, at, ds, vec![bh, rows, d.tk]);
     g.ds.push((dy, ds3));
     ds3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AttentionPath;
+
+    #[test]
+    fn the_environment_names_a_path_or_gets_an_error_listing_them() {
+        assert_eq!(AttentionPath::parse(None), Ok(AttentionPath::Auto));
+        assert_eq!(AttentionPath::parse(Some("auto")), Ok(AttentionPath::Auto));
+        assert_eq!(AttentionPath::parse(Some("tiled")), Ok(AttentionPath::Tiled));
+        assert_eq!(AttentionPath::parse(Some("matmul")), Ok(AttentionPath::Matmul));
+        let e = AttentionPath::parse(Some("flash")).unwrap_err();
+        assert!(e.contains("\"flash\"") && e.contains("`tiled`"), "{e}");
+    }
 }
