@@ -233,6 +233,15 @@ def build_smollm2(cfg, gen, device, args):
 # ----------------------------------------------------------------------------------------------
 # Whisper-tiny encoder: transformers WhisperEncoder.
 
+def whisper_sinusoids(length, channels, max_timescale=10000):
+    # openai/whisper's `sinusoids` (whisper/model.py, also transformers' modeling_whisper.py),
+    # in f32 as there.
+    increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv = torch.exp(-increment * torch.arange(channels // 2))
+    t = torch.arange(length).view(-1, 1) * inv.view(1, -1)
+    return torch.cat([t.sin(), t.cos()], dim=1)
+
+
 def build_whisper(cfg, gen, device, args):
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
@@ -246,9 +255,11 @@ def build_whisper(cfg, gen, device, args):
         activation_function="gelu")
     config._attn_implementation = "eager"
     model = WhisperEncoder(config).to(device)
-    # Upstream freezes the position table; the reference checks its gradient too (the .mgn model
-    # trains it unless told `--freeze embed_positions`).
-    model.embed_positions.weight.requires_grad_(True)
+    # Upstream freezes the position table (the .mgn model declares it a buffer). Its sinusoids
+    # are set by transformers' weight init in some versions only: set them here, so the
+    # exported table is upstream's whatever the version.
+    with torch.no_grad():
+        model.embed_positions.weight.copy_(whisper_sinusoids(*model.embed_positions.weight.shape))
     inputs = {"input_features": randn(gen, (cfg["B"], cfg["n_mels"], cfg["frames"]), device)}
 
     def forward(m, x):

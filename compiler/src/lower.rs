@@ -2,11 +2,11 @@
 //! steps, and records each step's source location in the user's model.
 
 use crate::autodiff::{differentiate, GradOptions};
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{to_steps, Graph, NodeId};
 use crate::rewrite::{rewrite, Rewrites};
 use crate::source::SourceMap;
 use mgn_ir::optim::OptimizerSpec;
-use mgn_ir::plan::{Mode, ParamSpec, Plan, SourceLoc, Step};
+use mgn_ir::plan::{Mode, ParamSpec, Plan};
 use mgn_syntax::Diagnostic;
 
 /// What a plan computes.
@@ -60,7 +60,7 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
     }
     roots.extend(grads.iter().map(|(_, id)| id.0));
     let live = mgn_ir::analysis::needed(&g, roots);
-    let (steps, renumber) = number_steps(&g, &live, sources);
+    let (steps, renumber) = to_steps(&g, &live, sources);
     let map = |id: NodeId| renumber[id.0 as usize];
     let params = g
         .params
@@ -74,6 +74,7 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
             frozen: p.trainable
                 && !grads.iter().any(|(i, _)| g.params[*i].name == p.name)
                 && opts.grads,
+            persistent: p.persistent,
         })
         .collect();
     let live_inputs = g.inputs.iter().filter(|(_, id)| live[id.0 as usize]);
@@ -185,36 +186,10 @@ fn rewrite_failed(why: String) -> Diagnostic {
     )
 }
 
-/// The live nodes as steps, in order, each with its model line; and each node's step number
-/// (`u32::MAX` for dead nodes).
-fn number_steps(g: &Graph, live: &[bool], sources: &SourceMap) -> (Vec<Step>, Vec<u32>) {
-    let mut renumber = vec![u32::MAX; g.nodes.len()];
-    let mut steps = Vec::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        if !live[i] {
-            continue;
-        }
-        renumber[i] = steps.len() as u32;
-        let (file, line, column) = sources.location(n.user_span);
-        let mut op = n.op.clone();
-        // A dropout derivative names its forward step (whose mask it replays) by number.
-        if let Op::DropoutGrad { forward, .. } = &mut op {
-            *forward = renumber[*forward as usize];
-        }
-        steps.push(Step {
-            op,
-            inputs: n.inputs.iter().map(|x| renumber[x.0 as usize]).collect(),
-            dtype: n.dtype,
-            shape: n.shape.clone(),
-            loc: SourceLoc { file, line: line as u32, column: column as u32 },
-        });
-    }
-    (steps, renumber)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::Op;
     use crate::driver::{check_text, Models};
     use crate::source::Origin;
 

@@ -99,6 +99,7 @@ mod tests {
             init: InitSpec::Constant(1.0),
             trainable: true,
             frozen: false,
+            persistent: true,
         };
         let plan = Plan {
             params: vec![w],

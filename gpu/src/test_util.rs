@@ -147,6 +147,7 @@ pub fn time_op(
         init: InitSpec::Constant(0.0),
         trainable: false,
         frozen: false,
+        persistent: true,
     };
     let mut steps: Vec<Step> = (0..operands.len())
         .map(|k| step(Op::Param { index: k }, vec![], DType::F32, operands[k]))

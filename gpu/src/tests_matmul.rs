@@ -208,6 +208,7 @@ fn a_transposed_weight_is_read_in_place() {
             init: InitSpec::Constant(0.0),
             trainable: true,
             frozen: false,
+            persistent: true,
         };
         let plan = Plan {
             params: vec![w],

@@ -61,6 +61,19 @@ pub struct ParamSpec {
     /// Frozen parameters are trainable in kind but excluded from this plan's updates.
     #[serde(default)]
     pub frozen: bool,
+    /// `false` for `const` fields: computed from their `init` by every session, never saved in
+    /// or loaded from a checkpoint (PyTorch's non-persistent buffers).
+    #[serde(default = "persistent_by_default", skip_serializing_if = "is_true")]
+    pub persistent: bool,
+}
+
+fn persistent_by_default() -> bool {
+    true
+}
+
+/// Persistent tensors leave the field out, so plans without `const` fields keep their bytes.
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl ParamSpec {
@@ -213,8 +226,18 @@ fn corrupt(e: &serde_json::Error) -> String {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum InitSpec {
     Constant(f64),
-    Normal { mean: f64, std: f64 },
-    Uniform { low: f64, high: f64 },
+    Normal {
+        mean: f64,
+        std: f64,
+    },
+    Uniform {
+        low: f64,
+        high: f64,
+    },
+    /// A table computed from constants alone (sinusoids, position ids, masks): steps in the
+    /// plan's own form with no inputs or parameters, the last one the value. Sessions run it
+    /// on the host reference backend when they initialize the tensor.
+    Computed(Vec<Step>),
 }
 
 impl fmt::Display for InitSpec {
@@ -229,6 +252,10 @@ impl fmt::Display for InitSpec {
             InitSpec::Uniform { low, high } => {
                 write!(f, "uniform({}, {})", fmt_g(*low), fmt_g(*high))
             }
+            InitSpec::Computed(steps) => match steps.last() {
+                Some(last) => write!(f, "computed by {} steps ({})", steps.len(), last.loc),
+                None => write!(f, "computed by no steps"),
+            },
         }
     }
 }
@@ -268,6 +295,7 @@ mod tests {
                 init: InitSpec::Constant(1.0),
                 trainable: true,
                 frozen: false,
+                persistent: true,
             }],
             steps: vec![
                 step(Op::Input { name: "x".into() }, vec![], vec![2]),

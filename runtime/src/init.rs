@@ -45,9 +45,11 @@ fn unit(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// `n` values drawn from `init` (in f64), consuming the stream in a fixed order.
+/// `n` values drawn from `init` (in f64), consuming the stream in a fixed order. A computed
+/// init draws nothing: see [`compute`].
 pub fn sample(init: &InitSpec, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
     match *init {
+        InitSpec::Computed(_) => panic!("a computed init is not sampled; `compute` runs it"),
         InitSpec::Constant(v) => vec![v; n],
         InitSpec::Uniform { low, high } => (0..n).map(|_| low + (high - low) * unit(rng)).collect(),
         InitSpec::Normal { mean, std } => {
@@ -78,6 +80,11 @@ pub fn initialize(spec: &ParamSpec, seed: u64, index: usize) -> Tensor {
     let n = spec.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or_else(|| {
         panic!("parameter {index} `{}` has an impossible shape {:?}", spec.name, spec.shape)
     });
+    if let InitSpec::Computed(steps) = &spec.init {
+        return compute(steps).unwrap_or_else(|e| {
+            panic!("the init of parameter {index} `{}` cannot be computed: {e}", spec.name)
+        });
+    }
     let mut rng = param_rng(seed, &spec.name);
     let values = sample(&spec.init, n, &mut rng);
     let data = match spec.dtype {
@@ -91,6 +98,21 @@ pub fn initialize(spec: &ParamSpec, seed: u64, index: usize) -> Tensor {
         DType::I32 | DType::I64 => Data::I32(values.iter().map(|&v| v.round() as i32).collect()),
     };
     Tensor { dtype: spec.dtype, shape: spec.shape.clone(), data }
+}
+
+/// Runs a computed init's steps on the host reference backend; the last step is the value.
+/// The plan validator has typed every step (constants only, the last one of the tensor's
+/// type), so an error here is a backend bug, which the caller reports with the tensor's name.
+pub fn compute(steps: &[mgn_ir::plan::Step]) -> Result<Tensor, String> {
+    let mut values: Vec<Tensor> = Vec::with_capacity(steps.len());
+    for (i, s) in steps.iter().enumerate() {
+        let inputs: Vec<&Tensor> = s.inputs.iter().map(|&x| &values[x as usize]).collect();
+        let ctx = mgn_cpu::Ctx { training: false, seed: 0, node: i as u32 };
+        let t = mgn_cpu::eval(&s.op, &inputs, s.dtype, &s.shape, &ctx)
+            .map_err(|e| format!("step {i} (from {}): {e}", s.loc))?;
+        values.push(t);
+    }
+    values.pop().ok_or_else(|| "it has no steps".to_string())
 }
 
 /// Initial values of all of a plan's parameters.
@@ -110,6 +132,7 @@ mod tests {
             init,
             trainable: true,
             frozen: false,
+            persistent: true,
         }
     }
 

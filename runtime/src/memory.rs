@@ -174,6 +174,7 @@ mod tests {
             init: InitSpec::Constant(1.0),
             trainable: true,
             frozen: false,
+            persistent: true,
         };
         let steps = vec![
             step(Op::Input { name: "x".into() }, vec![], vec![100]),

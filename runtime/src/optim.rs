@@ -517,6 +517,7 @@ mod tests {
             init: InitSpec::Constant(0.0),
             trainable: true,
             frozen: false,
+            persistent: true,
         }
     }
 

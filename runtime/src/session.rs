@@ -525,8 +525,10 @@ impl Session {
         state.step = self.step;
         let optim = crate::optim::state_to_tensors(&state, &self.plan.params)
             .map_err(|e| RuntimeError::Failed(format!("{}: {e}", path.display())))?;
+        // `const` tensors are recomputed by every session, so a checkpoint leaves them out.
+        let persistent = self.plan.params.iter().zip(&self.params).filter(|(p, _)| p.persistent);
         let mut tensors: Vec<(String, &Tensor)> =
-            self.plan.params.iter().zip(&self.params).map(|(p, t)| (p.name.clone(), t)).collect();
+            persistent.map(|(p, t)| (p.name.clone(), t)).collect();
         tensors.extend(optim.iter().map(|(n, t)| (n.clone(), t)));
         let mut metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);
         metadata.extend_from_slice(extra);

@@ -120,10 +120,31 @@ pub struct FieldDef {
     pub span: Span,
 }
 
+/// What a tensor field is: trained, saved state, or a table every session recomputes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorKind {
+    /// `param`: trained, saved in checkpoints.
+    Param,
+    /// `buffer`: saved in and loaded from checkpoints, never trained.
+    Buffer,
+    /// `const`: computed from its `init` by every session; never trained, saved or loaded.
+    Const,
+}
+
+impl TensorKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            TensorKind::Param => "param",
+            TensorKind::Buffer => "buffer",
+            TensorKind::Const => "const",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum FieldInit {
-    /// `param f32[..] init e` (trainable) or `buffer f32[..] init e` (state, not trained).
-    Tensor { trainable: bool, ty: TensorType, init: Option<Expr> },
+    /// `param f32[..] init e`, `buffer f32[..] init e` or `const f32[..] init e`.
+    Tensor { kind: TensorKind, ty: TensorType, init: Option<Expr> },
     /// `repeat(n, i) Layer(...)`.
     Repeat { count: Expr, index: Option<Ident>, body: Expr },
     /// A sub-layer instantiation or any other expression.

@@ -324,12 +324,16 @@ impl Builder<'_> {
         let name = self.ident(inner.next().unwrap());
         let init_pair = inner.next().unwrap();
         let init = match init_pair.as_rule() {
-            Rule::param_init | Rule::buffer_init => {
-                let trainable = init_pair.as_rule() == Rule::param_init;
+            Rule::param_init | Rule::buffer_init | Rule::const_init => {
+                let kind = match init_pair.as_rule() {
+                    Rule::param_init => TensorKind::Param,
+                    Rule::buffer_init => TensorKind::Buffer,
+                    _ => TensorKind::Const,
+                };
                 let mut i = skip_kw(init_pair.into_inner());
                 let ty = self.tensor_type(i.next().unwrap());
                 let init = i.next().map(|c| self.expr(skip_kw(c.into_inner()).next().unwrap()));
-                FieldInit::Tensor { trainable, ty, init }
+                FieldInit::Tensor { kind, ty, init }
             }
             Rule::repeat_init => {
                 let mut i = skip_kw(init_pair.into_inner());

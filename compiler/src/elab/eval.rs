@@ -11,6 +11,7 @@
 //! binding, `pattern` types and shape patterns, `layer` layer instances and their fields.
 
 mod call;
+mod computed;
 pub(crate) use call::bind_args;
 mod expr;
 mod layer;

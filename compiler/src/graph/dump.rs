@@ -58,7 +58,7 @@ pub fn dump(g: &Graph, sources: &SourceMap) -> String {
             format!("{:?}", p.shape),
             p.dtype.name(),
             thousands(p.numel()),
-            if p.trainable { "param" } else { "buffer" },
+            p.kind(),
             p.init
         );
     }

@@ -3,6 +3,7 @@
 //! and the model's inputs, outputs and loss. Every node keeps the source span it came from.
 
 pub mod dump;
+mod steps;
 
 use mgn_ir::DType;
 use mgn_syntax::Span;
@@ -19,6 +20,7 @@ impl fmt::Display for NodeId {
 
 pub use mgn_ir::op::{fmt_f64, BinaryOp, GradPart, Op, PoolOp, ReduceOp, UnaryOp};
 pub use mgn_ir::plan::InitSpec;
+pub use steps::to_steps;
 
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -39,8 +41,10 @@ pub struct ParamInfo {
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub init: InitSpec,
-    /// `param` fields are trained; `buffer` fields are state (saved, not trained).
+    /// `param` fields are trained; `buffer` and `const` fields are not.
     pub trainable: bool,
+    /// `const` fields are not: every session computes them from `init`.
+    pub persistent: bool,
     pub node: NodeId,
     pub span: Span,
 }
@@ -48,6 +52,15 @@ pub struct ParamInfo {
 impl ParamInfo {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// The field's keyword: `param`, `buffer` or `const`.
+    pub fn kind(&self) -> &'static str {
+        match (self.trainable, self.persistent) {
+            (true, _) => "param",
+            (false, true) => "buffer",
+            (false, false) => "const",
+        }
     }
 }
 

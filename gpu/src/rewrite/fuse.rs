@@ -372,6 +372,7 @@ mod tests {
                     init: InitSpec::Constant(0.0),
                     trainable: true,
                     frozen: false,
+                    persistent: true,
                 }],
                 steps,
                 inputs: vec![("a".into(), 0), ("bias".into(), 4), ("res".into(), 7)],

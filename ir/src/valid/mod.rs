@@ -8,14 +8,15 @@
 //!   deserializing one fails, and [`crate::infer`] refuses any that reach it);
 //! - types every step by its op's rule ([`crate::infer::check`]): input counts, dtypes and
 //!   shapes agree, parameters have their declared type, every gradient has its parameter's;
-//! - has no tensor over 2^40 elements.
+//! - has no tensor over 2^40 elements;
+//! - computes each computed init from constants alone, ending in the tensor's own type.
 //!
 //! Validation is linear in the plan's size; the compiler runs it on every plan it builds,
 //! `Plan::from_bytes` on every plan it reads, and `GpuSession::new` on hand-built ones.
 
 use crate::infer::{check, Ty};
 use crate::op::Op;
-use crate::plan::Plan;
+use crate::plan::{InitSpec, ParamSpec, Plan, Step};
 use crate::shape::checked_numel;
 
 /// The largest tensor a plan may hold, in elements.
@@ -25,6 +26,11 @@ pub const MAX_ELEMENTS: usize = 1 << 40;
 pub fn validate(plan: &Plan) -> Result<(), String> {
     for i in 0..plan.steps.len() {
         step(plan, i)?;
+    }
+    for p in &plan.params {
+        if let InitSpec::Computed(steps) = &p.init {
+            computed_init(p, steps).map_err(|e| format!("the init of `{}`: {e}", p.name))?;
+        }
     }
     inputs(plan)?;
     results(plan)
@@ -70,6 +76,37 @@ fn step(plan: &Plan, i: usize) -> Result<(), String> {
         .map(|&x| (plan.steps[x as usize].dtype, &plan.steps[x as usize].shape[..]))
         .collect();
     check(&s.op, &types, (s.dtype, &s.shape)).map_err(|e| format!("{}: {e}", at()))
+}
+
+/// A computed init: typed steps that read only earlier steps, no inputs, parameters or random
+/// numbers, the last of which has the tensor's type.
+fn computed_init(p: &ParamSpec, steps: &[Step]) -> Result<(), String> {
+    for (i, s) in steps.iter().enumerate() {
+        let at = || format!("step {i} (`{}`, from {})", s.op.describe(), s.loc);
+        if let Some(&bad) = s.inputs.iter().find(|&&x| x as usize >= i) {
+            return Err(format!("{} reads value {bad}, which is not computed before it", at()));
+        }
+        if checked_numel(&s.shape).is_none_or(|n| n > MAX_ELEMENTS) {
+            return Err(format!("{} has an impossible shape {:?}", at(), s.shape));
+        }
+        if matches!(s.op, Op::Input { .. } | Op::Param { .. } | Op::Dropout { .. }) {
+            return Err(format!("{} is not a constant", at()));
+        }
+        let types: Vec<Ty> = s
+            .inputs
+            .iter()
+            .map(|&x| (steps[x as usize].dtype, &steps[x as usize].shape[..]))
+            .collect();
+        check(&s.op, &types, (s.dtype, &s.shape)).map_err(|e| format!("{}: {e}", at()))?;
+    }
+    match steps.last() {
+        None => Err("it has no steps".into()),
+        Some(s) if s.dtype != p.dtype || s.shape != p.shape => Err(format!(
+            "it computes {}{:?}, but the tensor is {}{:?}",
+            s.dtype, s.shape, p.dtype, p.shape
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 /// Every input step is named in the plan's input list (sessions look its value up there), and

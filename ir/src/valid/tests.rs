@@ -22,6 +22,7 @@ fn plan() -> Plan {
         init: InitSpec::Constant(1.0),
         trainable: true,
         frozen: false,
+        persistent: true,
     };
     Plan {
         params: vec![w],
@@ -118,4 +119,57 @@ fn plan_files_with_unknown_ops_or_bad_types_are_refused_when_read() {
     let mistyped = good.replacen("\"shape\":[2,4]", "\"shape\":[2,5]", 1);
     let e = file(&mistyped);
     assert!(e.contains("edited.mgnplan: invalid plan: step 0") || e.contains("step 2"), "{e}");
+}
+
+/// `sin(cast(arange(4)))`: a computed init of `w`'s type f32[4].
+fn computed() -> Vec<Step> {
+    let step = |op, inputs: Vec<u32>, dtype, shape: Vec<usize>| Step {
+        op,
+        inputs,
+        dtype,
+        shape,
+        loc: SourceLoc { file: "m.mgn".into(), line: 2, column: 9 },
+    };
+    vec![
+        step(Op::Arange, vec![], DType::I32, vec![4]),
+        step(Op::Cast, vec![0], DType::F32, vec![4]),
+        step(Op::Unary(UnaryOp::Sin), vec![1], DType::F32, vec![4]),
+    ]
+}
+
+#[test]
+fn computed_inits_are_typed_constants_of_the_tensors_type() {
+    let mut good = plan();
+    good.params[0].init = InitSpec::Computed(computed());
+    good.validate().expect("valid");
+    type Edit = fn(&mut Vec<Step>);
+    let rows: &[(Edit, &str)] = &[
+        (|s| s.clear(), "the init of `w`: it has no steps"),
+        (|s| s[2].inputs = vec![2], "not computed before it"),
+        (|s| s[0].op = Op::Input { name: "x".into() }, "step 0 (`input x`"),
+        (|s| s[0].op = Op::Param { index: 0 }, "is not a constant"),
+        (|s| s[2].shape = vec![5], "step 2 (`sin`, from m.mgn:2:9)"),
+        (|s| s.truncate(1), "it computes i32[4], but the tensor is f32[4]"),
+        (|s| s[0].shape = vec![1 << 30, 1 << 30], "impossible shape"),
+    ];
+    for (k, (edit, words)) in rows.iter().enumerate() {
+        let mut steps = computed();
+        edit(&mut steps);
+        let mut p = plan();
+        p.params[0].init = InitSpec::Computed(steps);
+        let e = p.validate().expect_err(&format!("row {k} must be refused"));
+        assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
+    }
+}
+
+#[test]
+fn only_const_tensors_say_they_are_not_persistent() {
+    let mut p = plan();
+    let json = String::from_utf8(p.to_bytes()[12..].to_vec()).expect("JSON");
+    assert!(!json.contains("persistent"), "persistent tensors keep the old format: {json}");
+    p.params[0].persistent = false;
+    p.params[0].trainable = false;
+    p.grads.clear();
+    let back = Plan::from_bytes(&p.to_bytes(), "p.mgnplan").expect("reads back");
+    assert!(!back.params[0].persistent);
 }

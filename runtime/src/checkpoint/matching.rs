@@ -171,6 +171,11 @@ pub fn match_params(
     let mut used = HashSet::new();
     for p in params {
         let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+        if !p.persistent {
+            // A `const` is computed by the session; a tensor of its name is not loaded.
+            out.push(None);
+            continue;
+        }
         let Some(t) = ckpt.get(&p.name) else {
             report.missing.push((p.name.clone(), expected));
             out.push(None);
@@ -246,6 +251,7 @@ mod tests {
             init: InitSpec::Constant(0.0),
             trainable: true,
             frozen: false,
+            persistent: true,
         }
     }
 
@@ -277,6 +283,22 @@ mod tests {
         assert_eq!(report.loaded.len(), 3);
         assert_eq!(vals[1].as_ref().unwrap().to_f64_vec(), vec![5.0, 6.0]);
         assert_eq!(vals[2].as_ref().unwrap().dtype, DType::I64);
+    }
+
+    #[test]
+    fn a_const_is_neither_required_nor_loaded() {
+        let mut table = param("pos.table", DType::F32, &[2]);
+        (table.trainable, table.persistent) = (false, false);
+        let params = vec![param("fc.bias", DType::F32, &[2]), table];
+        let bias = ("fc.bias".to_string(), Tensor::f32(vec![2], vec![5.0, 6.0]));
+        // Without it: nothing is missing, the session computes it.
+        let (vals, report) =
+            match_params(&ckpt(vec![bias.clone()]), &params, MatchMode::Strict).unwrap();
+        assert!(report.is_clean() && vals[1].is_none(), "{report}");
+        // With a tensor of its name: that tensor is not the model's, as in PyTorch.
+        let stale = ("pos.table".to_string(), Tensor::f32(vec![2], vec![7.0, 8.0]));
+        let e = match_params(&ckpt(vec![bias, stale]), &params, MatchMode::Strict).unwrap_err();
+        assert!(e.to_string().contains("pos.table"), "{e}");
     }
 
     fn messy() -> (Vec<ParamSpec>, Checkpoint) {

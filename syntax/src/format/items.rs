@@ -265,9 +265,8 @@ impl Fmt<'_> {
 
     pub(super) fn field(&self, f: &FieldDef, indent: usize) -> Vec<String> {
         let head = match &f.init {
-            FieldInit::Tensor { trainable, ty, .. } => {
-                let kw = if *trainable { "param" } else { "buffer" };
-                format!("{} = {kw} {}", f.name.name, self.tensor(ty, indent))
+            FieldInit::Tensor { kind, ty, .. } => {
+                format!("{} = {} {}", f.name.name, kind.keyword(), self.tensor(ty, indent))
             }
             FieldInit::Repeat { count, index, body } => {
                 let index = index.as_ref().map(|i| format!(", {}", i.name)).unwrap_or_default();

@@ -313,6 +313,7 @@ fn rule_name(r: Rule) -> Option<&'static str> {
         Rule::field_cond => "`if`",
         Rule::param_init | Rule::kw_param => "`param`",
         Rule::buffer_init | Rule::kw_buffer => "`buffer`",
+        Rule::const_init => "`const`",
         Rule::init_clause | Rule::kw_init => "`init`",
         Rule::repeat_init | Rule::kw_repeat => "`repeat`",
         Rule::kw_else => "`else`",

@@ -204,7 +204,7 @@ pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
     for name in ["running_mean", "running_var"] {
         let (r, rs) = a.tensor(ev, name)?;
         vector_of(ev, a, name, c, d, &why)?;
-        let is_buffer = ev.graph.param_of(r).is_some_and(|p| !p.trainable);
+        let is_buffer = ev.graph.param_of(r).is_some_and(|p| p.kind() == "buffer");
         if !is_buffer {
             let msg = format!("`{name}` of `batch_norm` must be a `buffer` field");
             let mut dg = Diagnostic::error("E0203", msg, rs, "not a buffer").with_help(
@@ -212,7 +212,9 @@ pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
                  statistics are state, not trained",
             );
             if let Some(p) = ev.graph.param_of(r) {
-                dg = dg.with_label(p.span, "declared as a trainable `param` here");
+                let what =
+                    if p.trainable { "a trainable `param`" } else { "a `const` (never saved)" };
+                dg = dg.with_label(p.span, format!("declared as {what} here"));
             }
             return Err(dg);
         }

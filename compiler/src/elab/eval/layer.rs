@@ -90,8 +90,8 @@ impl<'p> Evaluator<'p> {
         let full =
             if path.is_empty() { f.name.name.clone() } else { format!("{path}.{}", f.name.name) };
         match &f.init {
-            FieldInit::Tensor { trainable, ty, init } => {
-                self.tensor_field(f, *trainable, ty, init.as_ref(), full)
+            FieldInit::Tensor { kind, ty, init } => {
+                self.tensor_field(f, *kind, ty, init.as_ref(), full)
             }
             FieldInit::Repeat { count, index, body } => {
                 self.repeat_field(count, index.as_ref(), body, &full)
@@ -108,11 +108,12 @@ impl<'p> Evaluator<'p> {
         }
     }
 
-    /// `name = param f32[..] init e` or `buffer ...`: a `Param` node named by the field path.
+    /// `name = param f32[..] init e`, `buffer ...` or `const ...`: a `Param` node named by the
+    /// field path.
     fn tensor_field(
         &mut self,
         f: &FieldDef,
-        trainable: bool,
+        kind: TensorKind,
         ty: &TensorType,
         init: Option<&Expr>,
         full: String,
@@ -122,15 +123,19 @@ impl<'p> Evaluator<'p> {
             None => InitSpec::Constant(0.0),
             Some(e) => {
                 let v = self.eval(e)?;
-                match self.as_init(v, e.span)? {
-                    Value::Init(i) => i,
-                    _ => unreachable!("as_init returns an Init"),
+                match v {
+                    Value::Tensor(node) => self.computed_init(node, (dtype, &shape), ty, e)?,
+                    v => match self.as_init(v, e.span)? {
+                        Value::Init(i) => i,
+                        _ => unreachable!("as_init returns an Init"),
+                    },
                 }
             }
         };
         let index = self.graph.params.len();
         let node = self.add(Op::Param { index }, Vec::new(), dtype, shape.clone(), f.span)?;
-        let kind = if trainable { "param" } else { "buffer" };
+        let (trainable, persistent) = (kind == TensorKind::Param, kind != TensorKind::Const);
+        let kind = kind.keyword();
         self.facts.push(Fact {
             span: f.name.span,
             kind: FactKind::Param,
@@ -146,6 +151,7 @@ impl<'p> Evaluator<'p> {
             shape,
             init,
             trainable,
+            persistent,
             node,
             span: f.span,
         });
