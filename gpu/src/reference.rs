@@ -44,6 +44,7 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             norm_weight_grad_partial(x[0], x[1], *eps, *center, *chunk, shape, ctx)
         }
         GpuOp::CrossEntropyRows => cross_entropy_rows(x[0], x[1], shape, ctx),
+        GpuOp::ConvSplit { conv, splits } => split_convs(conv, [x[0], x[1]], *splits, shape, ctx),
         GpuOp::Fused { program } => run_program(program, x, dtype, shape, ctx),
         GpuOp::MatMulT { ta, tb, alpha, splits } => {
             split_products(x, (*ta, *tb, *alpha), *splits, shape, ctx)
@@ -175,6 +176,44 @@ fn product(
     }
     let scaled = product.to_f64_vec().iter().map(|&v| v as f32 * alpha as f32).collect();
     Tensor::f32(shape.to_vec(), scaled)
+}
+
+/// A `ConvSplit`'s output: the convolution over each range of its reduction
+/// (`kernels::conv::split_depth` deep), one after another — each the whole convolution of an
+/// operand zeroed outside the range: the second, the weight for the forward and the input
+/// gradient (its elements by input channel × tap, or output channel × tap), dy for the weight
+/// gradient (by sample × output position).
+fn split_convs(conv: &Op, x: [&Tensor; 2], splits: usize, shape: &[usize], ctx: &Ctx) -> Tensor {
+    let (first, w) = (x[0], x[1]);
+    // Which operand is cut, and each of its elements' index along the reduction.
+    let (k, index): (usize, Box<dyn Fn(usize) -> usize>) = match conv {
+        Op::Conv { .. } => {
+            let row: usize = w.shape[1..].iter().product();
+            (row, Box::new(move |i| i % row))
+        }
+        Op::ConvGradInput { groups, .. } => {
+            let (cout_g, kk) = (w.shape[0] / groups, w.shape[2..].iter().product::<usize>());
+            let per_co = w.shape[1] * kk;
+            (cout_g * kk, Box::new(move |i| ((i / per_co) % cout_g) * kk + i % kk))
+        }
+        _ => {
+            let (c, l) = (w.shape[1], w.shape[2..].iter().product::<usize>());
+            (w.shape[0] * l, Box::new(move |i| (i / (c * l)) * l + i % l))
+        }
+    };
+    let depth = crate::kernels::conv::split_depth(k, splits);
+    let values = w.to_f64_vec();
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for s in 0..splits {
+        let range = (s * depth).min(k)..((s + 1) * depth).min(k);
+        let masked: Vec<f32> = (0..values.len())
+            .map(|i| if range.contains(&index(i)) { values[i] as f32 } else { 0.0 })
+            .collect();
+        let masked = Tensor::f32(w.shape.clone(), masked);
+        let part = cpu(conv, &[first, &masked], DType::F32, &shape[1..], ctx);
+        out.extend(part.to_f64_vec().iter().map(|&v| v as f32));
+    }
+    Tensor::f32(shape.to_vec(), out)
 }
 
 /// A `MatMulT`'s output: the whole product, or (`splits > 1`) the products of its k ranges

@@ -132,7 +132,9 @@ pub fn check_on_both<O: Clone + Into<GpuOp>>(
 /// real GPU with `--ignored --nocapture`; never an assertion): every operand is a parameter of
 /// the given shape, so a run moves nothing between host and device, and one submission holds
 /// `repeat` independent copies of the op. The median of 5 runs after one warm-up, with the
-/// device's name; None (and a note) when the plan cannot run here.
+/// device's name; None (and a note) when the plan cannot run here. Under `MGN_PROFILE=1` the
+/// time is one copy's latency instead: the GPU time of its dispatches, each in a pass of its
+/// own (as a step alone at its level of a plan runs), from timestamps.
 pub fn time_op(
     op: &Op,
     operands: &[&[usize]],
@@ -175,8 +177,23 @@ pub fn time_op(
             return None;
         }
     };
+    let latency = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
     let mut runs = Vec::new();
     for run in 0..6 {
+        if latency {
+            match gpu.profile(&[], 0) {
+                Ok(p) if run > 0 => runs.push(
+                    p.dispatches.iter().map(|d| d.time.as_secs_f64()).sum::<f64>()
+                        / repeat.max(1) as f64,
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("cannot time `{}`: {e}", op.describe());
+                    return None;
+                }
+            }
+            continue;
+        }
         let t = std::time::Instant::now();
         if let Err(e) = gpu.run_resident(&[], 0) {
             eprintln!("cannot time `{}`: {e}", op.describe());

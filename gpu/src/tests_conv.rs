@@ -258,3 +258,118 @@ fn upsampling_and_its_derivative_match_the_cpu() {
         check(Op::UpsampleGrad { scale }, &[input(&y, 11)], &x, 1e-6);
     }
 }
+
+/// Convolutions split across workgroups along their reduction (`GpuOp::ConvSplit`): each
+/// range's partial result against the CPU's convolution of an operand zeroed outside the range
+/// — the forward (input channels × taps), the input gradient (output channels × taps, stride 1
+/// and a strided dilated one) and the weight gradient (samples × positions), with groups,
+/// padding and dilation away from their defaults, ranges with a tail, and more ranges than the
+/// reduction fills (the last ones zero).
+#[test]
+fn split_convolution_ranges_match_the_cpu() {
+    use crate::program::GpuOp;
+    use mgn_ir::shape::conv::{Conv, Geometry};
+    let (x, w) = ([2usize, 8, 9, 8], [16usize, 4, 5, 4]);
+    for (stride, padding, dilation) in
+        [(vec![1, 1], vec![2, 1], vec![1, 2]), (vec![2, 1], vec![2, 1], vec![2, 1])]
+    {
+        let geo = Geometry::new(&stride, &padding, &dilation, 2).expect("geometry");
+        let y = Conv::new(&x, &w, &geo).expect("fits").out_shape();
+        let (xt, wt, yt) = (input(&x, 1), input(&w, 2), input(&y, 3));
+        let (s, p, d) = (stride.clone(), padding.clone(), dilation.clone());
+        let forward = Op::Conv { stride: s, padding: p, dilation: d, groups: 2, has_bias: false };
+        let (s, p, d) = (stride.clone(), padding.clone(), dilation.clone());
+        let grad_input = Op::ConvGradInput { stride: s, padding: p, dilation: d, groups: 2 };
+        let grad_weight = Op::ConvGradWeight { stride, padding, dilation, groups: 2 };
+        let cases = [
+            (forward, [xt.clone(), wt.clone()], &y),
+            (grad_input, [yt.clone(), wt.clone()], &x.to_vec()),
+            (grad_weight, [xt.clone(), yt.clone()], &w.to_vec()),
+        ];
+        for (conv, given, out) in cases {
+            for splits in [2, 3, 5] {
+                let op = GpuOp::ConvSplit { conv: conv.clone(), splits };
+                let shape: Vec<usize> = [&[splits][..], out].concat();
+                check_on_both(&op, &given, DType::F32, &shape, 1e-4);
+            }
+        }
+    }
+}
+
+/// A convolution with few output tiles and its derivatives, as the GPU plan splits them
+/// (`rewrite::split_k`: the weight gradient 8 × 27 over 4,096, the forward and the input
+/// gradient 256 × 36 over 1,152 and 72 × 36 over 2,304), against the plan as compiled.
+#[test]
+fn split_convolutions_in_a_plan_match_the_plan_as_compiled() {
+    use crate::program::GpuOp;
+    use crate::rewrite::{for_gpu_with, Options};
+    use crate::test_util::{open, run_on_cpu_plan, step};
+    use mgn_ir::plan::{Mode, Plan};
+    let f = DType::F32;
+    let grad = Op::ConvGradWeight {
+        stride: vec![1, 1],
+        padding: vec![1, 1],
+        dilation: vec![1, 1],
+        groups: 1,
+    };
+    let same = |conv: fn(Vec<usize>, Vec<usize>, Vec<usize>) -> Op| {
+        conv(vec![1, 1], vec![1, 1], vec![1, 1])
+    };
+    let forward = same(|stride, padding, dilation| Op::Conv {
+        stride,
+        padding,
+        dilation,
+        groups: 1,
+        has_bias: false,
+    });
+    let grad_input = same(|stride, padding, dilation| Op::ConvGradInput {
+        stride,
+        padding,
+        dilation,
+        groups: 1,
+    });
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], f, &[4, 3, 32, 32]),
+        step(Op::Input { name: "dy".into() }, vec![], f, &[4, 8, 32, 32]),
+        step(grad, vec![0, 1], f, &[8, 3, 3, 3]),
+        step(Op::Input { name: "a".into() }, vec![], f, &[1, 128, 6, 6]),
+        step(Op::Input { name: "w".into() }, vec![], f, &[256, 128, 3, 3]),
+        step(forward, vec![3, 4], f, &[1, 256, 6, 6]),
+        step(Op::Input { name: "w2".into() }, vec![], f, &[256, 72, 3, 3]),
+        step(grad_input, vec![5, 6], f, &[1, 72, 6, 6]),
+    ];
+    let names = ["x", "dy", "", "a", "w", "", "w2"];
+    let inputs = names.iter().enumerate().filter(|(_, n)| !n.is_empty());
+    let inputs = inputs.map(|(k, n)| (n.to_string(), k as u32)).collect();
+    let outputs = vec![("dw".into(), 2), ("y".into(), 5), ("dx".into(), 7)];
+    let plan = Plan::of_steps(Mode::Train, steps, inputs, outputs);
+    let gpu_plan = for_gpu_with(&plan, &Options::default());
+    let splits: Vec<String> = gpu_plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s.op, GpuOp::ConvSplit { .. }))
+        .map(|s| s.op.describe())
+        .collect();
+    assert_eq!(splits.len(), 3, "{splits:?}");
+    let shapes = [
+        &[4, 3, 32, 32][..],
+        &[4, 8, 32, 32],
+        &[1, 128, 6, 6],
+        &[256, 128, 3, 3],
+        &[256, 72, 3, 3],
+    ];
+    let tensors: Vec<Tensor> =
+        shapes.iter().enumerate().map(|(k, s)| input(s, 4 + k as u32)).collect();
+    let given: Vec<(&str, &Tensor)> =
+        ["x", "dy", "a", "w", "w2"].into_iter().zip(&tensors).collect();
+    let want = run_on_cpu_plan(&plan, &[], &given).outputs;
+    let Some(mut gpu) = open(plan, &[]) else { return };
+    let got = gpu.run(&given, 0).expect("runs").outputs;
+    for ((name, g), (_, w)) in got.iter().zip(&want) {
+        for (i, (a, b)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+            // Sums of up to 4,096 products of numbers in [-1, 1) in f32, in another order:
+            // rounding of order K · 2⁻²⁴ · |term|, some 1e-4 here.
+            assert!((a - b).abs() <= 5e-4 * (1.0 + b.abs()), "{name}[{i}]: {a} vs {b}");
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! reductions), `norm` (and dropout), `select` (gather/scatter, slices, RoPE).
 
 mod attention;
-mod conv;
+pub(crate) mod conv;
 mod matmul;
 
 pub(crate) use matmul::{split_depth, SKINNY};
@@ -269,6 +269,7 @@ pub fn generate(
             norm::weight_grad_partial(&inputs[0], &inputs[1], *eps, *center, *chunk, out, w)
         }
         GpuOp::CrossEntropyRows => rows::cross_entropy_rows(inputs, out, width),
+        GpuOp::ConvSplit { conv, splits } => conv::split(conv, *splits, inputs, out, width),
         GpuOp::Fused { program } => fused(program, inputs, out, width),
         GpuOp::MatMulEpilogue { program, ta, tb } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, ..matmul::Layout::PLAIN };

@@ -28,6 +28,13 @@ pub enum GpuOp {
     /// (`Σ dy·x̂`, the last chunk possibly shorter); the chunks' sum is the derivative. Made by
     /// `rewrite::norm_partials`.
     NormWeightGradPartial { eps: f64, center: bool, chunk: usize },
+    /// The convolution `conv` (`Op::Conv` without bias, `Op::ConvGradInput` of a stride 1
+    /// or dilated convolution, `Op::ConvGradWeight`; its inputs) over each of `splits` ranges
+    /// of its GEMM's reduction — input channels × taps, output channels × taps, samples ×
+    /// output positions — cut as `kernels::conv::split_depth` says: `[splits, ..out]`, which a
+    /// `SplitSum` adds up. Made by `rewrite::split_k` for convolutions with few output tiles
+    /// and a long reduction.
+    ConvSplit { conv: Op, splits: usize },
     /// `[logits, targets]` → `[rows]`: each row's `logsumexp(logits) − logits[target]`, the
     /// terms `SoftmaxCrossEntropy` averages. Made by `rewrite::loss_rows`.
     CrossEntropyRows,
@@ -127,6 +134,7 @@ impl GpuOp {
                 exactly(5 + *has_mask as usize + (*part != GradPart::V) as usize)
             }
             GpuOp::NormWeightGradPartial { .. } | GpuOp::CrossEntropyRows => exactly(2),
+            GpuOp::ConvSplit { .. } => exactly(2),
             GpuOp::MatMulT { .. } => exactly(2),
             GpuOp::SplitSum { program, .. } => {
                 check_program(program, n)?;
@@ -174,6 +182,9 @@ impl GpuOp {
                 if *center { "layer" } else { "rms" }
             ),
             GpuOp::CrossEntropyRows => "cross_entropy_rows".into(),
+            GpuOp::ConvSplit { conv, splits } => {
+                format!("{} split={splits}", conv.describe())
+            }
             GpuOp::Fused { program } => format!("fused {}", chain(program)),
             GpuOp::MatMulEpilogue { program, .. } => {
                 format!("matmul_epilogue {}", chain(program))

@@ -3,9 +3,9 @@
 //! computed once (`attention_stats`), norm weight derivatives and cross-entropy losses split
 //! over rows (`norm_partials`, `loss_rows`), element-wise fusion (`fuse`), transposes folded
 //! into the products that read them (`transposes`), weight derivatives over a batch made one
-//! product (`batch_grads`), then products that would leave the GPU idle split along k
-//! (`split_k`). Each edits the [`Program`] by step id; positions are
-//! assigned once, at the end. The CPU backend runs plans as compiled.
+//! product (`batch_grads`), then products and convolutions that would leave the GPU idle split
+//! along k (`split_k`). Each edits the [`Program`] by step id; positions are assigned once, at
+//! the end. The CPU backend runs plans as compiled.
 
 mod attention_matmul;
 mod attention_stats;
@@ -52,5 +52,6 @@ pub fn for_gpu_with(plan: &Plan, options: &Options) -> GpuPlan {
     transposes::fold_transposes(&mut program);
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
+    split_k::split_convolutions(&mut program);
     program.to_gpu_plan()
 }

@@ -1,6 +1,9 @@
 //! Products with few output tiles and a deep k run split along k: a `MatMulT` with `splits`
 //! computes each k range's product into its own slice, and the step itself becomes a
-//! `SplitSum` adding the slices up (through the product's epilogue, if it had one).
+//! `SplitSum` adding the slices up (through the product's epilogue, if it had one). The same
+//! for convolutions (`GpuOp::ConvSplit`), whose implicit GEMMs have the same shape problem:
+//! ResNet-50's weight gradients reduce over samples × positions (50,176 deep for the stem) onto
+//! a few thousand weights, and its last stage's convolutions have 196 output columns.
 //!
 //! The tiled kernel gives each workgroup one output tile and walks all of k. A weight
 //! derivative `xᵀ·dy` of a 384-wide layer over Whisper's 1,500 positions has 36 tiles of 64×64
@@ -92,9 +95,99 @@ pub(super) fn split_products(program: &mut Program) {
     }
 }
 
+/// Each range of a split convolution is at least this deep.
+const MIN_CONV_DEPTH: usize = 512;
+const MAX_CONV_SPLITS: usize = 64;
+
+/// How many ranges a convolution's GEMM — `m` × `n` outputs per group, a reduction `k` deep —
+/// gets: 1 when its 64×64 tiles fill the GPU or the reduction is short. At batch 4, ResNet-50's
+/// stem weight gradient (64 × 147, 50,176 deep) has 3 tiles; its last stage's 3×3 convolutions
+/// (512 × 196, 4,608 deep) 32.
+pub(crate) fn conv_splits_for(groups: usize, m: usize, n: usize, k: usize) -> usize {
+    let tiles = groups * m.div_ceil(64) * n.div_ceil(64);
+    if tiles >= ENOUGH_TILES / 2 {
+        return 1;
+    }
+    let want = FILL.div_ceil(tiles).min(k / MIN_CONV_DEPTH).min(MAX_CONV_SPLITS);
+    if want < 2 {
+        return 1;
+    }
+    k.div_ceil(crate::kernels::conv::split_depth(k, want))
+}
+
+/// A convolution's GEMM as the kernels run it, `(groups, m, n, k)`, for the convolutions that
+/// can run split (`GpuOp::ConvSplit`): not one with a bias, nor a strided input gradient
+/// (its phases are GEMMs of their own).
+fn conv_gemm(op: &Op, second: &[usize], out: &[usize]) -> Option<[usize; 4]> {
+    let spatial = |s: &[usize]| s[2..].iter().product::<usize>();
+    match op {
+        Op::Conv { groups, has_bias: false, .. } => {
+            Some([*groups, out[1] / groups, out[0] * spatial(out), second[1] * spatial(second)])
+        }
+        Op::ConvGradInput { stride, dilation, groups, .. }
+            if dilation.iter().any(|&d| d != 1) || stride.iter().all(|&s| s == 1) =>
+        {
+            let (m, n) = (second[1], out[0] * spatial(out));
+            Some([*groups, m, n, second[0] / groups * spatial(second)])
+        }
+        Op::ConvGradWeight { groups, .. } => {
+            Some([*groups, out[0] / groups, out[1..].iter().product(), second[0] * spatial(second)])
+        }
+        _ => None,
+    }
+}
+
+/// Splits the convolutions that leave the GPU idle: the step becomes a `SplitSum` of a
+/// `ConvSplit`'s ranges.
+pub(super) fn split_convolutions(program: &mut Program) {
+    for id in program.order().to_vec() {
+        let s = program.step(id);
+        let GpuOp::Plan(conv) = &s.op else { continue };
+        if s.dtype != DType::F32 || s.inputs.len() != 2 || s.shape.len() < 3 {
+            continue;
+        }
+        let second = &program.step(s.inputs[1]).shape;
+        let Some([groups, m, n, k]) = conv_gemm(conv, second, &s.shape) else { continue };
+        let splits = conv_splits_for(groups, m, n, k);
+        if splits < 2 {
+            continue;
+        }
+        let mut shape = vec![splits];
+        shape.extend(&s.shape);
+        let partial = Step {
+            op: GpuOp::ConvSplit { conv: conv.clone(), splits },
+            inputs: s.inputs.clone(),
+            dtype: DType::F32,
+            shape,
+            loc: s.loc.clone(),
+        };
+        let partial = program.insert_before(id, partial);
+        let s = program.step_mut(id);
+        s.op = GpuOp::SplitSum { splits, program: vec![Elem::Input(0)] };
+        s.inputs = vec![partial];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_convolutions_with_few_tiles_and_a_long_reduction_split() {
+        // ResNet-50 at batch 4: weight gradients of the stem (3 tiles, 50,176 deep) and of a 3×3
+        // of stage 1 (9 tiles); a 3×3 of stage 4 (32 tiles, 4,608 deep).
+        assert_eq!(conv_splits_for(1, 64, 147, 50176), 61);
+        assert_eq!(conv_splits_for(1, 64, 576, 12544), 22);
+        assert_eq!(conv_splits_for(1, 512, 196, 4608), 9);
+        // Its weight gradient (576 tiles, 196 deep) and a tiny test shape: as they are.
+        assert_eq!(conv_splits_for(1, 512, 4608, 196), 1);
+        assert_eq!(conv_splits_for(2, 5, 9, 300), 1);
+        for k in [1024, 1500, 4097, 50176] {
+            let s = conv_splits_for(1, 8, 27, k);
+            let depth = crate::kernels::conv::split_depth(k, s);
+            assert!((s - 1) * depth < k && s * depth >= k, "k {k}: {s} × {depth}");
+        }
+    }
 
     #[test]
     fn only_products_that_leave_the_gpu_idle_split() {
@@ -116,6 +209,35 @@ mod tests {
             let depth = crate::kernels::split_depth(k, s);
             assert!((s - 1) * depth < k && s * depth >= k, "k {k}: {s} × {depth}");
         }
+    }
+
+    #[test]
+    fn convolution_gemms_are_the_kernels_and_only_splittable_ones_have_one() {
+        let geo = |stride: usize, dilation: usize| (vec![stride; 2], vec![1; 2], vec![dilation; 2]);
+        let (s, p, d) = geo(1, 1);
+        let conv = |has_bias| Op::Conv {
+            stride: s.clone(),
+            padding: p.clone(),
+            dilation: d.clone(),
+            groups: 2,
+            has_bias,
+        };
+        // x [4, 6, 9, 9], w [10, 3, 3, 3], y [4, 10, 9, 9].
+        let (x, w, y) = ([4, 6, 9, 9], [10, 3, 3, 3], [4, 10, 9, 9]);
+        assert_eq!(conv_gemm(&conv(false), &w, &y), Some([2, 5, 324, 27]));
+        assert_eq!(conv_gemm(&conv(true), &w, &y), None);
+        let gi = |(stride, padding, dilation)| Op::ConvGradInput {
+            stride,
+            padding,
+            dilation,
+            groups: 2,
+        };
+        assert_eq!(conv_gemm(&gi(geo(1, 1)), &w, &x), Some([2, 3, 324, 45]));
+        assert_eq!(conv_gemm(&gi(geo(2, 2)), &w, &x), Some([2, 3, 324, 45]));
+        assert_eq!(conv_gemm(&gi(geo(2, 1)), &w, &x), None, "phased");
+        let gw =
+            Op::ConvGradWeight { stride: s.clone(), padding: p.clone(), dilation: d, groups: 2 };
+        assert_eq!(conv_gemm(&gw, &y, &w), Some([2, 5, 27, 324]));
     }
 
     #[test]

@@ -19,6 +19,34 @@ pub(super) struct Gemm {
     /// A WGSL expression of the group `g` (and of what the loaders' `pre` statements define from
     /// it alone) bounding the K loop below `k` for that group — 0 skips the loop and stores zeros.
     pub(super) k_end: Option<String>,
+    /// Split K across workgroups: each group's K is cut into ranges this deep (a multiple of
+    /// every `bk`, so only the last range has a tail), range `sp` computed by workgroups of its
+    /// own and stored apart by the epilogue, which sees `sp`; a second pass adds them up. For
+    /// long reductions onto few outputs (weight derivatives), where even the workgroup's own
+    /// split of K leaves most of the GPU idle.
+    pub(super) split_depth: Option<usize>,
+}
+
+/// Every `bk` the chooser offers divides this: the depth a K split's ranges are rounded to.
+pub(super) const SPLIT_ALIGN: usize = 64;
+
+impl Gemm {
+    /// How many K ranges each group has (1 without a split).
+    fn splits(&self) -> usize {
+        self.split_depth.map_or(1, |d| self.k.div_ceil(d))
+    }
+
+    /// The GEMM one workgroup sees, for the tile chooser: a split's ranges are groups of their
+    /// own, each `split_depth` deep.
+    fn per_workgroup(&self) -> Gemm {
+        Gemm {
+            groups: self.groups * self.splits(),
+            k: self.split_depth.unwrap_or(self.k).min(self.k),
+            k_end: None,
+            split_depth: None,
+            ..*self
+        }
+    }
 }
 
 /// How one operand's tile is staged.
@@ -150,12 +178,16 @@ pub(super) fn implicit_gemm(
 ) -> Option<KernelSource> {
     let w = width as usize;
     #[cfg(test)]
-    if let Some(t) =
-        tests::FORCED.with(|f| f.borrow().iter().copied().find(|t| t.tmt() * t.tnt() * t.s == w))
-    {
-        return Some(gemm_kernel(gm, &t, a, b, epilogue, w));
-    }
-    let t = choose_tile(gm, w)?;
+    let forced =
+        tests::FORCED.with(|f| f.borrow().iter().copied().find(|t| t.tmt() * t.tnt() * t.s == w));
+    #[cfg(not(test))]
+    let forced = None;
+    let t = match forced {
+        Some(t) => t,
+        None => choose_tile(&gm.per_workgroup(), w)?,
+    };
+    #[cfg(test)]
+    tests::MADE.with(|m| m.borrow_mut().push(((gm.groups, gm.m, gm.n, gm.k), t)));
     Some(gemm_kernel(gm, &t, a, b, epilogue, w))
 }
 
@@ -280,7 +312,26 @@ fn gemm_kernel(
     w: usize,
 ) -> KernelSource {
     let (mtiles, ntiles) = (gm.m.div_ceil(t.tm), gm.n.div_ceil(t.tn));
-    let nwg = gm.groups * mtiles * ntiles;
+    let splits = gm.splits();
+    let nwg = gm.groups * splits * mtiles * ntiles;
+    // The group, and with a K split the range (`sp`) and its bounds; `kend` may further bound
+    // a group's K (`Gemm::k_end`).
+    let (group, kbegin, kend) = match gm.split_depth {
+        Some(d) => (
+            format!(
+                "let sp = (id / {}u) % {splits}u;\n    let g = id / {}u;",
+                mtiles * ntiles,
+                mtiles * ntiles * splits
+            ),
+            format!("sp * {d}u"),
+            format!("min(sp * {d}u + {d}u, {})", gm.k_end.clone().unwrap_or(format!("{}u", gm.k))),
+        ),
+        None => (
+            format!("let g = id / {}u;", mtiles * ntiles),
+            "0u".to_string(),
+            gm.k_end.clone().unwrap_or(format!("{}u", gm.k)),
+        ),
+    };
     let (tmt, tnt) = (t.tmt(), t.tnt());
     let (lda, ldb) = (t.lda(a), t.ldb(b));
     let boff = t.bk * lda;
@@ -296,7 +347,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
          @builtin(local_invocation_index) tid: u32) {{
     let id = wg.x + (wg.y + wg.z * groups.y) * groups.x;
     if (id >= {nwg}u) {{ return; }}
-    let g = id / {mn_tiles}u;
+    {group}
     let m0 = ((id / {ntiles}u) % {mtiles}u) * {tm}u;
     let n0 = (id % {ntiles}u) * {tn}u;
     let fa = tid % {fa_len}u;
@@ -308,7 +359,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     let sl = tid / {tmnt}u;
     {decl}
     let kend = {kend};
-    for (var k0 = 0u; k0 < kend; k0 = k0 + {bk}u) {{
+    for (var k0 = {kbegin}; k0 < kend; k0 = k0 + {bk}u) {{
         {stage_a}
         {stage_b}
         workgroupBarrier();
@@ -324,8 +375,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         words = t.shared_words(),
         // A constant trip count, so that the compiler can unroll the slice.
         kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() },
-        mn_tiles = mtiles * ntiles,
-        kend = gm.k_end.clone().unwrap_or(format!("{}u", gm.k)),
         tm = t.tm,
         tn = t.tn,
         bk = t.bk,

@@ -4,7 +4,9 @@
 //! computes one tile of the product, staging slices of both operands into shared memory straight
 //! from the tensors (im2col on the fly, zero in the padding) and accumulating a register block
 //! per invocation; long reductions are split among the workgroup's invocations and summed
-//! through shared memory, so no kernel needs atomics or a second pass:
+//! through shared memory, and — when the output has too few tiles to fill the GPU — also across
+//! workgroups (`GpuOp::ConvSplit`, made by `rewrite::split_k`: each range stored apart, then a
+//! `SplitSum` pass), so no kernel needs atomics:
 //!
 //! - `Conv`: weights × im2col(x) (+ bias), M = output channels, N = samples × output positions.
 //! - `ConvGradInput`: weightsᵀ × the dy each tap came from (a transposed convolution), M = input
@@ -37,6 +39,7 @@ use direct::{conv, conv_grad_input, conv_grad_weight};
 use mgn_ir::op::Op;
 use mgn_ir::shape::conv::{Conv as ConvDims, Geometry, Pool as PoolDims};
 use pool::{pool, pool_grad, upsample, upsample_grad, UpDims};
+pub(crate) use tiled::split_depth;
 use tiled::{conv_grad_input_phased, conv_grad_input_tiled, conv_grad_weight_tiled, conv_tiled};
 
 /// Kernels for conv1d/conv2d and their input and weight derivatives, max and average pooling
@@ -66,7 +69,7 @@ pub fn generate(
             } else {
                 None
             };
-            if let Some(k) = conv_tiled(&c, &inputs[0], &inputs[1], bias, out, width) {
+            if let Some(k) = conv_tiled(&c, &inputs[0], &inputs[1], bias, out, width, 1) {
                 return Ok(k);
             }
             conv(&c, &inputs[0], &inputs[1], bias, out)
@@ -78,7 +81,7 @@ pub fn generate(
             if let Some(k) = conv_grad_input_phased(&c, &inputs[0], &inputs[1], out, width) {
                 return Ok(k);
             }
-            if let Some(k) = conv_grad_input_tiled(&c, &inputs[0], &inputs[1], out, width) {
+            if let Some(k) = conv_grad_input_tiled(&c, &inputs[0], &inputs[1], out, width, 1) {
                 return Ok(k);
             }
             conv_grad_input(&c, &inputs[0], &inputs[1], out)
@@ -87,7 +90,7 @@ pub fn generate(
             need(2)?;
             let c = conv_dims(&inputs[0].shape, &out.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[1].shape, &c.out_shape())?;
-            if let Some(k) = conv_grad_weight_tiled(&c, &inputs[0], &inputs[1], out, width) {
+            if let Some(k) = conv_grad_weight_tiled(&c, &inputs[0], &inputs[1], out, width, 1) {
                 return Ok(k);
             }
             conv_grad_weight(&c, &inputs[0], &inputs[1], out)
@@ -123,6 +126,41 @@ pub fn generate(
     };
     let n: usize = out.shape.iter().product();
     Ok(elementwise(n, width, &src, ""))
+}
+
+/// The kernel of `GpuOp::ConvSplit`: `conv` over each of `splits` ranges of its reduction,
+/// `[splits, ..out]`.
+pub fn split(
+    conv: &Op,
+    splits: usize,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let what = conv.describe();
+    super::need_inputs(conv, inputs, 2)?;
+    let each = out.shape.get(1..).ok_or_else(|| format!("`{what}` split: a scalar output"))?;
+    expect_shape(&what, &out.shape[..1], &[splits])?;
+    let (x, y) = (&inputs[0], &inputs[1]);
+    let k = match conv {
+        Op::Conv { stride, padding, dilation, groups, has_bias: false } => {
+            let c = conv_dims(&x.shape, &y.shape, stride, padding, dilation, *groups)?;
+            expect_shape(&what, each, &c.out_shape())?;
+            conv_tiled(&c, x, y, None, out, width, splits)
+        }
+        Op::ConvGradInput { stride, padding, dilation, groups } => {
+            let c = conv_dims(each, &y.shape, stride, padding, dilation, *groups)?;
+            expect_shape(&what, &x.shape, &c.out_shape())?;
+            conv_grad_input_tiled(&c, x, y, out, width, splits)
+        }
+        Op::ConvGradWeight { stride, padding, dilation, groups } => {
+            let c = conv_dims(&x.shape, each, stride, padding, dilation, *groups)?;
+            expect_shape(&what, &y.shape, &c.out_shape())?;
+            conv_grad_weight_tiled(&c, x, y, out, width, splits)
+        }
+        _ => return Err(format!("`{what}` cannot run split")),
+    };
+    k.ok_or_else(|| format!("`{what}` split {splits} ways: no tile fits {width} invocations"))
 }
 
 fn expect_shape(what: &str, found: &[usize], want: &[usize]) -> Result<(), String> {

@@ -15,12 +15,15 @@ pub(super) fn conv_tiled(
     bias: Option<&Operand>,
     out: &Operand,
     width: u32,
+    splits: usize,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
-    let gm = Gemm { groups: c.g, m: cout_g, n: c.n * l, k: cin_g * kk, k_end: None };
+    let k = cin_g * kk;
+    let split_depth = (splits > 1).then(|| split_depth(k, splits));
+    let gm = Gemm { groups: c.g, m: cout_g, n: c.n * l, k, k_end: None, split_depth };
     let a = Loader {
         k_fast: true,
         pre: String::new(),
@@ -55,7 +58,10 @@ pub(super) fn conv_tiled(
         bias.map_or(String::new(), |b| format!(" + {}", load(b, &format!("g * {cout_g}u + m"))));
     let epilogue = store(
         out,
-        &format!("((n / {l}u) * {cout}u + g * {cout_g}u + m) * {l}u + n % {l}u"),
+        &format!(
+            "{}((n / {l}u) * {cout}u + g * {cout_g}u + m) * {l}u + n % {l}u",
+            range(c.n * cout * l, splits)
+        ),
         &format!("acc{plus}"),
     );
     implicit_gemm(&gm, &a, &b, &epilogue, width)
@@ -71,12 +77,15 @@ pub(super) fn conv_grad_input_tiled(
     w: &Operand,
     out: &Operand,
     width: u32,
+    splits: usize,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
-    let gm = Gemm { groups: c.g, m: cin_g, n: c.n * hw, k: cout_g * kk, k_end: None };
+    let k = cout_g * kk;
+    let split_depth = (splits > 1).then(|| split_depth(k, splits));
+    let gm = Gemm { groups: c.g, m: cin_g, n: c.n * hw, k, k_end: None, split_depth };
     let a = Loader {
         k_fast: true,
         pre: String::new(),
@@ -118,7 +127,10 @@ pub(super) fn conv_grad_input_tiled(
     };
     let epilogue = store(
         out,
-        &format!("((n / {hw}u) * {cin}u + g * {cin_g}u + m) * {hw}u + n % {hw}u"),
+        &format!(
+            "{}((n / {hw}u) * {cin}u + g * {cin_g}u + m) * {hw}u + n % {hw}u",
+            range(c.n * cin * hw, splits)
+        ),
         "acc",
     );
     implicit_gemm(&gm, &a, &b, &epilogue, width)
@@ -153,6 +165,7 @@ pub(super) fn conv_grad_input_phased(
         n: c.n * qh * qw,
         k: cout_g * taps,
         k_end: Some(format!("select(0u, {}u, a_live)", cout_g * taps)),
+        split_depth: None,
     };
     // The loaders decode the phase from the group and the tap from k (`phase_tap`).
     let (a, b) = (phase_weights(c, w), phase_dy(c, dy));
@@ -260,19 +273,24 @@ fn phase_dy(c: &ConvDims, dy: &Operand) -> Loader {
 /// The weight gradient as a GEMM per group: M = output channels, N = input channels × taps,
 /// K = samples × output positions — a long reduction, which the tile chooser splits across
 /// the workgroup's invocations when there are few tiles. Both operands are contiguous along K
-/// (dy by output position, the im2col of x by pixel), so both stage along K.
+/// (dy by output position, the im2col of x by pixel), so both stage along K. With `splits`
+/// above 1, K is also cut across workgroups into that many ranges (`Gemm::split_depth`, see
+/// `split_depth`), each range's gradient stored apart: `out` is `[splits, ..w]`.
 pub(super) fn conv_grad_weight_tiled(
     c: &ConvDims,
     x: &Operand,
     dy: &Operand,
     out: &Operand,
     width: u32,
+    splits: usize,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
     let (cin, cout, cin_g, cout_g) = (c.cin, c.cout, c.cin_g(), c.cout_g());
     let (hw, l, kk) = (h * wd, oh * ow, kh * kw);
-    let gm = Gemm { groups: c.g, m: cout_g, n: cin_g * kk, k: c.n * l, k_end: None };
+    let k = c.n * l;
+    let split_depth = (splits > 1).then(|| split_depth(k, splits));
+    let gm = Gemm { groups: c.g, m: cout_g, n: cin_g * kk, k, k_end: None, split_depth };
     let a = Loader {
         k_fast: true,
         pre: String::new(),
@@ -302,6 +320,24 @@ pub(super) fn conv_grad_weight_tiled(
             ),
         ),
     };
-    let epilogue = store(out, &format!("(g * {cout_g}u + m) * {}u + n", gm.n), "acc");
+    let range = range(c.cout * cin_g * kk, splits);
+    let epilogue = store(out, &format!("{range}(g * {cout_g}u + m) * {}u + n", gm.n), "acc");
     implicit_gemm(&gm, &a, &b, &epilogue, width)
+}
+
+/// With a K split, where range `sp`'s slice of `[splits, ..out]` starts (`each` elements per
+/// slice), as a prefix of the epilogue's index.
+fn range(each: usize, splits: usize) -> String {
+    if splits > 1 {
+        format!("sp * {each}u + ")
+    } else {
+        String::new()
+    }
+}
+
+/// The depth of each of `splits` ranges of a K this long, as the split weight gradient's
+/// kernel cuts it (and the CPU reference of its partial sums): a multiple of every tile's
+/// `bk`. `k.div_ceil(depth)` ranges are non-empty, at most `splits`.
+pub(crate) fn split_depth(k: usize, splits: usize) -> usize {
+    k.div_ceil(splits.max(1)).div_ceil(super::gemm::SPLIT_ALIGN) * super::gemm::SPLIT_ALIGN
 }

@@ -8,10 +8,16 @@ use mgn_ir::tensor::Tensor;
 use mgn_ir::DType;
 use std::cell::RefCell;
 
+/// A GEMM's `(groups, m, n, k)` and the tile its kernel got.
+pub(super) type Made = ((usize, usize, usize, usize), Tile);
+
 thread_local! {
     /// Tiles the GEMM kernels take instead of the chooser's (the first whose invocations
     /// match the workgroup width), so that small test shapes run every tile variant.
     pub(super) static FORCED: RefCell<Vec<Tile>> = const { RefCell::new(Vec::new()) };
+    /// Every GEMM a kernel was generated for, `(groups, m, n, k)`, with the tile it got: the
+    /// throughput sweep prints them beside its timings, the data for tuning `Tile::cost`.
+    pub(super) static MADE: RefCell<Vec<Made>> = const { RefCell::new(Vec::new()) };
 }
 
 fn tile(tm: usize, tn: usize, rm: usize, rn: usize, s: usize, bk: usize) -> Tile {
@@ -105,13 +111,22 @@ fn conv_throughput() {
         (2048, 512, 1, 1, 7),
         (512, 2048, 1, 1, 7),
     ];
+    // The chooser's, then 256-invocation tiles from 8×8 register blocks down to split K.
     let alternatives = [
         None,
         Some(tile(128, 128, 8, 8, 1, 8)),
         Some(tile(128, 64, 8, 4, 1, 8)),
+        Some(tile(128, 64, 8, 4, 1, 16)),
+        Some(tile(64, 128, 4, 8, 1, 8)),
+        Some(tile(64, 128, 4, 8, 1, 16)),
         Some(tile(64, 64, 4, 4, 1, 16)),
+        Some(tile(64, 64, 4, 4, 1, 32)),
         Some(tile(64, 64, 8, 4, 2, 16)),
+        Some(tile(64, 32, 4, 2, 1, 16)),
+        Some(tile(32, 64, 2, 4, 1, 16)),
+        Some(tile(32, 32, 2, 2, 1, 16)),
         Some(tile(32, 32, 4, 4, 4, 32)),
+        Some(tile(16, 16, 1, 1, 1, 16)),
     ];
     for (co, ci, k, st, size) in layers {
         let pad = k / 2;
@@ -164,10 +179,19 @@ fn conv_throughput() {
                 // About 2·10¹⁰ FLOP per submission, within 64 MiB of outputs.
                 let out_bytes = 4 * out.iter().product::<usize>();
                 let repeat = ((2e10 / flops) as usize).min((64 << 20) / out_bytes).clamp(1, 20);
+                MADE.with(|m| m.borrow_mut().clear());
                 if let Some((sec, device)) = time_op(op, operands, out, repeat) {
+                    let made = MADE.with(|m| m.borrow().first().copied());
+                    let gemm = made.map_or(String::new(), |((g, m, n, k), t)| {
+                        let c = t.cost(
+                            &Gemm { groups: g, m, n, k, k_end: None, split_depth: None },
+                            256,
+                        );
+                        format!("gemm {g}x{m}x{n}x{k} {t:?} cost {c:.0}")
+                    });
                     println!(
                         "conv {co}x{ci}x{k}x{k} /{st} {size}² {what:<11} {label:<22} {:8.1} µs \
-                         {:8.1} GFLOP/s ({device})",
+                         {:8.1} GFLOP/s ({device}) {gemm}",
                         sec * 1e6,
                         flops / sec / 1e9
                     );
@@ -194,7 +218,8 @@ fn chosen_tiles_fit_the_floor() {
     ];
     for width in [128usize, 256] {
         for (groups, m, n, k) in shapes {
-            let t = choose_tile(&Gemm { groups, m, n, k, k_end: None }, width).expect("a tile");
+            let t = choose_tile(&Gemm { groups, m, n, k, k_end: None, split_depth: None }, width)
+                .expect("a tile");
             assert_eq!(t.tmt() * t.tnt() * t.s, width, "{t:?}");
             assert!(
                 t.shared_words() <= SHARED_WORDS
