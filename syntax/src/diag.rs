@@ -20,6 +20,51 @@ pub struct Label {
     pub primary: bool,
 }
 
+/// What elaboration was evaluating when an error arose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    /// A model: its arguments, fields, inputs and forward.
+    Model,
+    /// A layer being instantiated: its config and fields.
+    Layer,
+    /// A layer instance's `forward`.
+    Forward,
+    Fn,
+    Const,
+    /// Steps left out of a long trace (`count` of them).
+    Omitted,
+}
+
+/// One step of the path elaboration took to an error (as rustc's macro backtraces and C++'s
+/// "required from here"): the definition it was in, and the place in that definition that led
+/// on — the call of the next step, or the error itself for the last step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Step {
+    pub kind: StepKind,
+    /// The model, layer, fn or const by name.
+    pub name: String,
+    pub at: Span,
+    /// How many times in a row the step repeats (recursion), or how many steps an `Omitted`
+    /// one stands for.
+    pub count: usize,
+    /// For a `Forward`: where the layer instance was created.
+    pub origin: Option<Span>,
+}
+
+impl Step {
+    /// "model `M`", "`Block`", "`Block.forward`", "`split_heads`", "const `D`".
+    pub fn describe(&self) -> String {
+        match self.kind {
+            StepKind::Model => format!("model `{}`", self.name),
+            StepKind::Layer | StepKind::Fn => format!("`{}`", self.name),
+            StepKind::Forward => format!("`{}.forward`", self.name),
+            StepKind::Const => format!("const `{}`", self.name),
+            StepKind::Omitted => format!("{} more steps", self.count),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Diagnostic {
     pub severity: Severity,
@@ -29,6 +74,9 @@ pub struct Diagnostic {
     pub labels: Vec<Label>,
     pub help: Option<String>,
     pub notes: Vec<String>,
+    /// For errors raised while elaborating inside layers, `fn`s and constants: the steps from
+    /// the model down to the error, outermost first (empty otherwise).
+    pub trace: Vec<Step>,
 }
 
 impl Diagnostic {
@@ -45,6 +93,7 @@ impl Diagnostic {
             labels: vec![Label { span, message: label.into(), primary: true }],
             help: None,
             notes: Vec::new(),
+            trace: Vec::new(),
         }
     }
 
