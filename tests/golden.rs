@@ -25,7 +25,7 @@ fn every_error_program_renders_its_expected_diagnostic() {
         // An error with a trace (raised inside a layer, fn or the stdlib) is kept as JSON
         // too: where each step is, and the primary label moved to the user's call.
         let json = f.with_extension("json");
-        if outcome.diagnostics.iter().any(|d| !d.trace.is_empty()) {
+        if outcome.diagnostics.iter().any(|d| !d.trace().is_empty()) {
             if let Some(diff) = compare_golden(&json, &as_json(&outcome)) {
                 failures.push(diff);
             }

@@ -349,7 +349,7 @@ fn report<'s>(sources: &'s SourceMap, d: &Diagnostic) -> Report<'s> {
     }
     // Notes are facts about the error (not fixes): each is a sourceless related report; the
     // trace is the last of them.
-    let trace = (!d.trace.is_empty()).then(|| trace_note(sources, &d.trace));
+    let trace = (!d.trace().is_empty()).then(|| trace_note(sources, d.trace()));
     for n in d.notes.iter().chain(trace.as_ref()) {
         related.push(Report {
             message: format!("note: {}", clip(n)),
@@ -438,8 +438,8 @@ pub fn plain(sources: &SourceMap, d: &Diagnostic) -> String {
     for n in &d.notes {
         out.push_str(&format!("  note: {n}\n"));
     }
-    if !d.trace.is_empty() {
-        let note = trace_note(sources, &d.trace).replace('\n', "\n    ");
+    if !d.trace().is_empty() {
+        let note = trace_note(sources, d.trace()).replace('\n', "\n    ");
         out.push_str(&format!("  note: {note}\n"));
     }
     out
@@ -539,10 +539,10 @@ pub fn to_json(sources: &SourceMap, d: &Diagnostic) -> String {
                 primary: l.primary,
             })
             .collect(),
-        help: d.help.clone(),
+        help: d.help.as_deref().map(String::from),
         notes: d.notes.clone(),
         trace: d
-            .trace
+            .trace()
             .iter()
             .map(|s| {
                 let omitted = s.kind == StepKind::Omitted;

@@ -109,8 +109,8 @@ pub fn diagnostics(paths: &Paths, a: &Analysis) -> HashMap<lsp::Uri, Vec<lsp::Di
         for n in &d.notes {
             message.push_str(&format!("\nnote: {n}"));
         }
-        if !d.trace.is_empty() {
-            let note = mgn_compiler::render::trace_note(&a.program().sources, &d.trace);
+        if !d.trace().is_empty() {
+            let note = mgn_compiler::render::trace_note(&a.program().sources, d.trace());
             message.push_str(&format!("\nnote: {note}"));
         }
         let mut related = Vec::new();
@@ -130,7 +130,7 @@ pub fn diagnostics(paths: &Paths, a: &Analysis) -> HashMap<lsp::Uri, Vec<lsp::Di
             }
         }
         // The trace's steps, outermost first: the editor lists where each one led on.
-        for step in d.trace.iter().filter(|s| s.kind != mgn_syntax::StepKind::Omitted) {
+        for step in d.trace().iter().filter(|s| s.kind != mgn_syntax::StepKind::Omitted) {
             if let Some(location) = location_of(paths, a, step.at) {
                 let message = format!("in {}", step.describe());
                 related.push(lsp::DiagnosticRelatedInformation { location, message });

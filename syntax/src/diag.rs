@@ -72,12 +72,18 @@ pub struct Diagnostic {
     pub code: &'static str,
     pub message: String,
     pub labels: Vec<Label>,
-    pub help: Option<String>,
+    /// A boxed `str` rather than a `String`: the `Diagnostic` stays small enough to return.
+    pub help: Option<Box<str>>,
     pub notes: Vec<String>,
     /// For errors raised while elaborating inside layers, `fn`s and constants: the steps from
-    /// the model down to the error, outermost first (empty otherwise).
-    pub trace: Vec<Step>,
+    /// the model down to the error, outermost first (see `trace`). Boxed, and absent when
+    /// there are none: a `Diagnostic` is the error type of most of the compiler, and most have
+    /// no trace.
+    trace: Option<Box<Steps>>,
 }
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+struct Steps(Vec<Step>);
 
 impl Diagnostic {
     pub fn error(
@@ -93,7 +99,7 @@ impl Diagnostic {
             labels: vec![Label { span, message: label.into(), primary: true }],
             help: None,
             notes: Vec::new(),
-            trace: Vec::new(),
+            trace: None,
         }
     }
 
@@ -104,13 +110,31 @@ impl Diagnostic {
     }
 
     pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
-        self.help = Some(help.into());
+        self.help = Some(help.into().into_boxed_str());
         self
     }
 
     pub fn with_note(mut self, note: impl Into<String>) -> Diagnostic {
         self.notes.push(note.into());
         self
+    }
+
+    /// The steps from the model down to the error, outermost first; empty for an error that is
+    /// not inside a layer, `fn` or constant.
+    pub fn trace(&self) -> &[Step] {
+        self.trace.as_deref().map_or(&[], |t| t.0.as_slice())
+    }
+
+    pub fn set_trace(&mut self, steps: Vec<Step>) {
+        self.trace = (!steps.is_empty()).then(|| Box::new(Steps(steps)));
+    }
+
+    pub fn take_trace(&mut self) -> Vec<Step> {
+        self.trace.take().map_or_else(Vec::new, |t| t.0)
+    }
+
+    pub fn push_step(&mut self, step: Step) {
+        self.trace.get_or_insert_with(Default::default).0.push(step);
     }
 
     pub fn primary_span(&self) -> Span {

@@ -47,7 +47,7 @@ fn recursion_that_never_ends_stops_at_the_limit_saying_how_deep() {
     assert_eq!(d.code, "E0601");
     assert!(d.message.contains("10,001 deep") && d.message.contains("limit is 10,000"), "{d:?}");
     // The trace: the model, then one step for the run of recursive calls.
-    let counts: Vec<(StepKind, usize)> = d.trace.iter().map(|s| (s.kind, s.count)).collect();
+    let counts: Vec<(StepKind, usize)> = d.trace().iter().map(|s| (s.kind, s.count)).collect();
     assert_eq!(counts, [(StepKind::Model, 1), (StepKind::Fn, eval::MAX_CALL_DEPTH - 1)]);
 }
 
@@ -66,11 +66,11 @@ fn a_long_trace_keeps_both_ends_and_counts_what_it_leaves_out() {
                 fn pong(n: int) -> int { ping(n) }
                 model M { input x: f32[2] forward { output y = x * ping(40) } }";
     let d = elaborate_on_small_stack(text.into()).unwrap_err();
-    let kinds: Vec<StepKind> = d.trace.iter().map(|s| s.kind).collect();
+    let kinds: Vec<StepKind> = d.trace().iter().map(|s| s.kind).collect();
     assert_eq!(kinds.len(), 17, "{kinds:?}");
     assert_eq!(kinds[0], StepKind::Model);
     assert_eq!(kinds[8], StepKind::Omitted);
     // The model, 81 calls (41 of ping, 40 of pong): 16 kept, 66 left out.
-    assert_eq!(d.trace[8].count, 82 - 16, "{:?}", d.trace);
-    assert_eq!(d.trace.last().unwrap().name, "ping");
+    assert_eq!(d.trace()[8].count, 82 - 16, "{:?}", d.trace());
+    assert_eq!(d.trace().last().unwrap().name, "ping");
 }

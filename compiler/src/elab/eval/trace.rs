@@ -25,9 +25,9 @@ const KEEP_EACH_END: usize = 8;
 /// Adds the frame `step`, called at `call_site`, to the error's trace if the error is inside
 /// it. Until `finish`, a step's `at` holds its own call site.
 pub fn record(mut d: Diagnostic, step: &FrameStep, call_site: Span) -> Diagnostic {
-    let here = d.trace.last().map_or_else(|| d.primary_span(), |s| s.at);
+    let here = d.trace().last().map_or_else(|| d.primary_span(), |s| s.at);
     if inside(step.def, here) {
-        d.trace.push(Step {
+        d.push_step(Step {
             kind: step.kind,
             name: step.name.clone(),
             at: call_site,
@@ -46,7 +46,7 @@ fn inside(outer: Span, inner: Span) -> bool {
 /// library moved to the user's call that led into it. A trace of the model alone (the error
 /// is in the model's own text) is dropped.
 pub fn finish(sources: &SourceMap, mut d: Diagnostic) -> Diagnostic {
-    let mut steps = std::mem::take(&mut d.trace);
+    let mut steps = d.take_trace();
     if steps.len() < 2 {
         return d;
     }
@@ -76,7 +76,7 @@ pub fn finish(sources: &SourceMap, mut d: Diagnostic) -> Diagnostic {
         }
         _ => {}
     }
-    d.trace = shorten(steps);
+    d.set_trace(shorten(steps));
     d
 }
 
