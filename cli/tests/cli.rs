@@ -163,3 +163,28 @@ fn rewrites_pick_the_engine_and_egglog_says_when_it_is_not_built_in() {
         assert!(err.contains("E0502") && err.contains("--features egglog"), "{err}");
     }
 }
+
+/// Files some editors save with a UTF-8 byte-order mark: checked, built, formatted (keeping
+/// the mark) and imported like any other, with columns on the first line counted after it.
+#[test]
+fn files_with_a_byte_order_mark_are_read_like_any_other() {
+    let dir = common::scratch("bom");
+    let model = concat!(
+        "use \"./lib.mgn\".{double}\n\nmodel M {\n    input x: f32[4]\n\n",
+        "    forward {\n        output y = double(x)\n    }\n}\n"
+    );
+    let lib = "fn double(x: f32[N]) -> f32[N] {\n    x * 2\n}\n";
+    std::fs::write(dir.join("m.mgn"), format!("\u{feff}{model}")).unwrap();
+    std::fs::write(dir.join("lib.mgn"), format!("\u{feff}{lib}")).unwrap();
+    let m = dir.join("m.mgn");
+    let m = m.to_str().unwrap();
+    common::ok(&mgnc(&["check", m]));
+    common::ok(&mgnc(&["build", m]));
+    common::ok(&mgnc(&["fmt", "--check", m]));
+    std::fs::write(dir.join("bad.mgn"), "\u{feff}modle M {}\n").unwrap();
+    let bad = dir.join("bad.mgn");
+    let out = mgnc(&["check", "--message-format", "json", bad.to_str().unwrap()]);
+    let v: serde_json::Value =
+        serde_json::from_str(text(&out.stdout).lines().next().unwrap()).expect("a JSON diagnostic");
+    assert_eq!((v["line"].as_u64(), v["column"].as_u64()), (Some(1), Some(1)), "{v}");
+}

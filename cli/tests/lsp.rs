@@ -751,3 +751,48 @@ model M {
     assert!(!lines.contains(&10), "not at the next statement: {ds:#?}");
     c.shutdown();
 }
+
+const ENCODER: &str = "\
+use std.attention.{MultiHeadAttention}
+layer Block(d: dim, heads: dim) {
+    attn = MultiHeadAttention(d, heads)
+    forward(x: f32[B, T, d]) -> f32[B, T, d] { x + attn(x) }
+}
+model Encoder {
+    input x: f32[2, 16, 100]
+    block = Block(100, 8)
+    forward { output y = block(x) }
+}
+";
+
+/// An error raised inside the stdlib (`MultiHeadAttention`'s `d / heads`) is published in the
+/// user's open file at the call that led there, with the place in the stdlib and the trace as
+/// related information; fixing the call clears it.
+#[test]
+fn errors_inside_the_stdlib_are_published_at_the_users_call() {
+    let dir = temp_dir("trace");
+    let main = file_uri(&dir.join("main.mgn"));
+    let mut c = Client::start(&dir);
+    c.open(&main, ENCODER);
+    let ds = c.diagnostics_for_version(&main, 1);
+    let [d] = ds.as_slice() else { panic!("one diagnostic: {ds:#?}") };
+    assert_eq!(d["code"], "E0301");
+    assert_eq!(d["range"]["start"], pos(ENCODER, "MultiHeadAttention(d, heads)", 0, 0), "{d:#}");
+    let message = d["message"].as_str().unwrap();
+    assert!(message.starts_with("100 is not divisible by 8"), "{message}");
+    assert!(message.contains("in `Block` at ") && message.contains("main.mgn:3:12"), "{message}");
+    let related = d["relatedInformation"].as_array().expect("related information");
+    let said = |text: &str, file: &str| {
+        related.iter().any(|r| {
+            r["message"].as_str().unwrap_or_default().contains(text)
+                && r["location"]["uri"].as_str().unwrap_or_default().ends_with(file)
+        })
+    };
+    assert!(said("100 / 8 leaves a remainder of 4", "/attention.mgn"), "{d:#}");
+    assert!(said("in model `Encoder`", "/main.mgn") && said("in `Block`", "/main.mgn"), "{d:#}");
+    assert!(said("in `MultiHeadAttention`", "/attention.mgn"), "{d:#}");
+    let (eight, end) = (pos(ENCODER, "100, 8)", 0, 5), pos(ENCODER, "100, 8)", 0, 6));
+    c.change(&main, 2, json!([{ "range": { "start": eight, "end": end }, "text": "4" }]));
+    assert_eq!(c.diagnostics_for_version(&main, 2), Vec::<Value>::new());
+    c.shutdown();
+}

@@ -5,8 +5,9 @@
 //! locations (the report's `file:line:column`, JSON spans) are computed on the file itself.
 //! Rendering runs under a panic guard: a renderer bug gives a plain rendering, not a crash.
 
+use crate::graph::dump::thousands;
 use crate::source::{SourceFile, SourceMap};
-use mgn_syntax::{Diagnostic, FileId, Label, LineIndex, Severity, Span};
+use mgn_syntax::{Diagnostic, FileId, Label, LineIndex, Severity, Span, Step, StepKind};
 use miette::{
     GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents,
     SourceCode, SourceSpan, SpanContents,
@@ -23,6 +24,8 @@ const KEEP: usize = 40;
 const MAX_PARTS: usize = 16;
 /// What stands for the bytes left out of a long line.
 const ELISION: &str = "…";
+/// Lines of source shown above and below each label.
+const CONTEXT_LINES: usize = 1;
 /// Words (identifiers, numbers) longer than this many bytes are shortened in the report's text.
 const LONG_WORD: usize = 240;
 
@@ -118,7 +121,8 @@ impl<'s> Excerpt<'s> {
             view: String::with_capacity(text.len()),
             runs: Vec::new(),
         };
-        let mut start = 0;
+        // A byte-order mark is left out of the view (the line index does not count it either).
+        let mut start = if text.starts_with('\u{feff}') { '\u{feff}'.len_utf8() } else { 0 };
         loop {
             let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
             if end - start <= LONG_LINE {
@@ -226,15 +230,13 @@ impl SourceCode for Excerpt<'_> {
     }
 }
 
-/// The excerpt of `file` for a diagnostic, with the labels there; `None` if there is no such
-/// file.
+/// The excerpt of `file` showing `here` (labels in it); `None` if there is no such file.
 fn excerpt<'s>(
     sources: &'s SourceMap,
-    d: &Diagnostic,
     file: FileId,
+    here: &[&Label],
 ) -> Option<(Excerpt<'s>, Vec<LabeledSpan>)> {
     let f = sources.try_get(file)?;
-    let here: Vec<&Label> = d.labels.iter().filter(|l| l.span.file == file).collect();
     let points: Vec<usize> =
         here.iter().flat_map(|l| [l.span.start as usize, l.span.end as usize]).collect();
     let ex = Excerpt::new(f, &points);
@@ -252,6 +254,45 @@ fn excerpt<'s>(
         })
         .collect();
     Some((ex, labels))
+}
+
+/// The labels of the primary label's file, split into those miette shows in or after the
+/// primary label's excerpt and those it would show in excerpts before it. miette heads a
+/// report with the location of its first excerpt, so the second group goes to a report of
+/// its own after the main one: the header is always the primary label's place.
+///
+/// The grouping is miette's (7.6, `render_snippets`): labels in order of their start join the
+/// excerpt before them when its first line plus its `line_count` reaches their first line,
+/// `line_count` being (as miette computes it) the number of line breaks from the start of the
+/// file to the end of the excerpt, not the excerpt's own length.
+fn split_at_primary<'d>(
+    sources: &SourceMap,
+    d: &'d Diagnostic,
+    file: FileId,
+) -> (Vec<&'d Label>, Vec<&'d Label>) {
+    let mut here: Vec<&Label> = d.labels.iter().filter(|l| l.span.file == file).collect();
+    here.sort_by_key(|l| l.span.start);
+    let Some(f) = sources.try_get(file) else { return (here, Vec::new()) };
+    // 0-based lines of a label's excerpt: its own lines and CONTEXT_LINES around them.
+    let line = |offset: u32| f.lines.line_col((offset as usize).min(f.text.len())).0 - 1;
+    let context = |l: &Label| {
+        let first = line(l.span.start).saturating_sub(CONTEXT_LINES);
+        (first, line(l.span.end.max(l.span.start + 1) - 1) + CONTEXT_LINES)
+    };
+    let (mut group_start, mut group_first, mut group_last) = (0, 0, 0);
+    for (i, l) in here.iter().enumerate() {
+        let (first, last) = context(l);
+        if i == 0 || group_first + group_last + 1 < first {
+            (group_start, group_first, group_last) = (i, first, last);
+        } else {
+            group_last = group_last.max(last);
+        }
+        if l.primary {
+            break;
+        }
+    }
+    let later = here.split_off(group_start);
+    (later, here)
 }
 
 /// `text` with every word longer than `LONG_WORD` bytes cut to its start and end around
@@ -281,13 +322,21 @@ fn clip(text: &str) -> String {
 
 fn report<'s>(sources: &'s SourceMap, d: &Diagnostic) -> Report<'s> {
     let primary = d.primary_span().file;
+    let (main, earlier) = split_at_primary(sources, d, primary);
     let mut other_files: Vec<FileId> =
         d.labels.iter().map(|l| l.span.file).filter(|f| *f != primary).collect();
     other_files.sort();
     other_files.dedup();
-    let mut related: Vec<Report> = Vec::new();
+    let mut groups: Vec<(FileId, Vec<&Label>)> = Vec::new();
+    if !earlier.is_empty() {
+        groups.push((primary, earlier));
+    }
     for f in other_files {
-        let Some((source, labels)) = excerpt(sources, d, f) else { continue };
+        groups.push((f, d.labels.iter().filter(|l| l.span.file == f).collect()));
+    }
+    let mut related: Vec<Report> = Vec::new();
+    for (f, labels) in groups {
+        let Some((source, labels)) = excerpt(sources, f, &labels) else { continue };
         related.push(Report {
             message: format!("see {}", source.name),
             code: None,
@@ -298,8 +347,10 @@ fn report<'s>(sources: &'s SourceMap, d: &Diagnostic) -> Report<'s> {
             related: Vec::new(),
         });
     }
-    // Notes are facts about the error (not fixes): each is a sourceless related report.
-    for n in &d.notes {
+    // Notes are facts about the error (not fixes): each is a sourceless related report; the
+    // trace is the last of them.
+    let trace = (!d.trace().is_empty()).then(|| trace_note(sources, d.trace()));
+    for n in d.notes.iter().chain(trace.as_ref()) {
         related.push(Report {
             message: format!("note: {}", clip(n)),
             code: None,
@@ -310,7 +361,7 @@ fn report<'s>(sources: &'s SourceMap, d: &Diagnostic) -> Report<'s> {
             related: Vec::new(),
         });
     }
-    let (source, labels) = match excerpt(sources, d, primary) {
+    let (source, labels) = match excerpt(sources, primary, &main) {
         Some((source, labels)) => (Some(source), labels),
         None => (None, Vec::new()),
     };
@@ -328,6 +379,28 @@ fn report<'s>(sources: &'s SourceMap, d: &Diagnostic) -> Report<'s> {
     }
 }
 
+/// The trace as one note: the steps from the model down to the error, outermost first.
+pub fn trace_note(sources: &SourceMap, trace: &[Step]) -> String {
+    let mut out = String::from("how elaboration reached the error, from the model down:");
+    for s in trace {
+        if s.kind == StepKind::Omitted {
+            out.push_str(&format!("\n… {} more steps …", thousands(s.count)));
+            continue;
+        }
+        out.push_str(&format!("\nin {} at {}", s.describe(), place(sources, s.at)));
+        if s.count > 1 {
+            out.push_str(&format!(" ({} times in a row)", thousands(s.count)));
+        }
+    }
+    out
+}
+
+/// `file:line:column` of the start of a span.
+pub fn place(sources: &SourceMap, span: Span) -> String {
+    let s = json_span(sources, span);
+    format!("{}:{}:{}", s.file, s.line, s.column)
+}
+
 /// The human rendering, without colour (stable for golden tests); `color` adds ANSI styles.
 /// Never panics: if the report cannot be drawn, the diagnostic is written plainly.
 pub fn render(sources: &SourceMap, d: &Diagnostic, color: bool) -> String {
@@ -342,7 +415,7 @@ fn graphical(sources: &SourceMap, d: &Diagnostic, color: bool) -> Option<String>
     let handler = GraphicalReportHandler::new_themed(theme)
         .with_width(100)
         .with_links(false)
-        .with_context_lines(1);
+        .with_context_lines(CONTEXT_LINES);
     let mut out = String::new();
     handler.render_report(&mut out, &report(sources, d)).ok()?;
     Some(out)
@@ -364,6 +437,10 @@ pub fn plain(sources: &SourceMap, d: &Diagnostic) -> String {
     }
     for n in &d.notes {
         out.push_str(&format!("  note: {n}\n"));
+    }
+    if !d.trace().is_empty() {
+        let note = trace_note(sources, d.trace()).replace('\n', "\n    ");
+        out.push_str(&format!("  note: {note}\n"));
     }
     out
 }
@@ -397,7 +474,24 @@ pub struct JsonDiagnostic {
     pub labels: Vec<JsonLabel>,
     pub help: Option<String>,
     pub notes: Vec<String>,
+    /// Where elaboration was when the error arose, outermost first; empty when it was in the
+    /// model's own text.
+    pub trace: Vec<JsonStep>,
     pub rendered: String,
+}
+
+#[derive(Serialize)]
+pub struct JsonStep {
+    pub kind: StepKind,
+    /// "model `M`", "`Block`", "`Block.forward`", "`split_heads`", "const `D`".
+    pub what: String,
+    /// The place in it that led on: the call of the next step, or the error.
+    #[serde(flatten)]
+    pub span: Option<JsonSpan>,
+    /// Times in a row (recursion), or the number of steps an `omitted` one stands for.
+    pub count: usize,
+    /// For a forward: where the layer instance was created.
+    pub origin: Option<JsonSpan>,
 }
 
 /// Where a span is: its file's name, 1-based lines and byte columns, and byte offsets (clamped
@@ -445,8 +539,22 @@ pub fn to_json(sources: &SourceMap, d: &Diagnostic) -> String {
                 primary: l.primary,
             })
             .collect(),
-        help: d.help.clone(),
+        help: d.help.as_deref().map(String::from),
         notes: d.notes.clone(),
+        trace: d
+            .trace()
+            .iter()
+            .map(|s| {
+                let omitted = s.kind == StepKind::Omitted;
+                JsonStep {
+                    kind: s.kind,
+                    what: s.describe(),
+                    span: (!omitted).then(|| json_span(sources, s.at)),
+                    count: s.count,
+                    origin: s.origin.map(|o| json_span(sources, o)),
+                }
+            })
+            .collect(),
         rendered: render(sources, d, false),
     };
     serde_json::to_string(&j).unwrap_or_else(|e| {
@@ -504,6 +612,35 @@ mod tests {
         let plain = plain(&sources, &d);
         assert!(plain.contains("--> long.mgn:1:180015: z here"), "{plain}");
         assert!(plain.contains("--> long.mgn:2:11: after a lone"), "{plain}");
+    }
+
+    #[test]
+    fn the_header_is_the_primary_label_even_after_a_far_earlier_label() {
+        let text = format!("fn a() {{ 1 }}\n{}fn b() {{ 2 }}\n", "\n".repeat(30));
+        let (a, b) = (text.find('a').unwrap(), text.find('b').unwrap());
+        let sources = one_file(text);
+        let d = Diagnostic::error("E0106", "twice", Span::new(FileId(0), b, b + 1), "again")
+            .with_label(Span::new(FileId(0), a, a + 1), "first");
+        let out = render(&sources, &d, false);
+        let first_header = out.lines().find(|l| l.contains("╭─[")).unwrap();
+        assert!(first_header.contains("[long.mgn:32:4]"), "{out}");
+        assert!(out.contains("[long.mgn:1:4]") && out.contains("first"), "{out}");
+        // Labels close enough to share an excerpt stay in it.
+        let near = Diagnostic::error("E0106", "twice", Span::new(FileId(0), b, b + 1), "again")
+            .with_label(Span::new(FileId(0), b - 2, b - 1), "near");
+        assert_eq!(render(&sources, &near, false).matches("╭─[").count(), 1);
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_shown_or_counted_as_a_column() {
+        let text = "\u{feff}fn f() { x }\n".to_string();
+        let x = text.find('x').unwrap();
+        let sources = one_file(text);
+        let d = Diagnostic::error("E0101", "m", Span::new(FileId(0), x, x + 1), "here");
+        let out = render(&sources, &d, false);
+        assert!(out.contains("[long.mgn:1:10]") && !out.contains('\u{feff}'), "{out}");
+        let json: serde_json::Value = serde_json::from_str(&to_json(&sources, &d)).unwrap();
+        assert_eq!((json["column"].as_u64(), json["byte_start"].as_u64()), (Some(10), Some(12)));
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub fn diagnostics(paths: &Paths, a: &Analysis) -> HashMap<lsp::Uri, Vec<lsp::Di
         for n in &d.notes {
             message.push_str(&format!("\nnote: {n}"));
         }
+        if !d.trace().is_empty() {
+            let note = mgn_compiler::render::trace_note(&a.program().sources, d.trace());
+            message.push_str(&format!("\nnote: {note}"));
+        }
         let mut related = Vec::new();
         for l in &d.labels {
             if (l.span.file.0 as usize) >= nfiles || (l.primary && !moved && l.message.is_empty()) {
@@ -123,6 +127,13 @@ pub fn diagnostics(paths: &Paths, a: &Analysis) -> HashMap<lsp::Uri, Vec<lsp::Di
                         l.message.clone()
                     },
                 });
+            }
+        }
+        // The trace's steps, outermost first: the editor lists where each one led on.
+        for step in d.trace().iter().filter(|s| s.kind != mgn_syntax::StepKind::Omitted) {
+            if let Some(location) = location_of(paths, a, step.at) {
+                let message = format!("in {}", step.describe());
+                related.push(lsp::DiagnosticRelatedInformation { location, message });
             }
         }
         out.entry(uri).or_default().push(lsp::Diagnostic {

@@ -311,6 +311,17 @@ impl BinOp {
             BinOp::Or => "||",
         }
     }
+
+    /// Binding strength: 1 `||`, 2 `&&`, 3 comparisons, 4 `+ -`, 5 `* / % @`.
+    pub fn level(self) -> u8 {
+        match self {
+            BinOp::Or => 1,
+            BinOp::And => 2,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 3,
+            BinOp::Add | BinOp::Sub => 4,
+            BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::MatMul => 5,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -335,7 +346,11 @@ pub enum ExprKind {
     Name(String),
     SelfRef,
     Unary(UnOp, Box<Expr>),
-    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// Binary operators of one precedence level in a row, applied left to right: `a + b - c`
+    /// is `Binary(a, [(Add, b), (Sub, c)])`. A flat run of any length is one node (the tree
+    /// does not deepen with it); `rest` is never empty, and every operator in it has the same
+    /// `BinOp::level`. Parentheses keep their own node: `(a + b) + c` has `a + b` as `first`.
+    Binary(Box<Expr>, Vec<(BinOp, Expr)>),
     Call {
         callee: Box<Expr>,
         args: Vec<Arg>,

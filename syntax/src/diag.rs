@@ -20,6 +20,51 @@ pub struct Label {
     pub primary: bool,
 }
 
+/// What elaboration was evaluating when an error arose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    /// A model: its arguments, fields, inputs and forward.
+    Model,
+    /// A layer being instantiated: its config and fields.
+    Layer,
+    /// A layer instance's `forward`.
+    Forward,
+    Fn,
+    Const,
+    /// Steps left out of a long trace (`count` of them).
+    Omitted,
+}
+
+/// One step of the path elaboration took to an error (as rustc's macro backtraces and C++'s
+/// "required from here"): the definition it was in, and the place in that definition that led
+/// on — the call of the next step, or the error itself for the last step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Step {
+    pub kind: StepKind,
+    /// The model, layer, fn or const by name.
+    pub name: String,
+    pub at: Span,
+    /// How many times in a row the step repeats (recursion), or how many steps an `Omitted`
+    /// one stands for.
+    pub count: usize,
+    /// For a `Forward`: where the layer instance was created.
+    pub origin: Option<Span>,
+}
+
+impl Step {
+    /// "model `M`", "`Block`", "`Block.forward`", "`split_heads`", "const `D`".
+    pub fn describe(&self) -> String {
+        match self.kind {
+            StepKind::Model => format!("model `{}`", self.name),
+            StepKind::Layer | StepKind::Fn => format!("`{}`", self.name),
+            StepKind::Forward => format!("`{}.forward`", self.name),
+            StepKind::Const => format!("const `{}`", self.name),
+            StepKind::Omitted => format!("{} more steps", self.count),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Diagnostic {
     pub severity: Severity,
@@ -27,9 +72,18 @@ pub struct Diagnostic {
     pub code: &'static str,
     pub message: String,
     pub labels: Vec<Label>,
-    pub help: Option<String>,
+    /// A boxed `str` rather than a `String`: the `Diagnostic` stays small enough to return.
+    pub help: Option<Box<str>>,
     pub notes: Vec<String>,
+    /// For errors raised while elaborating inside layers, `fn`s and constants: the steps from
+    /// the model down to the error, outermost first (see `trace`). Boxed, and absent when
+    /// there are none: a `Diagnostic` is the error type of most of the compiler, and most have
+    /// no trace.
+    trace: Option<Box<Steps>>,
 }
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+struct Steps(Vec<Step>);
 
 impl Diagnostic {
     pub fn error(
@@ -45,6 +99,7 @@ impl Diagnostic {
             labels: vec![Label { span, message: label.into(), primary: true }],
             help: None,
             notes: Vec::new(),
+            trace: None,
         }
     }
 
@@ -55,13 +110,31 @@ impl Diagnostic {
     }
 
     pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
-        self.help = Some(help.into());
+        self.help = Some(help.into().into_boxed_str());
         self
     }
 
     pub fn with_note(mut self, note: impl Into<String>) -> Diagnostic {
         self.notes.push(note.into());
         self
+    }
+
+    /// The steps from the model down to the error, outermost first; empty for an error that is
+    /// not inside a layer, `fn` or constant.
+    pub fn trace(&self) -> &[Step] {
+        self.trace.as_deref().map_or(&[], |t| t.0.as_slice())
+    }
+
+    pub fn set_trace(&mut self, steps: Vec<Step>) {
+        self.trace = (!steps.is_empty()).then(|| Box::new(Steps(steps)));
+    }
+
+    pub fn take_trace(&mut self) -> Vec<Step> {
+        self.trace.take().map_or_else(Vec::new, |t| t.0)
+    }
+
+    pub fn push_step(&mut self, step: Step) {
+        self.trace.get_or_insert_with(Default::default).0.push(step);
     }
 
     pub fn primary_span(&self) -> Span {

@@ -39,6 +39,20 @@ const COMMENT_GAP: usize = 2;
 
 /// Formats one file. A file with syntax errors is not formatted: its diagnostics come back.
 pub fn format(text: &str) -> Result<String, Vec<Diagnostic>> {
+    // A byte-order mark stays where it is, in front of the formatted text.
+    if let Some(rest) = text.strip_prefix(crate::parser::BOM) {
+        let shift = crate::parser::BOM.len_utf8() as u32;
+        return match format(rest) {
+            Ok(out) => Ok(format!("{}{out}", crate::parser::BOM)),
+            Err(mut diags) => {
+                for l in diags.iter_mut().flat_map(|d| d.labels.iter_mut()) {
+                    l.span.start += shift;
+                    l.span.end += shift;
+                }
+                Err(diags)
+            }
+        };
+    }
     let (file, diags) = parse(FileId(0), text);
     if !diags.is_empty() {
         return Err(diags);
@@ -232,13 +246,7 @@ fn range(s: Span) -> (usize, usize) {
 /// Binding strength: 1 `||` … 5 `* / % @`, 6 prefix, 7 postfix, 8 atoms.
 fn prec(e: &Expr) -> u8 {
     match &e.kind {
-        ExprKind::Binary(op, ..) => match op {
-            BinOp::Or => 1,
-            BinOp::And => 2,
-            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 3,
-            BinOp::Add | BinOp::Sub => 4,
-            BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::MatMul => 5,
-        },
+        ExprKind::Binary(_, rest) => rest[0].0.level(),
         ExprKind::Unary(..) => 6,
         ExprKind::Call { .. }
         | ExprKind::Field(..)

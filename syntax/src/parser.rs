@@ -17,6 +17,9 @@ use std::sync::OnceLock;
 mod errors;
 use errors::syntax_error;
 
+/// The byte-order mark, skipped at the start of a file.
+pub const BOM: char = '\u{feff}';
+
 #[derive(pest_derive::Parser)]
 #[grammar = "mgn.pest"]
 struct MgnParser;
@@ -28,11 +31,11 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
     }
     // A runaway-backtracking guard; linear in the input, far above what real files need.
     pest::set_call_limit(NonZeroUsize::new(text.len().saturating_mul(400).max(1_000_000)));
-    pest::set_error_detail(true);
 
     let mut out = File::default();
     let mut diags = Vec::new();
-    let mut pos = 0;
+    // A byte-order mark some editors write at the start of UTF-8 files is not part of the text.
+    let mut pos = if text.starts_with(BOM) { BOM.len_utf8() } else { 0 };
     loop {
         pos = match skip_trivia(text, pos) {
             Ok(p) => p,
@@ -63,7 +66,7 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
                 pos += consumed.max(1);
             }
             Err(e) => {
-                diags.push(syntax_error(file, text, pos, e));
+                diags.push(syntax_error(file, text, pos, detailed_error(&text[pos..], e)));
                 if let Some(name) = item_name_at(file, text, pos) {
                     out.unparsed.push(name);
                 }
@@ -72,6 +75,20 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
         }
     }
     (out, diags)
+}
+
+/// The error of an item that failed to parse, parsed again with pest's record of what it
+/// expected where. Only failing items pay for that record (it allocates for every token tried,
+/// and made parsing long files superlinear). pest reads the setting when a parse starts; the
+/// lock keeps another thread from turning it off in between, and parses without it are only
+/// the faster for seeing it on.
+fn detailed_error(item: &str, plain: pest::error::Error<Rule>) -> pest::error::Error<Rule> {
+    static DETAIL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _held = DETAIL.lock().unwrap_or_else(|e| e.into_inner());
+    pest::set_error_detail(true);
+    let r = MgnParser::parse(Rule::item_at, item);
+    pest::set_error_detail(false);
+    r.err().unwrap_or(plain)
 }
 
 /// The first offset at or after `pos` that is not whitespace or a comment; `Err(start)` for a
@@ -174,6 +191,8 @@ struct Builder<'d> {
 struct Built {
     expr: Expr,
     depth: usize,
+    /// Written in parentheses: a chain of operators is not continued into it.
+    grouped: bool,
 }
 
 impl Builder<'_> {
@@ -505,7 +524,6 @@ impl Builder<'_> {
                 b.node(kind, span, depth)
             })
             .map_infix(|lhs, op, rhs| {
-                let span = lhs.expr.span.to(rhs.expr.span);
                 let bop = match op.as_rule() {
                     Rule::or_op => BinOp::Or,
                     Rule::and_op => BinOp::And,
@@ -522,15 +540,31 @@ impl Builder<'_> {
                     Rule::rem_op => BinOp::Rem,
                     _ => BinOp::MatMul,
                 };
-                let depth = lhs.depth.max(rhs.depth);
-                this.borrow_mut().node(
-                    ExprKind::Binary(bop, Box::new(lhs.expr), Box::new(rhs.expr)),
-                    span,
-                    depth,
-                )
+                this.borrow_mut().binary(lhs, bop, rhs)
             })
             .parse(p.into_inner());
         built
+    }
+
+    /// `lhs op rhs`: continues `lhs` when it is a chain of `op`'s level not written in
+    /// parentheses, so a flat run of operators stays one node however long it is.
+    fn binary(&mut self, lhs: Built, op: BinOp, rhs: Built) -> Built {
+        let span = lhs.expr.span.to(rhs.expr.span);
+        match lhs {
+            Built {
+                expr: Expr { kind: ExprKind::Binary(first, mut rest), .. },
+                depth,
+                grouped,
+            } if !grouped && rest[0].0.level() == op.level() => {
+                let depth = (depth - 1).max(rhs.depth);
+                rest.push((op, rhs.expr));
+                self.node(ExprKind::Binary(first, rest), span, depth)
+            }
+            lhs => {
+                let depth = lhs.depth.max(rhs.depth);
+                self.node(ExprKind::Binary(Box::new(lhs.expr), vec![(op, rhs.expr)]), span, depth)
+            }
+        }
     }
 
     /// Wraps a new node one level above children of depth `child_depth`, or reports the
@@ -548,17 +582,21 @@ impl Builder<'_> {
                         span,
                         "this expression is too deep",
                     )
-                    .with_help("bind parts of it to names with `let`"),
+                    .with_help("bind inner parts of it to names with `let`")
+                    .with_note(
+                        "brackets, calls, `if`s and each `.name`, `[i]` or `^T` in a row add a \
+                         level; operators in a row (`a + b + c …`) do not",
+                    ),
                 );
             }
-            return Built { expr: Expr { kind: ExprKind::Error, span }, depth: 0 };
+            return Built { expr: Expr { kind: ExprKind::Error, span }, depth: 0, grouped: false };
         }
-        Built { expr: Expr { kind, span }, depth: child_depth + 1 }
+        Built { expr: Expr { kind, span }, depth: child_depth + 1, grouped: false }
     }
 
     fn primary(&mut self, p: Pair<Rule>) -> Built {
         let span = self.span(&p);
-        let leaf = |kind| Built { expr: Expr { kind, span }, depth: 1 };
+        let leaf = |kind| Built { expr: Expr { kind, span }, depth: 1, grouped: false };
         match p.as_rule() {
             Rule::int => match p.as_str().parse::<i64>() {
                 Ok(v) => leaf(ExprKind::Int(v)),
@@ -603,6 +641,7 @@ impl Builder<'_> {
                     // Parentheses only group: keep the inner node, widened to the parens.
                     let mut inner = parts.into_iter().next().unwrap();
                     inner.expr.span = span;
+                    inner.grouped = true;
                     return inner;
                 }
                 let items = parts.into_iter().map(|b| b.expr).collect();

@@ -44,19 +44,23 @@ pub struct LineIndex {
 }
 
 impl LineIndex {
+    /// The first line starts after a byte-order mark, so columns on it are counted as on the
+    /// others, from the first character an editor shows.
     pub fn new(text: &str) -> LineIndex {
-        let mut line_starts = vec![0];
+        let bom = if text.starts_with('\u{feff}') { '\u{feff}'.len_utf8() } else { 0 };
+        let mut line_starts = vec![bom];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         LineIndex { line_starts }
     }
 
-    /// 1-based (line, column); the column counts bytes.
+    /// 1-based (line, column); the column counts bytes (an offset within a byte-order mark is
+    /// column 1).
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let line = match self.line_starts.binary_search(&offset) {
             Ok(i) => i,
-            Err(i) => i - 1,
+            Err(i) => i.saturating_sub(1),
         };
-        (line + 1, offset - self.line_starts[line] + 1)
+        (line + 1, offset.saturating_sub(self.line_starts[line]) + 1)
     }
 
     pub fn line_start(&self, line: usize) -> Option<usize> {

@@ -330,7 +330,13 @@ macro_rules! visitor {
         ) {
             match & $($m)? e.kind {
                 ExprKind::Unary(_, a) | ExprKind::Transpose(a) => v.visit_expr(a),
-                ExprKind::Binary(_, a, b) | ExprKind::Index(a, b) => {
+                ExprKind::Binary(first, rest) => {
+                    v.visit_expr(first);
+                    for (_, b) in rest {
+                        v.visit_expr(b);
+                    }
+                }
+                ExprKind::Index(a, b) => {
                     v.visit_expr(a);
                     v.visit_expr(b);
                 }

@@ -16,24 +16,31 @@ pub(crate) use call::bind_args;
 mod expr;
 mod layer;
 mod pattern;
+pub mod trace;
 
 use super::builtins;
 pub use super::value::Local;
-use super::value::{LayerInst, Value};
+use super::value::{LayerInst, Locals, Value};
 use crate::front::{did_you_mean, ModId, Program, Target};
+use crate::graph::dump::thousands;
 use crate::graph::{fmt_type, BinaryOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp};
 use crate::source::Origin;
 use mgn_ir::shape;
 use mgn_ir::DType;
 use mgn_syntax::ast::*;
-use mgn_syntax::{Diagnostic, Span};
+use mgn_syntax::{Diagnostic, Span, StepKind};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 pub type R<T> = Result<T, Diagnostic>;
 
-/// Deepest nesting of layer, fn and const evaluation.
-const MAX_CALL_DEPTH: usize = 96;
+/// Deepest nesting of layer, fn and const evaluation: deep enough for a recursive scan over
+/// thousands of steps, a guard against recursion that never stops.
+pub const MAX_CALL_DEPTH: usize = 10_000;
+/// When less stack than this is left on entering a frame, evaluation goes on on a new segment.
+const STACK_RED_ZONE: usize = 1 << 20;
+/// Size of each stack segment taken from the heap.
+const STACK_SEGMENT: usize = 16 << 20;
 /// Most nodes one model may elaborate to.
 const MAX_NODES: usize = 2_000_000;
 /// Largest element count of one tensor (2^40).
@@ -44,11 +51,29 @@ const MAX_REPEAT: i64 = 10_000;
 pub struct Frame {
     pub module: ModId,
     /// Innermost last: `let`s, parameters, pattern-bound dims, config, fields and inputs.
-    pub locals: Vec<Local>,
+    pub locals: Locals,
     /// The enclosing layer's fields (for `self.x`) and its type name.
     pub fields: Option<(String, Vec<(String, Value)>)>,
     /// True while evaluating a model's forward: `output` and `loss` record into the graph.
     pub model: bool,
+    /// What is being evaluated, for the trace of an error raised inside it.
+    pub step: FrameStep,
+}
+
+/// The definition a frame evaluates: its kind, its name and its whole span (an error inside
+/// that span is inside the frame).
+pub struct FrameStep {
+    pub kind: StepKind,
+    pub name: String,
+    pub def: Span,
+    /// For a layer's forward: where the instance was created.
+    pub origin: Option<Span>,
+}
+
+impl FrameStep {
+    pub fn new(kind: StepKind, name: &Ident, def: Span) -> FrameStep {
+        FrameStep { kind, name: name.name.clone(), def, origin: None }
+    }
 }
 
 /// An evaluated call argument.
@@ -123,7 +148,8 @@ impl<'p> Evaluator<'p> {
         self.frames.last_mut().expect("evaluation always runs in a frame")
     }
 
-    /// Runs `f` in a new frame, popping it again whatever `f` returns.
+    /// Runs `f` in a new frame, popping it again whatever `f` returns. An error raised inside
+    /// the frame's definition records the frame in its trace (`trace::record`).
     pub fn in_frame<T>(
         &mut self,
         frame: Frame,
@@ -132,21 +158,29 @@ impl<'p> Evaluator<'p> {
     ) -> R<T> {
         if self.depth >= MAX_CALL_DEPTH {
             return Err(Diagnostic::error(
-                "E0601",
-                format!("calls are nested more than {MAX_CALL_DEPTH} deep"),
+                trace::DEPTH_CODE,
+                format!(
+                    "this call would nest calls {} deep; the limit is {}",
+                    thousands(MAX_CALL_DEPTH + 1),
+                    thousands(MAX_CALL_DEPTH)
+                ),
                 call_site,
-                "this call is too deep",
+                format!("call {}", thousands(MAX_CALL_DEPTH + 1)),
             )
-            .with_help("is a `fn`, `const` or layer defined in terms of itself?"));
+            .with_help(
+                "a `fn`, `const` or layer that calls itself needs a case that ends the recursion",
+            ));
         }
         self.depth += 1;
         self.frames.push(frame);
         self.call_sites.push(call_site);
-        let r = f(self);
+        // Deep recursion (a scan over thousands of steps) runs on stack segments taken from
+        // the heap as needed, so it needs no large thread stack.
+        let r = stacker::maybe_grow(STACK_RED_ZONE, STACK_SEGMENT, || f(self));
         self.call_sites.pop();
-        self.frames.pop();
+        let frame = self.frames.pop().expect("pushed above");
         self.depth -= 1;
-        r
+        r.map_err(|d| trace::record(d, &frame.step, call_site))
     }
 
     /// Binds the definition named `name` at `def` to a value in the current frame.
@@ -291,7 +325,8 @@ impl<'p> Evaluator<'p> {
         if let Some(v) = self.consts.get(&(module, index)) {
             return Ok(v.clone());
         }
-        let frame = Frame { module, locals: Vec::new(), fields: None, model: false };
+        let step = FrameStep::new(StepKind::Const, &c.name, c.span);
+        let frame = Frame { module, locals: Locals::default(), fields: None, model: false, step };
         let v = self.in_frame(frame, span, |ev| {
             let v = ev.eval(&c.value)?;
             match &c.ty {
@@ -308,7 +343,7 @@ impl<'p> Evaluator<'p> {
     /// The value bound to the definition at `def` in the current frame, if any yet.
     fn local(&self, def: Span) -> Option<Value> {
         let f = self.frames.last()?;
-        f.locals.iter().rev().find(|l| l.def == def).map(|l| l.value.clone())
+        f.locals.get(def).map(|l| l.value.clone())
     }
 
     /// The value of the name written at `span` if it is known without evaluating anything:

@@ -7,9 +7,9 @@ pub mod value;
 
 use crate::front::{did_you_mean, ModId, Program};
 use crate::graph::Graph;
-use eval::{Evaluator, Frame};
+use eval::{Evaluator, Frame, FrameStep};
 use mgn_syntax::ast::{Item, LayerItem, LayerKind, ScalarType, TypeExpr};
-use mgn_syntax::{Diagnostic, Span};
+use mgn_syntax::{Diagnostic, Span, StepKind};
 use value::Value;
 
 /// A `--set name=value` override of a model argument.
@@ -92,9 +92,10 @@ pub fn elaborate_with_facts(
     ev.graph.model = model.name.name.clone();
     let frame = Frame {
         module,
-        locals: Vec::new(),
+        locals: Default::default(),
         fields: Some((model.name.name.clone(), Vec::new())),
         model: true,
+        step: FrameStep::new(StepKind::Model, &model.name, model.span),
     };
     let result = ev.in_frame(frame, model.name.span, |ev| {
         for p in &model.params {
@@ -144,7 +145,7 @@ pub fn elaborate_with_facts(
         Ok(())
     });
     facts.append(&mut ev.facts);
-    result?;
+    result.map_err(|d| eval::trace::finish(&prog.sources, d))?;
     Ok(ev.graph)
 }
 
@@ -189,3 +190,6 @@ fn show(v: &Value) -> String {
         other => other.kind().to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,6 +4,7 @@ use crate::front::ModId;
 use crate::graph::{InitSpec, NodeId};
 use mgn_ir::DType;
 use mgn_syntax::Span;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 #[derive(Clone, Debug)]
@@ -41,6 +42,70 @@ pub struct Local {
     pub value: Value,
 }
 
+/// A frame's bindings in the order they were made, with an index by definition: a lookup
+/// costs the same however many bindings a frame holds (a forward of 20,000 `let`s).
+#[derive(Clone, Debug, Default)]
+pub struct Locals {
+    list: Vec<Local>,
+    /// Where the live binding of each definition is in `list`. A definition has at most one
+    /// live binding in a frame: a block's bindings end with it, and nothing binds a
+    /// definition twice before that.
+    by_def: HashMap<Span, usize>,
+}
+
+impl Locals {
+    pub fn push(&mut self, local: Local) {
+        self.by_def.insert(local.def, self.list.len());
+        self.list.push(local);
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Drops the bindings made after the first `len`.
+    pub fn truncate(&mut self, len: usize) {
+        while self.list.len() > len {
+            self.pop();
+        }
+    }
+
+    pub fn pop(&mut self) -> Option<Local> {
+        let l = self.list.pop()?;
+        if self.by_def.get(&l.def) == Some(&self.list.len()) {
+            self.by_def.remove(&l.def);
+        }
+        Some(l)
+    }
+
+    /// The live binding of the definition at `def`.
+    pub fn get(&self, def: Span) -> Option<&Local> {
+        self.by_def.get(&def).map(|&i| &self.list[i])
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Local> {
+        self.list.iter()
+    }
+
+    pub fn to_vec(&self) -> Vec<Local> {
+        self.list.clone()
+    }
+}
+
+impl From<Vec<Local>> for Locals {
+    fn from(list: Vec<Local>) -> Locals {
+        let mut l = Locals::default();
+        for local in list {
+            l.push(local);
+        }
+        l
+    }
+}
+
 /// An instantiated layer: its config values and its fields (parameters are `Tensor`s that
 /// point at `Param` nodes).
 #[derive(Debug)]
@@ -53,6 +118,8 @@ pub struct LayerInst {
     /// Config parameters and the dims their shape patterns bound.
     pub config: Vec<Local>,
     pub fields: Vec<(String, Value)>,
+    /// Where it was created (the layer call in a field initializer).
+    pub span: Span,
 }
 
 impl LayerInst {

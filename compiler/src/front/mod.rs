@@ -7,6 +7,7 @@ pub mod names;
 pub mod resolve;
 
 pub use load::{Binding, ModId, Module, Program};
+use mgn_syntax::{Diagnostic, Span};
 pub use resolve::{Occurrence, Problem, Resolution, SymKind, Target, Visible};
 
 /// Names longer than this get no suggestion: an edit distance costs the product of the two
@@ -50,6 +51,46 @@ pub fn did_you_mean<'a>(
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
     nearest(name, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// The `(` of a call written at the start of a line below its callee, if it is: such a line
+/// continues the expression above it, so `let y = x * 2` followed by a line `(y, x)` calls `2`.
+pub fn paren_on_new_line(prog: &Program, callee: Span, call: Span) -> Option<Span> {
+    let text = &prog.sources.try_get(callee.file)?.text;
+    let between = text.get(callee.end as usize..call.end as usize)?;
+    let mut newline = false;
+    let mut rest = between;
+    loop {
+        let trimmed = rest.trim_start_matches([' ', '\t', '\r', '\n']);
+        newline |= rest[..rest.len() - trimmed.len()].contains('\n');
+        rest = trimmed;
+        if let Some(after) = rest.strip_prefix("//") {
+            rest = after.find('\n').map_or("", |i| &after[i..]);
+        } else if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.find("*/").map_or("", |i| &after[i + 2..]);
+        } else {
+            break;
+        }
+    }
+    if !newline || !rest.starts_with('(') {
+        return None;
+    }
+    let at = callee.end as usize + (between.len() - rest.len());
+    Some(Span::new(callee.file, at, at + 1))
+}
+
+/// Explains a line starting with `(` that continued the line above as a call (see
+/// `paren_on_new_line`).
+pub fn continued_call(prog: &Program, d: Diagnostic, callee: Span, paren: Span) -> Diagnostic {
+    let line = prog
+        .sources
+        .try_get(callee.file)
+        .map_or(0, |f| f.lines.line_col((callee.end as usize).saturating_sub(1)).0);
+    d.with_label(paren, format!("this `(` continues line {line}: it calls what ends that line"))
+        .with_help(format!(
+            "a line that starts with `(` continues the expression above it; end line {line} \
+             with `;` if this line starts a new expression"
+        ))
 }
 
 #[cfg(test)]

@@ -11,13 +11,23 @@
 
 use super::load::{ModId, Program};
 use super::resolve::Problem;
+use super::{continued_call, paren_on_new_line};
 use crate::source::STDLIB;
 use mgn_syntax::ast::*;
 use mgn_syntax::visit::{self, Visit};
 use mgn_syntax::{Diagnostic, Span};
 
 pub fn check(prog: &Program) -> Vec<Diagnostic> {
-    let mut c = Checker { prog, module: ModId(0), layer: None, top: false, diags: Vec::new() };
+    let mut c = Checker {
+        prog,
+        module: ModId(0),
+        layer: None,
+        top: false,
+        model_forward: false,
+        callee: None,
+        continued: Vec::new(),
+        diags: Vec::new(),
+    };
     for (i, m) in prog.modules.iter().enumerate() {
         c.module = ModId(i);
         for item in &m.ast.items {
@@ -33,6 +43,12 @@ struct Checker<'p> {
     layer: Option<&'p LayerItem>,
     /// True for the block of a model's forward, whose statements may be `output` and `loss`.
     top: bool,
+    /// True anywhere inside a model's forward (where a missing name may be a missing input).
+    model_forward: bool,
+    /// The callee of the call being walked, when it is a bare name.
+    callee: Option<Span>,
+    /// Calls being walked whose `(` starts a line (callee, paren, arguments' span).
+    continued: Vec<(Span, Span, Span)>,
     diags: Vec<Diagnostic>,
 }
 
@@ -128,7 +144,9 @@ impl<'p> Visit<'p> for Checker<'p> {
             None => {}
         }
         self.top = is_model;
+        self.model_forward = is_model;
         self.visit_block(&fwd.body);
+        self.model_forward = false;
         if is_model {
             self.model_body(l, fwd);
         } else if fwd.body.tail.is_none() {
@@ -161,8 +179,24 @@ impl<'p> Visit<'p> for Checker<'p> {
     }
 
     fn visit_expr(&mut self, e: &'p Expr) {
-        if let ExprKind::Name(_) | ExprKind::SelfRef = e.kind {
-            self.report(e.span);
+        match &e.kind {
+            ExprKind::Name(_) | ExprKind::SelfRef => self.report(e.span),
+            ExprKind::Call { callee, .. } => {
+                if let ExprKind::Name(_) = callee.kind {
+                    self.callee = Some(callee.span);
+                }
+                let paren = paren_on_new_line(self.prog, callee.span, e.span);
+                if let Some(paren) = paren {
+                    let args = Span { start: paren.start, ..e.span };
+                    self.continued.push((callee.span, paren, args));
+                }
+                visit::walk_expr(self, e);
+                if paren.is_some() {
+                    self.continued.pop();
+                }
+                return;
+            }
+            _ => {}
         }
         visit::walk_expr(self, e);
     }
@@ -262,19 +296,7 @@ impl Checker<'_> {
                 used_before_defined(name, span, *later)
             }
             Problem::Unknown { name, later_field: None, suggestion } => {
-                let d = Diagnostic::error(
-                    "E0101",
-                    format!("cannot find `{name}` in this scope"),
-                    span,
-                    "not found",
-                );
-                match (suggestion, std_home(name)) {
-                    (Some(c), _) => d.with_help(format!("did you mean `{c}`?")),
-                    (None, Some(module)) => d.with_help(format!(
-                        "`{name}` is defined in `std.{module}`; add `use std.{module}.{{{name}}}`"
-                    )),
-                    (None, None) => d,
-                }
+                self.unknown(name, suggestion.as_deref(), span)
             }
             Problem::BareSelf => Diagnostic::error(
                 "E0101",
@@ -319,6 +341,45 @@ impl Checker<'_> {
         self.diags.push(d);
     }
 }
+
+impl Checker<'_> {
+    /// A name that refers to nothing, with the likeliest fix: the stdlib item of exactly that
+    /// name, a near name, an input the model does not declare yet; or, inside a call whose `(`
+    /// starts a line, that the line continued the one above.
+    fn unknown(&mut self, name: &str, suggestion: Option<&str>, span: Span) -> Diagnostic {
+        let d = Diagnostic::error(
+            "E0101",
+            format!("cannot find `{name}` in this scope"),
+            span,
+            "not found",
+        );
+        if let Some(&(callee, paren, _)) =
+            self.continued.iter().rev().find(|(_, _, args)| args.contains(span.start as usize))
+        {
+            return continued_call(self.prog, d, callee, paren);
+        }
+        let called = self.callee == Some(span);
+        let model = self.layer.filter(|l| l.kind == LayerKind::Model && self.model_forward);
+        match (std_home(name), suggestion, model) {
+            (Some(module), _, _) => d.with_help(format!(
+                "`{name}` is defined in `std.{module}`; add `use std.{module}.{{{name}}}`"
+            )),
+            (None, Some(c), _) => d.with_help(format!("did you mean `{c}`?")),
+            (None, None, Some(m)) if !called && !CONTEXTUAL.contains(&name) => {
+                d.with_help(format!(
+                    "if `{name}` is an input of the model, declare it in `{}`: \
+                 `input {name}: f32[...]`; otherwise bind it with `let {name} = ...` first",
+                    m.name.name
+                ))
+            }
+            (None, None, _) => d,
+        }
+    }
+}
+
+/// Words that are keywords where a statement or member starts: a missing one of these is a
+/// half-typed statement, not a missing input.
+const CONTEXTUAL: &[&str] = &["input", "output", "loss", "param", "buffer", "init"];
 
 fn used_before_defined(name: &str, span: Span, later: Span) -> Diagnostic {
     Diagnostic::error(

@@ -184,21 +184,12 @@ impl Fmt<'_> {
     /// A chain of operators of one precedence (`a + b - c`), broken before each operator: a
     /// line that starts with an operator continues the expression above it.
     pub(super) fn chain(&self, e: &Expr, indent: usize, col: usize, suffix: usize) -> String {
+        let ExprKind::Binary(first, rest) = &e.kind else { unreachable!("called on chains") };
         let p = prec(e);
-        let mut rest: Vec<(BinOp, &Expr)> = Vec::new();
-        let mut cur = e;
-        while let ExprKind::Binary(op, a, b) = &cur.kind {
-            if prec(cur) != p || (!std::ptr::eq(cur, e) && self.keeps_parens(cur)) {
-                break;
-            }
-            rest.push((*op, b));
-            cur = a;
-        }
-        rest.reverse();
         let inner = indent + INDENT;
-        let mut s = self.fit_operand(cur, prec(cur) < p, indent, col, 0);
+        let mut s = self.fit_operand(first, prec(first) < p, indent, col, 0);
         let n = rest.len();
-        for (k, (op, b)) in rest.into_iter().enumerate() {
+        for (k, (op, b)) in rest.iter().enumerate() {
             let symbol = op.symbol();
             s.push('\n');
             s.push_str(&pad(inner));
@@ -264,13 +255,15 @@ impl Fmt<'_> {
                 out.push(if *op == UnOp::Neg { '-' } else { '!' });
                 self.operand(out, x, prec(x) <= 6, indent);
             }
-            ExprKind::Binary(op, a, b) => {
+            ExprKind::Binary(first, rest) => {
                 let p = prec(e);
-                self.operand(out, a, prec(a) < p, indent);
-                out.push(' ');
-                out.push_str(op.symbol());
-                out.push(' ');
-                self.operand(out, b, prec(b) <= p, indent);
+                self.operand(out, first, prec(first) < p, indent);
+                for (op, b) in rest {
+                    out.push(' ');
+                    out.push_str(op.symbol());
+                    out.push(' ');
+                    self.operand(out, b, prec(b) <= p, indent);
+                }
             }
             ExprKind::Call { callee, args } => {
                 self.operand(out, callee, prec(callee) < 7, indent);

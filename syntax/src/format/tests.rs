@@ -447,3 +447,28 @@ fn format_deeply_nested_ifs_stay_fast() {
     fmt_stable(&text);
     assert!(start.elapsed().as_secs() < 20, "took {:?}", start.elapsed());
 }
+
+#[test]
+fn format_breaks_a_flat_sum_of_thousands_of_terms_one_per_line() {
+    let terms: Vec<String> = (0..5_000).map(|i| format!("x{i}")).collect();
+    let text = format!("fn f() -> int {{\n    {}\n}}\n", terms.join(" + "));
+    // On the 2 MiB stack of a test thread: no recursion per term.
+    let out = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || fmt(&text))
+        .unwrap()
+        .join()
+        .expect("formatting returns");
+    assert_eq!(out.lines().filter(|l| l.trim_start().starts_with("+ x")).count(), 4_999);
+    assert_eq!(fmt(&out), out);
+}
+
+#[test]
+fn format_keeps_a_byte_order_mark_and_locates_errors_after_it() {
+    let text = "\u{feff}fn   f() -> int { 1 }\n";
+    assert_eq!(fmt(text), "\u{feff}fn f() -> int {\n    1\n}\n");
+    let bad = "\u{feff}fn f( { 1 }\n";
+    let diags = format(bad).unwrap_err();
+    let at = diags[0].primary_span().start as usize;
+    assert_eq!(&bad[at..at + 1], "{", "{diags:?}");
+}

@@ -53,6 +53,9 @@ pub(super) fn syntax_error(
     while at < text.len() && text.as_bytes()[at].is_ascii_whitespace() {
         at += 1;
     }
+    if let Some(d) = non_ascii_name(file, text, at) {
+        return d;
+    }
     // `layer(x)` fails after the reserved word, at `(`: point at the word instead.
     let word_before: String = text[..at]
         .chars()
@@ -96,6 +99,52 @@ pub(super) fn syntax_error(
     d
 }
 
+/// A letter outside ASCII (`let α = …`): names are ASCII, so say that, with the name spelled
+/// out where the letters are Greek.
+fn non_ascii_name(file: FileId, text: &str, at: usize) -> Option<Diagnostic> {
+    let c = text[at..].chars().next()?;
+    if c.is_ascii() || !c.is_alphabetic() {
+        return None;
+    }
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let start = text[..at].char_indices().rev().take_while(|(_, c)| word(*c)).last();
+    let start = start.map_or(at, |(i, _)| i);
+    let end =
+        text[at..].char_indices().find(|(_, c)| !word(*c)).map_or(text.len(), |(i, _)| at + i);
+    let name = &text[start..end];
+    let letters: String = text[at..end].chars().take_while(|c| !c.is_ascii()).collect();
+    let d = Diagnostic::error(
+        "E0001",
+        format!("`{letters}` cannot be part of a name: names are written in ASCII"),
+        Span::new(file, at, at + letters.len()),
+        "not an ASCII letter",
+    );
+    let spelled: Option<String> =
+        name.chars().map(|c| if c.is_ascii() { Some(c.to_string()) } else { greek(c) }).collect();
+    Some(match spelled {
+        Some(s) => d.with_help(format!("spell it out: `{s}`")),
+        None => d.with_help("names use the letters A-Z and a-z, digits and `_`"),
+    })
+}
+
+/// The English name of a Greek letter, as it is spelled in code (`α` → `alpha`).
+fn greek(c: char) -> Option<String> {
+    const LOWER: [&str; 25] = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
+        "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "sigma", "tau", "upsilon",
+        "phi", "chi", "psi", "omega",
+    ];
+    match c {
+        // U+03C2 is the final sigma, which shares its name with U+03C3.
+        'α'..='ω' => Some(LOWER[c as usize - 'α' as usize].to_string()),
+        'Α'..='Ω' if c != '\u{3a2}' => {
+            let name = LOWER[c as usize - 'Α' as usize];
+            Some(format!("{}{}", name[..1].to_uppercase(), &name[1..]))
+        }
+        _ => None,
+    }
+}
+
 /// `self.` at the end of a line (a half-typed field access): reported at the `.`, on its own
 /// line, not at the next line's first word.
 fn missing_field_name(file: FileId, text: &str, at: usize) -> Option<Diagnostic> {
@@ -119,6 +168,11 @@ const RESERVED: &[&str] = &[
     "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
     "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32",
 ];
+
+/// Keywords that a name follows.
+const NAMING: &[&str] = &["let", "fn", "layer", "model", "const", "as"];
+
+const DTYPES: &[&str] = &["f32", "f16", "bf16", "i32", "i64", "u32"];
 
 const OPERATORS: &[&str] = &[
     "+", "-", "*", "/", "%", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "^T", ".", "[", "(",
@@ -192,17 +246,39 @@ fn syntax_help(text: &str, at: usize, expected: &[String]) -> Option<String> {
         before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
     let prev_at_line_start =
         before[..before.len() - prev_word.len()].ends_with('\n') || before.len() == prev_word.len();
+    let names_expected = expected
+        .iter()
+        .any(|e| e == "a name" || e == "a pattern" || e == "a parameter (`name: type`)");
+    let word_here: String =
+        rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    // `fn f16(…)`: the reserved word is the name being defined.
+    if names_expected && RESERVED.contains(&word_here.as_str()) && NAMING.contains(&prev_word) {
+        let dtype = DTYPES.contains(&word_here.as_str());
+        let what = if dtype { " (an element type)" } else { "" };
+        let item = match prev_word {
+            "let" => "a `let` binding",
+            "fn" => "a function",
+            "layer" => "a layer",
+            "model" => "a model",
+            "const" => "a constant",
+            _ => "an alias",
+        };
+        let example = if dtype && prev_word == "fn" {
+            format!(", such as `to_{word_here}`")
+        } else {
+            String::new()
+        };
+        return Some(format!(
+            "`{word_here}` is a reserved word{what} and cannot name {item}; \
+             choose another name{example}"
+        ));
+    }
     if matches!(prev_word, "fn" | "layer" | "model" | "const" | "use")
         && prev_at_line_start
         && before.len() < text.len()
     {
         return Some(format!("`{prev_word}` starts a new item here; is a `}}` missing before it?"));
     }
-    let names_expected = expected
-        .iter()
-        .any(|e| e == "a name" || e == "a pattern" || e == "a parameter (`name: type`)");
-    let word_here: String =
-        rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
     if RESERVED.contains(&word_here.as_str())
         && expected.iter().any(|e| e == "an expression" || e == "a name")
     {
@@ -211,7 +287,15 @@ fn syntax_help(text: &str, at: usize, expected: &[String]) -> Option<String> {
              a field with this name is reached as `self.{word_here}`"
         ));
     }
-    if names_expected && RESERVED.contains(&prev_word) {
+    // The word before is reserved and stands where a name should (`let fn = …`); a keyword
+    // that introduces a name (the `let` of `let = …`) is not the problem.
+    let word_before_prev = before[..before.len() - prev_word.len()]
+        .trim_end()
+        .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .next()
+        .unwrap_or("");
+    let in_name_position = !NAMING.contains(&prev_word) || NAMING.contains(&word_before_prev);
+    if names_expected && RESERVED.contains(&prev_word) && in_name_position {
         return Some(format!("`{prev_word}` is a reserved word and cannot be used as a name here"));
     }
     if rest.starts_with("def ") || rest.starts_with("class ") {

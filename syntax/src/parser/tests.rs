@@ -43,12 +43,14 @@ fn precedence_matches_python() {
     let f = parse_ok(text);
     let Item::Fn(func) = &f.items[0] else { panic!() };
     let tail = func.body.tail.as_ref().expect("tail expression");
-    // ((a + ((b * c) @ d^T)) - (-e))
-    let ExprKind::Binary(BinOp::Sub, lhs, rhs) = &tail.kind else { panic!("{:?}", tail.kind) };
-    assert!(matches!(rhs.kind, ExprKind::Unary(UnOp::Neg, _)));
-    let ExprKind::Binary(BinOp::Add, _, prod) = &lhs.kind else { panic!() };
-    let ExprKind::Binary(BinOp::MatMul, bc, dt) = &prod.kind else { panic!() };
-    assert!(matches!(bc.kind, ExprKind::Binary(BinOp::Mul, _, _)));
+    // a + ((b * c) @ d^T) - (-e): one chain of `+ -`, whose middle operand is one of `* @`
+    let ExprKind::Binary(a, rest) = &tail.kind else { panic!("{:?}", tail.kind) };
+    assert!(matches!(a.kind, ExprKind::Name(_)));
+    let [(BinOp::Add, prod), (BinOp::Sub, neg)] = rest.as_slice() else { panic!("{rest:?}") };
+    assert!(matches!(neg.kind, ExprKind::Unary(UnOp::Neg, _)));
+    let ExprKind::Binary(b, products) = &prod.kind else { panic!() };
+    let [(BinOp::Mul, _), (BinOp::MatMul, dt)] = products.as_slice() else { panic!() };
+    assert!(matches!(b.kind, ExprKind::Name(_)));
     assert!(matches!(dt.kind, ExprKind::Transpose(_)));
 }
 
@@ -114,4 +116,34 @@ fn a_dot_at_the_end_of_a_line_is_reported_there() {
     assert_eq!(diags[0].primary_span(), Span::new(FileId(0), dot, dot + 1));
     parse_ok("fn f(x: int) -> int { x . y }");
     parse_ok("fn f(x: int) -> int {\n    x\n        .y\n}");
+}
+
+#[test]
+fn flat_operator_runs_of_any_length_are_one_node() {
+    let terms: Vec<String> = (0..5_000).map(|i| format!("x{i}")).collect();
+    let text = format!("fn f() {{ {} }}", terms.join(" + "));
+    let f = parse_ok(&text);
+    let Item::Fn(func) = &f.items[0] else { panic!() };
+    let ExprKind::Binary(_, rest) = &func.body.tail.as_ref().unwrap().kind else { panic!() };
+    assert_eq!(rest.len(), 4_999);
+}
+
+#[test]
+fn parentheses_keep_their_own_node_and_nesting_is_still_limited() {
+    let f = parse_ok("fn f() { (a + b) + c }");
+    let Item::Fn(func) = &f.items[0] else { panic!() };
+    let ExprKind::Binary(first, rest) = &func.body.tail.as_ref().unwrap().kind else { panic!() };
+    assert_eq!(rest.len(), 1);
+    assert!(matches!(first.kind, ExprKind::Binary(_, ref r) if r.len() == 1));
+    // A chain of 300 postfix operations nests 300 deep: refused with the honest message.
+    let text = format!("fn f() {{ x{} }}", ".a".repeat(300));
+    let (_, diags) = parse(FileId(0), &text);
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert!(diags[0].message.contains("nested more than 256 levels deep"), "{diags:?}");
+}
+
+#[test]
+fn a_byte_order_mark_is_skipped() {
+    let f = parse_ok("\u{feff}fn f() { 1 }");
+    assert_eq!(f.items.len(), 1);
 }

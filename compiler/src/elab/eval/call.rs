@@ -3,6 +3,7 @@
 //! declared parameters.
 
 use super::*;
+use crate::front::{continued_call, paren_on_new_line};
 
 impl<'p> Evaluator<'p> {
     pub(super) fn call_expr(&mut self, callee: &Expr, args: &[Arg], span: Span) -> R<Value> {
@@ -59,21 +60,24 @@ impl<'p> Evaluator<'p> {
                         l.name.name
                     ))),
                 },
-                _ => Err(Diagnostic::error(
-                    "E0201",
-                    format!("{} is not callable", self.describe(&f)),
-                    callee_span,
-                    "not a function or layer",
-                )),
+                _ => Err(self.not_callable(&f, callee_span, span)),
             },
             Value::Layer(inst) => self.call_forward(inst, args, span),
             Value::Repeated(list) => self.call_repeated(&list, args, span),
-            other => Err(Diagnostic::error(
-                "E0201",
-                format!("{} is not callable", self.describe(&other)),
-                callee_span,
-                "not a function or layer",
-            )),
+            other => Err(self.not_callable(&other, callee_span, span)),
+        }
+    }
+
+    fn not_callable(&self, f: &Value, callee_span: Span, span: Span) -> Diagnostic {
+        let d = Diagnostic::error(
+            "E0201",
+            format!("{} is not callable", self.describe(f)),
+            callee_span,
+            "not a function or layer",
+        );
+        match paren_on_new_line(self.prog, callee_span, span) {
+            Some(paren) => continued_call(self.prog, d, callee_span, paren),
+            None => d,
         }
     }
 
@@ -121,7 +125,8 @@ impl<'p> Evaluator<'p> {
         args: Vec<ArgVal>,
         span: Span,
     ) -> R<Value> {
-        let frame = Frame { module, locals: Vec::new(), fields: None, model: false };
+        let step = FrameStep::new(StepKind::Fn, &func.name, func.span);
+        let frame = Frame { module, locals: Locals::default(), fields: None, model: false, step };
         let what = format!("`{}`", func.name.name);
         // A function never creates layers, even when called from a field initializer.
         let saved_ctor = self.ctor_path.take();
@@ -152,9 +157,13 @@ impl<'p> Evaluator<'p> {
         };
         let frame = Frame {
             module: inst.module,
-            locals: layer::layer_locals(&inst, l),
+            locals: layer::layer_locals(&inst, l).into(),
             fields: Some((inst.type_name.clone(), inst.fields.clone())),
             model: false,
+            step: FrameStep {
+                origin: Some(inst.span),
+                ..FrameStep::new(StepKind::Forward, &l.name, l.span)
+            },
         };
         let what = format!("`{}`", l.name.name);
         self.in_frame(frame, span, |ev| {

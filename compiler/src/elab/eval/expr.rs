@@ -31,18 +31,7 @@ impl<'p> Evaluator<'p> {
                 self.index(b, base.span, i, index.span)
             }
             ExprKind::Unary(op, a) => self.unary(*op, a, e.span),
-            ExprKind::Binary(op @ (BinOp::And | BinOp::Or), a, b) => {
-                let l = self.expect_bool(a)?;
-                if (*op == BinOp::And && !l) || (*op == BinOp::Or && l) {
-                    return Ok(Value::Bool(l));
-                }
-                Ok(Value::Bool(self.expect_bool(b)?))
-            }
-            ExprKind::Binary(op, a, b) => {
-                let l = self.eval(a)?;
-                let r = self.eval(b)?;
-                self.binary(*op, l, a.span, r, b.span, e.span)
-            }
+            ExprKind::Binary(first, rest) => self.chain(first, rest),
             ExprKind::Transpose(a) => self.transpose(a, e.span),
             ExprKind::Call { callee, args } => self.call_expr(callee, args, e.span),
             ExprKind::Tuple(xs) => {
@@ -63,6 +52,30 @@ impl<'p> Evaluator<'p> {
                 }
             }
         }
+    }
+
+    /// Operators of one level in a row, left to right: `a - b + c` is `(a - b) + c`. `&&` and
+    /// `||` short-circuit: the operands after the deciding one are not evaluated.
+    fn chain(&mut self, first: &Expr, rest: &[(BinOp, Expr)]) -> R<Value> {
+        if matches!(rest[0].0, BinOp::And | BinOp::Or) {
+            let mut l = self.expect_bool(first)?;
+            for (op, b) in rest {
+                if (*op == BinOp::And && !l) || (*op == BinOp::Or && l) {
+                    break;
+                }
+                l = self.expect_bool(b)?;
+            }
+            return Ok(Value::Bool(l));
+        }
+        let mut acc = self.eval(first)?;
+        let mut span = first.span;
+        for (op, b) in rest {
+            let r = self.eval(b)?;
+            let whole = span.to(b.span);
+            acc = self.binary(*op, acc, span, r, b.span, whole)?;
+            span = whole;
+        }
+        Ok(acc)
     }
 
     fn unary(&mut self, op: UnOp, a: &Expr, span: Span) -> R<Value> {
@@ -204,6 +217,15 @@ impl<'p> Evaluator<'p> {
                     "no such element",
                 )),
             },
+            Value::Tensor(_) => {
+                let d = Diagnostic::error(
+                    "E0201",
+                    format!("{} has no field `{}`", self.describe(&b), field.name),
+                    field.span,
+                    "no such field",
+                );
+                Err(tensor_field_help(d, &field.name))
+            }
             other => Err(Diagnostic::error(
                 "E0201",
                 format!("{} has no field `{}`", self.describe(other), field.name),
@@ -530,4 +552,27 @@ fn int_binary(op: BinOp, a: i64, b: i64, ls: Span, rs: Span, span: Span) -> R<Va
             ))
         }
     })
+}
+
+/// What a tensor field written out of a PyTorch habit is in mgn: `x.T` is `x^T`, and shapes
+/// are read through type patterns, not `x.shape`.
+fn tensor_field_help(d: Diagnostic, field: &str) -> Diagnostic {
+    match field {
+        "T" | "mT" | "t" => d.with_help(
+            "`x^T` swaps the last two axes (`transpose(x, a, b)` swaps any two); tensors have no \
+             fields",
+        ),
+        "shape" | "size" | "ndim" | "dim" => d.with_help(
+            "sizes are known at compile time and named by type patterns: declare \
+                 `x: f32[B, T, d]` as a parameter (or `let y: f32[B, T, d] = x`) and use `B`, \
+                 `T`, `d`",
+        ),
+        "dtype" => {
+            d.with_help("the element type is part of the tensor's type; `cast(x, dt)` converts it")
+        }
+        _ => d.with_note(
+            "tensors have no fields: `.name` reaches fields of layers, items of \
+             modules and positions of tuples",
+        ),
+    }
 }

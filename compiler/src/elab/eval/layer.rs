@@ -18,15 +18,16 @@ impl<'p> Evaluator<'p> {
         };
         let frame = Frame {
             module,
-            locals: Vec::new(),
+            locals: Locals::default(),
             fields: Some((l.name.name.clone(), Vec::new())),
             model: false,
+            step: FrameStep::new(StepKind::Layer, &l.name, l.span),
         };
         let what = format!("`{}`", l.name.name);
         let saved_ctor = self.ctor_path.take();
         let r = self.in_frame(frame, span, |ev| {
             ev.enter_params(&l.params, args, &what, l.name.span, span)?;
-            let config = ev.frame().locals.clone();
+            let config = ev.frame().locals.to_vec();
             ev.create_fields(&l.fields, &path)?;
             let fields = ev.frame().fields.take().map(|(_, f)| f).unwrap_or_default();
             Ok(Rc::new(LayerInst {
@@ -36,6 +37,7 @@ impl<'p> Evaluator<'p> {
                 path: path.clone(),
                 config,
                 fields,
+                span,
             }))
         });
         self.ctor_path = saved_ctor;

@@ -11,6 +11,7 @@ use crate::front::nearest;
 use mgn_syntax::ast::*;
 use mgn_syntax::visit::{self, Visit};
 use mgn_syntax::Span;
+use std::collections::HashMap;
 
 struct Scope {
     span: Span,
@@ -44,6 +45,9 @@ pub(super) struct Resolver<'p> {
     /// initialized, all of them in inputs and `forward`.
     fields_done: usize,
     scopes: Vec<Scope>,
+    /// Where each name is bound in `scopes` (scope, entry), innermost last: a lookup costs the
+    /// same however many names are in scope.
+    bound: HashMap<String, Vec<(usize, usize)>>,
     /// True while walking a type whose bare dim names bind (parameter, return and `let`
     /// types).
     pattern: bool,
@@ -59,6 +63,7 @@ impl<'p> Resolver<'p> {
             layer: None,
             fields_done: 0,
             scopes: Vec::new(),
+            bound: HashMap::new(),
             pattern: false,
             out: Resolution::default(),
         }
@@ -102,6 +107,14 @@ impl<'p> Resolver<'p> {
 
     fn pop(&mut self) {
         if let Some(s) = self.scopes.pop() {
+            for e in &s.names {
+                if let Some(places) = self.bound.get_mut(&e.name) {
+                    places.pop();
+                    if places.is_empty() {
+                        self.bound.remove(&e.name);
+                    }
+                }
+            }
             for e in s.names {
                 self.out.visible.push(Visible {
                     name: e.name,
@@ -122,13 +135,19 @@ impl<'p> Resolver<'p> {
 
     /// Binds a name in the innermost scope without recording an occurrence.
     fn declare(&mut self, name: &Ident, kind: SymKind, layer: Option<LayerRef>) {
+        let depth = self.scopes.len();
         if let Some(s) = self.scopes.last_mut() {
+            let place = (depth - 1, s.names.len());
             s.names.push(Entry { name: name.name.clone(), def: name.span, kind, layer });
+            self.bound.entry(name.name.clone()).or_default().push(place);
         }
     }
 
+    /// The innermost binding of `name`: the one declared last, since scopes only grow and
+    /// shrink at the top.
     fn local(&self, name: &str) -> Option<&Entry> {
-        self.scopes.iter().rev().flat_map(|s| s.names.iter().rev()).find(|e| e.name == name)
+        let &(scope, entry) = self.bound.get(name)?.last()?;
+        Some(&self.scopes[scope].names[entry])
     }
 
     /// The lookup order of the language: locals (innermost first), then `global`: the

@@ -181,14 +181,7 @@ fn conv_throughput() {
                 let repeat = ((2e10 / flops) as usize).min((64 << 20) / out_bytes).clamp(1, 20);
                 MADE.with(|m| m.borrow_mut().clear());
                 if let Some((sec, device)) = time_op(op, operands, out, repeat) {
-                    let made = MADE.with(|m| m.borrow().first().copied());
-                    let gemm = made.map_or(String::new(), |((g, m, n, k), t)| {
-                        let c = t.cost(
-                            &Gemm { groups: g, m, n, k, k_end: None, split_depth: None },
-                            256,
-                        );
-                        format!("gemm {g}x{m}x{n}x{k} {t:?} cost {c:.0}")
-                    });
+                    let gemm = made_gemm();
                     println!(
                         "conv {co}x{ci}x{k}x{k} /{st} {size}² {what:<11} {label:<22} {:8.1} µs \
                          {:8.1} GFLOP/s ({device}) {gemm}",
@@ -200,6 +193,16 @@ fn conv_throughput() {
         }
     }
     FORCED.with(|f| f.borrow_mut().clear());
+}
+
+/// The first GEMM a kernel was made for since `MADE` was cleared, its tile and the tile's
+/// modelled cost, for the sweep's lines.
+fn made_gemm() -> String {
+    let made = MADE.with(|m| m.borrow().first().copied());
+    made.map_or(String::new(), |((g, m, n, k), t)| {
+        let c = t.cost(&Gemm { groups: g, m, n, k, k_end: None, split_depth: None }, 256);
+        format!("gemm {g}x{m}x{n}x{k} {t:?} cost {c:.0}")
+    })
 }
 
 /// The chooser's tiles keep the kernel's invariants for ResNet-50- and U-Net-sized GEMMs
