@@ -288,6 +288,11 @@ fn tiny_resnet_matches_the_cpu() {
     compare_model("models/tiny_resnet.mgn", &["B=2", "classes=3", "width=4", "blocks=1", "size=8"]);
 }
 
+#[test]
+fn padding_and_interpolation_match_the_cpu() {
+    compare_model("tests/valid/pad_interpolate.mgn", &["N=2", "C=3", "L=9", "H=5", "W=6"]);
+}
+
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
     compare_training_with(model, settings, steps, OptimizerSpec::default());

@@ -205,6 +205,12 @@ fn tiny_unet() {
     );
 }
 
+/// Padding in every mode and interpolation in every mode, through convolutions.
+#[test]
+fn padding_and_interpolation() {
+    check_model("tests/valid/pad_interpolate.mgn", &["N=2", "C=2", "L=7", "H=4", "W=5"]);
+}
+
 /// `stop_gradient` is the identity forward and blocks the backward: for
 /// `loss = Σ w·stop_gradient(w) + Σ x·v` the derivative is `w`, not the `2w` a finite
 /// difference sees, and `v`'s is `x` alone (the target built from `stop_gradient(v)` adds

@@ -185,3 +185,23 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
         }
     }
 }
+
+/// `tests/valid/doc_*.mgn` are examples of docs/LANGUAGE.md, checked clean above: each must
+/// still be the doc's text (after its first comment line), so the doc shows code that compiles.
+#[test]
+fn doc_examples_are_the_docs_text() {
+    root();
+    let doc = std::fs::read_to_string("docs/LANGUAGE.md").expect("the language reference");
+    let mut seen = 0;
+    for f in mgn_files("tests/valid") {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if !name.starts_with("doc_") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).expect("readable");
+        let body = text.split_once("\n\n").map_or(text.as_str(), |(_, b)| b);
+        assert!(doc.contains(body), "{}: not in docs/LANGUAGE.md as written", f.display());
+        seen += 1;
+    }
+    assert!(seen >= 1, "no doc examples in tests/valid");
+}

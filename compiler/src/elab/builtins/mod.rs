@@ -10,6 +10,7 @@ mod init;
 mod pointwise;
 mod reduce;
 mod shapes;
+mod spatial;
 
 pub use args::{call, signature, Args};
 pub use pointwise::{elementwise, matmul};
@@ -24,6 +25,7 @@ use init::*;
 use pointwise::*;
 use reduce::*;
 use shapes::*;
+use spatial::*;
 
 pub struct Builtin {
     pub name: &'static str,
@@ -198,6 +200,21 @@ static BUILTINS: &[Builtin] = &[
         ["x", "scale?"],
         "nearest-neighbour upsampling of [N, C, L] or [N, C, H, W]",
         upsample
+    ),
+    // padding and resampling
+    b!(
+        "pad",
+        ["x", "widths", "mode?", "value?"],
+        "pads the trailing axes by (before, after) pairs, last axis first (PyTorch's F.pad); \
+         mode \"constant\" (with value), \"reflect\" or \"replicate\"",
+        pad
+    ),
+    b!(
+        "interpolate",
+        ["x", "size?", "scale?", "mode?", "align_corners?"],
+        "resamples [N, C, L] or [N, C, H, W] to a size or by a scale (PyTorch's F.interpolate); \
+         mode \"nearest\", \"linear\" or \"bilinear\"",
+        interpolate
     ),
     // attention
     b!(
