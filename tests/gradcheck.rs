@@ -211,6 +211,13 @@ fn padding_and_interpolation() {
     check_model("tests/valid/pad_interpolate.mgn", &["N=2", "C=2", "L=7", "H=4", "W=5"]);
 }
 
+/// Transposed convolutions (grouped, dilated, with output padding and a bias), 1-D and 2-D
+/// pooling, a non-square convolution and dropout.
+#[test]
+fn transposed_convolutions_and_pooling() {
+    check_model("tests/valid/transposed_and_pooling.mgn", &["N=2", "C=2", "L=6", "H=6", "W=6"]);
+}
+
 /// `stop_gradient` is the identity forward and blocks the backward: for
 /// `loss = Σ w·stop_gradient(w) + Σ x·v` the derivative is `w`, not the `2w` a finite
 /// difference sees, and `v`'s is `x` alone (the target built from `stop_gradient(v)` adds

@@ -248,6 +248,27 @@ impl Builder<'_> {
                 }
                 out
             }
+            // A transposed convolution (`conv_transpose*d`): the adjoint of the convolution's
+            // input derivative is the convolution, and its weight derivative is the
+            // convolution's with the roles of x and dy exchanged.
+            Op::ConvGradInput { stride, padding, dilation, groups } => {
+                let (sx, sw) = (self.shape(x(0)), self.shape(x(1)));
+                let conv = Op::Conv {
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                    dilation: dilation.clone(),
+                    groups: *groups,
+                    has_bias: false,
+                };
+                let dx = self.push_like(n, conv, vec![dy, x(1)], sx);
+                let dw = Op::ConvGradWeight {
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                    dilation: dilation.clone(),
+                    groups: *groups,
+                };
+                vec![(0, dx), (1, self.push_like(n, dw, vec![dy, x(0)], sw))]
+            }
             Op::Pool { op, kernel, stride, padding } => {
                 let grad = Op::PoolGrad {
                     op: *op,

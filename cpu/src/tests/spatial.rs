@@ -105,3 +105,23 @@ fn interpolate_grads() {
         check_op(&op.describe(), &op, &[x], &out, 0, &|_, dy| ev(&back, &[dy], &shape));
     }
 }
+
+/// `conv_transpose1d` is the convolution's input derivative (`ConvGradInput` over `[x, w]`):
+/// PyTorch's `F.conv_transpose1d([1, 2], [1, 1, 1], stride = 2, padding = 1,
+/// output_padding = 1)` is `[1, 3, 2, 2]`, the full `[1, 1, 3, 2, 2]` cropped by the padding
+/// before and extended by the output padding after.
+#[test]
+fn transposed_convolution_hand_values() {
+    let x = Tensor::f32(vec![1, 1, 2], vec![1.0, 2.0]);
+    let w = Tensor::f32(vec![1, 1, 3], vec![1.0, 1.0, 1.0]);
+    let op = |padding| Op::ConvGradInput {
+        stride: vec![2],
+        padding: vec![padding],
+        dilation: vec![1],
+        groups: 1,
+    };
+    let full = ev(&op(0), &[&x, &w], &[1, 1, 5]);
+    assert_close(&f64s(&full), &[1.0, 1.0, 3.0, 2.0, 2.0], 0.0, "full");
+    let cropped = ev(&op(1), &[&x, &w], &[1, 1, 4]);
+    assert_close(&f64s(&cropped), &[1.0, 3.0, 2.0, 2.0], 0.0, "padding 1, output_padding 1");
+}

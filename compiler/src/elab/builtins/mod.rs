@@ -11,6 +11,7 @@ mod pointwise;
 mod reduce;
 mod shapes;
 mod spatial;
+mod transpose;
 
 pub use args::{call, signature, Args};
 pub use pointwise::{elementwise, matmul};
@@ -26,6 +27,7 @@ use pointwise::*;
 use reduce::*;
 use shapes::*;
 use spatial::*;
+use transpose::*;
 
 pub struct Builtin {
     pub name: &'static str,
@@ -184,16 +186,40 @@ static BUILTINS: &[Builtin] = &[
         |e, a| conv(e, a, 2)
     ),
     b!(
+        "conv_transpose1d",
+        ["x", "weight", "bias?", "stride?", "padding?", "output_padding?", "groups?", "dilation?"],
+        "1-D transposed convolution of [N, Cin, L]; weight [Cin, Cout / groups, K]",
+        |e, a| conv_transpose(e, a, 1)
+    ),
+    b!(
+        "conv_transpose2d",
+        ["x", "weight", "bias?", "stride?", "padding?", "output_padding?", "groups?", "dilation?"],
+        "2-D transposed convolution of [N, Cin, H, W]; weight [Cin, Cout / groups, Kh, Kw]",
+        |e, a| conv_transpose(e, a, 2)
+    ),
+    b!(
+        "max_pool1d",
+        ["x", "kernel", "stride?", "padding?"],
+        "1-D max pooling of [N, C, L]",
+        |e, a| pool(e, a, PoolOp::Max, 1)
+    ),
+    b!(
+        "avg_pool1d",
+        ["x", "kernel", "stride?", "padding?"],
+        "1-D average pooling of [N, C, L]",
+        |e, a| pool(e, a, PoolOp::Avg, 1)
+    ),
+    b!(
         "max_pool2d",
         ["x", "kernel", "stride?", "padding?"],
         "2-D max pooling of [N, C, H, W]",
-        |e, a| pool(e, a, PoolOp::Max)
+        |e, a| pool(e, a, PoolOp::Max, 2)
     ),
     b!(
         "avg_pool2d",
         ["x", "kernel", "stride?", "padding?"],
         "2-D average pooling of [N, C, H, W]",
-        |e, a| pool(e, a, PoolOp::Avg)
+        |e, a| pool(e, a, PoolOp::Avg, 2)
     ),
     b!(
         "upsample",
