@@ -6,6 +6,7 @@
 mod args;
 mod attention;
 mod conv;
+mod einsum;
 mod init;
 mod pointwise;
 mod reduce;
@@ -22,6 +23,7 @@ use crate::elab::eval::{Evaluator, R};
 use crate::graph::{InitSpec, PoolOp, ReduceOp, UnaryOp};
 use attention::*;
 use conv::*;
+use einsum::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
@@ -88,6 +90,13 @@ static BUILTINS: &[Builtin] = &[
         let (x, y) = (a.raw("a"), a.raw("b"));
         matmul(e, (&x.0, x.1), (&y.0, y.1), a.span).map(Value::Tensor)
     }),
+    b!(
+        "einsum",
+        ["spec", "a", "b?"],
+        "Einstein summation over one or two tensors: \"bij,bjk->bik\", \"bhqd,bhkd->bhqk\", \
+         \"i,j->ij\", \"ij->ji\", \"ij->\"",
+        einsum
+    ),
     b!("transpose", ["x", "a?", "b?"], "swaps two axes (the last two by default)", transpose),
     b!("permute", ["x", "axes"], "reorders all axes", permute),
     b!("reshape", ["x", "shape"], "same elements, new shape; one -1 is inferred", reshape),
