@@ -205,3 +205,24 @@ fn doc_examples_are_the_docs_text() {
     }
     assert!(seen >= 1, "no doc examples in tests/valid");
 }
+
+/// Nearest `interpolate` by a whole factor is the `upsample` op (its fast kernel) exactly when
+/// PyTorch's index math reads `j / factor`; other factors and modes are `interpolate`.
+#[test]
+fn whole_nearest_factors_are_upsample() {
+    root();
+    let outcome = check_path(
+        Path::new("tests/valid/doc_spatial.mgn"),
+        Models::One { name: None, settings: vec![] },
+    )
+    .expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let g = &outcome.graphs[0];
+    let op = |name: &str| {
+        let (_, id) = g.outputs.iter().find(|(n, _)| n == name).expect("an output");
+        g.node(*id).op.describe()
+    };
+    assert_eq!(op("doubled"), "upsample scale=2");
+    assert!(op("blocky").starts_with("interpolate nearest size=[12, 12]"), "{}", op("blocky"));
+    assert!(op("smooth").starts_with("interpolate linear"), "{}", op("smooth"));
+}
