@@ -33,7 +33,7 @@ fn pad_grads_in_every_mode() {
         check_op(
             &format!("pad {mode:?}"),
             &pad_op(&widths, mode, 0.5),
-            &[x.clone()],
+            std::slice::from_ref(&x),
             &out,
             0,
             &|_, dy| ev(&Op::PadGrad { widths: widths.to_vec(), mode }, &[dy], &[2, 3, 4]),

@@ -218,7 +218,7 @@ fn fast_path(
     scale: Option<&[f64]>,
     mode: InterpMode,
 ) -> Option<usize> {
-    if mode != InterpMode::Nearest || size[0] % s[2] != 0 {
+    if mode != InterpMode::Nearest || !size[0].is_multiple_of(s[2]) {
         return None;
     }
     let k = size[0] / s[2];

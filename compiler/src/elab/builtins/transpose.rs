@@ -110,8 +110,21 @@ fn out_sizes(
             ));
         }
         let span = sw[2 + i].saturating_sub(1).saturating_mul(dilation[i]);
-        let full = (sx[2 + i] - 1).saturating_mul(stride[i]).saturating_add(span + extra[i] + 1);
-        match full.checked_sub(2 * padding[i]).filter(|&o| o >= 1) {
+        let full = (sx[2 + i] - 1)
+            .saturating_mul(stride[i])
+            .saturating_add(span)
+            .saturating_add(extra[i])
+            .saturating_add(1);
+        let cropped = padding[i].checked_mul(2).and_then(|p| full.checked_sub(p));
+        match cropped.filter(|&o| o >= 1) {
+            Some(o) if o > 1 << 40 => {
+                return Err(Diagnostic::error(
+                    "E0301",
+                    format!("`{}` makes spatial axis {} larger than 2^40", a.name(), i + 2),
+                    a.span,
+                    "too large",
+                ))
+            }
             Some(o) => out.push(o),
             None => {
                 let msg = format!(
