@@ -32,6 +32,9 @@ fn padding_and_its_derivative_match_the_cpu() {
             check(Op::PadGrad { widths: w, mode }, &[input(&out, 2)], shape, 1e-6);
         }
     }
+    // A value past f32's range fills with infinity, as the CPU stores it.
+    let huge = Op::Pad { widths: vec![[1, 2]], mode: PadMode::Constant, value: 1e39 };
+    check(huge, &[input(&[4], 6)], &[7], 0.0);
     // Replicating a size-1 axis: every padded element reads the one element.
     let w = vec![[0, 0], [3, 2]];
     check(Op::PadGrad { widths: w, mode: PadMode::Replicate }, &[input(&[2, 6], 3)], &[2, 1], 1e-6);

@@ -58,7 +58,10 @@ pub(super) fn pad(
         body += &format!("    {j}\n    src = src + u32(s{a}) * {}u;\n", is[a]);
     }
     let v = load(x, "src");
-    body += &format!("    {}", store(out, "i", &format!("select({value:?}, {v}, inside)")));
+    // The value as the CPU stores it in f32 (an f64 literal past f32's range would not
+    // compile).
+    let fill = bits(value as f32);
+    body += &format!("    {}", store(out, "i", &format!("select({fill}, {v}, inside)")));
     Ok(elementwise(out.shape.iter().product(), width, &body, ""))
 }
 
