@@ -205,6 +205,49 @@ fn tiny_unet() {
     );
 }
 
+/// Padding in every mode and interpolation in every mode, through convolutions.
+#[test]
+fn padding_and_interpolation() {
+    check_model("tests/valid/pad_interpolate.mgn", &["N=2", "C=2", "L=7", "H=4", "W=5"]);
+}
+
+/// Transposed convolutions (grouped, dilated, with output padding and a bias), 1-D and 2-D
+/// pooling, a non-square convolution and dropout.
+#[test]
+fn transposed_convolutions_and_pooling() {
+    check_model("tests/valid/transposed_and_pooling.mgn", &["N=2", "C=2", "L=6", "H=6", "W=6"]);
+}
+
+/// `einsum`'s forms equal the ops they stand for (every `diff_` output of the model is 0), and
+/// its gradients, through the permutes, reshapes, products and sums it elaborates to, are
+/// right.
+#[test]
+fn einsum_is_the_ops_it_stands_for() {
+    let model = "tests/valid/einsum.mgn";
+    check_model(model, &[]);
+    let plan = compile(model, &[]);
+    let mut session = Session::new(plan.clone(), 3);
+    let inputs: Vec<(String, Tensor)> = plan
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, (name, v))| {
+            let shape = plan.steps[*v as usize].shape.clone();
+            let n: usize = shape.iter().product();
+            let data = (0..n).map(|i| ((i * 7 + k * 3) % 11) as f32 / 5.0 - 1.0).collect();
+            (name.clone(), Tensor::f32(shape, data))
+        })
+        .collect();
+    let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let out = session.run(&given).expect("runs");
+    let diffs: Vec<_> = out.outputs.iter().filter(|(n, _)| n.starts_with("diff_")).collect();
+    assert_eq!(diffs.len(), 12, "every form is compared");
+    for (name, t) in diffs {
+        let worst = t.to_f64_vec().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(worst < 1e-5, "{name}: {worst}");
+    }
+}
+
 /// `stop_gradient` is the identity forward and blocks the backward: for
 /// `loss = Σ w·stop_gradient(w) + Σ x·v` the derivative is `w`, not the `2w` a finite
 /// difference sees, and `v`'s is `x` alone (the target built from `stop_gradient(v)` adds

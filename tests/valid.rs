@@ -185,3 +185,44 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
         }
     }
 }
+
+/// `tests/valid/doc_*.mgn` are examples of docs/LANGUAGE.md, checked clean above: each must
+/// still be the doc's text (after its first comment line), so the doc shows code that compiles.
+#[test]
+fn doc_examples_are_the_docs_text() {
+    root();
+    let doc = std::fs::read_to_string("docs/LANGUAGE.md").expect("the language reference");
+    let mut seen = 0;
+    for f in mgn_files("tests/valid") {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if !name.starts_with("doc_") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).expect("readable");
+        let body = text.split_once("\n\n").map_or(text.as_str(), |(_, b)| b);
+        assert!(doc.contains(body), "{}: not in docs/LANGUAGE.md as written", f.display());
+        seen += 1;
+    }
+    assert!(seen >= 1, "no doc examples in tests/valid");
+}
+
+/// Nearest `interpolate` by a whole factor is the `upsample` op (its fast kernel) exactly when
+/// PyTorch's index math reads `j / factor`; other factors and modes are `interpolate`.
+#[test]
+fn whole_nearest_factors_are_upsample() {
+    root();
+    let outcome = check_path(
+        Path::new("tests/valid/doc_spatial.mgn"),
+        Models::One { name: None, settings: vec![] },
+    )
+    .expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let g = &outcome.graphs[0];
+    let op = |name: &str| {
+        let (_, id) = g.outputs.iter().find(|(n, _)| n == name).expect("an output");
+        g.node(*id).op.describe()
+    };
+    assert_eq!(op("doubled"), "upsample scale=2");
+    assert!(op("blocky").starts_with("interpolate nearest size=[12, 12]"), "{}", op("blocky"));
+    assert!(op("smooth").starts_with("interpolate linear"), "{}", op("smooth"));
+}

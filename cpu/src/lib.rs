@@ -27,6 +27,7 @@ mod movement;
 mod norm;
 mod pointwise;
 mod reduce;
+mod spatial;
 #[cfg(test)]
 mod tests;
 
@@ -163,6 +164,10 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         }
         Rope { theta, offset, inverse } => attention::rope(x[0], *theta, *offset, *inverse),
         SoftmaxCrossEntropy => reduce::cross_entropy(x[0], x[1], shape),
+        Pad { widths, mode, value } => spatial::pad(x[0], widths, *mode, *value, shape),
+        Interpolate { mode, size, scale, align_corners } => {
+            spatial::interpolate(x[0], *mode, size, scale.as_deref(), *align_corners, shape)
+        }
 
         // ---- derivative ops ----
         SumTo => pointwise::sum_to(x[0], shape),
@@ -207,6 +212,10 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
             attention::attention_grad(x, *causal, *scale, *has_mask, *part)
         }
         SoftmaxCrossEntropyGrad => reduce::cross_entropy_grad(x[0], x[1], x[2]),
+        PadGrad { widths, mode } => spatial::pad_grad(x[0], widths, *mode, shape),
+        InterpolateGrad { mode, size, scale, align_corners } => {
+            spatial::interpolate_grad(x[0], *mode, size, scale.as_deref(), *align_corners, shape)
+        }
     }
 }
 

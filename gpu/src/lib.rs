@@ -36,6 +36,8 @@ mod tests_matmul;
 mod tests_norm;
 #[cfg(test)]
 mod tests_select;
+#[cfg(test)]
+mod tests_spatial;
 
 pub use session::GpuSession;
 

@@ -206,6 +206,40 @@ fn tiled_conv_shapes_match_the_cpu() {
     case(vec![4, 3, 16, 16], vec![4, 3, 3, 3], 1, 1, 1, 1).check_all_within(1e-4);
 }
 
+/// The shapes transposed convolutions give the input derivative (`conv_transpose*d` is
+/// `ConvGradInput`): 4 × 4 kernels with stride 2 and padding 1 whose result has a row and a
+/// column no window reads (output padding 1), grouped and dilated.
+#[test]
+fn transposed_convolution_shapes_match_the_cpu() {
+    Case {
+        x: vec![2, 6, 9, 8],
+        w: vec![4, 6, 4, 4],
+        stride: vec![2, 2],
+        padding: vec![1, 1],
+        dilation: vec![1, 1],
+        groups: 1,
+    }
+    .check_all();
+    Case {
+        x: vec![2, 6, 10, 7],
+        w: vec![8, 3, 3, 2],
+        stride: vec![2, 1],
+        padding: vec![0, 1],
+        dilation: vec![1, 2],
+        groups: 2,
+    }
+    .check_all();
+    Case {
+        x: vec![3, 4, 20],
+        w: vec![6, 4, 3],
+        stride: vec![2],
+        padding: vec![1],
+        dilation: vec![1],
+        groups: 1,
+    }
+    .check_all();
+}
+
 /// Pool and PoolGrad on `x` (and on a version with tied maxima).
 fn check_pool(op: PoolOp, x: &[usize], kernel: &[usize], stride: &[usize], padding: &[usize]) {
     let mut y = x[..2].to_vec();

@@ -6,7 +6,8 @@
 //! Most ops determine their result ([`infer`] returns it). A few take their result's type from
 //! the step itself — an input, a parameter, a constant, `arange`, `cast`, `reshape`, and the
 //! derivatives that restore a forward operand's shape (`sum_to`, `broadcast_to`, `slice_grad`,
-//! `gather_grad`, `conv*_grad_input`, `conv*_grad_weight`, `upsample_grad`); for those,
+//! `gather_grad`, `conv*_grad_input`, `conv*_grad_weight`, `upsample_grad`,
+//! `interpolate_grad`); for those,
 //! [`check`] tests the given type against the inputs.
 //!
 //! Forward ops need operands of one dtype where the language does (`+`, `@`, `concat`).
@@ -153,7 +154,13 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
             take::<0>(x)?;
             Ok(None)
         }
-        Cast | Reshape | SumTo | BroadcastTo | SliceGrad { .. } | UpsampleGrad { .. } => {
+        Cast
+        | Reshape
+        | SumTo
+        | BroadcastTo
+        | SliceGrad { .. }
+        | UpsampleGrad { .. }
+        | InterpolateGrad { .. } => {
             take::<1>(x)?;
             Ok(None)
         }
@@ -210,6 +217,7 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
         | Rope { .. }
         | SoftmaxCrossEntropy
         | SoftmaxCrossEntropyGrad => infer_windows(op, x),
+        Pad { .. } | PadGrad { .. } | Interpolate { .. } => spatial::infer_spatial(op, x),
     }
 }
 
@@ -586,9 +594,11 @@ fn given(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
             upsample(out.1, *scale)?;
             shaped(x[0], &upsampled(out.1, *scale), "dy")
         }
+        InterpolateGrad { .. } => spatial::given_spatial(op, x, out),
         _ => fail(format!("`{}` determines its own result type", op.describe())),
     }
 }
 
+mod spatial;
 #[cfg(test)]
 mod tests;

@@ -66,6 +66,23 @@ pub enum PoolOp {
     Avg,
 }
 
+/// What `pad` puts around an axis: a constant, the mirror image without the edge element, or
+/// the edge element repeated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PadMode {
+    Constant,
+    Reflect,
+    Replicate,
+}
+
+/// How `interpolate` reads: the nearest element, or the two (per axis) around the source
+/// position weighted linearly (linear in 1-D, bilinear in 2-D).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InterpMode {
+    Nearest,
+    Linear,
+}
+
 /// The op vocabulary. An op is here when its derivative is local and it lowers to one kernel
 /// archetype; anything expressible from these (split, embedding, mse) is built from them.
 /// Optional operands (norm weights, conv bias, attention mask) follow the required ones in
@@ -181,6 +198,21 @@ pub enum Op {
     },
     /// Mean cross-entropy of logits `[.., C]` against integer targets `[..]`.
     SoftmaxCrossEntropy,
+    // Padding and resampling (`shape::resample` says where each element reads from).
+    /// Pads axis `a` by `widths[a]` (before, after): with `value`, the mirror image or the edge.
+    Pad {
+        widths: Vec<[usize; 2]>,
+        mode: PadMode,
+        value: f64,
+    },
+    /// Resamples the spatial axes of `[N, C, L]` or `[N, C, H, W]` to `size` with PyTorch's
+    /// index math; `scale` is the user's factor per axis when one was given (it sets the ratio).
+    Interpolate {
+        mode: InterpMode,
+        size: Vec<usize>,
+        scale: Option<Vec<f64>>,
+        align_corners: bool,
+    },
 
     // ---- derivative ops (made by autodiff; each is the local rule of one forward op) ----
     /// Sums `[dy]` over the axes that broadcasting added or stretched, down to this node's shape.
@@ -277,6 +309,19 @@ pub enum Op {
     },
     /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
     SoftmaxCrossEntropyGrad,
+    /// `[dy]` → dx: each element of `dy` added to the element of `x` it was read from.
+    PadGrad {
+        widths: Vec<[usize; 2]>,
+        mode: PadMode,
+    },
+    /// `[dy]` → dx of the step's shape: each element of `dy` spread over the elements it read,
+    /// by their weights (the forward op's attributes).
+    InterpolateGrad {
+        mode: InterpMode,
+        size: Vec<usize>,
+        scale: Option<Vec<f64>>,
+        align_corners: bool,
+    },
 }
 
 /// Which input of a multi-input op a derivative op computes.
@@ -362,6 +407,7 @@ impl Op {
                 fmt_f64(*theta)
             ),
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
+            Op::Pad { .. } | Op::Interpolate { .. } => self.describe_spatial(),
             Op::SumTo => "sum_to".into(),
             Op::BroadcastTo => "broadcast_to".into(),
             Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),
@@ -386,6 +432,28 @@ impl Op {
             Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
+            Op::PadGrad { .. } | Op::InterpolateGrad { .. } => self.describe_spatial(),
+        }
+    }
+}
+
+impl Op {
+    /// `describe` of padding and resampling and their derivatives.
+    fn describe_spatial(&self) -> String {
+        let lower = |m: &dyn std::fmt::Debug| format!("{m:?}").to_lowercase();
+        match self {
+            Op::Pad { widths, mode, value } => {
+                let w: Vec<String> = widths.iter().map(|[b, e]| format!("({b}, {e})")).collect();
+                format!("pad {} [{}] value={}", lower(mode), w.join(", "), fmt_f64(*value))
+            }
+            Op::Interpolate { mode, size, align_corners, .. } => format!(
+                "interpolate {} size={size:?}{}",
+                lower(mode),
+                if *align_corners { " align_corners" } else { "" }
+            ),
+            Op::PadGrad { mode, .. } => format!("pad_grad {}", lower(mode)),
+            Op::InterpolateGrad { mode, .. } => format!("interpolate_grad {}", lower(mode)),
+            _ => unreachable!("`describe` sends padding and resampling here"),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use super::Builder;
 use crate::graph::{BinaryOp, GradPart, Node, NodeId, Op, ReduceOp, UnaryOp};
+use mgn_ir::op::PadMode;
 use mgn_syntax::Diagnostic;
 
 /// (input position, gradient node) for each input that gets a gradient.
@@ -26,6 +27,7 @@ impl Builder<'_> {
             | Op::GroupNorm { .. }
             | Op::BatchNorm { .. }
             | Op::Dropout { .. } => Some(self.norm(n, dy, &node)),
+            Op::Pad { .. } | Op::Interpolate { .. } => Some(self.spatial(n, dy, &node)),
             _ => self.movement(n, dy, &node).or_else(|| self.windows(n, dy, &node)),
         };
         grads.ok_or_else(|| {
@@ -246,6 +248,27 @@ impl Builder<'_> {
                 }
                 out
             }
+            // A transposed convolution (`conv_transpose*d`): the adjoint of the convolution's
+            // input derivative is the convolution, and its weight derivative is the
+            // convolution's with the roles of x and dy exchanged.
+            Op::ConvGradInput { stride, padding, dilation, groups } => {
+                let (sx, sw) = (self.shape(x(0)), self.shape(x(1)));
+                let conv = Op::Conv {
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                    dilation: dilation.clone(),
+                    groups: *groups,
+                    has_bias: false,
+                };
+                let dx = self.push_like(n, conv, vec![dy, x(1)], sx);
+                let dw = Op::ConvGradWeight {
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                    dilation: dilation.clone(),
+                    groups: *groups,
+                };
+                vec![(0, dx), (1, self.push_like(n, dw, vec![dy, x(0)], sw))]
+            }
             Op::Pool { op, kernel, stride, padding } => {
                 let grad = Op::PoolGrad {
                     op: *op,
@@ -284,5 +307,36 @@ impl Builder<'_> {
             }
             _ => return None,
         })
+    }
+}
+
+impl Builder<'_> {
+    /// Padding and resampling: each derivative sends every element of `dy` back to the
+    /// elements it was read from.
+    fn spatial(&mut self, n: NodeId, dy: NodeId, node: &Node) -> Grads {
+        match node.op.clone() {
+            Op::Pad { widths, mode: PadMode::Constant, .. } => {
+                // The adjoint of constant padding is the interior: one slice per padded axis.
+                let mut g = dy;
+                for (axis, &[b, e]) in widths.iter().enumerate() {
+                    if b + e > 0 {
+                        let mut s = self.shape(g);
+                        let end = s[axis] - e;
+                        s[axis] = end - b;
+                        g = self.push_like(n, Op::Slice { axis, start: b, end }, vec![g], s);
+                    }
+                }
+                vec![(0, g)]
+            }
+            // Reflected and replicated elements were read more than once: their derivatives add.
+            Op::Pad { widths, mode, .. } => {
+                self.only(n, node, Op::PadGrad { widths, mode }, vec![dy])
+            }
+            Op::Interpolate { mode, size, scale, align_corners } => {
+                let op = Op::InterpolateGrad { mode, size, scale, align_corners };
+                self.only(n, node, op, vec![dy])
+            }
+            _ => unreachable!("rule() sends only padding and resampling here"),
+        }
     }
 }

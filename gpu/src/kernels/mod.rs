@@ -4,7 +4,8 @@
 //! in where their values live share one pipeline. Element-wise ops and fused programs compute
 //! one output element per invocation (`i`) here; every other family has its module: `matmul`
 //! (tiles, GEMV, split-k, epilogues), `conv`, `attention`, `rows` (softmax, cross-entropy, long
-//! reductions), `norm` (and dropout), `select` (gather/scatter, slices, RoPE).
+//! reductions), `norm` (and dropout), `select` (gather/scatter, slices, RoPE), `spatial`
+//! (padding and resampling).
 
 mod attention;
 pub(crate) mod conv;
@@ -14,6 +15,7 @@ pub(crate) use matmul::{split_depth, SKINNY};
 mod norm;
 mod rows;
 mod select;
+mod spatial;
 
 use crate::program::{Elem, GpuOp, GpuPlan, StepId};
 use mgn_ir::op::{BinaryOp, Op, ReduceOp, UnaryOp};
@@ -344,7 +346,42 @@ fn plan_op(
         | Op::ReduceGrad { .. }
         | Op::ArgMax { .. }
         | Op::Rope { .. } => select::generate(op, inputs, out, width),
+        Op::Pad { .. }
+        | Op::PadGrad { .. }
+        | Op::Interpolate { .. }
+        | Op::InterpolateGrad { .. } => spatial_op(op, inputs, out, width),
         other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
+    }
+}
+
+/// Padding and resampling (`spatial`).
+fn spatial_op(
+    op: &Op,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    need_inputs(op, inputs, 1)?;
+    match op {
+        Op::Pad { widths, mode, value } => {
+            spatial::pad(&inputs[0], out, widths, *mode, *value, width)
+        }
+        Op::PadGrad { widths, mode } => spatial::pad_grad(&inputs[0], out, widths, *mode, width),
+        Op::Interpolate { mode, size, scale, align_corners }
+        | Op::InterpolateGrad { mode, size, scale, align_corners } => {
+            let r = spatial::Resample {
+                mode: *mode,
+                size,
+                scale: scale.as_deref(),
+                align_corners: *align_corners,
+            };
+            if matches!(op, Op::Interpolate { .. }) {
+                spatial::interpolate(&r, &inputs[0], out, width)
+            } else {
+                spatial::interpolate_grad(&r, &inputs[0], out, width)
+            }
+        }
+        _ => unreachable!("plan_op sends padding and resampling here"),
     }
 }
 

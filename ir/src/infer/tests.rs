@@ -3,7 +3,7 @@
 //! backends against hand-edited plans.
 
 use super::*;
-use crate::op::{BinaryOp, PoolOp, UnaryOp};
+use crate::op::{BinaryOp, InterpMode, PadMode, PoolOp, UnaryOp};
 
 const F: DType = DType::F32;
 const I: DType = DType::I32;
@@ -140,4 +140,33 @@ fn step_chosen_types_are_checked_against_the_inputs() {
     ok(Op::UpsampleGrad { scale: 2 }, &[(F, &[1, 3, 16])], (F, &[1, 3, 8]));
     // A type the op determines must match exactly.
     bad(Op::Unary(UnaryOp::Relu), &[(F, &[2])], (F, &[3]), "the inputs give f32[2]");
+}
+
+#[test]
+fn padding_and_resampling() {
+    let pad = |mode, widths: Vec<[usize; 2]>| Op::Pad { widths, mode, value: 0.0 };
+    row(pad(PadMode::Constant, vec![[0, 0], [2, 1]]), &[(F, &[2, 3])], Ok((F, &[2, 6])));
+    row(pad(PadMode::Reflect, vec![[0, 0], [3, 0]]), &[(F, &[2, 3])], Err("below the size 3"));
+    row(pad(PadMode::Replicate, vec![[1, 1]]), &[(F, &[2, 3])], Err("one pair per axis"));
+    row(pad(PadMode::Constant, vec![[1, 1]]), &[(I, &[3])], Err("must be a float"));
+    let back = |mode| Op::PadGrad { widths: vec![[0, 0], [2, 1]], mode };
+    row(back(PadMode::Reflect), &[(F, &[2, 6])], Ok((F, &[2, 3])));
+    row(back(PadMode::Reflect), &[(F, &[2, 4])], Err("below the size 1"));
+    row(back(PadMode::Constant), &[(F, &[2, 3])], Err("is not padded by"));
+    let up =
+        |mode, size: Vec<usize>, scale| Op::Interpolate { mode, size, scale, align_corners: false };
+    row(up(InterpMode::Linear, vec![7, 5], None), &[(F, &[1, 2, 3, 4])], Ok((F, &[1, 2, 7, 5])));
+    row(up(InterpMode::Nearest, vec![9], Some(vec![3.0])), &[(F, &[1, 2, 3])], Ok((F, &[1, 2, 9])));
+    row(up(InterpMode::Nearest, vec![9, 9], None), &[(F, &[1, 2, 3])], Err("one positive size"));
+    row(up(InterpMode::Nearest, vec![9], Some(vec![0.0])), &[(F, &[1, 2, 3])], Err("positive"));
+    row(up(InterpMode::Nearest, vec![9], None), &[(F, &[2, 3])], Err("[N, C, L]"));
+    let grad = Op::InterpolateGrad {
+        mode: InterpMode::Linear,
+        size: vec![7, 5],
+        scale: None,
+        align_corners: true,
+    };
+    check(&grad, &[(F, &[1, 2, 7, 5])], (F, &[1, 2, 3, 4])).expect("the forward's input");
+    let e = check(&grad, &[(F, &[1, 2, 7, 6])], (F, &[1, 2, 3, 4])).expect_err("wrong dy");
+    assert!(e.0.contains("dy must have shape [1, 2, 7, 5]"), "{e}");
 }

@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod resample;
 
 use std::fmt;
 

@@ -138,6 +138,57 @@ impl Args {
         }
     }
 
+    /// One of `choices` (a string argument), or `default` when not given; a typo gets the
+    /// nearest choice as help.
+    pub(super) fn choice<'c>(
+        &self,
+        ev: &Evaluator,
+        name: &str,
+        choices: &[&'c str],
+        default: &'c str,
+    ) -> R<&'c str> {
+        let Some((v, s)) = self.get(name) else { return Ok(default) };
+        let listed = || choices.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
+        let Value::Str(text) = v else {
+            return Err(self.wrong(ev, name, &format!("one of {}", listed())));
+        };
+        if let Some(c) = choices.iter().find(|c| ***c == **text) {
+            return Ok(c);
+        }
+        let d = Diagnostic::error(
+            "E0201",
+            format!(
+                "`{name}` of `{}` must be one of {}, found \"{text}\"",
+                self.builtin.name,
+                listed()
+            ),
+            *s,
+            "unknown choice",
+        );
+        Err(match did_you_mean(text, choices.iter().copied()) {
+            Some(h) => d.with_help(h),
+            None => d,
+        })
+    }
+
+    /// A number or a list/tuple of numbers.
+    pub(super) fn numbers(&self, ev: &Evaluator, name: &str) -> R<Option<Vec<f64>>> {
+        let want = "a number or a list of numbers";
+        match self.get(name) {
+            None => Ok(None),
+            Some((v @ (Value::Int(_) | Value::Float(_)), _)) => Ok(Some(vec![as_f64(v)])),
+            Some((Value::List(l) | Value::Tuple(l), _)) => l
+                .iter()
+                .map(|v| match v {
+                    Value::Int(_) | Value::Float(_) => Ok(as_f64(v)),
+                    _ => Err(self.wrong(ev, name, want)),
+                })
+                .collect::<R<Vec<f64>>>()
+                .map(Some),
+            _ => Err(self.wrong(ev, name, want)),
+        }
+    }
+
     /// An integer or a list/tuple of integers.
     pub(super) fn ints(&self, ev: &Evaluator, name: &str) -> R<Option<Vec<i64>>> {
         match self.get(name) {

@@ -142,27 +142,28 @@ pub(super) fn conv(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
     )
 }
 
-pub(super) fn pool(ev: &mut Evaluator, a: &Args, op: PoolOp) -> R<Value> {
+pub(super) fn pool(ev: &mut Evaluator, a: &Args, op: PoolOp, spatial: usize) -> R<Value> {
     let (x, xs) = float_tensor(ev, a, "x")?;
     let (d, s) = ev.ty(x);
     let s = s.to_vec();
-    if s.len() != 4 {
+    if s.len() != spatial + 2 {
+        let layout = if spatial == 1 { "[N, C, L]" } else { "[N, C, H, W]" };
         return Err(Diagnostic::error(
             "E0206",
-            format!("`{}` needs an input [N, C, H, W], found {}", a.name(), fmt_type(d, &s)),
+            format!("`{}` needs an input {layout}, found {}", a.name(), fmt_type(d, &s)),
             xs,
             format!("{} axes", s.len()),
         ));
     }
-    let kernel = per_axis(ev, a, "kernel", 1, 2, 1)?;
+    let kernel = per_axis(ev, a, "kernel", 1, spatial, 1)?;
     let stride = if a.get("stride").is_some() {
-        per_axis(ev, a, "stride", 1, 2, 1)?
+        per_axis(ev, a, "stride", 1, spatial, 1)?
     } else {
         kernel.clone()
     };
-    let padding = per_axis(ev, a, "padding", 0, 2, 0)?;
+    let padding = per_axis(ev, a, "padding", 0, spatial, 0)?;
     let mut out = vec![s[0], s[1]];
-    for i in 0..2 {
+    for i in 0..spatial {
         if padding[i] * 2 > kernel[i] {
             return Err(Diagnostic::error(
                 "E0203",

@@ -6,10 +6,13 @@
 mod args;
 mod attention;
 mod conv;
+mod einsum;
 mod init;
 mod pointwise;
 mod reduce;
 mod shapes;
+mod spatial;
+mod transpose;
 
 pub use args::{call, signature, Args};
 pub use pointwise::{elementwise, matmul};
@@ -20,10 +23,13 @@ use crate::elab::eval::{Evaluator, R};
 use crate::graph::{InitSpec, PoolOp, ReduceOp, UnaryOp};
 use attention::*;
 use conv::*;
+use einsum::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
 use shapes::*;
+use spatial::*;
+use transpose::*;
 
 pub struct Builtin {
     pub name: &'static str,
@@ -84,6 +90,13 @@ static BUILTINS: &[Builtin] = &[
         let (x, y) = (a.raw("a"), a.raw("b"));
         matmul(e, (&x.0, x.1), (&y.0, y.1), a.span).map(Value::Tensor)
     }),
+    b!(
+        "einsum",
+        ["spec", "a", "b?"],
+        "Einstein summation over one or two tensors: \"bij,bjk->bik\", \"bhqd,bhkd->bhqk\", \
+         \"i,j->ij\", \"ij->ji\", \"ij->\"",
+        einsum
+    ),
     b!("transpose", ["x", "a?", "b?"], "swaps two axes (the last two by default)", transpose),
     b!("permute", ["x", "axes"], "reorders all axes", permute),
     b!("reshape", ["x", "shape"], "same elements, new shape; one -1 is inferred", reshape),
@@ -182,22 +195,61 @@ static BUILTINS: &[Builtin] = &[
         |e, a| conv(e, a, 2)
     ),
     b!(
+        "conv_transpose1d",
+        ["x", "weight", "bias?", "stride?", "padding?", "output_padding?", "groups?", "dilation?"],
+        "1-D transposed convolution of [N, Cin, L]; weight [Cin, Cout / groups, K]",
+        |e, a| conv_transpose(e, a, 1)
+    ),
+    b!(
+        "conv_transpose2d",
+        ["x", "weight", "bias?", "stride?", "padding?", "output_padding?", "groups?", "dilation?"],
+        "2-D transposed convolution of [N, Cin, H, W]; weight [Cin, Cout / groups, Kh, Kw]",
+        |e, a| conv_transpose(e, a, 2)
+    ),
+    b!(
+        "max_pool1d",
+        ["x", "kernel", "stride?", "padding?"],
+        "1-D max pooling of [N, C, L]",
+        |e, a| pool(e, a, PoolOp::Max, 1)
+    ),
+    b!(
+        "avg_pool1d",
+        ["x", "kernel", "stride?", "padding?"],
+        "1-D average pooling of [N, C, L]",
+        |e, a| pool(e, a, PoolOp::Avg, 1)
+    ),
+    b!(
         "max_pool2d",
         ["x", "kernel", "stride?", "padding?"],
         "2-D max pooling of [N, C, H, W]",
-        |e, a| pool(e, a, PoolOp::Max)
+        |e, a| pool(e, a, PoolOp::Max, 2)
     ),
     b!(
         "avg_pool2d",
         ["x", "kernel", "stride?", "padding?"],
         "2-D average pooling of [N, C, H, W]",
-        |e, a| pool(e, a, PoolOp::Avg)
+        |e, a| pool(e, a, PoolOp::Avg, 2)
     ),
     b!(
         "upsample",
         ["x", "scale?"],
         "nearest-neighbour upsampling of [N, C, L] or [N, C, H, W]",
         upsample
+    ),
+    // padding and resampling
+    b!(
+        "pad",
+        ["x", "widths", "mode?", "value?"],
+        "pads the trailing axes by (before, after) pairs, last axis first (PyTorch's F.pad); \
+         mode \"constant\" (with value), \"reflect\" or \"replicate\"",
+        pad
+    ),
+    b!(
+        "interpolate",
+        ["x", "size?", "scale?", "mode?", "align_corners?"],
+        "resamples [N, C, L] or [N, C, H, W] to a size or by a scale (PyTorch's F.interpolate); \
+         mode \"nearest\", \"linear\" or \"bilinear\"",
+        interpolate
     ),
     // attention
     b!(

@@ -74,6 +74,15 @@ impl<'p> Evaluator<'p> {
         span: Span,
         what: &str,
     ) -> R<Value> {
+        // A tuple of numbers also takes one number for every element, as PyTorch's layers
+        // take `kernel_size = 3` for `(3, 3)`.
+        let numbers = ts.iter().all(|t| {
+            matches!(t, TypeExpr::Scalar(ScalarType::Dim | ScalarType::Int | ScalarType::Float, _))
+        });
+        if numbers && matches!(v, Value::Int(_) | Value::Float(_)) {
+            let copies = Value::Tuple(Rc::new(vec![v; ts.len()]));
+            return self.check_tuple(ts, tspan, copies, span, what);
+        }
         let Value::Tuple(items) = &v else {
             return Err(Diagnostic::error(
                 "E0201",
