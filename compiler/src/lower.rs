@@ -189,8 +189,8 @@ fn rewrite_failed(why: String) -> Diagnostic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Op;
     use crate::driver::{check_text, Models};
+    use crate::graph::Op;
     use crate::source::Origin;
 
     /// The plan of the one model in `text`.

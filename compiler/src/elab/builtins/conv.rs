@@ -3,11 +3,66 @@
 use super::args::*;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::value::Value;
-use crate::graph::{fmt_type, Op, PoolOp};
-use mgn_ir::shape;
-use mgn_syntax::Diagnostic;
+use crate::graph::{fmt_type, NodeId, Op, PoolOp};
+use mgn_ir::{shape, DType};
+use mgn_syntax::{Diagnostic, Span};
 
 // ---- convolution and resampling -------------------------------------------------------------
+
+/// The float input `x` of a builtin over `[N, C, …]` with one of `axes` spatial axes (the
+/// layouts name them in the error): its node, dtype, shape and span.
+pub(super) fn spatial_input(
+    ev: &Evaluator,
+    a: &Args,
+    axes: &[usize],
+) -> R<(NodeId, DType, Vec<usize>, Span)> {
+    let (x, xs) = float_tensor(ev, a, "x")?;
+    let (d, s) = ev.ty(x);
+    let s = s.to_vec();
+    if !axes.contains(&(s.len().saturating_sub(2))) || s.len() < 3 {
+        let layouts: Vec<&str> =
+            axes.iter().map(|n| if *n == 1 { "[N, C, L]" } else { "[N, C, H, W]" }).collect();
+        return Err(Diagnostic::error(
+            "E0206",
+            format!(
+                "`{}` needs an input {}, found {}",
+                a.name(),
+                layouts.join(" or "),
+                fmt_type(d, &s)
+            ),
+            xs,
+            format!("{} axes", s.len()),
+        ));
+    }
+    Ok((x, d, s, xs))
+}
+
+/// The weight of a convolution builtin over `spatial` axes: `d` like the input, in `layout`
+/// (`[Cout, Cin / groups, …]` or, transposed, `[Cin, Cout / groups, …]`).
+pub(super) fn conv_weight(
+    ev: &Evaluator,
+    a: &Args,
+    d: DType,
+    spatial: usize,
+    layout: [&str; 2],
+) -> R<(NodeId, Vec<usize>, Span)> {
+    let (w, ws) = float_tensor(ev, a, "weight")?;
+    let sw = ev.ty(w).1.to_vec();
+    if sw.len() != spatial + 2 || ev.ty(w).0 != d {
+        let layout = if spatial == 1 {
+            format!("[{}, {}, K]", layout[0], layout[1])
+        } else {
+            format!("[{}, {}, Kh, Kw]", layout[0], layout[1])
+        };
+        return Err(Diagnostic::error(
+            "E0206",
+            format!("`{}` needs a {d} weight {layout}, found {}", a.name(), ev.type_str(w)),
+            ws,
+            "wrong weight shape",
+        ));
+    }
+    Ok((w, sw, ws))
+}
 
 /// An int or a per-axis list for `spatial` axes.
 pub(super) fn per_axis(
@@ -43,30 +98,8 @@ pub(super) fn per_axis(
 }
 
 pub(super) fn conv(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
-    let (x, xs) = float_tensor(ev, a, "x")?;
-    let (w, ws) = float_tensor(ev, a, "weight")?;
-    let (d, sx) = ev.ty(x);
-    let sx = sx.to_vec();
-    let sw = ev.ty(w).1.to_vec();
-    let layout = if spatial == 1 { "[N, Cin, L]" } else { "[N, Cin, H, W]" };
-    if sx.len() != spatial + 2 {
-        return Err(Diagnostic::error(
-            "E0206",
-            format!("`{}` needs an input {layout}, found {}", a.name(), fmt_type(d, &sx)),
-            xs,
-            format!("{} axes", sx.len()),
-        ));
-    }
-    let wlayout =
-        if spatial == 1 { "[Cout, Cin / groups, K]" } else { "[Cout, Cin / groups, Kh, Kw]" };
-    if sw.len() != spatial + 2 || ev.ty(w).0 != d {
-        return Err(Diagnostic::error(
-            "E0206",
-            format!("`{}` needs a {d} weight {wlayout}, found {}", a.name(), ev.type_str(w)),
-            ws,
-            "wrong weight shape",
-        ));
-    }
+    let (x, d, sx, xs) = spatial_input(ev, a, &[spatial])?;
+    let (w, sw, ws) = conv_weight(ev, a, d, spatial, ["Cout", "Cin / groups"])?;
     let groups = a.int_or(ev, "groups", 1)?;
     let (cin, cout) = (sx[1], sw[0]);
     if groups < 1 || cin % groups as usize != 0 || cout % groups as usize != 0 {
@@ -194,17 +227,7 @@ pub(super) fn pool(ev: &mut Evaluator, a: &Args, op: PoolOp, spatial: usize) -> 
 }
 
 pub(super) fn upsample(ev: &mut Evaluator, a: &Args) -> R<Value> {
-    let (x, xs) = float_tensor(ev, a, "x")?;
-    let (d, s) = ev.ty(x);
-    let s = s.to_vec();
-    if s.len() != 3 && s.len() != 4 {
-        return Err(Diagnostic::error(
-            "E0206",
-            format!("`upsample` needs [N, C, L] or [N, C, H, W], found {}", fmt_type(d, &s)),
-            xs,
-            format!("{} axes", s.len()),
-        ));
-    }
+    let (x, d, s, _) = spatial_input(ev, a, &[1, 2])?;
     let scale = a.int_or(ev, "scale", 2)?;
     if scale < 1 {
         return Err(Diagnostic::error(

@@ -100,17 +100,7 @@ pub(super) fn pad(ev: &mut Evaluator, a: &Args) -> R<Value> {
 }
 
 pub(super) fn interpolate(ev: &mut Evaluator, a: &Args) -> R<Value> {
-    let (x, xs) = float_tensor(ev, a, "x")?;
-    let (d, s) = ev.ty(x);
-    let s = s.to_vec();
-    if s.len() != 3 && s.len() != 4 {
-        return Err(Diagnostic::error(
-            "E0206",
-            format!("`interpolate` needs [N, C, L] or [N, C, H, W], found {}", fmt_type(d, &s)),
-            xs,
-            format!("{} axes", s.len()),
-        ));
-    }
+    let (x, d, s, xs) = super::conv::spatial_input(ev, a, &[1, 2])?;
     let spatial = s.len() - 2;
     let choice = a.choice(ev, "mode", &["nearest", "linear", "bilinear"], "nearest")?;
     let mode = if choice == "nearest" { InterpMode::Nearest } else { InterpMode::Linear };

@@ -15,30 +15,8 @@ use crate::graph::{fmt_type, BinaryOp, Op};
 use mgn_syntax::Diagnostic;
 
 pub(super) fn conv_transpose(ev: &mut Evaluator, a: &Args, spatial: usize) -> R<Value> {
-    let (x, xs) = float_tensor(ev, a, "x")?;
-    let (w, ws) = float_tensor(ev, a, "weight")?;
-    let (d, sx) = ev.ty(x);
-    let sx = sx.to_vec();
-    let sw = ev.ty(w).1.to_vec();
-    let layout = if spatial == 1 { "[N, Cin, L]" } else { "[N, Cin, H, W]" };
-    if sx.len() != spatial + 2 {
-        return Err(Diagnostic::error(
-            "E0206",
-            format!("`{}` needs an input {layout}, found {}", a.name(), fmt_type(d, &sx)),
-            xs,
-            format!("{} axes", sx.len()),
-        ));
-    }
-    let wlayout =
-        if spatial == 1 { "[Cin, Cout / groups, K]" } else { "[Cin, Cout / groups, Kh, Kw]" };
-    if sw.len() != spatial + 2 || ev.ty(w).0 != d {
-        return Err(Diagnostic::error(
-            "E0206",
-            format!("`{}` needs a {d} weight {wlayout}, found {}", a.name(), ev.type_str(w)),
-            ws,
-            "wrong weight shape",
-        ));
-    }
+    let (x, d, sx, xs) = super::conv::spatial_input(ev, a, &[spatial])?;
+    let (w, sw, ws) = super::conv::conv_weight(ev, a, d, spatial, ["Cin", "Cout / groups"])?;
     let groups = a.int_or(ev, "groups", 1)?;
     let cin = sx[1];
     if groups < 1 || cin % groups as usize != 0 {
