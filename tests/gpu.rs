@@ -288,6 +288,13 @@ fn tiny_resnet_matches_the_cpu() {
     compare_model("models/tiny_resnet.mgn", &["B=2", "classes=3", "width=4", "blocks=1", "size=8"]);
 }
 
+/// Masks from comparisons, `where`, `maximum`, `minimum` and `clamp`, forward and backward.
+#[test]
+fn masks_and_selection_match_the_cpu() {
+    compare_model("tests/valid/masks.mgn", &[]);
+    compare_model("tests/valid/masks.mgn", &["n=300", "d=37"]);
+}
+
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
     compare_training_with(model, settings, steps, OptimizerSpec::default());

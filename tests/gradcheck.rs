@@ -245,3 +245,35 @@ fn stop_gradient_passes_values_and_blocks_gradients() {
         Err(e) => panic!("the GPU cannot run it: {e}"),
     }
 }
+
+/// Comparisons, masks, `where`, `maximum`, `minimum` and `clamp` (number and tensor bounds),
+/// with a cross-entropy on the labels the one-hot mask is built from.
+#[test]
+fn masks_where_and_clamp() {
+    check_model("tests/valid/masks.mgn", &[]);
+}
+
+/// At ties `maximum` and `minimum` split the gradient in half and `clamp` passes it whole
+/// (PyTorch's conventions), which no finite difference can check: the derivative of
+/// `tests/valid/ties.mgn` at w = x = 0.5 is 3 everywhere. On the CPU and, where there is one,
+/// on the GPU.
+#[test]
+fn gradients_at_ties_follow_pytorch() {
+    let plan = compile("tests/valid/ties.mgn", &[]);
+    let x = Tensor::f32(vec![4], vec![0.5; 4]);
+    let mut session = Session::new(plan, 3);
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let (_, g) = out.grads.iter().find(|(n, _)| n == "w").expect("a gradient");
+        assert_eq!(g.to_f64_vec(), vec![3.0; 4], "{on}");
+        let loss = out.loss.as_ref().expect("a loss").to_f64_vec()[0];
+        assert_eq!(loss, 8.0, "{on}: loss");
+    };
+    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}

@@ -185,3 +185,19 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
         }
     }
 }
+
+/// The test programs docs/LANGUAGE.md shows as its examples.
+const SHOWN: &[&str] = &["tests/valid/masks.mgn"];
+
+/// docs/LANGUAGE.md shows these test programs verbatim as the examples of their features, so
+/// the page's examples are programs that check, run on both backends and are gradient-checked.
+#[test]
+fn language_examples_are_test_programs() {
+    root();
+    let doc = std::fs::read_to_string("docs/LANGUAGE.md").expect("docs/LANGUAGE.md");
+    for f in SHOWN {
+        let text = std::fs::read_to_string(f).expect("a test program");
+        let shown = doc.contains(&format!("```mgn\n{text}```"));
+        assert!(shown, "docs/LANGUAGE.md does not show {f} verbatim");
+    }
+}

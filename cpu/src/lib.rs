@@ -27,6 +27,7 @@ mod movement;
 mod norm;
 mod pointwise;
 mod reduce;
+mod select;
 #[cfg(test)]
 mod tests;
 
@@ -163,6 +164,8 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         }
         Rope { theta, offset, inverse } => attention::rope(x[0], *theta, *offset, *inverse),
         SoftmaxCrossEntropy => reduce::cross_entropy(x[0], x[1], shape),
+        Compare(c) => select::compare(*c, x[0], x[1], shape),
+        Where => select::where_(x[0], x[1], x[2], shape),
 
         // ---- derivative ops ----
         SumTo => pointwise::sum_to(x[0], shape),

@@ -210,6 +210,7 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
         | Rope { .. }
         | SoftmaxCrossEntropy
         | SoftmaxCrossEntropyGrad => infer_windows(op, x),
+        Compare(_) | Where => select::infer_select(op, x),
     }
 }
 
@@ -590,5 +591,6 @@ fn given(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
     }
 }
 
+mod select;
 #[cfg(test)]
 mod tests;

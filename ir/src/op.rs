@@ -50,6 +50,50 @@ pub enum BinaryOp {
     Sub,
     Mul,
     Div,
+    /// Element-wise maximum and minimum (PyTorch's `maximum` / `minimum`): a NaN on either
+    /// side gives NaN.
+    Maximum,
+    Minimum,
+}
+
+/// The element-wise comparisons: `[a, b]` → a `bool` tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareOp {
+    pub const ALL: [CompareOp; 6] =
+        [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge];
+
+    /// The operator as written: `==`, `<`, …
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "==",
+            CompareOp::Ne => "!=",
+            CompareOp::Lt => "<",
+            CompareOp::Le => "<=",
+            CompareOp::Gt => ">",
+            CompareOp::Ge => ">=",
+        }
+    }
+
+    /// `a op b` (false when either side is NaN, except `!=`, as IEEE comparisons are).
+    pub fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            CompareOp::Eq => a == b,
+            CompareOp::Ne => a != b,
+            CompareOp::Lt => a < b,
+            CompareOp::Le => a <= b,
+            CompareOp::Gt => a > b,
+            CompareOp::Ge => a >= b,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,6 +225,13 @@ pub enum Op {
     },
     /// Mean cross-entropy of logits `[.., C]` against integer targets `[..]`.
     SoftmaxCrossEntropy,
+
+    // ---- comparisons and selection ----
+    /// `[a, b]` → `bool`, element-wise with NumPy broadcasting; operands of one dtype.
+    Compare(CompareOp),
+    /// `[cond, a, b]` → `a` where `cond` (a `bool` tensor) holds, else `b`; the three broadcast
+    /// together (NumPy rules).
+    Where,
 
     // ---- derivative ops (made by autodiff; each is the local rule of one forward op) ----
     /// Sums `[dy]` over the axes that broadcasting added or stretched, down to this node's shape.
@@ -362,6 +413,8 @@ impl Op {
                 fmt_f64(*theta)
             ),
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
+            Op::Compare(c) => format!("compare {}", c.symbol()),
+            Op::Where => "where".into(),
             Op::SumTo => "sum_to".into(),
             Op::BroadcastTo => "broadcast_to".into(),
             Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),

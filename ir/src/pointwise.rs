@@ -3,7 +3,7 @@
 //! the compiler folds constants with them (`f64`), and the GPU's WGSL expressions are tested
 //! against the CPU backend, which calls these.
 
-use crate::op::UnaryOp;
+use crate::op::{BinaryOp, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 /// `f32` or `f64`: what the functions below are written over.
@@ -108,6 +108,32 @@ pub fn unary<T: Real>(op: UnaryOp, x: T) -> T {
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Square => x * x,
+    }
+}
+
+/// `a op b` of a binary op on floats. `maximum` and `minimum` give NaN when either side is NaN,
+/// as PyTorch's do (IEEE `max` would return the other side).
+pub fn binary<T: Real>(op: BinaryOp, a: T, b: T) -> T {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Maximum | BinaryOp::Minimum if a.is_nan() || b.is_nan() => a + b,
+        BinaryOp::Maximum => {
+            if a >= b {
+                a
+            } else {
+                b
+            }
+        }
+        BinaryOp::Minimum => {
+            if a <= b {
+                a
+            } else {
+                b
+            }
+        }
     }
 }
 

@@ -18,6 +18,9 @@ impl Builder<'_> {
             Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange => Some(vec![]),
             // No gradient flows through either (`stop_gradient` is the point of the op).
             Op::ArgMax { .. } | Op::StopGradient => Some(vec![]),
+            // A comparison's result is `bool`: nothing to differentiate.
+            Op::Compare(_) => Some(vec![]),
+            Op::Where => Some(self.where_rule(n, dy, &node)),
             Op::Unary(_) | Op::Pow { .. } | Op::Binary(_) | Op::Cast | Op::MatMul => {
                 Some(self.pointwise(n, dy, &node))
             }
@@ -69,6 +72,7 @@ impl Builder<'_> {
 
     fn binary_rule(&mut self, n: NodeId, dy: NodeId, op: BinaryOp, a: NodeId, b: NodeId) -> Grads {
         let (ga, gb) = match op {
+            BinaryOp::Maximum | BinaryOp::Minimum => return self.extremum_rule(n, dy, op, a, b),
             BinaryOp::Add => (dy, dy),
             BinaryOp::Sub => {
                 let s = self.shape(dy);

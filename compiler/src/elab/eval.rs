@@ -20,7 +20,9 @@ use super::builtins;
 pub use super::value::Local;
 use super::value::{LayerInst, Value};
 use crate::front::{did_you_mean, ModId, Program, Target};
-use crate::graph::{fmt_type, BinaryOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp};
+use crate::graph::{
+    fmt_type, BinaryOp, CompareOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp,
+};
 use crate::source::Origin;
 use mgn_ir::shape;
 use mgn_ir::DType;

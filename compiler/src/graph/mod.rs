@@ -17,7 +17,7 @@ impl fmt::Display for NodeId {
     }
 }
 
-pub use mgn_ir::op::{fmt_f64, BinaryOp, GradPart, Op, PoolOp, ReduceOp, UnaryOp};
+pub use mgn_ir::op::{fmt_f64, BinaryOp, CompareOp, GradPart, Op, PoolOp, ReduceOp, UnaryOp};
 pub use mgn_ir::plan::InitSpec;
 
 #[derive(Clone, Debug)]

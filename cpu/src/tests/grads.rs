@@ -60,6 +60,7 @@ fn binary_grads_with_broadcasting() {
                     BinaryOp::Add | BinaryOp::Sub => sum_to(dy, sa),
                     BinaryOp::Mul => sum_to(&bin(BinaryOp::Mul, dy, &xs[1]), sa),
                     BinaryOp::Div => sum_to(&bin(BinaryOp::Div, dy, &xs[1]), sa),
+                    _ => unreachable!("the arithmetic ops only"),
                 },
             );
             check_op(&name, &Op::Binary(op), &[a, b], &out2, 1, &|xs, dy| match op {
@@ -73,6 +74,7 @@ fn binary_grads_with_broadcasting() {
                     let g = bin(BinaryOp::Mul, dy, &q);
                     sum_to(&ev(&Op::Unary(UnaryOp::Neg), &[&g], &g.shape), sb)
                 }
+                _ => unreachable!("the arithmetic ops only"),
             });
         }
     }

@@ -360,7 +360,19 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
         Op::Pow { exponent } => store(out, "i", &format!("pow({}, {exponent:?})", f(0, "i"))),
         Op::Binary(b) => {
             let (x, y) = (f(0, &same(0)), f(1, &same(1)));
-            store(out, "i", &format!("({x} {} {y})", binary_symbol(*b)))
+            store(out, "i", &binary(*b, &x, &y, out.dtype.is_float()))
+        }
+        Op::Compare(c) => {
+            let (x, y) = (f(0, &same(0)), f(1, &same(1)));
+            store(out, "i", &format!("({x} {} {y})", c.symbol()))
+        }
+        Op::Where => {
+            let (c, x, y) = (f(0, &same(0)), f(1, &same(1)), f(2, &same(2)));
+            store(out, "i", &format!("select({y}, {x}, {c} != 0)"))
+        }
+        Op::Cast if out.dtype == DType::Bool => {
+            let zero = if inputs[0].dtype.is_float() { "0.0" } else { "0" };
+            store(out, "i", &format!("select(0, 1, {} != {zero})", f(0, "i")))
         }
         Op::Cast if out.dtype.is_float() => store(out, "i", &format!("f32({})", f(0, "i"))),
         Op::Cast => store(out, "i", &format!("i32({})", f(0, "i"))),
@@ -386,13 +398,23 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
     })
 }
 
-fn binary_symbol(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Add => "+",
-        BinaryOp::Sub => "-",
-        BinaryOp::Mul => "*",
-        BinaryOp::Div => "/",
+/// `x op y` in WGSL. On floats, `maximum` and `minimum` give NaN when either side is NaN, as
+/// the CPU backend (and PyTorch) do; WGSL's `max` and `min` need not.
+fn binary(op: BinaryOp, x: &str, y: &str, float: bool) -> String {
+    let (f, sym) = match op {
+        BinaryOp::Add => return format!("({x} + {y})"),
+        BinaryOp::Sub => return format!("({x} - {y})"),
+        BinaryOp::Mul => return format!("({x} * {y})"),
+        BinaryOp::Div => return format!("({x} / {y})"),
+        BinaryOp::Maximum => ("max", ">="),
+        BinaryOp::Minimum => ("min", "<="),
+    };
+    if !float {
+        return format!("{f}({x}, {y})");
     }
+    // Written as a selection rather than `max`, so that NaN (every comparison false) falls to
+    // `x + y`, which is NaN.
+    format!("select(select({x} + {y}, {y}, {y} {sym} {x}), {x}, {x} {sym} {y})")
 }
 
 /// Element `i` of `inputs[k]` broadcast to `out`'s shape, as a fused program's leaf reads it;
@@ -484,7 +506,7 @@ fn program_lines(
             Elem::Input(k) => leaf(*k)?,
             Elem::Unary(u, a) => unary(*u, &v(a)),
             Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
-            Elem::Binary(op, a, b) => format!("({} {} {})", v(a), binary_symbol(*op), v(b)),
+            Elem::Binary(op, a, b) => binary(*op, &v(a), &v(b), true),
             Elem::Pow(e, a) => format!("pow({}, {e:?})", v(a)),
         };
         erf |= matches!(e, Elem::Unary(UnaryOp::Gelu, _) | Elem::UnaryGrad(UnaryOp::Gelu, _, _));

@@ -141,3 +141,20 @@ fn step_chosen_types_are_checked_against_the_inputs() {
     // A type the op determines must match exactly.
     bad(Op::Unary(UnaryOp::Relu), &[(F, &[2])], (F, &[3]), "the inputs give f32[2]");
 }
+
+#[test]
+fn comparisons_and_selection() {
+    use crate::op::CompareOp;
+    const B: DType = DType::Bool;
+    row(Op::Compare(CompareOp::Lt), &[(F, &[2, 1, 4]), (F, &[3, 1])], Ok((B, &[2, 3, 4])));
+    row(Op::Compare(CompareOp::Eq), &[(I, &[5, 1]), (I, &[7])], Ok((B, &[5, 7])));
+    row(Op::Compare(CompareOp::Ge), &[(F, &[2]), (I, &[2])], Err("one dtype"));
+    row(Op::Compare(CompareOp::Ne), &[(F, &[2, 3]), (F, &[4])], Err("do not broadcast"));
+    row(Op::Where, &[(B, &[2, 1]), (F, &[3]), (F, &[])], Ok((F, &[2, 3])));
+    row(Op::Where, &[(B, &[4]), (I, &[1]), (I, &[2, 1])], Ok((I, &[2, 4])));
+    row(Op::Where, &[(F, &[2]), (F, &[2]), (F, &[2])], Err("must be a bool tensor"));
+    row(Op::Where, &[(B, &[2]), (F, &[2]), (I, &[2])], Err("one dtype"));
+    row(Op::Where, &[(B, &[3]), (F, &[2]), (F, &[2])], Err("do not broadcast"));
+    row(Op::Binary(BinaryOp::Maximum), &[(F, &[2, 1]), (F, &[3])], Ok((F, &[2, 3])));
+    row(Op::Binary(BinaryOp::Minimum), &[(I, &[2]), (F, &[2])], Err("one dtype"));
+}

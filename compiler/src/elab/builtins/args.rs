@@ -186,6 +186,11 @@ impl Args {
     pub(super) fn name(&self) -> &'static str {
         self.builtin.name
     }
+
+    /// The builtin's signature, for notes: `` `clamp(x, min?, max?)` ``.
+    pub(super) fn signature(&self) -> String {
+        signature(self.builtin)
+    }
 }
 
 pub(super) fn float_tensor(ev: &Evaluator, a: &Args, name: &str) -> R<(NodeId, Span)> {

@@ -9,20 +9,23 @@ mod conv;
 mod init;
 mod pointwise;
 mod reduce;
+mod select;
 mod shapes;
 
 pub use args::{call, signature, Args};
 pub use pointwise::{elementwise, matmul};
+pub use select::{compare, logic, not};
 pub use shapes::swap_axes;
 
 use super::value::Value;
 use crate::elab::eval::{Evaluator, R};
-use crate::graph::{InitSpec, PoolOp, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, InitSpec, PoolOp, ReduceOp, UnaryOp};
 use attention::*;
 use conv::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
+use select::*;
 use shapes::*;
 
 pub struct Builtin {
@@ -213,6 +216,29 @@ static BUILTINS: &[Builtin] = &[
         ["logits", "targets"],
         "mean cross-entropy of logits [.., C] and integer targets [..]",
         softmax_cross_entropy
+    ),
+    // comparisons and selection
+    b!(
+        "where",
+        ["cond", "a", "b"],
+        "`a` where the bool tensor `cond` holds, else `b` (broadcasting)",
+        where_
+    ),
+    b!("maximum", ["a", "b"], "element-wise maximum (broadcasting; NaN wins)", |e, a| extremum(
+        e,
+        a,
+        BinaryOp::Maximum
+    )),
+    b!("minimum", ["a", "b"], "element-wise minimum (broadcasting; NaN wins)", |e, a| extremum(
+        e,
+        a,
+        BinaryOp::Minimum
+    )),
+    b!(
+        "clamp",
+        ["x", "min?", "max?"],
+        "limits x to [min, max]; either bound may be left out",
+        clamp
     ),
     // initializers
     b!("zeros", [], "initializer: all zeros", |_, _| Ok(Value::Init(InitSpec::Constant(0.0)))),

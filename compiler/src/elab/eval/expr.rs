@@ -32,8 +32,23 @@ impl<'p> Evaluator<'p> {
             }
             ExprKind::Unary(op, a) => self.unary(*op, a, e.span),
             ExprKind::Binary(op @ (BinOp::And | BinOp::Or), a, b) => {
-                let l = self.expect_bool(a)?;
-                if (*op == BinOp::And && !l) || (*op == BinOp::Or && l) {
+                let and = *op == BinOp::And;
+                // On masks (bool tensors) both sides are evaluated; on bools it short-circuits.
+                let l = match self.eval(a)? {
+                    Value::Tensor(t) => {
+                        let r = self.eval(b)?;
+                        let l = (&Value::Tensor(t), a.span);
+                        return Ok(Value::Tensor(builtins::logic(
+                            self,
+                            and,
+                            l,
+                            (&r, b.span),
+                            e.span,
+                        )?));
+                    }
+                    v => self.as_bool(v, a)?,
+                };
+                if (and && !l) || (!and && l) {
                     return Ok(Value::Bool(l));
                 }
                 Ok(Value::Bool(self.expect_bool(b)?))
@@ -72,12 +87,15 @@ impl<'p> Evaluator<'p> {
                 i.checked_neg().map(Value::Int).ok_or_else(|| overflow(span))
             }
             (UnOp::Neg, Value::Float(f)) => Ok(Value::Float(-f)),
-            (UnOp::Neg, Value::Tensor(t)) => {
+            (UnOp::Neg, Value::Tensor(t)) if self.ty(t).0 != DType::Bool => {
                 let (d, s) = self.ty(t);
                 let s = s.to_vec();
                 Ok(Value::Tensor(self.add(Op::Unary(UnaryOp::Neg), vec![t], d, s, span)?))
             }
             (UnOp::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
+            (UnOp::Not, Value::Tensor(t)) => {
+                Ok(Value::Tensor(builtins::not(self, t, a.span, span)?))
+            }
             (op, v) => Err(Diagnostic::error(
                 "E0201",
                 format!(
@@ -117,8 +135,23 @@ impl<'p> Evaluator<'p> {
     }
 
     pub(super) fn expect_bool(&mut self, e: &Expr) -> R<bool> {
-        match self.eval(e)? {
+        let v = self.eval(e)?;
+        self.as_bool(v, e)
+    }
+
+    fn as_bool(&mut self, v: Value, e: &Expr) -> R<bool> {
+        match v {
             Value::Bool(b) => Ok(b),
+            Value::Tensor(_) => Err(Diagnostic::error(
+                "E0201",
+                format!("expected a compile-time bool, found {}", self.describe(&v)),
+                e.span,
+                "tensor data",
+            )
+            .with_help(
+                "conditions are compile-time; to choose element by element use \
+                 `where(cond, a, b)`",
+            )),
             v => Err(Diagnostic::error(
                 "E0201",
                 format!("expected a bool, found {}", self.describe(&v)),
@@ -309,6 +342,18 @@ impl<'p> Evaluator<'p> {
         if op == BinOp::MatMul {
             return builtins::matmul(self, (&l, ls), (&r, rs), span).map(Tensor);
         }
+        let cmp = match op {
+            BinOp::Eq => Some(CompareOp::Eq),
+            BinOp::Ne => Some(CompareOp::Ne),
+            BinOp::Lt => Some(CompareOp::Lt),
+            BinOp::Le => Some(CompareOp::Le),
+            BinOp::Gt => Some(CompareOp::Gt),
+            BinOp::Ge => Some(CompareOp::Ge),
+            _ => None,
+        };
+        if let Some(c) = cmp {
+            return builtins::compare(self, c, (&l, ls), (&r, rs), span).map(Tensor);
+        }
         let bop = match op {
             BinOp::Add => BinaryOp::Add,
             BinOp::Sub => BinaryOp::Sub,
@@ -321,9 +366,7 @@ impl<'p> Evaluator<'p> {
                     span,
                     "here",
                 )
-                .with_help(
-                    "tensors support + - * / and @; comparisons work on compile-time values",
-                ))
+                .with_help("tensors support + - * / @, comparisons, and && || ! on masks"))
             }
         };
         builtins::elementwise(self, bop, (&l, ls), (&r, rs), span).map(Tensor)

@@ -1,0 +1,63 @@
+//! Comparisons, selection, maximum and minimum, the added point-wise functions, scans and
+//! top-k on the GPU against the CPU reference, with broadcasting, ties and integer operands.
+
+use crate::test_util::{check_on_both, values};
+use mgn_ir::op::{BinaryOp, CompareOp, Op};
+use mgn_ir::tensor::{Data, Tensor};
+use mgn_ir::DType;
+
+/// Floats in [-1, 1) on a coarse grid (steps of 0.25), so that two operands tie often.
+fn coarse(shape: &[usize], seed: u32) -> Tensor {
+    let n = shape.iter().product();
+    let v = values(n, seed).into_iter().map(|x| (x * 4.0).round() / 4.0).collect();
+    Tensor::f32(shape.to_vec(), v)
+}
+
+fn ints(shape: &[usize], seed: i32, hi: i32) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::i32(shape.to_vec(), (0..n as i32).map(|i| (i * 7 + seed) % hi - hi / 2).collect())
+}
+
+fn mask(shape: &[usize], seed: u32) -> Tensor {
+    let t = coarse(shape, seed);
+    let bits = t.to_f64_vec().iter().map(|&x| (x > 0.0) as i32).collect();
+    Tensor { dtype: DType::Bool, shape: shape.to_vec(), data: Data::I32(bits) }
+}
+
+#[test]
+fn comparisons_match_the_cpu() {
+    for c in CompareOp::ALL {
+        let op = Op::Compare(c);
+        let (a, b) = (coarse(&[2, 3, 5], 1), coarse(&[3, 1], 2));
+        check_on_both(&op, &[a, b], DType::Bool, &[2, 3, 5], 0.0);
+        let (a, b) = (ints(&[4, 1], 3, 5), ints(&[6], 1, 5));
+        check_on_both(&op, &[a, b], DType::Bool, &[4, 6], 0.0);
+    }
+}
+
+#[test]
+fn where_maximum_and_minimum_match_the_cpu() {
+    let (c, a, b) = (mask(&[2, 1, 5], 3), coarse(&[3, 5], 4), coarse(&[], 5));
+    check_on_both(&Op::Where, &[c, a, b], DType::F32, &[2, 3, 5], 0.0);
+    let (c, a, b) = (mask(&[7], 6), ints(&[2, 7], 2, 9), ints(&[2, 1], 5, 9));
+    check_on_both(&Op::Where, &[c, a, b], DType::I32, &[2, 7], 0.0);
+    for op in [BinaryOp::Maximum, BinaryOp::Minimum] {
+        let (a, b) = (coarse(&[4, 6], 7), coarse(&[6], 8));
+        check_on_both(&Op::Binary(op), &[a, b], DType::F32, &[4, 6], 0.0);
+        let (a, b) = (ints(&[4, 6], 1, 11), ints(&[4, 1], 4, 11));
+        check_on_both(&Op::Binary(op), &[a, b], DType::I32, &[4, 6], 0.0);
+        // `&&` and `||` are these on masks.
+        let (a, b) = (mask(&[3, 4], 9), mask(&[4], 10));
+        check_on_both(&Op::Binary(op), &[a, b], DType::Bool, &[3, 4], 0.0);
+    }
+}
+
+#[test]
+fn casts_to_and_from_bool_match_the_cpu() {
+    // Zeros and fractions: a float is true when non-zero (not when it truncates to non-zero).
+    let x = Tensor::f32(vec![6], vec![0.0, 0.25, -0.5, 2.0, -0.0, 1.0]);
+    check_on_both(&Op::Cast, &[x], DType::Bool, &[6], 0.0);
+    check_on_both(&Op::Cast, &[ints(&[9], 2, 5)], DType::Bool, &[9], 0.0);
+    check_on_both(&Op::Cast, &[mask(&[3, 4], 1)], DType::F32, &[3, 4], 0.0);
+    check_on_both(&Op::Cast, &[mask(&[3, 4], 2)], DType::I32, &[3, 4], 0.0);
+}
