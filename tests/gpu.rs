@@ -295,6 +295,12 @@ fn masks_and_selection_match_the_cpu() {
     compare_model("tests/valid/masks.mgn", &["n=300", "d=37"]);
 }
 
+/// erf, log1p, expm1, softplus and std.nn's activations, forward and backward.
+#[test]
+fn activations_match_the_cpu() {
+    compare_model("tests/valid/activations.mgn", &[]);
+}
+
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
     compare_training_with(model, settings, steps, OptimizerSpec::default());

@@ -277,3 +277,43 @@ fn gradients_at_ties_follow_pytorch() {
         Err(e) => panic!("the GPU cannot run it: {e}"),
     }
 }
+
+/// erf, log1p, expm1, softplus (with and without its β and threshold) and std.nn's
+/// activations built on them and on `where`, over arguments past every kink.
+#[test]
+fn activations_and_tail_functions() {
+    check_model("tests/valid/activations.mgn", &[]);
+}
+
+/// At their kinks the activations take PyTorch's one-sided derivatives (hardtanh's 0 at both
+/// ends of relu6, hardswish's (2x + 3) / 6 on the closed interval, leaky_relu's slope at 0),
+/// which finite differences cannot check: the values are those of PyTorch's backward.
+#[test]
+fn activation_derivatives_at_the_kinks_are_pytorchs() {
+    let plan = compile("tests/valid/kinks.mgn", &[]);
+    let x = Tensor::f32(vec![4], vec![0.0, 6.0, -3.0, 3.0]);
+    let mut session = Session::new(plan, 3);
+    let want: [(&str, [f64; 4]); 5] = [
+        ("a", [0.0, 0.0, 0.0, 1.0]),
+        ("b", [1.0 / 6.0, 0.0, 0.0, 0.0]),
+        ("c", [0.5, 1.0, -0.5, 1.5]),
+        ("d", [0.2, 1.0, 0.2, 1.0]),
+        ("e", [1.0, 1.0, (-3f64).exp(), 1.0]),
+    ];
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        for (name, want) in want {
+            let (_, g) = out.grads.iter().find(|(n, _)| n == name).expect("a gradient");
+            for (g, w) in g.to_f64_vec().iter().zip(want) {
+                assert!((g - w).abs() < 1e-6, "{on}: d/d{name}: {:?} vs {want:?}", g);
+            }
+        }
+    };
+    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}

@@ -1,8 +1,8 @@
 //! Comparisons, selection, maximum and minimum, the added point-wise functions, scans and
 //! top-k on the GPU against the CPU reference, with broadcasting, ties and integer operands.
 
-use crate::test_util::{check_on_both, values};
-use mgn_ir::op::{BinaryOp, CompareOp, Op};
+use crate::test_util::{check_on_both, run_on_cpu, run_on_gpu, values};
+use mgn_ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
 use mgn_ir::tensor::{Data, Tensor};
 use mgn_ir::DType;
 
@@ -60,4 +60,46 @@ fn casts_to_and_from_bool_match_the_cpu() {
     check_on_both(&Op::Cast, &[ints(&[9], 2, 5)], DType::Bool, &[9], 0.0);
     check_on_both(&Op::Cast, &[mask(&[3, 4], 1)], DType::F32, &[3, 4], 0.0);
     check_on_both(&Op::Cast, &[mask(&[3, 4], 2)], DType::I32, &[3, 4], 0.0);
+}
+
+/// `op` on the GPU against the CPU, element by element within `tol` of the CPU's value
+/// *relative to it* (plus 1e-30 for exact zeros): tiny arguments must keep their digits.
+fn check_relative(op: Op, x: &[f32], tol: f64) {
+    let n = x.len();
+    let inputs = [Tensor::f32(vec![n], x.to_vec())];
+    let Some(got) = run_on_gpu(&op, &inputs, DType::F32, &[n]) else { return };
+    let want = run_on_cpu(&op, &[&inputs[0]], DType::F32, &[n]);
+    for (i, (g, w)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+        let err = (g - w).abs() / (w.abs() + 1e-30);
+        assert!(g == &w || err <= tol, "{}({}): gpu {g}, cpu {w}", op.describe(), x[i]);
+    }
+}
+
+/// Arguments from 1e-7 up to `hi` in magnitude, both signs, and zero.
+fn spread(hi: f32) -> Vec<f32> {
+    let mut v = vec![0.0];
+    let mut a = 1e-7f32;
+    while a < hi {
+        v.extend([a, -a, a * 3.7, -a * 3.7]);
+        a *= 10.0;
+    }
+    v.extend([hi, -hi, 0.49, -0.49, 0.51, -0.51]);
+    v
+}
+
+#[test]
+fn erf_log1p_expm1_and_softplus_keep_relative_precision() {
+    check_relative(Op::Unary(UnaryOp::Erf), &spread(5.0), 2e-6);
+    let log1p: Vec<f32> = spread(1e4).into_iter().filter(|&x| x > -0.99).collect();
+    check_relative(Op::Unary(UnaryOp::Log1p), &log1p, 2e-6);
+    check_relative(Op::Unary(UnaryOp::Expm1), &spread(20.0), 4e-6);
+    // softplus: e^x for very negative x (down to 1e-39, a subnormal result), x for large x.
+    let mut soft = spread(80.0);
+    soft.extend([-89.0, -100.0, 1e30, -1e30]);
+    check_relative(Op::Unary(UnaryOp::Softplus), &soft, 4e-6);
+    for u in [UnaryOp::Erf, UnaryOp::Log1p, UnaryOp::Expm1, UnaryOp::Softplus] {
+        let x = Tensor::f32(vec![3, 7], values(21, 11));
+        let dy = Tensor::f32(vec![3, 7], values(21, 12));
+        check_on_both(&Op::UnaryGrad(u), &[x, dy], DType::F32, &[3, 7], 1e-5);
+    }
 }

@@ -21,11 +21,20 @@ pub enum UnaryOp {
     Sin,
     Cos,
     Square,
+    /// The error function (exact, not an approximation).
+    Erf,
+    /// `log(1 + x)`, accurate for small `x`.
+    Log1p,
+    /// `exp(x) − 1`, accurate for small `x`.
+    Expm1,
+    /// `log(1 + exp(x))`, computed without overflow (`softplus` with β = 1 and no threshold;
+    /// the builtin adds both).
+    Softplus,
 }
 
 impl UnaryOp {
     /// Every point-wise function, for tests that cover them all.
-    pub const ALL: [UnaryOp; 15] = [
+    pub const ALL: [UnaryOp; 19] = [
         UnaryOp::Neg,
         UnaryOp::Relu,
         UnaryOp::Gelu,
@@ -41,6 +50,10 @@ impl UnaryOp {
         UnaryOp::Sin,
         UnaryOp::Cos,
         UnaryOp::Square,
+        UnaryOp::Erf,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Softplus,
     ];
 }
 

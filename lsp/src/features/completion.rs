@@ -470,5 +470,6 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) const NEW_BUILTINS: &[&str] = &["where", "maximum", "minimum", "clamp"];
+    pub(crate) const NEW_BUILTINS: &[&str] =
+        &["where", "maximum", "minimum", "clamp", "erf", "log1p", "expm1", "softplus"];
 }

@@ -68,6 +68,15 @@ static BUILTINS: &[Builtin] = &[
     b!("sin", ["x"], "sine", |e, a| unary(e, a, UnaryOp::Sin)),
     b!("cos", ["x"], "cosine", |e, a| unary(e, a, UnaryOp::Cos)),
     b!("square", ["x"], "x * x", |e, a| unary(e, a, UnaryOp::Square)),
+    b!("erf", ["x"], "the error function", |e, a| unary(e, a, UnaryOp::Erf)),
+    b!("log1p", ["x"], "log(1 + x), accurate for small x", |e, a| unary(e, a, UnaryOp::Log1p)),
+    b!("expm1", ["x"], "exp(x) - 1, accurate for small x", |e, a| unary(e, a, UnaryOp::Expm1)),
+    b!(
+        "softplus",
+        ["x", "beta?", "threshold?"],
+        "log(1 + exp(beta * x)) / beta, and x where beta * x > threshold (1 and 20 by default)",
+        softplus
+    ),
     b!("pow", ["x", "p"], "x raised to a constant power p", pow),
     b!("cast", ["x", "dtype"], "converts the element type", cast),
     b!(

@@ -32,6 +32,55 @@ pub(super) fn unary(ev: &mut Evaluator, a: &Args, op: UnaryOp) -> R<Value> {
     }
 }
 
+/// `softplus(x, beta = 1, threshold = 20)`, PyTorch's: `log(1 + exp(beta·x)) / beta`, and `x`
+/// itself where `beta·x > threshold` (a switch that keeps PyTorch's values and gradients
+/// exactly).
+pub(super) fn softplus(ev: &mut Evaluator, a: &Args) -> R<Value> {
+    let beta = a.number_or(ev, "beta", 1.0)?;
+    let threshold = a.number_or(ev, "threshold", 20.0)?;
+    if !(beta > 0.0 && beta.is_finite()) {
+        return Err(Diagnostic::error(
+            "E0301",
+            format!("`softplus` needs a positive, finite `beta`, found {beta}"),
+            a.span_of("beta"),
+            "not positive",
+        ));
+    }
+    if let Some((Value::Int(_) | Value::Float(_), _)) = a.get("x") {
+        let x = a.number(ev, "x")?;
+        let y = if x * beta > threshold {
+            x
+        } else {
+            mgn_ir::pointwise::unary(UnaryOp::Softplus, x * beta) / beta
+        };
+        return crate::elab::eval::finite(a.span, Value::Float(y));
+    }
+    let (x, _) = float_tensor(ev, a, "x")?;
+    let (d, s) = ev.ty(x);
+    let s = s.to_vec();
+    let span = a.span;
+    let scale = |ev: &mut Evaluator, t: NodeId, op: BinaryOp| -> R<NodeId> {
+        if beta == 1.0 {
+            return Ok(t);
+        }
+        let b = checked(ev, Op::Constant { value: beta }, vec![], d, vec![], span)?;
+        checked(ev, Op::Binary(op), vec![t, b], d, s.clone(), span)
+    };
+    let bx = scale(ev, x, BinaryOp::Mul)?;
+    let y = checked(ev, Op::Unary(UnaryOp::Softplus), vec![bx], d, s.clone(), span)?;
+    let y = scale(ev, y, BinaryOp::Div)?;
+    let t = checked(ev, Op::Constant { value: threshold }, vec![], d, vec![], span)?;
+    let linear = checked(
+        ev,
+        Op::Compare(mgn_ir::op::CompareOp::Gt),
+        vec![bx, t],
+        DType::Bool,
+        s.clone(),
+        span,
+    )?;
+    node(ev, Op::Where, vec![linear, x, y], d, s, span)
+}
+
 pub(super) fn pow(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let p = a.number(ev, "p")?;
     match a.get("x") {
