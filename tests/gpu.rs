@@ -301,6 +301,13 @@ fn activations_match_the_cpu() {
     compare_model("tests/valid/activations.mgn", &[]);
 }
 
+/// Filled and broadcast tensors and one-hot rows, forward and backward.
+#[test]
+fn filled_tensors_and_one_hot_match_the_cpu() {
+    compare_model("tests/valid/fill.mgn", &[]);
+    compare_model("tests/valid/fill.mgn", &["n=300", "classes=70"]);
+}
+
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
     compare_training_with(model, settings, steps, OptimizerSpec::default());

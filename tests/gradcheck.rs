@@ -317,3 +317,38 @@ fn activation_derivatives_at_the_kinks_are_pytorchs() {
         Err(e) => panic!("the GPU cannot run it: {e}"),
     }
 }
+
+/// `full`, `zeros_like`, `ones_like`, `broadcast_to` and `expand` (the gradients of the last
+/// two summed back over the broadcast axes) and `one_hot`.
+#[test]
+fn filled_and_broadcast_tensors() {
+    check_model("tests/valid/fill.mgn", &[]);
+}
+
+/// The cross-entropy written with `one_hot` is std.loss's, and `one_hot` counts the labels
+/// (a label outside the classes is a row of zeros), on the CPU and the GPU.
+#[test]
+fn one_hot_rows_count_labels_and_rebuild_the_loss() {
+    let plan = compile("tests/valid/fill.mgn", &[]);
+    let x = Tensor::f32(vec![4, 5], (0..20).map(|i| (i as f32 * 0.37).sin()).collect());
+    let labels = Tensor::i32(vec![4], vec![3, 0, 3, 4]);
+    let mut session = Session::new(plan, 3);
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let get = |name: &str| {
+            out.outputs.iter().find(|(n, _)| n == name).expect("an output").1.to_f64_vec()
+        };
+        let (a, b) = (get("by_hand")[0], get("reference")[0]);
+        assert!((a - b).abs() < 1e-6 * b.abs(), "{on}: {a} by hand, {b} from std.loss");
+        assert_eq!(get("counts"), [1.0, 0.0, 0.0, 2.0, 1.0], "{on}");
+        assert_eq!(get("seven"), [7.0; 6], "{on}");
+    };
+    let given = [("x", &x), ("labels", &labels)];
+    check(&session.run(&given).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&given).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}

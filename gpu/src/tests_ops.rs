@@ -103,3 +103,16 @@ fn erf_log1p_expm1_and_softplus_keep_relative_precision() {
         check_on_both(&Op::UnaryGrad(u), &[x, dy], DType::F32, &[3, 7], 1e-5);
     }
 }
+
+/// Sums, maxima and minima of integer tensors (counts of one-hot labels or of cast masks),
+/// over short and long axes, leading ones included.
+#[test]
+fn integer_reductions_match_the_cpu() {
+    use mgn_ir::op::ReduceOp;
+    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+        let red = |axes: Vec<usize>, keepdim| Op::Reduce { op, axes, keepdim };
+        check_on_both(&red(vec![0, 1], false), &[ints(&[50, 61], 3, 1000)], DType::I32, &[], 0.0);
+        check_on_both(&red(vec![0], false), &[ints(&[1500, 37], 1, 9)], DType::I32, &[37], 0.0);
+        check_on_both(&red(vec![1], true), &[ints(&[3, 700], 5, 77)], DType::I32, &[3, 1], 0.0);
+    }
+}

@@ -161,6 +161,8 @@ impl Builder<'_> {
             Op::Softmax { axis, log } => {
                 self.only(n, node, Op::SoftmaxGrad { axis: *axis, log: *log }, vec![n, dy])
             }
+            // `broadcast_to` / `expand`: the gradient sums back over the broadcast axes.
+            Op::BroadcastTo => self.only(n, node, Op::SumTo, vec![dy]),
             _ => return None,
         })
     }

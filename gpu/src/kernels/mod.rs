@@ -461,6 +461,17 @@ fn reduce(
     let keep: Vec<usize> =
         x.shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    if !x.dtype.is_float() {
+        // Integers (and masks) accumulate in i32, wrapping as the CPU backend's sums do.
+        let (step, init) = match op {
+            ReduceOp::Sum => ("acc = acc + v;", "0"),
+            ReduceOp::Max => ("acc = max(acc, v);", "i32(-2147483647 - 1)"),
+            ReduceOp::Min => ("acc = min(acc, v);", "2147483647"),
+            ReduceOp::Mean => return Err("an integer mean has no kernel".into()),
+        };
+        let c = rows::Combine { step, init, across: "", result: "acc".into() };
+        return rows::reduce(x, out, &keep, axes, &c, width);
+    }
     let c = match op {
         ReduceOp::Sum => rows::Combine {
             step: "acc = acc + v;",

@@ -470,6 +470,20 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) const NEW_BUILTINS: &[&str] =
-        &["where", "maximum", "minimum", "clamp", "erf", "log1p", "expm1", "softplus"];
+    pub(crate) const NEW_BUILTINS: &[&str] = &[
+        "where",
+        "maximum",
+        "minimum",
+        "clamp",
+        "erf",
+        "log1p",
+        "expm1",
+        "softplus",
+        "full",
+        "zeros_like",
+        "ones_like",
+        "broadcast_to",
+        "expand",
+        "one_hot",
+    ];
 }

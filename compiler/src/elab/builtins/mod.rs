@@ -6,6 +6,7 @@
 mod args;
 mod attention;
 mod conv;
+mod fill;
 mod init;
 mod pointwise;
 mod reduce;
@@ -22,6 +23,7 @@ use crate::elab::eval::{Evaluator, R};
 use crate::graph::{BinaryOp, InitSpec, PoolOp, ReduceOp, UnaryOp};
 use attention::*;
 use conv::*;
+use fill::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
@@ -248,6 +250,34 @@ static BUILTINS: &[Builtin] = &[
         ["x", "min?", "max?"],
         "limits x to [min, max]; either bound may be left out",
         clamp
+    ),
+    // filled tensors and broadcasting
+    b!(
+        "full",
+        ["shape", "value", "dtype?"],
+        "a tensor of the given shape holding `value` everywhere (f32 by default)",
+        full
+    ),
+    b!("zeros_like", ["x", "dtype?"], "zeros of x's shape (and dtype unless given)", |e, a| {
+        like(e, a, 0.0)
+    }),
+    b!("ones_like", ["x", "dtype?"], "ones of x's shape (and dtype unless given)", |e, a| {
+        like(e, a, 1.0)
+    }),
+    b!("broadcast_to", ["x", "shape"], "x repeated along axes to a shape (NumPy rules)", |e, a| {
+        broadcast_to(e, a, false)
+    }),
+    b!(
+        "expand",
+        ["x", "shape"],
+        "broadcast_to where -1 keeps the size of x's axis (PyTorch's expand)",
+        |e, a| broadcast_to(e, a, true)
+    ),
+    b!(
+        "one_hot",
+        ["labels", "classes", "dtype?"],
+        "labels as one-hot rows along a new last axis (f32 by default)",
+        one_hot
     ),
     // initializers
     b!("zeros", [], "initializer: all zeros", |_, _| Ok(Value::Init(InitSpec::Constant(0.0)))),
