@@ -308,6 +308,14 @@ fn filled_tensors_and_one_hot_match_the_cpu() {
     compare_model("tests/valid/fill.mgn", &["n=300", "classes=70"]);
 }
 
+/// Top-k routing, `take_along_axis` and `cumsum`, forward and backward; the long shapes take
+/// the kernels' workgroup paths (rows past 64 elements).
+#[test]
+fn top_k_routing_and_running_sums_match_the_cpu() {
+    compare_model("tests/valid/routing.mgn", &[]);
+    compare_model("tests/valid/routing.mgn", &["tokens=300", "experts=100", "k=7", "d=3"]);
+}
+
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
     compare_training_with(model, settings, steps, OptimizerSpec::default());

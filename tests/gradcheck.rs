@@ -352,3 +352,11 @@ fn one_hot_rows_count_labels_and_rebuild_the_loss() {
         Err(e) => panic!("the GPU cannot run it: {e}"),
     }
 }
+
+/// Top-k routing of a mixture of experts: the router learns through the top-k values, the
+/// experts through `take_along_axis`; `cumsum` forward and reversed.
+#[test]
+fn top_k_routing_and_running_sums() {
+    check_model("tests/valid/routing.mgn", &[]);
+    check_model("tests/valid/routing.mgn", &["tokens=9", "experts=7", "k=3"]);
+}

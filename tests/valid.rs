@@ -187,8 +187,12 @@ fn arena_plans_of_every_model_are_valid_and_reuse_memory() {
 }
 
 /// The test programs docs/LANGUAGE.md shows as its examples.
-const SHOWN: &[&str] =
-    &["tests/valid/masks.mgn", "tests/valid/activations.mgn", "tests/valid/fill.mgn"];
+const SHOWN: &[&str] = &[
+    "tests/valid/masks.mgn",
+    "tests/valid/activations.mgn",
+    "tests/valid/fill.mgn",
+    "tests/valid/routing.mgn",
+];
 
 /// docs/LANGUAGE.md shows these test programs verbatim as the examples of their features, so
 /// the page's examples are programs that check, run on both backends and are gradient-checked.

@@ -27,6 +27,7 @@ mod movement;
 mod norm;
 mod pointwise;
 mod reduce;
+mod scan;
 mod select;
 #[cfg(test)]
 mod tests;
@@ -166,6 +167,9 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         SoftmaxCrossEntropy => reduce::cross_entropy(x[0], x[1], shape),
         Compare(c) => select::compare(*c, x[0], x[1], shape),
         Where => select::where_(x[0], x[1], x[2], shape),
+        Cumsum { axis, reverse } => scan::cumsum(x[0], *axis, *reverse),
+        TopK { k, axis } => scan::topk(x[0], *k, *axis, shape),
+        TakeAlong { axis } => scan::take_along(x[0], x[1], *axis),
 
         // ---- derivative ops ----
         SumTo => pointwise::sum_to(x[0], shape),
@@ -210,6 +214,7 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
             attention::attention_grad(x, *causal, *scale, *has_mask, *part)
         }
         SoftmaxCrossEntropyGrad => reduce::cross_entropy_grad(x[0], x[1], x[2]),
+        TakeAlongGrad { axis } => scan::take_along_grad(x[0], x[1], *axis, shape),
     }
 }
 

@@ -116,3 +116,38 @@ fn integer_reductions_match_the_cpu() {
         check_on_both(&red(vec![1], true), &[ints(&[3, 700], 5, 77)], DType::I32, &[3, 1], 0.0);
     }
 }
+
+#[test]
+fn cumsum_matches_the_cpu_on_short_and_long_rows() {
+    for reverse in [false, true] {
+        let op = |axis| Op::Cumsum { axis, reverse };
+        // Short rows (one invocation each) and rows past a workgroup, along the last and an
+        // inner axis, floats and integers.
+        check_on_both(&op(1), &[coarse(&[3, 7], 1)], DType::F32, &[3, 7], 1e-5);
+        check_on_both(&op(1), &[coarse(&[2, 700, 3], 2)], DType::F32, &[2, 700, 3], 1e-4);
+        check_on_both(&op(0), &[coarse(&[2100], 3)], DType::F32, &[2100], 1e-4);
+        check_on_both(&op(0), &[ints(&[1000, 2], 3, 50)], DType::I32, &[1000, 2], 0.0);
+        check_on_both(&op(1), &[ints(&[5, 9], 1, 7)], DType::I32, &[5, 9], 0.0);
+    }
+}
+
+#[test]
+fn topk_and_take_along_match_the_cpu() {
+    let top = |k, axis| Op::TopK { k, axis };
+    // Coarse values tie often: ties must go to the lower position on both.
+    check_on_both(&top(3, 1), &[coarse(&[4, 9], 1)], DType::I32, &[4, 3], 0.0);
+    check_on_both(&top(2, 0), &[coarse(&[9, 5], 2)], DType::I32, &[2, 5], 0.0);
+    check_on_both(&top(5, 1), &[coarse(&[2, 1000], 3)], DType::I32, &[2, 5], 0.0);
+    check_on_both(&top(4, 0), &[ints(&[700, 3], 4, 40)], DType::I32, &[4, 3], 0.0);
+    let mut odd = coarse(&[2, 300], 5);
+    if let Data::F32(v) = &mut odd.data {
+        (v[7], v[400], v[401], v[402]) = (f32::NAN, -0.0, 0.0, f32::NAN);
+    }
+    check_on_both(&top(6, 1), &[odd], DType::I32, &[2, 6], 0.0);
+    let index = Tensor::i32(vec![2, 3, 4], (0..24).map(|i| (i * 5 + 1) % 7).collect());
+    let x = coarse(&[2, 7, 4], 6);
+    check_on_both(&Op::TakeAlong { axis: 1 }, &[x, index.clone()], DType::F32, &[2, 3, 4], 0.0);
+    let dy = coarse(&[2, 3, 4], 7);
+    let grad = Op::TakeAlongGrad { axis: 1 };
+    check_on_both(&grad, &[index, dy], DType::F32, &[2, 7, 4], 1e-6);
+}

@@ -6,7 +6,8 @@
 //! Most ops determine their result ([`infer`] returns it). A few take their result's type from
 //! the step itself — an input, a parameter, a constant, `arange`, `cast`, `reshape`, and the
 //! derivatives that restore a forward operand's shape (`sum_to`, `broadcast_to`, `slice_grad`,
-//! `gather_grad`, `conv*_grad_input`, `conv*_grad_weight`, `upsample_grad`); for those,
+//! `gather_grad`, `conv*_grad_input`, `conv*_grad_weight`, `upsample_grad`,
+//! `take_along_grad`); for those,
 //! [`check`] tests the given type against the inputs.
 //!
 //! Forward ops need operands of one dtype where the language does (`+`, `@`, `concat`).
@@ -210,7 +211,13 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
         | Rope { .. }
         | SoftmaxCrossEntropy
         | SoftmaxCrossEntropyGrad => infer_windows(op, x),
-        Compare(_) | Where => select::infer_select(op, x),
+        Compare(_) | Where | Cumsum { .. } | TopK { .. } | TakeAlong { .. } => {
+            select::infer_select(op, x)
+        }
+        TakeAlongGrad { .. } => {
+            take::<2>(x)?;
+            Ok(None)
+        }
     }
 }
 
@@ -586,6 +593,11 @@ fn given(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
         UpsampleGrad { scale } => {
             upsample(out.1, *scale)?;
             shaped(x[0], &upsampled(out.1, *scale), "dy")
+        }
+        TakeAlongGrad { axis } => {
+            float(out, "the result")?;
+            select::along(*axis, out, x[0])?;
+            shaped(x[1], x[0].1, "dy")
         }
         _ => fail(format!("`{}` determines its own result type", op.describe())),
     }

@@ -245,6 +245,22 @@ pub enum Op {
     /// `[cond, a, b]` → `a` where `cond` (a `bool` tensor) holds, else `b`; the three broadcast
     /// together (NumPy rules).
     Where,
+    /// Running sum along `axis`, from its end when `reverse`.
+    Cumsum {
+        axis: usize,
+        reverse: bool,
+    },
+    /// `[x]` → the `i32` positions along `axis` of its `k` largest elements, largest first; ties
+    /// go to the lower position and NaN counts as the largest (PyTorch's `topk` indices).
+    TopK {
+        k: usize,
+        axis: usize,
+    },
+    /// `[x, index]` → `x` read along `axis` at `index` (`torch.gather`,
+    /// `numpy.take_along_axis`): `index` has `x`'s rank and, but on `axis`, its sizes.
+    TakeAlong {
+        axis: usize,
+    },
 
     // ---- derivative ops (made by autodiff; each is the local rule of one forward op) ----
     /// Sums `[dy]` over the axes that broadcasting added or stretched, down to this node's shape.
@@ -341,6 +357,10 @@ pub enum Op {
     },
     /// `[logits, targets, dloss]` → dlogits = (softmax − one_hot) · dloss / N.
     SoftmaxCrossEntropyGrad,
+    /// `[index, dy]` → dx of `TakeAlong`: `dy` added into zeros at `index` along `axis`.
+    TakeAlongGrad {
+        axis: usize,
+    },
 }
 
 /// Which input of a multi-input op a derivative op computes.
@@ -428,6 +448,11 @@ impl Op {
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
             Op::Compare(c) => format!("compare {}", c.symbol()),
             Op::Where => "where".into(),
+            Op::Cumsum { axis, reverse } => {
+                format!("cumsum axis={axis}{}", if *reverse { " reverse" } else { "" })
+            }
+            Op::TopK { k, axis } => format!("topk k={k} axis={axis}"),
+            Op::TakeAlong { axis } => format!("take_along axis={axis}"),
             Op::SumTo => "sum_to".into(),
             Op::BroadcastTo => "broadcast_to".into(),
             Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),
@@ -452,6 +477,7 @@ impl Op {
             Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
+            Op::TakeAlongGrad { axis } => format!("take_along_grad axis={axis}"),
         }
     }
 }

@@ -18,9 +18,11 @@ impl Builder<'_> {
             Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange => Some(vec![]),
             // No gradient flows through either (`stop_gradient` is the point of the op).
             Op::ArgMax { .. } | Op::StopGradient => Some(vec![]),
-            // A comparison's result is `bool`: nothing to differentiate.
-            Op::Compare(_) => Some(vec![]),
+            // A comparison's result is `bool`, top-k's integer positions: nothing to
+            // differentiate.
+            Op::Compare(_) | Op::TopK { .. } => Some(vec![]),
             Op::Where => Some(self.where_rule(n, dy, &node)),
+            Op::Cumsum { .. } | Op::TakeAlong { .. } => Some(self.scan_rule(n, dy, &node)),
             Op::Unary(_) | Op::Pow { .. } | Op::Binary(_) | Op::Cast | Op::MatMul => {
                 Some(self.pointwise(n, dy, &node))
             }
@@ -42,7 +44,7 @@ impl Builder<'_> {
     }
 
     /// The one gradient of input 0: `op` over `inputs`, of input 0's shape.
-    fn only(&mut self, n: NodeId, node: &Node, op: Op, inputs: Vec<NodeId>) -> Grads {
+    pub(super) fn only(&mut self, n: NodeId, node: &Node, op: Op, inputs: Vec<NodeId>) -> Grads {
         let s = self.shape(node.inputs[0]);
         vec![(0, self.push_like(n, op, inputs, s))]
     }

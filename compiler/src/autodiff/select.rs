@@ -1,7 +1,8 @@
 //! The local rules of comparisons and selection, and of `maximum` / `minimum`, which route the
 //! gradient through masks: comparisons give no gradient (their result is `bool`), `where` sends
 //! `dy` to the side it picked, and `maximum` / `minimum` to the larger / smaller operand, half
-//! to each on a tie (PyTorch's convention).
+//! to each on a tie (PyTorch's convention). A running sum's gradient is the running sum of `dy`
+//! the other way; values read at indices send theirs back to those positions.
 
 use super::Builder;
 use crate::graph::{BinaryOp, Node, NodeId, Op};
@@ -75,5 +76,18 @@ impl Builder<'_> {
         let b_loses = self.compare(n, lose_b, a, b);
         let gb = self.select(n, b_loses, zero, t);
         vec![(0, self.sum_to(n, ga, a)), (1, self.sum_to(n, gb, b))]
+    }
+
+    /// `cumsum` and `take_along`.
+    pub(super) fn scan_rule(&mut self, n: NodeId, dy: NodeId, node: &Node) -> Grads {
+        match node.op {
+            Op::Cumsum { axis, reverse } => {
+                self.only(n, node, Op::Cumsum { axis, reverse: !reverse }, vec![dy])
+            }
+            Op::TakeAlong { axis } => {
+                self.only(n, node, Op::TakeAlongGrad { axis }, vec![node.inputs[1], dy])
+            }
+            _ => unreachable!("rule() sends only scans and take_along here"),
+        }
     }
 }

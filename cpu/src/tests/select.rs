@@ -67,3 +67,60 @@ fn maximum_and_minimum_propagate_nan_and_work_on_integers() {
     let min = run(&Op::Binary(BinaryOp::Minimum), &[&x, &s], DType::I32, &[3]);
     assert_eq!(min, Data::I32(vec![-4, 0, 1]));
 }
+
+#[test]
+fn cumsum_runs_forward_and_back_along_any_axis() {
+    let x = f32t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let run = |axis, reverse| f64s(&ev(&Op::Cumsum { axis, reverse }, &[&x], &[2, 3]));
+    assert_eq!(run(1, false), [1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
+    assert_eq!(run(1, true), [6.0, 5.0, 3.0, 15.0, 11.0, 6.0]);
+    assert_eq!(run(0, false), [1.0, 2.0, 3.0, 5.0, 7.0, 9.0]);
+    let i = Tensor::i32(vec![4], vec![i32::MAX, 1, -3, 2]);
+    let wraps = run_i32(&Op::Cumsum { axis: 0, reverse: false }, &i, &[4]);
+    assert_eq!(wraps, Data::I32(vec![i32::MAX, i32::MIN, i32::MAX - 2, i32::MAX]));
+}
+
+fn run_i32(op: &Op, x: &Tensor, shape: &[usize]) -> Data {
+    run(op, &[x], DType::I32, shape)
+}
+
+#[test]
+fn cumsum_grad_is_the_reverse_cumsum() {
+    for (axis, reverse) in [(0, false), (1, true), (2, false)] {
+        let x = Rng::new("cumsum").t(&[2, 3, 4]);
+        let op = Op::Cumsum { axis, reverse };
+        check_op("cumsum", &op, &[x], &[2, 3, 4], 0, &|_, dy| {
+            ev(&Op::Cumsum { axis, reverse: !reverse }, &[dy], &[2, 3, 4])
+        });
+    }
+}
+
+#[test]
+fn topk_ranks_largest_first_ties_low_and_nan_on_top() {
+    let x = f32t(&[2, 5], &[1.0, 3.0, 3.0, -0.0, 0.0, 2.0, f32::NAN, -1.0, 5.0, f32::NAN]);
+    let top = |k| run(&Op::TopK { k, axis: 1 }, &[&x], DType::I32, &[2, k]);
+    assert_eq!(top(3), Data::I32(vec![1, 2, 0, 1, 4, 3]));
+    // −0 and +0 tie, so the lower position comes first.
+    assert_eq!(top(5), Data::I32(vec![1, 2, 0, 3, 4, 1, 4, 3, 0, 2]));
+    let cols = run(&Op::TopK { k: 1, axis: 0 }, &[&x], DType::I32, &[1, 5]);
+    assert_eq!(cols, Data::I32(vec![1, 1, 0, 1, 1]));
+    let i = Tensor::i32(vec![4], vec![-5, 7, 7, 0]);
+    assert_eq!(run(&Op::TopK { k: 2, axis: 0 }, &[&i], DType::I32, &[2]), Data::I32(vec![1, 2]));
+}
+
+#[test]
+fn take_along_reads_at_indices_and_its_grad_scatters_back() {
+    let x = f32t(&[2, 3], &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]);
+    let idx = Tensor::i32(vec![2, 2], vec![2, 0, 1, 1]);
+    let y = run(&Op::TakeAlong { axis: 1 }, &[&x, &idx], DType::F32, &[2, 2]);
+    assert_eq!(y, Data::F32(vec![30.0, 10.0, 50.0, 50.0]));
+    let bad = Tensor::i32(vec![2, 2], vec![3, 0, 1, 1]);
+    let e = eval(&Op::TakeAlong { axis: 1 }, &[&x, &bad], DType::F32, &[2, 2], &TRAIN);
+    assert!(e.unwrap_err().0.contains("index 3 is out of range"));
+    let idx = Rng::new("take").index(&[2, 5, 4], 3);
+    let x = Rng::new("take x").t(&[2, 3, 4]);
+    let op = Op::TakeAlong { axis: 1 };
+    check_op("take_along", &op, &[x, idx.clone()], &[2, 5, 4], 0, &|_, dy| {
+        ev(&Op::TakeAlongGrad { axis: 1 }, &[&idx, dy], &[2, 3, 4])
+    });
+}

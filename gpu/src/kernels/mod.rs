@@ -14,6 +14,7 @@ pub(crate) use matmul::{split_depth, SKINNY};
 mod norm;
 mod pointwise;
 mod rows;
+mod scan;
 mod select;
 
 use crate::program::{Elem, GpuOp, GpuPlan, StepId};
@@ -270,6 +271,12 @@ fn plan_op(
         | Op::BatchNormGrad { .. } => norm::generate(op, inputs, out, width),
         Op::Attention { .. } | Op::AttentionGrad { .. } => {
             attention::generate(&GpuOp::Plan(op.clone()), inputs, out, width)
+        }
+        Op::Cumsum { axis, reverse } => scan::cumsum(*axis, *reverse, &inputs[0], out, width),
+        Op::TopK { k, axis } => scan::topk(*k, *axis, &inputs[0], out, width),
+        Op::TakeAlong { axis } => scan::take_along(*axis, &inputs[0], &inputs[1], out, width),
+        Op::TakeAlongGrad { axis } => {
+            scan::take_along_grad(*axis, &inputs[0], &inputs[1], out, width)
         }
         Op::Concat { .. }
         | Op::Slice { .. }

@@ -158,3 +158,26 @@ fn comparisons_and_selection() {
     row(Op::Binary(BinaryOp::Maximum), &[(F, &[2, 1]), (F, &[3])], Ok((F, &[2, 3])));
     row(Op::Binary(BinaryOp::Minimum), &[(I, &[2]), (F, &[2])], Err("one dtype"));
 }
+
+#[test]
+fn scans_and_top_k() {
+    const B: DType = DType::Bool;
+    let cumsum = |axis| Op::Cumsum { axis, reverse: true };
+    row(cumsum(1), &[(F, &[2, 5])], Ok((F, &[2, 5])));
+    row(cumsum(0), &[(I, &[7])], Ok((I, &[7])));
+    row(cumsum(2), &[(F, &[2, 5])], Err("out of range"));
+    row(cumsum(0), &[(B, &[3])], Err("number tensor"));
+    row(Op::TopK { k: 2, axis: 1 }, &[(F, &[3, 8, 4])], Ok((I, &[3, 2, 4])));
+    row(Op::TopK { k: 9, axis: 1 }, &[(F, &[3, 8])], Err("k = 9 is out of range"));
+    row(Op::TopK { k: 0, axis: 0 }, &[(F, &[3])], Err("k = 0"));
+    let along = Op::TakeAlong { axis: 1 };
+    row(along.clone(), &[(F, &[3, 8, 4]), (I, &[3, 2, 4])], Ok((F, &[3, 2, 4])));
+    row(along.clone(), &[(F, &[3, 8, 4]), (I, &[3, 2, 5])], Err("does not read"));
+    row(along.clone(), &[(F, &[3, 8]), (I, &[2])], Err("does not read"));
+    row(along, &[(F, &[3, 8]), (F, &[3, 2])], Err("integer"));
+    let grad = Op::TakeAlongGrad { axis: 1 };
+    check(&grad, &[(I, &[3, 2, 4]), (F, &[3, 2, 4])], (F, &[3, 8, 4])).expect("typed");
+    let e = check(&grad, &[(I, &[3, 2, 4]), (F, &[3, 3, 4])], (F, &[3, 8, 4])).unwrap_err();
+    assert!(e.0.contains("dy must have"), "{e}");
+    assert!(check(&grad, &[(I, &[3, 2]), (F, &[3, 2])], (F, &[4, 8])).is_err());
+}

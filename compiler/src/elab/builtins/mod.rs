@@ -10,6 +10,7 @@ mod fill;
 mod init;
 mod pointwise;
 mod reduce;
+mod scan;
 mod select;
 mod shapes;
 
@@ -27,6 +28,7 @@ use fill::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
+use scan::*;
 use select::*;
 use shapes::*;
 
@@ -278,6 +280,25 @@ static BUILTINS: &[Builtin] = &[
         ["labels", "classes", "dtype?"],
         "labels as one-hot rows along a new last axis (f32 by default)",
         one_hot
+    ),
+    // scans and rankings along an axis
+    b!(
+        "cumsum",
+        ["x", "axis", "reverse?"],
+        "running sums along an axis (from its end when `reverse = true`)",
+        cumsum
+    ),
+    b!(
+        "topk",
+        ["x", "k", "axis?"],
+        "(values, i32 indices) of the k largest along an axis (the last by default)",
+        topk
+    ),
+    b!(
+        "take_along_axis",
+        ["x", "index", "axis"],
+        "x read along an axis at integer indices (torch.gather)",
+        take_along_axis
     ),
     // initializers
     b!("zeros", [], "initializer: all zeros", |_, _| Ok(Value::Init(InitSpec::Constant(0.0)))),
