@@ -316,6 +316,13 @@ fn top_k_routing_and_running_sums_match_the_cpu() {
     compare_model("tests/valid/routing.mgn", &["tokens=300", "experts=100", "k=7", "d=3"]);
 }
 
+/// `cross_entropy` with class weights and an ignored value, forward and backward.
+#[test]
+fn weighted_cross_entropy_matches_the_cpu() {
+    compare_model("tests/valid/weighted_loss.mgn", &[]);
+    compare_model("tests/valid/weighted_loss.mgn", &["batch=4", "seq=70", "classes=300"]);
+}
+
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
     compare_training_with(model, settings, steps, OptimizerSpec::default());

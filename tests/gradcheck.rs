@@ -360,3 +360,70 @@ fn top_k_routing_and_running_sums() {
     check_model("tests/valid/routing.mgn", &[]);
     check_model("tests/valid/routing.mgn", &["tokens=9", "experts=7", "k=3"]);
 }
+
+/// `cross_entropy` with `weight` and `ignore_index` (gradients through the log-softmax read at
+/// the targets, weighted).
+#[test]
+fn weighted_cross_entropy_with_ignored_targets() {
+    check_model("tests/valid/weighted_loss.mgn", &[]);
+}
+
+/// The weighted, ignoring cross-entropy is PyTorch's formula, Σ w[t]·(logsumexp − logit[t]) /
+/// Σ w[t] over the targets not ignored (labels of -100 included, which a plain cross-entropy
+/// would refuse). On the CPU and, where there is one, on the GPU.
+#[test]
+fn weighted_cross_entropy_is_pytorchs_weighted_mean() {
+    let dir = std::env::temp_dir().join(format!("mgn-weighted-ce-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = dir.join("ce.mgn");
+    std::fs::write(
+        &model,
+        "use std.loss.{cross_entropy}
+model Ce {
+    input logits: f32[2, 3, 3]
+    input labels: i32[2, 3]
+    input class_weight: f32[3]
+    forward {
+        output ignoring = cross_entropy(logits, labels, ignore_index = -100)
+        loss cross_entropy(logits, labels, weight = class_weight, ignore_index = -100)
+    }
+}
+",
+    )
+    .expect("written");
+    let plan = compile(model.to_str().expect("utf-8"), &[]);
+    let x: Vec<f64> = (0..18).map(|i| (i as f64 * 0.7).cos() * 3.0).collect();
+    let labels = [2, -100, 0, 1, 2, -100];
+    let w = [0.5, 2.0, 1.5];
+    let (mut num, mut den, mut plain, mut count) = (0.0, 0.0, 0.0, 0.0);
+    for (row, &t) in labels.iter().enumerate() {
+        let l = &x[row * 3..row * 3 + 3];
+        let lse = l.iter().map(|v| v.exp()).sum::<f64>().ln();
+        if t >= 0 {
+            let nll = lse - l[t as usize];
+            (num, den) = (num + w[t as usize] * nll, den + w[t as usize]);
+            (plain, count) = (plain + nll, count + 1.0);
+        }
+    }
+    let logits = Tensor::f32(vec![2, 3, 3], x.iter().map(|&v| v as f32).collect());
+    let labels = Tensor::i32(vec![2, 3], labels.to_vec());
+    let class_weight = Tensor::f32(vec![3], w.iter().map(|&v| v as f32).collect());
+    let mut session = Session::new(plan, 3);
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let loss = out.loss.as_ref().expect("a loss").to_f64_vec()[0];
+        assert!((loss - num / den).abs() < 1e-5, "{on}: {loss} vs {}", num / den);
+        let ignoring = out.outputs.iter().find(|(n, _)| n == "ignoring").expect("output");
+        let ignoring = ignoring.1.to_f64_vec()[0];
+        assert!((ignoring - plain / count).abs() < 1e-5, "{on}: {ignoring}");
+    };
+    let given = [("logits", &logits), ("labels", &labels), ("class_weight", &class_weight)];
+    check(&session.run(&given).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&given).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -8,6 +8,7 @@ mod attention;
 mod conv;
 mod fill;
 mod init;
+mod loss;
 mod pointwise;
 mod reduce;
 mod scan;
@@ -226,8 +227,9 @@ static BUILTINS: &[Builtin] = &[
     // losses
     b!(
         "softmax_cross_entropy",
-        ["logits", "targets"],
-        "mean cross-entropy of logits [.., C] and integer targets [..]",
+        ["logits", "targets", "weight?", "ignore_index?"],
+        "mean cross-entropy of logits [.., C] and integer targets [..], PyTorch's weighted \
+         mean with per-class `weight` [C]; targets equal to `ignore_index` count for nothing",
         softmax_cross_entropy
     ),
     // comparisons and selection
