@@ -430,6 +430,12 @@ fn program_lines(
             Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
             Elem::Binary(op, a, b) => binary(*op, &v(a), &v(b), true),
             Elem::Pow(e, a) => format!("pow({}, {e:?})", v(a)),
+            Elem::Compare(c, a, b) => format!("({} {} {})", v(a), c.symbol(), v(b)),
+            // A condition read from memory is a word; one computed here is a WGSL `bool`.
+            Elem::Where(c, a, b) => match program.get(*c as usize) {
+                Some(Elem::Compare(..)) => format!("select({}, {}, {})", v(b), v(a), v(c)),
+                _ => format!("select({}, {}, {} != 0)", v(b), v(a), v(c)),
+            },
         };
         body += &format!("let v{j} = {expr};\n    ");
     }
