@@ -1,5 +1,6 @@
-//! Element-wise fusion: a float element-wise step (unary, binary, unary derivative, power) whose
-//! only reader is another element-wise step of the same shape is computed inside that reader's
+//! Element-wise fusion: a float element-wise step (unary, binary, unary derivative, power,
+//! `where`, and a comparison of floats feeding a `where`) whose only reader is another
+//! element-wise step of the same shape is computed inside that reader's
 //! kernel instead of by a dispatch of its own, so the chain runs as one `GpuOp::Fused` step —
 //! one dispatch, and its intermediate values never touch memory.
 //!
