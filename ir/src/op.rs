@@ -446,13 +446,9 @@ impl Op {
                 fmt_f64(*theta)
             ),
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
-            Op::Compare(c) => format!("compare {}", c.symbol()),
-            Op::Where => "where".into(),
-            Op::Cumsum { axis, reverse } => {
-                format!("cumsum axis={axis}{}", if *reverse { " reverse" } else { "" })
-            }
-            Op::TopK { k, axis } => format!("topk k={k} axis={axis}"),
-            Op::TakeAlong { axis } => format!("take_along axis={axis}"),
+            Op::Compare(_) | Op::Where | Op::Cumsum { .. } => self.describe_selection(),
+            Op::TopK { .. } | Op::TakeAlong { .. } => self.describe_selection(),
+            Op::TakeAlongGrad { .. } => self.describe_selection(),
             Op::SumTo => "sum_to".into(),
             Op::BroadcastTo => "broadcast_to".into(),
             Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),
@@ -477,7 +473,23 @@ impl Op {
             Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
+        }
+    }
+}
+
+impl Op {
+    /// [`Op::describe`] of the comparisons, selections and scans.
+    fn describe_selection(&self) -> String {
+        match self {
+            Op::Compare(c) => format!("compare {}", c.symbol()),
+            Op::Where => "where".into(),
+            Op::Cumsum { axis, reverse } => {
+                format!("cumsum axis={axis}{}", if *reverse { " reverse" } else { "" })
+            }
+            Op::TopK { k, axis } => format!("topk k={k} axis={axis}"),
+            Op::TakeAlong { axis } => format!("take_along axis={axis}"),
             Op::TakeAlongGrad { axis } => format!("take_along_grad axis={axis}"),
+            _ => unreachable!("`describe` sends comparisons, selections and scans here"),
         }
     }
 }
