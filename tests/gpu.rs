@@ -355,6 +355,41 @@ fn einsum_forms_match_the_cpu() {
     compare_model("tests/valid/einsum.mgn", &[]);
 }
 
+/// Masks from comparisons, `where`, `maximum`, `minimum` and `clamp`, forward and backward.
+#[test]
+fn masks_and_selection_match_the_cpu() {
+    compare_model("tests/valid/masks.mgn", &[]);
+    compare_model("tests/valid/masks.mgn", &["n=300", "d=37"]);
+}
+
+/// erf, log1p, expm1, softplus and std.nn's activations, forward and backward.
+#[test]
+fn activations_match_the_cpu() {
+    compare_model("tests/valid/activations.mgn", &[]);
+}
+
+/// Filled and broadcast tensors and one-hot rows, forward and backward.
+#[test]
+fn filled_tensors_and_one_hot_match_the_cpu() {
+    compare_model("tests/valid/fill.mgn", &[]);
+    compare_model("tests/valid/fill.mgn", &["n=300", "classes=70"]);
+}
+
+/// Top-k routing, `take_along_axis` and `cumsum`, forward and backward; the long shapes take
+/// the kernels' workgroup paths (rows past 64 elements).
+#[test]
+fn top_k_routing_and_running_sums_match_the_cpu() {
+    compare_model("tests/valid/routing.mgn", &[]);
+    compare_model("tests/valid/routing.mgn", &["tokens=300", "experts=100", "k=7", "d=3"]);
+}
+
+/// `cross_entropy` with class weights and an ignored value, forward and backward.
+#[test]
+fn weighted_cross_entropy_matches_the_cpu() {
+    compare_model("tests/valid/weighted_loss.mgn", &[]);
+    compare_model("tests/valid/weighted_loss.mgn", &["batch=4", "seq=70", "classes=300"]);
+}
+
 /// Trains on both backends from the same start and compares the loss curves.
 fn compare_training(model: &str, settings: &[&str], steps: u64) {
     compare_training_with(model, settings, steps, OptimizerSpec::default());

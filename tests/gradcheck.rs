@@ -288,3 +288,185 @@ fn stop_gradient_passes_values_and_blocks_gradients() {
         Err(e) => panic!("the GPU cannot run it: {e}"),
     }
 }
+
+/// Comparisons, masks, `where`, `maximum`, `minimum` and `clamp` (number and tensor bounds),
+/// with a cross-entropy on the labels the one-hot mask is built from.
+#[test]
+fn masks_where_and_clamp() {
+    check_model("tests/valid/masks.mgn", &[]);
+}
+
+/// At ties `maximum` and `minimum` split the gradient in half and `clamp` passes it whole
+/// (PyTorch's conventions), which no finite difference can check: the derivative of
+/// `tests/valid/ties.mgn` at w = x = 0.5 is 3 everywhere. On the CPU and, where there is one,
+/// on the GPU.
+#[test]
+fn gradients_at_ties_follow_pytorch() {
+    let plan = compile("tests/valid/ties.mgn", &[]);
+    let x = Tensor::f32(vec![4], vec![0.5; 4]);
+    let mut session = Session::new(plan, 3);
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let (_, g) = out.grads.iter().find(|(n, _)| n == "w").expect("a gradient");
+        assert_eq!(g.to_f64_vec(), vec![3.0; 4], "{on}");
+        let loss = out.loss.as_ref().expect("a loss").to_f64_vec()[0];
+        assert_eq!(loss, 8.0, "{on}: loss");
+    };
+    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}
+
+/// erf, log1p, expm1, softplus (with and without its β and threshold) and std.nn's
+/// activations built on them and on `where`, over arguments past every kink.
+#[test]
+fn activations_and_tail_functions() {
+    check_model("tests/valid/activations.mgn", &[]);
+}
+
+/// At their kinks the activations take PyTorch's one-sided derivatives (hardtanh's 0 at both
+/// ends of relu6, hardswish's (2x + 3) / 6 on the closed interval, leaky_relu's slope at 0),
+/// which finite differences cannot check: the values are those of PyTorch's backward.
+#[test]
+fn activation_derivatives_at_the_kinks_are_pytorchs() {
+    let plan = compile("tests/valid/kinks.mgn", &[]);
+    let x = Tensor::f32(vec![4], vec![0.0, 6.0, -3.0, 3.0]);
+    let mut session = Session::new(plan, 3);
+    let want: [(&str, [f64; 4]); 5] = [
+        ("a", [0.0, 0.0, 0.0, 1.0]),
+        ("b", [1.0 / 6.0, 0.0, 0.0, 0.0]),
+        ("c", [0.5, 1.0, -0.5, 1.5]),
+        ("d", [0.2, 1.0, 0.2, 1.0]),
+        ("e", [1.0, 1.0, (-3f64).exp(), 1.0]),
+    ];
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        for (name, want) in want {
+            let (_, g) = out.grads.iter().find(|(n, _)| n == name).expect("a gradient");
+            for (g, w) in g.to_f64_vec().iter().zip(want) {
+                assert!((g - w).abs() < 1e-6, "{on}: d/d{name}: {:?} vs {want:?}", g);
+            }
+        }
+    };
+    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}
+
+/// `full`, `zeros_like`, `ones_like`, `broadcast_to` and `expand` (the gradients of the last
+/// two summed back over the broadcast axes) and `one_hot`.
+#[test]
+fn filled_and_broadcast_tensors() {
+    check_model("tests/valid/fill.mgn", &[]);
+}
+
+/// The cross-entropy written with `one_hot` is std.loss's, and `one_hot` counts the labels
+/// (a label outside the classes is a row of zeros), on the CPU and the GPU.
+#[test]
+fn one_hot_rows_count_labels_and_rebuild_the_loss() {
+    let plan = compile("tests/valid/fill.mgn", &[]);
+    let x = Tensor::f32(vec![4, 5], (0..20).map(|i| (i as f32 * 0.37).sin()).collect());
+    let labels = Tensor::i32(vec![4], vec![3, 0, 3, 4]);
+    let mut session = Session::new(plan, 3);
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let get = |name: &str| {
+            out.outputs.iter().find(|(n, _)| n == name).expect("an output").1.to_f64_vec()
+        };
+        let (a, b) = (get("by_hand")[0], get("reference")[0]);
+        assert!((a - b).abs() < 1e-6 * b.abs(), "{on}: {a} by hand, {b} from std.loss");
+        assert_eq!(get("counts"), [1.0, 0.0, 0.0, 2.0, 1.0], "{on}");
+        assert_eq!(get("seven"), [7.0; 6], "{on}");
+    };
+    let given = [("x", &x), ("labels", &labels)];
+    check(&session.run(&given).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&given).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}
+
+/// Top-k routing of a mixture of experts: the router learns through the top-k values, the
+/// experts through `take_along_axis`; `cumsum` forward and reversed.
+#[test]
+fn top_k_routing_and_running_sums() {
+    check_model("tests/valid/routing.mgn", &[]);
+    check_model("tests/valid/routing.mgn", &["tokens=9", "experts=7", "k=3"]);
+}
+
+/// `cross_entropy` with `weight` and `ignore_index` (gradients through the log-softmax read at
+/// the targets, weighted).
+#[test]
+fn weighted_cross_entropy_with_ignored_targets() {
+    check_model("tests/valid/weighted_loss.mgn", &[]);
+}
+
+/// The weighted, ignoring cross-entropy is PyTorch's formula, Σ w[t]·(logsumexp − logit[t]) /
+/// Σ w[t] over the targets not ignored (labels of -100 included, which a plain cross-entropy
+/// would refuse). On the CPU and, where there is one, on the GPU.
+#[test]
+fn weighted_cross_entropy_is_pytorchs_weighted_mean() {
+    let dir = std::env::temp_dir().join(format!("mgn-weighted-ce-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = dir.join("ce.mgn");
+    std::fs::write(
+        &model,
+        "use std.loss.{cross_entropy}
+model Ce {
+    input logits: f32[2, 3, 3]
+    input labels: i32[2, 3]
+    input class_weight: f32[3]
+    forward {
+        output ignoring = cross_entropy(logits, labels, ignore_index = -100)
+        loss cross_entropy(logits, labels, weight = class_weight, ignore_index = -100)
+    }
+}
+",
+    )
+    .expect("written");
+    let plan = compile(model.to_str().expect("utf-8"), &[]);
+    let x: Vec<f64> = (0..18).map(|i| (i as f64 * 0.7).cos() * 3.0).collect();
+    let labels = [2, -100, 0, 1, 2, -100];
+    let w = [0.5, 2.0, 1.5];
+    let (mut num, mut den, mut plain, mut count) = (0.0, 0.0, 0.0, 0.0);
+    for (row, &t) in labels.iter().enumerate() {
+        let l = &x[row * 3..row * 3 + 3];
+        let lse = l.iter().map(|v| v.exp()).sum::<f64>().ln();
+        if t >= 0 {
+            let nll = lse - l[t as usize];
+            (num, den) = (num + w[t as usize] * nll, den + w[t as usize]);
+            (plain, count) = (plain + nll, count + 1.0);
+        }
+    }
+    let logits = Tensor::f32(vec![2, 3, 3], x.iter().map(|&v| v as f32).collect());
+    let labels = Tensor::i32(vec![2, 3], labels.to_vec());
+    let class_weight = Tensor::f32(vec![3], w.iter().map(|&v| v as f32).collect());
+    let mut session = Session::new(plan, 3);
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let loss = out.loss.as_ref().expect("a loss").to_f64_vec()[0];
+        assert!((loss - num / den).abs() < 1e-5, "{on}: {loss} vs {}", num / den);
+        let ignoring = out.outputs.iter().find(|(n, _)| n == "ignoring").expect("output");
+        let ignoring = ignoring.1.to_f64_vec()[0];
+        assert!((ignoring - plain / count).abs() < 1e-5, "{on}: {ignoring}");
+    };
+    let given = [("logits", &logits), ("labels", &labels), ("class_weight", &class_weight)];
+    check(&session.run(&given).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(&given).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

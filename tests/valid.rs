@@ -226,3 +226,75 @@ fn whole_nearest_factors_are_upsample() {
     assert!(op("blocky").starts_with("interpolate nearest size=[12, 12]"), "{}", op("blocky"));
     assert!(op("smooth").starts_with("interpolate linear"), "{}", op("smooth"));
 }
+
+/// The test programs docs/LANGUAGE.md shows as its examples.
+const SHOWN: &[&str] = &[
+    "tests/valid/masks.mgn",
+    "tests/valid/activations.mgn",
+    "tests/valid/fill.mgn",
+    "tests/valid/routing.mgn",
+    "tests/valid/weighted_loss.mgn",
+    "tests/valid/optional_params.mgn",
+];
+
+/// docs/LANGUAGE.md shows these test programs verbatim as the examples of their features, so
+/// the page's examples are programs that check, run on both backends and are gradient-checked.
+#[test]
+fn language_examples_are_test_programs() {
+    root();
+    let doc = std::fs::read_to_string("docs/LANGUAGE.md").expect("docs/LANGUAGE.md");
+    for f in SHOWN {
+        let text = std::fs::read_to_string(f).expect("a test program");
+        let shown = doc.contains(&format!("```mgn\n{text}```"));
+        assert!(shown, "docs/LANGUAGE.md does not show {f} verbatim");
+    }
+}
+
+/// std.loss's `cross_entropy` without its optional arguments lowers to the plan the builtin
+/// makes: one `softmax_cross_entropy` step and its derivative, nothing more.
+#[test]
+fn the_plain_cross_entropy_is_the_one_step_it_was() {
+    use mgn_compiler::lower::PlanOptions;
+    use mgn_ir::optim::OptimizerSpec;
+    root();
+    let dir = std::env::temp_dir().join(format!("mgn-plain-ce-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plan = |call: &str| {
+        let f = dir.join("m.mgn");
+        let text = format!(
+            "use std.loss.{{cross_entropy}}\nmodel M {{\n    input x: f32[4, 5]\n    \
+             input t: i32[4]\n    w = param f32[5, 5]\n    forward {{\n        \
+             loss {call}(x @ w, t)\n    }}\n}}\n"
+        );
+        std::fs::write(&f, text).expect("written");
+        let opts = PlanOptions::train(&[], OptimizerSpec::default());
+        let (outcome, plan) = mgn_compiler::driver::plan_path(&f, None, vec![], &opts).unwrap();
+        assert!(outcome.ok(), "{}", rendered(&outcome));
+        let plan = plan.expect("a plan");
+        plan.steps.iter().map(|s| (s.op.clone(), s.dtype, s.shape.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(plan("cross_entropy"), plan("softmax_cross_entropy"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// An optional parameter left out is not given to the builtin it is passed to, also through a
+/// second function: the three calls of tests/valid/optional_params.mgn make layer norms with no
+/// affine parameters, both, and the weight only.
+#[test]
+fn optional_parameters_left_out_are_not_given_downstream() {
+    use mgn_ir::Op;
+    let outcome = check(Path::new("tests/valid/optional_params.mgn"));
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let g = &outcome.graphs[0];
+    let norms: Vec<(bool, bool, usize)> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::LayerNorm { has_weight, has_bias, .. } => {
+                Some((has_weight, has_bias, n.inputs.len()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(norms, [(false, false, 1), (true, true, 3), (true, false, 2)]);
+}

@@ -27,6 +27,8 @@ mod movement;
 mod norm;
 mod pointwise;
 mod reduce;
+mod scan;
+mod select;
 mod spatial;
 #[cfg(test)]
 mod tests;
@@ -168,8 +170,41 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         Interpolate { mode, size, scale, align_corners } => {
             spatial::interpolate(x[0], *mode, size, scale.as_deref(), *align_corners, shape)
         }
+        Compare(c) => select::compare(*c, x[0], x[1], shape),
+        Where => select::where_(x[0], x[1], x[2], shape),
+        Cumsum { axis, reverse } => scan::cumsum(x[0], *axis, *reverse),
+        TopK { k, axis } => scan::topk(x[0], *k, *axis, shape),
+        TakeAlong { axis } => scan::take_along(x[0], x[1], *axis),
 
-        // ---- derivative ops ----
+        // Listed, so that a new op must be placed in one half or the other.
+        SumTo
+        | BroadcastTo
+        | UnaryGrad(_)
+        | ReduceGrad { .. }
+        | SoftmaxGrad { .. }
+        | SliceGrad { .. }
+        | GatherGrad { .. }
+        | LayerNormGrad { .. }
+        | RmsNormGrad { .. }
+        | GroupNormGrad { .. }
+        | BatchNormGrad { .. }
+        | DropoutGrad { .. }
+        | ConvGradInput { .. }
+        | ConvGradWeight { .. }
+        | PoolGrad { .. }
+        | UpsampleGrad { .. }
+        | AttentionGrad { .. }
+        | SoftmaxCrossEntropyGrad
+        | PadGrad { .. }
+        | InterpolateGrad { .. }
+        | TakeAlongGrad { .. } => dispatch_grad(op, x, shape, ctx),
+    }
+}
+
+/// The derivative ops (`dispatch`'s other half).
+fn dispatch_grad(op: &Op, x: &[&Tensor], shape: &[usize], ctx: &Ctx) -> KResult<Data> {
+    use Op::*;
+    match op {
         SumTo => pointwise::sum_to(x[0], shape),
         BroadcastTo => pointwise::broadcast_to(x[0], shape),
         UnaryGrad(u) => pointwise::unary_grad(*u, x[0], x[1]),
@@ -216,6 +251,8 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         InterpolateGrad { mode, size, scale, align_corners } => {
             spatial::interpolate_grad(x[0], *mode, size, scale.as_deref(), *align_corners, shape)
         }
+        TakeAlongGrad { axis } => scan::take_along_grad(x[0], x[1], *axis, shape),
+        _ => err("not a derivative op"),
     }
 }
 

@@ -87,17 +87,8 @@ pub(crate) fn pow(x: &Tensor, p: f64) -> KResult<Data> {
 
 // ---- binary ---------------------------------------------------------------------------------
 
-fn float_op<T: Float>(op: BinaryOp) -> fn(T, T) -> T {
-    match op {
-        BinaryOp::Add => |a, b| a + b,
-        BinaryOp::Sub => |a, b| a - b,
-        BinaryOp::Mul => |a, b| a * b,
-        BinaryOp::Div => |a, b| a / b,
-    }
-}
-
 /// `a op b` with NumPy broadcasting (`op` is applied at every index of the result).
-fn broadcast_apply<E: Copy + Default>(
+pub(crate) fn broadcast_apply<E: Copy + Default>(
     a: &[E],
     sa: &[usize],
     b: &[E],
@@ -141,6 +132,8 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, shape: &[usize]) -> K
                             d
                         }
                     }
+                    BinaryOp::Maximum => p.max(q),
+                    BinaryOp::Minimum => p.min(q),
                 })
             };
             Ok(Data::I32(broadcast_apply(x, &a.shape, y, &b.shape, &out_shape, f)?))
@@ -149,9 +142,9 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, shape: &[usize]) -> K
             err("cannot combine an integer tensor with a float one")
         }
         _ => by_float!(&[a, b], T => (|| {
-            let f = float_op::<T>(op);
+            let f = |p: T, q: T| Ok(mgn_ir::pointwise::binary(op, p, q));
             let (x, y) = (floats::<T>(a, "a")?, floats::<T>(b, "b")?);
-            broadcast_apply(&x, &a.shape, &y, &b.shape, &out_shape, |p, q| Ok(f(p, q)))
+            broadcast_apply(&x, &a.shape, &y, &b.shape, &out_shape, f)
         })()),
     }
 }

@@ -35,6 +35,8 @@ mod tests_matmul;
 #[cfg(test)]
 mod tests_norm;
 #[cfg(test)]
+mod tests_ops;
+#[cfg(test)]
 mod tests_select;
 #[cfg(test)]
 mod tests_spatial;

@@ -351,6 +351,7 @@ fn run_program(
             (Elem::Input(k), _) => x[*k as usize].clone(),
             (_, Some((op, args))) => {
                 let args: Vec<&Tensor> = args.iter().map(|&a| &nodes[a as usize]).collect();
+                let dtype = if matches!(op, Op::Compare(_)) { DType::Bool } else { dtype };
                 cpu(&op, &args, dtype, shape, ctx)
             }
             (_, None) => unreachable!("every node but an input applies an op"),

@@ -7,7 +7,7 @@
 //! the step itself — an input, a parameter, a constant, `arange`, `cast`, `reshape`, and the
 //! derivatives that restore a forward operand's shape (`sum_to`, `broadcast_to`, `slice_grad`,
 //! `gather_grad`, `conv*_grad_input`, `conv*_grad_weight`, `upsample_grad`,
-//! `interpolate_grad`); for those,
+//! `interpolate_grad`, `take_along_grad`); for those,
 //! [`check`] tests the given type against the inputs.
 //!
 //! Forward ops need operands of one dtype where the language does (`+`, `@`, `concat`).
@@ -218,6 +218,13 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
         | SoftmaxCrossEntropy
         | SoftmaxCrossEntropyGrad => infer_windows(op, x),
         Pad { .. } | PadGrad { .. } | Interpolate { .. } => spatial::infer_spatial(op, x),
+        Compare(_) | Where | Cumsum { .. } | TopK { .. } | TakeAlong { .. } => {
+            select::infer_select(op, x)
+        }
+        TakeAlongGrad { .. } => {
+            take::<2>(x)?;
+            Ok(None)
+        }
     }
 }
 
@@ -595,10 +602,16 @@ fn given(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
             shaped(x[0], &upsampled(out.1, *scale), "dy")
         }
         InterpolateGrad { .. } => spatial::given_spatial(op, x, out),
+        TakeAlongGrad { axis } => {
+            float(out, "the result")?;
+            select::along(*axis, out, x[0])?;
+            shaped(x[1], x[0].1, "dy")
+        }
         _ => fail(format!("`{}` determines its own result type", op.describe())),
     }
 }
 
+mod select;
 mod spatial;
 #[cfg(test)]
 mod tests;

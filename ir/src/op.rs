@@ -21,11 +21,20 @@ pub enum UnaryOp {
     Sin,
     Cos,
     Square,
+    /// The error function (exact, not an approximation).
+    Erf,
+    /// `log(1 + x)`, accurate for small `x`.
+    Log1p,
+    /// `exp(x) − 1`, accurate for small `x`.
+    Expm1,
+    /// `log(1 + exp(x))`, computed without overflow (`softplus` with β = 1 and no threshold;
+    /// the builtin adds both).
+    Softplus,
 }
 
 impl UnaryOp {
     /// Every point-wise function, for tests that cover them all.
-    pub const ALL: [UnaryOp; 15] = [
+    pub const ALL: [UnaryOp; 19] = [
         UnaryOp::Neg,
         UnaryOp::Relu,
         UnaryOp::Gelu,
@@ -41,6 +50,10 @@ impl UnaryOp {
         UnaryOp::Sin,
         UnaryOp::Cos,
         UnaryOp::Square,
+        UnaryOp::Erf,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Softplus,
     ];
 }
 
@@ -50,6 +63,50 @@ pub enum BinaryOp {
     Sub,
     Mul,
     Div,
+    /// Element-wise maximum and minimum (PyTorch's `maximum` / `minimum`): a NaN on either
+    /// side gives NaN.
+    Maximum,
+    Minimum,
+}
+
+/// The element-wise comparisons: `[a, b]` → a `bool` tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareOp {
+    pub const ALL: [CompareOp; 6] =
+        [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge];
+
+    /// The operator as written: `==`, `<`, …
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "==",
+            CompareOp::Ne => "!=",
+            CompareOp::Lt => "<",
+            CompareOp::Le => "<=",
+            CompareOp::Gt => ">",
+            CompareOp::Ge => ">=",
+        }
+    }
+
+    /// `a op b` (false when either side is NaN, except `!=`, as IEEE comparisons are).
+    pub fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            CompareOp::Eq => a == b,
+            CompareOp::Ne => a != b,
+            CompareOp::Lt => a < b,
+            CompareOp::Le => a <= b,
+            CompareOp::Gt => a > b,
+            CompareOp::Ge => a >= b,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,6 +271,29 @@ pub enum Op {
         align_corners: bool,
     },
 
+    // ---- comparisons and selection ----
+    /// `[a, b]` → `bool`, element-wise with NumPy broadcasting; operands of one dtype.
+    Compare(CompareOp),
+    /// `[cond, a, b]` → `a` where `cond` (a `bool` tensor) holds, else `b`; the three broadcast
+    /// together (NumPy rules).
+    Where,
+    /// Running sum along `axis`, from its end when `reverse`.
+    Cumsum {
+        axis: usize,
+        reverse: bool,
+    },
+    /// `[x]` → the `i32` positions along `axis` of its `k` largest elements, largest first; ties
+    /// go to the lower position and NaN counts as the largest (PyTorch's `topk` indices).
+    TopK {
+        k: usize,
+        axis: usize,
+    },
+    /// `[x, index]` → `x` read along `axis` at `index` (`torch.gather`,
+    /// `numpy.take_along_axis`): `index` has `x`'s rank and, but on `axis`, its sizes.
+    TakeAlong {
+        axis: usize,
+    },
+
     // ---- derivative ops (made by autodiff; each is the local rule of one forward op) ----
     /// Sums `[dy]` over the axes that broadcasting added or stretched, down to this node's shape.
     SumTo,
@@ -322,6 +402,10 @@ pub enum Op {
         scale: Option<Vec<f64>>,
         align_corners: bool,
     },
+    /// `[index, dy]` → dx of `TakeAlong`: `dy` added into zeros at `index` along `axis`.
+    TakeAlongGrad {
+        axis: usize,
+    },
 }
 
 /// Which input of a multi-input op a derivative op computes.
@@ -335,12 +419,14 @@ pub enum GradPart {
     V,
 }
 
+/// `[1, 2, 3]`.
+fn list(v: &[usize]) -> String {
+    format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
+}
+
 impl Op {
     /// Short name plus attributes, as printed in IR dumps.
     pub fn describe(&self) -> String {
-        let list = |v: &[usize]| {
-            format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
-        };
         match self {
             Op::Input { name } => format!("input {name}"),
             Op::Param { .. } => "param".into(),
@@ -407,7 +493,12 @@ impl Op {
                 fmt_f64(*theta)
             ),
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy".into(),
-            Op::Pad { .. } | Op::Interpolate { .. } => self.describe_spatial(),
+            Op::Pad { .. } | Op::Interpolate { .. } | Op::PadGrad { .. } => self.describe_spatial(),
+            Op::InterpolateGrad { .. } => self.describe_spatial(),
+            Op::Compare(_) | Op::Where | Op::Cumsum { .. } | Op::TopK { .. } => {
+                self.describe_selection()
+            }
+            Op::TakeAlong { .. } | Op::TakeAlongGrad { .. } => self.describe_selection(),
             Op::SumTo => "sum_to".into(),
             Op::BroadcastTo => "broadcast_to".into(),
             Op::UnaryGrad(u) => format!("{}_grad", format!("{u:?}").to_lowercase()),
@@ -432,7 +523,6 @@ impl Op {
             Op::UpsampleGrad { scale } => format!("upsample_grad scale={scale}"),
             Op::AttentionGrad { part, .. } => format!("attention_grad {part:?}").to_lowercase(),
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad".into(),
-            Op::PadGrad { .. } | Op::InterpolateGrad { .. } => self.describe_spatial(),
         }
     }
 }
@@ -454,6 +544,23 @@ impl Op {
             Op::PadGrad { mode, .. } => format!("pad_grad {}", lower(mode)),
             Op::InterpolateGrad { mode, .. } => format!("interpolate_grad {}", lower(mode)),
             _ => unreachable!("`describe` sends padding and resampling here"),
+        }
+    }
+}
+
+impl Op {
+    /// [`Op::describe`] of the comparisons, selections and scans.
+    fn describe_selection(&self) -> String {
+        match self {
+            Op::Compare(c) => format!("compare {}", c.symbol()),
+            Op::Where => "where".into(),
+            Op::Cumsum { axis, reverse } => {
+                format!("cumsum axis={axis}{}", if *reverse { " reverse" } else { "" })
+            }
+            Op::TopK { k, axis } => format!("topk k={k} axis={axis}"),
+            Op::TakeAlong { axis } => format!("take_along axis={axis}"),
+            Op::TakeAlongGrad { axis } => format!("take_along_grad axis={axis}"),
+            _ => unreachable!("`describe` sends comparisons, selections and scans here"),
         }
     }
 }

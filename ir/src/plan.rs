@@ -184,6 +184,9 @@ impl Plan {
                 (Op::Gather { axis }, 1) => {
                     Some(self.steps[s.inputs[0] as usize].shape[*axis] as i32)
                 }
+                (Op::TakeAlong { axis }, 1) => {
+                    Some(self.steps[s.inputs[0] as usize].shape[*axis] as i32)
+                }
                 (Op::SoftmaxCrossEntropy, 1) => {
                     self.steps[s.inputs[0] as usize].shape.last().map(|&c| c as i32)
                 }

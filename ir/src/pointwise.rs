@@ -3,7 +3,7 @@
 //! the compiler folds constants with them (`f64`), and the GPU's WGSL expressions are tested
 //! against the CPU backend, which calls these.
 
-use crate::op::UnaryOp;
+use crate::op::{BinaryOp, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 /// `f32` or `f64`: what the functions below are written over.
@@ -26,6 +26,8 @@ pub trait Real:
     fn abs(self) -> Self;
     fn powf(self, p: Self) -> Self;
     fn erf(self) -> Self;
+    fn ln_1p(self) -> Self;
+    fn exp_m1(self) -> Self;
     fn is_nan(self) -> bool;
 }
 
@@ -61,6 +63,12 @@ macro_rules! real {
             }
             fn erf(self) -> $t {
                 $erf(self)
+            }
+            fn ln_1p(self) -> $t {
+                <$t>::ln_1p(self)
+            }
+            fn exp_m1(self) -> $t {
+                <$t>::exp_m1(self)
             }
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
@@ -108,6 +116,41 @@ pub fn unary<T: Real>(op: UnaryOp, x: T) -> T {
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Square => x * x,
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Expm1 => x.exp_m1(),
+        // max(x, 0) + log(1 + e^−|x|): the exponential never overflows, and the log1p keeps
+        // the tail (e^−|x| below f32's epsilon) instead of rounding 1 + e^−|x| to 1.
+        UnaryOp::Softplus => {
+            let m = if x > zero { x } else { zero };
+            m + (-x.abs()).exp().ln_1p()
+        }
+    }
+}
+
+/// `a op b` of a binary op on floats. `maximum` and `minimum` give NaN when either side is NaN,
+/// as PyTorch's do (IEEE `max` would return the other side).
+pub fn binary<T: Real>(op: BinaryOp, a: T, b: T) -> T {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Maximum | BinaryOp::Minimum if a.is_nan() || b.is_nan() => a + b,
+        BinaryOp::Maximum => {
+            if a >= b {
+                a
+            } else {
+                b
+            }
+        }
+        BinaryOp::Minimum => {
+            if a <= b {
+                a
+            } else {
+                b
+            }
+        }
     }
 }
 
@@ -163,6 +206,10 @@ pub fn derivative<T: Real>(op: UnaryOp, x: T) -> T {
         UnaryOp::Sin => x.cos(),
         UnaryOp::Cos => -x.sin(),
         UnaryOp::Square => T::of(2.0) * x,
+        UnaryOp::Erf => T::of(std::f64::consts::FRAC_2_SQRT_PI) * (-x * x).exp(),
+        UnaryOp::Log1p => one / (one + x),
+        UnaryOp::Expm1 => x.exp(),
+        UnaryOp::Softplus => sigmoid(x),
     }
 }
 
@@ -204,5 +251,23 @@ mod tests {
         assert!((unary(UnaryOp::Gelu, 1.0f64) - 0.8413447460685429).abs() < 1e-15);
         assert!((unary(UnaryOp::GeluTanh, 1.0f32) - 0.841192).abs() < 1e-6);
         assert_eq!(unary(UnaryOp::Sigmoid, 0.0f64), 0.5);
+    }
+
+    #[test]
+    fn the_tail_functions_keep_relative_precision_near_zero() {
+        let rel = |got: f64, want: f64| ((got - want) / want).abs();
+        // log1p, expm1 and erf of tiny arguments: the naive forms give 0 or lose every digit.
+        assert!(rel(unary(UnaryOp::Log1p, 1e-10), 1e-10 - 5e-21) < 1e-15);
+        assert!(rel(unary(UnaryOp::Expm1, -1e-10), -1e-10 + 5e-21) < 1e-15);
+        assert!(rel(unary(UnaryOp::Erf, 1e-8), 1.1283791670955126e-8) < 1e-15);
+        assert!(rel(unary(UnaryOp::Log1p, 1e-7f32) as f64, 1e-7) < 1e-6);
+        // softplus: e^x far below 1 for very negative x, x itself for large x, no overflow.
+        let e = (-30f64).exp();
+        assert!(rel(unary(UnaryOp::Softplus, -30.0), e * (1.0 - e / 2.0)) < 1e-15);
+        assert!(rel(unary(UnaryOp::Softplus, -90.0f32) as f64, (-90f64).exp()) < 1e-6);
+        assert_eq!(unary(UnaryOp::Softplus, 1000.0f32), 1000.0);
+        assert!(rel(unary(UnaryOp::Softplus, 0.0), std::f64::consts::LN_2) < 1e-15);
+        assert_eq!(derivative(UnaryOp::Softplus, 0.0f64), 0.5);
+        assert!(unary(UnaryOp::Softplus, f64::NAN).is_nan());
     }
 }

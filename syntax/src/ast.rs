@@ -164,6 +164,8 @@ pub struct Param {
     pub name: Ident,
     pub ty: TypeExpr,
     pub default: Option<Expr>,
+    /// `name?: type`: a call may leave it out (then it has no default).
+    pub optional: bool,
     pub span: Span,
 }
 

@@ -374,9 +374,14 @@ impl Builder<'_> {
                 let span = self.span(&q);
                 let mut i = q.into_inner();
                 let name = self.ident(i.next().unwrap());
-                let ty = self.type_expr(i.next().unwrap());
+                let mut next = i.next().unwrap();
+                let optional = next.as_rule() == Rule::optional;
+                if optional {
+                    next = i.next().unwrap();
+                }
+                let ty = self.type_expr(next);
                 let default = i.next().map(|d| self.expr(d));
-                Param { name, ty, default, span }
+                Param { name, ty, default, optional, span }
             })
             .collect()
     }

@@ -10,6 +10,7 @@
 //! contributions and the small builders the rules share.
 
 mod rules;
+mod select;
 
 use crate::graph::{BinaryOp, Graph, Node, NodeId, Op};
 use mgn_ir::DType;

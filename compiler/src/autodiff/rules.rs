@@ -19,6 +19,11 @@ impl Builder<'_> {
             Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Arange => Some(vec![]),
             // No gradient flows through either (`stop_gradient` is the point of the op).
             Op::ArgMax { .. } | Op::StopGradient => Some(vec![]),
+            // A comparison's result is `bool`, top-k's integer positions: nothing to
+            // differentiate.
+            Op::Compare(_) | Op::TopK { .. } => Some(vec![]),
+            Op::Where => Some(self.where_rule(n, dy, &node)),
+            Op::Cumsum { .. } | Op::TakeAlong { .. } => Some(self.scan_rule(n, dy, &node)),
             Op::Unary(_) | Op::Pow { .. } | Op::Binary(_) | Op::Cast | Op::MatMul => {
                 Some(self.pointwise(n, dy, &node))
             }
@@ -41,7 +46,7 @@ impl Builder<'_> {
     }
 
     /// The one gradient of input 0: `op` over `inputs`, of input 0's shape.
-    fn only(&mut self, n: NodeId, node: &Node, op: Op, inputs: Vec<NodeId>) -> Grads {
+    pub(super) fn only(&mut self, n: NodeId, node: &Node, op: Op, inputs: Vec<NodeId>) -> Grads {
         let s = self.shape(node.inputs[0]);
         vec![(0, self.push_like(n, op, inputs, s))]
     }
@@ -71,6 +76,7 @@ impl Builder<'_> {
 
     fn binary_rule(&mut self, n: NodeId, dy: NodeId, op: BinaryOp, a: NodeId, b: NodeId) -> Grads {
         let (ga, gb) = match op {
+            BinaryOp::Maximum | BinaryOp::Minimum => return self.extremum_rule(n, dy, op, a, b),
             BinaryOp::Add => (dy, dy),
             BinaryOp::Sub => {
                 let s = self.shape(dy);
@@ -159,6 +165,8 @@ impl Builder<'_> {
             Op::Softmax { axis, log } => {
                 self.only(n, node, Op::SoftmaxGrad { axis: *axis, log: *log }, vec![n, dy])
             }
+            // `broadcast_to` / `expand`: the gradient sums back over the broadcast axes.
+            Op::BroadcastTo => self.only(n, node, Op::SumTo, vec![dy]),
             _ => return None,
         })
     }

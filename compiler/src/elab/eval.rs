@@ -23,7 +23,9 @@ pub use super::value::Local;
 use super::value::{LayerInst, Locals, Value};
 use crate::front::{did_you_mean, ModId, Program, Target};
 use crate::graph::dump::thousands;
-use crate::graph::{fmt_type, BinaryOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp};
+use crate::graph::{
+    fmt_type, BinaryOp, CompareOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp,
+};
 use crate::source::Origin;
 use mgn_ir::shape;
 use mgn_ir::DType;

@@ -99,6 +99,15 @@ pub fn elaborate_with_facts(
     };
     let result = ev.in_frame(frame, model.name.span, |ev| {
         for p in &model.params {
+            if p.optional {
+                return Err(Diagnostic::error(
+                    "E0501",
+                    format!("model argument `{}` cannot be optional", p.name.name),
+                    p.span,
+                    "`?` on a model argument",
+                )
+                .with_help("give it a default instead: `name: type = value`"));
+            }
             let v = match settings.iter().rev().find(|s| s.name == p.name.name) {
                 Some(s) => parse_setting(s, &p.ty, p.span)?,
                 None => match &p.default {

@@ -26,6 +26,10 @@ pub enum Value {
     Absent {
         field: Span,
     },
+    /// An optional parameter (`name?: type`) the call left out.
+    Omitted {
+        param: Span,
+    },
     /// A `fn`, `layer`, `model` or `const` item.
     Item(ModId, usize),
     Module(ModId),
@@ -133,6 +137,12 @@ impl Value {
         Value::Tuple(Rc::new(Vec::new()))
     }
 
+    /// An absent field or an omitted optional argument: passed on to an optional parameter,
+    /// it counts as not given.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Value::Absent { .. } | Value::Omitted { .. })
+    }
+
     /// "an int", "a tuple", ... for messages; tensors are described with their type by the caller.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -149,6 +159,7 @@ impl Value {
             Value::Layer(_) => "a layer",
             Value::Repeated(_) => "a repeated layer",
             Value::Absent { .. } => "an absent field",
+            Value::Omitted { .. } => "an optional argument that was not given",
             Value::Item(..) => "an item",
             Value::Module(_) => "a module",
             Value::Builtin(_) => "a builtin function",

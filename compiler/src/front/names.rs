@@ -55,6 +55,25 @@ struct Checker<'p> {
 impl<'p> Visit<'p> for Checker<'p> {
     fn visit_use(&mut self, _: &'p UseItem) {}
 
+    fn visit_param(&mut self, p: &'p Param) {
+        if let (true, Some(d)) = (p.optional, &p.default) {
+            self.diags.push(
+                Diagnostic::error(
+                    "E0107",
+                    format!("optional parameter `{}?` has a default", p.name.name),
+                    d.span,
+                    "a default",
+                )
+                .with_help(format!(
+                    "`{0}?` may be left out and then is not given; for a value when it is left \
+                     out write `{0}: type = value` without the `?`",
+                    p.name.name
+                )),
+            );
+        }
+        visit::walk_param(self, p);
+    }
+
     fn visit_layer(&mut self, l: &'p LayerItem) {
         self.layer = Some(l);
         self.duplicates(l);

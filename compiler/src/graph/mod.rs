@@ -18,7 +18,7 @@ impl fmt::Display for NodeId {
     }
 }
 
-pub use mgn_ir::op::{fmt_f64, BinaryOp, GradPart, Op, PoolOp, ReduceOp, UnaryOp};
+pub use mgn_ir::op::{fmt_f64, BinaryOp, CompareOp, GradPart, Op, PoolOp, ReduceOp, UnaryOp};
 pub use mgn_ir::plan::InitSpec;
 pub use steps::to_steps;
 

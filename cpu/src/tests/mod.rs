@@ -6,6 +6,7 @@ mod errors;
 mod grads;
 mod grads_rows;
 mod grads_windows;
+mod select;
 mod spatial;
 mod values;
 

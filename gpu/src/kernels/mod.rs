@@ -13,13 +13,16 @@ mod matmul;
 
 pub(crate) use matmul::{split_depth, SKINNY};
 mod norm;
+mod pointwise;
 mod rows;
+mod scan;
 mod select;
 mod spatial;
 
 use crate::program::{Elem, GpuOp, GpuPlan, StepId};
-use mgn_ir::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use mgn_ir::op::{Op, ReduceOp, UnaryOp};
 use mgn_ir::DType;
+use pointwise::{binary, helpers, unary, unary_grad};
 
 /// Where a value lives: its first word in the arena, and its shape.
 #[derive(Clone, Debug)]
@@ -159,75 +162,6 @@ pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
     }
 }
 
-/// `f(x)` of a pointwise op in WGSL.
-fn unary(op: UnaryOp, x: &str) -> String {
-    match op {
-        UnaryOp::Neg => format!("(-{x})"),
-        UnaryOp::Relu => format!("max({x}, 0.0)"),
-        UnaryOp::Gelu => format!("(0.5 * {x} * (1.0 + mgn_erf({x} * 0.70710678118654752)))"),
-        UnaryOp::GeluTanh => format!(
-            "(0.5 * {x} * (1.0 + tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))))"
-        ),
-        UnaryOp::Silu => format!("({x} / (1.0 + exp(-{x})))"),
-        UnaryOp::Sigmoid => format!("(1.0 / (1.0 + exp(-{x})))"),
-        UnaryOp::Tanh => format!("tanh({x})"),
-        UnaryOp::Exp => format!("exp({x})"),
-        UnaryOp::Log => format!("log({x})"),
-        UnaryOp::Sqrt => format!("sqrt({x})"),
-        UnaryOp::Rsqrt => format!("inverseSqrt({x})"),
-        UnaryOp::Abs => format!("abs({x})"),
-        UnaryOp::Sin => format!("sin({x})"),
-        UnaryOp::Cos => format!("cos({x})"),
-        UnaryOp::Square => format!("({x} * {x})"),
-    }
-}
-
-/// `f'(x) · dy` of a pointwise op in WGSL.
-fn unary_grad(op: UnaryOp, x: &str, dy: &str) -> String {
-    let d = match op {
-        UnaryOp::Neg => "-1.0".to_string(),
-        UnaryOp::Relu => format!("select(0.0, 1.0, {x} > 0.0)"),
-        UnaryOp::Gelu => format!(
-            "(0.5 * (1.0 + mgn_erf({x} * 0.70710678118654752)) + \
-             {x} * 0.39894228040143268 * exp(-0.5 * {x} * {x}))"
-        ),
-        UnaryOp::GeluTanh => {
-            // tanh(u) of the forward, and d/dx of its argument.
-            let t = format!("tanh(0.79788456080286536 * ({x} + 0.044715 * {x} * {x} * {x}))");
-            format!(
-                "(0.5 * (1.0 + {t}) + \
-                 0.5 * {x} * (1.0 - {t} * {t}) * 0.79788456080286536 * \
-                 (1.0 + 0.134145 * {x} * {x}))"
-            )
-        }
-        UnaryOp::Silu => {
-            format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 + {x} * (1.0 - 1.0 / (1.0 + exp(-{x})))))")
-        }
-        UnaryOp::Sigmoid => {
-            format!("((1.0 / (1.0 + exp(-{x}))) * (1.0 - 1.0 / (1.0 + exp(-{x}))))")
-        }
-        UnaryOp::Tanh => format!("(1.0 - tanh({x}) * tanh({x}))"),
-        UnaryOp::Exp => format!("exp({x})"),
-        UnaryOp::Log => format!("(1.0 / {x})"),
-        UnaryOp::Sqrt => format!("(0.5 / sqrt({x}))"),
-        UnaryOp::Rsqrt => format!("(-0.5 * inverseSqrt({x}) / {x})"),
-        UnaryOp::Abs => format!("sign({x})"),
-        UnaryOp::Sin => format!("cos({x})"),
-        UnaryOp::Cos => format!("(-sin({x}))"),
-        UnaryOp::Square => format!("(2.0 * {x})"),
-    };
-    format!("({d} * {dy})")
-}
-
-/// erf for f32 (Abramowitz–Stegun 7.1.26, |error| < 1.5e-7), used by exact GELU.
-pub(super) const ERF: &str = "fn mgn_erf(x: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
-    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t \
-        + 0.254829592) * t * exp(-x * x);
-    return select(-y, y, x >= 0.0);
-}
-";
-
 /// Wraps a per-element body: `i` is the element, `N` the element count.
 pub(super) fn elementwise(n: usize, width: u32, body: &str, helpers: &str) -> KernelSource {
     KernelSource {
@@ -296,9 +230,12 @@ fn plan_op(
     training: bool,
 ) -> Result<KernelSource, String> {
     if let Some(body) = pointwise(op, inputs, out, training) {
-        let gelu = matches!(op, Op::Unary(UnaryOp::Gelu) | Op::UnaryGrad(UnaryOp::Gelu));
+        let used = match op {
+            Op::Unary(u) | Op::UnaryGrad(u) => Some(*u),
+            _ => None,
+        };
         let n: usize = out.shape.iter().product();
-        return Ok(elementwise(n, width, &body, if gelu { ERF } else { "" }));
+        return Ok(elementwise(n, width, &body, &helpers(used)));
     }
     match op {
         Op::MatMul => matmul::generate(inputs, out, width),
@@ -337,6 +274,12 @@ fn plan_op(
         | Op::BatchNormGrad { .. } => norm::generate(op, inputs, out, width),
         Op::Attention { .. } | Op::AttentionGrad { .. } => {
             attention::generate(&GpuOp::Plan(op.clone()), inputs, out, width)
+        }
+        Op::Cumsum { axis, reverse } => scan::cumsum(*axis, *reverse, &inputs[0], out, width),
+        Op::TopK { k, axis } => scan::topk(*k, *axis, &inputs[0], out, width),
+        Op::TakeAlong { axis } => scan::take_along(*axis, &inputs[0], &inputs[1], out, width),
+        Op::TakeAlongGrad { axis } => {
+            scan::take_along_grad(*axis, &inputs[0], &inputs[1], out, width)
         }
         Op::Concat { .. }
         | Op::Slice { .. }
@@ -398,7 +341,19 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
         Op::Pow { exponent } => store(out, "i", &format!("pow({}, {exponent:?})", f(0, "i"))),
         Op::Binary(b) => {
             let (x, y) = (f(0, &same(0)), f(1, &same(1)));
-            store(out, "i", &format!("({x} {} {y})", binary_symbol(*b)))
+            store(out, "i", &binary(*b, &x, &y, out.dtype.is_float()))
+        }
+        Op::Compare(c) => {
+            let (x, y) = (f(0, &same(0)), f(1, &same(1)));
+            store(out, "i", &format!("({x} {} {y})", c.symbol()))
+        }
+        Op::Where => {
+            let (c, x, y) = (f(0, &same(0)), f(1, &same(1)), f(2, &same(2)));
+            store(out, "i", &format!("select({y}, {x}, {c} != 0)"))
+        }
+        Op::Cast if out.dtype == DType::Bool => {
+            let zero = if inputs[0].dtype.is_float() { "0.0" } else { "0" };
+            store(out, "i", &format!("select(0, 1, {} != {zero})", f(0, "i")))
         }
         Op::Cast if out.dtype.is_float() => store(out, "i", &format!("f32({})", f(0, "i"))),
         Op::Cast => store(out, "i", &format!("i32({})", f(0, "i"))),
@@ -424,15 +379,6 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
     })
 }
 
-fn binary_symbol(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Add => "+",
-        BinaryOp::Sub => "-",
-        BinaryOp::Mul => "*",
-        BinaryOp::Div => "/",
-    }
-}
-
 /// Element `i` of `inputs[k]` broadcast to `out`'s shape, as a fused program's leaf reads it;
 /// an error naming `what` when there is no such input.
 fn element_of(inputs: &[Operand], k: usize, out: &Operand, what: &str) -> Result<String, String> {
@@ -452,9 +398,9 @@ fn fused(
 ) -> Result<KernelSource, String> {
     let n: usize = out.shape.iter().product();
     let leaf = |k: u32| element_of(inputs, k as usize, out, "fused input");
-    let (lines, last, erf) = program_lines(program, leaf)?;
+    let (lines, last, helpers) = program_lines(program, leaf)?;
     let body = format!("{lines}{}", store(out, "i", &last));
-    Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
+    Ok(elementwise(n, width, &body, &helpers))
 }
 
 /// The sum of a split product's `splits` partial products, each element through `program`
@@ -480,9 +426,9 @@ fn split_sum(
         0 => Ok("p".into()),
         k => element_of(inputs, k as usize, out, "split sum input"),
     };
-    let (lines, last, erf) = program_lines(program, leaf)?;
+    let (lines, last, helpers) = program_lines(program, leaf)?;
     let body = format!("let p = {};\n    {lines}{}", terms.join(" + "), store(out, "i", &last));
-    Ok(elementwise(n, width, &body, if erf { ERF } else { "" }))
+    Ok(elementwise(n, width, &body, &helpers))
 }
 
 /// A matrix product whose kernel applies `program` to each result as it stores it
@@ -499,37 +445,44 @@ fn epilogue(
         0 => Ok("p".into()),
         k => element_of(&inputs[1..], k as usize, out, "epilogue input"),
     };
-    let (lines, last, erf) = program_lines(program, leaf)?;
+    let (lines, last, helpers) = program_lines(program, leaf)?;
     let epilogue = format!(
-        "{}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
-        if erf { ERF } else { "" },
+        "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
         store(out, "i", &last)
     );
     matmul::generate_with(&inputs[..2], out, width, Some(&epilogue), layout)
 }
 
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
-/// of its result, and whether it needs the erf helper.
+/// of its result, and the helper functions it calls.
 fn program_lines(
     program: &[Elem],
     leaf: impl Fn(u32) -> Result<String, String>,
-) -> Result<(String, String, bool), String> {
+) -> Result<(String, String, String), String> {
     let v = |a: &u32| format!("v{a}");
     let mut body = String::new();
-    let mut erf = false;
     for (j, e) in program.iter().enumerate() {
         let expr = match e {
             Elem::Input(k) => leaf(*k)?,
             Elem::Unary(u, a) => unary(*u, &v(a)),
             Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
-            Elem::Binary(op, a, b) => format!("({} {} {})", v(a), binary_symbol(*op), v(b)),
+            Elem::Binary(op, a, b) => binary(*op, &v(a), &v(b), true),
             Elem::Pow(e, a) => format!("pow({}, {e:?})", v(a)),
+            Elem::Compare(c, a, b) => format!("({} {} {})", v(a), c.symbol(), v(b)),
+            // A condition read from memory is a word; one computed here is a WGSL `bool`.
+            Elem::Where(c, a, b) => match program.get(*c as usize) {
+                Some(Elem::Compare(..)) => format!("select({}, {}, {})", v(b), v(a), v(c)),
+                _ => format!("select({}, {}, {} != 0)", v(b), v(a), v(c)),
+            },
         };
-        erf |= matches!(e, Elem::Unary(UnaryOp::Gelu, _) | Elem::UnaryGrad(UnaryOp::Gelu, _, _));
         body += &format!("let v{j} = {expr};\n    ");
     }
     let last = program.len().checked_sub(1).ok_or("an empty fused program")?;
-    Ok((body, format!("v{last}"), erf))
+    let used = program.iter().filter_map(|e| match e {
+        Elem::Unary(u, _) | Elem::UnaryGrad(u, _, _) => Some(*u),
+        _ => None,
+    });
+    Ok((body, format!("v{last}"), helpers(used)))
 }
 
 /// Sums `input` (broadcast up to its shape from `out`) back down to `out`'s shape.
@@ -559,6 +512,17 @@ fn reduce(
     let keep: Vec<usize> =
         x.shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    if !x.dtype.is_float() {
+        // Integers (and masks) accumulate in i32, wrapping as the CPU backend's sums do.
+        let (step, init) = match op {
+            ReduceOp::Sum => ("acc = acc + v;", "0"),
+            ReduceOp::Max => ("acc = max(acc, v);", "i32(-2147483647 - 1)"),
+            ReduceOp::Min => ("acc = min(acc, v);", "2147483647"),
+            ReduceOp::Mean => return Err("an integer mean has no kernel".into()),
+        };
+        let c = rows::Combine { step, init, across: "", result: "acc".into() };
+        return rows::reduce(x, out, &keep, axes, &c, width);
+    }
     let c = match op {
         ReduceOp::Sum => rows::Combine {
             step: "acc = acc + v;",

@@ -405,10 +405,12 @@ pub(super) fn reduce(
         ),
     );
     let (step, init, result) = (c.step, c.init, &c.result);
-    if count >= 32 && reduces_leading_axes(&x.shape, reduced) {
+    // Integers take one invocation per output: the workgroup paths combine in f32.
+    let float = x.dtype.is_float();
+    if float && count >= 32 && reduces_leading_axes(&x.shape, reduced) {
         return Ok(column_reduce(x, out, count, c, width));
     }
-    if count < 4 * width as usize || n >= 4096 {
+    if !float || count < 4 * width as usize || n >= 4096 {
         let body = format!(
             "let o = i;
     let base = {base};

@@ -4,7 +4,7 @@
 //! CPU references live with the tests (`reference.rs`).
 
 use mgn_ir::infer::Ty;
-use mgn_ir::op::{fmt_f64, BinaryOp, GradPart, Op, UnaryOp};
+use mgn_ir::op::{fmt_f64, BinaryOp, CompareOp, GradPart, Op, UnaryOp};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum GpuOp {
@@ -83,6 +83,11 @@ pub enum Elem {
     UnaryGrad(UnaryOp, u32, u32),
     Binary(BinaryOp, u32, u32),
     Pow(f64, u32),
+    /// `a op b` of two float nodes: a `bool`, read only by a `Where` as its condition.
+    Compare(CompareOp, u32, u32),
+    /// `(cond, a, b)` → `a` where `cond` holds, else `b`; `cond` a `Compare` node or a `bool`
+    /// input.
+    Where(u32, u32, u32),
 }
 
 impl Elem {
@@ -94,6 +99,8 @@ impl Elem {
             Elem::UnaryGrad(u, a, b) => Some((Op::UnaryGrad(*u), vec![*a, *b])),
             Elem::Binary(o, a, b) => Some((Op::Binary(*o), vec![*a, *b])),
             Elem::Pow(e, a) => Some((Op::Pow { exponent: *e }, vec![*a])),
+            Elem::Compare(c, a, b) => Some((Op::Compare(*c), vec![*a, *b])),
+            Elem::Where(c, a, b) => Some((Op::Where, vec![*c, *a, *b])),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Element-wise fusion: a float element-wise step (unary, binary, unary derivative, power) whose
-//! only reader is another element-wise step of the same shape is computed inside that reader's
+//! Element-wise fusion: a float element-wise step (unary, binary, unary derivative, power,
+//! `where`, and a comparison of floats feeding a `where`) whose only reader is another
+//! element-wise step of the same shape is computed inside that reader's
 //! kernel instead of by a dispatch of its own, so the chain runs as one `GpuOp::Fused` step —
 //! one dispatch, and its intermediate values never touch memory.
 //!
@@ -24,16 +25,21 @@ fn node(op: &GpuOp, args: &[u32]) -> Option<Elem> {
         (Op::UnaryGrad(u), [a, b]) => Elem::UnaryGrad(*u, *a, *b),
         (Op::Binary(o), [a, b]) => Elem::Binary(*o, *a, *b),
         (Op::Pow { exponent }, [a]) => Elem::Pow(*exponent, *a),
+        (Op::Compare(c), [a, b]) => Elem::Compare(*c, *a, *b),
+        (Op::Where, [c, a, b]) => Elem::Where(*c, *a, *b),
         _ => return None,
     })
 }
 
-fn fusable(s: &Step<u32>) -> bool {
-    s.dtype.is_float()
-        && matches!(
-            s.op.plan_op(),
-            Some(Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. })
-        )
+/// A float element-wise step; or a comparison of floats, which is only ever inlined into the
+/// `where` that reads it (its `bool` result is no float chain's value).
+fn fusable(view: &GpuPlan, s: &Step<u32>) -> bool {
+    let float = matches!(
+        s.op.plan_op(),
+        Some(Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. } | Op::Where)
+    );
+    let floats = s.inputs.iter().all(|&x| view.steps[x as usize].dtype.is_float());
+    (s.dtype.is_float() && float) || (matches!(s.op.plan_op(), Some(Op::Compare(_))) && floats)
 }
 
 /// Programs longer than this stay split: a kernel's registers and compile time grow with it.
@@ -80,6 +86,8 @@ impl Chain {
                 Elem::UnaryGrad(u, a, b) => Elem::UnaryGrad(*u, a + base, b + base),
                 Elem::Binary(o, a, b) => Elem::Binary(*o, a + base, b + base),
                 Elem::Pow(e, a) => Elem::Pow(*e, a + base),
+                Elem::Compare(c, a, b) => Elem::Compare(*c, a + base, b + base),
+                Elem::Where(c, a, b) => Elem::Where(c + base, a + base, b + base),
             };
             self.push(e);
         }
@@ -130,9 +138,12 @@ impl Fusion<'_> {
         let mut args = Vec::with_capacity(s.inputs.len());
         // An input read twice (x · x) is inlined once and its node reused.
         let mut done: Vec<(u32, u32)> = Vec::new();
+        // A comparison's chain absorbs nothing: it is kept only when a `where` inlines it.
+        let compare = matches!(s.op.plan_op(), Some(Op::Compare(_)));
         for &x in &s.inputs {
             let at = match done.iter().find(|(v, _)| *v == x) {
                 Some(&(_, node)) => node,
+                None if compare => c.leaf(x),
                 None => self.input_node(i, x, &mut c),
             };
             done.push((x, at));
@@ -186,7 +197,7 @@ pub(super) fn fuse_elementwise(program: &mut Program) {
         grew: vec![false; n],
     };
     for i in 0..n {
-        if fusable(&view.steps[i]) {
+        if fusable(&view, &view.steps[i]) {
             f.chains[i] = Some(f.chain(i));
         }
     }
@@ -399,6 +410,46 @@ mod tests {
             };
             let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
             crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
+        }
+    }
+
+    /// relu6 as std.nn writes it, `where(x >= 6, 6, relu(x))`, and a `where` on a mask that
+    /// is an input: the comparison is computed inside the selection's kernel, so each is one
+    /// step, and the fused plan computes what the plan does.
+    #[test]
+    fn comparisons_fuse_into_the_where_that_reads_them() {
+        use mgn_ir::op::CompareOp;
+        let (f, b) = (DType::F32, DType::Bool);
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[2, 5]), // 0
+            step(Op::Input { name: "m".into() }, vec![], b, &[5]),    // 1
+            step(Op::Constant { value: 6.0 }, vec![], f, &[]),        // 2
+            step(Op::Compare(CompareOp::Ge), vec![0, 2], b, &[2, 5]), // 3
+            step(Op::Unary(UnaryOp::Relu), vec![0], f, &[2, 5]),      // 4
+            step(Op::Where, vec![3, 2, 4], f, &[2, 5]),               // 5: relu6
+            step(Op::Unary(UnaryOp::Exp), vec![0], f, &[2, 5]),       // 6
+            step(Op::Where, vec![1, 6, 5], f, &[2, 5]),               // 7
+        ];
+        let p = Plan::of_steps(
+            Mode::Infer,
+            steps,
+            vec![("x".into(), 0), ("m".into(), 1)],
+            vec![("y".into(), 7)],
+        );
+        let g = fused(&p);
+        g.validate().expect("a valid plan");
+        assert_eq!(ids(&g), vec![0, 1, 2, 7], "one step computes both selections");
+        let GpuOp::Fused { program } = &g.steps[3].op else { panic!("{:?}", g.steps[3].op) };
+        assert!(program.iter().any(|e| matches!(e, Elem::Compare(CompareOp::Ge, ..))));
+        let x = Tensor::f32(vec![2, 5], vec![-1.0, 3.0, 6.0, 7.5, 0.5, 9.0, -2.0, 6.5, 2.0, 1.0]);
+        let m = Tensor { dtype: b, shape: vec![5], data: mgn_ir::Data::I32(vec![1, 0, 0, 1, 0]) };
+        let given = [("x", &x), ("m", &m)];
+        let want = crate::test_util::run_on_cpu_plan(&p, &[], &given);
+        let got = run_reference(&g, &[], &given);
+        assert_eq!(got.outputs[0].1.to_f64_vec(), want.outputs[0].1.to_f64_vec());
+        if let Some(mut gpu) = crate::test_util::open(p, &[]) {
+            let y = gpu.run(&given, 0).expect("runs").outputs.remove(0).1;
+            crate::test_util::assert_close(&Op::Where, &y, &want.outputs[0].1, 1e-6);
         }
     }
 }

@@ -170,3 +170,43 @@ fn padding_and_resampling() {
     let e = check(&grad, &[(F, &[1, 2, 7, 6])], (F, &[1, 2, 3, 4])).expect_err("wrong dy");
     assert!(e.0.contains("dy must have shape [1, 2, 7, 5]"), "{e}");
 }
+
+#[test]
+fn comparisons_and_selection() {
+    use crate::op::CompareOp;
+    const B: DType = DType::Bool;
+    row(Op::Compare(CompareOp::Lt), &[(F, &[2, 1, 4]), (F, &[3, 1])], Ok((B, &[2, 3, 4])));
+    row(Op::Compare(CompareOp::Eq), &[(I, &[5, 1]), (I, &[7])], Ok((B, &[5, 7])));
+    row(Op::Compare(CompareOp::Ge), &[(F, &[2]), (I, &[2])], Err("one dtype"));
+    row(Op::Compare(CompareOp::Ne), &[(F, &[2, 3]), (F, &[4])], Err("do not broadcast"));
+    row(Op::Where, &[(B, &[2, 1]), (F, &[3]), (F, &[])], Ok((F, &[2, 3])));
+    row(Op::Where, &[(B, &[4]), (I, &[1]), (I, &[2, 1])], Ok((I, &[2, 4])));
+    row(Op::Where, &[(F, &[2]), (F, &[2]), (F, &[2])], Err("must be a bool tensor"));
+    row(Op::Where, &[(B, &[2]), (F, &[2]), (I, &[2])], Err("one dtype"));
+    row(Op::Where, &[(B, &[3]), (F, &[2]), (F, &[2])], Err("do not broadcast"));
+    row(Op::Binary(BinaryOp::Maximum), &[(F, &[2, 1]), (F, &[3])], Ok((F, &[2, 3])));
+    row(Op::Binary(BinaryOp::Minimum), &[(I, &[2]), (F, &[2])], Err("one dtype"));
+}
+
+#[test]
+fn scans_and_top_k() {
+    const B: DType = DType::Bool;
+    let cumsum = |axis| Op::Cumsum { axis, reverse: true };
+    row(cumsum(1), &[(F, &[2, 5])], Ok((F, &[2, 5])));
+    row(cumsum(0), &[(I, &[7])], Ok((I, &[7])));
+    row(cumsum(2), &[(F, &[2, 5])], Err("out of range"));
+    row(cumsum(0), &[(B, &[3])], Err("number tensor"));
+    row(Op::TopK { k: 2, axis: 1 }, &[(F, &[3, 8, 4])], Ok((I, &[3, 2, 4])));
+    row(Op::TopK { k: 9, axis: 1 }, &[(F, &[3, 8])], Err("k = 9 is out of range"));
+    row(Op::TopK { k: 0, axis: 0 }, &[(F, &[3])], Err("k = 0"));
+    let along = Op::TakeAlong { axis: 1 };
+    row(along.clone(), &[(F, &[3, 8, 4]), (I, &[3, 2, 4])], Ok((F, &[3, 2, 4])));
+    row(along.clone(), &[(F, &[3, 8, 4]), (I, &[3, 2, 5])], Err("does not read"));
+    row(along.clone(), &[(F, &[3, 8]), (I, &[2])], Err("does not read"));
+    row(along, &[(F, &[3, 8]), (F, &[3, 2])], Err("integer"));
+    let grad = Op::TakeAlongGrad { axis: 1 };
+    check(&grad, &[(I, &[3, 2, 4]), (F, &[3, 2, 4])], (F, &[3, 8, 4])).expect("typed");
+    let e = check(&grad, &[(I, &[3, 2, 4]), (F, &[3, 3, 4])], (F, &[3, 8, 4])).unwrap_err();
+    assert!(e.0.contains("dy must have"), "{e}");
+    assert!(check(&grad, &[(I, &[3, 2]), (F, &[3, 2])], (F, &[4, 8])).is_err());
+}

@@ -404,7 +404,7 @@ fn global_completions(enc: &Enclosing, seen: &mut HashSet<String>) -> Vec<lsp::C
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::features::tests::{analyse, enclosing};
 
@@ -450,4 +450,43 @@ mod tests {
         assert_eq!(items.first().map(String::as_str), Some("depth"), "{items:?}");
         assert!(!items.contains(&"width".to_string()), "given positionally: {items:?}");
     }
+
+    /// The builtins come from the compiler's table: the ops added to it are offered with their
+    /// signature and doc string like every other builtin.
+    #[test]
+    fn the_selection_and_scan_builtins_are_offered_with_their_docs() {
+        let text =
+            "model M {\n    input x: f32[4]\n    forward {\n        output y = x\n    }\n}\n";
+        let a = analyse(text);
+        let off = text.find("x\n    }").unwrap();
+        let items = completion(&enclosing(&a, off), text, off);
+        for name in NEW_BUILTINS {
+            let b = builtins::lookup(name).unwrap_or_else(|| panic!("`{name}` is a builtin"));
+            let item = items.iter().find(|c| c.label == *name);
+            let item = item.unwrap_or_else(|| panic!("`{name}` is not offered"));
+            assert_eq!(item.detail.as_deref(), Some(builtin_signature(b).as_str()), "{name}");
+            let doc = Some(lsp::Documentation::String(b.doc.to_string()));
+            assert_eq!(item.documentation, doc, "{name}");
+        }
+    }
+
+    pub(crate) const NEW_BUILTINS: &[&str] = &[
+        "where",
+        "maximum",
+        "minimum",
+        "clamp",
+        "erf",
+        "log1p",
+        "expm1",
+        "softplus",
+        "full",
+        "zeros_like",
+        "ones_like",
+        "broadcast_to",
+        "expand",
+        "one_hot",
+        "cumsum",
+        "topk",
+        "take_along_axis",
+    ];
 }

@@ -182,4 +182,18 @@ mod tests {
         let h = hover_text(text, "mean]", 1);
         assert!(h.contains("mean: dim (bound by a shape pattern)"), "{h}");
     }
+
+    #[test]
+    fn hover_on_a_selection_or_scan_builtin_shows_its_signature_and_doc() {
+        use crate::features::completion::tests::NEW_BUILTINS;
+        for name in NEW_BUILTINS {
+            let text = format!(
+                "model M {{\n    input x: f32[4]\n    forward {{\n        let f = {name}\n        \
+                 output y = x\n    }}\n}}\n"
+            );
+            let b = builtins::lookup(name).expect("a builtin");
+            let h = hover_text(&text, &format!("{name}\n"), 1);
+            assert!(h.contains(&builtin_signature(b)) && h.contains(b.doc), "{name}: {h}");
+        }
+    }
 }

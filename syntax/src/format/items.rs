@@ -199,7 +199,8 @@ impl Fmt<'_> {
     pub(super) fn param(&self, p: &Param, indent: usize) -> String {
         let default =
             p.default.as_ref().map(|d| format!(" = {}", self.expr(d, indent))).unwrap_or_default();
-        format!("{}: {}{default}", p.name.name, self.ty(&p.ty, indent))
+        let mark = if p.optional { "?" } else { "" };
+        format!("{}{mark}: {}{default}", p.name.name, self.ty(&p.ty, indent))
     }
 
     pub(super) fn layer(&self, l: &LayerItem, indent: usize) -> Vec<String> {

@@ -192,6 +192,14 @@ fn format_spacing_types_and_arguments() {
         "const T = (a,)\nconst L = [1, 2]\n",
         "one-tuples keep their comma"
     );
+    assert_eq!(
+        fmt_stable("fn f(x:f32[4],w ?:f32[4],b?: f32[4])->f32[4]{layer_norm(x,w,b)}\n"),
+        concat!(
+            "fn f(x: f32[4], w?: f32[4], b?: f32[4]) -> f32[4] {\n",
+            "    layer_norm(x, w, b)\n}\n"
+        ),
+        "optional parameters keep their `?`"
+    );
 }
 
 #[test]

@@ -388,6 +388,7 @@ fn rule_name(r: Rule) -> Option<&'static str> {
         Rule::use_alias | Rule::kw_as => "`as`",
         Rule::use_source => "a module path or a quoted file path",
         Rule::params | Rule::param => "a parameter (`name: type`)",
+        Rule::optional => "`?`",
         Rule::ret_type => "`->`",
         Rule::type_expr | Rule::scalar_type | Rule::tuple_type => "a type",
         Rule::tensor_type | Rule::dtype => "a tensor type such as `f32[B, 784]`",

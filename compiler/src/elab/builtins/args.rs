@@ -33,9 +33,10 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
         }
     };
     let slots = bind_args(&names, args, too_many, unknown)?;
-    // An absent optional field passed to an optional parameter counts as not given.
+    // An absent optional field, or an optional parameter the caller left out, passed to an
+    // optional parameter counts as not given.
     let vals: Vec<Option<(Value, Span)>> = (slots.into_iter().zip(b.params))
-        .map(|(a, p)| a.filter(|a| !(matches!(a.value, Value::Absent { .. }) && p.ends_with('?'))))
+        .map(|(a, p)| a.filter(|a| !(a.value.is_missing() && p.ends_with('?'))))
         .map(|a| a.map(|a| (a.value, a.span)))
         .collect();
     for (i, p) in b.params.iter().enumerate() {
@@ -88,6 +89,9 @@ impl Args {
         );
         if let Value::Absent { field } = v {
             d = d.with_label(*field, "this field does not exist: its `if` condition is false");
+        }
+        if let Value::Omitted { param } = v {
+            d = d.with_label(*param, "this optional parameter was not given");
         }
         d
     }
@@ -236,6 +240,11 @@ impl Args {
 
     pub(super) fn name(&self) -> &'static str {
         self.builtin.name
+    }
+
+    /// The builtin's signature, for notes: `` `clamp(x, min?, max?)` ``.
+    pub(super) fn signature(&self) -> String {
+        signature(self.builtin)
     }
 }
 

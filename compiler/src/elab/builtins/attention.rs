@@ -160,5 +160,11 @@ pub(super) fn softmax_cross_entropy(ev: &mut Evaluator, a: &Args) -> R<Value> {
         return Err(Diagnostic::error("E0203", msg, ts, format!("this is {}", ev.type_str(t)))
             .with_label(ls, format!("logits are {}", fmt_type(d, &sl))));
     }
-    node(ev, Op::SoftmaxCrossEntropy, vec![l, t], d, vec![], a.span)
+    let ignore = super::loss::ignore_index(ev, a)?;
+    let why = "one weight per class, the logits' last axis";
+    let weight = vector_of(ev, a, "weight", sl[sl.len() - 1], d, why)?;
+    if weight.is_none() && ignore.is_none() {
+        return node(ev, Op::SoftmaxCrossEntropy, vec![l, t], d, vec![], a.span);
+    }
+    super::loss::weighted(ev, (l, t), weight, ignore, a.span).map(Value::Tensor)
 }

@@ -7,26 +7,34 @@ mod args;
 mod attention;
 mod conv;
 mod einsum;
+mod fill;
 mod init;
+mod loss;
 mod pointwise;
 mod reduce;
+mod scan;
+mod select;
 mod shapes;
 mod spatial;
 mod transpose;
 
 pub use args::{call, signature, Args};
 pub use pointwise::{elementwise, matmul};
+pub use select::{compare, logic, not};
 pub use shapes::swap_axes;
 
 use super::value::Value;
 use crate::elab::eval::{Evaluator, R};
-use crate::graph::{InitSpec, PoolOp, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, InitSpec, PoolOp, ReduceOp, UnaryOp};
 use attention::*;
 use conv::*;
 use einsum::*;
+use fill::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
+use scan::*;
+use select::*;
 use shapes::*;
 use spatial::*;
 use transpose::*;
@@ -71,6 +79,15 @@ static BUILTINS: &[Builtin] = &[
     b!("sin", ["x"], "sine", |e, a| unary(e, a, UnaryOp::Sin)),
     b!("cos", ["x"], "cosine", |e, a| unary(e, a, UnaryOp::Cos)),
     b!("square", ["x"], "x * x", |e, a| unary(e, a, UnaryOp::Square)),
+    b!("erf", ["x"], "the error function", |e, a| unary(e, a, UnaryOp::Erf)),
+    b!("log1p", ["x"], "log(1 + x), accurate for small x", |e, a| unary(e, a, UnaryOp::Log1p)),
+    b!("expm1", ["x"], "exp(x) - 1, accurate for small x", |e, a| unary(e, a, UnaryOp::Expm1)),
+    b!(
+        "softplus",
+        ["x", "beta?", "threshold?"],
+        "log(1 + exp(beta * x)) / beta, and x where beta * x > threshold (1 and 20 by default)",
+        softplus
+    ),
     b!("pow", ["x", "p"], "x raised to a constant power p", pow),
     b!("cast", ["x", "dtype"], "converts the element type", cast),
     b!(
@@ -262,9 +279,80 @@ static BUILTINS: &[Builtin] = &[
     // losses
     b!(
         "softmax_cross_entropy",
-        ["logits", "targets"],
-        "mean cross-entropy of logits [.., C] and integer targets [..]",
+        ["logits", "targets", "weight?", "ignore_index?"],
+        "mean cross-entropy of logits [.., C] and integer targets [..], PyTorch's weighted \
+         mean with per-class `weight` [C]; targets equal to `ignore_index` count for nothing",
         softmax_cross_entropy
+    ),
+    // comparisons and selection
+    b!(
+        "where",
+        ["cond", "a", "b"],
+        "`a` where the bool tensor `cond` holds, else `b` (broadcasting)",
+        where_
+    ),
+    b!("maximum", ["a", "b"], "element-wise maximum (broadcasting; NaN wins)", |e, a| extremum(
+        e,
+        a,
+        BinaryOp::Maximum
+    )),
+    b!("minimum", ["a", "b"], "element-wise minimum (broadcasting; NaN wins)", |e, a| extremum(
+        e,
+        a,
+        BinaryOp::Minimum
+    )),
+    b!(
+        "clamp",
+        ["x", "min?", "max?"],
+        "limits x to [min, max]; either bound may be left out",
+        clamp
+    ),
+    // filled tensors and broadcasting
+    b!(
+        "full",
+        ["shape", "value", "dtype?"],
+        "a tensor of the given shape holding `value` everywhere (f32 by default)",
+        full
+    ),
+    b!("zeros_like", ["x", "dtype?"], "zeros of x's shape (and dtype unless given)", |e, a| {
+        like(e, a, 0.0)
+    }),
+    b!("ones_like", ["x", "dtype?"], "ones of x's shape (and dtype unless given)", |e, a| {
+        like(e, a, 1.0)
+    }),
+    b!("broadcast_to", ["x", "shape"], "x repeated along axes to a shape (NumPy rules)", |e, a| {
+        broadcast_to(e, a, false)
+    }),
+    b!(
+        "expand",
+        ["x", "shape"],
+        "broadcast_to where -1 keeps the size of x's axis (PyTorch's expand)",
+        |e, a| broadcast_to(e, a, true)
+    ),
+    b!(
+        "one_hot",
+        ["labels", "classes", "dtype?"],
+        "labels as one-hot rows along a new last axis (f32 by default)",
+        one_hot
+    ),
+    // scans and rankings along an axis
+    b!(
+        "cumsum",
+        ["x", "axis", "reverse?"],
+        "running sums along an axis (from its end when `reverse = true`)",
+        cumsum
+    ),
+    b!(
+        "topk",
+        ["x", "k", "axis?"],
+        "(values, i32 indices) of the k largest along an axis (the last by default)",
+        topk
+    ),
+    b!(
+        "take_along_axis",
+        ["x", "index", "axis"],
+        "x read along an axis at integer indices (torch.gather)",
+        take_along_axis
     ),
     // initializers
     b!("zeros", [], "initializer: all zeros", |_, _| Ok(Value::Init(InitSpec::Constant(0.0)))),

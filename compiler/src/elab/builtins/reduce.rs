@@ -14,6 +14,15 @@ pub(super) fn reduce(ev: &mut Evaluator, a: &Args, op: ReduceOp) -> R<Value> {
     let (t, _) = a.tensor(ev, "x")?;
     let (d, s) = ev.ty(t);
     let s = s.to_vec();
+    if d == DType::Bool {
+        return Err(Diagnostic::error(
+            "E0202",
+            format!("`{}` needs a number tensor, found {}", a.name(), fmt_type(d, &s)),
+            a.span_of("x"),
+            "a mask",
+        )
+        .with_help("convert the mask first: `sum(cast(m, f32))` counts where it holds"));
+    }
     if op == ReduceOp::Mean && !d.is_float() {
         return Err(Diagnostic::error(
             "E0202",

@@ -188,6 +188,16 @@ impl<'p> Evaluator<'p> {
     ) -> R<()> {
         let slots = match_args(params, args, what, def)?;
         for (p, slot) in params.iter().zip(slots) {
+            // Left out, or given something missing itself (an optional parameter passed on):
+            // an optional parameter is bound to "not given", never type-checked.
+            let slot = slot.filter(|a| !(p.optional && a.value.is_missing()));
+            if p.optional && slot.is_none() {
+                let value = Value::Omitted { param: p.name.span };
+                let text = "not given (optional)".to_string();
+                self.facts.push(Fact { span: p.name.span, kind: FactKind::Arg, text });
+                self.bind(&p.name.name, p.name.span, value);
+                continue;
+            }
             let (value, span) = match slot {
                 Some(a) => (a.value, a.span),
                 None => match &p.default {

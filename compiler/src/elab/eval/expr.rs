@@ -58,7 +58,21 @@ impl<'p> Evaluator<'p> {
     /// `||` short-circuit: the operands after the deciding one are not evaluated.
     fn chain(&mut self, first: &Expr, rest: &[(BinOp, Expr)]) -> R<Value> {
         if matches!(rest[0].0, BinOp::And | BinOp::Or) {
-            let mut l = self.expect_bool(first)?;
+            let v = self.eval(first)?;
+            if let Value::Tensor(_) = v {
+                // On masks (bool tensors) every operand is evaluated; on bools `&&` and `||`
+                // short-circuit.
+                let (mut acc, mut span) = (v, first.span);
+                for (op, b) in rest {
+                    let r = self.eval(b)?;
+                    let whole = span.to(b.span);
+                    let and = *op == BinOp::And;
+                    let t = builtins::logic(self, and, (&acc, span), (&r, b.span), whole)?;
+                    (acc, span) = (Value::Tensor(t), whole);
+                }
+                return Ok(acc);
+            }
+            let mut l = self.as_bool(v, first)?;
             for (op, b) in rest {
                 if (*op == BinOp::And && !l) || (*op == BinOp::Or && l) {
                     break;
@@ -85,12 +99,15 @@ impl<'p> Evaluator<'p> {
                 i.checked_neg().map(Value::Int).ok_or_else(|| overflow(span))
             }
             (UnOp::Neg, Value::Float(f)) => Ok(Value::Float(-f)),
-            (UnOp::Neg, Value::Tensor(t)) => {
+            (UnOp::Neg, Value::Tensor(t)) if self.ty(t).0 != DType::Bool => {
                 let (d, s) = self.ty(t);
                 let s = s.to_vec();
                 Ok(Value::Tensor(self.add(Op::Unary(UnaryOp::Neg), vec![t], d, s, span)?))
             }
             (UnOp::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
+            (UnOp::Not, Value::Tensor(t)) => {
+                Ok(Value::Tensor(builtins::not(self, t, a.span, span)?))
+            }
             (op, v) => Err(Diagnostic::error(
                 "E0201",
                 format!(
@@ -130,8 +147,23 @@ impl<'p> Evaluator<'p> {
     }
 
     pub(super) fn expect_bool(&mut self, e: &Expr) -> R<bool> {
-        match self.eval(e)? {
+        let v = self.eval(e)?;
+        self.as_bool(v, e)
+    }
+
+    fn as_bool(&mut self, v: Value, e: &Expr) -> R<bool> {
+        match v {
             Value::Bool(b) => Ok(b),
+            Value::Tensor(_) => Err(Diagnostic::error(
+                "E0201",
+                format!("expected a compile-time bool, found {}", self.describe(&v)),
+                e.span,
+                "tensor data",
+            )
+            .with_help(
+                "conditions are compile-time; to choose element by element use \
+                 `where(cond, a, b)`",
+            )),
             v => Err(Diagnostic::error(
                 "E0201",
                 format!("expected a bool, found {}", self.describe(&v)),
@@ -331,6 +363,18 @@ impl<'p> Evaluator<'p> {
         if op == BinOp::MatMul {
             return builtins::matmul(self, (&l, ls), (&r, rs), span).map(Tensor);
         }
+        let cmp = match op {
+            BinOp::Eq => Some(CompareOp::Eq),
+            BinOp::Ne => Some(CompareOp::Ne),
+            BinOp::Lt => Some(CompareOp::Lt),
+            BinOp::Le => Some(CompareOp::Le),
+            BinOp::Gt => Some(CompareOp::Gt),
+            BinOp::Ge => Some(CompareOp::Ge),
+            _ => None,
+        };
+        if let Some(c) = cmp {
+            return builtins::compare(self, c, (&l, ls), (&r, rs), span).map(Tensor);
+        }
         let bop = match op {
             BinOp::Add => BinaryOp::Add,
             BinOp::Sub => BinaryOp::Sub,
@@ -343,9 +387,7 @@ impl<'p> Evaluator<'p> {
                     span,
                     "here",
                 )
-                .with_help(
-                    "tensors support + - * / and @; comparisons work on compile-time values",
-                ))
+                .with_help("tensors support + - * / @, comparisons, and && || ! on masks"))
             }
         };
         builtins::elementwise(self, bop, (&l, ls), (&r, rs), span).map(Tensor)

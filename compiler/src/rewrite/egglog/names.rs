@@ -11,11 +11,13 @@ pub(super) fn unary_of(name: &str) -> Option<UnaryOp> {
     UnaryOp::ALL.into_iter().find(|&u| unary_name(u) == name)
 }
 
-const BINARY: [(BinaryOp, &str); 4] = [
+const BINARY: [(BinaryOp, &str); 6] = [
     (BinaryOp::Add, "add"),
     (BinaryOp::Sub, "sub"),
     (BinaryOp::Mul, "mul"),
     (BinaryOp::Div, "div"),
+    (BinaryOp::Maximum, "maximum"),
+    (BinaryOp::Minimum, "minimum"),
 ];
 
 pub(super) fn binary_name(b: BinaryOp) -> &'static str {

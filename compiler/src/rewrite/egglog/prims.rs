@@ -4,7 +4,6 @@
 use super::names::{binary_of, dtype_of, unary_of};
 use egglog::sort::{F, S};
 use egglog::{add_primitive, EGraph};
-use mgn_ir::op::BinaryOp;
 use mgn_ir::pointwise;
 
 /// `"8,128,384"` → `[8, 128, 384]`; `""` is a scalar's shape.
@@ -47,13 +46,7 @@ fn fold_unary(f: &str, d: &str, a: f64) -> Option<f64> {
 /// result finite.
 fn fold_binary(f: &str, d: &str, a: f64, b: f64) -> Option<f64> {
     let (op, dtype) = (binary_of(f)?, dtype_of(d)?);
-    let (a, b) = (a as f32, b as f32);
-    let y = match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-    } as f64;
+    let y = pointwise::binary(op, a as f32, b as f32) as f64;
     (dtype.is_float() && y.is_finite()).then_some(y)
 }
 
