@@ -60,7 +60,12 @@ fn pointwise_ops_match_the_cpu() {
         check(Op::Binary(b), &[&[2, 3, 5], &[3, 1]], &[], &[2, 3, 5], 1e-6);
         check(Op::Binary(b), &[&[5], &[2, 3, 5]], &[], &[2, 3, 5], 1e-6);
     }
-    check(Op::Constant { value: 0.25 }, &[], &[], &[], 0.0);
+    // Constants as the CPU stores them: rounded to f32, past its range infinite (a decimal
+    // literal of 1e300 or of infinity would not compile into a shader).
+    for value in [0.25, 0.1, 1e300, -1e39, f64::INFINITY, 1e-50] {
+        check(Op::Constant { value }, &[], &[], &[], 0.0);
+    }
+    check_shifted(Op::Pow { exponent: 1e-50 }, &[&[3, 7]], &[], &[3, 7], 1e-6, 2.0);
     check(Op::BroadcastTo, &[&[3, 1]], &[], &[2, 3, 4], 0.0);
     check(Op::Arange, &[], &[], &[9], 0.0);
 }

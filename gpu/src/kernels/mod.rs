@@ -162,6 +162,13 @@ pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
     }
 }
 
+/// An f32 WGSL expression holding exactly the bits of `v` rounded to f32, as the CPU stores it:
+/// infinities, and numbers past f32's range (which the CPU rounds to infinity), cannot be
+/// decimal literals (a shader with one does not compile).
+pub(crate) fn f32_lit(v: f64) -> String {
+    format!("bitcast<f32>({}u)", (v as f32).to_bits())
+}
+
 /// Wraps a per-element body: `i` is the element, `N` the element count.
 pub(super) fn elementwise(n: usize, width: u32, body: &str, helpers: &str) -> KernelSource {
     KernelSource {
@@ -334,11 +341,14 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
     let f = |k: usize, idx: &str| load(&inputs[k], idx);
     let same = |k: usize| broadcast_index("i", &out.shape, &inputs[k].shape);
     Some(match op {
+        Op::Constant { value } if out.dtype.is_float() => store(out, "i", &f32_lit(*value)),
         Op::Constant { value } => store(out, "i", &format!("{value:?}")),
         Op::Arange => store(out, "i", "i"),
         Op::Unary(u) if out.dtype.is_float() => store(out, "i", &unary(*u, &f(0, "i"))),
         Op::Unary(UnaryOp::Neg) => store(out, "i", &format!("-{}", f(0, "i"))),
-        Op::Pow { exponent } => store(out, "i", &format!("pow({}, {exponent:?})", f(0, "i"))),
+        Op::Pow { exponent } => {
+            store(out, "i", &format!("pow({}, {})", f(0, "i"), f32_lit(*exponent)))
+        }
         Op::Binary(b) => {
             let (x, y) = (f(0, &same(0)), f(1, &same(1)));
             store(out, "i", &binary(*b, &x, &y, out.dtype.is_float()))
@@ -467,7 +477,7 @@ fn program_lines(
             Elem::Unary(u, a) => unary(*u, &v(a)),
             Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
             Elem::Binary(op, a, b) => binary(*op, &v(a), &v(b), true),
-            Elem::Pow(e, a) => format!("pow({}, {e:?})", v(a)),
+            Elem::Pow(e, a) => format!("pow({}, {})", v(a), f32_lit(*e)),
             Elem::Compare(c, a, b) => format!("({} {} {})", v(a), c.symbol(), v(b)),
             // A condition read from memory is a word; one computed here is a WGSL `bool`.
             Elem::Where(c, a, b) => match program.get(*c as usize) {

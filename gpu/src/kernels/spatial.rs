@@ -16,11 +16,6 @@ use super::{elementwise, load, store, strides, KernelSource, Operand};
 use mgn_ir::op::{InterpMode, PadMode};
 use mgn_ir::shape::resample::{interpolated, interpolation, padded, Axis};
 
-/// An f32 literal with exactly the host's bits.
-fn bits(v: f32) -> String {
-    format!("bitcast<f32>({}u)", v.to_bits())
-}
-
 pub(super) fn pad(
     x: &Operand,
     out: &Operand,
@@ -60,7 +55,7 @@ pub(super) fn pad(
     let v = load(x, "src");
     // The value as the CPU stores it in f32 (an f64 literal past f32's range would not
     // compile).
-    let fill = bits(value as f32);
+    let fill = super::f32_lit(value);
     body += &format!("    {}", store(out, "i", &format!("select({fill}, {v}, inside)")));
     Ok(elementwise(out.shape.iter().product(), width, &body, ""))
 }
@@ -144,7 +139,7 @@ fn taps(a: &Axis, j: &str, p: &str) -> String {
             } else if a.out == 2 * a.inp {
                 format!("({j} >> 1u)")
             } else {
-                format!("min(u32(floor(f32({j}) * {})), {last}u)", bits(a.ratio))
+                format!("min(u32(floor(f32({j}) * {})), {last}u)", super::f32_lit(a.ratio as f64))
             };
             (i, format!("{p}i0"), "1.0".to_string(), "0.0".to_string())
         }
@@ -153,9 +148,9 @@ fn taps(a: &Axis, j: &str, p: &str) -> String {
         }
         InterpMode::Linear => {
             let src = if a.align_corners {
-                format!("{} * f32({j})", bits(a.ratio))
+                format!("{} * f32({j})", super::f32_lit(a.ratio as f64))
             } else {
-                format!("max({} * (f32({j}) + 0.5) - 0.5, 0.0)", bits(a.ratio))
+                format!("max({} * (f32({j}) + 0.5) - 0.5, 0.0)", super::f32_lit(a.ratio as f64))
             };
             return format!(
                 "let {p}src = {src};
@@ -253,7 +248,7 @@ fn reach(a: &Axis) -> f32 {
 fn run(a: &Axis, c: &str, v: &str, p: &str) -> String {
     let r = reach(a);
     let start = if r > 0.0 {
-        format!("u32(max(0.0, floor(f32(i32({c}) - 2) / {}) - 2.0))", bits(r))
+        format!("u32(max(0.0, floor(f32(i32({c}) - 2) / {}) - 2.0))", super::f32_lit(r as f64))
     } else {
         "0u".into()
     };

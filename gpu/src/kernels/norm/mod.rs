@@ -144,7 +144,7 @@ fn check_part(part: GradPart, has_weight: bool, has_bias: bool) -> Result<(), St
 
 /// An f32 WGSL literal of `v`.
 fn lit(v: f64) -> String {
-    format!("f32({:e})", v)
+    super::f32_lit(v)
 }
 
 /// A norm's weight and bias operands, when present.
