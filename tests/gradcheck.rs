@@ -52,6 +52,23 @@ fn to_f64(t: &Tensor) -> Tensor {
     }
 }
 
+/// Runs `session` on `inputs` on the CPU, then (where there is a device) on the GPU, and
+/// checks each run's output with `check`, which names the backend in its messages.
+fn on_cpu_and_gpu(
+    session: &mut Session,
+    inputs: &[(&str, &Tensor)],
+    check: impl Fn(&mgn_runtime::session::RunOutput, &str),
+) {
+    check(&session.run(inputs).expect("runs on the CPU"), "CPU");
+    match session.use_gpu() {
+        Ok(_) => check(&session.run(inputs).expect("runs on the GPU"), "GPU"),
+        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
+            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
+        }
+        Err(e) => panic!("the GPU cannot run it: {e}"),
+    }
+}
+
 fn loss(session: &mut Session, inputs: &[(String, Tensor)]) -> f64 {
     let given: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     session.run(&given).expect("runs").loss.expect("has a loss").to_f64_vec()[0]
@@ -279,14 +296,7 @@ fn stop_gradient_passes_values_and_blocks_gradients() {
             assert!((g - a).abs() < 1e-6, "{on}: gap {g} vs v {a}");
         }
     };
-    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
-    match session.use_gpu() {
-        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
-        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
-            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
-        }
-        Err(e) => panic!("the GPU cannot run it: {e}"),
-    }
+    on_cpu_and_gpu(&mut session, &[("x", &x)], check);
 }
 
 /// Comparisons, masks, `where`, `maximum`, `minimum` and `clamp` (number and tensor bounds),
@@ -311,14 +321,7 @@ fn gradients_at_ties_follow_pytorch() {
         let loss = out.loss.as_ref().expect("a loss").to_f64_vec()[0];
         assert_eq!(loss, 8.0, "{on}: loss");
     };
-    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
-    match session.use_gpu() {
-        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
-        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
-            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
-        }
-        Err(e) => panic!("the GPU cannot run it: {e}"),
-    }
+    on_cpu_and_gpu(&mut session, &[("x", &x)], check);
 }
 
 /// erf, log1p, expm1, softplus (with and without its β and threshold) and std.nn's
@@ -351,14 +354,7 @@ fn activation_derivatives_at_the_kinks_are_pytorchs() {
             }
         }
     };
-    check(&session.run(&[("x", &x)]).expect("runs on the CPU"), "CPU");
-    match session.use_gpu() {
-        Ok(_) => check(&session.run(&[("x", &x)]).expect("runs on the GPU"), "GPU"),
-        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
-            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
-        }
-        Err(e) => panic!("the GPU cannot run it: {e}"),
-    }
+    on_cpu_and_gpu(&mut session, &[("x", &x)], check);
 }
 
 /// `full`, `zeros_like`, `ones_like`, `broadcast_to` and `expand` (the gradients of the last
@@ -386,14 +382,7 @@ fn one_hot_rows_count_labels_and_rebuild_the_loss() {
         assert_eq!(get("seven"), [7.0; 6], "{on}");
     };
     let given = [("x", &x), ("labels", &labels)];
-    check(&session.run(&given).expect("runs on the CPU"), "CPU");
-    match session.use_gpu() {
-        Ok(_) => check(&session.run(&given).expect("runs on the GPU"), "GPU"),
-        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
-            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
-        }
-        Err(e) => panic!("the GPU cannot run it: {e}"),
-    }
+    on_cpu_and_gpu(&mut session, &given, check);
 }
 
 /// Top-k routing of a mixture of experts: the router learns through the top-k values, the
@@ -460,13 +449,6 @@ model Ce {
         assert!((ignoring - plain / count).abs() < 1e-5, "{on}: {ignoring}");
     };
     let given = [("logits", &logits), ("labels", &labels), ("class_weight", &class_weight)];
-    check(&session.run(&given).expect("runs on the CPU"), "CPU");
-    match session.use_gpu() {
-        Ok(_) => check(&session.run(&given).expect("runs on the GPU"), "GPU"),
-        Err(e) if e.is_no_device() && !mgn_gpu::testing::device_required() => {
-            mgn_gpu::testing::record_skip("no Vulkan device for the GPU half");
-        }
-        Err(e) => panic!("the GPU cannot run it: {e}"),
-    }
+    on_cpu_and_gpu(&mut session, &given, check);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -12,9 +12,8 @@ use super::{broadcast_index, load, store, strides, KernelSource, Operand, FILL};
 /// workgroup; workgroups past `rows` leave together, before any barrier.
 fn row_kernel(rows: usize, width: u32, body: &str) -> KernelSource {
     let half = width / 2;
-    KernelSource {
-        body: format!(
-            "var<workgroup> red: array<f32, {width}>;
+    let shared = format!(
+        "var<workgroup> red: array<f32, {width}>;
 fn wg_sum(lid: u32, v: f32) -> f32 {{
     red[lid] = v;
     workgroupBarrier();
@@ -39,7 +38,17 @@ fn wg_max(lid: u32, v: f32) -> f32 {{
 }}
 fn wg_min(lid: u32, v: f32) -> f32 {{
     return -wg_max(lid, -v);
-}}
+}}"
+    );
+    workgroup_per_row(rows, width, &shared, body)
+}
+
+/// One workgroup per row `r` (of `rows`), with `shared` declared at module scope; workgroups
+/// past `rows` leave together, before any barrier.
+pub(super) fn workgroup_per_row(rows: usize, width: u32, shared: &str, body: &str) -> KernelSource {
+    KernelSource {
+        body: format!(
+            "{shared}
 @compute @workgroup_size({width})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, \
     @builtin(num_workgroups) grid: vec3<u32>, \

@@ -16,25 +16,7 @@ fn split(shape: &[usize], axis: usize) -> Result<(usize, usize, usize), String> 
     Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
 }
 
-/// One workgroup per row `r` (of `rows`), with `shared` declared at module scope.
-fn row_kernel(rows: usize, width: u32, shared: &str, body: &str) -> KernelSource {
-    KernelSource {
-        body: format!(
-            "{shared}
-@compute @workgroup_size({width})
-fn main(@builtin(workgroup_id) wg: vec3<u32>, \
-    @builtin(num_workgroups) grid: vec3<u32>, \
-    @builtin(local_invocation_index) lid: u32) {{
-    let r = wg.x + (wg.y + wg.z * grid.y) * grid.x;
-    if (r >= {rows}u) {{ return; }}
-    {body}
-}}
-"
-        ),
-        invocations: rows as u64 * width as u64,
-        dropout_node: None,
-    }
-}
+use super::rows::workgroup_per_row as row_kernel;
 
 /// Rows up to this long take one invocation each.
 const SHORT: usize = 64;
