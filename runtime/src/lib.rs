@@ -6,7 +6,9 @@ pub mod gpu;
 pub mod init;
 pub mod memory;
 pub mod optim;
+pub mod sample;
 pub mod session;
 
 pub use mgn_ir::{DType, Data, Mode, Op, Plan, Step, Tensor};
+pub use sample::{greedy, Sampler, SamplerConfig};
 pub use session::{Restore, RunOutput, RuntimeError, Session};
