@@ -95,8 +95,9 @@ pub(super) fn split_products(program: &mut Program) {
     }
 }
 
-/// Each range of a split convolution is at least this deep.
-const MIN_CONV_DEPTH: usize = 512;
+/// Each range of a split convolution is at least this deep. Measured on the H200 against 512:
+/// ResNet-50's training step 5–6% faster, its minimal shape 7–10%, the U-Net within its spread.
+const MIN_CONV_DEPTH: usize = 256;
 const MAX_CONV_SPLITS: usize = 64;
 
 /// How many ranges a convolution's GEMM — `m` × `n` outputs per group, a reduction `k` deep —
@@ -177,7 +178,7 @@ mod tests {
         // ResNet-50 at batch 4: weight gradients of the stem (3 tiles, 50,176 deep) and of a 3×3
         // of stage 1 (9 tiles); a 3×3 of stage 4 (32 tiles, 4,608 deep).
         assert_eq!(conv_splits_for(1, 64, 147, 50176), 61);
-        assert_eq!(conv_splits_for(1, 64, 576, 12544), 22);
+        assert_eq!(conv_splits_for(1, 64, 576, 12544), 28);
         assert_eq!(conv_splits_for(1, 512, 196, 4608), 9);
         // Its weight gradient (576 tiles, 196 deep) and a tiny test shape: as they are.
         assert_eq!(conv_splits_for(1, 512, 4608, 196), 1);
