@@ -188,10 +188,13 @@ pub(super) fn clamp(ev: &mut Evaluator, a: &Args) -> R<Value> {
             return clamp_numbers(ev, a);
         }
     }
-    if let Value::Tensor(t) = x.0 {
-        if ev.ty(t).0 == DType::Bool {
-            return Err(a.wrong(ev, "x", "a number tensor (not bool)"));
-        }
+    // A number against tensor bounds broadcasts like them; a bool, string or anything else
+    // has nothing to clamp.
+    match x.0 {
+        Value::Tensor(t) if ev.ty(t).0 != DType::Bool => {}
+        Value::Tensor(_) => return Err(a.wrong(ev, "x", "a number tensor (not bool)")),
+        Value::Int(_) | Value::Float(_) => {}
+        _ => return Err(a.wrong(ev, "x", "a number tensor or a number")),
     }
     let mut v = x.0.clone();
     for (bound, op) in [(lo, CompareOp::Lt), (hi, CompareOp::Gt)] {
