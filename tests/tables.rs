@@ -142,3 +142,22 @@ fn whisper_position_table_is_upstreams_frozen_sinusoids() {
     // Within a few f32 ulps of upstream's f32 table (the sines of arguments up to 149).
     assert_close(&values(&s, "embed_positions.weight"), &want, 2e-5, "embed_positions");
 }
+
+/// A table that types but cannot be computed (a gather past the end of another) is an error
+/// naming the tensor and the model line when a session is set up, never a panic.
+#[test]
+fn a_table_that_cannot_be_computed_is_an_error_naming_it() {
+    let dir = std::env::temp_dir().join(format!("mgn-tables-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = dir.join("m.mgn");
+    let text = "model M {\n    input x: f32[4]\n    \
+                shifted = buffer f32[4] init gather(cast(arange(4), f32), arange(4) + 2)\n    \
+                forward {\n        let y = x + shifted\n        output y = y\n        loss mean(y)\n    }\n}\n";
+    std::fs::write(&model, text).expect("written");
+    let plan = train_plan(model.to_str().expect("utf-8"), &[]);
+    let e = Session::try_new(plan, 0).err().expect("refused");
+    let e = e.to_string();
+    assert!(e.contains("the init of `shifted` cannot be computed"), "{e}");
+    assert!(e.contains("m.mgn:3:") && e.contains("out of range"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

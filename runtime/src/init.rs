@@ -77,14 +77,24 @@ pub fn sample(init: &InitSpec, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
 /// plan, is deliberately not part of it (see the module docs) and is used only in the panic
 /// message for an impossible shape.
 pub fn initialize(spec: &ParamSpec, seed: u64, index: usize) -> Tensor {
+    try_initialize(spec, seed, index).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`initialize`], with a computed init that cannot run (say, a table that gathers past the end
+/// of another: typed, but refused by the reference backend) as an error naming the parameter.
+pub fn try_initialize(spec: &ParamSpec, seed: u64, index: usize) -> Result<Tensor, String> {
+    if let InitSpec::Computed(steps) = &spec.init {
+        return compute(steps)
+            .map_err(|e| format!("the init of `{}` cannot be computed: {e}", spec.name));
+    }
+    Ok(sampled(spec, seed, index))
+}
+
+/// A sampled (not computed) init's values.
+fn sampled(spec: &ParamSpec, seed: u64, index: usize) -> Tensor {
     let n = spec.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or_else(|| {
         panic!("parameter {index} `{}` has an impossible shape {:?}", spec.name, spec.shape)
     });
-    if let InitSpec::Computed(steps) = &spec.init {
-        return compute(steps).unwrap_or_else(|e| {
-            panic!("the init of parameter {index} `{}` cannot be computed: {e}", spec.name)
-        });
-    }
     let mut rng = param_rng(seed, &spec.name);
     let values = sample(&spec.init, n, &mut rng);
     let data = match spec.dtype {

@@ -81,7 +81,11 @@ impl Session {
     /// too large for the machine is an error naming its largest tensors.
     pub fn try_new(plan: Plan, seed: u64) -> Result<Session, RuntimeError> {
         crate::memory::check(&plan, crate::memory::resident(&plan), "a session")?;
-        Ok(Session::new(plan, seed))
+        let params = (plan.params.iter().enumerate())
+            .map(|(i, p)| crate::init::try_initialize(p, seed, i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(RuntimeError::Failed)?;
+        Ok(Session::with_params(plan, seed, params))
     }
 
     /// A session with freshly initialized parameters (deterministic for a given seed). Memory
@@ -496,8 +500,12 @@ impl Session {
         };
         crate::memory::check(&plan, crate::memory::resident(&plan), "a session")?;
         let params = (tensors.into_iter().enumerate())
-            .map(|(i, t)| t.unwrap_or_else(|| crate::init::initialize(&plan.params[i], seed, i)))
-            .collect();
+            .map(|(i, t)| match t {
+                Some(t) => Ok(t),
+                None => crate::init::try_initialize(&plan.params[i], seed, i),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(RuntimeError::Failed)?;
         let mut session = Session::with_params(plan, seed, params);
         if let Some(state) = optimizer {
             session.step = state.step;

@@ -148,7 +148,9 @@ impl Bench<'_> {
         plan: Plan,
         notes: &mut Vec<String>,
     ) -> Result<(Session, Option<(String, f64)>), u8> {
-        let mut s = session(plan, self.a.seed);
+        let model = plan.model.clone();
+        let mut s = session(plan, self.a.seed)
+            .map_err(|e| self.fail(&format!("cannot set up `{model}`: {e}")))?;
         let Engine::Gpu { forced } = self.engine.get() else { return Ok((s, None)) };
         let start = Instant::now();
         match s.use_gpu() {
@@ -179,11 +181,12 @@ impl Bench<'_> {
     }
 }
 
-/// A session with NaN checks off, so that the kernels are what is timed.
-fn session(plan: Plan, seed: u64) -> Session {
-    let mut s = Session::new(plan, seed);
+/// A session with NaN checks off, so that the kernels are what is timed (an init that cannot
+/// be computed is an error, not a panic).
+fn session(plan: Plan, seed: u64) -> Result<Session, mgn_runtime::RuntimeError> {
+    let mut s = Session::try_new(plan, seed)?;
     s.check_numerics = false;
-    s
+    Ok(s)
 }
 
 /// One timed run of every step: on the GPU the results stay on the device (what is timed is the
