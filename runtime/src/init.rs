@@ -76,6 +76,10 @@ pub fn sample(init: &InitSpec, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
 /// The stream depends on `seed` and `spec.name` only; `index`, the parameter's position in the
 /// plan, is deliberately not part of it (see the module docs) and is used only in the panic
 /// message for an impossible shape.
+///
+/// # Panics
+/// When a computed init cannot run: apps that load plans they did not build use
+/// [`try_initialize`] (as `Session::try_new` does).
 pub fn initialize(spec: &ParamSpec, seed: u64, index: usize) -> Tensor {
     try_initialize(spec, seed, index).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -89,7 +89,8 @@ impl Session {
     }
 
     /// A session with freshly initialized parameters (deterministic for a given seed). Memory
-    /// is not checked: a plan too large for the host aborts in the allocator (see `try_new`).
+    /// is not checked: a plan too large for the host aborts in the allocator, and a computed
+    /// init that cannot run panics (`try_new` makes both errors).
     pub fn new(plan: Plan, seed: u64) -> Session {
         let params = (plan.params.iter().enumerate())
             .map(|(i, p)| crate::init::initialize(p, seed, i))
