@@ -152,7 +152,8 @@ fn a_table_that_cannot_be_computed_is_an_error_naming_it() {
     let model = dir.join("m.mgn");
     let text = "model M {\n    input x: f32[4]\n    \
                 shifted = buffer f32[4] init gather(cast(arange(4), f32), arange(4) + 2)\n    \
-                forward {\n        let y = x + shifted\n        output y = y\n        loss mean(y)\n    }\n}\n";
+                forward {\n        let y = x + shifted\n        output y = y\n        \
+                loss mean(y)\n    }\n}\n";
     std::fs::write(&model, text).expect("written");
     let plan = train_plan(model.to_str().expect("utf-8"), &[]);
     let e = Session::try_new(plan, 0).err().expect("refused");
