@@ -50,7 +50,14 @@ impl PlanOptions<'_> {
 pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Plan, Diagnostic> {
     check_engine(opts.rewrites)?;
     check_frozen(&g, opts)?;
+    // State writes are results like outputs: the rewrites track them as outputs.
+    let n_out = g.outputs.len();
+    g.outputs.extend(g.state_writes.iter().map(|(_, id)| (String::new(), *id)));
     let grads = differentiate_and_rewrite(&mut g, opts)?;
+    let written: Vec<NodeId> = g.outputs.drain(n_out..).map(|(_, id)| id).collect();
+    for (w, id) in g.state_writes.iter_mut().zip(written) {
+        w.1 = id;
+    }
     let want_loss = opts.loss || opts.grads;
     // Liveness: everything the results read, transitively. Inputs nothing reads are dropped,
     // so an inference plan does not ask for the labels its loss would need.
@@ -59,6 +66,7 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
         roots.extend(g.loss.map(|id| id.0));
     }
     roots.extend(grads.iter().map(|(_, id)| id.0));
+    roots.extend(g.state_writes.iter().map(|(_, id)| id.0));
     let live = mgn_ir::analysis::needed(&g, roots);
     let (steps, renumber) = to_steps(&g, &live, sources);
     let map = |id: NodeId| renumber[id.0 as usize];
@@ -89,6 +97,7 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
         loss: if want_loss { g.loss.map(map) } else { None },
         grads: grads.iter().map(|(p, id)| (*p, map(*id))).collect(),
         optimizer: opts.optimizer.clone(),
+        state_writes: g.state_writes.iter().map(|(p, id)| (*p, map(*id))).collect(),
     };
     // Every plan the compiler makes passes the validator that plan files and backends rely on:
     // a node elaboration or autodiff typed differently from the IR's rules is a compiler bug,

@@ -139,6 +139,8 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         Reshape => movement::reshape(x[0], shape),
         Concat { axis } => movement::concat(x, *axis, shape),
         Slice { axis, start, end } => movement::slice(x[0], *axis, *start, *end, shape),
+        Narrow { axis, len } => movement::narrow(x[0], x[1], *axis, *len, shape),
+        SliceScatter { axis } => movement::slice_scatter(x[0], x[1], x[2], *axis),
         Gather { axis } => movement::gather(x[0], x[1], *axis, shape),
         Reduce { op, axes, keepdim } => reduce::reduce(*op, x[0], axes, *keepdim, shape),
         ArgMax { axis } => reduce::argmax(x[0], *axis, shape),
@@ -164,7 +166,14 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         Attention { causal, scale, has_mask } => {
             attention::attention(x, *causal, *scale, *has_mask, shape)
         }
-        Rope { theta, offset, inverse } => attention::rope(x[0], *theta, *offset, *inverse),
+        Rope { theta, offset, inverse } => {
+            // A run-time start (decoding) moves every position; negative ones count as 0.
+            let start = match x.get(1) {
+                Some(s) => movement::clamped_start(s, usize::MAX, 0)?,
+                None => 0,
+            };
+            attention::rope(x[0], *theta, offset + start, *inverse)
+        }
         SoftmaxCrossEntropy => reduce::cross_entropy(x[0], x[1], shape),
         Pad { widths, mode, value } => spatial::pad(x[0], widths, *mode, *value, shape),
         Interpolate { mode, size, scale, align_corners } => {

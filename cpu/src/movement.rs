@@ -125,6 +125,68 @@ pub(crate) fn slice(
     }))
 }
 
+/// A start read at run time (`i32[]`), clamped so `len` elements from it stay inside an axis
+/// of `size` (XLA's dynamic-slice rule; the GPU kernels clamp the same way, as they cannot fail).
+pub(crate) fn clamped_start(start: &Tensor, size: usize, len: usize) -> KResult<usize> {
+    match ints(start, "the start")? {
+        [s] => Ok(((*s).max(0) as usize).min(size.saturating_sub(len))),
+        v => err(format!("the start must be one i32, found {} elements", v.len())),
+    }
+}
+
+/// `torch.narrow` with a run-time start: `len` elements of `axis` from the clamped start.
+pub(crate) fn narrow(
+    x: &Tensor,
+    start: &Tensor,
+    axis: usize,
+    len: usize,
+    shape: &[usize],
+) -> KResult<Data> {
+    check_axis(axis, x.shape.len(), "axis")?;
+    let s = clamped_start(start, x.shape[axis], len)?;
+    slice(x, axis, s, s + len, shape)
+}
+
+/// `x` with `src` written over the clamped `start ..` of `axis` (a KV-cache write).
+pub(crate) fn slice_scatter(
+    x: &Tensor,
+    src: &Tensor,
+    start: &Tensor,
+    axis: usize,
+) -> KResult<Data> {
+    check_axis(axis, x.shape.len(), "axis")?;
+    let (outer, len, inner) = split_at_axis(&x.shape, axis);
+    let w = src.shape[axis];
+    let s = clamped_start(start, len, w)?;
+    fn place<T: Copy>(
+        out: &mut [T],
+        src: &[T],
+        (outer, len, inner): (usize, usize, usize),
+        s: usize,
+        w: usize,
+    ) {
+        for o in 0..outer {
+            let to = (o * len + s) * inner;
+            out[to..to + w * inner].copy_from_slice(&src[o * w * inner..(o + 1) * w * inner]);
+        }
+    }
+    // f32 values into an f64 reference tensor (or back), as the other kernels accept them.
+    let src = match (&x.data, &src.data) {
+        (Data::F32(_), Data::F64(v)) => Data::F32(v.iter().map(|&a| a as f32).collect()),
+        (Data::F64(_), Data::F32(v)) => Data::F64(v.iter().map(|&a| a as f64).collect()),
+        (_, d) => d.clone(),
+    };
+    let mut out = x.data.clone();
+    let geo = (outer, len, inner);
+    match (&mut out, &src) {
+        (Data::F32(o), Data::F32(v)) => place(o, v, geo, s, w),
+        (Data::F64(o), Data::F64(v)) => place(o, v, geo, s, w),
+        (Data::I32(o), Data::I32(v)) => place(o, v, geo, s, w),
+        _ => return err("x and src are stored as different types"),
+    }
+    Ok(out)
+}
+
 /// `[dy]` → zeros of the step's shape with `dy` at `start..end` of `axis`.
 pub(crate) fn slice_grad(
     dy: &Tensor,

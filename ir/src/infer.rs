@@ -196,6 +196,8 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
         Permute { .. }
         | Concat { .. }
         | Slice { .. }
+        | Narrow { .. }
+        | SliceScatter { .. }
         | Gather { .. }
         | Reduce { .. }
         | ArgMax { .. }
@@ -275,6 +277,35 @@ fn infer_more(op: &Op, x: &[Ty]) -> Rule {
             out[*axis] = end - start;
             Ok(Some((a.0, out)))
         }
+        Narrow { axis, len } => {
+            let [a, start] = take(x)?;
+            axis_in(*axis, *a)?;
+            run_time_start(*start)?;
+            if !(1..=a.1[*axis]).contains(len) {
+                return fail(format!("{len} elements do not fit axis {axis} of {}", show(*a)));
+            }
+            let mut out = a.1.to_vec();
+            out[*axis] = *len;
+            Ok(Some((a.0, out)))
+        }
+        SliceScatter { axis } => {
+            let [a, src, start] = take(x)?;
+            axis_in(*axis, *a)?;
+            run_time_start(*start)?;
+            let fits = src.0 == a.0
+                && src.1.len() == a.1.len()
+                && (1..=a.1[*axis]).contains(&src.1[*axis])
+                && src.1.iter().zip(a.1).enumerate().all(|(k, (s, n))| k == *axis || s == n);
+            if !fits {
+                return fail(format!(
+                    "{} does not fit into {} along axis {axis} (same dtype and rank, equal \
+                     sizes but there, no longer there)",
+                    show(*src),
+                    show(*a)
+                ));
+            }
+            same(*a)
+        }
         Gather { axis } => {
             let [t, i] = take(x)?;
             axis_in(*axis, *t)?;
@@ -306,6 +337,14 @@ fn infer_more(op: &Op, x: &[Ty]) -> Rule {
         }
         _ => unreachable!("`infer` sends movement and reductions here"),
     }
+}
+
+/// A position read at run time (`Narrow`, `SliceScatter`, `Rope`): an `i32[]`.
+fn run_time_start(t: Ty) -> Result<(), ShapeError> {
+    if t.0 != DType::I32 || !t.1.is_empty() {
+        return fail(format!("the start must be an i32[] scalar, found {}", show(t)));
+    }
+    Ok(())
 }
 
 /// A norm's `x`: the first input, a float tensor.
@@ -473,7 +512,14 @@ fn infer_windows(op: &Op, x: &[Ty]) -> Rule {
             }
         }
         Rope { .. } => {
-            let [a] = take(x)?;
+            let a = match x {
+                [a] => a,
+                [a, start] => {
+                    run_time_start(*start)?;
+                    a
+                }
+                _ => return fail(format!("takes x and maybe a start, not {} inputs", x.len())),
+            };
             float(*a, "the input")?;
             let r = a.1.len();
             if r < 2 || a.1[r - 1] % 2 != 0 {

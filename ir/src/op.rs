@@ -182,6 +182,18 @@ pub enum Op {
         start: usize,
         end: usize,
     },
+    /// `[x, start]` → `len` elements of `axis` from `start`, an `i32[]` read at run time and
+    /// clamped so the window stays inside the axis (`torch.narrow` with a tensor start).
+    Narrow {
+        axis: usize,
+        len: usize,
+    },
+    /// `[x, src, start]` → `x` with `src` written over `start .. start + len` of `axis` (`len`
+    /// is `src`'s size there; elsewhere the shapes are equal). `start` is an `i32[]` read at run
+    /// time and clamped like `Narrow`'s: XLA's dynamic_update_slice, the write into a KV cache.
+    SliceScatter {
+        axis: usize,
+    },
     /// `index_select`: the axis is replaced by the index tensor's shape.
     Gather {
         axis: usize,
@@ -248,6 +260,7 @@ pub enum Op {
         has_mask: bool,
     },
     /// `inverse` rotates by the negative angle: the derivative of the forward rotation.
+    /// `[x]`, or `[x, start]` with an `i32[]` added to `offset` at run time (decoding).
     Rope {
         theta: f64,
         offset: usize,
@@ -442,6 +455,8 @@ impl Op {
             Op::Reshape => "reshape".into(),
             Op::Concat { axis } => format!("concat axis={axis}"),
             Op::Slice { axis, start, end } => format!("slice axis={axis} {start}..{end}"),
+            Op::Narrow { axis, len } => format!("narrow axis={axis} len={len}"),
+            Op::SliceScatter { axis } => format!("slice_scatter axis={axis}"),
             Op::Gather { axis } => format!("gather axis={axis}"),
             Op::Reduce { op, axes, keepdim } => {
                 format!(

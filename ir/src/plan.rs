@@ -96,6 +96,11 @@ pub struct Plan {
     /// Training plans: (parameter index, step holding its gradient) for each trained parameter.
     pub grads: Vec<(usize, u32)>,
     pub optimizer: OptimizerSpec,
+    /// State the plan carries from one run to the next: (parameter index, step whose value
+    /// replaces that buffer once the run is over). Every step of the run reads the old value.
+    /// The written tensors are buffers or `state` fields (never trained); a KV cache is one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_writes: Vec<(usize, u32)>,
 }
 
 #[derive(Debug)]
@@ -129,6 +134,7 @@ impl Plan {
             loss: None,
             grads: vec![],
             optimizer: OptimizerSpec::default(),
+            state_writes: vec![],
         }
     }
 
@@ -310,6 +316,7 @@ mod tests {
             loss: None,
             grads: vec![],
             optimizer: OptimizerSpec::default(),
+            state_writes: vec![],
         }
     }
 

@@ -24,6 +24,7 @@ impl Builder<'_> {
             Op::Compare(_) | Op::TopK { .. } => Some(vec![]),
             Op::Where => Some(self.where_rule(n, dy, &node)),
             Op::Cumsum { .. } | Op::TakeAlong { .. } => Some(self.scan_rule(n, dy, &node)),
+            Op::Narrow { .. } | Op::SliceScatter { .. } => Some(self.window_rule(n, dy, &node)),
             Op::Unary(_) | Op::Pow { .. } | Op::Binary(_) | Op::Cast | Op::MatMul => {
                 Some(self.pointwise(n, dy, &node))
             }
@@ -308,7 +309,9 @@ impl Builder<'_> {
             Op::Rope { theta, offset, inverse } => {
                 // The rotation's derivative is the rotation by the negative angle.
                 let op = Op::Rope { theta: *theta, offset: *offset, inverse: !inverse };
-                self.only(n, node, op, vec![dy])
+                // A run-time start (decoding) rotates the derivative by the same positions.
+                let inputs = std::iter::once(dy).chain(node.inputs.get(1).copied()).collect();
+                self.only(n, node, op, inputs)
             }
             Op::SoftmaxCrossEntropy => {
                 self.only(n, node, Op::SoftmaxCrossEntropyGrad, vec![x(0), x(1), dy])

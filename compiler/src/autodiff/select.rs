@@ -2,7 +2,8 @@
 //! gradient through masks: comparisons give no gradient (their result is `bool`), `where` sends
 //! `dy` to the side it picked, and `maximum` / `minimum` to the larger / smaller operand, half
 //! to each on a tie (PyTorch's convention). A running sum's gradient is the running sum of `dy`
-//! the other way; values read at indices send theirs back to those positions.
+//! the other way; values read at indices send theirs back to those positions; windows at a
+//! run-time start send theirs back through the same window.
 
 use super::Builder;
 use crate::graph::{BinaryOp, Node, NodeId, Op};
@@ -88,6 +89,36 @@ impl Builder<'_> {
                 self.only(n, node, Op::TakeAlongGrad { axis }, vec![node.inputs[1], dy])
             }
             _ => unreachable!("rule() sends only scans and take_along here"),
+        }
+    }
+
+    /// Windows at a run-time start: `narrow` sends `dy` into zeros at the window;
+    /// `slice_scatter` sends `dy` outside the window to `x` and the window to `src`. The start
+    /// is an integer and gets none.
+    pub(super) fn window_rule(&mut self, n: NodeId, dy: NodeId, node: &Node) -> Grads {
+        let (x, start) = (node.inputs[0], *node.inputs.last().expect("a start"));
+        let zeros = |b: &mut Self, like: NodeId| {
+            let zero = b.scalar(n, 0.0);
+            let s = b.shape(like);
+            b.push_like(n, Op::BroadcastTo, vec![zero], s)
+        };
+        match node.op {
+            Op::Narrow { axis, .. } => {
+                let all = zeros(self, x);
+                let s = self.shape(x);
+                let op = Op::SliceScatter { axis };
+                vec![(0, self.push_like(n, op, vec![all, dy, start], s))]
+            }
+            Op::SliceScatter { axis } => {
+                let src = node.inputs[1];
+                let (xs, ss) = (self.shape(x), self.shape(src));
+                let window = zeros(self, src);
+                let op = Op::SliceScatter { axis };
+                let gx = self.push_like(n, op, vec![dy, window, start], xs);
+                let op = Op::Narrow { axis, len: ss[axis] };
+                vec![(0, gx), (1, self.push_like(n, op, vec![dy, start], ss))]
+            }
+            _ => unreachable!("rule() sends only narrow and slice_scatter here"),
         }
     }
 }

@@ -45,6 +45,8 @@ pub struct ParamInfo {
     pub trainable: bool,
     /// `const` fields are not: every session computes them from `init`.
     pub persistent: bool,
+    /// `state` fields: not trained or saved, written by the model's forward (a KV cache).
+    pub state: bool,
     pub node: NodeId,
     pub span: Span,
 }
@@ -54,9 +56,10 @@ impl ParamInfo {
         self.shape.iter().product()
     }
 
-    /// The field's keyword: `param`, `buffer` or `const`.
+    /// The field's keyword: `param`, `buffer`, `const` or `state`.
     pub fn kind(&self) -> &'static str {
         match (self.trainable, self.persistent) {
+            _ if self.state => "state",
             (true, _) => "param",
             (false, true) => "buffer",
             (false, false) => "const",
@@ -74,6 +77,9 @@ pub struct Graph {
     pub inputs: Vec<(String, NodeId)>,
     pub outputs: Vec<(String, NodeId)>,
     pub loss: Option<NodeId>,
+    /// `self.field = value` in forward: (parameter index, node whose value replaces the
+    /// buffer or `state` field once a run is over).
+    pub state_writes: Vec<(usize, NodeId)>,
 }
 
 impl Graph {

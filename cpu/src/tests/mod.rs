@@ -2,6 +2,7 @@
 //! (`grads*.rs`), forward values against hand-computed ones or direct formulas (`values.rs`),
 //! and errors for bad data (`errors.rs`). The helpers they share are here.
 
+mod cache;
 mod errors;
 mod grads;
 mod grads_rows;

@@ -45,6 +45,26 @@ fn movement_and_reductions() {
     row(Op::Concat { axis: 1 }, &[(F, &[2, 3]), (F, &[3, 5])], Err("cannot join"));
     row(Op::Slice { axis: 0, start: 1, end: 3 }, &[(F, &[4, 2])], Ok((F, &[2, 2])));
     row(Op::Slice { axis: 0, start: 3, end: 5 }, &[(F, &[4, 2])], Err("out of range"));
+    let start: (DType, &[usize]) = (I, &[]);
+    row(Op::Narrow { axis: 1, len: 2 }, &[(F, &[4, 6]), start], Ok((F, &[4, 2])));
+    row(Op::Narrow { axis: 1, len: 7 }, &[(F, &[4, 6]), start], Err("do not fit axis 1"));
+    row(Op::Narrow { axis: 1, len: 2 }, &[(F, &[4, 6]), (I, &[1])], Err("i32[] scalar"));
+    row(
+        Op::SliceScatter { axis: 2 },
+        &[(F, &[1, 3, 8]), (F, &[1, 3, 2]), start],
+        Ok((F, &[1, 3, 8])),
+    );
+    row(
+        Op::SliceScatter { axis: 2 },
+        &[(F, &[1, 3, 8]), (F, &[1, 2, 2]), start],
+        Err("does not fit"),
+    );
+    row(
+        Op::SliceScatter { axis: 2 },
+        &[(F, &[1, 3, 8]), (F, &[1, 3, 9]), start],
+        Err("does not fit"),
+    );
+    row(Op::SliceScatter { axis: 0 }, &[(F, &[4]), (F, &[2]), (F, &[])], Err("i32[] scalar"));
     row(Op::Gather { axis: 0 }, &[(F, &[10, 4]), (I, &[2, 3])], Ok((F, &[2, 3, 4])));
     row(Op::Gather { axis: 0 }, &[(F, &[10, 4]), (F, &[2])], Err("integer"));
     let sum = |axes: Vec<usize>, keepdim| Op::Reduce { op: ReduceOp::Sum, axes, keepdim };
@@ -103,6 +123,10 @@ fn windows_attention_and_losses() {
     row(dk.clone(), &[qkv[0], qkv[1], qkv[2], (F, &[2, 8, 5, 4])], Ok((F, &[2, 2, 7, 16])));
     row(dk, &[qkv[0], qkv[1], qkv[2], (F, &[2, 8, 5, 4]), (F, &[1])], Err("takes 4 inputs"));
     row(Op::Rope { theta: 1e4, offset: 0, inverse: false }, &[(F, &[2, 5, 7])], Err("even D"));
+    let rope = || Op::Rope { theta: 1e4, offset: 0, inverse: false };
+    row(rope(), &[(F, &[2, 5, 8]), (I, &[])], Ok((F, &[2, 5, 8])));
+    row(rope(), &[(F, &[2, 5, 8]), (F, &[])], Err("i32[] scalar"));
+    row(rope(), &[(F, &[2, 5, 8]), (I, &[]), (I, &[])], Err("maybe a start, not 3"));
     row(Op::SoftmaxCrossEntropy, &[(F, &[4, 10]), (I, &[4])], Ok((F, &[])));
     row(Op::SoftmaxCrossEntropy, &[(F, &[4, 10]), (I, &[5])], Err("targets must have shape [4]"));
 }

@@ -9,7 +9,8 @@
 //! - types every step by its op's rule ([`crate::infer::check`]): input counts, dtypes and
 //!   shapes agree, parameters have their declared type, every gradient has its parameter's;
 //! - has no tensor over 2^40 elements;
-//! - computes each computed init from constants alone, ending in the tensor's own type.
+//! - computes each computed init from constants alone, ending in the tensor's own type;
+//! - writes state only into untrained tensors, once per run, with values of their type.
 //!
 //! Validation is linear in the plan's size; the compiler runs it on every plan it builds,
 //! `Plan::from_bytes` on every plan it reads, and `GpuSession::new` on hand-built ones.
@@ -169,6 +170,35 @@ fn results(plan: &Plan) -> Result<(), String> {
         }
         if plan.grads[..k].iter().any(|&(q, _)| q == p) {
             return Err(format!("parameter `{}` has two gradients", spec.name));
+        }
+    }
+    state_writes(plan)
+}
+
+/// Each state write replaces an untrained tensor, once, by a step of its exact type.
+fn state_writes(plan: &Plan) -> Result<(), String> {
+    for (k, &(p, v)) in plan.state_writes.iter().enumerate() {
+        let spec = plan.params.get(p).ok_or_else(|| {
+            format!("a state write names parameter {p}, but there are {}", plan.params.len())
+        })?;
+        let s = plan.steps.get(v as usize).ok_or_else(|| {
+            format!(
+                "the write of `{}` names value {v}, but there are {}",
+                spec.name,
+                plan.steps.len()
+            )
+        })?;
+        if spec.trainable {
+            return Err(format!("`{}` is trained, so a run may not overwrite it", spec.name));
+        }
+        if s.shape != spec.shape || s.dtype != spec.dtype {
+            return Err(format!(
+                "`{}` is {}{:?}, but the step written into it (value {v}) is {}{:?}",
+                spec.name, spec.dtype, spec.shape, s.dtype, s.shape
+            ));
+        }
+        if plan.state_writes[..k].iter().any(|&(q, _)| q == p) {
+            return Err(format!("`{}` is written twice in one run", spec.name));
         }
     }
     Ok(())

@@ -173,3 +173,35 @@ fn only_const_tensors_say_they_are_not_persistent() {
     let back = Plan::from_bytes(&p.to_bytes(), "p.mgnplan").expect("reads back");
     assert!(!back.params[0].persistent);
 }
+
+#[test]
+fn state_writes_replace_untrained_tensors_once_with_their_type() {
+    let writable = || {
+        let mut p = plan();
+        p.params[0].trainable = false;
+        p.grads.clear();
+        p.loss = None;
+        p.mode = Mode::Infer;
+        p
+    };
+    let mut good = writable();
+    good.state_writes = vec![(0, 6)];
+    good.validate().expect("a [4] value written into a [4] buffer");
+    let back = Plan::from_bytes(&good.to_bytes(), "p.mgnplan").expect("reads back");
+    assert_eq!(back.state_writes, vec![(0, 6)]);
+    type Edit = fn(&mut Plan);
+    let rows: &[(Edit, &str)] = &[
+        (|p| p.state_writes = vec![(3, 6)], "names parameter 3, but there are 1"),
+        (|p| p.state_writes = vec![(0, 60)], "names value 60, but there are 7"),
+        (|p| p.state_writes = vec![(0, 3)], "`w` is f32[4], but the step written into it"),
+        (|p| p.state_writes = vec![(0, 6), (0, 6)], "`w` is written twice in one run"),
+        (|p| p.params[0].trainable = true, "`w` is trained, so a run may not overwrite it"),
+    ];
+    for (k, (edit, words)) in rows.iter().enumerate() {
+        let mut p = writable();
+        p.state_writes = vec![(0, 6)];
+        edit(&mut p);
+        let e = p.validate().expect_err(&format!("row {k} must be refused"));
+        assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
+    }
+}

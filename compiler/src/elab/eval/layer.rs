@@ -154,6 +154,7 @@ impl<'p> Evaluator<'p> {
             init,
             trainable,
             persistent,
+            state: false,
             node,
             span: f.span,
         });
