@@ -25,6 +25,8 @@ use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::collections::HashMap;
 
+mod tensors;
+
 /// What `GpuSession::profile` measured: GPU time per op family (the first word of the op's
 /// name: family, dispatches, total), slowest first, the slowest dispatches on their own (the op
 /// with its attributes, the output shape and the model line it came from), and every dispatch

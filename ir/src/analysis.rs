@@ -30,7 +30,8 @@ impl Dataflow for Plan {
 
     fn results(&self) -> Vec<u32> {
         let outputs = self.outputs.iter().map(|(_, v)| *v);
-        outputs.chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v)).collect()
+        let written = self.state_writes.iter().map(|(_, v)| *v);
+        outputs.chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v)).chain(written).collect()
     }
 }
 

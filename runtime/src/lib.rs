@@ -2,6 +2,7 @@
 //! An app that embeds a plan links this crate alone.
 
 pub mod checkpoint;
+pub mod generate;
 pub mod gpu;
 pub mod init;
 pub mod memory;
@@ -9,6 +10,7 @@ pub mod optim;
 pub mod sample;
 pub mod session;
 
+pub use generate::Generator;
 pub use mgn_ir::{DType, Data, Mode, Op, Plan, Step, Tensor};
 pub use sample::{greedy, Sampler, SamplerConfig};
 pub use session::{Restore, RunOutput, RuntimeError, Session};

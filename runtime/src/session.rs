@@ -9,6 +9,8 @@ pub use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::fmt;
 
+mod state;
+
 /// Why a session could not do what was asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RuntimeError {
@@ -377,6 +379,13 @@ impl Session {
         for (m, new_m, v, new_v) in bn_updates {
             self.params[m] = new_m;
             self.params[v] = new_v;
+        }
+        // State for the next run (a KV cache): every step above read the old values.
+        let written: Vec<(usize, Tensor)> = (self.plan.state_writes.iter())
+            .map(|&(p, v)| (p, get(&slots, v, &self.params, inputs).clone()))
+            .collect();
+        for (p, t) in written {
+            self.params[p] = t;
         }
         Ok(slots)
     }

@@ -129,6 +129,9 @@ pub enum TensorKind {
     Buffer,
     /// `const`: computed from its `init` by every session; never trained, saved or loaded.
     Const,
+    /// `state`: held by a session from one run to the next and written by `self.name = e`
+    /// (a KV cache); starts at its `init`, never trained, saved or loaded.
+    State,
 }
 
 impl TensorKind {
@@ -137,6 +140,7 @@ impl TensorKind {
             TensorKind::Param => "param",
             TensorKind::Buffer => "buffer",
             TensorKind::Const => "const",
+            TensorKind::State => "state",
         }
     }
 }
@@ -258,9 +262,27 @@ pub struct Block {
 
 #[derive(Clone, Debug)]
 pub enum Stmt {
-    Let { pat: Pattern, ty: Option<TypeExpr>, value: Expr, span: Span },
-    Output { name: Ident, value: Option<Expr>, span: Span },
-    Loss { value: Expr, span: Span },
+    Let {
+        pat: Pattern,
+        ty: Option<TypeExpr>,
+        value: Expr,
+        span: Span,
+    },
+    Output {
+        name: Ident,
+        value: Option<Expr>,
+        span: Span,
+    },
+    Loss {
+        value: Expr,
+        span: Span,
+    },
+    /// `self.field = value`: the field's value from the next run on.
+    Assign {
+        field: Ident,
+        value: Expr,
+        span: Span,
+    },
 }
 
 #[derive(Clone, Debug)]

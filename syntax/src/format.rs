@@ -284,7 +284,10 @@ fn pattern(p: &Pattern) -> String {
 
 fn stmt_span(s: &Stmt) -> Span {
     match s {
-        Stmt::Let { span, .. } | Stmt::Output { span, .. } | Stmt::Loss { span, .. } => *span,
+        Stmt::Let { span, .. }
+        | Stmt::Output { span, .. }
+        | Stmt::Loss { span, .. }
+        | Stmt::Assign { span, .. } => *span,
     }
 }
 

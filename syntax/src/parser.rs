@@ -343,10 +343,11 @@ impl Builder<'_> {
         let name = self.ident(inner.next().unwrap());
         let init_pair = inner.next().unwrap();
         let init = match init_pair.as_rule() {
-            Rule::param_init | Rule::buffer_init | Rule::const_init => {
+            Rule::param_init | Rule::buffer_init | Rule::const_init | Rule::state_init => {
                 let kind = match init_pair.as_rule() {
                     Rule::param_init => TensorKind::Param,
                     Rule::buffer_init => TensorKind::Buffer,
+                    Rule::state_init => TensorKind::State,
                     _ => TensorKind::Const,
                 };
                 let mut i = skip_kw(init_pair.into_inner());
@@ -452,6 +453,12 @@ impl Builder<'_> {
                 Rule::loss_stmt => {
                     let value = self.expr(skip_kw(q.into_inner()).next().unwrap());
                     stmts.push(Stmt::Loss { value, span: qs });
+                }
+                Rule::assign_stmt => {
+                    let mut i = q.into_inner().skip(1);
+                    let field = self.ident(i.next().unwrap());
+                    let value = self.expr(i.next().unwrap());
+                    stmts.push(Stmt::Assign { field, value, span: qs });
                 }
                 Rule::expr => tail = Some(Box::new(self.expr(q))),
                 _ => {}
@@ -730,6 +737,7 @@ fn skip_kw(pairs: Pairs<Rule>) -> impl Iterator<Item = Pair<Rule>> {
                 | Rule::kw_forward
                 | Rule::kw_param
                 | Rule::kw_buffer
+                | Rule::kw_state
                 | Rule::kw_init
                 | Rule::kw_repeat
                 | Rule::kw_let

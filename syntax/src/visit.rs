@@ -305,6 +305,11 @@ macro_rules! visitor {
                     v.visit_expr(value);
                     v.visit_span(span);
                 }
+                Stmt::Assign { field, value, span } => {
+                    v.visit_expr(value);
+                    v.visit_ident(field);
+                    v.visit_span(span);
+                }
             }
         }
 

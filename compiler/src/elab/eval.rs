@@ -16,6 +16,7 @@ pub(crate) use call::bind_args;
 mod expr;
 mod layer;
 mod pattern;
+mod state;
 pub mod trace;
 
 use super::builtins;

@@ -188,7 +188,7 @@ impl<'p> Visit<'p> for Checker<'p> {
             match s {
                 Stmt::Output { span, .. } => self.placement(top, "output", *span),
                 Stmt::Loss { span, .. } => self.placement(top, "loss", *span),
-                Stmt::Let { .. } => {}
+                Stmt::Let { .. } | Stmt::Assign { .. } => {}
             }
             self.visit_stmt(s);
         }

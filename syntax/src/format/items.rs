@@ -375,6 +375,9 @@ impl Fmt<'_> {
             }
             Stmt::Output { name, value: None, .. } => format!("output {}", name.name),
             Stmt::Loss { value, .. } => self.prefixed("loss ".to_string(), value, indent),
+            Stmt::Assign { field, value, .. } => {
+                self.prefixed(format!("self.{} = ", field.name), value, indent)
+            }
         }
     }
 

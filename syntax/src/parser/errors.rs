@@ -399,6 +399,8 @@ fn rule_name(r: Rule) -> Option<&'static str> {
         Rule::param_init | Rule::kw_param => "`param`",
         Rule::buffer_init | Rule::kw_buffer => "`buffer`",
         Rule::const_init => "`const`",
+        Rule::state_init | Rule::kw_state => "`state`",
+        Rule::assign_stmt => "`self.field = …`",
         Rule::init_clause | Rule::kw_init => "`init`",
         Rule::repeat_init | Rule::kw_repeat => "`repeat`",
         Rule::kw_else => "`else`",

@@ -132,16 +132,21 @@ pub(super) fn rope(ev: &mut Evaluator, a: &Args) -> R<Value> {
         .with_help("rotary embeddings rotate pairs of features, so the head size must be even"));
     }
     let theta = a.number_or(ev, "theta", 10000.0)?;
-    let offset = a.int_or(ev, "offset", 0)?;
-    if offset < 0 || theta <= 0.0 {
+    if theta <= 0.0 {
         return Err(Diagnostic::error(
             "E0301",
-            "`rope` needs a positive theta and a non-negative offset",
-            a.span,
+            "`rope` needs a positive theta",
+            a.span_of("theta"),
             "out of range",
         ));
     }
-    node(ev, Op::Rope { theta, offset: offset as usize, inverse: false }, vec![x], d, s, a.span)
+    // An integer offset is part of the op; a tensor one (decoding) is read at run time.
+    let (offset, inputs) = match a.get("offset") {
+        None => (0, vec![x]),
+        Some((Value::Int(i), _)) if *i >= 0 => (*i as usize, vec![x]),
+        Some(_) => (0, vec![x, super::window::run_time_start(ev, a, "offset", i64::MAX)?]),
+    };
+    node(ev, Op::Rope { theta, offset, inverse: false }, inputs, d, s, a.span)
 }
 
 pub(super) fn softmax_cross_entropy(ev: &mut Evaluator, a: &Args) -> R<Value> {

@@ -17,6 +17,7 @@ mod select;
 mod shapes;
 mod spatial;
 mod transpose;
+mod window;
 
 pub use args::{call, signature, Args};
 pub use pointwise::{elementwise, matmul};
@@ -38,6 +39,7 @@ use select::*;
 use shapes::*;
 use spatial::*;
 use transpose::*;
+use window::*;
 
 pub struct Builtin {
     pub name: &'static str,
@@ -133,6 +135,18 @@ static BUILTINS: &[Builtin] = &[
         split
     ),
     b!("slice", ["x", "axis", "start", "end"], "elements start..end along an axis", slice),
+    b!(
+        "narrow",
+        ["x", "axis", "start", "length"],
+        "`length` elements from `start` along an axis; `start` may be a run-time i32 tensor",
+        narrow
+    ),
+    b!(
+        "slice_scatter",
+        ["x", "src", "axis", "start"],
+        "`x` with `src` written from `start` along an axis (a KV-cache write)",
+        slice_scatter
+    ),
     b!("gather", ["x", "index", "axis?"], "selects along an axis by an integer tensor", gather),
     b!("embedding", ["weight", "ids"], "rows of `weight` selected by integer `ids`", embedding),
     b!("arange", ["n"], "i32[n] holding 0 … n-1", arange),

@@ -174,7 +174,7 @@ impl<'p> Evaluator<'p> {
         }
     }
 
-    fn field(&mut self, base: &Expr, field: &Ident) -> R<Value> {
+    pub(super) fn field(&mut self, base: &Expr, field: &Ident) -> R<Value> {
         if let ExprKind::SelfRef = base.kind {
             let f = self.frames.last().expect("in a frame");
             let Some((layer, fields)) = &f.fields else {
@@ -428,6 +428,7 @@ impl<'p> Evaluator<'p> {
                 }
                 Stmt::Output { name, value, span } => self.output(name, value.as_ref(), *span)?,
                 Stmt::Loss { value, span } => self.loss(value, *span)?,
+                Stmt::Assign { field, value, span } => self.assign(field, value, *span)?,
             }
         }
         match &b.tail {

@@ -136,7 +136,8 @@ impl<'p> Evaluator<'p> {
         };
         let index = self.graph.params.len();
         let node = self.add(Op::Param { index }, Vec::new(), dtype, shape.clone(), f.span)?;
-        let (trainable, persistent) = (kind == TensorKind::Param, kind != TensorKind::Const);
+        let trainable = kind == TensorKind::Param;
+        let persistent = !matches!(kind, TensorKind::Const | TensorKind::State);
         let kind = kind.keyword();
         self.facts.push(Fact {
             span: f.name.span,
@@ -154,7 +155,7 @@ impl<'p> Evaluator<'p> {
             init,
             trainable,
             persistent,
-            state: false,
+            state: kind == "state",
             node,
             span: f.span,
         });

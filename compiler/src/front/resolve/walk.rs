@@ -629,6 +629,10 @@ impl<'p> Visit<'p> for Resolver<'p> {
             }
             Stmt::Output { name, value: None, .. } => self.use_name(&name.name, name.span),
             Stmt::Loss { value, .. } => self.visit_expr(value),
+            Stmt::Assign { field, value, span } => {
+                self.visit_expr(value);
+                self.self_field(*span, field);
+            }
         }
     }
 
