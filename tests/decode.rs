@@ -150,3 +150,45 @@ fn state_moves_between_sessions_by_name_and_checks_its_type() {
     b.reset_state().expect("reset");
     assert!(b.state().unwrap()[0].1.to_f64_vec().iter().all(|&v| v == 0.0));
 }
+
+/// The smallest stateful model: a running sum that lives in the session, run three times.
+fn running_sum(gpu: bool) {
+    let text = "model RunningSum {
+    input x: f32[3]
+    total = state f32[3]
+    forward {
+        let t = self.total + x
+        self.total = t
+        output y = t * 1.0
+    }
+}
+";
+    let dir = std::env::temp_dir().join(format!("mgn-state-{}-{gpu}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("sum.mgn");
+    std::fs::write(&file, text).expect("written");
+    let (outcome, plan) = plan_path(&file, None, vec![], &PlanOptions::infer()).expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let plan = plan.expect("a plan");
+    assert_eq!(plan.state_writes.len(), 1);
+    assert!(!plan.params[0].persistent, "state is not saved in checkpoints");
+    let Some(mut s) = session(plan, gpu) else { return };
+    let x = Tensor::f32(vec![3], vec![1.0, 2.0, -0.5]);
+    for k in 1..=3 {
+        let out = s.run(&[("x", &x)]).expect("runs");
+        let want: Vec<f64> = [1.0, 2.0, -0.5].iter().map(|v| v * k as f64).collect();
+        assert_eq!(out.outputs[0].1.to_f64_vec(), want, "run {k} sees the sum of the runs before");
+    }
+    s.reset_state().expect("reset");
+    assert_eq!(s.run(&[("x", &x)]).expect("runs").outputs[0].1.to_f64_vec(), [1.0, 2.0, -0.5]);
+}
+
+#[test]
+fn state_lives_from_one_run_to_the_next_on_the_cpu() {
+    running_sum(false);
+}
+
+#[test]
+fn state_lives_from_one_run_to_the_next_on_the_gpu() {
+    running_sum(true);
+}

@@ -196,8 +196,6 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
         Permute { .. }
         | Concat { .. }
         | Slice { .. }
-        | Narrow { .. }
-        | SliceScatter { .. }
         | Gather { .. }
         | Reduce { .. }
         | ArgMax { .. }
@@ -223,6 +221,7 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
         Compare(_) | Where | Cumsum { .. } | TopK { .. } | TakeAlong { .. } => {
             select::infer_select(op, x)
         }
+        Narrow { .. } | SliceScatter { .. } => select::infer_window(op, x),
         TakeAlongGrad { .. } => {
             take::<2>(x)?;
             Ok(None)
@@ -277,35 +276,6 @@ fn infer_more(op: &Op, x: &[Ty]) -> Rule {
             out[*axis] = end - start;
             Ok(Some((a.0, out)))
         }
-        Narrow { axis, len } => {
-            let [a, start] = take(x)?;
-            axis_in(*axis, *a)?;
-            run_time_start(*start)?;
-            if !(1..=a.1[*axis]).contains(len) {
-                return fail(format!("{len} elements do not fit axis {axis} of {}", show(*a)));
-            }
-            let mut out = a.1.to_vec();
-            out[*axis] = *len;
-            Ok(Some((a.0, out)))
-        }
-        SliceScatter { axis } => {
-            let [a, src, start] = take(x)?;
-            axis_in(*axis, *a)?;
-            run_time_start(*start)?;
-            let fits = src.0 == a.0
-                && src.1.len() == a.1.len()
-                && (1..=a.1[*axis]).contains(&src.1[*axis])
-                && src.1.iter().zip(a.1).enumerate().all(|(k, (s, n))| k == *axis || s == n);
-            if !fits {
-                return fail(format!(
-                    "{} does not fit into {} along axis {axis} (same dtype and rank, equal \
-                     sizes but there, no longer there)",
-                    show(*src),
-                    show(*a)
-                ));
-            }
-            same(*a)
-        }
         Gather { axis } => {
             let [t, i] = take(x)?;
             axis_in(*axis, *t)?;
@@ -340,7 +310,7 @@ fn infer_more(op: &Op, x: &[Ty]) -> Rule {
 }
 
 /// A position read at run time (`Narrow`, `SliceScatter`, `Rope`): an `i32[]`.
-fn run_time_start(t: Ty) -> Result<(), ShapeError> {
+pub(super) fn run_time_start(t: Ty) -> Result<(), ShapeError> {
     if t.0 != DType::I32 || !t.1.is_empty() {
         return fail(format!("the start must be an i32[] scalar, found {}", show(t)));
     }

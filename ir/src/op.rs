@@ -455,8 +455,7 @@ impl Op {
             Op::Reshape => "reshape".into(),
             Op::Concat { axis } => format!("concat axis={axis}"),
             Op::Slice { axis, start, end } => format!("slice axis={axis} {start}..{end}"),
-            Op::Narrow { axis, len } => format!("narrow axis={axis} len={len}"),
-            Op::SliceScatter { axis } => format!("slice_scatter axis={axis}"),
+            Op::Narrow { .. } | Op::SliceScatter { .. } => self.describe_selection(),
             Op::Gather { axis } => format!("gather axis={axis}"),
             Op::Reduce { op, axes, keepdim } => {
                 format!(
@@ -575,6 +574,8 @@ impl Op {
             Op::TopK { k, axis } => format!("topk k={k} axis={axis}"),
             Op::TakeAlong { axis } => format!("take_along axis={axis}"),
             Op::TakeAlongGrad { axis } => format!("take_along_grad axis={axis}"),
+            Op::Narrow { axis, len } => format!("narrow axis={axis} len={len}"),
+            Op::SliceScatter { axis } => format!("slice_scatter axis={axis}"),
             _ => unreachable!("`describe` sends comparisons, selections and scans here"),
         }
     }

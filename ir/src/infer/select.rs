@@ -1,7 +1,7 @@
 //! The typing rules of comparisons, selection and scans: `compare`, `where`, `cumsum`, `topk`,
-//! `take_along` and its derivative.
+//! `take_along` and its derivative, and the windows at a run-time start.
 
-use super::{axis_in, int, one_dtype, same, show, take, Rule, Ty};
+use super::{axis_in, int, one_dtype, run_time_start, same, show, take, Rule, Ty};
 use crate::dtype::DType;
 use crate::op::Op;
 use crate::shape::{broadcast, fail, ShapeError};
@@ -75,4 +75,40 @@ pub(super) fn along(axis: usize, x: Ty, index: Ty) -> Result<(), ShapeError> {
         ));
     }
     Ok(())
+}
+
+/// Windows at a run-time start: `Narrow` and `SliceScatter`.
+pub(super) fn infer_window(op: &Op, x: &[Ty]) -> Rule {
+    match op {
+        Op::Narrow { axis, len } => {
+            let [a, start] = take(x)?;
+            axis_in(*axis, *a)?;
+            run_time_start(*start)?;
+            if !(1..=a.1[*axis]).contains(len) {
+                return fail(format!("{len} elements do not fit axis {axis} of {}", show(*a)));
+            }
+            let mut out = a.1.to_vec();
+            out[*axis] = *len;
+            Ok(Some((a.0, out)))
+        }
+        Op::SliceScatter { axis } => {
+            let [a, src, start] = take(x)?;
+            axis_in(*axis, *a)?;
+            run_time_start(*start)?;
+            let fits = src.0 == a.0
+                && src.1.len() == a.1.len()
+                && (1..=a.1[*axis]).contains(&src.1[*axis])
+                && src.1.iter().zip(a.1).enumerate().all(|(k, (s, n))| k == *axis || s == n);
+            if !fits {
+                return fail(format!(
+                    "{} does not fit into {} along axis {axis} (same dtype and rank, equal \
+                     sizes but there, no longer there)",
+                    show(*src),
+                    show(*a)
+                ));
+            }
+            same(*a)
+        }
+        _ => unreachable!("`infer` sends run-time windows here"),
+    }
 }
