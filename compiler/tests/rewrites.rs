@@ -46,6 +46,10 @@ models! {
         "vocab=64", "d=32", "n_layers=2", "heads=4", "kv_heads=2", "head_dim=8", "hidden=48",
         "B=1", "T=8",
     ];
+    smollm2_135m_decode: [
+        "vocab=64", "d=32", "n_layers=2", "heads=4", "kv_heads=2", "head_dim=8", "hidden=48",
+        "T=4", "cache=8",
+    ];
     smolvla_expert: [
         "B=1", "chunk=4", "action_dim=4", "prefix=4", "d=32", "ffn=48", "n_layers=2", "heads=4",
         "kv_heads=2", "head_dim=8",

@@ -5,8 +5,8 @@ use super::*;
 
 const KEYWORDS: &[&str] = &[
     "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
-    "false", "self", "as", "input", "output", "loss", "param", "buffer", "init", "f32", "f16",
-    "bf16", "i32", "i64", "u32", "bool", "dim", "int", "float", "dtype",
+    "false", "self", "as", "input", "output", "loss", "param", "buffer", "state", "init", "f32",
+    "f16", "bf16", "i32", "i64", "u32", "bool", "dim", "int", "float", "dtype",
 ];
 
 /// The item being edited, from the current text or, when it does not parse right now, from

@@ -42,7 +42,7 @@ const RESERVED: &[&str] = &[
     "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
     "false", "self", "as",
 ];
-const CONTEXTUAL: &[&str] = &["input", "output", "loss", "param", "buffer", "init"];
+const CONTEXTUAL: &[&str] = &["input", "output", "loss", "param", "buffer", "state", "init"];
 const TYPES: &[&str] =
     &["f32", "f16", "bf16", "i32", "i64", "u32", "bool", "dim", "int", "float", "dtype", "init"];
 
