@@ -29,6 +29,8 @@ mod tests;
 #[cfg(test)]
 mod tests_attention;
 #[cfg(test)]
+mod tests_cache;
+#[cfg(test)]
 mod tests_conv;
 #[cfg(test)]
 mod tests_matmul;
