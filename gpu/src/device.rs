@@ -95,13 +95,16 @@ pub type Dispatch<'a> = (&'a Kernel, Params, [u32; 3]);
 /// Everything one submission does, in order: zero the `zeros` (arena word offset, length) and
 /// copy `uploads` (offset, words) in, run the dispatch `levels` — dispatches within a level are
 /// independent, and a memory barrier separates consecutive levels — then copy `downloads`
-/// (offset, length) out.
+/// (offset, length) out, and last make the arena-to-arena `copies` (from, to, length), one
+/// pass per group with a barrier between groups: how state written by a run replaces its
+/// parameters once every dispatch and download has read the old words.
 #[derive(Default)]
 pub struct Submission<'a> {
     pub zeros: Vec<(usize, usize)>,
     pub uploads: Vec<(usize, &'a [u32])>,
     pub levels: Vec<Vec<Dispatch<'a>>>,
     pub downloads: Vec<(usize, usize)>,
+    pub copies: Vec<Vec<(usize, usize, usize)>>,
 }
 
 impl Submission<'_> {
@@ -110,6 +113,8 @@ impl Submission<'_> {
         let ranges = self.zeros.iter().map(|&(o, n)| ("zeroing", o, n));
         let ranges = ranges.chain(self.uploads.iter().map(|&(o, d)| ("upload", o, d.len())));
         let ranges = ranges.chain(self.downloads.iter().map(|&(o, n)| ("download", o, n)));
+        let copies = self.copies.iter().flatten();
+        let ranges = ranges.chain(copies.flat_map(|&(f, t, n)| [("copy", f, n), ("copy", t, n)]));
         for (what, offset, len) in ranges {
             if offset + len > words {
                 return Err(format!(
@@ -305,6 +310,17 @@ impl GpuDevice {
                     len as u64 * 4,
                 );
                 at += len as u64;
+            }
+        }
+        for group in job.copies.iter().filter(|g| g.iter().any(|&(_, _, n)| n > 0)) {
+            // A pass of its own: blade's barrier before it orders the copies after the reads.
+            let mut pass = self.encoder.transfer("state");
+            for &(from, to, len) in group.iter().filter(|&&(_, _, n)| n > 0) {
+                pass.copy_buffer_to_buffer(
+                    arena.buffer.at(from as u64 * 4),
+                    arena.buffer.at(to as u64 * 4),
+                    len as u64 * 4,
+                );
             }
         }
         let sp = self.ctx.submit(&mut self.encoder);

@@ -4,9 +4,9 @@
 //! In pipeline order: the GPU program and its private ops (`program`), the rewrites the GPU
 //! makes to a compiled plan before anything else (`rewrite`: attention statistics, norm and
 //! loss rows, fusion), the memory plan of one arena (`memory`), the dispatch order
-//! (`schedule`), the kernels generated per step (`kernels`) and the training updates
-//! (`update`); then the device (`probe`, `limits`, `device`) and the session that runs a plan
-//! on it (`session`).
+//! (`schedule`), the kernels generated per step (`kernels`), the training updates (`update`)
+//! and the state a run leaves for the next (`state`); then the device (`probe`, `limits`,
+//! `device`) and the session that runs a plan on it (`session`).
 
 pub mod device;
 pub mod kernels;
@@ -17,6 +17,7 @@ pub mod program;
 pub mod rewrite;
 pub mod schedule;
 pub mod session;
+pub mod state;
 pub mod testing;
 pub mod update;
 
@@ -28,6 +29,8 @@ mod test_util;
 mod tests;
 #[cfg(test)]
 mod tests_attention;
+#[cfg(test)]
+mod tests_cache;
 #[cfg(test)]
 mod tests_conv;
 #[cfg(test)]

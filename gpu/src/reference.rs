@@ -75,6 +75,25 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
 /// plan's forward, with dropout seed 0 (each dropout keyed by its step's id, as on the GPU);
 /// `params` in plan order.
 pub fn run(plan: &GpuPlan, params: &[Tensor], inputs: &[(&str, &Tensor)]) -> RunOutput {
+    results(plan, &values(plan, params, inputs))
+}
+
+/// `run`, then the plan's state writes: each written parameter of `params` replaced by its
+/// value of this run, as a CPU session does once the run is over.
+pub fn run_and_write(
+    plan: &GpuPlan,
+    params: &mut [Tensor],
+    inputs: &[(&str, &Tensor)],
+) -> RunOutput {
+    let values = values(plan, params, inputs);
+    for &(p, v) in &plan.state_writes {
+        params[p] = values[v as usize].clone();
+    }
+    results(plan, &values)
+}
+
+/// Every step's value of one run of `plan` (see `run`).
+fn values(plan: &GpuPlan, params: &[Tensor], inputs: &[(&str, &Tensor)]) -> Vec<Tensor> {
     let mut values: Vec<Option<Tensor>> = vec![None; plan.steps.len()];
     let training = plan.mode == Mode::Train;
     for (i, s) in plan.steps.iter().enumerate() {
@@ -96,7 +115,12 @@ pub fn run(plan: &GpuPlan, params: &[Tensor], inputs: &[(&str, &Tensor)]) -> Run
         };
         values[i] = Some(v);
     }
-    let get = |v: u32| values[v as usize].clone().expect("computed");
+    values.into_iter().map(|v| v.expect("computed")).collect()
+}
+
+/// The outputs, loss and gradients among a run's `values`.
+fn results(plan: &GpuPlan, values: &[Tensor]) -> RunOutput {
+    let get = |v: u32| values[v as usize].clone();
     RunOutput {
         outputs: plan.outputs.iter().map(|(n, v)| (n.clone(), get(*v))).collect(),
         loss: plan.loss.map(get),

@@ -9,7 +9,8 @@
 //! the optimizer (`update`), and reads back only the loss: parameters and optimizer state then
 //! live on the device, and `params` / `optimizer_state` read them back when the host needs them
 //! (checkpoints, evaluation). A plan with an op that has no kernel is refused with the op and
-//! its model line.
+//! its model line. A plan that writes state (a KV cache) ends each submission by copying the
+//! written values over their parameters (`state`), so `params` returns the new state.
 
 use crate::device::{Arena, Dispatch, GpuDevice, Kernel, Params, Submission};
 use crate::kernels::{generate, step_operands};
@@ -71,6 +72,8 @@ pub struct GpuSession {
     levels: Levels,
     /// Training plans: batch norm running-statistics updates and the optimizer.
     train: Option<Training>,
+    /// The copies that end every submission of a run: state written into its parameters.
+    state: Vec<Vec<crate::state::WordCopy>>,
     /// How long each phase of opening the session took, in order (`setup_phases`).
     setup_phases: Vec<(&'static str, std::time::Duration)>,
 }
@@ -406,6 +409,7 @@ impl GpuSession {
         // Training: optimizer state and clipping scratch go past the plan's own words.
         let mut top = layout.total_words;
         let train = training(&plan, &offsets, &levels, &dev.limits, &mut top, &mut sources)?;
+        let state = crate::state::state_copies(&plan, &offsets, &mut top).map_err(err)?;
         fits(top)?;
         phase("kernels generated");
         let kernels = sources.compile(&dev)?;
@@ -421,6 +425,7 @@ impl GpuSession {
             dispatch,
             levels,
             train,
+            state,
             setup_phases: Vec::new(),
         };
         session.set_params(params)?;
@@ -523,7 +528,8 @@ impl GpuSession {
     }
 
     /// GPU time of one run of the plan's steps (`MGN_PROFILE=1`), each dispatch timed alone in its
-    /// own pass: per op family and the slowest dispatches (see [`Profile`]).
+    /// own pass: per op family and the slowest dispatches (see [`Profile`]). It is one run: state
+    /// the plan writes advances once (the timed passes only recompute values).
     pub fn profile(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<Profile, GpuError> {
         self.submit(inputs, seed, None, &[])?;
         let (levels, steps) = step_levels(&self.kernels, &self.dispatch, &self.levels, seed);
@@ -731,6 +737,7 @@ impl GpuSession {
             uploads: uploads.iter().map(|(o, d)| (*o, &d[..])).collect(),
             levels,
             downloads,
+            copies: self.state.clone(),
         };
         let words = self.dev.submit(arena, &job).map_err(err)?;
         Ok(wanted

@@ -71,6 +71,7 @@ pub fn run_on_gpu<O: Clone + Into<GpuOp>>(
         outputs: vec![("y".into(), n)],
         loss: None,
         grads: vec![],
+        state_writes: vec![],
     };
     let mut gpu = crate::testing::or_skip(GpuSession::open(plan, &[]))?;
     let given: Vec<(&str, &Tensor)> =

@@ -110,7 +110,8 @@ impl mgn_ir::analysis::Dataflow for Graph {
 
     fn results(&self) -> Vec<u32> {
         let outputs = self.outputs.iter().map(|(_, id)| id.0);
-        outputs.chain(self.loss.map(|id| id.0)).collect()
+        let written = self.state_writes.iter().map(|(_, id)| id.0);
+        outputs.chain(self.loss.map(|id| id.0)).chain(written).collect()
     }
 }
 

@@ -4,8 +4,8 @@
 //! in where their values live share one pipeline. Element-wise ops and fused programs compute
 //! one output element per invocation (`i`) here; every other family has its module: `matmul`
 //! (tiles, GEMV, split-k, epilogues), `conv`, `attention`, `rows` (softmax, cross-entropy, long
-//! reductions), `norm` (and dropout), `select` (gather/scatter, slices, RoPE), `spatial`
-//! (padding and resampling).
+//! reductions), `norm` (and dropout), `select` (gather/scatter, slices, RoPE, the KV-cache
+//! ops with a run-time start), `spatial` (padding and resampling).
 
 mod attention;
 pub(crate) mod conv;
@@ -290,6 +290,8 @@ fn plan_op(
         }
         Op::Concat { .. }
         | Op::Slice { .. }
+        | Op::Narrow { .. }
+        | Op::SliceScatter { .. }
         | Op::SliceGrad { .. }
         | Op::Gather { .. }
         | Op::GatherGrad { .. }

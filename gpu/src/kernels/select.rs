@@ -1,4 +1,5 @@
-//! Selection: concat, slice, gather and their derivatives, reduce derivatives, argmax, rope.
+//! Selection: concat, slice, gather and their derivatives, reduce derivatives, argmax, rope,
+//! and the KV-cache ops whose start is read at run time (narrow, slice-scatter, rope's start).
 //!
 //! Like the rest of the generator, one invocation computes one output element, so nothing here
 //! needs atomics: scatter-style derivatives (gather's) loop over every index position and keep
@@ -7,12 +8,17 @@
 //! Out-of-range gather indices: the CPU refuses them; a kernel cannot report an error, so it
 //! must at least never read outside the tensor. `Gather` writes 0 for an index outside the axis,
 //! and `GatherGrad` drops the rows whose index is outside it.
+//!
+//! A run-time start (`Narrow`, `SliceScatter`, `Rope`'s second input) is one i32 word in the
+//! arena. The CPU clamps it into the axis; the kernels clamp it the same way, so a decoding
+//! position past the cache reads and writes its last window rather than outside the tensor.
 
 #[allow(unused_imports)]
 use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
 use mgn_ir::op::{Op, ReduceOp};
 
-/// Kernels for concat, slice, gather, their derivatives, ReduceGrad, ArgMax and Rope.
+/// Kernels for concat, slice, narrow, slice-scatter, gather, their derivatives, ReduceGrad,
+/// ArgMax and Rope.
 pub fn generate(
     op: &Op,
     inputs: &[Operand],
@@ -33,6 +39,14 @@ pub fn generate(
             need(1)?;
             slice_grad(*axis, *start, *end, &inputs[0], out, width)
         }
+        Op::Narrow { axis, len } => {
+            need(2)?;
+            narrow(*axis, *len, &inputs[0], &inputs[1], out, width)
+        }
+        Op::SliceScatter { axis } => {
+            need(3)?;
+            slice_scatter(*axis, inputs, out, width)
+        }
         Op::Gather { axis } => {
             need(2)?;
             gather(*axis, &inputs[0], &inputs[1], out, width)
@@ -51,7 +65,7 @@ pub fn generate(
         }
         Op::Rope { theta, offset, inverse } => {
             need(1)?;
-            rope(*theta, *offset, *inverse, &inputs[0], out, width)
+            rope(*theta, *offset, *inverse, &inputs[0], inputs.get(1), out, width)
         }
         other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
     }
@@ -170,6 +184,72 @@ fn slice_grad(
             &load(dy, &format!("(o * {run}u + (a - {start}u)) * {inner}u + r", run = end - start))
         ),
         store(out, "i", "0"),
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// A WGSL expression of the run-time start in `start` (an `i32[]`), clamped into
+/// `[0, room]` as `mgn_cpu`'s `clamped_start` does, as a `u32`.
+fn clamped_start(start: &Operand, room: usize) -> String {
+    format!("u32(clamp({}, 0i, {room}i))", load(start, "0u"))
+}
+
+/// `len` elements of `axis` from the clamped run-time start.
+fn narrow(
+    axis: usize,
+    len: usize,
+    x: &Operand,
+    start: &Operand,
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let (_, xlen, inner) = split(&x.shape, axis)?;
+    if !(1..=xlen).contains(&len) {
+        return Err(format!("narrow of {len} does not fit axis {axis} of {:?}", x.shape));
+    }
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "{}
+    let s = {};
+    {}",
+        decompose(len, inner),
+        clamped_start(start, xlen - len),
+        store(out, "i", &load(x, &format!("(o * {xlen}u + a + s) * {inner}u + r")))
+    );
+    Ok(elementwise(n, width, &body, ""))
+}
+
+/// `[x, src, start]` → `x` with `src` over the clamped window of `axis`: each output element
+/// reads `src` inside the window and `x` elsewhere (no in-place write, so `x` stays as it was
+/// for every other reader).
+fn slice_scatter(
+    axis: usize,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let (x, src, start) = (&inputs[0], &inputs[1], &inputs[2]);
+    let (_, len, inner) = split(&x.shape, axis)?;
+    let (_, w, src_inner) = split(&src.shape, axis)?;
+    if !(1..=len).contains(&w) || src_inner != inner {
+        return Err(format!(
+            "slice_scatter of {:?} does not fit {:?} along axis {axis}",
+            src.shape, x.shape
+        ));
+    }
+    let n: usize = out.shape.iter().product();
+    let body = format!(
+        "{}
+    let s = {};
+    if (a >= s && a < s + {w}u) {{
+        {}
+    }} else {{
+        {}
+    }}",
+        decompose(len, inner),
+        clamped_start(start, len - w),
+        store(out, "i", &load(src, &format!("(o * {w}u + (a - s)) * {inner}u + r"))),
+        store(out, "i", &load(x, "i")),
     );
     Ok(elementwise(n, width, &body, ""))
 }
@@ -433,12 +513,14 @@ fn argmax(axis: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelS
 
 /// HF `rotate_half` rope on `[.., T, D]`. The inverse frequencies are computed in f64 here and
 /// baked in; only `position · inv_freq` and its cosine and sine are f32 (the CPU is all f64), so
-/// the error grows with the position (≈ position · 1e-7 absolute).
+/// the error grows with the position (≈ position · 1e-7 absolute). With `start` (decoding),
+/// every position moves by that run-time word, a negative one counting as 0 as on the CPU.
 fn rope(
     theta: f64,
     offset: usize,
     inverse: bool,
     x: &Operand,
+    start: Option<&Operand>,
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
@@ -455,12 +537,16 @@ fn rope(
     let freqs: Vec<String> =
         (0..half).map(|i| format!("{:?}", theta.powf(-2.0 * i as f64 / d as f64) as f32)).collect();
     let sign = if inverse { "-" } else { "" };
+    let moved = match start {
+        Some(s) => format!(" + u32(max({}, 0i))", load(s, "0u")),
+        None => String::new(),
+    };
     let body = format!(
         "var inv_freq = array<f32, {half}u>({freqs});
     let col = i % {d}u;
     let t = (i / {d}u) % {t_len}u;
     let p = col % {half}u;
-    let angle = f32({offset}u + t) * inv_freq[p];
+    let angle = f32({offset}u{moved} + t) * inv_freq[p];
     let c = cos(angle);
     let s = {sign}sin(angle);
     if (col < {half}u) {{

@@ -28,6 +28,9 @@ pub struct GpuPlan {
     pub loss: Option<u32>,
     /// Training plans: (parameter index, position of its gradient).
     pub grads: Vec<(usize, u32)>,
+    /// (parameter index, position of the value that replaces it once the run is over): the
+    /// plan's `state_writes`. These values are results, so they live to the end of the run.
+    pub state_writes: Vec<(usize, u32)>,
 }
 
 impl GpuPlan {
@@ -93,6 +96,29 @@ impl GpuPlan {
         {
             return Err(format!("position {v} is named but there are {n} steps"));
         }
+        self.validate_state_writes()
+    }
+
+    /// Each state write replaces a parameter by a value of its exact type (the session copies
+    /// words, so a mismatch would write past the parameter or leave part of it stale).
+    fn validate_state_writes(&self) -> Result<(), String> {
+        for &(p, v) in &self.state_writes {
+            let spec = self.params.get(p).ok_or_else(|| {
+                format!("a state write names parameter {p}, but there are {}", self.params.len())
+            })?;
+            let s = &self.steps[v as usize];
+            if s.dtype != spec.dtype || s.shape != spec.shape {
+                return Err(format!(
+                    "`{}` is {}{:?}, but {} written into it is {}{:?}",
+                    spec.name,
+                    spec.dtype,
+                    spec.shape,
+                    self.step_name(v as usize),
+                    s.dtype,
+                    s.shape
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -106,8 +132,12 @@ impl Dataflow for GpuPlan {
         self.steps[step].inputs.iter().copied()
     }
 
+    /// Outputs, loss, gradients and the values written into state: the copy into the
+    /// parameter comes after the last step, so nothing may reuse their words before it.
     fn results(&self) -> Vec<u32> {
         let outputs = self.outputs.iter().map(|(_, v)| *v);
-        outputs.chain(self.loss).chain(self.grads.iter().map(|(_, v)| *v)).collect()
+        let grads = self.grads.iter().map(|(_, v)| *v);
+        let state = self.state_writes.iter().map(|(_, v)| *v);
+        outputs.chain(self.loss).chain(grads).chain(state).collect()
     }
 }

@@ -17,6 +17,7 @@ pub mod op;
 pub use dense::GpuPlan;
 pub use op::{Elem, GpuOp};
 
+use mgn_ir::op::Op;
 use mgn_ir::plan::{Plan, SourceLoc};
 use mgn_ir::DType;
 
@@ -65,7 +66,35 @@ impl<'p> Program<'p> {
             })
             .collect();
         let ids: Vec<StepId> = (0..plan.steps.len() as u32).map(StepId).collect();
-        Program { plan, slots, origins: ids.clone(), order: ids }
+        let mut program = Program { plan, slots, origins: ids.clone(), order: ids };
+        program.hold_written_state();
+        program
+    }
+
+    /// Gives every parameter a state write replaces a `Param` step, inserted first, when no
+    /// step reads it: the device holds a parameter only in a `Param` step's words, and without
+    /// them the written value would have nowhere to go and `params()` would not return it.
+    fn hold_written_state(&mut self) {
+        let plan = self.plan;
+        for &(p, v) in &plan.state_writes {
+            let read = plan.steps.iter().any(|s| s.op == Op::Param { index: p });
+            let (Some(spec), Some(&first), false) = (plan.params.get(p), self.order.first(), read)
+            else {
+                continue;
+            };
+            let step = Step {
+                op: GpuOp::Plan(Op::Param { index: p }),
+                inputs: vec![],
+                dtype: spec.dtype,
+                shape: spec.shape.clone(),
+                loc: plan.steps.get(v as usize).map(|s| s.loc.clone()).unwrap_or_default(),
+            };
+            let id = self.insert_before(first, step);
+            // Named by the write it serves, in messages and reports.
+            if (v as usize) < plan.steps.len() {
+                self.origins[id.0 as usize] = StepId(v);
+            }
+        }
     }
 
     /// The live steps' ids in execution order.
@@ -165,6 +194,7 @@ impl<'p> Program<'p> {
             outputs: p.outputs.iter().map(|(n, v)| (n.clone(), pos(*v))).collect(),
             loss: p.loss.map(pos),
             grads: p.grads.iter().map(|&(k, v)| (k, pos(v))).collect(),
+            state_writes: p.state_writes.iter().map(|&(k, v)| (k, pos(v))).collect(),
         }
     }
 }

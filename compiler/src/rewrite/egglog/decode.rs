@@ -25,7 +25,8 @@ pub(super) fn rebuild(
     for id in g.params.iter().map(|p| p.node).chain(g.inputs.iter().map(|(_, id)| *id)) {
         roots.push(class(id)?);
     }
-    for id in g.outputs.iter().map(|(_, id)| *id).chain(g.loss) {
+    let written = g.state_writes.iter().map(|(_, id)| *id);
+    for id in g.outputs.iter().map(|(_, id)| *id).chain(g.loss).chain(written) {
         roots.push(class(id)?);
     }
     let spans = needed(g, view, choice, keys, roots)?;
@@ -69,6 +70,9 @@ pub(super) fn rebuild(
         inputs: results(&g.inputs)?,
         outputs: results(&g.outputs)?,
         loss: g.loss.map(map).transpose()?,
+        state_writes: (g.state_writes.iter())
+            .map(|(p, id)| Ok((*p, map(*id)?)))
+            .collect::<Result<_, String>>()?,
     })
 }
 

@@ -1,0 +1,248 @@
+//! Decoding with a KV cache on the GPU against the CPU reference: `Narrow` and `SliceScatter`
+//! at a run-time start (clamped at both ends, as the CPU clamps it), `Rope` moved by a run-time
+//! start, and plans whose state (`Plan::state_writes`) one run leaves for the next.
+
+use super::test_util::{assert_close, check_on_both, open, run_on_gpu, step, values};
+use crate::program::GpuPlan;
+use crate::reference::run_and_write;
+use mgn_ir::op::{BinaryOp, Op, ReduceOp};
+use mgn_ir::plan::{InitSpec, Mode, ParamSpec, Plan};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
+
+fn floats(shape: &[usize], seed: u32) -> Tensor {
+    Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
+}
+
+fn ints(shape: &[usize], seed: i32) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::i32(shape.to_vec(), (0..n as i32).map(|i| i * 7 - seed).collect())
+}
+
+fn start(s: i32) -> Tensor {
+    Tensor::i32(vec![], vec![s])
+}
+
+/// Starts before, inside and past an axis of `size` for a window of `len`.
+fn starts(size: usize, len: usize) -> Vec<i32> {
+    let room = (size - len) as i32;
+    vec![-5, -1, 0, 1, room / 2, room, room + 1, 1000]
+}
+
+#[test]
+fn narrow_matches_the_cpu_at_every_start() {
+    let cases: &[(&[usize], usize, usize)] =
+        &[(&[2, 6, 3], 1, 2), (&[5, 4], 0, 3), (&[3, 2, 7], 2, 7), (&[1, 9, 2, 4], 1, 1)];
+    for &(shape, axis, len) in cases {
+        let mut out = shape.to_vec();
+        out[axis] = len;
+        for s in starts(shape[axis], len) {
+            let op = Op::Narrow { axis, len };
+            check_on_both(&op, &[floats(shape, 3), start(s)], DType::F32, &out, 0.0);
+        }
+    }
+    // Integers (a cached token window) move as words too.
+    let op = Op::Narrow { axis: 1, len: 2 };
+    check_on_both(&op, &[ints(&[2, 5], 3), start(2)], DType::I32, &[2, 2], 0.0);
+}
+
+#[test]
+fn slice_scatter_matches_the_cpu_at_every_start() {
+    let cases: &[(&[usize], &[usize], usize)] = &[
+        (&[1, 6, 2], &[1, 1, 2], 1),
+        (&[2, 3, 8], &[2, 3, 3], 2),
+        (&[4, 3], &[2, 3], 0),
+        (&[2, 4, 5], &[2, 4, 5], 1),
+        (&[2, 2, 7, 4], &[2, 2, 2, 4], 2),
+    ];
+    for &(shape, src, axis) in cases {
+        let op = Op::SliceScatter { axis };
+        for s in starts(shape[axis], src[axis]) {
+            let x = [floats(shape, 5), floats(src, 6), start(s)];
+            check_on_both(&op, &x, DType::F32, shape, 0.0);
+            let x = [ints(shape, 5), ints(src, 100), start(s)];
+            check_on_both(&op, &x, DType::I32, shape, 0.0);
+        }
+    }
+}
+
+#[test]
+fn a_clamped_window_stays_inside_the_axis() {
+    // Written out, not only compared: the last window for a start past the end, the first
+    // for a negative one.
+    let x = Tensor::f32(vec![1, 4, 1], vec![0.0, 1.0, 2.0, 3.0]);
+    let src = Tensor::f32(vec![1, 2, 1], vec![8.0, 9.0]);
+    let scatter = |s: i32| {
+        run_on_gpu(
+            &Op::SliceScatter { axis: 1 },
+            &[x.clone(), src.clone(), start(s)],
+            DType::F32,
+            &[1, 4, 1],
+        )
+    };
+    let Some(past) = scatter(7) else { return };
+    assert_eq!(past.to_f64_vec(), vec![0.0, 1.0, 8.0, 9.0]);
+    let before = scatter(-2).expect("the GPU ran once");
+    assert_eq!(before.to_f64_vec(), vec![8.0, 9.0, 2.0, 3.0]);
+    let narrow =
+        run_on_gpu(&Op::Narrow { axis: 1, len: 3 }, &[x, start(9)], DType::F32, &[1, 3, 1]);
+    assert_eq!(narrow.expect("the GPU ran").to_f64_vec(), vec![1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn rope_at_a_run_time_start_matches_the_cpu() {
+    let x = floats(&[2, 3, 1, 8], 41);
+    for (offset, s) in [(0, 0), (0, 7), (3, 5), (2, -4), (0, 300)] {
+        for inverse in [false, true] {
+            check_on_both(
+                &Op::Rope { theta: 10000.0, offset, inverse },
+                &[x.clone(), start(s)],
+                DType::F32,
+                &[2, 3, 1, 8],
+                1e-5,
+            );
+        }
+    }
+    // Several positions from the start (a prompt's prefill at a cache offset).
+    let op = Op::Rope { theta: 500.0, offset: 1, inverse: false };
+    check_on_both(&op, &[floats(&[5, 4], 42), start(6)], DType::F32, &[5, 4], 1e-5);
+}
+
+/// A buffer written by a run: not trained, not saved with the weights.
+fn state(name: &str, dtype: DType, shape: &[usize]) -> ParamSpec {
+    ParamSpec {
+        name: name.into(),
+        dtype,
+        shape: shape.to_vec(),
+        init: InitSpec::Constant(0.0),
+        trainable: false,
+        frozen: false,
+        persistent: false,
+    }
+}
+
+/// The KV-cache plan: `cache` ← `slice_scatter(cache, new, pos)`; outputs a window of the
+/// updated cache, its sum, and the old cache (which must be read before the write lands).
+fn cache_plan() -> Plan {
+    let f = DType::F32;
+    let steps = vec![
+        step(Op::Param { index: 0 }, vec![], f, &[1, 6, 2]),
+        step(Op::Input { name: "new".into() }, vec![], f, &[1, 1, 2]),
+        step(Op::Input { name: "pos".into() }, vec![], DType::I32, &[]),
+        step(Op::SliceScatter { axis: 1 }, vec![0, 1, 2], f, &[1, 6, 2]),
+        step(Op::Narrow { axis: 1, len: 3 }, vec![3, 2], f, &[1, 3, 2]),
+        step(
+            Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1, 2], keepdim: false },
+            vec![3],
+            f,
+            &[],
+        ),
+    ];
+    let inputs = vec![("new".into(), 1), ("pos".into(), 2)];
+    let outputs = vec![("window".into(), 4), ("total".into(), 5), ("old".into(), 0)];
+    Plan {
+        params: vec![state("cache", f, &[1, 6, 2])],
+        state_writes: vec![(0, 3)],
+        ..Plan::of_steps(Mode::Infer, steps, inputs, outputs)
+    }
+}
+
+/// Every parameter the GPU holds equals the CPU's.
+fn assert_params(got: Vec<Option<Tensor>>, want: &[Tensor], run: usize) {
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = g.as_ref().unwrap_or_else(|| panic!("run {run}: parameter {k} is not held"));
+        assert_eq!(g.dtype, w.dtype, "run {run}: parameter {k}");
+        assert_close(&Op::Param { index: k }, g, w, 0.0);
+    }
+}
+
+#[test]
+fn a_kv_cache_written_over_four_runs_matches_the_cpu() {
+    let plan = cache_plan();
+    plan.validate().expect("a valid plan");
+    let checked = crate::kernels::check_plan(&plan, &crate::limits::DeviceLimits::MIN_SPEC);
+    assert!(checked.missing.is_empty() && checked.invalid.is_empty(), "{checked:?}");
+    let reference = GpuPlan::of(&plan);
+    let init = floats(&[1, 6, 2], 7);
+    let Some(mut gpu) = open(plan, std::slice::from_ref(&init)) else { return };
+    let mut cpu = vec![init];
+    for pos in 0..4 {
+        let new = floats(&[1, 1, 2], 20 + pos as u32);
+        let p = start(pos);
+        let given = [("new", &new), ("pos", &p)];
+        let want = run_and_write(&reference, &mut cpu, &given);
+        let got = gpu.run(&given, 0).expect("runs");
+        for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
+            assert_eq!(g.shape, w.shape, "run {pos}: `{name}`");
+            assert_close(&Op::Reshape, g, w, 1e-6);
+        }
+        assert_params(gpu.params().expect("reads back"), &cpu, pos as usize);
+    }
+    // A resident run (nothing read back) writes the state too; a start past the cache writes
+    // its last row.
+    let (new, p) = (floats(&[1, 1, 2], 30), start(9));
+    let given = [("new", &new), ("pos", &p)];
+    run_and_write(&reference, &mut cpu, &given);
+    gpu.run_resident(&given, 0).expect("runs");
+    assert_params(gpu.params().expect("reads back"), &cpu, 4);
+}
+
+/// Writes that could alias: `a` ← old `b` while `b` ← `a + x` (b's words are read by one copy
+/// and written by the other), `c` ← `c` (no copy), `n` ← `n + 1` (an i32 counter), and `u`,
+/// which no step reads, ← the input `y`. Outputs: the old `a`, `a + b`, the old counter.
+fn aliasing_plan() -> Plan {
+    let (f, i) = (DType::F32, DType::I32);
+    let steps = vec![
+        step(Op::Param { index: 0 }, vec![], f, &[3]),
+        step(Op::Param { index: 1 }, vec![], f, &[3]),
+        step(Op::Param { index: 2 }, vec![], i, &[]),
+        step(Op::Input { name: "x".into() }, vec![], f, &[3]),
+        step(Op::Binary(BinaryOp::Add), vec![0, 3], f, &[3]),
+        step(Op::Constant { value: 1.0 }, vec![], i, &[]),
+        step(Op::Binary(BinaryOp::Add), vec![2, 5], i, &[]),
+        step(Op::Input { name: "y".into() }, vec![], f, &[2]),
+        step(Op::Binary(BinaryOp::Add), vec![0, 1], f, &[3]),
+        step(Op::Param { index: 3 }, vec![], f, &[4]),
+        step(Op::Unary(mgn_ir::op::UnaryOp::Neg), vec![9], f, &[4]),
+    ];
+    let inputs = vec![("x".into(), 3), ("y".into(), 7)];
+    let outputs = vec![("a".into(), 0), ("sum".into(), 8), ("n".into(), 2), ("neg".into(), 10)];
+    Plan {
+        params: vec![
+            state("a", f, &[3]),
+            state("b", f, &[3]),
+            state("n", i, &[]),
+            state("c", f, &[4]),
+            state("u", f, &[2]),
+        ],
+        state_writes: vec![(0, 1), (1, 4), (2, 6), (3, 9), (4, 7)],
+        ..Plan::of_steps(Mode::Infer, steps, inputs, outputs)
+    }
+}
+
+#[test]
+fn swapped_unchanged_integer_and_unread_state_is_carried_like_the_cpu() {
+    let plan = aliasing_plan();
+    plan.validate().expect("a valid plan");
+    let reference = GpuPlan::of(&plan);
+    let mut cpu = vec![
+        floats(&[3], 1),
+        floats(&[3], 2),
+        Tensor::i32(vec![], vec![5]),
+        floats(&[4], 4),
+        floats(&[2], 5),
+    ];
+    let Some(mut gpu) = open(plan, &cpu) else { return };
+    for run in 0..3 {
+        let (x, y) = (floats(&[3], 10 + run), floats(&[2], 20 + run));
+        let given = [("x", &x), ("y", &y)];
+        let want = run_and_write(&reference, &mut cpu, &given);
+        let got = gpu.run(&given, 0).expect("runs");
+        for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
+            assert_eq!((g.dtype, &g.shape), (w.dtype, &w.shape), "run {run}: `{name}`");
+            assert_close(&Op::Reshape, g, w, 1e-6);
+        }
+        assert_params(gpu.params().expect("reads back"), &cpu, run as usize);
+    }
+    assert_eq!(cpu[2].to_f64_vec(), vec![8.0], "the counter counted the runs");
+}
