@@ -211,6 +211,94 @@ fn only_long_attentions_take_the_score_matrix_by_default() {
     assert_eq!(probs(&long, AttentionPath::Tiled), 0);
 }
 
+/// An additive mask of `shape` with every `every`-th position hidden (−inf), the rest small.
+fn decode_mask(shape: &[usize], every: usize, seed: u32) -> Tensor {
+    let mut t = floats(shape, seed);
+    if let mgn_ir::tensor::Data::F32(v) = &mut t.data {
+        for x in v.iter_mut().step_by(every) {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+    t
+}
+
+/// The forward at decoding shapes (few query rows a head: the `decode` kernel) against the CPU:
+/// SmolLM2's grouping (9 query heads over 3), one and two rows, one key, a few, a cache of 256
+/// and more keys than one chunk holds, head dims 64 and 24, causal without a mask and masked
+/// without causality (a `[1, 1, Tq, Tk]` mask as the decode model passes it).
+#[test]
+fn decoding_attention_matches_the_cpu() {
+    for d in [64, 24] {
+        for tk in [1, 7, 256, 600] {
+            for tq in [1, 2] {
+                let x = [
+                    floats(&[1, 9, tq, d], 201),
+                    floats(&[1, 3, tk, d], 202),
+                    floats(&[1, 3, tk, d], 203),
+                ];
+                let scale = 1.0 / (d as f64).sqrt();
+                let op = Op::Attention { causal: true, scale, has_mask: false };
+                check_on_both(&op, &x, DType::F32, &[1, 9, tq, d], 1e-5);
+                // Every 7th position hidden: with one key, row 0 sees nothing (zeros).
+                let mut x = x.to_vec();
+                x.push(decode_mask(&[1, 1, tq, tk], 7, 204));
+                let op = Op::Attention { causal: false, scale, has_mask: true };
+                check_on_both(&op, &x, DType::F32, &[1, 9, tq, d], 1e-5);
+            }
+        }
+    }
+}
+
+/// The decode kernel's other cases: batches with a padding mask per item, Dv ≠ D, the most rows
+/// it takes, causal rows that see no key (Tq > Tk), a mask of one row for all queries, rows
+/// masked to −inf or to a large finite value everywhere.
+#[test]
+fn decoding_attention_edge_cases_match_the_cpu() {
+    let attn = |b: usize,
+                (tq, tk): (usize, usize),
+                (d, dv): (usize, usize),
+                causal,
+                mask: Option<Tensor>| {
+        let mut x = vec![
+            floats(&[b, 6, tq, d], 211),
+            floats(&[b, 2, tk, d], 212),
+            floats(&[b, 2, tk, dv], 213),
+        ];
+        let has_mask = mask.is_some();
+        x.extend(mask);
+        let op = Op::Attention { causal, scale: 0.3, has_mask };
+        check_on_both(&op, &x, DType::F32, &[b, 6, tq, dv], 1e-5);
+    };
+    attn(2, (4, 300), (16, 40), false, Some(decode_mask(&[2, 1, 1, 300], 3, 214)));
+    attn(2, (3, 37), (64, 64), true, Some(decode_mask(&[37], 4, 215)));
+    attn(1, (4, 2), (8, 8), true, None);
+    attn(1, (1, 1), (5, 3), true, None);
+    // Row 0 hidden everywhere, row 1 at -1e9 everywhere (uniform, as on the CPU).
+    let tk = 19;
+    let rows: Vec<f32> =
+        (0..2 * tk).map(|i| if i < tk { f32::NEG_INFINITY } else { -1e9 }).collect();
+    attn(1, (2, tk), (8, 8), false, Some(Tensor::f32(vec![2, tk], rows)));
+}
+
+/// Latency of SmolLM2's decoding attention (9 query heads over 3, head dim 64, a mask) against
+/// caches of several lengths, and of a few query rows: not a check, a measurement for a real
+/// GPU (`MGN_PROFILE=1 cargo test --release -p mgn-gpu decode_attention_latency -- --ignored
+/// --nocapture`). Rows up to `MAX_ROWS` take the decode kernel, more the tiled one.
+#[test]
+#[ignore]
+fn decode_attention_latency() {
+    use crate::test_util::time_op;
+    for tk in [256, 1024, 4096] {
+        for tq in [1, 2, 4, 5, 8] {
+            let op = Op::Attention { causal: false, scale: 0.125, has_mask: true };
+            let (q, kv, mask) = ([1, 9, tq, 64], [1, 3, tk, 64], [1, 1, tq, tk]);
+            if let Some((sec, device)) = time_op(&op, &[&q, &kv, &kv, &mask], &q, 30) {
+                println!("attention Tq {tq} Tk {tk}: {:8.2} µs ({device})", sec * 1e6);
+            }
+        }
+    }
+}
+
 #[test]
 fn products_split_along_k_match_the_cpu() {
     // Partial products of each k range (the last one shorter), then their sum through an

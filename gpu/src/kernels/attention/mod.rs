@@ -40,8 +40,10 @@
 //! own keys: `O(Tq·BK·D)` per key tile instead of `O(Tq·Tk·D)`.
 //!
 //! Submodules: the shared WGSL pieces (`parts`: staging, scoring, the statistics pass), the
-//! forward and statistics kernels (`forward`), the derivatives (`grad`).
+//! forward and statistics kernels (`forward`), the forward for few query rows, parallel over
+//! the keys (`decode`), the derivatives (`grad`).
 
+mod decode;
 mod forward;
 mod grad;
 mod parts;
@@ -82,7 +84,12 @@ pub fn generate(
     match op {
         GpuOp::Plan(Op::Attention { causal, scale, has_mask }) => {
             need(3 + *has_mask as usize)?;
-            forward(&Attn::new(inputs, *causal, *scale, *has_mask)?, out, w)
+            let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
+            // Few query rows a head (decoding): parallel over the keys instead (`decode`).
+            match decode::forward(&a, out, w) {
+                Some(k) => Ok(k),
+                None => forward(&a, out, w),
+            }
         }
         GpuOp::AttentionStats { causal, scale, has_mask } => {
             need(2 + *has_mask as usize)?;

@@ -15,12 +15,17 @@ fn operand(offset: usize, shape: &[usize]) -> Operand {
 #[test]
 fn model_shaped_kernels_validate_and_fit_the_floor() {
     // (batch, Hq, Hkv, Tq, Tk, D, causal): Whisper tiny's encoder, SmolLM2-135M, a
-    // cross-attention, a tiny head.
+    // cross-attention, a tiny head; then SmolLM2 decoding against its cache (the forward's
+    // `decode` kernel) with one and four rows, several key chunks, wide and odd heads.
     let shapes = [
         (1, 6, 6, 1500, 1500, 64, false),
         (1, 9, 3, 128, 128, 64, true),
         (2, 4, 2, 37, 70, 8, false),
         (1, 2, 1, 5, 3, 128, true),
+        (1, 9, 3, 1, 256, 64, true),
+        (2, 9, 3, 4, 1000, 64, false),
+        (1, 2, 1, 2, 33, 256, true),
+        (1, 3, 1, 1, 7, 24, false),
     ];
     for (b, hq, hkv, tq, tk, d, causal) in shapes {
         for width in [256, 128, 64] {
@@ -79,5 +84,26 @@ fn model_shaped_kernels_validate_and_fit_the_floor() {
                 });
             }
         }
+    }
+}
+
+/// The forward takes the decode kernel for few query rows and the tiled one past them.
+#[test]
+fn few_query_rows_take_the_decode_kernel() {
+    let forward = |tq: usize, tk: usize, d: usize, width: u32| {
+        let x = [
+            operand(0, &[1, 9, tq, d]),
+            operand(1 << 20, &[1, 3, tk, d]),
+            operand(2 << 20, &[1, 3, tk, d]),
+        ];
+        let op = GpuOp::Plan(Op::Attention { causal: true, scale: 0.125, has_mask: false });
+        generate(&op, &x, &operand(3 << 20, &[1, 9, tq, d]), width).expect("a kernel").body
+    };
+    // Only the decode kernel merges `(max, sum)` pairs in a tree over the workgroup.
+    let decode = |body: String| body.contains("s = s >> 1u");
+    for width in [256, 128, 64] {
+        assert!(decode(forward(1, 256, 64, width)));
+        assert!(decode(forward(decode::MAX_ROWS, 5000, 24, width)));
+        assert!(!decode(forward(decode::MAX_ROWS + 1, 256, 64, width)));
     }
 }
