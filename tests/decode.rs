@@ -96,6 +96,16 @@ fn decode_matches_full_forward(gpu: bool, tol: f64) {
         // Emptied, the cache gives the same logits again.
         g.reset().expect("reset");
     }
+    // A token through the decode plan, the rest of the prompt through the prefill plan, then
+    // decoding: the cache moves to the prefill session and back.
+    let e = rel_l2(&g.step(ids[0]).expect("a step"), &want[0]);
+    assert!(e < tol, "position 0 before prefill: rel. L2 {e:.2e}");
+    let e = rel_l2(&g.prefill(&ids[1..7]).expect("prefill"), &want[6]);
+    assert!(e < tol, "prefill after a decoded token: rel. L2 {e:.2e}");
+    for (t, &id) in ids.iter().enumerate().skip(7) {
+        let e = rel_l2(&g.step(id).expect("a step"), &want[t]);
+        assert!(e < tol, "position {t} after a mixed prompt: rel. L2 {e:.2e}");
+    }
 }
 
 #[test]

@@ -9,11 +9,12 @@
 //! chunks; a last chunk shorter than T is padded at its end, which is safe: the padding writes
 //! cache rows past the prompt that the next tokens overwrite before any query can see them.
 //! Whichever session ran last holds the newest cache; it is copied to the other when the
-//! roles change (only the state tensors move).
+//! roles change (only the state tensors move), and not at all while both hold the same one
+//! (after `new` or `reset`, both caches are fresh).
 
 use crate::sample::Sampler;
 use crate::session::{RuntimeError, Session};
-use mgn_ir::{DType, Tensor};
+use mgn_ir::{DType, Data, Tensor};
 
 /// A prefill session (optional) and a decode session over one KV cache.
 pub struct Generator {
@@ -24,8 +25,17 @@ pub struct Generator {
     /// Positions the cache holds.
     capacity: usize,
     vocab: usize,
-    /// Which session holds the newest cache: true for the prefill one.
-    prefill_has_cache: bool,
+    /// Which session holds the newest cache.
+    newest: Holder,
+}
+
+/// Where the newest KV cache lives.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Holder {
+    /// Both sessions hold the same cache (fresh, after `new` or `reset`).
+    Both,
+    Prefill,
+    Decode,
 }
 
 fn failed(s: String) -> RuntimeError {
@@ -75,7 +85,7 @@ impl Generator {
                 )));
             }
         }
-        Ok(Generator { prefill, decode, pos: 0, capacity, vocab, prefill_has_cache: false })
+        Ok(Generator { prefill, decode, pos: 0, capacity, vocab, newest: Holder::Both })
     }
 
     /// Tokens in the cache so far.
@@ -95,7 +105,7 @@ impl Generator {
             p.reset_state()?;
         }
         self.pos = 0;
-        self.prefill_has_cache = false;
+        self.newest = Holder::Both;
         Ok(())
     }
 
@@ -137,10 +147,10 @@ impl Generator {
 
     fn run_prefill(&mut self, tokens: &[i32], chunk: usize) -> Result<Vec<f32>, RuntimeError> {
         let p = self.prefill.as_mut().expect("only with a prefill plan");
-        if !self.prefill_has_cache {
+        if self.newest == Holder::Decode {
             self.decode.copy_state_to(p)?;
-            self.prefill_has_cache = true;
         }
+        self.newest = Holder::Prefill;
         let mut ids = tokens.to_vec();
         ids.resize(chunk, 0);
         let logits = run(p, ids, self.pos, self.vocab)?;
@@ -152,11 +162,11 @@ impl Generator {
     /// Runs one token at the current position; returns its logits.
     pub fn step(&mut self, token: i32) -> Result<Vec<f32>, RuntimeError> {
         self.room_for(1)?;
-        if self.prefill_has_cache {
+        if self.newest == Holder::Prefill {
             let p = self.prefill.as_mut().expect("set only with a prefill plan");
             p.copy_state_to(&mut self.decode)?;
-            self.prefill_has_cache = false;
         }
+        self.newest = Holder::Decode;
         let logits = run(&mut self.decode, vec![token], self.pos, self.vocab)?;
         self.pos += 1;
         Ok(logits)
@@ -194,5 +204,9 @@ fn run(s: &mut Session, ids: Vec<i32>, pos: usize, vocab: usize) -> Result<Vec<f
     let out = s.run(&[("input_ids", &ids), ("pos", &pos)])?;
     let logits = out.outputs.into_iter().find(|(n, _)| n == "logits").map(|(_, l)| l);
     let logits = logits.ok_or_else(|| failed("the plan returned no logits".into()))?;
-    Ok(logits.to_f64_vec().into_iter().map(|v| v as f32).collect())
+    // f32 logits (every backend's) move as they are: a prefill chunk's are vocab × T values.
+    Ok(match logits.data {
+        Data::F32(v) => v,
+        _ => logits.to_f64_vec().into_iter().map(|v| v as f32).collect(),
+    })
 }
