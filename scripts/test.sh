@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "error: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
+# Every locked dependency on disk first: tests/architecture.rs reads `cargo tree --offline` with
+# features (egglog) the default build does not download.
+cargo fetch --locked >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
