@@ -190,12 +190,42 @@ pub fn plan_path(
     settings: Vec<Setting>,
     opts: &crate::lower::PlanOptions,
 ) -> Result<(Outcome, Option<mgn_ir::Plan>), String> {
-    let mut outcome = check_path(path, Models::One { name: model, settings })?;
+    plan_path_dynamic(path, model, settings, &[], opts)
+}
+
+/// As `plan_path`, for a plan over the dynamic sizes `sizes` (none: a static plan): checked
+/// and built at the bound, then at the other probe points (`crate::dynamic`).
+pub fn plan_path_dynamic(
+    path: &Path,
+    model: Option<String>,
+    settings: Vec<Setting>,
+    sizes: &[mgn_ir::dynamic::SizeVar],
+    opts: &crate::lower::PlanOptions,
+) -> Result<(Outcome, Option<mgn_ir::Plan>), String> {
+    let bound: Vec<usize> = sizes.iter().map(|v| v.max).collect();
+    let at_bound = crate::dynamic::settings_at(&settings, sizes, &bound);
+    let mut outcome = check_path(path, Models::One { name: model, settings: at_bound })?;
     if !outcome.ok() {
         return Ok((outcome, None));
     }
     let graph = outcome.graphs.pop().expect("a clean build has its graph");
-    match crate::lower::lower(graph.clone(), &outcome.program.sources, opts) {
+    let root = outcome.program.root;
+    let (index, model_span) = match elab::models(&outcome.program, root)
+        .into_iter()
+        .find(|(_, m)| m.name.name == graph.model)
+    {
+        Some((i, m)) => (i, m.name.span),
+        None => unreachable!("the graph is of a model of the root file"),
+    };
+    let built = if sizes.is_empty() {
+        crate::lower::lower(graph.clone(), &outcome.program.sources, opts)
+    } else if let Some(d) = crate::dynamic::conflict(&settings, sizes, model_span) {
+        Err(d)
+    } else {
+        let program = &outcome.program;
+        crate::dynamic::build(program, root, index, graph.clone(), &settings, sizes, opts)
+    };
+    match built {
         Ok(plan) => {
             outcome.graphs.push(graph);
             Ok((outcome, Some(plan)))
@@ -203,13 +233,7 @@ pub fn plan_path(
         Err(mut d) => {
             if d.primary_span() == Span::default() {
                 // Whole-model problems point at the model's name.
-                let root = outcome.program.root;
-                if let Some((_, m)) = elab::models(&outcome.program, root)
-                    .into_iter()
-                    .find(|(_, m)| m.name.name == graph.model)
-                {
-                    d.labels[0].span = m.name.span;
-                }
+                d.labels[0].span = model_span;
             }
             outcome.diagnostics.push(d);
             Ok((outcome, None))

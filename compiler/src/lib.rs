@@ -9,10 +9,12 @@
 //! diagnostics into text or JSON, and `driver` strings the stages together for the CLI, the
 //! tests and the language server. For plans: `autodiff` (the backward pass), `rewrite`
 //! (greedy local rules, or egglog's equality saturation with the `egglog` feature) and `lower`
-//! (live nodes as numbered steps, validated).
+//! (live nodes as numbered steps, validated); `dynamic` builds a plan at the probe points of its
+//! dynamic sizes and fits them into one plan over those sizes.
 
 pub mod autodiff;
 pub mod driver;
+pub mod dynamic;
 pub mod elab;
 pub mod front;
 pub mod graph;

@@ -7,7 +7,7 @@ use crate::rewrite::{rewrite, Rewrites};
 use crate::source::SourceMap;
 use mgn_ir::optim::OptimizerSpec;
 use mgn_ir::plan::{Mode, ParamSpec, Plan};
-use mgn_syntax::Diagnostic;
+use mgn_syntax::{Diagnostic, Span};
 
 /// What a plan computes.
 pub struct PlanOptions<'a> {
@@ -47,7 +47,17 @@ impl PlanOptions<'_> {
 }
 
 /// The graph, differentiated and rewritten as `opts` asks, as a validated plan.
-pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Plan, Diagnostic> {
+pub fn lower(g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Plan, Diagnostic> {
+    lower_with_spans(g, sources, opts).map(|(plan, _)| plan)
+}
+
+/// As `lower`, with the span in a user file of each step's expression (for diagnostics about
+/// steps: `dynamic`'s).
+pub fn lower_with_spans(
+    mut g: Graph,
+    sources: &SourceMap,
+    opts: &PlanOptions,
+) -> Result<(Plan, Vec<Span>), Diagnostic> {
     check_engine(opts.rewrites)?;
     check_frozen(&g, opts)?;
     // State writes are results like outputs: the rewrites track them as outputs.
@@ -69,6 +79,8 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
     roots.extend(g.state_writes.iter().map(|(_, id)| id.0));
     let live = mgn_ir::analysis::needed(&g, roots);
     let (steps, renumber) = to_steps(&g, &live, sources);
+    let spans: Vec<Span> =
+        g.nodes.iter().zip(&live).filter(|(_, &l)| l).map(|(n, _)| n.user_span).collect();
     let map = |id: NodeId| renumber[id.0 as usize];
     let params = g
         .params
@@ -98,6 +110,7 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
         grads: grads.iter().map(|(p, id)| (*p, map(*id))).collect(),
         optimizer: opts.optimizer.clone(),
         state_writes: g.state_writes.iter().map(|(p, id)| (*p, map(*id))).collect(),
+        dynamic: None,
     };
     // Every plan the compiler makes passes the validator that plan files and backends rely on:
     // a node elaboration or autodiff typed differently from the IR's rules is a compiler bug,
@@ -110,7 +123,7 @@ pub fn lower(mut g: Graph, sources: &SourceMap, opts: &PlanOptions) -> Result<Pl
             "while lowering this model",
         )
     })?;
-    Ok(plan)
+    Ok((plan, spans))
 }
 
 /// Each `--freeze` prefix names some trainable parameter, in a plan with gradients.

@@ -4,6 +4,7 @@
 //! - `op`: the public op vocabulary; `pointwise`: its point-wise functions and derivatives;
 //! - `shape`: the shape rules every stage applies; `infer`: each op's typing rule on them;
 //! - `plan`: the plan an app embeds and its file format; `valid`: the plan validator;
+//! - `dynamic`: plans over dynamic sizes (polynomial sites, fitting, the plan at given sizes);
 //! - `optim`: the optimizer settings and state a training plan carries;
 //! - `analysis`: def-use over steps (readers, results, last uses);
 //! - `io`: atomic file writes; `units`: sizes for people.
@@ -13,6 +14,7 @@
 
 pub mod analysis;
 pub mod dtype;
+pub mod dynamic;
 pub mod infer;
 pub mod io;
 pub mod op;

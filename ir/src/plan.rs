@@ -101,6 +101,10 @@ pub struct Plan {
     /// The written tensors are buffers or `state` fields (never trained); a KV cache is one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub state_writes: Vec<(usize, u32)>,
+    /// A plan over dynamic sizes (`mgnc build --dynamic`): the sizes, and the numbers of its
+    /// steps that depend on them. The plan as written is the plan at the bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<crate::dynamic::Dynamic>,
 }
 
 #[derive(Debug)]
@@ -135,6 +139,7 @@ impl Plan {
             grads: vec![],
             optimizer: OptimizerSpec::default(),
             state_writes: vec![],
+            dynamic: None,
         }
     }
 
@@ -317,6 +322,7 @@ mod tests {
             grads: vec![],
             optimizer: OptimizerSpec::default(),
             state_writes: vec![],
+            dynamic: None,
         }
     }
 

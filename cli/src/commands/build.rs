@@ -41,6 +41,10 @@ pub struct BuildArgs {
     /// Override a model argument, e.g. `--set T=1` (repeatable).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub settings: Vec<Setting>,
+    /// Leave `dim` arguments open up to a bound: one plan that runs at any of these sizes,
+    /// read off its inputs, e.g. `--dynamic B=32,T=512` or `T=16..512` (repeatable).
+    #[arg(long = "dynamic", value_name = "NAME=MAX", value_delimiter = ',')]
+    pub dynamic: Vec<mgn_ir::dynamic::SizeVar>,
     /// Which model to build when the file defines several.
     #[arg(long)]
     pub model: Option<String>,
@@ -83,10 +87,17 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
     };
     let opts = PlanOptions { rewrites: a.rewrites.into(), ..opts };
-    let (outcome, plan) = match mgn_compiler::driver::plan_path(
+    if !a.dynamic.is_empty() {
+        if let Err(e) = mgn_ir::dynamic::check_sizes(&a.dynamic) {
+            report::error(&format!("--dynamic: {e}"), a.format);
+            return super::EXIT_ERRORS;
+        }
+    }
+    let (outcome, plan) = match mgn_compiler::driver::plan_path_dynamic(
         &a.file,
         a.model.clone(),
         a.settings.clone(),
+        &a.dynamic,
         &opts,
     ) {
         Ok(r) => r,
@@ -132,7 +143,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         Emit::Summary => {
             let trainable = g.param_count(true);
             format!(
-                "{}: {} parameters ({} trainable), {} operations, {} {} plan of {} steps{}{}; \
+                "{}: {} parameters ({} trainable), {} operations, {} {} plan of {} steps{}{}{}; \
                  built in {elapsed:.1} ms\n",
                 g.model,
                 thousands(trainable + g.param_count(false)),
@@ -146,6 +157,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
                 } else {
                     format!(" with {} gradients", plan.grads.len())
                 },
+                dynamic_note(&plan),
                 a.out.as_ref().map(|o| format!(", written to {}", o.display())).unwrap_or_default(),
             )
         }
@@ -173,6 +185,17 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     0
+}
+
+/// `, dynamic: B from 1 to 32, T from 1 to 512` for a dynamic plan.
+fn dynamic_note(plan: &mgn_runtime::Plan) -> String {
+    match &plan.dynamic {
+        Some(d) => {
+            let sizes: Vec<String> = d.sizes.iter().map(|v| v.to_string()).collect();
+            format!(", dynamic: {}", sizes.join(", "))
+        }
+        None => String::new(),
+    }
 }
 
 fn mib(bytes: u64) -> String {

@@ -157,7 +157,7 @@ fn with_batch(
         .and_then(|g| g.config.iter().map(|(k, _)| k.clone()).find(|k| k == "batch" || k == "B"));
     match arg {
         Some(name) => {
-            settings.push(Setting { name, value: b.to_string() });
+            settings.push(Setting::new(name, b.to_string()));
             Ok(settings)
         }
         None => Err(fail(

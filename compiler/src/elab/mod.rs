@@ -12,11 +12,36 @@ use mgn_syntax::ast::{Item, LayerItem, LayerKind, ScalarType, TypeExpr};
 use mgn_syntax::{Diagnostic, Span, StepKind};
 use value::Value;
 
-/// A `--set name=value` override of a model argument.
+/// A `--set name=value` override of a model argument, or one value of a `--dynamic` size
+/// (a probe point of `dynamic`), which must be a `dim`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Setting {
     pub name: String,
     pub value: String,
+    pub flag: Flag,
+}
+
+/// The command-line flag a setting came from, as messages name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flag {
+    Set,
+    Dynamic,
+}
+
+impl std::fmt::Display for Flag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Flag::Set => "--set",
+            Flag::Dynamic => "--dynamic",
+        })
+    }
+}
+
+impl Setting {
+    /// `--set name=value`.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Setting {
+        Setting { name: name.into(), value: value.into(), flag: Flag::Set }
+    }
 }
 
 impl std::str::FromStr for Setting {
@@ -28,7 +53,7 @@ impl std::str::FromStr for Setting {
         if name.is_empty() {
             return Err(format!("expected `name=value`, found `{s}`"));
         }
-        Ok(Setting { name: name.to_string(), value: value.trim().to_string() })
+        Ok(Setting::new(name, value.trim()))
     }
 }
 
@@ -73,8 +98,8 @@ pub fn elaborate_with_facts(
             let mut d = Diagnostic::error(
                 "E0501",
                 format!(
-                    "`--set {}`: model `{}` has no argument `{}`",
-                    s.name, model.name.name, s.name
+                    "`{} {}`: model `{}` has no argument `{}`",
+                    s.flag, s.name, model.name.name, s.name
                 ),
                 model.name.span,
                 "in this model",
@@ -126,10 +151,17 @@ pub fn elaborate_with_facts(
                     }
                 },
             };
-            let from_set = settings.iter().any(|s| s.name == p.name.name);
-            let (span, what) = match (&p.default, from_set) {
-                (Some(d), false) => (d.span, format!("model argument `{}`", p.name.name)),
-                _ => (p.name.span, format!("model argument `{}` (from --set)", p.name.name)),
+            let from = settings.iter().rev().find(|s| s.name == p.name.name).map(|s| s.flag);
+            let (span, what) = match (&p.default, from) {
+                (Some(d), None) => (d.span, format!("model argument `{}`", p.name.name)),
+                (_, flag) => (
+                    p.name.span,
+                    format!(
+                        "model argument `{}` (from {})",
+                        p.name.name,
+                        flag.unwrap_or(Flag::Set)
+                    ),
+                ),
             };
             let v = ev.check_type(&p.ty, v, span, &what)?;
             ev.graph.config.push((p.name.name.clone(), show(&v)));
@@ -163,11 +195,20 @@ fn parse_setting(s: &Setting, ty: &TypeExpr, span: Span) -> Result<Value, Diagno
     let bad = |what: &str| {
         Diagnostic::error(
             "E0501",
-            format!("`--set {}={}`: expected {what}", s.name, s.value),
+            format!("`{} {}={}`: expected {what}", s.flag, s.name, s.value),
             span,
             format!("`{}` is declared here", s.name),
         )
     };
+    if s.flag == Flag::Dynamic && !matches!(ty, TypeExpr::Scalar(ScalarType::Dim, _)) {
+        return Err(Diagnostic::error(
+            "E0503",
+            format!("`--dynamic {}`: only a `dim` argument can be dynamic", s.name),
+            span,
+            format!("`{}` is declared here, not as a `dim`", s.name),
+        )
+        .with_help("a dynamic size is a tensor axis; set other arguments with `--set`"));
+    }
     match ty {
         TypeExpr::Scalar(ScalarType::Dim | ScalarType::Int, _) => {
             v.parse::<i64>().map(Value::Int).map_err(|_| bad("an integer"))

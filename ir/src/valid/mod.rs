@@ -10,7 +10,9 @@
 //!   shapes agree, parameters have their declared type, every gradient has its parameter's;
 //! - has no tensor over 2^40 elements;
 //! - computes each computed init from constants alone, ending in the tensor's own type;
-//! - writes state only into untrained tensors, once per run, with values of their type.
+//! - writes state only into untrained tensors, once per run, with values of their type;
+//! - when dynamic, has well-formed sizes, each an input's axis, and sites that hold their
+//!   polynomials' values at the bound (`dynamic::Dynamic::validate`).
 //!
 //! Validation is linear in the plan's size; the compiler runs it on every plan it builds,
 //! `Plan::from_bytes` on every plan it reads, and `GpuSession::new` on hand-built ones.
@@ -34,7 +36,11 @@ pub fn validate(plan: &Plan) -> Result<(), String> {
         }
     }
     inputs(plan)?;
-    results(plan)
+    results(plan)?;
+    match &plan.dynamic {
+        Some(d) => d.validate(plan),
+        None => Ok(()),
+    }
 }
 
 fn step(plan: &Plan, i: usize) -> Result<(), String> {

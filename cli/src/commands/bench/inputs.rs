@@ -58,7 +58,7 @@ pub(super) fn minimal_settings(plan: &Plan) -> Vec<Setting> {
         .iter()
         .chain(&SEQUENCE_ARGS)
         .filter(|n| plan.config.iter().any(|(k, _)| k == *n))
-        .map(|n| Setting { name: n.to_string(), value: "1".into() })
+        .map(|n| Setting::new(*n, "1"))
         .collect()
 }
 

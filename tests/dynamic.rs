@@ -1,0 +1,156 @@
+//! Dynamic plans end to end (`mgnc build --dynamic`): the plan made for a range of sizes is,
+//! at every size of the range, the plan a static build at that size makes (and computes what
+//! it computes), and models that a dynamic plan cannot carry get a diagnostic at the line that
+//! makes them so — kept as data in `tests/dynamic/errors/` (first lines `// error: …`,
+//! `// dynamic: NAME=MAX,…` and optionally `// set: NAME=VALUE,…`; `BLESS=1` rewrites the
+//! expected `.out` files).
+
+use mgn_compiler::driver::plan_path_dynamic;
+use mgn_compiler::elab::Setting;
+use mgn_compiler::lower::PlanOptions;
+use mgn_ir::dynamic::SizeVar;
+use mgn_ir::optim::OptimizerSpec;
+use mgn_ir::{Plan, Tensor};
+use mgn_runtime::Session;
+use mgn_tests::{compare_golden, mgn_files, rendered, root};
+use std::path::Path;
+
+/// The line of `text` that starts with `// key: `, split at commas.
+fn header<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
+    let prefix = format!("// {key}: ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(|v| v.split(',').map(str::trim).collect())
+        .unwrap_or_default()
+}
+
+fn build(
+    file: &Path,
+    settings: Vec<Setting>,
+    sizes: &[SizeVar],
+    opts: &PlanOptions,
+) -> (mgn_compiler::Outcome, Option<Plan>) {
+    plan_path_dynamic(file, None, settings, sizes, opts).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn built(file: &str, settings: &[(&str, usize)], sizes: &[SizeVar], opts: &PlanOptions) -> Plan {
+    root();
+    let settings = settings.iter().map(|(n, v)| Setting::new(*n, v.to_string())).collect();
+    let (outcome, plan) = build(Path::new(file), settings, sizes, opts);
+    plan.unwrap_or_else(|| panic!("{file}: {}", rendered(&outcome)))
+}
+
+#[test]
+fn every_dynamic_error_case_renders_its_expected_diagnostic() {
+    let files = mgn_files("tests/dynamic/errors");
+    assert!(files.len() >= 8, "expected the error cases, found {}", files.len());
+    let mut failures = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable");
+        let sizes: Vec<SizeVar> =
+            header(&text, "dynamic").iter().map(|s| s.parse().expect("a size")).collect();
+        let settings = header(&text, "set").iter().map(|s| s.parse().expect("a setting")).collect();
+        let (outcome, plan) = build(f, settings, &sizes, &PlanOptions::infer());
+        if plan.is_some() || outcome.diagnostics.is_empty() {
+            failures.push(format!("{}: expected an error, but it built", f.display()));
+            continue;
+        }
+        if let Some(d) = outcome.diagnostics.iter().find(|d| d.code == "E0999") {
+            failures.push(format!("{}: internal compiler error: {}", f.display(), d.message));
+        }
+        if let Some(diff) = compare_golden(&f.with_extension("out"), &rendered(&outcome)) {
+            failures.push(diff);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Each case: a model, its `--set`, its dynamic sizes, and sizes to compare at (all ≥ 2: at
+/// size 1 a static build rewrites permutes of that axis into reshapes, a different but equal
+/// plan, which `the_smallest_sizes_compute_what_the_static_plan_computes` checks by value).
+fn cases() -> Vec<(&'static str, Vec<(&'static str, usize)>, Vec<SizeVar>, Vec<Vec<usize>>)> {
+    let v = |s: &str| s.parse::<SizeVar>().expect("a size");
+    vec![
+        ("models/tiny_gpt.mgn", vec![], vec![v("B=8"), v("T=64")], vec![vec![3, 17], vec![2, 2]]),
+        ("models/tiny_bert.mgn", vec![], vec![v("T=4..16")], vec![vec![5], vec![13]]),
+        ("models/tiny_llama.mgn", vec![("B", 2)], vec![v("T=32")], vec![vec![7], vec![30]]),
+        ("models/digits_mlp.mgn", vec![], vec![v("batch=64")], vec![vec![5], vec![63]]),
+        (
+            "models/minilm_l6.mgn",
+            vec![("n_layers", 1), ("vocab", 500), ("max_positions", 64)],
+            vec![v("B=4"), v("T=40")],
+            vec![vec![2, 9], vec![4, 33]],
+        ),
+        (
+            "models/smollm2_135m_decode.mgn",
+            vec![("n_layers", 2), ("cache", 32), ("vocab", 500)],
+            vec![v("T=16")],
+            vec![vec![3], vec![11]],
+        ),
+    ]
+}
+
+#[test]
+fn dynamic_plans_are_the_static_plans_at_every_size() {
+    let infer = PlanOptions::infer();
+    let train = PlanOptions::train(&[], OptimizerSpec::default());
+    for (file, set, sizes, points) in cases() {
+        for opts in [&infer, &train] {
+            if opts.grads && (file.contains("decode") || file.contains("bert")) {
+                continue; // models without a loss
+            }
+            let plan = built(file, &set, &sizes, opts);
+            plan.validate().expect("a valid dynamic plan");
+            for point in points.iter().chain([&sizes.iter().map(|v| v.max).collect()]) {
+                let mut at_set = set.clone();
+                at_set.extend(sizes.iter().zip(point).map(|(v, &n)| (v.name.as_str(), n)));
+                let want = built(file, &at_set, &[], opts);
+                let got = plan.at(point).unwrap_or_else(|e| panic!("{file} at {point:?}: {e}"));
+                assert!(got == want, "{file} ({:?}) at {point:?}: not the static plan", opts.mode);
+            }
+        }
+    }
+}
+
+/// Inputs of `plan` at its own shapes: ids drawn below their tables, masks of ones, floats.
+fn inputs(plan: &Plan) -> Vec<(String, Tensor)> {
+    (plan.inputs.iter())
+        .map(|(name, v)| {
+            let s = &plan.steps[*v as usize];
+            let n: usize = s.shape.iter().product();
+            let t = if s.dtype.is_float() {
+                Tensor::f32(
+                    s.shape.clone(),
+                    (0..n).map(|k| ((k * 37 % 101) as f32) / 50.0 - 1.0).collect(),
+                )
+            } else {
+                // Ids below their table; anything else (a mask, a position) all ones.
+                let ids = |b: i32| (0..n).map(|k| (k as i32 * 7919) % b.max(1)).collect();
+                let ones = vec![1; n];
+                Tensor::i32(s.shape.clone(), plan.int_input_range(*v).map_or(ones, ids))
+            };
+            (name.clone(), t)
+        })
+        .collect()
+}
+
+#[test]
+fn the_smallest_sizes_compute_what_the_static_plan_computes() {
+    let infer = PlanOptions::infer();
+    for (file, set, sizes, _) in cases() {
+        let plan = built(file, &set, &sizes, &infer);
+        let smallest: Vec<usize> = sizes.iter().map(|v| v.min).collect();
+        let mut at_set = set.clone();
+        at_set.extend(sizes.iter().map(|v| (v.name.as_str(), v.min)));
+        let static_plan = built(file, &at_set, &[], &infer);
+        let given = inputs(&static_plan);
+        let refs: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let want = Session::new(static_plan, 7).run(&refs).expect("static runs");
+        let at = plan.at(&smallest).expect("valid at the smallest sizes");
+        let got = Session::new(at, 7).run(&refs).expect("runs");
+        for ((name, a), (_, b)) in got.outputs.iter().zip(&want.outputs) {
+            assert_eq!(a.shape, b.shape, "{file}: {name}");
+            assert_eq!(a.to_f64_vec(), b.to_f64_vec(), "{file}: {name} at {smallest:?}");
+        }
+    }
+}
