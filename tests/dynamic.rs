@@ -154,3 +154,31 @@ fn the_smallest_sizes_compute_what_the_static_plan_computes() {
         }
     }
 }
+
+#[test]
+fn a_session_runs_a_dynamic_plan_at_any_size_in_range() {
+    let v = |s: &str| s.parse::<SizeVar>().expect("a size");
+    let infer = PlanOptions::infer();
+    let plan = built("models/tiny_gpt.mgn", &[], &[v("B=8"), v("T=64")], &infer);
+    let mut session = Session::new(plan, 3);
+    // Sizes in any order, and again, as an app would call it.
+    for (b, t) in [(3, 17), (8, 64), (1, 1), (3, 17), (2, 40)] {
+        let want_plan = built("models/tiny_gpt.mgn", &[("B", b), ("T", t)], &[], &infer);
+        let given = inputs(&want_plan);
+        let refs: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let want = Session::new(want_plan, 3).run(&refs).expect("static runs");
+        let got = session.run(&refs).expect("the dynamic plan runs");
+        assert_eq!(got.outputs[0].1.shape, want.outputs[0].1.shape);
+        let (a, b) = (got.outputs[0].1.to_f64_vec(), want.outputs[0].1.to_f64_vec());
+        assert_eq!(a, b, "at B = {b:?}, T = {t}");
+    }
+    let ids = |shape: Vec<usize>| Tensor::i32(shape.clone(), vec![1; shape.iter().product()]);
+    let err = |r: Result<mgn_runtime::RunOutput, mgn_runtime::RuntimeError>| match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    };
+    let e = err(session.run(&[("tokens", &ids(vec![2, 65]))]));
+    assert!(e.contains("its axis 1 is `T`, which this plan takes from 1 to 64"), "{e}");
+    let e = err(session.run(&[]));
+    assert!(e.contains("missing input"), "{e}");
+}

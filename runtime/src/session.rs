@@ -9,6 +9,7 @@ pub use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::fmt;
 
+mod sizes;
 mod state;
 
 /// Why a session could not do what was asked.
@@ -67,6 +68,8 @@ pub struct Session {
     /// Whether the host was found to have the memory a run on the CPU takes (checked before
     /// the first one).
     host_checked: bool,
+    /// A dynamic plan's plans at the sizes of recent runs (`sizes.rs`).
+    sized: sizes::SizedPlans,
 }
 
 /// A value during execution: computed here, or borrowed from the caller's inputs or the params.
@@ -114,6 +117,7 @@ impl Session {
             gpu: None,
             device_ahead: false,
             host_checked: false,
+            sized: Default::default(),
         }
     }
 
@@ -277,17 +281,31 @@ impl Session {
         RunOutput { outputs, loss, grads }
     }
 
-    fn check_inputs(&self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Option<usize>>, RuntimeError> {
-        let mut which = vec![None; self.plan.steps.len()];
-        for (name, step) in &self.plan.inputs {
-            let Some(pos) = inputs.iter().position(|(n, _)| n == name) else {
+    /// Every input of `plan` is among `inputs`, or an error names the first one missing.
+    fn check_given(plan: &Plan, inputs: &[(&str, &Tensor)]) -> Result<(), RuntimeError> {
+        match plan.inputs.iter().find(|(name, _)| !inputs.iter().any(|(n, _)| n == name)) {
+            Some((name, _)) => {
                 let given: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
-                return Err(RuntimeError::Failed(format!(
+                Err(RuntimeError::Failed(format!(
                     "missing input `{name}` (given: {})",
                     if given.is_empty() { "none".into() } else { given.join(", ") }
-                )));
-            };
-            let want = &self.plan.steps[*step as usize];
+                )))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Each input step's position in `inputs`, after checking that every input is given, of
+    /// `plan`'s shape (the plan at the run's sizes) and a storage type of its dtype.
+    fn check_inputs(
+        plan: &Plan,
+        inputs: &[(&str, &Tensor)],
+    ) -> Result<Vec<Option<usize>>, RuntimeError> {
+        Session::check_given(plan, inputs)?;
+        let mut which = vec![None; plan.steps.len()];
+        for (name, step) in &plan.inputs {
+            let pos = inputs.iter().position(|(n, _)| n == name).expect("checked above");
+            let want = &plan.steps[*step as usize];
             let t = inputs[pos].1;
             if t.shape != want.shape {
                 return Err(RuntimeError::Failed(format!(
@@ -315,7 +333,13 @@ impl Session {
         inputs: &[(&str, &Tensor)],
         updates: bool,
     ) -> Result<Vec<Slot>, RuntimeError> {
-        let which = self.check_inputs(inputs)?;
+        Session::check_given(&self.plan, inputs)?;
+        let sized = self.sized_plan(inputs)?;
+        let (plan, last_use) = match &sized {
+            Some(s) => (&s.plan, &s.last_use[..]),
+            None => (&self.plan, &self.last_use[..]),
+        };
+        let which = Session::check_inputs(plan, inputs)?;
         if !self.host_checked {
             let need = crate::memory::Footprint {
                 values: crate::memory::peak_values(&self.plan),
@@ -326,10 +350,10 @@ impl Session {
         }
         let training = self.plan.mode == Mode::Train;
         let seed = self.run_seed();
-        let mut slots: Vec<Slot> = (0..self.plan.steps.len()).map(|_| Slot::Empty).collect();
+        let mut slots: Vec<Slot> = (0..plan.steps.len()).map(|_| Slot::Empty).collect();
         let mut bn_updates = Vec::new();
-        for i in 0..self.plan.steps.len() {
-            let step = &self.plan.steps[i];
+        for i in 0..plan.steps.len() {
+            let step = &plan.steps[i];
             let slot = match &step.op {
                 Op::Input { .. } => {
                     let pos = which[i].expect("checked above");
@@ -358,7 +382,7 @@ impl Session {
                     if let (true, true, Op::BatchNorm { momentum, .. }) = (updates, training, op) {
                         let (rm, rv) = (step.inputs[1] as usize, step.inputs[2] as usize);
                         if let (Op::Param { index: m }, Op::Param { index: v }) =
-                            (&self.plan.steps[rm].op, &self.plan.steps[rv].op)
+                            (&plan.steps[rm].op, &plan.steps[rv].op)
                         {
                             let (new_m, new_v) =
                                 cpu::batch_norm_update(args[0], args[1], args[2], *momentum);
@@ -370,8 +394,8 @@ impl Session {
             };
             slots[i] = slot;
             // Free what no later step reads.
-            for &x in &self.plan.steps[i].inputs {
-                if self.last_use[x as usize] == i {
+            for &x in &plan.steps[i].inputs {
+                if last_use[x as usize] == i {
                     slots[x as usize] = Slot::Empty;
                 }
             }
@@ -381,7 +405,7 @@ impl Session {
             self.params[v] = new_v;
         }
         // State for the next run (a KV cache): every step above read the old values.
-        let written: Vec<(usize, Tensor)> = (self.plan.state_writes.iter())
+        let written: Vec<(usize, Tensor)> = (plan.state_writes.iter())
             .map(|&(p, v)| (p, get(&slots, v, &self.params, inputs).clone()))
             .collect();
         for (p, t) in written {
