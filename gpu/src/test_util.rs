@@ -72,7 +72,6 @@ pub fn run_on_gpu<O: Clone + Into<GpuOp>>(
         loss: None,
         grads: vec![],
         state_writes: vec![],
-        dynamic: None,
     };
     let mut gpu = crate::testing::or_skip(GpuSession::open(plan, &[]))?;
     let given: Vec<(&str, &Tensor)> =

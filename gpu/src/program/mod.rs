@@ -13,6 +13,7 @@
 
 mod dense;
 pub mod op;
+mod typing;
 
 pub use dense::GpuPlan;
 pub use op::{Elem, GpuOp};
@@ -20,14 +21,15 @@ pub use op::{Elem, GpuOp};
 use mgn_ir::op::Op;
 use mgn_ir::plan::{Plan, SourceLoc};
 use mgn_ir::DType;
+use serde::{Deserialize, Serialize};
 
 /// A step's stable name (see the module header).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct StepId(pub u32);
 
 /// One step; `R` is how it names its inputs: a [`StepId`] in a [`Program`], a position in a
 /// [`GpuPlan`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Step<R> {
     pub op: GpuOp,
     pub inputs: Vec<R>,

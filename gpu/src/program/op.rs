@@ -1,12 +1,14 @@
 //! The GPU's op vocabulary: every op of the compiled plan (`GpuOp::Plan`), and the ops only the
-//! GPU's rewrites make (`rewrite/`). The private ops never leave this crate — they are not
-//! serialised, the compiler never sees them and the CPU backend has no kernel for them; their
-//! CPU references live with the tests (`reference.rs`).
+//! GPU's rewrites make (`rewrite/`). The private ops never leave this crate — they are never
+//! written to a file (serde sees them only in memory, where a dynamic plan's programs made at
+//! several sizes are fitted into one: `dynamic.rs`), the compiler never sees them and the CPU
+//! backend has no kernel for them; their CPU references live with the tests (`reference.rs`).
 
 use mgn_ir::infer::Ty;
 use mgn_ir::op::{fmt_f64, BinaryOp, CompareOp, GradPart, Op, UnaryOp};
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum GpuOp {
     /// An op of the compiled plan, run as compiled.
     Plan(Op),
@@ -74,7 +76,7 @@ impl From<Op> for GpuOp {
 }
 
 /// One node of a fused program; the numbers are the indices of earlier nodes.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Elem {
     /// The step's input with this index.
     Input(u32),
@@ -116,15 +118,19 @@ impl GpuOp {
 
     /// Whether a step of this op over inputs of these types may produce `out`: the IR's
     /// typing rule (`mgn_ir::infer`, the one the plan validator and the CPU backend apply) for
-    /// the plan's own ops; the input count and program for the GPU's own, whose kernels check
-    /// the shapes they read. The rewrites are checked by this, so a pass that mistypes a step
+    /// the plan's own ops; the input count, program and shape rule (`typing.rs`) for the GPU's
+    /// own. The rewrites are checked by this, so a pass that mistypes a step
     /// fails in the tests, not in a kernel.
     pub fn check(&self, x: &[Ty], out: Ty) -> Result<(), String> {
         match self {
             GpuOp::Plan(op) => {
                 mgn_ir::infer::check(op, x, out).map_err(|e| format!("`{}`: {e}", op.describe()))
             }
-            _ => self.check_input_count(x.len()),
+            _ => {
+                self.check_input_count(x.len())?;
+                super::typing::check_private(self, x, out)
+                    .map_err(|e| format!("`{}`: {e}", self.describe()))
+            }
         }
     }
 
