@@ -182,3 +182,57 @@ fn a_session_runs_a_dynamic_plan_at_any_size_in_range() {
     let e = err(session.run(&[]));
     assert!(e.contains("missing input"), "{e}");
 }
+
+/// The relative L2 error of `a` against `b`; against a floor for a `b` that is roundoff-sized
+/// (an attention key bias's gradient is zero in exact arithmetic).
+fn rel(a: &Tensor, b: &Tensor) -> f64 {
+    let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+    let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
+    num / b.iter().map(|y| y * y).sum::<f64>().sqrt().max(1e-4)
+}
+
+/// One GPU session of each dynamic plan, run at several sizes in turn (back to one it ran
+/// before, too): every output, loss and gradient the CPU's.
+#[test]
+fn dynamic_plans_on_the_gpu_match_the_cpu_at_every_size() {
+    let infer = PlanOptions::infer();
+    let train = PlanOptions::train(&[], OptimizerSpec::default());
+    for (file, set, sizes, points) in cases() {
+        for opts in [&infer, &train] {
+            if opts.grads && (file.contains("decode") || file.contains("bert")) {
+                continue;
+            }
+            let plan = built(file, &set, &sizes, opts);
+            let mut cpu = Session::new(plan.clone(), 5);
+            let mut gpu = Session::new(plan.clone(), 5);
+            if !mgn_tests::on_gpu(&mut gpu) {
+                return;
+            }
+            let bound: Vec<usize> = sizes.iter().map(|v| v.max).collect();
+            let smallest: Vec<usize> = sizes.iter().map(|v| v.min).collect();
+            for point in [&points[0], &bound, &smallest, &points[1], &points[0]] {
+                let at = plan.at(point).expect("valid");
+                let given = inputs(&at);
+                let refs: Vec<(&str, &Tensor)> =
+                    given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+                let want = cpu.run(&refs).expect("the CPU runs");
+                let got = gpu.run(&refs).unwrap_or_else(|e| panic!("{file} at {point:?}: {e}"));
+                let pairs = (want.outputs.iter().map(|(n, t)| (n.as_str(), t)))
+                    .chain(want.loss.iter().map(|t| ("loss", t)))
+                    .chain(want.grads.iter().map(|(n, t)| (n.as_str(), t)))
+                    .zip(
+                        got.outputs
+                            .iter()
+                            .map(|(_, t)| t)
+                            .chain(&got.loss)
+                            .chain(got.grads.iter().map(|(_, t)| t)),
+                    );
+                for ((name, w), g) in pairs {
+                    assert_eq!(g.shape, w.shape, "{file} at {point:?}: {name}");
+                    let e = rel(g, w);
+                    assert!(e < 1e-4, "{file} ({:?}) at {point:?}: {name} off by {e:e}", opts.mode);
+                }
+            }
+        }
+    }
+}

@@ -6,9 +6,11 @@
 //! loss rows, fusion), the memory plan of one arena (`memory`), the dispatch order
 //! (`schedule`), the kernels generated per step (`kernels`), the training updates (`update`)
 //! and the state a run leaves for the next (`state`); then the device (`probe`, `limits`,
-//! `device`) and the session that runs a plan on it (`session`).
+//! `device`) and the session that runs a plan on it (`session`); `dynamic` makes one program of a
+//! plan over dynamic sizes.
 
 pub mod device;
+pub mod dynamic;
 pub mod kernels;
 pub mod limits;
 pub mod memory;

@@ -26,6 +26,7 @@ use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::collections::HashMap;
 
+mod sized;
 mod tensors;
 
 /// What `GpuSession::profile` measured: GPU time per op family (the first word of the op's
@@ -76,6 +77,12 @@ pub struct GpuSession {
     state: Vec<Vec<crate::state::WordCopy>>,
     /// How long each phase of opening the session took, in order (`setup_phases`).
     setup_phases: Vec<(&'static str, std::time::Duration)>,
+    /// Every kernel source compiled so far (`kernels` holds their pipelines, in this order): a
+    /// dynamic plan's runs at other sizes add the kernels that are not shared across sizes.
+    sources: Sources,
+    /// A dynamic plan: its program's sizes and sites, and the runs made at other sizes
+    /// (`sized.rs`). `plan` and `dispatch` are then those of the last run's sizes.
+    sizing: Option<sized::Sizing>,
 }
 
 /// A step's kernel (index into `kernels`), grid, parameter block (its operands' offsets), and
@@ -200,25 +207,30 @@ impl Sources {
         self.list.len() - 1
     }
 
-    /// Every kernel compiled, or the first error with where its kernel came from.
-    fn compile(&self, dev: &GpuDevice) -> Result<Vec<Kernel>, GpuError> {
+    /// Every kernel from the `from`-th on compiled, or the first error with where its kernel
+    /// came from.
+    fn compile(&self, dev: &GpuDevice, from: usize) -> Result<Vec<Kernel>, GpuError> {
         let named: Vec<(String, String)> =
-            self.list.iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
+            self.list[from..].iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
         dev.kernels(&named)
             .into_iter()
-            .zip(&self.list)
+            .zip(&self.list[from..])
             .map(|(k, (_, _, at))| k.map_err(|e| GpuError::Failed(format!("{e} (at {at})"))))
             .collect()
     }
 }
 
 /// Each step's dispatch (`None` for inputs, parameters and views): its kernel, grid and
-/// parameter block. A step without a kernel is an error naming its op and model line.
+/// parameter block. A step without a kernel is an error naming its op and model line. For a
+/// dynamic plan, `follows` gives a step's axes' polynomials and `sizes` are the run's, which
+/// every parameter block carries (`kernels::SIZE_WORD`).
 fn step_dispatches(
     plan: &GpuPlan,
     offsets: &[usize],
     limits: &DeviceLimits,
     sources: &mut Sources,
+    follows: &dyn Fn(usize) -> Vec<Option<mgn_ir::dynamic::Poly>>,
+    sizes: &[usize],
 ) -> Result<Vec<Option<StepDispatch>>, GpuError> {
     let width = limits.workgroup_width(256);
     let root = crate::memory::view_roots(plan);
@@ -232,7 +244,7 @@ fn step_dispatches(
         }
         let at = format!("{}, {}", s.loc, plan.step_name(i));
         let failed = |e: String| GpuError::Failed(format!("{e} (at {at})"));
-        let (inputs, output, words) = step_operands(plan, offsets, &transposed, i);
+        let (inputs, output, words) = step_operands(plan, offsets, &transposed, i, follows);
         let training = plan.mode == Mode::Train;
         let src =
             generate(&s.op, plan.ids[i], &inputs, &output, width, training).map_err(failed)?;
@@ -242,6 +254,9 @@ fn step_dispatches(
         let mut params = [0u32; 32];
         for (w, v) in words {
             params[w] = v;
+        }
+        for (j, &n) in sizes.iter().enumerate() {
+            params[crate::kernels::SIZE_WORD + j] = n as u32;
         }
         // The mask key is the dropout step's id: its number in the given plan, as on the CPU.
         let dropout_node = src.dropout_node;
@@ -370,9 +385,15 @@ impl GpuSession {
             .map_err(|e| GpuError::Failed(format!("{}: invalid plan: {e}", plan.model)))?;
         let options = crate::rewrite::Options::from_env().map_err(GpuError::Failed)?;
         let start = std::time::Instant::now();
-        let rewritten = crate::rewrite::for_gpu_with(&plan, &options);
+        let (rewritten, dynamic) = match plan.dynamic {
+            None => (crate::rewrite::for_gpu_with(&plan, &options), None),
+            Some(_) => {
+                let (program, d) = crate::dynamic::program(&plan, &options)?;
+                (program, Some(d))
+            }
+        };
         let rewrite = start.elapsed();
-        let mut session = GpuSession::open(rewritten, params)?;
+        let mut session = GpuSession::open_program(rewritten, dynamic, params)?;
         session.setup_phases.insert(0, ("rewrites", rewrite));
         Ok(session)
     }
@@ -380,7 +401,17 @@ impl GpuSession {
     /// Opens the GPU for a GPU plan as it is: lays out the arena (`memory::plan_arena`),
     /// orders the dispatches (`schedule::levels`), generates and compiles the kernels and
     /// uploads `params`.
+    #[cfg(test)]
     pub(crate) fn open(plan: GpuPlan, params: &[Tensor]) -> Result<GpuSession, GpuError> {
+        GpuSession::open_program(plan, None, params)
+    }
+
+    /// `open`, for a dynamic plan's program at its bound too (`dynamic` its sites).
+    fn open_program(
+        plan: GpuPlan,
+        dynamic: Option<crate::dynamic::DynamicProgram>,
+        params: &[Tensor],
+    ) -> Result<GpuSession, GpuError> {
         let mut phases = Vec::new();
         let mut clock = std::time::Instant::now();
         let mut phase = |name: &'static str| {
@@ -405,17 +436,24 @@ impl GpuSession {
         let levels = levels(&plan, &offsets, &words);
         phase("arena plan and levels");
         let mut sources = Sources::default();
-        let dispatch = step_dispatches(&plan, &offsets, &dev.limits, &mut sources)?;
+        let bound = dynamic.as_ref().map(|d| d.bound()).unwrap_or_default();
+        let follows = |v: usize| match &dynamic {
+            Some(d) => d.dims(v, plan.steps[v].shape.len()),
+            None => Vec::new(),
+        };
+        let dispatch =
+            step_dispatches(&plan, &offsets, &dev.limits, &mut sources, &follows, &bound)?;
         // Training: optimizer state and clipping scratch go past the plan's own words.
         let mut top = layout.total_words;
         let train = training(&plan, &offsets, &levels, &dev.limits, &mut top, &mut sources)?;
         let state = crate::state::state_copies(&plan, &offsets, &mut top).map_err(err)?;
         fits(top)?;
         phase("kernels generated");
-        let kernels = sources.compile(&dev)?;
+        let kernels = sources.compile(&dev, 0)?;
         phase("pipelines");
         let arena = dev.arena(top).map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
         phase("arena allocated");
+        let sizing = dynamic.map(|program| sized::Sizing::new(program, plan.clone()));
         let mut session = GpuSession {
             dev,
             plan,
@@ -427,6 +465,8 @@ impl GpuSession {
             train,
             state,
             setup_phases: Vec::new(),
+            sources,
+            sizing,
         };
         session.set_params(params)?;
         phase("parameters uploaded");
@@ -668,6 +708,7 @@ impl GpuSession {
         step: Option<u64>,
         wanted: &[u32],
     ) -> Result<Vec<Tensor>, GpuError> {
+        self.resize(inputs)?;
         let mut uploads: Vec<(usize, std::borrow::Cow<[u32]>)> = Vec::new();
         for (name, v) in &self.plan.inputs {
             let want = &self.plan.steps[*v as usize];

@@ -139,7 +139,8 @@ fn attention_plan(
 /// GPU when there is one.
 fn check_rewrite(plan: &Plan, values: &[Tensor]) {
     plan.validate().expect("a valid plan");
-    let rewritten = for_gpu_with(plan, &Options { attention: AttentionPath::Matmul });
+    let rewritten =
+        for_gpu_with(plan, &Options { attention: AttentionPath::Matmul, dynamic: false });
     rewritten.validate().expect("a valid GPU plan");
     let count =
         |p: &GpuPlan, f: &dyn Fn(&GpuOp) -> bool| p.steps.iter().filter(|s| f(&s.op)).count();
@@ -202,7 +203,7 @@ fn only_long_attentions_take_the_score_matrix_by_default() {
     let long = attention_plan(1, (2, 2), (128, 128), (8, 8), false, None).0;
     let short = attention_plan(1, (2, 2), (1, 128), (8, 8), true, None).0;
     let probs = |plan: &Plan, path| {
-        let p = for_gpu_with(plan, &Options { attention: path });
+        let p = for_gpu_with(plan, &Options { attention: path, dynamic: false });
         p.steps.iter().filter(|s| matches!(s.op, GpuOp::AttentionProbs { .. })).count()
     };
     assert_eq!(probs(&long, AttentionPath::Auto), 1);

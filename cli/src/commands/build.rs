@@ -124,6 +124,9 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         // The plan runs on the CPU; it is only too large for any GPU.
         eprintln!("note: this plan cannot run on a GPU: {why}");
     }
+    if let (Some(why), MessageFormat::Human) = (&kernels.no_program, a.format) {
+        eprintln!("note: this dynamic plan runs on the CPU only: {why}");
+    }
     if let Some((i, e)) = kernels.invalid.first() {
         let s = &plan.steps[*i];
         report::error(

@@ -9,8 +9,10 @@
 
 mod attention;
 pub(crate) mod conv;
+mod ext;
 mod matmul;
 
+pub use ext::{size_word, Ext, SIZE_WORD};
 pub(crate) use matmul::{split_depth, SKINNY};
 mod norm;
 mod pointwise;
@@ -20,6 +22,7 @@ mod select;
 mod spatial;
 
 use crate::program::{Elem, GpuOp, GpuPlan, StepId};
+use mgn_ir::dynamic::Poly;
 use mgn_ir::op::{Op, ReduceOp, UnaryOp};
 use mgn_ir::DType;
 use pointwise::{binary, helpers, unary, unary_grad};
@@ -37,12 +40,34 @@ pub struct Operand {
     /// A 2-D value stored transposed: `shape` is `[k, n]` but the words hold the `[n, k]`
     /// matrix it transposes (`memory::transposed_views`; only matmul's right operand).
     pub transposed: bool,
+    /// In a dynamic plan, per axis of `shape`, the polynomial of the sizes it follows (empty,
+    /// or `None` for an axis, when fixed): what `dim` prints for kernels shared across sizes.
+    pub follows: Vec<Option<Poly>>,
 }
 
 impl Operand {
     /// An operand at a baked-in offset.
     pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
-        Operand { offset, shape: shape.to_vec(), dtype, slot: None, transposed: false }
+        let shape = shape.to_vec();
+        Operand { offset, shape, dtype, slot: None, transposed: false, follows: vec![] }
+    }
+
+    /// Axis `a`'s size, as a kernel shared across sizes reads it.
+    pub fn dim(&self, a: usize) -> Ext {
+        match self.follows.get(a) {
+            Some(Some(p)) => Ext::of(self.shape[a], p),
+            _ => Ext::lit(self.shape[a]),
+        }
+    }
+
+    /// Every axis's size (`dim`).
+    pub fn dims(&self) -> Vec<Ext> {
+        (0..self.shape.len()).map(|a| self.dim(a)).collect()
+    }
+
+    /// The number of elements (`dim`'s product).
+    pub fn numel(&self) -> Ext {
+        Ext::product(&self.dims())
     }
 }
 
@@ -65,16 +90,18 @@ pub(crate) const FILL: usize = 264;
 pub const FIRST_SLOT: usize = 2;
 
 /// The operands of step `i` (inputs, then output) with their offsets in parameter words, and
-/// the words to put in the parameter block. A step with more operands than words bakes them in.
-/// `transposed` is `memory::transposed_views(plan)`.
+/// the words to put in the parameter block. A step with more operands than words (below the
+/// sizes' words) bakes them in. `transposed` is `memory::transposed_views(plan)`; `follows`
+/// gives, for a dynamic plan, the polynomials of a step's axes (`DynamicProgram::dims`).
 pub fn step_operands(
     plan: &GpuPlan,
     offsets: &[usize],
     transposed: &[bool],
     i: usize,
+    follows: &dyn Fn(usize) -> Vec<Option<Poly>>,
 ) -> (Vec<Operand>, Operand, Vec<(usize, u32)>) {
     let s = &plan.steps[i];
-    let parametric = FIRST_SLOT + s.inputs.len() < 32;
+    let parametric = FIRST_SLOT + s.inputs.len() < SIZE_WORD;
     let mut words = Vec::new();
     let mut operand = |k: usize, v: usize| {
         let slot = parametric.then_some(FIRST_SLOT + k);
@@ -87,6 +114,7 @@ pub fn step_operands(
             dtype: plan.steps[v].dtype,
             slot,
             transposed: transposed[v],
+            follows: follows(v),
         }
     };
     let inputs: Vec<Operand> =
@@ -579,6 +607,9 @@ pub struct PlanKernels {
     /// Bytes of inputs and values in the arena as the GPU runs the plan (after its rewrites,
     /// parameters and optimizer state not counted).
     pub arena_values_bytes: u64,
+    /// Why the GPU cannot make one program of a dynamic plan (`dynamic::program`), when so;
+    /// then no kernel is generated.
+    pub no_program: Option<String>,
 }
 
 /// Generates every step's kernel as a GPU session would (after its rewrites, with its arena
@@ -586,7 +617,23 @@ pub struct PlanKernels {
 /// runs this at build time. Steps are reported by their number in `plan`; a step a rewrite
 /// inserted by the step it was made for.
 pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
-    let plan = &crate::rewrite::for_gpu(plan);
+    let (program, dynamic) = match &plan.dynamic {
+        None => (crate::rewrite::for_gpu(plan), None),
+        Some(_) => {
+            let options = crate::rewrite::Options::from_env().unwrap_or_default();
+            match crate::dynamic::program(plan, &options) {
+                Ok((p, d)) => (p, Some(d)),
+                Err(e) => {
+                    return PlanKernels { no_program: Some(e.to_string()), ..Default::default() }
+                }
+            }
+        }
+    };
+    let plan = &program;
+    let follows = |v: usize| match &dynamic {
+        Some(d) => d.dims(v, plan.steps[v].shape.len()),
+        None => Vec::new(),
+    };
     let layout = crate::memory::plan_arena(plan);
     // Only what every GPU shares bounds a plan here: its word offsets are 32-bit.
     let any_device = crate::limits::DeviceLimits { max_storage_buffer_range: u64::MAX, ..*limits };
@@ -606,7 +653,7 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
             continue;
         }
         let given = plan.origins[i].0 as usize;
-        let (inputs, output, _) = step_operands(plan, &layout.offsets, &transposed, i);
+        let (inputs, output, _) = step_operands(plan, &layout.offsets, &transposed, i, &follows);
         match generate(&s.op, plan.ids[i], &inputs, &output, width, training) {
             Err(why) => out.missing.push((given, why)),
             Ok(src) => {

@@ -38,6 +38,23 @@ pub struct Step<R> {
     pub loc: SourceLoc,
 }
 
+/// The choices the rewrites make by size — how many k ranges a product is split into, which
+/// path an attention takes — by the step each was made for. A dynamic plan's program makes
+/// them at the bound and replays them at the other sizes it is made at (`crate::dynamic`),
+/// so its steps are the same at every size.
+#[derive(Clone, Debug, Default)]
+pub struct Choices {
+    made: std::cell::RefCell<std::collections::HashMap<(&'static str, StepId), usize>>,
+    replay: bool,
+}
+
+impl Choices {
+    /// These choices, to be made again as they were.
+    pub fn replaying(self) -> Choices {
+        Choices { replay: true, ..self }
+    }
+}
+
 /// A compiled plan under the GPU's rewrites (see the module header).
 pub struct Program<'p> {
     /// The compiled plan: its parameters, optimizer, inputs and results, which the program
@@ -49,6 +66,7 @@ pub struct Program<'p> {
     origins: Vec<StepId>,
     /// The live steps in execution order.
     order: Vec<StepId>,
+    choices: Choices,
 }
 
 impl<'p> Program<'p> {
@@ -68,7 +86,8 @@ impl<'p> Program<'p> {
             })
             .collect();
         let ids: Vec<StepId> = (0..plan.steps.len() as u32).map(StepId).collect();
-        let mut program = Program { plan, slots, origins: ids.clone(), order: ids };
+        let mut program =
+            Program { plan, slots, origins: ids.clone(), order: ids, choices: Choices::default() };
         program.hold_written_state();
         program
     }
@@ -97,6 +116,30 @@ impl<'p> Program<'p> {
                 self.origins[id.0 as usize] = StepId(v);
             }
         }
+    }
+
+    /// `plan` as compiled, making its rewrites' choices as `choices` say.
+    pub fn with_choices(plan: &'p Plan, choices: Choices) -> Program<'p> {
+        Program { choices, ..Program::new(plan) }
+    }
+
+    /// The choice `what` for step `id`: `decide()`, unless the choices are replayed and one
+    /// was made for this step (then that one). Every pass that chooses by size asks here.
+    pub fn choose(&self, what: &'static str, id: StepId, decide: impl FnOnce() -> usize) -> usize {
+        let mut made = self.choices.made.borrow_mut();
+        if self.choices.replay {
+            if let Some(&c) = made.get(&(what, id)) {
+                return c;
+            }
+        }
+        let c = decide();
+        made.insert((what, id), c);
+        c
+    }
+
+    /// The choices made so far.
+    pub fn choices(&self) -> &Choices {
+        &self.choices
     }
 
     /// The live steps' ids in execution order.

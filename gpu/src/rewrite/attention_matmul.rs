@@ -116,7 +116,7 @@ pub(super) fn materialise_attention(program: &mut Program, path: AttentionPath) 
         }
         let x: Vec<StepId> = s.inputs[..operands].to_vec();
         let Some(d) = fits(program, &x, has_mask) else { continue };
-        if !wanted(path, &d) {
+        if program.choose("attention through its scores", id, || wanted(path, &d) as usize) == 0 {
             continue;
         }
         let key = (x.clone(), causal, scale.to_bits());

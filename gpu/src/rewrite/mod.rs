@@ -18,19 +18,22 @@ mod transposes;
 
 pub use attention_matmul::AttentionPath;
 
-use crate::program::{GpuPlan, Program};
+use crate::program::{Choices, GpuPlan, Program};
 use mgn_ir::plan::Plan;
 
 /// The choices a rewrite leaves open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     pub attention: AttentionPath,
+    /// The plan is dynamic (`crate::dynamic`): passes whose steps' shapes would not follow
+    /// the sizes as polynomials (norm weight derivatives in chunks of rows) are left out.
+    pub dynamic: bool,
 }
 
 impl Options {
     /// The defaults, with what the environment overrides (`MGN_ATTENTION`).
     pub fn from_env() -> Result<Options, String> {
-        Ok(Options { attention: AttentionPath::from_env()? })
+        Ok(Options { attention: AttentionPath::from_env()?, dynamic: false })
     }
 }
 
@@ -43,15 +46,22 @@ pub fn for_gpu(plan: &Plan) -> GpuPlan {
 
 /// `for_gpu` with the given options.
 pub fn for_gpu_with(plan: &Plan, options: &Options) -> GpuPlan {
-    let mut program = Program::new(plan);
+    for_gpu_choosing(plan, options, Choices::default()).0
+}
+
+/// `for_gpu_with`, its passes choosing by size as `choices` say; the choices they made.
+pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (GpuPlan, Choices) {
+    let mut program = Program::with_choices(plan, choices);
     attention_matmul::materialise_attention(&mut program, options.attention);
     attention_stats::add_attention_stats(&mut program);
-    norm_partials::split_norm_weight_grads(&mut program);
+    if !options.dynamic {
+        norm_partials::split_norm_weight_grads(&mut program);
+    }
     loss_rows::split_cross_entropy(&mut program);
     fuse::fuse_elementwise(&mut program);
     transposes::fold_transposes(&mut program);
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
-    program.to_gpu_plan()
+    (program.to_gpu_plan(), program.choices().clone())
 }

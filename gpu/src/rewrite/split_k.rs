@@ -72,7 +72,7 @@ pub(super) fn split_products(program: &mut Program) {
         }
         let (a, b) = (program.step(s.inputs[0]), program.step(s.inputs[1]));
         let Some(g) = geometry(&a.shape, &b.shape, &s.shape, ta, tb) else { continue };
-        let splits = splits_for(g);
+        let splits = program.choose("split products", id, || splits_for(g));
         if splits < 2 {
             continue;
         }
@@ -149,15 +149,16 @@ pub(super) fn split_convolutions(program: &mut Program) {
         }
         let second = &program.step(s.inputs[1]).shape;
         let Some([groups, m, n, k]) = conv_gemm(conv, second, &s.shape) else { continue };
-        let splits = conv_splits_for(groups, m, n, k);
+        let conv = conv.clone();
+        let splits = program.choose("split convolutions", id, || conv_splits_for(groups, m, n, k));
         if splits < 2 {
             continue;
         }
         let mut shape = vec![splits];
         shape.extend(&s.shape);
         let partial = Step {
-            op: GpuOp::ConvSplit { conv: conv.clone(), splits },
-            inputs: s.inputs.clone(),
+            op: GpuOp::ConvSplit { conv, splits },
+            inputs: program.step(id).inputs.clone(),
             dtype: DType::F32,
             shape,
             loc: s.loc.clone(),

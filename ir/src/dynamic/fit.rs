@@ -44,6 +44,15 @@ impl Probes {
         Probes { points, corners }
     }
 
+    /// The corners alone: for structures whose every number is already known to be a
+    /// polynomial or is checked at each size it is used at (a backend's program, typed again
+    /// at every run's sizes), where the far points would only make other choices.
+    pub fn corners(sizes: &[SizeVar]) -> Probes {
+        let mut p = Probes::new(sizes);
+        p.points.truncate(p.corners);
+        p
+    }
+
     /// Every size at its largest: the point a dynamic plan itself is made at.
     pub fn bound(&self) -> &[usize] {
         &self.points[0]

@@ -1,0 +1,160 @@
+//! Dynamic plans on the GPU (`Plan::dynamic`): one program, one arena and one set of
+//! pipelines for every size in the plan's range.
+//!
+//! The program is the GPU's rewrites of the plan at its bound, and each of its numbers that
+//! follows the sizes is fitted as a polynomial from the programs made at the corners of the
+//! sizes (`Probes::corners`), where the passes make the bound's choices again (`Choices`). At a run's sizes the program is
+//! the bound's with those numbers written (`DynamicProgram::at`) and typed again
+//! (`GpuPlan::validate`, with the GPU's own ops' shape rules), so a shape the corners fitted
+//! wrongly is refused, never computed. The passes' choices stay the bound's at every size:
+//! each op computes the same function at any shape its rule accepts. Memory is planned at the
+//! bound, where every value is largest; kernels read the sizes from their parameter block
+//! (`kernels::SIZE_WORDS`), so most steps keep one pipeline for every size.
+
+use crate::program::Choices;
+use crate::program::GpuPlan;
+use crate::rewrite::{for_gpu_choosing, Options};
+use crate::GpuError;
+use mgn_ir::dynamic::{fit, patch, size_field, Poly, Probes, Site, SizeVar};
+use mgn_ir::plan::Plan;
+use serde_json::Value;
+
+/// A dynamic plan's GPU program: the plan it came from (its inputs give a run's sizes) and
+/// the program's sites, in step order.
+pub struct DynamicProgram {
+    pub plan: Plan,
+    pub sites: Vec<Site>,
+}
+
+/// The numbers of a program step (as JSON) that may follow the sizes: its shape, and a plan
+/// op's lengths (`mgn_ir::dynamic::size_field`); never the GPU's own ops' attributes (split
+/// counts, chunks), which stay the bound's.
+fn program_size_field(at: &str) -> bool {
+    match at.strip_prefix("/op/Plan") {
+        Some(rest) => size_field(&format!("/op{rest}")),
+        None => size_field(at),
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("programs serialize")
+}
+
+/// The program of `plan` at its bound, and how its numbers follow the sizes.
+pub fn program(plan: &Plan, options: &Options) -> Result<(GpuPlan, DynamicProgram), GpuError> {
+    let d = plan.dynamic.as_ref().expect("a dynamic plan");
+    let probes = Probes::corners(&d.sizes);
+    let options = Options { dynamic: true, ..*options };
+    let failed = |e: String| GpuError::Failed(format!("{}: {e}", plan.model));
+    // The bound's choices (split counts, attention paths), made again at the other corners.
+    let (first, choices) = for_gpu_choosing(plan, &options, Choices::default());
+    let mut programs = vec![first];
+    for point in &probes.points[1..] {
+        let at = plan.at(point).map_err(failed)?;
+        programs.push(for_gpu_choosing(&at, &options, choices.clone().replaying()).0);
+    }
+    let bound = &programs[0];
+    let differ = |what: &str, point: &[usize]| {
+        failed(format!(
+            "the GPU's program differs at {} from the bound's in {what}: its rewrites decide by \
+             size there (build with another bound)",
+            describe(&d.sizes, point)
+        ))
+    };
+    for (p, point) in programs.iter().zip(&probes.points).skip(1) {
+        if p.steps.len() != bound.steps.len() {
+            return Err(differ("its number of steps", point));
+        }
+        let same = p.ids == bound.ids
+            && p.origins == bound.origins
+            && p.inputs == bound.inputs
+            && p.outputs == bound.outputs
+            && p.grads == bound.grads
+            && p.state_writes == bound.state_writes;
+        if !same {
+            return Err(differ("its inputs or results", point));
+        }
+    }
+    let mut sites = Vec::new();
+    for i in 0..bound.steps.len() {
+        let values: Vec<Value> = programs.iter().map(|p| json(&p.steps[i])).collect();
+        let refs: Vec<&Value> = values.iter().collect();
+        let found = fit(&probes, &refs, &program_size_field).map_err(|m| {
+            failed(format!(
+                "{} ({}) does not follow the sizes in one way at the corners of {} (at {})",
+                bound.step_name(i),
+                bound.steps[i].loc,
+                d.sizes.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", "),
+                m.at()
+            ))
+        })?;
+        sites.extend(found.into_iter().map(|(at, size)| Site { step: i as u32, at, size }));
+    }
+    let bound = programs.swap_remove(0);
+    Ok((bound, DynamicProgram { plan: plan.clone(), sites }))
+}
+
+fn describe(sizes: &[SizeVar], point: &[usize]) -> String {
+    let each: Vec<String> =
+        sizes.iter().zip(point).map(|(v, n)| format!("{} = {n}", v.name)).collect();
+    each.join(", ")
+}
+
+impl DynamicProgram {
+    /// Every size at its largest.
+    pub fn bound(&self) -> Vec<usize> {
+        self.plan.dynamic.as_ref().map(|d| d.bound()).unwrap_or_default()
+    }
+
+    /// The sites of position `i` of the program.
+    fn sites_of(&self, i: usize) -> &[Site] {
+        let from = self.sites.partition_point(|s| (s.step as usize) < i);
+        let to = self.sites.partition_point(|s| (s.step as usize) <= i);
+        &self.sites[from..to]
+    }
+
+    /// Per axis of step `i`'s shape, its polynomial when it follows the sizes.
+    pub fn dims(&self, i: usize, rank: usize) -> Vec<Option<Poly>> {
+        let mut dims = vec![None; rank];
+        for s in self.sites_of(i) {
+            let axis = s.at.strip_prefix("/shape/").and_then(|a| a.parse::<usize>().ok());
+            if let Some(d) = axis.and_then(|a| dims.get_mut(a)) {
+                *d = Some(s.size.clone());
+            }
+        }
+        dims
+    }
+
+    /// The sizes of a run with these inputs (an error names the input and the range).
+    pub fn sizes_of(&self, inputs: &[(&str, &mgn_ir::Tensor)]) -> Result<Vec<usize>, GpuError> {
+        let d = self.plan.dynamic.as_ref().expect("a dynamic plan");
+        let shapes: Vec<(&str, &[usize])> =
+            inputs.iter().map(|(n, t)| (*n, t.shape.as_slice())).collect();
+        d.sizes_of(&self.plan, &shapes).map_err(GpuError::Failed)
+    }
+
+    /// The program `bound` (made at the bound) at `sizes`, typed again.
+    pub fn at(&self, bound: &GpuPlan, sizes: &[usize]) -> Result<GpuPlan, GpuError> {
+        let d = self.plan.dynamic.as_ref().expect("a dynamic plan");
+        let failed = |e: String| {
+            GpuError::Failed(format!(
+                "{} cannot run at {}: {e}",
+                self.plan.model,
+                d.describe_sizes(sizes)
+            ))
+        };
+        let mut plan = bound.clone();
+        let mut i = 0;
+        while i < self.sites.len() {
+            let step = self.sites[i].step as usize;
+            let here = self.sites_of(step);
+            let mut v = json(&plan.steps[step]);
+            let sites: Vec<(&str, &Poly)> = here.iter().map(|s| (s.at.as_str(), &s.size)).collect();
+            patch(&mut v, &sites, sizes).map_err(failed)?;
+            plan.steps[step] = serde_json::from_value(v).map_err(|e| failed(e.to_string()))?;
+            i += here.len();
+        }
+        plan.validate().map_err(failed)?;
+        Ok(plan)
+    }
+}

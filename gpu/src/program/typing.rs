@@ -1,0 +1,110 @@
+//! The typing rules of the GPU's own ops: the shape a step of each must have, given its
+//! inputs' (the plan's ops are typed by `mgn_ir::infer`). `GpuPlan::validate` applies them, so
+//! a pass that mistypes a step fails in the tests, and a dynamic plan's program at a run's
+//! sizes (`dynamic.rs`) is refused when a fitted shape is not what the op makes there.
+
+use super::GpuOp;
+use mgn_ir::infer::{self, Ty};
+use mgn_ir::op::GradPart;
+use mgn_ir::shape::{broadcast, matmul};
+
+/// Whether a step of the private op `op` over `x` may produce `out` (inputs already counted).
+pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
+    let (_, o) = out;
+    let want = |shape: Vec<usize>, what: &str| -> Result<(), String> {
+        if o == shape.as_slice() {
+            Ok(())
+        } else {
+            Err(format!("{what} gives {shape:?}, but the step is {o:?}"))
+        }
+    };
+    match op {
+        GpuOp::Plan(_) => unreachable!("plan ops are typed by mgn_ir::infer"),
+        GpuOp::AttentionStats { .. } => want(with_last(x[0].1, 2)?, "the statistics of q"),
+        GpuOp::AttentionGradWithStats { part, has_mask, .. } => {
+            let stats = x[4 + *has_mask as usize].1;
+            if stats != with_last(x[0].1, 2)?.as_slice() {
+                return Err(format!("statistics {stats:?} do not fit q {:?}", x[0].1));
+            }
+            let of = match part {
+                GradPart::K => 1,
+                GradPart::V => 2,
+                _ => 0,
+            };
+            want(x[of].1.to_vec(), "the derivative's operand")
+        }
+        GpuOp::NormWeightGradPartial { chunk, .. } => {
+            let d = *x[0].1.last().ok_or("a norm of a scalar")?;
+            let rows = x[0].1.iter().product::<usize>() / d.max(1);
+            same(x[1].1, x[0].1, "dy")?;
+            want(vec![rows.div_ceil((*chunk).max(1)), d], "rows in chunks")
+        }
+        GpuOp::ConvSplit { conv, splits } => match o.split_first() {
+            Some((&s, rest)) if s == *splits => {
+                infer::check(conv, x, (out.0, rest)).map_err(|e| format!("the split {e}"))
+            }
+            _ => Err(format!("{o:?} is not {splits} convolutions' outputs")),
+        },
+        GpuOp::CrossEntropyRows => {
+            let c = *x[0].1.last().ok_or("logits without a class axis")?;
+            same(x[1].1, &x[0].1[..x[0].1.len() - 1], "the targets")?;
+            want(vec![x[0].1.iter().product::<usize>() / c.max(1)], "one term per row")
+        }
+        GpuOp::Fused { .. } => x.iter().try_for_each(|t| broadcasts(t.1, o)),
+        GpuOp::AttentionProbs { .. } => {
+            x[1..].iter().try_for_each(|t| broadcasts(t.1, x[0].1))?;
+            want(x[0].1.to_vec(), "the scores")
+        }
+        GpuOp::MatMulEpilogue { ta, tb, .. } => {
+            want(product(x, *ta, *tb)?, "the product")?;
+            x[2..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
+        GpuOp::MatMulT { ta, tb, splits, .. } => {
+            let mut shape = product(x, *ta, *tb)?;
+            if *splits > 1 {
+                shape.insert(0, *splits);
+            }
+            want(shape, "the product")
+        }
+        GpuOp::SplitSum { splits, .. } => {
+            let mut partials = o.to_vec();
+            partials.insert(0, *splits);
+            same(x[0].1, &partials, "the partial products")?;
+            x[1..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
+    }
+}
+
+/// `shape` with its last axis replaced by `n`.
+fn with_last(shape: &[usize], n: usize) -> Result<Vec<usize>, String> {
+    let (_, rest) = shape.split_last().ok_or("a scalar where axes are needed")?;
+    Ok([rest, &[n]].concat())
+}
+
+fn same(a: &[usize], b: &[usize], what: &str) -> Result<(), String> {
+    if a == b {
+        Ok(())
+    } else {
+        Err(format!("{what} {a:?} should be {b:?}"))
+    }
+}
+
+fn broadcasts(from: &[usize], to: &[usize]) -> Result<(), String> {
+    match broadcast(from, to) {
+        Ok(s) if s == to => Ok(()),
+        _ => Err(format!("{from:?} does not broadcast to {to:?}")),
+    }
+}
+
+/// The shape of `op(a) · op(b)` for operands stored as `x[0]`, `x[1]`.
+fn product(x: &[Ty], ta: bool, tb: bool) -> Result<Vec<usize>, String> {
+    let swap = |s: &[usize], on: bool| {
+        let mut s = s.to_vec();
+        let r = s.len();
+        if on && r >= 2 {
+            s.swap(r - 2, r - 1);
+        }
+        s
+    };
+    matmul(&swap(x[0].1, ta), &swap(x[1].1, tb)).map_err(|e| format!("{e:?}"))
+}
