@@ -158,3 +158,36 @@ impl DynamicProgram {
         Ok(plan)
     }
 }
+
+/// Every kernel a GPU session of the dynamic plan `plan` generates at `sizes`, without a
+/// device: (the step's op, its WGSL). What `tests/dynamic.rs` compares across sizes to find
+/// the kernels that are not shared.
+pub fn kernel_sources(
+    plan: &Plan,
+    sizes: &[usize],
+    limits: &crate::limits::DeviceLimits,
+) -> Result<Vec<(String, String)>, GpuError> {
+    let options = Options::from_env().unwrap_or_default();
+    let (bound, d) = program(plan, &options)?;
+    let at = d.at(&bound, sizes)?;
+    let layout = crate::memory::plan_arena(&bound);
+    let root = crate::memory::view_roots(&at);
+    let transposed = crate::memory::transposed_views(&at);
+    let follows = |v: usize| d.dims(v, at.steps[v].shape.len());
+    let width = limits.workgroup_width(256);
+    let training = at.mode == mgn_ir::plan::Mode::Train;
+    let mut out = Vec::new();
+    for (i, s) in at.steps.iter().enumerate() {
+        let io = matches!(s.op, crate::program::GpuOp::Plan(mgn_ir::Op::Input { .. }));
+        let param = matches!(s.op, crate::program::GpuOp::Plan(mgn_ir::Op::Param { .. }));
+        if io || param || root[i] != i {
+            continue;
+        }
+        let (inputs, output, _) =
+            crate::kernels::step_operands(&at, &layout.offsets, &transposed, i, &follows);
+        let src = crate::kernels::generate(&s.op, at.ids[i], &inputs, &output, width, training)
+            .map_err(GpuError::Failed)?;
+        out.push((format!("{} → {:?}", s.op.describe(), s.shape), src.body));
+    }
+    Ok(out)
+}

@@ -48,6 +48,36 @@ impl Ext {
         }
     }
 
+    pub fn add(&self, other: &Ext) -> Ext {
+        match (&self.expr, &other.expr) {
+            (None, None) => Ext::lit(self.n + other.n),
+            _ if self.n == 0 && self.is_fixed() => other.clone(),
+            _ if other.n == 0 && other.is_fixed() => self.clone(),
+            _ => Ext { n: self.n + other.n, expr: Some(format!("({self} + {other})")) },
+        }
+    }
+
+    /// `self − other`, for sizes where it is never negative (a window's room in its axis).
+    pub fn sub(&self, other: &Ext) -> Ext {
+        match (&self.expr, &other.expr) {
+            (None, None) => Ext::lit(self.n - other.n),
+            _ if other.n == 0 && other.is_fixed() => self.clone(),
+            _ => Ext { n: self.n - other.n, expr: Some(format!("({self} - {other})")) },
+        }
+    }
+
+    /// `⌈self / k⌉` (`k ≥ 1`).
+    pub fn div_ceil(&self, k: usize) -> Ext {
+        let k = k.max(1);
+        match &self.expr {
+            None => Ext::lit(self.n.div_ceil(k)),
+            Some(_) if k == 1 => self.clone(),
+            Some(e) => {
+                Ext { n: self.n.div_ceil(k), expr: Some(format!("(({e} + {}u) / {k}u)", k - 1)) }
+            }
+        }
+    }
+
     pub fn times(&self, k: usize) -> Ext {
         self.mul(&Ext::lit(k))
     }
@@ -67,7 +97,7 @@ impl Ext {
     }
 }
 
-/// `12u * params.p[7].x * params.p[7].y + 1u`: the polynomial over the size words, as a u32
+/// `(1u + 12u * params.p[7].x * params.p[7].y)`: the polynomial over the size words, as a u32
 /// expression (positive terms first, so it never goes below zero on the way).
 fn wgsl(poly: &Poly) -> String {
     let term = |c: i64, vars: &[u32]| {
@@ -94,6 +124,12 @@ pub fn size_word(j: usize) -> String {
     format!("params.p[{}].{}", w / 4, ["x", "y", "z", "w"][w % 4])
 }
 
+impl From<usize> for Ext {
+    fn from(n: usize) -> Ext {
+        Ext::lit(n)
+    }
+}
+
 impl fmt::Display for Ext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.expr {
@@ -110,7 +146,7 @@ mod tests {
     #[test]
     fn fixed_sizes_print_as_numbers_and_dynamic_ones_as_size_words() {
         let bt = Poly::from_terms(vec![(12, vec![0, 1]), (1, vec![])]);
-        assert_eq!(Ext::of(25, &bt).to_string(), "(12u * params.p[7].x * params.p[7].y + 1u)");
+        assert_eq!(Ext::of(25, &bt).to_string(), "(1u + 12u * params.p[7].x * params.p[7].y)");
         let t_minus_1 = Poly::from_terms(vec![(1, vec![1]), (-1, vec![])]);
         assert_eq!(Ext::of(4, &t_minus_1).to_string(), "(params.p[7].y - 1u)");
         let t = Ext::of(5, &Poly::var(1));
@@ -118,7 +154,7 @@ mod tests {
         let s = Ext::strides(&shape);
         assert_eq!(s[2].to_string(), "1u");
         assert_eq!(s[1].to_string(), "64u");
-        assert_eq!(s[0].to_string(), "((params.p[7].y) * 64u)");
+        assert_eq!(s[0].to_string(), "(64u * (params.p[7].y))");
         assert_eq!(s[0].n, 320);
         assert_eq!(Ext::product(&shape).n, 640);
         assert!(Ext::lit(3).times(4).is_fixed());

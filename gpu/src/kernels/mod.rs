@@ -154,18 +154,20 @@ pub(super) fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// A WGSL expression for the linear index into `input` (broadcast NumPy-style against `out`)
-/// of the output element whose linear index is the expression `i`.
-pub(super) fn broadcast_index(i: &str, out: &[usize], input: &[usize]) -> String {
-    let os = strides(out);
-    let is = strides(input);
+/// of the output element whose linear index is the expression `i`, over sizes as a shared
+/// kernel reads them (`Operand::dims`): an axis of size 1 is skipped only when it is 1 at
+/// every size.
+pub(super) fn broadcast_at(i: &str, out: &[Ext], input: &[Ext]) -> String {
+    let os = Ext::strides(out);
+    let is = Ext::strides(input);
     let r = out.len();
     let mut terms = Vec::new();
-    for (k, &d) in input.iter().enumerate() {
+    for (k, d) in input.iter().enumerate() {
         let a = k + r - input.len();
-        if d == 1 {
+        if d.n == 1 && d.is_fixed() {
             continue;
         }
-        terms.push(format!("((({i}) / {}u) % {}u) * {}u", os[a], out[a], is[k]));
+        terms.push(format!("((({i}) / {}) % {}) * {}", os[a], out[a], is[k]));
     }
     if terms.is_empty() {
         "0u".into()
@@ -197,20 +199,26 @@ pub(crate) fn f32_lit(v: f64) -> String {
     format!("bitcast<f32>({}u)", (v as f32).to_bits())
 }
 
-/// Wraps a per-element body: `i` is the element, `N` the element count.
-pub(super) fn elementwise(n: usize, width: u32, body: &str, helpers: &str) -> KernelSource {
+/// Wraps a per-element body: `i` is the element, `n` the element count.
+pub(super) fn elementwise(
+    n: impl Into<Ext>,
+    width: u32,
+    body: &str,
+    helpers: &str,
+) -> KernelSource {
+    let n = n.into();
     KernelSource {
         body: format!(
             "{helpers}@compute @workgroup_size({width})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, \
     @builtin(num_workgroups) groups: vec3<u32>) {{
     let i = gid.x + (gid.y + gid.z * groups.y) * groups.x * {width}u;
-    if (i >= {n}u) {{ return; }}
+    if (i >= {n}) {{ return; }}
     {body}
 }}
 "
         ),
-        invocations: n as u64,
+        invocations: n.n as u64,
         dropout_node: None,
     }
 }
@@ -269,8 +277,7 @@ fn plan_op(
             Op::Unary(u) | Op::UnaryGrad(u) => Some(*u),
             _ => None,
         };
-        let n: usize = out.shape.iter().product();
-        return Ok(elementwise(n, width, &body, &helpers(used)));
+        return Ok(elementwise(out.numel(), width, &body, &helpers(used)));
     }
     match op {
         Op::MatMul => matmul::generate(inputs, out, width),
@@ -369,7 +376,7 @@ fn spatial_op(
 /// None for the ops with kernels of their own.
 fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Option<String> {
     let f = |k: usize, idx: &str| load(&inputs[k], idx);
-    let same = |k: usize| broadcast_index("i", &out.shape, &inputs[k].shape);
+    let same = |k: usize| broadcast_at("i", &out.dims(), &inputs[k].dims());
     Some(match op {
         Op::Constant { value } if out.dtype.is_float() => store(out, "i", &f32_lit(*value)),
         Op::Constant { value } => store(out, "i", &format!("{value:?}")),
@@ -402,12 +409,13 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
         Op::UnaryGrad(u) => store(out, "i", &unary_grad(*u, &f(0, "i"), &f(1, "i"))),
         Op::Permute { perm } => {
             // Output coordinate a is input coordinate perm[a].
-            let os = strides(&out.shape);
-            let is = strides(&inputs[0].shape);
+            let dims = out.dims();
+            let os = Ext::strides(&dims);
+            let is = Ext::strides(&inputs[0].dims());
             let terms: Vec<String> = perm
                 .iter()
                 .enumerate()
-                .map(|(a, &p)| format!("((i / {}u) % {}u) * {}u", os[a], out.shape[a], is[p]))
+                .map(|(a, &p)| format!("((i / {}) % {}) * {}", os[a], dims[a], is[p]))
                 .collect();
             store(out, "i", &f(0, &terms.join(" + ")))
         }
@@ -424,7 +432,7 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
 fn element_of(inputs: &[Operand], k: usize, out: &Operand, what: &str) -> Result<String, String> {
     inputs
         .get(k)
-        .map(|o| load(o, &broadcast_index("i", &out.shape, &o.shape)))
+        .map(|o| load(o, &broadcast_at("i", &out.dims(), &o.dims())))
         .ok_or_else(|| format!("{what} {k} of {}", inputs.len()))
 }
 
@@ -436,11 +444,10 @@ fn fused(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let n: usize = out.shape.iter().product();
     let leaf = |k: u32| element_of(inputs, k as usize, out, "fused input");
     let (lines, last, helpers) = program_lines(program, leaf)?;
     let body = format!("{lines}{}", store(out, "i", &last));
-    Ok(elementwise(n, width, &body, &helpers))
+    Ok(elementwise(out.numel(), width, &body, &helpers))
 }
 
 /// The sum of a split product's `splits` partial products, each element through `program`
@@ -452,16 +459,16 @@ fn split_sum(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let n: usize = out.shape.iter().product();
+    let n = out.numel();
     let partials = &inputs[0];
-    if partials.shape.iter().product::<usize>() != n * splits {
+    if partials.shape.iter().product::<usize>() != n.n * splits {
         return Err(format!(
             "{splits} partial products of {:?} in {:?}",
             out.shape, partials.shape
         ));
     }
     let terms: Vec<String> =
-        (0..splits).map(|s| load(partials, &format!("{}u + i", s * n))).collect();
+        (0..splits).map(|s| load(partials, &format!("{} + i", n.times(s)))).collect();
     let leaf = |k: u32| match k {
         0 => Ok("p".into()),
         k => element_of(inputs, k as usize, out, "split sum input"),
@@ -531,8 +538,9 @@ fn sum_to(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource,
     let r = x.shape.len();
     let pad = r - out.shape.len();
     // Axes of x that collapse: leading ones, and those where out has size 1 but x does not.
-    let full: Vec<usize> = (0..r).map(|a| if a < pad { 1 } else { out.shape[a - pad] }).collect();
-    let reduced: Vec<usize> = (0..r).filter(|&a| full[a] == 1 && x.shape[a] != 1).collect();
+    let full: Vec<Ext> =
+        (0..r).map(|a| if a < pad { Ext::lit(1) } else { out.dim(a - pad) }).collect();
+    let reduced: Vec<usize> = (0..r).filter(|&a| full[a].n == 1 && x.shape[a] != 1).collect();
     let sum = rows::Combine {
         step: "acc = acc + v;",
         init: "0.0",
@@ -549,9 +557,10 @@ fn reduce(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let keep: Vec<usize> =
-        x.shape.iter().enumerate().map(|(a, &d)| if axes.contains(&a) { 1 } else { d }).collect();
-    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let keep: Vec<Ext> = (0..x.shape.len())
+        .map(|a| if axes.contains(&a) { Ext::lit(1) } else { x.dim(a) })
+        .collect();
+    let count = Ext::product(axes.iter().map(|&a| x.dim(a)).collect::<Vec<_>>().iter());
     if !x.dtype.is_float() {
         // Integers (and masks) accumulate in i32, wrapping as the CPU backend's sums do.
         let (step, init) = match op {
@@ -574,7 +583,7 @@ fn reduce(
             step: "acc = acc + v;",
             init: "0.0",
             across: "wg_sum",
-            result: format!("acc / {count}.0"),
+            result: format!("acc / f32({count})"),
         },
         ReduceOp::Max => rows::Combine {
             step: "acc = max(acc, v);",

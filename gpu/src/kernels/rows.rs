@@ -5,12 +5,12 @@
 //! Computing a row's statistics once per element instead (what these kernels replaced) costs
 //! O(row²) per row: 6·10¹¹ operations for SmolLM2's 49,152-way loss gradient.
 
-use super::{broadcast_index, load, store, strides, KernelSource, Operand, FILL};
+use super::{broadcast_at, load, store, Ext, KernelSource, Operand, FILL};
 
 /// The workgroup skeleton: `red` (one f32 per invocation), `wg_sum` / `wg_max` (every invocation
 /// gets the combined value; call them in uniform control flow), and `r`, the row of this
 /// workgroup; workgroups past `rows` leave together, before any barrier.
-fn row_kernel(rows: usize, width: u32, body: &str) -> KernelSource {
+fn row_kernel(rows: impl Into<Ext>, width: u32, body: &str) -> KernelSource {
     let half = width / 2;
     let shared = format!(
         "var<workgroup> red: array<f32, {width}>;
@@ -45,7 +45,13 @@ fn wg_min(lid: u32, v: f32) -> f32 {{
 
 /// One workgroup per row `r` (of `rows`), with `shared` declared at module scope; workgroups
 /// past `rows` leave together, before any barrier.
-pub(super) fn workgroup_per_row(rows: usize, width: u32, shared: &str, body: &str) -> KernelSource {
+pub(super) fn workgroup_per_row(
+    rows: impl Into<Ext>,
+    width: u32,
+    shared: &str,
+    body: &str,
+) -> KernelSource {
+    let rows = rows.into();
     KernelSource {
         body: format!(
             "{shared}
@@ -54,39 +60,40 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, \
     @builtin(num_workgroups) grid: vec3<u32>, \
     @builtin(local_invocation_index) lid: u32) {{
     let r = wg.x + (wg.y + wg.z * grid.y) * grid.x;
-    if (r >= {rows}u) {{ return; }}
+    if (r >= {rows}) {{ return; }}
     {body}
 }}
 "
         ),
-        invocations: rows as u64 * width as u64,
+        invocations: rows.n as u64 * width as u64,
         dropout_node: None,
     }
 }
 
 /// The first element of row `r` along `axis`, the row length and the stride between elements.
-fn row_of(shape: &[usize], axis: usize) -> (String, usize, usize) {
-    let stride = strides(shape)[axis];
-    let len = shape[axis];
+fn row_of(shape: &[Ext], axis: usize) -> (String, Ext, Ext) {
+    let stride = Ext::strides(shape)[axis].clone();
+    let len = shape[axis].clone();
     // Rows are numbered outer-major: r = outer · stride + inner.
-    (format!("(r / {stride}u) * {}u + r % {stride}u", len * stride), len, stride)
+    (format!("(r / {stride}) * {} + r % {stride}", len.mul(&stride)), len, stride)
 }
 
-fn rows_of(shape: &[usize], axis: usize) -> usize {
-    shape.iter().product::<usize>() / shape[axis].max(1)
+/// The number of rows along `axis`: the product of the other axes.
+fn rows_of(shape: &[Ext], axis: usize) -> Ext {
+    Ext::product(shape.iter().enumerate().filter(|(a, _)| *a != axis).map(|(_, d)| d))
 }
 
 /// `for t in this invocation's elements of the row { … }` with `e`, the element's index.
-fn each(len: usize, stride: usize, width: u32, body: &str) -> String {
+fn each(len: &Ext, stride: &Ext, width: u32, body: &str) -> String {
     format!(
-        "for (var t = lid; t < {len}u; t = t + {width}u) {{\n        \
-         let e = base + t * {stride}u;\n        {body}\n    }}"
+        "for (var t = lid; t < {len}; t = t + {width}u) {{\n        \
+         let e = base + t * {stride};\n        {body}\n    }}"
     )
 }
 
 /// `m`, the row's maximum of `value` (an expression of the element index `e`), and `s`, the
 /// sum of `exp(value − m)`: what softmax and cross-entropy need of a row.
-fn max_and_sum(len: usize, stride: usize, width: u32, value: &str) -> String {
+fn max_and_sum(len: &Ext, stride: &Ext, width: u32, value: &str) -> String {
     format!(
         "var mi = -3.4028235e38;
     {}
@@ -106,7 +113,8 @@ pub(super) fn softmax(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let (base, len, stride) = row_of(&x.shape, axis);
+    let (base, len, stride) = row_of(&x.dims(), axis);
+    let (len, stride) = (&len, &stride);
     let result = if log {
         format!("{} - m - log(s)", load(x, "e"))
     } else {
@@ -117,7 +125,7 @@ pub(super) fn softmax(
         max_and_sum(len, stride, width, &load(x, "e")),
         each(len, stride, width, &store(out, "e", &result))
     );
-    Ok(row_kernel(rows_of(&x.shape, axis), width, &body))
+    Ok(row_kernel(rows_of(&x.dims(), axis), width, &body))
 }
 
 pub(super) fn softmax_grad(
@@ -128,7 +136,8 @@ pub(super) fn softmax_grad(
     width: u32,
 ) -> Result<KernelSource, String> {
     let (y, dy) = (&inputs[0], &inputs[1]);
-    let (base, len, stride) = row_of(&y.shape, axis);
+    let (base, len, stride) = row_of(&y.dims(), axis);
+    let (len, stride) = (&len, &stride);
     // log: dx = dy − softmax(x)·Σdy with softmax(x) = exp(y); else dx = y·(dy − Σ dy·y).
     let (term, result) = if log {
         (load(dy, "e"), format!("{} - exp({}) * s", load(dy, "e"), load(y, "e")))
@@ -147,7 +156,7 @@ pub(super) fn softmax_grad(
         sum = each(len, stride, width, &format!("si = si + {term};")),
         write = each(len, stride, width, &store(out, "e", &result)),
     );
-    Ok(row_kernel(rows_of(&y.shape, axis), width, &body))
+    Ok(row_kernel(rows_of(&y.dims(), axis), width, &body))
 }
 
 /// `GpuOp::AttentionProbs`: one workgroup per row of scaled scores `[..B, H, Tq, Tk]`, the
@@ -164,17 +173,19 @@ pub(super) fn attention_probs(
     if r < 2 || out.shape != scores.shape {
         return Err(format!("attention probabilities of {:?} as {:?}", scores.shape, out.shape));
     }
-    let (tq, tk) = (scores.shape[r - 2], scores.shape[r - 1]);
+    let dims = scores.dims();
+    let (tq, tk) = (&dims[r - 2], &dims[r - 1]);
+    let one = &Ext::lit(1);
     let mut z = load(scores, "e");
     if let Some(mask) = inputs.get(1) {
         mgn_ir::shape::broadcast_strides(&mask.shape, &scores.shape)
             .map_err(|e| format!("attention mask: {e}"))?;
-        z = format!("({z} + {})", load(mask, &broadcast_index("e", &scores.shape, &mask.shape)));
+        z = format!("({z} + {})", load(mask, &broadcast_at("e", &dims, &mask.dims())));
     }
     // Key j is visible to query i when j + Tq <= i + Tk (causal keys end-aligned).
-    let visible = if causal { format!("t + {tq}u <= r % {tq}u + {tk}u") } else { "true".into() };
+    let visible = if causal { format!("t + {tq} <= r % {tq} + {tk}") } else { "true".into() };
     let body = format!(
-        "let base = r * {tk}u;
+        "let base = r * {tk};
     var mi = -3.4028235e38;
     {max}
     let m = wg_max(lid, mi);
@@ -182,16 +193,16 @@ pub(super) fn attention_probs(
     {sum}
     let s = wg_sum(lid, si);
     {write}",
-        max = each(tk, 1, width, &format!("if ({visible}) {{ mi = max(mi, {z}); }}")),
-        sum = each(tk, 1, width, &format!("if ({visible}) {{ si = si + exp({z} - m); }}")),
+        max = each(tk, one, width, &format!("if ({visible}) {{ mi = max(mi, {z}); }}")),
+        sum = each(tk, one, width, &format!("if ({visible}) {{ si = si + exp({z} - m); }}")),
         write = each(
             tk,
-            1,
+            one,
             width,
             &store(out, "e", &format!("select(0.0, exp({z} - m) / s, ({visible}) && s > 0.0)")),
         ),
     );
-    Ok(row_kernel(rows_of(&scores.shape, r - 1), width, &body))
+    Ok(row_kernel(rows_of(&dims, r - 1), width, &body))
 }
 
 /// The mean loss over all rows: one workgroup, row after row (the loss is one number and there
@@ -202,21 +213,21 @@ pub(super) fn cross_entropy(
     width: u32,
 ) -> Result<KernelSource, String> {
     let (logits, targets) = (&inputs[0], &inputs[1]);
-    let c = *logits.shape.last().ok_or("logits need a class axis")?;
-    let rows: usize = targets.shape.iter().product();
+    let c = &logits.dim(logits.shape.len().checked_sub(1).ok_or("logits need a class axis")?);
+    let rows = targets.numel();
     let body = format!(
         "var total = 0.0;
-    for (var row = 0u; row < {rows}u; row = row + 1u) {{
-        let base = row * {c}u;
+    for (var row = 0u; row < {rows}; row = row + 1u) {{
+        let base = row * {c};
         {stats}
         let tgt = u32({tg});
         total = total + (m + log(s) - {lt});
     }}
     if (lid == 0u) {{ {st} }}",
-        stats = max_and_sum(c, 1, width, &load(logits, "e")),
+        stats = max_and_sum(c, &Ext::lit(1), width, &load(logits, "e")),
         tg = load(targets, "row"),
         lt = load(logits, "base + tgt"),
-        st = store(out, "0u", &format!("total / {rows}.0")),
+        st = store(out, "0u", &format!("total / f32({rows})")),
     );
     Ok(row_kernel(1, width, &body))
 }
@@ -229,10 +240,10 @@ pub(super) fn cross_entropy_rows(
     width: u32,
 ) -> Result<KernelSource, String> {
     let (logits, targets) = (&inputs[0], &inputs[1]);
-    let c = *logits.shape.last().ok_or("logits need a class axis")?;
-    let rows: usize = targets.shape.iter().product();
-    if out.shape.iter().product::<usize>() != rows
-        || logits.shape.iter().product::<usize>() != rows * c
+    let c = &logits.dim(logits.shape.len().checked_sub(1).ok_or("logits need a class axis")?);
+    let rows = targets.numel();
+    if out.shape.iter().product::<usize>() != rows.n
+        || logits.shape.iter().product::<usize>() != rows.n * c.n
     {
         return Err(format!(
             "logits {:?}, targets {:?} and output {:?} disagree on the rows",
@@ -240,11 +251,11 @@ pub(super) fn cross_entropy_rows(
         ));
     }
     let body = format!(
-        "let base = r * {c}u;
+        "let base = r * {c};
     {stats}
     let tgt = u32({tg});
     if (lid == 0u) {{ {st} }}",
-        stats = max_and_sum(c, 1, width, &load(logits, "e")),
+        stats = max_and_sum(c, &Ext::lit(1), width, &load(logits, "e")),
         tg = load(targets, "r"),
         st = store(out, "r", &format!("m + log(s) - {}", load(logits, "base + tgt"))),
     );
@@ -257,20 +268,21 @@ pub(super) fn cross_entropy_grad(
     width: u32,
 ) -> Result<KernelSource, String> {
     let (logits, targets, dl) = (&inputs[0], &inputs[1], &inputs[2]);
-    let c = *logits.shape.last().ok_or("logits need a class axis")?;
-    let rows: usize = targets.shape.iter().product();
+    let c = &logits.dim(logits.shape.len().checked_sub(1).ok_or("logits need a class axis")?);
+    let rows = targets.numel();
+    let one = &Ext::lit(1);
     let body = format!(
-        "let base = r * {c}u;
+        "let base = r * {c};
     {stats}
     let tgt = u32({tg});
-    let scale = {dl} / {rows}.0;
+    let scale = {dl} / f32({rows});
     {write}",
-        stats = max_and_sum(c, 1, width, &load(logits, "e")),
+        stats = max_and_sum(c, one, width, &load(logits, "e")),
         tg = load(targets, "r"),
         dl = load(dl, "0u"),
         write = each(
             c,
-            1,
+            one,
             width,
             &store(
                 out,
@@ -328,20 +340,14 @@ fn reduces_leading_axes(shape: &[usize], reduced: &[usize]) -> bool {
 /// each of its loads reads consecutive words, and its `width / cols` lanes split the rows
 /// (more lanes and fewer columns per workgroup when the columns alone would leave the GPU
 /// idle); the lanes combine in shared memory.
-fn column_reduce(
-    x: &Operand,
-    out: &Operand,
-    count: usize,
-    c: &Combine,
-    width: u32,
-) -> KernelSource {
-    let n: usize = out.shape.iter().product();
+fn column_reduce(x: &Operand, out: &Operand, count: &Ext, c: &Combine, width: u32) -> KernelSource {
+    let n = out.numel();
     let w = width as usize;
     // Eight consecutive columns still read whole 32-byte sectors; fewer only when there are
     // fewer outputs than that.
-    let least = n.next_power_of_two().min(8);
+    let least = n.n.next_power_of_two().min(8);
     let mut cols = w;
-    while cols > least && n.div_ceil(cols) < FILL && w / cols < count.next_power_of_two() {
+    while cols > least && n.n.div_ceil(cols) < FILL && w / cols < count.n.next_power_of_two() {
         cols /= 2;
     }
     let lanes = w / cols;
@@ -358,24 +364,24 @@ fn column_reduce(
         "let col = r * {cols}u + lid % {cols}u;
     let lane = lid / {cols}u;
     var acc = {init};
-    if (col < {n}u) {{
-        for (var t = lane; t < {count}u; t = t + {lanes}u) {{
+    if (col < {n}) {{
+        for (var t = lane; t < {count}; t = t + {lanes}u) {{
             let v = {value};
             {step}
         }}
     }}
     red[lid] = acc;
     workgroupBarrier();
-{tree}    if (lane == 0u && col < {n}u) {{
+{tree}    if (lane == 0u && col < {n}) {{
         acc = red[lid];
         {store}
     }}",
         init = c.init,
-        value = load(x, &format!("t * {n}u + col")),
+        value = load(x, &format!("t * {n} + col")),
         step = c.step,
         store = store(out, "col", &c.result),
     );
-    row_kernel(n.div_ceil(cols), width, &body)
+    row_kernel(n.n.div_ceil(cols), width, &body)
 }
 
 /// Reduces `x` over the `reduced` axes into `out`; `keep` is `out`'s shape padded to `x`'s
@@ -385,26 +391,27 @@ fn column_reduce(
 pub(super) fn reduce(
     x: &Operand,
     out: &Operand,
-    keep: &[usize],
+    keep: &[Ext],
     reduced: &[usize],
     c: &Combine,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let n: usize = out.shape.iter().product();
-    let xs = strides(&x.shape);
-    let ks = strides(keep);
+    let n = out.numel();
+    let dims = x.dims();
+    let xs = Ext::strides(&dims);
+    let ks = Ext::strides(keep);
     let base: Vec<String> = (0..x.shape.len())
         .filter(|a| !reduced.contains(a))
-        .map(|a| format!("((o / {}u) % {}u) * {}u", ks[a], keep[a], xs[a]))
+        .map(|a| format!("((o / {}) % {}) * {}", ks[a], keep[a], xs[a]))
         .collect();
     let base = if base.is_empty() { "0u".to_string() } else { base.join(" + ") };
-    let count: usize = reduced.iter().map(|&a| x.shape[a]).product();
-    let rshape: Vec<usize> = reduced.iter().map(|&a| x.shape[a]).collect();
-    let rs = strides(&rshape);
+    let rshape: Vec<Ext> = reduced.iter().map(|&a| dims[a].clone()).collect();
+    let count = Ext::product(&rshape);
+    let rs = Ext::strides(&rshape);
     let offset: Vec<String> = reduced
         .iter()
         .enumerate()
-        .map(|(j, &a)| format!("((t / {}u) % {}u) * {}u", rs[j], rshape[j], xs[a]))
+        .map(|(j, &a)| format!("((t / {}) % {}) * {}", rs[j], rshape[j], xs[a]))
         .collect();
     let value = load(
         x,
@@ -416,15 +423,15 @@ pub(super) fn reduce(
     let (step, init, result) = (c.step, c.init, &c.result);
     // Integers take one invocation per output: the workgroup paths combine in f32.
     let float = x.dtype.is_float();
-    if float && count >= 32 && reduces_leading_axes(&x.shape, reduced) {
-        return Ok(column_reduce(x, out, count, c, width));
+    if float && count.n >= 32 && reduces_leading_axes(&x.shape, reduced) {
+        return Ok(column_reduce(x, out, &count, c, width));
     }
-    if !float || count < 4 * width as usize || n >= 4096 {
+    if !float || count.n < 4 * width as usize || n.n >= 4096 {
         let body = format!(
             "let o = i;
     let base = {base};
     var acc = {init};
-    for (var t = 0u; t < {count}u; t = t + 1u) {{
+    for (var t = 0u; t < {count}; t = t + 1u) {{
         let v = {value};
         {step}
     }}
@@ -437,7 +444,7 @@ pub(super) fn reduce(
         "let o = r;
     let base = {base};
     var acc = {init};
-    for (var t = lid; t < {count}u; t = t + {width}u) {{
+    for (var t = lid; t < {count}; t = t + {width}u) {{
         let v = {value};
         {step}
     }}

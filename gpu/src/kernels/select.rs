@@ -14,7 +14,7 @@
 //! position past the cache reads and writes its last window rather than outside the tensor.
 
 #[allow(unused_imports)]
-use super::{broadcast_index, elementwise, load, store, strides, KernelSource, Operand};
+use super::{elementwise, load, store, strides, Ext, KernelSource, Operand};
 use mgn_ir::op::{Op, ReduceOp};
 
 /// Kernels for concat, slice, narrow, slice-scatter, gather, their derivatives, ReduceGrad,
@@ -71,21 +71,22 @@ pub fn generate(
     }
 }
 
-/// `(outer, len, inner)` around `axis`.
-fn split(shape: &[usize], axis: usize) -> Result<(usize, usize, usize), String> {
-    if axis >= shape.len() {
-        return Err(format!("axis {axis} is out of range for shape {shape:?}"));
+/// `(outer, len, inner)` around `axis` of `x`, as a shared kernel reads them.
+fn split(x: &Operand, axis: usize) -> Result<(Ext, Ext, Ext), String> {
+    if axis >= x.shape.len() {
+        return Err(format!("axis {axis} is out of range for shape {:?}", x.shape));
     }
-    Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
+    let d = x.dims();
+    Ok((Ext::product(&d[..axis]), d[axis].clone(), Ext::product(&d[axis + 1..])))
 }
 
 /// WGSL lines decomposing `i` into `o` (outer), `a` (along the axis of size `len`) and `r` (inner).
-fn decompose(len: usize, inner: usize) -> String {
+fn decompose(len: &Ext, inner: &Ext) -> String {
     format!(
-        "let o = i / {run}u;
-    let a = (i / {inner}u) % {len}u;
-    let r = i % {inner}u;",
-        run = len * inner
+        "let o = i / {run};
+    let a = (i / {inner}) % {len};
+    let r = i % {inner};",
+        run = len.mul(inner)
     )
 }
 
@@ -95,38 +96,38 @@ fn concat(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let (_, len, inner) = split(&out.shape, axis)?;
-    let n: usize = out.shape.iter().product();
-    let mut body = decompose(len, inner);
-    let mut start = 0usize;
+    let (_, len, inner) = split(out, axis)?;
+    let mut body = decompose(&len, &inner);
+    let mut start = Ext::lit(0);
     for p in pieces {
-        let (_, plen, pinner) = split(&p.shape, axis)?;
-        if pinner != inner {
+        let (_, plen, pinner) = split(p, axis)?;
+        if pinner.n != inner.n {
             return Err(format!(
                 "concat piece {:?} does not fit output {:?} off axis {axis}",
                 p.shape, out.shape
             ));
         }
-        if plen == 0 {
+        if plen.n == 0 {
             continue;
         }
-        let end = start + plen;
+        let end = start.add(&plen);
         body += &format!(
             "
-    if (a < {end}u) {{
+    if (a < {end}) {{
         {}
         return;
     }}",
-            store(out, "i", &load(p, &format!("(o * {plen}u + (a - {start}u)) * {inner}u + r")))
+            store(out, "i", &load(p, &format!("(o * {plen} + (a - {start})) * {inner} + r")))
         );
         start = end;
     }
-    if start != len {
+    if start.n != len.n {
         return Err(format!(
-            "concat pieces add up to {start} along axis {axis}, the output has {len}"
+            "concat pieces add up to {} along axis {axis}, the output has {}",
+            start.n, len.n
         ));
     }
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 fn slice(
@@ -137,21 +138,20 @@ fn slice(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let (_, xlen, inner) = split(&x.shape, axis)?;
-    if !(start < end && end <= xlen) {
+    let (_, xlen, inner) = split(x, axis)?;
+    if !(start < end && end <= xlen.n && out.shape.get(axis) == Some(&(end - start))) {
         return Err(format!(
             "slice {start}..{end} is out of range for axis {axis} of {:?}",
             x.shape
         ));
     }
-    let n: usize = out.shape.iter().product();
     let body = format!(
         "{}
     {}",
-        decompose(end - start, inner),
-        store(out, "i", &load(x, &format!("(o * {xlen}u + a + {start}u) * {inner}u + r")))
+        decompose(&out.dim(axis), &inner),
+        store(out, "i", &load(x, &format!("(o * {xlen} + a + {start}u) * {inner} + r")))
     );
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 fn slice_grad(
@@ -162,36 +162,32 @@ fn slice_grad(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let (_, len, inner) = split(&out.shape, axis)?;
-    if !(start < end && end <= len) {
+    let (_, len, inner) = split(out, axis)?;
+    if !(start < end && end <= len.n && dy.shape.get(axis) == Some(&(end - start))) {
         return Err(format!(
             "slice {start}..{end} is out of range for axis {axis} of {:?}",
             out.shape
         ));
     }
-    let n: usize = out.shape.iter().product();
+    let run = dy.dim(axis);
     let body = format!(
         "{}
-    if (a >= {start}u && a < {end}u) {{
+    if (a >= {start}u && a < {start}u + {run}) {{
         {}
     }} else {{
         {}
     }}",
-        decompose(len, inner),
-        store(
-            out,
-            "i",
-            &load(dy, &format!("(o * {run}u + (a - {start}u)) * {inner}u + r", run = end - start))
-        ),
+        decompose(&len, &inner),
+        store(out, "i", &load(dy, &format!("(o * {run} + (a - {start}u)) * {inner} + r"))),
         store(out, "i", "0"),
     );
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 /// A WGSL expression of the run-time start in `start` (an `i32[]`), clamped into
 /// `[0, room]` as `mgn_cpu`'s `clamped_start` does, as a `u32`.
-fn clamped_start(start: &Operand, room: usize) -> String {
-    format!("u32(clamp({}, 0i, {room}i))", load(start, "0u"))
+fn clamped_start(start: &Operand, room: &Ext) -> String {
+    format!("u32(clamp({}, 0i, i32({room})))", load(start, "0u"))
 }
 
 /// `len` elements of `axis` from the clamped run-time start.
@@ -203,20 +199,20 @@ fn narrow(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let (_, xlen, inner) = split(&x.shape, axis)?;
-    if !(1..=xlen).contains(&len) {
+    let (_, xlen, inner) = split(x, axis)?;
+    if !(1..=xlen.n).contains(&len) || out.shape.get(axis) != Some(&len) {
         return Err(format!("narrow of {len} does not fit axis {axis} of {:?}", x.shape));
     }
-    let n: usize = out.shape.iter().product();
+    let len = out.dim(axis);
     let body = format!(
         "{}
     let s = {};
     {}",
-        decompose(len, inner),
-        clamped_start(start, xlen - len),
-        store(out, "i", &load(x, &format!("(o * {xlen}u + a + s) * {inner}u + r")))
+        decompose(&len, &inner),
+        clamped_start(start, &xlen.sub(&len)),
+        store(out, "i", &load(x, &format!("(o * {xlen} + a + s) * {inner} + r")))
     );
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 /// `[x, src, start]` → `x` with `src` over the clamped window of `axis`: each output element
@@ -229,29 +225,28 @@ fn slice_scatter(
     width: u32,
 ) -> Result<KernelSource, String> {
     let (x, src, start) = (&inputs[0], &inputs[1], &inputs[2]);
-    let (_, len, inner) = split(&x.shape, axis)?;
-    let (_, w, src_inner) = split(&src.shape, axis)?;
-    if !(1..=len).contains(&w) || src_inner != inner {
+    let (_, len, inner) = split(x, axis)?;
+    let (_, w, src_inner) = split(src, axis)?;
+    if !(1..=len.n).contains(&w.n) || src_inner.n != inner.n {
         return Err(format!(
             "slice_scatter of {:?} does not fit {:?} along axis {axis}",
             src.shape, x.shape
         ));
     }
-    let n: usize = out.shape.iter().product();
     let body = format!(
         "{}
     let s = {};
-    if (a >= s && a < s + {w}u) {{
+    if (a >= s && a < s + {w}) {{
         {}
     }} else {{
         {}
     }}",
-        decompose(len, inner),
-        clamped_start(start, len - w),
-        store(out, "i", &load(src, &format!("(o * {w}u + (a - s)) * {inner}u + r"))),
+        decompose(&len, &inner),
+        clamped_start(start, &len.sub(&w)),
+        store(out, "i", &load(src, &format!("(o * {w} + (a - s)) * {inner} + r"))),
         store(out, "i", &load(x, "i")),
     );
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 /// `index_select`; an index outside the axis gives 0 (the CPU refuses it).
@@ -262,23 +257,22 @@ fn gather(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let (_, len, inner) = split(&x.shape, axis)?;
-    let m: usize = index.shape.iter().product();
-    let n: usize = out.shape.iter().product();
+    let (_, len, inner) = split(x, axis)?;
+    let m = index.numel();
     let body = format!(
         "{}
     let j = i32({});
-    if (j < 0 || j >= {len}i) {{
+    if (j < 0 || j >= i32({len})) {{
         {}
     }} else {{
         {}
     }}",
-        decompose(m, inner),
+        decompose(&m, &inner),
         load(index, "a"),
         store(out, "i", "0"),
-        store(out, "i", &load(x, &format!("(o * {len}u + u32(j)) * {inner}u + r"))),
+        store(out, "i", &load(x, &format!("(o * {len} + u32(j)) * {inner} + r"))),
     );
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 /// Scatter-add without atomics: element `(o, a, r)` sums `dy` over every index position equal to
@@ -294,27 +288,26 @@ fn gather_grad(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let (outer, len, inner) = split(&out.shape, axis)?;
-    let m: usize = index.shape.iter().product();
-    if inner >= (width / 4) as usize && width.is_power_of_two() {
-        return Ok(gather_grad_rows(outer, len, inner, m, index, dy, out, width));
+    let (outer, len, inner) = split(out, axis)?;
+    let m = index.numel();
+    if inner.n >= (width / 4) as usize && width.is_power_of_two() {
+        return Ok(gather_grad_rows(outer.n, len.n, inner.n, &m, index, dy, out, width));
     }
-    let n: usize = out.shape.iter().product();
     let body = format!(
         "{}
     var acc = 0.0;
-    for (var k = 0u; k < {m}u; k = k + 1u) {{
+    for (var k = 0u; k < {m}; k = k + 1u) {{
         if (i32({}) == i32(a)) {{
             acc = acc + f32({});
         }}
     }}
     {}",
-        decompose(len, inner),
+        decompose(&len, &inner),
         load(index, "k"),
-        load(dy, &format!("(o * {m}u + k) * {inner}u + r")),
+        load(dy, &format!("(o * {m} + k) * {inner} + r")),
         store(out, "i", "acc"),
     );
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 /// One workgroup per output row `(o, a)` and block of `width` columns. The workgroup reads the
@@ -329,7 +322,7 @@ fn gather_grad_rows(
     outer: usize,
     len: usize,
     inner: usize,
-    m: usize,
+    m: &Ext,
     index: &Operand,
     dy: &Operand,
     out: &Operand,
@@ -354,10 +347,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, \
     if (lid == 0u) {{ any = 0u; }}
     workgroupBarrier();
     var acc = 0.0;
-    for (var k0 = 0u; k0 < {m}u; k0 = k0 + {width}u) {{
+    for (var k0 = 0u; k0 < {m}; k0 = k0 + {width}u) {{
         let k = k0 + lid;
         var hit = 0u;
-        if (k < {m}u) {{
+        if (k < {m}) {{
             if (i32({idx}) == a) {{
                 hit = 1u;
                 any = 1u;
@@ -398,7 +391,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, \
 ",
         last = width - 1,
         idx = load(index, "k"),
-        dyv = load(dy, &format!("(o * {m}u + hits[h]) * {inner}u + r")),
+        dyv = load(dy, &format!("(o * {m} + hits[h]) * {inner}u + r")),
         st = store(out, "i", "acc"),
     );
     KernelSource { body, invocations: rows as u64 * width as u64, dropout_node: None }
@@ -488,13 +481,12 @@ fn reduce_grad(
 
 /// Index of the first maximum along `axis` (NaN counts as the maximum, as on the CPU).
 fn argmax(axis: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelSource, String> {
-    let (_, len, inner) = split(&x.shape, axis)?;
-    let n: usize = out.shape.iter().product();
+    let (_, len, inner) = split(x, axis)?;
     let body = format!(
-        "let base = (i / {inner}u) * {run}u + i % {inner}u;
+        "let base = (i / {inner}) * {run} + i % {inner};
     var best = 0u;
     var bv = {first};
-    for (var k = 1u; k < {len}u; k = k + 1u) {{
+    for (var k = 1u; k < {len}; k = k + 1u) {{
         if (bv != bv) {{ break; }}
         let v = {at};
         if (v > bv || v != v) {{
@@ -503,12 +495,12 @@ fn argmax(axis: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelS
         }}
     }}
     {st}",
-        run = len * inner,
+        run = len.mul(&inner),
         first = load(x, "base"),
-        at = load(x, &format!("base + k * {inner}u")),
+        at = load(x, &format!("base + k * {inner}")),
         st = store(out, "i", "i32(best)"),
     );
-    Ok(elementwise(n, width, &body, ""))
+    Ok(elementwise(out.numel(), width, &body, ""))
 }
 
 /// HF `rotate_half` rope on `[.., T, D]`. The inverse frequencies are computed in f64 here and
@@ -528,10 +520,10 @@ fn rope(
     if r < 2 || !x.shape[r - 1].is_multiple_of(2) {
         return Err(format!("rope needs [.., T, D] with an even D, found {:?}", x.shape));
     }
-    let (t_len, d) = (x.shape[r - 2], x.shape[r - 1]);
+    let (t_len, d) = (x.dim(r - 2), x.shape[r - 1]);
     let half = d / 2;
-    let n: usize = out.shape.iter().product();
-    if half == 0 || n == 0 {
+    let n = out.numel();
+    if half == 0 || n.n == 0 {
         return Ok(elementwise(n, width, "", ""));
     }
     let freqs: Vec<String> =
@@ -544,7 +536,7 @@ fn rope(
     let body = format!(
         "var inv_freq = array<f32, {half}u>({freqs});
     let col = i % {d}u;
-    let t = (i / {d}u) % {t_len}u;
+    let t = (i / {d}u) % {t_len};
     let p = col % {half}u;
     let angle = f32({offset}u{moved} + t) * inv_freq[p];
     let c = cos(angle);

@@ -57,7 +57,7 @@ pub(super) fn pad(
     // compile).
     let fill = super::f32_lit(value);
     body += &format!("    {}", store(out, "i", &format!("select({fill}, {v}, inside)")));
-    Ok(elementwise(out.shape.iter().product(), width, &body, ""))
+    Ok(elementwise(out.shape.iter().product::<usize>(), width, &body, ""))
 }
 
 /// dx: `out` has x's shape, `dy` the padded one.
@@ -125,7 +125,7 @@ pub(super) fn pad_grad(
         g = load(dy, &format!("({})", at.join(" + "))),
         st = store(out, "i", "acc"),
     );
-    Ok(elementwise(out.shape.iter().product(), width, &body, ""))
+    Ok(elementwise(out.shape.iter().product::<usize>(), width, &body, ""))
 }
 
 /// `let`s of the taps of output coordinate `j` along an axis: `{p}i0`, `{p}i1` (u32) and their
@@ -230,7 +230,7 @@ pub(super) fn interpolate(
         tw = taps(&aw, "k", "w"),
         st = store(out, "i", &sum.join(" + ")),
     );
-    Ok(elementwise(out.shape.iter().product(), width, &body, ""))
+    Ok(elementwise(out.shape.iter().product::<usize>(), width, &body, ""))
 }
 
 /// The ratio at which an axis's sources advance per output (the nearest mode's copies and
@@ -308,5 +308,5 @@ pub(super) fn interpolate_grad(
         g = load(dy, &format!("(gb + j * {}u + k)", aw.out)),
         st = store(out, "i", "acc"),
     );
-    Ok(elementwise(out.shape.iter().product(), width, &body, ""))
+    Ok(elementwise(out.shape.iter().product::<usize>(), width, &body, ""))
 }

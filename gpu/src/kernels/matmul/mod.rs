@@ -21,7 +21,7 @@
 mod tests;
 mod tiled;
 
-use super::{load, store, strides, KernelSource, Operand, FILL};
+use super::{load, store, Ext, KernelSource, Operand, FILL};
 use tiled::tiled;
 
 /// Products with at most this many rows (or columns) take a skinny kernel: a tile of 64 rows
@@ -32,15 +32,20 @@ pub(crate) const SKINNY: usize = 8;
 const BK: usize = 8;
 
 /// The product's geometry after promotion: `batches` independent `[m, k] × [k, n]` products.
+/// Sizes are `Ext`s: in a dynamic plan the kernel reads those that follow the sizes from its
+/// parameter block, and its choices (which kernel, which tile) take their values now.
 struct Geometry {
     a: Operand,
     b: Operand,
     out: Operand,
-    m: usize,
-    k: usize,
-    n: usize,
+    m: Ext,
+    k: Ext,
+    n: Ext,
     /// The output's batch axes (empty when folded into m).
-    batch: Vec<usize>,
+    batch: Vec<Ext>,
+    /// A's and B's own batch axes (broadcast to `batch`).
+    a_batch: Vec<Ext>,
+    b_batch: Vec<Ext>,
     /// A's words hold the `[k, m]` matrix it transposes (`GpuOp::MatMulT`).
     at: bool,
     /// B's words hold the `[n, k]` matrix it transposes (a linear layer's weight read in place).
@@ -81,6 +86,11 @@ pub(crate) fn split_depth(k: usize, splits: usize) -> usize {
     k.div_ceil(splits.max(1)).div_ceil(BK) * BK
 }
 
+/// `split_depth` of a size as a kernel reads it.
+fn split_depth_of(k: &Ext, splits: usize) -> Ext {
+    k.div_ceil(splits.max(1)).div_ceil(BK).times(BK)
+}
+
 impl Geometry {
     fn of(inputs: &[Operand], out: &Operand) -> Result<Geometry, String> {
         let (a0, b0) = (&inputs[0], &inputs[1]);
@@ -102,53 +112,54 @@ impl Geometry {
         }
         // A 1-D operand is promoted as torch.matmul does ([k] → [1, k] on the left, [k, 1] on
         // the right); the axis it adds has size 1, so the output's element order is unchanged.
-        let (mut a, mut b) = (a0.clone(), b0.clone());
-        if a.shape.len() == 1 {
-            a.shape.insert(0, 1);
+        let (mut ad, mut bd) = (a0.dims(), b0.dims());
+        if ad.len() == 1 {
+            ad.insert(0, Ext::lit(1));
         }
-        if b.shape.len() == 1 {
-            b.shape.push(1);
+        if bd.len() == 1 {
+            bd.push(Ext::lit(1));
         }
         // Logical shapes from here on (the flags say how the words lie).
-        let swap_last = |s: &mut Vec<usize>, on: bool| {
+        let swap_last = |s: &mut Vec<Ext>, on: bool| {
             let r = s.len();
             if on && r >= 2 {
                 s.swap(r - 2, r - 1);
             }
         };
-        if b0.transposed {
+        if !b0.transposed {
             // A transposed view already carries its logical shape.
-        } else {
-            swap_last(&mut b.shape, layout.tb);
+            swap_last(&mut bd, layout.tb);
         }
-        swap_last(&mut a.shape, layout.ta);
+        swap_last(&mut ad, layout.ta);
+        let (mut a, mut b) = (a0.clone(), b0.clone());
         a.transposed = false;
         b.transposed = false;
-        let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
-        let (k2, n) = (b.shape[b.shape.len() - 2], b.shape[b.shape.len() - 1]);
-        if k != k2 {
+        let (m, k) = (ad[ad.len() - 2].clone(), ad[ad.len() - 1].clone());
+        let (k2, n) = (&bd[bd.len() - 2], bd[bd.len() - 1].clone());
+        if k.n != k2.n {
             return Err(format!("matmul of {:?} by {:?}: inner sizes differ", a0.shape, b0.shape));
         }
-        let numel = |s: &[usize]| s.iter().product::<usize>();
-        let total = numel(&out.shape);
-        let a_batch = &a.shape[..a.shape.len() - 2];
-        let b_batch = &b.shape[..b.shape.len() - 2];
+        let total: usize = out.shape.iter().product();
+        let a_batch = ad[..ad.len() - 2].to_vec();
+        let b_batch = bd[..bd.len() - 2].to_vec();
         let rank = a_batch.len().max(b_batch.len());
-        let mut batch = vec![1; rank];
-        for (s, pad) in [(a_batch, rank - a_batch.len()), (b_batch, rank - b_batch.len())] {
-            for (j, &d) in s.iter().enumerate() {
-                if d != 1 {
-                    batch[j + pad] = d;
+        let mut batch = vec![Ext::lit(1); rank];
+        for (s, pad) in [(&a_batch, rank - a_batch.len()), (&b_batch, rank - b_batch.len())] {
+            for (j, d) in s.iter().enumerate() {
+                if d.n != 1 || !d.is_fixed() {
+                    batch[j + pad] = d.clone();
                 }
             }
         }
-        if numel(&batch) * m * n * layout.splits.max(1) != total {
+        if Ext::product(&batch).n * m.n * n.n * layout.splits.max(1) != total {
             return Err(format!(
                 "matmul of {:?} by {:?} cannot give {:?}",
                 a0.shape, b0.shape, out.shape
             ));
         }
-        let (a_items, b_items) = (numel(a_batch), numel(b_batch));
+        let (a_items, b_items) = (Ext::product(&a_batch).n, Ext::product(&b_batch).n);
+        a.shape = ad.iter().map(|d| d.n).collect();
+        b.shape = bd.iter().map(|d| d.n).collect();
         let mut g = Geometry {
             a,
             b,
@@ -157,6 +168,8 @@ impl Geometry {
             k,
             n,
             batch,
+            a_batch,
+            b_batch,
             at: layout.ta,
             bt: layout.tb,
             ot: false,
@@ -167,25 +180,26 @@ impl Geometry {
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows — unless A is
         // stored transposed, when its rows are not.
-        if b_items == 1 && a_items == numel(&g.batch) && !g.at {
-            g.m *= numel(&g.batch);
+        let fixed_b = g.b_batch.iter().all(|d| d.is_fixed());
+        if b_items == 1 && fixed_b && a_items == g.batches().n && !g.at {
+            g.m = g.m.mul(&g.batches());
             g.batch.clear();
-            g.a.shape = vec![g.m, k];
-            g.b.shape = vec![k, n];
+            g.a_batch.clear();
+            g.b_batch.clear();
         }
         Ok(g)
     }
 
-    fn batches(&self) -> usize {
-        self.batch.iter().product()
+    fn batches(&self) -> Ext {
+        Ext::product(&self.batch)
     }
 
     /// The word of B at (`kk`, `col`), past `bbase`.
     fn b_at(&self, kk: &str, col: &str) -> String {
         if self.bt {
-            format!("bbase + ({col}) * {}u + ({kk})", self.k)
+            format!("bbase + ({col}) * {} + ({kk})", self.k)
         } else {
-            format!("bbase + ({kk}) * {}u + ({col})", self.n)
+            format!("bbase + ({kk}) * {} + ({col})", self.n)
         }
     }
 
@@ -209,9 +223,9 @@ impl Geometry {
     /// The word of the output at (`row`, `col`), past `obase`.
     fn o_at(&self, row: &str, col: &str) -> String {
         if self.ot {
-            format!("obase + ({col}) * {}u + ({row})", self.m)
+            format!("obase + ({col}) * {} + ({row})", self.m)
         } else {
-            format!("obase + ({row}) * {}u + ({col})", self.n)
+            format!("obase + ({row}) * {} + ({col})", self.n)
         }
     }
 
@@ -220,18 +234,20 @@ impl Geometry {
     /// contiguous rows of the weight that lanes can split along k. Needs no batch axes.
     fn swapped(&self) -> Geometry {
         let mut a = self.b.clone();
-        a.shape = vec![self.n, self.k];
+        a.shape = vec![self.n.n, self.k.n];
         a.transposed = false;
         let mut b = self.a.clone();
-        b.shape = vec![self.k, self.m];
+        b.shape = vec![self.k.n, self.m.n];
         Geometry {
             a,
             b,
             out: self.out.clone(),
-            m: self.n,
-            k: self.k,
-            n: self.m,
+            m: self.n.clone(),
+            k: self.k.clone(),
+            n: self.m.clone(),
             batch: Vec::new(),
+            a_batch: Vec::new(),
+            b_batch: Vec::new(),
             at: false,
             bt: true,
             ot: true,
@@ -242,21 +258,21 @@ impl Geometry {
     }
 
     /// A WGSL expression for the first word (past the operand's offset) of batch item `batch`
-    /// of `t` (a or b, whose matrices hold `size` words), broadcasting its batch axes.
-    fn batch_base(&self, t: &Operand, size: usize) -> String {
-        let tb = &t.shape[..t.shape.len() - 2];
-        let ts = strides(tb);
-        let bs = strides(&self.batch);
+    /// of an operand with batch axes `tb` (whose matrices hold `size` words), broadcasting its
+    /// batch axes.
+    fn batch_base(&self, tb: &[Ext], size: &Ext) -> String {
+        let ts = Ext::strides(tb);
+        let bs = Ext::strides(&self.batch);
         let r = self.batch.len();
         let mut terms = Vec::new();
-        for (j, &d) in tb.iter().enumerate() {
+        for (j, d) in tb.iter().enumerate() {
             let ax = j + r - tb.len();
-            if d != 1 {
+            if d.n != 1 || !d.is_fixed() {
                 terms.push(format!(
-                    "((batch / {}u) % {}u) * {}u",
+                    "((batch / {}) % {}) * {}",
                     bs[ax],
                     self.batch[ax],
-                    ts[j] * size
+                    ts[j].mul(size)
                 ));
             }
         }
@@ -270,16 +286,16 @@ impl Geometry {
     /// Declarations of `abase`, `bbase` and `obase` for batch item `batch` (and k range
     /// `split`, whose product is stored after the earlier ranges').
     fn bases(&self) -> String {
+        let mn = self.m.mul(&self.n);
         let split = if self.splits > 1 {
-            format!(" + split * {}u", self.batches() * self.m * self.n)
+            format!(" + split * {}", self.batches().mul(&mn))
         } else {
             String::new()
         };
         format!(
-            "let abase = {};\n    let bbase = {};\n    let obase = batch * {}u{split};",
-            self.batch_base(&self.a, self.m * self.k),
-            self.batch_base(&self.b, self.k * self.n),
-            self.m * self.n
+            "let abase = {};\n    let bbase = {};\n    let obase = batch * {mn}{split};",
+            self.batch_base(&self.a_batch, &self.m.mul(&self.k)),
+            self.batch_base(&self.b_batch, &self.k.mul(&self.n)),
         )
     }
 }
@@ -330,18 +346,19 @@ pub(super) fn generate_with(
 
 fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
     let width = width.max(1) as usize;
-    if g.m == 0 || g.n == 0 || g.batches() == 0 {
+    let (m, n) = (g.m.n, g.n.n);
+    if m == 0 || n == 0 || g.batches().n == 0 {
         return Ok(super::elementwise(0, width as u32, "", ""));
     }
-    Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && g.m <= SKINNY) {
+    Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && m <= SKINNY) {
         // Transposed operands of batched products: only the tiled kernel reads them in
         // panels, coalesced either way.
         tiled(&g, width)
-    } else if g.n <= SKINNY {
+    } else if n <= SKINNY {
         few_cols(&g, width)
-    } else if g.m <= SKINNY && g.bt && g.batch.is_empty() {
+    } else if m <= SKINNY && g.bt && g.batch.is_empty() {
         few_cols(&g.swapped(), width)
-    } else if g.m <= SKINNY {
+    } else if m <= SKINNY {
         few_rows(&g, width)
     } else {
         tiled(&g, width)
@@ -350,7 +367,7 @@ fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
 
 /// The kernel's entry point: `g` is the linear workgroup index, `t` the invocation within it;
 /// workgroups past `groups` (the grid is folded and may hold more) leave together.
-fn entry(shared: &str, width: usize, groups: usize, body: &str) -> KernelSource {
+fn entry(shared: &str, width: usize, groups: &Ext, body: &str) -> KernelSource {
     KernelSource {
         body: format!(
             "{shared}@compute @workgroup_size({width})
@@ -358,12 +375,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, \
     @builtin(num_workgroups) grid: vec3<u32>, \
     @builtin(local_invocation_index) t: u32) {{
     let g = wg.x + (wg.y + wg.z * grid.y) * grid.x;
-    if (g >= {groups}u) {{ return; }}
+    if (g >= {groups}) {{ return; }}
     {body}
 }}
 "
         ),
-        invocations: groups as u64 * width as u64,
+        invocations: groups.n as u64 * width as u64,
         dropout_node: None,
     }
 }
@@ -390,13 +407,13 @@ fn reduce_lanes(out: &mut String, lanes: usize, stride: usize, count: usize, wid
 
 /// The loop over this lane's k (`lane`, `lane + lanes`, ...) with `step(kk, name)` the body for
 /// one k: four k per iteration keep four independent loads in flight, then the remainder.
-fn k_loop(k: usize, lanes: usize, step: impl Fn(&str, &str) -> String) -> String {
-    let mut s = format!("        var kk = lane;\n        while (kk + {}u < {k}u) {{\n", 3 * lanes);
+fn k_loop(k: &Ext, lanes: usize, step: impl Fn(&str, &str) -> String) -> String {
+    let mut s = format!("        var kk = lane;\n        while (kk + {}u < {k}) {{\n", 3 * lanes);
     for u in 0..4 {
         s.push_str(&step(&format!("(kk + {}u)", u * lanes), &format!("x{u}")));
     }
     s.push_str(&format!(
-        "            kk = kk + {}u;\n        }}\n        while (kk < {k}u) {{\n",
+        "            kk = kk + {}u;\n        }}\n        while (kk < {k}) {{\n",
         4 * lanes
     ));
     s.push_str(&step("kk", "x"));
@@ -411,21 +428,22 @@ fn pow2_at_least(x: usize) -> usize {
 /// At most `SKINNY` columns: `rows` rows per workgroup, each split over `lanes` consecutive
 /// invocations that read consecutive k (coalesced along A's rows), summed in shared memory.
 fn few_cols(g: &Geometry, width: usize) -> KernelSource {
-    let (m, k, n) = (g.m, g.k, g.n);
+    let (m, k, n) = (&g.m, &g.k, g.n.n);
     let batches = g.batches();
     // One warp per row reads 128 contiguous bytes per load; more lanes per row (and fewer rows)
     // when the rows alone would leave the GPU idle, but no more lanes than k has elements.
-    let mut lanes = width.min(32).min(pow2_at_least(k));
-    while lanes < width && lanes < pow2_at_least(k) && m.div_ceil(width / lanes) * batches < FILL {
+    let kp = pow2_at_least(k.n);
+    let mut lanes = width.min(32).min(kp);
+    while lanes < width && lanes < kp && m.n.div_ceil(width / lanes) * batches.n < FILL {
         lanes *= 2;
     }
     let rows = width / lanes;
     let per_batch = m.div_ceil(rows);
-    let groups = per_batch * batches;
+    let groups = per_batch.mul(&batches);
     let mut body = String::new();
     body.push_str(&format!(
-        "let batch = g / {per_batch}u;\n    \
-        let row = (g % {per_batch}u) * {rows}u + t / {lanes}u;\n    \
+        "let batch = g / {per_batch};\n    \
+        let row = (g % {per_batch}) * {rows}u + t / {lanes}u;\n    \
         let lane = t % {lanes}u;\n    "
     ));
     body.push_str(&g.bases());
@@ -444,7 +462,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
         }
         s
     };
-    body.push_str(&format!("    if (row < {m}u) {{\n        let arow = abase + row * {k}u;\n"));
+    body.push_str(&format!("    if (row < {m}) {{\n        let arow = abase + row * {k};\n"));
     body.push_str(&k_loop(k, lanes, step));
     body.push_str("    }\n");
     let mut shared = String::new();
@@ -458,7 +476,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
             body.push_str(&format!("    acc{j} = mm_red[{}u + t];\n", j * width));
         }
     }
-    body.push_str(&format!("    if (lane == 0u && row < {m}u) {{\n"));
+    body.push_str(&format!("    if (lane == 0u && row < {m}) {{\n"));
     for j in 0..n {
         body.push_str(&format!(
             "        {}\n",
@@ -466,32 +484,32 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
         ));
     }
     body.push_str("    }");
-    entry(&shared, width, groups, &body)
+    entry(&shared, width, &groups, &body)
 }
 
 /// At most `SKINNY` rows: `cols` consecutive columns per workgroup, one per invocation, so each
 /// load of B is coalesced; k split over `lanes` groups of them when the columns alone would
 /// leave the GPU idle. Each load of A's few rows serves a whole group of `cols` invocations.
 fn few_rows(g: &Geometry, width: usize) -> KernelSource {
-    let (m, k, n) = (g.m, g.k, g.n);
+    let (m, k, n) = (g.m.n, &g.k, &g.n);
     // A transposed B would make these loads strided: `generate` swaps those products instead.
     debug_assert!(!g.bt && !g.ot);
     let bcol_at =
-        |kk: &str| if g.bt { format!("bcol + {kk}") } else { format!("bcol + ({kk}) * {n}u") };
+        |kk: &str| if g.bt { format!("bcol + {kk}") } else { format!("bcol + ({kk}) * {n}") };
     let batches = g.batches();
     // Eight consecutive columns still use whole 32-byte sectors of B; fewer columns per
     // workgroup (more lanes splitting k) when the columns alone would leave the GPU idle.
     let mut cols = width;
-    while cols > 8 && n.div_ceil(cols) * batches < FILL && width / cols < pow2_at_least(k) {
+    while cols > 8 && n.n.div_ceil(cols) * batches.n < FILL && width / cols < pow2_at_least(k.n) {
         cols /= 2;
     }
     let lanes = width / cols;
     let per_batch = n.div_ceil(cols);
-    let groups = per_batch * batches;
+    let groups = per_batch.mul(&batches);
     let mut body = String::new();
     body.push_str(&format!(
-        "let batch = g / {per_batch}u;\n    \
-        let col = (g % {per_batch}u) * {cols}u + t % {cols}u;\n    \
+        "let batch = g / {per_batch};\n    \
+        let col = (g % {per_batch}) * {cols}u + t % {cols}u;\n    \
         let lane = t / {cols}u;\n    "
     ));
     body.push_str(&g.bases());
@@ -504,14 +522,14 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
         for i in 0..m {
             s.push_str(&format!(
                 "            acc{i} = acc{i} + {} * {v};\n",
-                load(&g.a, &format!("abase + {}u + {kk}", i * k))
+                load(&g.a, &format!("abase + {} + {kk}", k.times(i)))
             ));
         }
         s
     };
     body.push_str(&format!(
-        "    if (col < {n}u) {{\n        let bcol = bbase + col{};\n",
-        if g.bt { format!(" * {k}u") } else { String::new() }
+        "    if (col < {n}) {{\n        let bcol = bbase + col{};\n",
+        if g.bt { format!(" * {k}") } else { String::new() }
     ));
     body.push_str(&k_loop(k, lanes, step));
     body.push_str("    }\n");
@@ -526,13 +544,13 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
             body.push_str(&format!("    acc{i} = mm_red[{}u + t];\n", i * width));
         }
     }
-    body.push_str(&format!("    if (lane == 0u && col < {n}u) {{\n"));
+    body.push_str(&format!("    if (lane == 0u && col < {n}) {{\n"));
     for i in 0..m {
         body.push_str(&format!(
             "        {}\n",
-            g.store(&format!("obase + {}u + col", i * n), &format!("acc{i}"))
+            g.store(&format!("obase + {} + col", n.times(i)), &format!("acc{i}"))
         ));
     }
     body.push_str("    }");
-    entry(&shared, width, groups, &body)
+    entry(&shared, width, &groups, &body)
 }

@@ -1,8 +1,8 @@
 //! The general matrix-product kernel: output tiles, panels staged through registers into shared
 //! memory, a register block per invocation.
 
-use super::{entry, split_depth, Geometry, BK, FILL};
-use crate::kernels::{load, KernelSource};
+use super::{entry, split_depth_of, Geometry, BK, FILL};
+use crate::kernels::{load, Ext, KernelSource};
 
 /// The tiled kernel. Invocations form a `tx_n × ty_n` grid; invocation (tx, ty) owns the
 /// output rows `i4 * ty_n * 4 + ty * 4 + 0..4` and columns `j4 * tx_n * 4 + tx * 4 + 0..4` of the
@@ -19,7 +19,7 @@ pub(super) fn tiled(g: &Geometry, width: usize) -> KernelSource {
         BK * t.sb
     );
     let s = t.setup(g) + &t.k_loop(g) + &t.stores(g);
-    entry(&shared, width, t.per_batch * g.batches() * g.splits, s.trim_start())
+    entry(&shared, width, &t.per_batch.mul(&g.batches()).times(g.splits), s.trim_start())
 }
 
 /// The sizes of a tiled kernel (see `tiled`).
@@ -33,12 +33,12 @@ struct Tiling {
     tn: usize,
     bm: usize,
     bn: usize,
-    tiles_n: usize,
-    per_batch: usize,
+    tiles_n: Ext,
+    per_batch: Ext,
     /// Panels along k (of one k range when split).
-    kt: usize,
+    kt: Ext,
     /// The depth of one k range (`k` itself unless split).
-    ks: usize,
+    ks: Ext,
     /// Row strides of the staged panels, in vec4s.
     sa: usize,
     sb: usize,
@@ -55,11 +55,11 @@ struct Tiling {
 
 impl Tiling {
     fn of(g: &Geometry, width: usize) -> Tiling {
-        let (m, k, n) = (g.m, g.k, g.n);
+        let (m, k, n) = (&g.m, &g.k, &g.n);
         let tx_n = 1usize << (width.trailing_zeros().div_ceil(2));
         let ty_n = width / tx_n;
         // 8×8 outputs per invocation when that still gives enough tiles, else 4×4.
-        let big = (m.div_ceil(ty_n * 8) * n.div_ceil(tx_n * 8) * g.batches()) >= FILL;
+        let big = (m.n.div_ceil(ty_n * 8) * n.n.div_ceil(tx_n * 8) * g.batches().n) >= FILL;
         let (tm, tn) = if big { (8, 8) } else { (4, 4) };
         let (bm, bn) = (ty_n * tm, tx_n * tn);
         let tiles_n = n.div_ceil(bn);
@@ -76,26 +76,27 @@ impl Tiling {
             tn,
             bm,
             bn,
+            per_batch: m.div_ceil(bm).mul(&tiles_n),
             tiles_n,
-            per_batch: m.div_ceil(bm) * tiles_n,
-            kt: split_depth(k, g.splits).div_ceil(BK),
-            ks: if g.splits > 1 { split_depth(k, g.splits) } else { k },
+            kt: split_depth_of(k, g.splits).div_ceil(BK),
+            ks: if g.splits > 1 { split_depth_of(k, g.splits) } else { k.clone() },
             sa: (bm + 4) / 4,
             sb: bn / 4,
             pa,
             partial_a,
             pb,
             partial_b,
-            edge_m: m % bm != 0,
-            edge_n: n % bn != 0,
-            edge_k: k % BK != 0 || g.splits > 1,
+            // A size that follows the dynamic sizes may overhang at some of them.
+            edge_m: !m.is_fixed() || !m.n.is_multiple_of(bm),
+            edge_n: !n.is_fixed() || !n.n.is_multiple_of(bn),
+            edge_k: !k.is_fixed() || !k.n.is_multiple_of(BK) || g.splits > 1,
         }
     }
 
     /// The tile's origin, the operands' bases, which panel elements this invocation moves (and
     /// where they go), and the accumulators.
     fn setup(&self, g: &Geometry) -> String {
-        let (k, n, w, bn, sa, sb) = (g.k, g.n, self.width, self.bn, self.sa, self.sb);
+        let (k, n, w, bn, sa, sb) = (&g.k, &g.n, self.width, self.bn, self.sa, self.sb);
         let mut s = String::new();
         let mut line = |x: String| {
             s.push_str("    ");
@@ -105,25 +106,25 @@ impl Tiling {
         if g.splits > 1 {
             // Workgroups of one k range first, then the next range's; this range's first k, and
             // how many k it holds (the last may hold fewer, or none).
-            let (items, ks) = (self.per_batch * g.batches(), self.ks);
-            line(format!("let split = g / {items}u;"));
-            line(format!("let gs = g % {items}u;"));
-            line(format!("let koff = split * {ks}u;"));
-            line(format!("let klen = select(0u, min({ks}u, {k}u - koff), koff < {k}u);"));
+            let (items, ks) = (self.per_batch.mul(&g.batches()), &self.ks);
+            line(format!("let split = g / {items};"));
+            line(format!("let gs = g % {items};"));
+            line(format!("let koff = split * {ks};"));
+            line(format!("let klen = select(0u, min({ks}, {k} - koff), koff < {k});"));
         } else {
             line("let gs = g;".into());
             line("let koff = 0u;".into());
         }
-        line(format!("let batch = gs / {}u;", self.per_batch));
-        line(format!("let tile = gs % {}u;", self.per_batch));
-        line(format!("let m0 = (tile / {}u) * {}u;", self.tiles_n, self.bm));
-        line(format!("let n0 = (tile % {}u) * {bn}u;", self.tiles_n));
+        line(format!("let batch = gs / {};", self.per_batch));
+        line(format!("let tile = gs % {};", self.per_batch));
+        line(format!("let m0 = (tile / {}) * {}u;", self.tiles_n, self.bm));
+        line(format!("let n0 = (tile % {}) * {bn}u;", self.tiles_n));
         for l in g.bases().lines() {
             line(l.trim().to_string());
         }
         line(format!("let tx = t % {}u;", self.tx_n));
         line(format!("let ty = t / {}u;", self.tx_n));
-        let m = g.m;
+        let m = &g.m;
         for p in 0..self.pa {
             line(format!("let ae{p} = t + {}u;", p * w));
             if g.at {
@@ -131,11 +132,11 @@ impl Tiling {
                 // panel walks n.
                 line(format!("let ar{p} = ae{p} % {}u;", self.bm));
                 line(format!("let ak{p} = ae{p} / {}u;", self.bm));
-                line(format!("let ag{p} = abase + (koff + ak{p}) * {m}u + m0 + ar{p};"));
+                line(format!("let ag{p} = abase + (koff + ak{p}) * {m} + m0 + ar{p};"));
             } else {
                 line(format!("let ar{p} = ae{p} / {BK}u;"));
                 line(format!("let ak{p} = ae{p} % {BK}u;"));
-                line(format!("let ag{p} = abase + (m0 + ar{p}) * {k}u + koff + ak{p};"));
+                line(format!("let ag{p} = abase + (m0 + ar{p}) * {k} + koff + ak{p};"));
             }
             line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
             line(format!("let ac{p} = ar{p} % 4u;"));
@@ -148,11 +149,11 @@ impl Tiling {
                 // contiguous there, as A's panel walks k within a row.
                 line(format!("let bk{p} = be{p} % {BK}u;"));
                 line(format!("let bc{p} = be{p} / {BK}u;"));
-                line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k}u + koff + bk{p};"));
+                line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k} + koff + bk{p};"));
             } else {
                 line(format!("let bk{p} = be{p} / {bn}u;"));
                 line(format!("let bc{p} = be{p} % {bn}u;"));
-                line(format!("let bg{p} = bbase + (koff + bk{p}) * {n}u + n0 + bc{p};"));
+                line(format!("let bg{p} = bbase + (koff + bk{p}) * {n} + n0 + bc{p};"));
             }
             line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
             line(format!("let bq{p} = bc{p} % 4u;"));
@@ -168,9 +169,9 @@ impl Tiling {
 
     /// Loads of the panels at depth `k0` into registers, zero past the matrices' edges.
     fn fetch(&self, g: &Geometry, k0: &str) -> String {
-        let (m, n) = (g.m, g.n);
+        let (m, n) = (&g.m, &g.n);
         // The k this invocation's range holds: all of k, or (split) the range's own.
-        let klen = if g.splits > 1 { "klen".to_string() } else { format!("{}u", g.k) };
+        let klen = if g.splits > 1 { "klen".to_string() } else { g.k.to_string() };
         let mut f = String::new();
         let guarded = |conds: Vec<String>, target: String, value: String| {
             if conds.is_empty() {
@@ -188,12 +189,12 @@ impl Tiling {
                 c.push(format!("ae{p} < {}u", self.bm * BK));
             }
             if self.edge_m {
-                c.push(format!("m0 + ar{p} < {m}u"));
+                c.push(format!("m0 + ar{p} < {m}"));
             }
             if self.edge_k {
                 c.push(format!("{k0} + ak{p} < {klen}"));
             }
-            let at = if g.at { format!("ag{p} + ({k0}) * {m}u") } else { format!("ag{p} + {k0}") };
+            let at = if g.at { format!("ag{p} + ({k0}) * {m}") } else { format!("ag{p} + {k0}") };
             f.push_str(&guarded(c, format!("ra{p}"), load(&g.a, &at)));
         }
         for p in 0..self.pb {
@@ -202,12 +203,12 @@ impl Tiling {
                 c.push(format!("be{p} < {}u", BK * self.bn));
             }
             if self.edge_n {
-                c.push(format!("n0 + bc{p} < {n}u"));
+                c.push(format!("n0 + bc{p} < {n}"));
             }
             if self.edge_k {
                 c.push(format!("{k0} + bk{p} < {klen}"));
             }
-            let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}u") };
+            let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}") };
             f.push_str(&guarded(c, format!("rb{p}"), load(&g.b, &at)));
         }
         f
@@ -215,14 +216,14 @@ impl Tiling {
 
     /// The loop over the panels: stage the registers, prefetch the next panel, multiply.
     fn k_loop(&self, g: &Geometry) -> String {
-        let (kt, sa, sb) = (self.kt, self.sa, self.sb);
+        let (kt, sa, sb) = (&self.kt, self.sa, self.sb);
         let mut s = String::new();
-        if kt > 0 {
+        if kt.n > 0 || !kt.is_fixed() {
             s.push_str("    {\n");
             s.push_str(&self.fetch(g, "0u"));
             s.push_str("    }\n");
         }
-        s.push_str(&format!("    for (var kt = 0u; kt < {kt}u; kt = kt + 1u) {{\n"));
+        s.push_str(&format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n"));
         // Everyone has finished reading the previous panels before they are overwritten.
         s.push_str("        workgroupBarrier();\n");
         let staged = |partial: bool, e: String, size: usize, st: String| {
@@ -243,7 +244,7 @@ impl Tiling {
         s.push_str("        workgroupBarrier();\n");
         // The next panels' loads are in flight while this one is multiplied.
         s.push_str(&format!(
-            "        if (kt + 1u < {kt}u) {{\n        let k1 = (kt + 1u) * {BK}u;\n"
+            "        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {BK}u;\n"
         ));
         s.push_str(&self.fetch(g, "k1"));
         s.push_str("        }\n");
@@ -271,7 +272,7 @@ impl Tiling {
 
     /// The stores of the register block, guarded at the matrices' edges.
     fn stores(&self, g: &Geometry) -> String {
-        let (m, n) = (g.m, g.n);
+        let (m, n) = (&g.m, &g.n);
         // Row i of the register block is tile row (i / 4) * ty_n * 4 + ty * 4 + i % 4.
         let mut s = String::from("    let r0 = m0 + ty * 4u;\n    let q0 = n0 + tx * 4u;\n");
         for i in 0..self.tm {
@@ -282,16 +283,16 @@ impl Tiling {
                     let dc = j4 * self.tx_n * 4 + jj;
                     let st = g.store(&format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
                     if self.edge_n {
-                        row.push_str(&format!("        if (q0 + {dc}u < {n}u) {{ {st} }}\n"));
+                        row.push_str(&format!("        if (q0 + {dc}u < {n}) {{ {st} }}\n"));
                     } else {
                         row.push_str(&format!("        {st}\n"));
                     }
                 }
             }
-            let cond = if self.edge_m { format!("r0 + {dr}u < {m}u") } else { "true".into() };
+            let cond = if self.edge_m { format!("r0 + {dr}u < {m}") } else { "true".into() };
             s.push_str(&format!(
                 "    if ({cond}) {{\n        \
-                    let orow = obase + (r0 + {dr}u) * {n}u + q0;\n{row}    }}\n"
+                    let orow = obase + (r0 + {dr}u) * {n} + q0;\n{row}    }}\n"
             ));
         }
         s

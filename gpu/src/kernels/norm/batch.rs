@@ -83,7 +83,7 @@ pub(crate) fn batch_norm(
         y = format!("{y} + {}", load(b, "c"));
     }
     Ok(elementwise(
-        out.shape.iter().product(),
+        out.shape.iter().product::<usize>(),
         width,
         &format!("{pre}\n    {}", store(out, "i", &y)),
         "",
@@ -111,7 +111,7 @@ pub(super) fn batch_norm_grad(
             let (pre, _) = running(inputs, eps)?;
             let scale = w.map_or("rstd".to_string(), |w| format!("rstd * {}", load(w, "c")));
             Ok(elementwise(
-                out.shape.iter().product(),
+                out.shape.iter().product::<usize>(),
                 width,
                 &format!("{pre}\n    {}", store(out, "i", &format!("{scale} * {}", load(dy, "i")))),
                 "",

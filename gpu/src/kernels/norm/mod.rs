@@ -43,7 +43,7 @@ pub(super) use batch::batch_norm;
 pub(crate) use dropout::{dropout, dropout_key};
 pub(super) use params::weight_grad_partial;
 
-use super::{KernelSource, Operand};
+use super::{Ext, KernelSource, Operand};
 use batch::batch_norm_grad;
 use mgn_ir::op::{GradPart, Op};
 use params::{group_weight_grad, last_axis_grad};
@@ -160,7 +160,7 @@ type Expr2 = Box<dyn Fn(&str, &str) -> String>;
 
 /// How a norm sees `x`: `count` rows of `len` elements, each normalized on its own.
 struct Rows {
-    count: usize,
+    count: Ext,
     len: usize,
     /// The arena index (relative to `x`) of element `t` of row `b`.
     index: Expr2,
@@ -171,7 +171,7 @@ struct Rows {
 /// Layer and RMS norm: rows of the last axis.
 fn last_axis_rows(x: &Operand) -> Result<Rows, String> {
     let d = *x.shape.last().ok_or("needs at least one axis, found a scalar")?;
-    let count = x.shape[..x.shape.len() - 1].iter().product();
+    let count = Ext::product(&x.dims()[..x.shape.len() - 1]);
     Ok(Rows {
         count,
         len: d,
@@ -190,7 +190,7 @@ fn group_rows(x: &Operand, groups: usize) -> Result<Rows, String> {
     let cpg = c / groups;
     let len = cpg * s;
     Ok(Rows {
-        count: n * groups,
+        count: Ext::lit(n * groups),
         len,
         index: Box::new(move |b, t| format!("({b}) * {len}u + ({t})")),
         param: Box::new(move |b, t| format!("(({b}) % {groups}u) * {cpg}u + ({t}) / {s}u")),
@@ -206,7 +206,7 @@ fn channel_rows(x: &Operand) -> Result<Rows, String> {
     } else {
         Box::new(move |b, t| format!("((({t}) / {s}u) * {c}u + ({b})) * {s}u + ({t}) % {s}u"))
     };
-    Ok(Rows { count: c, len: n * s, index, param: Box::new(|b, _| b.to_string()) })
+    Ok(Rows { count: Ext::lit(c), len: n * s, index, param: Box::new(|b, _| b.to_string()) })
 }
 
 /// `x: [N, C, ...]` as (N, C, spatial size).
@@ -246,18 +246,21 @@ fn strided(
     acc: &str,
     start: &str,
     step: usize,
-    len: usize,
+    len: impl Into<Ext>,
     guard: &str,
     term: impl Fn(&str) -> String,
 ) -> String {
+    let len = len.into();
     let mut s =
         format!("var {acc} = vec4<f32>(0.0);\n    if ({guard}) {{\n        var t = {start};\n");
-    if len >= 4 * step {
+    // A length that follows the dynamic sizes takes the unrolled loop at every size: its
+    // remainder loop covers the short ones.
+    if !len.is_fixed() || len.n >= 4 * step {
         s += &format!(
             "        var a1 = vec4<f32>(0.0);
         var a2 = vec4<f32>(0.0);
         var a3 = vec4<f32>(0.0);
-        for (; t + {s3}u < {len}u; t = t + {s4}u) {{
+        for (; t + {s3}u < {len}; t = t + {s4}u) {{
             {acc} = {acc} + {t0};
             a1 = a1 + {t1};
             a2 = a2 + {t2};
@@ -274,7 +277,7 @@ fn strided(
         );
     }
     s += &format!(
-        "        for (; t < {len}u; t = t + {step}u) {{\n            \
+        "        for (; t < {len}; t = t + {step}u) {{\n            \
          {acc} = {acc} + {};\n        }}\n    }}\n    ",
         term("t")
     );
@@ -303,6 +306,13 @@ fn seg_reduce(name: &str, value: &str, member: &str, count: usize, stride: usize
 /// `groups` workgroups of `width` with the reduction array; `wid` the linear workgroup id, and
 /// workgroups past the last leave together.
 fn kernel(width: usize, groups: usize, helpers: &str, body: &str) -> KernelSource {
+    kernel_rows(width, 1, &Ext::lit(groups), helpers, body)
+}
+
+/// `kernel` for `count` rows, `per` to a workgroup: workgroups holding none leave together
+/// (`wid · per ≥ count`, which needs no division of a size that follows the dynamic sizes).
+fn kernel_rows(width: usize, per: usize, count: &Ext, helpers: &str, body: &str) -> KernelSource {
+    let groups = count.n.div_ceil(per.max(1));
     KernelSource {
         body: format!(
             "{helpers}var<workgroup> red: array<vec4<f32>, {width}>;
@@ -312,7 +322,7 @@ fn main(@builtin(local_invocation_index) tid: u32, \
     @builtin(workgroup_id) wg: vec3<u32>, \
     @builtin(num_workgroups) groups: vec3<u32>) {{
     let wid = wg.x + (wg.y + wg.z * groups.y) * groups.x;
-    if (wid >= {groups}u) {{
+    if (wid * {per}u >= {count}) {{
         return;
     }}
     {body}

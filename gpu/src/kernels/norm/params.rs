@@ -61,7 +61,7 @@ fn column_grad(
     out: &Operand,
     width: usize,
 ) -> KernelSource {
-    let (d, count) = (rows.len, rows.count);
+    let (d, count) = (rows.len, &rows.count);
     let cl = lanes_for(d, width.min(32));
     let rl = width / cl;
     let at = |r: &str, c: &str| format!("({r}) * {d}u + ({c})");
@@ -74,7 +74,7 @@ fn column_grad(
     "
     );
     if part == GradPart::Bias {
-        body += &strided("acc", "rlane", rl, count, "cv", |r| {
+        body += &strided("acc", "rlane", rl, count.clone(), "cv", |r| {
             format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(dy, &at(r, "c")))
         });
     } else {
@@ -93,9 +93,9 @@ fn column_grad(
         };
         body += &format!(
             "var acc = vec4<f32>(0.0);
-    for (var r0 = 0u; r0 < {count}u; r0 = r0 + {rl}u) {{
+    for (var r0 = 0u; r0 < {count}; r0 = r0 + {rl}u) {{
     let r = r0 + rlane;
-    let rv = r < {count}u;
+    let rv = r < {count};
     {mean}
     {var}{red}let rstd = 1.0 / sqrt(r2.x / f32({d}u) + {eps});
     if (rv && cv) {{
@@ -137,7 +137,7 @@ pub(crate) fn weight_grad_partial(
     if dy.shape != x.shape {
         return Err(format!("dy {:?} must have x's shape {:?}", dy.shape, x.shape));
     }
-    let (d, count) = (rows.len, rows.count);
+    let (d, count) = (rows.len, rows.count.n);
     let chunks = count.div_ceil(chunk.max(1));
     if chunk == 0 || out.shape != [chunks, d] {
         return Err(format!(

@@ -1,7 +1,7 @@
 //! The row kernel: a norm's forward, input derivative or per-row parameter derivative, one
 //! row per `lanes_for(len)` invocations.
 
-use super::{kernel, lanes_for, lit, seg_reduce, strided, Mode, Rows, Stats};
+use super::{kernel_rows, lanes_for, lit, seg_reduce, strided, Mode, Rows, Stats};
 use crate::kernels::{load, store, KernelSource, Operand};
 use mgn_ir::op::GradPart;
 
@@ -18,7 +18,7 @@ pub(super) fn row_kernel(
     out: &Operand,
     width: usize,
 ) -> KernelSource {
-    let (len, count) = (rows.len, rows.count);
+    let (len, count) = (rows.len, &rows.count);
     let l = lanes_for(len, width);
     let per = width / l;
     let n = format!("f32({len}u)");
@@ -31,10 +31,9 @@ pub(super) fn row_kernel(
     let mut body = format!(
         "let lane = tid % {l}u;
     let b = wid * {per}u + tid / {l}u;
-    let valid = b < {count}u;
-    let bc = min(b, {}u);
-    ",
-        count.max(1) - 1
+    let valid = b < {count};
+    let bc = min(b, max({count}, 1u) - 1u);
+    "
     );
     let bias = matches!(mode, Mode::Param(GradPart::Bias));
     let center = matches!(stats, Stats::Batch { center: true });
@@ -85,7 +84,7 @@ pub(super) fn row_kernel(
         }
     }
     body += &row_outputs(&mode, x, g("e", "t"), center, (len, l), out);
-    kernel(width, count.div_ceil(per), &helpers, &body)
+    kernel_rows(width, per, count, &helpers, &body)
 }
 
 /// WGSL writing a row's results once its `m`, `rstd` and sums `r2` are known: each element's
