@@ -108,6 +108,53 @@ fn decode_matches_full_forward(gpu: bool, tol: f64) {
     }
 }
 
+/// The decode model built dynamic in T (`--dynamic T=1..8`).
+fn dynamic_plan() -> Plan {
+    root();
+    let settings: Vec<Setting> =
+        SMALL.iter().chain(&["cache=16"]).map(|s| s.parse().expect("valid setting")).collect();
+    let sizes = ["T=8".parse().expect("a size")];
+    let opts = PlanOptions::infer();
+    let model = Path::new("models/smollm2_135m_decode.mgn");
+    let (outcome, plan) =
+        mgn_compiler::driver::plan_path_dynamic(model, None, settings, &sizes, &opts)
+            .expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    plan.expect("a plan")
+}
+
+/// A prompt through a prefill plan dynamic in T runs as it is, with no padding; and one
+/// dynamic plan serves as both prefill (a chunk of up to 8) and decode (T = 1).
+fn dynamic_prefill_matches_full_forward(gpu: bool, tol: f64) {
+    let Some(want) = full_forward(gpu) else { return };
+    let ids = tokens();
+    let Some(decode) = session(plan("models/smollm2_135m_decode.mgn", &["cache=16"]), gpu) else {
+        return;
+    };
+    let Some(prefill) = session(dynamic_plan(), gpu) else { return };
+    let mut g = Generator::new(Some(prefill), decode).expect("the plans follow the convention");
+    let Some(alone) = session(dynamic_plan(), gpu) else { return };
+    let mut one = Generator::new(None, alone).expect("a dynamic plan decodes too");
+    for g in [&mut g, &mut one] {
+        for (start, end) in [(0, 3), (3, 10)] {
+            let e = rel_l2(&g.prefill(&ids[start..end]).expect("prefill"), &want[end - 1]);
+            assert!(e < tol, "prefill {start}..{end}: rel. L2 {e:.2e}");
+        }
+        let e = rel_l2(&g.step(ids[10]).expect("a step"), &want[10]);
+        assert!(e < tol, "the token after: rel. L2 {e:.2e}");
+    }
+}
+
+#[test]
+fn a_dynamic_prefill_plan_equals_the_full_forward_on_the_cpu() {
+    dynamic_prefill_matches_full_forward(false, 1e-5);
+}
+
+#[test]
+fn a_dynamic_prefill_plan_equals_the_full_forward_on_the_gpu() {
+    dynamic_prefill_matches_full_forward(true, 1e-4);
+}
+
 #[test]
 fn decoding_against_the_cache_equals_the_full_forward_on_the_cpu() {
     decode_matches_full_forward(false, 1e-5);

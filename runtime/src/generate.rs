@@ -5,9 +5,11 @@
 //! The plans follow one convention: an input `input_ids: i32[1, T]`, an input `pos: i32[]`
 //! (the position of the first token), an output `logits: f32[1, T, vocab]`, and the same
 //! state tensors (`…k_cache`, `…v_cache`: [1, kv_heads, cache, head_dim]). The decode plan
-//! has T = 1; the prefill plan any T (its chunk). A prompt runs through the prefill plan in
-//! chunks; a last chunk shorter than T is padded at its end, which is safe: the padding writes
-//! cache rows past the prompt that the next tokens overwrite before any query can see them.
+//! takes T = 1 (built so, or dynamic in T from 1); the prefill plan any T (its chunk), or any
+//! T up to its bound when it is dynamic (`mgnc build --dynamic T=128`). A prompt runs through
+//! the prefill plan in chunks; a static plan's last chunk, when shorter than T, is padded at
+//! its end, which is safe: the padding writes cache rows past the prompt that the next tokens
+//! overwrite before any query can see them. A dynamic plan runs the chunk as it is.
 //! Whichever session ran last holds the newest cache; it is copied to the other when the
 //! roles change (only the state tensors move), and not at all while both hold the same one
 //! (after `new` or `reset`, both caches are fresh).
@@ -42,8 +44,17 @@ fn failed(s: String) -> RuntimeError {
     RuntimeError::Failed(s)
 }
 
-/// `(T, vocab, cache)` of a plan that follows the convention, or what is wrong with it.
-fn shape_of(s: &Session) -> Result<(usize, usize, usize), RuntimeError> {
+/// What a plan that follows the convention takes: the fewest and most tokens a run may have
+/// (both T for a static plan), its vocabulary and cache size.
+struct Shape {
+    t_min: usize,
+    t_max: usize,
+    vocab: usize,
+    cache: usize,
+}
+
+/// The `Shape` of a plan, or what is wrong with it.
+fn shape_of(s: &Session) -> Result<Shape, RuntimeError> {
     let plan = &s.plan;
     let step = |v: u32| &plan.steps[v as usize];
     let input = |name: &str| plan.inputs.iter().find(|(n, _)| n == name).map(|(_, v)| step(*v));
@@ -66,18 +77,28 @@ fn shape_of(s: &Session) -> Result<(usize, usize, usize), RuntimeError> {
         .ok_or_else(|| {
             failed(format!("`{model}` keeps no KV cache (no `state` field [1, heads, n, d])"))
         })?;
-    Ok((ids.shape[1], logits.shape[2], cache))
+    let t = ids.shape[1];
+    let input_step = plan.inputs.iter().find(|(n, _)| n == "input_ids").map(|(_, v)| *v as usize);
+    // A dynamic plan whose T (axis 1 of input_ids) is a dynamic size runs any T in its range.
+    let range = (plan.dynamic.as_ref().zip(input_step)).and_then(|(d, v)| {
+        let (_, poly) = d.shape_of(v).into_iter().find(|(axis, _)| *axis == 1)?;
+        let var = &d.sizes[poly.as_var()?];
+        Some((var.min, var.max))
+    });
+    let (t_min, t_max) = range.unwrap_or((t, t));
+    Ok(Shape { t_min, t_max, vocab: logits.shape[2], cache })
 }
 
 impl Generator {
     /// Checks that the plans follow the convention and agree on vocabulary and cache.
     pub fn new(prefill: Option<Session>, decode: Session) -> Result<Generator, RuntimeError> {
-        let (t, vocab, capacity) = shape_of(&decode)?;
-        if t != 1 {
+        let Shape { t_min, t_max, vocab, cache: capacity } = shape_of(&decode)?;
+        if t_min != 1 {
+            let t = if t_min == t_max { t_min.to_string() } else { format!("{t_min}..{t_max}") };
             return Err(failed(format!("the decode plan must take one token (T = 1), not {t}")));
         }
         if let Some(p) = &prefill {
-            let (_, pv, pc) = shape_of(p)?;
+            let Shape { vocab: pv, cache: pc, .. } = shape_of(p)?;
             if (pv, pc) != (vocab, capacity) || p.state_names() != decode.state_names() {
                 return Err(failed(format!(
                     "the prefill plan (vocab {pv}, cache {pc}) and the decode plan (vocab \
@@ -127,16 +148,22 @@ impl Generator {
             return Err(failed("prefill needs at least one token".into()));
         }
         self.room_for(tokens.len())?;
-        let chunk = match &self.prefill {
-            Some(p) => shape_of(p)?.0,
-            None => 1,
+        // The prefill plan's chunk; without one, a decode plan dynamic in T is its own.
+        let (least, chunk) = match &self.prefill {
+            Some(p) => shape_of(p).map(|s| (s.t_min, s.t_max))?,
+            None => shape_of(&self.decode).map(|s| (1, s.t_max))?,
         };
         let mut rest = tokens;
         let mut last = Vec::new();
-        // A chunk may be padded, but never past the cache's end (its writes would be clamped).
-        while rest.len() > 1 && chunk > 1 && self.pos + chunk <= self.capacity {
+        // A chunk may be padded (to the plan's T, or a dynamic plan's least T), but never past
+        // the cache's end (its writes would be clamped).
+        while rest.len() > 1 && chunk > 1 {
             let n = rest.len().min(chunk);
-            last = self.run_prefill(&rest[..n], chunk)?;
+            let len = n.max(least);
+            if self.pos + len > self.capacity {
+                break;
+            }
+            last = self.run_prefill(&rest[..n], len)?;
             rest = &rest[n..];
         }
         for &t in rest {
@@ -145,14 +172,24 @@ impl Generator {
         Ok(last)
     }
 
-    fn run_prefill(&mut self, tokens: &[i32], chunk: usize) -> Result<Vec<f32>, RuntimeError> {
-        let p = self.prefill.as_mut().expect("only with a prefill plan");
-        if self.newest == Holder::Decode {
-            self.decode.copy_state_to(p)?;
-        }
-        self.newest = Holder::Prefill;
+    /// `tokens` in one run of the prefill plan (or of a dynamic decode plan, without one),
+    /// padded to `len` tokens.
+    fn run_prefill(&mut self, tokens: &[i32], len: usize) -> Result<Vec<f32>, RuntimeError> {
+        let p = match &mut self.prefill {
+            Some(p) => {
+                if self.newest == Holder::Decode {
+                    self.decode.copy_state_to(p)?;
+                }
+                self.newest = Holder::Prefill;
+                p
+            }
+            None => {
+                self.newest = Holder::Decode;
+                &mut self.decode
+            }
+        };
         let mut ids = tokens.to_vec();
-        ids.resize(chunk, 0);
+        ids.resize(len, 0);
         let logits = run(p, ids, self.pos, self.vocab)?;
         self.pos += tokens.len();
         let row = tokens.len() - 1;
