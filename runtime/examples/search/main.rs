@@ -11,7 +11,8 @@
 //!
 //! The first sentence is the query; the others (or the lines of `--corpus FILE`) are searched.
 //! Options: `--top K` (default 5), `--cpu` (stay on the CPU; by default a hardware GPU when
-//! there is one), `--repeat R` (embed the corpus R more times and report the median rate).
+//! there is one), `--repeat R` (embed the corpus R more times and report the median rate),
+//! `--save FILE` (the corpus's embeddings as a safetensors tensor `embeddings` [N, 384]).
 
 mod embed;
 
@@ -29,14 +30,15 @@ struct Options {
     top: usize,
     cpu: bool,
     repeat: usize,
+    save: Option<PathBuf>,
 }
 
 const USAGE: &str = "usage: search PLAN.mgnplan MODEL_DIR [--top K] [--cpu] [--repeat R] \
-                     [--corpus FILE] QUERY [SENTENCE...]";
+                     [--save FILE] [--corpus FILE] QUERY [SENTENCE...]";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut positional = Vec::new();
-    let (mut top, mut cpu, mut repeat, mut file) = (5, false, 0, None);
+    let (mut top, mut cpu, mut repeat, mut file, mut save) = (5, false, 0, None, None);
     let mut it = args.iter();
     let num = |v: Option<&String>, what: &str| -> Result<usize, String> {
         v.and_then(|s| s.parse().ok()).ok_or_else(|| format!("{what} needs a number"))
@@ -47,6 +49,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--repeat" => repeat = num(it.next(), "--repeat")?,
             "--cpu" => cpu = true,
             "--corpus" => file = Some(it.next().ok_or("--corpus needs a file")?.clone()),
+            "--save" => save = Some(PathBuf::from(it.next().ok_or("--save needs a file")?)),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
             s => positional.push(s.to_string()),
         }
@@ -65,7 +68,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         return Err("nothing to search: give sentences after the query, or --corpus FILE".into());
     }
     let (plan, model_dir) = (PathBuf::from(&positional[0]), PathBuf::from(&positional[1]));
-    Ok(Options { plan, model_dir, query, corpus, top, cpu, repeat })
+    Ok(Options { plan, model_dir, query, corpus, top, cpu, repeat, save })
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -98,6 +101,13 @@ fn run(o: &Options) -> Result<(), String> {
         let m = median(times);
         let rate = corpus.len() as f64 / m.as_secs_f64();
         println!("median of {} more: {:.2} ms, {rate:.0} sentences/s", o.repeat, m.as_secs_f64() * 1e3);
+    }
+    if let Some(path) = &o.save {
+        let width = vectors.first().map_or(0, Vec::len);
+        let flat: Vec<f32> = vectors.iter().flatten().copied().collect();
+        let t = mgn_runtime::Tensor::f32(vec![vectors.len(), width], flat);
+        mgn_runtime::checkpoint::save(path, &[("embeddings".to_string(), &t)], &[])
+            .map_err(|e| e.to_string())?;
     }
     let mut scored: Vec<(f64, &str)> =
         vectors.iter().zip(&corpus).map(|(v, s)| (cosine(&query, v), *s)).collect();
