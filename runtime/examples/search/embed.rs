@@ -88,7 +88,9 @@ impl Embedder {
     /// One embedding (384 floats, unit length) per sentence, in order. Sentences of similar
     /// lengths run together (longest first), each batch padded to its longest.
     pub fn embed(&mut self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, String> {
-        let ids: Vec<Vec<u32>> = sentences.iter().map(|s| self.ids(s)).collect::<Result<_, _>>()?;
+        // All at once: the tokenizer spreads a batch over the host's cores.
+        let encoded = self.tokenizer.encode_batch(sentences.to_vec(), true).map_err(|e| e.to_string())?;
+        let ids: Vec<Vec<u32>> = encoded.iter().map(|e| e.get_ids().to_vec()).collect();
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
         let mut out = vec![Vec::new(); ids.len()];

@@ -11,7 +11,7 @@
 //!
 //! The first sentence is the query; the others (or the lines of `--corpus FILE`) are searched.
 //! Options: `--top K` (default 5), `--cpu` (stay on the CPU; by default a hardware GPU when
-//! there is one), `--repeat R` (embed the corpus R more times and report the median rate),
+//! there is one), `--gpu` (the GPU even when it is a software one, such as lavapipe), `--repeat R` (embed the corpus R more times and report the median rate),
 //! `--save FILE` (the corpus's embeddings as a safetensors tensor `embeddings` [N, 384]).
 
 mod embed;
@@ -29,16 +29,18 @@ struct Options {
     corpus: Vec<String>,
     top: usize,
     cpu: bool,
+    gpu: bool,
     repeat: usize,
     save: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: search PLAN.mgnplan MODEL_DIR [--top K] [--cpu] [--repeat R] \
+const USAGE: &str = "usage: search PLAN.mgnplan MODEL_DIR [--top K] [--cpu|--gpu] [--repeat R] \
                      [--save FILE] [--corpus FILE] QUERY [SENTENCE...]";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut positional = Vec::new();
-    let (mut top, mut cpu, mut repeat, mut file, mut save) = (5, false, 0, None, None);
+    let (mut top, mut cpu, mut gpu, mut repeat) = (5, false, false, 0);
+    let (mut file, mut save) = (None, None);
     let mut it = args.iter();
     let num = |v: Option<&String>, what: &str| -> Result<usize, String> {
         v.and_then(|s| s.parse().ok()).ok_or_else(|| format!("{what} needs a number"))
@@ -48,6 +50,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--top" => top = num(it.next(), "--top")?,
             "--repeat" => repeat = num(it.next(), "--repeat")?,
             "--cpu" => cpu = true,
+            "--gpu" => gpu = true,
             "--corpus" => file = Some(it.next().ok_or("--corpus needs a file")?.clone()),
             "--save" => save = Some(PathBuf::from(it.next().ok_or("--save needs a file")?)),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
@@ -68,7 +71,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         return Err("nothing to search: give sentences after the query, or --corpus FILE".into());
     }
     let (plan, model_dir) = (PathBuf::from(&positional[0]), PathBuf::from(&positional[1]));
-    Ok(Options { plan, model_dir, query, corpus, top, cpu, repeat, save })
+    Ok(Options { plan, model_dir, query, corpus, top, cpu, gpu, repeat, save })
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -78,7 +81,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn run(o: &Options) -> Result<(), String> {
     let plan = Plan::load(&o.plan).map_err(|e| e.to_string())?;
-    let gpu = !o.cpu && mgn_runtime::gpu::hardware_gpu();
+    let gpu = o.gpu || !o.cpu && mgn_runtime::gpu::hardware_gpu();
     let mut embedder = Embedder::new(plan, &o.model_dir, gpu)?;
     let corpus: Vec<&str> = o.corpus.iter().map(String::as_str).collect();
     let start = Instant::now();

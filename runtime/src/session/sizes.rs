@@ -6,8 +6,8 @@
 use super::*;
 use std::sync::Arc;
 
-/// How many plans at other sizes a session keeps.
-const KEEP: usize = 8;
+/// How many plans at other sizes a session keeps (as many as a GPU session keeps of its own).
+const KEEP: usize = 64;
 
 /// The plan at one set of sizes, and the last reader of each of its values.
 pub(super) struct SizedPlan {
