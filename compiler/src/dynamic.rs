@@ -97,14 +97,23 @@ pub fn build(
             model,
             "in this model",
         )
-        .with_note("a dynamic plan changes the shapes of values between runs, never its parameters, inputs or results")
-        .with_help(format!("make the sizes this depends on static with `--set` ({})", names(sizes))),
+        .with_note(
+            "a dynamic plan changes the shapes of values between runs, never its parameters, \
+             inputs or results",
+        )
+        .with_help(format!(
+            "make the sizes this depends on static with `--set` ({})",
+            names(sizes)
+        )),
     })?;
     let mut plan = plans.swap_remove(0);
     plan.dynamic = Some(d);
     plan.validate().map_err(|e| {
-        Diagnostic::error("E0503", format!("this dynamic plan cannot run: {e}"), model, "in this model")
-            .with_help("every dynamic size must be an axis of some input by itself, so that a run's inputs give it")
+        let message = format!("this dynamic plan cannot run: {e}");
+        Diagnostic::error("E0503", message, model, "in this model").with_help(
+            "every dynamic size must be an axis of some input by itself, so that a run's inputs \
+             give it",
+        )
     })?;
     Ok(plan)
 }

@@ -1,15 +1,15 @@
-//! Dynamic plans on the GPU (`Plan::dynamic`): one program, one arena and one set of
-//! pipelines for every size in the plan's range.
+//! Dynamic plans on the GPU (`Plan::dynamic`): one program, one arena and one set of pipelines for
+//! every size in the plan's range.
 //!
-//! The program is the GPU's rewrites of the plan at its bound, and each of its numbers that
-//! follows the sizes is fitted as a polynomial from the programs made at the corners of the
-//! sizes (`Probes::corners`), where the passes make the bound's choices again (`Choices`). At a run's sizes the program is
-//! the bound's with those numbers written (`DynamicProgram::at`) and typed again
-//! (`GpuPlan::validate`, with the GPU's own ops' shape rules), so a shape the corners fitted
-//! wrongly is refused, never computed. The passes' choices stay the bound's at every size:
-//! each op computes the same function at any shape its rule accepts. Memory is planned at the
-//! bound, where every value is largest; kernels read the sizes from their parameter block
-//! (`kernels::SIZE_WORDS`), so most steps keep one pipeline for every size.
+//! The program is the GPU's rewrites of the plan at its bound, and each of its numbers that follows
+//! the sizes is fitted as a polynomial from the programs made at the corners of the sizes
+//! (`Probes::corners`), where the passes make the bound's choices again (`Choices`). At a run's
+//! sizes the program is the bound's with those numbers written (`DynamicProgram::at`) and typed
+//! again (`GpuPlan::validate`, with the GPU's own ops' shape rules), so a shape the corners fitted
+//! wrongly is refused, never computed. The passes' choices stay the bound's at every size: each op
+//! computes the same function at any shape its rule accepts. Memory is planned at the bound, where
+//! every value is largest; kernels read the sizes from their parameter block
+//! (`kernels::SIZE_WORD`), so most steps keep one pipeline for every size.
 
 use crate::program::Choices;
 use crate::program::GpuPlan;

@@ -28,6 +28,9 @@ use std::collections::HashMap;
 
 mod sized;
 mod tensors;
+mod training;
+
+use training::{running_stats_updates, training, Training};
 
 /// What `GpuSession::profile` measured: GPU time per op family (the first word of the op's
 /// name: family, dispatches, total), slowest first, the slowest dispatches on their own (the op
@@ -92,34 +95,6 @@ struct StepDispatch {
     groups: [u32; 3],
     params: Params,
     dropout_node: Option<u32>,
-}
-
-/// What a training submission adds after the plan's own dispatches.
-struct Training {
-    /// (level, parameter block, grid) of each batch norm's running-statistics update.
-    bn: Vec<(usize, Params, [u32; 3])>,
-    bn_kernel: usize,
-    /// Per trained parameter (in `plan.grads` order).
-    params: Vec<TrainedParam>,
-    update_kernel: usize,
-    /// Clipping: the squared-norm kernel, the kernel turning partial sums into the factor.
-    clip: Option<(usize, usize)>,
-}
-
-struct TrainedParam {
-    index: usize,
-    offset: usize,
-    grad: usize,
-    m: Option<usize>,
-    v: Option<usize>,
-    n: usize,
-    /// Partial sums of this gradient's squares start here (clipping only).
-    partials: usize,
-    /// Whether the optimizer state holds values (SGD's momentum buffer starts as the gradient).
-    has_state: bool,
-    /// Grids of the update kernel (one invocation per element) and the squared-norm kernel.
-    update_groups: [u32; 3],
-    norm_groups: [u32; 3],
 }
 
 /// A tensor's words as the arena holds them: f32 and i32 values as they lie in memory (no
@@ -263,116 +238,6 @@ fn step_dispatches(
         dispatch.push(Some(StepDispatch { kernel, groups, params, dropout_node }));
     }
     Ok(dispatch)
-}
-
-/// A training plan's updates: optimizer state and clipping scratch placed from word `top` on
-/// (moved past them), the optimizer's kernels, and batch norm's running-statistics updates.
-fn training(
-    plan: &GpuPlan,
-    offsets: &[usize],
-    levels: &Levels,
-    limits: &DeviceLimits,
-    top: &mut usize,
-    sources: &mut Sources,
-) -> Result<Option<Training>, GpuError> {
-    if plan.mode != Mode::Train || plan.grads.is_empty() {
-        return Ok(None);
-    }
-    let width = limits.workgroup_width(256);
-    let spec = &plan.optimizer;
-    let (mut params, partials) = trained_params(plan, offsets, limits, top)?;
-    let scratch = *top;
-    let clip = match spec.clip_norm {
-        Some(c) => {
-            for t in &mut params {
-                t.partials += scratch + 1;
-            }
-            *top += 1 + partials;
-            let at = &"the optimizer's clipping";
-            let sq = sources.add("sum_squares", update::sum_squares_kernel(width), at);
-            let fin = update::clip_scale_kernel(width, scratch + 1, partials, c, scratch);
-            Some((sq, sources.add("clip_scale", fin, at)))
-        }
-        None => None,
-    };
-    let body = update::update_kernel(spec, width, clip.map(|_| scratch));
-    let update_kernel = sources.add("optimizer", body, &"the optimizer");
-    let bn_kernel =
-        sources.add("running_stats", update::running_stats_kernel(width), &"batch norm");
-    let bn = running_stats_updates(plan, offsets, levels, limits)?;
-    Ok(Some(Training { bn, bn_kernel, params, update_kernel, clip }))
-}
-
-/// Each trained parameter's regions (its optimizer state placed from word `top` on) and grids,
-/// and the words of the clipping partial sums they take together.
-fn trained_params(
-    plan: &GpuPlan,
-    offsets: &[usize],
-    limits: &DeviceLimits,
-    top: &mut usize,
-) -> Result<(Vec<TrainedParam>, usize), GpuError> {
-    let width = limits.workgroup_width(256);
-    let (has_m, has_v) = update::buffers(&plan.optimizer);
-    let param_step: HashMap<usize, usize> = (0..plan.steps.len())
-        .filter_map(|i| match plan.steps[i].op {
-            GpuOp::Plan(Op::Param { index }) => Some((index, i)),
-            _ => None,
-        })
-        .collect();
-    let grid = |g: usize| fold_grid(g as u64, limits).map_err(|e| GpuError::Failed(e.to_string()));
-    let mut trained = Vec::new();
-    let mut partials = 0usize;
-    for &(p, g) in &plan.grads {
-        let Some(&ps) = param_step.get(&p) else { continue };
-        let n = plan.steps[ps].shape.iter().product::<usize>().max(1);
-        let mut take = |on: bool| {
-            on.then(|| {
-                *top += n;
-                *top - n
-            })
-        };
-        let (m, v) = (take(has_m), take(has_v));
-        trained.push(TrainedParam {
-            index: p,
-            offset: offsets[ps],
-            grad: offsets[g as usize],
-            m,
-            v,
-            n,
-            partials,
-            has_state: false,
-            update_groups: grid(n.div_ceil(width as usize))?,
-            norm_groups: grid(update::norm_groups(n, width))?,
-        });
-        partials += update::norm_groups(n, width);
-    }
-    Ok((trained, partials))
-}
-
-/// (level, parameter block, grid) of each training batch norm's running-statistics update.
-fn running_stats_updates(
-    plan: &GpuPlan,
-    offsets: &[usize],
-    levels: &Levels,
-    limits: &DeviceLimits,
-) -> Result<Vec<(usize, Params, [u32; 3])>, GpuError> {
-    let mut bn = Vec::new();
-    for (i, s) in plan.steps.iter().enumerate() {
-        let (GpuOp::Plan(Op::BatchNorm { momentum, .. }), Some(level)) =
-            (&s.op, levels.bn_update[i])
-        else {
-            continue;
-        };
-        let x = &plan.steps[s.inputs[0] as usize].shape;
-        let (n, c) = (x[0], x.get(1).copied().unwrap_or(1));
-        let sp: usize = x.iter().skip(2).product();
-        let [xo, rm, rv] = [0, 1, 2].map(|k| offsets[s.inputs[k] as usize] as u32);
-        let mut p = params_block(&[xo, rm, rv, 0, n as u32, c as u32, sp as u32, 0]);
-        p[8] = (*momentum as f32).to_bits();
-        let groups = fold_grid(c as u64, limits).map_err(|e| GpuError::Failed(e.to_string()))?;
-        bn.push((level, p, groups));
-    }
-    Ok(bn)
 }
 
 impl GpuSession {

@@ -117,28 +117,9 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
             return super::EXIT_ERRORS;
         }
     }
-    // Every GPU kernel of the plan is generated and validated by naga now, at build time, for
-    // the guaranteed device floor; a kernel naga rejects is a compiler bug reported with its line.
-    let kernels = mgn_gpu::kernels::check_plan(&plan, &mgn_gpu::limits::DeviceLimits::MIN_SPEC);
-    if let (Some(why), MessageFormat::Human) = (&kernels.too_large, a.format) {
-        // The plan runs on the CPU; it is only too large for any GPU.
-        eprintln!("note: this plan cannot run on a GPU: {why}");
-    }
-    if let (Some(why), MessageFormat::Human) = (&kernels.no_program, a.format) {
-        eprintln!("note: this dynamic plan runs on the CPU only: {why}");
-    }
-    if let Some((i, e)) = kernels.invalid.first() {
-        let s = &plan.steps[*i];
-        report::error(
-            &format!(
-                "the GPU kernel for `{}` (step {i}, at {}) fails validation: {e}",
-                s.op.describe(),
-                s.loc
-            ),
-            a.format,
-        );
+    let Some(kernels) = checked_kernels(&plan, a.format) else {
         return super::EXIT_ERRORS;
-    }
+    };
     let elapsed = start.elapsed().as_secs_f64() * 1e3;
     let g = &outcome.graphs[0];
     let text = match a.emit {
@@ -188,6 +169,36 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     0
+}
+
+/// Every GPU kernel of `plan` generated and validated by naga, at build time, for the guaranteed
+/// device floor, with notes for plans no GPU runs; `None` (after reporting it) when naga rejects
+/// a kernel, a compiler bug reported with its line.
+fn checked_kernels(
+    plan: &mgn_runtime::Plan,
+    format: MessageFormat,
+) -> Option<mgn_gpu::kernels::PlanKernels> {
+    let kernels = mgn_gpu::kernels::check_plan(plan, &mgn_gpu::limits::DeviceLimits::MIN_SPEC);
+    if let (Some(why), MessageFormat::Human) = (&kernels.too_large, format) {
+        // The plan runs on the CPU; it is only too large for any GPU.
+        eprintln!("note: this plan cannot run on a GPU: {why}");
+    }
+    if let (Some(why), MessageFormat::Human) = (&kernels.no_program, format) {
+        eprintln!("note: this dynamic plan runs on the CPU only: {why}");
+    }
+    if let Some((i, e)) = kernels.invalid.first() {
+        let s = &plan.steps[*i];
+        report::error(
+            &format!(
+                "the GPU kernel for `{}` (step {i}, at {}) fails validation: {e}",
+                s.op.describe(),
+                s.loc
+            ),
+            format,
+        );
+        return None;
+    }
+    Some(kernels)
 }
 
 /// `, dynamic: B from 1 to 32, T from 1 to 512` for a dynamic plan.

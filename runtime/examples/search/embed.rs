@@ -74,7 +74,8 @@ impl Embedder {
         // The file pads every input to 128 and cuts it there; sentence-transformers pads a
         // batch to its longest and cuts at MAX_SEQ_LENGTH, as the plan's T allows.
         tokenizer.with_padding(None);
-        let cut = TruncationParams { max_length: MAX_SEQ_LENGTH.min(tokens.max), ..Default::default() };
+        let cut =
+            TruncationParams { max_length: MAX_SEQ_LENGTH.min(tokens.max), ..Default::default() };
         tokenizer.with_truncation(Some(cut)).map_err(|e| e.to_string())?;
         Ok(Embedder { tokenizer, session, batch, tokens, device })
     }
@@ -89,7 +90,8 @@ impl Embedder {
     /// lengths run together (longest first), each batch padded to its longest.
     pub fn embed(&mut self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, String> {
         // All at once: the tokenizer spreads a batch over the host's cores.
-        let encoded = self.tokenizer.encode_batch(sentences.to_vec(), true).map_err(|e| e.to_string())?;
+        let encoded =
+            self.tokenizer.encode_batch(sentences.to_vec(), true).map_err(|e| e.to_string())?;
         let ids: Vec<Vec<u32>> = encoded.iter().map(|e| e.get_ids().to_vec()).collect();
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));

@@ -11,7 +11,8 @@
 //!
 //! The first sentence is the query; the others (or the lines of `--corpus FILE`) are searched.
 //! Options: `--top K` (default 5), `--cpu` (stay on the CPU; by default a hardware GPU when
-//! there is one), `--gpu` (the GPU even when it is a software one, such as lavapipe), `--repeat R` (embed the corpus R more times and report the median rate),
+//! there is one), `--gpu` (the GPU even when it is a software one, such as lavapipe),
+//! `--repeat R` (embed the corpus R more times and report the median rate),
 //! `--save FILE` (the corpus's embeddings as a safetensors tensor `embeddings` [N, 384]).
 
 mod embed;
@@ -103,7 +104,11 @@ fn run(o: &Options) -> Result<(), String> {
             .collect::<Result<_, _>>()?;
         let m = median(times);
         let rate = corpus.len() as f64 / m.as_secs_f64();
-        println!("median of {} more: {:.2} ms, {rate:.0} sentences/s", o.repeat, m.as_secs_f64() * 1e3);
+        println!(
+            "median of {} more: {:.2} ms, {rate:.0} sentences/s",
+            o.repeat,
+            m.as_secs_f64() * 1e3
+        );
     }
     if let Some(path) = &o.save {
         let width = vectors.first().map_or(0, Vec::len);
