@@ -15,7 +15,7 @@ use crate::program::Choices;
 use crate::program::GpuPlan;
 use crate::rewrite::{for_gpu_choosing, Options};
 use crate::GpuError;
-use mgn_ir::dynamic::{fit, patch, size_field, Poly, Probes, Site, SizeVar};
+use mgn_ir::dynamic::{fit, patch_steps, sites_of, size_field, Poly, Probes, Site, SizeVar};
 use mgn_ir::plan::Plan;
 use serde_json::Value;
 
@@ -106,17 +106,10 @@ impl DynamicProgram {
         self.plan.dynamic.as_ref().map(|d| d.bound()).unwrap_or_default()
     }
 
-    /// The sites of position `i` of the program.
-    fn sites_of(&self, i: usize) -> &[Site] {
-        let from = self.sites.partition_point(|s| (s.step as usize) < i);
-        let to = self.sites.partition_point(|s| (s.step as usize) <= i);
-        &self.sites[from..to]
-    }
-
     /// Per axis of step `i`'s shape, its polynomial when it follows the sizes.
     pub fn dims(&self, i: usize, rank: usize) -> Vec<Option<Poly>> {
         let mut dims = vec![None; rank];
-        for s in self.sites_of(i) {
+        for s in sites_of(&self.sites, i) {
             let axis = s.at.strip_prefix("/shape/").and_then(|a| a.parse::<usize>().ok());
             if let Some(d) = axis.and_then(|a| dims.get_mut(a)) {
                 *d = Some(s.size.clone());
@@ -144,16 +137,7 @@ impl DynamicProgram {
             ))
         };
         let mut plan = bound.clone();
-        let mut i = 0;
-        while i < self.sites.len() {
-            let step = self.sites[i].step as usize;
-            let here = self.sites_of(step);
-            let mut v = json(&plan.steps[step]);
-            let sites: Vec<(&str, &Poly)> = here.iter().map(|s| (s.at.as_str(), &s.size)).collect();
-            patch(&mut v, &sites, sizes).map_err(failed)?;
-            plan.steps[step] = serde_json::from_value(v).map_err(|e| failed(e.to_string()))?;
-            i += here.len();
-        }
+        patch_steps(&mut plan.steps, &self.sites, sizes).map_err(failed)?;
         plan.validate().map_err(failed)?;
         Ok(plan)
     }

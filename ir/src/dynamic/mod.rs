@@ -168,9 +168,7 @@ impl Dynamic {
 
     /// The sites of step `i` (a slice of `sites`, which are in step order).
     pub fn sites_of(&self, i: usize) -> &[Site] {
-        let from = self.sites.partition_point(|s| (s.step as usize) < i);
-        let to = self.sites.partition_point(|s| (s.step as usize) <= i);
-        &self.sites[from..to]
+        sites_of(&self.sites, i)
     }
 
     /// A step's shape as people read it: `[B, T, 384]`.
@@ -318,6 +316,33 @@ pub fn size_field(at: &str) -> bool {
     }
 }
 
+/// The sites of step `i` among `sites` (in step order).
+pub fn sites_of(sites: &[Site], i: usize) -> &[Site] {
+    let from = sites.partition_point(|s| (s.step as usize) < i);
+    let to = sites.partition_point(|s| (s.step as usize) <= i);
+    &sites[from..to]
+}
+
+/// Writes each site's value at `sizes` into the step it names (of a plan, or of a backend's
+/// program made at the bound), through the step's JSON; an error names the step.
+pub fn patch_steps<S>(steps: &mut [S], sites: &[Site], sizes: &[usize]) -> Result<(), String>
+where
+    S: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let mut i = 0;
+    while i < sites.len() {
+        let step = sites[i].step as usize;
+        let here = sites_of(sites, step);
+        let slot = steps.get_mut(step).ok_or_else(|| format!("there is no step {step}"))?;
+        let mut json = serde_json::to_value(&*slot).expect("steps always serialize");
+        let at: Vec<(&str, &Poly)> = here.iter().map(|s| (s.at.as_str(), &s.size)).collect();
+        patch(&mut json, &at, sizes).map_err(|e| format!("step {step}: {e}"))?;
+        *slot = serde_json::from_value(json).map_err(|e| format!("step {step}: {e}"))?;
+        i += here.len();
+    }
+    Ok(())
+}
+
 fn step_json(step: &Step) -> serde_json::Value {
     serde_json::to_value(step).expect("steps always serialize")
 }
@@ -337,17 +362,8 @@ impl Plan {
             return Err(format!("`{}` = {n} is outside {}..{}", v.name, v.min, v.max));
         }
         let mut plan = Plan { dynamic: None, ..self.clone() };
-        let mut i = 0;
-        while i < d.sites.len() {
-            let step = d.sites[i].step as usize;
-            let here = d.sites_of(step);
-            let mut json = step_json(&plan.steps[step]);
-            let sites: Vec<(&str, &Poly)> = here.iter().map(|s| (s.at.as_str(), &s.size)).collect();
-            patch(&mut json, &sites, sizes).map_err(|e| format!("step {step}: {e}"))?;
-            plan.steps[step] = serde_json::from_value(json)
-                .map_err(|e| format!("step {step} at {}: {e}", describe()))?;
-            i += here.len();
-        }
+        patch_steps(&mut plan.steps, &d.sites, sizes)
+            .map_err(|e| format!("at {}: {e}", describe()))?;
         for (name, value) in &mut plan.config {
             if let Some(k) = d.sizes.iter().position(|v| &v.name == name) {
                 *value = sizes[k].to_string();
