@@ -98,7 +98,7 @@ pub fn build(
             "in this model",
         )
         .with_note(
-            "a dynamic plan changes the shapes of values between runs, never its parameters, \
+            "a dynamic plan changes the shapes of values between runs, never its steps, parameters, \
              inputs or results",
         )
         .with_help(format!(

@@ -121,9 +121,14 @@ impl Dynamic {
         let bound = &plans[0];
         if plans.iter().any(|p| p.steps.len() != bound.steps.len()) {
             let counts: Vec<String> = plans.iter().map(|p| p.steps.len().to_string()).collect();
-            return Err(FitError::Plan { part: format!("its steps ({})", counts.join(", ")) });
+            return Err(FitError::Plan {
+                part: format!("the number of steps ({})", counts.join(", ")),
+            });
         }
         for p in &plans[1..] {
+            if p.params.len() != bound.params.len() {
+                return Err(FitError::Plan { part: "the number of parameters".into() });
+            }
             if let Some(k) = (0..bound.params.len()).find(|&k| p.params[k] != bound.params[k]) {
                 let part = format!("parameter `{}`", bound.params[k].name);
                 return Err(FitError::Plan { part });
@@ -134,7 +139,7 @@ impl Dynamic {
                 && p.grads == bound.grads
                 && p.state_writes == bound.state_writes;
             if !same {
-                return Err(FitError::Plan { part: "its inputs or results".into() });
+                return Err(FitError::Plan { part: "the list of inputs or results".into() });
             }
         }
         let mut sites = Vec::new();
