@@ -210,6 +210,13 @@ fn words(plan: &GpuPlan, step: usize) -> usize {
     plan.steps[step].shape.iter().product::<usize>().max(1).div_ceil(ALIGN) * ALIGN
 }
 
+/// The value whose words step `i` updates in place, for the one op that does
+/// (`GpuOp::ScatterInPlace`, into the state parameter it rewrites).
+pub fn writes_into(plan: &GpuPlan, i: usize) -> Option<usize> {
+    let s = &plan.steps[i];
+    matches!(s.op, GpuOp::ScatterInPlace { .. }).then(|| s.inputs[0] as usize)
+}
+
 /// Parameters and inputs: their words persist across runs.
 fn pinned(plan: &GpuPlan, step: usize) -> bool {
     matches!(plan.steps[step].op, GpuOp::Plan(Op::Param { .. } | Op::Input { .. }))
@@ -242,6 +249,9 @@ pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
     for i in 0..n {
         if root[i] != i {
             offsets[i] = offsets[root[i]];
+        } else if let Some(x) = writes_into(plan, i) {
+            // Its kernel updates x's words (already placed: x is a parameter).
+            offsets[i] = offsets[x];
         } else if !pinned[i] {
             let need = words(plan, i);
             // Best fit among free regions; else grow the arena.
@@ -290,7 +300,7 @@ pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
             free.push((offsets[x], words(plan, x)));
         }
         // A value nothing reads (last use 0: no step reads itself) is dead at once.
-        if !pinned[i] && root[i] == i && last_use[i] == 0 {
+        if !pinned[i] && root[i] == i && last_use[i] == 0 && writes_into(plan, i).is_none() {
             free.push((offsets[i], words(plan, i)));
         }
         free.sort_unstable();

@@ -62,6 +62,10 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             run_program(program, &inputs, dtype, shape, ctx)
         }
         GpuOp::AttentionProbs { causal, has_mask } => attention_probs(x, *causal, *has_mask, ctx),
+        // The same value; only where the GPU keeps it differs.
+        GpuOp::ScatterInPlace { axis } => {
+            cpu(&Op::SliceScatter { axis: *axis }, x, dtype, shape, ctx)
+        }
         GpuOp::MatMulEpilogue { program, ta, tb } => {
             let product = product(x, (*ta, *tb, 1.0), shape, ctx);
             let mut inputs = vec![&product];

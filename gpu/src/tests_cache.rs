@@ -187,6 +187,45 @@ fn a_kv_cache_written_over_four_runs_matches_the_cpu() {
     assert_params(gpu.params().expect("reads back"), &cpu, 4);
 }
 
+/// A decoding step's cache written in place: `cache_plan` without the old cache among the
+/// outputs, so the scatter is the cache's only reader.
+#[test]
+fn a_cache_nothing_else_reads_is_written_in_place_and_matches_the_cpu() {
+    let mut plan = cache_plan();
+    plan.outputs.retain(|(name, _)| name != "old");
+    plan.validate().expect("a valid plan");
+    let program = crate::rewrite::for_gpu(&plan);
+    assert_eq!(program.steps[3].op, crate::program::GpuOp::ScatterInPlace { axis: 1 });
+    let layout = crate::memory::plan_arena(&program);
+    assert_eq!(layout.offsets[3], layout.offsets[0], "the scatter's words are the cache's");
+    let mut top = layout.total_words;
+    let copies = crate::state::state_copies(&program, &layout.offsets, &mut top);
+    assert_eq!(copies, Ok(vec![]), "nothing to copy back");
+    let words: Vec<usize> = program.steps.iter().map(|s| s.shape.iter().product()).collect();
+    let levels = crate::schedule::levels(&program, &layout.offsets, &words);
+    crate::schedule::check(&program, &layout.offsets, &words, &levels).expect("ordered");
+    // With the old cache returned, it is read after the write would land: no rewrite.
+    let kept = crate::rewrite::for_gpu(&cache_plan());
+    assert_eq!(kept.steps[3].op, crate::program::GpuOp::Plan(Op::SliceScatter { axis: 1 }));
+
+    let reference = GpuPlan::of(&plan);
+    let init = floats(&[1, 6, 2], 7);
+    let Some(mut gpu) = open(plan, std::slice::from_ref(&init)) else { return };
+    let mut cpu = vec![init];
+    for (run, pos) in [0, 1, 2, 5, 9, -3].into_iter().enumerate() {
+        let new = floats(&[1, 1, 2], 40 + run as u32);
+        let p = start(pos);
+        let given = [("new", &new), ("pos", &p)];
+        let want = run_and_write(&reference, &mut cpu, &given);
+        let got = gpu.run(&given, 0).expect("runs");
+        for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
+            assert_eq!(g.shape, w.shape, "run {run}: `{name}`");
+            assert_close(&Op::Reshape, g, w, 1e-6);
+        }
+        assert_params(gpu.params().expect("reads back"), &cpu, run);
+    }
+}
+
 /// Writes that could alias: `a` ← old `b` while `b` ← `a + x` (b's words are read by one copy
 /// and written by the other), `c` ← `c` (no copy), `n` ← `n + 1` (an i32 counter), and `u`,
 /// which no step reads, ← the input `y`. Outputs: the old `a`, `a + b`, the old counter.

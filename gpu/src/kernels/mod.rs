@@ -260,6 +260,7 @@ pub fn generate(
         }
         GpuOp::AttentionProbs { causal, .. } => rows::attention_probs(*causal, inputs, out, width),
         GpuOp::SplitSum { splits, program } => split_sum(*splits, program, inputs, out, width),
+        GpuOp::ScatterInPlace { axis } => select::scatter_in_place(*axis, inputs, out, width),
     }
 }
 

@@ -249,6 +249,35 @@ fn slice_scatter(
     Ok(elementwise(out.numel(), width, &body, ""))
 }
 
+/// `slice_scatter` into x's own words (`GpuOp::ScatterInPlace`: the output's region is x's):
+/// one invocation per element of src, each writing its element where the window lands; the
+/// rest of x is left as it is.
+pub(super) fn scatter_in_place(
+    axis: usize,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let (x, src, start) = (&inputs[0], &inputs[1], &inputs[2]);
+    let (_, len, inner) = split(x, axis)?;
+    let (_, w, src_inner) = split(src, axis)?;
+    if !(1..=len.n).contains(&w.n) || src_inner.n != inner.n || out.shape != x.shape {
+        return Err(format!(
+            "slice_scatter in place of {:?} does not fit {:?} along axis {axis}",
+            src.shape, x.shape
+        ));
+    }
+    let body = format!(
+        "{}
+    let s = {};
+    {}",
+        decompose(&w, &inner),
+        clamped_start(start, &len.sub(&w)),
+        store(out, &format!("(o * {len} + s + a) * {inner} + r"), &load(src, "i")),
+    );
+    Ok(elementwise(src.numel(), width, &body, ""))
+}
+
 /// `index_select`; an index outside the axis gives 0 (the CPU refuses it).
 fn gather(
     axis: usize,

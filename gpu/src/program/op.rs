@@ -67,6 +67,12 @@ pub enum GpuOp {
     /// taking no probability, and a row that sees no key all zeros. Made by
     /// `rewrite::attention_matmul`.
     AttentionProbs { causal: bool, has_mask: bool },
+    /// `[x, src, start]` → `Op::SliceScatter`'s value, made in x's own words: the memory plan
+    /// gives the step x's region, and its kernel writes only src's elements there. Made by
+    /// `rewrite::state_in_place` for a state parameter (a KV cache) whose new value is the
+    /// scatter and which nothing else reads, so a decoding step writes one token's keys
+    /// instead of copying the whole cache twice (into a new value, then back into the state).
+    ScatterInPlace { axis: usize },
 }
 
 impl From<Op> for GpuOp {
@@ -154,6 +160,7 @@ impl GpuOp {
                 (1, usize::MAX)
             }
             GpuOp::AttentionProbs { has_mask, .. } => exactly(1 + *has_mask as usize),
+            GpuOp::ScatterInPlace { .. } => exactly(3),
             GpuOp::Fused { program } => {
                 check_program(program, n)?;
                 (1, usize::MAX)
@@ -218,6 +225,7 @@ impl GpuOp {
             GpuOp::AttentionProbs { causal, .. } => {
                 format!("attention_probs{}", if *causal { " causal" } else { "" })
             }
+            GpuOp::ScatterInPlace { axis } => format!("slice_scatter axis={axis} in place"),
         }
     }
 }

@@ -66,6 +66,10 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             }
             want(shape, "the product")
         }
+        GpuOp::ScatterInPlace { axis } => {
+            infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, x, out)
+                .map_err(|e| e.to_string())
+        }
         GpuOp::SplitSum { splits, .. } => {
             let mut partials = o.to_vec();
             partials.insert(0, *splits);

@@ -1,5 +1,5 @@
 //! The rewrites a GPU session makes before it plans memory and generates kernels, in order:
-//! long attentions through their score matrix (`attention_matmul`), the others' statistics
+//! state parameters written in place (`state_in_place`), long attentions through their score matrix (`attention_matmul`), the others' statistics
 //! computed once (`attention_stats`), norm weight derivatives and cross-entropy losses split
 //! over rows (`norm_partials`, `loss_rows`), element-wise fusion (`fuse`), transposes folded
 //! into the products that read them (`transposes`), weight derivatives over a batch made one
@@ -14,6 +14,7 @@ mod fuse;
 mod loss_rows;
 mod norm_partials;
 mod split_k;
+mod state_in_place;
 mod transposes;
 
 pub use attention_matmul::AttentionPath;
@@ -52,6 +53,7 @@ pub fn for_gpu_with(plan: &Plan, options: &Options) -> GpuPlan {
 /// `for_gpu_with`, its passes choosing by size as `choices` say; the choices they made.
 pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (GpuPlan, Choices) {
     let mut program = Program::with_choices(plan, choices);
+    state_in_place::write_state_in_place(&mut program);
     attention_matmul::materialise_attention(&mut program, options.attention);
     attention_stats::add_attention_stats(&mut program);
     if !options.dynamic {
