@@ -12,7 +12,8 @@
 //!
 //! Options: `--prefill PLAN`, `--weights FILE` (strict: every weight, nothing else),
 //! `--prompt IDS` (comma-separated; default `1`), `--tokens N` (default 16), `--seed S`,
-//! `--temperature T`, `--top-k K`, `--top-p P`, `--cpu` (stay on the CPU), `--repeat R`
+//! `--temperature T`, `--top-k K`, `--top-p P`, `--cpu` (stay on the CPU), `--gpu` (the GPU even
+//! when it is a software one, such as lavapipe), `--repeat R`
 //! (generate R times from an empty cache and report the median timings).
 
 use mgn_runtime::checkpoint::MatchMode;
@@ -29,6 +30,7 @@ struct Options {
     tokens: usize,
     sampler: SamplerConfig,
     cpu: bool,
+    gpu: bool,
     repeat: usize,
 }
 
@@ -41,6 +43,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         tokens: 16,
         sampler: SamplerConfig::GREEDY,
         cpu: false,
+        gpu: false,
         repeat: 1,
     };
     let mut it = args.iter();
@@ -64,6 +67,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--top-p" => o.sampler.top_p = num(it.next(), "--top-p")? as f32,
             "--repeat" => o.repeat = (num(it.next(), "--repeat")? as usize).max(1),
             "--cpu" => o.cpu = true,
+            "--gpu" => o.gpu = true,
             s if s.starts_with("--") => return Err(format!("unknown option {s}")),
             s if o.decode.is_empty() => o.decode = s.to_string(),
             s => return Err(format!("unexpected argument {s}")),
@@ -81,7 +85,7 @@ fn session(path: &str, o: &Options) -> Result<(Session, String), String> {
     if let Some(w) = &o.weights {
         s.load_checkpoint(Path::new(w), MatchMode::Strict).map_err(|e| e.to_string())?;
     }
-    let on = match !o.cpu && mgn_runtime::gpu::hardware_gpu() {
+    let on = match o.gpu || !o.cpu && mgn_runtime::gpu::hardware_gpu() {
         true => s.use_gpu().map_err(|e| e.to_string())?,
         false => "the CPU".to_string(),
     };
