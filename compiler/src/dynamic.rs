@@ -98,8 +98,8 @@ pub fn build(
             "in this model",
         )
         .with_note(
-            "a dynamic plan changes the shapes of values between runs, never its steps, parameters, \
-             inputs or results",
+            "a dynamic plan changes the shapes of values between runs, never its steps, \
+             parameters, inputs or results",
         )
         .with_help(format!(
             "make the sizes this depends on static with `--set` ({})",

@@ -60,11 +60,15 @@ var<storage, read_write> arena: array<u32>;
 var<uniform> params: Params;
 ";
 
-/// The most command buffers one run's levels are cut into (`GpuDevice::submit`), and the
-/// dispatches of the first; each next one takes twice as many, the last all that remain. At
-/// about 2 µs a dispatch to record and 4 µs to run, the GPU stays ahead of the CPU.
+/// A run's levels go in up to `CHUNKS` command buffers, the first of `FIRST_CHUNK` dispatches
+/// and each next of twice as many (the last takes the rest), each submitted once recorded; a
+/// run of fewer than `CHUNKED` dispatches goes in one. On the H200 recording takes 1-2 µs a
+/// dispatch and running one about 4, so the GPU stays ahead of the CPU; each command buffer
+/// more costs a few µs, which a short run (MiniLM at one token, 0.39 → 0.43 ms with chunks of
+/// 32) does not win back.
 const CHUNKS: usize = 8;
 const FIRST_CHUNK: usize = 32;
+const CHUNKED: usize = 128;
 
 pub struct GpuDevice {
     /// Dropped by hand in `Drop`, under `LIFECYCLE` (see there).
@@ -298,41 +302,7 @@ impl GpuDevice {
                 at += data.len();
             }
         }
-        // The levels in chunks of doubling size, each submitted once recorded: the GPU runs
-        // the first while the CPU records the next (recording costs about 1-2 µs a dispatch,
-        // a third of a one-token decoding step on the H200). A chunk ends at a level's end;
-        // blade's barrier before each command buffer's first pass orders it after the last.
-        let levels: Vec<&Vec<Dispatch>> = job.levels.iter().filter(|l| !l.is_empty()).collect();
-        let mut next = 0;
-        for chunk in 0..CHUNKS {
-            if next == levels.len() {
-                break;
-            }
-            let (mut end, mut dispatches) = (next, 0);
-            let want = if chunk + 1 == CHUNKS { usize::MAX } else { FIRST_CHUNK << chunk };
-            while end < levels.len() && dispatches < want {
-                dispatches += levels[end].len();
-                end += 1;
-            }
-            let mut pass = enc.compute("plan");
-            for (k, level) in levels[next..end].iter().enumerate() {
-                if k > 0 {
-                    pass.barrier();
-                }
-                for (kernel, params, groups) in level.iter() {
-                    let mut pc = pass.with(&kernel.pipeline);
-                    pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
-                    pc.dispatch(*groups);
-                }
-            }
-            drop(pass);
-            next = end;
-            if next < levels.len() {
-                // Waited for through the last submission (one queue, in order).
-                self.ctx.submit(enc);
-                enc.start();
-            }
-        }
+        record_levels(&self.ctx, enc, arena, &job.levels);
         if let Some(down) = down {
             let mut at = 0u64;
             let mut pass = enc.transfer("download");
@@ -420,6 +390,52 @@ impl GpuDevice {
             Ok(true) => Ok(()),
             Ok(false) => Err("the GPU did not finish within 120 s".into()),
             Err(e) => Err(format!("the GPU reported an error: {e:?}")),
+        }
+    }
+}
+
+/// Records a run's levels with a barrier between each two, in chunks of doubling size, each
+/// submitted once recorded: the GPU runs the first while the CPU records the next (recording
+/// costs about 1-2 µs a dispatch, a third of a one-token decoding step on the H200). A chunk
+/// ends at a level's end; blade's barrier before each command buffer's first pass orders it
+/// after the last. The last chunk is left in `enc`, for the caller to add to and submit.
+fn record_levels(
+    ctx: &gpu::Context,
+    enc: &mut gpu::CommandEncoder,
+    arena: &Arena,
+    levels: &[Vec<Dispatch>],
+) {
+    let levels: Vec<&Vec<Dispatch>> = levels.iter().filter(|l| !l.is_empty()).collect();
+    let total: usize = levels.iter().map(|l| l.len()).sum();
+    let (mut next, mut recorded) = (0, 0);
+    for chunk in 0..CHUNKS {
+        if next == levels.len() {
+            break;
+        }
+        let last = chunk + 1 == CHUNKS || total < CHUNKED;
+        let until = if last { total } else { recorded + (FIRST_CHUNK << chunk) };
+        let mut end = next;
+        while end < levels.len() && (recorded < until || end == next) {
+            recorded += levels[end].len();
+            end += 1;
+        }
+        let mut pass = enc.compute("plan");
+        for (k, level) in levels[next..end].iter().enumerate() {
+            if k > 0 {
+                pass.barrier();
+            }
+            for (kernel, params, groups) in level.iter() {
+                let mut pc = pass.with(&kernel.pipeline);
+                pc.bind(0, &Bindings { arena: arena.buffer.into(), params: *params });
+                pc.dispatch(*groups);
+            }
+        }
+        drop(pass);
+        next = end;
+        if next < levels.len() {
+            // Waited for through the last submission (one queue, in order).
+            ctx.submit(enc);
+            enc.start();
         }
     }
 }

@@ -1,11 +1,11 @@
-//! The rewrites a GPU session makes before it plans memory and generates kernels, in order:
-//! state parameters written in place (`state_in_place`), long attentions through their score matrix (`attention_matmul`), the others' statistics
-//! computed once (`attention_stats`), norm weight derivatives and cross-entropy losses split
-//! over rows (`norm_partials`, `loss_rows`), element-wise fusion (`fuse`), transposes folded
-//! into the products that read them (`transposes`), weight derivatives over a batch made one
-//! product (`batch_grads`), then products and convolutions that would leave the GPU idle split
-//! along k (`split_k`). Each edits the [`Program`] by step id; positions are assigned once, at
-//! the end. The CPU backend runs plans as compiled.
+//! The rewrites a GPU session makes before it plans memory and generates kernels, in order: state
+//! parameters written in place (`state_in_place`), long attentions through their score matrix
+//! (`attention_matmul`), the others' statistics computed once (`attention_stats`), norm weight
+//! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`),
+//! element-wise fusion (`fuse`), transposes folded into the products that read them (`transposes`),
+//! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
+//! that would leave the GPU idle split along k (`split_k`). Each edits the [`Program`] by step id;
+//! positions are assigned once, at the end. The CPU backend runs plans as compiled.
 
 mod attention_matmul;
 mod attention_stats;
