@@ -68,7 +68,9 @@ fn every_dynamic_error_case_renders_its_expected_diagnostic() {
 /// Each case: a model, its `--set`, its dynamic sizes, and sizes to compare at (all ≥ 2: at
 /// size 1 a static build rewrites permutes of that axis into reshapes, a different but equal
 /// plan, which `the_smallest_sizes_compute_what_the_static_plan_computes` checks by value).
-fn cases() -> Vec<(&'static str, Vec<(&'static str, usize)>, Vec<SizeVar>, Vec<Vec<usize>>)> {
+type Case = (&'static str, Vec<(&'static str, usize)>, Vec<SizeVar>, Vec<Vec<usize>>);
+
+fn cases() -> Vec<Case> {
     let v = |s: &str| s.parse::<SizeVar>().expect("a size");
     vec![
         ("models/tiny_gpt.mgn", vec![], vec![v("B=8"), v("T=64")], vec![vec![3, 17], vec![2, 2]]),

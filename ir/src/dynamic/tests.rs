@@ -154,10 +154,13 @@ fn products_of_sizes_and_squares_fit_or_are_refused() {
     }
 }
 
+/// A way to break a dynamic section, and what the refusal says.
+type Breakage = (fn(&mut Dynamic), &'static str);
+
 #[test]
 fn broken_dynamic_sections_are_refused() {
     let good = fitted(&[var("B", 1, 8), var("T", 1, 100)]);
-    let cases: Vec<(fn(&mut Dynamic), &str)> = vec![
+    let cases: Vec<Breakage> = vec![
         (|d| d.sizes[1].min = 200, "needs a range of at least two values"),
         (|d| d.sizes[1].name = "B".into(), "`B` is given twice"),
         (|d| d.sites.last_mut().unwrap().step = 99, "names step 99"),

@@ -81,6 +81,7 @@ impl Embedder {
     }
 
     /// The token ids of `sentence`, `[CLS] … [SEP]`, cut as sentence-transformers cuts them.
+    #[allow(dead_code)] // tests/search.rs, which includes this file, checks them
     pub fn ids(&self, sentence: &str) -> Result<Vec<u32>, String> {
         let e = self.tokenizer.encode(sentence, true).map_err(|e| e.to_string())?;
         Ok(e.get_ids().to_vec())
