@@ -544,6 +544,69 @@ mod arena_tests {
         assert!(a.total_words <= a.pinned_words + 3 * 64, "{}", a.total_words);
     }
 
+    /// x → a = relu(x) → b = neg(a); c = exp(x) and d = tanh(x) read only x; y = b + c + d.
+    /// After b, a's words are free, but c and d could run at level 0, before b reads a at
+    /// level 1: taking a's words would make one of them wait a level.
+    fn independent_steps(shape: &[usize]) -> GpuPlan {
+        let step = |op, inputs: Vec<u32>| Step {
+            op,
+            inputs,
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            loc: SourceLoc::default(),
+        };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![]),
+            step(Op::Unary(UnaryOp::Relu), vec![0]),
+            step(Op::Unary(UnaryOp::Neg), vec![1]),
+            step(Op::Unary(UnaryOp::Exp), vec![0]),
+            step(Op::Unary(UnaryOp::Tanh), vec![0]),
+            step(Op::Binary(BinaryOp::Add), vec![2, 3]),
+            step(Op::Binary(BinaryOp::Add), vec![5, 4]),
+        ];
+        GpuPlan::of(&Plan::of_steps(
+            Mode::Infer,
+            steps,
+            vec![("x".into(), 0)],
+            vec![("y".into(), 6)],
+        ))
+    }
+
+    fn levels_of(plan: &GpuPlan, a: &ArenaPlan) -> crate::schedule::Levels {
+        let words: Vec<usize> = plan.steps.iter().map(|s| s.shape.iter().product()).collect();
+        let l = crate::schedule::levels(plan, &a.offsets, &words);
+        crate::schedule::check(plan, &a.offsets, &words, &l).expect("ordered");
+        l
+    }
+
+    #[test]
+    fn small_values_take_fresh_words_rather_than_wait_for_reused_ones() {
+        let plan = independent_steps(&[64]);
+        let a = plan_arena(&plan);
+        assert_valid(&plan, &a);
+        assert_eq!(check_arena(&plan, &a), Ok(()));
+        let l = levels_of(&plan, &a);
+        assert_eq!((l.step[3], l.step[4]), (Some(0), Some(0)), "exp and tanh run with relu");
+        assert_eq!(l.count, 4, "relu, exp, tanh | neg | add | add");
+    }
+
+    #[test]
+    fn large_values_take_fresh_words_within_half_the_peak_then_wait() {
+        // Past `SMALL` words a value takes fresh words only from the spare, half the peak;
+        // then it waits.
+        let plan = independent_steps(&[SMALL * 2]);
+        let a = plan_arena(&plan);
+        assert_valid(&plan, &a);
+        assert_eq!(check_arena(&plan, &a), Ok(()));
+        let peak = plan_memory(&plan).peak_live_bytes as usize / 4;
+        let transient = a.total_words - a.pinned_words;
+        assert!(2 * transient <= 3 * peak, "{transient} words for a peak of {peak}");
+        // The spare holds one of exp and tanh; the other waits for relu's words.
+        let l = levels_of(&plan, &a);
+        let (exp, tanh) = (l.step[3].expect("computed"), l.step[4].expect("computed"));
+        assert_eq!((exp.min(tanh), exp.max(tanh) > 0, l.count), (0, true, 5));
+    }
+
     #[test]
     fn a_reshape_is_a_view_that_keeps_its_root_alive() {
         // x → a = relu(x) → v = reshape(a) → b = neg(x) → y = v + b: v has a's words, and a's
