@@ -156,6 +156,24 @@ fn assert_params(got: Vec<Option<Tensor>>, want: &[Tensor], run: usize) {
     }
 }
 
+/// One run of `gpu` on `given` against the CPU reference (which writes its state into `cpu`):
+/// every output and, after it, every parameter the same.
+fn assert_run_matches(
+    gpu: &mut crate::GpuSession,
+    reference: &GpuPlan,
+    cpu: &mut [Tensor],
+    given: &[(&str, &Tensor)],
+    run: usize,
+) {
+    let want = run_and_write(reference, cpu, given);
+    let got = gpu.run(given, 0).expect("runs");
+    for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
+        assert_eq!(g.shape, w.shape, "run {run}: `{name}`");
+        assert_close(&Op::Reshape, g, w, 1e-6);
+    }
+    assert_params(gpu.params().expect("reads back"), cpu, run);
+}
+
 #[test]
 fn a_kv_cache_written_over_four_runs_matches_the_cpu() {
     let plan = cache_plan();
@@ -167,16 +185,14 @@ fn a_kv_cache_written_over_four_runs_matches_the_cpu() {
     let Some(mut gpu) = open(plan, std::slice::from_ref(&init)) else { return };
     let mut cpu = vec![init];
     for pos in 0..4 {
-        let new = floats(&[1, 1, 2], 20 + pos as u32);
-        let p = start(pos);
-        let given = [("new", &new), ("pos", &p)];
-        let want = run_and_write(&reference, &mut cpu, &given);
-        let got = gpu.run(&given, 0).expect("runs");
-        for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
-            assert_eq!(g.shape, w.shape, "run {pos}: `{name}`");
-            assert_close(&Op::Reshape, g, w, 1e-6);
-        }
-        assert_params(gpu.params().expect("reads back"), &cpu, pos as usize);
+        let (new, p) = (floats(&[1, 1, 2], 20 + pos as u32), start(pos));
+        assert_run_matches(
+            &mut gpu,
+            &reference,
+            &mut cpu,
+            &[("new", &new), ("pos", &p)],
+            pos as usize,
+        );
     }
     // A resident run (nothing read back) writes the state too; a start past the cache writes
     // its last row.
@@ -213,16 +229,8 @@ fn a_cache_nothing_else_reads_is_written_in_place_and_matches_the_cpu() {
     let Some(mut gpu) = open(plan, std::slice::from_ref(&init)) else { return };
     let mut cpu = vec![init];
     for (run, pos) in [0, 1, 2, 5, 9, -3].into_iter().enumerate() {
-        let new = floats(&[1, 1, 2], 40 + run as u32);
-        let p = start(pos);
-        let given = [("new", &new), ("pos", &p)];
-        let want = run_and_write(&reference, &mut cpu, &given);
-        let got = gpu.run(&given, 0).expect("runs");
-        for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
-            assert_eq!(g.shape, w.shape, "run {run}: `{name}`");
-            assert_close(&Op::Reshape, g, w, 1e-6);
-        }
-        assert_params(gpu.params().expect("reads back"), &cpu, run);
+        let (new, p) = (floats(&[1, 1, 2], 40 + run as u32), start(pos));
+        assert_run_matches(&mut gpu, &reference, &mut cpu, &[("new", &new), ("pos", &p)], run);
     }
 }
 

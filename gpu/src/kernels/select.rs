@@ -215,6 +215,20 @@ fn narrow(
     Ok(elementwise(out.numel(), width, &body, ""))
 }
 
+/// `(len, inner, w)` of a scatter of `src` into `x` along `axis`: x's axis length and the
+/// elements past it, and the window's length; an error unless src fits in x.
+fn scatter_geometry(axis: usize, x: &Operand, src: &Operand) -> Result<(Ext, Ext, Ext), String> {
+    let (_, len, inner) = split(x, axis)?;
+    let (_, w, src_inner) = split(src, axis)?;
+    if !(1..=len.n).contains(&w.n) || src_inner.n != inner.n {
+        return Err(format!(
+            "slice_scatter of {:?} does not fit {:?} along axis {axis}",
+            src.shape, x.shape
+        ));
+    }
+    Ok((len, inner, w))
+}
+
 /// `[x, src, start]` → `x` with `src` over the clamped window of `axis`: each output element
 /// reads `src` inside the window and `x` elsewhere (no in-place write, so `x` stays as it was
 /// for every other reader).
@@ -225,14 +239,7 @@ fn slice_scatter(
     width: u32,
 ) -> Result<KernelSource, String> {
     let (x, src, start) = (&inputs[0], &inputs[1], &inputs[2]);
-    let (_, len, inner) = split(x, axis)?;
-    let (_, w, src_inner) = split(src, axis)?;
-    if !(1..=len.n).contains(&w.n) || src_inner.n != inner.n {
-        return Err(format!(
-            "slice_scatter of {:?} does not fit {:?} along axis {axis}",
-            src.shape, x.shape
-        ));
-    }
+    let (len, inner, w) = scatter_geometry(axis, x, src)?;
     let body = format!(
         "{}
     let s = {};
@@ -259,13 +266,9 @@ pub(super) fn scatter_in_place(
     width: u32,
 ) -> Result<KernelSource, String> {
     let (x, src, start) = (&inputs[0], &inputs[1], &inputs[2]);
-    let (_, len, inner) = split(x, axis)?;
-    let (_, w, src_inner) = split(src, axis)?;
-    if !(1..=len.n).contains(&w.n) || src_inner.n != inner.n || out.shape != x.shape {
-        return Err(format!(
-            "slice_scatter in place of {:?} does not fit {:?} along axis {axis}",
-            src.shape, x.shape
-        ));
+    let (len, inner, w) = scatter_geometry(axis, x, src)?;
+    if out.shape != x.shape {
+        return Err(format!("slice_scatter in place of {:?} into {:?}", x.shape, out.shape));
     }
     let body = format!(
         "{}

@@ -123,6 +123,11 @@ impl<'p> Program<'p> {
         Program { choices, ..Program::new(plan) }
     }
 
+    /// The compiled plan this program rewrites.
+    pub fn compiled(&self) -> &'p Plan {
+        self.plan
+    }
+
     /// The choice `what` for step `id`: `decide()`, unless the choices are replayed and one
     /// was made for this step (then that one). Every pass that chooses by size asks here.
     pub fn choose(&self, what: &'static str, id: StepId, decide: impl FnOnce() -> usize) -> usize {

@@ -14,10 +14,11 @@ use mgn_ir::op::Op;
 
 /// Turns every state write that can be made in place into one (see the module header).
 pub(super) fn write_state_in_place(program: &mut Program) {
-    let view = program.to_gpu_plan();
-    if view.state_writes.is_empty() {
+    // Most plans write no state: no dense copy of their program for them.
+    if program.compiled().state_writes.is_empty() {
         return;
     }
+    let view = program.to_gpu_plan();
     let def_use = DefUse::of(&view);
     for &(param, v) in &view.state_writes {
         let s = &view.steps[v as usize];
