@@ -406,19 +406,9 @@ fn record_levels(
     levels: &[Vec<Dispatch>],
 ) {
     let levels: Vec<&Vec<Dispatch>> = levels.iter().filter(|l| !l.is_empty()).collect();
-    let total: usize = levels.iter().map(|l| l.len()).sum();
-    let (mut next, mut recorded) = (0, 0);
-    for chunk in 0..CHUNKS {
-        if next == levels.len() {
-            break;
-        }
-        let last = chunk + 1 == CHUNKS || total < CHUNKED;
-        let until = if last { total } else { recorded + (FIRST_CHUNK << chunk) };
-        let mut end = next;
-        while end < levels.len() && (recorded < until || end == next) {
-            recorded += levels[end].len();
-            end += 1;
-        }
+    let sizes: Vec<usize> = levels.iter().map(|l| l.len()).collect();
+    let mut next = 0;
+    for end in chunk_ends(&sizes) {
         let mut pass = enc.compute("plan");
         for (k, level) in levels[next..end].iter().enumerate() {
             if k > 0 {
@@ -437,6 +427,45 @@ fn record_levels(
             ctx.submit(enc);
             enc.start();
         }
+    }
+}
+
+/// Where a run's chunks end, as level indices past each chunk's last level, given each
+/// level's dispatch count: `FIRST_CHUNK` dispatches, then twice as many each time (rounded up
+/// to whole levels), at most `CHUNKS`; one chunk for fewer than `CHUNKED` dispatches.
+fn chunk_ends(sizes: &[usize]) -> Vec<usize> {
+    let total: usize = sizes.iter().sum();
+    let (mut ends, mut end, mut recorded) = (Vec::new(), 0, 0);
+    while end < sizes.len() {
+        let chunk = ends.len();
+        let last = chunk + 1 == CHUNKS || total < CHUNKED;
+        let until = if last { total } else { recorded + (FIRST_CHUNK << chunk) };
+        let start = end;
+        while end < sizes.len() && (recorded < until || end == start) {
+            recorded += sizes[end];
+            end += 1;
+        }
+        ends.push(end);
+    }
+    ends
+}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::*;
+
+    #[test]
+    fn short_runs_are_one_chunk_and_long_ones_double_at_level_ends() {
+        assert_eq!(chunk_ends(&[]), Vec::<usize>::new());
+        assert_eq!(chunk_ends(&vec![1; CHUNKED - 1]), [CHUNKED - 1]);
+        // 32, 64, 128 … dispatches of one each; the eighth chunk takes the rest.
+        let ends = chunk_ends(&vec![1; 10_000]);
+        assert_eq!(&ends[..3], &[32, 96, 224]);
+        assert_eq!((ends.len(), ends.last()), (CHUNKS, Some(&10_000)));
+        // A chunk ends only where a level does: levels of 3 cross 32 at 33.
+        assert_eq!(chunk_ends(&vec![3; 100])[0], 11);
+        // A level larger than a chunk is a chunk of its own.
+        assert_eq!(chunk_ends(&[500, 1, 1]), [1, 3]);
     }
 }
 
