@@ -224,7 +224,8 @@ fn step_dispatches(
         let src =
             generate(&s.op, plan.ids[i], &inputs, &output, width, training).map_err(failed)?;
         let kernel = sources.add(&format!("step{i}"), src.body, &at);
-        let groups = fold_grid(src.invocations.div_ceil(width as u64), limits)
+        let group_width = src.width.unwrap_or(width) as u64;
+        let groups = fold_grid(src.invocations.div_ceil(group_width), limits)
             .map_err(|e| failed(e.to_string()))?;
         let mut params = [0u32; 32];
         for (w, v) in words {

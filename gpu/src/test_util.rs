@@ -142,6 +142,18 @@ pub fn time_op(
     out_shape: &[usize],
     repeat: usize,
 ) -> Option<(f64, String)> {
+    time_op_with(op, operands, out_shape, repeat, false)
+}
+
+/// `time_op`, with the last operand stored transposed (its last two axes swapped, as a linear
+/// layer's weight) and read through a transposing view when `transpose_last`.
+pub fn time_op_with(
+    op: &Op,
+    operands: &[&[usize]],
+    out_shape: &[usize],
+    repeat: usize,
+    transpose_last: bool,
+) -> Option<(f64, String)> {
     use mgn_ir::plan::InitSpec;
     let param = |k: usize, shape: &[usize]| ParamSpec {
         name: format!("p{k}"),
@@ -152,22 +164,40 @@ pub fn time_op(
         frozen: false,
         persistent: true,
     };
+    let stored = |k: usize| {
+        let mut s = operands[k].to_vec();
+        let r = s.len();
+        if transpose_last && k + 1 == operands.len() && r >= 2 {
+            s.swap(r - 2, r - 1);
+        }
+        s
+    };
     let mut steps: Vec<Step> = (0..operands.len())
-        .map(|k| step(Op::Param { index: k }, vec![], DType::F32, operands[k]))
+        .map(|k| step(Op::Param { index: k }, vec![], DType::F32, &stored(k)))
         .collect();
-    for _ in 0..repeat.max(1) {
-        steps.push(step(op.clone(), (0..operands.len() as u32).collect(), DType::F32, out_shape));
+    let mut args: Vec<u32> = (0..operands.len() as u32).collect();
+    if transpose_last {
+        let last = operands.len() - 1;
+        let r = operands[last].len();
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        args[last] = steps.len() as u32;
+        steps.push(step(Op::Permute { perm }, vec![last as u32], DType::F32, operands[last]));
     }
-    let outputs =
-        (operands.len() as u32..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect();
+    let first_out = steps.len() as u32;
+    for _ in 0..repeat.max(1) {
+        steps.push(step(op.clone(), args.clone(), DType::F32, out_shape));
+    }
+    let outputs = (first_out..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect();
     let plan = Plan {
-        params: operands.iter().enumerate().map(|(k, s)| param(k, s)).collect(),
+        params: (0..operands.len()).map(|k| param(k, &stored(k))).collect(),
         ..Plan::of_steps(Mode::Infer, steps, vec![], outputs)
     };
-    let tensors: Vec<Tensor> = operands
-        .iter()
-        .enumerate()
-        .map(|(k, s)| Tensor::f32(s.to_vec(), values(s.iter().product(), k as u32 + 1)))
+    let tensors: Vec<Tensor> = (0..operands.len())
+        .map(|k| {
+            let s = stored(k);
+            Tensor::f32(s.clone(), values(s.iter().product(), k as u32 + 1))
+        })
         .collect();
     // A tile the sweep tries may not fit this device: a note, not a failure (never a test).
     let mut gpu = match GpuSession::new(plan, &tensors) {

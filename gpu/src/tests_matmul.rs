@@ -131,46 +131,49 @@ fn every_variant_in_one_plan_matches_the_cpu() {
     }
 }
 
-/// Throughput of the matmul kernels on shapes of a small language model (SmolLM2-135M: hidden
-/// 576, MLP 1536, vocabulary 49152) and square ones: not a check, a measurement for a real GPU
-/// (`cargo test --release -p mgn-gpu matmul_throughput -- --ignored --nocapture`). Both
-/// operands are parameters, so a run moves nothing between host and device; each run is one
-/// submission of `repeat` independent products.
+/// Throughput of the matmul kernels on the workloads' product shapes and square ones: not a
+/// check, a measurement for a real GPU (`cargo test --release -p mgn-gpu matmul_throughput --
+/// --ignored --nocapture`; `MGN_PROFILE=1` for each product's own GPU time). Both operands are
+/// parameters, so a run moves nothing between host and device; each run is one submission of
+/// `repeat` independent products. `wᵀ` is a weight stored `[n, k]` and read in place, as every
+/// linear layer does.
 #[test]
 #[ignore]
 fn matmul_throughput() {
-    let shapes: [(&[usize], &[usize]); 11] = [
-        (&[1, 576], &[576, 1536]),
-        (&[1, 1536], &[1536, 576]),
-        (&[1, 576], &[576, 49152]),
-        (&[4096, 4096], &[4096]),
-        (&[2048, 576], &[576, 1536]),
-        (&[2048, 1536], &[1536, 576]),
-        (&[2048, 576], &[576, 49152]),
-        (&[8, 9, 256, 64], &[8, 9, 64, 256]),
-        (&[1024, 1024], &[1024, 1024]),
-        (&[2048, 2048], &[2048, 2048]),
-        (&[4096, 4096], &[4096, 4096]),
+    // (name, a, b, b stored transposed)
+    let shapes: [(&str, &[usize], &[usize], bool); 16] = [
+        ("decode up", &[1, 576], &[576, 1536], true),
+        ("decode head", &[1, 576], &[576, 49152], true),
+        ("square 1024", &[1024, 1024], &[1024, 1024], false),
+        ("square 2048", &[2048, 2048], &[2048, 2048], false),
+        ("square 4096", &[4096, 4096], &[4096, 4096], false),
+        ("square 4096 wT", &[4096, 4096], &[4096, 4096], true),
+        ("whisper qkv", &[1500, 384], &[384, 384], true),
+        ("whisper fc1", &[1500, 384], &[384, 1536], true),
+        ("whisper fc2", &[1500, 1536], &[1536, 384], true),
+        ("whisper scores", &[6, 1500, 64], &[6, 64, 1500], false),
+        ("whisper p.v", &[6, 1500, 1500], &[6, 1500, 64], false),
+        ("smollm2 up", &[128, 576], &[576, 1536], true),
+        ("smollm2 down", &[128, 1536], &[1536, 576], true),
+        ("smollm2 head", &[128, 576], &[576, 49152], true),
+        ("minilm qkv", &[1024, 384], &[384, 384], true),
+        ("minilm fc1", &[1024, 384], &[384, 1536], true),
     ];
-    for (a, b) in shapes {
+    for (name, a, b, bt) in shapes {
         let out = out_shape(a, b);
         let k = *a.last().unwrap();
         let flops = 2.0 * out.iter().product::<usize>() as f64 * k as f64;
         let repeat = ((4e10 / flops) as usize).clamp(1, 20);
-        let Some((s, device)) = super::test_util::time_op(&Op::MatMul, &[a, b], &out, repeat)
+        let Some((s, device)) =
+            super::test_util::time_op_with(&Op::MatMul, &[a, b], &out, repeat, bt)
         else {
             continue;
         };
-        let bytes = 4.0
-            * (a.iter().product::<usize>()
-                + b.iter().product::<usize>()
-                + out.iter().product::<usize>()) as f64;
         println!(
-            "matmul {a:?} × {b:?}: {:9.1} µs per product, {:8.1} GFLOP/s, {:7.1} GB/s of \
-             operands ({device})",
+            "matmul {name:>15} {a:?} × {b:?}{}: {:9.1} µs, {:6.2} TFLOP/s ({device})",
+            if bt { " (wT)" } else { "" },
             s * 1e6,
-            flops / s / 1e9,
-            bytes / s / 1e9
+            flops / s / 1e12,
         );
     }
 }

@@ -138,6 +138,9 @@ pub struct KernelSource {
     /// For dropout: the id of the dropout step whose per-run mask key the parameter block must
     /// carry (a derivative's forward step).
     pub dropout_node: Option<u32>,
+    /// The workgroup size the body declares, when it is not the width the generator was asked
+    /// for (a tiled product picks its own, at most that): the grid is `invocations / width`.
+    pub width: Option<u32>,
 }
 
 /// The per-run mask key of a dropout step (see `norm::dropout_key`).
@@ -220,6 +223,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, \
         ),
         invocations: n.n as u64,
         dropout_node: None,
+        width: None,
     }
 }
 

@@ -426,7 +426,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, \
         dyv = load(dy, &format!("(o * {m} + hits[h]) * {inner}u + r")),
         st = store(out, "i", "acc"),
     );
-    KernelSource { body, invocations: rows as u64 * width as u64, dropout_node: None }
+    KernelSource { body, invocations: rows as u64 * width as u64, dropout_node: None, width: None }
 }
 
 /// `[x, y, dy]` → dx; max/min route `dy` to the first (row-major) element of each reduced group

@@ -403,5 +403,6 @@ fn kernel(w: usize, words: usize, groups: usize, body: &str) -> KernelSource {
         body: entry(w, words, groups, body),
         invocations: (groups * w) as u64,
         dropout_node: None,
+        width: None,
     }
 }

@@ -384,5 +384,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         stage_a = stage_slice(a, t, gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w),
         stage_b = stage_slice(b, t, gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w),
     );
-    KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None }
+    KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None, width: None }
 }

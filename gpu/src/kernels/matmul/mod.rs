@@ -382,6 +382,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, \
         ),
         invocations: groups.n as u64 * width as u64,
         dropout_node: None,
+        width: None,
     }
 }
 

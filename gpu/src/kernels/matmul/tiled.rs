@@ -1,8 +1,81 @@
 //! The general matrix-product kernel: output tiles, panels staged through registers into shared
 //! memory, a register block per invocation.
 
-use super::{entry, split_depth_of, Geometry, BK, FILL};
+use super::{entry, split_depth_of, Geometry, BK};
 use crate::kernels::{load, Ext, KernelSource};
+
+/// The shape of a tiled kernel: outputs per invocation (`tm × tn`, multiples of 4), invocations
+/// per workgroup, the panels' depth, and whether the panels are double-buffered (one barrier
+/// per panel instead of two).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tile {
+    pub tm: usize,
+    pub tn: usize,
+    pub threads: usize,
+    pub bk: usize,
+    pub double: bool,
+    pub fma: bool,
+}
+
+/// SMs of the target (an H200): the chooser counts the rounds of workgroups each SM runs.
+const SMS: usize = 132;
+
+/// The tiles the chooser offers, with their measured rate on large products (TFLOP/s on the
+/// H200, `matmul_throughput` at 4096², each SM full), which stands for how well each uses an SM.
+const OFFERED: [(Tile, f64); 5] = [
+    (Tile { tm: 8, tn: 8, threads: 256, bk: 8, double: false, fma: false }, 34.0),
+    (Tile { tm: 8, tn: 8, threads: 128, bk: 8, double: false, fma: false }, 34.0),
+    (Tile { tm: 8, tn: 4, threads: 128, bk: 8, double: false, fma: false }, 31.0),
+    (Tile { tm: 4, tn: 4, threads: 256, bk: 8, double: false, fma: false }, 28.9),
+    (Tile { tm: 8, tn: 8, threads: 64, bk: 8, double: false, fma: false }, 30.2),
+];
+
+/// The offered tile (at most `width` invocations) that finishes `g` first: every SM runs its
+/// share of the tiles at its rate, and the busiest SM — `⌈tiles / SMS⌉` of them — sets the time,
+/// so a tile that leaves a second, nearly empty round of workgroups loses to a smaller one.
+/// Falls back to 4×4 outputs an invocation on devices narrower than every offer.
+fn choose(g: &Geometry, width: usize) -> Tile {
+    let cost = |t: &Tile, rate: f64| {
+        let (bm, bn) = t.extent();
+        let tiles = g.m.n.div_ceil(bm) * g.n.n.div_ceil(bn) * g.batches().n * g.splits;
+        (tiles.div_ceil(SMS) * bm * bn) as f64 / rate
+    };
+    OFFERED
+        .iter()
+        .filter(|(t, _)| t.threads <= width)
+        .min_by(|(a, ra), (b, rb)| cost(a, *ra).total_cmp(&cost(b, *rb)))
+        .map(|(t, _)| *t)
+        .unwrap_or(Tile { tm: 4, tn: 4, threads: width, bk: BK, double: false, fma: false })
+}
+
+impl Tile {
+    /// The invocation grid `(tx_n, ty_n)`: as square as a power of two allows, wider than tall.
+    fn grid(&self) -> (usize, usize) {
+        let tx_n = 1usize << (self.threads.trailing_zeros().div_ceil(2));
+        (tx_n, self.threads / tx_n)
+    }
+
+    /// Output rows and columns of one tile.
+    fn extent(&self) -> (usize, usize) {
+        let (tx_n, ty_n) = self.grid();
+        (ty_n * self.tm, tx_n * self.tn)
+    }
+
+    /// `MGN_MM_TILE=8x8:256:8[:d][:f]` (an experiment's override of the chooser).
+    fn from_env() -> Option<Tile> {
+        let v = std::env::var("MGN_MM_TILE").ok()?;
+        let parts: Vec<&str> = v.split(':').collect();
+        let (tm, tn) = parts.first()?.split_once('x')?;
+        Some(Tile {
+            tm: tm.parse().ok()?,
+            tn: tn.parse().ok()?,
+            threads: parts.get(1)?.parse().ok()?,
+            bk: parts.get(2)?.parse().ok()?,
+            double: parts.contains(&"d"),
+            fma: parts.contains(&"f"),
+        })
+    }
+}
 
 /// The tiled kernel. Invocations form a `tx_n × ty_n` grid; invocation (tx, ty) owns the
 /// output rows `i4 * ty_n * 4 + ty * 4 + 0..4` and columns `j4 * tx_n * 4 + tx * 4 + 0..4` of the
@@ -10,21 +83,31 @@ use crate::kernels::{load, Ext, KernelSource};
 /// read neighbouring vec4s (no bank conflicts). Each `BK`-deep panel of A and B is staged
 /// through registers: the next panel's loads are in flight while this one is multiplied.
 pub(super) fn tiled(g: &Geometry, width: usize) -> KernelSource {
-    let t = Tiling::of(g, width);
+    let tile = Tile::from_env().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width));
+    let t = Tiling::of(g, tile);
     // A's panel is stored transposed (k-major) so invocations read their rows as vec4s; 4
     // padding floats per k row spread the transposing stores over every bank.
+    let bufs = if tile.double { 2 } else { 1 };
     let shared = format!(
         "var<workgroup> mm_a: array<vec4<f32>, {}>;\nvar<workgroup> mm_b: array<vec4<f32>, {}>;\n",
-        BK * t.sa,
-        BK * t.sb
+        bufs * t.bk * t.sa,
+        bufs * t.bk * t.sb
     );
     let s = t.setup(g) + &t.k_loop(g) + &t.stores(g);
-    entry(&shared, width, &t.per_batch.mul(&g.batches()).times(g.splits), s.trim_start())
+    let groups = t.per_batch.mul(&g.batches()).times(g.splits);
+    let mut k = entry(&shared, tile.threads, &groups, s.trim_start());
+    if tile.threads != width {
+        k.width = Some(tile.threads as u32);
+    }
+    k
 }
 
 /// The sizes of a tiled kernel (see `tiled`).
 struct Tiling {
     width: usize,
+    bk: usize,
+    double: bool,
+    fma: bool,
     /// The invocation grid.
     tx_n: usize,
     ty_n: usize,
@@ -54,22 +137,23 @@ struct Tiling {
 }
 
 impl Tiling {
-    fn of(g: &Geometry, width: usize) -> Tiling {
+    fn of(g: &Geometry, tile: Tile) -> Tiling {
         let (m, k, n) = (&g.m, &g.k, &g.n);
-        let tx_n = 1usize << (width.trailing_zeros().div_ceil(2));
-        let ty_n = width / tx_n;
-        // 8×8 outputs per invocation when that still gives enough tiles, else 4×4.
-        let big = (m.n.div_ceil(ty_n * 8) * n.n.div_ceil(tx_n * 8) * g.batches().n) >= FILL;
-        let (tm, tn) = if big { (8, 8) } else { (4, 4) };
-        let (bm, bn) = (ty_n * tm, tx_n * tn);
+        let (width, bk) = (tile.threads, tile.bk);
+        let (tx_n, ty_n) = tile.grid();
+        let (tm, tn) = (tile.tm, tile.tn);
+        let (bm, bn) = tile.extent();
         let tiles_n = n.div_ceil(bn);
         // Element e of A's bm×BK panel is (e / BK, e % BK) and of B's BK×bn panel (e / bn,
         // e % bn), so consecutive invocations read consecutive words of a row of A or of B (of
         // A's stored rows, (e % bm, e / bm), when it is stored transposed).
         let slots = |size: usize| (size.div_ceil(width), !size.is_multiple_of(width));
-        let ((pa, partial_a), (pb, partial_b)) = (slots(bm * BK), slots(BK * bn));
+        let ((pa, partial_a), (pb, partial_b)) = (slots(bm * bk), slots(bk * bn));
         Tiling {
             width,
+            bk,
+            double: tile.double,
+            fma: tile.fma,
             tx_n,
             ty_n,
             tm,
@@ -78,10 +162,11 @@ impl Tiling {
             bn,
             per_batch: m.div_ceil(bm).mul(&tiles_n),
             tiles_n,
-            kt: split_depth_of(k, g.splits).div_ceil(BK),
+            kt: split_depth_of(k, g.splits).div_ceil(bk),
             ks: if g.splits > 1 { split_depth_of(k, g.splits) } else { k.clone() },
             sa: (bm + 4) / 4,
-            sb: bn / 4,
+            // B's panel, stored from a transposed B, walks k fastest: padding as for A's.
+            sb: if g.bt { (bn + 4) / 4 } else { bn / 4 },
             pa,
             partial_a,
             pb,
@@ -89,7 +174,7 @@ impl Tiling {
             // A size that follows the dynamic sizes may overhang at some of them.
             edge_m: !m.is_fixed() || !m.n.is_multiple_of(bm),
             edge_n: !n.is_fixed() || !n.n.is_multiple_of(bn),
-            edge_k: !k.is_fixed() || !k.n.is_multiple_of(BK) || g.splits > 1,
+            edge_k: !k.is_fixed() || !k.n.is_multiple_of(bk) || g.splits > 1,
         }
     }
 
@@ -125,38 +210,75 @@ impl Tiling {
         line(format!("let tx = t % {}u;", self.tx_n));
         line(format!("let ty = t / {}u;", self.tx_n));
         let m = &g.m;
+        // Slot p moves panel element t + p·w. When w is a multiple of the panel's fast extent,
+        // slot p is slot 0 moved `d` whole rows along the slow axis, and its indices are slot
+        // 0's plus literals: the compiler keeps one set of addresses, not one per slot.
+        let (a_fast, b_fast) =
+            (if g.at { self.bm } else { self.bk }, if g.bt { self.bk } else { bn });
         for p in 0..self.pa {
             line(format!("let ae{p} = t + {}u;", p * w));
-            if g.at {
-                // A is stored [k, m]: consecutive invocations walk m within a row of it, as B's
-                // panel walks n.
-                line(format!("let ar{p} = ae{p} % {}u;", self.bm));
-                line(format!("let ak{p} = ae{p} / {}u;", self.bm));
-                line(format!("let ag{p} = abase + (koff + ak{p}) * {m} + m0 + ar{p};"));
+            let d = p * w / a_fast;
+            if p > 0 && w.is_multiple_of(a_fast) && (g.at || d.is_multiple_of(4)) {
+                if g.at {
+                    line(format!("let ar{p} = ar0;"));
+                    line(format!("let ak{p} = ak0 + {d}u;"));
+                    line(format!("let ag{p} = ag0 + {d}u * {m};"));
+                    line(format!("let as{p} = as0 + {}u;", d * sa));
+                } else {
+                    line(format!("let ar{p} = ar0 + {d}u;"));
+                    line(format!("let ak{p} = ak0;"));
+                    line(format!("let ag{p} = ag0 + {d}u * {k};"));
+                    line(format!("let as{p} = as0 + {}u;", d / 4));
+                }
+                line(format!("let ac{p} = ac0;"));
             } else {
-                line(format!("let ar{p} = ae{p} / {BK}u;"));
-                line(format!("let ak{p} = ae{p} % {BK}u;"));
-                line(format!("let ag{p} = abase + (m0 + ar{p}) * {k} + koff + ak{p};"));
+                if g.at {
+                    // A is stored [k, m]: consecutive invocations walk m within a row of it,
+                    // as B's panel walks n.
+                    line(format!("let ar{p} = ae{p} % {}u;", self.bm));
+                    line(format!("let ak{p} = ae{p} / {}u;", self.bm));
+                    line(format!("let ag{p} = abase + (koff + ak{p}) * {m} + m0 + ar{p};"));
+                } else {
+                    line(format!("let ar{p} = ae{p} / {}u;", self.bk));
+                    line(format!("let ak{p} = ae{p} % {}u;", self.bk));
+                    line(format!("let ag{p} = abase + (m0 + ar{p}) * {k} + koff + ak{p};"));
+                }
+                line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
+                line(format!("let ac{p} = ar{p} % 4u;"));
             }
-            line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
-            line(format!("let ac{p} = ar{p} % 4u;"));
             line(format!("var ra{p} = 0.0;"));
         }
         for p in 0..self.pb {
             line(format!("let be{p} = t + {}u;", p * w));
-            if g.bt {
-                // B is stored [n, k]: consecutive invocations walk k within a column, which is
-                // contiguous there, as A's panel walks k within a row.
-                line(format!("let bk{p} = be{p} % {BK}u;"));
-                line(format!("let bc{p} = be{p} / {BK}u;"));
-                line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k} + koff + bk{p};"));
+            let d = p * w / b_fast;
+            if p > 0 && w.is_multiple_of(b_fast) && (!g.bt || d.is_multiple_of(4)) {
+                if g.bt {
+                    line(format!("let bk{p} = bk0;"));
+                    line(format!("let bc{p} = bc0 + {d}u;"));
+                    line(format!("let bg{p} = bg0 + {d}u * {k};"));
+                    line(format!("let bs{p} = bs0 + {}u;", d / 4));
+                } else {
+                    line(format!("let bk{p} = bk0 + {d}u;"));
+                    line(format!("let bc{p} = bc0;"));
+                    line(format!("let bg{p} = bg0 + {d}u * {n};"));
+                    line(format!("let bs{p} = bs0 + {}u;", d * sb));
+                }
+                line(format!("let bq{p} = bq0;"));
             } else {
-                line(format!("let bk{p} = be{p} / {bn}u;"));
-                line(format!("let bc{p} = be{p} % {bn}u;"));
-                line(format!("let bg{p} = bbase + (koff + bk{p}) * {n} + n0 + bc{p};"));
+                if g.bt {
+                    // B is stored [n, k]: consecutive invocations walk k within a column,
+                    // which is contiguous there, as A's panel walks k within a row.
+                    line(format!("let bk{p} = be{p} % {}u;", self.bk));
+                    line(format!("let bc{p} = be{p} / {}u;", self.bk));
+                    line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k} + koff + bk{p};"));
+                } else {
+                    line(format!("let bk{p} = be{p} / {bn}u;"));
+                    line(format!("let bc{p} = be{p} % {bn}u;"));
+                    line(format!("let bg{p} = bbase + (koff + bk{p}) * {n} + n0 + bc{p};"));
+                }
+                line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
+                line(format!("let bq{p} = bc{p} % 4u;"));
             }
-            line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
-            line(format!("let bq{p} = bc{p} % 4u;"));
             line(format!("var rb{p} = 0.0;"));
         }
         for i in 0..self.tm {
@@ -186,7 +308,7 @@ impl Tiling {
         for p in 0..self.pa {
             let mut c = Vec::new();
             if self.partial_a {
-                c.push(format!("ae{p} < {}u", self.bm * BK));
+                c.push(format!("ae{p} < {}u", self.bm * self.bk));
             }
             if self.edge_m {
                 c.push(format!("m0 + ar{p} < {m}"));
@@ -200,7 +322,7 @@ impl Tiling {
         for p in 0..self.pb {
             let mut c = Vec::new();
             if self.partial_b {
-                c.push(format!("be{p} < {}u", BK * self.bn));
+                c.push(format!("be{p} < {}u", self.bk * self.bn));
             }
             if self.edge_n {
                 c.push(format!("n0 + bc{p} < {n}"));
@@ -214,18 +336,13 @@ impl Tiling {
         f
     }
 
-    /// The loop over the panels: stage the registers, prefetch the next panel, multiply.
+    /// The loop over the panels: stage the registers, prefetch the next panel, multiply. With
+    /// two buffers the registers go into the buffer not being read, so one barrier a panel
+    /// suffices.
     fn k_loop(&self, g: &Geometry) -> String {
-        let (kt, sa, sb) = (&self.kt, self.sa, self.sb);
+        let (kt, sa, sb, bk) = (&self.kt, self.sa, self.sb, self.bk);
+        let (asize, bsize) = (bk * sa, bk * sb);
         let mut s = String::new();
-        if kt.n > 0 || !kt.is_fixed() {
-            s.push_str("    {\n");
-            s.push_str(&self.fetch(g, "0u"));
-            s.push_str("    }\n");
-        }
-        s.push_str(&format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n"));
-        // Everyone has finished reading the previous panels before they are overwritten.
-        s.push_str("        workgroupBarrier();\n");
         let staged = |partial: bool, e: String, size: usize, st: String| {
             if partial {
                 format!("        if ({e} < {size}u) {{ {st} }}\n")
@@ -233,38 +350,75 @@ impl Tiling {
                 format!("        {st}\n")
             }
         };
-        for p in 0..self.pa {
-            let st = format!("mm_a[as{p}][ac{p}] = ra{p};");
-            s.push_str(&staged(self.partial_a, format!("ae{p}"), self.bm * BK, st));
+        let stage = |abuf: &str, bbuf: &str| {
+            let mut s = String::new();
+            for p in 0..self.pa {
+                let st = format!("mm_a[{abuf}as{p}][ac{p}] = ra{p};");
+                s.push_str(&staged(self.partial_a, format!("ae{p}"), self.bm * bk, st));
+            }
+            for p in 0..self.pb {
+                let st = format!("mm_b[{bbuf}bs{p}][bq{p}] = rb{p};");
+                s.push_str(&staged(self.partial_b, format!("be{p}"), bk * self.bn, st));
+            }
+            s
+        };
+        if kt.n > 0 || !kt.is_fixed() {
+            s.push_str("    {\n");
+            s.push_str(&self.fetch(g, "0u"));
+            if self.double {
+                s.push_str(&stage("", ""));
+                s.push_str("        workgroupBarrier();\n");
+            }
+            s.push_str("    }\n");
         }
-        for p in 0..self.pb {
-            let st = format!("mm_b[bs{p}][bq{p}] = rb{p};");
-            s.push_str(&staged(self.partial_b, format!("be{p}"), BK * self.bn, st));
-        }
-        s.push_str("        workgroupBarrier();\n");
+        s.push_str(&format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n"));
+        let (ra, rb) = if self.double {
+            s.push_str(&format!(
+                "        let cura = (kt & 1u) * {asize}u;\n        let curb = (kt & 1u) * {bsize}u;\n"
+            ));
+            ("cura + ", "curb + ")
+        } else {
+            // Everyone has finished reading the previous panels before they are overwritten.
+            s.push_str("        workgroupBarrier();\n");
+            s.push_str(&stage("", ""));
+            s.push_str("        workgroupBarrier();\n");
+            ("", "")
+        };
         // The next panels' loads are in flight while this one is multiplied.
         s.push_str(&format!(
-            "        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {BK}u;\n"
+            "        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n"
         ));
         s.push_str(&self.fetch(g, "k1"));
         s.push_str("        }\n");
-        for kk in 0..BK {
+        for kk in 0..bk {
             for i4 in 0..self.tm / 4 {
                 let at = kk * sa + i4 * self.ty_n;
-                s.push_str(&format!("        let a{kk}_{i4} = mm_a[{at}u + ty];\n"));
+                s.push_str(&format!("        let a{kk}_{i4} = mm_a[{ra}{at}u + ty];\n"));
             }
             for j4 in 0..self.tn / 4 {
                 let at = kk * sb + j4 * self.tx_n;
-                s.push_str(&format!("        let b{kk}_{j4} = mm_b[{at}u + tx];\n"));
+                s.push_str(&format!("        let b{kk}_{j4} = mm_b[{rb}{at}u + tx];\n"));
             }
             for i in 0..self.tm {
                 let (comp, i4) = (["x", "y", "z", "w"][i % 4], i / 4);
                 for j4 in 0..self.tn / 4 {
-                    s.push_str(&format!(
-                        "        c{i}_{j4} = c{i}_{j4} + a{kk}_{i4}.{comp} * b{kk}_{j4};\n"
-                    ));
+                    let c = format!("c{i}_{j4}");
+                    let term = if self.fma {
+                        format!("fma(vec4<f32>(a{kk}_{i4}.{comp}), b{kk}_{j4}, {c})")
+                    } else {
+                        format!("{c} + a{kk}_{i4}.{comp} * b{kk}_{j4}")
+                    };
+                    s.push_str(&format!("        {c} = {term};\n"));
                 }
             }
+        }
+        if self.double {
+            s.push_str("        if (kt + 1u < {kt}) {\n".replace("{kt}", &kt.to_string()).as_str());
+            s.push_str(&stage(
+                "asize - cura + ".replace("asize", &asize.to_string()).as_str(),
+                "bsize - curb + ".replace("bsize", &bsize.to_string()).as_str(),
+            ));
+            s.push_str("        }\n        workgroupBarrier();\n");
         }
         s.push_str("    }\n");
         s

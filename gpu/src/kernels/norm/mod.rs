@@ -331,5 +331,6 @@ fn main(@builtin(local_invocation_index) tid: u32, \
         ),
         invocations: groups as u64 * width as u64,
         dropout_node: None,
+        width: None,
     }
 }
