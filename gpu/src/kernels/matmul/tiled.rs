@@ -31,11 +31,17 @@ const OFFERED: [(Tile, f64); 5] = [
 ];
 
 /// The offered tile (at most `width` invocations) that finishes `g` first: every SM runs its
-/// share of the tiles at its rate, and the busiest SM — `⌈tiles / SMS⌉` of them — sets the time,
-/// so a tile that leaves a second, nearly empty round of workgroups loses to a smaller one.
+/// share of the tiles at its rate, and the busiest SM — `⌈tiles / SMS⌉` of them — sets the
+/// time, so a tile that leaves a second, nearly empty round of workgroups loses to a smaller one.
 /// Falls back to 4×4 outputs an invocation on devices narrower than every offer.
 fn choose(g: &Geometry, width: usize) -> Tile {
+    // A size that follows a dynamic plan's sizes has no one value to count tiles by, and the
+    // kernel must be the same at every size: the tile that uses an SM best.
+    let fixed = g.m.is_fixed() && g.n.is_fixed() && g.batch.iter().all(Ext::is_fixed);
     let cost = |t: &Tile, rate: f64| {
+        if !fixed {
+            return -rate;
+        }
         let (bm, bn) = t.extent();
         let tiles = g.m.n.div_ceil(bm) * g.n.n.div_ceil(bn) * g.batches().n * g.splits;
         (tiles.div_ceil(SMS) * bm * bn) as f64 / rate
@@ -373,9 +379,8 @@ impl Tiling {
         }
         s.push_str(&format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n"));
         let (ra, rb) = if self.double {
-            s.push_str(&format!(
-                "        let cura = (kt & 1u) * {asize}u;\n        let curb = (kt & 1u) * {bsize}u;\n"
-            ));
+            s.push_str(&format!("        let cura = (kt & 1u) * {asize}u;\n"));
+            s.push_str(&format!("        let curb = (kt & 1u) * {bsize}u;\n"));
             ("cura + ", "curb + ")
         } else {
             // Everyone has finished reading the previous panels before they are overwritten.
@@ -413,11 +418,9 @@ impl Tiling {
             }
         }
         if self.double {
-            s.push_str("        if (kt + 1u < {kt}) {\n".replace("{kt}", &kt.to_string()).as_str());
-            s.push_str(&stage(
-                "asize - cura + ".replace("asize", &asize.to_string()).as_str(),
-                "bsize - curb + ".replace("bsize", &bsize.to_string()).as_str(),
-            ));
+            // The next panels go into the buffer this one is not.
+            s.push_str(&format!("        if (kt + 1u < {kt}) {{\n"));
+            s.push_str(&stage(&format!("{asize}u - cura + "), &format!("{bsize}u - curb + ")));
             s.push_str("        }\n        workgroupBarrier();\n");
         }
         s.push_str("    }\n");
