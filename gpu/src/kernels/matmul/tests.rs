@@ -71,3 +71,28 @@ fn integer_and_scalar_operands_are_refused() {
     assert!(generate(&[ints.clone(), ints.clone()], &ints, 256).is_err());
     assert!(generate(&[operand(0, &[]), operand(1, &[3])], &operand(4, &[3]), 256).is_err());
 }
+
+/// The tile chooser counts the rounds of tiles the busiest SM runs: a product whose 128×128
+/// tiles leave a second, nearly empty round takes smaller tiles; one that fills every round
+/// keeps the large tile; a device narrower than an offer never gets it.
+#[test]
+fn the_tile_is_chosen_by_rounds_of_workgroups() {
+    let kernel = |a: &[usize], b: &[usize], width: u32| {
+        let out = [a[0], b[1]];
+        generate(&[operand(0, a), operand(10_000_000, b)], &operand(20_000_000, &out), width)
+            .unwrap()
+    };
+    // Whisper's fc1: 144 tiles of 128×128 on 132 SMs; 576 of 64×64 at 128 invocations.
+    let fc1 = kernel(&[1500, 384], &[384, 1536], 256);
+    assert_eq!(fc1.width, Some(128));
+    assert!(fc1.body.contains("var c7_0") && !fc1.body.contains("var c0_1"), "8×4 outputs each");
+    // 4096²: 1,024 tiles of 128×128, every round full.
+    let square = kernel(&[4096, 4096], &[4096, 4096], 256);
+    assert_eq!(square.width, None);
+    assert!(square.body.contains("var c7_1"), "8×8 outputs each");
+    for width in [64, 128] {
+        let k = kernel(&[1500, 384], &[384, 1536], width);
+        assert!(k.width.unwrap_or(width) <= width);
+        assert!(k.body.contains(&format!("@workgroup_size({})", k.width.unwrap_or(width))));
+    }
+}
