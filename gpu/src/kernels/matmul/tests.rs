@@ -72,27 +72,26 @@ fn integer_and_scalar_operands_are_refused() {
     assert!(generate(&[operand(0, &[]), operand(1, &[3])], &operand(4, &[3]), 256).is_err());
 }
 
-/// The tile chooser counts the rounds of tiles the busiest SM runs: a product whose 128×128
-/// tiles leave a second, nearly empty round takes smaller tiles; one that fills every round
-/// keeps the large tile; a device narrower than an offer never gets it.
+/// The tile chooser: 8×8 outputs an invocation with 8-deep panels while that gives enough
+/// tiles, else 4×4 with 16-deep panels; a device narrower than 256 invocations gets its own
+/// width.
 #[test]
-fn the_tile_is_chosen_by_rounds_of_workgroups() {
+fn the_tile_follows_the_count_of_tiles() {
     let kernel = |a: &[usize], b: &[usize], width: u32| {
         let out = [a[0], b[1]];
         generate(&[operand(0, a), operand(10_000_000, b)], &operand(20_000_000, &out), width)
             .unwrap()
     };
-    // Whisper's fc1: 144 tiles of 128×128 on 132 SMs; 576 of 64×64 at 128 invocations.
+    // Whisper's fc1: 144 tiles of 128×128, fewer than two an SM.
     let fc1 = kernel(&[1500, 384], &[384, 1536], 256);
-    assert_eq!(fc1.width, Some(128));
-    assert!(fc1.body.contains("var c7_0") && !fc1.body.contains("var c0_1"), "8×4 outputs each");
-    // 4096²: 1,024 tiles of 128×128, every round full.
+    assert!(fc1.body.contains("var c3_0") && !fc1.body.contains("var c4_0"), "4×4 outputs each");
+    assert!(fc1.body.contains("let a15_0"), "16-deep panels");
+    // 4096²: 1,024 tiles of 128×128.
     let square = kernel(&[4096, 4096], &[4096, 4096], 256);
-    assert_eq!(square.width, None);
-    assert!(square.body.contains("var c7_1"), "8×8 outputs each");
+    assert!(square.body.contains("var c7_1") && !square.body.contains("let a8_0"), "8×8, 8 deep");
     for width in [64, 128] {
         let k = kernel(&[1500, 384], &[384, 1536], width);
-        assert!(k.width.unwrap_or(width) <= width);
-        assert!(k.body.contains(&format!("@workgroup_size({})", k.width.unwrap_or(width))));
+        assert_eq!(k.width, None);
+        assert!(k.body.contains(&format!("@workgroup_size({width})")));
     }
 }

@@ -1,7 +1,7 @@
 //! The general matrix-product kernel: output tiles, panels staged through registers into shared
 //! memory, a register block per invocation.
 
-use super::{entry, split_depth_of, Geometry, BK};
+use super::{entry, split_depth_of, Geometry, BK, FILL};
 use crate::kernels::{load, Ext, KernelSource};
 
 /// The shape of a tiled kernel: outputs per invocation (`tm × tn`, multiples of 4), invocations
@@ -17,41 +17,19 @@ pub(crate) struct Tile {
     pub fma: bool,
 }
 
-/// SMs of the target (an H200): the chooser counts the rounds of workgroups each SM runs.
-const SMS: usize = 132;
-
-/// The tiles the chooser offers, with their measured rate on large products (TFLOP/s on the
-/// H200, `matmul_throughput` at 4096², each SM full), which stands for how well each uses an SM.
-const OFFERED: [(Tile, f64); 5] = [
-    (Tile { tm: 8, tn: 8, threads: 256, bk: 8, double: false, fma: false }, 34.0),
-    (Tile { tm: 8, tn: 8, threads: 128, bk: 8, double: false, fma: false }, 34.0),
-    (Tile { tm: 8, tn: 4, threads: 128, bk: 8, double: false, fma: false }, 31.0),
-    (Tile { tm: 4, tn: 4, threads: 256, bk: 8, double: false, fma: false }, 28.9),
-    (Tile { tm: 8, tn: 8, threads: 64, bk: 8, double: false, fma: false }, 30.2),
-];
-
-/// The offered tile (at most `width` invocations) that finishes `g` first: every SM runs its
-/// share of the tiles at its rate, and the busiest SM — `⌈tiles / SMS⌉` of them — sets the
-/// time, so a tile that leaves a second, nearly empty round of workgroups loses to a smaller one.
-/// Falls back to 4×4 outputs an invocation on devices narrower than every offer.
+/// The tile for `g` on workgroups of `width`: 8×8 outputs an invocation when that still gives
+/// `FILL` tiles, else 4×4 with panels twice as deep (16: the same shared memory as the 8×8
+/// tile's 8, and half the barriers per multiply-add for a tile that has few of them).
+///
+/// Measured on the H200 (`matmul_throughput`, docs/BENCHMARKS.md): the 16-deep 4×4 tile is
+/// 3–12% faster than the 8-deep one on every workload's product; tiles of 128 invocations win
+/// alone on some shapes but lose in whole plans, where a level's products share the GPU.
 fn choose(g: &Geometry, width: usize) -> Tile {
-    // A size that follows a dynamic plan's sizes has no one value to count tiles by, and the
-    // kernel must be the same at every size: the tile that uses an SM best.
-    let fixed = g.m.is_fixed() && g.n.is_fixed() && g.batch.iter().all(Ext::is_fixed);
-    let cost = |t: &Tile, rate: f64| {
-        if !fixed {
-            return -rate;
-        }
-        let (bm, bn) = t.extent();
-        let tiles = g.m.n.div_ceil(bm) * g.n.n.div_ceil(bn) * g.batches().n * g.splits;
-        (tiles.div_ceil(SMS) * bm * bn) as f64 / rate
-    };
-    OFFERED
-        .iter()
-        .filter(|(t, _)| t.threads <= width)
-        .min_by(|(a, ra), (b, rb)| cost(a, *ra).total_cmp(&cost(b, *rb)))
-        .map(|(t, _)| *t)
-        .unwrap_or(Tile { tm: 4, tn: 4, threads: width, bk: BK, double: false, fma: false })
+    let (tx_n, ty_n) =
+        Tile { tm: 1, tn: 1, threads: width, bk: 1, double: false, fma: false }.grid();
+    let big = (g.m.n.div_ceil(ty_n * 8) * g.n.n.div_ceil(tx_n * 8) * g.batches().n) >= FILL;
+    let (t, bk) = if big { (8, BK) } else { (4, 2 * BK) };
+    Tile { tm: t, tn: t, threads: width, bk, double: false, fma: false }
 }
 
 impl Tile {
