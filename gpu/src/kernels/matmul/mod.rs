@@ -5,7 +5,8 @@
 //! Three kernels, picked by shape when the plan is compiled:
 //! - `tiled`: the general case. One workgroup per output tile; the tile's A and B panels pass
 //!   through shared memory `BK` deep at a time, and each invocation keeps a register block of
-//!   outputs (8×8, or 4×4 when the big tiles would leave the GPU idle). The next panels are
+//!   outputs (8×8, or 4×4 with panels `2 · BK` deep when the big tiles would leave the GPU
+//!   idle). The next panels are
 //!   fetched into registers while the current ones are multiplied.
 //! - `few_rows`: at most `SKINNY` rows (one-token decoding, `[1, k] × [k, n]`): invocations
 //!   own consecutive columns of B, so every load of B is coalesced, and split k when there are
