@@ -14,7 +14,6 @@ pub(crate) struct Tile {
     pub threads: usize,
     pub bk: usize,
     pub double: bool,
-    pub fma: bool,
 }
 
 /// The tile for `g` on workgroups of `width`: 8×8 outputs an invocation when that still gives
@@ -25,27 +24,27 @@ pub(crate) struct Tile {
 /// 3–12% faster than the 8-deep one on every workload's product; tiles of 128 invocations win
 /// alone on some shapes but lose in whole plans, where a level's products share the GPU.
 fn choose(g: &Geometry, width: usize) -> Tile {
-    let (tx_n, ty_n) =
-        Tile { tm: 1, tn: 1, threads: width, bk: 1, double: false, fma: false }.grid();
+    let (tx_n, ty_n) = grid(width);
     let big = (g.m.n.div_ceil(ty_n * 8) * g.n.n.div_ceil(tx_n * 8) * g.batches().n) >= FILL;
     let (t, bk) = if big { (8, BK) } else { (4, 2 * BK) };
-    Tile { tm: t, tn: t, threads: width, bk, double: false, fma: false }
+    Tile { tm: t, tn: t, threads: width, bk, double: false }
+}
+
+/// The invocation grid `(tx_n, ty_n)` of a workgroup of `threads`: as square as a power of two
+/// allows, wider than tall.
+fn grid(threads: usize) -> (usize, usize) {
+    let tx_n = 1usize << (threads.trailing_zeros().div_ceil(2));
+    (tx_n, threads / tx_n)
 }
 
 impl Tile {
-    /// The invocation grid `(tx_n, ty_n)`: as square as a power of two allows, wider than tall.
-    fn grid(&self) -> (usize, usize) {
-        let tx_n = 1usize << (self.threads.trailing_zeros().div_ceil(2));
-        (tx_n, self.threads / tx_n)
-    }
-
     /// Output rows and columns of one tile.
     fn extent(&self) -> (usize, usize) {
-        let (tx_n, ty_n) = self.grid();
+        let (tx_n, ty_n) = grid(self.threads);
         (ty_n * self.tm, tx_n * self.tn)
     }
 
-    /// `MGN_MM_TILE=8x8:256:8[:d][:f]` (an experiment's override of the chooser).
+    /// `MGN_MM_TILE=8x8:256:8[:d]` (an experiment's override of the chooser).
     fn from_env() -> Option<Tile> {
         let v = std::env::var("MGN_MM_TILE").ok()?;
         let parts: Vec<&str> = v.split(':').collect();
@@ -56,7 +55,6 @@ impl Tile {
             threads: parts.get(1)?.parse().ok()?,
             bk: parts.get(2)?.parse().ok()?,
             double: parts.contains(&"d"),
-            fma: parts.contains(&"f"),
         })
     }
 }
@@ -64,7 +62,7 @@ impl Tile {
 /// The tiled kernel. Invocations form a `tx_n × ty_n` grid; invocation (tx, ty) owns the
 /// output rows `i4 * ty_n * 4 + ty * 4 + 0..4` and columns `j4 * tx_n * 4 + tx * 4 + 0..4` of the
 /// tile, so that its reads from shared memory are whole vec4s and neighbouring invocations
-/// read neighbouring vec4s (no bank conflicts). Each `BK`-deep panel of A and B is staged
+/// read neighbouring vec4s (no bank conflicts). Each panel of A and B (`Tile::bk` deep) is staged
 /// through registers: the next panel's loads are in flight while this one is multiplied.
 pub(super) fn tiled(g: &Geometry, width: usize) -> KernelSource {
     let tile = Tile::from_env().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width));
@@ -91,7 +89,6 @@ struct Tiling {
     width: usize,
     bk: usize,
     double: bool,
-    fma: bool,
     /// The invocation grid.
     tx_n: usize,
     ty_n: usize,
@@ -124,7 +121,7 @@ impl Tiling {
     fn of(g: &Geometry, tile: Tile) -> Tiling {
         let (m, k, n) = (&g.m, &g.k, &g.n);
         let (width, bk) = (tile.threads, tile.bk);
-        let (tx_n, ty_n) = tile.grid();
+        let (tx_n, ty_n) = grid(tile.threads);
         let (tm, tn) = (tile.tm, tile.tn);
         let (bm, bn) = tile.extent();
         let tiles_n = n.div_ceil(bn);
@@ -137,7 +134,6 @@ impl Tiling {
             width,
             bk,
             double: tile.double,
-            fma: tile.fma,
             tx_n,
             ty_n,
             tm,
@@ -385,13 +381,9 @@ impl Tiling {
             for i in 0..self.tm {
                 let (comp, i4) = (["x", "y", "z", "w"][i % 4], i / 4);
                 for j4 in 0..self.tn / 4 {
-                    let c = format!("c{i}_{j4}");
-                    let term = if self.fma {
-                        format!("fma(vec4<f32>(a{kk}_{i4}.{comp}), b{kk}_{j4}, {c})")
-                    } else {
-                        format!("{c} + a{kk}_{i4}.{comp} * b{kk}_{j4}")
-                    };
-                    s.push_str(&format!("        {c} = {term};\n"));
+                    s.push_str(&format!(
+                        "        c{i}_{j4} = c{i}_{j4} + a{kk}_{i4}.{comp} * b{kk}_{j4};\n"
+                    ));
                 }
             }
         }
