@@ -331,15 +331,30 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
         assert!(names.iter().any(|n| n.starts_with("matmul")), "{plan}: {names:?}");
         assert!(
             ops.iter().all(|o| o["ms"].as_f64().is_some_and(|ms| ms >= 0.0)
-                && o["dispatches"].as_u64().is_some_and(|n| n >= 1)),
+                && o["dispatches"].as_u64().is_some_and(|n| n >= 1)
+                && o["bytes"].as_f64().is_some_and(|b| b > 0.0)),
             "{plan}: {ops:?}"
         );
+        // A product's FLOPs are its multiply-adds, many per word it moves.
+        let product =
+            (ops.iter().find(|o| o["op"].as_str().is_some_and(|n| n.starts_with("matmul"))))
+                .expect("a product");
+        let (f, b) = (product["flops"].as_f64().unwrap(), product["bytes"].as_f64().unwrap());
+        assert!(f > b / 4.0, "{plan}: {product}");
     }
     assert!(v["profile"]["forward + loss + backward"]
         .as_array()
         .expect("checked")
         .iter()
         .any(|o| o["op"] == "softmax_cross_entropy_grad"));
+    // Given the device's rates, the table sets each family against its floor.
+    let out =
+        mgnc(&[&small[..], &["--profile", "--peak-tflops", "67", "--peak-tbps", "4.3"]].concat());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    for want in ["TFLOP/s", "of floor", "the plan's floor"] {
+        assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
+    }
     // ... and names its slowest dispatches, slowest first, each with the model line it came from.
     for plan in ["forward", "forward + loss + backward"] {
         let slow = v["profile_slowest"][plan]

@@ -5,7 +5,8 @@
 //! makes to a compiled plan before anything else (`rewrite`: attention statistics, norm and
 //! loss rows, fusion), the memory plan of one arena (`memory`), the dispatch order
 //! (`schedule`), the kernels generated per step (`kernels`), the training updates (`update`)
-//! and the state a run leaves for the next (`state`); then the device (`probe`, `limits`,
+//! and the state a run leaves for the next (`state`), and what each step asks of the
+//! device (`work`, for a profile's roofline); then the device (`probe`, `limits`,
 //! `device`) and the session that runs a plan on it (`session`); `dynamic` makes one program of a
 //! plan over dynamic sizes.
 
@@ -22,6 +23,7 @@ pub mod session;
 pub mod state;
 pub mod testing;
 pub mod update;
+pub mod work;
 
 #[cfg(test)]
 mod reference;

@@ -54,6 +54,8 @@ pub struct Timed {
     /// Its dependency level: dispatches of one level run together in a real run.
     pub level: usize,
     pub time: std::time::Duration,
+    /// Its arithmetic and least memory traffic (`work::of`), for the roofline.
+    pub work: crate::work::Work,
 }
 
 impl Profile {
@@ -453,7 +455,10 @@ impl GpuSession {
             e.1 += t;
             each.push((format!("{what} → {:?} ({})", s.shape, s.loc), t));
             let (shape, loc) = (s.shape.clone(), s.loc.clone());
-            dispatches.push(Timed { op: what, shape, loc, level, time: t });
+            let ins: Vec<&[usize]> =
+                s.inputs.iter().map(|&v| self.plan.steps[v as usize].shape.as_slice()).collect();
+            let work = crate::work::of(&s.op, &ins, &s.shape);
+            dispatches.push(Timed { op: what, shape, loc, level, time: t, work });
         }
         let mut by_op: Vec<(String, usize, std::time::Duration)> =
             by.into_iter().map(|(k, (n, t))| (k, n, t)).collect();

@@ -111,7 +111,12 @@ pub(super) fn to_json(r: &Report, a: &BenchArgs) -> Value {
             "training": training_memory,
         },
         "profile": per_profiled_plan(r, |p| {
-            p.by_op.iter().map(|(op, n, ms)| json!({"op": op, "dispatches": n, "ms": ms})).collect()
+            let work = p.work_by_op();
+            (p.by_op.iter().zip(work))
+                .map(|((op, n, ms), w)| {
+                    json!({"op": op, "dispatches": n, "ms": ms, "flops": w.flops, "bytes": w.bytes})
+                })
+                .collect()
         }),
         "profile_slowest": per_profiled_plan(r, |p| {
             p.slowest.iter().map(|(step, ms)| json!({"step": step, "ms": ms})).collect()

@@ -83,12 +83,24 @@ pub struct BenchArgs {
     /// model — where `mgnc lsp` looks for it to show GPU time per line on hover.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
     pub trace: Option<Option<PathBuf>>,
+    /// With the profile, the device's f32 rate in TFLOP/s (an H200: about 67): each op family's
+    /// time is set against its floor, `max(FLOPs / rate, bytes / copy rate)`.
+    #[arg(long, value_name = "TFLOPS", requires = "peak_tbps")]
+    pub peak_tflops: Option<f64>,
+    /// With `--peak-tflops`, the device's copy rate in TB/s (an H200: about 4.3 measured).
+    #[arg(long, value_name = "TBPS", requires = "peak_tflops")]
+    pub peak_tbps: Option<f64>,
 }
 
 impl BenchArgs {
     /// Whether GPU timestamps are taken: `--profile`, or `--trace`, which needs them.
     fn profiles(&self) -> bool {
         self.profile || self.trace.is_some()
+    }
+
+    /// The device's rates for the roofline, in FLOP/s and bytes/s, when both are given.
+    fn peaks(&self) -> Option<(f64, f64)> {
+        Some((self.peak_tflops? * 1e12, self.peak_tbps? * 1e12))
     }
 }
 

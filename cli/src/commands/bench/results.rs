@@ -51,6 +51,25 @@ pub(super) struct Profiled {
     pub(super) dispatches: Vec<mgn_runtime::gpu::Timed>,
 }
 
+impl Profiled {
+    /// Per op family of `by_op` (in its order), the summed work of its dispatches.
+    pub(super) fn work_by_op(&self) -> Vec<mgn_gpu::work::Work> {
+        let mut by: std::collections::HashMap<&str, mgn_gpu::work::Work> = Default::default();
+        for d in &self.dispatches {
+            *by.entry(family(&d.op)).or_default() += d.work;
+        }
+        self.by_op
+            .iter()
+            .map(|(op, _, _)| by.get(op.as_str()).copied().unwrap_or_default())
+            .collect()
+    }
+}
+
+/// An op's family: the first word of its description (what `by_op` groups by).
+pub(super) fn family(op: &str) -> &str {
+    op.split_whitespace().next().unwrap_or("?")
+}
+
 /// Wall time (ms) of moving each session onto the GPU (`Session::use_gpu`: kernels, the arena,
 /// uploading the parameters), one call each.
 #[derive(Clone, Copy, Debug, Default)]

@@ -28,7 +28,7 @@ pub(super) fn table(r: &Report, a: &BenchArgs) -> String {
     // The memory table's first column lines up with the timings' above it.
     out += &memory(r, w);
     for (plan, p) in &r.profile {
-        out += &profile(plan, p);
+        out += &profile(plan, p, a.peaks());
     }
     if !r.notes.is_empty() {
         out += "\nnotes:\n";
@@ -151,18 +151,54 @@ fn memory(r: &Report, w: usize) -> String {
     out
 }
 
-/// `--profile`: one plan's GPU time per op family (the 12 largest) and its 8 slowest dispatches.
-fn profile(plan: &str, p: &Profiled) -> String {
+/// `--profile`: one plan's GPU time per op family (the 12 largest) with the rates they reach
+/// and, given the device's (`peaks`, FLOP/s and bytes/s), how far each is above its floor;
+/// then the plan's 8 slowest dispatches.
+fn profile(plan: &str, p: &Profiled, peaks: Option<(f64, f64)>) -> String {
     let mut out = String::new();
     let total: f64 = p.by_op.iter().map(|(_, _, ms)| ms).sum();
     out += &format!(
         "\nGPU time by op, {plan} (one run, timestamps around each dispatch in its own pass; \
          total {total:.2} ms):\n"
     );
-    for (op, n, ms) in p.by_op.iter().take(12) {
+    out += &format!(
+        "  {:<48}{:>9}{:>11}{:>10}{:>9}{}\n",
+        "op family",
+        "GPU ms",
+        "share",
+        "TFLOP/s",
+        "GB/s",
+        if peaks.is_some() {
+            format!("{:>11}{:>10}", "floor ms", "of floor")
+        } else {
+            String::new()
+        }
+    );
+    // The floor of a family is the sum of its dispatches' floors, not the floor of its sum.
+    let mut floors: std::collections::HashMap<&str, f64> = Default::default();
+    if let Some((f, b)) = peaks {
+        for d in &p.dispatches {
+            *floors.entry(super::results::family(&d.op)).or_default() += d.work.floor_s(f, b) * 1e3;
+        }
+    }
+    for ((op, n, ms), w) in p.by_op.iter().zip(p.work_by_op()).take(12) {
+        let s = ms / 1e3;
         out += &format!(
-            "  {op:<28} {n:>6} dispatches  {ms:>9.3} ms  {:>5.1}%\n",
-            100.0 * ms / total.max(1e-12)
+            "  {op:<28} {n:>6} dispatches  {ms:>9.3} ms  {:>5.1}%  {:>8.2} {:>8.0}",
+            100.0 * ms / total.max(1e-12),
+            w.flops / s.max(1e-12) / 1e12,
+            w.bytes / s.max(1e-12) / 1e9,
+        );
+        if let Some(floor) = floors.get(op.as_str()) {
+            out += &format!("  {floor:>9.3}  {:>7.1}%", 100.0 * floor / ms.max(1e-12));
+        }
+        out += "\n";
+    }
+    if peaks.is_some() {
+        let floor: f64 = floors.values().sum();
+        out += &format!(
+            "  the plan's floor {floor:.3} ms: {:.1}% of its profiled time\n",
+            100.0 * floor / total.max(1e-12)
         );
     }
     out += &format!("slowest dispatches, {plan}:\n");

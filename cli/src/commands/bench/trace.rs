@@ -52,12 +52,12 @@ fn document(r: &Report, model: &Path) -> Value {
         let mut at_us = 0.0;
         for d in &p.dispatches {
             let us = d.time.as_secs_f64() * 1e6;
-            let family = d.op.split_whitespace().next().unwrap_or("?");
+            let family = super::results::family(&d.op);
             events.push(json!({
                 "name": d.op, "cat": family, "ph": "X", "pid": 1, "tid": tid,
                 "ts": at_us, "dur": us,
                 "args": { "shape": format!("{:?}", d.shape), "source": d.loc.to_string(),
-                          "level": d.level },
+                          "level": d.level, "flops": d.work.flops, "bytes": d.work.bytes },
             }));
             at_us += us;
             let file = canonical(&d.loc.file);
