@@ -95,19 +95,33 @@ impl Tile {
         self.tn / self.rn
     }
 
-    /// Row stride of A's and B's staged slices: one word of padding when the staging writes
-    /// along k, so that those stores (a row apart) do not all fall in one bank.
+    /// Row stride of A's and B's staged slices, in words: the tile's extent rounded up to
+    /// whole vec4s (the register block reads them as vec4s), and one vec4 of padding when the
+    /// staging writes along k, so that those stores (a row apart) spread over the banks.
     fn lda(&self, a: &Loader) -> usize {
-        self.tm + a.k_fast as usize
+        self.tm.next_multiple_of(4) + 4 * a.k_fast as usize
     }
 
     fn ldb(&self, b: &Loader) -> usize {
-        self.tn + b.k_fast as usize
+        self.tn.next_multiple_of(4) + 4 * b.k_fast as usize
     }
 
-    /// Shared words: both staged slices, or the partial sums of the `s − 1` other slices.
+    /// Shared words (at most; the padding depends on the loaders): both staged slices, or the
+    /// partial sums of the `s − 1` other slices.
     fn shared_words(&self) -> usize {
-        (self.bk * (self.tm + 1 + self.tn + 1)).max((self.s - 1) * self.tm * self.tn)
+        let (am, bn) = (self.tm.next_multiple_of(4) + 4, self.tn.next_multiple_of(4) + 4);
+        (self.bk * (am + bn)).max((self.s - 1) * self.tm * self.tn)
+    }
+
+    /// Rows (columns) of the tile this invocation's register block holds: with `r ≥ 4` per
+    /// invocation, runs of 4 adjacent ones (read from the staged slice as one vec4), the
+    /// invocations' runs side by side; else single ones strided by the invocation count.
+    fn owned(r: usize, threads: usize, i: usize, who: &str) -> String {
+        if r >= 4 {
+            format!("{}u + {who} * 4u", (i / 4) * threads * 4 + i % 4)
+        } else {
+            format!("{}u + {who}", i * threads)
+        }
     }
 
     /// Estimated time of the whole GEMM on the target, in cycles: the waves of workgroups times
@@ -191,13 +205,23 @@ pub(super) fn implicit_gemm(
     Some(gemm_kernel(gm, &t, a, b, epilogue, w))
 }
 
-/// WGSL staging one `bk`-deep slice of an operand's tile into `sm[base + kk·stride + r]`:
-/// `rows` is the tile's extent along m (A) or n (B), `bound` the matrix's, `origin` the tile's
-/// first row or column, `fast` this invocation's index along the staging's fast axis.
+/// How one invocation moves its share of an operand's `bk`-deep slice: into registers at a
+/// given depth (`fetch`, issued a slice ahead so the loads are in flight while the current slice
+/// is multiplied) and from them into `sm[base + kk·stride + r]` (`stage`). `rows` is the
+/// tile's extent along m (A) or n (B), `bound` the matrix's, `origin` the tile's first row or
+/// column, `fast` this invocation's index along the staging's fast axis.
+struct Staging {
+    decl: String,
+    stage: String,
+    /// The loads, with `{k0}` standing for the slice's first depth.
+    fetch: String,
+}
+
 #[allow(clippy::too_many_arguments)]
-fn stage_slice(
+fn staging(
     ld: &Loader,
     t: &Tile,
+    name: &str,
     k_len: usize,
     rows: usize,
     bound: usize,
@@ -206,32 +230,50 @@ fn stage_slice(
     base: usize,
     stride: usize,
     w: usize,
-) -> String {
+) -> Staging {
     let fast_len = if ld.k_fast { t.bk } else { rows };
     let slow_len = if ld.k_fast { rows } else { t.bk };
     let per_pass = w / fast_len;
     let passes = slow_len.div_ceil(per_pass);
-    let guard = if passes * per_pass > slow_len {
-        format!("if (sl_ >= {slow_len}u) {{ continue; }}")
-    } else {
-        String::new()
-    };
     let (r, k) = if ld.k_fast { ("sl_", fast) } else { (fast, "sl_") };
-    format!(
-        "for (var j = 0u; j < {passes}u; j = j + 1u) {{
-            let sl_ = tid / {fast_len}u + j * {per_pass}u;
-            {guard}
+    let mut st = Staging { decl: String::new(), stage: String::new(), fetch: String::new() };
+    for j in 0..passes {
+        let reg = format!("{name}{j}");
+        // Past the slice on the slow axis (a tile smaller than a staging pass): nothing.
+        let live = if (j + 1) * per_pass > slow_len {
+            format!("tid / {fast_len}u + {}u < {slow_len}u", j * per_pass)
+        } else {
+            "true".into()
+        };
+        st.decl.push_str(&format!("var {reg} = 0.0;\n    "));
+        st.fetch.push_str(&format!(
+            "{{
+            let sl_ = tid / {fast_len}u + {off}u;
             let r = {r};
             let kk = {k};
-            let k = k0 + kk;
+            let k = {{k0}} + kk;
             var v = 0.0;
-            if ({origin} + r < {bound}u && k < {k_len}u) {{
+            if ({live} && {origin} + r < {bound}u && k < {k_len}u) {{
                 {body}
             }}
-            sm[{base}u + kk * {stride}u + r] = v;
-        }}",
-        body = ld.body,
-    )
+            {reg} = v;
+        }}
+        ",
+            off = j * per_pass,
+            body = ld.body,
+        ));
+        let at = format!("{base}u + ({k}) * {stride}u + {r}");
+        let store = format!(
+            "{{ let sl_ = tid / {fast_len}u + {}u; sm[({at}) / 4u][({at}) % 4u] = {reg}; }}",
+            j * per_pass
+        );
+        if live == "true" {
+            st.stage.push_str(&format!("{store}\n        "));
+        } else {
+            st.stage.push_str(&format!("if ({live}) {store}\n        "));
+        }
+    }
+    st
 }
 
 /// One invocation's `rm × rn` register block, as WGSL: the accumulators' declarations, the
@@ -242,41 +284,64 @@ fn stage_slice(
 fn register_block(gm: &Gemm, t: &Tile, epilogue: &str, lda: usize, ldb: usize) -> [String; 3] {
     let (tmt, tnt) = (t.tmt(), t.tnt());
     let boff = t.bk * lda;
-    let (mut decl, mut fmas, mut loads_a, mut loads_b) =
-        (String::new(), String::new(), String::new(), String::new());
+    let (mut decl, mut fmas, mut loads) = (String::new(), String::new(), String::new());
     let (mut spill, mut gather, mut store) = (String::new(), String::new(), String::new());
+    let word = |x: String| format!("sm[({x}) / 4u][({x}) % 4u]");
     let slot = |i: usize, j: usize| format!("{}u + tm_ * {tnt}u + tn_", (i * t.rn + j) * tmt * tnt);
-    for i in 0..t.rm {
-        loads_a
-            .push_str(&format!("let a{i} = sm[kk * {lda}u + tm_ + {}u];\n            ", i * tmt));
-    }
-    for j in 0..t.rn {
-        loads_b.push_str(&format!(
-            "let b{j} = sm[{boff}u + kk * {ldb}u + tn_ + {}u];\n            ",
-            j * tnt
-        ));
-    }
+    // A register of the block: a vec4 of 4 adjacent rows (columns), or one word.
+    let operand = |name: &str, r: usize, threads: usize, who: &str, base: usize, ld: usize| {
+        let mut s = String::new();
+        if r >= 4 {
+            for q in 0..r / 4 {
+                s.push_str(&format!(
+                    "let {name}{q} = sm[kk * {}u + {}u + {who}];\n            ",
+                    ld / 4,
+                    (base + q * threads * 4) / 4
+                ));
+            }
+        } else {
+            for q in 0..r {
+                let at = format!("{base}u + kk * {ld}u + {who} + {}u", q * threads);
+                s.push_str(&format!("let {name}{q} = {};\n            ", word(at)));
+            }
+        }
+        s
+    };
+    let part = |name: &str, r: usize, i: usize| {
+        if r >= 4 {
+            format!("{name}{}.{}", i / 4, ["x", "y", "z", "w"][i % 4])
+        } else {
+            format!("{name}{i}")
+        }
+    };
+    loads.push_str(&operand("a", t.rm, tmt, "tm_", 0, lda));
+    loads.push_str(&operand("b", t.rn, tnt, "tn_", boff, ldb));
     let words = t.tm * t.tn;
     for i in 0..t.rm {
         for j in 0..t.rn {
             let c = format!("c{i}_{j}");
             decl.push_str(&format!("var {c} = 0.0;\n    "));
-            fmas.push_str(&format!("{c} = fma(a{i}, b{j}, {c});\n            "));
-            spill.push_str(&format!("sm[(sl - 1u) * {words} + {}] = {c};\n        ", slot(i, j)));
-            gather
-                .push_str(&format!("{c} = {c} + sm[q * {words} + {}];\n            ", slot(i, j)));
+            fmas.push_str(&format!(
+                "{c} = fma({}, {}, {c});\n            ",
+                part("a", t.rm, i),
+                part("b", t.rn, j)
+            ));
+            let spilled = word(format!("(sl - 1u) * {words}u + {}", slot(i, j)));
+            spill.push_str(&format!("{spilled} = {c};\n        "));
+            let kept = word(format!("q * {words}u + {}", slot(i, j)));
+            gather.push_str(&format!("{c} = {c} + {kept};\n            "));
             store.push_str(&format!(
                 "{{
-        let m = m0 + tm_ + {mi}u;
-        let n = n0 + tn_ + {nj}u;
+        let m = m0 + {mi};
+        let n = n0 + {nj};
         if (m < {mm}u && n < {nn}u) {{
             let acc = {c};
             {epilogue}
         }}
     }}
     ",
-                mi = i * tmt,
-                nj = j * tnt,
+                mi = Tile::owned(t.rm, tmt, i, "tm_"),
+                nj = Tile::owned(t.rn, tnt, j, "tn_"),
                 mm = gm.m,
                 nn = gm.n,
             ));
@@ -299,7 +364,7 @@ fn register_block(gm: &Gemm, t: &Tile, epilogue: &str, lda: usize, ldb: usize) -
     } else {
         store
     };
-    [decl, loads_a + &loads_b + &fmas, finish]
+    [decl, loads + &fmas, finish]
 }
 
 /// The tiled kernel of `gm` with tile `t` (see `implicit_gemm`).
@@ -339,8 +404,12 @@ fn gemm_kernel(
     let fb_len = if b.k_fast { t.bk } else { t.tn };
     let [decl, inner, finish] = register_block(gm, t, epilogue, lda, ldb);
     let depth = t.bk / t.s;
+    let sa = staging(a, t, "pa", gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w);
+    let sb = staging(b, t, "pb", gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w);
+    let fetch = |k0: &str| format!("{}{}", sa.fetch, sb.fetch).replace("{k0}", k0);
+    let words = (t.bk * (lda + ldb)).max((t.s - 1) * t.tm * t.tn);
     let body = format!(
-        "var<workgroup> sm: array<f32, {words}>;
+        "var<workgroup> sm: array<vec4<f32>, {vec4s}>;
 
 @compute @workgroup_size({w})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, \
@@ -358,11 +427,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     let tm_ = (tid / {tnt}u) % {tmt}u;
     let sl = tid / {tmnt}u;
     {decl}
+    {decl_a}{decl_b}
     let kend = {kend};
+    if ({kbegin} < kend) {{
+        let k0 = {kbegin};
+        {fetch0}
+    }}
     for (var k0 = {kbegin}; k0 < kend; k0 = k0 + {bk}u) {{
-        {stage_a}
-        {stage_b}
+        {stage_a}{stage_b}
         workgroupBarrier();
+        if (k0 + {bk}u < kend) {{
+            let k1 = k0 + {bk}u;
+            {fetch1}
+        }}
         for (var q = 0u; q < {depth}u; q = q + 1u) {{
             let kk = {kk_of_q};
             {inner}
@@ -372,7 +449,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     {finish}
 }}
 ",
-        words = t.shared_words(),
+        vec4s = words.div_ceil(4),
         // A constant trip count, so that the compiler can unroll the slice.
         kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() },
         tm = t.tm,
@@ -381,8 +458,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         tmnt = tmt * tnt,
         pre_a = a.pre,
         pre_b = b.pre,
-        stage_a = stage_slice(a, t, gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w),
-        stage_b = stage_slice(b, t, gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w),
+        decl_a = sa.decl,
+        decl_b = sb.decl,
+        stage_a = sa.stage,
+        stage_b = sb.stage,
+        fetch0 = fetch("k0"),
+        fetch1 = fetch("k1"),
     );
     KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None, width: None }
 }

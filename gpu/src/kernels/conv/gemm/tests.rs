@@ -26,9 +26,12 @@ fn tile(tm: usize, tn: usize, rm: usize, rn: usize, s: usize, bk: usize) -> Tile
 
 /// Each variant for 256- and 128-wide workgroups: the big square tile, a split K with a
 /// small tile, a one-row tile (depthwise), a tile smaller than a staging pass (guarded
-/// staging), and a tall one.
+/// staging), a tall one, and 8×8 and 8×4 register blocks (vec4 reads of the staged slices),
+/// the latter with a split K.
 fn variants() -> Vec<Vec<Tile>> {
     vec![
+        vec![tile(128, 128, 8, 8, 1, 8), tile(128, 64, 8, 8, 1, 8)],
+        vec![tile(64, 64, 8, 4, 2, 16), tile(64, 32, 8, 4, 2, 16)],
         vec![tile(64, 64, 4, 4, 1, 16), tile(64, 32, 4, 4, 1, 16)],
         vec![tile(16, 16, 2, 2, 4, 32), tile(16, 16, 2, 2, 2, 32)],
         vec![tile(1, 128, 1, 1, 2, 16), tile(1, 128, 1, 1, 1, 16)],
