@@ -158,7 +158,7 @@ pub fn kernel_sources(
     let root = crate::memory::view_roots(&at);
     let transposed = crate::memory::transposed_views(&at);
     let follows = |v: usize| d.dims(v, at.steps[v].shape.len());
-    let width = limits.workgroup_width(256);
+    let target = crate::kernels::Target::of(limits);
     let training = at.mode == mgn_ir::plan::Mode::Train;
     let mut out = Vec::new();
     for (i, s) in at.steps.iter().enumerate() {
@@ -169,7 +169,7 @@ pub fn kernel_sources(
         }
         let (inputs, output, _) =
             crate::kernels::step_operands(&at, &layout.offsets, &transposed, i, &follows);
-        let src = crate::kernels::generate(&s.op, at.ids[i], &inputs, &output, width, training)
+        let src = crate::kernels::generate(&s.op, at.ids[i], &inputs, &output, target, training)
             .map_err(GpuError::Failed)?;
         out.push((format!("{} → {:?}", s.op.describe(), s.shape), src.body));
     }

@@ -209,7 +209,8 @@ fn step_dispatches(
     follows: &dyn Fn(usize) -> Vec<Option<mgn_ir::dynamic::Poly>>,
     sizes: &[usize],
 ) -> Result<Vec<Option<StepDispatch>>, GpuError> {
-    let width = limits.workgroup_width(256);
+    let target = crate::kernels::Target::of(limits);
+    let width = target.width;
     let root = crate::memory::view_roots(plan);
     let transposed = crate::memory::transposed_views(plan);
     let mut dispatch = Vec::with_capacity(plan.steps.len());
@@ -224,7 +225,7 @@ fn step_dispatches(
         let (inputs, output, words) = step_operands(plan, offsets, &transposed, i, follows);
         let training = plan.mode == Mode::Train;
         let src =
-            generate(&s.op, plan.ids[i], &inputs, &output, width, training).map_err(failed)?;
+            generate(&s.op, plan.ids[i], &inputs, &output, target, training).map_err(failed)?;
         let kernel = sources.add(&format!("step{i}"), src.body, &at);
         let group_width = src.width.unwrap_or(width) as u64;
         let groups = fold_grid(src.invocations.div_ceil(group_width), limits)

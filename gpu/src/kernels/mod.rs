@@ -132,6 +132,25 @@ pub(super) fn base(o: &Operand) -> String {
 }
 
 /// Generated code for one step: the WGSL body and how many invocations it needs.
+/// What kernels are sized for on a device: the workgroup width steps are written for, and the
+/// shared memory one workgroup may take (the products' and convolutions' tiles grow into it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub width: u32,
+    pub shared_bytes: u32,
+}
+
+impl Target {
+    pub fn of(limits: &crate::limits::DeviceLimits) -> Target {
+        Target { width: limits.workgroup_width(256), shared_bytes: limits.max_shared_memory }
+    }
+
+    /// Workgroups of `width` within the guaranteed floor of shared memory.
+    pub fn floor(width: u32) -> Target {
+        Target { width, shared_bytes: crate::limits::DeviceLimits::MIN_SPEC.max_shared_memory }
+    }
+}
+
 pub struct KernelSource {
     pub body: String,
     pub invocations: u64,
@@ -235,12 +254,13 @@ pub fn generate(
     id: StepId,
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
     training: bool,
 ) -> Result<KernelSource, String> {
     if let GpuOp::Plan(op) = op {
-        return plan_op(op, id, inputs, out, width, training);
+        return plan_op(op, id, inputs, out, target, training);
     }
+    let width = target.width;
     op.check_input_count(inputs.len())?;
     match op {
         GpuOp::Plan(_) => unreachable!("handled above"),
@@ -252,15 +272,15 @@ pub fn generate(
             norm::weight_grad_partial(&inputs[0], &inputs[1], *eps, *center, *chunk, out, w)
         }
         GpuOp::CrossEntropyRows => rows::cross_entropy_rows(inputs, out, width),
-        GpuOp::ConvSplit { conv, splits } => conv::split(conv, *splits, inputs, out, width),
+        GpuOp::ConvSplit { conv, splits } => conv::split(conv, *splits, inputs, out, target),
         GpuOp::Fused { program } => fused(program, inputs, out, width),
         GpuOp::MatMulEpilogue { program, ta, tb } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, ..matmul::Layout::PLAIN };
-            epilogue(program, inputs, out, width, layout)
+            epilogue(program, inputs, out, target, layout)
         }
         GpuOp::MatMulT { ta, tb, alpha, splits } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha, splits: *splits };
-            matmul::generate_layout(inputs, out, width, layout)
+            matmul::generate_layout(inputs, out, target, layout)
         }
         GpuOp::AttentionProbs { causal, .. } => rows::attention_probs(*causal, inputs, out, width),
         GpuOp::SplitSum { splits, program } => split_sum(*splits, program, inputs, out, width),
@@ -274,9 +294,10 @@ fn plan_op(
     id: StepId,
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
     training: bool,
 ) -> Result<KernelSource, String> {
+    let width = target.width;
     if let Some(body) = pointwise(op, inputs, out, training) {
         let used = match op {
             Op::Unary(u) | Op::UnaryGrad(u) => Some(*u),
@@ -285,7 +306,7 @@ fn plan_op(
         return Ok(elementwise(out.numel(), width, &body, &helpers(used)));
     }
     match op {
-        Op::MatMul => matmul::generate(inputs, out, width),
+        Op::MatMul => matmul::generate(inputs, out, target),
         Op::SumTo => sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => reduce(*op, axes, &inputs[0], out, width),
         Op::Softmax { axis, log } => rows::softmax(*axis, *log, &inputs[0], out, width),
@@ -298,7 +319,7 @@ fn plan_op(
         | Op::Pool { .. }
         | Op::PoolGrad { .. }
         | Op::Upsample { .. }
-        | Op::UpsampleGrad { .. } => conv::generate(op, inputs, out, width),
+        | Op::UpsampleGrad { .. } => conv::generate(op, inputs, out, target),
         Op::BatchNorm { eps, has_weight, has_bias, .. } => {
             norm::batch_norm(inputs, out, *eps, *has_weight, *has_bias, training, width)
         }
@@ -489,7 +510,7 @@ fn epilogue(
     program: &[Elem],
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
     layout: matmul::Layout,
 ) -> Result<KernelSource, String> {
     // Input(k) is the step's input k + 1: past a and b, the product is Input(0).
@@ -502,7 +523,7 @@ fn epilogue(
         "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
         store(out, "i", &last)
     );
-    matmul::generate_with(&inputs[..2], out, width, Some(&epilogue), layout)
+    matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout)
 }
 
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
@@ -654,7 +675,7 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
     if let Err(why) = crate::memory::check_fits(plan, layout.total_words, &any_device, None) {
         return PlanKernels { too_large: Some(why), ..Default::default() };
     }
-    let width = limits.workgroup_width(256);
+    let target = Target::of(limits);
     let training = plan.mode == mgn_ir::plan::Mode::Train;
     let values = (layout.total_words - layout.param_words) as u64 * 4;
     let mut out = PlanKernels { arena_values_bytes: values, ..PlanKernels::default() };
@@ -668,7 +689,7 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
         }
         let given = plan.origins[i].0 as usize;
         let (inputs, output, _) = step_operands(plan, &layout.offsets, &transposed, i, &follows);
-        match generate(&s.op, plan.ids[i], &inputs, &output, width, training) {
+        match generate(&s.op, plan.ids[i], &inputs, &output, target, training) {
             Err(why) => out.missing.push((given, why)),
             Ok(src) => {
                 out.with_kernel += 1;

@@ -34,7 +34,7 @@ mod gemm;
 mod pool;
 mod tiled;
 
-use super::{elementwise, KernelSource, Operand};
+use super::{elementwise, KernelSource, Operand, Target};
 use direct::{conv, conv_grad_input, conv_grad_weight};
 use mgn_ir::op::Op;
 use mgn_ir::shape::conv::{Conv as ConvDims, Geometry, Pool as PoolDims};
@@ -48,8 +48,9 @@ pub fn generate(
     op: &Op,
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
 ) -> Result<KernelSource, String> {
+    let width = target.width;
     let what = op.describe();
     let need = |k: usize| super::need_inputs(op, inputs, k);
     let src = match op {
@@ -69,7 +70,7 @@ pub fn generate(
             } else {
                 None
             };
-            if let Some(k) = conv_tiled(&c, &inputs[0], &inputs[1], bias, out, width, 1) {
+            if let Some(k) = conv_tiled(&c, &inputs[0], &inputs[1], bias, out, target, 1) {
                 return Ok(k);
             }
             conv(&c, &inputs[0], &inputs[1], bias, out)
@@ -78,10 +79,10 @@ pub fn generate(
             need(2)?;
             let c = conv_dims(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[0].shape, &c.out_shape())?;
-            if let Some(k) = conv_grad_input_phased(&c, &inputs[0], &inputs[1], out, width) {
+            if let Some(k) = conv_grad_input_phased(&c, &inputs[0], &inputs[1], out, target) {
                 return Ok(k);
             }
-            if let Some(k) = conv_grad_input_tiled(&c, &inputs[0], &inputs[1], out, width, 1) {
+            if let Some(k) = conv_grad_input_tiled(&c, &inputs[0], &inputs[1], out, target, 1) {
                 return Ok(k);
             }
             conv_grad_input(&c, &inputs[0], &inputs[1], out)
@@ -90,7 +91,7 @@ pub fn generate(
             need(2)?;
             let c = conv_dims(&inputs[0].shape, &out.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &inputs[1].shape, &c.out_shape())?;
-            if let Some(k) = conv_grad_weight_tiled(&c, &inputs[0], &inputs[1], out, width, 1) {
+            if let Some(k) = conv_grad_weight_tiled(&c, &inputs[0], &inputs[1], out, target, 1) {
                 return Ok(k);
             }
             conv_grad_weight(&c, &inputs[0], &inputs[1], out)
@@ -135,8 +136,9 @@ pub fn split(
     splits: usize,
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
 ) -> Result<KernelSource, String> {
+    let width = target.width;
     let what = conv.describe();
     super::need_inputs(conv, inputs, 2)?;
     let each = out.shape.get(1..).ok_or_else(|| format!("`{what}` split: a scalar output"))?;
@@ -146,17 +148,17 @@ pub fn split(
         Op::Conv { stride, padding, dilation, groups, has_bias: false } => {
             let c = conv_dims(&x.shape, &y.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, each, &c.out_shape())?;
-            conv_tiled(&c, x, y, None, out, width, splits)
+            conv_tiled(&c, x, y, None, out, target, splits)
         }
         Op::ConvGradInput { stride, padding, dilation, groups } => {
             let c = conv_dims(each, &y.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, &x.shape, &c.out_shape())?;
-            conv_grad_input_tiled(&c, x, y, out, width, splits)
+            conv_grad_input_tiled(&c, x, y, out, target, splits)
         }
         Op::ConvGradWeight { stride, padding, dilation, groups } => {
             let c = conv_dims(&x.shape, each, stride, padding, dilation, *groups)?;
             expect_shape(&what, &y.shape, &c.out_shape())?;
-            conv_grad_weight_tiled(&c, x, y, out, width, splits)
+            conv_grad_weight_tiled(&c, x, y, out, target, splits)
         }
         _ => return Err(format!("`{what}` cannot run split")),
     };

@@ -3,7 +3,7 @@
 
 use super::gemm::{implicit_gemm, Gemm, Loader};
 use super::ConvDims;
-use crate::kernels::{load, store, KernelSource, Operand};
+use crate::kernels::{load, store, KernelSource, Operand, Target};
 
 /// Forward as a GEMM per group: M = output channels, N = samples × output positions,
 /// K = input channels × taps; A is the weight (contiguous along K), B the im2col of the input,
@@ -14,7 +14,7 @@ pub(super) fn conv_tiled(
     w: &Operand,
     bias: Option<&Operand>,
     out: &Operand,
-    width: u32,
+    target: Target,
     splits: usize,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
@@ -64,7 +64,7 @@ pub(super) fn conv_tiled(
         ),
         &format!("acc{plus}"),
     );
-    implicit_gemm(&gm, &a, &b, &epilogue, width)
+    implicit_gemm(&gm, &a, &b, &epilogue, target)
 }
 
 /// The input gradient as a GEMM per group (a transposed convolution): M = input channels,
@@ -76,7 +76,7 @@ pub(super) fn conv_grad_input_tiled(
     dy: &Operand,
     w: &Operand,
     out: &Operand,
-    width: u32,
+    target: Target,
     splits: usize,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
@@ -133,7 +133,7 @@ pub(super) fn conv_grad_input_tiled(
         ),
         "acc",
     );
-    implicit_gemm(&gm, &a, &b, &epilogue, width)
+    implicit_gemm(&gm, &a, &b, &epilogue, target)
 }
 
 /// The input gradient of a strided convolution (dilation 1), one GEMM per group and *phase*:
@@ -149,7 +149,7 @@ pub(super) fn conv_grad_input_phased(
     dy: &Operand,
     w: &Operand,
     out: &Operand,
-    width: u32,
+    target: Target,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [sh, sw]) = (c.inp, c.k, c.stride);
     if c.dilation != [1, 1] || sh * sw == 1 {
@@ -186,7 +186,7 @@ pub(super) fn conv_grad_input_phased(
             "acc"
         ),
     );
-    implicit_gemm(&gm, &a, &b, &epilogue, width)
+    implicit_gemm(&gm, &a, &b, &epilogue, target)
 }
 
 /// WGSL decoding depth `k` of a phase's GEMM into the output channel `co` and the phase's tap
@@ -281,7 +281,7 @@ pub(super) fn conv_grad_weight_tiled(
     x: &Operand,
     dy: &Operand,
     out: &Operand,
-    width: u32,
+    target: Target,
     splits: usize,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
@@ -322,7 +322,7 @@ pub(super) fn conv_grad_weight_tiled(
     };
     let range = range(c.cout * cin_g * kk, splits);
     let epilogue = store(out, &format!("{range}(g * {cout_g}u + m) * {}u + n", gm.n), "acc");
-    implicit_gemm(&gm, &a, &b, &epilogue, width)
+    implicit_gemm(&gm, &a, &b, &epilogue, target)
 }
 
 /// With a K split, where range `sp`'s slice of `[splits, ..out]` starts (`each` elements per

@@ -22,7 +22,7 @@
 mod tests;
 mod tiled;
 
-use super::{load, store, Ext, KernelSource, Operand, FILL};
+use super::{load, store, Ext, KernelSource, Operand, Target, FILL};
 use tiled::tiled;
 
 /// Products with at most this many rows (or columns) take a skinny kernel: a tile of 64 rows
@@ -304,19 +304,19 @@ impl Geometry {
 pub(super) fn generate(
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
 ) -> Result<KernelSource, String> {
-    generate_with(inputs, out, width, None, Layout::PLAIN)
+    generate_with(inputs, out, target, None, Layout::PLAIN)
 }
 
 /// `GpuOp::MatMulT`: `alpha · op(a) · op(b)` with either operand read transposed in place.
 pub(super) fn generate_layout(
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
     layout: Layout,
 ) -> Result<KernelSource, String> {
-    generate_with(inputs, out, width, None, layout)
+    generate_with(inputs, out, target, None, layout)
 }
 
 /// The product `layout` describes, with every result passed to the WGSL function `epilogue`
@@ -324,7 +324,7 @@ pub(super) fn generate_layout(
 pub(super) fn generate_with(
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
     epilogue: Option<&str>,
     layout: Layout,
 ) -> Result<KernelSource, String> {
@@ -338,15 +338,16 @@ pub(super) fn generate_with(
         Geometry::of(inputs, out)?
     };
     g.epilogue = epilogue.is_some();
-    let mut k = generate_for(g, width)?;
+    let mut k = generate_for(g, target)?;
     if let Some(e) = epilogue {
         k.body = format!("{e}{}", k.body);
     }
     Ok(k)
 }
 
-fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
-    let width = width.max(1) as usize;
+fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
+    let width = target.width.max(1) as usize;
+    let shared = target.shared_bytes as usize;
     let (m, n) = (g.m.n, g.n.n);
     if m == 0 || n == 0 || g.batches().n == 0 {
         return Ok(super::elementwise(0, width as u32, "", ""));
@@ -354,7 +355,7 @@ fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
     Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && m <= SKINNY) {
         // Transposed operands of batched products: only the tiled kernel reads them in
         // panels, coalesced either way.
-        tiled(&g, width)
+        tiled(&g, width, shared)
     } else if n <= SKINNY {
         few_cols(&g, width)
     } else if m <= SKINNY && g.bt && g.batch.is_empty() {
@@ -362,7 +363,7 @@ fn generate_for(g: Geometry, width: u32) -> Result<KernelSource, String> {
     } else if m <= SKINNY {
         few_rows(&g, width)
     } else {
-        tiled(&g, width)
+        tiled(&g, width, shared)
     })
 }
 

@@ -2,7 +2,11 @@
 //! device). The numbers are checked against the CPU in `tests_matmul.rs`.
 
 use super::*;
-use crate::kernels::validate;
+use crate::kernels::{validate, Target};
+
+fn floor(width: u32) -> Target {
+    Target::floor(width)
+}
 use mgn_ir::DType;
 
 fn operand(offset: usize, shape: &[usize]) -> Operand {
@@ -40,9 +44,12 @@ fn each_shape_takes_its_kernel_and_every_kernel_validates_within_the_floor() {
     for width in [64, 128, 256] {
         for (a, b, out, marker) in cases {
             let what = format!("{a:?} × {b:?} at width {width}");
-            let src =
-                generate(&[operand(3, a), operand(100_000, b)], &operand(7_000_000, out), width)
-                    .unwrap();
+            let src = generate(
+                &[operand(3, a), operand(100_000, b)],
+                &operand(7_000_000, out),
+                floor(width),
+            )
+            .unwrap();
             assert!(src.body.contains(marker), "{what}: expected the kernel with `{marker}`");
             let declared = src.width.unwrap_or(width);
             assert!(declared <= width, "{what}: {declared} invocations a workgroup");
@@ -68,29 +75,34 @@ fn each_shape_takes_its_kernel_and_every_kernel_validates_within_the_floor() {
 #[test]
 fn integer_and_scalar_operands_are_refused() {
     let ints = Operand { dtype: DType::I32, ..operand(0, &[2, 2]) };
-    assert!(generate(&[ints.clone(), ints.clone()], &ints, 256).is_err());
-    assert!(generate(&[operand(0, &[]), operand(1, &[3])], &operand(4, &[3]), 256).is_err());
+    assert!(generate(&[ints.clone(), ints.clone()], &ints, floor(256)).is_err());
+    let (a, b) = (operand(0, &[]), operand(1, &[3]));
+    assert!(generate(&[a, b], &operand(4, &[3]), floor(256)).is_err());
 }
 
-/// The tile chooser: 8×8 outputs an invocation with 8-deep panels while that gives enough
-/// tiles, else 4×4 with 16-deep panels; a device narrower than 256 invocations gets its own
-/// width.
+/// The tile chooser: 8×8 outputs an invocation while that gives enough tiles, with 16-deep
+/// panels where the device's shared memory holds them and 8-deep ones within the floor; else
+/// 4×4 with 16-deep panels; a device narrower than 256 invocations gets its own width.
 #[test]
-fn the_tile_follows_the_count_of_tiles() {
-    let kernel = |a: &[usize], b: &[usize], width: u32| {
+fn the_tile_follows_the_count_of_tiles_and_the_shared_memory() {
+    let kernel = |a: &[usize], b: &[usize], target: Target| {
         let out = [a[0], b[1]];
-        generate(&[operand(0, a), operand(10_000_000, b)], &operand(20_000_000, &out), width)
+        generate(&[operand(0, a), operand(10_000_000, b)], &operand(20_000_000, &out), target)
             .unwrap()
     };
     // Whisper's fc1: 144 tiles of 128×128, fewer than two an SM.
-    let fc1 = kernel(&[1500, 384], &[384, 1536], 256);
+    let fc1 = kernel(&[1500, 384], &[384, 1536], floor(256));
     assert!(fc1.body.contains("var c3_0") && !fc1.body.contains("var c4_0"), "4×4 outputs each");
     assert!(fc1.body.contains("let a15_0"), "16-deep panels");
-    // 4096²: 1,024 tiles of 128×128.
-    let square = kernel(&[4096, 4096], &[4096, 4096], 256);
+    // 4096²: 1,024 tiles of 128×128, 8 deep within the floor and 16 deep with 48 KiB.
+    let square = kernel(&[4096, 4096], &[4096, 4096], floor(256));
     assert!(square.body.contains("var c7_1") && !square.body.contains("let a8_0"), "8×8, 8 deep");
+    let roomy = Target { width: 256, shared_bytes: 48 << 10 };
+    let square = kernel(&[4096, 4096], &[4096, 4096], roomy);
+    assert!(square.body.contains("var c7_1") && square.body.contains("let a15_0"), "16 deep");
+    assert!(shared_bytes(&square.body) > 16 << 10 && shared_bytes(&square.body) <= 48 << 10);
     for width in [64, 128] {
-        let k = kernel(&[1500, 384], &[384, 1536], width);
+        let k = kernel(&[1500, 384], &[384, 1536], floor(width));
         assert_eq!(k.width, None);
         assert!(k.body.contains(&format!("@workgroup_size({width})")));
     }

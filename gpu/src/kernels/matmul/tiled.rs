@@ -16,18 +16,26 @@ pub(crate) struct Tile {
     pub double: bool,
 }
 
-/// The tile for `g` on workgroups of `width`: 8×8 outputs an invocation when that still gives
-/// `FILL` tiles, else 4×4 with panels twice as deep (16: the same shared memory as the 8×8
-/// tile's 8, and half the barriers per multiply-add for a tile that has few of them).
+/// The tile for `g` on workgroups of `width` within `shared` bytes of shared memory: 8×8
+/// outputs an invocation when that still gives `FILL` tiles, with 16-deep panels where the
+/// device has the room for them (16.6 KiB at 256 invocations, above the 16 KiB floor) and 8-deep
+/// ones elsewhere; else 4×4 with 16-deep panels (8.4 KiB: the 8×8 tile's 8-deep footprint, half
+/// the barriers per multiply-add for a tile that has few of them).
 ///
-/// Measured on the H200 (`matmul_throughput`, docs/BENCHMARKS.md): the 16-deep 4×4 tile is
-/// 3–12% faster than the 8-deep one on every workload's product; tiles of 128 invocations win
-/// alone on some shapes but lose in whole plans, where a level's products share the GPU.
-fn choose(g: &Geometry, width: usize) -> Tile {
+/// Measured on the H200 (`matmul_throughput`, docs/BENCHMARKS.md): 16-deep panels take the 8×8
+/// tile from 34.8 to 38.9 TFLOP/s on 4096²; the 16-deep 4×4 tile is 3–12% faster than the
+/// 8-deep one on every workload's product; tiles of 128 invocations win alone on some shapes
+/// but lose in whole plans, where a level's products share the GPU.
+fn choose(g: &Geometry, width: usize, shared: usize) -> Tile {
     let (tx_n, ty_n) = grid(width);
     let big = (g.m.n.div_ceil(ty_n * 8) * g.n.n.div_ceil(tx_n * 8) * g.batches().n) >= FILL;
-    let (t, bk) = if big { (8, BK) } else { (4, 2 * BK) };
-    Tile { tm: t, tn: t, threads: width, bk, double: false }
+    let t = if big { 8 } else { 4 };
+    let deep = Tile { tm: t, tn: t, threads: width, bk: 2 * BK, double: false };
+    if Tiling::of(g, deep).shared_bytes() <= shared {
+        deep
+    } else {
+        Tile { bk: BK, ..deep }
+    }
 }
 
 /// The invocation grid `(tx_n, ty_n)` of a workgroup of `threads`: as square as a power of two
@@ -64,8 +72,9 @@ impl Tile {
 /// tile, so that its reads from shared memory are whole vec4s and neighbouring invocations
 /// read neighbouring vec4s (no bank conflicts). Each panel of A and B (`Tile::bk` deep) is staged
 /// through registers: the next panel's loads are in flight while this one is multiplied.
-pub(super) fn tiled(g: &Geometry, width: usize) -> KernelSource {
-    let tile = Tile::from_env().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width));
+pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
+    let tile =
+        Tile::from_env().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width, shared));
     let t = Tiling::of(g, tile);
     // A's panel is stored transposed (k-major) so invocations read their rows as vec4s; 4
     // padding floats per k row spread the transposing stores over every bank.
@@ -118,6 +127,12 @@ struct Tiling {
 }
 
 impl Tiling {
+    /// Bytes of shared memory the staged panels take.
+    fn shared_bytes(&self) -> usize {
+        let bufs = if self.double { 2 } else { 1 };
+        16 * bufs * self.bk * (self.sa + self.sb)
+    }
+
     fn of(g: &Geometry, tile: Tile) -> Tiling {
         let (m, k, n) = (&g.m, &g.k, &g.n);
         let (width, bk) = (tile.threads, tile.bk);

@@ -224,8 +224,8 @@ fn chosen_tiles_fit_the_floor() {
     ];
     for width in [128usize, 256] {
         for (groups, m, n, k) in shapes {
-            let t = choose_tile(&Gemm { groups, m, n, k, k_end: None, split_depth: None }, width)
-                .expect("a tile");
+            let gm = Gemm { groups, m, n, k, k_end: None, split_depth: None };
+            let t = choose_tile(&gm, width, SHARED_WORDS).expect("a tile");
             assert_eq!(t.tmt() * t.tnt() * t.s, width, "{t:?}");
             assert!(
                 t.shared_words() <= SHARED_WORDS
