@@ -20,6 +20,8 @@
 #   SET_<NAME>        model arguments for both sides, e.g. SET_smollm2_135m="T=64"
 #   STEP_TIMEOUT      seconds one side of one workload may take (300)
 #   PROFILE   1 (default): mgnc also reports GPU time per op family (`mgnc bench --profile`)
+#   PEAK_TFLOPS, PEAK_TBPS   the card's f32 rate and copy rate (an H200: 67 and 4.3): with the
+#             profile, each op family's floor, and the table gets a roofline section
 #   REVISION  the source revision the mgnc binary was built from (default: git rev-parse here)
 # Time: see docs/BENCHMARKS.md. A second run into the same OUT adds its workloads to the table, so a
 # long set can be split over two commands:  bench/side_by_side.sh smollm2_135m whisper_tiny_encoder;
@@ -74,7 +76,12 @@ for name in "${NAMES[@]}"; do
     mapfile -t sets < <(sets_of "$name")
     echo "=== $name ${sets[*]:-}" >&2
     profile=()
-    if [ "${PROFILE:-1}" = 1 ] && [ "$BACKEND" != cpu ]; then profile=(--profile); fi
+    if [ "${PROFILE:-1}" = 1 ] && [ "$BACKEND" != cpu ]; then
+        profile=(--profile)
+        if [ -n "${PEAK_TFLOPS:-}" ] && [ -n "${PEAK_TBPS:-}" ]; then
+            profile+=(--peak-tflops "$PEAK_TFLOPS" --peak-tbps "$PEAK_TBPS")
+        fi
+    fi
     side mgnc "$OUT/$name.mgnc.log" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
         --samples "$SAMPLES" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" || rm -f "$OUT/$name.mgnc.json"
     if [ "$TORCH" = 0 ]; then continue; fi
@@ -108,9 +115,11 @@ torch_info="skipped"
 if [ "$TORCH" != 0 ]; then
     torch_info=$("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA", sep="|")' 2>/dev/null || echo "unavailable")
 fi
-"$PY" - "$OUT" "$driver" "$revision" "$mgnc_version" "$torch_info" "$COMPILE" "$SAMPLES" "$WARMUP" "${NAMES[@]}" <<'EOF'
+peaks=""
+if [ -n "${PEAK_TFLOPS:-}" ] && [ -n "${PEAK_TBPS:-}" ]; then peaks="$PEAK_TFLOPS TFLOP/s, $PEAK_TBPS TB/s"; fi
+"$PY" - "$OUT" "$driver" "$revision" "$mgnc_version" "$torch_info" "$COMPILE" "$SAMPLES" "$WARMUP" "$peaks" "${NAMES[@]}" <<'EOF'
 import json, os, sys, time
-out, driver, revision, mgnc_version, torch_info, compile_, samples, warmup, *names = sys.argv[1:]
+out, driver, revision, mgnc_version, torch_info, compile_, samples, warmup, peaks, *names = sys.argv[1:]
 # A second run into the same OUT (the GPU machine allows 10 minutes a command) adds its workloads.
 try:
     old = json.load(open(os.path.join(out, "env.json")))
@@ -120,7 +129,7 @@ names = [n for n in old.get("workloads", []) if n not in names] + names
 compile_ = " ".join(dict.fromkeys(((old.get("compile") or "") + " " + compile_).split()))
 env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "workloads": names, "driver": driver or None,
        "revision": revision or None, "mgnc_version": mgnc_version or None, "compile": compile_ or None,
-       "samples": f"{warmup} warm-ups, {samples} timed"}
+       "samples": f"{warmup} warm-ups, {samples} timed", "peaks": peaks or old.get("peaks")}
 if torch_info == "skipped":
     env["torch"] = "skipped"
 elif "|" in torch_info:

@@ -162,6 +162,27 @@ def markdown_table(header, rows):
     return "\n".join(lines)
 
 
+def roofline_rows(name, m, top=6):
+    """Per profiled plan of `m`, its largest op families with the rates they reach and how far
+    above their floor they run (`mgnc bench --profile --peak-tflops --peak-tbps`)."""
+    rows = []
+    for plan, ops in ((m or {}).get("profile") or {}).items():
+        total = sum(o.get("ms") or 0 for o in ops)
+        floor = sum(o.get("floor_ms") or 0 for o in ops)
+        if not ops or not floor:
+            continue
+        for i, o in enumerate(ops[:top]):
+            s = max(o["ms"], 1e-9) / 1e3
+            rows.append([
+                name if not rows else "", plan if i == 0 else "", o["op"], o["dispatches"], f"{o['ms']:.3f}",
+                f"{100 * o['ms'] / max(total, 1e-9):.0f}%", f"{o.get('flops', 0) / s / 1e12:.2f}",
+                f"{o.get('bytes', 0) / s / 1e9:.0f}", f"{o['floor_ms']:.3f}",
+                f"{100 * o['floor_ms'] / max(o['ms'], 1e-9):.0f}%"])
+        rows.append(["", "", f"whole plan ({len(ops)} families)", sum(o["dispatches"] for o in ops),
+                     f"{total:.3f}", "100%", "", "", f"{floor:.3f}", f"{100 * floor / max(total, 1e-9):.0f}%"])
+    return rows
+
+
 def render(d):
     env, err = load(os.path.join(d, "env.json"))
     if env is None:
@@ -224,6 +245,20 @@ def render(d):
               "reuse (logical), and the most that is alive at once (the lower bound no planner can beat). "
               "PyTorch: torch.cuda's caching-allocator peaks during the timed samples (every tensor alive in the "
               "process, parameters and, for the train step, Adam's state included)."]
+    roof = []
+    for name in names:
+        roof += roofline_rows(name, load(os.path.join(d, f"{name}.mgnc.json"))[0])
+    if roof:
+        parts += ["", "### Roofline per op family (mgnc's profile)", ""]
+        parts.append(markdown_table(
+            ["workload", "plan", "op family", "dispatches", "GPU ms", "share", "TFLOP/s", "GB/s", "floor ms",
+             "floor / GPU time"], roof))
+        parts += ["", "Each dispatch timed alone in its own pass (so the plan's sum is above its wall time, where "
+                  "a level's dispatches overlap). FLOPs count the multiply-adds of products, convolutions and "
+                  "attention (the rest one per output element); bytes are each input read once and the output "
+                  "written once. A dispatch's floor is max(FLOPs / f32 rate, bytes / copy rate) at the rates "
+                  f"given ({env.get('peaks') or 'PEAK_TFLOPS, PEAK_TBPS'}); a family's is the sum of its "
+                  "dispatches'. 100% would be a kernel at the card's limit."]
     if notes:
         parts += ["", "Notes:", ""] + [f"- {n}" for n in notes]
     return "\n".join(parts) + "\n"

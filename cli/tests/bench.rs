@@ -316,9 +316,15 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
     ] {
         assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
     }
+    check_profiles(&small);
+}
 
+/// `--profile` of the `small` run: GPU time and work per op family, the roofline with the
+/// device's rates, the slowest dispatches.
+fn check_profiles(small: &[&str]) {
     // --profile splits one run's GPU time by op family, from timestamps.
-    let out = mgnc(&[&small[..], &["--json", "--profile"]].concat());
+    let peaks = ["--peak-tflops", "67", "--peak-tbps", "4.3"];
+    let out = mgnc(&[small, &["--json", "--profile"], &peaks].concat());
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
     let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
@@ -332,7 +338,8 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
         assert!(
             ops.iter().all(|o| o["ms"].as_f64().is_some_and(|ms| ms >= 0.0)
                 && o["dispatches"].as_u64().is_some_and(|n| n >= 1)
-                && o["bytes"].as_f64().is_some_and(|b| b > 0.0)),
+                && o["bytes"].as_f64().is_some_and(|b| b > 0.0)
+                && o["floor_ms"].as_f64().is_some_and(|f| f > 0.0)),
             "{plan}: {ops:?}"
         );
         // A product's FLOPs are its multiply-adds, many per word it moves.

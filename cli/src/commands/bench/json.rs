@@ -111,10 +111,12 @@ pub(super) fn to_json(r: &Report, a: &BenchArgs) -> Value {
             "training": training_memory,
         },
         "profile": per_profiled_plan(r, |p| {
-            let work = p.work_by_op();
-            (p.by_op.iter().zip(work))
-                .map(|((op, n, ms), w)| {
-                    json!({"op": op, "dispatches": n, "ms": ms, "flops": w.flops, "bytes": w.bytes})
+            let (work, floors) = (p.work_by_op(), a.peaks().map(|pk| p.floor_ms_by_op(pk)));
+            (p.by_op.iter().zip(work).enumerate())
+                .map(|(i, ((op, n, ms), w))| {
+                    let floor = floors.as_ref().map(|f| f[i]);
+                    json!({"op": op, "dispatches": n, "ms": ms, "flops": w.flops, "bytes": w.bytes,
+                           "floor_ms": floor})
                 })
                 .collect()
         }),

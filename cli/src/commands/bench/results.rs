@@ -63,6 +63,16 @@ impl Profiled {
             .map(|(op, _, _)| by.get(op.as_str()).copied().unwrap_or_default())
             .collect()
     }
+
+    /// Per op family of `by_op`, the least time (ms) its dispatches take on a device of
+    /// `peaks` (FLOP/s, bytes/s): the sum of each dispatch's floor, not the floor of the sum.
+    pub(super) fn floor_ms_by_op(&self, (flops, bytes): (f64, f64)) -> Vec<f64> {
+        let mut by: std::collections::HashMap<&str, f64> = Default::default();
+        for d in &self.dispatches {
+            *by.entry(family(&d.op)).or_default() += d.work.floor_s(flops, bytes) * 1e3;
+        }
+        self.by_op.iter().map(|(op, _, _)| by.get(op.as_str()).copied().unwrap_or(0.0)).collect()
+    }
 }
 
 /// An op's family: the first word of its description (what `by_op` groups by).

@@ -174,14 +174,8 @@ fn profile(plan: &str, p: &Profiled, peaks: Option<(f64, f64)>) -> String {
             String::new()
         }
     );
-    // The floor of a family is the sum of its dispatches' floors, not the floor of its sum.
-    let mut floors: std::collections::HashMap<&str, f64> = Default::default();
-    if let Some((f, b)) = peaks {
-        for d in &p.dispatches {
-            *floors.entry(super::results::family(&d.op)).or_default() += d.work.floor_s(f, b) * 1e3;
-        }
-    }
-    for ((op, n, ms), w) in p.by_op.iter().zip(p.work_by_op()).take(12) {
+    let floors = peaks.map(|pk| p.floor_ms_by_op(pk));
+    for (i, ((op, n, ms), w)) in p.by_op.iter().zip(p.work_by_op()).enumerate().take(12) {
         let s = ms / 1e3;
         out += &format!(
             "  {op:<28} {n:>6} dispatches  {ms:>9.3} ms  {:>5.1}%  {:>8.2} {:>8.0}",
@@ -189,13 +183,13 @@ fn profile(plan: &str, p: &Profiled, peaks: Option<(f64, f64)>) -> String {
             w.flops / s.max(1e-12) / 1e12,
             w.bytes / s.max(1e-12) / 1e9,
         );
-        if let Some(floor) = floors.get(op.as_str()) {
+        if let Some(floor) = floors.as_ref().map(|f| f[i]) {
             out += &format!("  {floor:>9.3}  {:>7.1}%", 100.0 * floor / ms.max(1e-12));
         }
         out += "\n";
     }
-    if peaks.is_some() {
-        let floor: f64 = floors.values().sum();
+    if let Some(f) = &floors {
+        let floor: f64 = f.iter().sum();
         out += &format!(
             "  the plan's floor {floor:.3} ms: {:.1}% of its profiled time\n",
             100.0 * floor / total.max(1e-12)
