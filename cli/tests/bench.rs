@@ -355,8 +355,7 @@ fn check_profiles(small: &[&str]) {
         .iter()
         .any(|o| o["op"] == "softmax_cross_entropy_grad"));
     // Given the device's rates, the table sets each family against its floor.
-    let out =
-        mgnc(&[&small[..], &["--profile", "--peak-tflops", "67", "--peak-tbps", "4.3"]].concat());
+    let out = mgnc(&[small, &["--profile"], &peaks].concat());
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
     for want in ["TFLOP/s", "of floor", "the plan's floor"] {
