@@ -120,6 +120,17 @@ fn rows_longer_than_a_workgroup_reduce_across_it() {
             &[3],
             1e-5,
         );
+        // A convolution bias's derivative: a workgroup per channel (84 elements each), or one
+        // invocation per channel (32 each).
+        let axes = vec![0, 2, 3];
+        check(
+            Op::Reduce { op, axes: axes.clone(), keepdim: false },
+            &[&[2, 5, 6, 7]],
+            &[],
+            &[5],
+            1e-5,
+        );
+        check(Op::Reduce { op, axes, keepdim: false }, &[&[2, 5, 4, 4]], &[], &[5], 1e-5);
     }
     check(Op::SumTo, &[&[2100, 3]], &[], &[3], 1e-5);
     check(Op::SumTo, &[&[4, 600, 5]], &[], &[1, 1, 5], 1e-5);

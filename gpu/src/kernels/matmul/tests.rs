@@ -80,7 +80,8 @@ fn integer_and_scalar_operands_are_refused() {
     assert!(generate(&[a, b], &operand(4, &[3]), floor(256)).is_err());
 }
 
-/// The tile chooser: 8×8 outputs an invocation while that gives enough tiles, with 16-deep
+/// The tile chooser: 8×8 outputs an invocation while that gives enough tiles over a deep
+/// enough k, with 16-deep
 /// panels where the device's shared memory holds them and 8-deep ones within the floor; else
 /// 4×4 with 16-deep panels; a device narrower than 256 invocations gets its own width.
 #[test]
@@ -101,6 +102,9 @@ fn the_tile_follows_the_count_of_tiles_and_the_shared_memory() {
     let square = kernel(&[4096, 4096], &[4096, 4096], roomy);
     assert!(square.body.contains("var c7_1") && square.body.contains("let a15_0"), "16 deep");
     assert!(shared_bytes(&square.body) > 16 << 10 && shared_bytes(&square.body) <= 48 << 10);
+    // 4096² outputs over k = 64 (an attention's scores): plenty of tiles, too shallow for 8×8.
+    let scores = kernel(&[4096, 64], &[64, 4096], roomy);
+    assert!(scores.body.contains("var c3_0") && !scores.body.contains("var c4_0"), "4×4");
     for width in [64, 128] {
         let k = kernel(&[1500, 384], &[384, 1536], floor(width));
         assert_eq!(k.width, None);

@@ -17,10 +17,10 @@ pub(crate) struct Tile {
 }
 
 /// The tile for `g` on workgroups of `width` within `shared` bytes of shared memory: 8×8
-/// outputs an invocation when that still gives `FILL` tiles, with 16-deep panels where the
-/// device has the room for them (16.6 KiB at 256 invocations, above the 16 KiB floor) and 8-deep
-/// ones elsewhere; else 4×4 with 16-deep panels (8.4 KiB: the 8×8 tile's 8-deep footprint, half
-/// the barriers per multiply-add for a tile that has few of them).
+/// outputs an invocation when that still gives `FILL` tiles and k is `DEEP_K` deep, with 16-deep
+/// panels where the device has the room for them (16.6 KiB at 256 invocations, above the 16 KiB
+/// floor) and 8-deep ones elsewhere; else 4×4 with 16-deep panels (8.4 KiB: the 8×8 tile's
+/// 8-deep footprint, half the barriers per multiply-add for a tile that has few of them).
 ///
 /// Measured on the H200 (`matmul_throughput`, docs/BENCHMARKS.md): 16-deep panels take the 8×8
 /// tile from 34.8 to 38.9 TFLOP/s on 4096²; the 16-deep 4×4 tile is 3–12% faster than the
@@ -28,7 +28,8 @@ pub(crate) struct Tile {
 /// but lose in whole plans, where a level's products share the GPU.
 fn choose(g: &Geometry, width: usize, shared: usize) -> Tile {
     let (tx_n, ty_n) = grid(width);
-    let big = (g.m.n.div_ceil(ty_n * 8) * g.n.n.div_ceil(tx_n * 8) * g.batches().n) >= FILL;
+    let tiles = g.m.n.div_ceil(ty_n * 8) * g.n.n.div_ceil(tx_n * 8) * g.batches().n;
+    let big = tiles >= FILL && g.k.n >= DEEP_K;
     let t = if big { 8 } else { 4 };
     let deep = Tile { tm: t, tn: t, threads: width, bk: 2 * BK, double: false };
     if Tiling::of(g, deep).shared_bytes() <= shared {
@@ -37,6 +38,11 @@ fn choose(g: &Geometry, width: usize, shared: usize) -> Tile {
         Tile { bk: BK, ..deep }
     }
 }
+
+/// The least depth at which the 8×8 tile pays: with a shallow k its few panels do not amortise
+/// the larger tile's loads and stores. Measured on the H200: Whisper's scores (6 × 1500², k 64)
+/// take 120 µs in 8×8 tiles and 92 in 4×4 ones; SmolLM2's head (k 576) 206 against 256.
+const DEEP_K: usize = 256;
 
 /// The invocation grid `(tx_n, ty_n)` of a workgroup of `threads`: as square as a power of two
 /// allows, wider than tall.
