@@ -58,6 +58,12 @@ pub struct Timed {
     pub work: crate::work::Work,
 }
 
+/// An op's family: the first word of its description (`GpuOp::describe`), what a profile
+/// groups its dispatches by.
+pub fn family(op: &str) -> &str {
+    op.split_whitespace().next().unwrap_or("?")
+}
+
 impl Profile {
     /// How many of the slowest dispatches a profile keeps.
     pub const SLOWEST: usize = 15;
@@ -450,8 +456,7 @@ impl GpuSession {
         for ((level, i), t) in at_level.zip(times) {
             let s = &self.plan.steps[i];
             let what = s.op.describe();
-            let e =
-                by.entry(what.split_whitespace().next().unwrap_or("?").to_string()).or_default();
+            let e = by.entry(family(&what).to_string()).or_default();
             e.0 += 1;
             e.1 += t;
             each.push((format!("{what} → {:?} ({})", s.shape, s.loc), t));

@@ -3,7 +3,7 @@
 //! links no Vulkan, naga or blade and every GPU branch of `Session` is statically dead.
 
 #[cfg(feature = "gpu")]
-pub use mgn_gpu::session::{GpuSession as Device, Profile, Timed};
+pub use mgn_gpu::session::{family, GpuSession as Device, Profile, Timed};
 #[cfg(feature = "gpu")]
 pub use mgn_gpu::GpuError;
 

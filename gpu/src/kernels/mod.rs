@@ -131,7 +131,6 @@ pub(super) fn base(o: &Operand) -> String {
     }
 }
 
-/// Generated code for one step: the WGSL body and how many invocations it needs.
 /// What kernels are sized for on a device: the workgroup width steps are written for, and the
 /// shared memory one workgroup may take (the products' and convolutions' tiles grow into it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,11 +145,13 @@ impl Target {
     }
 
     /// Workgroups of `width` within the guaranteed floor of shared memory.
+    #[cfg(test)]
     pub fn floor(width: u32) -> Target {
         Target { width, shared_bytes: crate::limits::DeviceLimits::MIN_SPEC.max_shared_memory }
     }
 }
 
+/// Generated code for one step: the WGSL body and how many invocations it needs.
 pub struct KernelSource {
     pub body: String,
     pub invocations: u64,

@@ -52,11 +52,14 @@ pub(super) struct Profiled {
 }
 
 impl Profiled {
-    /// Per op family of `by_op` (in its order), the summed work of its dispatches.
-    pub(super) fn work_by_op(&self) -> Vec<mgn_gpu::work::Work> {
-        let mut by: std::collections::HashMap<&str, mgn_gpu::work::Work> = Default::default();
+    /// Per op family of `by_op` (in its order), the sum of `of` over its dispatches.
+    fn per_family<T>(&self, of: impl Fn(&mgn_runtime::gpu::Timed) -> T) -> Vec<T>
+    where
+        T: Default + Copy + std::ops::AddAssign,
+    {
+        let mut by: std::collections::HashMap<&str, T> = Default::default();
         for d in &self.dispatches {
-            *by.entry(family(&d.op)).or_default() += d.work;
+            *by.entry(family(&d.op)).or_default() += of(d);
         }
         self.by_op
             .iter()
@@ -64,21 +67,19 @@ impl Profiled {
             .collect()
     }
 
+    /// Per op family of `by_op`, the summed work of its dispatches.
+    pub(super) fn work_by_op(&self) -> Vec<mgn_gpu::work::Work> {
+        self.per_family(|d| d.work)
+    }
+
     /// Per op family of `by_op`, the least time (ms) its dispatches take on a device of
     /// `peaks` (FLOP/s, bytes/s): the sum of each dispatch's floor, not the floor of the sum.
     pub(super) fn floor_ms_by_op(&self, (flops, bytes): (f64, f64)) -> Vec<f64> {
-        let mut by: std::collections::HashMap<&str, f64> = Default::default();
-        for d in &self.dispatches {
-            *by.entry(family(&d.op)).or_default() += d.work.floor_s(flops, bytes) * 1e3;
-        }
-        self.by_op.iter().map(|(op, _, _)| by.get(op.as_str()).copied().unwrap_or(0.0)).collect()
+        self.per_family(|d| d.work.floor_s(flops, bytes) * 1e3)
     }
 }
 
-/// An op's family: the first word of its description (what `by_op` groups by).
-pub(super) fn family(op: &str) -> &str {
-    op.split_whitespace().next().unwrap_or("?")
-}
+pub(super) use mgn_runtime::gpu::family;
 
 /// Wall time (ms) of moving each session onto the GPU (`Session::use_gpu`: kernels, the arena,
 /// uploading the parameters), one call each.

@@ -110,11 +110,15 @@ impl Tile {
         self.tn.next_multiple_of(4) + 4 * b.k_fast as usize
     }
 
-    /// Shared words (at most; the padding depends on the loaders): both staged slices, or the
-    /// partial sums of the `s − 1` other slices.
+    /// Shared words with rows `lda` and `ldb` apart: both staged slices, or the partial sums
+    /// of the `s − 1` other slices.
+    fn shared_words_with(&self, lda: usize, ldb: usize) -> usize {
+        (self.bk * (lda + ldb)).max((self.s - 1) * self.tm * self.tn)
+    }
+
+    /// Shared words whatever the loaders (the padding both could take).
     fn shared_words(&self) -> usize {
-        let (am, bn) = (self.tm.next_multiple_of(4) + 4, self.tn.next_multiple_of(4) + 4);
-        (self.bk * (am + bn)).max((self.s - 1) * self.tm * self.tn)
+        self.shared_words_with(self.tm.next_multiple_of(4) + 4, self.tn.next_multiple_of(4) + 4)
     }
 
     /// Rows (columns) of the tile this invocation's register block holds: with `r ≥ 4` per
@@ -218,7 +222,7 @@ pub(super) fn implicit_gemm(
 struct Staging {
     decl: String,
     stage: String,
-    /// The loads, with `{k0}` standing for the slice's first depth.
+    /// The loads of the slice that starts at depth `kf`.
     fetch: String,
 }
 
@@ -245,18 +249,15 @@ fn staging(
     for j in 0..passes {
         let reg = format!("{name}{j}");
         // Past the slice on the slow axis (a tile smaller than a staging pass): nothing.
-        let live = if (j + 1) * per_pass > slow_len {
-            format!("tid / {fast_len}u + {}u < {slow_len}u", j * per_pass)
-        } else {
-            "true".into()
-        };
+        let live = ((j + 1) * per_pass > slow_len)
+            .then(|| format!("tid / {fast_len}u + {}u < {slow_len}u", j * per_pass));
         st.decl.push_str(&format!("var {reg} = 0.0;\n    "));
         st.fetch.push_str(&format!(
             "{{
             let sl_ = tid / {fast_len}u + {off}u;
             let r = {r};
             let kk = {k};
-            let k = {{k0}} + kk;
+            let k = kf + kk;
             var v = 0.0;
             if ({live} && {origin} + r < {bound}u && k < {k_len}u) {{
                 {body}
@@ -266,16 +267,16 @@ fn staging(
         ",
             off = j * per_pass,
             body = ld.body,
+            live = live.as_deref().unwrap_or("true"),
         ));
         let at = format!("{base}u + ({k}) * {stride}u + {r}");
         let store = format!(
             "{{ let sl_ = tid / {fast_len}u + {}u; sm[({at}) / 4u][({at}) % 4u] = {reg}; }}",
             j * per_pass
         );
-        if live == "true" {
-            st.stage.push_str(&format!("{store}\n        "));
-        } else {
-            st.stage.push_str(&format!("if ({live}) {store}\n        "));
+        match live {
+            None => st.stage.push_str(&format!("{store}\n        ")),
+            Some(live) => st.stage.push_str(&format!("if ({live}) {store}\n        ")),
         }
     }
     st
@@ -411,8 +412,7 @@ fn gemm_kernel(
     let depth = t.bk / t.s;
     let sa = staging(a, t, "pa", gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w);
     let sb = staging(b, t, "pb", gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w);
-    let fetch = |k0: &str| format!("{}{}", sa.fetch, sb.fetch).replace("{k0}", k0);
-    let words = (t.bk * (lda + ldb)).max((t.s - 1) * t.tm * t.tn);
+    let words = t.shared_words_with(lda, ldb);
     let body = format!(
         "var<workgroup> sm: array<vec4<f32>, {vec4s}>;
 
@@ -435,15 +435,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     {decl_a}{decl_b}
     let kend = {kend};
     if ({kbegin} < kend) {{
-        let k0 = {kbegin};
-        {fetch0}
+        let kf = {kbegin};
+        {fetch}
     }}
     for (var k0 = {kbegin}; k0 < kend; k0 = k0 + {bk}u) {{
         {stage_a}{stage_b}
         workgroupBarrier();
         if (k0 + {bk}u < kend) {{
-            let k1 = k0 + {bk}u;
-            {fetch1}
+            let kf = k0 + {bk}u;
+            {fetch}
         }}
         for (var q = 0u; q < {depth}u; q = q + 1u) {{
             let kk = {kk_of_q};
@@ -467,8 +467,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         decl_b = sb.decl,
         stage_a = sa.stage,
         stage_b = sb.stage,
-        fetch0 = fetch("k0"),
-        fetch1 = fetch("k1"),
+        fetch = sa.fetch + &sb.fetch,
     );
     KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None, width: None }
 }

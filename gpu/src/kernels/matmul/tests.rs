@@ -3,11 +3,11 @@
 
 use super::*;
 use crate::kernels::{validate, Target};
+use mgn_ir::DType;
 
 fn floor(width: u32) -> Target {
     Target::floor(width)
 }
-use mgn_ir::DType;
 
 fn operand(offset: usize, shape: &[usize]) -> Operand {
     Operand::at(offset, shape, DType::F32)
@@ -81,9 +81,9 @@ fn integer_and_scalar_operands_are_refused() {
 }
 
 /// The tile chooser: 8×8 outputs an invocation while that gives enough tiles over a deep
-/// enough k, with 16-deep
-/// panels where the device's shared memory holds them and 8-deep ones within the floor; else
-/// 4×4 with 16-deep panels; a device narrower than 256 invocations gets its own width.
+/// enough k, with 16-deep panels where the device's shared memory holds them and 8-deep ones
+/// within the floor; else 4×4 with 16-deep panels; a device narrower than 256 invocations gets
+/// its own width.
 #[test]
 fn the_tile_follows_the_count_of_tiles_and_the_shared_memory() {
     let kernel = |a: &[usize], b: &[usize], target: Target| {

@@ -84,15 +84,14 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
     let t = Tiling::of(g, tile);
     // A's panel is stored transposed (k-major) so invocations read their rows as vec4s; 4
     // padding floats per k row spread the transposing stores over every bank.
-    let bufs = if tile.double { 2 } else { 1 };
-    let shared = format!(
+    let panels = format!(
         "var<workgroup> mm_a: array<vec4<f32>, {}>;\nvar<workgroup> mm_b: array<vec4<f32>, {}>;\n",
-        bufs * t.bk * t.sa,
-        bufs * t.bk * t.sb
+        t.bufs() * t.bk * t.sa,
+        t.bufs() * t.bk * t.sb
     );
     let s = t.setup(g) + &t.k_loop(g) + &t.stores(g);
     let groups = t.per_batch.mul(&g.batches()).times(g.splits);
-    let mut k = entry(&shared, tile.threads, &groups, s.trim_start());
+    let mut k = entry(&panels, tile.threads, &groups, s.trim_start());
     if tile.threads != width {
         k.width = Some(tile.threads as u32);
     }
@@ -133,10 +132,18 @@ struct Tiling {
 }
 
 impl Tiling {
+    /// Panel buffers: two when double-buffered.
+    fn bufs(&self) -> usize {
+        if self.double {
+            2
+        } else {
+            1
+        }
+    }
+
     /// Bytes of shared memory the staged panels take.
     fn shared_bytes(&self) -> usize {
-        let bufs = if self.double { 2 } else { 1 };
-        16 * bufs * self.bk * (self.sa + self.sb)
+        16 * self.bufs() * self.bk * (self.sa + self.sb)
     }
 
     fn of(g: &Geometry, tile: Tile) -> Tiling {
