@@ -1,0 +1,43 @@
+//! `bench/table.py`, which writes the side-by-side Markdown from the JSON that `mgnc bench` and
+//! `bench/torch_bench.py` leave: the roofline section it renders from mgnc's profile.
+
+use mgn_tests::root;
+use std::process::Command;
+
+#[test]
+fn the_table_sets_each_op_family_against_its_floor() {
+    let dir = root().join("target").join("bench_table_test");
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    let env = r#"{"workloads": ["tiny"], "torch": "skipped", "peaks": "67 TFLOP/s, 4.3 TB/s"}"#;
+    std::fs::write(dir.join("env.json"), env).expect("env.json");
+    // Two families of one profiled plan: 4 ms of products with a 1 ms floor, 1 ms of copies
+    // with a 0.5 ms floor.
+    let mgnc = r#"{"model": "tiny", "config": {}, "notes": [],
+        "measurements": {"compile": {"median_ms": 1.0, "p25_ms": 1.0, "p75_ms": 1.0}},
+        "profile": {"forward": [
+            {"op": "matmul", "dispatches": 3, "ms": 4.0, "flops": 4.0e10, "bytes": 1.0e8,
+             "floor_ms": 1.0},
+            {"op": "add", "dispatches": 2, "ms": 1.0, "flops": 1.0e6, "bytes": 2.15e9,
+             "floor_ms": 0.5}]}}"#;
+    std::fs::write(dir.join("tiny.mgnc.json"), mgnc).expect("tiny.mgnc.json");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(python)
+        .args(["bench/table.py", dir.to_str().expect("a UTF-8 path")])
+        .output()
+        .expect("python3 runs bench/table.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("### Roofline per op family"), "{text}");
+    // 4e10 FLOP in 4 ms is 10 TFLOP/s, a quarter of the time at the floor; 2.15 GB in 1 ms
+    // is 2,150 GB/s, half.
+    assert!(
+        text.contains("| tiny | forward | matmul | 3 | 4.000 | 80% | 10.00 | 25 | 1.000 | 25% |"),
+        "{text}"
+    );
+    assert!(text.contains("|  |  | add | 2 | 1.000 | 20% | 0.00 | 2150 | 0.500 | 50% |"), "{text}");
+    assert!(
+        text.contains("| whole plan (2 families) | 5 | 5.000 | 100% |  |  | 1.500 | 30% |"),
+        "{text}"
+    );
+    assert!(text.contains("(67 TFLOP/s, 4.3 TB/s)"), "{text}");
+}
