@@ -88,6 +88,9 @@ pub struct GpuSession {
     state: Vec<Vec<crate::state::WordCopy>>,
     /// How long each phase of opening the session took, in order (`setup_phases`).
     setup_phases: Vec<(&'static str, std::time::Duration)>,
+    /// How long the arena's allocation and the parameters' upload took, alongside the pipelines
+    /// phase (`setup_alongside`).
+    setup_alongside: std::time::Duration,
     /// Every kernel source compiled so far (`kernels` holds their pipelines, in this order): a
     /// dynamic plan's runs at other sizes add the kernels that are not shared across sizes.
     sources: Sources,
@@ -107,6 +110,21 @@ struct StepDispatch {
 
 /// A tensor's words as the arena holds them: f32 and i32 values as they lie in memory (no
 /// copy: a model's parameters are hundreds of megabytes), f64 rounded to f32.
+/// Every parameter step's arena offset and words.
+fn param_words<'a>(
+    plan: &GpuPlan,
+    offsets: &[usize],
+    params: &'a [Tensor],
+) -> Vec<(usize, std::borrow::Cow<'a, [u32]>)> {
+    let steps = plan.steps.iter().enumerate();
+    steps
+        .filter_map(|(i, s)| match s.op {
+            GpuOp::Plan(Op::Param { index }) => Some((offsets[i], words_of(&params[index]))),
+            _ => None,
+        })
+        .collect()
+}
+
 fn words_of(t: &Tensor) -> std::borrow::Cow<'_, [u32]> {
     use std::borrow::Cow;
     match &t.data {
@@ -193,9 +211,22 @@ impl Sources {
     /// Every kernel from the `from`-th on compiled, or the first error with where its kernel
     /// came from.
     fn compile(&self, dev: &GpuDevice, from: usize) -> Result<Vec<Kernel>, GpuError> {
-        let named: Vec<(String, String)> =
-            self.list[from..].iter().map(|(n, b, _)| (n.clone(), b.clone())).collect();
-        dev.kernels(&named)
+        self.check(dev.kernels(&self.named(from)), from)
+    }
+
+    /// The `(name, body)` of every kernel from the `from`-th on.
+    fn named(&self, from: usize) -> Vec<(String, String)> {
+        self.list[from..].iter().map(|(n, b, _)| (n.clone(), b.clone())).collect()
+    }
+
+    /// The kernels from the `from`-th on as compiled, or the first error with where its kernel
+    /// came from.
+    fn check(
+        &self,
+        compiled: Vec<Result<Kernel, String>>,
+        from: usize,
+    ) -> Result<Vec<Kernel>, GpuError> {
+        compiled
             .into_iter()
             .zip(&self.list[from..])
             .map(|(k, (_, _, at))| k.map_err(|e| GpuError::Failed(format!("{e} (at {at})"))))
@@ -232,7 +263,8 @@ fn step_dispatches(
         let training = plan.mode == Mode::Train;
         let src =
             generate(&s.op, plan.ids[i], &inputs, &output, target, training).map_err(failed)?;
-        let kernel = sources.add(&format!("step{i}"), src.body, &at);
+        let made = format!("{at}, {}", family(&s.op.describe()));
+        let kernel = sources.add(&format!("step{i}"), src.body, &made);
         let group_width = src.width.unwrap_or(width) as u64;
         let groups = fold_grid(src.invocations.div_ceil(group_width), limits)
             .map_err(|e| failed(e.to_string()))?;
@@ -324,12 +356,26 @@ impl GpuSession {
         let state = crate::state::state_copies(&plan, &offsets, &mut top).map_err(err)?;
         fits(top)?;
         phase("kernels generated");
-        let kernels = sources.compile(&dev, 0)?;
+        // The parameters cross the bus while the driver compiles.
+        let values = param_words(&plan, &offsets, params);
+        let fill = Submission {
+            uploads: values.iter().map(|(o, d)| (*o, &d[..])).collect(),
+            ..Default::default()
+        };
+        let named = sources.named(0);
+        let (compiled, arena, alongside) = dev.kernels_and_arena(&named, top, &fill);
+        let arena = arena.map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
+        let kernels = sources.check(compiled, 0);
         phase("pipelines");
-        let arena = dev.arena(top).map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
-        phase("arena allocated");
+        let kernels = match kernels {
+            Ok(k) => k,
+            Err(e) => {
+                dev.free(arena);
+                return Err(e);
+            }
+        };
         let sizing = dynamic.map(|program| sized::Sizing::new(program, plan.clone()));
-        let mut session = GpuSession {
+        Ok(GpuSession {
             dev,
             plan,
             arena: Some(arena),
@@ -339,14 +385,11 @@ impl GpuSession {
             levels,
             train,
             state,
-            setup_phases: Vec::new(),
+            setup_phases: phases,
+            setup_alongside: alongside,
             sources,
             sizing,
-        };
-        session.set_params(params)?;
-        phase("parameters uploaded");
-        session.setup_phases = phases;
-        Ok(session)
+        })
     }
 
     pub fn device_name(&self) -> &str {
@@ -354,10 +397,24 @@ impl GpuSession {
     }
 
     /// How long each phase of opening this session took, in order: the rewrites, the device,
-    /// the arena plan, kernel generation, pipeline creation, the arena's allocation and the
-    /// parameters' upload.
+    /// the arena plan, kernel generation, and pipeline creation (with the arena's allocation
+    /// and the parameters' upload alongside: `setup_alongside`).
     pub fn setup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
         self.setup_phases.clone()
+    }
+
+    /// How long the arena's allocation and the parameters' upload took on the thread that
+    /// made them while the pipelines compiled (within the `pipelines` phase).
+    pub fn setup_alongside(&self) -> std::time::Duration {
+        self.setup_alongside
+    }
+
+    /// Each distinct kernel's compile time (naga and the driver, on one thread) with where it
+    /// comes from (model line and step), in compile order: what the setup's `pipelines` phase
+    /// spent, kernel by kernel, across its threads.
+    pub fn pipeline_times(&self) -> Vec<(String, std::time::Duration)> {
+        let at = self.sources.list.iter().map(|(_, _, at)| at.clone());
+        at.zip(self.kernels.iter().map(|k| k.compile_time)).collect()
     }
 
     /// Number of compiled pipelines and of dependency levels (for reports).
@@ -367,18 +424,7 @@ impl GpuSession {
 
     /// Writes parameter values into their regions.
     pub fn set_params(&mut self, params: &[Tensor]) -> Result<(), GpuError> {
-        let data: Vec<(usize, std::borrow::Cow<[u32]>)> = self
-            .plan
-            .steps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match s.op {
-                GpuOp::Plan(Op::Param { index }) => {
-                    Some((self.offsets[i], words_of(&params[index])))
-                }
-                _ => None,
-            })
-            .collect();
+        let data = param_words(&self.plan, &self.offsets, params);
         let job = Submission {
             uploads: data.iter().map(|(o, d)| (*o, &d[..])).collect(),
             ..Default::default()

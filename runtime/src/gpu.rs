@@ -64,6 +64,12 @@ mod none {
         pub fn setup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
             match *self {}
         }
+        pub fn pipeline_times(&self) -> Vec<(String, std::time::Duration)> {
+            match *self {}
+        }
+        pub fn setup_alongside(&self) -> std::time::Duration {
+            match *self {}
+        }
         pub fn set_params(&mut self, _: &[Tensor]) -> R<()> {
             match *self {}
         }

@@ -150,6 +150,18 @@ impl Session {
         self.gpu.as_ref().map(|g| g.setup_phases()).unwrap_or_default()
     }
 
+    /// How long the GPU arena's allocation and the parameters' upload took, alongside the
+    /// pipelines phase of `gpu_setup_phases` (zero on the CPU).
+    pub fn gpu_setup_alongside(&self) -> std::time::Duration {
+        self.gpu.as_ref().map(|g| g.setup_alongside()).unwrap_or_default()
+    }
+
+    /// Each distinct GPU kernel's compile time with the model line and step it comes from
+    /// (`use_gpu`'s pipelines, kernel by kernel); empty on the CPU.
+    pub fn gpu_pipeline_times(&self) -> Vec<(String, std::time::Duration)> {
+        self.gpu.as_ref().map(|g| g.pipeline_times()).unwrap_or_default()
+    }
+
     /// Brings `params` and `optimizer` up to date with the device after GPU training steps (a
     /// no-op on the CPU, or when nothing changed there).
     pub fn sync_from_device(&mut self) -> Result<(), RuntimeError> {

@@ -215,7 +215,33 @@ fn setup_note(s: &Session, ms: f64) -> String {
     let mut each: Vec<String> =
         phases.iter().map(|(n, t)| format!("{n} {:.1}", t.as_secs_f64() * 1e3)).collect();
     each.push(format!("optimizer state and the rest {:.1}", (ms - known).max(0.0)));
-    format!("GPU setup of the {} plan, {ms:.1} ms: {}", mode_name(&s.plan), each.join(", "))
+    let mut note =
+        format!("GPU setup of the {} plan, {ms:.1} ms: {}", mode_name(&s.plan), each.join(", "));
+    let alongside = s.gpu_setup_alongside().as_secs_f64() * 1e3;
+    note.push_str(&format!(
+        " (the arena allocated and the parameters uploaded during the pipelines, {alongside:.1})"
+    ));
+    note.push_str(&pipelines_summary(&s.gpu_pipeline_times()));
+    note
+}
+
+/// `; N pipelines, X ms of compiling in all, slowest: …` — the kernels whose compile time
+/// bounds the pipelines phase (their threads run in parallel), with where each comes from.
+fn pipelines_summary(times: &[(String, std::time::Duration)]) -> String {
+    if times.is_empty() {
+        return String::new();
+    }
+    let ms = |t: &std::time::Duration| t.as_secs_f64() * 1e3;
+    let total: f64 = times.iter().map(|(_, t)| ms(t)).sum();
+    let mut slow: Vec<&(String, std::time::Duration)> = times.iter().collect();
+    slow.sort_by_key(|(_, t)| std::cmp::Reverse(*t));
+    let slowest: Vec<String> =
+        slow.iter().take(3).map(|(at, t)| format!("{:.1} ms ({at})", ms(t))).collect();
+    format!(
+        "; {} pipelines, {total:.0} ms of compiling in all, slowest {}",
+        times.len(),
+        slowest.join(", ")
+    )
 }
 
 /// One profiled run of `s` (GPU only).

@@ -1,0 +1,78 @@
+//! Kernels into pipelines: WGSL (the shared prelude and a generated body) through naga and the
+//! driver's compiler, many at once.
+
+use super::{Bindings, Kernel};
+use blade_graphics as gpu;
+
+/// The WGSL declarations every kernel starts with.
+pub const PRELUDE: &str = "struct Params { p: array<vec4<u32>, 8> }
+var<storage, read_write> arena: array<u32>;
+var<uniform> params: Params;
+";
+
+/// One kernel's pipeline. WGSL that naga rejects is an error with its message.
+pub(super) fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kernel, String> {
+    let start = std::time::Instant::now();
+    let source = format!("{PRELUDE}{body}");
+    let module = naga::front::wgsl::parse_str(&source)
+        .map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
+    let shader = ctx
+        .try_create_shader(gpu::ShaderDesc { source: &source, naga_module: Some(module) })
+        .map_err(|e| format!("kernel `{name}`: {e}"))?;
+    let layout = <Bindings as gpu::ShaderData>::layout();
+    let pipeline = ctx.create_compute_pipeline(gpu::ComputePipelineDesc {
+        name,
+        data_layouts: &[&layout],
+        compute: shader.at("main"),
+    });
+    Ok(Kernel { pipeline, name: name.to_string(), compile_time: start.elapsed() })
+}
+
+/// Compiled kernels with their places in the list.
+type Numbered = Vec<(usize, Result<Kernel, String>)>;
+
+const CRASHED: &str = "the driver crashed while compiling a kernel";
+
+/// Every `(name, body)` compiled on threads up to the machine's cores (at most 16), each taking
+/// the next kernel no thread has taken yet — so one slow kernel (the driver takes a few hundred
+/// ms over a large convolution) holds up one thread, not a fixed share of the list — while this
+/// thread runs `during`. Results in the given order.
+pub(super) fn compile_all_while<R>(
+    ctx: &gpu::Context,
+    sources: &[(String, String)],
+    during: impl FnOnce() -> R,
+) -> (Vec<Result<Kernel, String>>, R) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores.clamp(1, 16).min(sources.len().max(1));
+    let next = AtomicUsize::new(0);
+    let (mut done, r): (Numbered, R) = std::thread::scope(|scope| {
+        let jobs: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((name, body)) = sources.get(i) else { break mine };
+                        mine.push((i, compile(ctx, name, body)));
+                    }
+                })
+            })
+            .collect();
+        let r = during();
+        (jobs.into_iter().flat_map(|j| j.join().unwrap_or_default()).collect(), r)
+    });
+    done.sort_by_key(|(i, _)| *i);
+    let mut out: Vec<Result<Kernel, String>> = Vec::with_capacity(sources.len());
+    for (i, k) in done {
+        // A thread that panicked (the driver crashed) lost the kernels it had compiled.
+        while out.len() < i {
+            out.push(Err(CRASHED.to_string()));
+        }
+        out.push(k);
+    }
+    while out.len() < sources.len() {
+        out.push(Err(CRASHED.to_string()));
+    }
+    (out, r)
+}

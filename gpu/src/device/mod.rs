@@ -1,0 +1,252 @@
+//! A GPU device opened through blade, and the one binding layout every generated kernel uses.
+//!
+//! Every kernel sees the same two bindings: `arena`, one storage buffer holding every tensor at
+//! an element offset, and `params`, a 128-byte parameter block (offsets, sizes, strides). One
+//! storage binding per kernel keeps far inside Vulkan's floor of 4 storage buffers per stage,
+//! whatever the number of a kernel's inputs; 128 bytes is the guaranteed parameter-block size.
+//! Tensors are stored as 32-bit words (`f32` and `i32` alike, reinterpreted with `bitcast`).
+
+mod compile;
+mod queue;
+
+use super::probe::{choose, devices, Device};
+use crate::limits::DeviceLimits;
+use crate::GpuError;
+use blade_graphics as gpu;
+pub use compile::PRELUDE;
+use compile::{compile, compile_all_while};
+use queue::Queue;
+
+/// The parameter block: 32 words, seen in WGSL as `array<vec4<u32>, 8>` (uniform arrays need
+/// 16-byte elements).
+pub type Params = [u32; 32];
+
+#[derive(Clone, Copy)]
+struct Bindings {
+    arena: gpu::BufferPiece,
+    params: Params,
+}
+
+impl gpu::ShaderData for Bindings {
+    fn layout() -> gpu::ShaderDataLayout {
+        gpu::ShaderDataLayout {
+            bindings: vec![
+                ("arena", gpu::ShaderBinding::Buffer),
+                ("params", gpu::ShaderBinding::Plain { size: 128 }),
+            ],
+        }
+    }
+
+    fn fill(&self, mut ctx: gpu::PipelineContext) {
+        use gpu::ShaderBindable;
+        self.arena.bind_to(&mut ctx, 0);
+        self.params.bind_to(&mut ctx, 1);
+    }
+}
+
+pub struct GpuDevice {
+    /// Dropped by hand in `Drop`, under `LIFECYCLE` (see there).
+    ctx: std::mem::ManuallyDrop<gpu::Context>,
+    queue: Queue,
+    pub info: Device,
+    /// The limits kernels are sized by (the floor under `MGN_MIN_SPEC=1`).
+    pub limits: DeviceLimits,
+}
+
+pub struct Kernel {
+    pipeline: gpu::ComputePipeline,
+    pub name: String,
+    /// How long naga and the driver took to make its pipeline (on one thread).
+    pub compile_time: std::time::Duration,
+}
+
+pub struct Arena {
+    buffer: gpu::Buffer,
+    /// Size in 32-bit words.
+    pub words: usize,
+}
+
+/// One dispatch: a kernel, its parameter block and its (folded) grid.
+pub type Dispatch<'a> = (&'a Kernel, Params, [u32; 3]);
+
+/// Everything one submission does, in order: zero the `zeros` (arena word offset, length) and
+/// copy `uploads` (offset, words) in, run the dispatch `levels` — dispatches within a level are
+/// independent, and a memory barrier separates consecutive levels — then copy `downloads`
+/// (offset, length) out, and last make the arena-to-arena `copies` (from, to, length), one
+/// pass per group with a barrier between groups: how state written by a run replaces its
+/// parameters once every dispatch and download has read the old words.
+#[derive(Default)]
+pub struct Submission<'a> {
+    pub zeros: Vec<(usize, usize)>,
+    pub uploads: Vec<(usize, &'a [u32])>,
+    pub levels: Vec<Vec<Dispatch<'a>>>,
+    pub downloads: Vec<(usize, usize)>,
+    pub copies: Vec<Vec<(usize, usize, usize)>>,
+}
+
+impl Submission<'_> {
+    /// Every zeroed, uploaded and downloaded range inside an arena of `words` words.
+    fn check(&self, words: usize) -> Result<(), String> {
+        let ranges = self.zeros.iter().map(|&(o, n)| ("zeroing", o, n));
+        let ranges = ranges.chain(self.uploads.iter().map(|&(o, d)| ("upload", o, d.len())));
+        let ranges = ranges.chain(self.downloads.iter().map(|&(o, n)| ("download", o, n)));
+        let copies = self.copies.iter().flatten();
+        let ranges = ranges.chain(copies.flat_map(|&(f, t, n)| [("copy", f, n), ("copy", t, n)]));
+        for (what, offset, len) in ranges {
+            if offset + len > words {
+                return Err(format!(
+                    "{what} of {len} words at {offset} runs past the arena ({words} words)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GpuDevice {
+    /// Opens the device `probe::choose` picks (hardware first, `MGN_DEVICE` to override).
+    pub fn open() -> Result<GpuDevice, GpuError> {
+        let all = devices().map_err(GpuError::NoDevice)?;
+        let info = choose(&all).map_err(GpuError::NoDevice)?.clone();
+        // MGN_PROFILE=1 turns on GPU timestamps (see `profile`); they cost a little per pass.
+        let timing = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
+        let desc = gpu::ContextDesc { device_id: Some(info.id), timing, ..Default::default() };
+        let ctx = {
+            let _one_at_a_time = lifecycle();
+            std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
+                .map_err(|_| {
+                    GpuError::NoDevice(format!("the driver crashed while opening {}", info.name))
+                })?
+                .map_err(|e| GpuError::NoDevice(format!("cannot open {}: {e:?}", info.name)))?
+        };
+        let ctx = std::mem::ManuallyDrop::new(ctx);
+        let queue = Queue::new(&ctx);
+        let limits = DeviceLimits::effective(info.limits.unwrap_or(DeviceLimits::MIN_SPEC));
+        Ok(GpuDevice { ctx, queue, info, limits })
+    }
+
+    /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
+    pub fn kernel(&self, name: &str, body: &str) -> Result<Kernel, String> {
+        compile(&self.ctx, name, body)
+    }
+
+    /// Compiles `(name, body)` kernels spread over the machine's cores — pipeline creation (naga,
+    /// then the driver's compiler) is most of opening a session, and the kernels are independent.
+    /// Results in the given order.
+    pub fn kernels(&self, sources: &[(String, String)]) -> Vec<Result<Kernel, String>> {
+        compile_all_while(&self.ctx, sources, || ()).0
+    }
+
+    /// `kernels`, while this thread allocates an arena of `words` words and makes the `fill`
+    /// submission into it (a session's parameters): the upload crosses the bus while the
+    /// driver compiles. Also returns how long the arena and the fill took.
+    pub fn kernels_and_arena(
+        &mut self,
+        sources: &[(String, String)],
+        words: usize,
+        fill: &Submission,
+    ) -> (Vec<Result<Kernel, String>>, Result<Arena, String>, std::time::Duration) {
+        if let Err(e) = self.check_arena(words) {
+            return (self.kernels(sources), Err(e), std::time::Duration::ZERO);
+        }
+        let (ctx, queue) = (&*self.ctx, &mut self.queue);
+        let (kernels, (arena, took)) = compile_all_while(ctx, sources, || {
+            let start = std::time::Instant::now();
+            let arena =
+                queue.arena(ctx, words).and_then(|arena| match queue.submit(ctx, &arena, fill) {
+                    Ok(_) => Ok(arena),
+                    Err(e) => {
+                        ctx.destroy_buffer(arena.buffer);
+                        Err(e)
+                    }
+                });
+            (arena, start.elapsed())
+        });
+        (kernels, arena, took)
+    }
+
+    /// Whether one binding holds an arena of `words` words on this device.
+    fn check_arena(&self, words: usize) -> Result<(), String> {
+        let bytes = (words.max(1) * 4) as u64;
+        if self.limits.fits_binding(bytes) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{bytes} bytes exceed one binding on this device ({} bytes)",
+                self.limits.max_storage_buffer_range
+            ))
+        }
+    }
+
+    /// A device-local arena of `words` 32-bit words, zeroed.
+    pub fn arena(&mut self, words: usize) -> Result<Arena, String> {
+        self.check_arena(words)?;
+        self.queue.arena(&self.ctx, words)
+    }
+
+    /// Frees the arena's device memory.
+    pub fn free(&mut self, arena: Arena) {
+        self.ctx.destroy_buffer(arena.buffer);
+    }
+
+    /// Copies `data` into the arena at word `offset` (one submission of its own).
+    pub fn write(&mut self, arena: &Arena, offset: usize, data: &[u32]) -> Result<(), String> {
+        self.submit(arena, &Submission { uploads: vec![(offset, data)], ..Default::default() })
+            .map(drop)
+    }
+
+    /// Reads `len` words at `offset` back from the arena (one submission of its own).
+    pub fn read(&mut self, arena: &Arena, offset: usize, len: usize) -> Result<Vec<u32>, String> {
+        Ok(self
+            .submit(arena, &Submission { downloads: vec![(offset, len)], ..Default::default() })?
+            .remove(0))
+    }
+
+    /// Records the dispatches in order, each after the previous one, and waits.
+    pub fn run(&mut self, arena: &Arena, dispatches: &[Dispatch]) -> Result<(), String> {
+        let levels = dispatches.iter().map(|d| vec![*d]).collect();
+        self.submit(arena, &Submission { levels, ..Default::default() }).map(drop)
+    }
+
+    /// Records a `Submission` (its levels in chunks, each submitted once recorded) and waits
+    /// for it; returns the downloads.
+    pub fn submit(&mut self, arena: &Arena, job: &Submission) -> Result<Vec<Vec<u32>>, String> {
+        self.queue.submit(&self.ctx, arena, job)
+    }
+
+    /// GPU time of each dispatch of `levels` (in order), measured with timestamps between passes:
+    /// one pass per dispatch. Needs `MGN_PROFILE=1` when the device was opened. The extra
+    /// barriers make the total slower than a real run; the split across dispatches is what it
+    /// is for.
+    pub fn profile(
+        &mut self,
+        arena: &Arena,
+        levels: &[Vec<Dispatch>],
+    ) -> Result<Vec<std::time::Duration>, String> {
+        self.queue.profile(&self.ctx, arena, levels)
+    }
+}
+
+impl Drop for GpuDevice {
+    fn drop(&mut self) {
+        self.queue.destroy(&self.ctx);
+        let _one_at_a_time = lifecycle();
+        // SAFETY: `ctx` is not used again; this is the only place it is dropped.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.ctx) };
+    }
+}
+
+/// Held while a device is created or destroyed, so that one thread of the process does either
+/// at a time. On the H200 (NVIDIA 580.159), the runtime's tests under `MGN_MIN_SPEC=1` — four
+/// threads, each opening and closing its own devices — hung inside the driver: no call
+/// returned and no wait timed out. Serialising the two calls that touch the driver's
+/// process-wide state is the cheap cure (they run once per session); apps that open sessions on
+/// several threads get the same protection.
+fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
+    static LIFECYCLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A panic while held (a driver crash caught above) leaves nothing half-done to protect.
+    LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests;

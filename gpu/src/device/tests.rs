@@ -1,0 +1,148 @@
+//! The device against the CPU: kernels, uploads, zeros, folded grids, bad WGSL.
+
+use super::*;
+use crate::limits::fold_grid;
+
+/// Needs a Vulkan device (lavapipe in CI, where `MGN_REQUIRE_GPU=1` makes its absence a
+/// failure); elsewhere says so and passes.
+fn device() -> Option<GpuDevice> {
+    crate::testing::or_skip(GpuDevice::open())
+}
+
+const ADD: &str = "@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+let i = gid.x + (gid.y + gid.z * groups.y) * groups.x * 64u;
+let n = params.p[0].x;
+if (i >= n) { return; }
+let a = bitcast<f32>(arena[params.p[0].y + i]);
+let b = bitcast<f32>(arena[params.p[0].z + i]);
+arena[params.p[0].w + i] = bitcast<u32>(a + b);
+}
+";
+
+#[test]
+fn a_kernel_runs_over_the_arena_and_matches_the_cpu() {
+    let Some(mut dev) = device() else { return };
+    let add = dev.kernel("add", ADD).expect("valid WGSL");
+    let n = 1000usize;
+    let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32).collect();
+    let arena = dev.arena(3 * n).expect("fits");
+    dev.write(&arena, 0, &a.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).expect("uploads");
+    dev.write(&arena, n, &b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).expect("uploads");
+    let mut params = [0u32; 32];
+    params[..4].copy_from_slice(&[n as u32, 0, n as u32, 2 * n as u32]);
+    let groups = fold_grid(n.div_ceil(64) as u64, &dev.limits).expect("fits");
+    dev.run(&arena, &[(&add, params, groups)]).expect("runs");
+    let out: Vec<f32> =
+        dev.read(&arena, 2 * n, n).expect("reads").into_iter().map(f32::from_bits).collect();
+    for i in 0..n {
+        assert_eq!(out[i], a[i] + b[i], "element {i}");
+    }
+    // A tensor with a zero-sized axis reads back as nothing (it has no staging).
+    assert_eq!(dev.read(&arena, 0, 0).expect("reads nothing"), Vec::<u32>::new());
+    // Zeroed on the device before the uploads of the same submission land.
+    let job = Submission {
+        zeros: vec![(1, n - 2)],
+        uploads: vec![(3, &[7u32, 8][..])],
+        ..Default::default()
+    };
+    dev.submit(&arena, &job).expect("zeroes and uploads");
+    let got = dev.read(&arena, 0, n).expect("reads");
+    assert_eq!(got[0], a[0].to_bits(), "before the zeros");
+    assert_eq!(&got[1..6], &[0, 0, 7, 8, 0], "zeros, then the upload over them");
+    assert!(got[6..n - 1].iter().all(|&w| w == 0));
+    assert_eq!(got[n - 1], a[n - 1].to_bits(), "after the zeros");
+    let past = Submission { zeros: vec![(3 * n - 1, 2)], ..Default::default() };
+    let e = dev.submit(&arena, &past).unwrap_err();
+    assert!(e.contains("runs past the arena"), "{e}");
+}
+
+#[test]
+fn grids_past_65535_workgroups_fold_and_cover_every_element() {
+    let Some(mut dev) = device() else { return };
+    // One invocation per workgroup, so 70,000 elements need 70,000 workgroups: more than
+    // one dimension holds under the Vulkan floor.
+    let body = "@compute @workgroup_size(1)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+let i = wg.x + (wg.y + wg.z * groups.y) * groups.x;
+if (i >= params.p[0].x) { return; }
+arena[i] = arena[i] + i + 1u;
+}
+";
+    let k = dev.kernel("fill", body).expect("valid WGSL");
+    let n = 70_000usize;
+    let arena = dev.arena(n + 16).expect("fits");
+    let mut params = [0u32; 32];
+    params[0] = n as u32;
+    let groups = fold_grid(n as u64, &dev.limits).expect("fits");
+    assert!(groups[1] > 1 || dev.limits.max_workgroups[0] as usize >= n);
+    dev.run(&arena, &[(&k, params, groups)]).expect("runs");
+    let out = dev.read(&arena, 0, n + 16).expect("reads");
+    for (i, v) in out.iter().enumerate() {
+        assert_eq!(
+            *v,
+            if i < n { i as u32 + 1 } else { 0 },
+            "element {i}: each written exactly once, nothing past the end"
+        );
+    }
+}
+
+#[test]
+fn invalid_wgsl_is_an_error_naming_the_kernel() {
+    let Some(dev) = device() else { return };
+    let Err(e) =
+        dev.kernel("broken", "@compute @workgroup_size(1) fn main() { let x: f32 = arena[0]; }")
+    else {
+        panic!("must fail")
+    };
+    assert!(e.starts_with("kernel `broken`"), "{e}");
+}
+
+/// An upload past both halves of the staging buffer streams through them: tensors split across
+/// halves, a zeroed range under an upload, and the arena's words all as written.
+#[test]
+fn a_large_upload_streams_through_the_staging_halves() {
+    let Some(mut dev) = device() else { return };
+    let half = super::queue::STAGE_WORDS;
+    let n = 2 * half + half / 2 + 7;
+    let arena = dev.arena(n + 16).expect("fits");
+    let a: Vec<u32> = (0..half + 3).map(|i| i as u32 ^ 0x5555).collect();
+    let b: Vec<u32> = (0..n - a.len()).map(|i| (i as u32).wrapping_mul(2_654_435_761)).collect();
+    let job = Submission {
+        zeros: vec![(n, 16), (0, 8)],
+        uploads: vec![(0, &a[..]), (a.len(), &b[..])],
+        ..Default::default()
+    };
+    dev.submit(&arena, &job).expect("streams");
+    let got = dev.read(&arena, 0, n + 16).expect("reads");
+    assert!(got[..a.len()] == a[..], "the first tensor, across the first half's end");
+    assert!(got[a.len()..n] == b[..], "the second, through both halves and a third fill");
+    assert!(got[n..].iter().all(|&w| w == 0), "zeroed past the uploads");
+}
+
+/// Kernels compiled while the arena is made and filled come back in order, a bad one as its own
+/// error among good ones, and the fill is in the arena.
+#[test]
+fn kernels_compile_in_order_while_the_arena_fills() {
+    let Some(mut dev) = device() else { return };
+    let sources: Vec<(String, String)> = (0..6)
+        .map(|i| {
+            let body = if i == 3 { "not wgsl".to_string() } else { ADD.replace("64u", "64u ") };
+            (format!("k{i}"), body)
+        })
+        .collect();
+    let data: Vec<u32> = (0..100).collect();
+    let fill = Submission { uploads: vec![(10, &data[..])], ..Default::default() };
+    let (kernels, arena, _) = dev.kernels_and_arena(&sources, 200, &fill);
+    let arena = arena.expect("allocated and filled");
+    for (i, k) in kernels.iter().enumerate() {
+        match (i, k) {
+            (3, Err(e)) => assert!(e.starts_with("kernel `k3`"), "{e}"),
+            (_, Ok(k)) => assert_eq!(k.name, format!("k{i}")),
+            (_, Err(e)) => panic!("kernel {i}: {e}"),
+        }
+    }
+    assert_eq!(dev.read(&arena, 10, 100).expect("reads"), data);
+    assert_eq!(dev.read(&arena, 0, 10).expect("reads"), vec![0; 10]);
+}
