@@ -376,7 +376,13 @@ fn run_program(
     let mut nodes: Vec<Tensor> = Vec::with_capacity(program.len());
     for e in program {
         let t = match (e, e.op()) {
-            (Elem::Input(k), _) => x[*k as usize].clone(),
+            // Every node at the step's shape, as the kernel computes it element by element
+            // (a leaf of a smaller chain inlined into a larger one broadcasts to the latter).
+            (Elem::Input(k), _) if x[*k as usize].shape == shape => x[*k as usize].clone(),
+            (Elem::Input(k), _) => {
+                let leaf = x[*k as usize];
+                cpu(&Op::BroadcastTo, &[leaf], leaf.dtype, shape, ctx)
+            }
             (_, Some((op, args))) => {
                 let args: Vec<&Tensor> = args.iter().map(|&a| &nodes[a as usize]).collect();
                 let dtype = if matches!(op, Op::Compare(_)) { DType::Bool } else { dtype };

@@ -159,8 +159,12 @@ impl Fusion<'_> {
     fn input_node(&mut self, i: usize, x: u32, c: &mut Chain) -> u32 {
         let (xi, view) = (x as usize, self.view);
         let xs = &view.steps[xi];
-        let only_reader =
-            self.def_use.only_reader(xi) == Some(i) && xs.shape == view.steps[i].shape;
+        let only = self.def_use.only_reader(xi) == Some(i);
+        let only_reader = only && xs.shape == view.steps[i].shape;
+        // A chain of a smaller shape that broadcasts to its reader's is computed at each of the
+        // reader's elements: its leaves broadcast to the reader's shape as they did to its own.
+        let broadcast =
+            only && mgn_ir::shape::broadcast_strides(&xs.shape, &view.steps[i].shape).is_ok();
         if only_reader
             && c.head.is_none()
             && xs.op == GpuOp::Plan(Op::MatMul)
@@ -171,7 +175,7 @@ impl Fusion<'_> {
             return c.leaf(x);
         }
         let inline = self.chains[xi].as_ref().filter(|xc| {
-            only_reader
+            broadcast
                 && c.program.len() + xc.program.len() < MAX_NODES
                 && !(xc.head.is_some() && c.head.is_some())
         });
@@ -257,21 +261,20 @@ mod tests {
     }
 
     #[test]
-    fn chains_fuse_and_shared_or_reshaped_values_stay() {
+    fn chains_fuse_and_shared_values_stay() {
         let p = plan();
         let f = fused(&p);
         f.validate().expect("a valid plan");
-        // b and c fuse into y; z fuses into u; a stays (two readers), and so does w² (another
-        // shape than its reader).
-        assert_eq!(ids(&f), vec![0, 1, 2, 5, 7, 8]);
+        // b and c fuse into y; z and w² (a smaller shape that broadcasts to its reader's) into
+        // u; a stays (two readers).
+        assert_eq!(ids(&f), vec![0, 1, 2, 5, 8]);
         let GpuOp::Fused { program } = &f.steps[3].op else { panic!("{:?}", f.steps[3].op) };
         assert_eq!(f.steps[3].inputs, vec![2, 1], "y reads a and w");
         assert_eq!(program.len(), 5, "a, w, b, c (reading b twice), exp: {program:?}");
-        assert_eq!(f.outputs, vec![("y".into(), 3), ("u".into(), 5)]);
-        let GpuOp::Fused { program } = &f.steps[5].op else { panic!("{:?}", f.steps[5].op) };
-        assert_eq!(f.steps[5].inputs, vec![2, 4], "u reads a and w²");
-        assert_eq!(program.len(), 4, "{program:?}");
-        assert!(matches!(f.steps[4].op, GpuOp::Plan(Op::Pow { .. })));
+        assert_eq!(f.outputs, vec![("y".into(), 3), ("u".into(), 4)]);
+        let GpuOp::Fused { program } = &f.steps[4].op else { panic!("{:?}", f.steps[4].op) };
+        assert_eq!(f.steps[4].inputs, vec![2, 1], "u reads a and w, squaring w itself");
+        assert_eq!(program.len(), 5, "a, neg, w, w², the sum: {program:?}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The rewrites a GPU session makes before it plans memory and generates kernels, in order: state
 //! parameters written in place (`state_in_place`), long attentions through their score matrix
 //! (`attention_matmul`), the others' statistics computed once (`attention_stats`), norm weight
-//! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`),
-//! element-wise fusion (`fuse`), transposes folded into the products that read them (`transposes`),
+//! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`), an
+//! inference plan's batch norms as element-wise steps (`running_norms`), element-wise fusion
+//! (`fuse`), transposes folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
 //! that would leave the GPU idle split along k (`split_k`). Each edits the [`Program`] by step id;
 //! positions are assigned once, at the end. The CPU backend runs plans as compiled.
@@ -13,6 +14,7 @@ mod batch_grads;
 mod fuse;
 mod loss_rows;
 mod norm_partials;
+mod running_norms;
 mod split_k;
 mod state_in_place;
 mod transposes;
@@ -60,6 +62,7 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
         norm_partials::split_norm_weight_grads(&mut program);
     }
     loss_rows::split_cross_entropy(&mut program);
+    running_norms::expand_running_norms(&mut program);
     fuse::fuse_elementwise(&mut program);
     transposes::fold_transposes(&mut program);
     batch_grads::fold_batch_grads(&mut program);
