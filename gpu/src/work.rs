@@ -59,6 +59,9 @@ fn flops(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Option<f64> {
             conv @ (Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. }),
         ) => conv_flops(conv, inputs, out),
         GpuOp::ConvSplit { conv, .. } => conv_flops(conv, inputs, out.get(1..)?),
+        GpuOp::ConvEpilogue { conv, program } => {
+            Some(conv_flops(conv, inputs, out)? + numel(out) * program.len() as f64)
+        }
         GpuOp::Plan(Op::Attention { .. }) => attention(inputs, 2),
         GpuOp::AttentionStats { .. } => attention(inputs, 1),
         GpuOp::Plan(Op::AttentionGrad { part, .. })

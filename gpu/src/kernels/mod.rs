@@ -279,6 +279,7 @@ pub fn generate(
             let layout = matmul::Layout { ta: *ta, tb: *tb, ..matmul::Layout::PLAIN };
             epilogue(program, inputs, out, target, layout)
         }
+        GpuOp::ConvEpilogue { conv, program } => conv_epilogue(conv, program, inputs, out, target),
         GpuOp::MatMulT { ta, tb, alpha, splits } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha, splits: *splits };
             matmul::generate_layout(inputs, out, target, layout)
@@ -525,6 +526,30 @@ fn epilogue(
         store(out, "i", &last)
     );
     matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout)
+}
+
+/// A convolution whose kernel applies `program` to each result as it stores it, as `epilogue`
+/// does for a product: `Input(0)` is the convolution, `Input(k)` the step's input past its
+/// convolution's operands.
+fn conv_epilogue(
+    conv: &Op,
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+) -> Result<KernelSource, String> {
+    let operands = crate::program::conv_operands(conv)?;
+    let extra = inputs.get(operands - 1..).ok_or("a convolution epilogue without its operands")?;
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        k => element_of(extra, k as usize, out, "epilogue input"),
+    };
+    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let post = format!(
+        "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
+        store(out, "i", &last)
+    );
+    conv::forward(conv, &inputs[..operands], out, target, Some(&post))
 }
 
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name

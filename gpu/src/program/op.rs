@@ -49,6 +49,11 @@ pub enum GpuOp {
     /// and `Input(k)` the step's input `k + 1`. Made by `rewrite::fuse`; `ta` and `tb` read
     /// an operand transposed in place, as `MatMulT` does (set by `rewrite::transposes`).
     MatMulEpilogue { program: Vec<Elem>, ta: bool, tb: bool },
+    /// `[x, w, bias?, extra…]`: the convolution `conv` (an `Op::Conv`, over the first
+    /// `conv_operands` inputs) followed, element by element of its result, by `program` as a
+    /// `MatMulEpilogue`'s: `Input(0)` is the convolution (its bias added), `Input(k)` the
+    /// step's input `k + conv_operands − 1`. Made by `rewrite::fuse`.
+    ConvEpilogue { conv: Op, program: Vec<Elem> },
     /// `[a, b]` → `alpha · op(a) · op(b)`, batched as `Op::MatMul`, where `op(a)` is the
     /// transpose of a's last two axes when `ta` (its words hold `[.., k, m]`), and likewise
     /// `op(b)` when `tb` (`[.., n, k]`): the products of materialised attention read q, k and
@@ -170,6 +175,11 @@ impl GpuOp {
                 check_program(program, n.saturating_sub(1))?;
                 (2, usize::MAX)
             }
+            GpuOp::ConvEpilogue { conv, program } => {
+                let operands = conv_operands(conv)?;
+                check_program(program, (n + 1).saturating_sub(operands))?;
+                (operands, usize::MAX)
+            }
         };
         if n < lo || n > hi {
             let want = if lo == hi { format!("{lo}") } else { format!("at least {lo}") };
@@ -209,6 +219,11 @@ impl GpuOp {
             GpuOp::MatMulEpilogue { program, .. } => {
                 format!("matmul_epilogue {}", chain(program))
             }
+            GpuOp::ConvEpilogue { conv, program } => {
+                let conv = conv.describe();
+                let (family, attributes) = conv.split_once(' ').unwrap_or((&conv, ""));
+                format!("{family}_epilogue {attributes} → {}", chain(program))
+            }
             GpuOp::MatMulT { ta, tb, alpha, splits } => {
                 let t = |on: bool, x: &str| if on { format!(" {x}ᵀ") } else { String::new() };
                 let split = if *splits > 1 { format!(" split={splits}") } else { String::new() };
@@ -227,6 +242,14 @@ impl GpuOp {
             }
             GpuOp::ScatterInPlace { axis } => format!("slice_scatter axis={axis} in place"),
         }
+    }
+}
+
+/// How many of a `ConvEpilogue`'s inputs its convolution reads: x, w and the bias if it has one.
+pub(crate) fn conv_operands(conv: &Op) -> Result<usize, String> {
+    match conv {
+        Op::Conv { has_bias, .. } => Ok(2 + *has_bias as usize),
+        other => Err(format!("`{}` heads no convolution epilogue", other.describe())),
     }
 }
 

@@ -59,6 +59,11 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             want(product(x, *ta, *tb)?, "the product")?;
             x[2..].iter().try_for_each(|t| broadcasts(t.1, o))
         }
+        GpuOp::ConvEpilogue { conv, .. } => {
+            let operands = super::op::conv_operands(conv)?;
+            infer::check(conv, &x[..operands], out).map_err(|e| format!("the convolution {e}"))?;
+            x[operands..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
         GpuOp::MatMulT { ta, tb, splits, .. } => {
             let mut shape = product(x, *ta, *tb)?;
             if *splits > 1 {

@@ -7,9 +7,10 @@
 //! Same shape matters: the reader's output element `i` then needs exactly element `i` of the
 //! fused step, and the fused step's own inputs broadcast to the reader's shape as they did to
 //! its own. A step that is a result (output, loss, gradient) or is read twice by different steps
-//! keeps its own dispatch. A matrix product whose only reader is such a chain becomes the head
-//! of it (`GpuOp::MatMulEpilogue`): the chain — a bias, a residual, an activation — runs on each
-//! result as the matmul kernel stores it.
+//! keeps its own dispatch. A matrix product or a convolution whose only reader is such a chain
+//! becomes the head of it (`GpuOp::MatMulEpilogue`, `GpuOp::ConvEpilogue`): the chain — a bias,
+//! an inference batch norm, a residual, an activation — runs on each result as the product's
+//! kernel stores it.
 //!
 //! The decisions need the program's def-use in execution order, so fusion reads a dense
 //! snapshot of the program ([`GpuPlan`]); its edits go back to the program by step id.
@@ -94,8 +95,8 @@ impl Chain {
         self.program.len() as u32 - 1
     }
 
-    /// The fused op and its inputs (positions). With a head, the product is input 0 of the
-    /// epilogue, the head's operands `a` and `b` come first, and the other leaves follow.
+    /// The fused op and its inputs (positions). With a head, the product (or convolution) is
+    /// input 0 of the epilogue, the head's operands come first, and the other leaves follow.
     fn into_step(self, view: &GpuPlan) -> (GpuOp, Vec<u32>) {
         let Some(mm) = self.head else {
             return (GpuOp::Fused { program: self.program }, self.leaves);
@@ -111,9 +112,14 @@ impl Chain {
             .into_iter()
             .map(|e| if let Elem::Input(k) = e { Elem::Input(order(k)) } else { e })
             .collect();
-        let mut inputs = view.steps[mm as usize].inputs.clone();
+        let head = &view.steps[mm as usize];
+        let mut inputs = head.inputs.clone();
         inputs.extend(self.leaves.iter().filter(|&&l| l != mm));
-        (GpuOp::MatMulEpilogue { program, ta: false, tb: false }, inputs)
+        let op = match head.op.plan_op() {
+            Some(conv @ Op::Conv { .. }) => GpuOp::ConvEpilogue { conv: conv.clone(), program },
+            _ => GpuOp::MatMulEpilogue { program, ta: false, tb: false },
+        };
+        (op, inputs)
     }
 }
 
@@ -165,11 +171,8 @@ impl Fusion<'_> {
         // reader's elements: its leaves broadcast to the reader's shape as they did to its own.
         let broadcast =
             only && mgn_ir::shape::broadcast_strides(&xs.shape, &view.steps[i].shape).is_ok();
-        if only_reader
-            && c.head.is_none()
-            && xs.op == GpuOp::Plan(Op::MatMul)
-            && xs.dtype.is_float()
-        {
+        let product = matches!(xs.op, GpuOp::Plan(Op::MatMul | Op::Conv { .. }));
+        if only_reader && c.head.is_none() && product && xs.dtype.is_float() {
             c.head = Some(x);
             (self.absorbed[xi], self.grew[i]) = (true, true);
             return c.leaf(x);

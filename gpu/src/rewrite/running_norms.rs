@@ -167,4 +167,74 @@ mod tests {
         assert_eq!(g.steps.len(), p.steps.len());
         assert!(matches!(g.steps[5].op, GpuOp::Plan(Op::BatchNorm { .. })));
     }
+
+    /// conv → batch norm → relu, as ResNet's blocks run at inference, and a biased conv plus a
+    /// residual: each becomes one convolution with its epilogue, or a split convolution whose
+    /// sum carries the epilogue (64 channels × 3 × 3 onto 8 outputs of 36 positions: one tile,
+    /// 576 deep); all three as the plan computes them, on both backends.
+    #[test]
+    fn convolutions_head_their_norm_and_activation() {
+        let f = DType::F32;
+        let conv = |has_bias| Op::Conv {
+            stride: vec![1, 1],
+            padding: vec![1, 1],
+            dilation: vec![1, 1],
+            groups: 1,
+            has_bias,
+        };
+        let bn = Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: true, has_bias: true };
+        for (cin, split) in [(3, false), (64, true)] {
+            let (x, w, y) = ([2, cin, 6, 6], [8, cin, 3, 3], [2, 8, 6, 6]);
+            let c = &[8][..];
+            let steps = vec![
+                step(Op::Input { name: "x".into() }, vec![], f, &x), // 0
+                step(Op::Input { name: "w".into() }, vec![], f, &w), // 1
+                step(conv(false), vec![0, 1], f, &y),                // 2
+                step(Op::Input { name: "mean".into() }, vec![], f, c), // 3
+                step(Op::Input { name: "var".into() }, vec![], f, c), // 4
+                step(Op::Input { name: "g".into() }, vec![], f, c),  // 5
+                step(Op::Input { name: "b".into() }, vec![], f, c),  // 6
+                step(bn.clone(), vec![2, 3, 4, 5, 6], f, &y),        // 7
+                step(Op::Unary(UnaryOp::Relu), vec![7], f, &y),      // 8
+                step(conv(true), vec![0, 1, 6], f, &y),              // 9: bias b
+                step(Op::Binary(BinaryOp::Add), vec![9, 8], f, &y),  // 10: + residual
+            ];
+            let names = ["x", "w", "", "mean", "var", "g", "b"];
+            let inputs = (0..7).filter(|&i| i != 2).map(|i| (names[i].into(), i as u32));
+            let outputs = vec![("y".into(), 8), ("z".into(), 10)];
+            let p = Plan::of_steps(Mode::Infer, steps, inputs.collect(), outputs);
+            let g = crate::rewrite::for_gpu_with(&p, &Default::default());
+            g.validate().expect("a valid plan");
+            let ops: Vec<String> = g
+                .steps
+                .iter()
+                .filter(|s| !matches!(s.op, GpuOp::Plan(Op::Input { .. } | Op::Reshape)))
+                .map(|s| crate::session::family(&s.op.describe()).to_string())
+                .collect();
+            let want: &[&str] = match split {
+                false => &["constant", "conv2d_epilogue", "conv2d_epilogue"],
+                true => &["constant", "conv2d", "split_sum", "conv2d_epilogue"],
+            };
+            assert_eq!(ops, want, "{cin} input channels");
+            let var: Vec<f32> = values(8, 2).iter().map(|v| v.abs() + 0.25).collect();
+            let given = [
+                ("x", Tensor::f32(x.to_vec(), values(x.iter().product(), 1))),
+                ("w", Tensor::f32(w.to_vec(), values(w.iter().product(), 7))),
+                ("mean", Tensor::f32(vec![8], values(8, 3))),
+                ("var", Tensor::f32(vec![8], var)),
+                ("g", Tensor::f32(vec![8], values(8, 4))),
+                ("b", Tensor::f32(vec![8], values(8, 5))),
+            ];
+            let given: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (*n, t)).collect();
+            let want = run_on_cpu_plan(&p, &[], &given);
+            let got = run_reference(&g, &[], &given);
+            let Some(mut gpu) = open(p, &[]) else { return };
+            let on_gpu = gpu.run(&given, 0).expect("runs on the GPU");
+            for ((a, (_, b)), (_, c)) in want.outputs.iter().zip(&got.outputs).zip(&on_gpu.outputs)
+            {
+                assert_close(&conv(false), b, &a.1, 1e-5);
+                assert_close(&conv(false), c, &a.1, 1e-4);
+            }
+        }
+    }
 }

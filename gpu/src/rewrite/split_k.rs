@@ -143,8 +143,13 @@ fn conv_gemm(op: &Op, second: &[usize], out: &[usize]) -> Option<[usize; 4]> {
 pub(super) fn split_convolutions(program: &mut Program) {
     for id in program.order().to_vec() {
         let s = program.step(id);
-        let GpuOp::Plan(conv) = &s.op else { continue };
-        if s.dtype != DType::F32 || s.inputs.len() != 2 || s.shape.len() < 3 {
+        // A fused program goes on to the sum (a convolution with one has no bias to split).
+        let (conv, epilogue) = match &s.op {
+            GpuOp::Plan(conv) if s.inputs.len() == 2 => (conv, vec![Elem::Input(0)]),
+            GpuOp::ConvEpilogue { conv, program } => (conv, program.clone()),
+            _ => continue,
+        };
+        if s.dtype != DType::F32 || s.shape.len() < 3 {
             continue;
         }
         let second = &program.step(s.inputs[1]).shape;
@@ -156,17 +161,20 @@ pub(super) fn split_convolutions(program: &mut Program) {
         }
         let mut shape = vec![splits];
         shape.extend(&s.shape);
+        let inputs = program.step(id).inputs.clone();
         let partial = Step {
             op: GpuOp::ConvSplit { conv, splits },
-            inputs: program.step(id).inputs.clone(),
+            inputs: inputs[..2].to_vec(),
             dtype: DType::F32,
             shape,
             loc: s.loc.clone(),
         };
         let partial = program.insert_before(id, partial);
         let s = program.step_mut(id);
-        s.op = GpuOp::SplitSum { splits, program: vec![Elem::Input(0)] };
-        s.inputs = vec![partial];
+        // The epilogue's Input(k) is its step's input k + 1, past x and w; the sum's is input
+        // k, past the partials: the same extra inputs either way.
+        s.op = GpuOp::SplitSum { splits, program: epilogue };
+        s.inputs = [vec![partial], inputs[2..].to_vec()].concat();
     }
 }
 

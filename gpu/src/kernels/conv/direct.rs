@@ -12,6 +12,7 @@ pub(super) fn conv(
     w: &Operand,
     bias: Option<&Operand>,
     out: &Operand,
+    post: bool,
 ) -> String {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
@@ -44,7 +45,7 @@ pub(super) fn conv(
         kk = kh * kw,
         xv = load(x, &format!("(xbase + u32(ih) * {wd}u + u32(iw))")),
         wv = load(w, &format!("(wbase + a * {kw}u + b)")),
-        st = store(out, "i", "acc"),
+        st = if post { "mgn_epilogue(i, acc);".to_string() } else { store(out, "i", "acc") },
     )
 }
 

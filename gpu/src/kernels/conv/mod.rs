@@ -54,27 +54,7 @@ pub fn generate(
     let what = op.describe();
     let need = |k: usize| super::need_inputs(op, inputs, k);
     let src = match op {
-        Op::Conv { stride, padding, dilation, groups, has_bias } => {
-            need(2 + *has_bias as usize)?;
-            let c =
-                conv_dims(&inputs[0].shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
-            expect_shape(&what, &out.shape, &c.out_shape())?;
-            let bias = if *has_bias {
-                if inputs[2].shape != [c.cout] {
-                    return Err(format!(
-                        "`{what}`: bias must have shape [{}], found {:?}",
-                        c.cout, inputs[2].shape
-                    ));
-                }
-                Some(&inputs[2])
-            } else {
-                None
-            };
-            if let Some(k) = conv_tiled(&c, &inputs[0], &inputs[1], bias, out, target, 1) {
-                return Ok(k);
-            }
-            conv(&c, &inputs[0], &inputs[1], bias, out)
-        }
+        Op::Conv { .. } => return forward(op, inputs, out, target, None),
         Op::ConvGradInput { stride, padding, dilation, groups } => {
             need(2)?;
             let c = conv_dims(&out.shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
@@ -129,6 +109,42 @@ pub fn generate(
     Ok(elementwise(n, width, &src, ""))
 }
 
+/// The forward convolution `op` (an `Op::Conv`): its result, bias added, stored — or, with
+/// `post` (the WGSL of `fn mgn_epilogue(i: u32, p: f32)`, a `GpuOp::ConvEpilogue`'s program),
+/// handed to `mgn_epilogue` with its output index.
+pub fn forward(
+    op: &Op,
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+    post: Option<&str>,
+) -> Result<KernelSource, String> {
+    let Op::Conv { stride, padding, dilation, groups, has_bias } = op else {
+        return Err(format!("`{}` is not a convolution", op.describe()));
+    };
+    let what = op.describe();
+    super::need_inputs(op, inputs, 2 + *has_bias as usize)?;
+    let c = conv_dims(&inputs[0].shape, &inputs[1].shape, stride, padding, dilation, *groups)?;
+    expect_shape(&what, &out.shape, &c.out_shape())?;
+    let bias = if *has_bias {
+        if inputs[2].shape != [c.cout] {
+            return Err(format!(
+                "`{what}`: bias must have shape [{}], found {:?}",
+                c.cout, inputs[2].shape
+            ));
+        }
+        Some(&inputs[2])
+    } else {
+        None
+    };
+    let (x, w) = (&inputs[0], &inputs[1]);
+    let k = conv_tiled(&c, x, w, bias, out, target, 1, post.is_some()).unwrap_or_else(|| {
+        let n: usize = out.shape.iter().product();
+        elementwise(n, target.width, &conv(&c, x, w, bias, out, post.is_some()), "")
+    });
+    Ok(KernelSource { body: format!("{}{}", post.unwrap_or(""), k.body), ..k })
+}
+
 /// The kernel of `GpuOp::ConvSplit`: `conv` over each of `splits` ranges of its reduction,
 /// `[splits, ..out]`.
 pub fn split(
@@ -148,7 +164,7 @@ pub fn split(
         Op::Conv { stride, padding, dilation, groups, has_bias: false } => {
             let c = conv_dims(&x.shape, &y.shape, stride, padding, dilation, *groups)?;
             expect_shape(&what, each, &c.out_shape())?;
-            conv_tiled(&c, x, y, None, out, target, splits)
+            conv_tiled(&c, x, y, None, out, target, splits, false)
         }
         Op::ConvGradInput { stride, padding, dilation, groups } => {
             let c = conv_dims(each, &y.shape, stride, padding, dilation, *groups)?;

@@ -16,6 +16,7 @@ pub(super) fn conv_tiled(
     out: &Operand,
     target: Target,
     splits: usize,
+    post: bool,
 ) -> Option<KernelSource> {
     let ([h, wd], [kh, kw], [oh, ow]) = (c.inp, c.k, c.out);
     let ([sh, sw], [ph, pw], [dh, dw]) = (c.stride, c.padding, c.dilation);
@@ -56,14 +57,15 @@ pub(super) fn conv_tiled(
     };
     let plus =
         bias.map_or(String::new(), |b| format!(" + {}", load(b, &format!("g * {cout_g}u + m"))));
-    let epilogue = store(
-        out,
-        &format!(
-            "{}((n / {l}u) * {cout}u + g * {cout_g}u + m) * {l}u + n % {l}u",
-            range(c.n * cout * l, splits)
-        ),
-        &format!("acc{plus}"),
+    let at = format!(
+        "{}((n / {l}u) * {cout}u + g * {cout_g}u + m) * {l}u + n % {l}u",
+        range(c.n * cout * l, splits)
     );
+    let epilogue = match post {
+        // The fused program stores (`kernels::conv::forward`).
+        true => format!("mgn_epilogue({at}, acc{plus});"),
+        false => store(out, &at, &format!("acc{plus}")),
+    };
     implicit_gemm(&gm, &a, &b, &epilogue, target)
 }
 
