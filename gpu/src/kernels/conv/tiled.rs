@@ -7,7 +7,11 @@ use crate::kernels::{load, store, KernelSource, Operand, Target};
 
 /// Forward as a GEMM per group: M = output channels, N = samples × output positions,
 /// K = input channels × taps; A is the weight (contiguous along K), B the im2col of the input,
-/// staged along N so that neighbouring invocations read neighbouring pixels.
+/// staged along N so that neighbouring invocations read neighbouring pixels. With `post`, each
+/// result goes to `mgn_epilogue(index, value)` (a fused program the caller defines) instead.
+// The operands, the output and how it is stored (split ranges, through an epilogue) are the
+// forward's own; a struct of them would be built at three call sites only to be taken apart.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn conv_tiled(
     c: &ConvDims,
     x: &Operand,
