@@ -12,7 +12,7 @@
 //! its model line. A plan that writes state (a KV cache) ends each submission by copying the
 //! written values over their parameters (`state`), so `params` returns the new state.
 
-use crate::device::{Arena, Dispatch, GpuDevice, Kernel, Params, Submission};
+use crate::device::{Arena, Connection, Dispatch, GpuDevice, Kernel, Params, Submission};
 use crate::kernels::{generate, step_operands};
 use crate::limits::{fold_grid, DeviceLimits};
 use crate::program::{GpuOp, GpuPlan};
@@ -282,6 +282,56 @@ fn step_dispatches(
     Ok(dispatch)
 }
 
+/// What opening a session makes on the CPU, from the device's limits alone: the arena's layout,
+/// the dependency levels, every step's dispatch and the kernels' sources.
+struct Made {
+    offsets: Vec<usize>,
+    levels: Levels,
+    dispatch: Vec<Option<StepDispatch>>,
+    train: Option<Training>,
+    state: Vec<Vec<crate::state::WordCopy>>,
+    sources: Sources,
+    /// The arena's words, optimizer state and scratch included.
+    top: usize,
+}
+
+impl Made {
+    fn of(
+        plan: &GpuPlan,
+        dynamic: Option<&crate::dynamic::DynamicProgram>,
+        limits: &DeviceLimits,
+        memory: Option<u64>,
+        phase: &mut dyn FnMut(&'static str),
+    ) -> Result<Made, GpuError> {
+        // Values share arena words when their lifetimes do not overlap.
+        let layout = crate::memory::plan_arena(plan);
+        // Sizes past the device refused now, in the model's terms, before any kernel is made.
+        let fits = |words| {
+            crate::memory::check_fits(plan, words, limits, memory).map_err(GpuError::Failed)
+        };
+        fits(layout.total_words)?;
+        let offsets = layout.offsets;
+        let words: Vec<usize> =
+            plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
+        let levels = levels(plan, &offsets, &words);
+        phase("arena plan and levels");
+        let mut sources = Sources::default();
+        let bound = dynamic.map(|d| d.bound()).unwrap_or_default();
+        let follows = |v: usize| match dynamic {
+            Some(d) => d.dims(v, plan.steps[v].shape.len()),
+            None => Vec::new(),
+        };
+        let dispatch = step_dispatches(plan, &offsets, limits, &mut sources, &follows, &bound)?;
+        // Training: optimizer state and clipping scratch go past the plan's own words.
+        let mut top = layout.total_words;
+        let train = training(plan, &offsets, &levels, limits, &mut top, &mut sources)?;
+        let state = crate::state::state_copies(plan, &offsets, &mut top).map_err(err)?;
+        fits(top)?;
+        phase("kernels generated");
+        Ok(Made { offsets, levels, dispatch, train, state, sources, top })
+    }
+}
+
 impl GpuSession {
     /// Opens the GPU for `plan` after its rewrites (`rewrite::for_gpu`), uploads `params` and
     /// compiles a kernel per step.
@@ -313,7 +363,10 @@ impl GpuSession {
         GpuSession::open_program(plan, None, params)
     }
 
-    /// `open`, for a dynamic plan's program at its bound too (`dynamic` its sites).
+    /// `open`, for a dynamic plan's program at its bound too (`dynamic` its sites). The device
+    /// opens on another thread while this one plans the arena and generates the kernels, which
+    /// need only the device's limits (the first open in a process takes the driver 0.2-0.5 s
+    /// on the H200, each later one 70-90 ms).
     fn open_program(
         plan: GpuPlan,
         dynamic: Option<crate::dynamic::DynamicProgram>,
@@ -327,43 +380,27 @@ impl GpuSession {
         };
         plan.validate()
             .map_err(|e| GpuError::Failed(format!("{}: invalid GPU plan: {e}", plan.model)))?;
-        let mut dev = GpuDevice::open()?;
-        phase("device");
-        // Values share arena words when their lifetimes do not overlap.
-        let layout = crate::memory::plan_arena(&plan);
-        // Sizes past the device refused now, in the model's terms, before any kernel is made.
-        let fits = |words| {
-            crate::memory::check_fits(&plan, words, &dev.limits, dev.info.memory)
-                .map_err(GpuError::Failed)
-        };
-        fits(layout.total_words)?;
-        let offsets = layout.offsets;
-        let words: Vec<usize> =
-            plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
-        let levels = levels(&plan, &offsets, &words);
-        phase("arena plan and levels");
-        let mut sources = Sources::default();
-        let bound = dynamic.as_ref().map(|d| d.bound()).unwrap_or_default();
-        let follows = |v: usize| match &dynamic {
-            Some(d) => d.dims(v, plan.steps[v].shape.len()),
-            None => Vec::new(),
-        };
-        let dispatch =
-            step_dispatches(&plan, &offsets, &dev.limits, &mut sources, &follows, &bound)?;
-        // Training: optimizer state and clipping scratch go past the plan's own words.
-        let mut top = layout.total_words;
-        let train = training(&plan, &offsets, &levels, &dev.limits, &mut top, &mut sources)?;
-        let state = crate::state::state_copies(&plan, &offsets, &mut top).map_err(err)?;
-        fits(top)?;
-        phase("kernels generated");
+        let (info, limits) = GpuDevice::chosen()?;
+        phase("device chosen");
+        let memory = info.memory;
+        let (opened, made) = std::thread::scope(|scope| {
+            let opening = scope.spawn(|| Connection::open(&info));
+            let made = Made::of(&plan, dynamic.as_ref(), &limits, memory, &mut phase);
+            (opening.join(), made)
+        });
+        let crashed = || GpuError::NoDevice("the driver crashed while opening the device".into());
+        let mut dev = GpuDevice::on(opened.map_err(|_| crashed())??, info, limits);
+        let made = made?;
+        phase("device (opened while the two phases before ran)");
         // The parameters cross the bus while the driver compiles.
-        let values = param_words(&plan, &offsets, params);
+        let values = param_words(&plan, &made.offsets, params);
         let fill = Submission {
             uploads: values.iter().map(|(o, d)| (*o, &d[..])).collect(),
             ..Default::default()
         };
+        let sources = made.sources;
         let named = sources.named(0);
-        let (compiled, arena, alongside) = dev.kernels_and_arena(&named, top, &fill);
+        let (compiled, arena, alongside) = dev.kernels_and_arena(&named, made.top, &fill);
         let arena = arena.map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
         let kernels = sources.check(compiled, 0);
         phase("pipelines");
@@ -379,12 +416,12 @@ impl GpuSession {
             dev,
             plan,
             arena: Some(arena),
-            offsets,
+            offsets: made.offsets,
             kernels,
-            dispatch,
-            levels,
-            train,
-            state,
+            dispatch: made.dispatch,
+            levels: made.levels,
+            train: made.train,
+            state: made.state,
             setup_phases: phases,
             setup_alongside: alongside,
             sources,
@@ -396,9 +433,11 @@ impl GpuSession {
         &self.dev.info.name
     }
 
-    /// How long each phase of opening this session took, in order: the rewrites, the device,
-    /// the arena plan, kernel generation, and pipeline creation (with the arena's allocation
-    /// and the parameters' upload alongside: `setup_alongside`).
+    /// How long each phase of opening this session took, in order: the rewrites, choosing the
+    /// device (the driver's list, once a process), the arena plan, kernel generation, what was
+    /// left of opening the device (on another thread during the two before), and pipeline
+    /// creation (with the arena's allocation and the parameters' upload alongside:
+    /// `setup_alongside`).
     pub fn setup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
         self.setup_phases.clone()
     }

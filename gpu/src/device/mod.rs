@@ -103,26 +103,67 @@ impl Submission<'_> {
     }
 }
 
-impl GpuDevice {
-    /// Opens the device `probe::choose` picks (hardware first, `MGN_DEVICE` to override).
-    pub fn open() -> Result<GpuDevice, GpuError> {
-        let all = devices().map_err(GpuError::NoDevice)?;
-        let info = choose(&all).map_err(GpuError::NoDevice)?.clone();
+/// The driver's context of an opened device, before its command encoders exist: what may be
+/// made on another thread (the encoders may not move between threads) while this one works.
+pub struct Connection(std::mem::ManuallyDrop<gpu::Context>);
+
+impl Connection {
+    /// Opens `info`'s device (one thread of the process at a time: `lifecycle`).
+    pub fn open(info: &Device) -> Result<Connection, GpuError> {
         // MGN_PROFILE=1 turns on GPU timestamps (see `profile`); they cost a little per pass.
         let timing = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
         let desc = gpu::ContextDesc { device_id: Some(info.id), timing, ..Default::default() };
-        let ctx = {
-            let _one_at_a_time = lifecycle();
-            std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
-                .map_err(|_| {
-                    GpuError::NoDevice(format!("the driver crashed while opening {}", info.name))
-                })?
-                .map_err(|e| GpuError::NoDevice(format!("cannot open {}: {e:?}", info.name)))?
-        };
-        let ctx = std::mem::ManuallyDrop::new(ctx);
-        let queue = Queue::new(&ctx);
+        let _one_at_a_time = lifecycle();
+        let ctx = std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
+            .map_err(|_| {
+                GpuError::NoDevice(format!("the driver crashed while opening {}", info.name))
+            })?
+            .map_err(|e| GpuError::NoDevice(format!("cannot open {}: {e:?}", info.name)))?;
+        Ok(Connection(std::mem::ManuallyDrop::new(ctx)))
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Only a connection that never became a device gets here (`GpuDevice::on` takes its
+        // context): destroyed under the same lock as a device's.
+        let _one_at_a_time = lifecycle();
+        // SAFETY: `self.0` is not used again; this is the only place it is dropped.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+    }
+}
+
+impl GpuDevice {
+    /// Opens the device `probe::choose` picks (hardware first, `MGN_DEVICE` to override).
+    pub fn open() -> Result<GpuDevice, GpuError> {
+        let (info, limits) = GpuDevice::chosen()?;
+        GpuDevice::open_on(info, limits)
+    }
+
+    /// The device `open` opens and the limits its kernels are sized by (the floor under
+    /// `MGN_MIN_SPEC=1`), from the driver's list alone: kernels can be made before (or while)
+    /// the device opens.
+    pub fn chosen() -> Result<(Device, DeviceLimits), GpuError> {
+        let all = devices().map_err(GpuError::NoDevice)?;
+        let info = choose(&all).map_err(GpuError::NoDevice)?.clone();
         let limits = DeviceLimits::effective(info.limits.unwrap_or(DeviceLimits::MIN_SPEC));
-        Ok(GpuDevice { ctx, queue, info, limits })
+        Ok((info, limits))
+    }
+
+    /// Opens the device `info` (from `chosen`) with `limits`.
+    pub fn open_on(info: Device, limits: DeviceLimits) -> Result<GpuDevice, GpuError> {
+        Ok(GpuDevice::on(Connection::open(&info)?, info, limits))
+    }
+
+    /// The device over an open connection (its command encoders stay on this thread).
+    pub fn on(connection: Connection, info: Device, limits: DeviceLimits) -> GpuDevice {
+        let mut connection = std::mem::ManuallyDrop::new(connection);
+        // SAFETY: the connection is forgotten, so its context is taken exactly once and its own
+        // `Drop` never runs; the device drops the context instead.
+        let ctx =
+            std::mem::ManuallyDrop::new(unsafe { std::mem::ManuallyDrop::take(&mut connection.0) });
+        let queue = Queue::new(&ctx);
+        GpuDevice { ctx, queue, info, limits }
     }
 
     /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
