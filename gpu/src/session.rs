@@ -108,8 +108,6 @@ struct StepDispatch {
     dropout_node: Option<u32>,
 }
 
-/// A tensor's words as the arena holds them: f32 and i32 values as they lie in memory (no
-/// copy: a model's parameters are hundreds of megabytes), f64 rounded to f32.
 /// Every parameter step's arena offset and words.
 fn param_words<'a>(
     plan: &GpuPlan,
@@ -125,6 +123,8 @@ fn param_words<'a>(
         .collect()
 }
 
+/// A tensor's words as the arena holds them: f32 and i32 values as they lie in memory (no
+/// copy: a model's parameters are hundreds of megabytes), f64 rounded to f32.
 fn words_of(t: &Tensor) -> std::borrow::Cow<'_, [u32]> {
     use std::borrow::Cow;
     match &t.data {

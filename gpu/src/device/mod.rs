@@ -5,6 +5,10 @@
 //! storage binding per kernel keeps far inside Vulkan's floor of 4 storage buffers per stage,
 //! whatever the number of a kernel's inputs; 128 bytes is the guaranteed parameter-block size.
 //! Tensors are stored as 32-bit words (`f32` and `i32` alike, reinterpreted with `bitcast`).
+//!
+//! Here: opening the device (`Connection`, `GpuDevice`), its arena and the submission type;
+//! `compile.rs` makes pipelines on every core, `queue.rs` records and submits (staging,
+//! streamed uploads, runs of levels in chunks, timestamps).
 
 mod compile;
 mod queue;

@@ -23,9 +23,9 @@ pub(super) const STAGE_WORDS: usize = 4 << 20;
 /// copies through. Apart from the context (`GpuDevice::ctx`), so that kernels compile on other
 /// threads, borrowing the context alone, while this thread uploads (`kernels_and_arena`).
 pub(super) struct Queue {
-    pub(super) encoder: gpu::CommandEncoder,
+    encoder: gpu::CommandEncoder,
     /// A run's command buffers (`submit`), one per chunk of its levels, `CHUNKS` in rotation.
-    pub(super) runs: gpu::CommandEncoder,
+    runs: gpu::CommandEncoder,
     /// Host-visible staging for uploads and for readback, grown on demand and kept: the arena
     /// itself is device-local, which on a discrete GPU the host cannot map (or only slowly).
     upload: Option<Staging>,
