@@ -16,11 +16,17 @@ use crate::program::{Elem, GpuOp, Program, Step};
 use mgn_ir::op::Op;
 use mgn_ir::DType;
 
-/// Products with at least this many 64×64 tiles fill the GPU; from half as many, only a deep
-/// k (`DEEP`) still pays for splitting in two. Measured on the H200: Whisper's attention
-/// products (144 tiles, 1,500 deep) 145 → 95 µs split in two, its 384-deep projections (144
-/// tiles) 44 → 49 µs plus the sum.
+/// Products with at least this many 64×64 tiles fill the GPU; from `HALF_FULL`, only a deep
+/// k (`DEEP`) still pays for splitting. Measured on the H200: Whisper's attention products (144
+/// tiles, 1,500 deep) 145 → 95 µs split in two, its 384-deep projections (144 tiles) 44 → 49 µs
+/// plus the sum.
 const ENOUGH_TILES: usize = FILL;
+/// From this many tiles a shallow product stays whole: half a wave of workgroups walking all of
+/// a short k beats twice as many and a sum. Measured on the H200 against 132 (2026-12-04, two
+/// rounds): MiniLM's forward 2.12 / 2.17 → 2.01 / 2.03 ms (its 96-tile, 384-deep projections),
+/// SmolVLA's 2.76 / 2.78 → 2.67 / 2.73 and its forward + backward 6.09 / 6.12 → 5.81 / 6.04,
+/// Whisper and the U-Net within their spread.
+const HALF_FULL: usize = 64;
 const DEEP: usize = 1024;
 /// Each k range is at least this deep (shallower ranges spend more on the partials' traffic
 /// than they win).
@@ -39,6 +45,13 @@ fn geometry(a: &[usize], b: &[usize], out: &[usize], ta: bool, tb: bool) -> Opti
     (m * n > 0).then(|| [m, k, n, total / (m * n)])
 }
 
+/// The tile count from which a shallow product (k below `DEEP`) stays whole: `HALF_FULL`, or
+/// `MGN_SPLIT_HALF` (an experiment's override).
+fn half_full() -> usize {
+    let given = std::env::var("MGN_SPLIT_HALF").ok().and_then(|v| v.parse().ok());
+    given.unwrap_or(HALF_FULL)
+}
+
 /// How many k ranges the product gets: 1 when it fills the GPU already or is too shallow.
 pub(crate) fn splits_for([m, k, n, batches]: [usize; 4]) -> usize {
     // The skinny kernels split k over lanes already.
@@ -46,7 +59,7 @@ pub(crate) fn splits_for([m, k, n, batches]: [usize; 4]) -> usize {
         return 1;
     }
     let tiles = batches * m.div_ceil(64) * n.div_ceil(64);
-    if tiles >= ENOUGH_TILES || (tiles >= ENOUGH_TILES / 2 && k < DEEP) {
+    if tiles >= ENOUGH_TILES || (tiles >= half_full() && k < DEEP) {
         return 1;
     }
     let want = FILL.div_ceil(tiles).min(k / MIN_DEPTH).min(MAX_SPLITS);
@@ -207,8 +220,11 @@ mod tests {
         assert_eq!(splits_for([128, 576, 576, 1]), 4);
         // Whisper's attention products: 144 tiles, split in two.
         assert_eq!(splits_for([1500, 1500, 64, 6]), 2);
-        // Half full and 384 deep: as it is.
+        // Half full (or a third: MiniLM's 96 tiles) and 384 deep: as it is.
         assert_eq!(splits_for([1500, 384, 384, 1]), 1);
+        assert_eq!(splits_for([1024, 384, 384, 1]), 1);
+        // A quarter full and 384 deep (48 tiles): split.
+        assert_eq!(splits_for([128, 384, 1536, 1]), 3);
         // Full already, shallow, or skinny.
         assert_eq!(splits_for([1500, 384, 1536, 4]), 1);
         assert_eq!(splits_for([128, 200, 128, 1]), 1);
