@@ -177,8 +177,10 @@ impl Fusion<'_> {
             (self.absorbed[xi], self.grew[i]) = (true, true);
             return c.leaf(x);
         }
+        // A chain headed by a product stays at the product's shape: its kernel computes one
+        // epilogue per product element.
         let inline = self.chains[xi].as_ref().filter(|xc| {
-            broadcast
+            (if xc.head.is_some() { only_reader } else { broadcast })
                 && c.program.len() + xc.program.len() < MAX_NODES
                 && !(xc.head.is_some() && c.head.is_some())
         });
@@ -416,6 +418,44 @@ mod tests {
             };
             let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
             crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
+        }
+    }
+
+    /// x · sigmoid(a @ w) with the product [2, 5] broadcast into x [3, 2, 5] (a gate per row,
+    /// as FiLM-style conditioning writes it): the product heads its sigmoid at its own shape,
+    /// and the larger multiply stays a step of its own — an epilogue runs once per product
+    /// element, so it cannot make the larger result.
+    #[test]
+    fn a_headed_chain_is_not_inlined_into_a_larger_reader() {
+        let f = DType::F32;
+        let steps = vec![
+            step(Op::Input { name: "a".into() }, vec![], f, &[2, 4]), // 0
+            step(Op::Input { name: "w".into() }, vec![], f, &[4, 5]), // 1
+            step(Op::MatMul, vec![0, 1], f, &[2, 5]),                 // 2
+            step(Op::Unary(UnaryOp::Sigmoid), vec![2], f, &[2, 5]),   // 3
+            step(Op::Input { name: "x".into() }, vec![], f, &[3, 2, 5]), // 4
+            step(Op::Binary(BinaryOp::Mul), vec![4, 3], f, &[3, 2, 5]), // 5
+        ];
+        let p = Plan::of_steps(
+            Mode::Infer,
+            steps,
+            vec![("a".into(), 0), ("w".into(), 1), ("x".into(), 4)],
+            vec![("y".into(), 5)],
+        );
+        let g = fused(&p);
+        g.validate().expect("a valid plan");
+        assert!(g.steps.iter().any(|s| matches!(s.op, GpuOp::MatMulEpilogue { .. })));
+        assert!(matches!(g.steps.last().expect("steps").op, GpuOp::Plan(Op::Binary(_))));
+        let a = Tensor::f32(vec![2, 4], crate::test_util::values(8, 1));
+        let w = Tensor::f32(vec![4, 5], crate::test_util::values(20, 2));
+        let x = Tensor::f32(vec![3, 2, 5], crate::test_util::values(30, 3));
+        let given = [("a", &a), ("w", &w), ("x", &x)];
+        let want = crate::test_util::run_on_cpu_plan(&p, &[], &given).outputs.remove(0).1;
+        let got = run_reference(&g, &[], &given).outputs.remove(0).1;
+        crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
+        if let Some(mut gpu) = crate::test_util::open(p, &[]) {
+            let y = gpu.run(&given, 0).expect("runs").outputs.remove(0).1;
+            crate::test_util::assert_close(&Op::MatMul, &y, &want, 1e-5);
         }
     }
 
