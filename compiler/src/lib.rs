@@ -9,7 +9,8 @@
 //! diagnostics into text or JSON, and `driver` strings the stages together for the CLI, the
 //! tests and the language server. For plans: `autodiff` (the backward pass), `rewrite`
 //! (greedy local rules, or egglog's equality saturation with the `egglog` feature) and `lower`
-//! (live nodes as numbered steps, validated); `dynamic` builds a plan at the probe points of its
+//! (live nodes as numbered steps, validated; last of all `precision`, the mixed precision
+//! policy); `dynamic` builds a plan at the probe points of its
 //! dynamic sizes and fits them into one plan over those sizes.
 
 pub mod autodiff;
@@ -19,6 +20,7 @@ pub mod elab;
 pub mod front;
 pub mod graph;
 pub mod lower;
+pub mod precision;
 pub mod render;
 pub mod rewrite;
 pub mod source;

@@ -7,6 +7,7 @@ use crate::rewrite::{rewrite, Rewrites};
 use crate::source::SourceMap;
 use mgn_ir::optim::OptimizerSpec;
 use mgn_ir::plan::{Mode, ParamSpec, Plan};
+use mgn_ir::precision::Precision;
 use mgn_syntax::{Diagnostic, Span};
 
 /// What a plan computes.
@@ -20,6 +21,8 @@ pub struct PlanOptions<'a> {
     pub optimizer: OptimizerSpec,
     /// The rewrite engine (`rewrite/`): greedy by default; none only to compare against it.
     pub rewrites: Rewrites,
+    /// The precision policy (`precision.rs`): f32 by default.
+    pub precision: Precision,
 }
 
 impl PlanOptions<'_> {
@@ -31,6 +34,7 @@ impl PlanOptions<'_> {
             frozen: &[],
             optimizer: OptimizerSpec::default(),
             rewrites: Rewrites::Greedy,
+            precision: Precision::F32,
         }
     }
 
@@ -42,6 +46,7 @@ impl PlanOptions<'_> {
             frozen,
             optimizer,
             rewrites: Rewrites::Greedy,
+            precision: Precision::F32,
         }
     }
 }
@@ -111,6 +116,8 @@ pub fn lower_with_spans(
         optimizer: opts.optimizer.clone(),
         state_writes: g.state_writes.iter().map(|(p, id)| (*p, map(*id))).collect(),
         dynamic: None,
+        precision: opts.precision,
+        loss_scaling: g.loss_scaling.clone(),
     };
     // Every plan the compiler makes passes the validator that plan files and backends rely on:
     // a node elaboration or autodiff typed differently from the IR's rules is a compiler bug,
@@ -174,9 +181,23 @@ fn check_engine(engine: Rewrites) -> Result<(), Diagnostic> {
 }
 
 /// The rewrites before autodiff (fewer forward nodes to differentiate) and after (autodiff's
-/// own redundancies, e.g. transposing a transposed weight for every matmul gradient), and the
-/// backward pass when `opts` asks for gradients: (parameter, gradient node) pairs.
+/// own redundancies, e.g. transposing a transposed weight for every matmul gradient), the
+/// backward pass when `opts` asks for gradients, and last the precision policy: (parameter,
+/// gradient node) pairs.
 fn differentiate_and_rewrite(
+    g: &mut Graph,
+    opts: &PlanOptions,
+) -> Result<Vec<(usize, NodeId)>, Diagnostic> {
+    let mut grads = differentiate_rewritten(g, opts)?;
+    if let Some(half) = opts.precision.half() {
+        let mut ids: Vec<NodeId> = grads.iter().map(|(_, id)| *id).collect();
+        crate::precision::apply(g, half, &mut ids);
+        grads.iter_mut().zip(ids).for_each(|(g, id)| g.1 = id);
+    }
+    Ok(grads)
+}
+
+fn differentiate_rewritten(
     g: &mut Graph,
     opts: &PlanOptions,
 ) -> Result<Vec<(usize, NodeId)>, Diagnostic> {
@@ -185,7 +206,12 @@ fn differentiate_and_rewrite(
         return Ok(Vec::new());
     }
     let training = opts.mode == Mode::Train;
-    let mut grads = differentiate(g, &GradOptions { training, frozen: opts.frozen })?;
+    // f16's narrow range needs the loss scaled (an f32 loss: any other is the user's choice).
+    let scaled = opts.precision == Precision::MixedF16
+        && g.loss.is_some_and(|l| g.node(l).dtype == mgn_ir::DType::F32);
+    let loss_scale = scaled.then(|| crate::precision::loss_scale_param(g));
+    let grad_opts = GradOptions { training, frozen: opts.frozen, loss_scale };
+    let mut grads = differentiate(g, &grad_opts)?;
     if opts.rewrites != Rewrites::None {
         // Gradients are results like outputs: track them through the rewrite as outputs.
         let n_out = g.outputs.len();

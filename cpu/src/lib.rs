@@ -9,6 +9,8 @@
 //!   against the step's and fails on a mismatch rather than guess.
 //! - Float inputs of one op may mix `F32` and `F64` storage (a constant is always `F32`); the op
 //!   then computes in, and returns, `F64`.
+//! - A result of a half type (`f16`, `bf16`) is rounded to it once, after the kernel, which
+//!   computes in f32 from its (already half) operands: what the GPU does when it stores one.
 //! - Sums that reduce many elements (reductions, `SumTo`, normalization statistics, weight
 //!   gradients of the norms) accumulate in f64 whatever the storage.
 //! - Data never panics a kernel: an out-of-range index, a wrong storage or an inconsistent input
@@ -111,7 +113,12 @@ pub fn eval(
         // The op's typing rule, the one the plan validator and the compiler apply.
         let types: Vec<Ty> = inputs.iter().map(|t| (t.dtype, &t.shape[..])).collect();
         mgn_ir::infer::check(op, &types, (dtype, shape))?;
-        let data = dispatch(op, inputs, dtype, shape, ctx)?;
+        let mut data = dispatch(op, inputs, dtype, shape, ctx)?;
+        // A value of a half type holds a value of that type, whichever op made it: kernels
+        // compute in f32 (or f64) and the result is rounded once, as a GPU stores it.
+        if dtype.is_half() && !matches!(op, Op::Cast) {
+            pointwise::round_to_half(&mut data, dtype);
+        }
         if data.len() != layout::numel(shape) {
             return err(format!("produced {} elements for the step's shape {shape:?}", data.len()));
         }

@@ -176,6 +176,20 @@ fn round_f16(x: f32) -> f32 {
     f32::from_bits(b.wrapping_add(0xFFF + ((b >> 13) & 1)) & !0x1FFF)
 }
 
+/// Rounds float storage in place to the half type `dtype` (nothing for any other dtype).
+pub(crate) fn round_to_half(data: &mut Data, dtype: DType) {
+    let round: fn(f32) -> f32 = match dtype {
+        DType::F16 => round_f16,
+        DType::BF16 => round_bf16,
+        _ => return,
+    };
+    match data {
+        Data::F32(v) => v.iter_mut().for_each(|x| *x = round(*x)),
+        Data::F64(v) => v.iter_mut().for_each(|x| *x = round(*x as f32) as f64),
+        Data::I32(_) => {}
+    }
+}
+
 /// Converts to `dtype`: floats to integers truncate toward zero (saturating; NaN → 0), to `bool`
 /// test `!= 0`; to `f16`/`bf16` round to that precision (storage stays F32, or F64 for a gradient
 /// check); integers to floats convert exactly where they can.

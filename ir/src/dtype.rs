@@ -42,6 +42,11 @@ impl DType {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 
+    /// A 16-bit float (`f16`, `bf16`): stored two to a 32-bit word on the GPU.
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
     pub fn is_int(self) -> bool {
         matches!(self, DType::I32 | DType::I64 | DType::U32)
     }

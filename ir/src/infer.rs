@@ -546,7 +546,10 @@ fn cross_entropy(logits: Ty, targets: Ty) -> Result<(), ShapeError> {
 /// determines one, else the op's conditions on the type the step gives.
 pub fn check(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
     if let Some((d, s)) = infer(op, x)? {
-        if d != out.0 || s != out.1 {
+        // A contraction over half operands accumulates in f32 and may keep that f32 result
+        // (what the mixed precision policy builds).
+        let widened = d.is_half() && out.0 == DType::F32 && op.is_contraction();
+        if (d != out.0 && !widened) || s != out.1 {
             return fail(format!(
                 "the result is {}, but the inputs give {}",
                 show(out),

@@ -6,6 +6,7 @@
 //! - `plan`: the plan an app embeds and its file format; `valid`: the plan validator;
 //! - `dynamic`: plans over dynamic sizes (polynomial sites, fitting, the plan at given sizes);
 //! - `optim`: the optimizer settings and state a training plan carries;
+//! - `precision`: the precision policy (f32, mixed f16/bf16) and dynamic loss scaling;
 //! - `analysis`: def-use over steps (readers, results, last uses);
 //! - `io`: atomic file writes; `units`: sizes for people.
 //!
@@ -21,6 +22,7 @@ pub mod op;
 pub mod optim;
 pub mod plan;
 pub mod pointwise;
+pub mod precision;
 pub mod shape;
 pub mod tensor;
 pub mod units;

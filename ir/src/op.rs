@@ -438,6 +438,22 @@ fn list(v: &[usize]) -> String {
 }
 
 impl Op {
+    /// The contractions: matrix products, convolutions and their derivatives, attention and
+    /// its derivative. Each sums many products, accumulates in f32 whatever its operands'
+    /// type, and may store an f32 result from half operands (`infer::check`); the mixed
+    /// precision policy rounds their operands, and only theirs, to the half type.
+    pub fn is_contraction(&self) -> bool {
+        matches!(
+            self,
+            Op::MatMul
+                | Op::Conv { .. }
+                | Op::ConvGradInput { .. }
+                | Op::ConvGradWeight { .. }
+                | Op::Attention { .. }
+                | Op::AttentionGrad { .. }
+        )
+    }
+
     /// Short name plus attributes, as printed in IR dumps.
     pub fn describe(&self) -> String {
         match self {

@@ -8,6 +8,7 @@
 
 use crate::op::{fmt_f64, Op};
 use crate::optim::OptimizerSpec;
+use crate::precision::{LossScaling, Precision};
 use crate::DType;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -105,6 +106,12 @@ pub struct Plan {
     /// steps that depend on them. The plan as written is the plan at the bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamic: Option<crate::dynamic::Dynamic>,
+    /// The precision policy it was built with (`mgnc build --precision`; f32 when absent).
+    #[serde(default, skip_serializing_if = "Precision::is_f32")]
+    pub precision: Precision,
+    /// Dynamic loss scaling: `f16` training plans (`precision::LossScaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scaling: Option<LossScaling>,
 }
 
 #[derive(Debug)]
@@ -140,6 +147,8 @@ impl Plan {
             optimizer: OptimizerSpec::default(),
             state_writes: vec![],
             dynamic: None,
+            precision: Precision::F32,
+            loss_scaling: None,
         }
     }
 
@@ -323,6 +332,8 @@ mod tests {
             optimizer: OptimizerSpec::default(),
             state_writes: vec![],
             dynamic: None,
+            precision: Precision::F32,
+            loss_scaling: None,
         }
     }
 

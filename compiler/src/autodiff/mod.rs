@@ -22,6 +22,9 @@ pub struct GradOptions<'a> {
     pub training: bool,
     /// Parameters whose checkpoint name starts with one of these are frozen (no gradient).
     pub frozen: &'a [String],
+    /// A loss scale (an `f32[]` node before the backward pass): the backward pass starts from
+    /// it instead of 1, and every gradient is divided by it again before it is returned.
+    pub loss_scale: Option<NodeId>,
 }
 
 /// Appends the backward pass to `g`; returns (parameter index, gradient node) for every
@@ -58,8 +61,11 @@ pub fn differentiate(
 
     let mut grads: Vec<Option<NodeId>> = vec![None; forward_len];
     let mut b = Builder { g, training: opts.training };
-    let one = b.push_like(loss, Op::Constant { value: 1.0 }, vec![], vec![]);
-    grads[loss.0 as usize] = Some(one);
+    let seed = match opts.loss_scale {
+        Some(scale) => scale,
+        None => b.push_like(loss, Op::Constant { value: 1.0 }, vec![], vec![]),
+    };
+    grads[loss.0 as usize] = Some(seed);
 
     for i in (0..forward_len).rev() {
         let Some(dy) = grads[i] else { continue };
@@ -90,7 +96,10 @@ pub fn differentiate(
     for p in trained {
         let node = b.g.params[p].node;
         let grad = match grads[node.0 as usize] {
-            Some(gr) => gr,
+            Some(gr) => match opts.loss_scale {
+                Some(scale) => b.unscaled(node, gr, scale),
+                None => gr,
+            },
             None => {
                 let zero = b.push_like(node, Op::Constant { value: 0.0 }, vec![], vec![]);
                 let shape = b.g.node(node).shape.clone();
@@ -123,9 +132,22 @@ impl Builder<'_> {
     ) -> NodeId {
         let o = self.g.node(origin);
         let dtype = if o.dtype.is_float() { o.dtype } else { DType::F32 };
-        let (span, user_span) = (o.span, o.user_span);
-        self.g.nodes.push(Node { op, inputs, dtype, shape, span, user_span });
+        let (span, user_span, full_precision) = (o.span, o.user_span, o.full_precision);
+        self.g.nodes.push(Node { op, inputs, dtype, shape, span, user_span, full_precision });
         NodeId(self.g.nodes.len() as u32 - 1)
+    }
+
+    /// `grad / scale`, in `grad`'s type (the scale is f32).
+    fn unscaled(&mut self, origin: NodeId, grad: NodeId, scale: NodeId) -> NodeId {
+        let dtype = self.g.node(grad).dtype;
+        let scale = if dtype == DType::F32 {
+            scale
+        } else {
+            let s = self.push_like(origin, Op::Cast, vec![scale], vec![]);
+            self.g.nodes[s.0 as usize].dtype = dtype;
+            s
+        };
+        self.binary(origin, BinaryOp::Div, grad, scale)
     }
 
     fn shape(&self, id: NodeId) -> Vec<usize> {

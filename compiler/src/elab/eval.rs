@@ -102,6 +102,9 @@ pub struct Evaluator<'p> {
     output_spans: Vec<(String, Span)>,
     /// What elaboration learned about source spans, for the language server.
     pub facts: Vec<Fact>,
+    /// How many `full_precision(…)` calls are being evaluated: nodes made inside one keep
+    /// their contractions in f32 under a mixed precision policy.
+    pub full_precision: usize,
 }
 
 /// A fact about a span of source, recorded while elaborating (hover, inlay hints).
@@ -142,6 +145,7 @@ impl<'p> Evaluator<'p> {
             is_std,
             output_spans: Vec::new(),
             facts: Vec::new(),
+            full_precision: 0,
         }
     }
 
@@ -230,7 +234,8 @@ impl<'p> Evaluator<'p> {
         }
         let user_span = self.user_span(span);
         self.facts.push(Fact { span, kind: FactKind::Expr, text: fmt_type(dtype, &shape) });
-        self.graph.nodes.push(Node { op, inputs, dtype, shape, span, user_span });
+        let full_precision = self.full_precision > 0;
+        self.graph.nodes.push(Node { op, inputs, dtype, shape, span, user_span, full_precision });
         Ok(NodeId(self.graph.nodes.len() as u32 - 1))
     }
 

@@ -32,6 +32,9 @@ pub struct Node {
     pub span: Span,
     /// The nearest enclosing expression in a user file: the line to show a user.
     pub user_span: Span,
+    /// Made inside `full_precision(…)` (or the derivative of such a node): a mixed precision
+    /// policy leaves its operands in f32 (`precision.rs`).
+    pub full_precision: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -80,6 +83,8 @@ pub struct Graph {
     /// `self.field = value` in forward: (parameter index, node whose value replaces the
     /// buffer or `state` field once a run is over).
     pub state_writes: Vec<(usize, NodeId)>,
+    /// Dynamic loss scaling, when the backward pass starts from a loss scale (`precision.rs`).
+    pub loss_scaling: Option<mgn_ir::precision::LossScaling>,
 }
 
 impl Graph {

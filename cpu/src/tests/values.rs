@@ -176,6 +176,27 @@ fn casts_truncate_and_round() {
 }
 
 #[test]
+fn half_results_are_rounded_and_contractions_may_keep_f32() {
+    // Operands exactly representable in f16; their product's sum is not.
+    let third = 1.0 + 2f32.powi(-10);
+    let a = Tensor { dtype: DType::F16, ..f32t(&[1, 2], &[third, third]) };
+    let b = Tensor { dtype: DType::F16, ..f32t(&[2, 1], &[third, 1.0]) };
+    let exact = third * third + third;
+    let wide = f64s(&eval(&Op::MatMul, &[&a, &b], DType::F32, &[1, 1], &TRAIN).unwrap());
+    assert_eq!(wide, [exact as f64], "f32 accumulation, kept");
+    let narrow = f64s(&eval(&Op::MatMul, &[&a, &b], DType::F16, &[1, 1], &TRAIN).unwrap());
+    let cast = Tensor { dtype: DType::F32, ..f32t(&[1], &[exact]) };
+    let rounded = f64s(&eval(&Op::Cast, &[&cast], DType::F16, &[1], &TRAIN).unwrap());
+    assert_eq!(narrow, rounded, "an f16 result holds an f16 value");
+    assert_ne!(narrow, wide);
+    // An element-wise op on bf16 rounds its result too.
+    let x = Tensor { dtype: DType::BF16, ..f32t(&[1], &[1.0]) };
+    let y = Tensor { dtype: DType::BF16, ..f32t(&[1], &[2f32.powi(-9)]) };
+    let sum = eval(&Op::Binary(BinaryOp::Add), &[&x, &y], DType::BF16, &[1], &TRAIN).unwrap();
+    assert_eq!(f64s(&sum), [1.0], "1 + 2^-9 rounds to 1 in bf16");
+}
+
+#[test]
 fn conv_matches_the_direct_formula() {
     let mut cases = conv_cases();
     cases.push(ConvCase {

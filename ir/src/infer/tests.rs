@@ -234,3 +234,33 @@ fn scans_and_top_k() {
     assert!(e.0.contains("dy must have"), "{e}");
     assert!(check(&grad, &[(I, &[3, 2]), (F, &[3, 2])], (F, &[4, 8])).is_err());
 }
+
+#[test]
+fn contractions_of_half_operands_may_keep_their_f32_accumulation() {
+    let (h, b) = (DType::F16, DType::BF16);
+    let ok = |op: Op, x: &[(DType, &[usize])], out: (DType, &[usize])| {
+        check(&op, x, out).unwrap_or_else(|e| panic!("{}: {e}", op.describe()))
+    };
+    ok(Op::MatMul, &[(h, &[4, 5]), (h, &[5, 3])], (F, &[4, 3]));
+    ok(Op::MatMul, &[(h, &[4, 5]), (h, &[5, 3])], (h, &[4, 3]));
+    ok(Op::MatMul, &[(b, &[4, 5]), (b, &[5, 3])], (F, &[4, 3]));
+    let conv = Op::Conv {
+        stride: vec![1],
+        padding: vec![0],
+        dilation: vec![1],
+        groups: 1,
+        has_bias: true,
+    };
+    // The bias stays f32: it is added to the f32 accumulator.
+    ok(conv, &[(h, &[1, 2, 8]), (h, &[3, 2, 3]), (F, &[3])], (F, &[1, 3, 6]));
+    let attn = Op::Attention { causal: false, scale: 0.5, has_mask: false };
+    ok(attn, &[(b, &[1, 2, 4, 8]), (b, &[1, 2, 4, 8]), (b, &[1, 2, 4, 8])], (F, &[1, 2, 4, 8]));
+    // Operands still share one type, and nothing else widens its result.
+    let e = check(&Op::MatMul, &[(h, &[4, 5]), (b, &[5, 3])], (F, &[4, 3])).unwrap_err();
+    assert!(e.0.contains("one dtype"), "{e}");
+    let relu = Op::Unary(UnaryOp::Relu);
+    let e = check(&relu, &[(h, &[4])], (F, &[4])).unwrap_err();
+    assert!(e.0.contains("the inputs give f16[4]"), "{e}");
+    let e = check(&Op::MatMul, &[(F, &[4, 5]), (F, &[5, 3])], (h, &[4, 3])).unwrap_err();
+    assert!(e.0.contains("the inputs give f32[4, 3]"), "{e}");
+}

@@ -11,6 +11,8 @@
 //! - has no tensor over 2^40 elements;
 //! - computes each computed init from constants alone, ending in the tensor's own type;
 //! - writes state only into untrained tensors, once per run, with values of their type;
+//! - when it scales its loss, keeps the scale in an untrained, unsaved `f32[]` parameter, and
+//!   is a training plan with gradients;
 //! - when dynamic, has well-formed sizes, each an input's axis, and sites that hold their
 //!   polynomials' values at the bound (`dynamic::Dynamic::validate`).
 //!
@@ -37,6 +39,7 @@ pub fn validate(plan: &Plan) -> Result<(), String> {
     }
     inputs(plan)?;
     results(plan)?;
+    loss_scaling(plan)?;
     match &plan.dynamic {
         Some(d) => d.validate(plan),
         None => Ok(()),
@@ -114,6 +117,36 @@ fn computed_init(p: &ParamSpec, steps: &[Step]) -> Result<(), String> {
         )),
         Some(_) => Ok(()),
     }
+}
+
+/// The loss scale lives in an `f32[]` parameter that is neither trained nor saved (the session
+/// writes it), in a plan with a loss and gradients to scale.
+fn loss_scaling(plan: &Plan) -> Result<(), String> {
+    let Some(ls) = &plan.loss_scaling else { return Ok(()) };
+    let p = plan.params.get(ls.param).ok_or_else(|| {
+        format!("the loss scale names parameter {}, but there are {}", ls.param, plan.params.len())
+    })?;
+    let fits = p.dtype == crate::DType::F32 && p.shape.is_empty() && !p.trainable && !p.persistent;
+    if !fits {
+        return Err(format!(
+            "the loss scale `{}` is {}{:?}{}; it must be an f32[] that is neither trained nor \
+             saved",
+            p.name,
+            p.dtype,
+            p.shape,
+            if p.trainable { ", trained" } else { "" }
+        ));
+    }
+    if plan.loss.is_none() || plan.grads.is_empty() {
+        return Err("the plan scales its loss but has no loss or no gradients".into());
+    }
+    if !(ls.init.is_finite() && ls.init > 0.0 && ls.growth_interval > 0) {
+        return Err(format!(
+            "the loss scale starts at {} and grows every {} steps; both must be positive",
+            ls.init, ls.growth_interval
+        ));
+    }
+    Ok(())
 }
 
 /// Every input step is named in the plan's input list (sessions look its value up there), and

@@ -86,13 +86,42 @@ fn broken_plans_are_refused_with_a_reason() {
             |p| p.steps[6].op = Op::DropoutGrad { p: 0.5, forward: 3 },
             "derives step 3, not an earlier dropout",
         ),
+        // Loss scaling: the scale is an untrained, unsaved f32[] in a plan with gradients.
+        (|p| p.loss_scaling = Some(scaling(7)), "names parameter 7, but there are 2"),
+        (|p| p.params[1].persistent = true, "neither trained nor saved"),
+        (|p| p.params[1].shape = vec![1], "f32[1]"),
+        (|p| p.params[1].trainable = true, ", trained"),
+        (|p| p.grads.clear(), "no loss or no gradients"),
+        (|p| p.loss_scaling.as_mut().unwrap().init = 0.0, "must be positive"),
     ];
     for (k, (edit, words)) in rows.iter().enumerate() {
         let mut p = plan();
+        if k >= rows.len() - 6 {
+            with_loss_scale(&mut p);
+            p.validate().expect("the loss-scaled plan is valid before the edit");
+        }
         edit(&mut p);
         let e = p.validate().expect_err(&format!("row {k} must be refused"));
         assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
     }
+}
+
+fn scaling(param: usize) -> crate::precision::LossScaling {
+    crate::precision::LossScaling { param, init: 1024.0, growth_interval: 10 }
+}
+
+/// The base plan with a loss scale parameter (unread: only its declaration is checked here).
+fn with_loss_scale(p: &mut Plan) {
+    p.params.push(ParamSpec {
+        name: "mgn.loss_scale".into(),
+        dtype: DType::F32,
+        shape: vec![],
+        init: InitSpec::Constant(1024.0),
+        trainable: false,
+        frozen: false,
+        persistent: false,
+    });
+    p.loss_scaling = Some(scaling(1));
 }
 
 #[test]

@@ -41,6 +41,9 @@ use spatial::*;
 use transpose::*;
 use window::*;
 
+/// The builtin whose argument is evaluated with its contractions kept in f32.
+pub const FULL_PRECISION: &str = "full_precision";
+
 pub struct Builtin {
     pub name: &'static str,
     /// Parameter names; a trailing `?` marks an optional one.
@@ -97,6 +100,13 @@ static BUILTINS: &[Builtin] = &[
         ["x"],
         "x itself, through which no gradient flows (PyTorch's `detach`)",
         stop_gradient
+    ),
+    b!(
+        "full_precision",
+        ["x"],
+        "x itself, with every matrix product, convolution and attention computed for it (and \
+         their derivatives) kept in f32 under `--precision mixed`",
+        |_, a| Ok(a.raw("x").0)
     ),
     b!("float", ["x"], "a compile-time number as a float", |e, a| Ok(Value::Float(
         a.number(e, "x")?

@@ -15,6 +15,15 @@ impl<'p> Evaluator<'p> {
             }
             _ => None,
         };
+        // `full_precision(x)` marks every node its argument makes (`Node::full_precision`).
+        let pin = matches!(&f, Value::Builtin(b) if b.name == builtins::FULL_PRECISION);
+        self.full_precision += pin as usize;
+        let vals = self.eval_args(args);
+        self.full_precision -= pin as usize;
+        self.call(f, callee.span, vals?, span, ctor_path)
+    }
+
+    fn eval_args(&mut self, args: &[Arg]) -> R<Vec<ArgVal>> {
         let mut vals = Vec::with_capacity(args.len());
         for a in args {
             vals.push(ArgVal {
@@ -23,7 +32,7 @@ impl<'p> Evaluator<'p> {
                 span: a.value.span,
             });
         }
-        self.call(f, callee.span, vals, span, ctor_path)
+        Ok(vals)
     }
 
     pub fn call(

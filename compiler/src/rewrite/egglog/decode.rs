@@ -7,6 +7,9 @@ use super::extract::{Choice, Head, View};
 use crate::graph::{Graph, Node, NodeId, Op};
 use mgn_syntax::Span;
 
+/// Where a node comes from: its span, its user's span, and whether it stays in full precision.
+type Origin = (Span, Span, bool);
+
 /// The graph `g` becomes: its results, parameters and inputs computed by the chosen terms.
 pub(super) fn rebuild(
     g: &Graph,
@@ -48,8 +51,8 @@ pub(super) fn rebuild(
             let f = new_id[class(NodeId(*forward))?].ok_or("a dropout after its derivative")?;
             *forward = f.0;
         }
-        let (span, user_span) = spans[c].expect("needed");
-        nodes.push(Node { op, inputs, dtype, shape, span, user_span });
+        let (span, user_span, full_precision) = spans[c].expect("needed");
+        nodes.push(Node { op, inputs, dtype, shape, span, user_span, full_precision });
         new_id[c] = Some(NodeId(nodes.len() as u32 - 1));
     }
     let map = |id: NodeId| -> Result<NodeId, String> {
@@ -73,6 +76,7 @@ pub(super) fn rebuild(
         state_writes: (g.state_writes.iter())
             .map(|(p, id)| Ok((*p, map(*id)?)))
             .collect::<Result<_, String>>()?,
+        loss_scaling: g.loss_scaling.clone(),
     })
 }
 
@@ -84,14 +88,16 @@ fn needed(
     choice: &Choice,
     keys: &Keys,
     roots: Vec<usize>,
-) -> Result<Vec<Option<(Span, Span)>>, String> {
-    let mut spans: Vec<Option<(Span, Span)>> = vec![None; view.classes()];
+) -> Result<Vec<Option<Origin>>, String> {
+    let mut spans: Vec<Option<Origin>> = vec![None; view.classes()];
     let own = |c: usize| {
-        choice.pos[c].filter(|p| p.1 == 0).map(|p| (g.nodes[p.0].span, g.nodes[p.0].user_span))
+        choice.pos[c].filter(|p| p.1 == 0).map(|p| {
+            let n = &g.nodes[p.0];
+            (n.span, n.user_span, n.full_precision)
+        })
     };
     let mut seen = vec![false; view.classes()];
-    let mut stack: Vec<(usize, Option<(Span, Span)>)> =
-        roots.into_iter().map(|c| (c, None)).collect();
+    let mut stack: Vec<(usize, Option<Origin>)> = roots.into_iter().map(|c| (c, None)).collect();
     while let Some((c, user)) = stack.pop() {
         if seen[c] {
             continue;
