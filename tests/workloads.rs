@@ -163,6 +163,7 @@ fn check_workload(name: &str) {
             frozen: &[],
             optimizer: Default::default(),
             rewrites: Default::default(),
+            precision: Default::default(),
         };
         let start = Instant::now();
         let (outcome, plan) = plan_path(Path::new(&model), None, parsed.clone(), &opts)

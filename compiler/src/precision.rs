@@ -30,6 +30,10 @@ pub fn apply(g: &mut Graph, half: DType, extra: &mut [NodeId]) {
     let mut map: Vec<NodeId> = Vec::with_capacity(old.len());
     for n in old {
         let mut n = Node { inputs: n.inputs.iter().map(|x| map[x.0 as usize]).collect(), ..n };
+        // A dropout derivative names its forward step by node, like an input.
+        if let Op::DropoutGrad { forward, .. } = &mut n.op {
+            *forward = map[*forward as usize].0;
+        }
         if in_policy(&n, &b.nodes) {
             for k in operands(&n.op) {
                 n.inputs[k] = b.half_of(n.inputs[k], half);

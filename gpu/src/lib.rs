@@ -4,7 +4,8 @@
 //! In pipeline order: the GPU program and its private ops (`program`), the rewrites the GPU
 //! makes to a compiled plan before anything else (`rewrite`: attention statistics, norm and
 //! loss rows, fusion), the memory plan of one arena (`memory`), the dispatch order
-//! (`schedule`), the kernels generated per step (`kernels`), the training updates (`update`)
+//! (`schedule`), the kernels generated per step (`kernels`, with `halves` for f16 and bf16
+//! values), the training updates (`update`)
 //! and the state a run leaves for the next (`state`), and what each step asks of the
 //! device (`work`, for a profile's roofline); then the device (`probe`, `limits`,
 //! `device`) and the session that runs a plan on it (`session`); `dynamic` makes one program of a
@@ -12,6 +13,7 @@
 
 pub mod device;
 pub mod dynamic;
+pub mod halves;
 pub mod kernels;
 pub mod limits;
 pub mod memory;

@@ -14,6 +14,7 @@
 use crate::program::{GpuOp, GpuPlan};
 use mgn_ir::analysis::DefUse;
 use mgn_ir::op::Op;
+use mgn_ir::DType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanMemory {
@@ -206,8 +207,21 @@ pub fn root_last_uses(plan: &GpuPlan, root: &[usize]) -> Vec<usize> {
 /// Regions start at multiples of this many words (16 bytes), so vector loads stay aligned.
 const ALIGN: usize = 4;
 
+/// The 32-bit words a value of this type takes: one per element, or one per two elements of
+/// a half type (`f16`, `bf16`: element `2k` in the low half of word `k`, `2k + 1` in the high).
+pub fn value_words(dtype: DType, shape: &[usize]) -> usize {
+    let n = shape.iter().product::<usize>();
+    if dtype.is_half() {
+        n.div_ceil(2)
+    } else {
+        n
+    }
+}
+
+/// The words step `step`'s value takes in the arena (at least one, aligned).
 fn words(plan: &GpuPlan, step: usize) -> usize {
-    plan.steps[step].shape.iter().product::<usize>().max(1).div_ceil(ALIGN) * ALIGN
+    let s = &plan.steps[step];
+    value_words(s.dtype, &s.shape).max(1).div_ceil(ALIGN) * ALIGN
 }
 
 /// The value whose words step `i` updates in place, for the one op that does
@@ -406,7 +420,7 @@ pub fn check_fits(
     };
     let mut largest: Vec<(usize, usize)> = (0..plan.steps.len())
         .filter(|&i| !matches!(plan.steps[i].op, GpuOp::Plan(Op::Param { .. })))
-        .map(|i| (plan.steps[i].shape.iter().product::<usize>(), i))
+        .map(|i| (value_words(plan.steps[i].dtype, &plan.steps[i].shape), i))
         .collect();
     largest.sort_unstable_by(|a, b| b.cmp(a));
     let named: Vec<String> = largest
@@ -418,7 +432,7 @@ pub fn check_fits(
             format!("`{}` {}{:?} at {} ({size})", s.op.describe(), s.dtype, s.shape, s.loc)
         })
         .collect();
-    let params = plan.params.iter().map(|p| p.numel() as u64 * 4).sum::<u64>();
+    let params = plan.params.iter().map(|p| value_words(p.dtype, &p.shape) as u64 * 4).sum::<u64>();
     Err(format!(
         "`{}` needs a GPU arena of {} (parameters {}), more than {what}; its largest values: \
          {}. Make the model or its batch smaller (`--set`), or run it on the CPU",

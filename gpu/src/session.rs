@@ -127,6 +127,9 @@ fn param_words<'a>(
 /// copy: a model's parameters are hundreds of megabytes), f64 rounded to f32.
 fn words_of(t: &Tensor) -> std::borrow::Cow<'_, [u32]> {
     use std::borrow::Cow;
+    if t.dtype.is_half() {
+        return Cow::Owned(crate::halves::pack(&t.to_f64_vec(), t.dtype));
+    }
     match &t.data {
         Data::F32(v) => Cow::Borrowed(as_words(v)),
         Data::I32(v) => Cow::Borrowed(as_words(v)),
@@ -147,7 +150,9 @@ fn as_words<T: Word>(v: &[T]) -> &[u32] {
 }
 
 fn tensor_of(words: Vec<u32>, dtype: mgn_ir::DType, shape: Vec<usize>) -> Tensor {
-    let data = if dtype.is_float() {
+    let data = if dtype.is_half() {
+        Data::F32(crate::halves::unpack(&words, shape.iter().product(), dtype))
+    } else if dtype.is_float() {
         Data::F32(words.into_iter().map(f32::from_bits).collect())
     } else {
         Data::I32(words.into_iter().map(|w| w as i32).collect())
@@ -311,8 +316,9 @@ impl Made {
         };
         fits(layout.total_words)?;
         let offsets = layout.offsets;
-        let words: Vec<usize> =
-            plan.steps.iter().map(|s| s.shape.iter().product::<usize>().max(1)).collect();
+        let words: Vec<usize> = (plan.steps.iter())
+            .map(|s| crate::memory::value_words(s.dtype, &s.shape).max(1))
+            .collect();
         let levels = levels(plan, &offsets, &words);
         phase("arena plan and levels");
         let mut sources = Sources::default();
@@ -489,14 +495,15 @@ impl GpuSession {
         Ok(out)
     }
 
+    /// Where value `v` is, as a download: its first word and its words.
+    fn download(&self, v: u32) -> (usize, usize) {
+        let s = &self.plan.steps[v as usize];
+        (self.offsets[v as usize], crate::memory::value_words(s.dtype, &s.shape))
+    }
+
     /// Reads the values of `steps` back in one submission.
     fn read(&mut self, steps: &[u32]) -> Result<Vec<Tensor>, GpuError> {
-        let downloads: Vec<(usize, usize)> = steps
-            .iter()
-            .map(|&v| {
-                (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())
-            })
-            .collect();
+        let downloads: Vec<(usize, usize)> = steps.iter().map(|&v| self.download(v)).collect();
         let r = self.dev.submit(
             self.arena.as_ref().expect("arena"),
             &Submission { downloads, ..Default::default() },
@@ -565,7 +572,7 @@ impl GpuSession {
         let mut wanted: Vec<u32> = self.plan.outputs.iter().map(|(_, v)| *v).collect();
         wanted.extend(self.plan.loss);
         wanted.extend(self.plan.grads.iter().map(|(_, v)| *v));
-        let mut got = self.submit(inputs, seed, None, &wanted)?.into_iter();
+        let mut got = self.submit(inputs, seed, None, &wanted)?.0.into_iter();
         let outputs = self
             .plan
             .outputs
@@ -585,24 +592,25 @@ impl GpuSession {
     }
 
     /// One training step in one submission: forward, backward, running statistics and update
-    /// number `step` of the optimizer; reads back only the loss.
+    /// number `step` of the optimizer; reads back only the loss, and whether the update was
+    /// applied (a plan that scales its loss skips it when a gradient is not finite).
     pub fn train_step(
         &mut self,
         inputs: &[(&str, &Tensor)],
         seed: u64,
         step: u64,
-    ) -> Result<f64, GpuError> {
+    ) -> Result<(f64, bool), GpuError> {
         let loss = self
             .plan
             .loss
             .ok_or_else(|| GpuError::Failed("the training plan has no loss".into()))?;
-        let out = self.submit(inputs, seed, Some(step), &[loss])?;
-        if let Some(t) = &mut self.train {
+        let (out, applied) = self.submit(inputs, seed, Some(step), &[loss])?;
+        if let (Some(t), true) = (&mut self.train, applied) {
             for p in &mut t.params {
                 p.has_state = true;
             }
         }
-        Ok(out[0].to_f64_vec()[0])
+        Ok((out[0].to_f64_vec()[0], applied))
     }
 
     /// The optimizer state as the host keeps it (buffers of parameters updated at least once).
@@ -662,14 +670,15 @@ impl GpuSession {
     }
 
     /// Records and submits the plan (plus, with `step`, the training updates), reading back the
-    /// values of `wanted`.
+    /// values of `wanted`, and whether the updates were applied (a loss-scaled plan skips them
+    /// when a gradient is not finite).
     fn submit(
         &mut self,
         inputs: &[(&str, &Tensor)],
         seed: u64,
         step: Option<u64>,
         wanted: &[u32],
-    ) -> Result<Vec<Tensor>, GpuError> {
+    ) -> Result<(Vec<Tensor>, bool), GpuError> {
         self.resize(inputs)?;
         let mut uploads: Vec<(usize, std::borrow::Cow<[u32]>)> = Vec::new();
         for (name, v) in &self.plan.inputs {
@@ -692,7 +701,7 @@ impl GpuSession {
             for (l, p, g) in &t.bn {
                 levels[*l].push((&self.kernels[t.bn_kernel], *p, *g));
             }
-            if let Some((sq, fin)) = t.clip {
+            if let Some((sq, fin)) = t.norm {
                 levels.push(
                     t.params
                         .iter()
@@ -728,12 +737,10 @@ impl GpuSession {
                     .collect(),
             );
         }
-        let downloads = wanted
-            .iter()
-            .map(|&v| {
-                (self.offsets[v as usize], self.plan.steps[v as usize].shape.iter().product())
-            })
-            .collect();
+        let mut downloads: Vec<(usize, usize)> = wanted.iter().map(|&v| self.download(v)).collect();
+        // A loss-scaled update's verdict: whether it was applied.
+        let verdict = step.and(self.train.as_ref().and_then(|t| t.verdict));
+        downloads.extend(verdict.map(|w| (w, 1)));
         let arena = self.arena.as_ref().expect("arena");
         let job = Submission {
             zeros: Vec::new(),
@@ -742,8 +749,12 @@ impl GpuSession {
             downloads,
             copies: self.state.clone(),
         };
-        let words = self.dev.submit(arena, &job).map_err(err)?;
-        Ok(wanted
+        let mut words = self.dev.submit(arena, &job).map_err(err)?;
+        let applied = match verdict {
+            Some(_) => words.pop().is_some_and(|w| w.first() != Some(&0)),
+            None => true,
+        };
+        let values = wanted
             .iter()
             .zip(words)
             .map(|(&v, w)| {
@@ -753,7 +764,8 @@ impl GpuSession {
                     self.plan.steps[v as usize].shape.clone(),
                 )
             })
-            .collect())
+            .collect();
+        Ok((values, applied))
     }
 }
 

@@ -30,7 +30,7 @@ pub fn state_copies(
 ) -> Result<Vec<Vec<WordCopy>>, String> {
     let mut copies: Vec<WordCopy> = Vec::new();
     for &(p, v) in &plan.state_writes {
-        let n: usize = plan.params[p].shape.iter().product();
+        let n = crate::memory::value_words(plan.params[p].dtype, &plan.params[p].shape);
         let from = offsets[v as usize];
         // A parameter read by several `Param` steps has words in each: all of them change.
         for (i, s) in plan.steps.iter().enumerate() {
@@ -148,6 +148,7 @@ mod tests {
         let p = Plan {
             params: vec![state("a"), state("b")],
             state_writes: vec![(0, 2)],
+            loss_scaling: None,
             ..Plan::of_steps(Mode::Infer, steps, vec![], vec![("y".into(), 5)])
         };
         p.validate().expect("valid");
@@ -180,6 +181,7 @@ mod tests {
         let p = Plan {
             params: vec![state("a"), state("b")],
             state_writes: vec![(0, 1)],
+            loss_scaling: None,
             ..Plan::of_steps(Mode::Infer, steps, vec![], vec![])
         };
         p.validate().expect("valid");

@@ -72,6 +72,7 @@ pub fn run_on_gpu<O: Clone + Into<GpuOp>>(
         loss: None,
         grads: vec![],
         state_writes: vec![],
+        loss_scaling: None,
     };
     let mut gpu = crate::testing::or_skip(GpuSession::open(plan, &[]))?;
     let given: Vec<(&str, &Tensor)> =

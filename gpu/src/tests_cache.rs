@@ -143,6 +143,7 @@ fn cache_plan() -> Plan {
     Plan {
         params: vec![state("cache", f, &[1, 6, 2])],
         state_writes: vec![(0, 3)],
+        loss_scaling: None,
         ..Plan::of_steps(Mode::Infer, steps, inputs, outputs)
     }
 }
@@ -263,6 +264,7 @@ fn aliasing_plan() -> Plan {
             state("u", f, &[2]),
         ],
         state_writes: vec![(0, 1), (1, 4), (2, 6), (3, 9), (4, 7)],
+        loss_scaling: None,
         ..Plan::of_steps(Mode::Infer, steps, inputs, outputs)
     }
 }

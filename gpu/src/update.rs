@@ -10,6 +10,10 @@
 //!   p[2] = f32 (lr, beta1, beta2, eps), p[3] = f32 (lr / bias correction 1, √bias correction 2,
 //!   weight decay, momentum).
 //! - squared norm: p[0] = (grad offset, n, first partial-sum word).
+//!
+//! A plan that scales its loss also sums the squares (its global norm tells whether every
+//! gradient is finite): the norm kernel writes a verdict word, 0 when one is not, and the
+//! updates leave every parameter and its state as they were.
 //! - running statistics: p[0] = (x, running mean, running var offsets), p[1] = (batch, channels,
 //!   spatial size), p[2].x = f32 momentum.
 
@@ -25,9 +29,18 @@ fn linear(width: u32) -> String {
 const HEADER: &str =
     "@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>";
 
-/// The update kernel for `spec`'s kind. `scale_word`: where the clipping factor is (None: 1).
-pub fn update_kernel(spec: &OptimizerSpec, width: u32, scale_word: Option<usize>) -> String {
+/// The update kernel for `spec`'s kind. `scale_word`: where the clipping factor is (None: 1);
+/// `verdict_word`: where the global norm's verdict is (the update happens only where it is not
+/// 0).
+pub fn update_kernel(
+    spec: &OptimizerSpec,
+    width: u32,
+    scale_word: Option<usize>,
+    verdict_word: Option<usize>,
+) -> String {
     let scale = scale_word.map_or("1.0".to_string(), |w| format!("bitcast<f32>(arena[{w}u])"));
+    let skip =
+        verdict_word.map_or(String::new(), |w| format!("if (arena[{w}u] == 0u) {{ return; }}"));
     let plain_sgd = matches!(spec.kind, OptimizerKind::Sgd { momentum } if momentum == 0.0);
     let rule = match spec.kind {
         _ if plain_sgd => "w = w - h.x * g;".to_string(),
@@ -51,6 +64,7 @@ fn main({HEADER}) {{
     let q0 = params.p[0];
     let q1 = params.p[1];
     if (i >= q1.x) {{ return; }}
+    {skip}
     let h = bitcast<vec4<f32>>(params.p[2]);
     let k = bitcast<vec4<f32>>(params.p[3]);
     let g = bitcast<f32>(arena[q0.y + i]) * {scale};
@@ -141,14 +155,27 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, \
 }
 
 /// One workgroup: sums `count` partial sums at `partials`, writes the clipping factor
-/// `min(1, clip / (norm + 1e-6))` to `scale_word`.
+/// `min(1, clip / (norm + 1e-6))` (1 without `clip`) to `scale_word`, and with `verdict_word`
+/// writes there 1 when the norm is finite, else 0. A sum of squares overflows f32 only past
+/// gradients of about 1e19, which count as not finite too.
 pub fn clip_scale_kernel(
     width: u32,
     partials: usize,
     count: usize,
-    clip: f64,
+    clip: Option<f64>,
     scale_word: usize,
+    verdict_word: Option<usize>,
 ) -> String {
+    let factor = match clip {
+        Some(c) => format!("min(1.0, {:?} / (sqrt(part[0]) + 1e-6))", c as f32),
+        None => "1.0".to_string(),
+    };
+    // Finite when the exponent's bits are not all ones (no isinf or isnan in WGSL).
+    let verdict = verdict_word.map_or(String::new(), |w| {
+        format!(
+            "arena[{w}u] = select(0u, 1u, (bitcast<u32>(part[0]) & 0x7f800000u) != 0x7f800000u);"
+        )
+    });
     format!(
         "var<workgroup> part: array<f32, {width}>;
 @compute @workgroup_size({width})
@@ -164,12 +191,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {{
         workgroupBarrier();
     }}
     if (lid.x == 0u) {{
-        arena[{scale_word}u] = bitcast<u32>(min(1.0, {clip:?} / (sqrt(part[0]) + 1e-6)));
+        arena[{scale_word}u] = bitcast<u32>({factor});
+        {verdict}
     }}
 }}
 ",
         half = width.next_power_of_two() / 2,
-        clip = clip as f32,
     )
 }
 
@@ -243,13 +270,15 @@ mod tests {
         ] {
             let spec = OptimizerSpec { kind, ..Default::default() };
             for width in [64, 128, 256] {
-                validate(&update_kernel(&spec, width, None));
-                validate(&update_kernel(&spec, width, Some(12)));
+                validate(&update_kernel(&spec, width, None, None));
+                validate(&update_kernel(&spec, width, Some(12), None));
+                validate(&update_kernel(&spec, width, Some(12), Some(13)));
             }
         }
         for width in [64, 100, 128, 256] {
             validate(&sum_squares_kernel(width));
-            validate(&clip_scale_kernel(width, 40, 7, 1.0, 3));
+            validate(&clip_scale_kernel(width, 40, 7, Some(1.0), 3, None));
+            validate(&clip_scale_kernel(width, 40, 7, None, 3, Some(4)));
             validate(&running_stats_kernel(width));
         }
     }

@@ -546,9 +546,10 @@ fn cross_entropy(logits: Ty, targets: Ty) -> Result<(), ShapeError> {
 /// determines one, else the op's conditions on the type the step gives.
 pub fn check(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
     if let Some((d, s)) = infer(op, x)? {
-        // A contraction over half operands accumulates in f32 and may keep that f32 result
-        // (what the mixed precision policy builds).
-        let widened = d.is_half() && out.0 == DType::F32 && op.is_contraction();
+        // Kernels compute in f32 from half operands and round a half result once; a step may
+        // keep the f32 value instead (a contraction's accumulator under the mixed precision
+        // policy, an op whose GPU kernel cannot write halves).
+        let widened = d.is_half() && out.0 == DType::F32;
         if (d != out.0 && !widened) || s != out.1 {
             return fail(format!(
                 "the result is {}, but the inputs give {}",

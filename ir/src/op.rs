@@ -439,9 +439,10 @@ fn list(v: &[usize]) -> String {
 
 impl Op {
     /// The contractions: matrix products, convolutions and their derivatives, attention and
-    /// its derivative. Each sums many products, accumulates in f32 whatever its operands'
-    /// type, and may store an f32 result from half operands (`infer::check`); the mixed
-    /// precision policy rounds their operands, and only theirs, to the half type.
+    /// its derivative. Each sums many products and accumulates in f32 whatever its operands'
+    /// type; the mixed precision policy rounds their operands, and only theirs, to the half
+    /// type, and keeps their f32 results (`infer::check` lets any step keep the f32 value of a
+    /// result that would be half).
     pub fn is_contraction(&self) -> bool {
         matches!(
             self,

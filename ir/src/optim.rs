@@ -92,11 +92,19 @@ pub struct OptimizerState {
     pub v: Vec<Option<Vec<f32>>>,
     /// Updates applied so far.
     pub step: u64,
+    /// Where the dynamic loss scale stands (plans with `loss_scaling`): kept by the host on
+    /// every backend, which writes the scale into the plan's parameter for each step.
+    pub loss_scale: Option<crate::precision::ScaleState>,
 }
 
 impl OptimizerState {
     pub fn new(num_params: usize) -> OptimizerState {
-        OptimizerState { m: vec![None; num_params], v: vec![None; num_params], step: 0 }
+        OptimizerState {
+            m: vec![None; num_params],
+            v: vec![None; num_params],
+            step: 0,
+            loss_scale: None,
+        }
     }
 
     /// Makes room for `n` parameters' buffers.

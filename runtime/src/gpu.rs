@@ -94,7 +94,7 @@ mod none {
         pub fn run_resident(&mut self, _: &[(&str, &Tensor)], _: u64) -> R<()> {
             match *self {}
         }
-        pub fn train_step(&mut self, _: &[(&str, &Tensor)], _: u64, _: u64) -> R<f64> {
+        pub fn train_step(&mut self, _: &[(&str, &Tensor)], _: u64, _: u64) -> R<(f64, bool)> {
             match *self {}
         }
     }

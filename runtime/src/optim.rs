@@ -4,6 +4,7 @@
 
 use mgn_ir::optim::{lr_at, OptimizerKind, OptimizerSpec, OptimizerState};
 use mgn_ir::plan::ParamSpec;
+use mgn_ir::precision::ScaleState;
 use mgn_ir::tensor::{Data, Tensor};
 use mgn_ir::DType;
 
@@ -28,6 +29,11 @@ pub fn clip_scale(grads: &[Tensor], clip_norm: Option<f64>) -> (f64, f64) {
 
 /// Name of the state tensor holding the update count.
 pub const STEP_TENSOR: &str = "optim.step";
+
+/// Names of the state tensors holding a dynamic loss scale (`f32[]`) and its clean steps
+/// since it last changed (`i64[]`).
+pub const LOSS_SCALE_TENSOR: &str = "optim.loss_scale";
+pub const CLEAN_STEPS_TENSOR: &str = "optim.loss_scale_clean_steps";
 
 /// Checkpoint name of a parameter's first-moment / momentum buffer.
 pub fn m_name(param: &str) -> String {
@@ -164,7 +170,45 @@ pub fn state_to_tensors(
             }
         }
     }
+    if let Some(s) = state.loss_scale {
+        let clean = i32::try_from(s.clean_steps).unwrap_or(i32::MAX);
+        out.push((LOSS_SCALE_TENSOR.into(), Tensor::f32(vec![], vec![s.scale as f32])));
+        out.push((
+            CLEAN_STEPS_TENSOR.into(),
+            Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![clean]) },
+        ));
+    }
     Ok(out)
+}
+
+/// A dynamic loss scale stored in a checkpoint: a positive, finite `f32[]` scale and a
+/// non-negative count of clean steps (0 when absent). None when the checkpoint has no scale.
+fn loss_scale_from<'t>(
+    find: impl Fn(&str) -> Option<&'t Tensor>,
+) -> Result<Option<ScaleState>, String> {
+    let Some(t) = find(LOSS_SCALE_TENSOR) else { return Ok(None) };
+    let scale = match (t.numel(), t.to_f64_vec().first()) {
+        (1, Some(&s)) if s.is_finite() && s > 0.0 => s,
+        _ => {
+            return Err(format!(
+                "`{LOSS_SCALE_TENSOR}` must be one positive, finite number, found {}{:?}",
+                t.dtype, t.shape
+            ))
+        }
+    };
+    let clean_steps = match find(CLEAN_STEPS_TENSOR) {
+        None => 0,
+        Some(c) => match (c.numel(), c.as_i32()) {
+            (1, Some(&[n])) if n >= 0 => n as u64,
+            _ => {
+                return Err(format!(
+                    "`{CLEAN_STEPS_TENSOR}` must be one non-negative integer, found {}{:?}",
+                    c.dtype, c.shape
+                ))
+            }
+        },
+    };
+    Ok(Some(ScaleState { scale, clean_steps }))
 }
 
 /// Rebuilds the state from checkpoint tensors (any others are ignored). Parameters without
@@ -222,6 +266,7 @@ pub fn state_from_tensors(
         ));
     }
     check_complete(&state, params)?;
+    state.loss_scale = loss_scale_from(find)?;
     Ok(state)
 }
 
@@ -659,6 +704,7 @@ mod tests {
             m: vec![m.then(|| vec![0.0; 2]), m.then(|| vec![0.0])],
             v: vec![v.then(|| vec![0.0; 2]), v.then(|| vec![0.0])],
             step,
+            loss_scale: None,
         };
         let (adam_state, momentum_state) = (state(true, true, 5), state(true, false, 5));
         let (plain_state, fresh) = (state(false, false, 5), state(false, false, 0));

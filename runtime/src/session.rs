@@ -5,6 +5,7 @@ use mgn_cpu as cpu;
 use mgn_ir::op::Op;
 use mgn_ir::optim::OptimizerState;
 use mgn_ir::plan::{Mode, Plan};
+use mgn_ir::precision::ScaleState;
 pub use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::fmt;
@@ -54,6 +55,8 @@ pub struct Session {
     pub optimizer: OptimizerState,
     /// Optimizer steps taken so far.
     pub step: u64,
+    /// Training steps a loss-scaled plan skipped (a gradient was not finite).
+    pub skipped_steps: u64,
     pub seed: u64,
     /// Stop at the first NaN or infinity and name the step and model line that produced it.
     pub check_numerics: bool,
@@ -111,6 +114,7 @@ impl Session {
             plan,
             params,
             step: 0,
+            skipped_steps: 0,
             seed,
             check_numerics: cfg!(debug_assertions),
             last_use,
@@ -171,7 +175,10 @@ impl Session {
                     *host = t;
                 }
             }
+            // The loss scale is the host's on every backend.
+            let scale = self.optimizer.loss_scale;
             self.optimizer = g.optimizer_state(self.step)?;
+            self.optimizer.loss_scale = scale;
             self.device_ahead = false;
         }
         Ok(())
@@ -217,6 +224,10 @@ impl Session {
 
     /// One training step: forward, backward, running-statistics updates and the optimizer
     /// update. Returns the loss.
+    ///
+    /// A plan that scales its loss (`f16` mixed precision) skips the update when a gradient is
+    /// not finite and halves the scale (`skipped_steps` counts those), and doubles the scale
+    /// after `growth_interval` clean steps: PyTorch's `GradScaler`.
     pub fn train_step(&mut self, inputs: &[(&str, &Tensor)]) -> Result<f64, RuntimeError> {
         if self.plan.mode != Mode::Train {
             return Err(RuntimeError::Failed(format!(
@@ -225,12 +236,13 @@ impl Session {
             )));
         }
         let seed = self.run_seed();
+        self.write_loss_scale()?;
         if let Some(g) = &mut self.gpu {
             // Forward, backward, running statistics and the optimizer in one submission; the
             // parameters stay on the device.
-            let loss = g.train_step(inputs, seed, self.step + 1)?;
-            self.step += 1;
+            let (loss, applied) = g.train_step(inputs, seed, self.step + 1)?;
             self.device_ahead = true;
+            self.record_step(applied);
             return Ok(loss);
         }
         let out = {
@@ -244,7 +256,12 @@ impl Session {
             .ok_or_else(|| RuntimeError::Failed("the training plan has no loss".into()))?;
         let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
         let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
-        self.step += 1;
+        let finite = grads.iter().all(|g| g.to_f64_vec().iter().all(|x| x.is_finite()));
+        if self.plan.loss_scaling.is_some() && !finite {
+            self.record_step(false);
+            return Ok(loss);
+        }
+        self.record_step(true);
         crate::optim::apply(
             &mut self.optimizer,
             &self.plan.optimizer,
@@ -254,6 +271,46 @@ impl Session {
             &trained,
         );
         Ok(loss)
+    }
+
+    /// Counts a training step: an applied update, or one a loss-scaled plan skipped; moves
+    /// the loss scale on (written to its parameter before the next step).
+    fn record_step(&mut self, applied: bool) {
+        if applied {
+            self.step += 1;
+        } else {
+            self.skipped_steps += 1;
+        }
+        if let Some(spec) = &self.plan.loss_scaling {
+            let state = self.optimizer.loss_scale.get_or_insert(ScaleState::new(spec));
+            state.record(spec, applied);
+        }
+    }
+
+    /// The scale a loss-scaled plan's next step starts from: written into its parameter
+    /// (on the device too) when the parameter holds another (a new session, a step that moved
+    /// it, a resumed run).
+    fn write_loss_scale(&mut self) -> Result<(), RuntimeError> {
+        let Some(spec) = &self.plan.loss_scaling else { return Ok(()) };
+        let state = *self.optimizer.loss_scale.get_or_insert(ScaleState::new(spec));
+        let want = state.scale as f32;
+        let param = spec.param;
+        if self.params[param].to_f64_vec().first() == Some(&(want as f64)) {
+            return Ok(());
+        }
+        self.params[param] = Tensor::f32(vec![], vec![want]);
+        if let Some(g) = &mut self.gpu {
+            g.write_params(&[(param, &self.params[param])])?;
+        }
+        Ok(())
+    }
+
+    /// The dynamic loss scale the next training step starts from (plans that scale their
+    /// loss), and how many steps it has skipped for gradients that were not finite.
+    pub fn loss_scale(&self) -> Option<(f64, u64)> {
+        let spec = self.plan.loss_scaling.as_ref()?;
+        let state = self.optimizer.loss_scale.unwrap_or(ScaleState::new(spec));
+        Some((state.scale, self.skipped_steps))
     }
 
     fn collect(&self, mut slots: Vec<Slot>, inputs: &[(&str, &Tensor)]) -> RunOutput {

@@ -1,6 +1,6 @@
 //! `mgnc build FILE [--emit summary|ir] [--mode infer|train -o OUT.mgnplan]`
 
-use super::plan::RewriteEngine;
+use super::plan::{PrecisionArg, RewriteEngine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::graph::dump::{dump, thousands};
@@ -54,6 +54,11 @@ pub struct BuildArgs {
     /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
     #[arg(long, value_enum, default_value = "greedy")]
     pub rewrites: RewriteEngine,
+    /// The precision policy: f32, or mixed (f16 or bf16 operands of matrix products,
+    /// convolutions and attention, accumulated in f32); `full_precision(x)` keeps a part of a
+    /// model in f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: PrecisionArg,
     #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
     /// Build again whenever the model or a file it imports changes, until Ctrl-C (`watch.rs`).
@@ -86,7 +91,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         PlanMode::Infer => PlanOptions::infer(),
         PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
     };
-    let opts = PlanOptions { rewrites: a.rewrites.into(), ..opts };
+    let opts = PlanOptions { rewrites: a.rewrites.into(), precision: a.precision.into(), ..opts };
     if !a.dynamic.is_empty() {
         if let Err(e) = mgn_ir::dynamic::check_sizes(&a.dynamic) {
             report::error(&format!("--dynamic: {e}"), a.format);

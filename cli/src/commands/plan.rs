@@ -4,6 +4,7 @@ use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
 use mgn_compiler::rewrite::Rewrites;
+use mgn_ir::precision::Precision;
 use mgn_runtime::Plan;
 use std::path::Path;
 
@@ -30,6 +31,32 @@ impl From<RewriteEngine> for Rewrites {
     }
 }
 
+/// `--precision`: the precision policy of the plans a command compiles
+/// (`mgn_ir::precision`, `mgn_compiler::precision`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, clap::ValueEnum)]
+pub enum PrecisionArg {
+    /// Every float in f32 (the default).
+    #[default]
+    F32,
+    /// Matrix products, convolutions and attention read f16 operands and accumulate in f32;
+    /// training scales its loss dynamically. The same as mixed-f16.
+    Mixed,
+    /// The same as mixed.
+    MixedF16,
+    /// As mixed, with bf16 operands (f32's range: no loss scaling).
+    MixedBf16,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Precision {
+        match p {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::Mixed | PrecisionArg::MixedF16 => Precision::MixedF16,
+            PrecisionArg::MixedBf16 => Precision::MixedBf16,
+        }
+    }
+}
+
 /// Compiles `file` with `opts`, or loads it when it is a `.mgnplan`. Errors are printed;
 /// `Err` carries the exit code.
 pub fn obtain(
@@ -48,10 +75,24 @@ pub fn obtain(
             );
             return Err(super::EXIT_ERRORS);
         }
-        return Plan::load(file).map_err(|e| {
+        let plan = Plan::load(file).map_err(|e| {
             report::error(&e.to_string(), format);
             super::EXIT_ERRORS
-        });
+        })?;
+        if !opts.precision.is_f32() && plan.precision != opts.precision {
+            report::error(
+                &format!(
+                    "`--precision {}` applies when compiling a .mgn file; {} was built with \
+                     precision {}",
+                    opts.precision,
+                    file.display(),
+                    plan.precision
+                ),
+                format,
+            );
+            return Err(super::EXIT_ERRORS);
+        }
+        return Ok(plan);
     }
     match mgn_compiler::driver::plan_path(file, model, settings, opts) {
         Ok((outcome, plan)) => {

@@ -3,7 +3,7 @@
 //! `output.<name>`, `loss` when the model has one, `grad.<param>` with `--grads`.
 //! This is the interface models are compared with PyTorch through; keep it stable.
 
-use super::plan::{attach, obtain, resolve_backend, Backend, RewriteEngine};
+use super::plan::{attach, obtain, resolve_backend, Backend, PrecisionArg, RewriteEngine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -56,6 +56,11 @@ pub struct RunArgs {
     /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
     #[arg(long, value_enum, default_value = "greedy")]
     pub rewrites: RewriteEngine,
+    /// The precision policy: f32, or mixed (f16 or bf16 operands of matrix products,
+    /// convolutions and attention, accumulated in f32); `full_precision(x)` keeps a part of a
+    /// model in f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: PrecisionArg,
     /// Seed for initializers (without --weights) and dropout.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -89,6 +94,7 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
         frozen: &a.freeze,
         optimizer: Default::default(),
         rewrites: a.rewrites.into(),
+        precision: a.precision.into(),
     };
     let mut plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     // Without --grads the loss is optional: drop it when the inputs it needs are not given.

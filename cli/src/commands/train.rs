@@ -14,7 +14,7 @@ mod steps;
 pub use eval::{eval, EvalArgs};
 
 use super::data::{classification, correct, plan_batch, Dataset};
-use super::plan::{attach, obtain, resolve_backend, Backend, Engine, RewriteEngine};
+use super::plan::{attach, obtain, resolve_backend, Backend, Engine, PrecisionArg, RewriteEngine};
 use super::report::{self, MessageFormat};
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -112,6 +112,11 @@ pub struct TrainArgs {
     /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
     #[arg(long, value_enum, default_value = "greedy")]
     pub rewrites: RewriteEngine,
+    /// The precision policy: f32, or mixed (f16 or bf16 operands of matrix products,
+    /// convolutions and attention, accumulated in f32); `full_precision(x)` keeps a part of a
+    /// model in f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: PrecisionArg,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     /// Stop at the first NaN/Inf and name the op and model line (always on in debug builds).
@@ -190,10 +195,18 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         &a.file,
         a.model.clone(),
         settings.clone(),
-        &PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::train(&a.freeze, spec.clone()) },
+        &PlanOptions {
+            rewrites: a.rewrites.into(),
+            precision: a.precision.into(),
+            ..PlanOptions::train(&a.freeze, spec.clone())
+        },
         f,
     )?;
-    let infer = PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::infer() };
+    let infer = PlanOptions {
+        rewrites: a.rewrites.into(),
+        precision: a.precision.into(),
+        ..PlanOptions::infer()
+    };
     let eval_plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;
     let (data, eval_data) = load_data(&a, &train_plan)?;
     let batch = plan_batch(&train_plan).map_err(|e| fail(&e, f))?;
@@ -252,7 +265,13 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     };
     trainer.run(&mut after_epoch).map_err(stopped)?;
     let secs = start.elapsed().as_secs_f64();
-    eprintln!("trained {} steps in {secs:.1} s", trainer.session.step);
+    let scaling = match trainer.session.loss_scale() {
+        Some((scale, skipped)) => format!(
+            " ({skipped} skipped for gradients that were not finite; the loss scale is now {scale})"
+        ),
+        None => String::new(),
+    };
+    eprintln!("trained {} steps in {secs:.1} s{scaling}", trainer.session.step);
     trainer.save_final().map_err(stopped)
 }
 
@@ -278,7 +297,12 @@ fn held_out_accuracy(
 ) -> Result<(usize, usize), String> {
     let mut eval = Session::new(eval_plan.clone(), session.seed);
     session.sync_from_device().map_err(|e| e.to_string())?;
-    eval.params = session.params.clone();
+    // By name: a training plan has tensors an inference plan lacks (a loss scale).
+    for (k, spec) in eval_plan.params.iter().enumerate() {
+        if let Some(i) = session.param_index(&spec.name) {
+            eval.params[k] = session.params[i].clone();
+        }
+    }
     accuracy(&mut eval, data, labels, output)
 }
 

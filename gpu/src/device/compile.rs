@@ -10,10 +10,16 @@ var<storage, read_write> arena: array<u32>;
 var<uniform> params: Params;
 ";
 
+/// A kernel's whole source: the prelude, the half types' conversions (`crate::halves`; a
+/// driver drops them where unused), the generated body.
+pub fn source(body: &str) -> String {
+    format!("{PRELUDE}{}{body}", crate::halves::FUNCTIONS)
+}
+
 /// One kernel's pipeline. WGSL that naga rejects is an error with its message.
 pub(super) fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kernel, String> {
     let start = std::time::Instant::now();
-    let source = format!("{PRELUDE}{body}");
+    let source = source(body);
     let module = naga::front::wgsl::parse_str(&source)
         .map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
     let shader = ctx

@@ -17,8 +17,8 @@ use super::probe::{choose, devices, Device};
 use crate::limits::DeviceLimits;
 use crate::GpuError;
 use blade_graphics as gpu;
-pub use compile::PRELUDE;
 use compile::{compile, compile_all_while};
+pub use compile::{source, PRELUDE};
 use queue::Queue;
 
 /// The parameter block: 32 words, seen in WGSL as `array<vec4<u32>, 8>` (uniform arrays need

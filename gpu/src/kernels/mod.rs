@@ -124,7 +124,7 @@ pub fn step_operands(
 }
 
 /// The WGSL expression of an operand's first word.
-pub(super) fn base(o: &Operand) -> String {
+pub(crate) fn base(o: &Operand) -> String {
     match o.slot {
         Some(w) => format!("params.p[{}].{}", w / 4, ["x", "y", "z", "w"][w % 4]),
         None => format!("{}u", o.offset),
@@ -201,13 +201,17 @@ pub(super) fn broadcast_at(i: &str, out: &[Ext], input: &[Ext]) -> String {
 
 pub(super) fn load(o: &Operand, index: &str) -> String {
     match o.dtype {
+        d if d.is_half() => crate::halves::load(o, index),
         d if d.is_float() => format!("bitcast<f32>(arena[{} + {index}])", base(o)),
         _ => format!("bitcast<i32>(arena[{} + {index}])", base(o)),
     }
 }
 
+/// The statement storing `value` as element `index` of `out`. A half result is stored only by
+/// the per-element kernels of `per_element`, a word at a time (`crate::halves`).
 pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
     match out.dtype {
+        d if d.is_half() => crate::halves::store(index, value),
         d if d.is_float() => {
             format!("arena[{} + {index}] = bitcast<u32>(f32({value}));", base(out))
         }
@@ -247,6 +251,47 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, \
     }
 }
 
+/// A per-element body (`i` the output element) over all of `out`: one invocation per element,
+/// or per word of a half result, whose two elements it stores together.
+pub(super) fn per_element(out: &Operand, width: u32, body: &str, helpers: &str) -> KernelSource {
+    if !out.dtype.is_half() {
+        return elementwise(out.numel(), width, body, helpers);
+    }
+    let n = out.numel();
+    KernelSource {
+        invocations: n.n.div_ceil(2) as u64,
+        body: crate::halves::elementwise(out, n, width, body, helpers),
+        dropout_node: None,
+        width: None,
+    }
+}
+
+/// Whether the kernel of `op` can write a half-typed result: the per-element ops of
+/// `plan_op` (and parameters and inputs, which the host writes). `rewrite::halves` gives every
+/// other step with a half result an f32 result and a cast.
+pub fn writes_halves(op: &GpuOp) -> bool {
+    matches!(
+        op.plan_op(),
+        Some(
+            Op::Input { .. }
+                | Op::Param { .. }
+                | Op::Constant { .. }
+                | Op::Unary(_)
+                | Op::Pow { .. }
+                | Op::Binary(_)
+                | Op::Where
+                | Op::Cast
+                | Op::Reshape
+                | Op::StopGradient
+                | Op::BroadcastTo
+                | Op::UnaryGrad(_)
+                | Op::Permute { .. }
+                | Op::Dropout { .. }
+                | Op::DropoutGrad { .. }
+        )
+    )
+}
+
 /// Kernel source for one step, or the reason it has no GPU kernel yet. `id` is the step's id
 /// (a dropout's mask key); `training` is the plan's mode: batch statistics and active dropout,
 /// or running statistics and the identity.
@@ -258,6 +303,14 @@ pub fn generate(
     target: Target,
     training: bool,
 ) -> Result<KernelSource, String> {
+    if out.dtype.is_half() && !writes_halves(op) {
+        return Err(format!(
+            "`{}` cannot write a {} result on the GPU (rewrite::halves gives it an f32 result \
+             and a cast)",
+            op.describe(),
+            out.dtype
+        ));
+    }
     if let GpuOp::Plan(op) = op {
         return plan_op(op, id, inputs, out, target, training);
     }
@@ -305,7 +358,7 @@ fn plan_op(
             Op::Unary(u) | Op::UnaryGrad(u) => Some(*u),
             _ => None,
         };
-        return Ok(elementwise(out.numel(), width, &body, &helpers(used)));
+        return Ok(per_element(out, width, &body, &helpers(used)));
     }
     match op {
         Op::MatMul => matmul::generate(inputs, out, target),
@@ -733,7 +786,7 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
 
 /// What naga says of a kernel body (with the prelude every kernel is compiled with).
 pub fn validate(body: &str) -> Result<(), String> {
-    let full = format!("{}{}", super::device::PRELUDE, body);
+    let full = super::device::source(body);
     let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
     // blade assigns bindings when it builds the pipeline; give them here too.
     for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {

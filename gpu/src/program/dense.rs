@@ -31,6 +31,9 @@ pub struct GpuPlan {
     /// (parameter index, position of the value that replaces it once the run is over): the
     /// plan's `state_writes`. These values are results, so they live to the end of the run.
     pub state_writes: Vec<(usize, u32)>,
+    /// The plan's dynamic loss scaling (training updates skip steps whose gradients are not
+    /// finite).
+    pub loss_scaling: Option<mgn_ir::precision::LossScaling>,
 }
 
 impl GpuPlan {

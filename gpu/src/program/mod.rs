@@ -246,6 +246,7 @@ impl<'p> Program<'p> {
             loss: p.loss.map(pos),
             grads: p.grads.iter().map(|&(k, v)| (k, pos(v))).collect(),
             state_writes: p.state_writes.iter().map(|&(k, v)| (k, pos(v))).collect(),
+            loss_scaling: p.loss_scaling.clone(),
         }
     }
 }

@@ -15,7 +15,6 @@
 use crate::program::{GpuOp, Program, Step, StepId};
 use mgn_ir::analysis::DefUse;
 use mgn_ir::op::Op;
-use mgn_ir::DType;
 
 /// Readers of each step by id, and whether it is a result.
 fn readers(program: &Program) -> impl Fn(StepId) -> (usize, bool) {
@@ -78,7 +77,7 @@ fn batch_sum(
         let step = Step {
             op: GpuOp::Plan(Op::Reshape),
             inputs: vec![of],
-            dtype: DType::F32,
+            dtype: program.step(of).dtype,
             shape: vec![rows, cols],
             loc: loc.clone(),
         };
@@ -121,6 +120,7 @@ mod tests {
     use crate::test_util::{assert_close, run_on_cpu_plan, run_reference, step, values};
     use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
+    use mgn_ir::DType;
 
     /// A linear layer's weight derivative as autodiff writes it at batch 3: `xᵀ·dy` per batch
     /// item, summed, transposed into the weight's layout.

@@ -32,15 +32,17 @@ fn node(op: &GpuOp, args: &[u32]) -> Option<Elem> {
     })
 }
 
-/// A float element-wise step; or a comparison of floats, which is only ever inlined into the
-/// `where` that reads it (its `bool` result is no float chain's value).
+/// An f32 element-wise step; or a comparison of floats, which is only ever inlined into the
+/// `where` that reads it (its `bool` result is no float chain's value). Half-typed steps stay
+/// apart: each rounds its own result, as the CPU reference does.
 fn fusable(view: &GpuPlan, s: &Step<u32>) -> bool {
     let float = matches!(
         s.op.plan_op(),
         Some(Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. } | Op::Where)
     );
     let floats = s.inputs.iter().all(|&x| view.steps[x as usize].dtype.is_float());
-    (s.dtype.is_float() && float) || (matches!(s.op.plan_op(), Some(Op::Compare(_))) && floats)
+    (s.dtype == mgn_ir::DType::F32 && float)
+        || (matches!(s.op.plan_op(), Some(Op::Compare(_))) && floats)
 }
 
 /// Programs longer than this stay split: a kernel's registers and compile time grow with it.

@@ -5,13 +5,15 @@
 //! inference plan's batch norms as element-wise steps (`running_norms`), element-wise fusion
 //! (`fuse`), transposes folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
-//! that would leave the GPU idle split along k (`split_k`). Each edits the [`Program`] by step id;
+//! that would leave the GPU idle split along k (`split_k`), and last half-typed results only
+//! where kernels can write them (`halves`). Each edits the [`Program`] by step id;
 //! positions are assigned once, at the end. The CPU backend runs plans as compiled.
 
 mod attention_matmul;
 mod attention_stats;
 mod batch_grads;
 mod fuse;
+mod halves;
 mod loss_rows;
 mod norm_partials;
 mod running_norms;
@@ -68,5 +70,6 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
+    halves::legalize_halves(&mut program);
     (program.to_gpu_plan(), program.choices().clone())
 }

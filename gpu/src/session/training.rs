@@ -12,8 +12,11 @@ pub(super) struct Training {
     /// Per trained parameter (in `plan.grads` order).
     pub(super) params: Vec<TrainedParam>,
     pub(super) update_kernel: usize,
-    /// Clipping: the squared-norm kernel, the kernel turning partial sums into the factor.
-    pub(super) clip: Option<(usize, usize)>,
+    /// Clipping or loss scaling: the squared-norm kernel, the kernel turning partial sums into
+    /// the factor (and the verdict).
+    pub(super) norm: Option<(usize, usize)>,
+    /// Loss scaling: the word saying whether every gradient was finite (the update applied).
+    pub(super) verdict: Option<usize>,
 }
 
 pub(super) struct TrainedParam {
@@ -23,7 +26,7 @@ pub(super) struct TrainedParam {
     pub(super) m: Option<usize>,
     pub(super) v: Option<usize>,
     pub(super) n: usize,
-    /// Partial sums of this gradient's squares start here (clipping only).
+    /// Partial sums of this gradient's squares start here (clipping or loss scaling only).
     pub(super) partials: usize,
     /// Whether the optimizer state holds values (SGD's momentum buffer starts as the gradient).
     pub(super) has_state: bool,
@@ -48,26 +51,28 @@ pub(super) fn training(
     let width = limits.workgroup_width(256);
     let spec = &plan.optimizer;
     let (mut params, partials) = trained_params(plan, offsets, limits, top)?;
+    // The global norm's scratch: the factor, the verdict, then the partial sums.
     let scratch = *top;
-    let clip = match spec.clip_norm {
-        Some(c) => {
-            for t in &mut params {
-                t.partials += scratch + 1;
-            }
-            *top += 1 + partials;
-            let at = &"the optimizer's clipping";
-            let sq = sources.add("sum_squares", update::sum_squares_kernel(width), at);
-            let fin = update::clip_scale_kernel(width, scratch + 1, partials, c, scratch);
-            Some((sq, sources.add("clip_scale", fin, at)))
+    let scaled = plan.loss_scaling.is_some();
+    let verdict = scaled.then_some(scratch + 1);
+    let norm = (spec.clip_norm.is_some() || scaled).then(|| {
+        for t in &mut params {
+            t.partials += scratch + 2;
         }
-        None => None,
-    };
-    let body = update::update_kernel(spec, width, clip.map(|_| scratch));
+        *top += 2 + partials;
+        let at = &"the optimizer's global norm";
+        let sq = sources.add("sum_squares", update::sum_squares_kernel(width), at);
+        let (clip, first) = (spec.clip_norm, scratch + 2);
+        let fin = update::clip_scale_kernel(width, first, partials, clip, scratch, verdict);
+        (sq, sources.add("clip_scale", fin, at))
+    });
+    let factor = spec.clip_norm.map(|_| scratch);
+    let body = update::update_kernel(spec, width, factor, verdict);
     let update_kernel = sources.add("optimizer", body, &"the optimizer");
     let bn_kernel =
         sources.add("running_stats", update::running_stats_kernel(width), &"batch norm");
     let bn = running_stats_updates(plan, offsets, levels, limits)?;
-    Ok(Some(Training { bn, bn_kernel, params, update_kernel, clip }))
+    Ok(Some(Training { bn, bn_kernel, params, update_kernel, norm, verdict }))
 }
 
 /// Each trained parameter's regions (its optimizer state placed from word `top` on) and grids,
@@ -91,6 +96,14 @@ fn trained_params(
     let mut partials = 0usize;
     for &(p, g) in &plan.grads {
         let Some(&ps) = param_step.get(&p) else { continue };
+        let spec = &plan.params[p];
+        if spec.dtype != mgn_ir::DType::F32 {
+            return Err(GpuError::Failed(format!(
+                "`{}` is a trained {} parameter; the GPU's optimizer updates f32 parameters \
+                 (declare it f32: `--precision mixed` rounds it for the products that read it)",
+                spec.name, spec.dtype
+            )));
+        }
         let n = plan.steps[ps].shape.iter().product::<usize>().max(1);
         let mut take = |on: bool| {
             on.then(|| {

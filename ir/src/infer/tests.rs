@@ -236,7 +236,7 @@ fn scans_and_top_k() {
 }
 
 #[test]
-fn contractions_of_half_operands_may_keep_their_f32_accumulation() {
+fn steps_over_half_operands_may_keep_their_f32_value() {
     let (h, b) = (DType::F16, DType::BF16);
     let ok = |op: Op, x: &[(DType, &[usize])], out: (DType, &[usize])| {
         check(&op, x, out).unwrap_or_else(|e| panic!("{}: {e}", op.describe()))
@@ -255,11 +255,12 @@ fn contractions_of_half_operands_may_keep_their_f32_accumulation() {
     ok(conv, &[(h, &[1, 2, 8]), (h, &[3, 2, 3]), (F, &[3])], (F, &[1, 3, 6]));
     let attn = Op::Attention { causal: false, scale: 0.5, has_mask: false };
     ok(attn, &[(b, &[1, 2, 4, 8]), (b, &[1, 2, 4, 8]), (b, &[1, 2, 4, 8])], (F, &[1, 2, 4, 8]));
-    // Operands still share one type, and nothing else widens its result.
+    // Operands still share one type.
     let e = check(&Op::MatMul, &[(h, &[4, 5]), (b, &[5, 3])], (F, &[4, 3])).unwrap_err();
     assert!(e.0.contains("one dtype"), "{e}");
-    let relu = Op::Unary(UnaryOp::Relu);
-    let e = check(&relu, &[(h, &[4])], (F, &[4])).unwrap_err();
+    ok(Op::Unary(UnaryOp::Relu), &[(h, &[4])], (F, &[4]));
+    // Never narrower, and never another type.
+    let e = check(&Op::Unary(UnaryOp::Relu), &[(h, &[4])], (b, &[4])).unwrap_err();
     assert!(e.0.contains("the inputs give f16[4]"), "{e}");
     let e = check(&Op::MatMul, &[(F, &[4, 5]), (F, &[5, 3])], (h, &[4, 3])).unwrap_err();
     assert!(e.0.contains("the inputs give f32[4, 3]"), "{e}");

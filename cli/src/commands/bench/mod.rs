@@ -34,7 +34,7 @@ use self::measure::{profile_of, timed_run, Bench, Timing};
 use self::results::{
     backend_name, optimizer_name, optimizer_state_bytes, Memory, Minimal, Profiled, Report, Setup,
 };
-use super::plan::{resolve_backend, Backend, RewriteEngine};
+use super::plan::{resolve_backend, Backend, PrecisionArg, RewriteEngine};
 use super::report::MessageFormat;
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -63,6 +63,11 @@ pub struct BenchArgs {
     /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
     #[arg(long, value_enum, default_value = "greedy")]
     pub rewrites: RewriteEngine,
+    /// The precision policy: f32, or mixed (f16 or bf16 operands of matrix products,
+    /// convolutions and attention, accumulated in f32); `full_precision(x)` keeps a part of a
+    /// model in f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: PrecisionArg,
     /// Untimed calls before each measurement.
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
@@ -148,10 +153,10 @@ pub fn run(a: BenchArgs) -> u8 {
 fn bench(b: &Bench) -> Result<Report, u8> {
     let a = b.a;
     let mut notes = check_args(b)?;
-    let infer = PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::infer() };
+    let (rewrites, precision) = (a.rewrites.into(), a.precision.into());
+    let infer = PlanOptions { rewrites, precision, ..PlanOptions::infer() };
     let spec = OptimizerSpec::default();
-    let train =
-        PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::train(&[], spec.clone()) };
+    let train = PlanOptions { rewrites, precision, ..PlanOptions::train(&[], spec.clone()) };
     let (outcome, plan) = b.compile(&a.settings, &infer)?;
     let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
     let train_plan = if has_loss { Some(b.compile(&a.settings, &train)?.1) } else { None };

@@ -3,7 +3,9 @@
 
 use super::{accuracy, fail, with_batch};
 use crate::commands::data::{check_range, Bound, Dataset};
-use crate::commands::plan::{attach, obtain, resolve_backend, Backend, RewriteEngine};
+use crate::commands::plan::{
+    attach, obtain, resolve_backend, Backend, PrecisionArg, RewriteEngine,
+};
 use crate::commands::report::MessageFormat;
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
@@ -34,6 +36,11 @@ pub struct EvalArgs {
     /// The graph rewrites: greedy local rules, egglog's equality saturation, or none.
     #[arg(long, value_enum, default_value = "greedy")]
     pub rewrites: RewriteEngine,
+    /// The precision policy: f32, or mixed (f16 or bf16 operands of matrix products,
+    /// convolutions and attention, accumulated in f32); `full_precision(x)` keeps a part of a
+    /// model in f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: PrecisionArg,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     #[arg(long = "message-format", value_enum, default_value = "human")]
@@ -57,7 +64,11 @@ fn eval_inner(a: &EvalArgs) -> Result<(), u8> {
     } else {
         with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)?
     };
-    let infer = PlanOptions { rewrites: a.rewrites.into(), ..PlanOptions::infer() };
+    let infer = PlanOptions {
+        rewrites: a.rewrites.into(),
+        precision: a.precision.into(),
+        ..PlanOptions::infer()
+    };
     let plan: Plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;
     if plan.mode == Mode::Train {
         return Err(fail(

@@ -2,7 +2,7 @@
 //! run's key (in the parameter block) by splitmix64 in 32-bit WGSL arithmetic.
 
 use super::lit;
-use crate::kernels::{elementwise, load, store, KernelSource, Operand};
+use crate::kernels::{load, per_element, store, KernelSource, Operand};
 
 fn splitmix64(z: u64) -> u64 {
     let z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -72,5 +72,5 @@ pub(crate) fn dropout(
         tlo = threshold as u32,
         thi = (threshold >> 32) as u32,
     );
-    Ok(elementwise(n, width, &body, SPLITMIX64))
+    Ok(per_element(out, width, &body, SPLITMIX64))
 }
