@@ -62,6 +62,9 @@ pub struct Session {
     pub check_numerics: bool,
     /// For each step, the last step that reads its value (`usize::MAX` for results).
     last_use: Vec<usize>,
+    /// For each step, whether it reads the loss scale (transitively): a loss-scaled backward
+    /// pass, whose infinities are overflows the step skips, not errors (`check_numerics`).
+    scaled: Vec<bool>,
     /// When set, steps run on the GPU. Training steps there update the parameters and the
     /// optimizer state on the device; `sync_from_device` brings `params` and `optimizer` up to
     /// date (checkpoints do it themselves).
@@ -109,6 +112,7 @@ impl Session {
     /// A session over `params` (in the plan's order, of its shapes).
     fn with_params(plan: Plan, seed: u64, params: Vec<Tensor>) -> Session {
         let last_use = mgn_ir::analysis::DefUse::of(&plan).last_uses();
+        let scaled = reads_loss_scale(&plan);
         Session {
             optimizer: OptimizerState::default(),
             plan,
@@ -118,6 +122,7 @@ impl Session {
             seed,
             check_numerics: cfg!(debug_assertions),
             last_use,
+            scaled,
             gpu: None,
             device_ahead: false,
             host_checked: false,
@@ -445,7 +450,7 @@ impl Session {
                     let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx).map_err(|e| {
                         RuntimeError::Failed(format!("{e} (at {}, step {i})", step.loc))
                     })?;
-                    if self.check_numerics {
+                    if self.check_numerics && !self.scaled[i] {
                         check_finite(&t, op, i, &step.loc)?;
                     }
                     if let (true, true, Op::BatchNorm { momentum, .. }) = (updates, training, op) {
@@ -520,6 +525,17 @@ fn check_finite(
         ))),
         None => Ok(()),
     }
+}
+
+/// Per step: whether it reads the plan's loss scale, directly or through other steps.
+fn reads_loss_scale(plan: &Plan) -> Vec<bool> {
+    let mut scaled = vec![false; plan.steps.len()];
+    let Some(ls) = &plan.loss_scaling else { return scaled };
+    for (i, s) in plan.steps.iter().enumerate() {
+        scaled[i] = s.op == (Op::Param { index: ls.param })
+            || s.inputs.iter().any(|&x| scaled.get(x as usize).copied().unwrap_or(false));
+    }
+    scaled
 }
 
 /// What a session takes from a checkpoint (see [`Session::from_checkpoint`]).
