@@ -23,6 +23,10 @@
 #   PEAK_TFLOPS, PEAK_TBPS   the card's f32 rate and copy rate (an H200: 67 and 4.3): with the
 #             profile, each op family's floor, and the table gets a roofline section
 #   REVISION  the source revision the mgnc binary was built from (default: git rev-parse here)
+#   PRECISION mgnc's precision policy (f32; mixed, mixed-bf16)
+#   TORCH_PRECISION  PyTorch's: f32 (strict), tf32, bf16 or f16 (autocast; f16 trains with
+#             GradScaler); by default the one matching PRECISION (f32, f16, bf16). To set mixed
+#             mode against both autocast and TF32, run twice into two OUTs.
 # Time: see docs/BENCHMARKS.md. A second run into the same OUT adds its workloads to the table, so a
 # long set can be split over two commands:  bench/side_by_side.sh smollm2_135m whisper_tiny_encoder;
 # bench/side_by_side.sh resnet50 sd_unet_tiny
@@ -38,6 +42,14 @@ COMPILE=${COMPILE:-}
 WARMUP=${WARMUP:-5}
 SAMPLES=${SAMPLES:-20}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+PRECISION=${PRECISION:-f32}
+case "$PRECISION" in
+    mixed|mixed-f16) default_torch=f16 ;;
+    mixed-bf16) default_torch=bf16 ;;
+    *) default_torch=f32 ;;
+esac
+TORCH_PRECISION=${TORCH_PRECISION:-$default_torch}
+export PRECISION TORCH_PRECISION
 NAMES=("$@")
 # shellcheck source=bench/common.sh
 . bench/common.sh
@@ -83,7 +95,8 @@ for name in "${NAMES[@]}"; do
         fi
     fi
     side mgnc "$OUT/$name.mgnc.log" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
-        --samples "$SAMPLES" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" || rm -f "$OUT/$name.mgnc.json"
+        --samples "$SAMPLES" --precision "$PRECISION" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" \
+        || rm -f "$OUT/$name.mgnc.json"
     if [ "$TORCH" = 0 ]; then continue; fi
     # The minimal shape mgnc measured (or that it measured none), so both sides agree.
     minimal=()
@@ -102,7 +115,8 @@ else:
     compile=()
     if wants_compile "$name"; then compile=(--compile "$name"); fi
     side torch "$OUT/$name.torch.log" "$PY" bench/torch_bench.py "$name" --warmup "$WARMUP" --samples "$SAMPLES" \
-        --out "$OUT/$name.torch.json" "${sets[@]}" "${minimal[@]}" "${compile[@]}" >/dev/null
+        --precision "$TORCH_PRECISION" --out "$OUT/$name.torch.json" "${sets[@]}" "${minimal[@]}" "${compile[@]}" \
+        >/dev/null
 done
 echo "all workloads: $(($(date +%s) - start)) s" >&2
 
@@ -128,6 +142,7 @@ except (OSError, ValueError):
 names = [n for n in old.get("workloads", []) if n not in names] + names
 compile_ = " ".join(dict.fromkeys(((old.get("compile") or "") + " " + compile_).split()))
 env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "workloads": names, "driver": driver or None,
+       "precision": os.environ.get("PRECISION", "f32"), "torch_precision": os.environ.get("TORCH_PRECISION"),
        "revision": revision or None, "mgnc_version": mgnc_version or None, "compile": compile_ or None,
        "samples": f"{warmup} warm-ups, {samples} timed", "peaks": peaks or old.get("peaks")}
 if torch_info == "skipped":

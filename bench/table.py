@@ -188,7 +188,11 @@ def render(d):
     if env is None:
         sys.exit(f"error: {os.path.join(d, 'env.json')}: {err}")
     names = env.get("workloads") or []
-    parts = [f"## Side by side: mgnc (`--backend vulkan`) and PyTorch, strict f32 ({env.get('date', '?')})", ""]
+    precision = env.get("precision") or "f32"
+    torch_precision = env.get("torch_precision") or "f32"
+    mode = "strict f32" if (precision, torch_precision) == ("f32", "f32") else \
+        f"mgnc {precision}, PyTorch {torch_precision}"
+    parts = [f"## Side by side: mgnc (`--backend vulkan`) and PyTorch, {mode} ({env.get('date', '?')})", ""]
     facts = [
         ("device (mgnc)", env.get("mgnc_device")),
         ("device (torch)", env.get("torch_device")),

@@ -28,7 +28,10 @@ With `--compile MODEL` (or `all`) the first three are measured again through
 by the eager optimizer step; the compile time of each is the wall time of its first call (which
 includes one run). torch.compile takes minutes per model on the H200, so it is opt-in per model.
 
-Arithmetic is strict f32: TF32 off for matmuls and cuDNN, "highest" float32 matmul precision.
+Arithmetic is strict f32 by default: TF32 off for matmuls and cuDNN, "highest" float32 matmul
+precision. `--precision tf32` allows TF32; `--precision bf16|f16` runs every forward under
+`torch.autocast` to that type (f32 weights, as mgnc's mixed plans keep), f16 training through a
+GradScaler — the comparison for `mgnc bench --precision mixed|mixed-bf16`.
 Dropout modules keep the rate the config gives them (in train mode they drop, as mgnc's training
 plan does; reference.py turns them off only because dropout cannot be matched numerically).
 Memory: torch.cuda's peak allocated and reserved bytes per measurement (the caching allocator's
@@ -39,6 +42,7 @@ Every model and every measurement runs under its own try: an error is recorded i
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -83,6 +87,21 @@ def strict_f32():
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     torch.set_default_dtype(torch.float32)
+
+
+def set_precision(precision):
+    """`--precision`: f32 (strict), tf32 (TF32 matmuls and convolutions), or bf16/f16 (f32
+    weights under autocast, f16 training through GradScaler). Returns the autocast context to
+    run forwards in."""
+    strict_f32()
+    if precision == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+    if precision in ("bf16", "f16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return lambda device: torch.autocast(device.type, dtype=dtype)
+    return lambda device: contextlib.nullcontext()
 
 
 def quantile(sorted_xs, q):
@@ -187,25 +206,33 @@ def bench_model(name, a, device, compile_it):
     res["param_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
     res["input_shapes"] = {k: list(v.shape) for k, v in inputs.items()}
 
+    autocast = a.autocast
+    # f16 autocast trains through a GradScaler (as mgnc scales its f16 loss); a disabled
+    # scaler is the identity.
+    scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "f16")
+
     def fwd_bwd_call(m, x, fwd=forward):
         def call():
             m.zero_grad(set_to_none=True)
-            _, loss = fwd(m, x)
-            loss.backward()
+            with autocast(device):
+                _, loss = fwd(m, x)
+            scaler.scale(loss).backward()
         return call
 
     def train_call(m, x, opt, fwd=forward):
         def call():
             opt.zero_grad(set_to_none=True)
-            _, loss = fwd(m, x)
-            loss.backward()
-            opt.step()
+            with autocast(device):
+                _, loss = fwd(m, x)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return call
 
     # Eager.
     model.eval()
     log(f"{name}: forward (eager)")
-    guarded(meas, "forward", lambda: timer.measure(lambda: infer_once(infer, model, inputs)))
+    guarded(meas, "forward", lambda: timer.measure(lambda: infer_once(infer, model, inputs, autocast(device))))
 
     mini = minimal_config(name, cfg, a.settings, a.minimal)
     mini_parts = None
@@ -229,7 +256,7 @@ def bench_model(name, a, device, compile_it):
             m_model.eval()
             if compile_it:  # kept for the compiled measurement; else freed with this frame
                 mini_parts = (m_model, m_inputs, m_infer)
-            return timer.measure(lambda: infer_once(m_infer, m_model, m_inputs))
+            return timer.measure(lambda: infer_once(m_infer, m_model, m_inputs, autocast(device)))
         log(f"{name}: forward at {pairs} (eager)")
         guarded(meas, "forward_minimal", minimal)
 
@@ -253,8 +280,8 @@ def bench_model(name, a, device, compile_it):
 
         def compiled_forward():
             cf = torch.compile(infer, dynamic=False)
-            res["compile_s"]["forward"] = timer.once(lambda: infer_once(cf, model, inputs))
-            return timer.measure(lambda: infer_once(cf, model, inputs))
+            res["compile_s"]["forward"] = timer.once(lambda: infer_once(cf, model, inputs, autocast(device)))
+            return timer.measure(lambda: infer_once(cf, model, inputs, autocast(device)))
         log(f"{name}: forward (torch.compile)")
         guarded(comp, "forward", compiled_forward)
 
@@ -263,8 +290,9 @@ def bench_model(name, a, device, compile_it):
 
             def compiled_minimal():
                 cf = torch.compile(m_infer, dynamic=False)
-                res["compile_s"]["forward_minimal"] = timer.once(lambda: infer_once(cf, m_model, m_inputs))
-                return timer.measure(lambda: infer_once(cf, m_model, m_inputs))
+                res["compile_s"]["forward_minimal"] = timer.once(
+                    lambda: infer_once(cf, m_model, m_inputs, autocast(device)))
+                return timer.measure(lambda: infer_once(cf, m_model, m_inputs, autocast(device)))
             log(f"{name}: forward minimal (torch.compile)")
             guarded(comp, "forward_minimal", compiled_minimal)
         else:
@@ -298,10 +326,11 @@ def bench_model(name, a, device, compile_it):
     return res
 
 
-def infer_once(f, m, x):
+def infer_once(f, m, x, autocast=None):
     """One inference forward without autograd (no_grad: what torch.compile handles best, and
-    what eager code usually runs under); what it returns is dropped."""
-    with torch.no_grad():
+    what eager code usually runs under), under `autocast` when given; what it returns is
+    dropped."""
+    with torch.no_grad(), (autocast or contextlib.nullcontext()):
         f(m, x)
 
 
@@ -334,6 +363,8 @@ def main():
     ap.add_argument("--minimal", action="append", default=None, metavar="NAME=VALUE",
                     help="the minimal shape's settings (default: B, batch, T, frames set to 1, as mgnc bench)")
     ap.add_argument("--no-minimal", action="store_true", help="skip the minimal-shape forward")
+    ap.add_argument("--precision", choices=["f32", "tf32", "bf16", "f16"], default="f32",
+                    help="strict f32 (default), TF32, or autocast to bf16/f16 (f16 training with GradScaler)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
@@ -350,11 +381,14 @@ def main():
     if a.samples < 1 or a.warmup < 0:
         sys.exit("error: --samples must be at least 1 and --warmup at least 0")
 
-    strict_f32()
+    a.autocast = set_precision(a.precision)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    arithmetic = {"f32": "strict f32 (no TF32)", "tf32": "TF32 matmuls and convolutions",
+                  "bf16": "f32 weights, bf16 autocast", "f16": "f32 weights, f16 autocast, GradScaler"}
     out = {"tool": "torch_bench", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "clock": "wall",
            "timing": "wall clock between torch.cuda.synchronize() before and after each call",
-           "warmup": a.warmup, "samples": a.samples, "seed": a.seed, "arithmetic": "strict f32 (no TF32)",
+           "warmup": a.warmup, "samples": a.samples, "seed": a.seed, "arithmetic": arithmetic[a.precision],
+           "precision": a.precision,
            "environment": environment(device), "results": {}}
     if device.type != "cuda":
         log("warning: not on CUDA; these timings are not the GPU comparison")

@@ -12,6 +12,8 @@
 #   MGNC     the mgnc binary (default target/release/mgnc, built with cargo when missing)
 #   BACKEND  mgnc's backend (cpu)
 #   REWRITES mgnc's graph rewrites (greedy; egglog needs an mgnc built with --features egglog)
+#   PRECISION mgnc's precision policy (f32; mixed or mixed-bf16 are judged against the same f32
+#            references by the same gates)
 #   MODES    the modes to check (eval train); the pretrained check runs in eval only
 #   OUT      where the files go (bench/out), one folder per NAME/MODE
 #   DEVICE   the reference's torch device (default: cuda when available)
@@ -28,6 +30,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BACKEND=${BACKEND:-cpu}
 REWRITES=${REWRITES:-greedy}
+PRECISION=${PRECISION:-f32}
 MODES=${MODES:-eval train}
 OUT=${OUT:-bench/out}
 if [ -z "${MGNC:-}" ]; then
@@ -105,7 +108,7 @@ for name in "${NAMES[@]}"; do
         if [ "$status" = PASS ]; then
             if ! "$MGNC" run "models/$model.mgn" --weights "$dir/weights.safetensors" --inputs "$dir/inputs.safetensors" \
                     --out "$dir/actual.safetensors" "${grads[@]}" --mode "$mode" --backend "$BACKEND" "${sets[@]}" \
-                    --rewrites "$REWRITES" >"$dir/mgnc.log" 2>&1; then
+                    --rewrites "$REWRITES" --precision "$PRECISION" >"$dir/mgnc.log" 2>&1; then
                 status=MGNC-ERROR
                 tail -20 "$dir/mgnc.log"
             fi

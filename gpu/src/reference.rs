@@ -113,6 +113,11 @@ fn values(plan: &GpuPlan, params: &[Tensor], inputs: &[(&str, &Tensor)]) -> Vec<
                 let (_, t) = inputs.iter().find(|(n, _)| n == name).expect("every input given");
                 (*t).clone()
             }
+            // A parameter an inference plan holds as halves (`rewrite::halves`) is rounded.
+            GpuOp::Plan(Op::Param { index }) if params[*index].dtype != s.dtype => {
+                let ctx = Ctx { training, seed: 0, node: plan.ids[i].0 };
+                eval(&GpuOp::Plan(Op::Cast), &[&params[*index]], s.dtype, &s.shape, &ctx)
+            }
             GpuOp::Plan(Op::Param { index }) => params[*index].clone(),
             op => {
                 let args: Vec<&Tensor> = s

@@ -117,18 +117,22 @@ fn param_words<'a>(
     let steps = plan.steps.iter().enumerate();
     steps
         .filter_map(|(i, s)| match s.op {
-            GpuOp::Plan(Op::Param { index }) => Some((offsets[i], words_of(&params[index]))),
+            GpuOp::Plan(Op::Param { index }) => {
+                Some((offsets[i], words_of(&params[index], s.dtype)))
+            }
             _ => None,
         })
         .collect()
 }
 
-/// A tensor's words as the arena holds them: f32 and i32 values as they lie in memory (no
-/// copy: a model's parameters are hundreds of megabytes), f64 rounded to f32.
-fn words_of(t: &Tensor) -> std::borrow::Cow<'_, [u32]> {
+/// A tensor's words as the arena holds a value of `dtype` (the holding step's: an inference
+/// plan may hold an f32 parameter as halves, `rewrite::halves`): f32 and i32 values as they
+/// lie in memory (no copy: a model's parameters are hundreds of megabytes), f64 rounded to f32,
+/// halves packed.
+fn words_of(t: &Tensor, dtype: mgn_ir::DType) -> std::borrow::Cow<'_, [u32]> {
     use std::borrow::Cow;
-    if t.dtype.is_half() {
-        return Cow::Owned(crate::halves::pack(&t.to_f64_vec(), t.dtype));
+    if dtype.is_half() {
+        return Cow::Owned(crate::halves::pack(&t.to_f64_vec(), dtype));
     }
     match &t.data {
         Data::F32(v) => Cow::Borrowed(as_words(v)),
@@ -490,7 +494,8 @@ impl GpuSession {
         }
         let got = self.read(&wanted.iter().map(|&(_, i)| i as u32).collect::<Vec<_>>())?;
         for ((index, _), t) in wanted.into_iter().zip(got) {
-            out[index] = Some(t);
+            // Of the parameter's type, also where the arena holds it as halves.
+            out[index] = Some(Tensor { dtype: self.plan.params[index].dtype, ..t });
         }
         Ok(out)
     }
@@ -694,7 +699,7 @@ impl GpuSession {
                     t.shape, want.shape
                 )));
             }
-            uploads.push((self.offsets[*v as usize], words_of(t)));
+            uploads.push((self.offsets[*v as usize], words_of(t, want.dtype)));
         }
         let (mut levels, _) = step_levels(&self.kernels, &self.dispatch, &self.levels, seed);
         if let (Some(step), Some(t)) = (step, &self.train) {

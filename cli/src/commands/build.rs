@@ -155,10 +155,12 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         let gpu = match kernels.missing.first() {
             None => format!(
                 "gpu: {} dispatches of {} distinct kernels, all generated and validated by naga; \
-                 values planned {} as the GPU runs the plan (after its rewrites)\n",
+                 values planned {} and parameters held in {} as the GPU runs the plan (after \
+                 its rewrites)\n",
                 kernels.with_kernel,
                 kernels.distinct,
-                mgn_ir::units::bytes(kernels.arena_values_bytes)
+                mgn_ir::units::bytes(kernels.arena_values_bytes),
+                mgn_ir::units::bytes(kernels.arena_param_bytes)
             ),
             Some((i, why)) => format!(
                 "gpu: {} kernels validated; {} steps have none yet, first {why} (at {})\n",

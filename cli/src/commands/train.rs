@@ -96,6 +96,10 @@ pub struct TrainArgs {
     /// Continue from a checkpoint (parameters, optimizer state, step and place in the data).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Write every training step's loss to FILE as CSV (`batch,loss,applied,loss_scale`;
+    /// appended to when resuming), for a loss curve.
+    #[arg(long, value_name = "FILE")]
+    pub loss_log: Option<PathBuf>,
     /// Seed of the initializers, the data order and dropout (default 0; with `--resume`, the
     /// checkpoint's).
     #[arg(long)]
@@ -247,7 +251,13 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
     }
     announce(&a, &session, &data, batch);
     let start = Instant::now();
-    let mut trainer = Trainer::new(&a, session, &data, order, &interrupted);
+    let stopped = |s: Stop| {
+        if !s.message.is_empty() {
+            report::error(&s.message, f);
+        }
+        s.code
+    };
+    let mut trainer = Trainer::new(&a, session, &data, order, &interrupted).map_err(stopped)?;
     let mut after_epoch = |session: &mut Session| -> Result<String, Stop> {
         let (Some(ed), Some((labels, output))) = (&eval_data, &task) else {
             return Ok(String::new());
@@ -256,12 +266,6 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
             .map_err(|message| Stop { code: super::EXIT_ERRORS, message })?;
         let pct = 100.0 * right as f64 / all as f64;
         Ok(format!("  eval accuracy {pct:.2}% ({right}/{all})"))
-    };
-    let stopped = |s: Stop| {
-        if !s.message.is_empty() {
-            report::error(&s.message, f);
-        }
-        s.code
     };
     trainer.run(&mut after_epoch).map_err(stopped)?;
     let secs = start.elapsed().as_secs_f64();
@@ -341,7 +345,7 @@ fn open_session(
     };
     session.check_numerics = a.check_numerics || cfg!(debug_assertions);
     if let Some(r) = &a.resume {
-        let step = session.step;
+        let step = session.batches_done();
         match recorded {
             Some(rec) => rec.check(order, step, r).map_err(|e| fail(&e, f))?,
             None if step > 0 => eprintln!(

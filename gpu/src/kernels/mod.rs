@@ -721,6 +721,9 @@ pub struct PlanKernels {
     /// Bytes of inputs and values in the arena as the GPU runs the plan (after its rewrites,
     /// parameters and optimizer state not counted).
     pub arena_values_bytes: u64,
+    /// Bytes of the parameters as the arena holds them (an inference plan holds weights its
+    /// products read in half precision as halves: `rewrite::halves`).
+    pub arena_param_bytes: u64,
     /// Why the GPU cannot make one program of a dynamic plan (`dynamic::program`), when so;
     /// then no kernel is generated.
     pub no_program: Option<String>,
@@ -757,7 +760,12 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
     let target = Target::of(limits);
     let training = plan.mode == mgn_ir::plan::Mode::Train;
     let values = (layout.total_words - layout.param_words) as u64 * 4;
-    let mut out = PlanKernels { arena_values_bytes: values, ..PlanKernels::default() };
+    let params = layout.param_words as u64 * 4;
+    let mut out = PlanKernels {
+        arena_values_bytes: values,
+        arena_param_bytes: params,
+        ..PlanKernels::default()
+    };
     let mut seen = std::collections::HashSet::new();
     let root = crate::memory::view_roots(plan);
     let transposed = crate::memory::transposed_views(plan);

@@ -13,8 +13,48 @@
 
 use crate::kernels::writes_halves;
 use crate::program::{GpuOp, Program, Step, StepId};
+use mgn_ir::analysis::Dataflow;
 use mgn_ir::op::Op;
+use mgn_ir::plan::Mode;
 use mgn_ir::DType;
+
+/// In an inference plan, every cast of a parameter to a half type holds the parameter in that
+/// type instead: it becomes a `Param` step, which the session uploads rounded (the cast's value,
+/// computed once instead of on every run), and the f32 `Param` step nothing reads any more is
+/// dropped — a weight read only by products takes half the memory and no cast kernel; one also
+/// read in f32 (a tied embedding: a lookup and the output head) is held both ways. A training
+/// plan's parameters change every step, so they keep their f32 master copy and their casts.
+pub(super) fn hold_params_as_halves(program: &mut Program) {
+    let plan = program.compiled();
+    if plan.mode != Mode::Infer {
+        return;
+    }
+    let results: Vec<StepId> = plan.results().into_iter().map(StepId).collect();
+    let written: Vec<usize> = plan.state_writes.iter().map(|&(p, _)| p).collect();
+    let order = program.order().to_vec();
+    let mut held = Vec::new();
+    for &id in &order {
+        let s = program.step(id);
+        let (true, true, [x]) = (s.op == GpuOp::Plan(Op::Cast), s.dtype.is_half(), &s.inputs[..])
+        else {
+            continue;
+        };
+        let xs = program.step(*x);
+        let GpuOp::Plan(Op::Param { index }) = xs.op else { continue };
+        if xs.dtype != DType::F32 || written.contains(&index) {
+            continue;
+        }
+        held.push(*x);
+        let s = program.step_mut(id);
+        s.op = GpuOp::Plan(Op::Param { index });
+        s.inputs.clear();
+    }
+    let read: std::collections::HashSet<StepId> =
+        program.order().iter().flat_map(|&id| program.step(id).inputs.clone()).collect();
+    let unread: Vec<StepId> =
+        held.into_iter().filter(|p| !read.contains(p) && !results.contains(p)).collect();
+    program.remove(&unread);
+}
 
 /// Gives every step with a half result its kernel cannot write an f32 result and a cast.
 pub(super) fn legalize_halves(program: &mut Program) {
@@ -55,6 +95,7 @@ fn widen_operands(program: &mut Program, id: StepId) {
 
 #[cfg(test)]
 mod tests {
+    use crate::program::GpuOp;
     use crate::test_util::step;
     use mgn_ir::op::{Op, UnaryOp};
     use mgn_ir::plan::{Mode, Plan};
@@ -89,6 +130,71 @@ mod tests {
             for s in &g.steps {
                 assert!(!s.dtype.is_half() || crate::kernels::writes_halves(&s.op), "{s:?}");
             }
+        }
+    }
+
+    /// `y = cast(x, h) @ cast(w, h)` (f32 result), `w` a parameter read only through its cast.
+    fn product(h: DType, mode: Mode) -> Plan {
+        let f = DType::F32;
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[2, 4]),
+            step(Op::Param { index: 0 }, vec![], f, &[4, 3]),
+            step(Op::Cast, vec![0], h, &[2, 4]),
+            step(Op::Cast, vec![1], h, &[4, 3]),
+            step(Op::MatMul, vec![2, 3], f, &[2, 3]),
+        ];
+        let w = mgn_ir::plan::ParamSpec {
+            name: "w".into(),
+            dtype: f,
+            shape: vec![4, 3],
+            init: mgn_ir::plan::InitSpec::Constant(0.0),
+            trainable: true,
+            frozen: false,
+            persistent: true,
+        };
+        let p = Plan::of_steps(mode, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]);
+        Plan { params: vec![w], ..p }
+    }
+
+    #[test]
+    fn an_inference_plan_holds_weights_read_through_half_casts_as_halves() {
+        for h in [DType::F16, DType::BF16] {
+            let p = product(h, Mode::Infer);
+            let g = crate::rewrite::for_gpu(&p);
+            g.validate().expect("valid");
+            let holders = |g: &crate::program::GpuPlan| -> Vec<DType> {
+                let param = GpuOp::Plan(Op::Param { index: 0 });
+                g.steps.iter().filter(|s| s.op == param).map(|s| s.dtype).collect()
+            };
+            assert_eq!(holders(&g), [h], "held as halves alone");
+            assert_eq!(g.steps.len(), 4, "its cast is gone: {:?}", g.steps);
+            // Also read in f32 (a tied embedding), it is held both ways.
+            let mut tied = product(h, Mode::Infer);
+            tied.steps.push(step(
+                Op::Reduce { op: mgn_ir::op::ReduceOp::Sum, axes: vec![0, 1], keepdim: false },
+                vec![1],
+                DType::F32,
+                &[],
+            ));
+            tied.outputs.push(("s".into(), 5));
+            assert_eq!(holders(&crate::rewrite::for_gpu(&tied)), [DType::F32, h]);
+            // A training plan keeps the f32 master copy and casts it every step.
+            let t = crate::rewrite::for_gpu(&product(h, Mode::Train));
+            assert_eq!((holders(&t), t.steps.len()), (vec![DType::F32], 5));
+
+            let x = Tensor::f32(vec![2, 4], (0..8).map(|i| i as f32 * 0.3 - 1.0).collect());
+            let wv = Tensor::f32(vec![4, 3], (0..12).map(|i| 1.0 / (i as f32 + 3.0)).collect());
+            let Some(mut gpu) = crate::test_util::open(p.clone(), std::slice::from_ref(&wv)) else {
+                return;
+            };
+            let got = gpu.run(&[("x", &x)], 0).expect("runs").outputs;
+            let want = crate::test_util::run_on_cpu_plan(&p, &[wv.clone()], &[("x", &x)]).outputs;
+            crate::test_util::assert_close(&Op::MatMul, &got[0].1, &want[0].1, 1e-6);
+            // Read back, the parameter has its own type and the values the products used.
+            let back = gpu.params().expect("reads").remove(0).expect("held");
+            assert_eq!(back.dtype, DType::F32);
+            let rounded = crate::halves::unpack(&crate::halves::pack(&wv.to_f64_vec(), h), 12, h);
+            assert_eq!(back.to_f64_vec(), rounded.iter().map(|&v| v as f64).collect::<Vec<_>>());
         }
     }
 

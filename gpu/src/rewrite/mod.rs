@@ -6,7 +6,8 @@
 //! (`fuse`), transposes folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
 //! that would leave the GPU idle split along k (`split_k`), and last half-typed results only
-//! where kernels can write them (`halves`). Each edits the [`Program`] by step id;
+//! where kernels can write them, and an inference plan's weights held as the halves its
+//! products read (`halves`). Each edits the [`Program`] by step id;
 //! positions are assigned once, at the end. The CPU backend runs plans as compiled.
 
 mod attention_matmul;
@@ -71,5 +72,6 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
     halves::legalize_halves(&mut program);
+    halves::hold_params_as_halves(&mut program);
     (program.to_gpu_plan(), program.choices().clone())
 }

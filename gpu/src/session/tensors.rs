@@ -15,13 +15,17 @@ impl GpuSession {
     }
 
     /// The current values of parameters `which` (by plan index), `None` for one the plan
-    /// never reads.
+    /// never reads; of the parameter's type (one an inference plan holds as halves comes back
+    /// with those values).
     pub fn read_params(&mut self, which: &[usize]) -> Result<Vec<Option<Tensor>>, GpuError> {
         let first: Vec<Option<usize>> =
             which.iter().map(|&p| self.holders(p).first().copied()).collect();
         let steps: Vec<u32> = first.iter().flatten().map(|&at| at as u32).collect();
         let mut got = self.read(&steps)?.into_iter();
-        Ok(first.iter().map(|f| f.and_then(|_| got.next())).collect())
+        let typed = |p: usize, t: Tensor| Tensor { dtype: self.plan.params[p].dtype, ..t };
+        Ok((which.iter().zip(&first))
+            .map(|(&p, f)| f.and_then(|_| got.next()).map(|t| typed(p, t)))
+            .collect())
     }
 
     /// Writes `values` (plan index, tensor of the parameter's type) into the arena.
@@ -29,7 +33,7 @@ impl GpuSession {
         let mut data = Vec::new();
         for &(p, t) in values {
             for at in self.holders(p) {
-                data.push((self.offsets[at], words_of(t)));
+                data.push((self.offsets[at], words_of(t, self.plan.steps[at].dtype)));
             }
         }
         let job = Submission {

@@ -20,7 +20,8 @@ pub fn save(session: &mut Session, order: &Order, path: &Path) -> Result<(), Str
             path.display()
         ));
     }
-    let meta = order.metadata(session.step);
+    // The place in the data: skipped steps (loss scaling) took their batches too.
+    let meta = order.metadata(session.batches_done());
     session.save_checkpoint_with(path, &meta).map_err(|e| e.to_string())
 }
 

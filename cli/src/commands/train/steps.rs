@@ -8,7 +8,8 @@ use super::TrainArgs;
 use crate::commands::data::Dataset;
 use mgn_ir::tensor::Tensor;
 use mgn_runtime::session::Session;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why training stopped early: the exit code, and the error to print (empty when the reason
@@ -25,6 +26,25 @@ impl Stop {
     }
 }
 
+/// `--loss-log`'s file: a new one with its header, or, when resuming, the existing one to
+/// append to.
+fn open_loss_log(path: &Path, resuming: bool) -> Result<std::io::BufWriter<std::fs::File>, Stop> {
+    let fresh = !resuming || !path.exists();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(!fresh)
+        .truncate(fresh)
+        .open(path)
+        .map_err(|e| Stop::error(format!("cannot write {}: {e}", path.display())))?;
+    let mut w = std::io::BufWriter::new(file);
+    if fresh {
+        writeln!(w, "batch,loss,applied,loss_scale")
+            .map_err(|e| Stop::error(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(w)
+}
+
 /// Text appended to an epoch's line after it (held-out accuracy), from the trained session.
 pub type AfterEpoch<'f> = dyn FnMut(&mut Session) -> Result<String, Stop> + 'f;
 
@@ -37,6 +57,8 @@ pub struct Trainer<'a> {
     pub interrupted: &'a AtomicBool,
     /// The newest checkpoint this run wrote, and its step.
     last_saved: Option<(PathBuf, u64)>,
+    /// `--loss-log`: one CSV line per training step.
+    loss_log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 impl<'a> Trainer<'a> {
@@ -46,13 +68,17 @@ impl<'a> Trainer<'a> {
         data: &'a Dataset,
         order: Order,
         interrupted: &'a AtomicBool,
-    ) -> Trainer<'a> {
-        Trainer { a, session, data, order, interrupted, last_saved: None }
+    ) -> Result<Trainer<'a>, Stop> {
+        let loss_log = match &a.loss_log {
+            Some(path) => Some(open_loss_log(path, a.resume.is_some())?),
+            None => None,
+        };
+        Ok(Trainer { a, session, data, order, interrupted, last_saved: None, loss_log })
     }
 
     /// Trains up to the end of epoch `a.epochs`, starting at the step the session is at.
     pub fn run(&mut self, after_epoch: &mut AfterEpoch) -> Result<(), Stop> {
-        let (first_epoch, first_batch) = self.order.position(self.session.step);
+        let (first_epoch, first_batch) = self.order.position(self.session.batches_done());
         for epoch in first_epoch..self.a.epochs as u64 {
             let from = if epoch == first_epoch { first_batch } else { 0 };
             let sum = self.epoch(epoch, from)?;
@@ -74,10 +100,10 @@ impl<'a> Trainer<'a> {
 
     /// "training step N (epoch E/EPOCHS, batch B/PER_EPOCH)" for the step about to be taken.
     fn where_(&self) -> String {
-        let (epoch, batch) = self.order.position(self.session.step);
+        let (epoch, batch) = self.order.position(self.session.batches_done());
         format!(
             "training step {} (epoch {}/{}, batch {}/{})",
-            self.session.step + 1,
+            self.session.batches_done() + 1,
             epoch + 1,
             self.a.epochs,
             batch + 1,
@@ -104,12 +130,21 @@ impl<'a> Trainer<'a> {
         let given: Vec<(&str, &Tensor)> = cols.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let here = self.where_();
         let file = self.a.file.display();
+        let skipped_before = self.session.skipped_steps();
         let loss = self.session.train_step(&given).map_err(|e| {
             Stop::error(format!(
                 "{file}: {here}: {e}; stopped: the parameters were not saved ({})",
                 self.kept()
             ))
         })?;
+        if let (Some(log), Some(path)) = (&mut self.loss_log, &self.a.loss_log) {
+            let applied = self.session.skipped_steps() == skipped_before;
+            let scale = self.session.loss_scale().map_or(1.0, |(s, _)| s);
+            let line = format!("{},{loss},{},{scale}", self.session.batches_done(), applied as u8);
+            writeln!(log, "{line}")
+                .and_then(|_| log.flush())
+                .map_err(|e| Stop::error(format!("cannot write {}: {e}", path.display())))?;
+        }
         if !loss.is_finite() {
             let what = if loss.is_nan() { "NaN".to_string() } else { format!("{loss}") };
             return Err(Stop::error(format!(
@@ -136,7 +171,7 @@ impl<'a> Trainer<'a> {
             bar.set_message(format!("loss {loss:.4}"));
             bar.inc(1);
             if let Some(n) = self.a.save_every {
-                if self.session.step.is_multiple_of(n) {
+                if self.session.batches_done().is_multiple_of(n) {
                     let line = self.save_periodic().inspect_err(|_| bar.abandon())?;
                     bar.suspend(|| eprintln!("{line}"));
                 }
@@ -232,7 +267,7 @@ mod tests {
         let data = Dataset::load(&data, &session.plan).unwrap();
         let order = Order { seed: 0, batch: 64, samples: data.len };
         let flag = AtomicBool::new(false);
-        let mut trainer = Trainer::new(&a, session, &data, order, &flag);
+        let mut trainer = Trainer::new(&a, session, &data, order, &flag).expect("no log to open");
         let stop = trainer.run(&mut |_: &mut Session| Ok(String::new())).unwrap_err();
         assert_eq!(stop.code, 1);
         stop
