@@ -94,16 +94,18 @@ impl LossScaling {
     pub const BACKOFF: f64 = 0.5;
 }
 
-/// Where a dynamic loss scale stands: the scale and the clean steps since it last changed.
+/// Where a dynamic loss scale stands: the scale, the clean steps since it last changed, and
+/// the steps skipped so far (each took a batch of data but made no update).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScaleState {
     pub scale: f64,
     pub clean_steps: u64,
+    pub skipped: u64,
 }
 
 impl ScaleState {
     pub fn new(spec: &LossScaling) -> ScaleState {
-        ScaleState { scale: spec.init, clean_steps: 0 }
+        ScaleState { scale: spec.init, clean_steps: 0, skipped: 0 }
     }
 
     /// Records one step: `finite` when every gradient was finite (the update was applied).
@@ -113,6 +115,7 @@ impl ScaleState {
             // Never below the smallest normal f32: a scale that underflows stops training.
             self.scale = (self.scale * LossScaling::BACKOFF).max(f32::MIN_POSITIVE as f64);
             self.clean_steps = 0;
+            self.skipped += 1;
             return true;
         }
         self.clean_steps += 1;
@@ -150,20 +153,20 @@ mod tests {
         let spec = LossScaling { param: 0, init: 1024.0, growth_interval: 3 };
         let mut s = ScaleState::new(&spec);
         assert!(s.record(&spec, false));
-        assert_eq!(s, ScaleState { scale: 512.0, clean_steps: 0 });
+        assert_eq!(s, ScaleState { scale: 512.0, clean_steps: 0, skipped: 1 });
         assert!(!s.record(&spec, true));
         assert!(!s.record(&spec, true));
         assert!(s.record(&spec, true));
-        assert_eq!(s, ScaleState { scale: 1024.0, clean_steps: 0 });
+        assert_eq!(s, ScaleState { scale: 1024.0, clean_steps: 0, skipped: 1 });
         // An overflow resets the count of clean steps.
         s.record(&spec, true);
         s.record(&spec, false);
-        assert_eq!(s, ScaleState { scale: 512.0, clean_steps: 0 });
+        assert_eq!(s, ScaleState { scale: 512.0, clean_steps: 0, skipped: 2 });
         // The scale stays a normal f32 at both ends.
-        let mut tiny = ScaleState { scale: f32::MIN_POSITIVE as f64, clean_steps: 0 };
+        let mut tiny = ScaleState { scale: f32::MIN_POSITIVE as f64, ..ScaleState::new(&spec) };
         tiny.record(&spec, false);
         assert_eq!(tiny.scale, f32::MIN_POSITIVE as f64);
-        let mut huge = ScaleState { scale: f32::MAX as f64, clean_steps: 2 };
+        let mut huge = ScaleState { scale: f32::MAX as f64, clean_steps: 2, skipped: 0 };
         assert!(!huge.record(&spec, true));
         assert_eq!(huge.scale, f32::MAX as f64);
     }

@@ -30,10 +30,11 @@ pub fn clip_scale(grads: &[Tensor], clip_norm: Option<f64>) -> (f64, f64) {
 /// Name of the state tensor holding the update count.
 pub const STEP_TENSOR: &str = "optim.step";
 
-/// Names of the state tensors holding a dynamic loss scale (`f32[]`) and its clean steps
-/// since it last changed (`i64[]`).
+/// Names of the state tensors holding a dynamic loss scale (`f32[]`), its clean steps since it
+/// last changed and the steps it skipped (`i64[]` each).
 pub const LOSS_SCALE_TENSOR: &str = "optim.loss_scale";
 pub const CLEAN_STEPS_TENSOR: &str = "optim.loss_scale_clean_steps";
+pub const SKIPPED_TENSOR: &str = "optim.loss_scale_skipped";
 
 /// Checkpoint name of a parameter's first-moment / momentum buffer.
 pub fn m_name(param: &str) -> String {
@@ -171,18 +172,21 @@ pub fn state_to_tensors(
         }
     }
     if let Some(s) = state.loss_scale {
-        let clean = i32::try_from(s.clean_steps).unwrap_or(i32::MAX);
+        let count = |n: u64| Tensor {
+            dtype: DType::I64,
+            shape: vec![],
+            data: Data::I32(vec![i32::try_from(n).unwrap_or(i32::MAX)]),
+        };
         out.push((LOSS_SCALE_TENSOR.into(), Tensor::f32(vec![], vec![s.scale as f32])));
-        out.push((
-            CLEAN_STEPS_TENSOR.into(),
-            Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![clean]) },
-        ));
+        out.push((CLEAN_STEPS_TENSOR.into(), count(s.clean_steps)));
+        out.push((SKIPPED_TENSOR.into(), count(s.skipped)));
     }
     Ok(out)
 }
 
-/// A dynamic loss scale stored in a checkpoint: a positive, finite `f32[]` scale and a
-/// non-negative count of clean steps (0 when absent). None when the checkpoint has no scale.
+/// A dynamic loss scale stored in a checkpoint: a positive, finite `f32[]` scale and
+/// non-negative counts of clean and skipped steps (0 when absent). None when the checkpoint
+/// has no scale.
 fn loss_scale_from<'t>(
     find: impl Fn(&str) -> Option<&'t Tensor>,
 ) -> Result<Option<ScaleState>, String> {
@@ -196,19 +200,18 @@ fn loss_scale_from<'t>(
             ))
         }
     };
-    let clean_steps = match find(CLEAN_STEPS_TENSOR) {
-        None => 0,
+    let count = |name: &str| match find(name) {
+        None => Ok(0),
         Some(c) => match (c.numel(), c.as_i32()) {
-            (1, Some(&[n])) if n >= 0 => n as u64,
-            _ => {
-                return Err(format!(
-                    "`{CLEAN_STEPS_TENSOR}` must be one non-negative integer, found {}{:?}",
-                    c.dtype, c.shape
-                ))
-            }
+            (1, Some(&[n])) if n >= 0 => Ok(n as u64),
+            _ => Err(format!(
+                "`{name}` must be one non-negative integer, found {}{:?}",
+                c.dtype, c.shape
+            )),
         },
     };
-    Ok(Some(ScaleState { scale, clean_steps }))
+    let (clean_steps, skipped) = (count(CLEAN_STEPS_TENSOR)?, count(SKIPPED_TENSOR)?);
+    Ok(Some(ScaleState { scale, clean_steps, skipped }))
 }
 
 /// Rebuilds the state from checkpoint tensors (any others are ignored). Parameters without

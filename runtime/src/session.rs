@@ -55,8 +55,6 @@ pub struct Session {
     pub optimizer: OptimizerState,
     /// Optimizer steps taken so far.
     pub step: u64,
-    /// Training steps a loss-scaled plan skipped (a gradient was not finite).
-    pub skipped_steps: u64,
     pub seed: u64,
     /// Stop at the first NaN or infinity and name the step and model line that produced it.
     pub check_numerics: bool,
@@ -118,7 +116,6 @@ impl Session {
             plan,
             params,
             step: 0,
-            skipped_steps: 0,
             seed,
             check_numerics: cfg!(debug_assertions),
             last_use,
@@ -232,7 +229,8 @@ impl Session {
     ///
     /// A plan that scales its loss (`f16` mixed precision) skips the update when a gradient is
     /// not finite and halves the scale (`skipped_steps` counts those), and doubles the scale
-    /// after `growth_interval` clean steps: PyTorch's `GradScaler`.
+    /// after `growth_interval` clean steps: PyTorch's `GradScaler`. A skipped step took its
+    /// batch all the same (`batches_done`).
     pub fn train_step(&mut self, inputs: &[(&str, &Tensor)]) -> Result<f64, RuntimeError> {
         if self.plan.mode != Mode::Train {
             return Err(RuntimeError::Failed(format!(
@@ -281,11 +279,7 @@ impl Session {
     /// Counts a training step: an applied update, or one a loss-scaled plan skipped; moves
     /// the loss scale on (written to its parameter before the next step).
     fn record_step(&mut self, applied: bool) {
-        if applied {
-            self.step += 1;
-        } else {
-            self.skipped_steps += 1;
-        }
+        self.step += applied as u64;
         if let Some(spec) = &self.plan.loss_scaling {
             let state = self.optimizer.loss_scale.get_or_insert(ScaleState::new(spec));
             state.record(spec, applied);
@@ -315,7 +309,17 @@ impl Session {
     pub fn loss_scale(&self) -> Option<(f64, u64)> {
         let spec = self.plan.loss_scaling.as_ref()?;
         let state = self.optimizer.loss_scale.unwrap_or(ScaleState::new(spec));
-        Some((state.scale, self.skipped_steps))
+        Some((state.scale, state.skipped))
+    }
+
+    /// Training steps a loss-scaled plan skipped (a gradient was not finite; 0 for others).
+    pub fn skipped_steps(&self) -> u64 {
+        self.optimizer.loss_scale.map_or(0, |s| s.skipped)
+    }
+
+    /// Batches of data training has consumed: the updates made and the steps skipped.
+    pub fn batches_done(&self) -> u64 {
+        self.step + self.skipped_steps()
     }
 
     fn collect(&self, mut slots: Vec<Slot>, inputs: &[(&str, &Tensor)]) -> RunOutput {
