@@ -188,7 +188,9 @@ mod tests {
                 return;
             };
             let got = gpu.run(&[("x", &x)], 0).expect("runs").outputs;
-            let want = crate::test_util::run_on_cpu_plan(&p, &[wv.clone()], &[("x", &x)]).outputs;
+            let want =
+                crate::test_util::run_on_cpu_plan(&p, std::slice::from_ref(&wv), &[("x", &x)])
+                    .outputs;
             crate::test_util::assert_close(&Op::MatMul, &got[0].1, &want[0].1, 1e-6);
             // Read back, the parameter has its own type and the values the products used.
             let back = gpu.params().expect("reads").remove(0).expect("held");
