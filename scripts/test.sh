@@ -29,7 +29,7 @@ tests() {
 tests cargo test --workspace --locked --no-fail-fast "$@"
 # The GPU tests again, with every device limit at Vulkan's guaranteed floor.
 MGN_MIN_SPEC=1 tests cargo test -p mgn-gpu --locked --no-fail-fast
-MGN_MIN_SPEC=1 tests cargo test -p mgn-tests --locked --no-fail-fast --test gpu --test workloads \
+MGN_MIN_SPEC=1 tests cargo test -p mgn-tests --locked --no-fail-fast --test gpu --test workloads --test mixed \
     --test dynamic
 # An app that runs plans on the CPU only builds the runtime without Vulkan, naga or blade.
 tests cargo test -p mgn-runtime --locked --no-default-features
