@@ -53,6 +53,12 @@ fn cpu_seed(s: &Session) -> u64 {
     s.seed ^ s.step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// Whisper's encoder and the U-Net at shapes lavapipe runs in seconds.
+const WHISPER_TINY: &[&str] =
+    &["B=2", "n_mels=8", "frames=16", "d=32", "heads=4", "ffn=64", "n_layers=2"];
+const UNET_TINY: &[&str] =
+    &["B=2", "size=8", "c0=4", "c1=8", "c2=16", "heads=2", "groups=2", "ctx_len=4", "ctx_dim=8"];
+
 fn rel(a: &Tensor, b: &Tensor) -> f64 {
     let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
     let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
@@ -582,25 +588,8 @@ fn the_paper_workloads_at_tiny_shapes_match_the_cpu() {
     // same plan the CPU backend's own f32 gradients are off by up to 2.4e-4 and the GPU's (other
     // summation orders, lavapipe's exp) by up to 1.3e-3 — not a kernel error, which would show
     // at every size (at full size on the H200 the GPU's gradient norms matched PyTorch's to 4e-8).
-    compare_model_within(
-        "models/whisper_tiny_encoder.mgn",
-        &["B=2", "n_mels=8", "frames=16", "d=32", "heads=4", "ffn=64", "n_layers=2"],
-        5e-3,
-    );
-    compare_model(
-        "models/sd_unet_tiny.mgn",
-        &[
-            "B=2",
-            "size=8",
-            "c0=4",
-            "c1=8",
-            "c2=16",
-            "heads=2",
-            "groups=2",
-            "ctx_len=4",
-            "ctx_dim=8",
-        ],
-    );
+    compare_model_within("models/whisper_tiny_encoder.mgn", WHISPER_TINY, 5e-3);
+    compare_model("models/sd_unet_tiny.mgn", UNET_TINY);
     compare_model(
         "models/smolvla_expert.mgn",
         &[
@@ -651,24 +640,8 @@ fn mixed_precision_plans_match_the_cpu() {
             &["vocab=17", "d=16", "depth=2", "heads=2", "block_size=8", "B=2", "T=8"],
         ),
         ("models/digits_cnn.mgn", &["batch=4", "c1=4", "c2=6"]),
-        (
-            "models/whisper_tiny_encoder.mgn",
-            &["B=2", "n_mels=8", "frames=16", "d=32", "heads=4", "ffn=64", "n_layers=2"],
-        ),
-        (
-            "models/sd_unet_tiny.mgn",
-            &[
-                "B=2",
-                "size=8",
-                "c0=4",
-                "c1=8",
-                "c2=16",
-                "heads=2",
-                "groups=2",
-                "ctx_len=4",
-                "ctx_dim=8",
-            ],
-        ),
+        ("models/whisper_tiny_encoder.mgn", WHISPER_TINY),
+        ("models/sd_unet_tiny.mgn", UNET_TINY),
     ];
     let train =
         |precision| PlanOptions { precision, ..PlanOptions::train(&[], OptimizerSpec::default()) };
