@@ -81,14 +81,18 @@ impl Rebuild {
         NodeId(self.nodes.len() as u32 - 1)
     }
 
-    /// `x` rounded to `half`, made once. A transpose or reshape of some value is rebuilt over
-    /// that value's half copy (a view of it, where the backend reads views in place).
+    /// `x` rounded to `half`, made once. A reshape of some value, and a transpose of a
+    /// parameter, is rebuilt over that value's half copy: a view of it, which the backends read
+    /// in place (a weight's transpose read by a product is no copy). Any other transpose is a
+    /// copy either way, and is rounded after it.
     fn half_of(&mut self, x: NodeId, half: DType) -> NodeId {
         if let Some(&h) = self.halves.get(&x) {
             return h;
         }
         let n = &self.nodes[x.0 as usize];
-        let view = matches!(n.op, Op::Permute { .. } | Op::Reshape) && n.inputs.len() == 1;
+        let of_param = |n: &Node| matches!(self.nodes[n.inputs[0].0 as usize].op, Op::Param { .. });
+        let view = n.inputs.len() == 1
+            && (n.op == Op::Reshape || matches!(n.op, Op::Permute { .. }) && of_param(n));
         let h = if view && self.nodes[n.inputs[0].0 as usize].dtype == DType::F32 {
             let (op, source) = (n.op.clone(), n.inputs[0]);
             let over = self.half_of(source, half);

@@ -156,7 +156,7 @@ pub fn kernel_sources(
     let at = d.at(&bound, sizes)?;
     let layout = crate::memory::plan_arena(&bound);
     let root = crate::memory::view_roots(&at);
-    let transposed = crate::memory::transposed_views(&at);
+    let views = crate::memory::ReadViews::of(&at);
     let follows = |v: usize| d.dims(v, at.steps[v].shape.len());
     let target = crate::kernels::Target::of(limits);
     let training = at.mode == mgn_ir::plan::Mode::Train;
@@ -168,7 +168,7 @@ pub fn kernel_sources(
             continue;
         }
         let (inputs, output, _) =
-            crate::kernels::step_operands(&at, &layout.offsets, &transposed, i, &follows);
+            crate::kernels::step_operands(&at, &layout.offsets, &views, i, &follows);
         let src = crate::kernels::generate(&s.op, at.ids[i], &inputs, &output, target, training)
             .map_err(GpuError::Failed)?;
         out.push((format!("{} → {:?}", s.op.describe(), s.shape), src.body));

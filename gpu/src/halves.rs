@@ -49,6 +49,15 @@ pub(crate) fn load(o: &Operand, index: &str) -> String {
     }
 }
 
+/// A WGSL f32 expression of `value` (an f32 expression) rounded to the half type `dtype`: the
+/// value a cast stores and a load of it gives back (`memory::rounded_views`).
+pub(crate) fn round(dtype: DType, value: &str) -> String {
+    match dtype {
+        DType::F16 => format!("mgn_f16_value(mgn_f16({value}))"),
+        _ => format!("bitcast<f32>(mgn_bf16({value}) << 16u)"),
+    }
+}
+
 /// The statement giving element `index` of a half result its value: a lane of the word being
 /// assembled by `elementwise` (the only kernel that writes halves).
 pub(crate) fn store(index: &str, value: &str) -> String {

@@ -137,10 +137,10 @@ pub struct ArenaPlan {
 /// plans, p = 0). Values are never written after their step, so sharing words is safe.
 pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
     let mut root: Vec<usize> = (0..plan.steps.len()).collect();
-    let transposed = transposed_views(plan);
+    let views = ReadViews::of(plan);
     for (i, s) in plan.steps.iter().enumerate() {
-        if transposed[i] {
-            root[i] = s.inputs[0] as usize;
+        if views.transposed[i] || views.rounded[i] {
+            root[i] = root[s.inputs[0] as usize];
             continue;
         }
         let identity = match s.op.plan_op() {
@@ -161,6 +161,61 @@ pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
         }
     }
     root
+}
+
+/// The values the kernels read out of another value's words: transposed views (a parameter's
+/// transpose read by products) and rounded views (a cast to a half type read only by
+/// contractions, which read the f32 words and round each element as they load it).
+pub struct ReadViews {
+    pub transposed: Vec<bool>,
+    pub rounded: Vec<bool>,
+}
+
+impl ReadViews {
+    pub fn of(plan: &GpuPlan) -> ReadViews {
+        ReadViews { transposed: transposed_views(plan), rounded: rounded_views(plan) }
+    }
+
+    /// No views (a plan read as it is).
+    pub fn none(steps: usize) -> ReadViews {
+        ReadViews { transposed: vec![false; steps], rounded: vec![false; steps] }
+    }
+}
+
+/// Which steps are rounded views: a cast of an f32 value to a half type that only
+/// contractions read — directly or through reshapes, which are rounded views too — and that is
+/// no result. Rounding as a load reads the f32 word computes exactly the cast's value
+/// (`halves::round`), with no kernel, no words and no pass over the value: the mixed precision
+/// policy rounds every operand of every product, and each would otherwise be a dispatch of its
+/// own. A contraction loads each element a few times (once per tile), so the rounding costs
+/// little next to its multiply-adds.
+pub fn rounded_views(plan: &GpuPlan) -> Vec<bool> {
+    let def_use = DefUse::of(plan);
+    let n = plan.steps.len();
+    let reshape = |i: usize| plan.steps[i].op == GpuOp::Plan(Op::Reshape);
+    // Read only by contractions, through reshapes (later steps first: readers come after).
+    let mut by_products = vec![false; n];
+    for i in (0..n).rev() {
+        by_products[i] = !def_use.result[i]
+            && !def_use.readers[i].is_empty()
+            && def_use.readers[i].iter().all(|&r| {
+                let r = r as usize;
+                plan.steps[r].op.is_contraction() || (reshape(r) && by_products[r])
+            });
+    }
+    let mut rounded = vec![false; n];
+    for (i, s) in plan.steps.iter().enumerate() {
+        let x = s.inputs.first().map(|&x| x as usize);
+        rounded[i] = match (&s.op, x) {
+            (GpuOp::Plan(Op::Cast), Some(x)) => {
+                s.dtype.is_half() && plan.steps[x].dtype == DType::F32 && by_products[i]
+            }
+            // A reshape of a rounded view is one (the same words, read the same way).
+            (GpuOp::Plan(Op::Reshape), Some(x)) => rounded[x] && s.dtype == plan.steps[x].dtype,
+            _ => false,
+        };
+    }
+    rounded
 }
 
 /// Which steps are transposed views: the transpose of a 2-D parameter (`x @ w^T` in every

@@ -258,7 +258,7 @@ fn step_dispatches(
     let target = crate::kernels::Target::of(limits);
     let width = target.width;
     let root = crate::memory::view_roots(plan);
-    let transposed = crate::memory::transposed_views(plan);
+    let views = crate::memory::ReadViews::of(plan);
     let mut dispatch = Vec::with_capacity(plan.steps.len());
     for (i, s) in plan.steps.iter().enumerate() {
         // Views (reshapes, identity dropout) share their input's words: nothing to run.
@@ -268,7 +268,7 @@ fn step_dispatches(
         }
         let at = format!("{}, {}", s.loc, plan.step_name(i));
         let failed = |e: String| GpuError::Failed(format!("{e} (at {at})"));
-        let (inputs, output, words) = step_operands(plan, offsets, &transposed, i, follows);
+        let (inputs, output, words) = step_operands(plan, offsets, &views, i, follows);
         let training = plan.mode == Mode::Train;
         let src =
             generate(&s.op, plan.ids[i], &inputs, &output, target, training).map_err(failed)?;

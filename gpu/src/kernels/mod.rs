@@ -40,6 +40,9 @@ pub struct Operand {
     /// A 2-D value stored transposed: `shape` is `[k, n]` but the words hold the `[n, k]`
     /// matrix it transposes (`memory::transposed_views`; only matmul's right operand).
     pub transposed: bool,
+    /// A half value stored as the f32 words it is rounded from: each load rounds
+    /// (`memory::rounded_views`; only contractions' operands).
+    pub rounded: bool,
     /// In a dynamic plan, per axis of `shape`, the polynomial of the sizes it follows (empty,
     /// or `None` for an axis, when fixed): what `dim` prints for kernels shared across sizes.
     pub follows: Vec<Option<Poly>>,
@@ -49,7 +52,8 @@ impl Operand {
     /// An operand at a baked-in offset.
     pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
         let shape = shape.to_vec();
-        Operand { offset, shape, dtype, slot: None, transposed: false, follows: vec![] }
+        let (transposed, rounded) = (false, false);
+        Operand { offset, shape, dtype, slot: None, transposed, rounded, follows: vec![] }
     }
 
     /// Axis `a`'s size, as a kernel shared across sizes reads it.
@@ -91,12 +95,12 @@ pub const FIRST_SLOT: usize = 2;
 
 /// The operands of step `i` (inputs, then output) with their offsets in parameter words, and
 /// the words to put in the parameter block. A step with more operands than words (below the
-/// sizes' words) bakes them in. `transposed` is `memory::transposed_views(plan)`; `follows`
+/// sizes' words) bakes them in. `views` is `memory::ReadViews::of(plan)`; `follows`
 /// gives, for a dynamic plan, the polynomials of a step's axes (`DynamicProgram::dims`).
 pub fn step_operands(
     plan: &GpuPlan,
     offsets: &[usize],
-    transposed: &[bool],
+    views: &crate::memory::ReadViews,
     i: usize,
     follows: &dyn Fn(usize) -> Vec<Option<Poly>>,
 ) -> (Vec<Operand>, Operand, Vec<(usize, u32)>) {
@@ -113,7 +117,8 @@ pub fn step_operands(
             shape: plan.steps[v].shape.clone(),
             dtype: plan.steps[v].dtype,
             slot,
-            transposed: transposed[v],
+            transposed: views.transposed[v],
+            rounded: views.rounded[v],
             follows: follows(v),
         }
     };
@@ -201,6 +206,9 @@ pub(super) fn broadcast_at(i: &str, out: &[Ext], input: &[Ext]) -> String {
 
 pub(super) fn load(o: &Operand, index: &str) -> String {
     match o.dtype {
+        d if d.is_half() && o.rounded => {
+            crate::halves::round(d, &format!("bitcast<f32>(arena[{} + {index}])", base(o)))
+        }
         d if d.is_half() => crate::halves::load(o, index),
         d if d.is_float() => format!("bitcast<f32>(arena[{} + {index}])", base(o)),
         _ => format!("bitcast<i32>(arena[{} + {index}])", base(o)),
@@ -768,14 +776,14 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
     };
     let mut seen = std::collections::HashSet::new();
     let root = crate::memory::view_roots(plan);
-    let transposed = crate::memory::transposed_views(plan);
+    let views = crate::memory::ReadViews::of(plan);
     for (i, s) in plan.steps.iter().enumerate() {
         // Inputs and parameters are uploaded, views share their root's words: no kernel.
         if matches!(s.op, GpuOp::Plan(Op::Input { .. } | Op::Param { .. })) || root[i] != i {
             continue;
         }
         let given = plan.origins[i].0 as usize;
-        let (inputs, output, _) = step_operands(plan, &layout.offsets, &transposed, i, &follows);
+        let (inputs, output, _) = step_operands(plan, &layout.offsets, &views, i, &follows);
         match generate(&s.op, plan.ids[i], &inputs, &output, target, training) {
             Err(why) => out.missing.push((given, why)),
             Ok(src) => {

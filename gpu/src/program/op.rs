@@ -119,6 +119,26 @@ impl Elem {
 }
 
 impl GpuOp {
+    /// A contraction's kernel: a product, a convolution or an attention (`Op::is_contraction`)
+    /// in any of the GPU's forms (split, with an epilogue, with statistics).
+    pub fn is_contraction(&self) -> bool {
+        match self {
+            GpuOp::Plan(op) => op.is_contraction(),
+            GpuOp::AttentionStats { .. }
+            | GpuOp::AttentionGradWithStats { .. }
+            | GpuOp::ConvSplit { .. }
+            | GpuOp::MatMulEpilogue { .. }
+            | GpuOp::ConvEpilogue { .. }
+            | GpuOp::MatMulT { .. } => true,
+            GpuOp::NormWeightGradPartial { .. }
+            | GpuOp::CrossEntropyRows
+            | GpuOp::Fused { .. }
+            | GpuOp::SplitSum { .. }
+            | GpuOp::ScatterInPlace { .. }
+            | GpuOp::AttentionProbs { .. } => false,
+        }
+    }
+
     /// The compiled plan's op, for a step that runs one.
     pub fn plan_op(&self) -> Option<&Op> {
         match self {

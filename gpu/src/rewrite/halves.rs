@@ -201,6 +201,32 @@ mod tests {
     }
 
     #[test]
+    fn casts_read_only_by_products_are_rounded_as_they_are_loaded() {
+        for h in [DType::F16, DType::BF16] {
+            // Training: the weight keeps its f32 copy; both casts are rounded views.
+            let p = product(h, Mode::Train);
+            let g = crate::rewrite::for_gpu(&p);
+            let views = crate::memory::ReadViews::of(&g);
+            let casts: Vec<usize> =
+                (0..g.steps.len()).filter(|&i| g.steps[i].op == GpuOp::Plan(Op::Cast)).collect();
+            assert_eq!(casts.len(), 2);
+            let roots = crate::memory::view_roots(&g);
+            for &c in &casts {
+                assert!(views.rounded[c]);
+                assert_eq!(roots[c], g.steps[c].inputs[0] as usize, "no words of its own");
+            }
+            let x = Tensor::f32(vec![2, 4], (0..8).map(|i| i as f32 * 0.3 - 1.0).collect());
+            let w = Tensor::f32(vec![4, 3], (0..12).map(|i| 1.0 / (i as f32 + 3.0)).collect());
+            let Some(mut gpu) = crate::test_util::open(p.clone(), std::slice::from_ref(&w)) else {
+                return;
+            };
+            let got = gpu.run(&[("x", &x)], 0).expect("runs").outputs;
+            let want = crate::test_util::run_on_cpu_plan(&p, &[w], &[("x", &x)]).outputs;
+            crate::test_util::assert_close(&Op::MatMul, &got[0].1, &want[0].1, 1e-6);
+        }
+    }
+
+    #[test]
     fn half_values_match_the_cpu_to_one_rounding() {
         for (h, ulp) in [(DType::F16, 2f64.powi(-10)), (DType::BF16, 2f64.powi(-7))] {
             let p = plan(h);
