@@ -500,6 +500,13 @@ impl GpuSession {
         Ok(out)
     }
 
+    /// The position of the step holding a loss-scaled plan's scale.
+    fn loss_scale_position(&self) -> Option<u32> {
+        let ls = self.plan.loss_scaling.as_ref()?;
+        let param = GpuOp::Plan(Op::Param { index: ls.param });
+        self.plan.steps.iter().position(|s| s.op == param).map(|p| p as u32)
+    }
+
     /// Where value `v` is, as a download: its first word and its words.
     fn download(&self, v: u32) -> (usize, usize) {
         let s = &self.plan.steps[v as usize];
@@ -577,7 +584,15 @@ impl GpuSession {
         let mut wanted: Vec<u32> = self.plan.outputs.iter().map(|(_, v)| *v).collect();
         wanted.extend(self.plan.loss);
         wanted.extend(self.plan.grads.iter().map(|(_, v)| *v));
-        let mut got = self.submit(inputs, seed, None, &wanted)?.0.into_iter();
+        // A loss-scaled plan's gradients carry the scale its steps read: read it too.
+        let scale_at = self.loss_scale_position().filter(|_| !self.plan.grads.is_empty());
+        wanted.extend(scale_at);
+        let mut values = self.submit(inputs, seed, None, &wanted)?.0;
+        let scale = match scale_at {
+            Some(_) => values.pop().map_or(1.0, |s| s.to_f64_vec()[0]),
+            None => 1.0,
+        };
+        let mut got = values.into_iter();
         let outputs = self
             .plan
             .outputs
@@ -590,7 +605,11 @@ impl GpuSession {
             .grads
             .iter()
             .map(|(p, _)| {
-                (self.plan.params[*p].name.clone(), got.next().expect("one per gradient"))
+                let mut g = got.next().expect("one per gradient");
+                if let (mgn_ir::Data::F32(v), true) = (&mut g.data, scale != 1.0) {
+                    v.iter_mut().for_each(|x| *x = (*x as f64 / scale) as f32);
+                }
+                (self.plan.params[*p].name.clone(), g)
             })
             .collect();
         Ok(RunOutput { outputs, loss, grads })

@@ -154,28 +154,35 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, \
     )
 }
 
-/// One workgroup: sums `count` partial sums at `partials`, writes the clipping factor
-/// `min(1, clip / (norm + 1e-6))` (1 without `clip`) to `scale_word`, and with `verdict_word`
-/// writes there 1 when the norm is finite, else 0. A sum of squares overflows f32 only past
-/// gradients of about 1e19, which count as not finite too.
-pub fn clip_scale_kernel(
-    width: u32,
-    partials: usize,
-    count: usize,
-    clip: Option<f64>,
-    scale_word: usize,
-    verdict_word: Option<usize>,
-) -> String {
+/// Where the global norm's kernel finds and leaves its words.
+pub struct NormWords {
+    /// The first of the partial sums of squares.
+    pub partials: usize,
+    /// Where the factor every gradient is multiplied by goes.
+    pub factor: usize,
+    /// Where the verdict goes (loss scaling): 1 when every gradient is finite, else 0.
+    pub verdict: Option<usize>,
+    /// The loss scale the gradients carry (loss scaling): the factor divides it out.
+    pub scale: Option<usize>,
+}
+
+/// One workgroup: sums `count` partial sums, writes the factor `min(1, clip / (norm + 1e-6)) /
+/// S` (without `clip`, `1 / S`; without a loss scale, S = 1) of the gradients' true norm
+/// `norm = √Σ / S`, and the verdict. A sum of squares overflows f32 only past gradients of
+/// about 1e19, which count as not finite too.
+pub fn clip_scale_kernel(width: u32, count: usize, clip: Option<f64>, w: &NormWords) -> String {
+    let scale = w.scale.map_or("1.0".to_string(), |s| format!("bitcast<f32>(arena[{s}u])"));
     let factor = match clip {
-        Some(c) => format!("min(1.0, {:?} / (sqrt(part[0]) + 1e-6))", c as f32),
-        None => "1.0".to_string(),
+        Some(c) => format!("min(1.0, {:?} / (sqrt(part[0]) / s + 1e-6)) / s", c as f32),
+        None => "1.0 / s".to_string(),
     };
     // Finite when the exponent's bits are not all ones (no isinf or isnan in WGSL).
-    let verdict = verdict_word.map_or(String::new(), |w| {
+    let verdict = w.verdict.map_or(String::new(), |v| {
         format!(
-            "arena[{w}u] = select(0u, 1u, (bitcast<u32>(part[0]) & 0x7f800000u) != 0x7f800000u);"
+            "arena[{v}u] = select(0u, 1u, (bitcast<u32>(part[0]) & 0x7f800000u) != 0x7f800000u);"
         )
     });
+    let (partials, scale_word) = (w.partials, w.factor);
     format!(
         "var<workgroup> part: array<f32, {width}>;
 @compute @workgroup_size({width})
@@ -191,6 +198,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {{
         workgroupBarrier();
     }}
     if (lid.x == 0u) {{
+        let s = {scale};
         arena[{scale_word}u] = bitcast<u32>({factor});
         {verdict}
     }}
@@ -277,8 +285,11 @@ mod tests {
         }
         for width in [64, 100, 128, 256] {
             validate(&sum_squares_kernel(width));
-            validate(&clip_scale_kernel(width, 40, 7, Some(1.0), 3, None));
-            validate(&clip_scale_kernel(width, 40, 7, None, 3, Some(4)));
+            let plain = NormWords { partials: 40, factor: 3, verdict: None, scale: None };
+            validate(&clip_scale_kernel(width, 7, Some(1.0), &plain));
+            let scaled = NormWords { verdict: Some(4), scale: Some(5), ..plain };
+            validate(&clip_scale_kernel(width, 7, Some(1.0), &scaled));
+            validate(&clip_scale_kernel(width, 7, None, &scaled));
             validate(&running_stats_kernel(width));
         }
     }

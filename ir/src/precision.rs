@@ -70,9 +70,12 @@ impl fmt::Display for Precision {
 
 /// Dynamic loss scaling (PyTorch's `GradScaler`, with its defaults): the backward pass starts
 /// from the scale `S` instead of 1, so small gradients survive the f16 rounding of the operands
-/// of backward contractions; the plan divides each gradient by `S` again before it is a result.
-/// After a step whose gradients hold an infinity or NaN the update is skipped and `S` halves;
-/// after `growth_interval` clean steps in a row `S` doubles.
+/// of backward contractions, and every gradient the plan computes is `S` times the true one.
+/// Backends divide `S` out where gradients are used — the optimizer's update (with clipping
+/// by the true norm), and the gradients a run returns — so no step of the plan does, and no
+/// caller sees a scaled gradient. After a step whose gradients hold an infinity or NaN the
+/// update is skipped and `S` halves; after `growth_interval` clean steps in a row `S`
+/// doubles.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LossScaling {
     /// The parameter holding `S` (`f32[]`, not trained, not saved with the model's weights:

@@ -207,10 +207,23 @@ impl Session {
     pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<RunOutput, RuntimeError> {
         let seed = self.run_seed();
         if let Some(g) = &mut self.gpu {
+            // The GPU session divides a loss scale out itself.
             return Ok(g.run(inputs, seed)?);
         }
         let slots = self.execute(inputs, false)?;
-        Ok(self.collect(slots, inputs))
+        let mut out = self.collect(slots, inputs);
+        let scale = self.scale_used();
+        out.grads.iter_mut().for_each(|(_, g)| unscale(g, scale));
+        Ok(out)
+    }
+
+    /// The loss scale the plan's steps read (its parameter's value; 1 without loss scaling):
+    /// the factor its gradients carry.
+    fn scale_used(&self) -> f64 {
+        match &self.plan.loss_scaling {
+            Some(ls) => self.params[ls.param].to_f64_vec()[0],
+            None => 1.0,
+        }
     }
 
     /// Runs every step and waits, reading nothing back: on the GPU the results stay on the
@@ -257,13 +270,15 @@ impl Session {
             .as_ref()
             .map(|l| l.to_f64_vec()[0])
             .ok_or_else(|| RuntimeError::Failed("the training plan has no loss".into()))?;
-        let grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
+        let mut grads: Vec<Tensor> = out.grads.into_iter().map(|(_, g)| g).collect();
         let trained: Vec<usize> = self.plan.grads.iter().map(|(p, _)| *p).collect();
         let finite = grads.iter().all(|g| g.to_f64_vec().iter().all(|x| x.is_finite()));
         if self.plan.loss_scaling.is_some() && !finite {
             self.record_step(false);
             return Ok(loss);
         }
+        let scale = self.scale_used();
+        grads.iter_mut().for_each(|g| unscale(g, scale));
         self.record_step(true);
         crate::optim::apply(
             &mut self.optimizer,
@@ -528,6 +543,19 @@ fn check_finite(
             op.describe()
         ))),
         None => Ok(()),
+    }
+}
+
+/// A gradient of a loss-scaled plan divided by the scale it carries (exact: scales are powers
+/// of two).
+fn unscale(g: &mut Tensor, scale: f64) {
+    if scale == 1.0 {
+        return;
+    }
+    match &mut g.data {
+        Data::F32(v) => v.iter_mut().for_each(|x| *x = (*x as f64 / scale) as f32),
+        Data::F64(v) => v.iter_mut().for_each(|x| *x /= scale),
+        Data::I32(_) => {}
     }
 }
 

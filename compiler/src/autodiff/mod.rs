@@ -23,7 +23,8 @@ pub struct GradOptions<'a> {
     /// Parameters whose checkpoint name starts with one of these are frozen (no gradient).
     pub frozen: &'a [String],
     /// A loss scale (an `f32[]` node before the backward pass): the backward pass starts from
-    /// it instead of 1, and every gradient is divided by it again before it is returned.
+    /// it instead of 1, so every gradient is that many times the true one (backends divide it
+    /// out where gradients are used: `mgn_ir::precision::LossScaling`).
     pub loss_scale: Option<NodeId>,
 }
 
@@ -96,10 +97,7 @@ pub fn differentiate(
     for p in trained {
         let node = b.g.params[p].node;
         let grad = match grads[node.0 as usize] {
-            Some(gr) => match opts.loss_scale {
-                Some(scale) => b.unscaled(node, gr, scale),
-                None => gr,
-            },
+            Some(gr) => gr,
             None => {
                 let zero = b.push_like(node, Op::Constant { value: 0.0 }, vec![], vec![]);
                 let shape = b.g.node(node).shape.clone();
@@ -135,19 +133,6 @@ impl Builder<'_> {
         let (span, user_span, full_precision) = (o.span, o.user_span, o.full_precision);
         self.g.nodes.push(Node { op, inputs, dtype, shape, span, user_span, full_precision });
         NodeId(self.g.nodes.len() as u32 - 1)
-    }
-
-    /// `grad / scale`, in `grad`'s type (the scale is f32).
-    fn unscaled(&mut self, origin: NodeId, grad: NodeId, scale: NodeId) -> NodeId {
-        let dtype = self.g.node(grad).dtype;
-        let scale = if dtype == DType::F32 {
-            scale
-        } else {
-            let s = self.push_like(origin, Op::Cast, vec![scale], vec![]);
-            self.g.nodes[s.0 as usize].dtype = dtype;
-            s
-        };
-        self.binary(origin, BinaryOp::Div, grad, scale)
     }
 
     fn shape(&self, id: NodeId) -> Vec<usize> {

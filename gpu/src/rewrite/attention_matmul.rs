@@ -115,7 +115,7 @@ pub(super) fn materialise_attention(program: &mut Program, path: AttentionPath) 
             continue; // malformed: the kernel generator says so
         }
         let x: Vec<StepId> = s.inputs[..operands].to_vec();
-        let Some(d) = fits(program, &x, has_mask) else { continue };
+        let Some(d) = fits(program, id, &x, has_mask) else { continue };
         if program.choose("attention through its scores", id, || wanted(path, &d) as usize) == 0 {
             continue;
         }
@@ -170,10 +170,16 @@ pub(super) fn materialise_attention(program: &mut Program, path: AttentionPath) 
     }
 }
 
-/// The attention's dims when its operands are f32 and its mask broadcasts to the scores.
-fn fits(program: &Program, x: &[StepId], has_mask: bool) -> Option<Dims> {
+/// The attention's dims when it computes an f32 result from q, k and v of one float type (f32,
+/// or a half type under the mixed precision policy: the products read them as they are, and
+/// the probabilities stay f32, as the CPU's attention keeps them), an f32 mask that broadcasts
+/// to the scores.
+fn fits(program: &Program, id: StepId, x: &[StepId], has_mask: bool) -> Option<Dims> {
     let step = |i: usize| program.step(x[i]);
-    if x.iter().any(|&v| program.step(v).dtype != DType::F32) {
+    let t = step(0).dtype;
+    let operands = (t == DType::F32 || t.is_half()) && (1..3).all(|i| step(i).dtype == t);
+    let mask = !has_mask || step(3).dtype == DType::F32;
+    if !operands || !mask || program.step(id).dtype != DType::F32 {
         return None;
     }
     let d = dims(&step(0).shape, &step(1).shape, &step(2).shape).ok()?;
@@ -183,9 +189,12 @@ fn fits(program: &Program, x: &[StepId], has_mask: bool) -> Option<Dims> {
     Some(d)
 }
 
-/// A view of `of` with `shape`, inserted before `at`.
+/// A view of `of` with `shape` (and its type), inserted before `at`.
 fn view(program: &mut Program, at: StepId, of: StepId, shape: Vec<usize>) -> StepId {
-    insert(program, at, GpuOp::Plan(Op::Reshape), vec![of], shape)
+    let loc = program.step(at).loc.clone();
+    let dtype = program.step(of).dtype;
+    let step = Step { op: GpuOp::Plan(Op::Reshape), inputs: vec![of], dtype, shape, loc };
+    program.insert_before(at, step)
 }
 
 fn insert(

@@ -53,9 +53,10 @@ pub(super) fn training(
     let (mut params, partials) = trained_params(plan, offsets, limits, top)?;
     // The global norm's scratch: the factor, the verdict, then the partial sums.
     let scratch = *top;
-    let scaled = plan.loss_scaling.is_some();
-    let verdict = scaled.then_some(scratch + 1);
-    let norm = (spec.clip_norm.is_some() || scaled).then(|| {
+    // A loss-scaled plan's gradients carry the scale its parameter holds.
+    let scale_word = loss_scale_word(plan, offsets);
+    let verdict = scale_word.map(|_| scratch + 1);
+    let norm = (spec.clip_norm.is_some() || scale_word.is_some()).then(|| {
         for t in &mut params {
             t.partials += scratch + 2;
         }
@@ -63,16 +64,25 @@ pub(super) fn training(
         let at = &"the optimizer's global norm";
         let sq = sources.add("sum_squares", update::sum_squares_kernel(width), at);
         let (clip, first) = (spec.clip_norm, scratch + 2);
-        let fin = update::clip_scale_kernel(width, first, partials, clip, scratch, verdict);
+        let words =
+            update::NormWords { partials: first, factor: scratch, verdict, scale: scale_word };
+        let fin = update::clip_scale_kernel(width, partials, clip, &words);
         (sq, sources.add("clip_scale", fin, at))
     });
-    let factor = spec.clip_norm.map(|_| scratch);
+    let factor = norm.map(|_| scratch);
     let body = update::update_kernel(spec, width, factor, verdict);
     let update_kernel = sources.add("optimizer", body, &"the optimizer");
     let bn_kernel =
         sources.add("running_stats", update::running_stats_kernel(width), &"batch norm");
     let bn = running_stats_updates(plan, offsets, levels, limits)?;
     Ok(Some(Training { bn, bn_kernel, params, update_kernel, norm, verdict }))
+}
+
+/// The word holding a loss-scaled plan's scale (its parameter's).
+fn loss_scale_word(plan: &GpuPlan, offsets: &[usize]) -> Option<usize> {
+    let ls = plan.loss_scaling.as_ref()?;
+    let param = GpuOp::Plan(Op::Param { index: ls.param });
+    plan.steps.iter().position(|s| s.op == param).map(|p| offsets[p])
 }
 
 /// Each trained parameter's regions (its optimizer state placed from word `top` on) and grids,
