@@ -482,65 +482,6 @@ impl GpuSession {
         r.map(drop).map_err(err)
     }
 
-    /// Reads back every parameter the plan reads (for checkpoints): `None` for the others,
-    /// which the device never holds and so never changes.
-    pub fn params(&mut self) -> Result<Vec<Option<Tensor>>, GpuError> {
-        let mut out: Vec<Option<Tensor>> = vec![None; self.plan.params.len()];
-        let mut wanted = Vec::new();
-        for (i, s) in self.plan.steps.iter().enumerate() {
-            if let GpuOp::Plan(Op::Param { index }) = s.op {
-                wanted.push((index, i));
-            }
-        }
-        let got = self.read(&wanted.iter().map(|&(_, i)| i as u32).collect::<Vec<_>>())?;
-        for ((index, _), t) in wanted.into_iter().zip(got) {
-            // Of the parameter's type, also where the arena holds it as halves.
-            out[index] = Some(Tensor { dtype: self.plan.params[index].dtype, ..t });
-        }
-        Ok(out)
-    }
-
-    /// The position of the step holding a loss-scaled plan's scale.
-    fn loss_scale_position(&self) -> Option<u32> {
-        let ls = self.plan.loss_scaling.as_ref()?;
-        let param = GpuOp::Plan(Op::Param { index: ls.param });
-        self.plan.steps.iter().position(|s| s.op == param).map(|p| p as u32)
-    }
-
-    /// Where value `v` is, as a download: its first word and its words.
-    fn download(&self, v: u32) -> (usize, usize) {
-        let s = &self.plan.steps[v as usize];
-        (self.offsets[v as usize], crate::memory::value_words(s.dtype, &s.shape))
-    }
-
-    /// Reads the values of `steps` back in one submission.
-    fn read(&mut self, steps: &[u32]) -> Result<Vec<Tensor>, GpuError> {
-        let downloads: Vec<(usize, usize)> = steps.iter().map(|&v| self.download(v)).collect();
-        let r = self.dev.submit(
-            self.arena.as_ref().expect("arena"),
-            &Submission { downloads, ..Default::default() },
-        );
-        let words = r.map_err(err)?;
-        Ok(steps
-            .iter()
-            .zip(words)
-            .map(|(&v, w)| {
-                tensor_of(
-                    w,
-                    self.plan.steps[v as usize].dtype,
-                    self.plan.steps[v as usize].shape.clone(),
-                )
-            })
-            .collect())
-    }
-
-    /// The current value of step `v` of the plan the session was given (after the last run).
-    pub fn value(&mut self, v: u32) -> Result<Tensor, GpuError> {
-        let at = (self.plan.position(crate::program::StepId(v)))
-            .ok_or_else(|| GpuError::Failed(format!("the plan has no step {v}")))?;
-        Ok(self.read(&[at as u32])?.remove(0))
-    }
-
     /// One submission of every step, reading nothing back (see `Session::run_resident`).
     pub fn run_resident(&mut self, inputs: &[(&str, &Tensor)], seed: u64) -> Result<(), GpuError> {
         self.submit(inputs, seed, None, &[]).map(drop)

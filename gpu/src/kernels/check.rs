@@ -1,0 +1,142 @@
+//! Checking a plan's kernels without a device: every step's kernel generated as a GPU session
+//! would make it and validated by naga (`mgnc build` runs this), and naga's validation of one
+//! kernel's source.
+
+use super::{generate, step_operands, Target};
+use crate::program::GpuOp;
+use mgn_ir::op::Op;
+
+/// What checking a plan's kernels found: how many steps have kernels, the steps without one
+/// (with the reason), and kernels naga rejects (a generator bug: with naga's message).
+#[derive(Debug, Default)]
+pub struct PlanKernels {
+    pub with_kernel: usize,
+    /// Distinct kernels among them (one pipeline each on a device).
+    pub distinct: usize,
+    pub missing: Vec<(usize, String)>,
+    pub invalid: Vec<(usize, String)>,
+    /// Why no GPU could run the plan at all (its arena past 32-bit word offsets), when so; then
+    /// no kernel is generated.
+    pub too_large: Option<String>,
+    /// Bytes of inputs and values in the arena as the GPU runs the plan (after its rewrites,
+    /// parameters and optimizer state not counted).
+    pub arena_values_bytes: u64,
+    /// Bytes of the parameters as the arena holds them (an inference plan holds weights its
+    /// products read in half precision as halves: `rewrite::halves`).
+    pub arena_param_bytes: u64,
+    /// Why the GPU cannot make one program of a dynamic plan (`dynamic::program`), when so;
+    /// then no kernel is generated.
+    pub no_program: Option<String>,
+}
+
+/// Generates every step's kernel as a GPU session would (after its rewrites, with its arena
+/// layout, for the given limits) and validates each with naga, without a device — `mgnc build`
+/// runs this at build time. Steps are reported by their number in `plan`; a step a rewrite
+/// inserted by the step it was made for.
+pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimits) -> PlanKernels {
+    let (program, dynamic) = match &plan.dynamic {
+        None => (crate::rewrite::for_gpu(plan), None),
+        Some(_) => {
+            let options = crate::rewrite::Options::from_env().unwrap_or_default();
+            match crate::dynamic::program(plan, &options) {
+                Ok((p, d)) => (p, Some(d)),
+                Err(e) => {
+                    return PlanKernels { no_program: Some(e.to_string()), ..Default::default() }
+                }
+            }
+        }
+    };
+    let plan = &program;
+    let follows = |v: usize| match &dynamic {
+        Some(d) => d.dims(v, plan.steps[v].shape.len()),
+        None => Vec::new(),
+    };
+    let layout = crate::memory::plan_arena(plan);
+    // Only what every GPU shares bounds a plan here: its word offsets are 32-bit.
+    let any_device = crate::limits::DeviceLimits { max_storage_buffer_range: u64::MAX, ..*limits };
+    if let Err(why) = crate::memory::check_fits(plan, layout.total_words, &any_device, None) {
+        return PlanKernels { too_large: Some(why), ..Default::default() };
+    }
+    let target = Target::of(limits);
+    let training = plan.mode == mgn_ir::plan::Mode::Train;
+    let values = (layout.total_words - layout.param_words) as u64 * 4;
+    let params = layout.param_words as u64 * 4;
+    let mut out = PlanKernels {
+        arena_values_bytes: values,
+        arena_param_bytes: params,
+        ..PlanKernels::default()
+    };
+    let mut seen = std::collections::HashSet::new();
+    let root = crate::memory::view_roots(plan);
+    let views = crate::memory::ReadViews::of(plan);
+    for (i, s) in plan.steps.iter().enumerate() {
+        // Inputs and parameters are uploaded, views share their root's words: no kernel.
+        if matches!(s.op, GpuOp::Plan(Op::Input { .. } | Op::Param { .. })) || root[i] != i {
+            continue;
+        }
+        let given = plan.origins[i].0 as usize;
+        let (inputs, output, _) = step_operands(plan, &layout.offsets, &views, i, &follows);
+        match generate(&s.op, plan.ids[i], &inputs, &output, target, training) {
+            Err(why) => out.missing.push((given, why)),
+            Ok(src) => {
+                out.with_kernel += 1;
+                if seen.insert(src.body.clone()) {
+                    out.distinct += 1;
+                    if let Err(e) = validate(&src.body) {
+                        out.invalid.push((given, e));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What naga says of a kernel body (with the prelude every kernel is compiled with).
+pub fn validate(body: &str) -> Result<(), String> {
+    let full = crate::device::source(body);
+    let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
+    // blade assigns bindings when it builds the pipeline; give them here too.
+    for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
+        let bound =
+            matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform);
+        if g.binding.is_none() && bound {
+            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
+        }
+    }
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::default(),
+    )
+    .validate(&m)
+    .map(drop)
+    .map_err(|e| format!("{e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_util::step;
+    use mgn_ir::op::{Op, UnaryOp};
+    use mgn_ir::plan::{Mode, Plan};
+    use mgn_ir::DType;
+
+    fn relu_of(shape: &[usize]) -> Plan {
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], DType::F32, shape),
+            step(Op::Unary(UnaryOp::Relu), vec![0], DType::F32, shape),
+        ];
+        Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 1)])
+    }
+
+    #[test]
+    fn plans_past_32_bit_offsets_are_refused_in_the_models_terms_before_any_kernel() {
+        let limits = crate::limits::DeviceLimits::MIN_SPEC;
+        let fine = super::check_plan(&relu_of(&[4, 8]), &limits);
+        assert!(fine.too_large.is_none() && fine.with_kernel == 1 && fine.invalid.is_empty());
+        // 2^31 × 128 floats: a WGSL literal no 32-bit offset holds (it failed naga before).
+        let huge = super::check_plan(&relu_of(&[1 << 31, 128]), &limits);
+        let why = huge.too_large.expect("refused");
+        assert!(why.contains("`relu` f32[2147483648, 128] at t.mgn:1:1"), "{why}");
+        assert_eq!((huge.with_kernel, huge.invalid.len()), (0, 0), "no kernel was generated");
+    }
+}
