@@ -86,6 +86,7 @@ pub(super) fn to_json(r: &Report, a: &BenchArgs) -> Value {
         "config": config,
         "param_count": r.param_count,
         "backend": r.backend,
+        "precision": mgn_ir::precision::Precision::from(a.precision).name(),
         "device": r.device,
         "mgnc_version": env!("CARGO_PKG_VERSION"),
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },

@@ -44,12 +44,13 @@ fn header(r: &Report, a: &BenchArgs) -> String {
     let mut out = String::new();
     let config = r.config.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
     out += &format!(
-        "{} ({}, {} parameters) on {}, backend {}\n",
+        "{} ({}, {} parameters) on {}, backend {}, precision {}\n",
         r.model,
         a.file.display(),
         thousands(r.param_count as usize),
         r.device,
-        r.backend
+        r.backend,
+        mgn_ir::precision::Precision::from(a.precision)
     );
     out += &format!("config: {config}\n");
     out += &format!(
