@@ -49,6 +49,7 @@ pub(super) fn compile_all_while<R>(
     during: impl FnOnce() -> R,
 ) -> (Vec<Result<Kernel, String>>, R) {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    let _no_device_opens_or_closes = super::compiling();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cores.clamp(1, 16).min(sources.len().max(1));
     let next = AtomicUsize::new(0);

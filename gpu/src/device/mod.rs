@@ -172,6 +172,7 @@ impl GpuDevice {
 
     /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
     pub fn kernel(&self, name: &str, body: &str) -> Result<Kernel, String> {
+        let _no_device_opens_or_closes = compiling();
         compile(&self.ctx, name, body)
     }
 
@@ -282,16 +283,26 @@ impl Drop for GpuDevice {
 }
 
 /// Held while a device is created or destroyed, so that one thread of the process does either
-/// at a time. On the H200 (NVIDIA 580.159), the runtime's tests under `MGN_MIN_SPEC=1` — four
-/// threads, each opening and closing its own devices — hung inside the driver: no call
-/// returned and no wait timed out. Serialising the two calls that touch the driver's
-/// process-wide state is the cheap cure (they run once per session); apps that open sessions on
-/// several threads get the same protection.
-fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
-    static LIFECYCLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// at a time, and never while another thread compiles kernels (`compiling`). On the H200
+/// (NVIDIA 580.159), the runtime's tests under `MGN_MIN_SPEC=1` — four threads, each opening
+/// and closing its own devices — hung inside the driver: no call returned and no wait timed
+/// out. On lavapipe (Mesa 22.3, LLVM 15), two tests' sessions — one compiling its kernels on
+/// several threads while the other's device closed — crashed the compiling threads at one
+/// address inside the driver (a segfault seen twice in one suite run, under load). Serialising
+/// the calls that touch the driver's process-wide state is the cheap cure (they run once per
+/// session); apps that open sessions on several threads get the same protection.
+fn lifecycle() -> std::sync::RwLockWriteGuard<'static, ()> {
     // A panic while held (a driver crash caught above) leaves nothing half-done to protect.
-    LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner())
+    LIFECYCLE.write().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Held while kernels compile: sessions compile at the same time as each other, but not while
+/// a device opens or closes (`lifecycle`).
+pub(super) fn compiling() -> std::sync::RwLockReadGuard<'static, ()> {
+    LIFECYCLE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+static LIFECYCLE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 #[cfg(test)]
 mod tests;
