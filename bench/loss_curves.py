@@ -34,6 +34,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--window", type=int, default=100)
     ap.add_argument("--skip", type=int, default=200)
+    ap.add_argument("--title", default="Loss curves: f32 and mixed precision")
     a = ap.parse_args()
     runs = []
     for c in a.curves:
@@ -61,7 +62,7 @@ def main():
         )
     ax.set_xlabel("training step")
     ax.set_ylabel(f"loss ({a.window}-step moving average)")
-    ax.set_title("Character-level GPT on Paradise Lost: f32 and mixed precision")
+    ax.set_title(a.title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -43,4 +43,5 @@ for p in $PRECISIONS; do
         --loss-log "$OUT/loss-$p.csv" --save "$OUT/gpt-$p.safetensors" --quiet
 done
 python3 bench/loss_curves.py --out "$OUT/mixed_gpt.png" \
+    --title "Character-level GPT on Paradise Lost: f32 and mixed precision" \
     $(for p in $PRECISIONS; do echo "$p=$OUT/loss-$p.csv"; done)
