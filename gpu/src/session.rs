@@ -719,18 +719,7 @@ impl GpuSession {
             Some(_) => words.pop().is_some_and(|w| w.first() != Some(&0)),
             None => true,
         };
-        let values = wanted
-            .iter()
-            .zip(words)
-            .map(|(&v, w)| {
-                tensor_of(
-                    w,
-                    self.plan.steps[v as usize].dtype,
-                    self.plan.steps[v as usize].shape.clone(),
-                )
-            })
-            .collect();
-        Ok((values, applied))
+        Ok((self.values_of(wanted, words), applied))
     }
 }
 

@@ -82,18 +82,16 @@ impl GpuSession {
             self.arena.as_ref().expect("arena"),
             &Submission { downloads, ..Default::default() },
         );
-        let words = r.map_err(err)?;
-        Ok(steps
-            .iter()
-            .zip(words)
-            .map(|(&v, w)| {
-                tensor_of(
-                    w,
-                    self.plan.steps[v as usize].dtype,
-                    self.plan.steps[v as usize].shape.clone(),
-                )
-            })
-            .collect())
+        Ok(self.values_of(steps, r.map_err(err)?))
+    }
+
+    /// The values of `steps` from their downloaded words.
+    pub(super) fn values_of(&self, steps: &[u32], words: Vec<Vec<u32>>) -> Vec<Tensor> {
+        let value = |(&v, w): (&u32, Vec<u32>)| {
+            let s = &self.plan.steps[v as usize];
+            tensor_of(w, s.dtype, s.shape.clone())
+        };
+        steps.iter().zip(words).map(value).collect()
     }
 
     /// The current value of step `v` of the plan the session was given (after the last run).
