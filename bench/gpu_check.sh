@@ -19,7 +19,7 @@ if [ "${1:-}" = --prepare ]; then
     rm -f .dev/tests/*
     cp target/release/mgnc .dev/mgnc
     # The GPU backend's unit tests (every GPU kernel against the CPU) and the whole-model tests.
-    for spec in "-p mgn-gpu --lib" "-p mgn-tests --test gpu" "-p mgn-tests --test gradcheck" "-p mgn-tests --test valid"; do
+    for spec in "-p mgn-gpu --lib" "-p mgn-tests --test gpu" "-p mgn-tests --test gradcheck" "-p mgn-tests --test valid" "-p mgn-tests --test mixed"; do
         # shellcheck disable=SC2086
         exe=$(cargo test --release $spec --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys

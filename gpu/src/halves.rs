@@ -42,10 +42,15 @@ pub fn unpack(words: &[u32], n: usize, dtype: DType) -> Vec<f32> {
 
 /// A WGSL f32 expression of element `index` of the half value `o`.
 pub(crate) fn load(o: &Operand, index: &str) -> String {
-    let half = format!("(arena[{} + (({index}) >> 1u)] >> ((({index}) & 1u) * 16u))", base(o));
-    match o.dtype {
-        DType::F16 => format!("mgn_f16_value({half} & 0xffffu)"),
-        _ => format!("bitcast<f32>({half} << 16u)"),
+    value(o.dtype, &format!("(arena[{} + (({index}) >> 1u)] >> ((({index}) & 1u) * 16u))", base(o)))
+}
+
+/// The f32 value of the half of type `dtype` in the low 16 bits of the u32 expression `bits`
+/// (the high bits may hold anything).
+pub(crate) fn value(dtype: DType, bits: &str) -> String {
+    match dtype {
+        DType::F16 => format!("mgn_f16_value({bits} & 0xffffu)"),
+        _ => format!("bitcast<f32>({bits} << 16u)"),
     }
 }
 

@@ -50,6 +50,18 @@ fn pointwise_ops_match_the_cpu() {
         check(Op::UnaryGrad(u), &[&[3, 7], &[3, 7]], &[], &[3, 7], 1e-5);
     }
     check(Op::StopGradient, &[&[3, 7]], &[], &[3, 7], 0.0);
+    // Sinusoidal embeddings take sin and cos of timesteps and positions in the thousands, past
+    // the [−π, π] where WGSL bounds their error.
+    let far: Vec<f32> = (0..40).map(|i| (i * i * 97) as f32 * 0.37 - 2000.0).collect();
+    for u in [Sin, Cos] {
+        check_on_both(
+            &Op::Unary(u),
+            &[Tensor::f32(vec![40], far.clone())],
+            DType::F32,
+            &[40],
+            1e-6,
+        );
+    }
     for u in [Log, Sqrt, Rsqrt] {
         check_shifted(Op::Unary(u), &[&[3, 7]], &[], &[3, 7], 1e-5, 2.0);
         check_shifted(Op::UnaryGrad(u), &[&[3, 7], &[3, 7]], &[], &[3, 7], 1e-5, 2.0);

@@ -92,7 +92,8 @@ fn a_clamped_window_stays_inside_the_axis() {
 #[test]
 fn rope_at_a_run_time_start_matches_the_cpu() {
     let x = floats(&[2, 3, 1, 8], 41);
-    for (offset, s) in [(0, 0), (0, 7), (3, 5), (2, -4), (0, 300)] {
+    // Far positions too: the angle is exact there (`kernels::select::rope`).
+    for (offset, s) in [(0, 0), (0, 7), (3, 5), (2, -4), (0, 300), (5, 100_000)] {
         for inverse in [false, true] {
             check_on_both(
                 &Op::Rope { theta: 10000.0, offset, inverse },

@@ -217,6 +217,41 @@ pub(super) fn load(o: &Operand, index: &str) -> String {
     }
 }
 
+/// A load split in two, for kernels that prefetch the next panel into registers while they
+/// multiply the current one: `word` is the arena word holding the element, and nothing is
+/// computed from it until `Fetched::value` turns it into the f32 when the panel is staged. A
+/// conversion (rounding a rounded view, unpacking a half) applied as the word arrives would
+/// make the invocation wait for the load right there, before the products that should hide it.
+pub(super) struct Fetched {
+    /// The u32 word expression.
+    pub word: String,
+    /// For a half value: the expression of the bit offset of the element within its word (it
+    /// depends on the index alone, not on the load).
+    pub shift: Option<String>,
+}
+
+/// The word holding element `index` of the float operand `o` (see `Fetched`).
+pub(super) fn fetch_word(o: &Operand, index: &str) -> Fetched {
+    if o.dtype.is_half() && !o.rounded {
+        Fetched {
+            word: format!("arena[{} + (({index}) >> 1u)]", base(o)),
+            shift: Some(format!("((({index}) & 1u) * 16u)")),
+        }
+    } else {
+        Fetched { word: format!("arena[{} + {index}]", base(o)), shift: None }
+    }
+}
+
+/// The f32 value of a word `fetch_word` gave for `o`, held in `word` (and its bit offset in
+/// `shift`, for a half value): what `load` of the same element gives.
+pub(super) fn word_value(o: &Operand, word: &str, shift: &str) -> String {
+    match o.dtype {
+        d if d.is_half() && o.rounded => crate::halves::round(d, &format!("bitcast<f32>({word})")),
+        d if d.is_half() => crate::halves::value(d, &format!("({word} >> {shift})")),
+        _ => format!("bitcast<f32>({word})"),
+    }
+}
+
 /// The statement storing `value` as element `index` of `out`. A half result is stored only by
 /// the per-element kernels of `per_element`, a word at a time (`crate::halves`).
 pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {

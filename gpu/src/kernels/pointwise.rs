@@ -22,8 +22,8 @@ pub(super) fn unary(op: UnaryOp, x: &str) -> String {
         UnaryOp::Sqrt => format!("sqrt({x})"),
         UnaryOp::Rsqrt => format!("inverseSqrt({x})"),
         UnaryOp::Abs => format!("abs({x})"),
-        UnaryOp::Sin => format!("sin({x})"),
-        UnaryOp::Cos => format!("cos({x})"),
+        UnaryOp::Sin => format!("sin(mgn_reduce({x}))"),
+        UnaryOp::Cos => format!("cos(mgn_reduce({x}))"),
         UnaryOp::Square => format!("({x} * {x})"),
         UnaryOp::Erf => format!("mgn_erf_precise({x})"),
         UnaryOp::Log1p => format!("mgn_log1p({x})"),
@@ -62,8 +62,8 @@ pub(super) fn unary_grad(op: UnaryOp, x: &str, dy: &str) -> String {
         UnaryOp::Sqrt => format!("(0.5 / sqrt({x}))"),
         UnaryOp::Rsqrt => format!("(-0.5 * inverseSqrt({x}) / {x})"),
         UnaryOp::Abs => format!("sign({x})"),
-        UnaryOp::Sin => format!("cos({x})"),
-        UnaryOp::Cos => format!("(-sin({x}))"),
+        UnaryOp::Sin => format!("cos(mgn_reduce({x}))"),
+        UnaryOp::Cos => format!("(-sin(mgn_reduce({x})))"),
         UnaryOp::Square => format!("(2.0 * {x})"),
         UnaryOp::Erf => format!("(1.1283791670955126 * exp(-{x} * {x}))"),
         UnaryOp::Log1p => format!("(1.0 / (1.0 + {x}))"),
@@ -94,8 +94,10 @@ pub(super) fn binary(op: BinaryOp, x: &str, y: &str, float: bool) -> String {
 /// The WGSL helper functions that the expressions of `ops` call, each once.
 pub(super) fn helpers(ops: impl IntoIterator<Item = UnaryOp>) -> String {
     let (mut erf, mut precise, mut log1p, mut expm1) = (false, false, false, false);
+    let mut reduce = false;
     for op in ops {
         match op {
+            UnaryOp::Sin | UnaryOp::Cos => reduce = true,
             UnaryOp::Gelu => erf = true,
             UnaryOp::Erf => (erf, precise) = (true, true),
             UnaryOp::Log1p | UnaryOp::Softplus => log1p = true,
@@ -104,13 +106,27 @@ pub(super) fn helpers(ops: impl IntoIterator<Item = UnaryOp>) -> String {
         }
     }
     let mut out = String::new();
-    for (used, src) in [(erf, ERF), (precise, ERF_PRECISE), (log1p, LOG1P), (expm1, EXPM1)] {
+    let all =
+        [(erf, ERF), (precise, ERF_PRECISE), (log1p, LOG1P), (expm1, EXPM1), (reduce, REDUCE)];
+    for (used, src) in all {
         if used {
             out += src;
         }
     }
     out
 }
+
+/// `x − 2πk` for the whole `k` nearest `x / 2π`: an argument within about [−π, π], the only
+/// range where WGSL bounds the error of `sin` and `cos` (2⁻¹¹ absolute); past it NVIDIA's
+/// error grows with |x| (sin(300) was 2.4e-5 off on the H200), and sinusoidal embeddings of
+/// timesteps and positions reach the thousands. Cody–Waite: 2π = C1 + C2 + C3 with C1 and C2
+/// of 8 significant bits, so `k · C1` and `k · C2` are exact for |k| < 2¹⁶ (|x| < 4·10⁵) and
+/// the subtractions cancel nothing; the result is within 1.3e-7 of the exact remainder there.
+const REDUCE: &str = "fn mgn_reduce(x: f32) -> f32 {
+    let k = round(x * 0.15915494);
+    return ((x - k * 6.28125) - k * 0.0019378662109375) - k * -2.559031372584286e-6;
+}
+";
 
 /// erf for f32 (Abramowitz–Stegun 7.1.26, |error| < 1.5e-7), used by exact GELU, where only the
 /// absolute error matters (GELU adds it to 1).

@@ -535,10 +535,26 @@ fn argmax(axis: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelS
     Ok(elementwise(out.numel(), width, &body, ""))
 }
 
-/// HF `rotate_half` rope on `[.., T, D]`. The inverse frequencies are computed in f64 here and
-/// baked in; only `position · inv_freq` and its cosine and sine are f32 (the CPU is all f64), so
-/// the error grows with the position (≈ position · 1e-7 absolute). With `start` (decoding),
-/// every position moves by that run-time word, a negative one counting as 0 as on the CPU.
+/// HF `rotate_half` rope on `[.., T, D]`. With `start` (decoding), every position moves by that
+/// run-time word, a negative one counting as 0 as on the CPU.
+///
+/// The angle is `position · inv_freq`, which an f32 product would get wrong by up to half an
+/// ulp of the angle (1.5e-5 at position 300, 1e-4 at 2,048), and GPUs' `sin` and `cos` are
+/// accurate only within [−π, π]. So the kernel works in turns, in fixed point: each frequency
+/// over 2π is baked in as a 64-bit binary fraction (`inv_freq` in f64 here, two words), and
+/// `position × fraction` modulo 1 is exact integer arithmetic on wrapping u32s — the low word
+/// times the position's high bits is dropped, an error below 2⁻³² turn. The angle, within
+/// [−π, π), then goes to `sin` and `cos`: about 1e-6 from the CPU's f64 at any position.
+/// `freq / 2π` turns as a 64-bit binary fraction, high word first: the bits a kernel multiplies
+/// by a whole position to get the phase modulo one turn exactly (the fraction's own error, from
+/// f64, is below 2⁻⁵⁰ turn).
+fn turns_fixed_point(freq: f64) -> (u32, u32) {
+    let turns = (freq / std::f64::consts::TAU).fract();
+    let scaled = turns * 4294967296.0;
+    let hi = scaled.floor();
+    ((hi as u64 & 0xffff_ffff) as u32, ((scaled - hi) * 4294967296.0).floor() as u32)
+}
+
 fn rope(
     theta: f64,
     offset: usize,
@@ -558,37 +574,81 @@ fn rope(
     if half == 0 || n.n == 0 {
         return Ok(elementwise(n, width, "", ""));
     }
-    let freqs: Vec<String> =
-        (0..half).map(|i| format!("{:?}", theta.powf(-2.0 * i as f64 / d as f64) as f32)).collect();
+    let (mut hi, mut lo) = (Vec::new(), Vec::new());
+    for i in 0..half {
+        let (h, l) = turns_fixed_point(theta.powf(-2.0 * i as f64 / d as f64));
+        hi.push(format!("{h}u"));
+        lo.push(format!("{l}u"));
+    }
     let sign = if inverse { "-" } else { "" };
     let moved = match start {
         Some(s) => format!(" + u32(max({}, 0i))", load(s, "0u")),
         None => String::new(),
     };
     let body = format!(
-        "var inv_freq = array<f32, {half}u>({freqs});
+        "var turn_hi = array<u32, {half}u>({hi});
+    var turn_lo = array<u32, {half}u>({lo});
     let col = i % {d}u;
     let t = (i / {d}u) % {t_len};
     let p = col % {half}u;
-    let angle = f32({offset}u{moved} + t) * inv_freq[p];
+    let pos = {offset}u{moved} + t;
+    let low = turn_lo[p];
+    let carry = (low >> 16u) * (pos >> 16u) + (((low >> 16u) * (pos & 0xffffu)) >> 16u) \
+        + (((low & 0xffffu) * (pos >> 16u)) >> 16u);
+    let phase = pos * turn_hi[p] + carry;
+    let angle = f32(bitcast<i32>(phase)) * 1.4629180792671596e-9;
     let c = cos(angle);
     let s = {sign}sin(angle);
     if (col < {half}u) {{
-        {lo}
+        {lo_store}
     }} else {{
-        {hi}
+        {hi_store}
     }}",
-        freqs = freqs.join(", "),
-        lo = store(
+        hi = hi.join(", "),
+        lo = lo.join(", "),
+        lo_store = store(
             out,
             "i",
             &format!("{} * c - {} * s", load(x, "i"), load(x, &format!("i + {half}u")))
         ),
-        hi = store(
+        hi_store = store(
             out,
             "i",
             &format!("{} * c + {} * s", load(x, "i"), load(x, &format!("i - {half}u")))
         ),
     );
     Ok(elementwise(n, width, &body, ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turns_fixed_point;
+
+    /// The rope kernel's phase arithmetic on the host, u32 for u32: the 64-bit fraction is
+    /// `freq / 2π` to f64's precision (and the fraction's last bit), and the kernel's product drops at most a few units of
+    /// 2⁻³² turn against exact 128-bit integer arithmetic, at any position.
+    #[test]
+    fn the_fixed_point_phase_is_exact_at_any_position() {
+        let cases = [(10000.0f64, 0, 64), (10000.0, 5, 64), (100000.0, 31, 64), (500.0, 1, 4)];
+        for (theta, i, d) in cases {
+            let freq = theta.powf(-2.0 * i as f64 / d as f64);
+            let (hi, lo) = turns_fixed_point(freq);
+            let fraction = ((hi as u64) << 32) | lo as u64;
+            let turns = freq / std::f64::consts::TAU;
+            let got = fraction as f64 / 2f64.powi(64);
+            assert!(
+                (got - turns).abs() <= turns * 1e-15 + 2f64.powi(-63),
+                "{theta} {i}: {got:e} vs {turns:e}"
+            );
+            for pos in [0u32, 1, 7, 300, 2047, 65535, 65536, 1_000_003, 4_000_000_000] {
+                let carry = (lo >> 16)
+                    .wrapping_mul(pos >> 16)
+                    .wrapping_add(((lo >> 16) * (pos & 0xffff)) >> 16)
+                    .wrapping_add(((lo & 0xffff) * (pos >> 16)) >> 16);
+                let phase = pos.wrapping_mul(hi).wrapping_add(carry);
+                let exact = ((pos as u128 * fraction as u128) >> 32) as u32;
+                assert!(exact.wrapping_sub(phase) <= 2, "theta {theta} i {i} pos {pos}");
+            }
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The implicit GEMM every convolution runs as: the tile shapes, the cost model that picks one,
 //! and the kernel that stages operand slices into shared memory and accumulates register blocks.
 
-use crate::kernels::{KernelSource, Target};
+use crate::kernels::{fetch_word, word_value, KernelSource, Operand, Target};
 
 #[cfg(test)]
 mod tests;
@@ -59,9 +59,23 @@ pub(super) struct Loader {
     /// along the fast axis of A's / B's staging (fixed for the whole loop): when the fast axis is
     /// m or n, everything that depends on the row or column alone is computed here once.
     pub(super) pre: String,
-    /// Statements that set `v` (an `f32` var, 0.0 before) to the element at tile row (A) or
-    /// column (B) `r` and depth `k`; only run for `m0 + r < M` (`n0 + r < N`) and `k < K`.
+    /// Statements that fetch the word holding the element at tile row (A) or column (B) `r`
+    /// and depth `k` into `v` (a `u32` var, 0 before: 0.0 in every float type), with `fetch`;
+    /// only run for `m0 + r < M` (`n0 + r < N`) and `k < K`.
     pub(super) body: String,
+    /// The operand `body` reads: how its words become f32s when they are staged.
+    pub(super) operand: Operand,
+}
+
+/// The statements of a `Loader::body` that fetch element `index` of `o`: its word into `v`
+/// and, for a half value, the element's bit offset into `vs`. The conversion waits for the
+/// staging (`kernels::Fetched`).
+pub(super) fn fetch(o: &Operand, index: &str) -> String {
+    let f = fetch_word(o, index);
+    match f.shift {
+        Some(shift) => format!("v = {}; vs = {shift};", f.word),
+        None => format!("v = {};", f.word),
+    }
 }
 
 /// A tile shape: `tm × tn` outputs per workgroup, `rm × rn` per invocation (rows strided by
@@ -251,27 +265,36 @@ fn staging(
         // Past the slice on the slow axis (a tile smaller than a staging pass): nothing.
         let live = ((j + 1) * per_pass > slow_len)
             .then(|| format!("tid / {fast_len}u + {}u < {slow_len}u", j * per_pass));
-        st.decl.push_str(&format!("var {reg} = 0.0;\n    "));
+        // A half value's words also carry their element's bit offset.
+        let halves = ld.operand.dtype.is_half() && !ld.operand.rounded;
+        let (shift_decl, shift_keep) = if halves {
+            (format!("var {reg}s = 0u;\n    "), format!("\n            {reg}s = vs;"))
+        } else {
+            (String::new(), String::new())
+        };
+        st.decl.push_str(&format!("var {reg} = 0u;\n    {shift_decl}"));
         st.fetch.push_str(&format!(
             "{{
             let sl_ = tid / {fast_len}u + {off}u;
             let r = {r};
             let kk = {k};
             let k = kf + kk;
-            var v = 0.0;
+            var v = 0u;{vs}
             if ({live} && {origin} + r < {bound}u && k < {k_len}u) {{
                 {body}
             }}
-            {reg} = v;
+            {reg} = v;{shift_keep}
         }}
         ",
             off = j * per_pass,
             body = ld.body,
             live = live.as_deref().unwrap_or("true"),
+            vs = if halves { "\n            var vs = 0u;" } else { "" },
         ));
         let at = format!("{base}u + ({k}) * {stride}u + {r}");
+        let value = word_value(&ld.operand, &reg, &format!("{reg}s"));
         let store = format!(
-            "{{ let sl_ = tid / {fast_len}u + {}u; sm[({at}) / 4u][({at}) % 4u] = {reg}; }}",
+            "{{ let sl_ = tid / {fast_len}u + {}u; sm[({at}) / 4u][({at}) % 4u] = {value}; }}",
             j * per_pass
         );
         match live {

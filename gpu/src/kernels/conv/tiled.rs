@@ -1,7 +1,7 @@
 //! The three convolutions as implicit GEMMs (`gemm.rs`): what each operand's loader gathers
 //! and how each result is stored.
 
-use super::gemm::{implicit_gemm, Gemm, Loader};
+use super::gemm::{fetch, implicit_gemm, Gemm, Loader};
 use super::ConvDims;
 use crate::kernels::{load, store, KernelSource, Operand, Target};
 
@@ -32,7 +32,8 @@ pub(super) fn conv_tiled(
     let a = Loader {
         k_fast: true,
         pre: String::new(),
-        body: format!("v = {};", load(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k))),
+        body: fetch(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k)),
+        operand: w.clone(),
     };
     // A pointwise convolution reads the input plane as it is: no window arithmetic.
     let pointwise = kk == 1 && [sh, sw, ph, pw] == [1, 1, 0, 0];
@@ -46,18 +47,19 @@ pub(super) fn conv_tiled(
     let biw = i32((bp % {ow}u) * {sw}u) - {pw};"
         ),
         body: if pointwise {
-            format!("v = {};", load(x, &format!("bx + k * {hw}u + bp")))
+            fetch(x, &format!("bx + k * {hw}u + bp"))
         } else {
             format!(
                 "let t = k % {kk}u;
                 let ih = bih + i32((t / {kw}u) * {dh}u);
                 let iw = biw + i32((t % {kw}u) * {dw}u);
                 if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{
-                    v = {xv};
+                    {xv}
                 }}",
-                xv = load(x, &format!("bx + (k / {kk}u) * {hw}u + u32(ih) * {wd}u + u32(iw)")),
+                xv = fetch(x, &format!("bx + (k / {kk}u) * {hw}u + u32(ih) * {wd}u + u32(iw)")),
             )
         },
+        operand: x.clone(),
     };
     let plus =
         bias.map_or(String::new(), |b| format!(" + {}", load(b, &format!("g * {cout_g}u + m"))));
@@ -95,13 +97,11 @@ pub(super) fn conv_grad_input_tiled(
     let a = Loader {
         k_fast: true,
         pre: String::new(),
-        body: format!(
-            "v = {};",
-            load(
-                w,
-                &format!("((g * {cout_g}u + k / {kk}u) * {cin_g}u + m0 + r) * {kk}u + k % {kk}u")
-            )
+        body: fetch(
+            w,
+            &format!("((g * {cout_g}u + k / {kk}u) * {cin_g}u + m0 + r) * {kk}u + k % {kk}u"),
         ),
+        operand: w.clone(),
     };
     // A stride of 1 needs no divisibility test (and no division).
     let on_grid =
@@ -123,13 +123,14 @@ pub(super) fn conv_grad_input_tiled(
                     let y = u32(th) / {sh}u;
                     let x = u32(tw) / {sw}u;
                     if (y < {oh}u && x < {ow}u) {{
-                        v = {dyv};
+                        {dyv}
                     }}
                 }}",
             gh = on_grid("th", sh),
             gw = on_grid("tw", sw),
-            dyv = load(dy, &format!("bdy + (k / {kk}u) * {l}u + y * {ow}u + x")),
+            dyv = fetch(dy, &format!("bdy + (k / {kk}u) * {l}u + y * {ow}u + x")),
         ),
+        operand: dy.clone(),
     };
     let epilogue = store(
         out,
@@ -228,16 +229,17 @@ fn phase_weights(c: &ConvDims, w: &Operand) -> Loader {
         body: format!(
             "{tap}
                 if (kh_ < {kh}u && kw_ < {kw}u) {{
-                    v = {wv};
+                    {wv}
                 }}",
             tap = phase_tap(c, "k"),
-            wv = load(
+            wv = fetch(
                 w,
                 &format!(
                     "((a_g * {cout_g}u + co) * {cin_g}u + m0 + r) * {kk}u + kh_ * {kw}u + kw_"
                 )
             ),
         ),
+        operand: w.clone(),
     }
 }
 
@@ -267,12 +269,13 @@ fn phase_dy(c: &ConvDims, dy: &Operand) -> Loader {
                     let y = u32(ty) / {sh}u;
                     let x = u32(tx) / {sw}u;
                     if (y < {oh}u && x < {ow}u) {{
-                        v = {dyv};
+                        {dyv}
                     }}
                 }}",
             tap = phase_tap(c, "k"),
-            dyv = load(dy, &format!("bdy + co * {l}u + y * {ow}u + x")),
+            dyv = fetch(dy, &format!("bdy + co * {l}u + y * {ow}u + x")),
         ),
+        operand: dy.clone(),
     }
 }
 
@@ -300,10 +303,11 @@ pub(super) fn conv_grad_weight_tiled(
     let a = Loader {
         k_fast: true,
         pre: String::new(),
-        body: format!(
-            "v = {};",
-            load(dy, &format!("((k / {l}u) * {cout}u + g * {cout_g}u + m0 + r) * {l}u + k % {l}u"))
+        body: fetch(
+            dy,
+            &format!("((k / {l}u) * {cout}u + g * {cout_g}u + m0 + r) * {l}u + k % {l}u"),
         ),
+        operand: dy.clone(),
     };
     let b = Loader {
         k_fast: true,
@@ -315,9 +319,9 @@ pub(super) fn conv_grad_weight_tiled(
                 let ih = i32((p / {ow}u) * {sh}u + (t / {kw}u) * {dh}u) - {ph};
                 let iw = i32((p % {ow}u) * {sw}u + (t % {kw}u) * {dw}u) - {pw};
                 if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{
-                    v = {xv};
+                    {xv}
                 }}",
-            xv = load(
+            xv = fetch(
                 x,
                 &format!(
                     "((k / {l}u) * {cin}u + g * {cin_g}u + col / {kk}u) * {hw}u + \
@@ -325,6 +329,7 @@ pub(super) fn conv_grad_weight_tiled(
                 )
             ),
         ),
+        operand: x.clone(),
     };
     let range = range(c.cout * cin_g * kk, splits);
     let epilogue = store(out, &format!("{range}(g * {cout_g}u + m) * {}u + n", gm.n), "acc");

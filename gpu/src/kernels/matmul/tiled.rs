@@ -2,7 +2,7 @@
 //! memory, a register block per invocation.
 
 use super::{entry, split_depth_of, Geometry, BK, FILL};
-use crate::kernels::{load, Ext, KernelSource};
+use crate::kernels::{fetch_word, word_value, Ext, Fetched, KernelSource, Operand};
 
 /// The shape of a tiled kernel: outputs per invocation (`tm × tn`, multiples of 4), invocations
 /// per workgroup, the panels' depth, and whether the panels are double-buffered (one barrier
@@ -254,7 +254,10 @@ impl Tiling {
                 line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
                 line(format!("let ac{p} = ar{p} % 4u;"));
             }
-            line(format!("var ra{p} = 0.0;"));
+            line(format!("var ra{p} = 0u;"));
+            if half_stored(&g.a) {
+                line(format!("var sa{p} = 0u;"));
+            }
         }
         for p in 0..self.pb {
             line(format!("let be{p} = t + {}u;", p * w));
@@ -287,7 +290,10 @@ impl Tiling {
                 line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
                 line(format!("let bq{p} = bc{p} % 4u;"));
             }
-            line(format!("var rb{p} = 0.0;"));
+            line(format!("var rb{p} = 0u;"));
+            if half_stored(&g.b) {
+                line(format!("var sb{p} = 0u;"));
+            }
         }
         for i in 0..self.tm {
             for j4 in 0..self.tn / 4 {
@@ -303,12 +309,18 @@ impl Tiling {
         // The k this invocation's range holds: all of k, or (split) the range's own.
         let klen = if g.splits > 1 { "klen".to_string() } else { g.k.to_string() };
         let mut f = String::new();
-        let guarded = |conds: Vec<String>, target: String, value: String| {
+        // The word into `ra{p}`/`rb{p}`, a half's bit offset into `sa{p}`/`sb{p}`; a zero word
+        // is 0.0 in every type.
+        let guarded = |conds: Vec<String>, reg: &str, p: usize, f: Fetched| {
+            let mut set = format!("r{reg}{p} = {};", f.word);
+            if let Some(shift) = f.shift {
+                set += &format!(" s{reg}{p} = {shift};");
+            }
             if conds.is_empty() {
-                format!("        {target} = {value};\n")
+                format!("        {set}\n")
             } else {
                 format!(
-                    "        {target} = 0.0;\n        if ({}) {{ {target} = {value}; }}\n",
+                    "        r{reg}{p} = 0u;\n        if ({}) {{ {set} }}\n",
                     conds.join(" && ")
                 )
             }
@@ -325,7 +337,7 @@ impl Tiling {
                 c.push(format!("{k0} + ak{p} < {klen}"));
             }
             let at = if g.at { format!("ag{p} + ({k0}) * {m}") } else { format!("ag{p} + {k0}") };
-            f.push_str(&guarded(c, format!("ra{p}"), load(&g.a, &at)));
+            f.push_str(&guarded(c, "a", p, fetch_word(&g.a, &at)));
         }
         for p in 0..self.pb {
             let mut c = Vec::new();
@@ -339,7 +351,7 @@ impl Tiling {
                 c.push(format!("{k0} + bk{p} < {klen}"));
             }
             let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}") };
-            f.push_str(&guarded(c, format!("rb{p}"), load(&g.b, &at)));
+            f.push_str(&guarded(c, "b", p, fetch_word(&g.b, &at)));
         }
         f
     }
@@ -361,11 +373,13 @@ impl Tiling {
         let stage = |abuf: &str, bbuf: &str| {
             let mut s = String::new();
             for p in 0..self.pa {
-                let st = format!("mm_a[{abuf}as{p}][ac{p}] = ra{p};");
+                let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
+                let st = format!("mm_a[{abuf}as{p}][ac{p}] = {v};");
                 s.push_str(&staged(self.partial_a, format!("ae{p}"), self.bm * bk, st));
             }
             for p in 0..self.pb {
-                let st = format!("mm_b[{bbuf}bs{p}][bq{p}] = rb{p};");
+                let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
+                let st = format!("mm_b[{bbuf}bs{p}][bq{p}] = {v};");
                 s.push_str(&staged(self.partial_b, format!("be{p}"), bk * self.bn, st));
             }
             s
@@ -452,4 +466,9 @@ impl Tiling {
         }
         s
     }
+}
+
+/// Whether `o` is a half value stored as halves (its fetched words need a bit offset).
+fn half_stored(o: &Operand) -> bool {
+    o.dtype.is_half() && !o.rounded
 }
