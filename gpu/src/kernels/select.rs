@@ -625,8 +625,9 @@ mod tests {
     use super::turns_fixed_point;
 
     /// The rope kernel's phase arithmetic on the host, u32 for u32: the 64-bit fraction is
-    /// `freq / 2π` to f64's precision (and the fraction's last bit), and the kernel's product drops at most a few units of
-    /// 2⁻³² turn against exact 128-bit integer arithmetic, at any position.
+    /// `freq / 2π` to f64's precision (and the fraction's last bit), and the kernel's product
+    /// drops at most a few units of 2⁻³² turn against exact 128-bit integer arithmetic, at any
+    /// position.
     #[test]
     fn the_fixed_point_phase_is_exact_at_any_position() {
         let cases = [(10000.0f64, 0, 64), (10000.0, 5, 64), (100000.0, 31, 64), (500.0, 1, 4)];

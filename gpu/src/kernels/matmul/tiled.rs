@@ -254,10 +254,7 @@ impl Tiling {
                 line(format!("let as{p} = ak{p} * {sa}u + ar{p} / 4u;"));
                 line(format!("let ac{p} = ar{p} % 4u;"));
             }
-            line(format!("var ra{p} = 0u;"));
-            if half_stored(&g.a) {
-                line(format!("var sa{p} = 0u;"));
-            }
+            line(registers("a", p, &g.a));
         }
         for p in 0..self.pb {
             line(format!("let be{p} = t + {}u;", p * w));
@@ -290,10 +287,7 @@ impl Tiling {
                 line(format!("let bs{p} = bk{p} * {sb}u + bc{p} / 4u;"));
                 line(format!("let bq{p} = bc{p} % 4u;"));
             }
-            line(format!("var rb{p} = 0u;"));
-            if half_stored(&g.b) {
-                line(format!("var sb{p} = 0u;"));
-            }
+            line(registers("b", p, &g.b));
         }
         for i in 0..self.tm {
             for j4 in 0..self.tn / 4 {
@@ -468,7 +462,12 @@ impl Tiling {
     }
 }
 
-/// Whether `o` is a half value stored as halves (its fetched words need a bit offset).
-fn half_stored(o: &Operand) -> bool {
-    o.dtype.is_half() && !o.rounded
+/// The registers slot `p` of operand `o` (`a` or `b`) fetches into: its word, and for a value
+/// stored as halves the element's bit offset within it.
+fn registers(name: &str, p: usize, o: &Operand) -> String {
+    if o.dtype.is_half() && !o.rounded {
+        format!("var r{name}{p} = 0u; var s{name}{p} = 0u;")
+    } else {
+        format!("var r{name}{p} = 0u;")
+    }
 }
