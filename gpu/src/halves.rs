@@ -69,7 +69,7 @@ pub(crate) fn store(index: &str, value: &str) -> String {
     format!("pair[({index}) & 1u] = f32({value});")
 }
 
-/// WGSL functions every kernel has (`device::source`): an f16's value from its bits
+/// WGSL functions of every kernel that calls one (`device::source`): an f16's value from its bits
 /// (`mgn_f16_value`: exact, subnormals included, where `unpack2x16float` needs a capability
 /// naga does not grant by default), and an f32 rounded to the bits of a half type (`mgn_f16`,
 /// `mgn_bf16`).

@@ -10,10 +10,16 @@ var<storage, read_write> arena: array<u32>;
 var<uniform> params: Params;
 ";
 
-/// A kernel's whole source: the prelude, the half types' conversions (`crate::halves`; a
-/// driver drops them where unused), the generated body.
+/// A kernel's whole source: the prelude, the half types' conversions (`crate::halves`) when
+/// the body calls them — an f32 kernel carries none of them, so no driver spends its compile
+/// time on functions nothing calls — and the generated body.
 pub fn source(body: &str) -> String {
-    format!("{PRELUDE}{}{body}", crate::halves::FUNCTIONS)
+    let halves = if body.contains("mgn_f16") || body.contains("mgn_bf16") {
+        crate::halves::FUNCTIONS
+    } else {
+        ""
+    };
+    format!("{PRELUDE}{halves}{body}")
 }
 
 /// One kernel's pipeline. WGSL that naga rejects is an error with its message.

@@ -146,3 +146,15 @@ fn kernels_compile_in_order_while_the_arena_fills() {
     assert_eq!(dev.read(&arena, 10, 100).expect("reads"), data);
     assert_eq!(dev.read(&arena, 0, 10).expect("reads"), vec![0; 10]);
 }
+
+/// The half types' conversions go into the kernels that call them, and only those: an f32
+/// kernel is the prelude and its body.
+#[test]
+fn only_kernels_that_convert_halves_carry_the_conversions() {
+    assert_eq!(compile::source(ADD), format!("{}{ADD}", compile::PRELUDE));
+    let half = ADD.replace("bitcast<f32>(arena[params.p[0].y + i])", "mgn_f16_value(arena[i])");
+    assert!(compile::source(&half).contains(crate::halves::FUNCTIONS));
+    let bf = ADD.replace("bitcast<u32>(a + b)", "mgn_bf16(a + b)");
+    assert!(compile::source(&bf).contains(crate::halves::FUNCTIONS));
+    assert!(naga::front::wgsl::parse_str(&compile::source(&half)).is_ok());
+}
