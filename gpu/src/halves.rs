@@ -40,11 +40,6 @@ pub fn unpack(words: &[u32], n: usize, dtype: DType) -> Vec<f32> {
     (0..n).map(|i| value((words[i / 2] >> (16 * (i % 2))) as u16)).collect()
 }
 
-/// A WGSL f32 expression of element `index` of the half value `o`.
-pub(crate) fn load(o: &Operand, index: &str) -> String {
-    value(o.dtype, &format!("(arena[{} + (({index}) >> 1u)] >> ((({index}) & 1u) * 16u))", base(o)))
-}
-
 /// The f32 value of the half of type `dtype` in the low 16 bits of the u32 expression `bits`
 /// (the high bits may hold anything).
 pub(crate) fn value(dtype: DType, bits: &str) -> String {

@@ -51,6 +51,12 @@ pub struct Operand {
 }
 
 impl Operand {
+    /// Whether the words hold halves, two per word (a half value not read as a rounded view):
+    /// an element is read from its word at a bit offset.
+    pub fn packs_halves(&self) -> bool {
+        self.dtype.is_half() && !self.rounded
+    }
+
     /// An operand at a baked-in offset.
     pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
         let shape = shape.to_vec();
@@ -207,19 +213,16 @@ pub(super) fn broadcast_at(i: &str, out: &[Ext], input: &[Ext]) -> String {
 }
 
 pub(super) fn load(o: &Operand, index: &str) -> String {
-    match o.dtype {
-        d if d.is_half() && o.rounded => {
-            crate::halves::round(d, &format!("bitcast<f32>(arena[{} + {index}])", base(o)))
-        }
-        d if d.is_half() => crate::halves::load(o, index),
-        d if d.is_float() => format!("bitcast<f32>(arena[{} + {index}])", base(o)),
-        _ => format!("bitcast<i32>(arena[{} + {index}])", base(o)),
+    if !o.dtype.is_float() {
+        return format!("bitcast<i32>(arena[{} + {index}])", base(o));
     }
+    let f = fetch_word(o, index);
+    word_value(o, &f.word, f.shift.as_deref().unwrap_or("0u"))
 }
 
 /// A load split in two, for kernels that prefetch the next panel into registers while they
 /// multiply the current one: `word` is the arena word holding the element, and nothing is
-/// computed from it until `Fetched::value` turns it into the f32 when the panel is staged. A
+/// computed from it until `word_value` turns it into the f32 when the panel is staged. A
 /// conversion (rounding a rounded view, unpacking a half) applied as the word arrives would
 /// make the invocation wait for the load right there, before the products that should hide it.
 pub(super) struct Fetched {
@@ -232,7 +235,7 @@ pub(super) struct Fetched {
 
 /// The word holding element `index` of the float operand `o` (see `Fetched`).
 pub(super) fn fetch_word(o: &Operand, index: &str) -> Fetched {
-    if o.dtype.is_half() && !o.rounded {
+    if o.packs_halves() {
         Fetched {
             word: format!("arena[{} + (({index}) >> 1u)]", base(o)),
             shift: Some(format!("((({index}) & 1u) * 16u)")),
@@ -243,7 +246,8 @@ pub(super) fn fetch_word(o: &Operand, index: &str) -> Fetched {
 }
 
 /// The f32 value of a word `fetch_word` gave for `o`, held in `word` (and its bit offset in
-/// `shift`, for a half value): what `load` of the same element gives.
+/// `shift`, for a half value): what `load` of the same element gives (`load` is the two
+/// halves together).
 pub(super) fn word_value(o: &Operand, word: &str, shift: &str) -> String {
     match o.dtype {
         d if d.is_half() && o.rounded => crate::halves::round(d, &format!("bitcast<f32>({word})")),

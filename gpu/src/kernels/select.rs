@@ -535,16 +535,6 @@ fn argmax(axis: usize, x: &Operand, out: &Operand, width: u32) -> Result<KernelS
     Ok(elementwise(out.numel(), width, &body, ""))
 }
 
-/// HF `rotate_half` rope on `[.., T, D]`. With `start` (decoding), every position moves by that
-/// run-time word, a negative one counting as 0 as on the CPU.
-///
-/// The angle is `position · inv_freq`, which an f32 product would get wrong by up to half an
-/// ulp of the angle (1.5e-5 at position 300, 1e-4 at 2,048), and GPUs' `sin` and `cos` are
-/// accurate only within [−π, π]. So the kernel works in turns, in fixed point: each frequency
-/// over 2π is baked in as a 64-bit binary fraction (`inv_freq` in f64 here, two words), and
-/// `position × fraction` modulo 1 is exact integer arithmetic on wrapping u32s — the low word
-/// times the position's high bits is dropped, an error below 2⁻³² turn. The angle, within
-/// [−π, π), then goes to `sin` and `cos`: about 1e-6 from the CPU's f64 at any position.
 /// `freq / 2π` turns as a 64-bit binary fraction, high word first: the bits a kernel multiplies
 /// by a whole position to get the phase modulo one turn exactly (the fraction's own error, from
 /// f64, is below 2⁻⁵⁰ turn).
@@ -555,6 +545,16 @@ fn turns_fixed_point(freq: f64) -> (u32, u32) {
     ((hi as u64 & 0xffff_ffff) as u32, ((scaled - hi) * 4294967296.0).floor() as u32)
 }
 
+/// HF `rotate_half` rope on `[.., T, D]`. With `start` (decoding), every position moves by that
+/// run-time word, a negative one counting as 0 as on the CPU.
+///
+/// The angle is `position · inv_freq`, which an f32 product would get wrong by up to half an
+/// ulp of the angle (1.5e-5 at position 300, 1e-4 at 2,048), and GPUs' `sin` and `cos` are
+/// accurate only within [−π, π]. So the kernel works in turns, in fixed point: each frequency
+/// over 2π is baked in as a 64-bit binary fraction (`inv_freq` in f64 here, two words), and
+/// `position × fraction` modulo 1 is integer arithmetic on wrapping u32s — only carries out of
+/// the low word's partial products are dropped, at most 2 units of 2⁻³² turn. The angle, within
+/// [−π, π), then goes to `sin` and `cos`: about 1e-6 from the CPU's f64 at any position.
 fn rope(
     theta: f64,
     offset: usize,

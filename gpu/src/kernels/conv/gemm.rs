@@ -266,7 +266,7 @@ fn staging(
         let live = ((j + 1) * per_pass > slow_len)
             .then(|| format!("tid / {fast_len}u + {}u < {slow_len}u", j * per_pass));
         // A half value's words also carry their element's bit offset.
-        let halves = ld.operand.dtype.is_half() && !ld.operand.rounded;
+        let halves = ld.operand.packs_halves();
         let (shift_decl, shift_keep) = if halves {
             (format!("var {reg}s = 0u;\n    "), format!("\n            {reg}s = vs;"))
         } else {

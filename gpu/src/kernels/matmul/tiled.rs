@@ -465,7 +465,7 @@ impl Tiling {
 /// The registers slot `p` of operand `o` (`a` or `b`) fetches into: its word, and for a value
 /// stored as halves the element's bit offset within it.
 fn registers(name: &str, p: usize, o: &Operand) -> String {
-    if o.dtype.is_half() && !o.rounded {
+    if o.packs_halves() {
         format!("var r{name}{p} = 0u; var s{name}{p} = 0u;")
     } else {
         format!("var r{name}{p} = 0u;")
