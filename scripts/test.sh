@@ -2,7 +2,9 @@
 # The whole test suite: unit tests of every crate, golden diagnostics, valid programs, the CLI,
 # the parser/checker fuzz tests, and the GPU tests (on lavapipe where installed: `apt-get install
 # mesa-vulkan-drivers libvulkan1`) once more under MGN_MIN_SPEC=1 (kernels and whole models), the
-# runtime built without its GPU backend, and the compiler with its egglog feature. Ends with one
+# products of f16 operands on a lavapipe with cooperative matrices (scripts/coop_tests.sh, as
+# root), the runtime built without its GPU backend, and the compiler with its egglog feature.
+# Ends with one
 # line: passed, failed, skipped. A test skips only when there is no GPU device (MGN_REQUIRE_GPU=1
 # makes that a failure too) or, for the editor test (cli/tests/editor.rs), no Neovim (MGN_NVIM
 # names one it must run); it then returns early, so libtest counts it as passed, and this script
@@ -31,6 +33,17 @@ tests cargo test --workspace --locked --no-fail-fast "$@"
 MGN_MIN_SPEC=1 tests cargo test -p mgn-gpu --locked --no-fail-fast
 MGN_MIN_SPEC=1 tests cargo test -p mgn-tests --locked --no-fail-fast --test gpu --test workloads --test mixed \
     --test dynamic
+# Products of f16 operands on cooperative matrices: the tests that reach them, again on a lavapipe
+# that has them (Mesa >= 25.1, set up once in a Debian 13 root: scripts/coop_lavapipe.sh). It
+# needs root; without it that run is skipped, and says so.
+coop_status=0
+MGN_SKIP_LOG="$work/skips.coop" bash scripts/coop_tests.sh 2>&1 | tee -a "$work/log" || coop_status=$?
+if [ "$coop_status" = 77 ]; then
+    printf 'cooperative-matrix tests (scripts/coop_tests.sh)\tno lavapipe with cooperative matrices could be set up (needs root)\n' >>"$work/skips.coop"
+    coop_skipped=1
+elif [ "$coop_status" != 0 ]; then
+    status=$coop_status
+fi
 # An app that runs plans on the CPU only builds the runtime without Vulkan, naga or blade.
 tests cargo test -p mgn-runtime --locked --no-default-features
 # The egglog rewrite engine (a cargo feature, off by default): its unit tests, and every model's
@@ -39,6 +52,8 @@ tests cargo test -p mgn-compiler --locked --no-fail-fast --features egglog
 passed=$(grep -Eo '[0-9]+ passed' "$work/log" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$work/log" | awk '{s += $1} END {print s + 0}')
 skipped=0
+# A skipped run of scripts/coop_tests.sh counted no test as passed.
+passed=$((passed + ${coop_skipped:-0}))
 for f in "$work"/skips.*; do
     [ -f "$f" ] || continue
     skipped=$((skipped + $(cut -f1 "$f" | sort -u | grep -c .)))

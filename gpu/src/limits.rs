@@ -20,6 +20,12 @@ pub struct DeviceLimits {
     pub max_storage_buffers: u32,
     /// Push constants / uniform parameter block, in bytes.
     pub max_parameter_block: u32,
+    /// The square tile (8 or 16) of the device's cooperative-matrix products of f16 operands
+    /// into f32 accumulators (`VK_KHR_cooperative_matrix`, subgroup scope), 0 when it has none.
+    pub coop_f16_tile: u32,
+    /// The invocations in each subgroup when the device fixes that number for every compute
+    /// pipeline; 0 when it varies (AMD's and Intel's pipelines choose) or is not known.
+    pub subgroup_size: u32,
 }
 
 impl DeviceLimits {
@@ -31,6 +37,8 @@ impl DeviceLimits {
         max_storage_buffer_range: 128 << 20,
         max_storage_buffers: 4,
         max_parameter_block: 128,
+        coop_f16_tile: 0,
+        subgroup_size: 0,
     };
 
     /// The reported limits, or the floor when `MGN_MIN_SPEC=1` is set.
@@ -46,6 +54,14 @@ impl DeviceLimits {
     pub fn workgroup_width(&self, preferred: u32) -> u32 {
         let cap = preferred.min(self.max_invocations).max(1);
         1 << (31 - cap.leading_zeros())
+    }
+
+    /// The tile of cooperative-matrix kernels, when kernels may use them: the device has them,
+    /// fixes its subgroups' size (a kernel assigns tiles to subgroups by number), and
+    /// `MGN_COOP=0` does not turn them off (an A/B measurement's switch).
+    pub fn coop_tile(&self) -> Option<u32> {
+        let off = std::env::var("MGN_COOP").is_ok_and(|v| v == "0");
+        (self.coop_f16_tile > 0 && self.subgroup_size > 0 && !off).then_some(self.coop_f16_tile)
     }
 
     /// Whether a tensor of `bytes` fits in one binding.

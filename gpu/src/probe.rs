@@ -65,7 +65,10 @@ fn list_devices() -> Result<Vec<Device>, String> {
                 driver: r.information.driver_name.clone(),
                 software: r.information.is_software_emulated,
                 rejected,
-                limits: limits.iter().find(|(id, ..)| *id == r.device_id).map(|(_, l, _)| *l),
+                limits: limits
+                    .iter()
+                    .find(|(id, ..)| *id == r.device_id)
+                    .map(|(_, l, _)| DeviceLimits { coop_f16_tile: coop.1, ..*l }),
                 memory: limits.iter().find(|(id, ..)| *id == r.device_id).and_then(|(.., m)| *m),
                 float16,
                 cooperative_matrix: coop,
@@ -134,7 +137,8 @@ fn vulkan_limits() -> Reported {
     let Some(entry) = ENTRY.get_or_init(|| unsafe { ash::Entry::load() }.ok()) else {
         return Vec::new();
     };
-    let app = vk::ApplicationInfo::default().api_version(vk::make_api_version(0, 1, 1, 0));
+    // 1.3: the subgroup size control properties below are core there.
+    let app = vk::ApplicationInfo::default().api_version(vk::make_api_version(0, 1, 3, 0));
     let info = vk::InstanceCreateInfo::default().application_info(&app);
     let Ok(instance) = (unsafe { entry.create_instance(&info, None) }) else { return Vec::new() };
     let mut out = Vec::new();
@@ -147,6 +151,7 @@ fn vulkan_limits() -> Reported {
             let local =
                 heaps.iter().filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL));
             let memory = local.map(|h| h.size).max();
+            let subgroup_size = fixed_subgroup_size(&instance, pd, p.api_version);
             out.push((
                 p.device_id,
                 DeviceLimits {
@@ -156,6 +161,9 @@ fn vulkan_limits() -> Reported {
                     max_storage_buffer_range: l.max_storage_buffer_range as u64,
                     max_storage_buffers: l.max_per_stage_descriptor_storage_buffers,
                     max_parameter_block: l.max_push_constants_size,
+                    // From blade's report (`list_devices`), which opens the device with it.
+                    coop_f16_tile: 0,
+                    subgroup_size,
                 },
                 memory,
             ));
@@ -168,6 +176,28 @@ fn vulkan_limits() -> Reported {
     // instances after a few such cycles in one process.
     let _kept_alive = instance;
     out
+}
+
+/// The size of every compute subgroup of `pd`, when the driver fixes it: Vulkan 1.3 reports
+/// the least and greatest size a pipeline may get, and a device where they differ (or one older
+/// than 1.3, which does not say) counts as varying (0).
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+fn fixed_subgroup_size(instance: &ash::Instance, pd: ash::vk::PhysicalDevice, api: u32) -> u32 {
+    use ash::vk;
+    if vk::api_version_major(api) == 1 && vk::api_version_minor(api) < 3 {
+        return 0;
+    }
+    let mut basic = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+    let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut basic);
+    props = props.push_next(&mut control);
+    unsafe { instance.get_physical_device_properties2(pd, &mut props) };
+    let (min, max) = (control.min_subgroup_size, control.max_subgroup_size);
+    if min == max && min == basic.subgroup_size {
+        min
+    } else {
+        0
+    }
 }
 
 #[cfg(any(target_os = "macos", target_os = "ios"))]

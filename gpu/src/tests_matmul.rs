@@ -229,3 +229,69 @@ fn a_transposed_weight_is_read_in_place() {
         assert_close(&Op::MatMul, &got, &want, 1e-4);
     }
 }
+
+/// f16 values as the host holds them (f32s, each exactly a half).
+fn halves(shape: &[usize], seed: u32) -> Tensor {
+    let v = values(shape.iter().product(), seed);
+    let data = v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect();
+    Tensor { dtype: DType::F16, shape: shape.to_vec(), data: mgn_ir::tensor::Data::F32(data) }
+}
+
+/// Products of f16 operands stored as halves, as the mixed policies' inference plans hold their
+/// weights: on a device with cooperative matrices they take that kernel (lavapipe from Mesa 25.1
+/// has them, in 8×8 tiles; `scripts/coop.sh` runs these tests there), elsewhere the tiled one.
+/// Partial tiles on every axis and whole ones, batches, either operand transposed, a scale,
+/// and k split into ranges.
+#[test]
+fn products_of_halves_match_the_cpu() {
+    use crate::program::GpuOp;
+    type Case = (&'static [usize], &'static [usize], bool, bool, usize, &'static [usize]);
+    let cases: [Case; 6] = [
+        (&[130, 70], &[70, 129], false, false, 1, &[130, 129]),
+        (&[64, 64], &[64, 64], false, false, 1, &[64, 64]),
+        (&[2, 65, 33], &[2, 17, 33], false, true, 1, &[2, 65, 17]),
+        (&[3, 40, 20], &[3, 40, 24], true, false, 1, &[3, 20, 24]),
+        (&[40, 300], &[300, 24], false, false, 3, &[3, 40, 24]),
+        (&[2, 300, 20], &[2, 24, 300], true, true, 2, &[2, 2, 20, 24]),
+    ];
+    for (a, b, ta, tb, splits, out) in cases {
+        let x = [halves(a, 17), halves(b, 4242)];
+        let op = GpuOp::MatMulT { ta, tb, alpha: if ta { 0.5 } else { 1.0 }, splits };
+        // Sums of up to 300 exact products (a half times a half is exact in f32), in another
+        // order than the CPU's.
+        check_on_both(&op, &x, DType::F32, out, 1e-5);
+    }
+    let x = [halves(&[2, 3, 20, 30], 5), halves(&[30, 40], 6)];
+    check_on_both(&Op::MatMul, &x, DType::F32, &[2, 3, 20, 40], 1e-5);
+}
+
+/// f32 values cast to f16 and read only by a product (how the mixed policies round every
+/// operand of a training plan's products) are rounded as the product loads them, with an
+/// epilogue fused into its store: the same numbers as the plan as compiled.
+#[test]
+fn products_of_rounded_values_match_the_plan_as_compiled() {
+    use super::test_util::{assert_close, run_on_cpu_plan, step};
+    use mgn_ir::op::UnaryOp;
+    use mgn_ir::plan::{Mode, Plan};
+    let (f, h) = (DType::F32, DType::F16);
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], f, &[70, 45]),
+        step(Op::Input { name: "w".into() }, vec![], f, &[45, 66]),
+        step(Op::Cast, vec![0], h, &[70, 45]),
+        step(Op::Cast, vec![1], h, &[45, 66]),
+        step(Op::MatMul, vec![2, 3], f, &[70, 66]),
+        step(Op::Unary(UnaryOp::Relu), vec![4], f, &[70, 66]),
+    ];
+    let io = (vec![("x".into(), 0), ("w".into(), 1)], vec![("y".into(), 5)]);
+    let plan = Plan::of_steps(Mode::Infer, steps, io.0, io.1);
+    let rounded = crate::memory::rounded_views(&crate::program::GpuPlan::of(&plan));
+    assert_eq!(rounded, vec![false, false, true, true, false, false]);
+    // Values that are not halves, so the rounding matters.
+    let x = Tensor::f32(vec![70, 45], values(70 * 45, 3).iter().map(|v| v * 1.001).collect());
+    let w = Tensor::f32(vec![45, 66], values(45 * 66, 4).iter().map(|v| v * 0.999).collect());
+    let given = [("x", &x), ("w", &w)];
+    let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
+    let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
+    let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
+    assert_close(&Op::MatMul, &got, &want, 1e-5);
+}

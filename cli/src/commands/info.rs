@@ -96,8 +96,17 @@ pub fn run(json: bool) -> u8 {
                     (0, 0) => "no".to_string(),
                     (f32t, f16t) => format!("f32 tiles {f32t}, f16 tiles {f16t}"),
                 };
+                let subgroups = match d.limits.map(|l| l.subgroup_size) {
+                    Some(0) | None => "vary by pipeline".to_string(),
+                    Some(n) => format!("of {n}"),
+                };
+                let uses = match d.limits.and_then(|l| l.coop_tile()) {
+                    Some(t) => format!(" (f16 products use {t}×{t} tiles)"),
+                    None if d.cooperative_matrix.1 > 0 => " (unused: subgroups vary)".into(),
+                    None => String::new(),
+                };
                 println!(
-                    "      features: float16 {}, cooperative matrix {coop}",
+                    "      features: float16 {}, cooperative matrix {coop}{uses}, subgroups {subgroups}",
                     if d.float16 { "yes" } else { "no" }
                 );
             }

@@ -19,7 +19,15 @@ pub fn source(body: &str) -> String {
     } else {
         ""
     };
-    format!("{PRELUDE}{halves}{body}")
+    // WGSL wants `enable` directives (f16, cooperative matrices) before any declaration, and
+    // a kernel's may follow the functions another generator put ahead of it (a product's
+    // epilogue), so they go ahead of the prelude.
+    if !body.contains("enable ") {
+        return format!("{PRELUDE}{halves}{body}");
+    }
+    let (enables, rest): (Vec<&str>, Vec<&str>) =
+        body.lines().partition(|l| l.starts_with("enable "));
+    format!("{}\n{PRELUDE}{halves}{}\n", enables.join("\n"), rest.join("\n"))
 }
 
 /// One kernel's pipeline. WGSL that naga rejects is an error with its message.

@@ -104,13 +104,14 @@ pub fn validate(body: &str) -> Result<(), String> {
             g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
         }
     }
-    naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::default(),
-    )
-    .validate(&m)
-    .map(drop)
-    .map_err(|e| format!("{e:?}"))
+    // What the device grants a kernel that asks (blade validates against the device's own).
+    let caps = naga::valid::Capabilities::SHADER_FLOAT16
+        | naga::valid::Capabilities::COOPERATIVE_MATRIX
+        | naga::valid::Capabilities::SUBGROUP;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+        .validate(&m)
+        .map(drop)
+        .map_err(|e| format!("{e:?}"))
 }
 
 #[cfg(test)]

@@ -150,17 +150,31 @@ pub(crate) fn base(o: &Operand) -> String {
 pub struct Target {
     pub width: u32,
     pub shared_bytes: u32,
+    /// Cooperative-matrix products of f16 operands, where the device has them and kernels may
+    /// use them (`DeviceLimits::coop_tile`).
+    pub coop: Option<Coop>,
+}
+
+/// What a cooperative-matrix kernel is written for: the device's square f16 tile and the fixed
+/// number of invocations in each of its subgroups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Coop {
+    pub tile: u32,
+    pub subgroup: u32,
 }
 
 impl Target {
     pub fn of(limits: &crate::limits::DeviceLimits) -> Target {
-        Target { width: limits.workgroup_width(256), shared_bytes: limits.max_shared_memory }
+        let width = limits.workgroup_width(256);
+        let coop = limits.coop_tile().map(|tile| Coop { tile, subgroup: limits.subgroup_size });
+        Target { width, shared_bytes: limits.max_shared_memory, coop }
     }
 
     /// Workgroups of `width` within the guaranteed floor of shared memory.
     #[cfg(test)]
     pub fn floor(width: u32) -> Target {
-        Target { width, shared_bytes: crate::limits::DeviceLimits::MIN_SPEC.max_shared_memory }
+        let shared_bytes = crate::limits::DeviceLimits::MIN_SPEC.max_shared_memory;
+        Target { width, shared_bytes, coop: None }
     }
 }
 

@@ -2,7 +2,9 @@
 //! batched, broadcasting leading batch axes and promoting 1-D operands as torch.matmul does, in
 //! f32.
 //!
-//! Three kernels, picked by shape when the plan is compiled:
+//! Four kernels, picked by shape (and the operands' type) when the plan is compiled:
+//! - `coop`: f16 operands (the mixed policies' products) on a device with cooperative-matrix
+//!   units, unless the product is skinny.
 //! - `tiled`: the general case. One workgroup per output tile; the tile's A and B panels pass
 //!   through shared memory `BK` deep at a time, and each invocation keeps a register block of
 //!   outputs (8×8, or 4×4 with panels `2 · BK` deep when the big tiles would leave the GPU
@@ -18,6 +20,7 @@
 //! `invocations / width` workgroups (folded into y and z past 65535); workgroups past the end
 //! return at once, all together, before any barrier.
 
+mod coop;
 #[cfg(test)]
 mod tests;
 mod tiled;
@@ -351,6 +354,10 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
     let (m, n) = (g.m.n, g.n.n);
     if m == 0 || n == 0 || g.batches().n == 0 {
         return Ok(super::elementwise(0, width as u32, "", ""));
+    }
+    let skinny = m <= SKINNY || n <= SKINNY;
+    if let Some(c) = target.coop.filter(|&c| !skinny && coop::fits(&g, c, width, shared)) {
+        return Ok(coop::coop(&g, c));
     }
     Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && m <= SKINNY) {
         // Transposed operands of batched products: only the tiled kernel reads them in

@@ -98,7 +98,7 @@ fn the_tile_follows_the_count_of_tiles_and_the_shared_memory() {
     // 4096²: 1,024 tiles of 128×128, 8 deep within the floor and 16 deep with 48 KiB.
     let square = kernel(&[4096, 4096], &[4096, 4096], floor(256));
     assert!(square.body.contains("var c7_1") && !square.body.contains("let a8_0"), "8×8, 8 deep");
-    let roomy = Target { width: 256, shared_bytes: 48 << 10 };
+    let roomy = Target { width: 256, shared_bytes: 48 << 10, coop: None };
     let square = kernel(&[4096, 4096], &[4096, 4096], roomy);
     assert!(square.body.contains("var c7_1") && square.body.contains("let a15_0"), "16 deep");
     assert!(shared_bytes(&square.body) > 16 << 10 && shared_bytes(&square.body) <= 48 << 10);
@@ -110,4 +110,72 @@ fn the_tile_follows_the_count_of_tiles_and_the_shared_memory() {
         assert_eq!(k.width, None);
         assert!(k.body.contains(&format!("@workgroup_size({width})")));
     }
+}
+
+/// Products of f16 operands take the cooperative-matrix kernel on a device that has one (at the
+/// H200's 16×16 tiles and subgroups of 32, and lavapipe's 8×8 and 8), in every layout the
+/// tiled kernel reads: the kernel validates and translates to SPIR-V here, though no device
+/// of this machine runs it. Other products, and skinny ones, keep their kernels.
+#[test]
+fn half_products_take_cooperative_matrices_where_the_device_has_them() {
+    use crate::kernels::Coop;
+    let half = |offset: usize, shape: &[usize], rounded: bool| Operand {
+        rounded,
+        ..Operand::at(offset, shape, DType::F16)
+    };
+    let (m, k, n) = (130, 70, 129);
+    for coop in [Coop { tile: 16, subgroup: 32 }, Coop { tile: 8, subgroup: 8 }] {
+        let target = Target { width: 256, shared_bytes: 32 << 10, coop: Some(coop) };
+        for (layout, rounded) in [
+            (Layout::PLAIN, false),
+            (Layout { ta: true, tb: true, alpha: 0.5, splits: 1 }, true),
+            (Layout { tb: true, splits: 3, ..Layout::PLAIN }, false),
+        ] {
+            let a = if layout.ta { [k, m] } else { [m, k] };
+            let b = if layout.tb { [n, k] } else { [k, n] };
+            let out = operand(9_000_000, &[layout.splits, m, n]);
+            let inputs = [half(0, &a, rounded), half(1_000_000, &b, !rounded)];
+            let what = format!("{coop:?} {layout:?}");
+            let src = generate_layout(&inputs, &out, target, layout).unwrap();
+            assert!(src.body.contains("coopMultiplyAdd"), "{what}");
+            let declared = src.width.expect("a workgroup of four subgroups");
+            assert_eq!(declared, 4 * coop.subgroup, "{what}");
+            assert_eq!(src.invocations % declared as u64, 0, "{what}");
+            spirv(&src.body).unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
+        }
+        let f32s = [operand(0, &[m, k]), operand(1_000_000, &[k, n])];
+        let plain = generate(&f32s, &operand(9_000_000, &[m, n]), target).unwrap();
+        assert!(!plain.body.contains("coop"), "f32 operands keep the tiled kernel");
+        let bf16 = Operand { dtype: DType::BF16, ..half(0, &[m, k], false) };
+        let b = [bf16.clone(), Operand { offset: 1_000_000, shape: vec![k, n], ..bf16 }];
+        let bf = generate(&b, &operand(9_000_000, &[m, n]), target).unwrap();
+        assert!(!bf.body.contains("coop"), "bf16 has no cooperative type here");
+        let row = [half(0, &[1, k], false), half(1_000_000, &[k, n], false)];
+        let skinny = generate(&row, &operand(9_000_000, &[1, n]), target).unwrap();
+        assert!(!skinny.body.contains("coop"), "one row keeps the few-rows kernel");
+    }
+}
+
+/// naga's validation of a kernel and its translation to SPIR-V, as blade does on a device.
+fn spirv(body: &str) -> Result<Vec<u32>, String> {
+    validate(body)?;
+    let full = crate::device::source(body);
+    let mut module = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
+    for (k, (_, g)) in module.global_variables.iter_mut().enumerate() {
+        if matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
+            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
+        }
+    }
+    let caps = naga::valid::Capabilities::all();
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+        .validate(&module)
+        .map_err(|e| format!("{e:?}"))?;
+    let options =
+        naga::back::spv::Options { lang_version: (1, 3), ..naga::back::spv::Options::default() };
+    let pipeline = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: "main".into(),
+    };
+    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+        .map_err(|e| format!("{e:?}"))
 }

@@ -1,0 +1,369 @@
+//! Matrix products on the device's cooperative-matrix units (`VK_KHR_cooperative_matrix`): f16
+//! operands into f32 accumulators, which is what the mixed policies ask of every product
+//! whose operands they round to f16 (`compiler/src/precision.rs`).
+//!
+//! A workgroup of `SM × SN` subgroups owns a `bm × bn` output tile, and subgroup `s` a block
+//! of `RM × RN` of the device's `T × T` tiles in it. Panels `2T` deep of A and B are fetched a
+//! panel ahead into registers (as the tiled kernel does) and converted to f16 as they are
+//! staged into shared memory — exactly: the values are f16 already, halves or f32 values the
+//! policy rounds — and each subgroup loads its tiles from there and multiplies them into its
+//! accumulators. Results leave through a `T × T` f32 scratch per subgroup, so each element is
+//! stored through the same edge guards, scale and epilogue as every other product kernel's.
+//!
+//! Which subgroup owns which block is read from `subgroup_id`, so the kernel is written for a
+//! device whose subgroups have one fixed size (`DeviceLimits::subgroup_size`): the workgroup
+//! is exactly `SM · SN` of them.
+
+use super::{split_depth_of, Geometry};
+use crate::kernels::{fetch_word, word_value, Coop, Ext, Fetched, KernelSource};
+use mgn_ir::DType;
+
+/// The subgroup grid of a workgroup.
+const SM: usize = 2;
+const SN: usize = 2;
+/// Each subgroup's block of tiles.
+const RM: usize = 2;
+const RN: usize = 2;
+/// Halves of padding after each staged row: rows stay 16-byte aligned for the tile loads and
+/// start in different banks.
+const PAD: usize = 8;
+
+/// Whether `g` runs on cooperative matrices: both operands f16 (stored as halves or rounded
+/// from f32), a workgroup of `SM · SN` subgroups within `width` invocations, and its panels
+/// within `shared` bytes. Products of a few rows or columns keep the skinny kernels (the caller
+/// picks those first): they are bandwidth-bound, and a tile would be mostly padding.
+pub(super) fn fits(g: &Geometry, coop: Coop, width: usize, shared: usize) -> bool {
+    g.a.dtype == DType::F16
+        && g.b.dtype == DType::F16
+        && !g.ot
+        && SM * SN * coop.subgroup as usize <= width
+        && Shape::of(g, coop).shared_bytes() <= shared
+}
+
+/// The kernel's sizes.
+struct Shape {
+    t: usize,
+    subgroup: usize,
+    width: usize,
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    /// Row strides of the staged panels, in halves.
+    sa: usize,
+    sb: usize,
+    /// Panel elements each invocation moves, and whether the last move is partial.
+    pa: usize,
+    partial_a: bool,
+    pb: usize,
+    partial_b: bool,
+    tiles_n: Ext,
+    per_batch: Ext,
+    /// Panels along k (of one k range when split), and that range's depth.
+    kt: Ext,
+    edge_m: bool,
+    edge_n: bool,
+    edge_k: bool,
+}
+
+impl Shape {
+    fn of(g: &Geometry, coop: Coop) -> Shape {
+        let (t, subgroup) = (coop.tile as usize, coop.subgroup as usize);
+        let width = SM * SN * subgroup;
+        let (bm, bn, bk) = (SM * RM * t, SN * RN * t, 2 * t);
+        let slots = |size: usize| (size.div_ceil(width), !size.is_multiple_of(width));
+        let ((pa, partial_a), (pb, partial_b)) = (slots(bm * bk), slots(bk * bn));
+        let tiles_n = g.n.div_ceil(bn);
+        let ks = if g.splits > 1 { split_depth_of(&g.k, g.splits) } else { g.k.clone() };
+        Shape {
+            t,
+            subgroup,
+            width,
+            bm,
+            bn,
+            bk,
+            sa: bk + PAD,
+            sb: bn + PAD,
+            pa,
+            partial_a,
+            pb,
+            partial_b,
+            per_batch: g.m.div_ceil(bm).mul(&tiles_n),
+            tiles_n,
+            kt: ks.div_ceil(bk),
+            edge_m: !g.m.is_fixed() || !g.m.n.is_multiple_of(bm),
+            edge_n: !g.n.is_fixed() || !g.n.n.is_multiple_of(bn),
+            edge_k: !g.k.is_fixed() || !g.k.n.is_multiple_of(bk) || g.splits > 1,
+        }
+    }
+
+    fn shared_bytes(&self) -> usize {
+        2 * (self.bm * self.sa + self.bk * self.sb) + 4 * SM * SN * self.t * self.t
+    }
+
+    /// `coop_mat{T}x{T}<scalar, role>`.
+    fn matrix(&self, scalar: &str, role: &str) -> String {
+        format!("coop_mat{t}x{t}<{scalar},{role}>", t = self.t)
+    }
+}
+
+/// The cooperative-matrix kernel for `g` (which `fits`).
+pub(super) fn coop(g: &Geometry, coop: Coop) -> KernelSource {
+    let s = Shape::of(g, coop);
+    let groups = s.per_batch.mul(&g.batches()).times(g.splits);
+    let mut body = format!(
+        "enable f16;
+enable wgpu_cooperative_matrix;
+var<workgroup> cm_a: array<f16, {}>;
+var<workgroup> cm_b: array<f16, {}>;
+var<workgroup> cm_c: array<f32, {}>;
+@compute @workgroup_size({})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>, \
+    @builtin(local_invocation_index) t: u32, @builtin(subgroup_id) sid: u32, \
+    @builtin(subgroup_invocation_id) lane: u32) {{
+    let g = wg.x + (wg.y + wg.z * grid.y) * grid.x;
+    if (g >= {groups}) {{ return; }}
+",
+        s.bm * s.sa,
+        s.bk * s.sb,
+        SM * SN * s.t * s.t,
+        s.width,
+    );
+    body += &setup(g, &s);
+    body += &k_loop(g, &s);
+    body += &stores(g, &s);
+    body += "}\n";
+    KernelSource {
+        body,
+        invocations: groups.n as u64 * s.width as u64,
+        dropout_node: None,
+        width: Some(s.width as u32),
+    }
+}
+
+/// The tile's origin, the operands' bases, the panel elements this invocation moves and their
+/// registers, and the accumulators.
+fn setup(g: &Geometry, s: &Shape) -> String {
+    let (m, k, n, w) = (&g.m, &g.k, &g.n, s.width);
+    let mut out = String::new();
+    let mut line = |x: String| {
+        out.push_str("    ");
+        out.push_str(&x);
+        out.push('\n');
+    };
+    if g.splits > 1 {
+        // As the tiled kernel: one k range's workgroups after another's.
+        let items = s.per_batch.mul(&g.batches());
+        let ks = split_depth_of(k, g.splits);
+        line(format!("let split = g / {items};"));
+        line(format!("let gs = g % {items};"));
+        line(format!("let koff = split * {ks};"));
+        line(format!("let klen = select(0u, min({ks}, {k} - koff), koff < {k});"));
+    } else {
+        line("let gs = g;".into());
+        line("let koff = 0u;".into());
+    }
+    line(format!("let batch = gs / {};", s.per_batch));
+    line(format!("let tile = gs % {};", s.per_batch));
+    line(format!("let m0 = (tile / {}) * {}u;", s.tiles_n, s.bm));
+    line(format!("let n0 = (tile % {}) * {}u;", s.tiles_n, s.bn));
+    for l in g.bases().lines() {
+        line(l.trim().to_string());
+    }
+    line(format!("let wm = sid / {SN}u;"));
+    line(format!("let wn = sid % {SN}u;"));
+    // Consecutive invocations move consecutive words of a stored row: along k for A as
+    // stored [m, k] and B as [n, k], along m or n for the transposed layouts.
+    for p in 0..s.pa {
+        line(format!("let ae{p} = t + {}u;", p * w));
+        if g.at {
+            line(format!("let ar{p} = ae{p} % {}u;", s.bm));
+            line(format!("let ak{p} = ae{p} / {}u;", s.bm));
+            line(format!("let ag{p} = abase + (koff + ak{p}) * {m} + m0 + ar{p};"));
+        } else {
+            line(format!("let ar{p} = ae{p} / {}u;", s.bk));
+            line(format!("let ak{p} = ae{p} % {}u;", s.bk));
+            line(format!("let ag{p} = abase + (m0 + ar{p}) * {k} + koff + ak{p};"));
+        }
+        line(format!("let as{p} = ar{p} * {}u + ak{p};", s.sa));
+        line(registers("a", p, g.a.packs_halves()));
+    }
+    for p in 0..s.pb {
+        line(format!("let be{p} = t + {}u;", p * w));
+        if g.bt {
+            line(format!("let bk{p} = be{p} % {}u;", s.bk));
+            line(format!("let bc{p} = be{p} / {}u;", s.bk));
+            line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k} + koff + bk{p};"));
+        } else {
+            line(format!("let bk{p} = be{p} / {}u;", s.bn));
+            line(format!("let bc{p} = be{p} % {}u;", s.bn));
+            line(format!("let bg{p} = bbase + (koff + bk{p}) * {n} + n0 + bc{p};"));
+        }
+        line(format!("let bs{p} = bk{p} * {}u + bc{p};", s.sb));
+        line(registers("b", p, g.b.packs_halves()));
+    }
+    let acc = s.matrix("f32", "C");
+    for i in 0..RM {
+        for j in 0..RN {
+            line(format!("var c{i}_{j} = {acc}();"));
+        }
+    }
+    out
+}
+
+/// The registers slot `p` of operand `name` fetches into: its word, and for halves the
+/// element's bit offset within it.
+fn registers(name: &str, p: usize, halves: bool) -> String {
+    if halves {
+        format!("var r{name}{p} = 0u; var s{name}{p} = 0u;")
+    } else {
+        format!("var r{name}{p} = 0u;")
+    }
+}
+
+/// Loads of the panels at depth `k0` into registers; a word past the matrices' edges is 0,
+/// which is 0.0 in every type.
+fn fetch(g: &Geometry, s: &Shape, k0: &str) -> String {
+    let (m, n) = (&g.m, &g.n);
+    let klen = if g.splits > 1 { "klen".to_string() } else { g.k.to_string() };
+    let guarded = |conds: Vec<String>, reg: String, f: Fetched, shift: String| {
+        let mut set = format!("{reg} = {};", f.word);
+        if let Some(sh) = f.shift {
+            set += &format!(" {shift} = {sh};");
+        }
+        if conds.is_empty() {
+            format!("        {set}\n")
+        } else {
+            format!("        {reg} = 0u;\n        if ({}) {{ {set} }}\n", conds.join(" && "))
+        }
+    };
+    let mut f = String::new();
+    for p in 0..s.pa {
+        let mut c = Vec::new();
+        if s.partial_a {
+            c.push(format!("ae{p} < {}u", s.bm * s.bk));
+        }
+        if s.edge_m {
+            c.push(format!("m0 + ar{p} < {m}"));
+        }
+        if s.edge_k {
+            c.push(format!("{k0} + ak{p} < {klen}"));
+        }
+        let at = if g.at { format!("ag{p} + ({k0}) * {m}") } else { format!("ag{p} + {k0}") };
+        f += &guarded(c, format!("ra{p}"), fetch_word(&g.a, &at), format!("sa{p}"));
+    }
+    for p in 0..s.pb {
+        let mut c = Vec::new();
+        if s.partial_b {
+            c.push(format!("be{p} < {}u", s.bk * s.bn));
+        }
+        if s.edge_n {
+            c.push(format!("n0 + bc{p} < {n}"));
+        }
+        if s.edge_k {
+            c.push(format!("{k0} + bk{p} < {klen}"));
+        }
+        let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}") };
+        f += &guarded(c, format!("rb{p}"), fetch_word(&g.b, &at), format!("sb{p}"));
+    }
+    f
+}
+
+/// The loop over the panels: stage the registers as f16, fetch the next panels, and multiply
+/// this one's tiles into the accumulators.
+fn k_loop(g: &Geometry, s: &Shape) -> String {
+    let (kt, t, bk) = (&s.kt, s.t, s.bk);
+    let mut out = String::new();
+    if kt.n > 0 || !kt.is_fixed() {
+        out += "    {\n";
+        out += &fetch(g, s, "0u");
+        out += "    }\n";
+    }
+    out += &format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n");
+    // Everyone has finished reading the previous panels before they are overwritten.
+    out += "        workgroupBarrier();\n";
+    let staged = |partial: bool, e: String, size: usize, st: String| {
+        if partial {
+            format!("        if ({e} < {size}u) {{ {st} }}\n")
+        } else {
+            format!("        {st}\n")
+        }
+    };
+    for p in 0..s.pa {
+        let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
+        let st = format!("cm_a[as{p}] = f16({v});");
+        out += &staged(s.partial_a, format!("ae{p}"), s.bm * bk, st);
+    }
+    for p in 0..s.pb {
+        let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
+        let st = format!("cm_b[bs{p}] = f16({v});");
+        out += &staged(s.partial_b, format!("be{p}"), bk * s.bn, st);
+    }
+    out += "        workgroupBarrier();\n";
+    out += &format!("        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n");
+    out += &fetch(g, s, "k1");
+    out += "        }\n";
+    let (ma, mb) = (s.matrix("f16", "A"), s.matrix("f16", "B"));
+    for kk in 0..bk / t {
+        for i in 0..RM {
+            out += &format!(
+                "        let a{kk}_{i} = coopLoadT<{ma}>(&cm_a[(wm * {}u + {}u) * {}u + {}u], {}u);\n",
+                RM * t,
+                i * t,
+                s.sa,
+                kk * t,
+                s.sa
+            );
+        }
+        for j in 0..RN {
+            out += &format!(
+                "        let b{kk}_{j} = coopLoadT<{mb}>(&cm_b[{}u + wn * {}u + {}u], {}u);\n",
+                kk * t * s.sb,
+                RN * t,
+                j * t,
+                s.sb
+            );
+        }
+        for i in 0..RM {
+            for j in 0..RN {
+                out += &format!(
+                    "        c{i}_{j} = coopMultiplyAdd(a{kk}_{i}, b{kk}_{j}, c{i}_{j});\n"
+                );
+            }
+        }
+    }
+    out += "    }\n";
+    out
+}
+
+/// Each accumulator through the subgroup's scratch, then out element by element: every
+/// subgroup stores its tile (i, j) together, so the barriers around the scratch are reached by
+/// the whole workgroup.
+fn stores(g: &Geometry, s: &Shape) -> String {
+    let (m, n, t) = (&g.m, &g.n, s.t);
+    let tt = t * t;
+    let mut out = format!("    let scratch = sid * {tt}u;\n");
+    for i in 0..RM {
+        for j in 0..RN {
+            out += &format!("    coopStoreT(c{i}_{j}, &cm_c[scratch], {t}u);\n");
+            out += "    workgroupBarrier();\n";
+            out += &format!("    for (var e = lane; e < {tt}u; e = e + {}u) {{\n", s.subgroup);
+            out += &format!("        let row = m0 + wm * {}u + {}u + e / {t}u;\n", RM * t, i * t);
+            out += &format!("        let col = n0 + wn * {}u + {}u + e % {t}u;\n", RN * t, j * t);
+            let st = g.store(&format!("obase + row * {n} + col"), "cm_c[scratch + e]");
+            let mut conds = Vec::new();
+            if s.edge_m {
+                conds.push(format!("row < {m}"));
+            }
+            if s.edge_n {
+                conds.push(format!("col < {n}"));
+            }
+            if conds.is_empty() {
+                out += &format!("        {st}\n");
+            } else {
+                out += &format!("        if ({}) {{ {st} }}\n", conds.join(" && "));
+            }
+            out += "    }\n    workgroupBarrier();\n";
+        }
+    }
+    out
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU tests whose products read f16 operands, run where those products take the
+# cooperative-matrix kernel: on lavapipe from Mesa ≥ 25.1 (scripts/coop_lavapipe.sh). The
+# kernel tests of half products, every workload's mixed-precision plans against the CPU, and
+# the mixed-precision training tests. Checks first that the device there offers cooperative
+# matrices and that mgn uses them. Exits 77 when no such lavapipe can be set up here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+# Test binaries built here (the chroot has no toolchain): the paths cargo reports.
+binaries() {
+    cargo test --locked --no-run --message-format=json "$@" 2>/dev/null |
+        python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])'
+}
+cargo build --locked --bin mgnc -q
+gpu_lib=$(binaries -p mgn-gpu --lib)
+gpu_tests=$(binaries -p mgn-tests --test gpu)
+mixed_tests=$(binaries -p mgn-tests --test mixed)
+
+info=$(bash scripts/coop_lavapipe.sh target/debug/mgnc info) || exit $?
+echo "scripts/coop_tests.sh: on the lavapipe of scripts/coop_lavapipe.sh:"
+echo "$info" | grep -E "features|llvmpipe" | head -2
+if ! echo "$info" | grep -q "f16 products use"; then
+    echo "error: the lavapipe in scripts/coop_lavapipe.sh offers no cooperative matrices mgn uses" >&2
+    exit 1
+fi
+run() { bash "$repo/scripts/coop_lavapipe.sh" env MGN_REQUIRE_GPU=1 MGN_SKIP_LOG="${MGN_SKIP_LOG:-/dev/null}" "$@"; }
+status=0
+(cd gpu && run "$gpu_lib" products_of) || status=$?
+(cd tests && run "$gpu_tests" mixed) || status=$?
+(cd tests && run "$mixed_tests") || status=$?
+exit $status
