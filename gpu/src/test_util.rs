@@ -143,22 +143,24 @@ pub fn time_op(
     out_shape: &[usize],
     repeat: usize,
 ) -> Option<(f64, String)> {
-    time_op_with(op, operands, out_shape, repeat, false)
+    time_op_with(op, operands, out_shape, repeat, false, DType::F32)
 }
 
 /// `time_op`, with the last operand stored transposed (its last two axes swapped, as a linear
-/// layer's weight) and read through a transposing view when `transpose_last`.
+/// layer's weight) and read through a transposing view when `transpose_last`, and the operands
+/// of type `dtype` (f16 ones held as halves, as a mixed inference plan holds its weights).
 pub fn time_op_with(
     op: &Op,
     operands: &[&[usize]],
     out_shape: &[usize],
     repeat: usize,
     transpose_last: bool,
+    dtype: DType,
 ) -> Option<(f64, String)> {
     use mgn_ir::plan::InitSpec;
     let param = |k: usize, shape: &[usize]| ParamSpec {
         name: format!("p{k}"),
-        dtype: DType::F32,
+        dtype,
         shape: shape.to_vec(),
         init: InitSpec::Constant(0.0),
         trainable: false,
@@ -174,7 +176,7 @@ pub fn time_op_with(
         s
     };
     let mut steps: Vec<Step> = (0..operands.len())
-        .map(|k| step(Op::Param { index: k }, vec![], DType::F32, &stored(k)))
+        .map(|k| step(Op::Param { index: k }, vec![], dtype, &stored(k)))
         .collect();
     let mut args: Vec<u32> = (0..operands.len() as u32).collect();
     if transpose_last {
@@ -183,7 +185,7 @@ pub fn time_op_with(
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 2, r - 1);
         args[last] = steps.len() as u32;
-        steps.push(step(Op::Permute { perm }, vec![last as u32], DType::F32, operands[last]));
+        steps.push(step(Op::Permute { perm }, vec![last as u32], dtype, operands[last]));
     }
     let first_out = steps.len() as u32;
     for _ in 0..repeat.max(1) {
@@ -197,7 +199,9 @@ pub fn time_op_with(
     let tensors: Vec<Tensor> = (0..operands.len())
         .map(|k| {
             let s = stored(k);
-            Tensor::f32(s.clone(), values(s.iter().product(), k as u32 + 1))
+            let v = values(s.iter().product(), k as u32 + 1);
+            let v = if dtype == DType::F16 { v.iter().map(|&x| round_f16(x)).collect() } else { v };
+            Tensor { dtype, ..Tensor::f32(s.clone(), v) }
         })
         .collect();
     // A tile the sweep tries may not fit this device: a note, not a failure (never a test).
@@ -237,4 +241,9 @@ pub fn time_op_with(
     }
     runs.sort_by(f64::total_cmp);
     Some((runs[2], gpu.device_name().to_string()))
+}
+
+/// `x` rounded to the nearest f16.
+fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
 }

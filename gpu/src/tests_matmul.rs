@@ -136,10 +136,16 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 /// --ignored --nocapture`; `MGN_PROFILE=1` for each product's own GPU time). Both operands are
 /// parameters, so a run moves nothing between host and device; each run is one submission of
 /// `repeat` independent products. `wᵀ` is a weight stored `[n, k]` and read in place, as every
-/// linear layer does.
+/// linear layer does. `MGN_MM_DTYPE=f16` times products of f16 operands held as halves (the
+/// mixed policies' inference products: on cooperative matrices where the device has them, and
+/// `MGN_COOP=0` for the tiled kernel on the same operands).
 #[test]
 #[ignore]
 fn matmul_throughput() {
+    let dtype = match std::env::var("MGN_MM_DTYPE").as_deref() {
+        Ok("f16") => DType::F16,
+        _ => DType::F32,
+    };
     // (name, a, b, b stored transposed)
     let shapes: [(&str, &[usize], &[usize], bool); 16] = [
         ("decode up", &[1, 576], &[576, 1536], true),
@@ -165,12 +171,12 @@ fn matmul_throughput() {
         let flops = 2.0 * out.iter().product::<usize>() as f64 * k as f64;
         let repeat = ((4e10 / flops) as usize).clamp(1, 20);
         let Some((s, device)) =
-            super::test_util::time_op_with(&Op::MatMul, &[a, b], &out, repeat, bt)
+            super::test_util::time_op_with(&Op::MatMul, &[a, b], &out, repeat, bt, dtype)
         else {
             continue;
         };
         println!(
-            "matmul {name:>15} {a:?} × {b:?}{}: {:9.1} µs, {:6.2} TFLOP/s ({device})",
+            "matmul {name:>15} {a:?} × {b:?}{} {dtype}: {:9.1} µs, {:6.2} TFLOP/s ({device})",
             if bt { " (wT)" } else { "" },
             s * 1e6,
             flops / s / 1e12,

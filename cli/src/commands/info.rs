@@ -100,14 +100,18 @@ pub fn run(json: bool) -> u8 {
                     Some(0) | None => "vary by pipeline".to_string(),
                     Some(n) => format!("of {n}"),
                 };
+                let coop_off = std::env::var("MGN_COOP").is_ok_and(|v| v == "0");
                 let uses = match d.limits.and_then(|l| l.coop_tile()) {
+                    _ if d.cooperative_matrix.1 == 0 => String::new(),
+                    _ if min_spec => " (unused under MGN_MIN_SPEC=1)".into(),
                     Some(t) => format!(" (f16 products use {t}×{t} tiles)"),
-                    None if d.cooperative_matrix.1 > 0 => " (unused: subgroups vary)".into(),
-                    None => String::new(),
+                    None if coop_off => " (unused: MGN_COOP=0)".into(),
+                    None => " (unused: the subgroup size varies)".into(),
                 };
+                let float16 = if d.float16 { "yes" } else { "no" };
                 println!(
-                    "      features: float16 {}, cooperative matrix {coop}{uses}, subgroups {subgroups}",
-                    if d.float16 { "yes" } else { "no" }
+                    "      features: float16 {float16}, cooperative matrix {coop}{uses}, \
+                     subgroups {subgroups}"
                 );
             }
         }

@@ -305,14 +305,8 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
     let (ma, mb) = (s.matrix("f16", "A"), s.matrix("f16", "B"));
     for kk in 0..bk / t {
         for i in 0..RM {
-            out += &format!(
-                "        let a{kk}_{i} = coopLoadT<{ma}>(&cm_a[(wm * {}u + {}u) * {}u + {}u], {}u);\n",
-                RM * t,
-                i * t,
-                s.sa,
-                kk * t,
-                s.sa
-            );
+            let at = format!("(wm * {}u + {}u) * {}u + {}u", RM * t, i * t, s.sa, kk * t);
+            out += &format!("        let a{kk}_{i} = coopLoadT<{ma}>(&cm_a[{at}], {}u);\n", s.sa);
         }
         for j in 0..RN {
             out += &format!(
