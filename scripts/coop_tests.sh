@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tests whose products read f16 operands, run where those products take the
-# cooperative-matrix kernel: on lavapipe from Mesa ≥ 25.1 (scripts/coop_lavapipe.sh). The
-# kernel tests of half products and the mixed-precision training tests (MGN_COOP_ALL=1 adds
+# cooperative-matrix kernels: on lavapipe from Mesa ≥ 25.1 (scripts/coop_lavapipe.sh). The
+# kernel tests of half products and convolutions and the mixed-precision training tests (MGN_COOP_ALL=1 adds
 # every workload's mixed-precision plans against the CPU). Checks first that the device there
 # offers cooperative matrices and that mgn uses them. Exits 77 when no such lavapipe can be set up here.
 set -euo pipefail
@@ -31,7 +31,7 @@ if ! echo "$info" | grep -q "f16 products use"; then
 fi
 run() { bash "$repo/scripts/coop_lavapipe.sh" env MGN_REQUIRE_GPU=1 MGN_SKIP_LOG="${MGN_SKIP_LOG:-/dev/null}" "$@"; }
 status=0
-(cd gpu && run "$gpu_lib" products_of) || status=$?
+(cd gpu && run "$gpu_lib" products_of convolutions_of_halves) || status=$?
 (cd tests && run "$mixed_tests") || status=$?
 # Every workload's mixed plans against the CPU (tests/gpu.rs) on this lavapipe: passed in one
 # run (191 s) and the process died of a segmentation fault in the next, inside the driver or

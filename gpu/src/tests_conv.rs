@@ -23,6 +23,15 @@ fn tied(shape: &[usize], seed: u32) -> Tensor {
     )
 }
 
+/// `t` as a tensor of `dtype`: f16 rounds each value (the host holds halves as f32s).
+fn as_type(t: Tensor, dtype: DType) -> Tensor {
+    if dtype != DType::F16 {
+        return t;
+    }
+    let v = t.to_f64_vec().iter().map(|&x| half::f16::from_f64(x).to_f32()).collect();
+    Tensor { dtype, ..Tensor::f32(t.shape, v) }
+}
+
 /// Runs `op` on `given` on the GPU and the CPU and compares (equal values, infinities
 /// included, or within `tol` relative to 1 + |cpu|).
 fn check(op: Op, given: &[Tensor], out_shape: &[usize], tol: f64) {
@@ -77,9 +86,15 @@ impl Case {
 
     /// `check_all` with a looser tolerance, for long reductions (the GPU sums in another order).
     fn check_all_within(&self, tol: f64) {
-        let (x, w, y) = (input(&self.x, 1), input(&self.w, 2), self.y());
+        self.check_all_as(DType::F32, tol);
+    }
+
+    /// `check_all_within` with the operands of type `dtype` (f16 ones held as halves).
+    fn check_all_as(&self, dtype: DType, tol: f64) {
+        let make = |shape: &[usize], seed: u32| as_type(input(shape, seed), dtype);
+        let (x, w, y) = (make(&self.x, 1), make(&self.w, 2), self.y());
         let bias = input(&[self.w[0]], 3);
-        let dy = input(&y, 4);
+        let dy = make(&y, 4);
         check(self.conv(true), &[x.clone(), w.clone(), bias], &y, tol);
         check(self.conv(false), &[x.clone(), w.clone()], &y, tol);
         let (stride, padding, dilation, groups) =
@@ -204,6 +219,24 @@ fn tiled_conv_shapes_match_the_cpu() {
     case(vec![2, 4, 21], vec![4, 1, 3], 1, 1, 1, 4).check_all();
     // A long weight-gradient reduction: 4 × 16 × 16 positions per weight.
     case(vec![4, 3, 16, 16], vec![4, 3, 3, 3], 1, 1, 1, 1).check_all_within(1e-4);
+}
+
+/// Convolutions of f16 operands, as the mixed policies run them: on cooperative matrices where
+/// the device has them (`scripts/coop_tests.sh`), the tiled implicit GEMM elsewhere. Tiles
+/// overhanging every axis, groups, strides with dilation, 1-D, and a long weight-gradient
+/// reduction.
+#[test]
+fn convolutions_of_halves_match_the_cpu() {
+    let case = |x: Vec<usize>, w: Vec<usize>, s: usize, p: usize, d: usize, groups: usize| {
+        let sp = x.len() - 2;
+        Case { x, w, stride: vec![s; sp], padding: vec![p; sp], dilation: vec![d; sp], groups }
+    };
+    case(vec![2, 67, 5, 7], vec![70, 67, 1, 1], 1, 0, 1, 1).check_all_as(DType::F16, 1e-4);
+    case(vec![2, 3, 19, 17], vec![8, 3, 7, 7], 2, 3, 1, 1).check_all_as(DType::F16, 1e-4);
+    case(vec![1, 5, 11, 10], vec![7, 5, 3, 3], 2, 2, 2, 1).check_all_as(DType::F16, 1e-4);
+    case(vec![2, 6, 9, 8], vec![10, 3, 3, 3], 1, 1, 1, 2).check_all_as(DType::F16, 1e-4);
+    case(vec![3, 5, 37], vec![7, 5, 5], 2, 2, 2, 1).check_all_as(DType::F16, 1e-4);
+    case(vec![4, 3, 16, 16], vec![4, 3, 3, 3], 1, 1, 1, 1).check_all_as(DType::F16, 1e-4);
 }
 
 /// The shapes transposed convolutions give the input derivative (`conv_transpose*d` is

@@ -115,6 +115,31 @@ pub fn validate(body: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
+/// naga's validation of a kernel and its translation to SPIR-V, as blade does on a device.
+pub fn spirv(body: &str) -> Result<Vec<u32>, String> {
+    validate(body)?;
+    let full = crate::device::source(body);
+    let mut module = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
+    for (k, (_, g)) in module.global_variables.iter_mut().enumerate() {
+        if matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
+            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
+        }
+    }
+    let caps = naga::valid::Capabilities::all();
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+        .validate(&module)
+        .map_err(|e| format!("{e:?}"))?;
+    let options =
+        naga::back::spv::Options { lang_version: (1, 3), ..naga::back::spv::Options::default() };
+    let pipeline = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: "main".into(),
+    };
+    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+        .map_err(|e| format!("{e:?}"))
+}
+
+#[cfg(test)]
 mod tests {
     use crate::test_util::step;
     use mgn_ir::op::{Op, UnaryOp};

@@ -3,6 +3,7 @@
 
 use crate::kernels::{fetch_word, word_value, KernelSource, Operand, Target};
 
+mod coop;
 #[cfg(test)]
 mod tests;
 
@@ -34,6 +35,25 @@ impl Gemm {
     /// How many K ranges each group has (1 without a split).
     fn splits(&self) -> usize {
         self.split_depth.map_or(1, |d| self.k.div_ceil(d))
+    }
+
+    /// For workgroup `id` of a grid with `tiles` output tiles a group: statements defining the
+    /// group `g` (and with a K split the range `sp`), and the expressions of where its K loop
+    /// begins and ends (`k_end` may bound a group's K further).
+    fn ranges(&self, tiles: usize) -> (String, String, String) {
+        let k_end = self.k_end.clone().unwrap_or(format!("{}u", self.k));
+        match self.split_depth {
+            Some(d) => (
+                format!(
+                    "let sp = (id / {tiles}u) % {}u;\n    let g = id / {}u;",
+                    self.splits(),
+                    tiles * self.splits()
+                ),
+                format!("sp * {d}u"),
+                format!("min(sp * {d}u + {d}u, {k_end})"),
+            ),
+            None => (format!("let g = id / {tiles}u;"), "0u".to_string(), k_end),
+        }
     }
 
     /// The GEMM one workgroup sees, for the tile chooser: a split's ranges are groups of their
@@ -213,6 +233,9 @@ pub(super) fn implicit_gemm(
     target: Target,
 ) -> Option<KernelSource> {
     let w = target.width as usize;
+    if let Some(c) = target.coop.filter(|&c| coop::fits(gm, a, b, c, target)) {
+        return Some(coop::kernel(gm, a, b, epilogue, c));
+    }
     let shared_words = SHARED_WORDS.min(target.shared_bytes as usize / 4);
     #[cfg(test)]
     let forced =
@@ -232,7 +255,9 @@ pub(super) fn implicit_gemm(
 /// given depth (`fetch`, issued a slice ahead so the loads are in flight while the current slice
 /// is multiplied) and from them into `sm[base + kk·stride + r]` (`stage`). `rows` is the
 /// tile's extent along m (A) or n (B), `bound` the matrix's, `origin` the tile's first row or
-/// column, `fast` this invocation's index along the staging's fast axis.
+/// column, `fast` this invocation's index along the staging's fast axis. `sink` makes the
+/// statement that stores an f32 value at a staged index (`sm`'s words here; the
+/// cooperative-matrix kernel's f16 panels).
 struct Staging {
     decl: String,
     stage: String,
@@ -253,6 +278,7 @@ fn staging(
     base: usize,
     stride: usize,
     w: usize,
+    sink: &dyn Fn(&str, &str) -> String,
 ) -> Staging {
     let fast_len = if ld.k_fast { t.bk } else { rows };
     let slow_len = if ld.k_fast { rows } else { t.bk };
@@ -293,10 +319,8 @@ fn staging(
         ));
         let at = format!("{base}u + ({k}) * {stride}u + {r}");
         let value = word_value(&ld.operand, &reg, &format!("{reg}s"));
-        let store = format!(
-            "{{ let sl_ = tid / {fast_len}u + {}u; sm[({at}) / 4u][({at}) % 4u] = {value}; }}",
-            j * per_pass
-        );
+        let store =
+            format!("{{ let sl_ = tid / {fast_len}u + {}u; {} }}", j * per_pass, sink(&at, &value));
         match live {
             None => st.stage.push_str(&format!("{store}\n        ")),
             Some(live) => st.stage.push_str(&format!("if ({live}) {store}\n        ")),
@@ -406,91 +430,102 @@ fn gemm_kernel(
     w: usize,
 ) -> KernelSource {
     let (mtiles, ntiles) = (gm.m.div_ceil(t.tm), gm.n.div_ceil(t.tn));
-    let splits = gm.splits();
-    let nwg = gm.groups * splits * mtiles * ntiles;
-    // The group, and with a K split the range (`sp`) and its bounds; `kend` may further bound
-    // a group's K (`Gemm::k_end`).
-    let (group, kbegin, kend) = match gm.split_depth {
-        Some(d) => (
-            format!(
-                "let sp = (id / {}u) % {splits}u;\n    let g = id / {}u;",
-                mtiles * ntiles,
-                mtiles * ntiles * splits
-            ),
-            format!("sp * {d}u"),
-            format!("min(sp * {d}u + {d}u, {})", gm.k_end.clone().unwrap_or(format!("{}u", gm.k))),
-        ),
-        None => (
-            format!("let g = id / {}u;", mtiles * ntiles),
-            "0u".to_string(),
-            gm.k_end.clone().unwrap_or(format!("{}u", gm.k)),
-        ),
-    };
+    let nwg = gm.groups * gm.splits() * mtiles * ntiles;
+    let (_, kbegin, kend) = gm.ranges(mtiles * ntiles);
     let (tmt, tnt) = (t.tmt(), t.tnt());
     let (lda, ldb) = (t.lda(a), t.ldb(b));
     let boff = t.bk * lda;
-    let fa_len = if a.k_fast { t.bk } else { t.tm };
-    let fb_len = if b.k_fast { t.bk } else { t.tn };
     let [decl, inner, finish] = register_block(gm, t, epilogue, lda, ldb);
     let depth = t.bk / t.s;
-    let sa = staging(a, t, "pa", gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w);
-    let sb = staging(b, t, "pb", gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w);
+    let sink = |at: &str, v: &str| format!("sm[({at}) / 4u][({at}) % 4u] = {v};");
+    let sa = staging(a, t, "pa", gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w, &sink);
+    let sb = staging(b, t, "pb", gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w, &sink);
     let words = t.shared_words_with(lda, ldb);
+    // A constant trip count, so that the compiler can unroll the slice.
+    let kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() };
+    let multiply = format!(
+        "for (var q = 0u; q < {depth}u; q = q + 1u) {{
+            let kk = {kk_of_q};
+            {inner}
+        }}"
+    );
+    let origin = origin(gm, (t.tm, t.tn, t.bk), a, b);
+    let slices = slices(&(kbegin, kend), t.bk, &sa, &sb, &multiply);
     let body = format!(
         "var<workgroup> sm: array<vec4<f32>, {vec4s}>;
 
 @compute @workgroup_size({w})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, \
          @builtin(local_invocation_index) tid: u32) {{
-    let id = wg.x + (wg.y + wg.z * groups.y) * groups.x;
+    {origin}
+    let tn_ = tid % {tnt}u;
+    let tm_ = (tid / {tnt}u) % {tmt}u;
+    let sl = tid / {tmnt}u;
+    {decl}
+    {slices}
+    {finish}
+}}
+",
+        vec4s = words.div_ceil(4),
+        tmnt = tmt * tnt,
+    );
+    KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None, width: None }
+}
+
+/// The opening of a GEMM kernel's body for tiles of `(tm, tn)` and slices `bk` deep: the
+/// workgroup's id (those past the grid leave), its group and K range (`Gemm::ranges`), the
+/// tile's origin `m0`, `n0`, this invocation's index along each staging's fast axis (`fa`,
+/// `fb`), and the loaders' `pre`.
+fn origin(gm: &Gemm, (tm, tn, bk): (usize, usize, usize), a: &Loader, b: &Loader) -> String {
+    let (mtiles, ntiles) = (gm.m.div_ceil(tm), gm.n.div_ceil(tn));
+    let nwg = gm.groups * gm.splits() * mtiles * ntiles;
+    let (group, ..) = gm.ranges(mtiles * ntiles);
+    let fa_len = if a.k_fast { bk } else { tm };
+    let fb_len = if b.k_fast { bk } else { tn };
+    format!(
+        "let id = wg.x + (wg.y + wg.z * groups.y) * groups.x;
     if (id >= {nwg}u) {{ return; }}
     {group}
     let m0 = ((id / {ntiles}u) % {mtiles}u) * {tm}u;
     let n0 = (id % {ntiles}u) * {tn}u;
     let fa = tid % {fa_len}u;
     let fb = tid % {fb_len}u;
-    {pre_a}
-    {pre_b}
-    let tn_ = tid % {tnt}u;
-    let tm_ = (tid / {tnt}u) % {tmt}u;
-    let sl = tid / {tmnt}u;
-    {decl}
-    {decl_a}{decl_b}
+    {}
+    {}",
+        a.pre, b.pre
+    )
+}
+
+/// The loop over K's slices from `kbegin` to `kend` (`Gemm::ranges`), `bk` deep: the staged
+/// registers into shared memory, the next slice's loads issued, then `multiply` on this one.
+fn slices(
+    (kbegin, kend): &(String, String),
+    bk: usize,
+    sa: &Staging,
+    sb: &Staging,
+    multiply: &str,
+) -> String {
+    format!(
+        "{}{}
     let kend = {kend};
     if ({kbegin} < kend) {{
         let kf = {kbegin};
         {fetch}
     }}
     for (var k0 = {kbegin}; k0 < kend; k0 = k0 + {bk}u) {{
-        {stage_a}{stage_b}
+        {}{}
         workgroupBarrier();
         if (k0 + {bk}u < kend) {{
             let kf = k0 + {bk}u;
             {fetch}
         }}
-        for (var q = 0u; q < {depth}u; q = q + 1u) {{
-            let kk = {kk_of_q};
-            {inner}
-        }}
+        {multiply}
         workgroupBarrier();
-    }}
-    {finish}
-}}
-",
-        vec4s = words.div_ceil(4),
-        // A constant trip count, so that the compiler can unroll the slice.
-        kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() },
-        tm = t.tm,
-        tn = t.tn,
-        bk = t.bk,
-        tmnt = tmt * tnt,
-        pre_a = a.pre,
-        pre_b = b.pre,
-        decl_a = sa.decl,
-        decl_b = sb.decl,
-        stage_a = sa.stage,
-        stage_b = sb.stage,
-        fetch = sa.fetch + &sb.fetch,
-    );
-    KernelSource { body, invocations: nwg as u64 * w as u64, dropout_node: None, width: None }
+    }}",
+        sa.decl,
+        sb.decl,
+        sa.stage,
+        sb.stage,
+        fetch = sa.fetch.clone() + &sb.fetch,
+    )
 }

@@ -141,7 +141,8 @@ fn half_products_take_cooperative_matrices_where_the_device_has_them() {
             let declared = src.width.expect("a workgroup of four subgroups");
             assert_eq!(declared, 4 * coop.subgroup, "{what}");
             assert_eq!(src.invocations % declared as u64, 0, "{what}");
-            spirv(&src.body).unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
+            crate::kernels::check::spirv(&src.body)
+                .unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
         }
         let f32s = [operand(0, &[m, k]), operand(1_000_000, &[k, n])];
         let plain = generate(&f32s, &operand(9_000_000, &[m, n]), target).unwrap();
@@ -154,28 +155,4 @@ fn half_products_take_cooperative_matrices_where_the_device_has_them() {
         let skinny = generate(&row, &operand(9_000_000, &[1, n]), target).unwrap();
         assert!(!skinny.body.contains("coop"), "one row keeps the few-rows kernel");
     }
-}
-
-/// naga's validation of a kernel and its translation to SPIR-V, as blade does on a device.
-fn spirv(body: &str) -> Result<Vec<u32>, String> {
-    validate(body)?;
-    let full = crate::device::source(body);
-    let mut module = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
-    for (k, (_, g)) in module.global_variables.iter_mut().enumerate() {
-        if matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
-            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
-        }
-    }
-    let caps = naga::valid::Capabilities::all();
-    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
-        .validate(&module)
-        .map_err(|e| format!("{e:?}"))?;
-    let options =
-        naga::back::spv::Options { lang_version: (1, 3), ..naga::back::spv::Options::default() };
-    let pipeline = naga::back::spv::PipelineOptions {
-        shader_stage: naga::ShaderStage::Compute,
-        entry_point: "main".into(),
-    };
-    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
-        .map_err(|e| format!("{e:?}"))
 }

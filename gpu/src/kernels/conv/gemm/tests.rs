@@ -239,3 +239,52 @@ fn chosen_tiles_fit_the_floor() {
         }
     }
 }
+
+/// Convolutions of f16 operands and both their derivatives take the cooperative-matrix kernel
+/// on a device that has one (the H200's 16×16 tiles at subgroups of 32, lavapipe's 8×8 at 8):
+/// it validates and translates to SPIR-V here, where no device runs the 16×16 one. f32
+/// operands keep the tiled kernel.
+#[test]
+fn half_convolutions_take_cooperative_matrices_where_the_device_has_them() {
+    use crate::kernels::{Coop, Operand, Target};
+    let (x, w, y) = ([2, 67, 9, 9], [70, 67, 3, 3], [2, 70, 5, 5]);
+    let (stride, padding, dilation, groups) = (vec![2, 2], vec![1, 1], vec![1, 1], 1);
+    let ops = [
+        (
+            Op::Conv {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups,
+                has_bias: false,
+            },
+            [&x[..], &w[..]],
+            &y[..],
+        ),
+        (
+            Op::ConvGradInput {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups,
+            },
+            [&y[..], &w[..]],
+            &x[..],
+        ),
+        (Op::ConvGradWeight { stride, padding, dilation, groups }, [&x[..], &y[..]], &w[..]),
+    ];
+    for coop in [Coop { tile: 16, subgroup: 32 }, Coop { tile: 8, subgroup: 8 }] {
+        let target = Target { width: 256, shared_bytes: 32 << 10, coop: Some(coop) };
+        for (op, ins, out) in &ops {
+            for dtype in [DType::F16, DType::F32] {
+                let inputs = [Operand::at(0, ins[0], dtype), Operand::at(1 << 20, ins[1], dtype)];
+                let out = Operand::at(1 << 22, out, DType::F32);
+                let src = crate::kernels::conv::generate(op, &inputs, &out, target).unwrap();
+                let what = format!("{} {dtype} {coop:?}", op.describe());
+                assert_eq!(src.body.contains("coopMultiplyAdd"), dtype == DType::F16, "{what}");
+                crate::kernels::check::spirv(&src.body)
+                    .unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
+            }
+        }
+    }
+}

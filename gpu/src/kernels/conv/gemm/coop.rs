@@ -1,0 +1,175 @@
+//! The implicit GEMM on cooperative matrices, for convolutions of f16 operands (the mixed
+//! policies' convolutions and both their derivatives): the same loaders stage the same slices
+//! as the tiled kernel, as f16 into shared panels, and each subgroup of a 2×2 grid multiplies a
+//! 2×2 block of the device's `T × T` tiles (see `kernels/matmul/coop.rs`, whose layout this
+//! follows). A's slice is staged k-major (`[kk][r]`, read as column-major tiles), B's `[kk][c]`
+//! (row-major), so the loaders' fast axes are the tiled kernel's.
+
+use super::{origin, slices, staging, Gemm, Loader};
+use crate::kernels::{Coop, KernelSource, Target};
+use mgn_ir::DType;
+
+/// The subgroup grid and each subgroup's block of tiles.
+const SM: usize = 2;
+const SN: usize = 2;
+const RM: usize = 2;
+const RN: usize = 2;
+
+/// The tile's extents and depth for tile size `t`: `(bm, bn, bk)`.
+fn extents(t: usize) -> (usize, usize, usize) {
+    (SM * RM * t, SN * RN * t, 2 * t)
+}
+
+/// Row strides of the staged panels, in halves: 16-byte aligned rows (the tile loads need it)
+/// that start in different banks.
+fn strides(bm: usize, bn: usize) -> (usize, usize) {
+    (bm + 8, bn + 8)
+}
+
+/// Whether the convolution runs on cooperative matrices: both operands f16, a workgroup of the
+/// subgroup grid within the target's width that can stage each slice (every fast axis at most
+/// a workgroup wide), a K split in whole slices, and the panels within shared memory.
+pub(super) fn fits(gm: &Gemm, a: &Loader, b: &Loader, coop: Coop, target: Target) -> bool {
+    let (t, w) = (coop.tile as usize, SM * SN * coop.subgroup as usize);
+    let (bm, bn, bk) = extents(t);
+    let (lda, ldb) = strides(bm, bn);
+    let fast = |l: &Loader, rows: usize| if l.k_fast { bk } else { rows };
+    let shared = 2 * bk * (lda + ldb) + 4 * SM * SN * t * t;
+    a.operand.dtype == DType::F16
+        && b.operand.dtype == DType::F16
+        && w <= target.width as usize
+        && fast(a, bm) <= w
+        && fast(b, bn) <= w
+        && gm.split_depth.is_none_or(|d| d.is_multiple_of(bk))
+        && shared <= target.shared_bytes as usize
+}
+
+/// The kernel of `gm` (which `fits`): `epilogue` stores `acc` for in-group row `m` and column
+/// `n` of group `g`, as the tiled kernel's.
+pub(super) fn kernel(
+    gm: &Gemm,
+    a: &Loader,
+    b: &Loader,
+    epilogue: &str,
+    coop: Coop,
+) -> KernelSource {
+    let (t, sg) = (coop.tile as usize, coop.subgroup as usize);
+    let w = SM * SN * sg;
+    let (bm, bn, bk) = extents(t);
+    let (lda, ldb) = strides(bm, bn);
+    let (mtiles, ntiles) = (gm.m.div_ceil(bm), gm.n.div_ceil(bn));
+    let nwg = gm.groups * gm.splits() * mtiles * ntiles;
+    let ranges = gm.ranges(mtiles * ntiles);
+    let sink = |panel: &'static str| move |at: &str, v: &str| format!("{panel}[{at}] = f16({v});");
+    let sa = staging(a, &tile(t), "pa", gm.k, bm, gm.m, "m0", "fa", 0, lda, w, &sink("cm_a"));
+    let sb = staging(b, &tile(t), "pb", gm.k, bn, gm.n, "n0", "fb", 0, ldb, w, &sink("cm_b"));
+    let (acc, multiply) = multiply(t, lda, ldb);
+    let origin = origin(gm, (bm, bn, bk), a, b);
+    let slices = slices(&(ranges.1, ranges.2), bk, &sa, &sb, &multiply);
+    let stores = stores(gm, t, sg, epilogue);
+    let tt = t * t;
+    let body = format!(
+        "enable f16;
+enable wgpu_cooperative_matrix;
+var<workgroup> cm_a: array<f16, {a_halves}>;
+var<workgroup> cm_b: array<f16, {b_halves}>;
+var<workgroup> cm_c: array<f32, {c_words}>;
+
+@compute @workgroup_size({w})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, \
+         @builtin(local_invocation_index) tid: u32, @builtin(subgroup_id) cm_sid: u32, \
+         @builtin(subgroup_invocation_id) cm_lane: u32) {{
+    {origin}
+    let cm_wm = cm_sid / {SN}u;
+    let cm_wn = cm_sid % {SN}u;
+    let cm_scratch = cm_sid * {tt}u;
+    {acc}
+    {slices}
+    {stores}
+}}
+",
+        a_halves = bk * lda,
+        b_halves = bk * ldb,
+        c_words = SM * SN * tt,
+    );
+    KernelSource {
+        body,
+        invocations: nwg as u64 * w as u64,
+        dropout_node: None,
+        width: Some(w as u32),
+    }
+}
+
+/// The tiled kernel's tile of the same extents, which `staging` reads the slice's depth from.
+fn tile(t: usize) -> super::Tile {
+    let (tm, tn, bk) = extents(t);
+    super::Tile { tm, tn, rm: 1, rn: 1, s: 1, bk }
+}
+
+/// The accumulators' declarations, and one slice's tile loads and multiply-adds.
+fn multiply(t: usize, lda: usize, ldb: usize) -> (String, String) {
+    let (ma, mb, mc) = (
+        format!("coop_mat{t}x{t}<f16,A>"),
+        format!("coop_mat{t}x{t}<f16,B>"),
+        format!("coop_mat{t}x{t}<f32,C>"),
+    );
+    let mut acc = String::new();
+    let mut multiply = String::new();
+    for i in 0..RM {
+        for j in 0..RN {
+            acc += &format!("var c{i}_{j} = {mc}();\n    ");
+        }
+    }
+    // The slice is `bk / t` tiles deep.
+    for ks in 0..extents(t).2 / t {
+        for i in 0..RM {
+            let at = format!("{}u + cm_wm * {}u + {}u", ks * t * lda, RM * t, i * t);
+            multiply += &format!("let a{ks}_{i} = coopLoad<{ma}>(&cm_a[{at}], {lda}u);\n        ");
+        }
+        for j in 0..RN {
+            let at = format!("{}u + cm_wn * {}u + {}u", ks * t * ldb, RN * t, j * t);
+            multiply += &format!("let b{ks}_{j} = coopLoadT<{mb}>(&cm_b[{at}], {ldb}u);\n        ");
+        }
+        for i in 0..RM {
+            for j in 0..RN {
+                multiply += &format!(
+                    "c{i}_{j} = coopMultiplyAdd(a{ks}_{i}, b{ks}_{j}, c{i}_{j});\n        "
+                );
+            }
+        }
+    }
+    (acc, multiply)
+}
+
+/// Each accumulator through the subgroup's scratch, then out element by element through
+/// `epilogue`; every subgroup stores its tile (i, j) together, so the whole workgroup reaches
+/// the barriers.
+fn stores(gm: &Gemm, t: usize, sg: usize, epilogue: &str) -> String {
+    let tt = t * t;
+    let mut stores = String::new();
+    for i in 0..RM {
+        for j in 0..RN {
+            stores += &format!(
+                "coopStoreT(c{i}_{j}, &cm_c[cm_scratch], {t}u);
+    workgroupBarrier();
+    for (var cm_e = cm_lane; cm_e < {tt}u; cm_e = cm_e + {sg}u) {{
+        let m = m0 + cm_wm * {rm}u + {i0}u + cm_e / {t}u;
+        let n = n0 + cm_wn * {rn}u + {j0}u + cm_e % {t}u;
+        if (m < {mm}u && n < {nn}u) {{
+            let acc = cm_c[cm_scratch + cm_e];
+            {epilogue}
+        }}
+    }}
+    workgroupBarrier();
+    ",
+                rm = RM * t,
+                rn = RN * t,
+                i0 = i * t,
+                j0 = j * t,
+                mm = gm.m,
+                nn = gm.n,
+            );
+        }
+    }
+    stores
+}
