@@ -58,10 +58,12 @@ impl DeviceLimits {
 
     /// The tile of cooperative-matrix kernels, when kernels may use them: the device has them,
     /// fixes its subgroups' size (a kernel assigns tiles to subgroups by number), and
-    /// `MGN_COOP=0` does not turn them off (an A/B measurement's switch).
+    /// `MGN_COOP=1` asks for them. Opt-in until they have run on a real GPU: on the only device
+    /// here that has them (lavapipe from Mesa 26.1) whole-model runs crash in the driver's
+    /// compiled code now and then, cause not yet known (docs/ARCHITECTURE.md, Precision).
     pub fn coop_tile(&self) -> Option<u32> {
-        let off = std::env::var("MGN_COOP").is_ok_and(|v| v == "0");
-        (self.coop_f16_tile > 0 && self.subgroup_size > 0 && !off).then_some(self.coop_f16_tile)
+        let on = std::env::var("MGN_COOP").is_ok_and(|v| v == "1");
+        (self.coop_f16_tile > 0 && self.subgroup_size > 0 && on).then_some(self.coop_f16_tile)
     }
 
     /// Whether a tensor of `bytes` fits in one binding.

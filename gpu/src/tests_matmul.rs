@@ -138,7 +138,7 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 /// `repeat` independent products. `wᵀ` is a weight stored `[n, k]` and read in place, as every
 /// linear layer does. `MGN_MM_DTYPE=f16` times products of f16 operands held as halves (the
 /// mixed policies' inference products: on cooperative matrices where the device has them, and
-/// `MGN_COOP=0` for the tiled kernel on the same operands).
+/// `MGN_COOP=1`; without it the tiled kernel on the same operands).
 #[test]
 #[ignore]
 fn matmul_throughput() {
@@ -244,8 +244,9 @@ fn halves(shape: &[usize], seed: u32) -> Tensor {
 }
 
 /// Products of f16 operands stored as halves, as the mixed policies' inference plans hold their
-/// weights: on a device with cooperative matrices they take that kernel (lavapipe from Mesa 25.1
-/// has them, in 8×8 tiles; `scripts/coop.sh` runs these tests there), elsewhere the tiled one.
+/// weights: on a device with cooperative matrices and `MGN_COOP=1` they take that kernel
+/// (lavapipe from Mesa 25.1 has them, in 8×8 tiles; `scripts/coop_tests.sh` runs these tests
+/// there), elsewhere the tiled one.
 /// Partial tiles on every axis and whole ones, batches, either operand transposed, a scale,
 /// and k split into ranges.
 #[test]

@@ -24,6 +24,21 @@ const SN: usize = 2;
 /// Each subgroup's block of tiles.
 const RM: usize = 2;
 const RN: usize = 2;
+/// A quiet NaN: what a kernel stores when its workgroup did not get the subgroups it was
+/// written for (`subgroup_guard`).
+pub(crate) const NAN: &str = "bitcast<f32>(0x7fc00000u)";
+
+/// Statements defining `sid`, the subgroup's number clamped into the grid (so that its
+/// scratch and tiles stay inside the workgroup's memory whatever the driver did), and `whole`,
+/// whether the workgroup has exactly the grid's subgroups: a driver that gave a pipeline
+/// another subgroup size than the device reports (Vulkan allows it where the sizes vary, and
+/// the kernel is only chosen where they do not) makes every result NaN instead of writing out
+/// of bounds.
+pub(crate) fn subgroup_guard(id: &str, count: &str, sid: &str, whole: &str) -> String {
+    let n = SM * SN;
+    format!("let {sid} = min({id}, {}u);\n    let {whole} = {count} == {n}u;", n - 1)
+}
+
 /// Halves of padding after each staged row: rows stay 16-byte aligned for the tile loads and
 /// start in different banks.
 const PAD: usize = 8;
@@ -118,15 +133,17 @@ var<workgroup> cm_b: array<f16, {}>;
 var<workgroup> cm_c: array<f32, {}>;
 @compute @workgroup_size({})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>, \
-    @builtin(local_invocation_index) t: u32, @builtin(subgroup_id) sid: u32, \
-    @builtin(subgroup_invocation_id) lane: u32) {{
+    @builtin(local_invocation_index) t: u32, @builtin(subgroup_id) subgroup: u32, \
+    @builtin(subgroup_invocation_id) lane: u32, @builtin(num_subgroups) subgroups: u32) {{
     let g = wg.x + (wg.y + wg.z * grid.y) * grid.x;
     if (g >= {groups}) {{ return; }}
+    {guard}
 ",
         s.bm * s.sa,
         s.bk * s.sb,
         SM * SN * s.t * s.t,
         s.width,
+        guard = subgroup_guard("subgroup", "subgroups", "sid", "whole"),
     );
     body += &setup(g, &s);
     body += &k_loop(g, &s);
@@ -343,7 +360,8 @@ fn stores(g: &Geometry, s: &Shape) -> String {
             out += &format!("    for (var e = lane; e < {tt}u; e = e + {}u) {{\n", s.subgroup);
             out += &format!("        let row = m0 + wm * {}u + {}u + e / {t}u;\n", RM * t, i * t);
             out += &format!("        let col = n0 + wn * {}u + {}u + e % {t}u;\n", RN * t, j * t);
-            let st = g.store(&format!("obase + row * {n} + col"), "cm_c[scratch + e]");
+            let value = format!("select({NAN}, cm_c[scratch + e], whole)");
+            let st = g.store(&format!("obase + row * {n} + col"), &value);
             let mut conds = Vec::new();
             if s.edge_m {
                 conds.push(format!("row < {m}"));

@@ -6,6 +6,7 @@
 //! (row-major), so the loaders' fast axes are the tiled kernel's.
 
 use super::{origin, slices, staging, Gemm, Loader};
+use crate::kernels::matmul::{subgroup_guard, NAN};
 use crate::kernels::{Coop, KernelSource, Target};
 use mgn_ir::DType;
 
@@ -77,9 +78,11 @@ var<workgroup> cm_c: array<f32, {c_words}>;
 
 @compute @workgroup_size({w})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, \
-         @builtin(local_invocation_index) tid: u32, @builtin(subgroup_id) cm_sid: u32, \
-         @builtin(subgroup_invocation_id) cm_lane: u32) {{
+         @builtin(local_invocation_index) tid: u32, @builtin(subgroup_id) cm_subgroup: u32, \
+         @builtin(subgroup_invocation_id) cm_lane: u32, \
+         @builtin(num_subgroups) cm_subgroups: u32) {{
     {origin}
+    {guard}
     let cm_wm = cm_sid / {SN}u;
     let cm_wn = cm_sid % {SN}u;
     let cm_scratch = cm_sid * {tt}u;
@@ -88,6 +91,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     {stores}
 }}
 ",
+        guard = subgroup_guard("cm_subgroup", "cm_subgroups", "cm_sid", "cm_whole"),
         a_halves = bk * lda,
         b_halves = bk * ldb,
         c_words = SM * SN * tt,
@@ -156,7 +160,7 @@ fn stores(gm: &Gemm, t: usize, sg: usize, epilogue: &str) -> String {
         let m = m0 + cm_wm * {rm}u + {i0}u + cm_e / {t}u;
         let n = n0 + cm_wn * {rn}u + {j0}u + cm_e % {t}u;
         if (m < {mm}u && n < {nn}u) {{
-            let acc = cm_c[cm_scratch + cm_e];
+            let acc = select({nan}, cm_c[cm_scratch + cm_e], cm_whole);
             {epilogue}
         }}
     }}
@@ -168,6 +172,7 @@ fn stores(gm: &Gemm, t: usize, sg: usize, epilogue: &str) -> String {
                 j0 = j * t,
                 mm = gm.m,
                 nn = gm.n,
+                nan = NAN,
             );
         }
     }
