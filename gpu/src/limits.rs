@@ -62,14 +62,19 @@ impl DeviceLimits {
     /// here that has them (lavapipe from Mesa 26.1) whole-model runs crash in the driver's
     /// compiled code now and then, cause not yet known (docs/ARCHITECTURE.md, Precision).
     pub fn coop_tile(&self) -> Option<u32> {
-        let on = std::env::var("MGN_COOP").is_ok_and(|v| v == "1");
-        (self.coop_f16_tile > 0 && self.subgroup_size > 0 && on).then_some(self.coop_f16_tile)
+        let usable = self.coop_f16_tile > 0 && self.subgroup_size > 0;
+        (usable && coop_requested()).then_some(self.coop_f16_tile)
     }
 
     /// Whether a tensor of `bytes` fits in one binding.
     pub fn fits_binding(&self, bytes: u64) -> bool {
         bytes <= self.max_storage_buffer_range
     }
+}
+
+/// True when `MGN_COOP=1` asks for cooperative-matrix kernels (`DeviceLimits::coop_tile`).
+pub fn coop_requested() -> bool {
+    std::env::var("MGN_COOP").is_ok_and(|v| v == "1")
 }
 
 /// True when `MGN_MIN_SPEC` is set to `1` (or `true`).

@@ -49,6 +49,7 @@ fn list_devices() -> Result<Vec<Device>, String> {
     let out: Vec<Device> = reports
         .into_iter()
         .map(|r| {
+            let reported = limits.iter().find(|(id, ..)| *id == r.device_id);
             let (rejected, float16, coop) = match &r.status {
                 blade_graphics::DeviceReportStatus::Available { caps, .. } => (
                     (!caps.compute).then(|| "it does not support compute shaders".to_string()),
@@ -65,11 +66,8 @@ fn list_devices() -> Result<Vec<Device>, String> {
                 driver: r.information.driver_name.clone(),
                 software: r.information.is_software_emulated,
                 rejected,
-                limits: limits
-                    .iter()
-                    .find(|(id, ..)| *id == r.device_id)
-                    .map(|(_, l, _)| DeviceLimits { coop_f16_tile: coop.1, ..*l }),
-                memory: limits.iter().find(|(id, ..)| *id == r.device_id).and_then(|(.., m)| *m),
+                limits: reported.map(|(_, l, _)| DeviceLimits { coop_f16_tile: coop.1, ..*l }),
+                memory: reported.and_then(|(.., m)| *m),
                 float16,
                 cooperative_matrix: coop,
             }

@@ -1,7 +1,7 @@
 //! `mgnc info`: every GPU device, its limits and features, which one mgn would use, and — when
 //! none can be used — the one-sentence reason.
 
-use mgn_gpu::limits::{min_spec_requested, DeviceLimits};
+use mgn_gpu::limits::{coop_requested, min_spec_requested, DeviceLimits};
 use mgn_gpu::probe::{choose, devices, Device};
 
 fn size(bytes: u64) -> String {
@@ -100,12 +100,11 @@ pub fn run(json: bool) -> u8 {
                     Some(0) | None => "vary by pipeline".to_string(),
                     Some(n) => format!("of {n}"),
                 };
-                let coop_on = std::env::var("MGN_COOP").is_ok_and(|v| v == "1");
                 let uses = match d.limits.and_then(|l| l.coop_tile()) {
                     _ if d.cooperative_matrix.1 == 0 => String::new(),
                     _ if min_spec => " (unused under MGN_MIN_SPEC=1)".into(),
                     Some(t) => format!(" (f16 products use {t}×{t} tiles)"),
-                    None if !coop_on => " (unused: MGN_COOP=1 turns them on)".into(),
+                    None if !coop_requested() => " (unused: MGN_COOP=1 turns them on)".into(),
                     None => " (unused: the subgroup size varies)".into(),
                 };
                 let float16 = if d.float16 { "yes" } else { "no" };

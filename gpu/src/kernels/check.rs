@@ -94,9 +94,15 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
 
 /// What naga says of a kernel body (with the prelude every kernel is compiled with).
 pub fn validate(body: &str) -> Result<(), String> {
+    checked(body).map(drop)
+}
+
+/// A kernel body with the prelude, parsed and validated by naga as a device would: bindings
+/// given (blade assigns them when it builds the pipeline), and the capabilities a device grants
+/// a kernel that asks (blade validates against the device's own).
+fn checked(body: &str) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
     let full = crate::device::source(body);
     let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
-    // blade assigns bindings when it builds the pipeline; give them here too.
     for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
         let bound =
             matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform);
@@ -104,31 +110,19 @@ pub fn validate(body: &str) -> Result<(), String> {
             g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
         }
     }
-    // What the device grants a kernel that asks (blade validates against the device's own).
     let caps = naga::valid::Capabilities::SHADER_FLOAT16
         | naga::valid::Capabilities::COOPERATIVE_MATRIX
         | naga::valid::Capabilities::SUBGROUP;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
         .validate(&m)
-        .map(drop)
-        .map_err(|e| format!("{e:?}"))
+        .map_err(|e| format!("{e:?}"))?;
+    Ok((m, info))
 }
 
-#[cfg(test)]
 /// naga's validation of a kernel and its translation to SPIR-V, as blade does on a device.
+#[cfg(test)]
 pub fn spirv(body: &str) -> Result<Vec<u32>, String> {
-    validate(body)?;
-    let full = crate::device::source(body);
-    let mut module = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
-    for (k, (_, g)) in module.global_variables.iter_mut().enumerate() {
-        if matches!(g.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
-            g.binding = Some(naga::ResourceBinding { group: 0, binding: k as u32 });
-        }
-    }
-    let caps = naga::valid::Capabilities::all();
-    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
-        .validate(&module)
-        .map_err(|e| format!("{e:?}"))?;
+    let (module, info) = checked(body)?;
     let options =
         naga::back::spv::Options { lang_version: (1, 3), ..naga::back::spv::Options::default() };
     let pipeline = naga::back::spv::PipelineOptions {

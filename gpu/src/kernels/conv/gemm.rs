@@ -268,7 +268,7 @@ struct Staging {
 #[allow(clippy::too_many_arguments)]
 fn staging(
     ld: &Loader,
-    t: &Tile,
+    bk: usize,
     name: &str,
     k_len: usize,
     rows: usize,
@@ -280,8 +280,8 @@ fn staging(
     w: usize,
     sink: &dyn Fn(&str, &str) -> String,
 ) -> Staging {
-    let fast_len = if ld.k_fast { t.bk } else { rows };
-    let slow_len = if ld.k_fast { rows } else { t.bk };
+    let fast_len = if ld.k_fast { bk } else { rows };
+    let slow_len = if ld.k_fast { rows } else { bk };
     let per_pass = w / fast_len;
     let passes = slow_len.div_ceil(per_pass);
     let (r, k) = if ld.k_fast { ("sl_", fast) } else { (fast, "sl_") };
@@ -438,8 +438,8 @@ fn gemm_kernel(
     let [decl, inner, finish] = register_block(gm, t, epilogue, lda, ldb);
     let depth = t.bk / t.s;
     let sink = |at: &str, v: &str| format!("sm[({at}) / 4u][({at}) % 4u] = {v};");
-    let sa = staging(a, t, "pa", gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w, &sink);
-    let sb = staging(b, t, "pb", gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w, &sink);
+    let sa = staging(a, t.bk, "pa", gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w, &sink);
+    let sb = staging(b, t.bk, "pb", gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w, &sink);
     let words = t.shared_words_with(lda, ldb);
     // A constant trip count, so that the compiler can unroll the slice.
     let kk_of_q = if t.s > 1 { format!("sl * {depth}u + q") } else { "q".to_string() };

@@ -14,8 +14,9 @@
 //! device whose subgroups have one fixed size (`DeviceLimits::subgroup_size`): the workgroup
 //! is exactly `SM · SN` of them.
 
+use super::panels::{registers, Panels};
 use super::{split_depth_of, Geometry};
-use crate::kernels::{fetch_word, word_value, Coop, Ext, Fetched, KernelSource};
+use crate::kernels::{word_value, Coop, Ext, KernelSource};
 use mgn_ir::DType;
 
 /// The subgroup grid of a workgroup.
@@ -66,18 +67,12 @@ struct Shape {
     /// Row strides of the staged panels, in halves.
     sa: usize,
     sb: usize,
-    /// Panel elements each invocation moves, and whether the last move is partial.
-    pa: usize,
-    partial_a: bool,
-    pb: usize,
-    partial_b: bool,
+    /// Which panel elements each invocation moves, and where the tiles overhang.
+    p: Panels,
     tiles_n: Ext,
     per_batch: Ext,
     /// Panels along k (of one k range when split), and that range's depth.
     kt: Ext,
-    edge_m: bool,
-    edge_n: bool,
-    edge_k: bool,
 }
 
 impl Shape {
@@ -85,8 +80,6 @@ impl Shape {
         let (t, subgroup) = (coop.tile as usize, coop.subgroup as usize);
         let width = SM * SN * subgroup;
         let (bm, bn, bk) = (SM * RM * t, SN * RN * t, 2 * t);
-        let slots = |size: usize| (size.div_ceil(width), !size.is_multiple_of(width));
-        let ((pa, partial_a), (pb, partial_b)) = (slots(bm * bk), slots(bk * bn));
         let tiles_n = g.n.div_ceil(bn);
         let ks = if g.splits > 1 { split_depth_of(&g.k, g.splits) } else { g.k.clone() };
         Shape {
@@ -98,16 +91,10 @@ impl Shape {
             bk,
             sa: bk + PAD,
             sb: bn + PAD,
-            pa,
-            partial_a,
-            pb,
-            partial_b,
+            p: Panels::of(g, (bm, bn, bk), width),
             per_batch: g.m.div_ceil(bm).mul(&tiles_n),
             tiles_n,
             kt: ks.div_ceil(bk),
-            edge_m: !g.m.is_fixed() || !g.m.n.is_multiple_of(bm),
-            edge_n: !g.n.is_fixed() || !g.n.n.is_multiple_of(bn),
-            edge_k: !g.k.is_fixed() || !g.k.n.is_multiple_of(bk) || g.splits > 1,
         }
     }
 
@@ -190,7 +177,7 @@ fn setup(g: &Geometry, s: &Shape) -> String {
     line(format!("let wn = sid % {SN}u;"));
     // Consecutive invocations move consecutive words of a stored row: along k for A as
     // stored [m, k] and B as [n, k], along m or n for the transposed layouts.
-    for p in 0..s.pa {
+    for p in 0..s.p.pa {
         line(format!("let ae{p} = t + {}u;", p * w));
         if g.at {
             line(format!("let ar{p} = ae{p} % {}u;", s.bm));
@@ -202,9 +189,9 @@ fn setup(g: &Geometry, s: &Shape) -> String {
             line(format!("let ag{p} = abase + (m0 + ar{p}) * {k} + koff + ak{p};"));
         }
         line(format!("let as{p} = ar{p} * {}u + ak{p};", s.sa));
-        line(registers("a", p, g.a.packs_halves()));
+        line(registers("a", p, &g.a));
     }
-    for p in 0..s.pb {
+    for p in 0..s.p.pb {
         line(format!("let be{p} = t + {}u;", p * w));
         if g.bt {
             line(format!("let bk{p} = be{p} % {}u;", s.bk));
@@ -216,7 +203,7 @@ fn setup(g: &Geometry, s: &Shape) -> String {
             line(format!("let bg{p} = bbase + (koff + bk{p}) * {n} + n0 + bc{p};"));
         }
         line(format!("let bs{p} = bk{p} * {}u + bc{p};", s.sb));
-        line(registers("b", p, g.b.packs_halves()));
+        line(registers("b", p, &g.b));
     }
     let acc = s.matrix("f32", "C");
     for i in 0..RM {
@@ -227,64 +214,6 @@ fn setup(g: &Geometry, s: &Shape) -> String {
     out
 }
 
-/// The registers slot `p` of operand `name` fetches into: its word, and for halves the
-/// element's bit offset within it.
-fn registers(name: &str, p: usize, halves: bool) -> String {
-    if halves {
-        format!("var r{name}{p} = 0u; var s{name}{p} = 0u;")
-    } else {
-        format!("var r{name}{p} = 0u;")
-    }
-}
-
-/// Loads of the panels at depth `k0` into registers; a word past the matrices' edges is 0,
-/// which is 0.0 in every type.
-fn fetch(g: &Geometry, s: &Shape, k0: &str) -> String {
-    let (m, n) = (&g.m, &g.n);
-    let klen = if g.splits > 1 { "klen".to_string() } else { g.k.to_string() };
-    let guarded = |conds: Vec<String>, reg: String, f: Fetched, shift: String| {
-        let mut set = format!("{reg} = {};", f.word);
-        if let Some(sh) = f.shift {
-            set += &format!(" {shift} = {sh};");
-        }
-        if conds.is_empty() {
-            format!("        {set}\n")
-        } else {
-            format!("        {reg} = 0u;\n        if ({}) {{ {set} }}\n", conds.join(" && "))
-        }
-    };
-    let mut f = String::new();
-    for p in 0..s.pa {
-        let mut c = Vec::new();
-        if s.partial_a {
-            c.push(format!("ae{p} < {}u", s.bm * s.bk));
-        }
-        if s.edge_m {
-            c.push(format!("m0 + ar{p} < {m}"));
-        }
-        if s.edge_k {
-            c.push(format!("{k0} + ak{p} < {klen}"));
-        }
-        let at = if g.at { format!("ag{p} + ({k0}) * {m}") } else { format!("ag{p} + {k0}") };
-        f += &guarded(c, format!("ra{p}"), fetch_word(&g.a, &at), format!("sa{p}"));
-    }
-    for p in 0..s.pb {
-        let mut c = Vec::new();
-        if s.partial_b {
-            c.push(format!("be{p} < {}u", s.bk * s.bn));
-        }
-        if s.edge_n {
-            c.push(format!("n0 + bc{p} < {n}"));
-        }
-        if s.edge_k {
-            c.push(format!("{k0} + bk{p} < {klen}"));
-        }
-        let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}") };
-        f += &guarded(c, format!("rb{p}"), fetch_word(&g.b, &at), format!("sb{p}"));
-    }
-    f
-}
-
 /// The loop over the panels: stage the registers as f16, fetch the next panels, and multiply
 /// this one's tiles into the accumulators.
 fn k_loop(g: &Geometry, s: &Shape) -> String {
@@ -292,7 +221,7 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
     let mut out = String::new();
     if kt.n > 0 || !kt.is_fixed() {
         out += "    {\n";
-        out += &fetch(g, s, "0u");
+        out += &s.p.fetch(g, "0u");
         out += "    }\n";
     }
     out += &format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n");
@@ -305,19 +234,19 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
             format!("        {st}\n")
         }
     };
-    for p in 0..s.pa {
+    for p in 0..s.p.pa {
         let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
         let st = format!("cm_a[as{p}] = f16({v});");
-        out += &staged(s.partial_a, format!("ae{p}"), s.bm * bk, st);
+        out += &staged(s.p.partial_a, format!("ae{p}"), s.bm * bk, st);
     }
-    for p in 0..s.pb {
+    for p in 0..s.p.pb {
         let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
         let st = format!("cm_b[bs{p}] = f16({v});");
-        out += &staged(s.partial_b, format!("be{p}"), bk * s.bn, st);
+        out += &staged(s.p.partial_b, format!("be{p}"), bk * s.bn, st);
     }
     out += "        workgroupBarrier();\n";
     out += &format!("        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n");
-    out += &fetch(g, s, "k1");
+    out += &s.p.fetch(g, "k1");
     out += "        }\n";
     let (ma, mb) = (s.matrix("f16", "A"), s.matrix("f16", "B"));
     for kk in 0..bk / t {
@@ -363,10 +292,10 @@ fn stores(g: &Geometry, s: &Shape) -> String {
             let value = format!("select({NAN}, cm_c[scratch + e], whole)");
             let st = g.store(&format!("obase + row * {n} + col"), &value);
             let mut conds = Vec::new();
-            if s.edge_m {
+            if s.p.edge_m {
                 conds.push(format!("row < {m}"));
             }
-            if s.edge_n {
+            if s.p.edge_n {
                 conds.push(format!("col < {n}"));
             }
             if conds.is_empty() {

@@ -21,6 +21,7 @@
 //! return at once, all together, before any barrier.
 
 mod coop;
+mod panels;
 pub(super) use coop::{subgroup_guard, NAN};
 #[cfg(test)]
 mod tests;

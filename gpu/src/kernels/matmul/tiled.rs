@@ -1,8 +1,9 @@
 //! The general matrix-product kernel: output tiles, panels staged through registers into shared
 //! memory, a register block per invocation.
 
+use super::panels::{registers, Panels};
 use super::{entry, split_depth_of, Geometry, BK, FILL};
-use crate::kernels::{fetch_word, word_value, Ext, Fetched, KernelSource, Operand};
+use crate::kernels::{word_value, Ext, KernelSource};
 
 /// The shape of a tiled kernel: outputs per invocation (`tm × tn`, multiples of 4), invocations
 /// per workgroup, the panels' depth, and whether the panels are double-buffered (one barrier
@@ -120,15 +121,8 @@ struct Tiling {
     /// Row strides of the staged panels, in vec4s.
     sa: usize,
     sb: usize,
-    /// Panel elements each invocation moves, and whether the last move is partial.
-    pa: usize,
-    partial_a: bool,
-    pb: usize,
-    partial_b: bool,
-    /// Whether the tiles overhang m, n and k.
-    edge_m: bool,
-    edge_n: bool,
-    edge_k: bool,
+    /// Which panel elements each invocation moves, and where the tiles overhang.
+    p: Panels,
 }
 
 impl Tiling {
@@ -156,8 +150,6 @@ impl Tiling {
         // Element e of A's bm×BK panel is (e / BK, e % BK) and of B's BK×bn panel (e / bn,
         // e % bn), so consecutive invocations read consecutive words of a row of A or of B (of
         // A's stored rows, (e % bm, e / bm), when it is stored transposed).
-        let slots = |size: usize| (size.div_ceil(width), !size.is_multiple_of(width));
-        let ((pa, partial_a), (pb, partial_b)) = (slots(bm * bk), slots(bk * bn));
         Tiling {
             width,
             bk,
@@ -175,14 +167,7 @@ impl Tiling {
             sa: (bm + 4) / 4,
             // B's panel, stored from a transposed B, walks k fastest: padding as for A's.
             sb: if g.bt { (bn + 4) / 4 } else { bn / 4 },
-            pa,
-            partial_a,
-            pb,
-            partial_b,
-            // A size that follows the dynamic sizes may overhang at some of them.
-            edge_m: !m.is_fixed() || !m.n.is_multiple_of(bm),
-            edge_n: !n.is_fixed() || !n.n.is_multiple_of(bn),
-            edge_k: !k.is_fixed() || !k.n.is_multiple_of(bk) || g.splits > 1,
+            p: Panels::of(g, (bm, bn, bk), width),
         }
     }
 
@@ -223,7 +208,7 @@ impl Tiling {
         // 0's plus literals: the compiler keeps one set of addresses, not one per slot.
         let (a_fast, b_fast) =
             (if g.at { self.bm } else { self.bk }, if g.bt { self.bk } else { bn });
-        for p in 0..self.pa {
+        for p in 0..self.p.pa {
             line(format!("let ae{p} = t + {}u;", p * w));
             let d = p * w / a_fast;
             if p > 0 && w.is_multiple_of(a_fast) && (g.at || d.is_multiple_of(4)) {
@@ -256,7 +241,7 @@ impl Tiling {
             }
             line(registers("a", p, &g.a));
         }
-        for p in 0..self.pb {
+        for p in 0..self.p.pb {
             line(format!("let be{p} = t + {}u;", p * w));
             let d = p * w / b_fast;
             if p > 0 && w.is_multiple_of(b_fast) && (!g.bt || d.is_multiple_of(4)) {
@@ -297,59 +282,6 @@ impl Tiling {
         s
     }
 
-    /// Loads of the panels at depth `k0` into registers, zero past the matrices' edges.
-    fn fetch(&self, g: &Geometry, k0: &str) -> String {
-        let (m, n) = (&g.m, &g.n);
-        // The k this invocation's range holds: all of k, or (split) the range's own.
-        let klen = if g.splits > 1 { "klen".to_string() } else { g.k.to_string() };
-        let mut f = String::new();
-        // The word into `ra{p}`/`rb{p}`, a half's bit offset into `sa{p}`/`sb{p}`; a zero word
-        // is 0.0 in every type.
-        let guarded = |conds: Vec<String>, reg: &str, p: usize, f: Fetched| {
-            let mut set = format!("r{reg}{p} = {};", f.word);
-            if let Some(shift) = f.shift {
-                set += &format!(" s{reg}{p} = {shift};");
-            }
-            if conds.is_empty() {
-                format!("        {set}\n")
-            } else {
-                format!(
-                    "        r{reg}{p} = 0u;\n        if ({}) {{ {set} }}\n",
-                    conds.join(" && ")
-                )
-            }
-        };
-        for p in 0..self.pa {
-            let mut c = Vec::new();
-            if self.partial_a {
-                c.push(format!("ae{p} < {}u", self.bm * self.bk));
-            }
-            if self.edge_m {
-                c.push(format!("m0 + ar{p} < {m}"));
-            }
-            if self.edge_k {
-                c.push(format!("{k0} + ak{p} < {klen}"));
-            }
-            let at = if g.at { format!("ag{p} + ({k0}) * {m}") } else { format!("ag{p} + {k0}") };
-            f.push_str(&guarded(c, "a", p, fetch_word(&g.a, &at)));
-        }
-        for p in 0..self.pb {
-            let mut c = Vec::new();
-            if self.partial_b {
-                c.push(format!("be{p} < {}u", self.bk * self.bn));
-            }
-            if self.edge_n {
-                c.push(format!("n0 + bc{p} < {n}"));
-            }
-            if self.edge_k {
-                c.push(format!("{k0} + bk{p} < {klen}"));
-            }
-            let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}") };
-            f.push_str(&guarded(c, "b", p, fetch_word(&g.b, &at)));
-        }
-        f
-    }
-
     /// The loop over the panels: stage the registers, prefetch the next panel, multiply. With
     /// two buffers the registers go into the buffer not being read, so one barrier a panel
     /// suffices.
@@ -366,21 +298,21 @@ impl Tiling {
         };
         let stage = |abuf: &str, bbuf: &str| {
             let mut s = String::new();
-            for p in 0..self.pa {
+            for p in 0..self.p.pa {
                 let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
                 let st = format!("mm_a[{abuf}as{p}][ac{p}] = {v};");
-                s.push_str(&staged(self.partial_a, format!("ae{p}"), self.bm * bk, st));
+                s.push_str(&staged(self.p.partial_a, format!("ae{p}"), self.bm * bk, st));
             }
-            for p in 0..self.pb {
+            for p in 0..self.p.pb {
                 let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
                 let st = format!("mm_b[{bbuf}bs{p}][bq{p}] = {v};");
-                s.push_str(&staged(self.partial_b, format!("be{p}"), bk * self.bn, st));
+                s.push_str(&staged(self.p.partial_b, format!("be{p}"), bk * self.bn, st));
             }
             s
         };
         if kt.n > 0 || !kt.is_fixed() {
             s.push_str("    {\n");
-            s.push_str(&self.fetch(g, "0u"));
+            s.push_str(&self.p.fetch(g, "0u"));
             if self.double {
                 s.push_str(&stage("", ""));
                 s.push_str("        workgroupBarrier();\n");
@@ -403,7 +335,7 @@ impl Tiling {
         s.push_str(&format!(
             "        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n"
         ));
-        s.push_str(&self.fetch(g, "k1"));
+        s.push_str(&self.p.fetch(g, "k1"));
         s.push_str("        }\n");
         for kk in 0..bk {
             for i4 in 0..self.tm / 4 {
@@ -445,29 +377,19 @@ impl Tiling {
                 for (jj, comp) in ["x", "y", "z", "w"].iter().enumerate() {
                     let dc = j4 * self.tx_n * 4 + jj;
                     let st = g.store(&format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
-                    if self.edge_n {
+                    if self.p.edge_n {
                         row.push_str(&format!("        if (q0 + {dc}u < {n}) {{ {st} }}\n"));
                     } else {
                         row.push_str(&format!("        {st}\n"));
                     }
                 }
             }
-            let cond = if self.edge_m { format!("r0 + {dr}u < {m}") } else { "true".into() };
+            let cond = if self.p.edge_m { format!("r0 + {dr}u < {m}") } else { "true".into() };
             s.push_str(&format!(
                 "    if ({cond}) {{\n        \
                     let orow = obase + (r0 + {dr}u) * {n} + q0;\n{row}    }}\n"
             ));
         }
         s
-    }
-}
-
-/// The registers slot `p` of operand `o` (`a` or `b`) fetches into: its word, and for a value
-/// stored as halves the element's bit offset within it.
-fn registers(name: &str, p: usize, o: &Operand) -> String {
-    if o.packs_halves() {
-        format!("var r{name}{p} = 0u; var s{name}{p} = 0u;")
-    } else {
-        format!("var r{name}{p} = 0u;")
     }
 }

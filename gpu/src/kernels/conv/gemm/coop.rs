@@ -62,8 +62,8 @@ pub(super) fn kernel(
     let nwg = gm.groups * gm.splits() * mtiles * ntiles;
     let ranges = gm.ranges(mtiles * ntiles);
     let sink = |panel: &'static str| move |at: &str, v: &str| format!("{panel}[{at}] = f16({v});");
-    let sa = staging(a, &tile(t), "pa", gm.k, bm, gm.m, "m0", "fa", 0, lda, w, &sink("cm_a"));
-    let sb = staging(b, &tile(t), "pb", gm.k, bn, gm.n, "n0", "fb", 0, ldb, w, &sink("cm_b"));
+    let sa = staging(a, bk, "pa", gm.k, bm, gm.m, "m0", "fa", 0, lda, w, &sink("cm_a"));
+    let sb = staging(b, bk, "pb", gm.k, bn, gm.n, "n0", "fb", 0, ldb, w, &sink("cm_b"));
     let (acc, multiply) = multiply(t, lda, ldb);
     let origin = origin(gm, (bm, bn, bk), a, b);
     let slices = slices(&(ranges.1, ranges.2), bk, &sa, &sb, &multiply);
@@ -102,12 +102,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         dropout_node: None,
         width: Some(w as u32),
     }
-}
-
-/// The tiled kernel's tile of the same extents, which `staging` reads the slice's depth from.
-fn tile(t: usize) -> super::Tile {
-    let (tm, tn, bk) = extents(t);
-    super::Tile { tm, tn, rm: 1, rn: 1, s: 1, bk }
 }
 
 /// The accumulators' declarations, and one slice's tile loads and multiply-adds.
