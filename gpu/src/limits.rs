@@ -160,6 +160,20 @@ mod tests {
         assert_eq!(big.workgroup_width(256), 256);
     }
 
+    /// Cooperative matrices need the device's tiles, a fixed subgroup size, and `MGN_COOP=1`
+    /// (opt-in: a plain run, as the test suite's, keeps the tiled kernels).
+    #[test]
+    fn cooperative_matrices_are_opt_in_and_need_a_fixed_subgroup_size() {
+        let h200 = DeviceLimits { coop_f16_tile: 16, subgroup_size: 32, ..DeviceLimits::MIN_SPEC };
+        let varying = DeviceLimits { subgroup_size: 0, ..h200 };
+        assert_eq!(varying.coop_tile(), None);
+        assert_eq!(DeviceLimits::MIN_SPEC.coop_tile(), None);
+        assert_eq!(h200.coop_tile(), coop_requested().then_some(16));
+        if std::env::var_os("MGN_COOP").is_none() {
+            assert_eq!(h200.coop_tile(), None, "off unless asked for");
+        }
+    }
+
     #[test]
     fn bindings_are_bounded_by_the_storage_range() {
         assert!(DeviceLimits::MIN_SPEC.fits_binding(128 << 20));
