@@ -649,6 +649,7 @@ fn mixed_precision_plans_match_the_cpu() {
     ];
     let train =
         |precision| PlanOptions { precision, ..PlanOptions::train(&[], OptimizerSpec::default()) };
+    let mut far = Vec::new();
     for (model, settings) in workloads {
         let exact = plan(model, settings, &train(Precision::F32));
         let data = inputs(&exact, 1);
@@ -680,11 +681,15 @@ fn mixed_precision_plans_match_the_cpu() {
             }
             for (name, t, w, g) in pairs {
                 let (cpu_err, gpu_err) = (rel(w, t), rel(g, t));
-                assert!(
-                    gpu_err <= 4.0 * cpu_err + floor,
-                    "{name}: the GPU is {gpu_err:.2e} from f32, the CPU {cpu_err:.2e}"
-                );
+                if gpu_err > 4.0 * cpu_err + floor {
+                    far.push(format!(
+                        "{name}: the GPU is {gpu_err:.2e} from f32, the CPU {cpu_err:.2e}"
+                    ));
+                }
             }
         }
     }
+    // Every value past its bound, not only the first: how far and how many tell a kernel's
+    // mistake (most values far off) from rounding noise (a few just past the bound).
+    assert!(far.is_empty(), "{} values past the bound:\n{}", far.len(), far.join("\n"));
 }

@@ -77,6 +77,31 @@ pub fn coop_requested() -> bool {
     std::env::var("MGN_COOP").is_ok_and(|v| v == "1")
 }
 
+/// How long one submission may take before the device is reported as hung (`GPU_TIMEOUT`, or
+/// `MGN_GPU_TIMEOUT` seconds): a hung device then takes no more work and frees nothing.
+pub fn gpu_timeout() -> Result<std::time::Duration, String> {
+    std::env::var("MGN_GPU_TIMEOUT").map_or(Ok(GPU_TIMEOUT), |v| seconds(&v))
+}
+
+/// `MGN_GPU_TIMEOUT`'s value: seconds, more than none and within what a wait can take (u32 ms).
+fn seconds(v: &str) -> Result<std::time::Duration, String> {
+    match v.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= u32::MAX as f64 / 1000.0 => {
+            Ok(std::time::Duration::from_secs_f64(s))
+        }
+        _ => Err(format!(
+            "MGN_GPU_TIMEOUT={v} is not a number of seconds (more than 0, at most 4294967)"
+        )),
+    }
+}
+
+/// The default of `gpu_timeout`: far past any one submission of a real GPU (the H200's
+/// longest, a training step, takes tens of ms) and of a software device's tests, short enough
+/// that a hung GPU is reported. Lavapipe from Mesa 26.1 compiles cooperative-matrix kernels
+/// when they are first dispatched, 4-6 s each, so a whole-model test's first submission there
+/// can take minutes (`scripts/coop_tests.sh` waits longer).
+pub const GPU_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// True when `MGN_MIN_SPEC` is set to `1` (or `true`).
 pub fn min_spec_requested() -> bool {
     std::env::var("MGN_MIN_SPEC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
@@ -171,6 +196,16 @@ mod tests {
         assert_eq!(h200.coop_tile(), coop_requested().then_some(16));
         if std::env::var_os("MGN_COOP").is_none() {
             assert_eq!(h200.coop_tile(), None, "off unless asked for");
+        }
+    }
+
+    #[test]
+    fn gpu_timeouts_are_positive_seconds() {
+        assert_eq!(seconds("600"), Ok(std::time::Duration::from_secs(600)));
+        assert_eq!(seconds(" 0.5 "), Ok(std::time::Duration::from_millis(500)));
+        for bad in ["0", "-3", "ten", "", "inf", "NaN", "1e10"] {
+            let err = seconds(bad).expect_err(bad);
+            assert!(err.starts_with(&format!("MGN_GPU_TIMEOUT={bad} ")), "{err}");
         }
     }
 

@@ -148,6 +148,7 @@ impl GpuDevice {
     /// `MGN_MIN_SPEC=1`), from the driver's list alone: kernels can be made before (or while)
     /// the device opens.
     pub fn chosen() -> Result<(Device, DeviceLimits), GpuError> {
+        crate::limits::gpu_timeout().map_err(GpuError::Failed)?;
         let all = devices().map_err(GpuError::NoDevice)?;
         let info = choose(&all).map_err(GpuError::NoDevice)?.clone();
         let limits = DeviceLimits::effective(info.limits.unwrap_or(DeviceLimits::MIN_SPEC));
@@ -166,7 +167,9 @@ impl GpuDevice {
         // `Drop` never runs; the device drops the context instead.
         let ctx =
             std::mem::ManuallyDrop::new(unsafe { std::mem::ManuallyDrop::take(&mut connection.0) });
-        let queue = Queue::new(&ctx);
+        // Checked by `chosen`, which every device's opening goes through.
+        let patience = crate::limits::gpu_timeout().unwrap_or(crate::limits::GPU_TIMEOUT);
+        let queue = Queue::new(&ctx, patience);
         GpuDevice { ctx, queue, info, limits }
     }
 
@@ -202,7 +205,7 @@ impl GpuDevice {
                 queue.arena(ctx, words).and_then(|arena| match queue.submit(ctx, &arena, fill) {
                     Ok(_) => Ok(arena),
                     Err(e) => {
-                        ctx.destroy_buffer(arena.buffer);
+                        queue.release(ctx, arena.buffer);
                         Err(e)
                     }
                 });
@@ -230,9 +233,16 @@ impl GpuDevice {
         self.queue.arena(&self.ctx, words)
     }
 
-    /// Frees the arena's device memory.
+    /// Frees the arena's device memory — unless a submission did not finish (`hung`): a
+    /// kernel may still be using it, and it is left to the driver.
     pub fn free(&mut self, arena: Arena) {
-        self.ctx.destroy_buffer(arena.buffer);
+        self.queue.release(&self.ctx, arena.buffer);
+    }
+
+    /// Whether a submission did not finish in time (or the driver failed while waiting): the
+    /// device then takes no more work, and frees nothing the GPU may still use.
+    pub fn hung(&self) -> bool {
+        self.queue.hung()
     }
 
     /// Copies `data` into the arena at word `offset` (one submission of its own).
@@ -275,6 +285,11 @@ impl GpuDevice {
 
 impl Drop for GpuDevice {
     fn drop(&mut self) {
+        if self.queue.hung() {
+            // Destroying the device under a running submission is undefined; a hung GPU's
+            // context is leaked with everything in it.
+            return;
+        }
         self.queue.destroy(&self.ctx);
         let _one_at_a_time = lifecycle();
         // SAFETY: `ctx` is not used again; this is the only place it is dropped.

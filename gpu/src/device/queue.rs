@@ -30,6 +30,14 @@ pub(super) struct Queue {
     /// itself is device-local, which on a discrete GPU the host cannot map (or only slowly).
     upload: Option<Staging>,
     download: Option<Staging>,
+    /// How long a submission may take before it is reported as hung (`limits::gpu_timeout`).
+    patience: std::time::Duration,
+    /// Set once a submission did not finish in time (or the driver reported an error while
+    /// waiting): the GPU may still be reading and writing the arena, the staging buffers and
+    /// the command buffers, so from then on none is destroyed or reused — they are leaked, and
+    /// every later submission is an error. Freeing them under a running kernel is what crashed
+    /// a slow software driver (lavapipe) inside its compiled shaders.
+    hung: bool,
 }
 
 struct Staging {
@@ -38,7 +46,7 @@ struct Staging {
 }
 
 impl Queue {
-    pub(super) fn new(ctx: &gpu::Context) -> Queue {
+    pub(super) fn new(ctx: &gpu::Context, patience: std::time::Duration) -> Queue {
         let encoder = ctx.create_command_encoder(gpu::CommandEncoderDesc {
             name: "mgn",
             buffer_count: 1,
@@ -49,9 +57,43 @@ impl Queue {
             buffer_count: CHUNKS as u32,
             manual_barriers: false,
         });
-        Queue { encoder, runs, upload: None, download: None }
+        Queue { encoder, runs, upload: None, download: None, patience, hung: false }
     }
 
+    /// Whether a submission was left running (`hung`): nothing the GPU may use may be freed.
+    pub(super) fn hung(&self) -> bool {
+        self.hung
+    }
+
+    /// Waits at most `patience` for tests of what a hung submission leaves behind.
+    #[cfg(test)]
+    pub(super) fn set_patience(&mut self, patience: std::time::Duration) {
+        self.patience = patience;
+    }
+
+    /// Destroys `buffer`, unless a submission may still be using it (then it is leaked).
+    pub(super) fn release(&self, ctx: &gpu::Context, buffer: gpu::Buffer) {
+        if !self.hung {
+            ctx.destroy_buffer(buffer);
+        }
+    }
+
+    /// An error once a submission was left running: nothing may be recorded after it.
+    fn usable(&self) -> Result<(), String> {
+        if self.hung {
+            return Err("an earlier submission did not finish; this device takes no more work \
+                 (its memory is left to the driver)"
+                .into());
+        }
+        Ok(())
+    }
+
+    /// Waits for `sp`, at most `patience`; on a timeout or an error, marks the queue `hung`.
+    fn wait(&mut self, ctx: &gpu::Context, sp: &gpu::SyncPoint) -> Result<(), String> {
+        wait(ctx, sp, self.patience, &mut self.hung)
+    }
+
+    /// Destroys the staging buffers and encoders (only when not `hung`: see `GpuDevice`'s drop).
     pub(super) fn destroy(&mut self, ctx: &gpu::Context) {
         for s in [self.upload.take(), self.download.take()].into_iter().flatten() {
             ctx.destroy_buffer(s.buffer);
@@ -62,6 +104,7 @@ impl Queue {
 
     /// A device-local arena of `words` 32-bit words (at least one), zeroed.
     pub(super) fn arena(&mut self, ctx: &gpu::Context, words: usize) -> Result<Arena, String> {
+        self.usable()?;
         let bytes = (words.max(1) * 4) as u64;
         let buffer = ctx.create_buffer(gpu::BufferDesc {
             name: "arena",
@@ -71,7 +114,10 @@ impl Queue {
         self.encoder.start();
         self.encoder.transfer("zero").fill_buffer(buffer.into(), bytes, 0);
         let sp = ctx.submit(&mut self.encoder);
-        wait(ctx, &sp)?;
+        if let Err(e) = self.wait(ctx, &sp) {
+            self.release(ctx, buffer);
+            return Err(e);
+        }
         Ok(Arena { buffer, words: words.max(1) })
     }
 
@@ -104,6 +150,7 @@ impl Queue {
         job: &Submission,
     ) -> Result<Vec<Vec<u32>>, String> {
         job.check(arena.words)?;
+        self.usable()?;
         let up_words: usize = job.uploads.iter().map(|(_, d)| d.len()).sum();
         if up_words > 2 * STAGE_WORDS {
             // Zeros first, as in one submission (an upload may land on zeroed words), then the
@@ -178,7 +225,7 @@ impl Queue {
             }
         }
         let sp = ctx.submit(enc);
-        wait(ctx, &sp)?;
+        self.wait(ctx, &sp)?;
         let mut out = Vec::with_capacity(job.downloads.len());
         let mut at = 0usize;
         for &(_, len) in &job.downloads {
@@ -237,7 +284,7 @@ impl Queue {
                 }
                 if filled == 0 {
                     if let Some(sp) = pending[half].take() {
-                        wait(ctx, &sp)?;
+                        wait(ctx, &sp, self.patience, &mut self.hung)?;
                     }
                 }
                 let n = (data.len() - done).min(STAGE_WORDS - filled);
@@ -259,7 +306,7 @@ impl Queue {
             pending[half] = Some(flush(&mut copies));
         }
         for sp in pending.iter().flatten() {
-            wait(ctx, sp)?;
+            wait(ctx, sp, self.patience, &mut self.hung)?;
         }
         Ok(())
     }
@@ -277,6 +324,7 @@ impl Queue {
         if std::env::var("MGN_PROFILE").map_or(true, |v| v != "1") {
             return Err("profiling needs MGN_PROFILE=1 when the session opens".into());
         }
+        self.usable()?;
         let all: Vec<&Dispatch> = levels.iter().flatten().collect();
         let mut out = Vec::with_capacity(all.len());
         let chunk = gpu::limits::PASS_COUNT - 1;
@@ -291,25 +339,36 @@ impl Queue {
             // A last, empty pass closes the previous one's interval.
             drop(self.encoder.compute("end"));
             let sp = ctx.submit(&mut self.encoder);
-            wait(ctx, &sp)?;
+            self.wait(ctx, &sp)?;
             // Timestamps of a submission are collected when the encoder starts again.
             self.encoder.start();
             let t = self.encoder.timings();
             out.extend(t.iter().take(part.len()).map(|(_, d)| *d));
             let sp = ctx.submit(&mut self.encoder);
-            wait(ctx, &sp)?;
+            self.wait(ctx, &sp)?;
         }
         Ok(out)
     }
 }
 
-/// Waits for `sp`, at most 120 s.
-fn wait(ctx: &gpu::Context, sp: &gpu::SyncPoint) -> Result<(), String> {
-    match ctx.wait_for(sp, 120_000) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err("the GPU did not finish within 120 s".into()),
-        Err(e) => Err(format!("the GPU reported an error: {e:?}")),
-    }
+/// Waits for `sp`, at most `patience`; sets `hung` when it did not finish (`Queue::hung`).
+fn wait(
+    ctx: &gpu::Context,
+    sp: &gpu::SyncPoint,
+    patience: std::time::Duration,
+    hung: &mut bool,
+) -> Result<(), String> {
+    let ms = patience.as_millis().min(u32::MAX as u128) as u32;
+    let outcome = match ctx.wait_for(sp, ms) {
+        Ok(true) => return Ok(()),
+        Ok(false) => format!(
+            "the GPU did not finish within {} s (MGN_GPU_TIMEOUT=SECONDS waits longer)",
+            patience.as_secs_f64()
+        ),
+        Err(e) => format!("the GPU reported an error: {e:?}"),
+    };
+    *hung = true;
+    Err(outcome)
 }
 
 /// Records a run's levels with a barrier between each two, in chunks of doubling size, each

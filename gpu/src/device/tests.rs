@@ -121,6 +121,48 @@ fn a_large_upload_streams_through_the_staging_halves() {
     assert!(got[n..].iter().all(|&w| w == 0), "zeroed past the uploads");
 }
 
+/// A submission that outlasts the queue's patience is an error, and leaves the device `hung`:
+/// every later submission is refused, and the arena and the device are leaked rather than
+/// destroyed under the kernel that may still be running (which crashed lavapipe's threads).
+#[test]
+fn a_submission_that_outlasts_its_patience_leaves_the_device_untouched() {
+    const SPIN: &str = "@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+var acc = f32(gid.x);
+for (var j = 0u; j < params.p[0].x; j++) { acc = acc * 0.999 + 1.0; }
+arena[gid.x] = bitcast<u32>(acc);
+}
+";
+    let Some(mut dev) = device() else { return };
+    let spin = dev.kernel("spin", SPIN).expect("valid WGSL");
+    let arena = dev.arena(64 * 256).expect("fits");
+    let run = |dev: &mut GpuDevice, n: u32| {
+        let mut params = [0u32; 32];
+        params[0] = n;
+        let start = std::time::Instant::now();
+        dev.run(&arena, &[(&spin, params, [256, 1, 1])]).map(|()| start.elapsed())
+    };
+    // As many iterations as take about 200 ms on this device, measured.
+    let mut n = 1000u32;
+    loop {
+        let took = run(&mut dev, n).expect("runs").as_secs_f64();
+        if took > 0.05 || n >= 1 << 30 {
+            n = ((n as f64) * (0.2 / took).max(1.0)).min(u32::MAX as f64) as u32;
+            break;
+        }
+        n = n.saturating_mul(8);
+    }
+    dev.queue.set_patience(std::time::Duration::from_millis(1));
+    let err = run(&mut dev, n).expect_err("outlasts a millisecond");
+    assert!(err.contains("did not finish within 0.001 s"), "{err}");
+    assert!(dev.hung());
+    let err = dev.read(&arena, 0, 1).expect_err("no more work");
+    assert!(err.contains("an earlier submission did not finish"), "{err}");
+    assert!(dev.arena(4).is_err(), "no new arena either");
+    dev.free(arena);
+    drop(dev);
+}
+
 /// Kernels compiled while the arena is made and filled come back in order, a bad one as its own
 /// error among good ones, and the fill is in the arena.
 #[test]
