@@ -53,7 +53,7 @@ pub(crate) fn value(dtype: DType, bits: &str) -> String {
 /// value a cast stores and a load of it gives back (`memory::rounded_views`).
 pub(crate) fn round(dtype: DType, value: &str) -> String {
     match dtype {
-        DType::F16 => format!("mgn_f16_value(mgn_f16({value}))"),
+        DType::F16 => format!("mgn_f16_round({value})"),
         _ => format!("bitcast<f32>(mgn_bf16({value}) << 16u)"),
     }
 }
@@ -68,7 +68,16 @@ pub(crate) fn store(index: &str, value: &str) -> String {
 /// (`mgn_f16_value`: exact, subnormals included, where `unpack2x16float` needs a capability
 /// naga does not grant by default), and an f32 rounded to the bits of a half type (`mgn_f16`,
 /// `mgn_bf16`).
+///
+/// `mgn_f16_round` is `mgn_f16_value(mgn_f16(x))`, and both f16 conversions take a fast path
+/// for what they meet almost always — normal numbers in f16's range, where rounding is an add
+/// and a mask on the f32's own bits — before the full conversion: the mixed precision policy
+/// rounds every operand element a product stages, a few ALU operations per multiply-add.
 pub const FUNCTIONS: &str = "fn mgn_f16_value(h: u32) -> f32 {
+    let ef = h & 0x7c00u;
+    if (ef != 0u && ef != 0x7c00u) {
+        return bitcast<f32>(((h & 0x8000u) << 16u) | (((h & 0x7fffu) << 13u) + 0x38000000u));
+    }
     let sign = (h & 0x8000u) << 16u;
     let e = (h >> 10u) & 0x1fu;
     let m = h & 0x3ffu;
@@ -84,6 +93,13 @@ fn mgn_f16(x: f32) -> u32 {
     if (a >= 0x477ff000u) { return sign | 0x7c00u; }
     if (a < 0x38800000u) { return sign | u32(round(bitcast<f32>(a) * 16777216.0)); }
     return sign | ((a + 0xfffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u);
+}
+fn mgn_f16_round(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) - 0x38800000u < 0x0efff000u) {
+        return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
+    }
+    return mgn_f16_value(mgn_f16(x));
 }
 fn mgn_bf16(x: f32) -> u32 {
     let b = bitcast<u32>(x);

@@ -163,6 +163,80 @@ arena[gid.x] = bitcast<u32>(acc);
     drop(dev);
 }
 
+/// The kernels' half conversions (`crate::halves::FUNCTIONS`) give the CPU's values bit for
+/// bit — round to nearest even, f16's overflow at 65,520, its subnormals, infinities and NaN —
+/// over a sweep of f32 bit patterns (every exponent, sign and rounding case) and every f16.
+#[test]
+fn half_conversions_match_the_cpu_bit_for_bit() {
+    const CONVERT: &str = "@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+let i = gid.x + (gid.y + gid.z * groups.y) * groups.x * 64u;
+if (i >= params.p[0].x) { return; }
+let b = arena[i];
+arena[params.p[0].y + i] = bitcast<u32>(mgn_f16_round(bitcast<f32>(b)));
+arena[params.p[0].z + i] = bitcast<u32>(mgn_f16_value(b & 0xffffu));
+arena[params.p[0].w + i] = mgn_bf16(bitcast<f32>(b));
+arena[params.p[1].x + i] = mgn_f16(bitcast<f32>(b));
+}
+";
+    let Some(mut dev) = device() else { return };
+    let convert = dev.kernel("convert", CONVERT).expect("valid WGSL");
+    // Every 16-bit pattern in the low half (all f16s), and f32s spread over every exponent
+    // with the rounding bits varied, plus the boundaries by hand.
+    let mut bits: Vec<u32> = (0..1u32 << 16).map(|h| h | (h.wrapping_mul(40503) << 16)).collect();
+    bits.extend((0..1u32 << 18).map(|i| i.wrapping_mul(16411).rotate_left(i % 32)));
+    for edge in
+        [0x477fefffu32, 0x477ff000, 0x477ff001, 0x38800000, 0x387fffff, 0x33000000, 0x33000001]
+    {
+        bits.extend([edge, edge | 0x8000_0000, edge + 0x1000, edge - 0x1000]);
+    }
+    bits.extend([
+        0,
+        0x8000_0000,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7fc0_0000,
+        0x7f80_0001,
+        1,
+        0x807f_ffff,
+    ]);
+    let n = bits.len();
+    let arena = dev.arena(5 * n).expect("fits");
+    dev.write(&arena, 0, &bits).expect("uploads");
+    let mut params = [0u32; 32];
+    params[..5].copy_from_slice(&[n as u32, n as u32, 2 * n as u32, 3 * n as u32, 4 * n as u32]);
+    let groups = fold_grid(n.div_ceil(64) as u64, &dev.limits).expect("fits");
+    dev.run(&arena, &[(&convert, params, groups)]).expect("runs");
+    let got = dev.read(&arena, n, 4 * n).expect("reads");
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for (i, &b) in bits.iter().enumerate() {
+        let x = f32::from_bits(b);
+        let want = half::f16::from_f32(x);
+        let rounded = f32::from_bits(got[i]);
+        assert!(same(rounded, want.to_f32()), "f16 rounding of {b:#010x}: {:#010x}", got[i]);
+        let h = half::f16::from_bits(b as u16).to_f32();
+        assert!(
+            same(f32::from_bits(got[n + i]), h),
+            "f16 {:#06x}: {:#010x}",
+            b & 0xffff,
+            got[n + i]
+        );
+        let bf = half::bf16::from_f32(x);
+        let bf_got = half::bf16::from_bits(got[2 * n + i] as u16);
+        assert!(
+            got[2 * n + i] < 1 << 16 && same(bf_got.to_f32(), bf.to_f32()),
+            "bf16 rounding of {b:#010x}: {:#06x}",
+            got[2 * n + i]
+        );
+        let h_got = half::f16::from_bits(got[3 * n + i] as u16);
+        assert!(
+            got[3 * n + i] < 1 << 16 && same(h_got.to_f32(), want.to_f32()),
+            "f16 bits of {b:#010x}: {:#06x}",
+            got[3 * n + i]
+        );
+    }
+}
+
 /// Kernels compiled while the arena is made and filled come back in order, a bad one as its own
 /// error among good ones, and the fill is in the arena.
 #[test]
