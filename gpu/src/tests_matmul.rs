@@ -248,12 +248,17 @@ fn halves(shape: &[usize], seed: u32) -> Tensor {
 /// (lavapipe from Mesa 25.1 has them, in 8×8 tiles; `scripts/coop_tests.sh` runs these tests
 /// there), elsewhere the tiled one.
 /// Partial tiles on every axis and whole ones, batches, either operand transposed, a scale,
-/// and k split into ranges.
+/// k split into ranges, and the skinny kernels.
 #[test]
 fn products_of_halves_match_the_cpu() {
     use crate::program::GpuOp;
     type Case = (&'static [usize], &'static [usize], bool, bool, usize, &'static [usize]);
-    let cases: [Case; 6] = [
+    let cases: [Case; 9] = [
+        // Few rows against a weight read in place (one-token decoding, the weight's rows of
+        // whole words taken a word at a time: k even), with an odd k, and few columns.
+        (&[1, 300], &[40, 300], false, true, 1, &[1, 40]),
+        (&[3, 301], &[40, 301], false, true, 1, &[3, 40]),
+        (&[70, 64], &[64, 5], false, false, 1, &[70, 5]),
         (&[130, 70], &[70, 129], false, false, 1, &[130, 129]),
         (&[64, 64], &[64, 64], false, false, 1, &[64, 64]),
         (&[2, 65, 33], &[2, 17, 33], false, true, 1, &[2, 65, 17]),

@@ -27,7 +27,7 @@ pub(super) use coop::{subgroup_guard, NAN};
 mod tests;
 mod tiled;
 
-use super::{load, store, Ext, KernelSource, Operand, Target, FILL};
+use super::{fetch_word, load, store, word_value, Ext, KernelSource, Operand, Target, FILL};
 use tiled::tiled;
 
 /// Products with at most this many rows (or columns) take a skinny kernel: a tile of 64 rows
@@ -474,8 +474,36 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
         }
         s
     };
+    // A of packed halves with rows of whole words (an f16 weight read by one-token decoding):
+    // each lane takes a word, both its elements, so a load moves as many elements as an f32
+    // kernel's two and the product is as bandwidth-bound as its bytes.
+    let pairs = g.a.packs_halves() && k.is_fixed() && k.n.is_multiple_of(2);
+    let step_pair = |kw: &str, v: &str| {
+        let f = fetch_word(&g.a, &format!("arow + 2u * {kw}"));
+        let mut s = format!("            let {v}w = {};\n", f.word);
+        s.push_str(&format!(
+            "            let {v}0 = {};\n",
+            word_value(&g.a, &format!("{v}w"), "0u")
+        ));
+        s.push_str(&format!(
+            "            let {v}1 = {};\n",
+            word_value(&g.a, &format!("{v}w"), "16u")
+        ));
+        for j in 0..n {
+            let (b0, b1) = (
+                load(&g.b, &g.b_at(&format!("2u * {kw}"), &format!("{j}u"))),
+                load(&g.b, &g.b_at(&format!("2u * {kw} + 1u"), &format!("{j}u"))),
+            );
+            s.push_str(&format!("            acc{j} = acc{j} + {v}0 * {b0} + {v}1 * {b1};\n"));
+        }
+        s
+    };
     body.push_str(&format!("    if (row < {m}) {{\n        let arow = abase + row * {k};\n"));
-    body.push_str(&k_loop(k, lanes, step));
+    if pairs {
+        body.push_str(&k_loop(&Ext::lit(k.n / 2), lanes, step_pair));
+    } else {
+        body.push_str(&k_loop(k, lanes, step));
+    }
     body.push_str("    }\n");
     let mut shared = String::new();
     if lanes > 1 {
