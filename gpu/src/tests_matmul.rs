@@ -286,24 +286,27 @@ fn products_of_rounded_values_match_the_plan_as_compiled() {
     use mgn_ir::op::UnaryOp;
     use mgn_ir::plan::{Mode, Plan};
     let (f, h) = (DType::F32, DType::F16);
-    let steps = vec![
-        step(Op::Input { name: "x".into() }, vec![], f, &[70, 45]),
-        step(Op::Input { name: "w".into() }, vec![], f, &[45, 66]),
-        step(Op::Cast, vec![0], h, &[70, 45]),
-        step(Op::Cast, vec![1], h, &[45, 66]),
-        step(Op::MatMul, vec![2, 3], f, &[70, 66]),
-        step(Op::Unary(UnaryOp::Relu), vec![4], f, &[70, 66]),
-    ];
-    let io = (vec![("x".into(), 0), ("w".into(), 1)], vec![("y".into(), 5)]);
-    let plan = Plan::of_steps(Mode::Infer, steps, io.0, io.1);
-    let rounded = crate::memory::rounded_views(&crate::program::GpuPlan::of(&plan));
-    assert_eq!(rounded, vec![false, false, true, true, false, false]);
-    // Values that are not halves, so the rounding matters.
-    let x = Tensor::f32(vec![70, 45], values(70 * 45, 3).iter().map(|v| v * 1.001).collect());
-    let w = Tensor::f32(vec![45, 66], values(45 * 66, 4).iter().map(|v| v * 0.999).collect());
-    let given = [("x", &x), ("w", &w)];
-    let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
-    let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
-    let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
-    assert_close(&Op::MatMul, &got, &want, 1e-5);
+    // The tiled kernel, and few columns (the rounded right operand staged once a workgroup).
+    for (m, k, n) in [(70, 45, 66), (70, 64, 5), (3, 301, 2)] {
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[m, k]),
+            step(Op::Input { name: "w".into() }, vec![], f, &[k, n]),
+            step(Op::Cast, vec![0], h, &[m, k]),
+            step(Op::Cast, vec![1], h, &[k, n]),
+            step(Op::MatMul, vec![2, 3], f, &[m, n]),
+            step(Op::Unary(UnaryOp::Relu), vec![4], f, &[m, n]),
+        ];
+        let io = (vec![("x".into(), 0), ("w".into(), 1)], vec![("y".into(), 5)]);
+        let plan = Plan::of_steps(Mode::Infer, steps, io.0, io.1);
+        let rounded = crate::memory::rounded_views(&crate::program::GpuPlan::of(&plan));
+        assert_eq!(rounded, vec![false, false, true, true, false, false]);
+        // Values that are not halves, so the rounding matters.
+        let x = Tensor::f32(vec![m, k], values(m * k, 3).iter().map(|v| v * 1.001).collect());
+        let w = Tensor::f32(vec![k, n], values(k * n, 4).iter().map(|v| v * 0.999).collect());
+        let given = [("x", &x), ("w", &w)];
+        let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
+        let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
+        let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
+        assert_close(&Op::MatMul, &got, &want, 1e-5);
+    }
 }

@@ -437,6 +437,10 @@ fn pow2_at_least(x: usize) -> usize {
     x.max(1).next_power_of_two()
 }
 
+/// The most shared memory `few_cols` spends on its staged right operand: with the reduction's
+/// 8 KiB at 256 invocations, within the 16 KiB every device has.
+const STAGED_B_BYTES: usize = 6 << 10;
+
 /// At most `SKINNY` columns: `rows` rows per workgroup, each split over `lanes` consecutive
 /// invocations that read consecutive k (coalesced along A's rows), summed in shared memory.
 fn few_cols(g: &Geometry, width: usize) -> KernelSource {
@@ -463,14 +467,30 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     for j in 0..n {
         body.push_str(&format!("    var acc{j} = 0.0;\n"));
     }
+    // A right operand that is rounded (a rounded view) or unpacked as it loads is converted
+    // once a workgroup into shared memory, not once per row that reads it: one-token decoding's
+    // activation vector is read by every row of the weight (49,152 for SmolLM2's head).
+    let staged = g.b.dtype.is_half() && k.is_fixed() && k.n * n * 4 <= STAGED_B_BYTES;
+    let b_at = |kk: &str, j: usize| {
+        if staged {
+            format!("mm_b[({kk}) * {n}u + {j}u]")
+        } else {
+            load(&g.b, &g.b_at(kk, &format!("{j}u")))
+        }
+    };
+    if staged {
+        body.push_str(&format!(
+            "    for (var e = t; e < {kn}u; e = e + {width}u) {{\n        \
+             mm_b[e] = {};\n    }}\n    workgroupBarrier();\n",
+            load(&g.b, &g.b_at(&format!("e / {n}u"), &format!("e % {n}u"))),
+            kn = k.n * n,
+        ));
+    }
     // Rows past the end still take part in the reduction's barriers; they just add nothing.
     let step = |kk: &str, v: &str| {
         let mut s = format!("            let {v} = {};\n", load(&g.a, &format!("arow + {kk}")));
         for j in 0..n {
-            s.push_str(&format!(
-                "            acc{j} = acc{j} + {v} * {};\n",
-                load(&g.b, &g.b_at(kk, &format!("{j}u")))
-            ));
+            s.push_str(&format!("            acc{j} = acc{j} + {v} * {};\n", b_at(kk, j)));
         }
         s
     };
@@ -490,10 +510,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
             word_value(&g.a, &format!("{v}w"), "16u")
         ));
         for j in 0..n {
-            let (b0, b1) = (
-                load(&g.b, &g.b_at(&format!("2u * {kw}"), &format!("{j}u"))),
-                load(&g.b, &g.b_at(&format!("2u * {kw} + 1u"), &format!("{j}u"))),
-            );
+            let (b0, b1) = (b_at(&format!("2u * {kw}"), j), b_at(&format!("2u * {kw} + 1u"), j));
             s.push_str(&format!("            acc{j} = acc{j} + {v}0 * {b0} + {v}1 * {b1};\n"));
         }
         s
@@ -506,8 +523,11 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str("    }\n");
     let mut shared = String::new();
+    if staged {
+        shared = format!("var<workgroup> mm_b: array<f32, {}>;\n", k.n * n);
+    }
     if lanes > 1 {
-        shared = format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
+        shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
         for j in 0..n {
             body.push_str(&format!("    mm_red[{}u + t] = acc{j};\n", j * width));
         }
