@@ -253,12 +253,13 @@ fn halves(shape: &[usize], seed: u32) -> Tensor {
 fn products_of_halves_match_the_cpu() {
     use crate::program::GpuOp;
     type Case = (&'static [usize], &'static [usize], bool, bool, usize, &'static [usize]);
-    let cases: [Case; 9] = [
+    let cases: [Case; 10] = [
         // Few rows against a weight read in place (one-token decoding, the weight's rows of
         // whole words taken a word at a time: k even), with an odd k, and few columns.
         (&[1, 300], &[40, 300], false, true, 1, &[1, 40]),
         (&[3, 301], &[40, 301], false, true, 1, &[3, 40]),
         (&[70, 64], &[64, 5], false, false, 1, &[70, 5]),
+        (&[3, 301], &[301, 40], false, false, 1, &[3, 40]),
         (&[130, 70], &[70, 129], false, false, 1, &[130, 129]),
         (&[64, 64], &[64, 64], false, false, 1, &[64, 64]),
         (&[2, 65, 33], &[2, 17, 33], false, true, 1, &[2, 65, 17]),
@@ -286,8 +287,9 @@ fn products_of_rounded_values_match_the_plan_as_compiled() {
     use mgn_ir::op::UnaryOp;
     use mgn_ir::plan::{Mode, Plan};
     let (f, h) = (DType::F32, DType::F16);
-    // The tiled kernel, and few columns (the rounded right operand staged once a workgroup).
-    for (m, k, n) in [(70, 45, 66), (70, 64, 5), (3, 301, 2)] {
+    // The tiled kernel, few columns and few rows (the rounded operand every invocation reads
+    // staged once a workgroup).
+    for (m, k, n) in [(70, 45, 66), (70, 64, 5), (3, 301, 2), (3, 301, 40)] {
         let steps = vec![
             step(Op::Input { name: "x".into() }, vec![], f, &[m, k]),
             step(Op::Input { name: "w".into() }, vec![], f, &[k, n]),

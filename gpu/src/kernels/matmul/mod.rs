@@ -16,6 +16,10 @@
 //! - `few_cols`: at most `SKINNY` columns (matrix × vector): lanes split each row's k, reading
 //!   A along its rows, and reduce in shared memory.
 //!
+//! The skinny kernels convert a half operand that every invocation reads whole (the vector of
+//! a decoding step, rounded by the mixed policy) once a workgroup into shared memory
+//! (`staged_half`), and few_cols reads rows of packed halves a word — two elements — at a time.
+//!
 //! Every kernel is one workgroup of `width` invocations per work item, launched as
 //! `invocations / width` workgroups (folded into y and z past 65535); workgroups past the end
 //! return at once, all together, before any barrier.
@@ -437,9 +441,33 @@ fn pow2_at_least(x: usize) -> usize {
     x.max(1).next_power_of_two()
 }
 
-/// The most shared memory `few_cols` spends on its staged right operand: with the reduction's
-/// 8 KiB at 256 invocations, within the 16 KiB every device has.
-const STAGED_B_BYTES: usize = 6 << 10;
+/// The most shared memory a skinny kernel spends on its staged operand (`staged_half`): with
+/// the reduction's 8 KiB at 256 invocations, within the 16 KiB every device has.
+const STAGED_BYTES: usize = 6 << 10;
+
+/// A skinny product's operand that every invocation of a workgroup reads whole (few columns'
+/// B, few rows' A), when it is rounded (a rounded view) or unpacked as it loads: converted
+/// once a workgroup into the shared array `name` of `count` f32s, not once per row or column
+/// that reads it — where it fits in `STAGED_BYTES`. `at(e)` is the operand's element index of
+/// staged element `e`. The declaration, and the staging loop with its barrier.
+fn staged_half(
+    o: &Operand,
+    name: &str,
+    count: usize,
+    width: usize,
+    at: impl Fn(&str) -> String,
+) -> Option<(String, String)> {
+    (o.dtype.is_half() && count * 4 <= STAGED_BYTES).then(|| {
+        (
+            format!("var<workgroup> {name}: array<f32, {count}>;\n"),
+            format!(
+                "    for (var e = t; e < {count}u; e = e + {width}u) {{\n        \
+                 {name}[e] = {};\n    }}\n    workgroupBarrier();\n",
+                load(o, &at("e"))
+            ),
+        )
+    })
+}
 
 /// At most `SKINNY` columns: `rows` rows per workgroup, each split over `lanes` consecutive
 /// invocations that read consecutive k (coalesced along A's rows), summed in shared memory.
@@ -467,24 +495,23 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     for j in 0..n {
         body.push_str(&format!("    var acc{j} = 0.0;\n"));
     }
-    // A right operand that is rounded (a rounded view) or unpacked as it loads is converted
-    // once a workgroup into shared memory, not once per row that reads it: one-token decoding's
-    // activation vector is read by every row of the weight (49,152 for SmolLM2's head).
-    let staged = g.b.dtype.is_half() && k.is_fixed() && k.n * n * 4 <= STAGED_B_BYTES;
+    // The few columns of B, read by every row: one-token decoding's activation vector by
+    // every row of the weight (49,152 for SmolLM2's head).
+    let staged = k.is_fixed().then(|| {
+        staged_half(&g.b, "mm_b", k.n * n, width, |e| {
+            g.b_at(&format!("{e} / {n}u"), &format!("{e} % {n}u"))
+        })
+    });
+    let staged = staged.flatten();
     let b_at = |kk: &str, j: usize| {
-        if staged {
+        if staged.is_some() {
             format!("mm_b[({kk}) * {n}u + {j}u]")
         } else {
             load(&g.b, &g.b_at(kk, &format!("{j}u")))
         }
     };
-    if staged {
-        body.push_str(&format!(
-            "    for (var e = t; e < {kn}u; e = e + {width}u) {{\n        \
-             mm_b[e] = {};\n    }}\n    workgroupBarrier();\n",
-            load(&g.b, &g.b_at(&format!("e / {n}u"), &format!("e % {n}u"))),
-            kn = k.n * n,
-        ));
+    if let Some((_, stage)) = &staged {
+        body.push_str(stage);
     }
     // Rows past the end still take part in the reduction's barriers; they just add nothing.
     let step = |kk: &str, v: &str| {
@@ -522,10 +549,7 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
         body.push_str(&k_loop(k, lanes, step));
     }
     body.push_str("    }\n");
-    let mut shared = String::new();
-    if staged {
-        shared = format!("var<workgroup> mm_b: array<f32, {}>;\n", k.n * n);
-    }
+    let mut shared = staged.map(|(decl, _)| decl).unwrap_or_default();
     if lanes > 1 {
         shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
         for j in 0..n {
@@ -577,13 +601,24 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     for i in 0..m {
         body.push_str(&format!("    var acc{i} = 0.0;\n"));
     }
+    // The few rows of A, read by every column.
+    let staged =
+        k.is_fixed().then(|| staged_half(&g.a, "mm_a", m * k.n, width, |e| format!("abase + {e}")));
+    let staged = staged.flatten();
+    if let Some((_, stage)) = &staged {
+        body.push_str(stage);
+    }
+    let a_at = |i: usize, kk: &str| {
+        if staged.is_some() {
+            format!("mm_a[{}u + {kk}]", i * k.n)
+        } else {
+            load(&g.a, &format!("abase + {} + {kk}", k.times(i)))
+        }
+    };
     let step = |kk: &str, v: &str| {
         let mut s = format!("            let {v} = {};\n", load(&g.b, &bcol_at(kk)));
         for i in 0..m {
-            s.push_str(&format!(
-                "            acc{i} = acc{i} + {} * {v};\n",
-                load(&g.a, &format!("abase + {} + {kk}", k.times(i)))
-            ));
+            s.push_str(&format!("            acc{i} = acc{i} + {} * {v};\n", a_at(i, kk)));
         }
         s
     };
@@ -593,9 +628,9 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
     ));
     body.push_str(&k_loop(k, lanes, step));
     body.push_str("    }\n");
-    let mut shared = String::new();
+    let mut shared = staged.map(|(decl, _)| decl).unwrap_or_default();
     if lanes > 1 {
-        shared = format!("var<workgroup> mm_red: array<f32, {}>;\n", m * width);
+        shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", m * width);
         for i in 0..m {
             body.push_str(&format!("    mm_red[{}u + t] = acc{i};\n", i * width));
         }
