@@ -58,9 +58,8 @@ impl DeviceLimits {
 
     /// The tile of cooperative-matrix kernels, when kernels may use them: the device has them,
     /// fixes its subgroups' size (a kernel assigns tiles to subgroups by number), and
-    /// `MGN_COOP=1` asks for them. Opt-in until they have run on a real GPU: on the only device
-    /// here that has them (lavapipe from Mesa 26.1) whole-model runs crash in the driver's
-    /// compiled code now and then, cause not yet known (docs/ARCHITECTURE.md, Precision).
+    /// `MGN_COOP=1` asks for them. Opt-in: on an H100 they are correct but compile for seconds
+    /// a pipeline and run slower than the tiled kernels (docs/ARCHITECTURE.md, Precision).
     pub fn coop_tile(&self) -> Option<u32> {
         let usable = self.coop_f16_tile > 0 && self.subgroup_size > 0;
         (usable && coop_requested()).then_some(self.coop_f16_tile)

@@ -446,18 +446,20 @@ fn pow2_at_least(x: usize) -> usize {
 const STAGED_BYTES: usize = 6 << 10;
 
 /// A skinny product's operand that every invocation of a workgroup reads whole (few columns'
-/// B, few rows' A), when it is rounded (a rounded view) or unpacked as it loads: converted
-/// once a workgroup into the shared array `name` of `count` f32s, not once per row or column
-/// that reads it — where it fits in `STAGED_BYTES`. `at(e)` is the operand's element index of
-/// staged element `e`. The declaration, and the staging loop with its barrier.
+/// B, few rows' A: `per_k` elements for each of the `k`), when it is rounded (a rounded view)
+/// or unpacked as it loads: converted once a workgroup into the shared array `name` of f32s,
+/// not once per row or column that reads it — where k is fixed and it fits in
+/// `STAGED_BYTES`. `at(e)` is the operand's element index of staged element `e`. The
+/// declaration, and the staging loop with its barrier.
 fn staged_half(
     o: &Operand,
     name: &str,
-    count: usize,
+    (k, per_k): (&Ext, usize),
     width: usize,
     at: impl Fn(&str) -> String,
 ) -> Option<(String, String)> {
-    (o.dtype.is_half() && count * 4 <= STAGED_BYTES).then(|| {
+    let count = k.n * per_k;
+    (o.dtype.is_half() && k.is_fixed() && count * 4 <= STAGED_BYTES).then(|| {
         (
             format!("var<workgroup> {name}: array<f32, {count}>;\n"),
             format!(
@@ -497,12 +499,9 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     }
     // The few columns of B, read by every row: one-token decoding's activation vector by
     // every row of the weight (49,152 for SmolLM2's head).
-    let staged = k.is_fixed().then(|| {
-        staged_half(&g.b, "mm_b", k.n * n, width, |e| {
-            g.b_at(&format!("{e} / {n}u"), &format!("{e} % {n}u"))
-        })
+    let staged = staged_half(&g.b, "mm_b", (k, n), width, |e| {
+        g.b_at(&format!("{e} / {n}u"), &format!("{e} % {n}u"))
     });
-    let staged = staged.flatten();
     let b_at = |kk: &str, j: usize| {
         if staged.is_some() {
             format!("mm_b[({kk}) * {n}u + {j}u]")
@@ -602,9 +601,7 @@ fn few_rows(g: &Geometry, width: usize) -> KernelSource {
         body.push_str(&format!("    var acc{i} = 0.0;\n"));
     }
     // The few rows of A, read by every column.
-    let staged =
-        k.is_fixed().then(|| staged_half(&g.a, "mm_a", m * k.n, width, |e| format!("abase + {e}")));
-    let staged = staged.flatten();
+    let staged = staged_half(&g.a, "mm_a", (k, m), width, |e| format!("abase + {e}"));
     if let Some((_, stage)) = &staged {
         body.push_str(stage);
     }

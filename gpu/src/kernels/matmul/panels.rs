@@ -51,7 +51,15 @@ impl Panels {
         let (m, n) = (&g.m, &g.n);
         // The k this invocation's range holds: all of k, or (split) the range's own.
         let klen = if g.splits > 1 { "klen".to_string() } else { g.k.to_string() };
-        let guarded = |conds: Vec<String>, reg: &str, p: usize, f: Fetched| {
+        // Slot `p` of operand `reg`: zero, then its word where the slot is inside the panel
+        // (`size` when the last slot is partial), the matrix's edge along m or n (`edge`) and k.
+        let slot = |reg: &str, p: usize, size: Option<usize>, edge: Option<String>, f: Fetched| {
+            let mut conds: Vec<String> =
+                size.map(|s| format!("{reg}e{p} < {s}u")).into_iter().collect();
+            conds.extend(edge);
+            if self.edge_k {
+                conds.push(format!("{k0} + {reg}k{p} < {klen}"));
+            }
             let mut set = format!("r{reg}{p} = {};", f.word);
             if let Some(shift) = f.shift {
                 set += &format!(" s{reg}{p} = {shift};");
@@ -67,32 +75,16 @@ impl Panels {
         };
         let mut f = String::new();
         for p in 0..self.pa {
-            let mut c = Vec::new();
-            if self.partial_a {
-                c.push(format!("ae{p} < {}u", self.bm * self.bk));
-            }
-            if self.edge_m {
-                c.push(format!("m0 + ar{p} < {m}"));
-            }
-            if self.edge_k {
-                c.push(format!("{k0} + ak{p} < {klen}"));
-            }
+            let size = self.partial_a.then_some(self.bm * self.bk);
+            let edge = self.edge_m.then(|| format!("m0 + ar{p} < {m}"));
             let at = if g.at { format!("ag{p} + ({k0}) * {m}") } else { format!("ag{p} + {k0}") };
-            f += &guarded(c, "a", p, fetch_word(&g.a, &at));
+            f += &slot("a", p, size, edge, fetch_word(&g.a, &at));
         }
         for p in 0..self.pb {
-            let mut c = Vec::new();
-            if self.partial_b {
-                c.push(format!("be{p} < {}u", self.bk * self.bn));
-            }
-            if self.edge_n {
-                c.push(format!("n0 + bc{p} < {n}"));
-            }
-            if self.edge_k {
-                c.push(format!("{k0} + bk{p} < {klen}"));
-            }
+            let size = self.partial_b.then_some(self.bk * self.bn);
+            let edge = self.edge_n.then(|| format!("n0 + bc{p} < {n}"));
             let at = if g.bt { format!("bg{p} + {k0}") } else { format!("bg{p} + ({k0}) * {n}") };
-            f += &guarded(c, "b", p, fetch_word(&g.b, &at));
+            f += &slot("b", p, size, edge, fetch_word(&g.b, &at));
         }
         f
     }
