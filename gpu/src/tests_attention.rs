@@ -300,6 +300,40 @@ fn decode_attention_latency() {
     }
 }
 
+/// Latency of whole attentions at the workloads' shapes in an inference plan: not a check, a
+/// measurement for a real GPU (`MGN_PROFILE=1 cargo test --release -p mgn-gpu
+/// long_attention_latency -- --ignored --nocapture`; `MGN_ATTENTION=tiled` for the blocked
+/// forward everywhere, `MGN_ATTENTION_FORWARD=scalar` for the scalar-loop one instead).
+#[test]
+#[ignore]
+fn long_attention_latency() {
+    use crate::test_util::time_op;
+    // (name, batch, Hq, Hkv, T, D, causal, a padding mask)
+    let shapes = [
+        ("Whisper encoder", 1, 6, 6, 1500, 64, false, false),
+        ("SmolLM2 prefill", 1, 9, 3, 128, 64, true, false),
+        ("MiniLM", 8, 12, 12, 128, 32, false, true),
+        ("long causal", 1, 8, 8, 4096, 64, true, false),
+        ("short", 4, 8, 8, 12, 64, true, false),
+    ];
+    for (name, b, hq, hkv, t, d, causal, padded) in shapes {
+        let op = Op::Attention { causal, scale: 1.0 / (d as f64).sqrt(), has_mask: padded };
+        let (q, kv, mask) = ([b, hq, t, d], [b, hkv, t, d], [b, 1, 1, t]);
+        let mut operands: Vec<&[usize]> = vec![&q, &kv, &kv];
+        if padded {
+            operands.push(&mask);
+        }
+        if let Some((sec, device)) = time_op(&op, &operands, &q, 10) {
+            let flops = 4.0 * (b * hq * t * t * d) as f64 / if causal { 2.0 } else { 1.0 };
+            println!(
+                "attention {name} ({b}×{hq}/{hkv}×{t}, d {d}): {:9.2} µs, {:5.1} TFLOP/s ({device})",
+                sec * 1e6,
+                flops / sec / 1e12
+            );
+        }
+    }
+}
+
 #[test]
 fn products_split_along_k_match_the_cpu() {
     // Partial products of each k range (the last one shorter), then their sum through an

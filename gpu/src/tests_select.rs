@@ -431,6 +431,17 @@ fn head_dim_64_attention_matches_the_cpu() {
 }
 
 #[test]
+fn attention_over_several_query_tiles_and_key_blocks_matches_the_cpu() {
+    // The blocked forward's tiles are 32 (16 at 64 invocations) query rows by 64 keys: lengths
+    // that span several of each and end inside one, causal with Tq < Tk, a mask, grouped heads,
+    // head dims that do not fill a panel, and value rows of one, two and three vec4s a lane.
+    let mask = floats(&[2, 1, 100, 150], 121);
+    check_attention(2, (4, 2), (100, 150), (64, 64), true, Some(mask), 122);
+    check_attention(1, (3, 1), (70, 130), (24, 40), false, None, 123);
+    check_attention(1, (2, 2), (33, 65), (12, 136), true, None, 124);
+}
+
+#[test]
 fn fully_masked_rows_give_zeros_like_the_cpu() {
     // Rows 1 and 4 of the mask are all -inf (no key), row 2 has one visible key; the CPU gives
     // zeros for the empty rows and zero gradients through them.

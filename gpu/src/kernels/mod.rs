@@ -382,7 +382,7 @@ pub fn generate(
     match op {
         GpuOp::Plan(_) => unreachable!("handled above"),
         GpuOp::AttentionStats { .. } | GpuOp::AttentionGradWithStats { .. } => {
-            attention::generate(op, inputs, out, width)
+            attention::generate(op, inputs, out, target)
         }
         GpuOp::NormWeightGradPartial { eps, center, chunk } => {
             let w = width as usize;
@@ -459,7 +459,7 @@ fn plan_op(
         | Op::GroupNormGrad { .. }
         | Op::BatchNormGrad { .. } => norm::generate(op, inputs, out, width),
         Op::Attention { .. } | Op::AttentionGrad { .. } => {
-            attention::generate(&GpuOp::Plan(op.clone()), inputs, out, width)
+            attention::generate(&GpuOp::Plan(op.clone()), inputs, out, target)
         }
         Op::Cumsum { axis, reverse } => scan::cumsum(*axis, *reverse, &inputs[0], out, width),
         Op::TopK { k, axis } => scan::topk(*k, *axis, &inputs[0], out, width),

@@ -43,6 +43,7 @@
 //! forward and statistics kernels (`forward`), the forward for few query rows, parallel over
 //! the keys (`decode`), the derivatives (`grad`).
 
+mod blocked;
 mod decode;
 mod forward;
 mod grad;
@@ -50,7 +51,7 @@ mod parts;
 #[cfg(test)]
 mod tests;
 
-use super::{strides, KernelSource, Operand};
+use super::{strides, KernelSource, Operand, Target};
 use crate::program::GpuOp;
 use forward::{forward, row_stats};
 use grad::{grad_kv, grad_q};
@@ -71,8 +72,9 @@ pub fn generate(
     op: &GpuOp,
     inputs: &[Operand],
     out: &Operand,
-    width: u32,
+    target: Target,
 ) -> Result<KernelSource, String> {
+    let width = target.width;
     let need = |k: usize| {
         if inputs.len() < k {
             Err(format!("`{}` needs {k} inputs, found {}", op.describe(), inputs.len()))
@@ -85,10 +87,18 @@ pub fn generate(
         GpuOp::Plan(Op::Attention { causal, scale, has_mask }) => {
             need(3 + *has_mask as usize)?;
             let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
-            // Few query rows a head (decoding): parallel over the keys instead (`decode`).
+            // Few query rows a head (decoding): parallel over the keys instead (`decode`);
+            // past them both products register-blocked (`blocked`) where the heads suit it.
+            // (`MGN_ATTENTION_FORWARD=scalar` keeps the scalar-loop forward: an experiment's
+            // switch, to compare the two.)
+            let shared = target.shared_bytes as usize;
+            let scalar = std::env::var("MGN_ATTENTION_FORWARD").is_ok_and(|v| v == "scalar");
             match decode::forward(&a, out, w) {
                 Some(k) => Ok(k),
-                None => forward(&a, out, w),
+                None => match blocked::forward(&a, out, w, shared).filter(|_| !scalar) {
+                    Some(k) => Ok(k),
+                    None => forward(&a, out, w),
+                },
             }
         }
         GpuOp::AttentionStats { causal, scale, has_mask } => {
@@ -378,11 +388,12 @@ impl Tiles {
     }
 }
 
-/// The kernel's entry: `workgroup_size(W)`, the linear workgroup id `wid` (the session folds
-/// the grid into three dimensions), and a uniform exit past the last tile.
-fn entry(w: usize, words: usize, groups: usize, body: &str) -> String {
+/// The kernel's entry: the workgroup array `array` declares, `workgroup_size(W)`, the linear
+/// workgroup id `wid` (the session folds the grid into three dimensions), and a uniform exit
+/// past the last tile.
+fn entry(w: usize, array: &str, groups: usize, body: &str) -> String {
     format!(
-        "var<workgroup> sh: array<f32, {words}>;
+        "{array}
 
 @compute @workgroup_size({w})
 fn main(@builtin(local_invocation_index) tid: u32, \
@@ -400,7 +411,7 @@ fn main(@builtin(local_invocation_index) tid: u32, \
 
 fn kernel(w: usize, words: usize, groups: usize, body: &str) -> KernelSource {
     KernelSource {
-        body: entry(w, words, groups, body),
+        body: entry(w, &format!("var<workgroup> sh: array<f32, {words}>;"), groups, body),
         invocations: (groups * w) as u64,
         dropout_node: None,
         width: None,

@@ -10,6 +10,14 @@ fn operand(offset: usize, shape: &[usize]) -> Operand {
     Operand::at(offset, shape, DType::F32)
 }
 
+/// The f32 words of a kernel's one workgroup array (of f32s or of vec4s).
+fn workgroup_words(body: &str) -> usize {
+    let count = |ty: &str| {
+        body.split(&format!("array<{ty}, ")).nth(1).and_then(|s| s.split('>').next())?.parse().ok()
+    };
+    count("f32").or_else(|| count("vec4<f32>").map(|n: usize| 4 * n)).expect("one workgroup array")
+}
+
 /// Every kernel naga accepts (barriers in uniform control flow included), and its
 /// workgroup array within 16 KiB, at the shapes of the models we run and both widths.
 #[test]
@@ -68,16 +76,11 @@ fn model_shaped_kernels_validate_and_fit_the_floor() {
                 } else {
                     &x[..n]
                 };
-                let src = generate(&op, inputs, &operand(5 << 20, &shape), width)
+                let target = crate::kernels::Target::floor(width);
+                let src = generate(&op, inputs, &operand(5 << 20, &shape), target)
                     .unwrap_or_else(|e| panic!("{}: {e}", op.describe()));
                 assert_eq!(src.invocations % width as u64, 0);
-                let words: usize = src
-                    .body
-                    .split("array<f32, ")
-                    .nth(1)
-                    .and_then(|s| s.split('>').next())
-                    .and_then(|n| n.parse().ok())
-                    .expect("one workgroup array");
+                let words = workgroup_words(&src.body);
                 assert!(words <= SHARED_WORDS, "{} at width {width}: {words} words", op.describe());
                 super::super::validate(&src.body).unwrap_or_else(|e| {
                     panic!("{} at width {width}: {e}\n{}", op.describe(), src.body)
@@ -97,13 +100,20 @@ fn few_query_rows_take_the_decode_kernel() {
             operand(2 << 20, &[1, 3, tk, d]),
         ];
         let op = GpuOp::Plan(Op::Attention { causal: true, scale: 0.125, has_mask: false });
-        generate(&op, &x, &operand(3 << 20, &[1, 9, tq, d]), width).expect("a kernel").body
+        let target = crate::kernels::Target::floor(width);
+        generate(&op, &x, &operand(3 << 20, &[1, 9, tq, d]), target).expect("a kernel").body
     };
-    // Only the decode kernel merges `(max, sum)` pairs in a tree over the workgroup.
-    let decode = |body: String| body.contains("s = s >> 1u");
+    // Only the decode kernel merges `(max, sum)` pairs in a tree over the workgroup, and only
+    // the blocked one keeps its workgroup array as vec4s.
+    let decode = |body: &str| body.contains("s = s >> 1u");
+    let blocked = |body: &str| body.contains("sh: array<vec4<f32>");
     for width in [256, 128, 64] {
-        assert!(decode(forward(1, 256, 64, width)));
-        assert!(decode(forward(decode::MAX_ROWS, 5000, 24, width)));
-        assert!(!decode(forward(decode::MAX_ROWS + 1, 256, 64, width)));
+        assert!(decode(&forward(1, 256, 64, width)));
+        assert!(decode(&forward(decode::MAX_ROWS, 5000, 24, width)));
+        let past = forward(decode::MAX_ROWS + 1, 256, 64, width);
+        assert!(!decode(&past) && blocked(&past));
+        // Value rows wider than the blocked kernel holds take the tiled one.
+        let wide = forward(40, 40, blocked::MAX_DV + 8, width);
+        assert!(!decode(&wide) && !blocked(&wide));
     }
 }
