@@ -353,7 +353,13 @@ impl GpuSession {
         let options = crate::rewrite::Options::from_env().map_err(GpuError::Failed)?;
         let start = std::time::Instant::now();
         let (rewritten, dynamic) = match plan.dynamic {
-            None => (crate::rewrite::for_gpu_with(&plan, &options), None),
+            None => match GpuDevice::chosen() {
+                Ok((info, limits)) => {
+                    (crate::rewrite::for_device(&plan, &options, &limits, info.memory), None)
+                }
+                // Opening reports it.
+                Err(_) => (crate::rewrite::for_gpu_with(&plan, &options), None),
+            },
             Some(_) => {
                 let (program, d) = crate::dynamic::program(&plan, &options)?;
                 (program, Some(d))

@@ -212,6 +212,28 @@ fn only_long_attentions_take_the_score_matrix_by_default() {
     assert_eq!(probs(&long, AttentionPath::Tiled), 0);
 }
 
+#[test]
+fn attentions_whose_scores_the_device_cannot_hold_run_whole() {
+    use crate::limits::DeviceLimits;
+    use crate::rewrite::for_device;
+    // Scores of 2 × 300² f32 (703 KiB), kept with their derivatives for the backward.
+    let plan = attention_plan(1, (2, 2), (300, 300), (8, 8), false, None).0;
+    let probs = |p: &GpuPlan| {
+        p.steps.iter().filter(|s| matches!(s.op, GpuOp::AttentionProbs { .. })).count()
+    };
+    let auto = Options::default();
+    let roomy = DeviceLimits::MIN_SPEC;
+    let small = DeviceLimits { max_storage_buffer_range: 1 << 20, ..roomy };
+    assert_eq!(probs(&for_device(&plan, &auto, &roomy, None)), 1);
+    assert_eq!(probs(&for_device(&plan, &auto, &small, None)), 0);
+    assert_eq!(probs(&for_device(&plan, &auto, &roomy, Some(1 << 20))), 0);
+    // A path the user chose stays, and so does the score matrix when nothing would fit.
+    let matmul = Options { attention: AttentionPath::Matmul, dynamic: false };
+    assert_eq!(probs(&for_device(&plan, &matmul, &small, None)), 1);
+    let tiny = DeviceLimits { max_storage_buffer_range: 1 << 10, ..roomy };
+    assert_eq!(probs(&for_device(&plan, &auto, &tiny, None)), 1);
+}
+
 /// An additive mask of `shape` with every `every`-th position hidden (−inf), the rest small.
 fn decode_mask(shape: &[usize], every: usize, seed: u32) -> Tensor {
     let mut t = floats(shape, seed);

@@ -24,7 +24,7 @@ mod transposes;
 
 pub use attention_matmul::AttentionPath;
 
-use crate::program::{Choices, GpuPlan, Program};
+use crate::program::{Choices, GpuOp, GpuPlan, Program};
 use mgn_ir::plan::Plan;
 
 /// The choices a rewrite leaves open.
@@ -53,6 +53,37 @@ pub fn for_gpu(plan: &Plan) -> GpuPlan {
 /// `for_gpu` with the given options.
 pub fn for_gpu_with(plan: &Plan, options: &Options) -> GpuPlan {
     for_gpu_choosing(plan, options, Choices::default()).0
+}
+
+/// `for_gpu_with` for a device that holds `limits` and has `memory` bytes (when known): where
+/// attentions through their score matrices would make an arena larger than the device holds
+/// (Whisper's 1,500 positions, 148 MiB, on a device whose bindings hold 128 MiB), they run
+/// whole instead, through the attention kernels that never store the scores — slower where
+/// both fit, but a plan that runs. Only when `options` leave the path to `Auto`.
+pub fn for_device(
+    plan: &Plan,
+    options: &Options,
+    limits: &crate::limits::DeviceLimits,
+    memory: Option<u64>,
+) -> GpuPlan {
+    use crate::memory::{check_fits, plan_arena, value_words};
+    let program = for_gpu_with(plan, options);
+    let scores = |p: &GpuPlan| p.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
+    if options.attention != AttentionPath::Auto || !scores(&program) {
+        return program;
+    }
+    let fits = |p: &GpuPlan, words: usize| check_fits(p, words, limits, memory).is_ok();
+    // Every value in words of its own: a bound that the arena's reuse only lowers, and cheap.
+    let bound: usize = program.steps.iter().map(|s| value_words(s.dtype, &s.shape)).sum();
+    if fits(&program, bound) || fits(&program, plan_arena(&program).total_words) {
+        return program;
+    }
+    let whole = for_gpu_with(plan, &Options { attention: AttentionPath::Tiled, ..*options });
+    if fits(&whole, plan_arena(&whole).total_words) {
+        whole
+    } else {
+        program
+    }
 }
 
 /// `for_gpu_with`, its passes choosing by size as `choices` say; the choices they made.
