@@ -1,4 +1,5 @@
-//! The rewrites a GPU session makes before it plans memory and generates kernels, in order: state
+//! The rewrites a GPU session makes before it plans memory and generates kernels, in order: an
+//! inference plan's dropouts read through (`identity_dropouts`), state
 //! parameters written in place (`state_in_place`), long attentions through their score matrix
 //! (`attention_matmul`), the others' statistics computed once (`attention_stats`), norm weight
 //! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`), an
@@ -15,6 +16,7 @@ mod attention_stats;
 mod batch_grads;
 mod fuse;
 mod halves;
+mod identity_dropouts;
 mod loss_rows;
 mod norm_partials;
 mod running_norms;
@@ -89,6 +91,7 @@ pub fn for_device(
 /// `for_gpu_with`, its passes choosing by size as `choices` say; the choices they made.
 pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (GpuPlan, Choices) {
     let mut program = Program::with_choices(plan, choices);
+    identity_dropouts::read_through_dropouts(&mut program);
     state_in_place::write_state_in_place(&mut program);
     attention_matmul::materialise_attention(&mut program, options.attention);
     attention_stats::add_attention_stats(&mut program);
