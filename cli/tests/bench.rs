@@ -375,3 +375,28 @@ fn check_profiles(small: &[&str]) {
         );
     }
 }
+
+/// A training plan past what the device holds (one 128 MiB binding under `MGN_MIN_SPEC=1`) is
+/// noted and left out; the inference plans that fit are still measured on the GPU.
+#[test]
+fn a_training_plan_the_gpu_cannot_hold_is_noted_and_the_rest_measured() {
+    if cfg!(any(target_os = "macos", target_os = "ios")) || !mgn_gpu::testing::device_listed() {
+        return;
+    }
+    // 94 MiB of parameters: the inference arena fits, with the gradients the training one not.
+    let args = ["models/digits_mlp.mgn", "--set", "batch=8", "--set", "hidden=327680"];
+    let run = ["--backend", "vulkan", "--json", "--samples", "1", "--warmup", "0"];
+    let out = common::mgnc_env(&[&["bench"], &args[..], &run].concat(), &[("MGN_MIN_SPEC", "1")]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(v["backend"], "vulkan");
+    assert_timing(&v, "forward", 1);
+    assert_timing(&v, "forward_minimal", 1);
+    assert!(v["measurements"]["forward_backward"].is_null(), "{}", v["measurements"]);
+    assert!(v["measurements"]["train_step"].is_null(), "{}", v["measurements"]);
+    let why = notes(&v).into_iter().find(|n| n.starts_with("the training plan was not measured"));
+    let why = why.unwrap_or_else(|| panic!("no note on the training plan: {:?}", notes(&v)));
+    assert!(why.contains("more than one storage binding on this device holds (128 MiB)"), "{why}");
+    assert!(why.contains("models/digits_mlp.mgn:"), "{why}");
+}

@@ -60,8 +60,11 @@ pub enum GpuError {
     /// No usable device: no Vulkan loader or driver, no device that computes, `MGN_DEVICE`
     /// naming none, or a device that refused to open. The one error a test may skip on.
     NoDevice(String),
-    /// Anything else: a plan the backend cannot run (an op without a kernel, an arena past
-    /// the device's binding), a kernel naga or the driver rejects, a failure mid-run.
+    /// A plan whose arena is past what the device holds (one storage binding, or its memory):
+    /// the message names the largest values and what to do. A smaller plan may still run.
+    TooLarge(String),
+    /// Anything else: a plan the backend cannot run (an op without a kernel), a kernel naga or
+    /// the driver rejects, a failure mid-run.
     Failed(String),
 }
 
@@ -69,7 +72,7 @@ impl fmt::Display for GpuError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GpuError::NoDevice(why) => write!(f, "no usable GPU: {why}"),
-            GpuError::Failed(why) => f.write_str(why),
+            GpuError::TooLarge(why) | GpuError::Failed(why) => f.write_str(why),
         }
     }
 }

@@ -316,7 +316,7 @@ impl Made {
         let layout = crate::memory::plan_arena(plan);
         // Sizes past the device refused now, in the model's terms, before any kernel is made.
         let fits = |words| {
-            crate::memory::check_fits(plan, words, limits, memory).map_err(GpuError::Failed)
+            crate::memory::check_fits(plan, words, limits, memory).map_err(GpuError::TooLarge)
         };
         fits(layout.total_words)?;
         let offsets = layout.offsets;

@@ -18,6 +18,8 @@ mod state;
 pub enum RuntimeError {
     /// `use_gpu` found no usable device (or the runtime was built without its GPU backend).
     NoDevice(String),
+    /// `use_gpu` found the plan larger than the device holds (`GpuError::TooLarge`).
+    TooLarge(String),
     /// Anything else, as one message naming the input, step or file involved.
     Failed(String),
 }
@@ -26,13 +28,17 @@ impl RuntimeError {
     pub fn is_no_device(&self) -> bool {
         matches!(self, RuntimeError::NoDevice(_))
     }
+
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, RuntimeError::TooLarge(_))
+    }
 }
 
 impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RuntimeError::NoDevice(why) => write!(f, "no usable GPU: {why}"),
-            RuntimeError::Failed(why) => f.write_str(why),
+            RuntimeError::TooLarge(why) | RuntimeError::Failed(why) => f.write_str(why),
         }
     }
 }
@@ -44,6 +50,8 @@ impl From<crate::gpu::GpuError> for RuntimeError {
         #[allow(unreachable_patterns)] // a CPU-only build's error has one variant
         match e {
             crate::gpu::GpuError::NoDevice(why) => RuntimeError::NoDevice(why),
+            #[cfg(feature = "gpu")]
+            crate::gpu::GpuError::TooLarge(why) => RuntimeError::TooLarge(why),
             other => RuntimeError::Failed(other.to_string()),
         }
     }

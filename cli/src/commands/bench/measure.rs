@@ -143,22 +143,42 @@ impl Bench<'_> {
     /// device's name and the wall time (ms) `use_gpu` took. Under `--backend auto` a first
     /// session the GPU cannot run sends the whole bench to the CPU (with a note); a later one
     /// is an error, so that one report never mixes backends.
-    pub(super) fn open(
+    pub(super) fn open(&self, plan: Plan, notes: &mut Vec<String>) -> Result<Opened, u8> {
+        let mode = mode_name(&plan);
+        let model = plan.model.clone();
+        self.open_unless_too_large(plan, notes)?.ok_or_else(|| {
+            self.fail(&format!("the GPU cannot hold the {mode} plan of `{model}` (see above)"))
+        })
+    }
+
+    /// `open` for a plan after the first: when the bench runs on the GPU and this plan's arena
+    /// is past what the device holds, `None`, with a note saying why — the plans that fit are
+    /// still measured (on a small device, the inference plans of a model whose training plan
+    /// is too large), and the report's cells for this one stay empty.
+    pub(super) fn open_unless_too_large(
         &self,
         plan: Plan,
         notes: &mut Vec<String>,
-    ) -> Result<(Session, Option<(String, f64)>), u8> {
+    ) -> Result<Option<Opened>, u8> {
         let model = plan.model.clone();
         let mut s = session(plan, self.a.seed)
             .map_err(|e| self.fail(&format!("cannot set up `{model}`: {e}")))?;
-        let Engine::Gpu { forced } = self.engine.get() else { return Ok((s, None)) };
+        let Engine::Gpu { forced } = self.engine.get() else { return Ok(Some((s, None))) };
         let start = Instant::now();
         match s.use_gpu() {
             Ok(name) => {
                 self.used_gpu.set(true);
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 notes.push(setup_note(&s, ms));
-                Ok((s, Some((name, ms))))
+                Ok(Some((s, Some((name, ms)))))
+            }
+            Err(e) if e.is_too_large() && self.used_gpu.get() => {
+                let w = format!("the {} plan was not measured: {e}", mode_name(&s.plan));
+                if self.format == MessageFormat::Human {
+                    eprintln!("note: {w}");
+                }
+                notes.push(w);
+                Ok(None)
             }
             Err(e) if forced || self.used_gpu.get() => Err(self.fail(&format!(
                 "the GPU cannot run the {} plan of `{}`: {e}",
@@ -175,11 +195,14 @@ impl Bench<'_> {
                 }
                 notes.push(w);
                 self.engine.set(Engine::Cpu);
-                Ok((s, None))
+                Ok(Some((s, None)))
             }
         }
     }
 }
+
+/// A session, and on the GPU the device's name and the ms its setup took.
+pub(super) type Opened = (Session, Option<(String, f64)>);
 
 /// A session with NaN checks off, so that the kernels are what is timed (an init that cannot
 /// be computed is an error, not a panic).

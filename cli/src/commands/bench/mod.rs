@@ -186,7 +186,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
 
     let (minimal, compile_minimal_ms) = measure_minimal(b, &plan, &infer, &mut setup, &mut notes)?;
     let training = match train_plan {
-        Some(tp) => Some(measure_training(b, tp, &mut setup, &mut profile, &mut notes)?),
+        Some(tp) => measure_training(b, tp, &mut setup, &mut profile, &mut notes)?,
         None => {
             notes.push(format!(
                 "forward only: `{model}` has no loss, so there is no backward pass or training \
@@ -299,14 +299,18 @@ fn measure_minimal(
                 compile_minimal_ms = Some(compile_ms);
                 let (inputs, _) = random_inputs(&p, a.seed);
                 let mem = Memory::of(&p);
-                let (mut s, gpu) = b.open(p, notes)?;
-                if let (Some(st), Some((_, ms))) = (setup, gpu) {
-                    st.minimal = Some(ms);
+                match b.open_unless_too_large(p, notes)? {
+                    Some((mut s, gpu)) => {
+                        if let (Some(st), Some((_, ms))) = (setup, gpu) {
+                            st.minimal = Some(ms);
+                        }
+                        let t = b.measure(&format!("forward at {}", describe(&shrink)), || {
+                            timed_run(&mut s, &given(&inputs))
+                        })?;
+                        Some((shrink, t, mem))
+                    }
+                    None => None,
                 }
-                let t = b.measure(&format!("forward at {}", describe(&shrink)), || {
-                    timed_run(&mut s, &given(&inputs))
-                })?;
-                Some((shrink, t, mem))
             }
             (outcome, None) => {
                 let why = outcome
@@ -332,19 +336,20 @@ struct Training {
     optimizer_bytes: u64,
 }
 
-/// Forward + loss + backward and the training step on the training plan `tp`.
+/// Forward + loss + backward and the training step on the training plan `tp`; `None` when the
+/// GPU cannot hold it (with a note).
 fn measure_training(
     b: &Bench,
     tp: Plan,
     setup: &mut Option<Setup>,
     profile: &mut Vec<(&'static str, Profiled)>,
     notes: &mut Vec<String>,
-) -> Result<Training, u8> {
+) -> Result<Option<Training>, u8> {
     let a = b.a;
     let (inputs, _) = random_inputs(&tp, a.seed);
     let memory = Memory::of(&tp);
     let optimizer_bytes = optimizer_state_bytes(&tp);
-    let (mut s, gpu) = b.open(tp, notes)?;
+    let Some((mut s, gpu)) = b.open_unless_too_large(tp, notes)? else { return Ok(None) };
     if let (Some(st), Some((_, ms))) = (setup, gpu) {
         st.training = Some(ms);
     }
@@ -362,5 +367,5 @@ fn measure_training(
                 .into(),
         );
     }
-    Ok(Training { forward_backward, train_step, memory, optimizer_bytes })
+    Ok(Some(Training { forward_backward, train_step, memory, optimizer_bytes }))
 }
