@@ -149,8 +149,14 @@ def memory_row(name, m, t):
     def peak(key, field):
         v = eager.get(key)
         return v.get(field) if isinstance(v, dict) else None
-    return [name, mib(inf.get("param_bytes")), mib(inf.get("arena_values_bytes")), mib(inf.get("logical_bytes")),
-            mib(inf.get("peak_live_bytes")), mib(tr.get("arena_values_bytes")), mib(tr.get("logical_bytes")),
+
+    def arena(plan):
+        # What the GPU session allocated after its rewrites, where the run was on the GPU;
+        # else the plan as compiled.
+        gpu = plan.get("gpu")
+        return gpu.get("values_bytes") if isinstance(gpu, dict) else plan.get("arena_values_bytes")
+    return [name, mib(inf.get("param_bytes")), mib(arena(inf)), mib(inf.get("logical_bytes")),
+            mib(inf.get("peak_live_bytes")), mib(arena(tr)), mib(tr.get("logical_bytes")),
             mib(tr.get("peak_live_bytes")), mib(tr.get("optimizer_state_bytes")),
             mib(peak("forward", "peak_allocated_bytes")), mib(peak("forward_backward", "peak_allocated_bytes")),
             mib(peak("train_step", "peak_reserved_bytes"))]
@@ -245,8 +251,9 @@ def render(d):
          "PyTorch peak allocated, forward", "PyTorch peak allocated, fwd+bwd", "PyTorch peak reserved, train step"],
         mem_rows))
     parts += ["", "Ours, per plan and without the parameters (the GPU arena holds them besides): the arena the GPU "
-              "backend allocates for inputs and values after lifetime reuse (physical), the same values without "
-              "reuse (logical), and the most that is alive at once (the lower bound no planner can beat). "
+              "session allocated for inputs and values, after the GPU's rewrites and lifetime reuse (physical; "
+              "the plan as compiled where the run was on the CPU), the plan's values without reuse (logical), "
+              "and the most of them alive at once (the lower bound for the plan as compiled). "
               "PyTorch: torch.cuda's caching-allocator peaks during the timed samples (every tensor alive in the "
               "process, parameters and, for the train step, Adam's state included)."]
     roof = []

@@ -41,3 +41,41 @@ fn the_table_sets_each_op_family_against_its_floor() {
     );
     assert!(text.contains("(67 TFLOP/s, 4.3 TB/s)"), "{text}");
 }
+
+#[test]
+fn the_memory_table_takes_the_gpu_sessions_arena_where_the_run_had_one() {
+    let dir = root().join("target").join("bench_table_memory_test");
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    let env = r#"{"workloads": ["tiny"], "torch": "skipped"}"#;
+    std::fs::write(dir.join("env.json"), env).expect("env.json");
+    // The inference plan ran on the GPU, whose rewritten program took 2 MiB of values where the
+    // plan as compiled plans 3; the training plan has no GPU figures (5 MiB as compiled).
+    let mib = 1 << 20;
+    let mgnc = format!(
+        r#"{{"model": "tiny", "config": {{}}, "notes": [],
+        "measurements": {{"compile": {{"median_ms": 1.0, "p25_ms": 1.0, "p75_ms": 1.0}}}},
+        "memory": {{
+            "inference": {{"param_bytes": {mib}, "arena_values_bytes": {}, "logical_bytes": {},
+                "peak_live_bytes": {mib}, "gpu": {{"param_bytes": {mib}, "values_bytes": {},
+                "total_bytes": {}}}}},
+            "training": {{"param_bytes": {mib}, "arena_values_bytes": {}, "logical_bytes": {},
+                "peak_live_bytes": {}, "optimizer_state_bytes": {}, "gpu": null}}}}}}"#,
+        3 * mib,
+        9 * mib,
+        2 * mib,
+        3 * mib,
+        5 * mib,
+        20 * mib,
+        4 * mib,
+        2 * mib,
+    );
+    std::fs::write(dir.join("tiny.mgnc.json"), mgnc).expect("tiny.mgnc.json");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(python)
+        .args(["bench/table.py", dir.to_str().expect("a UTF-8 path")])
+        .output()
+        .expect("python3 runs bench/table.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("| tiny | 1.0 | 2.0 | 9.0 | 1.0 | 5.0 | 20.0 | 4.0 | 2.0 |"), "{text}");
+}

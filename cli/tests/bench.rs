@@ -110,6 +110,7 @@ fn json_report_has_every_field_for_the_digits_mlp() {
     for plan in ["inference", "minimal", "training"] {
         assert_memory(&v["memory"][plan], plan);
         assert_eq!(v["memory"][plan]["param_bytes"], params, "{plan}");
+        assert!(v["memory"][plan]["gpu"].is_null(), "no GPU arena on the CPU");
     }
     // Inputs: images f32[64, 64]; the training plan also reads labels i32[64].
     assert_eq!(v["memory"]["inference"]["input_bytes"], 64 * 64 * 4);
@@ -152,7 +153,7 @@ fn table_lists_every_measurement_and_the_memory() {
         "training step (Adam, lr 0.001)",
         "peak live (free after last use)",
         "planned arena, inputs and values (reused)",
-        "planned arena, total (the GPU buffer)",
+        "planned arena, total (parameters included)",
         "optimizer state",
     ] {
         assert!(stdout.contains(want), "no `{want}` in:\n{stdout}");
@@ -292,6 +293,16 @@ fn vulkan_backend_times_the_gpu_and_says_so() {
     }
     for plan in ["inference", "minimal", "training"] {
         assert_memory(&v["memory"][plan], plan);
+        // What the GPU session allocated: the parameters, the values, and (training) the
+        // optimizer state past them.
+        let g = &v["memory"][plan]["gpu"];
+        let get = |k: &str| g[k].as_u64().unwrap_or_else(|| panic!("memory.{plan}.gpu.{k}: {g}"));
+        let (params, values, total) = (get("param_bytes"), get("values_bytes"), get("total_bytes"));
+        assert!(params > 0 && values > 0 && params + values <= total, "{plan}: {g}");
+        if plan == "training" {
+            let state = v["memory"][plan]["optimizer_state_bytes"].as_u64().expect("counted");
+            assert!(params + values + state <= total, "{plan}: {g}, optimizer state {state}");
+        }
     }
     assert!(notes(&v).iter().any(|n| n.contains("Session::train_step")), "{:?}", notes(&v));
     // Where each session's setup went, phase by phase.

@@ -50,7 +50,7 @@ mod tests_select;
 #[cfg(test)]
 mod tests_spatial;
 
-pub use session::GpuSession;
+pub use session::{ArenaSizes, GpuSession};
 
 use std::fmt;
 

@@ -97,6 +97,7 @@ pub struct GpuSession {
     /// A dynamic plan: its program's sizes and sites, and the runs made at other sizes
     /// (`sized.rs`). `plan` and `dispatch` are then those of the last run's sizes.
     sizing: Option<sized::Sizing>,
+    sizes: ArenaSizes,
 }
 
 /// A step's kernel (index into `kernels`), grid, parameter block (its operands' offsets), and
@@ -302,6 +303,20 @@ struct Made {
     sources: Sources,
     /// The arena's words, optimizer state and scratch included.
     top: usize,
+    /// What the plan's own values take of them: `ArenaSizes`.
+    sizes: ArenaSizes,
+}
+
+/// The bytes of a session's arena, after the GPU's rewrites (`GpuSession::arena_sizes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArenaSizes {
+    /// The parameters as held (halves where an inference plan's products read only those).
+    pub params: u64,
+    /// Inputs and step values after lifetime reuse.
+    pub values: u64,
+    /// Everything: the two above, then a training plan's optimizer state and scratch, and the
+    /// copies of state parameters.
+    pub total: u64,
 }
 
 impl Made {
@@ -319,6 +334,11 @@ impl Made {
             crate::memory::check_fits(plan, words, limits, memory).map_err(GpuError::TooLarge)
         };
         fits(layout.total_words)?;
+        let sizes = ArenaSizes {
+            params: layout.param_words as u64 * 4,
+            values: (layout.total_words - layout.param_words) as u64 * 4,
+            total: 0,
+        };
         let offsets = layout.offsets;
         let words: Vec<usize> = (plan.steps.iter())
             .map(|s| crate::memory::value_words(s.dtype, &s.shape).max(1))
@@ -338,7 +358,8 @@ impl Made {
         let state = crate::state::state_copies(plan, &offsets, &mut top).map_err(err)?;
         fits(top)?;
         phase("kernels generated");
-        Ok(Made { offsets, levels, dispatch, train, state, sources, top })
+        let sizes = ArenaSizes { total: top as u64 * 4, ..sizes };
+        Ok(Made { offsets, levels, dispatch, train, state, sources, top, sizes })
     }
 }
 
@@ -442,6 +463,7 @@ impl GpuSession {
             setup_alongside: alongside,
             sources,
             sizing,
+            sizes: made.sizes,
         })
     }
 
@@ -470,6 +492,11 @@ impl GpuSession {
     pub fn pipeline_times(&self) -> Vec<(String, std::time::Duration)> {
         let at = self.sources.list.iter().map(|(_, _, at)| at.clone());
         at.zip(self.kernels.iter().map(|k| k.compile_time)).collect()
+    }
+
+    /// What the session's arena holds, in bytes: the memory it allocated on the device.
+    pub fn arena_sizes(&self) -> ArenaSizes {
+        self.sizes
     }
 
     /// Number of compiled pipelines and of dependency levels (for reports).

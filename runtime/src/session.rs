@@ -205,6 +205,12 @@ impl Session {
         self.gpu.as_mut().map(|g| g.profile(inputs, seed).map_err(RuntimeError::from))
     }
 
+    /// What the GPU session's arena holds (parameters, values, the rest), when on the GPU.
+    #[cfg(feature = "gpu")]
+    pub fn gpu_arena_sizes(&self) -> Option<mgn_gpu::ArenaSizes> {
+        self.gpu.as_ref().map(|g| g.arena_sizes())
+    }
+
     /// Compiled GPU pipelines and dependency levels, when running on the GPU.
     #[cfg(feature = "gpu")]
     pub fn gpu_shape(&self) -> Option<(usize, usize)> {

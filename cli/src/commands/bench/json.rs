@@ -46,6 +46,14 @@ fn memory_json(m: &Memory, optimizer: Option<u64>) -> Value {
     if let Some(o) = optimizer {
         v["optimizer_state_bytes"] = json!(o);
     }
+    v["gpu"] = match m.gpu {
+        Some(g) => json!({
+            "param_bytes": g.params,
+            "values_bytes": g.values,
+            "total_bytes": g.total,
+        }),
+        None => Value::Null,
+    };
     v
 }
 

@@ -170,8 +170,9 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     };
 
     let (inputs, unbounded) = random_inputs(&plan, a.seed);
-    let memory = Memory::of(&plan);
+    let mut memory = Memory::of(&plan);
     let (mut s, gpu) = b.open(plan.clone(), &mut notes)?;
+    memory.gpu = s.gpu_arena_sizes();
     let device = match &gpu {
         Some((name, _)) => name.clone(),
         None => format!("CPU ({} threads)", mgn_cpu::threads()),
@@ -298,9 +299,10 @@ fn measure_minimal(
             (_, Some(p)) => {
                 compile_minimal_ms = Some(compile_ms);
                 let (inputs, _) = random_inputs(&p, a.seed);
-                let mem = Memory::of(&p);
+                let mut mem = Memory::of(&p);
                 match b.open_unless_too_large(p, notes)? {
                     Some((mut s, gpu)) => {
+                        mem.gpu = s.gpu_arena_sizes();
                         if let (Some(st), Some((_, ms))) = (setup, gpu) {
                             st.minimal = Some(ms);
                         }
@@ -347,9 +349,10 @@ fn measure_training(
 ) -> Result<Option<Training>, u8> {
     let a = b.a;
     let (inputs, _) = random_inputs(&tp, a.seed);
-    let memory = Memory::of(&tp);
+    let mut memory = Memory::of(&tp);
     let optimizer_bytes = optimizer_state_bytes(&tp);
     let Some((mut s, gpu)) = b.open_unless_too_large(tp, notes)? else { return Ok(None) };
+    memory.gpu = s.gpu_arena_sizes();
     if let (Some(st), Some((_, ms))) = (setup, gpu) {
         st.training = Some(ms);
     }

@@ -100,6 +100,10 @@ pub(super) struct Memory {
     /// The arena without the parameters (inputs and values): the planner's physical figure, to
     /// read against `logical_bytes` (no reuse) and `peak_live_bytes` (what any reuse must keep).
     pub(super) arena_values_bytes: u64,
+    /// On the GPU: what its session allocated, after the GPU's own rewrites (fused steps hold
+    /// no values, products read rounded views, weights held as halves) — the memory the run
+    /// took, where the figures above describe the plan as compiled.
+    pub(super) gpu: Option<mgn_gpu::ArenaSizes>,
 }
 
 impl Memory {
@@ -112,6 +116,7 @@ impl Memory {
             plan: plan_memory(&plan),
             arena_bytes: a.total_words as u64 * 4,
             arena_values_bytes: (a.total_words - a.param_words) as u64 * 4,
+            gpu: None,
         }
     }
 }

@@ -124,14 +124,17 @@ fn memory(r: &Report, w: usize) -> String {
     if let Some((m, o)) = &r.memory_train {
         cols.push(("training".into(), *m, Some(*o)));
     }
-    let lines: [MemoryLine; 7] = [
+    let lines: [MemoryLine; 10] = [
         ("parameters", &|m, _| Some(m.plan.param_bytes)),
         ("inputs", &|m, _| Some(m.plan.input_bytes)),
         ("logical (every step's value, no reuse)", &|m, _| Some(m.plan.logical_bytes)),
         ("planned arena, inputs and values (reused)", &|m, _| Some(m.arena_values_bytes)),
         ("peak live (free after last use), the lower bound", &|m, _| Some(m.plan.peak_live_bytes)),
-        ("planned arena, total (the GPU buffer)", &|m, _| Some(m.arena_bytes)),
+        ("planned arena, total (parameters included)", &|m, _| Some(m.arena_bytes)),
         ("optimizer state", &|_, o| o),
+        ("GPU arena as run: parameters as held", &|m, _| m.gpu.map(|g| g.params)),
+        ("GPU arena as run: inputs and values", &|m, _| m.gpu.map(|g| g.values)),
+        ("GPU arena as run: total (optimizer state included)", &|m, _| m.gpu.map(|g| g.total)),
     ];
     let w = lines.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0).max(w);
     out += &format!("\n{:<w$}", "memory");
@@ -141,6 +144,9 @@ fn memory(r: &Report, w: usize) -> String {
     out += "\n";
     for (name, get) in lines {
         if name == "optimizer state" && r.memory_train.is_none() {
+            continue;
+        }
+        if name.starts_with("GPU arena") && cols.iter().all(|(_, m, _)| m.gpu.is_none()) {
             continue;
         }
         out += &format!("{name:<w$}");
