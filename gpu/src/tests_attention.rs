@@ -347,11 +347,9 @@ fn long_attention_latency() {
         }
         if let Some((sec, device)) = time_op(&op, &operands, &q, 10) {
             let flops = 4.0 * (b * hq * t * t * d) as f64 / if causal { 2.0 } else { 1.0 };
-            println!(
-                "attention {name} ({b}×{hq}/{hkv}×{t}, d {d}): {:9.2} µs, {:5.1} TFLOP/s ({device})",
-                sec * 1e6,
-                flops / sec / 1e12
-            );
+            let (us, tflops) = (sec * 1e6, flops / sec / 1e12);
+            let what = format!("attention {name} ({b}×{hq}/{hkv}×{t}, d {d})");
+            println!("{what}: {us:9.2} µs, {tflops:5.1} TFLOP/s ({device})");
         }
     }
 }

@@ -126,199 +126,8 @@ pub(super) fn forward(
         return None;
     }
     let (po, so, words) = b.layout();
-    let (qs, ks) = (b.qs(), BK + 4);
-    let ko = b.ko();
-    let co = b.dvp / BK;
-    let (d, dv, tq, tk) = (a.d, a.dv, a.tq, a.tk);
-    let w = b.w;
-
-    // Panels pass through registers: every slot's load is issued before any is stored, so
-    // their latencies overlap. Slot p of an invocation
-    // is element e = tid + p·W of a `rows × cols` panel, (e / cols, e % cols): consecutive
-    // invocations load consecutive words of a row.
-    let panel = |name: &str, rows: usize, cols: usize, guard: String, src: String, dst: String| {
-        let n = rows * cols;
-        let (mut fetch, mut put) = (String::new(), String::new());
-        for p in 0..n.div_ceil(w) {
-            let at = format!("let e = tid + {}u; let r = e / {cols}u; let c = e % {cols}u;", p * w);
-            let inside = if (p + 1) * w <= n { String::new() } else { format!("e < {n}u && ") };
-            fetch += &format!(
-                "{{ {at} {name}{p} = 0.0; if ({inside}{guard}) {{ {name}{p} = {src}; }} }}\n        "
-            );
-            let put_one = format!("let at = {dst}; sh[at >> 2u][at & 3u] = {name}{p};");
-            put += &if inside.is_empty() {
-                format!("{{ {at} {put_one} }}\n        ")
-            } else {
-                format!("{{ {at} if (e < {n}u) {{ {put_one} }} }}\n        ")
-            };
-        }
-        let decl = (0..n.div_ceil(w)).map(|p| format!("var {name}{p}: f32;")).collect::<Vec<_>>();
-        (decl.join(" "), fetch, put)
-    };
-    let q = panel(
-        "rq",
-        b.bq,
-        b.bd,
-        format!("q0 + r < {tq}u && d0 + c < {d}u"),
-        load(a.q, &format!("(bh * {tq}u + q0 + r) * {d}u + d0 + c")),
-        format!("c * {qs}u + r"),
-    );
-    let k = panel(
-        "rk",
-        BK,
-        b.bd,
-        format!("k0 + r < {tk}u && d0 + c < {d}u"),
-        load(a.k, &format!("(kvrow * {tk}u + k0 + r) * {d}u + d0 + c")),
-        format!("{ko}u + c * {ks}u + r"),
-    );
-    let v = panel(
-        "rv",
-        b.bj,
-        b.dvp,
-        format!("k0 + j0 + r < {tk}u && c < {dv}u"),
-        load(a.v, &format!("(kvrow * {tk}u + k0 + j0 + r) * {dv}u + c")),
-        format!("r * {}u + c", b.dvp),
-    );
-
-    // S += Q·Kᵀ over one panel: a vec4 of rows times a vec4 of keys per dim.
-    let mut s_panel = String::new();
-    for dd in 0..b.bd {
-        s_panel += &format!(
-            "let qa{dd} = sh[{}u + ty];\n            let kb{dd} = sh[{}u + tx];\n            ",
-            dd * qs / 4,
-            (ko + dd * ks) / 4
-        );
-        for (i, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-            s_panel += &format!("s{i} = s{i} + qa{dd}.{comp} * kb{dd};\n            ");
-        }
-    }
-
-    // The scores of the block: scaled, masked, hidden keys at −FLT_MAX with `ok` false.
-    let (_, msq, msk) = a.mask_layout();
-    let causal = if a.causal { format!(" && j + {tq}u <= qi + {tk}u") } else { String::new() };
-    let mut scores = String::new();
-    for i in 0..4 {
-        for c in 0..4 {
-            let comp = ["x", "y", "z", "w"][c];
-            let mask = match a.mask {
-                Some(m) => {
-                    format!(" + {}", load(m, &format!("mbase + qi * {msq}u + j * {msk}u")))
-                }
-                None => String::new(),
-            };
-            scores += &fill(
-                "{
-                let qi = q0 + 4u * ty + $I$u;
-                let j = k0 + 4u * tx + $C$u;
-                ok$I$.$COMP$ = qi < $TQ$u && j < $TK$u$CAUSAL$;
-                if (ok$I$.$COMP$) {
-                    s$I$.$COMP$ = s$I$.$COMP$ * $SCALE$$MASK$;
-                } else {
-                    s$I$.$COMP$ = $NEG$;
-                }
-            }
-            ",
-                &[
-                    ("I", i.to_string()),
-                    ("C", c.to_string()),
-                    ("COMP", comp.into()),
-                    ("TQ", tq.to_string()),
-                    ("TK", tk.to_string()),
-                    ("CAUSAL", causal.clone()),
-                    ("SCALE", format!("{:?}", a.scale as f32)),
-                    ("MASK", mask),
-                    ("NEG", NEG.into()),
-                ],
-            );
-        }
-    }
-
-    // O += P·V over one panel of V: the rows' probabilities of key j times the value columns.
-    let mut pv_panel = String::new();
-    for jj in 0..b.bj {
-        pv_panel += &format!(
-            "let pj{jj} = sh[{}u + (j0 + {jj}u) * {}u + ty];\n            ",
-            po / 4,
-            qs / 4
-        );
-        for c in 0..co {
-            pv_panel +=
-                &format!("let vj{jj}_{c} = sh[{}u + tx];\n            ", (jj * b.dvp) / 4 + TX * c);
-            for (i, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                pv_panel +=
-                    &format!("o{i}_{c} = o{i}_{c} + pj{jj}.{comp} * vj{jj}_{c};\n            ");
-            }
-        }
-    }
-
-    let mut decls = String::new();
-    for i in 0..4 {
-        decls += &format!("var l{i} = 0.0;\n    ");
-        for c in 0..co {
-            decls += &format!("var o{i}_{c} = vec4<f32>(0.0);\n    ");
-        }
-    }
-    // Each row's running maximum, the block's rescaling of everything held, the probabilities.
-    let mut rescale = String::new();
-    for i in 0..4 {
-        rescale += &format!(
-            "{{
-            let r = 4u * ty + {i}u;
-            let m = sh[({so}u + r) >> 2u][r & 3u];
-            let cr = sh[({so}u + {bq}u + r) >> 2u][r & 3u];
-            p{i} = select(vec4<f32>(0.0), exp(s{i} - vec4<f32>(m)), ok{i});
-            l{i} = l{i} * cr + p{i}.x + p{i}.y + p{i}.z + p{i}.w;\n",
-            bq = b.bq
-        );
-        for c in 0..co {
-            rescale += &format!("            o{i}_{c} = o{i}_{c} * cr;\n");
-        }
-        rescale += "        }\n        ";
-    }
-    // P stored key major: key 4·tx + c's probabilities of the invocation's four rows are one
-    // vec4.
-    let mut store_p = String::new();
-    for (c, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-        store_p += &format!(
-            "sh[{}u + (4u * tx + {c}u) * {}u + ty] = vec4<f32>(p0.{comp}, p1.{comp}, p2.{comp}, p3.{comp});\n        ",
-            po / 4,
-            qs / 4
-        );
-    }
-    let mut shares = String::new();
-    for i in 0..4 {
-        shares += &format!("{{ let at = {po}u + (4u * ty + {i}u) * {TX}u + tx; sh[at >> 2u][at & 3u] = l{i}; }}\n    ");
-    }
-    let mut stores = String::new();
-    for i in 0..4 {
-        stores += &format!(
-            "{{
-        let r = 4u * ty + {i}u;
-        let qi = q0 + r;
-        var l = 0.0;
-        for (var x = 0u; x < {TX}u; x = x + 1u) {{
-            let at = {po}u + r * {TX}u + x;
-            l = l + sh[at >> 2u][at & 3u];
-        }}
-        let inv = select(0.0, 1.0 / l, l > 0.0);
-        if (qi < {tq}u) {{\n"
-        );
-        for c in 0..co {
-            for (e, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                let col = format!("4u * (tx + {}u) + {e}u", TX * c);
-                let st = store(
-                    out,
-                    &format!("(bh * {tq}u + qi) * {dv}u + col"),
-                    &format!("o{i}_{c}.{comp} * inv"),
-                );
-                stores +=
-                    &format!("            {{ let col = {col}; if (col < {dv}u) {{ {st} }} }}\n");
-            }
-        }
-        stores += "        }\n    }\n    ";
-    }
-
-    let decls = format!("{decls}{}\n    {}\n    {}\n    ", q.0, k.0, v.0);
+    let (q, k, v) = panels(a, &b);
+    let decls = format!("{}{}\n    {}\n    {}\n    ", accumulators(&b), q.0, k.0, v.0);
     let body = fill(
         &PANELS.replace("$STEPS$", BLOCK),
         &[
@@ -344,22 +153,258 @@ pub(super) fn forward(
             ("PUT_K", k.2),
             ("FETCH_V", v.1),
             ("PUT_V", v.2),
-            ("S_PANEL", s_panel),
-            ("SCORES", scores),
-            ("RESCALE", rescale),
-            ("STORE_P", store_p),
-            ("PV_PANEL", pv_panel),
-            ("SHARES", shares),
-            ("STORES", stores),
+            ("S_PANEL", s_panel(&b)),
+            ("SCORES", scores(a)),
+            ("RESCALE", rescale(&b)),
+            ("STORE_P", store_p(&b)),
+            ("PV_PANEL", pv_panel(&b)),
+            ("SHARES", shares(&b)),
+            ("STORES", stores(a, &b, out)),
         ],
     );
     let array = format!("var<workgroup> sh: array<vec4<f32>, {}>;", words / 4);
     Some(KernelSource {
-        body: entry(w, &array, groups, &body),
-        invocations: (groups * w) as u64,
+        body: entry(b.w, &array, groups, &body),
+        invocations: (groups * b.w) as u64,
         dropout_node: None,
-        width: Some(w as u32),
+        width: Some(b.w as u32),
     })
+}
+
+/// A panel's registers, the WGSL that loads them and the WGSL that stores them to `sh`.
+type Staged = (String, String, String);
+
+/// A `rows × cols` panel through registers: every slot's load is issued before any is stored,
+/// so their latencies overlap. Slot p of an invocation is element e = tid + p·W of the panel,
+/// (e / cols, e % cols): consecutive invocations load consecutive words of a row. `guard`,
+/// `src` and `dst` are WGSL over `r` and `c`: whether the element exists, its value, and its
+/// word in `sh`.
+fn panel(
+    w: usize,
+    name: &str,
+    (rows, cols): (usize, usize),
+    guard: &str,
+    src: &str,
+    dst: &str,
+) -> Staged {
+    let n = rows * cols;
+    let (mut fetch, mut put) = (String::new(), String::new());
+    for p in 0..n.div_ceil(w) {
+        let at = format!("let e = tid + {}u; let r = e / {cols}u; let c = e % {cols}u;", p * w);
+        let inside = if (p + 1) * w <= n { String::new() } else { format!("e < {n}u && ") };
+        let get = format!("{name}{p} = 0.0; if ({inside}{guard}) {{ {name}{p} = {src}; }}");
+        fetch += &format!("{{ {at} {get} }}\n        ");
+        let put_one = format!("let at = {dst}; sh[at >> 2u][at & 3u] = {name}{p};");
+        put += &if inside.is_empty() {
+            format!("{{ {at} {put_one} }}\n        ")
+        } else {
+            format!("{{ {at} if (e < {n}u) {{ {put_one} }} }}\n        ")
+        };
+    }
+    let decl = (0..n.div_ceil(w)).map(|p| format!("var {name}{p}: f32;")).collect::<Vec<_>>();
+    (decl.join(" "), fetch, put)
+}
+
+/// The Q, K and V panels of `b`'s blocks.
+fn panels(a: &Attn, b: &Blocks) -> (Staged, Staged, Staged) {
+    let (d, dv, tq, tk) = (a.d, a.dv, a.tq, a.tk);
+    let (qs, ks, ko) = (b.qs(), BK + 4, b.ko());
+    let q = panel(
+        b.w,
+        "rq",
+        (b.bq, b.bd),
+        &format!("q0 + r < {tq}u && d0 + c < {d}u"),
+        &load(a.q, &format!("(bh * {tq}u + q0 + r) * {d}u + d0 + c")),
+        &format!("c * {qs}u + r"),
+    );
+    let k = panel(
+        b.w,
+        "rk",
+        (BK, b.bd),
+        &format!("k0 + r < {tk}u && d0 + c < {d}u"),
+        &load(a.k, &format!("(kvrow * {tk}u + k0 + r) * {d}u + d0 + c")),
+        &format!("{ko}u + c * {ks}u + r"),
+    );
+    let v = panel(
+        b.w,
+        "rv",
+        (b.bj, b.dvp),
+        &format!("k0 + j0 + r < {tk}u && c < {dv}u"),
+        &load(a.v, &format!("(kvrow * {tk}u + k0 + j0 + r) * {dv}u + c")),
+        &format!("r * {}u + c", b.dvp),
+    );
+    (q, k, v)
+}
+
+/// S += Q·Kᵀ over one panel: a vec4 of rows times a vec4 of keys per dim.
+fn s_panel(b: &Blocks) -> String {
+    let (qs, ks, ko) = (b.qs(), BK + 4, b.ko());
+    let mut s = String::new();
+    for dd in 0..b.bd {
+        s += &format!(
+            "let qa{dd} = sh[{}u + ty];\n            let kb{dd} = sh[{}u + tx];\n            ",
+            dd * qs / 4,
+            (ko + dd * ks) / 4
+        );
+        for (i, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+            s += &format!("s{i} = s{i} + qa{dd}.{comp} * kb{dd};\n            ");
+        }
+    }
+    s
+}
+
+/// The scores of the block: scaled, masked, hidden keys at −FLT_MAX with `ok` false.
+fn scores(a: &Attn) -> String {
+    let (tq, tk) = (a.tq, a.tk);
+    let (_, msq, msk) = a.mask_layout();
+    let causal = if a.causal { format!(" && j + {tq}u <= qi + {tk}u") } else { String::new() };
+    let mask = match a.mask {
+        Some(m) => format!(" + {}", load(m, &format!("mbase + qi * {msq}u + j * {msk}u"))),
+        None => String::new(),
+    };
+    let mut scores = String::new();
+    for i in 0..4 {
+        for (c, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+            scores += &fill(
+                "{
+                let qi = q0 + 4u * ty + $I$u;
+                let j = k0 + 4u * tx + $C$u;
+                ok$I$.$COMP$ = qi < $TQ$u && j < $TK$u$CAUSAL$;
+                if (ok$I$.$COMP$) {
+                    s$I$.$COMP$ = s$I$.$COMP$ * $SCALE$$MASK$;
+                } else {
+                    s$I$.$COMP$ = $NEG$;
+                }
+            }
+            ",
+                &[
+                    ("I", i.to_string()),
+                    ("C", c.to_string()),
+                    ("COMP", comp.to_string()),
+                    ("TQ", tq.to_string()),
+                    ("TK", tk.to_string()),
+                    ("CAUSAL", causal.clone()),
+                    ("SCALE", format!("{:?}", a.scale as f32)),
+                    ("MASK", mask.clone()),
+                    ("NEG", NEG.into()),
+                ],
+            );
+        }
+    }
+    scores
+}
+
+/// O += P·V over one panel of V: the rows' probabilities of key j times the value columns.
+fn pv_panel(b: &Blocks) -> String {
+    let (po, _, _) = b.layout();
+    let (qs, co) = (b.qs(), b.dvp / BK);
+    let mut s = String::new();
+    for jj in 0..b.bj {
+        s += &format!(
+            "let pj{jj} = sh[{}u + (j0 + {jj}u) * {}u + ty];\n            ",
+            po / 4,
+            qs / 4
+        );
+        for c in 0..co {
+            s +=
+                &format!("let vj{jj}_{c} = sh[{}u + tx];\n            ", (jj * b.dvp) / 4 + TX * c);
+            for (i, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                s += &format!("o{i}_{c} = o{i}_{c} + pj{jj}.{comp} * vj{jj}_{c};\n            ");
+            }
+        }
+    }
+    s
+}
+
+/// Each row's share of the sums and its output accumulators.
+fn accumulators(b: &Blocks) -> String {
+    let mut decls = String::new();
+    for i in 0..4 {
+        decls += &format!("var l{i} = 0.0;\n    ");
+        for c in 0..b.dvp / BK {
+            decls += &format!("var o{i}_{c} = vec4<f32>(0.0);\n    ");
+        }
+    }
+    decls
+}
+
+/// Each row's running maximum, the block's rescaling of everything held, the probabilities.
+fn rescale(b: &Blocks) -> String {
+    let (_, so, _) = b.layout();
+    let mut s = String::new();
+    for i in 0..4 {
+        s += &format!(
+            "{{
+            let r = 4u * ty + {i}u;
+            let m = sh[({so}u + r) >> 2u][r & 3u];
+            let cr = sh[({so}u + {bq}u + r) >> 2u][r & 3u];
+            p{i} = select(vec4<f32>(0.0), exp(s{i} - vec4<f32>(m)), ok{i});
+            l{i} = l{i} * cr + p{i}.x + p{i}.y + p{i}.z + p{i}.w;\n",
+            bq = b.bq
+        );
+        for c in 0..b.dvp / BK {
+            s += &format!("            o{i}_{c} = o{i}_{c} * cr;\n");
+        }
+        s += "        }\n        ";
+    }
+    s
+}
+
+/// P stored key major: key 4·tx + c's probabilities of the invocation's four rows are one
+/// vec4.
+fn store_p(b: &Blocks) -> String {
+    let (po, _, _) = b.layout();
+    let mut s = String::new();
+    for (c, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+        let p = format!("vec4<f32>(p0.{comp}, p1.{comp}, p2.{comp}, p3.{comp})");
+        s += &format!("sh[{}u + (4u * tx + {c}u) * {}u + ty] = {p};\n        ", po / 4, b.qs() / 4);
+    }
+    s
+}
+
+/// Each invocation's shares of its rows' sums, to shared memory for the stores to add.
+fn shares(b: &Blocks) -> String {
+    let (po, _, _) = b.layout();
+    let mut s = String::new();
+    for i in 0..4 {
+        let at = format!("let at = {po}u + (4u * ty + {i}u) * {TX}u + tx;");
+        s += &format!("{{ {at} sh[at >> 2u][at & 3u] = l{i}; }}\n    ");
+    }
+    s
+}
+
+/// Each row's sum, then its outputs divided by it (zeros where the row saw no key).
+fn stores(a: &Attn, b: &Blocks, out: &Operand) -> String {
+    let (po, _, _) = b.layout();
+    let (tq, dv) = (a.tq, a.dv);
+    let mut s = String::new();
+    for i in 0..4 {
+        s += &format!(
+            "{{
+        let r = 4u * ty + {i}u;
+        let qi = q0 + r;
+        var l = 0.0;
+        for (var x = 0u; x < {TX}u; x = x + 1u) {{
+            let at = {po}u + r * {TX}u + x;
+            l = l + sh[at >> 2u][at & 3u];
+        }}
+        let inv = select(0.0, 1.0 / l, l > 0.0);
+        if (qi < {tq}u) {{\n"
+        );
+        for c in 0..b.dvp / BK {
+            for (e, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                let col = format!("4u * (tx + {}u) + {e}u", TX * c);
+                let st = store(
+                    out,
+                    &format!("(bh * {tq}u + qi) * {dv}u + col"),
+                    &format!("o{i}_{c}.{comp} * inv"),
+                );
+                s += &format!("            {{ let col = {col}; if (col < {dv}u) {{ {st} }} }}\n");
+            }
+        }
+        s += "        }\n    }\n    ";
+    }
+    s
 }
 
 /// The WGSL of `forward`: per key block, panels of Q and K staged in turn for the scores, then

@@ -1,0 +1,271 @@
+//! The arena plan: lifetimes, views, results written over their operands, levels, and the
+//! plans refused for their size.
+
+use super::*;
+use mgn_ir::op::{BinaryOp, UnaryOp};
+use mgn_ir::plan::{Mode, Plan, SourceLoc, Step};
+use mgn_ir::DType;
+
+/// A chain x → a → b → c → … → y: only neighbours are alive together.
+fn chain(len: usize) -> GpuPlan {
+    let step = |op, inputs: Vec<u32>| Step {
+        op,
+        inputs,
+        dtype: DType::F32,
+        shape: vec![64],
+        loc: SourceLoc::default(),
+    };
+    let mut steps = vec![step(Op::Input { name: "x".into() }, vec![])];
+    for i in 0..len {
+        steps.push(step(
+            if i % 2 == 0 { Op::Unary(UnaryOp::Relu) } else { Op::Binary(BinaryOp::Add) },
+            if i % 2 == 0 { vec![i as u32] } else { vec![i as u32, i as u32] },
+        ));
+    }
+    let last = steps.len() as u32 - 1;
+    GpuPlan::of(&Plan::of_steps(
+        Mode::Infer,
+        steps,
+        vec![("x".into(), 0)],
+        vec![("y".into(), last)],
+    ))
+}
+
+/// No two values alive at the same time share a word, but for an element-wise step
+/// written over an operand that dies there.
+fn assert_valid(plan: &GpuPlan, a: &ArenaPlan) {
+    let last_use = DefUse::of(plan).last_uses();
+    let root = view_roots(plan);
+    let over = element_in_place(plan, &root, &root_last_uses(plan, &root));
+    let n = plan.steps.len();
+    let end = |i: usize| {
+        if last_use[i] == usize::MAX || pinned(plan, i) {
+            usize::MAX
+        } else {
+            last_use[i].max(i)
+        }
+    };
+    for i in 0..n {
+        for (j, over_j) in over.iter().enumerate().skip(i + 1) {
+            // j is defined after i; they coexist if i is still alive when j is written.
+            let written_over = *over_j == Some(i) && a.offsets[i] == a.offsets[j];
+            if end(i) >= j && !written_over {
+                let (ai, bi) = (a.offsets[i], a.offsets[i] + words(plan, i));
+                let (aj, bj) = (a.offsets[j], a.offsets[j] + words(plan, j));
+                assert!(
+                    bi <= aj || bj <= ai,
+                    "steps {i} and {j} overlap: [{ai}, {bi}) and [{aj}, {bj})"
+                );
+            }
+        }
+    }
+    assert!(a.offsets.iter().zip(0..n).all(|(&o, i)| o + words(plan, i) <= a.total_words));
+}
+
+#[test]
+fn a_chain_needs_only_two_transient_regions() {
+    let plan = chain(20);
+    let a = plan_arena(&plan);
+    assert_valid(&plan, &a);
+    assert_eq!(check_arena(&plan, &a), Ok(()));
+    // Pinned: the input; then two regions ping-pong, the output taking one of the slots.
+    assert_eq!(a.pinned_words, 64);
+    assert!(a.total_words <= a.pinned_words + 3 * 64, "{}", a.total_words);
+}
+
+/// x → a = relu(x) → b = softmax(a); c = exp(x) and d = tanh(x) read only x; y = b + c + d.
+/// After b, a's words are free, but c and d could run at level 0, before b reads a at
+/// level 1: taking a's words would make one of them wait a level. (A softmax, not an
+/// element-wise step, which could be written over a instead.)
+fn independent_steps(shape: &[usize]) -> GpuPlan {
+    let step = |op, inputs: Vec<u32>| Step {
+        op,
+        inputs,
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        loc: SourceLoc::default(),
+    };
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![]),
+        step(Op::Unary(UnaryOp::Relu), vec![0]),
+        step(Op::Softmax { axis: 0, log: false }, vec![1]),
+        step(Op::Unary(UnaryOp::Exp), vec![0]),
+        step(Op::Unary(UnaryOp::Tanh), vec![0]),
+        step(Op::Binary(BinaryOp::Add), vec![2, 3]),
+        step(Op::Binary(BinaryOp::Add), vec![5, 4]),
+    ];
+    GpuPlan::of(&Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 6)]))
+}
+
+fn levels_of(plan: &GpuPlan, a: &ArenaPlan) -> crate::schedule::Levels {
+    let words: Vec<usize> = plan.steps.iter().map(|s| s.shape.iter().product()).collect();
+    let l = crate::schedule::levels(plan, &a.offsets, &words);
+    crate::schedule::check(plan, &a.offsets, &words, &l).expect("ordered");
+    l
+}
+
+#[test]
+fn small_values_take_fresh_words_rather_than_wait_for_reused_ones() {
+    let plan = independent_steps(&[64]);
+    let a = plan_arena(&plan);
+    assert_valid(&plan, &a);
+    assert_eq!(check_arena(&plan, &a), Ok(()));
+    let l = levels_of(&plan, &a);
+    assert_eq!((l.step[3], l.step[4]), (Some(0), Some(0)), "exp and tanh run with relu");
+    assert_eq!(l.count, 4, "relu, exp, tanh | softmax | add | add");
+}
+
+#[test]
+fn large_values_take_fresh_words_within_half_the_peak_then_wait() {
+    // Past `SMALL` words a value takes fresh words only from the spare, half the peak;
+    // then it waits.
+    let plan = independent_steps(&[SMALL * 2]);
+    let a = plan_arena(&plan);
+    assert_valid(&plan, &a);
+    assert_eq!(check_arena(&plan, &a), Ok(()));
+    let peak = plan_memory(&plan).peak_live_bytes as usize / 4;
+    let transient = a.total_words - a.pinned_words;
+    assert!(2 * transient <= 3 * peak, "{transient} words for a peak of {peak}");
+    // The spare holds one of exp and tanh; the other waits for relu's words.
+    let l = levels_of(&plan, &a);
+    let (exp, tanh) = (l.step[3].expect("computed"), l.step[4].expect("computed"));
+    assert_eq!((exp.min(tanh), exp.max(tanh) > 0, l.count), (0, true, 5));
+}
+
+/// x → a = exp(x), b = neg(x), c = a + b, d = c · s (s a [1] input, broadcast),
+/// e = relu(d) + a2 where a2 = tanh(x) is also an output, y = e: c can be written over a
+/// (or b), d over c, e over d — not over a2 (a result), s (an input, and broadcast).
+pub(super) fn over_plan(n: usize) -> Plan {
+    let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
+        op,
+        inputs,
+        dtype: DType::F32,
+        shape,
+        loc: SourceLoc::default(),
+    };
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], vec![n]), // 0
+        step(Op::Input { name: "s".into() }, vec![], vec![1]), // 1
+        step(Op::Unary(UnaryOp::Exp), vec![0], vec![n]),       // 2: a
+        step(Op::Unary(UnaryOp::Neg), vec![0], vec![n]),       // 3: b
+        step(Op::Binary(BinaryOp::Add), vec![2, 3], vec![n]),  // 4: c
+        step(Op::Binary(BinaryOp::Mul), vec![4, 1], vec![n]),  // 5: d
+        step(Op::Unary(UnaryOp::Tanh), vec![0], vec![n]),      // 6: a2, an output
+        step(Op::Unary(UnaryOp::Relu), vec![5], vec![n]),      // 7
+        step(Op::Binary(BinaryOp::Add), vec![7, 6], vec![n]),  // 8: e, the output y
+    ];
+    let inputs = vec![("x".into(), 0), ("s".into(), 1)];
+    Plan::of_steps(Mode::Infer, steps, inputs, vec![("y".into(), 8), ("t".into(), 6)])
+}
+
+#[test]
+fn an_element_wise_step_is_written_over_an_operand_that_dies_there() {
+    let plan = GpuPlan::of(&over_plan(4096));
+    let root = view_roots(&plan);
+    let over = element_in_place(&plan, &root, &root_last_uses(&plan, &root));
+    // exp and neg read an input; the sum goes over a; the product over c (not s); relu
+    // over d; the last sum over relu's value, not over the output t.
+    let want = [None, None, None, None, Some(2), Some(4), None, Some(5), Some(7)];
+    assert_eq!(over, want);
+    let a = plan_arena(&plan);
+    assert_valid(&plan, &a);
+    assert_eq!(check_arena(&plan, &a), Ok(()));
+    assert_eq!(a.offsets[4], a.offsets[2]);
+    assert_eq!(a.offsets[8], a.offsets[2], "the chain stays in a's words");
+    // At the sum x, a and b (and s) are alive, and c takes a's words: three values of
+    // 4096, not four.
+    assert_eq!(plan_memory(&plan).peak_live_bytes, 3 * 4096 * 4 + 4);
+    levels_of(&plan, &a);
+}
+
+#[test]
+fn results_written_over_their_operands_match_the_cpu() {
+    // x → a = exp(x) → k = softmax(a) → c = a + k → y = softmax(c): a has two readers and
+    // k is no element-wise step, so c stays a step of its own, written over a or k.
+    let step = |op, inputs: Vec<u32>| Step {
+        op,
+        inputs,
+        dtype: DType::F32,
+        shape: vec![64, 64],
+        loc: SourceLoc::default(),
+    };
+    let softmax = Op::Softmax { axis: 1, log: false };
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![]),
+        step(Op::Unary(UnaryOp::Exp), vec![0]),
+        step(softmax.clone(), vec![1]),
+        step(Op::Binary(BinaryOp::Add), vec![1, 2]),
+        step(softmax, vec![3]),
+    ];
+    let plan = Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]);
+    let program = crate::rewrite::for_gpu(&plan);
+    let sum = program.position(crate::program::StepId(3)).expect("kept");
+    let a = plan_arena(&program);
+    let operands = &program.steps[sum].inputs;
+    assert!(operands.iter().any(|&x| a.offsets[x as usize] == a.offsets[sum]), "in place");
+    assert_valid(&program, &a);
+    assert_eq!(check_arena(&program, &a), Ok(()));
+    levels_of(&program, &a);
+    let values = (0..4096).map(|i| (i as f32 * 0.01).sin()).collect();
+    let x = mgn_ir::Tensor::f32(vec![64, 64], values);
+    let Some(mut gpu) = crate::test_util::open(plan.clone(), &[]) else { return };
+    let got = gpu.run(&[("x", &x)], 0).expect("runs").outputs;
+    let want = crate::test_util::run_on_cpu_plan(&plan, &[], &[("x", &x)]).outputs;
+    crate::test_util::assert_close(
+        &Op::Softmax { axis: 1, log: false },
+        &got[0].1,
+        &want[0].1,
+        1e-5,
+    );
+}
+
+#[test]
+fn a_reshape_is_a_view_that_keeps_its_root_alive() {
+    // x → a = relu(x) → v = reshape(a) → b = neg(x) → y = v + b: v has a's words, and a's
+    // words stay taken until y reads v (b must not land on them).
+    let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
+        op,
+        inputs,
+        dtype: DType::F32,
+        shape,
+        loc: SourceLoc::default(),
+    };
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], vec![64]),
+        step(Op::Unary(UnaryOp::Relu), vec![0], vec![64]),
+        step(Op::Reshape, vec![1], vec![8, 8]),
+        step(Op::Unary(UnaryOp::Neg), vec![0], vec![8, 8]),
+        step(Op::Binary(BinaryOp::Add), vec![2, 3], vec![8, 8]),
+    ];
+    let plan = Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]);
+    let plan = GpuPlan::of(&plan);
+    assert_eq!(view_roots(&plan), vec![0, 1, 1, 3, 4]);
+    let a = plan_arena(&plan);
+    assert_eq!(a.offsets[2], a.offsets[1]);
+    assert_ne!(a.offsets[3], a.offsets[1]);
+    check_arena(&plan, &a).expect("valid");
+    let m = plan_memory(&plan);
+    assert_eq!(m.peak_live_bytes, 3 * 256, "three 64-float values at most: v shares a's bytes");
+}
+
+#[test]
+fn arenas_past_a_binding_the_device_or_32_bit_offsets_are_refused_by_name() {
+    let plan = chain(6);
+    let words = plan_arena(&plan).total_words;
+    let limits = crate::limits::DeviceLimits::MIN_SPEC;
+    check_fits(&plan, words, &limits, None).expect("a small chain fits");
+    let bytes = words as u64 * 4;
+    assert!(bytes > 256, "the chain keeps at least two 64-float values: {bytes} B");
+    let small = crate::limits::DeviceLimits { max_storage_buffer_range: 256, ..limits };
+    let e = check_fits(&plan, words, &small, None).unwrap_err();
+    assert!(e.contains("more than one storage binding on this device holds (256 B)"), "{e}");
+    assert!(e.contains("its largest values: `"), "{e}");
+    let e = check_fits(&plan, words, &limits, Some(256)).unwrap_err();
+    assert!(e.contains("more than the device's memory (256 B)"), "{e}");
+    // The tightest limit passed is the one named.
+    let e = check_fits(&plan, 1 << 33, &limits, None).unwrap_err();
+    assert!(e.contains("one storage binding on this device holds (128 MiB)"), "{e}");
+    let any = crate::limits::DeviceLimits { max_storage_buffer_range: u64::MAX, ..limits };
+    let e = check_fits(&plan, 1 << 33, &any, None).unwrap_err();
+    assert!(e.contains("32.0 GiB") && e.contains("32-bit word offsets"), "{e}");
+}
