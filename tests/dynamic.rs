@@ -287,3 +287,38 @@ fn kernels_are_shared_across_sizes() {
     let reductions = gpt.iter().all(|k| k.starts_with("sum_to") || k.starts_with("mean"));
     assert!(reductions && gpt.len() <= 4, "{gpt:?}");
 }
+
+/// A dynamic plan whose attention scores at the bound are past what a device holds runs its
+/// attention whole there, as a static plan does (`rewrite::for_device`): tiny GPT at up to 256
+/// tokens, on a device whose one binding holds its arena only with attention whole.
+#[test]
+fn a_dynamic_plan_runs_attention_whole_where_the_scores_would_not_fit() {
+    use mgn_gpu::program::{GpuOp, GpuPlan};
+    use mgn_gpu::rewrite::{AttentionPath, Options};
+    let v = |s: &str| s.parse::<SizeVar>().expect("a size");
+    let set = [("B", 2), ("block_size", 256)];
+    let plan = built("models/tiny_gpt.mgn", &set, &[v("T=256")], &PlanOptions::infer());
+    let scores = |p: &GpuPlan| p.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
+    // A device between the two: its one binding holds the arena with attention whole, not
+    // the one through the scores.
+    let arena = |attention| {
+        let options = Options { attention, ..Options::default() };
+        let (p, _) = mgn_gpu::dynamic::program(&plan, &options).expect("a program");
+        mgn_gpu::memory::plan_arena(&p).total_words as u64 * 4
+    };
+    let (through, whole) = (arena(AttentionPath::Matmul), arena(AttentionPath::Tiled));
+    assert!(whole < through, "{whole} bytes whole, {through} through the scores");
+    let roomy = mgn_gpu::limits::DeviceLimits::MIN_SPEC;
+    let range = (whole + through) / 2;
+    let small = mgn_gpu::limits::DeviceLimits { max_storage_buffer_range: range, ..roomy };
+    let options = Options::default();
+    let for_device = |limits| mgn_gpu::dynamic::program_for_device(&plan, &options, limits, None);
+    let (wide, _) = for_device(&roomy).expect("a program");
+    assert!(scores(&wide), "through the score matrix where it fits");
+    let (whole, d) = for_device(&small).expect("a program");
+    assert!(!scores(&whole), "attention whole where the scores do not fit");
+    assert!(mgn_gpu::rewrite::fits_the_device(&whole, &small, None));
+    assert!(!mgn_gpu::rewrite::fits_the_device(&wide, &small, None));
+    // The program still follows the sizes: at 100 tokens it is the bound's, resized.
+    d.at(&whole, &[100]).expect("the program at another size");
+}

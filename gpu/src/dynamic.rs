@@ -40,6 +40,26 @@ fn json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("programs serialize")
 }
 
+/// `program` for a device that holds `limits` and has `memory` bytes (when known): as
+/// `rewrite::for_device` does for a static plan, attentions whose score matrices would make
+/// the bound's arena larger than the device holds run whole, when that fits.
+pub fn program_for_device(
+    plan: &Plan,
+    options: &Options,
+    limits: &crate::limits::DeviceLimits,
+    memory: Option<u64>,
+) -> Result<(GpuPlan, DynamicProgram), GpuError> {
+    use crate::rewrite::{fits_the_device, scores_past_the_device, AttentionPath};
+    let made = program(plan, options)?;
+    if !scores_past_the_device(&made.0, options, limits, memory) {
+        return Ok(made);
+    }
+    match program(plan, &Options { attention: AttentionPath::Tiled, ..*options }) {
+        Ok(whole) if fits_the_device(&whole.0, limits, memory) => Ok(whole),
+        _ => Ok(made),
+    }
+}
+
 /// The program of `plan` at its bound, and how its numbers follow the sizes.
 pub fn program(plan: &Plan, options: &Options) -> Result<(GpuPlan, DynamicProgram), GpuError> {
     let d = plan.dynamic.as_ref().expect("a dynamic plan");

@@ -373,15 +373,19 @@ impl GpuSession {
             .map_err(|e| GpuError::Failed(format!("{}: invalid plan: {e}", plan.model)))?;
         let options = crate::rewrite::Options::from_env().map_err(GpuError::Failed)?;
         let start = std::time::Instant::now();
-        let (rewritten, dynamic) = match plan.dynamic {
-            None => match GpuDevice::chosen() {
-                Ok((info, limits)) => {
-                    (crate::rewrite::for_device(&plan, &options, &limits, info.memory), None)
-                }
-                // Opening reports it.
-                Err(_) => (crate::rewrite::for_gpu_with(&plan, &options), None),
-            },
-            Some(_) => {
+        // Opening reports a device that cannot be chosen; the program is then the default one.
+        let device = GpuDevice::chosen().ok().map(|(info, limits)| (limits, info.memory));
+        let (rewritten, dynamic) = match (&plan.dynamic, device) {
+            (None, Some((limits, memory))) => {
+                (crate::rewrite::for_device(&plan, &options, &limits, memory), None)
+            }
+            (None, None) => (crate::rewrite::for_gpu_with(&plan, &options), None),
+            (Some(_), Some((limits, memory))) => {
+                let made = crate::dynamic::program_for_device(&plan, &options, &limits, memory);
+                let (program, d) = made?;
+                (program, Some(d))
+            }
+            (Some(_), None) => {
                 let (program, d) = crate::dynamic::program(&plan, &options)?;
                 (program, Some(d))
             }

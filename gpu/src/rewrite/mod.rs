@@ -68,24 +68,46 @@ pub fn for_device(
     limits: &crate::limits::DeviceLimits,
     memory: Option<u64>,
 ) -> GpuPlan {
-    use crate::memory::{check_fits, plan_arena, value_words};
     let program = for_gpu_with(plan, options);
-    let scores = |p: &GpuPlan| p.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
-    if options.attention != AttentionPath::Auto || !scores(&program) {
-        return program;
-    }
-    let fits = |p: &GpuPlan, words: usize| check_fits(p, words, limits, memory).is_ok();
-    // Every value in words of its own: a bound that the arena's reuse only lowers, and cheap.
-    let bound: usize = program.steps.iter().map(|s| value_words(s.dtype, &s.shape)).sum();
-    if fits(&program, bound) || fits(&program, plan_arena(&program).total_words) {
+    if !scores_past_the_device(&program, options, limits, memory) {
         return program;
     }
     let whole = for_gpu_with(plan, &Options { attention: AttentionPath::Tiled, ..*options });
-    if fits(&whole, plan_arena(&whole).total_words) {
+    if fits_the_device(&whole, limits, memory) {
         whole
     } else {
         program
     }
+}
+
+/// Whether `program`, made under `options`, holds attention score matrices (the path was left
+/// to `Auto`) and its arena is past what the device holds: then the attentions should run
+/// whole (`for_device`; `dynamic::program_for_device` for a dynamic plan).
+pub fn scores_past_the_device(
+    program: &GpuPlan,
+    options: &Options,
+    limits: &crate::limits::DeviceLimits,
+    memory: Option<u64>,
+) -> bool {
+    let scores = program.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
+    if options.attention != AttentionPath::Auto || !scores {
+        return false;
+    }
+    // Every value in words of its own: a bound that the arena's reuse only lowers, and cheap.
+    let bound: usize =
+        program.steps.iter().map(|s| crate::memory::value_words(s.dtype, &s.shape)).sum();
+    let fits = crate::memory::check_fits(program, bound, limits, memory).is_ok();
+    !fits && !fits_the_device(program, limits, memory)
+}
+
+/// Whether `program`'s planned arena fits the device.
+pub fn fits_the_device(
+    program: &GpuPlan,
+    limits: &crate::limits::DeviceLimits,
+    memory: Option<u64>,
+) -> bool {
+    let words = crate::memory::plan_arena(program).total_words;
+    crate::memory::check_fits(program, words, limits, memory).is_ok()
 }
 
 /// `for_gpu_with`, its passes choosing by size as `choices` say; the choices they made.
