@@ -139,10 +139,11 @@ impl Bench<'_> {
         })
     }
 
-    /// A session for `plan`, moved onto the GPU when the bench runs there; with it, the
-    /// device's name and the wall time (ms) `use_gpu` took. Under `--backend auto` a first
-    /// session the GPU cannot run sends the whole bench to the CPU (with a note); a later one
-    /// is an error, so that one report never mixes backends.
+    /// A session for the first plan, moved onto the GPU when the bench runs there; with it,
+    /// the device's name and the wall time (ms) `use_gpu` took. Under `--backend auto` a first
+    /// session the GPU cannot run sends the whole bench to the CPU (with a note). Later plans
+    /// open through `open_unless_too_large`: one the GPU cannot run for another reason is an
+    /// error, so that one report never mixes backends.
     pub(super) fn open(&self, plan: Plan, notes: &mut Vec<String>) -> Result<Opened, u8> {
         let mode = mode_name(&plan);
         let model = plan.model.clone();
