@@ -1,15 +1,13 @@
 //! `bench/table.py`, which writes the side-by-side Markdown from the JSON that `mgnc bench` and
-//! `bench/torch_bench.py` leave: the roofline section it renders from mgnc's profile.
+//! `bench/torch_bench.py` leave: the roofline section it renders from mgnc's profile, and the
+//! memory table.
 
 use mgn_tests::root;
 use std::process::Command;
 
 #[test]
 fn the_table_sets_each_op_family_against_its_floor() {
-    let dir = root().join("target").join("bench_table_test");
-    std::fs::create_dir_all(&dir).expect("a scratch folder");
     let env = r#"{"workloads": ["tiny"], "torch": "skipped", "peaks": "67 TFLOP/s, 4.3 TB/s"}"#;
-    std::fs::write(dir.join("env.json"), env).expect("env.json");
     // Two families of one profiled plan: 4 ms of products with a 1 ms floor, 1 ms of copies
     // with a 0.5 ms floor.
     let mgnc = r#"{"model": "tiny", "config": {}, "notes": [],
@@ -19,14 +17,7 @@ fn the_table_sets_each_op_family_against_its_floor() {
              "floor_ms": 1.0},
             {"op": "add", "dispatches": 2, "ms": 1.0, "flops": 1.0e6, "bytes": 2.15e9,
              "floor_ms": 0.5}]}}"#;
-    std::fs::write(dir.join("tiny.mgnc.json"), mgnc).expect("tiny.mgnc.json");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(python)
-        .args(["bench/table.py", dir.to_str().expect("a UTF-8 path")])
-        .output()
-        .expect("python3 runs bench/table.py");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
+    let text = table("bench_table_test", env, mgnc);
     assert!(text.contains("### Roofline per op family"), "{text}");
     // 4e10 FLOP in 4 ms is 10 TFLOP/s, a quarter of the time at the floor; 2.15 GB in 1 ms
     // is 2,150 GB/s, half.
@@ -44,10 +35,7 @@ fn the_table_sets_each_op_family_against_its_floor() {
 
 #[test]
 fn the_memory_table_takes_the_gpu_sessions_arena_where_the_run_had_one() {
-    let dir = root().join("target").join("bench_table_memory_test");
-    std::fs::create_dir_all(&dir).expect("a scratch folder");
     let env = r#"{"workloads": ["tiny"], "torch": "skipped"}"#;
-    std::fs::write(dir.join("env.json"), env).expect("env.json");
     // The inference plan ran on the GPU, whose rewritten program took 2 MiB of values where the
     // plan as compiled plans 3; the training plan has no GPU figures (5 MiB as compiled).
     let mib = 1 << 20;
@@ -69,13 +57,23 @@ fn the_memory_table_takes_the_gpu_sessions_arena_where_the_run_had_one() {
         4 * mib,
         2 * mib,
     );
+    let text = table("bench_table_memory_test", env, &mgnc);
+    assert!(text.contains("| tiny | 1.0 | 2.0 | 9.0 | 1.0 | 5.0 | 20.0 | 4.0 | 2.0 |"), "{text}");
+}
+
+/// `bench/table.py`'s output over a folder `target/NAME` holding `env` as env.json and `mgnc`
+/// as tiny.mgnc.json; it must succeed.
+fn table(name: &str, env: &str, mgnc: &str) -> String {
+    let dir = root().join("target").join(name);
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    std::fs::write(dir.join("env.json"), env).expect("env.json");
     std::fs::write(dir.join("tiny.mgnc.json"), mgnc).expect("tiny.mgnc.json");
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let out = Command::new(python)
         .args(["bench/table.py", dir.to_str().expect("a UTF-8 path")])
         .output()
         .expect("python3 runs bench/table.py");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("| tiny | 1.0 | 2.0 | 9.0 | 1.0 | 5.0 | 20.0 | 4.0 | 2.0 |"), "{text}");
+    text
 }

@@ -49,15 +49,10 @@ pub fn program_for_device(
     limits: &crate::limits::DeviceLimits,
     memory: Option<u64>,
 ) -> Result<(GpuPlan, DynamicProgram), GpuError> {
-    use crate::rewrite::{fits_the_device, scores_past_the_device, AttentionPath};
     let made = program(plan, options)?;
-    if !scores_past_the_device(&made.0, options, limits, memory) {
-        return Ok(made);
-    }
-    match program(plan, &Options { attention: AttentionPath::Tiled, ..*options }) {
-        Ok(whole) if fits_the_device(&whole.0, limits, memory) => Ok(whole),
-        _ => Ok(made),
-    }
+    let whole = |o: &Options| program(plan, o).ok();
+    use crate::rewrite::whole_where_scores_do_not_fit as fit;
+    Ok(fit(made, whole, |m| &m.0, options, limits, memory))
 }
 
 /// The program of `plan` at its bound, and how its numbers follow the sizes.

@@ -135,24 +135,20 @@ fn large_values_take_fresh_words_within_half_the_peak_then_wait() {
 /// x → a = exp(x), b = neg(x), c = a + b, d = c · s (s a [1] input, broadcast),
 /// e = relu(d) + a2 where a2 = tanh(x) is also an output, y = e: c can be written over a
 /// (or b), d over c, e over d — not over a2 (a result), s (an input, and broadcast).
-pub(super) fn over_plan(n: usize) -> Plan {
-    let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
-        op,
-        inputs,
-        dtype: DType::F32,
-        shape,
-        loc: SourceLoc::default(),
+fn over_plan(n: usize) -> Plan {
+    let step = |op, inputs: Vec<u32>, shape: &[usize]| {
+        crate::test_util::step(op, inputs, DType::F32, shape)
     };
     let steps = vec![
-        step(Op::Input { name: "x".into() }, vec![], vec![n]), // 0
-        step(Op::Input { name: "s".into() }, vec![], vec![1]), // 1
-        step(Op::Unary(UnaryOp::Exp), vec![0], vec![n]),       // 2: a
-        step(Op::Unary(UnaryOp::Neg), vec![0], vec![n]),       // 3: b
-        step(Op::Binary(BinaryOp::Add), vec![2, 3], vec![n]),  // 4: c
-        step(Op::Binary(BinaryOp::Mul), vec![4, 1], vec![n]),  // 5: d
-        step(Op::Unary(UnaryOp::Tanh), vec![0], vec![n]),      // 6: a2, an output
-        step(Op::Unary(UnaryOp::Relu), vec![5], vec![n]),      // 7
-        step(Op::Binary(BinaryOp::Add), vec![7, 6], vec![n]),  // 8: e, the output y
+        step(Op::Input { name: "x".into() }, vec![], &[n]), // 0
+        step(Op::Input { name: "s".into() }, vec![], &[1]), // 1
+        step(Op::Unary(UnaryOp::Exp), vec![0], &[n]),       // 2: a
+        step(Op::Unary(UnaryOp::Neg), vec![0], &[n]),       // 3: b
+        step(Op::Binary(BinaryOp::Add), vec![2, 3], &[n]),  // 4: c
+        step(Op::Binary(BinaryOp::Mul), vec![4, 1], &[n]),  // 5: d
+        step(Op::Unary(UnaryOp::Tanh), vec![0], &[n]),      // 6: a2, an output
+        step(Op::Unary(UnaryOp::Relu), vec![5], &[n]),      // 7
+        step(Op::Binary(BinaryOp::Add), vec![7, 6], &[n]),  // 8: e, the output y
     ];
     let inputs = vec![("x".into(), 0), ("s".into(), 1)];
     Plan::of_steps(Mode::Infer, steps, inputs, vec![("y".into(), 8), ("t".into(), 6)])
@@ -182,13 +178,7 @@ fn an_element_wise_step_is_written_over_an_operand_that_dies_there() {
 fn results_written_over_their_operands_match_the_cpu() {
     // x → a = exp(x) → k = softmax(a) → c = a + k → y = softmax(c): a has two readers and
     // k is no element-wise step, so c stays a step of its own, written over a or k.
-    let step = |op, inputs: Vec<u32>| Step {
-        op,
-        inputs,
-        dtype: DType::F32,
-        shape: vec![64, 64],
-        loc: SourceLoc::default(),
-    };
+    let step = |op, inputs| crate::test_util::step(op, inputs, DType::F32, &[64, 64]);
     let softmax = Op::Softmax { axis: 1, log: false };
     let steps = vec![
         step(Op::Input { name: "x".into() }, vec![]),

@@ -68,36 +68,40 @@ pub fn for_device(
     limits: &crate::limits::DeviceLimits,
     memory: Option<u64>,
 ) -> GpuPlan {
-    let program = for_gpu_with(plan, options);
-    if !scores_past_the_device(&program, options, limits, memory) {
-        return program;
-    }
-    let whole = for_gpu_with(plan, &Options { attention: AttentionPath::Tiled, ..*options });
-    if fits_the_device(&whole, limits, memory) {
-        whole
-    } else {
-        program
-    }
+    let made = for_gpu_with(plan, options);
+    let whole = |o: &Options| Some(for_gpu_with(plan, o));
+    whole_where_scores_do_not_fit(made, whole, |p| p, options, limits, memory)
 }
 
-/// Whether `program`, made under `options`, holds attention score matrices (the path was left
-/// to `Auto`) and its arena is past what the device holds: then the attentions should run
-/// whole (`for_device`; `dynamic::program_for_device` for a dynamic plan).
-pub fn scores_past_the_device(
-    program: &GpuPlan,
+/// `made`, made under `options`; or, where it holds attention score matrices (the path left
+/// to `Auto`) in an arena past the device and the attention run whole fits, what
+/// `make_whole` makes with attention whole (None where that fails). `program` finds the GPU
+/// plan in what is made: `for_device` for a static plan, `dynamic::program_for_device` for a
+/// dynamic one.
+pub fn whole_where_scores_do_not_fit<T>(
+    made: T,
+    make_whole: impl FnOnce(&Options) -> Option<T>,
+    program: impl Fn(&T) -> &GpuPlan,
     options: &Options,
     limits: &crate::limits::DeviceLimits,
     memory: Option<u64>,
-) -> bool {
-    let scores = program.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
+) -> T {
+    let p = program(&made);
+    let scores = p.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
     if options.attention != AttentionPath::Auto || !scores {
-        return false;
+        return made;
     }
     // Every value in words of its own: a bound that the arena's reuse only lowers, and cheap.
-    let bound: usize =
-        program.steps.iter().map(|s| crate::memory::value_words(s.dtype, &s.shape)).sum();
-    let fits = crate::memory::check_fits(program, bound, limits, memory).is_ok();
-    !fits && !fits_the_device(program, limits, memory)
+    let bound: usize = p.steps.iter().map(|s| crate::memory::value_words(s.dtype, &s.shape)).sum();
+    if crate::memory::check_fits(p, bound, limits, memory).is_ok()
+        || fits_the_device(p, limits, memory)
+    {
+        return made;
+    }
+    match make_whole(&Options { attention: AttentionPath::Tiled, ..*options }) {
+        Some(whole) if fits_the_device(program(&whole), limits, memory) => whole,
+        _ => made,
+    }
 }
 
 /// Whether `program`'s planned arena fits the device.
