@@ -111,6 +111,27 @@ fn movement_and_reductions_match_the_cpu() {
 }
 
 #[test]
+fn softmax_rows_at_every_spread() {
+    // Rows that share a workgroup (5, 128, 130 elements: 2 and 32 lanes, several rows a
+    // workgroup, the last workgroup part full), rows held in registers up to 16 a lane (4,096)
+    // and walked past it (4,097), along the last axis and an inner one.
+    for log in [false, true] {
+        for shape in [&[13, 5][..], &[13, 128], &[3, 130], &[2, 4096], &[2, 4097]] {
+            check(Op::Softmax { axis: 1, log }, &[shape], &[], shape, 1e-5);
+            check(Op::SoftmaxGrad { axis: 1, log }, &[shape, shape], &[], shape, 1e-5);
+        }
+        check(Op::Softmax { axis: 1, log }, &[&[3, 130, 5]], &[], &[3, 130, 5], 1e-5);
+        check(
+            Op::SoftmaxGrad { axis: 1, log },
+            &[&[3, 130, 5], &[3, 130, 5]],
+            &[],
+            &[3, 130, 5],
+            1e-5,
+        );
+    }
+}
+
+#[test]
 fn rows_longer_than_a_workgroup_reduce_across_it() {
     // Rows of 1 and of 700–2,500 elements (past 256 invocations, not multiples of them), along
     // the last and an inner axis; reductions long enough to take one workgroup per output.

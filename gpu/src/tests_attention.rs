@@ -76,6 +76,36 @@ fn attention_probabilities_match_the_cpu() {
     }
 }
 
+#[test]
+fn attention_probabilities_at_every_spread() {
+    // Rows of 128 keys, eight to a workgroup, with a padding mask per sample broadcast over
+    // heads and queries (the encoders' `[B, 1, 1, Tk]`); rows of 130 (a partial last element
+    // a lane); 3 × 5 rows (the last workgroup part full); causal with fewer queries than keys.
+    let mut mask = vec![0.0; 2 * 128];
+    for v in &mut mask[128 + 100..] {
+        *v = -1e9;
+    }
+    let mask = Tensor::f32(vec![2, 1, 1, 128], mask);
+    for causal in [false, true] {
+        check_on_both(
+            &GpuOp::AttentionProbs { causal, has_mask: true },
+            &[floats(&[2, 3, 16, 128], 11), mask.clone()],
+            DType::F32,
+            &[2, 3, 16, 128],
+            1e-6,
+        );
+        for shape in [&[1, 3, 5, 130][..], &[1, 1, 7, 4097]] {
+            check_on_both(
+                &GpuOp::AttentionProbs { causal, has_mask: false },
+                &[floats(shape, 12)],
+                DType::F32,
+                shape,
+                1e-6,
+            );
+        }
+    }
+}
+
 /// One attention's forward and its three derivatives as a training plan would have them:
 /// inputs q, k, v, mask?, dy; results out, dq, dk, dv.
 fn attention_plan(

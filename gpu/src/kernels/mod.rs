@@ -21,6 +21,7 @@ mod pointwise;
 mod rows;
 mod scan;
 mod select;
+mod softmax;
 mod spatial;
 
 use crate::program::{Elem, GpuOp, GpuPlan, StepId};
@@ -417,7 +418,9 @@ pub fn generate(
             let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha, splits: *splits };
             matmul::generate_layout(inputs, out, target, layout)
         }
-        GpuOp::AttentionProbs { causal, .. } => rows::attention_probs(*causal, inputs, out, width),
+        GpuOp::AttentionProbs { causal, .. } => {
+            softmax::attention_probs(*causal, inputs, out, width)
+        }
         GpuOp::SplitSum { splits, program } => split_sum(*splits, program, inputs, out, width),
         GpuOp::ScatterInPlace { axis } => select::scatter_in_place(*axis, inputs, out, width),
     }
@@ -444,8 +447,8 @@ fn plan_op(
         Op::MatMul => matmul::generate(inputs, out, target),
         Op::SumTo => sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => reduce(*op, axes, &inputs[0], out, width),
-        Op::Softmax { axis, log } => rows::softmax(*axis, *log, &inputs[0], out, width),
-        Op::SoftmaxGrad { axis, log } => rows::softmax_grad(*axis, *log, inputs, out, width),
+        Op::Softmax { axis, log } => softmax::softmax(*axis, *log, &inputs[0], out, width),
+        Op::SoftmaxGrad { axis, log } => softmax::softmax_grad(*axis, *log, inputs, out, width),
         Op::SoftmaxCrossEntropy => rows::cross_entropy(inputs, out, width),
         Op::SoftmaxCrossEntropyGrad => rows::cross_entropy_grad(inputs, out, width),
         Op::Conv { .. }

@@ -1,11 +1,11 @@
-//! Row kernels: softmax, its gradient, cross-entropy (whole, or per row for the GPU's
+//! Row kernels: cross-entropy (whole, or per row for the GPU's
 //! `CrossEntropyRows`) and its gradient, and reductions. One workgroup owns one row (or one
 //! reduced output): its invocations stride over the row — coalesced where the row is
 //! contiguous — combine in shared memory, and then the same workgroup writes the row.
 //! Computing a row's statistics once per element instead (what these kernels replaced) costs
 //! O(row²) per row: 6·10¹¹ operations for SmolLM2's 49,152-way loss gradient.
 
-use super::{broadcast_at, load, store, Ext, KernelSource, Operand, FILL};
+use super::{load, store, Ext, KernelSource, Operand, FILL};
 
 /// The workgroup skeleton: `red` (one f32 per invocation), `wg_sum` / `wg_max` (every invocation
 /// gets the combined value; call them in uniform control flow), and `r`, the row of this
@@ -71,19 +71,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, \
     }
 }
 
-/// The first element of row `r` along `axis`, the row length and the stride between elements.
-fn row_of(shape: &[Ext], axis: usize) -> (String, Ext, Ext) {
-    let stride = Ext::strides(shape)[axis].clone();
-    let len = shape[axis].clone();
-    // Rows are numbered outer-major: r = outer · stride + inner.
-    (format!("(r / {stride}) * {} + r % {stride}", len.mul(&stride)), len, stride)
-}
-
-/// The number of rows along `axis`: the product of the other axes.
-fn rows_of(shape: &[Ext], axis: usize) -> Ext {
-    Ext::product(shape.iter().enumerate().filter(|(a, _)| *a != axis).map(|(_, d)| d))
-}
-
 /// `for t in this invocation's elements of the row { … }` with `e`, the element's index.
 fn each(len: &Ext, stride: &Ext, width: u32, body: &str) -> String {
     format!(
@@ -105,105 +92,6 @@ fn max_and_sum(len: &Ext, stride: &Ext, width: u32, value: &str) -> String {
         each(len, stride, width, &format!("mi = max(mi, {value});")),
         each(len, stride, width, &format!("si = si + exp({value} - m);")),
     )
-}
-
-pub(super) fn softmax(
-    axis: usize,
-    log: bool,
-    x: &Operand,
-    out: &Operand,
-    width: u32,
-) -> Result<KernelSource, String> {
-    let (base, len, stride) = row_of(&x.dims(), axis);
-    let (len, stride) = (&len, &stride);
-    let result = if log {
-        format!("{} - m - log(s)", load(x, "e"))
-    } else {
-        format!("exp({} - m) / s", load(x, "e"))
-    };
-    let body = format!(
-        "let base = {base};\n    {}\n    {}",
-        max_and_sum(len, stride, width, &load(x, "e")),
-        each(len, stride, width, &store(out, "e", &result))
-    );
-    Ok(row_kernel(rows_of(&x.dims(), axis), width, &body))
-}
-
-pub(super) fn softmax_grad(
-    axis: usize,
-    log: bool,
-    inputs: &[Operand],
-    out: &Operand,
-    width: u32,
-) -> Result<KernelSource, String> {
-    let (y, dy) = (&inputs[0], &inputs[1]);
-    let (base, len, stride) = row_of(&y.dims(), axis);
-    let (len, stride) = (&len, &stride);
-    // log: dx = dy − softmax(x)·Σdy with softmax(x) = exp(y); else dx = y·(dy − Σ dy·y).
-    let (term, result) = if log {
-        (load(dy, "e"), format!("{} - exp({}) * s", load(dy, "e"), load(y, "e")))
-    } else {
-        (
-            format!("{} * {}", load(dy, "e"), load(y, "e")),
-            format!("{} * ({} - s)", load(y, "e"), load(dy, "e")),
-        )
-    };
-    let body = format!(
-        "let base = {base};
-    var si = 0.0;
-    {sum}
-    let s = wg_sum(lid, si);
-    {write}",
-        sum = each(len, stride, width, &format!("si = si + {term};")),
-        write = each(len, stride, width, &store(out, "e", &result)),
-    );
-    Ok(row_kernel(rows_of(&y.dims(), axis), width, &body))
-}
-
-/// `GpuOp::AttentionProbs`: one workgroup per row of scaled scores `[..B, H, Tq, Tk]`, the
-/// mask broadcast to them; keys hidden by `causal` take no probability and a row that sees no
-/// key (all hidden, or all `-inf`) is all zeros, as `Op::Attention` has it on the CPU.
-pub(super) fn attention_probs(
-    causal: bool,
-    inputs: &[Operand],
-    out: &Operand,
-    width: u32,
-) -> Result<KernelSource, String> {
-    let scores = &inputs[0];
-    let r = scores.shape.len();
-    if r < 2 || out.shape != scores.shape {
-        return Err(format!("attention probabilities of {:?} as {:?}", scores.shape, out.shape));
-    }
-    let dims = scores.dims();
-    let (tq, tk) = (&dims[r - 2], &dims[r - 1]);
-    let one = &Ext::lit(1);
-    let mut z = load(scores, "e");
-    if let Some(mask) = inputs.get(1) {
-        mgn_ir::shape::broadcast_strides(&mask.shape, &scores.shape)
-            .map_err(|e| format!("attention mask: {e}"))?;
-        z = format!("({z} + {})", load(mask, &broadcast_at("e", &dims, &mask.dims())));
-    }
-    // Key j is visible to query i when j + Tq <= i + Tk (causal keys end-aligned).
-    let visible = if causal { format!("t + {tq} <= r % {tq} + {tk}") } else { "true".into() };
-    let body = format!(
-        "let base = r * {tk};
-    var mi = -3.4028235e38;
-    {max}
-    let m = wg_max(lid, mi);
-    var si = 0.0;
-    {sum}
-    let s = wg_sum(lid, si);
-    {write}",
-        max = each(tk, one, width, &format!("if ({visible}) {{ mi = max(mi, {z}); }}")),
-        sum = each(tk, one, width, &format!("if ({visible}) {{ si = si + exp({z} - m); }}")),
-        write = each(
-            tk,
-            one,
-            width,
-            &store(out, "e", &format!("select(0.0, exp({z} - m) / s, ({visible}) && s > 0.0)")),
-        ),
-    );
-    Ok(row_kernel(rows_of(&dims, r - 1), width, &body))
 }
 
 /// The mean loss over all rows: one workgroup, row after row (the loss is one number and there
