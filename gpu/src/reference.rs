@@ -66,6 +66,11 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         GpuOp::ScatterInPlace { axis } => {
             cpu(&Op::SliceScatter { axis: *axis }, x, dtype, shape, ctx)
         }
+        GpuOp::PermutedStore { op, shape: at, view, perm } => {
+            let y = eval(op, x, dtype, at, ctx);
+            let y = Tensor { shape: view.clone(), ..y };
+            cpu(&Op::Permute { perm: perm.clone() }, &[&y], dtype, shape, ctx)
+        }
         GpuOp::MatMulEpilogue { program, ta, tb } => {
             let product = product(x, (*ta, *tb, 1.0), shape, ctx);
             let mut inputs = vec![&product];

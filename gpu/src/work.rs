@@ -52,6 +52,7 @@ fn flops(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Option<f64> {
         Some(2.0 * outputs * k as f64 + outputs * extra as f64)
     };
     match op {
+        GpuOp::PermutedStore { op, shape, .. } => flops(op, inputs, shape),
         GpuOp::Plan(Op::MatMul) => product(false, 1, 0),
         GpuOp::MatMulT { ta, splits, .. } => product(*ta, *splits, 0),
         GpuOp::MatMulEpilogue { program, ta, .. } => product(*ta, 1, program.len()),

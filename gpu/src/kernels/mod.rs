@@ -11,12 +11,14 @@ mod attention;
 mod check;
 pub(crate) mod conv;
 mod ext;
+mod fused;
 mod matmul;
 
 pub use check::{check_plan, validate, PlanKernels};
 pub use ext::{size_word, Ext, SIZE_WORD};
 pub(crate) use matmul::{split_depth, SKINNY};
 mod norm;
+mod permuted;
 mod pointwise;
 mod rows;
 mod scan;
@@ -24,10 +26,11 @@ mod select;
 mod softmax;
 mod spatial;
 
-use crate::program::{Elem, GpuOp, GpuPlan, StepId};
+use crate::program::{GpuOp, GpuPlan, StepId};
 use mgn_ir::dynamic::Poly;
 use mgn_ir::op::{Op, ReduceOp, UnaryOp};
 use mgn_ir::DType;
+use permuted::Permuted;
 use pointwise::{binary, helpers, unary, unary_grad};
 
 /// Where a value lives: its first word in the arena, and its shape.
@@ -49,6 +52,8 @@ pub struct Operand {
     /// In a dynamic plan, per axis of `shape`, the polynomial of the sizes it follows (empty,
     /// or `None` for an axis, when fixed): what `dim` prints for kernels shared across sizes.
     pub follows: Vec<Option<Poly>>,
+    /// An output stored permuted (`GpuOp::PermutedStore`): `store` maps each index.
+    pub permuted: Option<Permuted>,
 }
 
 impl Operand {
@@ -62,7 +67,8 @@ impl Operand {
     pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
         let shape = shape.to_vec();
         let (transposed, rounded) = (false, false);
-        Operand { offset, shape, dtype, slot: None, transposed, rounded, follows: vec![] }
+        let (slot, follows, permuted) = (None, vec![], None);
+        Operand { offset, shape, dtype, slot, transposed, rounded, follows, permuted }
     }
 
     /// Axis `a`'s size, as a kernel shared across sizes reads it.
@@ -129,6 +135,7 @@ pub fn step_operands(
             transposed: views.transposed[v],
             rounded: views.rounded[v],
             follows: follows(v),
+            permuted: None,
         }
     };
     let inputs: Vec<Operand> =
@@ -291,6 +298,14 @@ pub(super) fn word_value(o: &Operand, word: &str, shift: &str) -> String {
 /// The statement storing `value` as element `index` of `out`. A half result is stored only by
 /// the per-element kernels of `per_element`, a word at a time (`crate::halves`).
 pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
+    let mapped;
+    let index = match &out.permuted {
+        Some(p) => {
+            mapped = p.index(index);
+            &mapped
+        }
+        None => index,
+    };
     match out.dtype {
         d if d.is_half() => crate::halves::store(index, value),
         d if d.is_float() => {
@@ -408,12 +423,14 @@ pub fn generate(
         }
         GpuOp::CrossEntropyRows => rows::cross_entropy_rows(inputs, out, width),
         GpuOp::ConvSplit { conv, splits } => conv::split(conv, *splits, inputs, out, target),
-        GpuOp::Fused { program } => fused(program, inputs, out, width),
+        GpuOp::Fused { program } => fused::fused(program, inputs, out, width),
         GpuOp::MatMulEpilogue { program, ta, tb } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, ..matmul::Layout::PLAIN };
-            epilogue(program, inputs, out, target, layout)
+            fused::epilogue(program, inputs, out, target, layout)
         }
-        GpuOp::ConvEpilogue { conv, program } => conv_epilogue(conv, program, inputs, out, target),
+        GpuOp::ConvEpilogue { conv, program } => {
+            fused::conv_epilogue(conv, program, inputs, out, target)
+        }
         GpuOp::MatMulT { ta, tb, alpha, splits } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha, splits: *splits };
             matmul::generate_layout(inputs, out, target, layout)
@@ -421,8 +438,14 @@ pub fn generate(
         GpuOp::AttentionProbs { causal, .. } => {
             softmax::attention_probs(*causal, inputs, out, width)
         }
-        GpuOp::SplitSum { splits, program } => split_sum(*splits, program, inputs, out, width),
+        GpuOp::SplitSum { splits, program } => {
+            fused::split_sum(*splits, program, inputs, out, width)
+        }
         GpuOp::ScatterInPlace { axis } => select::scatter_in_place(*axis, inputs, out, width),
+        GpuOp::PermutedStore { op, shape, view, perm } => {
+            let p = Permuted { view: view.clone(), perm: perm.clone() };
+            generate(op, id, inputs, &out.permuted(shape, p), target, training)
+        }
     }
 }
 
@@ -589,135 +612,6 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
         }
         _ => return None,
     })
-}
-
-/// Element `i` of `inputs[k]` broadcast to `out`'s shape, as a fused program's leaf reads it;
-/// an error naming `what` when there is no such input.
-fn element_of(inputs: &[Operand], k: usize, out: &Operand, what: &str) -> Result<String, String> {
-    inputs
-        .get(k)
-        .map(|o| load(o, &broadcast_at("i", &out.dims(), &o.dims())))
-        .ok_or_else(|| format!("{what} {k} of {}", inputs.len()))
-}
-
-/// A fused element-wise chain (`rewrite::fuse`): one `let` per node, inputs broadcast to the
-/// output's shape, the last node stored.
-fn fused(
-    program: &[Elem],
-    inputs: &[Operand],
-    out: &Operand,
-    width: u32,
-) -> Result<KernelSource, String> {
-    let leaf = |k: u32| element_of(inputs, k as usize, out, "fused input");
-    let (lines, last, helpers) = program_lines(program, leaf)?;
-    let body = format!("{lines}{}", store(out, "i", &last));
-    Ok(elementwise(out.numel(), width, &body, &helpers))
-}
-
-/// The sum of a split product's `splits` partial products, each element through `program`
-/// (`Input(0)` is the sum; `Input(k)` the step's input `k`, broadcast to the output).
-fn split_sum(
-    splits: usize,
-    program: &[Elem],
-    inputs: &[Operand],
-    out: &Operand,
-    width: u32,
-) -> Result<KernelSource, String> {
-    let n = out.numel();
-    let partials = &inputs[0];
-    if partials.shape.iter().product::<usize>() != n.n * splits {
-        return Err(format!(
-            "{splits} partial products of {:?} in {:?}",
-            out.shape, partials.shape
-        ));
-    }
-    let terms: Vec<String> =
-        (0..splits).map(|s| load(partials, &format!("{} + i", n.times(s)))).collect();
-    let leaf = |k: u32| match k {
-        0 => Ok("p".into()),
-        k => element_of(inputs, k as usize, out, "split sum input"),
-    };
-    let (lines, last, helpers) = program_lines(program, leaf)?;
-    let body = format!("let p = {};\n    {lines}{}", terms.join(" + "), store(out, "i", &last));
-    Ok(elementwise(n, width, &body, &helpers))
-}
-
-/// A matrix product whose kernel applies `program` to each result as it stores it
-/// (`mgn_epilogue`): `Input(0)` is the product, `Input(k)` the step's input `k + 1`.
-fn epilogue(
-    program: &[Elem],
-    inputs: &[Operand],
-    out: &Operand,
-    target: Target,
-    layout: matmul::Layout,
-) -> Result<KernelSource, String> {
-    // Input(k) is the step's input k + 1: past a and b, the product is Input(0).
-    let leaf = |k: u32| match k {
-        0 => Ok("p".into()),
-        k => element_of(&inputs[1..], k as usize, out, "epilogue input"),
-    };
-    let (lines, last, helpers) = program_lines(program, leaf)?;
-    let epilogue = format!(
-        "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
-        store(out, "i", &last)
-    );
-    matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout)
-}
-
-/// A convolution whose kernel applies `program` to each result as it stores it, as `epilogue`
-/// does for a product: `Input(0)` is the convolution, `Input(k)` the step's input past its
-/// convolution's operands.
-fn conv_epilogue(
-    conv: &Op,
-    program: &[Elem],
-    inputs: &[Operand],
-    out: &Operand,
-    target: Target,
-) -> Result<KernelSource, String> {
-    let operands = crate::program::conv_operands(conv)?;
-    let extra = inputs.get(operands - 1..).ok_or("a convolution epilogue without its operands")?;
-    let leaf = |k: u32| match k {
-        0 => Ok("p".into()),
-        k => element_of(extra, k as usize, out, "epilogue input"),
-    };
-    let (lines, last, helpers) = program_lines(program, leaf)?;
-    let post = format!(
-        "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
-        store(out, "i", &last)
-    );
-    conv::forward(conv, &inputs[..operands], out, target, Some(&post))
-}
-
-/// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
-/// of its result, and the helper functions it calls.
-fn program_lines(
-    program: &[Elem],
-    leaf: impl Fn(u32) -> Result<String, String>,
-) -> Result<(String, String, String), String> {
-    let v = |a: &u32| format!("v{a}");
-    let mut body = String::new();
-    for (j, e) in program.iter().enumerate() {
-        let expr = match e {
-            Elem::Input(k) => leaf(*k)?,
-            Elem::Unary(u, a) => unary(*u, &v(a)),
-            Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
-            Elem::Binary(op, a, b) => binary(*op, &v(a), &v(b), true),
-            Elem::Pow(e, a) => format!("pow({}, {})", v(a), f32_lit(*e)),
-            Elem::Compare(c, a, b) => format!("({} {} {})", v(a), c.symbol(), v(b)),
-            // A condition read from memory is a word; one computed here is a WGSL `bool`.
-            Elem::Where(c, a, b) => match program.get(*c as usize) {
-                Some(Elem::Compare(..)) => format!("select({}, {}, {})", v(b), v(a), v(c)),
-                _ => format!("select({}, {}, {} != 0)", v(b), v(a), v(c)),
-            },
-        };
-        body += &format!("let v{j} = {expr};\n    ");
-    }
-    let last = program.len().checked_sub(1).ok_or("an empty fused program")?;
-    let used = program.iter().filter_map(|e| match e {
-        Elem::Unary(u, _) | Elem::UnaryGrad(u, _, _) => Some(*u),
-        _ => None,
-    });
-    Ok((body, format!("v{last}"), helpers(used)))
 }
 
 /// Sums `input` (broadcast up to its shape from `out`) back down to `out`'s shape.

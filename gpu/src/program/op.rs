@@ -78,6 +78,13 @@ pub enum GpuOp {
     /// scatter and which nothing else reads, so a decoding step writes one token's keys
     /// instead of copying the whole cache twice (into a new value, then back into the state).
     ScatterInPlace { axis: usize },
+    /// The result of `op`, computed at `shape`, seen as `view` (the same elements in the same
+    /// order) and stored permuted by `perm`: `Op::Permute { perm }` of it, without the copy.
+    /// `op` is a kernel that stores each result once, at its index, through `kernels::store`
+    /// (a product, a convolution, a fused chain, a split product's sum), which maps the index
+    /// to the permuted one. Made by `rewrite::permuted_stores` for attention's head splits and
+    /// merges.
+    PermutedStore { op: Box<GpuOp>, shape: Vec<usize>, view: Vec<usize>, perm: Vec<usize> },
 }
 
 impl From<Op> for GpuOp {
@@ -124,6 +131,7 @@ impl GpuOp {
     pub fn is_contraction(&self) -> bool {
         match self {
             GpuOp::Plan(op) => op.is_contraction(),
+            GpuOp::PermutedStore { op, .. } => op.is_contraction(),
             GpuOp::AttentionStats { .. }
             | GpuOp::AttentionGradWithStats { .. }
             | GpuOp::ConvSplit { .. }
@@ -186,6 +194,13 @@ impl GpuOp {
             }
             GpuOp::AttentionProbs { has_mask, .. } => exactly(1 + *has_mask as usize),
             GpuOp::ScatterInPlace { .. } => exactly(3),
+            GpuOp::PermutedStore { op, .. } => {
+                // A plan op's inputs are counted by its typing rule.
+                return match op.as_ref() {
+                    GpuOp::Plan(_) => Ok(()),
+                    op => op.check_input_count(n),
+                };
+            }
             GpuOp::Fused { program } => {
                 check_program(program, n)?;
                 (1, usize::MAX)
@@ -261,6 +276,9 @@ impl GpuOp {
                 format!("attention_probs{}", if *causal { " causal" } else { "" })
             }
             GpuOp::ScatterInPlace { axis } => format!("slice_scatter axis={axis} in place"),
+            GpuOp::PermutedStore { op, perm, .. } => {
+                format!("{} → permute {perm:?}", op.describe())
+            }
         }
     }
 }

@@ -75,6 +75,18 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, x, out)
                 .map_err(|e| e.to_string())
         }
+        GpuOp::PermutedStore { op, shape, view, perm } => {
+            op.check(x, (out.0, shape))?;
+            if view.iter().product::<usize>() != shape.iter().product::<usize>() {
+                return Err(format!("{shape:?} cannot be seen as {view:?}"));
+            }
+            let mut seen = perm.clone();
+            seen.sort_unstable();
+            if seen != (0..view.len()).collect::<Vec<_>>() {
+                return Err(format!("{perm:?} is no permutation of {} axes", view.len()));
+            }
+            want(perm.iter().map(|&a| view[a]).collect(), "the permuted result")
+        }
         GpuOp::SplitSum { splits, .. } => {
             let mut partials = o.to_vec();
             partials.insert(0, *splits);

@@ -6,7 +6,8 @@
 //! inference plan's batch norms as element-wise steps (`running_norms`), element-wise fusion
 //! (`fuse`), transposes folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
-//! that would leave the GPU idle split along k (`split_k`), and last half-typed results only
+//! that would leave the GPU idle split along k (`split_k`), permutes stored by the steps
+//! whose results they permute (`permuted_stores`), and last half-typed results only
 //! where kernels can write them, and an inference plan's weights held as the halves its
 //! products read (`halves`). Each edits the [`Program`] by step id;
 //! positions are assigned once, at the end. The CPU backend runs plans as compiled.
@@ -19,6 +20,7 @@ mod halves;
 mod identity_dropouts;
 mod loss_rows;
 mod norm_partials;
+mod permuted_stores;
 mod running_norms;
 mod split_k;
 mod state_in_place;
@@ -131,6 +133,9 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
+    if !options.dynamic {
+        permuted_stores::fold_permutes(&mut program);
+    }
     halves::legalize_halves(&mut program);
     halves::hold_params_as_halves(&mut program);
     (program.to_gpu_plan(), program.choices().clone())

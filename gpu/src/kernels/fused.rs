@@ -1,0 +1,140 @@
+//! Kernels of fused element-wise programs (`rewrite::fuse`): a chain of element-wise ops in
+//! one kernel, the sum of a split product's partials, and the epilogues that products and
+//! convolutions apply to each result as they store it.
+
+use super::{
+    binary, broadcast_at, conv, elementwise, f32_lit, helpers, load, matmul, store, unary,
+    unary_grad,
+};
+use super::{KernelSource, Operand, Target};
+use crate::program::Elem;
+use mgn_ir::op::Op;
+
+/// Element `i` of `inputs[k]` broadcast to `out`'s shape, as a fused program's leaf reads it;
+/// an error naming `what` when there is no such input.
+fn element_of(inputs: &[Operand], k: usize, out: &Operand, what: &str) -> Result<String, String> {
+    inputs
+        .get(k)
+        .map(|o| load(o, &broadcast_at("i", &out.dims(), &o.dims())))
+        .ok_or_else(|| format!("{what} {k} of {}", inputs.len()))
+}
+
+/// A fused element-wise chain (`rewrite::fuse`): one `let` per node, inputs broadcast to the
+/// output's shape, the last node stored.
+pub(super) fn fused(
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let leaf = |k: u32| element_of(inputs, k as usize, out, "fused input");
+    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let body = format!("{lines}{}", store(out, "i", &last));
+    Ok(elementwise(out.numel(), width, &body, &helpers))
+}
+
+/// The sum of a split product's `splits` partial products, each element through `program`
+/// (`Input(0)` is the sum; `Input(k)` the step's input `k`, broadcast to the output).
+pub(super) fn split_sum(
+    splits: usize,
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let n = out.numel();
+    let partials = &inputs[0];
+    if partials.shape.iter().product::<usize>() != n.n * splits {
+        return Err(format!(
+            "{splits} partial products of {:?} in {:?}",
+            out.shape, partials.shape
+        ));
+    }
+    let terms: Vec<String> =
+        (0..splits).map(|s| load(partials, &format!("{} + i", n.times(s)))).collect();
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        k => element_of(inputs, k as usize, out, "split sum input"),
+    };
+    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let body = format!("let p = {};\n    {lines}{}", terms.join(" + "), store(out, "i", &last));
+    Ok(elementwise(n, width, &body, &helpers))
+}
+
+/// A matrix product whose kernel applies `program` to each result as it stores it
+/// (`mgn_epilogue`): `Input(0)` is the product, `Input(k)` the step's input `k + 1`.
+pub(super) fn epilogue(
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+    layout: matmul::Layout,
+) -> Result<KernelSource, String> {
+    // Input(k) is the step's input k + 1: past a and b, the product is Input(0).
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        k => element_of(&inputs[1..], k as usize, out, "epilogue input"),
+    };
+    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let epilogue = format!(
+        "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
+        store(out, "i", &last)
+    );
+    matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout)
+}
+
+/// A convolution whose kernel applies `program` to each result as it stores it, as `epilogue`
+/// does for a product: `Input(0)` is the convolution, `Input(k)` the step's input past its
+/// convolution's operands.
+pub(super) fn conv_epilogue(
+    conv: &Op,
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+) -> Result<KernelSource, String> {
+    let operands = crate::program::conv_operands(conv)?;
+    let extra = inputs.get(operands - 1..).ok_or("a convolution epilogue without its operands")?;
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        k => element_of(extra, k as usize, out, "epilogue input"),
+    };
+    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let post = format!(
+        "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
+        store(out, "i", &last)
+    );
+    conv::forward(conv, &inputs[..operands], out, target, Some(&post))
+}
+
+/// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
+/// of its result, and the helper functions it calls.
+fn program_lines(
+    program: &[Elem],
+    leaf: impl Fn(u32) -> Result<String, String>,
+) -> Result<(String, String, String), String> {
+    let v = |a: &u32| format!("v{a}");
+    let mut body = String::new();
+    for (j, e) in program.iter().enumerate() {
+        let expr = match e {
+            Elem::Input(k) => leaf(*k)?,
+            Elem::Unary(u, a) => unary(*u, &v(a)),
+            Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
+            Elem::Binary(op, a, b) => binary(*op, &v(a), &v(b), true),
+            Elem::Pow(e, a) => format!("pow({}, {})", v(a), f32_lit(*e)),
+            Elem::Compare(c, a, b) => format!("({} {} {})", v(a), c.symbol(), v(b)),
+            // A condition read from memory is a word; one computed here is a WGSL `bool`.
+            Elem::Where(c, a, b) => match program.get(*c as usize) {
+                Some(Elem::Compare(..)) => format!("select({}, {}, {})", v(b), v(a), v(c)),
+                _ => format!("select({}, {}, {} != 0)", v(b), v(a), v(c)),
+            },
+        };
+        body += &format!("let v{j} = {expr};\n    ");
+    }
+    let last = program.len().checked_sub(1).ok_or("an empty fused program")?;
+    let used = program.iter().filter_map(|e| match e {
+        Elem::Unary(u, _) | Elem::UnaryGrad(u, _, _) => Some(*u),
+        _ => None,
+    });
+    Ok((body, format!("v{last}"), helpers(used)))
+}
