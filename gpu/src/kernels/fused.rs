@@ -77,8 +77,7 @@ pub(super) fn epilogue(
     };
     let (lines, last, helpers) = program_lines(program, leaf)?;
     let epilogue = format!(
-        "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
-        store(out, "i", &last)
+        "{helpers}fn mgn_epilogue(i: u32, p: f32) -> f32 {{\n    {lines}return {last};\n}}\n"
     );
     matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout)
 }

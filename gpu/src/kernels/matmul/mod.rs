@@ -62,7 +62,8 @@ struct Geometry {
     bt: bool,
     /// The output is stored transposed, `[n, m]` (only for the swapped decode product).
     ot: bool,
-    /// Results go through `mgn_epilogue(i, value)` (a `GpuOp::MatMulEpilogue`), which stores
+    /// Results go through `mgn_epilogue(i, value)` (a `GpuOp::MatMulEpilogue`), which gives
+    /// the value to store
     /// them.
     epilogue: bool,
     /// Every result is multiplied by this before it is stored.
@@ -216,17 +217,21 @@ impl Geometry {
     /// Stores `value` at output word `at` (past the output's offset), through the epilogue when
     /// there is one.
     fn store(&self, at: &str, value: &str) -> String {
-        let scaled;
-        let value = if self.alpha == 1.0 {
-            value
+        store(&self.out, at, &self.result(at, value))
+    }
+
+    /// The value a result `value` at output word `at` is stored as: through the epilogue, when
+    /// there is one, and scaled.
+    fn result(&self, at: &str, value: &str) -> String {
+        let scaled = if self.alpha == 1.0 {
+            value.to_string()
         } else {
-            scaled = format!("({value}) * {:?}", self.alpha as f32);
-            &scaled
+            format!("({value}) * {:?}", self.alpha as f32)
         };
         if self.epilogue {
-            format!("mgn_epilogue({at}, {value});")
+            format!("mgn_epilogue({at}, {scaled})")
         } else {
-            store(&self.out, at, value)
+            scaled
         }
     }
 
@@ -329,7 +334,7 @@ pub(super) fn generate_layout(
 }
 
 /// The product `layout` describes, with every result passed to the WGSL function `epilogue`
-/// defines (`fn mgn_epilogue(i: u32, p: f32)`, which stores element `i`) instead of stored.
+/// defines (`fn mgn_epilogue(i: u32, p: f32) -> f32`, the value element `i` is stored as).
 pub(super) fn generate_with(
     inputs: &[Operand],
     out: &Operand,

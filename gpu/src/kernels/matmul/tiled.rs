@@ -365,18 +365,34 @@ impl Tiling {
         s
     }
 
-    /// The stores of the register block, guarded at the matrices' edges.
+    /// The stores of the register block, guarded at the matrices' edges. With an epilogue, every
+    /// result goes through it first and the stores follow: the arena is one buffer, so a
+    /// store may alias any later load, and an epilogue's loads (a bias, a residual) between
+    /// stores would each wait out a memory round trip in turn.
     fn stores(&self, g: &Geometry) -> String {
-        let (m, n) = (&g.m, &g.n);
-        // Row i of the register block is tile row (i / 4) * ty_n * 4 + ty * 4 + i % 4.
         let mut s = String::from("    let r0 = m0 + ty * 4u;\n    let q0 = n0 + tx * 4u;\n");
+        if g.epilogue {
+            s += &self.each_result(g, |at, c| format!("{c} = {};", g.result(at, c)));
+            s += &self.each_result(g, |at, c| super::store(&g.out, at, c));
+        } else {
+            s += &self.each_result(g, |at, c| g.store(at, c));
+        }
+        s
+    }
+
+    /// `statement(at, c)` for each result of the register block inside the matrices, `at` its
+    /// output word and `c` its register.
+    fn each_result(&self, g: &Geometry, statement: impl Fn(&str, &str) -> String) -> String {
+        let (m, n) = (&g.m, &g.n);
+        let mut s = String::new();
+        // Row i of the register block is tile row (i / 4) * ty_n * 4 + ty * 4 + i % 4.
         for i in 0..self.tm {
             let dr = (i / 4) * self.ty_n * 4 + i % 4;
             let mut row = String::new();
             for j4 in 0..self.tn / 4 {
                 for (jj, comp) in ["x", "y", "z", "w"].iter().enumerate() {
                     let dc = j4 * self.tx_n * 4 + jj;
-                    let st = g.store(&format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
+                    let st = statement(&format!("orow + {dc}u"), &format!("c{i}_{j4}.{comp}"));
                     if self.p.edge_n {
                         row.push_str(&format!("        if (q0 + {dc}u < {n}) {{ {st} }}\n"));
                     } else {
