@@ -308,7 +308,8 @@ pub fn writes_into(plan: &GpuPlan, i: usize) -> Option<usize> {
 /// backward pass, the training plan's peak; the sum now writes over one of its terms.
 /// Only f32 results of the per-element kernels (a fused chain, unary, binary, power, `where`
 /// and the unary derivatives), over an f32 operand that is no result, parameter or input
-/// and that the step reads at no other shape.
+/// and that the step reads at no other shape — never a `GpuOp::PermutedStore`, whose
+/// invocation `i` writes another element than the one it reads.
 pub fn element_in_place(plan: &GpuPlan, root: &[usize], last_use: &[usize]) -> Vec<Option<usize>> {
     let elementwise = |op: &GpuOp| {
         matches!(op, GpuOp::Fused { .. })

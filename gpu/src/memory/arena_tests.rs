@@ -174,6 +174,22 @@ fn an_element_wise_step_is_written_over_an_operand_that_dies_there() {
     levels_of(&plan, &a);
 }
 
+/// A permuted store writes element `i` of its chain elsewhere than it reads it: never over
+/// its operand, even a square one that dies there.
+#[test]
+fn a_permuted_store_is_not_written_over_its_operand() {
+    use crate::program::{Elem, GpuOp};
+    let mut plan = GpuPlan::of(&over_plan(64));
+    let root = view_roots(&plan);
+    let fused = GpuOp::Fused { program: vec![Elem::Input(0), Elem::Unary(UnaryOp::Relu, 0)] };
+    plan.steps[7].op = fused.clone();
+    assert_eq!(element_in_place(&plan, &root, &root_last_uses(&plan, &root))[7], Some(5));
+    let (shape, view) = (vec![64], vec![8, 8]);
+    plan.steps[7].op = GpuOp::PermutedStore { op: Box::new(fused), shape, view, perm: vec![1, 0] };
+    assert_eq!(element_in_place(&plan, &root, &root_last_uses(&plan, &root))[7], None);
+    assert_valid(&plan, &plan_arena(&plan));
+}
+
 #[test]
 fn results_written_over_their_operands_match_the_cpu() {
     // x → a = exp(x) → k = softmax(a) → c = a + k → y = softmax(c): a has two readers and
