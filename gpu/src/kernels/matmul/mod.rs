@@ -63,8 +63,7 @@ struct Geometry {
     /// The output is stored transposed, `[n, m]` (only for the swapped decode product).
     ot: bool,
     /// Results go through `mgn_epilogue(i, value)` (a `GpuOp::MatMulEpilogue`), which gives
-    /// the value to store
-    /// them.
+    /// the value to store.
     epilogue: bool,
     /// Every result is multiplied by this before it is stored.
     alpha: f64,
