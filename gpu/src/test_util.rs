@@ -103,6 +103,23 @@ pub fn run_on_cpu<O: Clone + Into<GpuOp>>(
     crate::reference::eval(&op.clone().into(), inputs, dtype, shape, &ctx)
 }
 
+/// The GPU program `rewritten` computes `plan`'s results: on the CPU reference within 1e-6 of
+/// `plan` run on the CPU, and on the GPU (where there is one) within 1e-5.
+pub fn assert_rewrite_keeps_results(plan: &Plan, rewritten: GpuPlan, given: &[(&str, &Tensor)]) {
+    let want = run_on_cpu_plan(plan, &[], given).outputs;
+    let got = run_reference(&rewritten, &[], given).outputs;
+    for ((_, g), (_, w)) in got.iter().zip(&want) {
+        assert_close(&Op::MatMul, g, w, 1e-6);
+    }
+    let Some(mut session) = crate::testing::or_skip(GpuSession::open(rewritten, &[])) else {
+        return;
+    };
+    let got = session.run(given, 0).expect("runs").outputs;
+    for ((_, g), (_, w)) in got.iter().zip(&want) {
+        assert_close(&Op::MatMul, g, w, 1e-5);
+    }
+}
+
 /// Every element within `tol` relative (plus `tol` absolute); equal infinities match.
 pub fn assert_close<O: Clone + Into<GpuOp>>(op: &O, got: &Tensor, want: &Tensor, tol: f64) {
     let what = op.clone().into().describe();

@@ -685,3 +685,5 @@ fn reduce(
 
 #[cfg(test)]
 mod broadcast_tests;
+#[cfg(test)]
+mod index_eval;

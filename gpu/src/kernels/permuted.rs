@@ -18,11 +18,10 @@ impl Permuted {
     /// neighbours that stay neighbours in the stored value count as one axis.
     pub fn index(&self, i: &str) -> String {
         let stored: Vec<usize> = self.perm.iter().map(|&a| self.view[a]).collect();
+        // Axis `perm[j]` of the view is axis `j` of the stored value.
         let mut at = vec![0; self.view.len()];
-        let mut stride = 1;
-        for j in (0..stored.len()).rev() {
+        for (j, stride) in super::strides(&stored).into_iter().enumerate() {
             at[self.perm[j]] = stride;
-            stride *= stored[j];
         }
         // (size, stride in the stored value), outermost first, merged where contiguous.
         let mut axes: Vec<(usize, usize)> = Vec::new();
@@ -69,48 +68,7 @@ impl Operand {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The index expression evaluated for one `i` (WGSL's `u32` arithmetic on small values).
-    fn eval(expr: &str, i: usize) -> usize {
-        let e = expr.replace('u', "").replace('i', &i.to_string());
-        fn parse(s: &[u8], pos: &mut usize) -> usize {
-            let mut v = term(s, pos);
-            while *pos < s.len() && s[*pos] == b'+' {
-                *pos += 1;
-                v += term(s, pos);
-            }
-            v
-        }
-        fn term(s: &[u8], pos: &mut usize) -> usize {
-            let mut v = atom(s, pos);
-            while *pos < s.len() && matches!(s[*pos], b'*' | b'/' | b'%') {
-                let op = s[*pos];
-                *pos += 1;
-                let r = atom(s, pos);
-                v = match op {
-                    b'*' => v * r,
-                    b'/' => v / r,
-                    _ => v % r,
-                };
-            }
-            v
-        }
-        fn atom(s: &[u8], pos: &mut usize) -> usize {
-            if s[*pos] == b'(' {
-                *pos += 1;
-                let v = parse(s, pos);
-                *pos += 1;
-                return v;
-            }
-            let start = *pos;
-            while *pos < s.len() && s[*pos].is_ascii_digit() {
-                *pos += 1;
-            }
-            std::str::from_utf8(&s[start..*pos]).unwrap().parse().unwrap()
-        }
-        let bytes: Vec<u8> = e.bytes().filter(|b| *b != b' ').collect();
-        parse(&bytes, &mut 0)
-    }
+    use crate::kernels::index_eval::eval;
 
     /// Where `Op::Permute` puts element `i` of the view, by coordinates.
     fn permuted_at(view: &[usize], perm: &[usize], i: usize) -> usize {
@@ -139,7 +97,8 @@ mod tests {
             let expr = p.index("i");
             let n: usize = view.iter().product();
             for i in 0..n {
-                assert_eq!(eval(&expr, i), permuted_at(view, perm, i), "{view:?} {perm:?}: {expr}");
+                let got = eval(&expr.replace('i', &i.to_string()));
+                assert_eq!(got, permuted_at(view, perm, i) as u64, "{view:?} {perm:?}: {expr}");
             }
         }
         let identity = Permuted { view: vec![2, 3], perm: vec![0, 1] };

@@ -3,18 +3,12 @@
 
 use super::*;
 use mgn_ir::op::{BinaryOp, UnaryOp};
-use mgn_ir::plan::{Mode, Plan, SourceLoc, Step};
+use mgn_ir::plan::{Mode, Plan};
 use mgn_ir::DType;
 
 /// A chain x → a → b → c → … → y: only neighbours are alive together.
 fn chain(len: usize) -> GpuPlan {
-    let step = |op, inputs: Vec<u32>| Step {
-        op,
-        inputs,
-        dtype: DType::F32,
-        shape: vec![64],
-        loc: SourceLoc::default(),
-    };
+    let step = |op, inputs| crate::test_util::step(op, inputs, DType::F32, &[64]);
     let mut steps = vec![step(Op::Input { name: "x".into() }, vec![])];
     for i in 0..len {
         steps.push(step(
@@ -78,13 +72,7 @@ fn a_chain_needs_only_two_transient_regions() {
 /// level 1: taking a's words would make one of them wait a level. (A softmax, not an
 /// element-wise step, which could be written over a instead.)
 fn independent_steps(shape: &[usize]) -> GpuPlan {
-    let step = |op, inputs: Vec<u32>| Step {
-        op,
-        inputs,
-        dtype: DType::F32,
-        shape: shape.to_vec(),
-        loc: SourceLoc::default(),
-    };
+    let step = |op, inputs| crate::test_util::step(op, inputs, DType::F32, shape);
     let steps = vec![
         step(Op::Input { name: "x".into() }, vec![]),
         step(Op::Unary(UnaryOp::Relu), vec![0]),
@@ -229,13 +217,8 @@ fn results_written_over_their_operands_match_the_cpu() {
 fn a_reshape_is_a_view_that_keeps_its_root_alive() {
     // x → a = relu(x) → v = reshape(a) → b = neg(x) → y = v + b: v has a's words, and a's
     // words stay taken until y reads v (b must not land on them).
-    let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
-        op,
-        inputs,
-        dtype: DType::F32,
-        shape,
-        loc: SourceLoc::default(),
-    };
+    let step =
+        |op, inputs, shape: Vec<usize>| crate::test_util::step(op, inputs, DType::F32, &shape);
     let steps = vec![
         step(Op::Input { name: "x".into() }, vec![], vec![64]),
         step(Op::Unary(UnaryOp::Relu), vec![0], vec![64]),

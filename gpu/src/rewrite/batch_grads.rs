@@ -117,7 +117,7 @@ fn transposed_product(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::{assert_close, run_on_cpu_plan, run_reference, step, values};
+    use crate::test_util::{assert_rewrite_keeps_results, step, values};
     use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
     use mgn_ir::DType;
@@ -156,14 +156,6 @@ mod tests {
         let x = Tensor::f32(vec![3, 5, 4], values(60, 1));
         let dy = Tensor::f32(vec![3, 5, 6], values(90, 2));
         let given = [("x", &x), ("dy", &dy)];
-        let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
-        let got = run_reference(&gpu, &[], &given).outputs.remove(0).1;
-        assert_close(&Op::MatMul, &got, &want, 1e-6);
-        let Some(mut session) = crate::testing::or_skip(crate::session::GpuSession::open(gpu, &[]))
-        else {
-            return;
-        };
-        let got = session.run(&given, 0).expect("runs").outputs.remove(0).1;
-        assert_close(&Op::MatMul, &got, &want, 1e-5);
+        assert_rewrite_keeps_results(&plan, gpu, &given);
     }
 }

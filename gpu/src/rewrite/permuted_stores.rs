@@ -111,7 +111,7 @@ fn readers(program: &Program) -> HashMap<StepId, Vec<StepId>> {
 mod tests {
     use crate::program::GpuOp;
     use crate::rewrite::{for_gpu_with, Options};
-    use crate::test_util::{assert_close, run_on_cpu_plan, run_reference, step, values};
+    use crate::test_util::{assert_rewrite_keeps_results, step, values};
     use mgn_ir::op::{BinaryOp, Op, UnaryOp};
     use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
@@ -188,20 +188,6 @@ mod tests {
             t(&[4, 3, 3, 3], 5),
         ];
         let given: Vec<(&str, &Tensor)> = ["x", "w", "b", "img", "k"].into_iter().zip(&x).collect();
-        let want = run_on_cpu_plan(&plan, &[], &given);
-        let got = run_reference(&gpu, &[], &given);
-        for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
-            assert_eq!(g.shape, w.shape, "{name}");
-            assert_close(&Op::MatMul, g, w, 1e-6);
-        }
-        if let Some(mut session) =
-            crate::testing::or_skip(crate::session::GpuSession::open(gpu, &[]))
-        {
-            let got = session.run(&given, 0).expect("runs");
-            for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
-                assert_eq!(g.shape, w.shape, "{name}");
-                assert_close(&Op::MatMul, g, w, 1e-5);
-            }
-        }
+        assert_rewrite_keeps_results(&plan, gpu, &given);
     }
 }
