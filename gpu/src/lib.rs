@@ -23,6 +23,7 @@ pub mod rewrite;
 pub mod schedule;
 pub mod session;
 pub mod state;
+pub mod taking_turns;
 pub mod testing;
 pub mod update;
 pub mod work;

@@ -48,52 +48,19 @@ pub(super) fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kern
     Ok(Kernel { pipeline, name: name.to_string(), compile_time: start.elapsed() })
 }
 
-/// Compiled kernels with their places in the list.
-type Numbered = Vec<(usize, Result<Kernel, String>)>;
-
 const CRASHED: &str = "the driver crashed while compiling a kernel";
 
-/// Every `(name, body)` compiled on threads up to the machine's cores (at most 16), each taking
-/// the next kernel no thread has taken yet — so one slow kernel (the driver takes a few hundred
-/// ms over a large convolution) holds up one thread, not a fixed share of the list — while this
-/// thread runs `during`. Results in the given order.
+/// Every `(name, body)` compiled on threads up to the machine's cores (at most 16), taking
+/// turns (`taking_turns`), while this thread runs `during`. Results in the given order.
 pub(super) fn compile_all_while<R>(
     ctx: &gpu::Context,
     sources: &[(String, String)],
     during: impl FnOnce() -> R,
 ) -> (Vec<Result<Kernel, String>>, R) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let _no_device_opens_or_closes = super::compiling();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cores.clamp(1, 16).min(sources.len().max(1));
-    let next = AtomicUsize::new(0);
-    let (mut done, r): (Numbered, R) = std::thread::scope(|scope| {
-        let jobs: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((name, body)) = sources.get(i) else { break mine };
-                        mine.push((i, compile(ctx, name, body)));
-                    }
-                })
-            })
-            .collect();
-        let r = during();
-        (jobs.into_iter().flat_map(|j| j.join().unwrap_or_default()).collect(), r)
-    });
-    done.sort_by_key(|(i, _)| *i);
-    let mut out: Vec<Result<Kernel, String>> = Vec::with_capacity(sources.len());
-    for (i, k) in done {
-        // A thread that panicked (the driver crashed) lost the kernels it had compiled.
-        while out.len() < i {
-            out.push(Err(CRASHED.to_string()));
-        }
-        out.push(k);
-    }
-    while out.len() < sources.len() {
-        out.push(Err(CRASHED.to_string()));
-    }
+    let compiled = |(name, body): &(String, String)| compile(ctx, name, body);
+    let (done, r) = crate::taking_turns::map_taking_turns(sources, 16, compiled, during);
+    // A thread that panicked (the driver crashed) lost the kernels it had compiled.
+    let out = done.into_iter().map(|k| k.unwrap_or_else(|| Err(CRASHED.to_string()))).collect();
     (out, r)
 }

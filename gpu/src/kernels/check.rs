@@ -66,6 +66,8 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
         arena_param_bytes: params,
         ..PlanKernels::default()
     };
+    // The first step of each distinct kernel, and its body.
+    let mut distinct: Vec<(usize, String)> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let root = crate::memory::view_roots(plan);
     let views = crate::memory::ReadViews::of(plan);
@@ -81,15 +83,52 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
             Ok(src) => {
                 out.with_kernel += 1;
                 if seen.insert(src.body.clone()) {
-                    out.distinct += 1;
-                    if let Err(e) = validate(&src.body) {
-                        out.invalid.push((given, e));
-                    }
+                    distinct.push((given, src.body));
                 }
             }
         }
     }
+    out.distinct = distinct.len();
+    // naga's parsing takes time quadratic in a function's expressions (its typifier skips
+    // through every expression typed so far for each new one): a large convolution takes
+    // ~20 ms, a training plan's kernels most of a second on one core.
+    let check = |(given, body): &(usize, String)| validate_once(body).err().map(|e| (*given, e));
+    let (checked, ()) = crate::taking_turns::map_taking_turns(&distinct, usize::MAX, check, || ());
+    for (k, c) in checked.into_iter().enumerate() {
+        let lost = || (distinct[k].0, "naga panicked checking this kernel or another on its thread".to_string());
+        out.invalid.extend(c.unwrap_or_else(|| Some(lost())));
+    }
     out
+}
+
+/// `validate`, but a body naga accepted earlier in this process is not parsed again:
+/// `mgnc build --watch` builds again on every save, and most kernels come out the same.
+fn validate_once(body: &str) -> Result<(), String> {
+    let key = body_key(body);
+    if accepted().lock().is_ok_and(|a| a.contains(&key)) {
+        return Ok(());
+    }
+    validate(body)?;
+    if let Ok(mut a) = accepted().lock() {
+        a.insert(key);
+    }
+    Ok(())
+}
+
+/// The bodies naga has accepted in this process, by `body_key`.
+fn accepted() -> &'static std::sync::Mutex<std::collections::HashSet<u64>> {
+    static ACCEPTED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<u64>>> =
+        std::sync::OnceLock::new();
+    ACCEPTED.get_or_init(Default::default)
+}
+
+/// A 64-bit hash of a kernel body: two bodies of one process sharing one is a 2^-64 chance a
+/// pair, where keeping the bodies themselves would hold megabytes.
+fn body_key(body: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut h);
+    h.finish()
 }
 
 /// What naga says of a kernel body (with the prelude every kernel is compiled with).
@@ -158,5 +197,18 @@ mod tests {
         let why = huge.too_large.expect("refused");
         assert!(why.contains("`relu` f32[2147483648, 128] at t.mgn:1:1"), "{why}");
         assert_eq!((huge.with_kernel, huge.invalid.len()), (0, 0), "no kernel was generated");
+    }
+
+    #[test]
+    fn only_bodies_naga_accepted_are_remembered() {
+        let fine = "@compute @workgroup_size(1)\nfn main() { let x = 1u + 2u; }\n";
+        let wrong = "@compute @workgroup_size(1)\nfn main() { let x = 1u + 2.5; }\n";
+        assert!(super::validate_once(fine).is_ok());
+        assert!(super::accepted().lock().unwrap().contains(&super::body_key(fine)));
+        assert!(super::validate_once(fine).is_ok());
+        for _ in 0..2 {
+            assert!(super::validate_once(wrong).is_err());
+            assert!(!super::accepted().lock().unwrap().contains(&super::body_key(wrong)));
+        }
     }
 }
