@@ -93,9 +93,15 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
     // through every expression typed so far for each new one): a large convolution takes
     // ~20 ms, a training plan's kernels most of a second on one core.
     let check = |(given, body): &(usize, String)| validate_once(body).err().map(|e| (*given, e));
-    let (checked, ()) = crate::taking_turns::map_taking_turns(&distinct, usize::MAX, check, || ());
+    let all_cores = usize::MAX;
+    let (checked, ()) = crate::taking_turns::map_taking_turns(&distinct, all_cores, check, || ());
     for (k, c) in checked.into_iter().enumerate() {
-        let lost = || (distinct[k].0, "naga panicked checking this kernel or another on its thread".to_string());
+        let lost = || {
+            (
+                distinct[k].0,
+                "naga panicked checking this kernel or another on its thread".to_string(),
+            )
+        };
         out.invalid.extend(c.unwrap_or_else(|| Some(lost())));
     }
     out
