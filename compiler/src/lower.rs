@@ -238,7 +238,7 @@ fn rewrite_failed(why: String) -> Diagnostic {
 mod tests {
     use super::*;
     use crate::driver::{check_text, Models};
-    use crate::graph::Op;
+    use crate::graph::{Op, UnaryOp};
     use crate::source::Origin;
 
     /// The plan of the one model in `text`.
@@ -283,6 +283,42 @@ mod tests {
                 matches!(forward, Op::Dropout { .. }),
                 "{rewrites:?}: replays the mask it drew"
             );
+        }
+    }
+
+    #[test]
+    fn a_relu_derivative_reads_the_result_so_the_residual_sum_dies_in_the_forward_pass() {
+        let text = "model R(b: dim = 4) {
+    input x: f32[b, 8]
+    input skip: f32[b, 8]
+    w = param f32[8, 8] init ones
+    forward {
+        let h = relu(x @ w + skip)
+        let y = h @ w
+        output y
+        loss mean(y * y)
+    }
+}
+";
+        for rewrites in [Rewrites::None, Rewrites::Greedy, Rewrites::Egglog] {
+            if !rewrites.available() {
+                continue;
+            }
+            let opts =
+                PlanOptions { rewrites, ..PlanOptions::train(&[], OptimizerSpec::default()) };
+            let plan = plan_of(text, &opts);
+            let of = |i: u32| &plan.steps[i as usize];
+            let relu_grads: Vec<&mgn_ir::plan::Step> = (plan.steps.iter())
+                .filter(|s| s.op == Op::UnaryGrad(UnaryOp::Relu))
+                .collect();
+            assert_eq!(relu_grads.len(), 1, "{rewrites:?}");
+            let read = of(relu_grads[0].inputs[0]);
+            assert_eq!(read.op, Op::Unary(UnaryOp::Relu), "{rewrites:?}: reads the result");
+            // The sum under the relu is read by the relu alone: nothing keeps it for the
+            // backward pass.
+            let sum = read.inputs[0];
+            let readers = plan.steps.iter().filter(|s| s.inputs.contains(&sum)).count();
+            assert_eq!(readers, 1, "{rewrites:?}");
         }
     }
 

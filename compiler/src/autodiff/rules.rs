@@ -55,6 +55,13 @@ impl Builder<'_> {
     fn pointwise(&mut self, n: NodeId, dy: NodeId, node: &Node) -> Grads {
         let x = |i: usize| node.inputs[i];
         match &node.op {
+            // relu'(x) = [x > 0] = [relu(x) > 0] (NaN included: 0 both ways), so the
+            // derivative reads the result, as PyTorch's relu does: the next layer's weight
+            // gradient keeps the result for the backward pass anyway, and the input need not
+            // be kept beside it (a batch norm's output, a residual sum).
+            Op::Unary(UnaryOp::Relu) => {
+                self.only(n, node, Op::UnaryGrad(UnaryOp::Relu), vec![n, dy])
+            }
             Op::Unary(u) => self.only(n, node, Op::UnaryGrad(*u), vec![x(0), dy]),
             Op::Pow { exponent } => {
                 let s = self.shape(x(0));
