@@ -348,7 +348,7 @@ fn pinned(plan: &GpuPlan, step: usize) -> bool {
 
 /// A value the arena may give fresh words rather than make it wait for reused ones (one
 /// barrier more, about 4 µs on the H200): any of up to this many words (64 KiB), and others
-/// while the fresh words so taken stay within half the values' peak. Measured over the six
+/// while the fresh words so taken stay within a budget (`SPARE`). Measured over the six
 /// workloads, this keeps most steps at the level their inputs allow (SmolLM2's training plan
 /// 1,469 → 1,207 levels, Whisper's 192 → 138) for at most 3.5% more arena.
 const SMALL: usize = 16 * 1024;
@@ -389,27 +389,54 @@ fn levels_by_inputs(plan: &GpuPlan, root: &[usize]) -> (Vec<usize>, Vec<usize>) 
 /// Plans the arena. A step's output shares no words with its own inputs (kernels read the
 /// inputs while writing the output) — inputs are released only after the output is placed —
 /// but for an element-wise step written over an operand that dies there (`element_in_place`).
-/// Writing over operands never makes more alive at once, but it fixes where those results
-/// go, and the best-fit placement of what follows can then fragment more (Whisper's
-/// inference arena 117 → 121 MiB, where SmolLM2's training arena drops 780 → 672): both
-/// layouts are planned, and the written-over one kept where it is 1% smaller.
+///
+/// Reused words cost barriers: a step placed in words another value held waits for that
+/// value's readers (`schedule.rs`), one level more (about 4 µs on the H200), where fresh words
+/// let it run with its inputs. Writing over operands has the same trade (a written-over step
+/// waits for the operand's other readers) and also fixes where those results go, so the best
+/// fit of what follows can fragment more (Whisper's inference arena 117 → 121 MiB, where
+/// SmolLM2's training arena drops 780 → 672). So the arena is planned several ways — with and
+/// without writing over operands, and with `SPARE` budgets of fresh words — and the layout
+/// with the fewest levels kept among those within `ROOM` of the smallest (ties: the smaller).
+/// SmolVLA's inference plan 288 → 261 levels for 5.7 MiB (beside 381 MiB of parameters),
+/// SmolLM2's training plan 1,124 → 1,089 for 6.7 MiB (1%).
 pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
     let root = view_roots(plan);
     let last_use = root_last_uses(plan, &root);
     let over = element_in_place(plan, &root, &last_use);
-    let written_over = arena_writing_over(plan, &root, &last_use, &over);
-    if over.iter().all(Option::is_none) {
-        return written_over;
+    let apart = vec![None; over.len()];
+    let ways: Vec<&[Option<usize>]> =
+        if over.iter().all(Option::is_none) { vec![&over] } else { vec![&over, &apart] };
+    let words: Vec<usize> =
+        plan.steps.iter().map(|s| value_words(s.dtype, &s.shape).max(1)).collect();
+    let mut layouts: Vec<(ArenaPlan, usize)> = Vec::new();
+    for over in ways {
+        let peak = peak_live(plan, &root, &last_use, over) as usize / 4;
+        for (times, per) in SPARE {
+            let a = arena_writing_over(plan, &root, &last_use, over, peak * times / per);
+            // The same layout from a larger budget (nothing more wanted fresh words) needs no
+            // second schedule.
+            if layouts.iter().any(|(b, _)| b.offsets == a.offsets) {
+                continue;
+            }
+            let levels = crate::schedule::levels(plan, &a.offsets, &words).count;
+            layouts.push((a, levels));
+        }
     }
-    let apart = arena_writing_over(plan, &root, &last_use, &vec![None; over.len()]);
-    // A step written over an operand waits for that operand's other readers, which can cost
-    // a barrier: worth it where it saves at least 1% of the arena.
-    if written_over.total_words * 100 <= apart.total_words * 99 {
-        written_over
-    } else {
-        apart
-    }
+    let smallest = layouts.iter().map(|(a, _)| a.total_words).min().unwrap_or(0);
+    let within = |a: &ArenaPlan| a.total_words - smallest <= smallest / ROOM;
+    let best = (layouts.into_iter().filter(|(a, _)| within(a)))
+        .min_by_key(|(a, levels)| (*levels, a.total_words));
+    best.map(|(a, _)| a).expect("at least one layout")
 }
+
+/// Budgets of fresh words a value may take rather than wait for reused ones, as fractions
+/// (times, per) of the values' peak: half, as much, twice and four times.
+const SPARE: [(usize, usize); 4] = [(1, 2), (1, 1), (2, 1), (4, 1)];
+
+/// A layout with fewer levels is kept if it is within 1/`ROOM` (2%) of the smallest arena —
+/// parameters, inputs and values: what the session holds on the device.
+const ROOM: usize = 50;
 
 /// `plan_arena` with the results of the steps `over` names written over those operands.
 fn arena_writing_over(
@@ -417,6 +444,7 @@ fn arena_writing_over(
     root: &[usize],
     last_use: &[usize],
     over: &[Option<usize>],
+    spare: usize,
 ) -> ArenaPlan {
     let n = plan.steps.len();
     // Parameters and inputs persist across runs; results are placed when computed and never
@@ -439,9 +467,9 @@ fn arena_writing_over(
     // region whose last use comes at or after that level would make the step wait for it
     // (schedule.rs), one barrier more.
     let (ready, touched) = levels_by_inputs(plan, root);
-    // Fresh words a value may take rather than wait: half the values' peak in all, and any
-    // value of up to `SMALL` words.
-    let mut spare = peak_live(plan, root, last_use, over) as usize / 4 / 2;
+    // Fresh words a value may take rather than wait: `spare` in all, and any value of up to
+    // `SMALL` words.
+    let mut spare = spare;
     // Free regions (offset, words, the latest level their words were touched at) of the
     // transient part, kept sorted by offset.
     let mut free: Vec<(usize, usize, usize)> = Vec::new();

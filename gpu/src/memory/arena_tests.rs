@@ -72,8 +72,14 @@ fn a_chain_needs_only_two_transient_regions() {
 /// level 1: taking a's words would make one of them wait a level. (A softmax, not an
 /// element-wise step, which could be written over a instead.)
 fn independent_steps(shape: &[usize]) -> GpuPlan {
+    independent_steps_beside(shape, 0)
+}
+
+/// `independent_steps`, with a parameter of `held` words beside them that no step reads: words
+/// the session holds anyway.
+fn independent_steps_beside(shape: &[usize], held: usize) -> GpuPlan {
     let step = |op, inputs| crate::test_util::step(op, inputs, DType::F32, shape);
-    let steps = vec![
+    let mut steps = vec![
         step(Op::Input { name: "x".into() }, vec![]),
         step(Op::Unary(UnaryOp::Relu), vec![0]),
         step(Op::Softmax { axis: 0, log: false }, vec![1]),
@@ -82,7 +88,22 @@ fn independent_steps(shape: &[usize]) -> GpuPlan {
         step(Op::Binary(BinaryOp::Add), vec![2, 3]),
         step(Op::Binary(BinaryOp::Add), vec![5, 4]),
     ];
-    GpuPlan::of(&Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 6)]))
+    let mut params = Vec::new();
+    if held > 0 {
+        steps.push(crate::test_util::step(Op::Param { index: 0 }, vec![], DType::F32, &[held]));
+        params.push(mgn_ir::plan::ParamSpec {
+            name: "w".into(),
+            dtype: DType::F32,
+            shape: vec![held],
+            init: mgn_ir::plan::InitSpec::Constant(0.0),
+            trainable: false,
+            frozen: true,
+            persistent: true,
+        });
+    }
+    let inputs = vec![("x".into(), 0)];
+    let plan = Plan::of_steps(Mode::Infer, steps, inputs, vec![("y".into(), 6)]);
+    GpuPlan::of(&Plan { params, ..plan })
 }
 
 fn levels_of(plan: &GpuPlan, a: &ArenaPlan) -> crate::schedule::Levels {
@@ -104,9 +125,10 @@ fn small_values_take_fresh_words_rather_than_wait_for_reused_ones() {
 }
 
 #[test]
-fn large_values_take_fresh_words_within_half_the_peak_then_wait() {
-    // Past `SMALL` words a value takes fresh words only from the spare, half the peak;
-    // then it waits.
+fn large_values_wait_where_fresh_words_would_grow_the_arena_past_its_room() {
+    // Past `SMALL` words a value takes fresh words only from a budget; the layout where
+    // both exp and tanh take fresh words has a level fewer, but is a third larger than the
+    // smallest: past `ROOM`, so one of them waits.
     let plan = independent_steps(&[SMALL * 2]);
     let a = plan_arena(&plan);
     assert_valid(&plan, &a);
@@ -118,6 +140,22 @@ fn large_values_take_fresh_words_within_half_the_peak_then_wait() {
     let l = levels_of(&plan, &a);
     let (exp, tanh) = (l.step[3].expect("computed"), l.step[4].expect("computed"));
     assert_eq!((exp.min(tanh), exp.max(tanh) > 0, l.count), (0, true, 5));
+}
+
+#[test]
+fn large_values_take_fresh_words_where_the_arena_has_room_for_them() {
+    // The same steps beside 200 values' worth of words held anyway: a value more in fresh
+    // words is within `ROOM` of the whole, and saves the level.
+    let plan = independent_steps_beside(&[SMALL * 2], SMALL * 2 * 200);
+    let a = plan_arena(&plan);
+    assert_valid(&plan, &a);
+    assert_eq!(check_arena(&plan, &a), Ok(()));
+    let l = levels_of(&plan, &a);
+    assert_eq!((l.step[3], l.step[4], l.count), (Some(0), Some(0), 4), "exp and tanh with relu");
+    let smallest = independent_steps(&[SMALL * 2]);
+    let tight = plan_arena(&smallest);
+    let extra = (a.total_words - a.pinned_words) - (tight.total_words - tight.pinned_words);
+    assert!(extra <= a.total_words / ROOM, "{extra} words more");
 }
 
 /// x → a = exp(x), b = neg(x), c = a + b, d = c · s (s a [1] input, broadcast),
