@@ -308,9 +308,8 @@ mod tests {
                 PlanOptions { rewrites, ..PlanOptions::train(&[], OptimizerSpec::default()) };
             let plan = plan_of(text, &opts);
             let of = |i: u32| &plan.steps[i as usize];
-            let relu_grads: Vec<&mgn_ir::plan::Step> = (plan.steps.iter())
-                .filter(|s| s.op == Op::UnaryGrad(UnaryOp::Relu))
-                .collect();
+            let relu_grads: Vec<&mgn_ir::plan::Step> =
+                (plan.steps.iter()).filter(|s| s.op == Op::UnaryGrad(UnaryOp::Relu)).collect();
             assert_eq!(relu_grads.len(), 1, "{rewrites:?}");
             let read = of(relu_grads[0].inputs[0]);
             assert_eq!(read.op, Op::Unary(UnaryOp::Relu), "{rewrites:?}: reads the result");
