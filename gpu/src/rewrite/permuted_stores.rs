@@ -1,13 +1,15 @@
 //! Permutes folded into the steps that make what they permute: a step whose kernel stores each
-//! result once at its index (a product, a convolution, a fused chain, a split product's sum)
-//! stores it where the permute would put it instead (`GpuOp::PermutedStore`), and the permute
-//! — a copy, a dispatch and a barrier — goes.
+//! result once at its index (a product, a convolution, a fused chain, a split product's sum, an
+//! element-wise step, a slice, a rotary embedding) stores it where the permute would put it
+//! instead (`GpuOp::PermutedStore`), and the permute — a copy, a dispatch and a barrier — goes.
 //!
 //! Multi-head attention permutes q, k and v into heads after their projections and the heads'
 //! outputs back before the output projection: four permutes a layer, 6–10% of the transformer
 //! forwards' GPU time on the H200, each moving a few hundred KB at a fraction of the copy rate.
 //! The permute may read its producer through reshapes (`[B·T, H·D]` seen as `[B, T, H, D]`),
-//! which keep the elements' order; a permute of a permuted store composes with it.
+//! which keep the elements' order; a permute of a permuted store composes with it. In training
+//! the backward pass has its own: the rotary embedding's derivative of each head's q and k
+//! merged back (SmolLM2's training plan 60 permutes, SmolVLA's 48 with its sliced caches).
 //! Only f32 steps nothing else reads, and only static plans: a dynamic plan's kernels are
 //! shared across sizes, and the stored index is written for this one.
 
@@ -21,7 +23,19 @@ use std::collections::HashMap;
 /// result's index in its own shape.
 fn stores_by_index(op: &GpuOp) -> bool {
     match op {
-        GpuOp::Plan(op) => matches!(op, Op::MatMul | Op::Conv { .. }),
+        // Each of these kernels writes `store(out, i, …)` once per element `i` of its own
+        // shape (`kernels::pointwise`, `select::slice`, `select::rope`).
+        GpuOp::Plan(op) => matches!(
+            op,
+            Op::MatMul
+                | Op::Conv { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::UnaryGrad(_)
+                | Op::Pow { .. }
+                | Op::Slice { .. }
+                | Op::Rope { .. }
+        ),
         GpuOp::MatMulT { splits, .. } => *splits == 1,
         GpuOp::MatMulEpilogue { .. }
         | GpuOp::ConvEpilogue { .. }
@@ -188,6 +202,69 @@ mod tests {
             t(&[4, 3, 3, 3], 5),
         ];
         let given: Vec<(&str, &Tensor)> = ["x", "w", "b", "img", "k"].into_iter().zip(&x).collect();
+        assert_rewrite_keeps_results(&plan, gpu, &given);
+    }
+
+    /// The plan ops that store by index: a rotary embedding's derivative merged back into
+    /// `[B, T, H, D]` (with a run-time start), a slice seen as heads, GELU channels-last and a
+    /// broadcast sum permuted — and a slice read by a second step, whose permute stays.
+    fn plan_ops() -> Plan {
+        let f = DType::F32;
+        let rope = |inverse| Op::Rope { theta: 10000.0, offset: 3, inverse };
+        let steps = vec![
+            step(Op::Input { name: "q".into() }, vec![], f, &[2, 3, 5, 4]), // 0
+            step(Op::Input { name: "pos".into() }, vec![], DType::I32, &[]), // 1
+            step(Op::Input { name: "kv".into() }, vec![], f, &[3, 2, 5, 8]), // 2
+            step(Op::Input { name: "c".into() }, vec![], f, &[2, 6, 7]),    // 3
+            step(Op::Input { name: "b".into() }, vec![], f, &[6, 1]),       // 4
+            step(rope(true), vec![0, 1], f, &[2, 3, 5, 4]),                 // 5
+            step(Op::Permute { perm: vec![0, 2, 1, 3] }, vec![5], f, &[2, 5, 3, 4]), // 6
+            step(rope(false), vec![0], f, &[2, 3, 5, 4]),                   // 7
+            step(Op::Permute { perm: vec![0, 2, 1, 3] }, vec![7], f, &[2, 5, 3, 4]), // 8
+            step(Op::Slice { axis: 0, start: 1, end: 2 }, vec![2], f, &[1, 2, 5, 8]), // 9
+            step(Op::Reshape, vec![9], f, &[2, 5, 2, 4]),                   // 10
+            step(Op::Permute { perm: vec![0, 2, 1, 3] }, vec![10], f, &[2, 2, 5, 4]), // 11
+            step(Op::Unary(UnaryOp::Gelu), vec![3], f, &[2, 6, 7]),         // 12
+            step(Op::Permute { perm: vec![0, 2, 1] }, vec![12], f, &[2, 7, 6]), // 13
+            step(Op::Binary(BinaryOp::Add), vec![3, 4], f, &[2, 6, 7]),     // 14
+            step(Op::Permute { perm: vec![2, 0, 1] }, vec![14], f, &[7, 2, 6]), // 15
+            step(Op::Slice { axis: 0, start: 0, end: 1 }, vec![2], f, &[1, 2, 5, 8]), // 16
+            step(Op::Permute { perm: vec![0, 2, 1, 3] }, vec![16], f, &[1, 5, 2, 8]), // 17
+            step(Op::Unary(UnaryOp::Exp), vec![16], f, &[1, 2, 5, 8]),      // 18: a second reader
+        ];
+        let names = ["q", "pos", "kv", "c", "b"];
+        let inputs = names.iter().enumerate().map(|(i, n)| (n.to_string(), i as u32)).collect();
+        let outputs = [6, 8, 11, 13, 15, 17, 18].iter().map(|&i| (format!("y{i}"), i)).collect();
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, outputs);
+        plan.validate().expect("valid");
+        plan
+    }
+
+    #[test]
+    fn element_wise_steps_slices_and_rotary_embeddings_store_permuted() {
+        let plan = plan_ops();
+        let gpu = for_gpu_with(&plan, &Options::default());
+        gpu.validate().expect("still valid");
+        let permuted: Vec<String> = (gpu.steps.iter())
+            .filter_map(|s| match &s.op {
+                GpuOp::PermutedStore { op, .. } => Some(op.describe()),
+                _ => None,
+            })
+            .collect();
+        let permutes = gpu.steps.iter().filter(|s| matches!(s.op, GpuOp::Plan(Op::Permute { .. })));
+        assert_eq!(permutes.count(), 1, "the slice with a second reader keeps its permute");
+        assert_eq!(permuted.len(), 5, "{permuted:?}");
+        for (want, n) in [("rope", 2), ("slice", 1), ("gelu", 1), ("add", 1)] {
+            let found = permuted.iter().filter(|d| d.starts_with(want)).count();
+            assert_eq!(found, n, "{want}: {permuted:?}");
+        }
+        let t = |shape: &[usize], seed| {
+            Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
+        };
+        let pos = Tensor::i32(vec![], vec![2]);
+        let x = [t(&[2, 3, 5, 4], 1), pos, t(&[3, 2, 5, 8], 2), t(&[2, 6, 7], 3), t(&[6, 1], 4)];
+        let names = ["q", "pos", "kv", "c", "b"];
+        let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&x).collect();
         assert_rewrite_keeps_results(&plan, gpu, &given);
     }
 }
