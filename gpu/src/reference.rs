@@ -77,9 +77,14 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             inputs.extend(&x[2..]);
             run_program(program, &inputs, dtype, shape, ctx)
         }
-        GpuOp::ConvEpilogue { conv, program } => {
-            let operands = crate::program::conv_operands(conv).expect("a typed step");
-            let y = cpu(conv, &x[..operands], dtype, shape, ctx);
+        GpuOp::ConvEpilogue { conv: head, program }
+        | GpuOp::NormEpilogue { norm: head, program } => {
+            let operands = match op {
+                GpuOp::ConvEpilogue { .. } => crate::program::conv_operands(head),
+                _ => crate::program::norm_operands(head),
+            };
+            let operands = operands.expect("a typed step");
+            let y = cpu(head, &x[..operands], dtype, shape, ctx);
             let mut inputs = vec![&y];
             inputs.extend(&x[operands..]);
             run_program(program, &inputs, dtype, shape, ctx)

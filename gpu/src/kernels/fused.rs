@@ -106,6 +106,29 @@ pub(super) fn conv_epilogue(
     conv::forward(conv, &inputs[..operands], out, target, Some(&post))
 }
 
+/// A layer, RMS or group norm whose kernel applies `program` to each result as it stores it, as
+/// `conv_epilogue` does for a convolution: `Input(0)` is the norm, `Input(k)` the step's input
+/// past its norm's operands.
+pub(super) fn norm_epilogue(
+    norm: &Op,
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let operands = crate::program::norm_operands(norm)?;
+    let extra = inputs.get(operands - 1..).ok_or("a norm epilogue without its operands")?;
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        k => element_of(extra, k as usize, out, "epilogue input"),
+    };
+    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let post = format!(
+        "{helpers}fn mgn_epilogue(i: u32, p: f32) -> f32 {{\n    {lines}return {last};\n}}\n"
+    );
+    super::norm::forward_with_epilogue(norm, &inputs[..operands], out, width, &post)
+}
+
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name
 /// of its result, and the helper functions it calls.
 fn program_lines(

@@ -431,6 +431,9 @@ pub fn generate(
         GpuOp::ConvEpilogue { conv, program } => {
             fused::conv_epilogue(conv, program, inputs, out, target)
         }
+        GpuOp::NormEpilogue { norm, program } => {
+            fused::norm_epilogue(norm, program, inputs, out, width)
+        }
         GpuOp::MatMulT { ta, tb, alpha, splits } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha, splits: *splits };
             matmul::generate_layout(inputs, out, target, layout)

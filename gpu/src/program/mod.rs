@@ -16,7 +16,7 @@ pub mod op;
 mod typing;
 
 pub use dense::GpuPlan;
-pub(crate) use op::conv_operands;
+pub(crate) use op::{conv_operands, norm_operands};
 pub use op::{Elem, GpuOp};
 
 use mgn_ir::op::Op;

@@ -54,6 +54,11 @@ pub enum GpuOp {
     /// `MatMulEpilogue`'s: `Input(0)` is the convolution (its bias added), `Input(k)` the
     /// step's input `k + conv_operands − 1`. Made by `rewrite::fuse`.
     ConvEpilogue { conv: Op, program: Vec<Elem> },
+    /// `[x, weight?, bias?, extra…]`: the norm `norm` (an `Op::LayerNorm`, `Op::RmsNorm` or
+    /// `Op::GroupNorm` over the first `norm_operands` inputs) followed, element by element of
+    /// its result, by `program` as a `ConvEpilogue`'s: `Input(0)` is the norm, `Input(k)` the
+    /// step's input `k + norm_operands − 1`. Made by `rewrite::fuse` (a group norm's SiLU).
+    NormEpilogue { norm: Op, program: Vec<Elem> },
     /// `[a, b]` → `alpha · op(a) · op(b)`, batched as `Op::MatMul`, where `op(a)` is the
     /// transpose of a's last two axes when `ta` (its words hold `[.., k, m]`), and likewise
     /// `op(b)` when `tb` (`[.., n, k]`): the products of materialised attention read q, k and
@@ -139,6 +144,7 @@ impl GpuOp {
             | GpuOp::ConvEpilogue { .. }
             | GpuOp::MatMulT { .. } => true,
             GpuOp::NormWeightGradPartial { .. }
+            | GpuOp::NormEpilogue { .. }
             | GpuOp::CrossEntropyRows
             | GpuOp::Fused { .. }
             | GpuOp::SplitSum { .. }
@@ -215,6 +221,11 @@ impl GpuOp {
                 check_program(program, (n + 1).saturating_sub(operands))?;
                 (operands, usize::MAX)
             }
+            GpuOp::NormEpilogue { norm, program } => {
+                let operands = norm_operands(norm)?;
+                check_program(program, (n + 1).saturating_sub(operands))?;
+                (operands, usize::MAX)
+            }
         };
         if n < lo || n > hi {
             let want = if lo == hi { format!("{lo}") } else { format!("at least {lo}") };
@@ -254,9 +265,10 @@ impl GpuOp {
             GpuOp::MatMulEpilogue { program, .. } => {
                 format!("matmul_epilogue {}", chain(program))
             }
-            GpuOp::ConvEpilogue { conv, program } => {
-                let conv = conv.describe();
-                let (family, attributes) = conv.split_once(' ').unwrap_or((&conv, ""));
+            GpuOp::ConvEpilogue { conv: head, program }
+            | GpuOp::NormEpilogue { norm: head, program } => {
+                let head = head.describe();
+                let (family, attributes) = head.split_once(' ').unwrap_or((&head, ""));
                 format!("{family}_epilogue {attributes} → {}", chain(program))
             }
             GpuOp::MatMulT { ta, tb, alpha, splits } => {
@@ -280,6 +292,17 @@ impl GpuOp {
                 format!("{} → permute {perm:?}", op.describe())
             }
         }
+    }
+}
+
+/// How many of a `NormEpilogue`'s inputs its norm reads: x, and the weight and bias it has.
+pub(crate) fn norm_operands(norm: &Op) -> Result<usize, String> {
+    match norm {
+        Op::LayerNorm { has_weight, has_bias, .. } | Op::GroupNorm { has_weight, has_bias, .. } => {
+            Ok(1 + *has_weight as usize + *has_bias as usize)
+        }
+        Op::RmsNorm { has_weight, .. } => Ok(1 + *has_weight as usize),
+        other => Err(format!("`{}` heads no norm epilogue", other.describe())),
     }
 }
 

@@ -64,6 +64,11 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             infer::check(conv, &x[..operands], out).map_err(|e| format!("the convolution {e}"))?;
             x[operands..].iter().try_for_each(|t| broadcasts(t.1, o))
         }
+        GpuOp::NormEpilogue { norm, .. } => {
+            let operands = super::op::norm_operands(norm)?;
+            infer::check(norm, &x[..operands], out).map_err(|e| format!("the norm {e}"))?;
+            x[operands..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
         GpuOp::MatMulT { ta, tb, splits, .. } => {
             let mut shape = product(x, *ta, *tb)?;
             if *splits > 1 {

@@ -10,7 +10,9 @@
 //! keeps its own dispatch. A matrix product or a convolution whose only reader is such a chain
 //! becomes the head of it (`GpuOp::MatMulEpilogue`, `GpuOp::ConvEpilogue`): the chain — a bias,
 //! an inference batch norm, a residual, an activation — runs on each result as the product's
-//! kernel stores it.
+//! kernel stores it. So does a layer, RMS or group norm (`GpuOp::NormEpilogue`: the U-Net's
+//! SiLU after each group norm, 23 dispatches and levels of its forward); a batch norm stays
+//! apart, for its running statistics' update.
 //!
 //! The decisions need the program's def-use in execution order, so fusion reads a dense
 //! snapshot of the program ([`GpuPlan`]); its edits go back to the program by step id.
@@ -18,6 +20,7 @@
 use crate::program::{Elem, GpuOp, GpuPlan, Program, Step, StepId};
 use mgn_ir::analysis::DefUse;
 use mgn_ir::op::Op;
+use mgn_ir::DType;
 
 /// The node a fusable step contributes, given the nodes of its inputs.
 fn node(op: &GpuOp, args: &[u32]) -> Option<Elem> {
@@ -119,6 +122,9 @@ impl Chain {
         inputs.extend(self.leaves.iter().filter(|&&l| l != mm));
         let op = match head.op.plan_op() {
             Some(conv @ Op::Conv { .. }) => GpuOp::ConvEpilogue { conv: conv.clone(), program },
+            Some(norm @ (Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. })) => {
+                GpuOp::NormEpilogue { norm: norm.clone(), program }
+            }
             _ => GpuOp::MatMulEpilogue { program, ta: false, tb: false },
         };
         (op, inputs)
@@ -174,7 +180,12 @@ impl Fusion<'_> {
         let broadcast =
             only && mgn_ir::shape::broadcast_strides(&xs.shape, &view.steps[i].shape).is_ok();
         let product = matches!(xs.op, GpuOp::Plan(Op::MatMul | Op::Conv { .. }));
-        if only_reader && c.head.is_none() && product && xs.dtype.is_float() {
+        let norm = matches!(
+            xs.op,
+            GpuOp::Plan(Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. })
+        );
+        let head = (product && xs.dtype.is_float()) || (norm && xs.dtype == DType::F32);
+        if only_reader && c.head.is_none() && head {
             c.head = Some(x);
             (self.absorbed[xi], self.grew[i]) = (true, true);
             return c.leaf(x);
@@ -420,6 +431,73 @@ mod tests {
             };
             let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
             crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
+        }
+    }
+
+    /// silu(group_norm(x)) + res (the U-Net's norm and activation, with a residual), gelu of
+    /// a layer norm without weights, an RMS norm scaled by a broadcast gate, and a group norm
+    /// also read by a second step (it keeps its own dispatch): the first three become one
+    /// `NormEpilogue` step each, on the CPU reference and on the GPU (rows shorter and longer
+    /// than a workgroup).
+    #[test]
+    fn norms_head_their_epilogues_on_both_backends() {
+        let f = DType::F32;
+        let gn =
+            |affine| Op::GroupNorm { groups: 2, eps: 1e-5, has_weight: affine, has_bias: affine };
+        let ln = Op::LayerNorm { eps: 1e-5, has_weight: false, has_bias: false };
+        let rms = Op::RmsNorm { eps: 1e-6, has_weight: true };
+        for len in [6, 300] {
+            let x = [2, 4, len];
+            let steps = vec![
+                step(Op::Input { name: "x".into() }, vec![], f, &x), // 0
+                step(Op::Input { name: "w".into() }, vec![], f, &[4]), // 1
+                step(Op::Input { name: "b".into() }, vec![], f, &[4]), // 2
+                step(Op::Input { name: "res".into() }, vec![], f, &x), // 3
+                step(Op::Input { name: "g".into() }, vec![], f, &[len]), // 4
+                step(gn(true), vec![0, 1, 2], f, &x),                // 5
+                step(Op::Unary(UnaryOp::Silu), vec![5], f, &x),      // 6
+                step(Op::Binary(BinaryOp::Add), vec![6, 3], f, &x),  // 7: y0
+                step(ln.clone(), vec![0], f, &x),                    // 8
+                step(Op::Unary(UnaryOp::Gelu), vec![8], f, &x),      // 9: y1
+                step(rms.clone(), vec![0, 4], f, &x),                // 10
+                step(Op::Binary(BinaryOp::Mul), vec![10, 4], f, &x), // 11: y2
+                step(gn(false), vec![3], f, &x),                     // 12: also y3
+                step(Op::Unary(UnaryOp::Tanh), vec![12], f, &x),     // 13: y4
+            ];
+            let names = ["x", "w", "b", "res", "g"];
+            let p = Plan {
+                steps,
+                inputs: names.iter().enumerate().map(|(i, n)| (n.to_string(), i as u32)).collect(),
+                outputs: [7, 9, 11, 12, 13].iter().map(|&i| (format!("y{i}"), i)).collect(),
+                ..plan()
+            };
+            p.validate().expect("valid");
+            let fp = fused(&p);
+            fp.validate().expect("a valid plan");
+            let heads: Vec<String> = (fp.steps.iter())
+                .filter(|s| matches!(s.op, GpuOp::NormEpilogue { .. }))
+                .map(|s| s.op.describe())
+                .collect();
+            assert_eq!(heads.len(), 3, "{heads:?}");
+            assert!(heads[0].starts_with("group_norm_epilogue") && heads[0].contains("silu"));
+            assert!(fp.steps.iter().any(|s| s.op == GpuOp::Plan(gn(false))), "a result stays");
+            let t = |shape: &[usize], seed| {
+                Tensor::f32(shape.to_vec(), crate::test_util::values(shape.iter().product(), seed))
+            };
+            let v = [t(&x, 1), t(&[4], 2), t(&[4], 3), t(&x, 4), t(&[len], 5)];
+            let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&v).collect();
+            let want = crate::test_util::run_on_cpu_plan(&p, &[], &given).outputs;
+            let got = run_reference(&fp, &[], &given).outputs;
+            for ((n, a), (_, b)) in got.iter().zip(&want) {
+                crate::test_util::assert_close(&GpuOp::Plan(gn(true)), a, b, 1e-6);
+                assert_eq!(a.shape, b.shape, "{n}");
+            }
+            let Some(mut gpu) = crate::test_util::open(p, &[]) else { return };
+            let got = gpu.run(&given, 0).expect("runs on the GPU").outputs;
+            for ((n, a), (_, b)) in got.iter().zip(&want) {
+                crate::test_util::assert_close(&GpuOp::Plan(gn(true)), a, b, 1e-5);
+                assert_eq!(a.shape, b.shape, "{n}");
+            }
         }
     }
 

@@ -69,7 +69,7 @@ pub(crate) fn batch_norm(
             None,
             &stats,
             eps,
-            Mode::Forward { w, b },
+            Mode::Forward { w, b, post: None },
             out,
             width as usize,
         ));

@@ -57,6 +57,31 @@ pub fn generate(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
+    generate_with(op, inputs, out, width, None)
+}
+
+/// A layer, RMS or group norm whose kernel applies `post` — the WGSL of `fn mgn_epilogue(i:
+/// u32, p: f32) -> f32`, a `GpuOp::NormEpilogue`'s program — to each result as it stores it.
+pub fn forward_with_epilogue(
+    op: &Op,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+    post: &str,
+) -> Result<KernelSource, String> {
+    if !matches!(op, Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. }) {
+        return Err(format!("`{}` takes no epilogue", op.describe()));
+    }
+    generate_with(op, inputs, out, width, Some(post))
+}
+
+fn generate_with(
+    op: &Op,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+    post: Option<&str>,
+) -> Result<KernelSource, String> {
     let unsupported = |why: &str| Err(format!("`{}` has no GPU kernel yet ({why})", op.describe()));
     if !out.dtype.is_float() {
         return unsupported("integer output");
@@ -65,7 +90,7 @@ pub fn generate(
     let x = inputs.first().ok_or("a norm needs inputs")?;
     // A forward norm over `rows` of x, with its weight and bias.
     let forward = |rows: &Rows, center: bool, eps: f64, (wt, bs): Affine| {
-        let mode = Mode::Forward { w: wt, b: bs };
+        let mode = Mode::Forward { w: wt, b: bs, post };
         Ok(row_kernel(rows, x, None, &Stats::Batch { center }, eps, mode, out, w))
     };
     match op {
@@ -227,8 +252,8 @@ enum Stats {
 
 /// What a row kernel writes.
 enum Mode<'a> {
-    /// `x̂·w + b` per element.
-    Forward { w: Option<&'a Operand>, b: Option<&'a Operand> },
+    /// `x̂·w + b` per element, through `post`'s `mgn_epilogue(e, ·)` when given.
+    Forward { w: Option<&'a Operand>, b: Option<&'a Operand>, post: Option<&'a str> },
     /// The input derivative per element, with `g = dy·w`.
     Input { w: Option<&'a Operand> },
     /// One value per row: `Σdy·x̂` (weight) or `Σdy` (bias) — batch norm's parameter is its row.

@@ -35,6 +35,9 @@ pub(super) fn row_kernel(
     let bc = min(b, max({count}, 1u) - 1u);
     "
     );
+    if let Mode::Forward { post: Some(post), .. } = &mode {
+        helpers += post;
+    }
     let bias = matches!(mode, Mode::Param(GradPart::Bias));
     let center = matches!(stats, Stats::Batch { center: true });
     match stats {
@@ -108,13 +111,16 @@ fn row_outputs(
         )
     };
     match mode {
-        Mode::Forward { w, b } => {
+        Mode::Forward { w, b, post } => {
             let mut y = format!("({} - m) * rstd", load(x, "e"));
             if let Some(w) = w {
                 y = format!("{y} * {}", load(w, "prm(b, t)"));
             }
             if let Some(bias) = b {
                 y = format!("{y} + {}", load(bias, "prm(b, t)"));
+            }
+            if post.is_some() {
+                y = format!("mgn_epilogue(e, {y})");
             }
             each(&y)
         }
