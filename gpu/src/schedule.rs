@@ -56,7 +56,7 @@ pub fn levels(plan: &GpuPlan, offsets: &[usize], words: &[usize]) -> Levels {
             let r = &mut read_at[root[x as usize]];
             *r = Some(r.map_or(level, |r| r.max(level)));
         }
-        if plan.mode == Mode::Train && matches!(s.op, GpuOp::Plan(Op::BatchNorm { .. })) {
+        if plan.mode == Mode::Train && s.op.updates_running_stats().is_some() {
             // After the normalization itself (which reads the running statistics it updates).
             let u = level + 1;
             bn_update[i] = Some(u);

@@ -115,6 +115,7 @@ pub(super) fn norm_epilogue(
     inputs: &[Operand],
     out: &Operand,
     width: u32,
+    training: bool,
 ) -> Result<KernelSource, String> {
     let operands = crate::program::norm_operands(norm)?;
     let extra = inputs.get(operands - 1..).ok_or("a norm epilogue without its operands")?;
@@ -126,7 +127,7 @@ pub(super) fn norm_epilogue(
     let post = format!(
         "{helpers}fn mgn_epilogue(i: u32, p: f32) -> f32 {{\n    {lines}return {last};\n}}\n"
     );
-    super::norm::forward_with_epilogue(norm, &inputs[..operands], out, width, &post)
+    super::norm::forward_with_epilogue(norm, &inputs[..operands], out, width, &post, training)
 }
 
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name

@@ -432,7 +432,7 @@ pub fn generate(
             fused::conv_epilogue(conv, program, inputs, out, target)
         }
         GpuOp::NormEpilogue { norm, program } => {
-            fused::norm_epilogue(norm, program, inputs, out, width)
+            fused::norm_epilogue(norm, program, inputs, out, width, training)
         }
         GpuOp::MatMulT { ta, tb, alpha, splits } => {
             let layout = matmul::Layout { ta: *ta, tb: *tb, alpha: *alpha, splits: *splits };

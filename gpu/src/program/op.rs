@@ -54,10 +54,13 @@ pub enum GpuOp {
     /// `MatMulEpilogue`'s: `Input(0)` is the convolution (its bias added), `Input(k)` the
     /// step's input `k + conv_operands − 1`. Made by `rewrite::fuse`.
     ConvEpilogue { conv: Op, program: Vec<Elem> },
-    /// `[x, weight?, bias?, extra…]`: the norm `norm` (an `Op::LayerNorm`, `Op::RmsNorm` or
-    /// `Op::GroupNorm` over the first `norm_operands` inputs) followed, element by element of
-    /// its result, by `program` as a `ConvEpilogue`'s: `Input(0)` is the norm, `Input(k)` the
-    /// step's input `k + norm_operands − 1`. Made by `rewrite::fuse` (a group norm's SiLU).
+    /// `[x, weight?, bias?, extra…]` (a batch norm: `[x, running_mean, running_var, weight?,
+    /// bias?, extra…]`): the norm `norm` (an `Op::LayerNorm`, `Op::RmsNorm`, `Op::GroupNorm`,
+    /// or a training plan's `Op::BatchNorm`, over the first `norm_operands` inputs) followed,
+    /// element by element of its result, by `program` as a `ConvEpilogue`'s: `Input(0)` is the
+    /// norm, `Input(k)` the step's input `k + norm_operands − 1`. Made by `rewrite::fuse` (a
+    /// group norm's SiLU, a batch norm's ReLU); a batch norm's running statistics are updated
+    /// after it as after the plain step.
     NormEpilogue { norm: Op, program: Vec<Elem> },
     /// `[a, b]` → `alpha · op(a) · op(b)`, batched as `Op::MatMul`, where `op(a)` is the
     /// transpose of a's last two axes when `ta` (its words hold `[.., k, m]`), and likewise
@@ -150,6 +153,16 @@ impl GpuOp {
             | GpuOp::SplitSum { .. }
             | GpuOp::ScatterInPlace { .. }
             | GpuOp::AttentionProbs { .. } => false,
+        }
+    }
+
+    /// A training batch norm, plain or heading an epilogue: its running statistics are updated
+    /// by a dispatch of their own after it (`schedule::Levels::bn_update`).
+    pub fn updates_running_stats(&self) -> Option<&Op> {
+        match self {
+            GpuOp::Plan(bn @ Op::BatchNorm { .. })
+            | GpuOp::NormEpilogue { norm: bn @ Op::BatchNorm { .. }, .. } => Some(bn),
+            _ => None,
         }
     }
 
@@ -295,13 +308,17 @@ impl GpuOp {
     }
 }
 
-/// How many of a `NormEpilogue`'s inputs its norm reads: x, and the weight and bias it has.
+/// How many of a `NormEpilogue`'s inputs its norm reads: x (a batch norm's running statistics),
+/// and the weight and bias it has.
 pub(crate) fn norm_operands(norm: &Op) -> Result<usize, String> {
     match norm {
         Op::LayerNorm { has_weight, has_bias, .. } | Op::GroupNorm { has_weight, has_bias, .. } => {
             Ok(1 + *has_weight as usize + *has_bias as usize)
         }
         Op::RmsNorm { has_weight, .. } => Ok(1 + *has_weight as usize),
+        Op::BatchNorm { has_weight, has_bias, .. } => {
+            Ok(3 + *has_weight as usize + *has_bias as usize)
+        }
         other => Err(format!("`{}` heads no norm epilogue", other.describe())),
     }
 }

@@ -10,9 +10,9 @@
 //! keeps its own dispatch. A matrix product or a convolution whose only reader is such a chain
 //! becomes the head of it (`GpuOp::MatMulEpilogue`, `GpuOp::ConvEpilogue`): the chain — a bias,
 //! an inference batch norm, a residual, an activation — runs on each result as the product's
-//! kernel stores it. So does a layer, RMS or group norm (`GpuOp::NormEpilogue`: the U-Net's
-//! SiLU after each group norm, 23 dispatches and levels of its forward); a batch norm stays
-//! apart, for its running statistics' update.
+//! kernel stores it. So does a layer, RMS or group norm, and a training plan's batch norm
+//! (`GpuOp::NormEpilogue`: the U-Net's SiLU after each group norm, ResNet-50's ReLU after
+//! each batch norm but those of the residual sums).
 //!
 //! The decisions need the program's def-use in execution order, so fusion reads a dense
 //! snapshot of the program ([`GpuPlan`]); its edits go back to the program by step id.
@@ -122,9 +122,12 @@ impl Chain {
         inputs.extend(self.leaves.iter().filter(|&&l| l != mm));
         let op = match head.op.plan_op() {
             Some(conv @ Op::Conv { .. }) => GpuOp::ConvEpilogue { conv: conv.clone(), program },
-            Some(norm @ (Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. })) => {
-                GpuOp::NormEpilogue { norm: norm.clone(), program }
-            }
+            Some(
+                norm @ (Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::GroupNorm { .. }
+                | Op::BatchNorm { .. }),
+            ) => GpuOp::NormEpilogue { norm: norm.clone(), program },
             _ => GpuOp::MatMulEpilogue { program, ta: false, tb: false },
         };
         (op, inputs)
@@ -180,10 +183,14 @@ impl Fusion<'_> {
         let broadcast =
             only && mgn_ir::shape::broadcast_strides(&xs.shape, &view.steps[i].shape).is_ok();
         let product = matches!(xs.op, GpuOp::Plan(Op::MatMul | Op::Conv { .. }));
-        let norm = matches!(
-            xs.op,
-            GpuOp::Plan(Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. })
-        );
+        // A batch norm with batch statistics (a training plan's: an inference plan's are
+        // element-wise, `running_norms`) runs the same row kernel.
+        let training = view.mode == mgn_ir::plan::Mode::Train;
+        let norm = match &xs.op {
+            GpuOp::Plan(Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. }) => true,
+            GpuOp::Plan(Op::BatchNorm { .. }) => training,
+            _ => false,
+        };
         let head = (product && xs.dtype.is_float()) || (norm && xs.dtype == DType::F32);
         if only_reader && c.head.is_none() && head {
             c.head = Some(x);
@@ -499,6 +506,50 @@ mod tests {
                 assert_eq!(a.shape, b.shape, "{n}");
             }
         }
+    }
+
+    /// relu(batch_norm(x) + res) in a training plan (batch statistics): one `NormEpilogue`
+    /// step, on the CPU reference and on the GPU; in an inference plan the batch norm is
+    /// element-wise and stays out of it.
+    #[test]
+    fn a_training_batch_norm_heads_its_epilogue_on_both_backends() {
+        let f = DType::F32;
+        let bn = Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: true, has_bias: true };
+        let (x, c) = ([3, 5, 7, 9], [5]);
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &x), // 0
+            step(Op::Input { name: "rm".into() }, vec![], f, &c), // 1
+            step(Op::Input { name: "rv".into() }, vec![], f, &c), // 2
+            step(Op::Input { name: "w".into() }, vec![], f, &c), // 3
+            step(Op::Input { name: "b".into() }, vec![], f, &c), // 4
+            step(Op::Input { name: "res".into() }, vec![], f, &x), // 5
+            step(bn.clone(), vec![0, 1, 2, 3, 4], f, &x),        // 6
+            step(Op::Binary(BinaryOp::Add), vec![6, 5], f, &x),  // 7
+            step(Op::Unary(UnaryOp::Relu), vec![7], f, &x),      // 8
+        ];
+        let names = ["x", "rm", "rv", "w", "b", "res"];
+        let inputs: Vec<(String, u32)> =
+            names.iter().enumerate().map(|(i, n)| (n.to_string(), i as u32)).collect();
+        let train = Plan::of_steps(Mode::Train, steps, inputs, vec![("y".into(), 8)]);
+        let infer = Plan { mode: Mode::Infer, ..train.clone() };
+        let heads = |p: &Plan| {
+            let fp = fused(p);
+            fp.validate().expect("a valid plan");
+            fp.steps.iter().filter(|s| matches!(s.op, GpuOp::NormEpilogue { .. })).count()
+        };
+        assert_eq!((heads(&train), heads(&infer)), (1, 0));
+        let t = |shape: &[usize], seed| {
+            Tensor::f32(shape.to_vec(), crate::test_util::values(shape.iter().product(), seed))
+        };
+        let rv = Tensor::f32(c.to_vec(), vec![1.5; 5]);
+        let v = [t(&x, 1), t(&c, 2), rv, t(&c, 3), t(&c, 4), t(&x, 5)];
+        let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&v).collect();
+        let want = crate::test_util::run_on_cpu_plan(&train, &[], &given).outputs.remove(0).1;
+        let got = run_reference(&fused(&train), &[], &given).outputs.remove(0).1;
+        crate::test_util::assert_close(&GpuOp::Plan(bn.clone()), &got, &want, 1e-6);
+        let Some(mut gpu) = crate::test_util::open(train, &[]) else { return };
+        let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
+        crate::test_util::assert_close(&GpuOp::Plan(bn), &got, &want, 1e-4);
     }
 
     /// x · sigmoid(a @ w) with the product [2, 5] broadcast into x [3, 2, 5] (a gate per row,

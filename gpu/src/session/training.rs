@@ -148,8 +148,8 @@ pub(super) fn running_stats_updates(
 ) -> Result<Vec<(usize, Params, [u32; 3])>, GpuError> {
     let mut bn = Vec::new();
     for (i, s) in plan.steps.iter().enumerate() {
-        let (GpuOp::Plan(Op::BatchNorm { momentum, .. }), Some(level)) =
-            (&s.op, levels.bn_update[i])
+        let (Some(Op::BatchNorm { momentum, .. }), Some(level)) =
+            (s.op.updates_running_stats(), levels.bn_update[i])
         else {
             continue;
         };

@@ -48,6 +48,23 @@ fn running(inputs: &[Operand], eps: f64) -> Result<(String, String), String> {
     ))
 }
 
+/// A training plan's batch norm (batch statistics, a workgroup per channel), each result
+/// through `post`'s `mgn_epilogue` when given (`GpuOp::NormEpilogue`).
+pub(crate) fn batch_norm_with(
+    inputs: &[Operand],
+    out: &Operand,
+    eps: f64,
+    (has_weight, has_bias): (bool, bool),
+    width: u32,
+    post: Option<&str>,
+) -> Result<KernelSource, String> {
+    let x = &inputs[0];
+    let stats = batch_stats(inputs, true)?;
+    let (w, b) = affine(inputs, 3, has_weight, has_bias);
+    let mode = Mode::Forward { w, b, post };
+    Ok(row_kernel(&channel_rows(x)?, x, None, &stats, eps, mode, out, width as usize))
+}
+
 /// Batch norm forward, inputs `x, running_mean, running_var, weight?, bias?`: batch statistics
 /// (a workgroup per channel) when `training`, else the running ones (elementwise).
 pub(crate) fn batch_norm(
@@ -59,21 +76,12 @@ pub(crate) fn batch_norm(
     training: bool,
     width: u32,
 ) -> Result<KernelSource, String> {
-    let x = &inputs[0];
-    let stats = batch_stats(inputs, training)?;
-    let (w, b) = affine(inputs, 3, has_weight, has_bias);
     if training {
-        return Ok(row_kernel(
-            &channel_rows(x)?,
-            x,
-            None,
-            &stats,
-            eps,
-            Mode::Forward { w, b, post: None },
-            out,
-            width as usize,
-        ));
+        return batch_norm_with(inputs, out, eps, (has_weight, has_bias), width, None);
     }
+    let x = &inputs[0];
+    batch_stats(inputs, training)?;
+    let (w, b) = affine(inputs, 3, has_weight, has_bias);
     let (pre, mean) = running(inputs, eps)?;
     let mut y = format!("({} - {mean}) * rstd", load(x, "i"));
     if let Some(w) = w {

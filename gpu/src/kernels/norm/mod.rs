@@ -60,19 +60,26 @@ pub fn generate(
     generate_with(op, inputs, out, width, None)
 }
 
-/// A layer, RMS or group norm whose kernel applies `post` — the WGSL of `fn mgn_epilogue(i:
-/// u32, p: f32) -> f32`, a `GpuOp::NormEpilogue`'s program — to each result as it stores it.
+/// A layer, RMS or group norm, or a training plan's batch norm, whose kernel applies `post` —
+/// the WGSL of `fn mgn_epilogue(i: u32, p: f32) -> f32`, a `GpuOp::NormEpilogue`'s program — to
+/// each result as it stores it.
 pub fn forward_with_epilogue(
     op: &Op,
     inputs: &[Operand],
     out: &Operand,
     width: u32,
     post: &str,
+    training: bool,
 ) -> Result<KernelSource, String> {
-    if !matches!(op, Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. }) {
-        return Err(format!("`{}` takes no epilogue", op.describe()));
+    match op {
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. } => {
+            generate_with(op, inputs, out, width, Some(post))
+        }
+        Op::BatchNorm { eps, has_weight, has_bias, .. } if training => {
+            batch::batch_norm_with(inputs, out, *eps, (*has_weight, *has_bias), width, Some(post))
+        }
+        _ => Err(format!("`{}` takes no epilogue here", op.describe())),
     }
-    generate_with(op, inputs, out, width, Some(post))
 }
 
 fn generate_with(
