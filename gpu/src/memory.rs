@@ -152,7 +152,7 @@ pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
     let mut root: Vec<usize> = (0..plan.steps.len()).collect();
     let views = ReadViews::of(plan);
     for (i, s) in plan.steps.iter().enumerate() {
-        if views.transposed[i] || views.rounded[i] {
+        if views.transposed[i] || views.rounded[i] || views.summed[i] > 1 {
             root[i] = root[s.inputs[0] as usize];
             continue;
         }
@@ -182,17 +182,60 @@ pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
 pub struct ReadViews {
     pub transposed: Vec<bool>,
     pub rounded: Vec<bool>,
+    /// Per step: the partial results a summed view adds up (`summed_views`), else 0.
+    pub summed: Vec<usize>,
 }
 
 impl ReadViews {
     pub fn of(plan: &GpuPlan) -> ReadViews {
-        ReadViews { transposed: transposed_views(plan), rounded: rounded_views(plan) }
+        let (transposed, rounded) = (transposed_views(plan), rounded_views(plan));
+        ReadViews { transposed, rounded, summed: summed_views(plan) }
     }
 
     /// No views (a plan read as it is).
     pub fn none(steps: usize) -> ReadViews {
-        ReadViews { transposed: vec![false; steps], rounded: vec![false; steps] }
+        let (transposed, rounded) = (vec![false; steps], vec![false; steps]);
+        ReadViews { transposed, rounded, summed: vec![0; steps] }
     }
+}
+
+/// Which steps are summed views, and of how many partials: a split product's plain sum
+/// (`GpuOp::SplitSum` with no epilogue, of f32 partials, no result) whose every reader is a
+/// kernel that reads each element through `kernels::load` — another split sum (SmolLM2's and
+/// SmolVLA's SwiGLU: the up projection's sum reads the gate's), a fused chain, an element-wise
+/// step or a rotary embedding. Each load adds the partials up, so the sum is no kernel, no
+/// dispatch and no level; a reader loads `splits` words per element instead of one, which is
+/// what the sum's own kernel read, and it no longer writes and reads the sum.
+pub fn summed_views(plan: &GpuPlan) -> Vec<usize> {
+    let def_use = DefUse::of(plan);
+    let reads_by_load = |op: &GpuOp| match op {
+        GpuOp::SplitSum { .. } | GpuOp::Fused { .. } => true,
+        GpuOp::Plan(op) => matches!(
+            op,
+            Op::Unary(_) | Op::Binary(_) | Op::UnaryGrad(_) | Op::Pow { .. } | Op::Rope { .. }
+        ),
+        _ => false,
+    };
+    (0..plan.steps.len())
+        .map(|i| {
+            let s = &plan.steps[i];
+            let GpuOp::SplitSum { splits, program } = &s.op else { return 0 };
+            let partials = s.inputs.first().map(|&x| &plan.steps[x as usize]);
+            // The plain sum's program is its one input.
+            let plain = program[..] == [crate::program::Elem::Input(0)]
+                && s.inputs.len() == 1
+                && s.dtype == DType::F32;
+            let f32_partials = partials.is_some_and(|p| p.dtype == DType::F32);
+            let readers = &def_use.readers[i];
+            let by_load = !readers.is_empty()
+                && readers.iter().all(|&r| reads_by_load(&plan.steps[r as usize].op));
+            if plain && f32_partials && by_load && !def_use.result[i] && *splits > 1 {
+                *splits
+            } else {
+                0
+            }
+        })
+        .collect()
 }
 
 /// Which steps are rounded views: a cast of an f32 value to a half type that only

@@ -54,6 +54,9 @@ pub struct Operand {
     pub follows: Vec<Option<Poly>>,
     /// An output stored permuted (`GpuOp::PermutedStore`): `store` maps each index.
     pub permuted: Option<Permuted>,
+    /// A split product's sum read through (`memory::summed_views`): the words hold this many
+    /// partial results of `shape` one after another, and each load adds them up. 0 or 1: none.
+    pub summed: usize,
 }
 
 impl Operand {
@@ -67,8 +70,8 @@ impl Operand {
     pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
         let shape = shape.to_vec();
         let (transposed, rounded) = (false, false);
-        let (slot, follows, permuted) = (None, vec![], None);
-        Operand { offset, shape, dtype, slot, transposed, rounded, follows, permuted }
+        let (slot, follows, permuted, summed) = (None, vec![], None, 0);
+        Operand { offset, shape, dtype, slot, transposed, rounded, follows, permuted, summed }
     }
 
     /// Axis `a`'s size, as a kernel shared across sizes reads it.
@@ -136,6 +139,7 @@ pub fn step_operands(
             rounded: views.rounded[v],
             follows: follows(v),
             permuted: None,
+            summed: views.summed[v],
         }
     };
     let inputs: Vec<Operand> =
@@ -252,6 +256,13 @@ pub(super) fn broadcast_at(i: &str, out: &[Ext], input: &[Ext]) -> String {
 }
 
 pub(super) fn load(o: &Operand, index: &str) -> String {
+    if o.summed > 1 {
+        // Partial `s` of element `i` is at `s · numel + i`.
+        let (n, one) = (o.numel(), Operand { summed: 0, ..o.clone() });
+        let terms: Vec<String> =
+            (0..o.summed).map(|s| load(&one, &format!("{} + ({index})", n.times(s)))).collect();
+        return format!("({})", terms.join(" + "));
+    }
     if !o.dtype.is_float() {
         return format!("bitcast<i32>(arena[{} + {index}])", base(o));
     }
@@ -274,6 +285,7 @@ pub(super) struct Fetched {
 
 /// The word holding element `index` of the float operand `o` (see `Fetched`).
 pub(super) fn fetch_word(o: &Operand, index: &str) -> Fetched {
+    debug_assert!(o.summed <= 1, "a summed view is read only through `load`");
     if o.packs_halves() {
         Fetched {
             word: format!("arena[{} + (({index}) >> 1u)]", base(o)),

@@ -296,3 +296,87 @@ fn arenas_past_a_binding_the_device_or_32_bit_offsets_are_refused_by_name() {
     let e = check_fits(&plan, 1 << 33, &any, None).unwrap_err();
     assert!(e.contains("32.0 GiB") && e.contains("32-bit word offsets"), "{e}");
 }
+
+/// Products split along k (16 × 512 × 16: one tile, deep) whose plain sums are read by a
+/// split sum's epilogue (SwiGLU's, as SmolLM2's) and a rotary embedding are read through,
+/// summed as they load; one read by a layer norm keeps its kernel.
+fn split_sums() -> Plan {
+    let f = DType::F32;
+    let step = |op, inputs, shape: &[usize]| crate::test_util::step(op, inputs, f, shape);
+    let ln = Op::LayerNorm { eps: 1e-5, has_weight: false, has_bias: false };
+    let rope = Op::Rope { theta: 10000.0, offset: 0, inverse: false };
+    let (x, w, y) = ([16, 512], [512, 16], [16, 16]);
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], &x), // 0
+        step(Op::Input { name: "w1".into() }, vec![], &w), // 1
+        step(Op::Input { name: "w2".into() }, vec![], &w), // 2
+        step(Op::Input { name: "w3".into() }, vec![], &w), // 3
+        step(Op::MatMul, vec![0, 1], &y),                 // 4: gate
+        step(Op::MatMul, vec![0, 2], &y),                 // 5: up
+        step(Op::Unary(UnaryOp::Silu), vec![4], &y),      // 6
+        step(Op::Binary(BinaryOp::Mul), vec![6, 5], &y),  // 7: y0
+        step(Op::MatMul, vec![0, 3], &y),                 // 8
+        step(rope, vec![8], &y),                          // 9: y1
+        step(Op::MatMul, vec![0, 3], &y),                 // 10
+        step(ln, vec![10], &y),                           // 11: y2
+        step(Op::MatMul, vec![0, 2], &y),                 // 12
+        step(Op::Binary(BinaryOp::Add), vec![12, 8], &y), // 13: y3, reading two sums
+    ];
+    let inputs = ["x", "w1", "w2", "w3"].iter().enumerate();
+    let inputs = inputs.map(|(i, n)| (n.to_string(), i as u32)).collect();
+    let outputs = [7, 9, 11, 13].iter().map(|&i| (format!("y{i}"), i)).collect();
+    Plan::of_steps(Mode::Infer, steps, inputs, outputs)
+}
+
+#[test]
+fn split_sums_read_only_by_loads_are_summed_views() {
+    let plan = split_sums();
+    plan.validate().expect("valid");
+    let gpu = crate::rewrite::for_gpu(&plan);
+    let summed = summed_views(&gpu);
+    let sums = |f: &dyn Fn(usize) -> bool| {
+        (0..gpu.steps.len())
+            .filter(|&i| matches!(gpu.steps[i].op, GpuOp::SplitSum { .. }) && f(i))
+            .count()
+    };
+    // Fusion makes the gate's product head SwiGLU (silu(g) · u) and step 12's the sum: the
+    // up projection's plain sum is read by the gate's split sum, and step 8's by the rotary
+    // embedding and the other sum — two views. The layer norm's input and the two sums with
+    // epilogues stay kernels.
+    let described: Vec<String> = gpu.steps.iter().map(|s| s.op.describe()).collect();
+    assert_eq!(sums(&|i| summed[i] > 1), 2, "{described:?}");
+    assert_eq!(sums(&|i| summed[i] == 0), 3, "{described:?}");
+    let norm = gpu.steps.iter().find(|s| matches!(s.op, GpuOp::Plan(Op::LayerNorm { .. })));
+    assert_eq!(summed[norm.expect("kept").inputs[0] as usize], 0, "a norm reads rows thrice");
+    assert!(summed.iter().all(|&s| s == 0 || s == 4), "{summed:?}");
+    // (A view shares its root's words: `check_arena` knows, `assert_valid` does not.)
+    let a = plan_arena(&gpu);
+    assert_eq!(check_arena(&gpu, &a), Ok(()));
+    let words: Vec<usize> = gpu.steps.iter().map(|s| value_words(s.dtype, &s.shape)).collect();
+    let l = crate::schedule::levels(&gpu, &a.offsets, &words);
+    crate::schedule::check(&gpu, &a.offsets, &words, &l).expect("ordered");
+    assert!(summed.iter().enumerate().all(|(i, &s)| s == 0 || l.step[i].is_none()), "no kernel");
+    let t = |shape: &[usize], seed| {
+        mgn_ir::tensor::Tensor::f32(
+            shape.to_vec(),
+            crate::test_util::values(shape.iter().product(), seed),
+        )
+    };
+    let v = [t(&[16, 512], 1), t(&[512, 16], 2), t(&[512, 16], 3), t(&[512, 16], 4)];
+    let given: Vec<(&str, &mgn_ir::tensor::Tensor)> =
+        ["x", "w1", "w2", "w3"].into_iter().zip(&v).collect();
+    // k = 512 summed in four ranges: the order of the additions differs from the CPU's.
+    let want = crate::test_util::run_on_cpu_plan(&plan, &[], &given).outputs;
+    let got = crate::test_util::run_reference(&gpu, &[], &given).outputs;
+    for ((_, g), (_, w)) in got.iter().zip(&want) {
+        crate::test_util::assert_close(&Op::MatMul, g, w, 1e-4);
+    }
+    let Some(mut session) = crate::testing::or_skip(crate::session::GpuSession::open(gpu, &[]))
+    else {
+        return;
+    };
+    let got = session.run(&given, 0).expect("runs").outputs;
+    for ((_, g), (_, w)) in got.iter().zip(&want) {
+        crate::test_util::assert_close(&Op::MatMul, g, w, 1e-4);
+    }
+}
