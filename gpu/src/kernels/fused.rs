@@ -1,6 +1,6 @@
 //! Kernels of fused element-wise programs (`rewrite::fuse`): a chain of element-wise ops in
-//! one kernel, the sum of a split product's partials, and the epilogues that products and
-//! convolutions apply to each result as they store it.
+//! one kernel, the sum of a split product's partials, and the epilogues that products,
+//! convolutions and norms apply to each result as they store it.
 
 use super::{
     binary, broadcast_at, conv, elementwise, f32_lit, helpers, load, matmul, store, unary,
@@ -106,9 +106,9 @@ pub(super) fn conv_epilogue(
     conv::forward(conv, &inputs[..operands], out, target, Some(&post))
 }
 
-/// A layer, RMS or group norm whose kernel applies `program` to each result as it stores it, as
-/// `conv_epilogue` does for a convolution: `Input(0)` is the norm, `Input(k)` the step's input
-/// past its norm's operands.
+/// A norm (layer, RMS, group, or a training plan's batch norm) whose kernel applies `program`
+/// to each result as it stores it, as `conv_epilogue` does for a convolution: `Input(0)` is the
+/// norm, `Input(k)` the step's input past its norm's operands.
 pub(super) fn norm_epilogue(
     norm: &Op,
     program: &[Elem],
