@@ -77,3 +77,41 @@ fn table(name: &str, env: &str, mgnc: &str) -> String {
     assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
     text
 }
+
+/// `bench/ab_table.py`, the table of `bench/ab.sh`: each round's medians of both binaries and
+/// B's median over rounds against A's, for the cells both measured.
+#[test]
+fn the_ab_table_sets_the_second_binary_against_the_first_round_by_round() {
+    let dir = root().join("target").join("bench_ab_table_test");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    let run = |forward: f64, train: Option<f64>| {
+        let train =
+            train.map_or(String::new(), |t| format!(r#", "train_step": {{"median_ms": {t}}}"#));
+        let forward = format!(r#""forward": {{"median_ms": {forward}}}"#);
+        format!(r#"{{"device": "H200", "measurements": {{{forward}{train}}}}}"#)
+    };
+    // A: 2.0 and 4.0 (median 3.0); B: 1.0 and 2.0 (median 1.5). Only B timed a training step
+    // in its first round: that cell is left out.
+    for (file, text) in [
+        ("tiny.A.1.json", run(2.0, None)),
+        ("tiny.A.2.json", run(4.0, None)),
+        ("tiny.B.1.json", run(1.0, Some(9.0))),
+        ("tiny.B.2.json", run(2.0, None)),
+        ("notes.txt", "not a run".into()),
+    ] {
+        std::fs::write(dir.join(file), text).expect("a run");
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(python)
+        .args(["bench/ab_table.py", dir.to_str().expect("a UTF-8 path")])
+        .output()
+        .expect("python3 runs bench/ab_table.py");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("| tiny (H200) | forward | 2.000 / 4.000 | 1.000 / 2.000 | 0.500 |"),
+        "{text}"
+    );
+    assert!(!text.contains("training step"), "{text}");
+}
