@@ -68,11 +68,16 @@ fn table(name: &str, env: &str, mgnc: &str) -> String {
     std::fs::create_dir_all(&dir).expect("a scratch folder");
     std::fs::write(dir.join("env.json"), env).expect("env.json");
     std::fs::write(dir.join("tiny.mgnc.json"), mgnc).expect("tiny.mgnc.json");
+    python("bench/table.py", &dir)
+}
+
+/// What the Python script `script` prints over the folder `dir`; it must succeed.
+fn python(script: &str, dir: &std::path::Path) -> String {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let out = Command::new(python)
-        .args(["bench/table.py", dir.to_str().expect("a UTF-8 path")])
+        .args([script, dir.to_str().expect("a UTF-8 path")])
         .output()
-        .expect("python3 runs bench/table.py");
+        .unwrap_or_else(|e| panic!("python3 runs {script}: {e}"));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
     text
@@ -102,13 +107,7 @@ fn the_ab_table_sets_the_second_binary_against_the_first_round_by_round() {
     ] {
         std::fs::write(dir.join(file), text).expect("a run");
     }
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(python)
-        .args(["bench/ab_table.py", dir.to_str().expect("a UTF-8 path")])
-        .output()
-        .expect("python3 runs bench/ab_table.py");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{}{text}", String::from_utf8_lossy(&out.stderr));
+    let text = python("bench/ab_table.py", &dir);
     assert!(
         text.contains("| tiny (H200) | forward | 2.000 / 4.000 | 1.000 / 2.000 | 0.500 |"),
         "{text}"

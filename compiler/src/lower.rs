@@ -250,6 +250,17 @@ mod tests {
         lower(g, &out.program.sources, opts).unwrap_or_else(|d| panic!("{}", d.message))
     }
 
+    /// The training plan of the one model in `text` under each rewrite engine this build has.
+    fn training_plans(text: &str) -> Vec<(Rewrites, Plan)> {
+        let engines = [Rewrites::None, Rewrites::Greedy, Rewrites::Egglog];
+        (engines.into_iter().filter(|r| r.available()))
+            .map(|rewrites| {
+                let train = PlanOptions::train(&[], OptimizerSpec::default());
+                (rewrites, plan_of(text, &PlanOptions { rewrites, ..train }))
+            })
+            .collect()
+    }
+
     #[test]
     fn a_dropout_derivative_names_its_forward_step_after_dead_nodes_are_dropped() {
         // `unused` is elaborated but dead: lowering drops it, shifting every later step.
@@ -264,13 +275,7 @@ mod tests {
     }
 }
 ";
-        for rewrites in [Rewrites::None, Rewrites::Greedy, Rewrites::Egglog] {
-            if !rewrites.available() {
-                continue;
-            }
-            let opts =
-                PlanOptions { rewrites, ..PlanOptions::train(&[], OptimizerSpec::default()) };
-            let plan = plan_of(text, &opts);
+        for (rewrites, plan) in training_plans(text) {
             let grads: Vec<usize> = (plan.steps.iter())
                 .filter_map(|s| match s.op {
                     Op::DropoutGrad { forward, .. } => Some(forward as usize),
@@ -300,13 +305,7 @@ mod tests {
     }
 }
 ";
-        for rewrites in [Rewrites::None, Rewrites::Greedy, Rewrites::Egglog] {
-            if !rewrites.available() {
-                continue;
-            }
-            let opts =
-                PlanOptions { rewrites, ..PlanOptions::train(&[], OptimizerSpec::default()) };
-            let plan = plan_of(text, &opts);
+        for (rewrites, plan) in training_plans(text) {
             let of = |i: u32| &plan.steps[i as usize];
             let relu_grads: Vec<&mgn_ir::plan::Step> =
                 (plan.steps.iter()).filter(|s| s.op == Op::UnaryGrad(UnaryOp::Relu)).collect();

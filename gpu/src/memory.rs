@@ -444,6 +444,13 @@ fn levels_by_inputs(plan: &GpuPlan, root: &[usize]) -> (Vec<usize>, Vec<usize>) 
 /// SmolVLA's inference plan 288 → 261 levels for 5.7 MiB (beside 381 MiB of parameters),
 /// SmolLM2's training plan 1,124 → 1,089 for 6.7 MiB (1%).
 pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
+    plan_arena_and_levels(plan).0
+}
+
+/// `plan_arena`, with the levels `schedule::levels` gives its layout (over each value's
+/// `value_words`, at least 1): the planner schedules every layout it weighs, so a session
+/// takes the chosen one's levels from here rather than schedule it again.
+pub fn plan_arena_and_levels(plan: &GpuPlan) -> (ArenaPlan, crate::schedule::Levels) {
     let root = view_roots(plan);
     let last_use = root_last_uses(plan, &root);
     let over = element_in_place(plan, &root, &last_use);
@@ -452,7 +459,7 @@ pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
         if over.iter().all(Option::is_none) { vec![&over] } else { vec![&over, &apart] };
     let words: Vec<usize> =
         plan.steps.iter().map(|s| value_words(s.dtype, &s.shape).max(1)).collect();
-    let mut layouts: Vec<(ArenaPlan, usize)> = Vec::new();
+    let mut layouts: Vec<(ArenaPlan, crate::schedule::Levels)> = Vec::new();
     for over in ways {
         let peak = peak_live(plan, &root, &last_use, over) as usize / 4;
         for (times, per) in SPARE {
@@ -462,15 +469,15 @@ pub fn plan_arena(plan: &GpuPlan) -> ArenaPlan {
             if layouts.iter().any(|(b, _)| b.offsets == a.offsets) {
                 continue;
             }
-            let levels = crate::schedule::levels(plan, &a.offsets, &words).count;
+            let levels = crate::schedule::levels(plan, &a.offsets, &words);
             layouts.push((a, levels));
         }
     }
     let smallest = layouts.iter().map(|(a, _)| a.total_words).min().unwrap_or(0);
     let within = |a: &ArenaPlan| a.total_words - smallest <= smallest / ROOM;
     let best = (layouts.into_iter().filter(|(a, _)| within(a)))
-        .min_by_key(|(a, levels)| (*levels, a.total_words));
-    best.map(|(a, _)| a).expect("at least one layout")
+        .min_by_key(|(a, levels)| (levels.count, a.total_words));
+    best.expect("at least one layout")
 }
 
 /// Budgets of fresh words a value may take rather than wait for reused ones, as fractions

@@ -16,7 +16,7 @@ use crate::device::{Arena, Connection, Dispatch, GpuDevice, Kernel, Params, Subm
 use crate::kernels::{generate, step_operands};
 use crate::limits::{fold_grid, DeviceLimits};
 use crate::program::{GpuOp, GpuPlan};
-use crate::schedule::{levels, Levels};
+use crate::schedule::Levels;
 use crate::update;
 use crate::GpuError;
 use mgn_ir::op::Op;
@@ -328,7 +328,7 @@ impl Made {
         phase: &mut dyn FnMut(&'static str),
     ) -> Result<Made, GpuError> {
         // Values share arena words when their lifetimes do not overlap.
-        let layout = crate::memory::plan_arena(plan);
+        let (layout, levels) = crate::memory::plan_arena_and_levels(plan);
         // Sizes past the device refused now, in the model's terms, before any kernel is made.
         let fits = |words| {
             crate::memory::check_fits(plan, words, limits, memory).map_err(GpuError::TooLarge)
@@ -340,10 +340,6 @@ impl Made {
             total: 0,
         };
         let offsets = layout.offsets;
-        let words: Vec<usize> = (plan.steps.iter())
-            .map(|s| crate::memory::value_words(s.dtype, &s.shape).max(1))
-            .collect();
-        let levels = levels(plan, &offsets, &words);
         phase("arena plan and levels");
         let mut sources = Sources::default();
         let bound = dynamic.map(|d| d.bound()).unwrap_or_default();

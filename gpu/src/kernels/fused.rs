@@ -71,14 +71,7 @@ pub(super) fn epilogue(
     layout: matmul::Layout,
 ) -> Result<KernelSource, String> {
     // Input(k) is the step's input k + 1: past a and b, the product is Input(0).
-    let leaf = |k: u32| match k {
-        0 => Ok("p".into()),
-        k => element_of(&inputs[1..], k as usize, out, "epilogue input"),
-    };
-    let (lines, last, helpers) = program_lines(program, leaf)?;
-    let epilogue = format!(
-        "{helpers}fn mgn_epilogue(i: u32, p: f32) -> f32 {{\n    {lines}return {last};\n}}\n"
-    );
+    let epilogue = returning_epilogue(program, &inputs[1..], out)?;
     matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout)
 }
 
@@ -94,11 +87,7 @@ pub(super) fn conv_epilogue(
 ) -> Result<KernelSource, String> {
     let operands = crate::program::conv_operands(conv)?;
     let extra = inputs.get(operands - 1..).ok_or("a convolution epilogue without its operands")?;
-    let leaf = |k: u32| match k {
-        0 => Ok("p".into()),
-        k => element_of(extra, k as usize, out, "epilogue input"),
-    };
-    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let (lines, last, helpers) = epilogue_lines(program, extra, out)?;
     let post = format!(
         "{helpers}fn mgn_epilogue(i: u32, p: f32) {{\n    {lines}{}\n}}\n",
         store(out, "i", &last)
@@ -119,15 +108,36 @@ pub(super) fn norm_epilogue(
 ) -> Result<KernelSource, String> {
     let operands = crate::program::norm_operands(norm)?;
     let extra = inputs.get(operands - 1..).ok_or("a norm epilogue without its operands")?;
+    let post = returning_epilogue(program, extra, out)?;
+    super::norm::forward_with_epilogue(norm, &inputs[..operands], out, width, &post, training)
+}
+
+/// An epilogue's program as WGSL `let`s (`program_lines`): `Input(0)` is the head's result
+/// `p`, `Input(k)` element `i` of `extra[k]` broadcast to `out` (`extra[0]`, the head's last
+/// operand, is never read).
+fn epilogue_lines(
+    program: &[Elem],
+    extra: &[Operand],
+    out: &Operand,
+) -> Result<(String, String, String), String> {
     let leaf = |k: u32| match k {
         0 => Ok("p".into()),
         k => element_of(extra, k as usize, out, "epilogue input"),
     };
-    let (lines, last, helpers) = program_lines(program, leaf)?;
-    let post = format!(
+    program_lines(program, leaf)
+}
+
+/// `fn mgn_epilogue(i: u32, p: f32) -> f32`, the program's value at element `i` of a head
+/// whose result there is `p` (`epilogue_lines`): a product's or a norm's kernel stores it.
+fn returning_epilogue(
+    program: &[Elem],
+    extra: &[Operand],
+    out: &Operand,
+) -> Result<String, String> {
+    let (lines, last, helpers) = epilogue_lines(program, extra, out)?;
+    Ok(format!(
         "{helpers}fn mgn_epilogue(i: u32, p: f32) -> f32 {{\n    {lines}return {last};\n}}\n"
-    );
-    super::norm::forward_with_epilogue(norm, &inputs[..operands], out, width, &post, training)
+    ))
 }
 
 /// WGSL `let`s computing a fused program (`leaf(k)` is the expression of input `k`), the name

@@ -356,27 +356,10 @@ fn split_sums_read_only_by_loads_are_summed_views() {
     let l = crate::schedule::levels(&gpu, &a.offsets, &words);
     crate::schedule::check(&gpu, &a.offsets, &words, &l).expect("ordered");
     assert!(summed.iter().enumerate().all(|(i, &s)| s == 0 || l.step[i].is_none()), "no kernel");
-    let t = |shape: &[usize], seed| {
-        mgn_ir::tensor::Tensor::f32(
-            shape.to_vec(),
-            crate::test_util::values(shape.iter().product(), seed),
-        )
-    };
+    let t = crate::test_util::tensor;
     let v = [t(&[16, 512], 1), t(&[512, 16], 2), t(&[512, 16], 3), t(&[512, 16], 4)];
     let given: Vec<(&str, &mgn_ir::tensor::Tensor)> =
         ["x", "w1", "w2", "w3"].into_iter().zip(&v).collect();
     // k = 512 summed in four ranges: the order of the additions differs from the CPU's.
-    let want = crate::test_util::run_on_cpu_plan(&plan, &[], &given).outputs;
-    let got = crate::test_util::run_reference(&gpu, &[], &given).outputs;
-    for ((_, g), (_, w)) in got.iter().zip(&want) {
-        crate::test_util::assert_close(&Op::MatMul, g, w, 1e-4);
-    }
-    let Some(mut session) = crate::testing::or_skip(crate::session::GpuSession::open(gpu, &[]))
-    else {
-        return;
-    };
-    let got = session.run(&given, 0).expect("runs").outputs;
-    for ((_, g), (_, w)) in got.iter().zip(&want) {
-        crate::test_util::assert_close(&Op::MatMul, g, w, 1e-4);
-    }
+    crate::test_util::assert_rewrite_keeps_results_within(&plan, gpu, &given, (1e-4, 1e-4));
 }

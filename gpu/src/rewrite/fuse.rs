@@ -122,12 +122,9 @@ impl Chain {
         inputs.extend(self.leaves.iter().filter(|&&l| l != mm));
         let op = match head.op.plan_op() {
             Some(conv @ Op::Conv { .. }) => GpuOp::ConvEpilogue { conv: conv.clone(), program },
-            Some(
-                norm @ (Op::LayerNorm { .. }
-                | Op::RmsNorm { .. }
-                | Op::GroupNorm { .. }
-                | Op::BatchNorm { .. }),
-            ) => GpuOp::NormEpilogue { norm: norm.clone(), program },
+            Some(norm) if crate::program::norm_operands(norm).is_ok() => {
+                GpuOp::NormEpilogue { norm: norm.clone(), program }
+            }
             _ => GpuOp::MatMulEpilogue { program, ta: false, tb: false },
         };
         (op, inputs)
@@ -187,8 +184,8 @@ impl Fusion<'_> {
         // element-wise, `running_norms`) runs the same row kernel.
         let training = view.mode == mgn_ir::plan::Mode::Train;
         let norm = match &xs.op {
-            GpuOp::Plan(Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. }) => true,
             GpuOp::Plan(Op::BatchNorm { .. }) => training,
+            GpuOp::Plan(op) => crate::program::norm_operands(op).is_ok(),
             _ => false,
         };
         let head = (product && xs.dtype.is_float()) || (norm && xs.dtype == DType::F32);
@@ -488,9 +485,7 @@ mod tests {
             assert_eq!(heads.len(), 3, "{heads:?}");
             assert!(heads[0].starts_with("group_norm_epilogue") && heads[0].contains("silu"));
             assert!(fp.steps.iter().any(|s| s.op == GpuOp::Plan(gn(false))), "a result stays");
-            let t = |shape: &[usize], seed| {
-                Tensor::f32(shape.to_vec(), crate::test_util::values(shape.iter().product(), seed))
-            };
+            let t = crate::test_util::tensor;
             let v = [t(&x, 1), t(&[4], 2), t(&[4], 3), t(&x, 4), t(&[len], 5)];
             let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&v).collect();
             let want = crate::test_util::run_on_cpu_plan(&p, &[], &given).outputs;
@@ -538,9 +533,7 @@ mod tests {
             fp.steps.iter().filter(|s| matches!(s.op, GpuOp::NormEpilogue { .. })).count()
         };
         assert_eq!((heads(&train), heads(&infer)), (1, 0));
-        let t = |shape: &[usize], seed| {
-            Tensor::f32(shape.to_vec(), crate::test_util::values(shape.iter().product(), seed))
-        };
+        let t = crate::test_util::tensor;
         let rv = Tensor::f32(c.to_vec(), vec![1.5; 5]);
         let v = [t(&x, 1), t(&c, 2), rv, t(&c, 3), t(&c, 4), t(&x, 5)];
         let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&v).collect();

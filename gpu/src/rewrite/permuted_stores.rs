@@ -125,7 +125,7 @@ fn readers(program: &Program) -> HashMap<StepId, Vec<StepId>> {
 mod tests {
     use crate::program::GpuOp;
     use crate::rewrite::{for_gpu_with, Options};
-    use crate::test_util::{assert_rewrite_keeps_results, step, values};
+    use crate::test_util::{assert_rewrite_keeps_results, step};
     use mgn_ir::op::{BinaryOp, Op, UnaryOp};
     use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
@@ -191,9 +191,7 @@ mod tests {
         let dynamic = for_gpu_with(&plan, &Options { dynamic: true, ..Options::default() });
         assert!(!dynamic.steps.iter().any(|s| matches!(s.op, GpuOp::PermutedStore { .. })));
 
-        let t = |shape: &[usize], seed| {
-            Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
-        };
+        let t = crate::test_util::tensor;
         let x = [
             t(&[2, 5, 12], 1),
             t(&[12, 12], 2),
@@ -258,9 +256,7 @@ mod tests {
             let found = permuted.iter().filter(|d| d.starts_with(want)).count();
             assert_eq!(found, n, "{want}: {permuted:?}");
         }
-        let t = |shape: &[usize], seed| {
-            Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
-        };
+        let t = crate::test_util::tensor;
         let pos = Tensor::i32(vec![], vec![2]);
         let x = [t(&[2, 3, 5, 4], 1), pos, t(&[3, 2, 5, 8], 2), t(&[2, 6, 7], 3), t(&[6, 1], 4)];
         let names = ["q", "pos", "kv", "c", "b"];
