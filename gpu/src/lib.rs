@@ -37,6 +37,8 @@ mod tests;
 #[cfg(test)]
 mod tests_attention;
 #[cfg(test)]
+mod tests_batch;
+#[cfg(test)]
 mod tests_cache;
 #[cfg(test)]
 mod tests_conv;

@@ -44,6 +44,19 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             norm_weight_grad_partial(x[0], x[1], *eps, *center, *chunk, shape, ctx)
         }
         GpuOp::CrossEntropyRows => cross_entropy_rows(x[0], x[1], shape, ctx),
+        GpuOp::BatchMoments { chunk } => batch_chunks(x[0], None, *chunk, shape),
+        GpuOp::BatchGradSums { chunk } => batch_chunks(x[0], Some(x[1]), *chunk, shape),
+        GpuOp::BatchNormWithMoments { norm, program, .. } => {
+            // The moments only save the kernel its statistics passes.
+            let operands = crate::program::norm_operands(norm).expect("a typed step");
+            let y = cpu(norm, &x[..operands], dtype, shape, ctx);
+            let mut inputs = vec![&y];
+            inputs.extend(&x[operands + 1..]);
+            run_program(program, &inputs, dtype, shape, ctx)
+        }
+        GpuOp::BatchNormGradWithSums { grad, .. } => {
+            cpu(grad, &x[..x.len() - 2], dtype, shape, ctx)
+        }
         GpuOp::ConvSplit { conv, splits } => split_convs(conv, [x[0], x[1]], *splits, shape, ctx),
         GpuOp::Fused { program } => run_program(program, x, dtype, shape, ctx),
         GpuOp::MatMulT { ta, tb, alpha, splits } => {
@@ -372,6 +385,36 @@ fn norm_weight_grad_partial(
 }
 
 /// `GpuOp::CrossEntropyRows`: each row's loss, as the mean cross-entropy of that row alone.
+/// Per chunk of each channel of `x: [N, C, ...]` (`GpuOp::BatchMoments`), in f64: its mean
+/// and `Σ(x − mean)²`; or with `dy`, `Σdy` and `Σdy·(x − mean)` with the channel's mean
+/// (`GpuOp::BatchGradSums`).
+fn batch_chunks(x: &Tensor, dy: Option<&Tensor>, chunk: usize, shape: &[usize]) -> Tensor {
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let space: usize = x.shape[2..].iter().product();
+    let (xs, dys) = (x.to_f64_vec(), dy.map(Tensor::to_f64_vec));
+    let at = |ch: usize, t: usize| ((t / space) * c + ch) * space + t % space;
+    let len = n * space;
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for ch in 0..c {
+        let channel_mean = (0..len).map(|t| xs[at(ch, t)]).sum::<f64>() / len as f64;
+        for start in (0..len).step_by(chunk) {
+            let ts = start..(start + chunk).min(len);
+            let pair = match &dys {
+                None => {
+                    let m = ts.clone().map(|t| xs[at(ch, t)]).sum::<f64>() / ts.len() as f64;
+                    (m, ts.map(|t| (xs[at(ch, t)] - m).powi(2)).sum::<f64>())
+                }
+                Some(dy) => (
+                    ts.clone().map(|t| dy[at(ch, t)]).sum::<f64>(),
+                    ts.map(|t| dy[at(ch, t)] * (xs[at(ch, t)] - channel_mean)).sum(),
+                ),
+            };
+            out.extend([pair.0 as f32, pair.1 as f32]);
+        }
+    }
+    Tensor::f32(shape.to_vec(), out)
+}
+
 fn cross_entropy_rows(logits: &Tensor, targets: &Tensor, shape: &[usize], ctx: &Ctx) -> Tensor {
     let c = *logits.shape.last().expect("logits have a class axis");
     let rows = targets.shape.iter().product::<usize>();

@@ -209,11 +209,24 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {{
 }
 
 /// Batch norm's running statistics, one workgroup per channel: the batch mean and the unbiased
-/// batch variance (shifted by the channel's first element for accuracy), blended by momentum.
+/// batch variance, blended by momentum. Parameters: words `x, running_mean, running_var,
+/// chunk`, then `n, c, spatial size, chunks`. With no chunks, from x itself (shifted by the
+/// channel's first element for accuracy); with chunks, from x's `GpuOp::BatchMoments` (the
+/// first word then names them), combined as the norm combines them.
 pub fn running_stats_kernel(width: u32) -> String {
     format!(
         "var<workgroup> s1: array<f32, {width}>;
 var<workgroup> s2: array<f32, {width}>;
+fn reduce(lid: u32) {{
+    workgroupBarrier();
+    for (var s = {half}u; s > 0u; s = s >> 1u) {{
+        if (lid < s && lid + s < {width}u) {{
+            s1[lid] = s1[lid] + s1[lid + s];
+            s2[lid] = s2[lid] + s2[lid + s];
+        }}
+        workgroupBarrier();
+    }}
+}}
 @compute @workgroup_size({width})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, \
     @builtin(workgroup_id) wg: vec3<u32>, \
@@ -223,35 +236,55 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, \
     let c = wg.x + (wg.y + wg.z * groups.y) * groups.x;
     if (c >= q1.y) {{ return; }}
     let count = q1.x * q1.z;
-    let shift = bitcast<f32>(arena[q0.x + c * q1.z]);
-    var a = 0.0;
-    var b = 0.0;
-    for (var j = lid.x; j < count; j = j + {width}u) {{
-        let n = j / q1.z;
-        let d = bitcast<f32>(arena[q0.x + (n * q1.y + c) * q1.z + j % q1.z]) - shift;
-        a = a + d;
-        b = b + d * d;
-    }}
-    s1[lid.x] = a;
-    s2[lid.x] = b;
-    workgroupBarrier();
-    for (var s = {half}u; s > 0u; s = s >> 1u) {{
-        if (lid.x < s && lid.x + s < {width}u) {{
-            s1[lid.x] = s1[lid.x] + s1[lid.x + s];
-            s2[lid.x] = s2[lid.x] + s2[lid.x + s];
+    let cnt = f32(count);
+    var mean = 0.0;
+    var var_b = 0.0;
+    if (q1.w == 0u) {{
+        let shift = bitcast<f32>(arena[q0.x + c * q1.z]);
+        var a = 0.0;
+        var b = 0.0;
+        for (var j = lid.x; j < count; j = j + {width}u) {{
+            let n = j / q1.z;
+            let d = bitcast<f32>(arena[q0.x + (n * q1.y + c) * q1.z + j % q1.z]) - shift;
+            a = a + d;
+            b = b + d * d;
         }}
+        s1[lid.x] = a;
+        s2[lid.x] = b;
+        reduce(lid.x);
+        let mean_d = s1[0] / cnt;
+        mean = shift + mean_d;
+        var_b = max(s2[0] / cnt - mean_d * mean_d, 0.0);
+    }} else {{
+        // Chunk j holds (its mean, its Σ(x − mean)²) over min(chunk, count − j·chunk) values.
+        let at = q0.x + c * q1.w * 2u;
+        var a = 0.0;
+        for (var j = lid.x; j < q1.w; j = j + {width}u) {{
+            a = a + f32(min(q0.w, count - j * q0.w)) * bitcast<f32>(arena[at + 2u * j]);
+        }}
+        s1[lid.x] = a;
+        s2[lid.x] = 0.0;
+        reduce(lid.x);
+        mean = s1[0] / cnt;
         workgroupBarrier();
+        var b = 0.0;
+        for (var j = lid.x; j < q1.w; j = j + {width}u) {{
+            let d = bitcast<f32>(arena[at + 2u * j]) - mean;
+            let nj = f32(min(q0.w, count - j * q0.w));
+            b = b + bitcast<f32>(arena[at + 2u * j + 1u]) + nj * d * d;
+        }}
+        s1[lid.x] = 0.0;
+        s2[lid.x] = b;
+        reduce(lid.x);
+        var_b = s2[0] / cnt;
     }}
     if (lid.x == 0u) {{
-        let cnt = f32(count);
-        let mean_d = s1[0] / cnt;
-        let var_b = max(s2[0] / cnt - mean_d * mean_d, 0.0);
         var unbiased = var_b;
         if (count > 1u) {{ unbiased = var_b * cnt / (cnt - 1.0); }}
         let mom = bitcast<f32>(params.p[2].x);
         let rm = bitcast<f32>(arena[q0.y + c]);
         let rv = bitcast<f32>(arena[q0.z + c]);
-        arena[q0.y + c] = bitcast<u32>((1.0 - mom) * rm + mom * (shift + mean_d));
+        arena[q0.y + c] = bitcast<u32>((1.0 - mom) * rm + mom * mean);
         arena[q0.z + c] = bitcast<u32>((1.0 - mom) * rv + mom * unbiased);
     }}
 }}

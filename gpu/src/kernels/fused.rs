@@ -112,6 +112,27 @@ pub(super) fn norm_epilogue(
     super::norm::forward_with_epilogue(norm, &inputs[..operands], out, width, &post, training)
 }
 
+/// A training batch norm over chunks of its channels (`GpuOp::BatchNormWithMoments`), each
+/// result through `program` as `norm_epilogue`'s: its norm's operands end with the moments.
+pub(super) fn batch_norm_with_moments(
+    norm: &Op,
+    chunk: usize,
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    let Op::BatchNorm { eps, has_weight, has_bias, .. } = norm else {
+        return Err(format!("`{}` is no batch norm", norm.describe()));
+    };
+    let operands = crate::program::norm_operands(norm)? + 1;
+    let extra = inputs.get(operands - 1..).ok_or("a batch norm without its moments")?;
+    let post = returning_epilogue(program, extra, out)?;
+    let affine = (*eps, *has_weight, *has_bias);
+    let w = width as usize;
+    super::norm::batch_norm_with_moments(&inputs[..operands], affine, chunk, out, w, &post)
+}
+
 /// An epilogue's program as WGSL `let`s (`program_lines`): `Input(0)` is the head's result
 /// `p`, `Input(k)` element `i` of `extra[k]` broadcast to `out` (`extra[0]`, the head's last
 /// operand, is never read).

@@ -434,6 +434,18 @@ pub fn generate(
             norm::weight_grad_partial(&inputs[0], &inputs[1], *eps, *center, *chunk, out, w)
         }
         GpuOp::CrossEntropyRows => rows::cross_entropy_rows(inputs, out, width),
+        GpuOp::BatchMoments { chunk } => {
+            norm::batch_moments(&inputs[0], *chunk, out, width as usize)
+        }
+        GpuOp::BatchGradSums { chunk } => {
+            norm::batch_grad_sums(inputs, *chunk, out, width as usize)
+        }
+        GpuOp::BatchNormWithMoments { norm, chunk, program } => {
+            fused::batch_norm_with_moments(norm, *chunk, program, inputs, out, width)
+        }
+        GpuOp::BatchNormGradWithSums { grad, chunk } => {
+            norm::batch_grad_with_sums(grad, *chunk, inputs, out, width)
+        }
         GpuOp::ConvSplit { conv, splits } => conv::split(conv, *splits, inputs, out, target),
         GpuOp::Fused { program } => fused::fused(program, inputs, out, width),
         GpuOp::MatMulEpilogue { program, ta, tb } => {

@@ -16,8 +16,9 @@ pub mod op;
 mod typing;
 
 pub use dense::GpuPlan;
-pub(crate) use op::{conv_operands, norm_operands};
+pub(crate) use op::{batch_grad_operands, conv_operands, norm_operands};
 pub use op::{Elem, GpuOp};
+pub(crate) use typing::moments_shape;
 
 use mgn_ir::op::Op;
 use mgn_ir::plan::{Plan, SourceLoc};

@@ -62,6 +62,27 @@ pub enum GpuOp {
     /// group norm's SiLU, a batch norm's ReLU); a batch norm's running statistics are updated
     /// after it as after the plain step.
     NormEpilogue { norm: Op, program: Vec<Elem> },
+    /// `[x]` → `[C, K, 2]`: a training batch norm's statistics over `x: [N, C, ...]` in parts.
+    /// Each channel's `L` values (sample by sample, position by position) are cut into `K =
+    /// ⌈L / chunk⌉` chunks of `chunk`, the last possibly shorter; per chunk, its mean and
+    /// `Σ(x − mean)²` over its own values (two passes over the chunk). Readers combine the
+    /// chunks by Chan's formula, so the channel's variance loses nothing to a large mean.
+    /// Made by `rewrite::batch_moments`.
+    BatchMoments { chunk: usize },
+    /// `[x, running_mean, running_var, weight?, bias?, moments, extra…]`: the training plan's
+    /// batch norm `norm`, with its statistics combined from `moments` (a `BatchMoments` of x),
+    /// each result through `program` as a `NormEpilogue`'s. `Input(0)` is the norm, and
+    /// `Input(k)` the step's input `k + norm_operands`. Its running statistics are updated
+    /// after it, from the moments. Made by `rewrite::batch_moments`.
+    BatchNormWithMoments { norm: Op, chunk: usize, program: Vec<Elem> },
+    /// `[x, dy, moments]` → `[C, K, 2]`: per chunk of a `BatchMoments` of x, `Σdy` and
+    /// `Σdy·(x − mean)` with the channel's mean. Made by `rewrite::batch_moments`.
+    BatchGradSums { chunk: usize },
+    /// `[x, running_mean, running_var, weight?, bias?, dy, moments, sums]`: `grad` (a
+    /// training plan's `Op::BatchNormGrad`, over all but the last two inputs) from the moments
+    /// of x and the `BatchGradSums` of x and dy. The weight and bias derivatives are the sums
+    /// per channel; the input's is element-wise. Made by `rewrite::batch_moments`.
+    BatchNormGradWithSums { grad: Op, chunk: usize },
     /// `[a, b]` → `alpha · op(a) · op(b)`, batched as `Op::MatMul`, where `op(a)` is the
     /// transpose of a's last two axes when `ta` (its words hold `[.., k, m]`), and likewise
     /// `op(b)` when `tb` (`[.., n, k]`): the products of materialised attention read q, k and
@@ -147,6 +168,10 @@ impl GpuOp {
             | GpuOp::ConvEpilogue { .. }
             | GpuOp::MatMulT { .. } => true,
             GpuOp::NormWeightGradPartial { .. }
+            | GpuOp::BatchMoments { .. }
+            | GpuOp::BatchNormWithMoments { .. }
+            | GpuOp::BatchGradSums { .. }
+            | GpuOp::BatchNormGradWithSums { .. }
             | GpuOp::NormEpilogue { .. }
             | GpuOp::CrossEntropyRows
             | GpuOp::Fused { .. }
@@ -161,7 +186,8 @@ impl GpuOp {
     pub fn updates_running_stats(&self) -> Option<&Op> {
         match self {
             GpuOp::Plan(bn @ Op::BatchNorm { .. })
-            | GpuOp::NormEpilogue { norm: bn @ Op::BatchNorm { .. }, .. } => Some(bn),
+            | GpuOp::NormEpilogue { norm: bn @ Op::BatchNorm { .. }, .. }
+            | GpuOp::BatchNormWithMoments { norm: bn, .. } => Some(bn),
             _ => None,
         }
     }
@@ -205,6 +231,15 @@ impl GpuOp {
                 exactly(5 + *has_mask as usize + (*part != GradPart::V) as usize)
             }
             GpuOp::NormWeightGradPartial { .. } | GpuOp::CrossEntropyRows => exactly(2),
+            GpuOp::BatchMoments { .. } => exactly(1),
+            GpuOp::BatchGradSums { .. } => exactly(3),
+            GpuOp::BatchNormGradWithSums { grad, .. } => exactly(batch_grad_operands(grad)? + 2),
+            GpuOp::BatchNormWithMoments { norm, program, .. } => {
+                // The moments are the norm's last operand.
+                let operands = norm_operands(norm)? + 1;
+                check_program(program, (n + 1).saturating_sub(operands))?;
+                (operands, usize::MAX)
+            }
             GpuOp::ConvSplit { .. } => exactly(2),
             GpuOp::MatMulT { .. } => exactly(2),
             GpuOp::SplitSum { program, .. } => {
@@ -271,6 +306,17 @@ impl GpuOp {
                 if *center { "layer" } else { "rms" }
             ),
             GpuOp::CrossEntropyRows => "cross_entropy_rows".into(),
+            GpuOp::BatchMoments { chunk } => format!("batch_moments chunk={chunk}"),
+            GpuOp::BatchGradSums { chunk } => format!("batch_grad_sums chunk={chunk}"),
+            GpuOp::BatchNormWithMoments { norm, program, .. } => {
+                let plain = matches!(program[..], [Elem::Input(0)]);
+                let tail = if plain { String::new() } else { format!(" → {}", chain(program)) };
+                let head = norm.describe();
+                let (family, attributes) = head.split_once(' ').unwrap_or((&head, ""));
+                let family = if plain { family.to_string() } else { format!("{family}_epilogue") };
+                format!("{family} {attributes} with moments{tail}")
+            }
+            GpuOp::BatchNormGradWithSums { grad, .. } => format!("{} with sums", grad.describe()),
             GpuOp::ConvSplit { conv, splits } => {
                 format!("{} split={splits}", conv.describe())
             }
@@ -320,6 +366,17 @@ pub(crate) fn norm_operands(norm: &Op) -> Result<usize, String> {
             Ok(3 + *has_weight as usize + *has_bias as usize)
         }
         other => Err(format!("`{}` heads no norm epilogue", other.describe())),
+    }
+}
+
+/// How many inputs a batch norm's derivative `grad` reads: x, the running statistics, the
+/// weight and bias it has, and dy.
+pub(crate) fn batch_grad_operands(grad: &Op) -> Result<usize, String> {
+    match grad {
+        Op::BatchNormGrad { has_weight, has_bias, .. } => {
+            Ok(4 + *has_weight as usize + *has_bias as usize)
+        }
+        other => Err(format!("`{}` is no batch norm derivative", other.describe())),
     }
 }
 

@@ -39,6 +39,10 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             same(x[1].1, x[0].1, "dy")?;
             want(vec![rows.div_ceil((*chunk).max(1)), d], "rows in chunks")
         }
+        GpuOp::BatchMoments { .. }
+        | GpuOp::BatchGradSums { .. }
+        | GpuOp::BatchNormWithMoments { .. }
+        | GpuOp::BatchNormGradWithSums { .. } => check_batch(op, x, out),
         GpuOp::ConvSplit { conv, splits } => match o.split_first() {
             Some((&s, rest)) if s == *splits => {
                 infer::check(conv, x, (out.0, rest)).map_err(|e| format!("the split {e}"))
@@ -99,6 +103,45 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             x[1..].iter().try_for_each(|t| broadcasts(t.1, o))
         }
     }
+}
+
+/// `check_private` for a training batch norm's steps over chunks (`rewrite::batch_moments`).
+fn check_batch(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
+    let o = out.1;
+    let want = |shape: Vec<usize>, what: &str| same(o, &shape, what);
+    match op {
+        GpuOp::BatchMoments { chunk } => want(moments_shape(x[0].1, *chunk)?, "chunks of x"),
+        GpuOp::BatchGradSums { chunk } => {
+            same(x[1].1, x[0].1, "dy")?;
+            let shape = moments_shape(x[0].1, *chunk)?;
+            same(x[2].1, &shape, "the moments")?;
+            want(shape, "chunks of x")
+        }
+        GpuOp::BatchNormWithMoments { norm, chunk, .. } => {
+            let operands = super::op::norm_operands(norm)?;
+            infer::check(norm, &x[..operands], out).map_err(|e| format!("the norm {e}"))?;
+            same(x[operands].1, &moments_shape(x[0].1, *chunk)?, "the moments")?;
+            x[operands + 1..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
+        GpuOp::BatchNormGradWithSums { grad, chunk } => {
+            let operands = super::op::batch_grad_operands(grad)?;
+            infer::check(grad, &x[..operands], out).map_err(|e| format!("the derivative {e}"))?;
+            let shape = moments_shape(x[0].1, *chunk)?;
+            same(x[operands].1, &shape, "the moments")?;
+            same(x[operands + 1].1, &shape, "the sums")
+        }
+        _ => unreachable!("not a batch norm's step over chunks"),
+    }
+}
+
+/// `[C, K, 2]`: a `BatchMoments` of `x: [N, C, ...]` in chunks of `chunk`.
+pub(crate) fn moments_shape(x: &[usize], chunk: usize) -> Result<Vec<usize>, String> {
+    let [n, c, space @ ..] = x else { return Err(format!("needs [N, C, ...], found {x:?}")) };
+    if chunk == 0 {
+        return Err("chunks of no values".into());
+    }
+    let len = n * space.iter().product::<usize>();
+    Ok(vec![*c, len.div_ceil(chunk), 2])
 }
 
 /// `shape` with its last axis replaced by `n`.

@@ -4,7 +4,8 @@
 //! (`attention_matmul`), the others' statistics computed once (`attention_stats`), norm weight
 //! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`), an
 //! inference plan's batch norms as element-wise steps (`running_norms`), element-wise fusion
-//! (`fuse`), transposes folded into the products that read them (`transposes`),
+//! (`fuse`), a training plan's batch norms over chunks of their channels (`batch_moments`),
+//! transposes folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
 //! that would leave the GPU idle split along k (`split_k`), permutes stored by the steps
 //! whose results they permute (`permuted_stores`), and last half-typed results only
@@ -15,6 +16,7 @@
 mod attention_matmul;
 mod attention_stats;
 mod batch_grads;
+mod batch_moments;
 mod fuse;
 mod halves;
 mod identity_dropouts;
@@ -129,6 +131,9 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     loss_rows::split_cross_entropy(&mut program);
     running_norms::expand_running_norms(&mut program);
     fuse::fuse_elementwise(&mut program);
+    if !options.dynamic {
+        batch_moments::use_batch_moments(&mut program);
+    }
     transposes::fold_transposes(&mut program);
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);

@@ -156,8 +156,16 @@ pub(super) fn running_stats_updates(
         let x = &plan.steps[s.inputs[0] as usize].shape;
         let (n, c) = (x[0], x.get(1).copied().unwrap_or(1));
         let sp: usize = x.iter().skip(2).product();
-        let [xo, rm, rv] = [0, 1, 2].map(|k| offsets[s.inputs[k] as usize] as u32);
-        let mut p = params_block(&[xo, rm, rv, 0, n as u32, c as u32, sp as u32, 0]);
+        let [mut xo, rm, rv] = [0, 1, 2].map(|k| offsets[s.inputs[k] as usize] as u32);
+        // From the norm's moments when it has them (its last operand), else from x.
+        let (mut chunk, mut chunks) = (0, 0);
+        if let GpuOp::BatchNormWithMoments { norm, chunk: size, .. } = &s.op {
+            let m =
+                s.inputs[crate::program::norm_operands(norm).map_err(GpuError::Failed)?] as usize;
+            (xo, chunk, chunks) = (offsets[m] as u32, *size as u32, plan.steps[m].shape[1] as u32);
+        }
+        let q1 = [n as u32, c as u32, sp as u32, chunks];
+        let mut p = params_block(&[&[xo, rm, rv, chunk][..], &q1].concat());
         p[8] = (*momentum as f32).to_bits();
         let groups = fold_grid(c as u64, limits).map_err(|e| GpuError::Failed(e.to_string()))?;
         bn.push((level, p, groups));

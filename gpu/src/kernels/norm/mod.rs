@@ -30,10 +30,12 @@
 //! node, index, p)`: the per-run part (`dropout_key`) arrives in the parameter block.
 //!
 //! Submodules: the row kernel (`rows`), weight and bias derivatives by columns and chunks
-//! (`params`), batch norm (`batch`) and dropout (`dropout`).
+//! (`params`), batch norm (`batch`), a training batch norm over chunks of its channels
+//! (`moments`) and dropout (`dropout`).
 
 mod batch;
 mod dropout;
+mod moments;
 mod params;
 mod rows;
 #[cfg(test)]
@@ -41,6 +43,8 @@ mod tests;
 
 pub(super) use batch::batch_norm;
 pub(crate) use dropout::{dropout, dropout_key};
+pub(super) use moments::moments as batch_moments;
+pub(super) use moments::{forward as batch_norm_with_moments, grad_sums as batch_grad_sums};
 pub(super) use params::weight_grad_partial;
 
 use super::{Ext, KernelSource, Operand};
@@ -134,6 +138,24 @@ fn generate_with(
             unsupported("the mask needs the run's seed, which does not reach the kernel")
         }
         _ => unsupported("not a norm"),
+    }
+}
+
+/// `GpuOp::BatchNormGradWithSums`: `grad` (a training batch norm's derivative) from the
+/// moments and sums its inputs end with.
+pub(super) fn batch_grad_with_sums(
+    grad: &Op,
+    chunk: usize,
+    inputs: &[Operand],
+    out: &Operand,
+    width: u32,
+) -> Result<KernelSource, String> {
+    match grad {
+        Op::BatchNormGrad { eps, has_weight, has_bias, part, training: true } => {
+            check_part(*part, *has_weight, *has_bias)?;
+            moments::grad(inputs, (*eps, *has_weight), *part, chunk, out, width as usize)
+        }
+        other => Err(format!("`{}` takes no batch sums", other.describe())),
     }
 }
 
