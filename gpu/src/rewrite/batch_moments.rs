@@ -13,8 +13,10 @@
 //! chunk's `Σdy` and `Σdy·(x − mean)`), and become `BatchNormGradWithSums` reading the moments
 //! and the sums: the weight's and bias's are sums over the chunks, the input's element-wise.
 //!
-//! Runs after `fuse` (which made the epilogues) and only for static plans: the chunk count does
-//! not follow a dynamic plan's sizes as a polynomial.
+//! A batch norm whose channels take one chunk each keeps the row kernel: its channels alone fill
+//! the GPU (ResNet-50's last stages: 1,024 and 2,048 channels of 196–784 values), and one step
+//! saves a dispatch and a barrier. Runs after `fuse` (which made the epilogues) and only for
+//! static plans: the chunk count does not follow a dynamic plan's sizes as a polynomial.
 
 use crate::program::{moments_shape, GpuOp, Program, Step, StepId};
 use mgn_ir::op::Op;
@@ -75,8 +77,13 @@ pub(super) fn use_batch_moments(program: &mut Program) {
         let (norm, x) = (norm.clone(), s.inputs[0]);
         let Some((channels, len)) = values_per_channel(program, x, s.dtype) else { continue };
         let Ok(operands) = crate::program::norm_operands(&norm) else { continue };
+        let chunk = chunk_for(channels, len);
+        if chunk >= len {
+            // One chunk a channel: the channels fill the GPU, and the row kernel's one step
+            // saves the moments' dispatch and level.
+            continue;
+        }
         let m = *moments.entry(x).or_insert_with(|| {
-            let chunk = chunk_for(channels, len);
             let shape = moments_shape(&program.step(x).shape, chunk).expect("[N, C, ...]");
             let loc = program.step(id).loc.clone();
             let op = GpuOp::BatchMoments { chunk };
@@ -133,10 +140,10 @@ mod tests {
     }
 
     /// relu(batch_norm(x) + res), and the norm's three derivatives for a given dy, over
-    /// `[2, 3, 20, 20]`: 800 values per channel, in four chunks (the last one short).
-    fn plan(mode: Mode) -> Plan {
+    /// `[2, 3, side, side]`.
+    fn plan_of(mode: Mode, side: usize) -> Plan {
         let f = DType::F32;
-        let (x, c) = ([2, 3, 20, 20], [3]);
+        let (x, c) = ([2, 3, side, side], [3]);
         let bn = Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: true, has_bias: true };
         let grad = |part| Op::BatchNormGrad {
             eps: 1e-5,
@@ -166,6 +173,11 @@ mod tests {
         Plan::of_steps(mode, steps, inputs, outputs)
     }
 
+    /// `plan_of` at 800 values per channel: four chunks, the last one short.
+    fn plan(mode: Mode) -> Plan {
+        plan_of(mode, 20)
+    }
+
     fn count(p: &crate::program::GpuPlan, what: fn(&GpuOp) -> bool) -> usize {
         p.steps.iter().filter(|s| what(&s.op)).count()
     }
@@ -188,6 +200,13 @@ mod tests {
         // An inference plan's batch norm uses its running statistics: nothing to chunk.
         let infer = rewritten(&plan(Mode::Infer));
         assert_eq!(count(&infer, |op| matches!(op, GpuOp::BatchMoments { .. })), 0);
+        // 50 values per channel make one chunk each: the row kernels stay.
+        let short = rewritten(&plan_of(Mode::Train, 5));
+        let chunked = |op: &GpuOp| {
+            matches!(op, GpuOp::BatchMoments { .. } | GpuOp::BatchNormGradWithSums { .. })
+        };
+        assert_eq!(count(&short, chunked), 0);
+        assert_eq!(count(&short, |op| matches!(op, GpuOp::NormEpilogue { .. })), 1);
     }
 
     #[test]
@@ -220,6 +239,7 @@ mod tests {
         assert_eq!(chunk_for(2048, 4 * 7 * 7), 256);
         // One chunk per quantum at most, one chunk at least.
         assert_eq!(chunk_for(1, 300), 256);
+        assert_eq!(chunk_for(1, 257), 256);
         assert_eq!(chunk_for(1, 2), 256);
         assert_eq!(chunk_for(0, 2), 256);
     }
