@@ -152,7 +152,7 @@ pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
     let mut root: Vec<usize> = (0..plan.steps.len()).collect();
     let views = ReadViews::of(plan);
     for (i, s) in plan.steps.iter().enumerate() {
-        if views.transposed[i] || views.rounded[i] || views.summed[i] > 1 {
+        if views.transposed[i] || views.rounded[i] || views.summed[i] > 1 || views.sliced[i] {
             root[i] = root[s.inputs[0] as usize];
             continue;
         }
@@ -184,19 +184,57 @@ pub struct ReadViews {
     pub rounded: Vec<bool>,
     /// Per step: the partial results a summed view adds up (`summed_views`), else 0.
     pub summed: Vec<usize>,
+    /// Per step: whether it is a slice read in place (`sliced_views`).
+    pub sliced: Vec<bool>,
 }
 
 impl ReadViews {
     pub fn of(plan: &GpuPlan) -> ReadViews {
         let (transposed, rounded) = (transposed_views(plan), rounded_views(plan));
-        ReadViews { transposed, rounded, summed: summed_views(plan) }
+        ReadViews { transposed, rounded, summed: summed_views(plan), sliced: sliced_views(plan) }
     }
 
     /// No views (a plan read as it is).
     pub fn none(steps: usize) -> ReadViews {
         let (transposed, rounded) = (vec![false; steps], vec![false; steps]);
-        ReadViews { transposed, rounded, summed: vec![0; steps] }
+        ReadViews { transposed, rounded, summed: vec![0; steps], sliced: vec![false; steps] }
     }
+}
+
+/// Whether every value a step of `op` reads, it reads through `kernels::load`, each element
+/// once: a split sum's epilogue, a fused chain, an element-wise step, a rotary embedding.
+fn reads_by_load(op: &GpuOp) -> bool {
+    match op {
+        GpuOp::SplitSum { .. } | GpuOp::Fused { .. } => true,
+        GpuOp::Plan(op) => matches!(
+            op,
+            Op::Unary(_) | Op::Binary(_) | Op::UnaryGrad(_) | Op::Pow { .. } | Op::Rope { .. }
+        ),
+        _ => false,
+    }
+}
+
+/// Which steps are sliced views: an f32 slice of an f32 value, no result, whose every reader
+/// reads it through `kernels::load` (`reads_by_load`) — the two halves of a GEGLU projection
+/// read by `gelu(gate) · value`, in the U-Net's seven transformer blocks. Each load maps the
+/// slice's index into the value it slices (`kernels::Sliced`), so the slice is no kernel, no
+/// copy and no level; its readers read the value's words instead.
+pub fn sliced_views(plan: &GpuPlan) -> Vec<bool> {
+    let def_use = DefUse::of(plan);
+    (0..plan.steps.len())
+        .map(|i| {
+            let s = &plan.steps[i];
+            let Some(Op::Slice { .. }) = s.op.plan_op() else { return false };
+            let readers = &def_use.readers[i];
+            let f32_of_f32 = s.dtype == DType::F32
+                && s.inputs.len() == 1
+                && plan.steps[s.inputs[0] as usize].dtype == DType::F32;
+            f32_of_f32
+                && !def_use.result[i]
+                && !readers.is_empty()
+                && readers.iter().all(|&r| reads_by_load(&plan.steps[r as usize].op))
+        })
+        .collect()
 }
 
 /// Which steps are summed views, and of how many partials: a split product's plain sum
@@ -208,14 +246,6 @@ impl ReadViews {
 /// what the sum's own kernel read, and it no longer writes and reads the sum.
 pub fn summed_views(plan: &GpuPlan) -> Vec<usize> {
     let def_use = DefUse::of(plan);
-    let reads_by_load = |op: &GpuOp| match op {
-        GpuOp::SplitSum { .. } | GpuOp::Fused { .. } => true,
-        GpuOp::Plan(op) => matches!(
-            op,
-            Op::Unary(_) | Op::Binary(_) | Op::UnaryGrad(_) | Op::Pow { .. } | Op::Rope { .. }
-        ),
-        _ => false,
-    };
     (0..plan.steps.len())
         .map(|i| {
             let s = &plan.steps[i];

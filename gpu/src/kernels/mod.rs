@@ -57,6 +57,17 @@ pub struct Operand {
     /// A split product's sum read through (`memory::summed_views`): the words hold this many
     /// partial results of `shape` one after another, and each load adds them up. 0 or 1: none.
     pub summed: usize,
+    /// A slice read in place (`memory::sliced_views`): the words hold the value it slices.
+    pub sliced: Option<Sliced>,
+}
+
+/// Where a sliced view's elements lie: in the value it slices, whose `axis` is `full` long,
+/// from `start` on (the view's other axes are the value's).
+#[derive(Clone, Debug)]
+pub struct Sliced {
+    pub axis: usize,
+    pub start: usize,
+    pub full: Ext,
 }
 
 impl Operand {
@@ -71,7 +82,19 @@ impl Operand {
         let shape = shape.to_vec();
         let (transposed, rounded) = (false, false);
         let (slot, follows, permuted, summed) = (None, vec![], None, 0);
-        Operand { offset, shape, dtype, slot, transposed, rounded, follows, permuted, summed }
+        let sliced = None;
+        Operand {
+            offset,
+            shape,
+            dtype,
+            slot,
+            transposed,
+            rounded,
+            follows,
+            permuted,
+            summed,
+            sliced,
+        }
     }
 
     /// Axis `a`'s size, as a kernel shared across sizes reads it.
@@ -140,12 +163,26 @@ pub fn step_operands(
             follows: follows(v),
             permuted: None,
             summed: views.summed[v],
+            sliced: views.sliced[v].then(|| sliced(plan, v, &follows)),
         }
     };
     let inputs: Vec<Operand> =
         s.inputs.iter().enumerate().map(|(k, &x)| operand(k, x as usize)).collect();
     let out = operand(s.inputs.len(), i);
     (inputs, out, words)
+}
+
+/// Where the sliced view `v` (`memory::sliced_views`, an `Op::Slice`) finds its elements.
+fn sliced(plan: &GpuPlan, v: usize, follows: &dyn Fn(usize) -> Vec<Option<Poly>>) -> Sliced {
+    let Some(Op::Slice { axis, start, .. }) = plan.steps[v].op.plan_op() else {
+        unreachable!("sliced views are slices")
+    };
+    let x = plan.steps[v].inputs[0] as usize;
+    let full = match follows(x).get(*axis) {
+        Some(Some(p)) => Ext::of(plan.steps[x].shape[*axis], p),
+        _ => Ext::lit(plan.steps[x].shape[*axis]),
+    };
+    Sliced { axis: *axis, start: *start, full }
 }
 
 /// The WGSL expression of an operand's first word.
@@ -256,6 +293,20 @@ pub(super) fn broadcast_at(i: &str, out: &[Ext], input: &[Ext]) -> String {
 }
 
 pub(super) fn load(o: &Operand, index: &str) -> String {
+    if let Some(sl) = &o.sliced {
+        // Element i of the view: (outer, a, inner) → (outer, start + a, inner) in the value.
+        let dims = o.dims();
+        let inner = Ext::product(&dims[sl.axis + 1..]);
+        let len = &dims[sl.axis];
+        let at = format!(
+            "((({index}) / {span}) * {full_span} + (({index}) / {inner}) % {len} * {inner} \
+             + {offset} + ({index}) % {inner})",
+            span = len.mul(&inner),
+            full_span = sl.full.mul(&inner),
+            offset = inner.times(sl.start),
+        );
+        return load(&Operand { sliced: None, ..o.clone() }, &at);
+    }
     if o.summed > 1 {
         // Partial `s` of element `i` is at `s · numel + i`.
         let (n, one) = (o.numel(), Operand { summed: 0, ..o.clone() });
@@ -286,6 +337,7 @@ pub(super) struct Fetched {
 /// The word holding element `index` of the float operand `o` (see `Fetched`).
 pub(super) fn fetch_word(o: &Operand, index: &str) -> Fetched {
     debug_assert!(o.summed <= 1, "a summed view is read only through `load`");
+    debug_assert!(o.sliced.is_none(), "a sliced view is read only through `load`");
     if o.packs_halves() {
         Fetched {
             word: format!("arena[{} + (({index}) >> 1u)]", base(o)),

@@ -363,3 +363,56 @@ fn split_sums_read_only_by_loads_are_summed_views() {
     // k = 512 summed in four ranges: the order of the additions differs from the CPU's.
     crate::test_util::assert_rewrite_keeps_results_within(&plan, gpu, &given, (1e-4, 1e-4));
 }
+
+/// A GEGLU over a product's two halves (slices along the last axis read by `gelu(b) · a`), a
+/// middle-axis slice read by `exp`: sliced views. A slice read by a product and a slice that is
+/// a result stay kernels.
+fn slices() -> Plan {
+    let f = DType::F32;
+    let step = |op, inputs, shape: &[usize]| crate::test_util::step(op, inputs, f, shape);
+    let slice = |axis, start, end| Op::Slice { axis, start, end };
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], &[3, 5, 8]), // 0
+        step(Op::Input { name: "w".into() }, vec![], &[8, 12]),   // 1
+        step(Op::Input { name: "v".into() }, vec![], &[12, 4]),   // 2
+        step(Op::MatMul, vec![0, 1], &[3, 5, 12]),                // 3
+        step(slice(2, 0, 6), vec![3], &[3, 5, 6]),                // 4: a
+        step(slice(2, 6, 12), vec![3], &[3, 5, 6]),               // 5: b
+        step(Op::Unary(UnaryOp::Gelu), vec![5], &[3, 5, 6]),      // 6
+        step(Op::Binary(BinaryOp::Mul), vec![4, 6], &[3, 5, 6]),  // 7: y0
+        step(slice(1, 2, 5), vec![3], &[3, 3, 12]),               // 8
+        step(Op::Unary(UnaryOp::Exp), vec![8], &[3, 3, 12]),      // 9: y1
+        step(slice(1, 1, 4), vec![3], &[3, 3, 12]),               // 10
+        step(Op::MatMul, vec![10, 2], &[3, 3, 4]),                // 11: y2
+        step(slice(0, 1, 3), vec![3], &[2, 5, 12]),               // 12: y3
+    ];
+    let inputs = ["x", "w", "v"].iter().enumerate();
+    let inputs = inputs.map(|(i, n)| (n.to_string(), i as u32)).collect();
+    let outputs = [7, 9, 11, 12].iter().map(|&i| (format!("y{i}"), i)).collect();
+    Plan::of_steps(Mode::Infer, steps, inputs, outputs)
+}
+
+#[test]
+fn slices_read_only_by_loads_are_sliced_views() {
+    let plan = slices();
+    plan.validate().expect("valid");
+    let gpu = crate::rewrite::for_gpu(&plan);
+    let sliced = sliced_views(&gpu);
+    let views: Vec<(usize, bool)> = (0..gpu.steps.len())
+        .filter_map(|i| match gpu.steps[i].op {
+            GpuOp::Plan(Op::Slice { start, .. }) => Some((start, sliced[i])),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(views, [(0, true), (6, true), (2, true), (1, false), (1, false)]);
+    let a = plan_arena(&gpu);
+    assert_eq!(check_arena(&gpu, &a), Ok(()));
+    let words: Vec<usize> = gpu.steps.iter().map(|s| value_words(s.dtype, &s.shape)).collect();
+    let l = crate::schedule::levels(&gpu, &a.offsets, &words);
+    crate::schedule::check(&gpu, &a.offsets, &words, &l).expect("ordered");
+    assert!(sliced.iter().enumerate().all(|(i, &s)| !s || l.step[i].is_none()), "no kernel");
+    let t = crate::test_util::tensor;
+    let v = [t(&[3, 5, 8], 1), t(&[8, 12], 2), t(&[12, 4], 3)];
+    let given: Vec<(&str, &mgn_ir::tensor::Tensor)> = ["x", "w", "v"].into_iter().zip(&v).collect();
+    crate::test_util::assert_rewrite_keeps_results(&plan, gpu, &given);
+}
