@@ -170,7 +170,7 @@ fn attention_plan(
 fn check_rewrite(plan: &Plan, values: &[Tensor]) {
     plan.validate().expect("a valid plan");
     let rewritten =
-        for_gpu_with(plan, &Options { attention: AttentionPath::Matmul, dynamic: false });
+        for_gpu_with(plan, &Options { attention: AttentionPath::Matmul, ..Options::default() });
     rewritten.validate().expect("a valid GPU plan");
     let count =
         |p: &GpuPlan, f: &dyn Fn(&GpuOp) -> bool| p.steps.iter().filter(|s| f(&s.op)).count();
@@ -233,7 +233,7 @@ fn only_long_attentions_take_the_score_matrix_by_default() {
     let long = attention_plan(1, (2, 2), (128, 128), (8, 8), false, None).0;
     let short = attention_plan(1, (2, 2), (1, 128), (8, 8), true, None).0;
     let probs = |plan: &Plan, path| {
-        let p = for_gpu_with(plan, &Options { attention: path, dynamic: false });
+        let p = for_gpu_with(plan, &Options { attention: path, ..Options::default() });
         p.steps.iter().filter(|s| matches!(s.op, GpuOp::AttentionProbs { .. })).count()
     };
     assert_eq!(probs(&long, AttentionPath::Auto), 1);
@@ -258,7 +258,7 @@ fn attentions_whose_scores_the_device_cannot_hold_run_whole() {
     assert_eq!(probs(&for_device(&plan, &auto, &small, None)), 0);
     assert_eq!(probs(&for_device(&plan, &auto, &roomy, Some(1 << 20))), 0);
     // A path the user chose stays, and so does the score matrix when nothing would fit.
-    let matmul = Options { attention: AttentionPath::Matmul, dynamic: false };
+    let matmul = Options { attention: AttentionPath::Matmul, ..Options::default() };
     assert_eq!(probs(&for_device(&plan, &matmul, &small, None)), 1);
     let tiny = DeviceLimits { max_storage_buffer_range: 1 << 10, ..roomy };
     assert_eq!(probs(&for_device(&plan, &auto, &tiny, None)), 1);

@@ -81,12 +81,13 @@ fn the_norm_and_its_epilogue_match_the_cpu() {
             let mut inputs = norm_operands(&x, w, b);
             inputs.push(m.clone());
             let plain = vec![Elem::Input(0)];
-            let op = GpuOp::BatchNormWithMoments { norm: norm.clone(), chunk, program: plain };
+            let (n, recomputed) = (norm.clone(), false);
+            let op = GpuOp::BatchNormWithMoments { norm: n, chunk, program: plain, recomputed };
             check_on_both(&op, &inputs, F, &shape, 1e-4);
             inputs.push(tensor(&shape, 7, 0.0));
             let program = epilogue.clone();
             check_on_both(
-                &GpuOp::BatchNormWithMoments { norm, chunk, program },
+                &GpuOp::BatchNormWithMoments { norm, chunk, program, recomputed },
                 &inputs,
                 F,
                 &shape,

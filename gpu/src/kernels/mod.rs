@@ -492,7 +492,7 @@ pub fn generate(
         GpuOp::BatchGradSums { chunk } => {
             norm::batch_grad_sums(inputs, *chunk, out, width as usize)
         }
-        GpuOp::BatchNormWithMoments { norm, chunk, program } => {
+        GpuOp::BatchNormWithMoments { norm, chunk, program, .. } => {
             fused::batch_norm_with_moments(norm, *chunk, program, inputs, out, width)
         }
         GpuOp::BatchNormGradWithSums { grad, chunk } => {

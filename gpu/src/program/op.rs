@@ -73,8 +73,9 @@ pub enum GpuOp {
     /// batch norm `norm`, with its statistics combined from `moments` (a `BatchMoments` of x),
     /// each result through `program` as a `NormEpilogue`'s. `Input(0)` is the norm, and
     /// `Input(k)` the step's input `k + norm_operands`. Its running statistics are updated
-    /// after it, from the moments. Made by `rewrite::batch_moments`.
-    BatchNormWithMoments { norm: Op, chunk: usize, program: Vec<Elem> },
+    /// after it, from the moments, unless it is `recomputed`: the same norm computed again for
+    /// the backward pass (`rewrite::recompute`). Made by `rewrite::batch_moments`.
+    BatchNormWithMoments { norm: Op, chunk: usize, program: Vec<Elem>, recomputed: bool },
     /// `[x, dy, moments]` → `[C, K, 2]`: per chunk of a `BatchMoments` of x, `Σdy` and
     /// `Σdy·(x − mean)` with the channel's mean. Made by `rewrite::batch_moments`.
     BatchGradSums { chunk: usize },
@@ -181,13 +182,14 @@ impl GpuOp {
         }
     }
 
-    /// A training batch norm, plain or heading an epilogue: its running statistics are updated
-    /// by a dispatch of their own after it (`schedule::Levels::bn_update`).
+    /// A training batch norm, plain or heading an epilogue (not one recomputed for the backward
+    /// pass): its running statistics are updated by a dispatch of their own after it
+    /// (`schedule::Levels::bn_update`).
     pub fn updates_running_stats(&self) -> Option<&Op> {
         match self {
             GpuOp::Plan(bn @ Op::BatchNorm { .. })
             | GpuOp::NormEpilogue { norm: bn @ Op::BatchNorm { .. }, .. }
-            | GpuOp::BatchNormWithMoments { norm: bn, .. } => Some(bn),
+            | GpuOp::BatchNormWithMoments { norm: bn, recomputed: false, .. } => Some(bn),
             _ => None,
         }
     }
@@ -308,13 +310,14 @@ impl GpuOp {
             GpuOp::CrossEntropyRows => "cross_entropy_rows".into(),
             GpuOp::BatchMoments { chunk } => format!("batch_moments chunk={chunk}"),
             GpuOp::BatchGradSums { chunk } => format!("batch_grad_sums chunk={chunk}"),
-            GpuOp::BatchNormWithMoments { norm, program, .. } => {
+            GpuOp::BatchNormWithMoments { norm, program, recomputed, .. } => {
                 let plain = matches!(program[..], [Elem::Input(0)]);
                 let tail = if plain { String::new() } else { format!(" → {}", chain(program)) };
                 let head = norm.describe();
                 let (family, attributes) = head.split_once(' ').unwrap_or((&head, ""));
                 let family = if plain { family.to_string() } else { format!("{family}_epilogue") };
-                format!("{family} {attributes} with moments{tail}")
+                let again = if *recomputed { " recomputed" } else { "" };
+                format!("{family} {attributes} with moments{again}{tail}")
             }
             GpuOp::BatchNormGradWithSums { grad, .. } => format!("{} with sums", grad.describe()),
             GpuOp::ConvSplit { conv, splits } => {

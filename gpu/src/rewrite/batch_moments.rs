@@ -91,7 +91,8 @@ pub(super) fn use_batch_moments(program: &mut Program) {
             (program.insert_before(id, step), chunk)
         });
         let s = program.step_mut(id);
-        s.op = GpuOp::BatchNormWithMoments { norm, chunk: m.1, program: epilogue };
+        let (chunk, recomputed) = (m.1, false);
+        s.op = GpuOp::BatchNormWithMoments { norm, chunk, program: epilogue, recomputed };
         s.inputs.insert(operands, m.0);
     }
     // Per (x, dy): the sums the derivatives share.

@@ -5,7 +5,8 @@
 //! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`), an
 //! inference plan's batch norms as element-wise steps (`running_norms`), element-wise fusion
 //! (`fuse`), a training plan's batch norms over chunks of their channels (`batch_moments`),
-//! transposes folded into the products that read them (`transposes`),
+//! the ones without a residual computed again for the backward pass (`recompute`), transposes
+//! folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
 //! that would leave the GPU idle split along k (`split_k`), permutes stored by the steps
 //! whose results they permute (`permuted_stores`), and last half-typed results only
@@ -23,6 +24,7 @@ mod identity_dropouts;
 mod loss_rows;
 mod norm_partials;
 mod permuted_stores;
+mod recompute;
 mod running_norms;
 mod split_k;
 mod state_in_place;
@@ -34,18 +36,28 @@ use crate::program::{Choices, GpuOp, GpuPlan, Program};
 use mgn_ir::plan::Plan;
 
 /// The choices a rewrite leaves open.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     pub attention: AttentionPath,
     /// The plan is dynamic (`crate::dynamic`): passes whose steps' shapes would not follow
     /// the sizes as polynomials (norm weight derivatives in chunks of rows) are left out.
     pub dynamic: bool,
+    /// Batch norms computed again for the backward pass rather than kept (`recompute`): less
+    /// memory for one more pass over each. On unless `MGN_RECOMPUTE=0`.
+    pub recompute: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { attention: AttentionPath::default(), dynamic: false, recompute: true }
+    }
 }
 
 impl Options {
-    /// The defaults, with what the environment overrides (`MGN_ATTENTION`).
+    /// The defaults, with what the environment overrides (`MGN_ATTENTION`, `MGN_RECOMPUTE`).
     pub fn from_env() -> Result<Options, String> {
-        Ok(Options { attention: AttentionPath::from_env()?, dynamic: false })
+        let recompute = recompute::wanted(std::env::var("MGN_RECOMPUTE").ok().as_deref())?;
+        Ok(Options { attention: AttentionPath::from_env()?, recompute, ..Options::default() })
     }
 }
 
@@ -133,6 +145,9 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     fuse::fuse_elementwise(&mut program);
     if !options.dynamic {
         batch_moments::use_batch_moments(&mut program);
+        if options.recompute {
+            recompute::recompute_batch_norms(&mut program);
+        }
     }
     transposes::fold_transposes(&mut program);
     batch_grads::fold_batch_grads(&mut program);
