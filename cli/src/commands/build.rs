@@ -154,10 +154,11 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     let text = if a.stats {
         let gpu = match kernels.missing.first() {
             None => format!(
-                "gpu: {} dispatches of {} distinct kernels, all generated and validated by naga; \
-                 values planned {} and parameters held in {} as the GPU runs the plan (after \
-                 its rewrites)\n",
+                "gpu: {} dispatches in {} levels, of {} distinct kernels, all generated and \
+                 validated by naga; values planned {} and parameters held in {} as the GPU runs \
+                 the plan (after its rewrites)\n",
                 kernels.with_kernel,
+                kernels.levels,
                 kernels.distinct,
                 mgn_ir::units::bytes(kernels.arena_values_bytes),
                 mgn_ir::units::bytes(kernels.arena_param_bytes)

@@ -13,6 +13,8 @@ pub struct PlanKernels {
     pub with_kernel: usize,
     /// Distinct kernels among them (one pipeline each on a device).
     pub distinct: usize,
+    /// Dependency levels the dispatches run in (one barrier between levels: `schedule.rs`).
+    pub levels: usize,
     pub missing: Vec<(usize, String)>,
     pub invalid: Vec<(usize, String)>,
     /// Why no GPU could run the plan at all (its arena past 32-bit word offsets), when so; then
@@ -51,7 +53,7 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
         Some(d) => d.dims(v, plan.steps[v].shape.len()),
         None => Vec::new(),
     };
-    let layout = crate::memory::plan_arena(plan);
+    let (layout, levels) = crate::memory::plan_arena_and_levels(plan);
     // Only what every GPU shares bounds a plan here: its word offsets are 32-bit.
     let any_device = crate::limits::DeviceLimits { max_storage_buffer_range: u64::MAX, ..*limits };
     if let Err(why) = crate::memory::check_fits(plan, layout.total_words, &any_device, None) {
@@ -62,6 +64,7 @@ pub fn check_plan(plan: &mgn_ir::plan::Plan, limits: &crate::limits::DeviceLimit
     let values = (layout.total_words - layout.param_words) as u64 * 4;
     let params = layout.param_words as u64 * 4;
     let mut out = PlanKernels {
+        levels: levels.count,
         arena_values_bytes: values,
         arena_param_bytes: params,
         ..PlanKernels::default()
