@@ -37,6 +37,20 @@ pub fn tensor(shape: &[usize], seed: u32) -> Tensor {
     Tensor::f32(shape.to_vec(), values(shape.iter().product(), seed))
 }
 
+/// The input steps `x, rm, rv, w, b` of a batch norm over `x` (positions 0 to 4; the running
+/// statistics and affine parameters of `x[1]` channels), for rewrite tests.
+pub fn batch_norm_input_steps(x: &[usize]) -> Vec<Step> {
+    let c = [x[1]];
+    let names = [("x", x), ("rm", &c[..]), ("rv", &c), ("w", &c), ("b", &c)];
+    names.map(|(n, s)| step(Op::Input { name: n.into() }, vec![], DType::F32, s)).into()
+}
+
+/// Values for `batch_norm_input_steps`: `x`, then rm, rv (1.5 each), w and b.
+pub fn batch_norm_operands(x: Tensor) -> Vec<Tensor> {
+    let c = [x.shape[1]];
+    vec![x, tensor(&c, 2), Tensor::f32(c.to_vec(), vec![1.5; c[0]]), tensor(&c, 3), tensor(&c, 4)]
+}
+
 /// Runs `op` over `inputs` in a one-step training plan on the GPU; None when there is no GPU
 /// (a failure instead under `MGN_REQUIRE_GPU=1`, and always when the kernel itself fails).
 pub fn run_on_gpu<O: Clone + Into<GpuOp>>(

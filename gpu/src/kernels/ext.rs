@@ -34,6 +34,17 @@ impl Ext {
         Ext { n, expr: Some(wgsl(poly)) }
     }
 
+    /// `n`, following `poly` when a dynamic plan gives one (an operand's axis: `Operand::dim`).
+    pub fn following(n: usize, poly: Option<&Poly>) -> Ext {
+        poly.map_or(Ext::lit(n), |p| Ext::of(n, p))
+    }
+
+    /// A bound the kernel computes as it runs (`expr`, at most `n`): a chunk's end. Not fixed,
+    /// so a loop to it (`norm::strided`) takes its unrolled form at every size.
+    pub fn varying(n: usize, expr: &str) -> Ext {
+        Ext { n, expr: Some(expr.to_string()) }
+    }
+
     /// Whether it is the same at every size.
     pub fn is_fixed(&self) -> bool {
         self.expr.is_none()

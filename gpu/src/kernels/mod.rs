@@ -99,10 +99,7 @@ impl Operand {
 
     /// Axis `a`'s size, as a kernel shared across sizes reads it.
     pub fn dim(&self, a: usize) -> Ext {
-        match self.follows.get(a) {
-            Some(Some(p)) => Ext::of(self.shape[a], p),
-            _ => Ext::lit(self.shape[a]),
-        }
+        Ext::following(self.shape[a], self.follows.get(a).and_then(Option::as_ref))
     }
 
     /// Every axis's size (`dim`).
@@ -178,10 +175,8 @@ fn sliced(plan: &GpuPlan, v: usize, follows: &dyn Fn(usize) -> Vec<Option<Poly>>
         unreachable!("sliced views are slices")
     };
     let x = plan.steps[v].inputs[0] as usize;
-    let full = match follows(x).get(*axis) {
-        Some(Some(p)) => Ext::of(plan.steps[x].shape[*axis], p),
-        _ => Ext::lit(plan.steps[x].shape[*axis]),
-    };
+    let full =
+        Ext::following(plan.steps[x].shape[*axis], follows(x).get(*axis).and_then(Option::as_ref));
     Sliced { axis: *axis, start: *start, full }
 }
 

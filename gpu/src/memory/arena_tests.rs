@@ -297,6 +297,17 @@ fn arenas_past_a_binding_the_device_or_32_bit_offsets_are_refused_by_name() {
     assert!(e.contains("32.0 GiB") && e.contains("32-bit word offsets"), "{e}");
 }
 
+/// The arena and the levels of `gpu` pass their checks, and no step that `view` names has a
+/// kernel (a view shares its root's words: `check_arena` knows, `assert_valid` does not).
+fn assert_views_take_no_kernel(gpu: &GpuPlan, view: impl Fn(usize) -> bool) {
+    let a = plan_arena(gpu);
+    assert_eq!(check_arena(gpu, &a), Ok(()));
+    let words: Vec<usize> = gpu.steps.iter().map(|s| value_words(s.dtype, &s.shape)).collect();
+    let l = crate::schedule::levels(gpu, &a.offsets, &words);
+    crate::schedule::check(gpu, &a.offsets, &words, &l).expect("ordered");
+    assert!((0..gpu.steps.len()).all(|i| !view(i) || l.step[i].is_none()), "no kernel");
+}
+
 /// Products split along k (16 × 512 × 16: one tile, deep) whose plain sums are read by a
 /// split sum's epilogue (SwiGLU's, as SmolLM2's) and a rotary embedding are read through,
 /// summed as they load; one read by a layer norm keeps its kernel.
@@ -349,13 +360,7 @@ fn split_sums_read_only_by_loads_are_summed_views() {
     let norm = gpu.steps.iter().find(|s| matches!(s.op, GpuOp::Plan(Op::LayerNorm { .. })));
     assert_eq!(summed[norm.expect("kept").inputs[0] as usize], 0, "a norm reads rows thrice");
     assert!(summed.iter().all(|&s| s == 0 || s == 4), "{summed:?}");
-    // (A view shares its root's words: `check_arena` knows, `assert_valid` does not.)
-    let a = plan_arena(&gpu);
-    assert_eq!(check_arena(&gpu, &a), Ok(()));
-    let words: Vec<usize> = gpu.steps.iter().map(|s| value_words(s.dtype, &s.shape)).collect();
-    let l = crate::schedule::levels(&gpu, &a.offsets, &words);
-    crate::schedule::check(&gpu, &a.offsets, &words, &l).expect("ordered");
-    assert!(summed.iter().enumerate().all(|(i, &s)| s == 0 || l.step[i].is_none()), "no kernel");
+    assert_views_take_no_kernel(&gpu, |i| summed[i] > 1);
     let t = crate::test_util::tensor;
     let v = [t(&[16, 512], 1), t(&[512, 16], 2), t(&[512, 16], 3), t(&[512, 16], 4)];
     let given: Vec<(&str, &mgn_ir::tensor::Tensor)> =
@@ -405,12 +410,7 @@ fn slices_read_only_by_loads_are_sliced_views() {
         })
         .collect();
     assert_eq!(views, [(0, true), (6, true), (2, true), (1, false), (1, false)]);
-    let a = plan_arena(&gpu);
-    assert_eq!(check_arena(&gpu, &a), Ok(()));
-    let words: Vec<usize> = gpu.steps.iter().map(|s| value_words(s.dtype, &s.shape)).collect();
-    let l = crate::schedule::levels(&gpu, &a.offsets, &words);
-    crate::schedule::check(&gpu, &a.offsets, &words, &l).expect("ordered");
-    assert!(sliced.iter().enumerate().all(|(i, &s)| !s || l.step[i].is_none()), "no kernel");
+    assert_views_take_no_kernel(&gpu, |i| sliced[i]);
     let t = crate::test_util::tensor;
     let v = [t(&[3, 5, 8], 1), t(&[8, 12], 2), t(&[12, 4], 3)];
     let given: Vec<(&str, &mgn_ir::tensor::Tensor)> = ["x", "w", "v"].into_iter().zip(&v).collect();

@@ -153,10 +153,7 @@ mod tests {
             part,
             training: mode == Mode::Train,
         };
-        let mut steps = vec![];
-        for (name, shape) in [("x", &x[..]), ("rm", &c), ("rv", &c), ("w", &c), ("b", &c)] {
-            steps.push(step(Op::Input { name: name.into() }, vec![], f, shape));
-        }
+        let mut steps = crate::test_util::batch_norm_input_steps(&x);
         steps.push(step(Op::Input { name: "res".into() }, vec![], f, &x)); // 5
         steps.push(step(Op::Input { name: "dy".into() }, vec![], f, &x)); // 6
         steps.push(step(bn, vec![0, 1, 2, 3, 4], f, &x)); // 7
@@ -213,20 +210,13 @@ mod tests {
     #[test]
     fn the_rewritten_plan_computes_what_the_plan_does() {
         let p = plan(Mode::Train);
-        let (x, c) = ([2, 3, 20, 20], [3]);
+        let x = [2, 3, 20, 20];
         // A mean far from zero, as after a convolution with a large bias.
         let shifted = |t: Tensor| {
             Tensor::f32(t.shape.clone(), t.to_f64_vec().iter().map(|v| *v as f32 + 20.0).collect())
         };
-        let v = [
-            shifted(tensor(&x, 1)),
-            tensor(&c, 2),
-            Tensor::f32(c.to_vec(), vec![1.5; 3]),
-            tensor(&c, 3),
-            tensor(&c, 4),
-            tensor(&x, 5),
-            tensor(&x, 6),
-        ];
+        let mut v = crate::test_util::batch_norm_operands(shifted(tensor(&x, 1)));
+        v.extend([tensor(&x, 5), tensor(&x, 6)]);
         let names = ["x", "rm", "rv", "w", "b", "res", "dy"];
         let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&v).collect();
         assert_rewrite_keeps_results_within(&p, rewritten(&p), &given, (1e-5, 1e-4));

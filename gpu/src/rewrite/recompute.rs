@@ -104,7 +104,7 @@ mod tests {
     /// loss, by a backward step (directly and through the reshape) and the norm's derivative.
     fn plan() -> Plan {
         let f = DType::F32;
-        let (x, c, flat) = ([2, 3, 20, 20], [3], [2, 1200]);
+        let (x, flat) = ([2, 3, 20, 20], [2, 1200]);
         let bn = Op::BatchNorm { eps: 1e-5, momentum: 0.1, has_weight: true, has_bias: true };
         let grad = Op::BatchNormGrad {
             eps: 1e-5,
@@ -114,10 +114,7 @@ mod tests {
             training: true,
         };
         let sum = |axes| Op::Reduce { op: ReduceOp::Sum, axes, keepdim: false };
-        let mut steps = vec![];
-        for (name, shape) in [("x", &x[..]), ("rm", &c), ("rv", &c), ("w", &c), ("b", &c)] {
-            steps.push(step(Op::Input { name: name.into() }, vec![], f, shape));
-        }
+        let mut steps = crate::test_util::batch_norm_input_steps(&x);
         steps.push(step(Op::Input { name: "dy".into() }, vec![], f, &x)); // 5
         steps.push(step(Op::Input { name: "dz".into() }, vec![], f, &flat)); // 6
         steps.push(step(bn, vec![0, 1, 2, 3, 4], f, &x)); // 7
@@ -164,16 +161,9 @@ mod tests {
         let reshape = reads(13)[0] as usize;
         assert_eq!((q.steps[reshape].inputs[0] as usize, reshape > loss), (again, true));
         assert_eq!(q.steps[reads(10)[0] as usize].inputs[0] as usize, first);
-        let (x, c, flat) = ([2, 3, 20, 20], [3], [2, 1200]);
-        let v = [
-            tensor(&x, 1),
-            tensor(&c, 2),
-            Tensor::f32(c.to_vec(), vec![1.5; 3]),
-            tensor(&c, 3),
-            tensor(&c, 4),
-            tensor(&x, 5),
-            tensor(&flat, 6),
-        ];
+        let (x, flat) = ([2, 3, 20, 20], [2, 1200]);
+        let mut v = crate::test_util::batch_norm_operands(tensor(&x, 1));
+        v.extend([tensor(&x, 5), tensor(&flat, 6)]);
         let names = ["x", "rm", "rv", "w", "b", "dy", "dz"];
         let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&v).collect();
         assert_rewrite_keeps_results_within(&p, q, &given, (1e-5, 1e-4));

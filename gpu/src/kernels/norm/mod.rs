@@ -294,6 +294,16 @@ fn lanes_for(len: usize, width: usize) -> usize {
     len.max(1).next_power_of_two().min(width)
 }
 
+/// WGSL of `sq(e, m)`: `(x[e] − m)²` in the first lane of a vec4 (the variance pass's term,
+/// `strided`'s).
+pub(super) fn square_helper(x: &Operand) -> String {
+    format!(
+        "fn sq(e: u32, m: f32) -> vec4<f32> {{\n    let d = {} - m;\n    \
+         return vec4<f32>(d * d, 0.0, 0.0, 0.0);\n}}\n",
+        super::load(x, "e")
+    )
+}
+
 /// Declares `var {acc}: vec4<f32>` = Σ `term(t)` over `t = start, start + step, … < len` when
 /// `guard` holds (else 0). Four independent partial sums keep four loads in flight per invocation.
 fn strided(

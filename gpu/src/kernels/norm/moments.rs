@@ -7,16 +7,17 @@
 //! - `moments`: the chunk's mean and `Σ(x − mean)²`, over its own values (two passes; the
 //!   second reads what the first brought into the cache);
 //! - `grad_sums`: the chunk's `Σdy` and `Σdy·(x − mean)`, with the channel's mean;
-//! - `forward` and `input_grad`: each workgroup first combines its channel's chunks (Chan's
-//!   formula: `M2 = Σ M2ₖ + nₖ·(meanₖ − mean)²`, so a large mean costs no precision), then
-//!   writes its own chunk's results;
-//! - `param_grad`: a workgroup per channel adds up the sums (weight: `Σdy·x̂`, bias: `Σdy`).
+//! - `forward` and `grad` of the input: each workgroup first combines its channel's chunks
+//!   (Chan's formula: `M2 = Σ M2ₖ + nₖ·(meanₖ − mean)²`, so a large mean costs no precision),
+//!   then writes its own chunk's results;
+//! - `grad` of the weight or bias: a workgroup per channel adds up the sums (weight: `Σdy·x̂`,
+//!   bias: `Σdy`).
 //!
 //! The forward reads x twice (moments, output) instead of three times, and the backward reads x
 //! and dy twice each, instead of five and four times over three kernels.
 
-use super::{channel_rows, kernel, lit, seg_reduce};
-use crate::kernels::{load, store, KernelSource, Operand};
+use super::{channel_rows, kernel, lit, seg_reduce, square_helper, strided};
+use crate::kernels::{load, store, Ext, KernelSource, Operand};
 use mgn_ir::op::GradPart;
 
 /// A batch norm's chunks: `channels`, `len` values per channel (samples × positions), in
@@ -63,42 +64,10 @@ impl Chunks {
         )
     }
 
-    /// WGSL declaring `var {acc}` (of `ty`, zero `zero`) = Σ `term(t)` over the chunk's values
-    /// this invocation owns, four loads in flight.
-    fn sum(
-        &self,
-        acc: &str,
-        ty: &str,
-        zero: &str,
-        width: usize,
-        term: impl Fn(&str) -> String,
-    ) -> String {
-        format!(
-            "var {acc}: {ty} = {zero};
-    {{
-        var a1: {ty} = {zero};
-        var a2: {ty} = {zero};
-        var a3: {ty} = {zero};
-        var t = start + tid;
-        for (; t + {w3}u < end; t = t + {w4}u) {{
-            {acc} = {acc} + {t0};
-            a1 = a1 + {t1};
-            a2 = a2 + {t2};
-            a3 = a3 + {t3};
-        }}
-        for (; t < end; t = t + {width}u) {{
-            {acc} = {acc} + {t0};
-        }}
-        {acc} = ({acc} + a1) + (a2 + a3);
-    }}
-    ",
-            w3 = 3 * width,
-            w4 = 4 * width,
-            t0 = term("t"),
-            t1 = term(&format!("t + {width}u")),
-            t2 = term(&format!("t + {}u", 2 * width)),
-            t3 = term(&format!("t + {}u", 3 * width)),
-        )
+    /// WGSL declaring `var {acc}: vec4<f32>` = Σ `term(t)` over the chunk's values this
+    /// invocation owns (`strided`).
+    fn sum(&self, acc: &str, width: usize, term: impl Fn(&str) -> String) -> String {
+        strided(acc, "start + tid", width, Ext::varying(self.chunk, "end"), "true", term)
     }
 
     /// WGSL combining channel `c`'s chunks (every invocation gets the results): `mean` and the
@@ -186,6 +155,15 @@ impl Chunks {
     }
 }
 
+/// WGSL in which invocation 0 stores the workgroup's chunk's pair `(a, b)` (chunk `wid`).
+fn store_pair(out: &Operand, a: &str, b: &str) -> String {
+    format!(
+        "if (tid == 0u) {{\n        {}\n        {}\n    }}",
+        store(out, "wid * 2u", a),
+        store(out, "wid * 2u + 1u", b)
+    )
+}
+
 /// `GpuOp::BatchMoments`: per chunk of each channel, its mean and `Σ(x − mean)²`.
 pub(crate) fn moments(
     x: &Operand,
@@ -195,21 +173,15 @@ pub(crate) fn moments(
 ) -> Result<KernelSource, String> {
     let ch = Chunks::of(x, chunk)?;
     let mut body = ch.per_chunk();
-    body += &ch.sum("s", "f32", "0.0", width, |t| load(x, &format!("at(c, {t})")));
-    body += &seg_reduce("r1", "vec4<f32>(s, 0.0, 0.0, 0.0)", "tid", width, 1);
+    body += &ch.sum("s", width, |t| {
+        format!("vec4<f32>({}, 0.0, 0.0, 0.0)", load(x, &format!("at(c, {t})")))
+    });
+    body += &seg_reduce("r1", "s", "tid", width, 1);
     body += "let m = r1.x / f32(end - start);\n    ";
-    body += &ch.sum("q", "f32", "0.0", width, |t| format!("sq(c, {t}, m)"));
-    body += &seg_reduce("r2", "vec4<f32>(q, 0.0, 0.0, 0.0)", "tid", width, 1);
-    body += &format!(
-        "if (tid == 0u) {{\n        {}\n        {}\n    }}",
-        store(out, "wid * 2u", "m"),
-        store(out, "wid * 2u + 1u", "r2.x")
-    );
-    let helpers = ch.helpers(x)?
-        + &format!(
-            "fn sq(c: u32, t: u32, m: f32) -> f32 {{\n    let d = {} - m;\n    return d * d;\n}}\n",
-            load(x, "at(c, t)")
-        );
+    body += &ch.sum("q", width, |t| format!("sq(at(c, {t}), m)"));
+    body += &seg_reduce("r2", "q", "tid", width, 1);
+    body += &store_pair(out, "m", "r2.x");
+    let helpers = ch.helpers(x)? + &square_helper(x);
     Ok(kernel(width, ch.channels * ch.count, &helpers, &body))
 }
 
@@ -224,19 +196,15 @@ pub(crate) fn grad_sums(
     let ch = Chunks::of(x, chunk)?;
     let mut body = ch.per_chunk();
     body += &ch.combine(moments, None, false, width);
-    body += &ch.sum("s", "vec2<f32>", "vec2<f32>(0.0)", width, |t| format!("term(c, {t}, mean)"));
-    body += &seg_reduce("r", "vec4<f32>(s, 0.0, 0.0)", "tid", width, 1);
-    body += &format!(
-        "if (tid == 0u) {{\n        {}\n        {}\n    }}",
-        store(out, "wid * 2u", "r.x"),
-        store(out, "wid * 2u + 1u", "r.y")
-    );
+    body += &ch.sum("s", width, |t| format!("term(c, {t}, mean)"));
+    body += &seg_reduce("r", "s", "tid", width, 1);
+    body += &store_pair(out, "r.x", "r.y");
     let helpers = ch.helpers(x)?
         + &format!(
-            "fn term(c: u32, t: u32, m: f32) -> vec2<f32> {{
+            "fn term(c: u32, t: u32, m: f32) -> vec4<f32> {{
     let e = at(c, t);
     let g = {};
-    return vec2<f32>(g, g * ({} - m));
+    return vec4<f32>(g, g * ({} - m), 0.0, 0.0);
 }}
 ",
             load(dy, "e"),

@@ -4,18 +4,9 @@
 
 use super::rows::row_kernel;
 use super::{batch_layout, group_rows, kernel, lanes_for, last_axis_rows, lit, seg_reduce};
-use super::{strided, Mode, Rows, Stats};
+use super::{square_helper, strided, Mode, Rows, Stats};
 use crate::kernels::{load, store, KernelSource, Operand};
 use mgn_ir::op::GradPart;
-
-/// WGSL of `sq(e, m)`: `(x[e] − m)²` in the first lane of a vec4 (the variance pass's term).
-fn square_helper(x: &Operand) -> String {
-    format!(
-        "fn sq(e: u32, m: f32) -> vec4<f32> {{\n    let d = {} - m;\n    \
-         return vec4<f32>(d * d, 0.0, 0.0, 0.0);\n}}\n",
-        load(x, "e")
-    )
-}
 
 /// Layer and RMS norm derivatives: the input's row by row, the weight's and bias's by column
 /// blocks (`column_grad`).
@@ -227,18 +218,15 @@ pub(super) fn group_weight_grad(
     let rows = group_rows(x, groups)?;
     let (n, c, s) = batch_layout(x)?;
     let (cpg, blen) = (c / groups, rows.len);
-    let helpers = format!(
-        "fn sq(e: u32, m: f32) -> vec4<f32> {{
-    let d = {x} - m;
-    return vec4<f32>(d * d, 0.0, 0.0, 0.0);
-}}
-fn gx(e: u32, m: f32, rstd: f32) -> vec4<f32> {{
+    let helpers = square_helper(x)
+        + &format!(
+            "fn gx(e: u32, m: f32, rstd: f32) -> vec4<f32> {{
     return vec4<f32>({dy} * ({x} - m) * rstd, 0.0, 0.0, 0.0);
 }}
 ",
-        x = load(x, "e"),
-        dy = load(dy, "e"),
-    );
+            x = load(x, "e"),
+            dy = load(dy, "e"),
+        );
     let body = format!(
         "let ch = wid;
     let g = ch / {cpg}u;
