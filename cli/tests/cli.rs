@@ -138,6 +138,14 @@ fn build_stats_report_memory_and_validated_gpu_kernels() {
     );
     // The arena as the GPU runs the plan, after its own rewrites.
     assert!(s.contains("values planned ") && s.contains(" as the GPU runs the plan"), "{s}");
+    // Its dispatches and the dependency levels they run in: at least one, at most one each.
+    let gpu = s.split("gpu: ").nth(1).expect("a gpu line");
+    let words: Vec<&str> = gpu.split_whitespace().collect();
+    let (dispatches, levels): (usize, usize) = match words[..] {
+        [d, "dispatches", "in", l, "levels,", ..] => (d.parse().unwrap(), l.parse().unwrap()),
+        _ => panic!("{gpu}"),
+    };
+    assert!(0 < levels && levels <= dispatches, "{gpu}");
 }
 
 /// `--rewrites` picks the engine: none keeps autodiff's transposes of transposes, which greedy
