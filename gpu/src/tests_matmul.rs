@@ -138,7 +138,9 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 /// `repeat` independent products. `wᵀ` is a weight stored `[n, k]` and read in place, as every
 /// linear layer does. `MGN_MM_DTYPE=f16` times products of f16 operands held as halves (the
 /// mixed policies' inference products: on cooperative matrices where the device has them, and
-/// `MGN_COOP=1`; without it the tiled kernel on the same operands).
+/// `MGN_COOP=1`; without it the tiled kernel on the same operands). `MGN_MM_ONLY=whisper,square`
+/// times only the shapes whose names contain one of the words (a cooperative-matrix pipeline
+/// takes seconds to compile).
 #[test]
 #[ignore]
 fn matmul_throughput() {
@@ -165,7 +167,9 @@ fn matmul_throughput() {
         ("minilm qkv", &[1024, 384], &[384, 384], true),
         ("minilm fc1", &[1024, 384], &[384, 1536], true),
     ];
-    for (name, a, b, bt) in shapes {
+    let only = std::env::var("MGN_MM_ONLY").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|w| name.contains(w));
+    for (name, a, b, bt) in shapes.into_iter().filter(|s| wanted(s.0)) {
         let out = out_shape(a, b);
         let k = *a.last().unwrap();
         let flops = 2.0 * out.iter().product::<usize>() as f64 * k as f64;

@@ -19,12 +19,54 @@ use super::{split_depth_of, Geometry};
 use crate::kernels::{word_value, Coop, Ext, KernelSource};
 use mgn_ir::DType;
 
-/// The subgroup grid of a workgroup.
-const SM: usize = 2;
-const SN: usize = 2;
-/// Each subgroup's block of tiles.
-const RM: usize = 2;
-const RN: usize = 2;
+/// The subgroup grid of a workgroup (`sm × sn` subgroups), each subgroup's block of tiles
+/// (`rm × rn`), and the panels' depth in tiles — for the products and the convolutions alike.
+/// 2×2 subgroups of 2×2 tiles, panels two tiles deep, unless `MGN_COOP_GRID=SMxSN:RMxRN:D`
+/// says otherwise (an experiment's override, as `MGN_MM_TILE` is the tiled kernel's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CoopGrid {
+    pub sm: usize,
+    pub sn: usize,
+    pub rm: usize,
+    pub rn: usize,
+    pub depth: usize,
+}
+
+impl CoopGrid {
+    const DEFAULT: CoopGrid = CoopGrid { sm: 2, sn: 2, rm: 2, rn: 2, depth: 2 };
+
+    /// The grid kernels are generated with now.
+    pub(crate) fn current() -> CoopGrid {
+        let env = std::env::var("MGN_COOP_GRID").ok();
+        env.and_then(|v| CoopGrid::parse(&v)).unwrap_or(CoopGrid::DEFAULT)
+    }
+
+    /// `SMxSN:RMxRN:D`, every number at least 1.
+    fn parse(v: &str) -> Option<CoopGrid> {
+        let pair = |p: &str| -> Option<(usize, usize)> {
+            let (a, b) = p.split_once('x')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        };
+        let mut parts = v.split(':');
+        let (sm, sn) = pair(parts.next()?)?;
+        let (rm, rn) = pair(parts.next()?)?;
+        let depth = parts.next()?.parse().ok()?;
+        let g = CoopGrid { sm, sn, rm, rn, depth };
+        let all = [sm, sn, rm, rn, depth];
+        (parts.next().is_none() && all.iter().all(|&x| x >= 1)).then_some(g)
+    }
+
+    /// Subgroups in a workgroup.
+    pub(crate) fn subgroups(&self) -> usize {
+        self.sm * self.sn
+    }
+
+    /// The workgroup's output tile and panel depth for the device's `t × t` tiles:
+    /// `(bm, bn, bk)`.
+    pub(crate) fn extents(&self, t: usize) -> (usize, usize, usize) {
+        (self.sm * self.rm * t, self.sn * self.rn * t, self.depth * t)
+    }
+}
 /// A quiet NaN: what a kernel stores when its workgroup did not get the subgroups it was
 /// written for (`subgroup_guard`).
 pub(crate) const NAN: &str = "bitcast<f32>(0x7fc00000u)";
@@ -35,8 +77,7 @@ pub(crate) const NAN: &str = "bitcast<f32>(0x7fc00000u)";
 /// another subgroup size than the device reports (Vulkan allows it where the sizes vary, and
 /// the kernel is only chosen where they do not) makes every result NaN instead of writing out
 /// of bounds.
-pub(crate) fn subgroup_guard(id: &str, count: &str, sid: &str, whole: &str) -> String {
-    let n = SM * SN;
+pub(crate) fn subgroup_guard(id: &str, count: &str, sid: &str, whole: &str, n: usize) -> String {
     format!("let {sid} = min({id}, {}u);\n    let {whole} = {count} == {n}u;", n - 1)
 }
 
@@ -52,12 +93,13 @@ pub(super) fn fits(g: &Geometry, coop: Coop, width: usize, shared: usize) -> boo
     g.a.dtype == DType::F16
         && g.b.dtype == DType::F16
         && !g.ot
-        && SM * SN * coop.subgroup as usize <= width
-        && Shape::of(g, coop).shared_bytes() <= shared
+        && CoopGrid::current().subgroups() * coop.subgroup as usize <= width
+        && Shape::of(g, coop, CoopGrid::current()).shared_bytes() <= shared
 }
 
 /// The kernel's sizes.
 struct Shape {
+    grid: CoopGrid,
     t: usize,
     subgroup: usize,
     width: usize,
@@ -76,13 +118,14 @@ struct Shape {
 }
 
 impl Shape {
-    fn of(g: &Geometry, coop: Coop) -> Shape {
+    fn of(g: &Geometry, coop: Coop, grid: CoopGrid) -> Shape {
         let (t, subgroup) = (coop.tile as usize, coop.subgroup as usize);
-        let width = SM * SN * subgroup;
-        let (bm, bn, bk) = (SM * RM * t, SN * RN * t, 2 * t);
+        let width = grid.subgroups() * subgroup;
+        let (bm, bn, bk) = grid.extents(t);
         let tiles_n = g.n.div_ceil(bn);
         let ks = if g.splits > 1 { split_depth_of(&g.k, g.splits) } else { g.k.clone() };
         Shape {
+            grid,
             t,
             subgroup,
             width,
@@ -99,7 +142,7 @@ impl Shape {
     }
 
     fn shared_bytes(&self) -> usize {
-        2 * (self.bm * self.sa + self.bk * self.sb) + 4 * SM * SN * self.t * self.t
+        2 * (self.bm * self.sa + self.bk * self.sb) + 4 * self.grid.subgroups() * self.t * self.t
     }
 
     /// `coop_mat{T}x{T}<scalar, role>`.
@@ -110,7 +153,12 @@ impl Shape {
 
 /// The cooperative-matrix kernel for `g` (which `fits`).
 pub(super) fn coop(g: &Geometry, coop: Coop) -> KernelSource {
-    let s = Shape::of(g, coop);
+    coop_with(g, coop, CoopGrid::current())
+}
+
+/// `coop` on the given grid.
+fn coop_with(g: &Geometry, coop: Coop, grid: CoopGrid) -> KernelSource {
+    let s = Shape::of(g, coop, grid);
     let groups = s.per_batch.mul(&g.batches()).times(g.splits);
     let mut body = format!(
         "enable f16;
@@ -128,9 +176,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
 ",
         s.bm * s.sa,
         s.bk * s.sb,
-        SM * SN * s.t * s.t,
+        s.grid.subgroups() * s.t * s.t,
         s.width,
-        guard = subgroup_guard("subgroup", "subgroups", "sid", "whole"),
+        guard = subgroup_guard("subgroup", "subgroups", "sid", "whole", s.grid.subgroups()),
     );
     body += &setup(g, &s);
     body += &k_loop(g, &s);
@@ -173,8 +221,8 @@ fn setup(g: &Geometry, s: &Shape) -> String {
     for l in g.bases().lines() {
         line(l.trim().to_string());
     }
-    line(format!("let wm = sid / {SN}u;"));
-    line(format!("let wn = sid % {SN}u;"));
+    line(format!("let wm = sid / {}u;", s.grid.sn));
+    line(format!("let wn = sid % {}u;", s.grid.sn));
     // Consecutive invocations move consecutive words of a stored row: along k for A as
     // stored [m, k] and B as [n, k], along m or n for the transposed layouts.
     for p in 0..s.p.pa {
@@ -206,8 +254,8 @@ fn setup(g: &Geometry, s: &Shape) -> String {
         line(registers("b", p, &g.b));
     }
     let acc = s.matrix("f32", "C");
-    for i in 0..RM {
-        for j in 0..RN {
+    for i in 0..s.grid.rm {
+        for j in 0..s.grid.rn {
             line(format!("var c{i}_{j} = {acc}();"));
         }
     }
@@ -249,22 +297,23 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
     out += &s.p.fetch(g, "k1");
     out += "        }\n";
     let (ma, mb) = (s.matrix("f16", "A"), s.matrix("f16", "B"));
+    let CoopGrid { rm, rn, .. } = s.grid;
     for kk in 0..bk / t {
-        for i in 0..RM {
-            let at = format!("(wm * {}u + {}u) * {}u + {}u", RM * t, i * t, s.sa, kk * t);
+        for i in 0..rm {
+            let at = format!("(wm * {}u + {}u) * {}u + {}u", rm * t, i * t, s.sa, kk * t);
             out += &format!("        let a{kk}_{i} = coopLoadT<{ma}>(&cm_a[{at}], {}u);\n", s.sa);
         }
-        for j in 0..RN {
+        for j in 0..rn {
             out += &format!(
                 "        let b{kk}_{j} = coopLoadT<{mb}>(&cm_b[{}u + wn * {}u + {}u], {}u);\n",
                 kk * t * s.sb,
-                RN * t,
+                rn * t,
                 j * t,
                 s.sb
             );
         }
-        for i in 0..RM {
-            for j in 0..RN {
+        for i in 0..rm {
+            for j in 0..rn {
                 out += &format!(
                     "        c{i}_{j} = coopMultiplyAdd(a{kk}_{i}, b{kk}_{j}, c{i}_{j});\n"
                 );
@@ -282,13 +331,14 @@ fn stores(g: &Geometry, s: &Shape) -> String {
     let (m, n, t) = (&g.m, &g.n, s.t);
     let tt = t * t;
     let mut out = format!("    let scratch = sid * {tt}u;\n");
-    for i in 0..RM {
-        for j in 0..RN {
+    let CoopGrid { rm, rn, .. } = s.grid;
+    for i in 0..rm {
+        for j in 0..rn {
             out += &format!("    coopStoreT(c{i}_{j}, &cm_c[scratch], {t}u);\n");
             out += "    workgroupBarrier();\n";
             out += &format!("    for (var e = lane; e < {tt}u; e = e + {}u) {{\n", s.subgroup);
-            out += &format!("        let row = m0 + wm * {}u + {}u + e / {t}u;\n", RM * t, i * t);
-            out += &format!("        let col = n0 + wn * {}u + {}u + e % {t}u;\n", RN * t, j * t);
+            out += &format!("        let row = m0 + wm * {}u + {}u + e / {t}u;\n", rm * t, i * t);
+            out += &format!("        let col = n0 + wn * {}u + {}u + e % {t}u;\n", rn * t, j * t);
             let value = format!("select({NAN}, cm_c[scratch + e], whole)");
             let st = g.store(&format!("obase + row * {n} + col"), &value);
             let mut conds = Vec::new();
@@ -307,4 +357,43 @@ fn stores(g: &Geometry, s: &Shape) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{coop_with, CoopGrid};
+    use crate::kernels::{Coop, Operand};
+    use mgn_ir::DType;
+
+    #[test]
+    fn the_grid_override_reads_three_fields_of_positive_numbers() {
+        let g = CoopGrid::parse("4x2:2x4:3").unwrap();
+        assert_eq!(g, CoopGrid { sm: 4, sn: 2, rm: 2, rn: 4, depth: 3 });
+        assert_eq!((g.subgroups(), g.extents(16)), (8, (128, 128, 48)));
+        for bad in ["", "2x2", "2x2:2x2", "2x2:2x2:2:1", "0x2:2x2:2", "2x2:2y2:2", "2x2:2x2:0"] {
+            assert_eq!(CoopGrid::parse(bad), None, "{bad}");
+        }
+    }
+
+    /// Every grid makes a kernel naga validates and translates, of one workgroup its subgroups
+    /// fill, whose tiles cover the product (the sweep on a device tries several).
+    #[test]
+    fn kernels_on_other_grids_validate() {
+        let half = |offset: usize, shape: &[usize]| Operand::at(offset, shape, DType::F16);
+        let (m, k, n) = (130, 70, 129);
+        let inputs = [half(0, &[m, k]), half(1_000_000, &[k, n])];
+        let out = Operand::at(9_000_000, &[m, n], DType::F32);
+        let g = super::Geometry::of(&inputs, &out).unwrap();
+        let coop = Coop { tile: 16, subgroup: 32 };
+        for v in ["2x2:2x2:2", "2x2:4x2:2", "4x2:2x2:4", "2x2:4x4:2", "1x1:1x1:1"] {
+            let grid = CoopGrid::parse(v).unwrap();
+            let src = coop_with(&g, coop, grid);
+            let width = grid.subgroups() as u32 * coop.subgroup;
+            assert_eq!(src.width, Some(width), "{v}");
+            let (bm, bn, _) = grid.extents(16);
+            let tiles = (m.div_ceil(bm) * n.div_ceil(bn)) as u64;
+            assert_eq!(src.invocations, tiles * width as u64, "{v}");
+            crate::kernels::check::spirv(&src.body).unwrap_or_else(|e| panic!("{v}: {e}"));
+        }
+    }
 }

@@ -26,7 +26,7 @@
 
 mod coop;
 mod panels;
-pub(super) use coop::{subgroup_guard, NAN};
+pub(super) use coop::{subgroup_guard, CoopGrid, NAN};
 #[cfg(test)]
 mod tests;
 mod tiled;

@@ -1,25 +1,14 @@
 //! The implicit GEMM on cooperative matrices, for convolutions of f16 operands (the mixed
 //! policies' convolutions and both their derivatives): the same loaders stage the same slices
-//! as the tiled kernel, as f16 into shared panels, and each subgroup of a 2×2 grid multiplies a
-//! 2×2 block of the device's `T × T` tiles (see `kernels/matmul/coop.rs`, whose layout this
-//! follows). A's slice is staged k-major (`[kk][r]`, read as column-major tiles), B's `[kk][c]`
+//! as the tiled kernel, as f16 into shared panels, and each subgroup of a grid multiplies a
+//! block of the device's `T × T` tiles (`CoopGrid`: by default 2×2 subgroups of 2×2 tiles; see
+//! `kernels/matmul/coop.rs`, whose layout this follows). A's slice is staged k-major (`[kk][r]`, read as column-major tiles), B's `[kk][c]`
 //! (row-major), so the loaders' fast axes are the tiled kernel's.
 
 use super::{origin, slices, staging, Gemm, Loader};
-use crate::kernels::matmul::{subgroup_guard, NAN};
+use crate::kernels::matmul::{subgroup_guard, CoopGrid, NAN};
 use crate::kernels::{Coop, KernelSource, Target};
 use mgn_ir::DType;
-
-/// The subgroup grid and each subgroup's block of tiles.
-const SM: usize = 2;
-const SN: usize = 2;
-const RM: usize = 2;
-const RN: usize = 2;
-
-/// The tile's extents and depth for tile size `t`: `(bm, bn, bk)`.
-fn extents(t: usize) -> (usize, usize, usize) {
-    (SM * RM * t, SN * RN * t, 2 * t)
-}
 
 /// Row strides of the staged panels, in halves: 16-byte aligned rows (the tile loads need it)
 /// that start in different banks.
@@ -31,11 +20,12 @@ fn strides(bm: usize, bn: usize) -> (usize, usize) {
 /// subgroup grid within the target's width that can stage each slice (every fast axis at most
 /// a workgroup wide), a K split in whole slices, and the panels within shared memory.
 pub(super) fn fits(gm: &Gemm, a: &Loader, b: &Loader, coop: Coop, target: Target) -> bool {
-    let (t, w) = (coop.tile as usize, SM * SN * coop.subgroup as usize);
-    let (bm, bn, bk) = extents(t);
+    let grid = CoopGrid::current();
+    let (t, w) = (coop.tile as usize, grid.subgroups() * coop.subgroup as usize);
+    let (bm, bn, bk) = grid.extents(t);
     let (lda, ldb) = strides(bm, bn);
     let fast = |l: &Loader, rows: usize| if l.k_fast { bk } else { rows };
-    let shared = 2 * bk * (lda + ldb) + 4 * SM * SN * t * t;
+    let shared = 2 * bk * (lda + ldb) + 4 * grid.subgroups() * t * t;
     a.operand.dtype == DType::F16
         && b.operand.dtype == DType::F16
         && w <= target.width as usize
@@ -55,8 +45,9 @@ pub(super) fn kernel(
     coop: Coop,
 ) -> KernelSource {
     let (t, sg) = (coop.tile as usize, coop.subgroup as usize);
-    let w = SM * SN * sg;
-    let (bm, bn, bk) = extents(t);
+    let grid = CoopGrid::current();
+    let w = grid.subgroups() * sg;
+    let (bm, bn, bk) = grid.extents(t);
     let (lda, ldb) = strides(bm, bn);
     let (mtiles, ntiles) = (gm.m.div_ceil(bm), gm.n.div_ceil(bn));
     let nwg = gm.groups * gm.splits() * mtiles * ntiles;
@@ -64,10 +55,10 @@ pub(super) fn kernel(
     let sink = |panel: &'static str| move |at: &str, v: &str| format!("{panel}[{at}] = f16({v});");
     let sa = staging(a, bk, "pa", gm.k, bm, gm.m, "m0", "fa", 0, lda, w, &sink("cm_a"));
     let sb = staging(b, bk, "pb", gm.k, bn, gm.n, "n0", "fb", 0, ldb, w, &sink("cm_b"));
-    let (acc, multiply) = multiply(t, lda, ldb);
+    let (acc, multiply) = multiply(&grid, t, lda, ldb);
     let origin = origin(gm, (bm, bn, bk), a, b);
     let slices = slices(&(ranges.1, ranges.2), bk, &sa, &sb, &multiply);
-    let stores = stores(gm, t, sg, epilogue);
+    let stores = stores(gm, &grid, t, sg, epilogue);
     let tt = t * t;
     let body = format!(
         "enable f16;
@@ -83,18 +74,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
          @builtin(num_subgroups) cm_subgroups: u32) {{
     {origin}
     {guard}
-    let cm_wm = cm_sid / {SN}u;
-    let cm_wn = cm_sid % {SN}u;
+    let cm_wm = cm_sid / {sn}u;
+    let cm_wn = cm_sid % {sn}u;
     let cm_scratch = cm_sid * {tt}u;
     {acc}
     {slices}
     {stores}
 }}
 ",
-        guard = subgroup_guard("cm_subgroup", "cm_subgroups", "cm_sid", "cm_whole"),
+        guard =
+            subgroup_guard("cm_subgroup", "cm_subgroups", "cm_sid", "cm_whole", grid.subgroups()),
+        sn = grid.sn,
         a_halves = bk * lda,
         b_halves = bk * ldb,
-        c_words = SM * SN * tt,
+        c_words = grid.subgroups() * tt,
     );
     KernelSource {
         body,
@@ -105,7 +98,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
 }
 
 /// The accumulators' declarations, and one slice's tile loads and multiply-adds.
-fn multiply(t: usize, lda: usize, ldb: usize) -> (String, String) {
+fn multiply(grid: &CoopGrid, t: usize, lda: usize, ldb: usize) -> (String, String) {
     let (ma, mb, mc) = (
         format!("coop_mat{t}x{t}<f16,A>"),
         format!("coop_mat{t}x{t}<f16,B>"),
@@ -113,23 +106,24 @@ fn multiply(t: usize, lda: usize, ldb: usize) -> (String, String) {
     );
     let mut acc = String::new();
     let mut multiply = String::new();
-    for i in 0..RM {
-        for j in 0..RN {
+    let CoopGrid { rm, rn, depth, .. } = *grid;
+    for i in 0..rm {
+        for j in 0..rn {
             acc += &format!("var c{i}_{j} = {mc}();\n    ");
         }
     }
-    // The slice is `bk / t` tiles deep.
-    for ks in 0..extents(t).2 / t {
-        for i in 0..RM {
-            let at = format!("{}u + cm_wm * {}u + {}u", ks * t * lda, RM * t, i * t);
+    // The slice is `depth` tiles deep.
+    for ks in 0..depth {
+        for i in 0..rm {
+            let at = format!("{}u + cm_wm * {}u + {}u", ks * t * lda, rm * t, i * t);
             multiply += &format!("let a{ks}_{i} = coopLoad<{ma}>(&cm_a[{at}], {lda}u);\n        ");
         }
-        for j in 0..RN {
-            let at = format!("{}u + cm_wn * {}u + {}u", ks * t * ldb, RN * t, j * t);
+        for j in 0..rn {
+            let at = format!("{}u + cm_wn * {}u + {}u", ks * t * ldb, rn * t, j * t);
             multiply += &format!("let b{ks}_{j} = coopLoadT<{mb}>(&cm_b[{at}], {ldb}u);\n        ");
         }
-        for i in 0..RM {
-            for j in 0..RN {
+        for i in 0..rm {
+            for j in 0..rn {
                 multiply += &format!(
                     "c{i}_{j} = coopMultiplyAdd(a{ks}_{i}, b{ks}_{j}, c{i}_{j});\n        "
                 );
@@ -142,11 +136,11 @@ fn multiply(t: usize, lda: usize, ldb: usize) -> (String, String) {
 /// Each accumulator through the subgroup's scratch, then out element by element through
 /// `epilogue`; every subgroup stores its tile (i, j) together, so the whole workgroup reaches
 /// the barriers.
-fn stores(gm: &Gemm, t: usize, sg: usize, epilogue: &str) -> String {
+fn stores(gm: &Gemm, grid: &CoopGrid, t: usize, sg: usize, epilogue: &str) -> String {
     let tt = t * t;
     let mut stores = String::new();
-    for i in 0..RM {
-        for j in 0..RN {
+    for i in 0..grid.rm {
+        for j in 0..grid.rn {
             stores += &format!(
                 "coopStoreT(c{i}_{j}, &cm_c[cm_scratch], {t}u);
     workgroupBarrier();
@@ -160,8 +154,8 @@ fn stores(gm: &Gemm, t: usize, sg: usize, epilogue: &str) -> String {
     }}
     workgroupBarrier();
     ",
-                rm = RM * t,
-                rn = RN * t,
+                rm = grid.rm * t,
+                rn = grid.rn * t,
                 i0 = i * t,
                 j0 = j * t,
                 mm = gm.m,
