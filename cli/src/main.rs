@@ -87,5 +87,8 @@ fn main() -> ExitCode {
         },
         Command::Fmt { files, check } => fmt::run(&files, check),
     };
+    // A device listing started in the background (`plan::resolve_backend`) ends before the
+    // process does.
+    mgn_gpu::probe::finish_listing();
     ExitCode::from(code)
 }

@@ -33,6 +33,32 @@ pub fn devices() -> Result<Vec<Device>, String> {
     LISTED.get_or_init(list_devices).clone()
 }
 
+/// Starts `devices`' one listing on a thread of its own and returns at once. The listing loads
+/// the driver and creates an instance: 40 ms on lavapipe, 160 ms on an H200's host, which a
+/// command that compiles its model before it opens a session (`mgnc bench --backend vulkan`)
+/// spends compiling instead. The session's `devices()` then waits for this listing, if it is
+/// not done yet, instead of starting its own. A process that started one calls
+/// `finish_listing` before it exits.
+pub fn list_in_background() {
+    let listing = std::thread::Builder::new().name("mgn-devices".into());
+    // A thread that cannot start leaves the listing to the first `devices()`, as before.
+    if let (Ok(handle), Ok(mut slot)) = (listing.spawn(|| drop(devices())), LISTING.lock()) {
+        *slot = Some(handle);
+    }
+}
+
+/// Waits for a listing `list_in_background` started, if any: a process that exits while
+/// another thread is inside the driver's instance creation runs the driver's exit handlers
+/// under it (a command that fails before it needs the device must not crash on its way out).
+pub fn finish_listing() {
+    let handle = LISTING.lock().ok().and_then(|mut slot| slot.take());
+    if let Some(h) = handle {
+        let _ = h.join();
+    }
+}
+
+static LISTING: std::sync::Mutex<Option<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(None);
+
 fn list_devices() -> Result<Vec<Device>, String> {
     let reports = std::panic::catch_unwind(blade_graphics::Context::enumerate)
         .map_err(|_| "the graphics driver crashed while listing devices".to_string())?

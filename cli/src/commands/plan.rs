@@ -149,7 +149,12 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
             report::error("Metal exists only on Apple platforms; use `--backend vulkan`", format);
             Err(super::EXIT_ERRORS)
         }
-        Backend::Vulkan | Backend::Metal => Ok(Engine::Gpu { forced: true }),
+        Backend::Vulkan | Backend::Metal => {
+            // The session lists the devices when it opens, after the model is compiled: list
+            // them while it compiles.
+            mgn_gpu::probe::list_in_background();
+            Ok(Engine::Gpu { forced: true })
+        }
         Backend::Auto => {
             let devices = mgn_gpu::probe::devices();
             match devices
