@@ -117,7 +117,7 @@ pub enum Backend {
     Metal,
 }
 
-/// Where a command's sessions run, decided once from `--backend`.
+/// Where a command's sessions run, from `--backend`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Engine {
     Cpu,
@@ -125,16 +125,53 @@ pub enum Engine {
     Gpu {
         forced: bool,
     },
+    /// `--backend auto` until the first session asks (`settle`): the device list is read
+    /// while the model compiles.
+    Auto,
 }
 
-/// `auto` takes a hardware GPU when there is one, else the CPU with a one-line notice;
-/// `vulkan` and `metal` insist on the GPU.
-pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> {
+impl Engine {
+    /// The engine a session runs on: `Auto` takes a hardware GPU when the device list has one,
+    /// else the CPU with a one-line notice (decided, and noted, once per process).
+    pub fn settle(self, format: MessageFormat) -> Engine {
+        static AUTO: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+        match self {
+            Engine::Auto => *AUTO.get_or_init(|| auto_engine(format)),
+            e => e,
+        }
+    }
+}
+
+/// What `auto` runs on, with the notice when it is the CPU.
+fn auto_engine(format: MessageFormat) -> Engine {
     let note = |m: &str| {
         if format == MessageFormat::Human {
             eprintln!("note: {m}");
         }
     };
+    let devices = mgn_gpu::probe::devices();
+    match devices.as_ref().map_err(Clone::clone).and_then(|ds| mgn_gpu::probe::choose(ds).cloned())
+    {
+        Ok(d) if !d.software => Engine::Gpu { forced: false },
+        Ok(d) => {
+            note(&format!(
+                "no hardware GPU (only {}); running on the CPU backend (`--backend vulkan` uses \
+                 it anyway)",
+                d.name
+            ));
+            Engine::Cpu
+        }
+        Err(why) => {
+            note(&format!("no GPU can be used ({why}); running on the CPU backend"));
+            Engine::Cpu
+        }
+    }
+}
+
+/// `auto` takes a hardware GPU when there is one, else the CPU with a one-line notice (when the
+/// first session opens: `Engine::settle`); `vulkan` and `metal` insist on the GPU. Either way
+/// the devices are listed in the background from here on, while the model compiles.
+pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> {
     match b {
         Backend::Cpu => Ok(Engine::Cpu),
         Backend::Vulkan if cfg!(any(target_os = "macos", target_os = "ios")) => {
@@ -150,32 +187,12 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
             Err(super::EXIT_ERRORS)
         }
         Backend::Vulkan | Backend::Metal => {
-            // The session lists the devices when it opens, after the model is compiled: list
-            // them while it compiles.
             mgn_gpu::probe::list_in_background();
             Ok(Engine::Gpu { forced: true })
         }
         Backend::Auto => {
-            let devices = mgn_gpu::probe::devices();
-            match devices
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|ds| mgn_gpu::probe::choose(ds).cloned())
-            {
-                Ok(d) if !d.software => Ok(Engine::Gpu { forced: false }),
-                Ok(d) => {
-                    note(&format!(
-                        "no hardware GPU (only {}); running on the CPU backend \
-                         (`--backend vulkan` uses it anyway)",
-                        d.name
-                    ));
-                    Ok(Engine::Cpu)
-                }
-                Err(why) => {
-                    note(&format!("no GPU can be used ({why}); running on the CPU backend"));
-                    Ok(Engine::Cpu)
-                }
-            }
+            mgn_gpu::probe::list_in_background();
+            Ok(Engine::Auto)
         }
     }
 }
@@ -187,7 +204,7 @@ pub fn attach(
     engine: Engine,
     format: MessageFormat,
 ) -> Result<(), u8> {
-    let Engine::Gpu { forced } = engine else { return Ok(()) };
+    let Engine::Gpu { forced } = engine.settle(format) else { return Ok(()) };
     match session.use_gpu() {
         Ok(name) => {
             if format == MessageFormat::Human {

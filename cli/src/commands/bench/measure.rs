@@ -164,6 +164,7 @@ impl Bench<'_> {
         let model = plan.model.clone();
         let mut s = session(plan, self.a.seed)
             .map_err(|e| self.fail(&format!("cannot set up `{model}`: {e}")))?;
+        self.engine.set(self.engine.get().settle(self.format));
         let Engine::Gpu { forced } = self.engine.get() else { return Ok(Some((s, None))) };
         let start = Instant::now();
         match s.use_gpu() {

@@ -140,7 +140,7 @@ pub(super) fn optimizer_name(spec: &OptimizerSpec) -> String {
 /// The backend's name in the report and the JSON.
 pub(super) fn backend_name(engine: Engine) -> &'static str {
     match engine {
-        Engine::Cpu => "cpu",
+        Engine::Cpu | Engine::Auto => "cpu",
         Engine::Gpu { .. } if cfg!(any(target_os = "macos", target_os = "ios")) => "metal",
         Engine::Gpu { .. } => "vulkan",
     }
