@@ -2,8 +2,9 @@
 //! policies' convolutions and both their derivatives): the same loaders stage the same slices
 //! as the tiled kernel, as f16 into shared panels, and each subgroup of a grid multiplies a
 //! block of the device's `T × T` tiles (`CoopGrid`: by default 2×2 subgroups of 2×2 tiles; see
-//! `kernels/matmul/coop.rs`, whose layout this follows). A's slice is staged k-major (`[kk][r]`, read as column-major tiles), B's `[kk][c]`
-//! (row-major), so the loaders' fast axes are the tiled kernel's.
+//! `kernels/matmul/coop.rs`, whose layout this follows). A's slice is staged k-major
+//! (`[kk][r]`, read as column-major tiles), B's `[kk][c]` (row-major), so the loaders' fast
+//! axes are the tiled kernel's.
 
 use super::{origin, slices, staging, Gemm, Loader};
 use crate::kernels::matmul::{subgroup_guard, CoopGrid, NAN};
