@@ -40,24 +40,33 @@ pub fn devices() -> Result<Vec<Device>, String> {
 /// not done yet, instead of starting its own. A process that started one calls
 /// `finish_listing` before it exits.
 pub fn list_in_background() {
+    let (done, listed) = std::sync::mpsc::sync_channel(1);
     let listing = std::thread::Builder::new().name("mgn-devices".into());
+    let spawned = listing.spawn(move || {
+        drop(devices());
+        let _ = done.send(());
+    });
     // A thread that cannot start leaves the listing to the first `devices()`, as before.
-    if let (Ok(handle), Ok(mut slot)) = (listing.spawn(|| drop(devices())), LISTING.lock()) {
-        *slot = Some(handle);
+    if let (Ok(_), Ok(mut slot)) = (spawned, LISTING.lock()) {
+        *slot = Some(listed);
     }
 }
 
-/// Waits for a listing `list_in_background` started, if any: a process that exits while
-/// another thread is inside the driver's instance creation runs the driver's exit handlers
-/// under it (a command that fails before it needs the device must not crash on its way out).
+/// Waits for a listing `list_in_background` started, if any, for at most `LISTING_PATIENCE`: a
+/// process that exits while another thread is inside the driver's instance creation runs the
+/// driver's exit handlers under it (a command that fails before it needs the device must not
+/// crash on its way out), and one whose driver never answers still exits.
 pub fn finish_listing() {
-    let handle = LISTING.lock().ok().and_then(|mut slot| slot.take());
-    if let Some(h) = handle {
-        let _ = h.join();
+    let listed = LISTING.lock().ok().and_then(|mut slot| slot.take());
+    if let Some(listed) = listed {
+        let _ = listed.recv_timeout(LISTING_PATIENCE);
     }
 }
 
-static LISTING: std::sync::Mutex<Option<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(None);
+const LISTING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+static LISTING: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>> =
+    std::sync::Mutex::new(None);
 
 fn list_devices() -> Result<Vec<Device>, String> {
     let reports = std::panic::catch_unwind(blade_graphics::Context::enumerate)
