@@ -160,6 +160,25 @@ fn table_lists_every_measurement_and_the_memory() {
     }
 }
 
+/// `--backend auto` (the default) decides where the sessions run when the first one opens, and
+/// says so once for the three plans it measures: on a machine with only a software device (CI's
+/// lavapipe) or none, one note that it runs on the CPU and a report on the CPU; on one with a
+/// hardware GPU, no note and a report on it.
+#[test]
+fn auto_decides_once_at_the_first_session() {
+    let out =
+        mgnc(&["models/digits_mlp.mgn", "--set", "batch=4", "--samples", "3", "--warmup", "1"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}{stdout}");
+    let cpu_notes = stderr.lines().filter(|l| l.contains("running on the CPU backend")).count();
+    if stdout.contains(", backend cpu,") {
+        assert_eq!(cpu_notes, 1, "one note for three plans:\n{stderr}");
+    } else {
+        assert!(stdout.contains(", backend vulkan,") || stdout.contains(", backend metal,"));
+        assert_eq!(cpu_notes, 0, "{stderr}");
+    }
+}
+
 #[test]
 fn a_model_without_a_loss_is_measured_forward_only() {
     let (v, _) = bench_json(&[
