@@ -40,10 +40,15 @@ pub fn devices() -> Result<Vec<Device>, String> {
 /// not done yet, instead of starting its own. A process that started one calls
 /// `finish_listing` before it exits.
 pub fn list_in_background() {
+    in_background(|| drop(devices()));
+}
+
+/// Runs `list` on a thread of its own that `finish_listing` waits for.
+fn in_background(list: impl FnOnce() + Send + 'static) {
     let (done, listed) = std::sync::mpsc::sync_channel(1);
     let listing = std::thread::Builder::new().name("mgn-devices".into());
     let spawned = listing.spawn(move || {
-        drop(devices());
+        list();
         let _ = done.send(());
     });
     // A thread that cannot start leaves the listing to the first `devices()`, as before.
@@ -241,6 +246,24 @@ fn vulkan_limits() -> Reported {
 
 #[cfg(test)]
 mod tests {
+    /// `finish_listing` returns once the background job is done (here a slow one), and at
+    /// once when none was started.
+    #[test]
+    fn finishing_waits_for_the_background_listing() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static DONE: AtomicBool = AtomicBool::new(false);
+        super::in_background(|| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            DONE.store(true, Ordering::SeqCst);
+        });
+        assert!(!DONE.load(Ordering::SeqCst), "the job runs in the background");
+        super::finish_listing();
+        assert!(DONE.load(Ordering::SeqCst), "finish_listing waited for it");
+        let start = std::time::Instant::now();
+        super::finish_listing();
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
+
     use super::*;
 
     fn dev(id: u32, name: &str, software: bool, rejected: Option<&str>) -> Device {

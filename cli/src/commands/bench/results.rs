@@ -137,10 +137,12 @@ pub(super) fn optimizer_name(spec: &OptimizerSpec) -> String {
     }
 }
 
-/// The backend's name in the report and the JSON.
+/// The backend's name in the report and the JSON (`auto` as it was settled: the report comes
+/// after the first session, so the notice, if any, is already out).
 pub(super) fn backend_name(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Cpu | Engine::Auto => "cpu",
+    match engine.settle(crate::commands::report::MessageFormat::Json) {
+        Engine::Cpu => "cpu",
+        Engine::Auto => unreachable!("a settled engine is the GPU or the CPU"),
         Engine::Gpu { .. } if cfg!(any(target_os = "macos", target_os = "ios")) => "metal",
         Engine::Gpu { .. } => "vulkan",
     }

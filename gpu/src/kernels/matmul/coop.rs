@@ -90,11 +90,10 @@ const PAD: usize = 8;
 /// within `shared` bytes. Products of a few rows or columns keep the skinny kernels (the caller
 /// picks those first): they are bandwidth-bound, and a tile would be mostly padding.
 pub(super) fn fits(g: &Geometry, coop: Coop, width: usize, shared: usize) -> bool {
-    g.a.dtype == DType::F16
-        && g.b.dtype == DType::F16
-        && !g.ot
-        && CoopGrid::current().subgroups() * coop.subgroup as usize <= width
-        && Shape::of(g, coop, CoopGrid::current()).shared_bytes() <= shared
+    g.a.dtype == DType::F16 && g.b.dtype == DType::F16 && !g.ot && {
+        let s = Shape::of(g, coop, CoopGrid::current());
+        s.width <= width && s.shared_bytes() <= shared
+    }
 }
 
 /// The kernel's sizes.
