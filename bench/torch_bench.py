@@ -185,8 +185,15 @@ def error_record(e):
     return {"error": f"{type(e).__name__}: {e}", "traceback": tb[-6:]}
 
 
-def guarded(results, key, fn):
-    """results[key] = fn(), or the error; a CUDA out-of-memory frees the cache before going on."""
+UNFINISHED = "did not finish: the process was stopped (STEP_TIMEOUT?)"
+
+
+def guarded(results, key, fn, save=lambda: None):
+    """results[key] = fn(), or the error; a CUDA out-of-memory frees the cache before going on.
+    save() runs before (with the key marked unfinished) and after, so a run stopped by a time
+    limit (torch.compile of a large model can take minutes) keeps every cell it finished."""
+    results[key] = {"error": UNFINISHED}
+    save()
     try:
         results[key] = fn()
     except (Exception, SystemExit) as e:  # reference.py exits on bad settings
@@ -194,10 +201,15 @@ def guarded(results, key, fn):
         log(f"  {key}: {results[key]['error']}")
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    save()
 
 
-def bench_model(name, a, device, compile_it):
+def bench_model(name, a, device, compile_it, save=lambda res: None):
+    """Every measurement of one model; save(res) after each, with what is finished so far."""
     res = {"model": name, "measurements": {}, "compiled": {}, "compile_s": {}}
+
+    def guard(results, key, fn):
+        guarded(results, key, fn, lambda: save(res))
     timer = Timer(device, a.warmup, a.samples)
     meas, comp = res["measurements"], res["compiled"]
     cfg, model, inputs, forward, infer = build(name, a.settings, device, a.seed)
@@ -232,7 +244,7 @@ def bench_model(name, a, device, compile_it):
     # Eager.
     model.eval()
     log(f"{name}: forward (eager)")
-    guarded(meas, "forward", lambda: timer.measure(lambda: infer_once(infer, model, inputs, autocast(device))))
+    guard(meas, "forward", lambda: timer.measure(lambda: infer_once(infer, model, inputs, autocast(device))))
 
     mini = minimal_config(name, cfg, a.settings, a.minimal)
     mini_parts = None
@@ -258,11 +270,11 @@ def bench_model(name, a, device, compile_it):
                 mini_parts = (m_model, m_inputs, m_infer)
             return timer.measure(lambda: infer_once(m_infer, m_model, m_inputs, autocast(device)))
         log(f"{name}: forward at {pairs} (eager)")
-        guarded(meas, "forward_minimal", minimal)
+        guard(meas, "forward_minimal", minimal)
 
     model.train()
     log(f"{name}: forward + loss + backward (eager)")
-    guarded(meas, "forward_backward", lambda: timer.measure(fwd_bwd_call(model, inputs)))
+    guard(meas, "forward_backward", lambda: timer.measure(fwd_bwd_call(model, inputs)))
     log(f"{name}: training step (eager)")
 
     def train_eager():
@@ -272,7 +284,7 @@ def bench_model(name, a, device, compile_it):
         finally:
             del opt
     # The training step changes the parameters; it runs after the measurements that read them.
-    guarded(meas, "train_step", train_eager)
+    guard(meas, "train_step", train_eager)
 
     if compile_it:
         torch._dynamo.reset()
@@ -283,7 +295,7 @@ def bench_model(name, a, device, compile_it):
             res["compile_s"]["forward"] = timer.once(lambda: infer_once(cf, model, inputs, autocast(device)))
             return timer.measure(lambda: infer_once(cf, model, inputs, autocast(device)))
         log(f"{name}: forward (torch.compile)")
-        guarded(comp, "forward", compiled_forward)
+        guard(comp, "forward", compiled_forward)
 
         if mini_parts is not None:
             m_model, m_inputs, m_infer = mini_parts
@@ -294,7 +306,7 @@ def bench_model(name, a, device, compile_it):
                     lambda: infer_once(cf, m_model, m_inputs, autocast(device)))
                 return timer.measure(lambda: infer_once(cf, m_model, m_inputs, autocast(device)))
             log(f"{name}: forward minimal (torch.compile)")
-            guarded(comp, "forward_minimal", compiled_minimal)
+            guard(comp, "forward_minimal", compiled_minimal)
         else:
             comp["forward_minimal"] = None
 
@@ -306,7 +318,7 @@ def bench_model(name, a, device, compile_it):
             res["compile_s"]["forward_backward"] = timer.once(call)
             return timer.measure(call)
         log(f"{name}: forward + loss + backward (torch.compile)")
-        guarded(comp, "forward_backward", compiled_fwd_bwd)
+        guard(comp, "forward_backward", compiled_fwd_bwd)
 
         def compiled_train():
             opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], **ADAM)
@@ -315,7 +327,7 @@ def bench_model(name, a, device, compile_it):
             finally:
                 del opt
         log(f"{name}: training step (torch.compile forward + backward, eager Adam)")
-        guarded(comp, "train_step", compiled_train)
+        guard(comp, "train_step", compiled_train)
         done = [v for v in res["compile_s"].values() if isinstance(v, float)]
         res["compile_s"]["total"] = sum(done) if done else None
     else:
@@ -392,10 +404,16 @@ def main():
            "environment": environment(device), "results": {}}
     if device.type != "cuda":
         log("warning: not on CUDA; these timings are not the GPU comparison")
+    def save(name, res):
+        out["results"][name] = res
+        if a.out:
+            write_atomically(a.out, json.dumps(out, indent=1, default=str) + "\n")
+
     for name in a.models:
         log(f"== {name}")
         try:
-            out["results"][name] = bench_model(name, a, device, "all" in a.compile or name in a.compile)
+            out["results"][name] = bench_model(name, a, device, "all" in a.compile or name in a.compile,
+                                               lambda res, name=name: save(name, res))
         except (Exception, SystemExit) as e:
             out["results"][name] = {"model": name, **error_record(e)}
             log(f"{name}: {out['results'][name]['error']}")
@@ -404,9 +422,16 @@ def main():
             torch.cuda.empty_cache()
     text = json.dumps(out, indent=1, default=str)
     if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+        write_atomically(a.out, text + "\n")
     print(text)
+
+
+def write_atomically(path, text):
+    """A reader (or a kill mid-write) sees the previous whole file or the new one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
