@@ -23,6 +23,15 @@ use mgn_ir::DType;
 /// (`rm × rn`), and the panels' depth in tiles — for the products and the convolutions alike.
 /// 2×2 subgroups of 2×2 tiles, panels two tiles deep, unless `MGN_COOP_GRID=SMxSN:RMxRN:D`
 /// says otherwise (an experiment's override, as `MGN_MM_TILE` is the tiled kernel's).
+///
+/// `direct` (a fourth field `d`: `2x2:4x4:2:d`) stages each panel from memory straight into
+/// shared memory at the top of its iteration instead of fetching the next one into registers
+/// while the current one is multiplied, and loads each B tile just before the multiply-adds
+/// that read it. The first sweep on an H100 (docs/BENCHMARKS.md) found larger blocks a
+/// subgroup 3–7× slower where k is deep, which is what a kernel spilling its registers does:
+/// the prefetch holds a panel's elements (32–64 words an invocation at 128×128 tiles) across
+/// the multiply-adds, next to 8–16 accumulators of 8 words. Products only: the convolutions'
+/// staging ignores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CoopGrid {
     pub sm: usize,
@@ -30,10 +39,11 @@ pub(crate) struct CoopGrid {
     pub rm: usize,
     pub rn: usize,
     pub depth: usize,
+    pub direct: bool,
 }
 
 impl CoopGrid {
-    const DEFAULT: CoopGrid = CoopGrid { sm: 2, sn: 2, rm: 2, rn: 2, depth: 2 };
+    const DEFAULT: CoopGrid = CoopGrid { sm: 2, sn: 2, rm: 2, rn: 2, depth: 2, direct: false };
 
     /// The grid kernels are generated with now.
     pub(crate) fn current() -> CoopGrid {
@@ -41,7 +51,7 @@ impl CoopGrid {
         env.and_then(|v| CoopGrid::parse(&v)).unwrap_or(CoopGrid::DEFAULT)
     }
 
-    /// `SMxSN:RMxRN:D`, every number at least 1.
+    /// `SMxSN:RMxRN:D`, every number at least 1, then `:d` for direct staging.
     fn parse(v: &str) -> Option<CoopGrid> {
         let pair = |p: &str| -> Option<(usize, usize)> {
             let (a, b) = p.split_once('x')?;
@@ -51,7 +61,12 @@ impl CoopGrid {
         let (sm, sn) = pair(parts.next()?)?;
         let (rm, rn) = pair(parts.next()?)?;
         let depth = parts.next()?.parse().ok()?;
-        let g = CoopGrid { sm, sn, rm, rn, depth };
+        let direct = match parts.next() {
+            None => false,
+            Some("d") => true,
+            Some(_) => return None,
+        };
+        let g = CoopGrid { sm, sn, rm, rn, depth, direct };
         let all = [sm, sn, rm, rn, depth];
         (parts.next().is_none() && all.iter().all(|&x| x >= 1)).then_some(g)
     }
@@ -262,11 +277,14 @@ fn setup(g: &Geometry, s: &Shape) -> String {
 }
 
 /// The loop over the panels: stage the registers as f16, fetch the next panels, and multiply
-/// this one's tiles into the accumulators.
+/// this one's tiles into the accumulators. With `direct` staging each iteration fetches its
+/// own panels and stages them at once, so no panel is held in registers across the
+/// multiply-adds.
 fn k_loop(g: &Geometry, s: &Shape) -> String {
-    let (kt, t, bk) = (&s.kt, s.t, s.bk);
+    let (kt, bk) = (&s.kt, s.bk);
+    let direct = s.grid.direct;
     let mut out = String::new();
-    if kt.n > 0 || !kt.is_fixed() {
+    if !direct && (kt.n > 0 || !kt.is_fixed()) {
         out += "    {\n";
         out += &s.p.fetch(g, "0u");
         out += "    }\n";
@@ -274,6 +292,25 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
     out += &format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n");
     // Everyone has finished reading the previous panels before they are overwritten.
     out += "        workgroupBarrier();\n";
+    if direct {
+        out += &format!("        let k0 = kt * {bk}u;\n");
+        out += &s.p.fetch(g, "k0");
+    }
+    out += &stage(g, s);
+    out += "        workgroupBarrier();\n";
+    if !direct {
+        out += &format!("        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n");
+        out += &s.p.fetch(g, "k1");
+        out += "        }\n";
+    }
+    out += &multiply(s);
+    out += "    }\n";
+    out
+}
+
+/// Each invocation's panel elements into shared memory as f16.
+fn stage(g: &Geometry, s: &Shape) -> String {
+    let bk = s.bk;
     let staged = |partial: bool, e: String, size: usize, st: String| {
         if partial {
             format!("        if ({e} < {size}u) {{ {st} }}\n")
@@ -281,6 +318,7 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
             format!("        {st}\n")
         }
     };
+    let mut out = String::new();
     for p in 0..s.p.pa {
         let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
         let st = format!("cm_a[as{p}] = f16({v});");
@@ -291,35 +329,40 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
         let st = format!("cm_b[bs{p}] = f16({v});");
         out += &staged(s.p.partial_b, format!("be{p}"), bk * s.bn, st);
     }
-    out += "        workgroupBarrier();\n";
-    out += &format!("        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n");
-    out += &s.p.fetch(g, "k1");
-    out += "        }\n";
+    out
+}
+
+/// One panel's tiles multiplied into the accumulators. Direct staging loads each B tile just
+/// before the multiply-adds that read it, so one B tile is live at a time, not `rn`.
+fn multiply(s: &Shape) -> String {
+    let t = s.t;
     let (ma, mb) = (s.matrix("f16", "A"), s.matrix("f16", "B"));
-    let CoopGrid { rm, rn, .. } = s.grid;
-    for kk in 0..bk / t {
+    let CoopGrid { rm, rn, direct, .. } = s.grid;
+    let b_tile = |kk: usize, j: usize| {
+        let at = format!("{}u + wn * {}u + {}u", kk * t * s.sb, rn * t, j * t);
+        format!("        let b{kk}_{j} = coopLoadT<{mb}>(&cm_b[{at}], {}u);\n", s.sb)
+    };
+    let fma = |kk: usize, i: usize, j: usize| {
+        format!("        c{i}_{j} = coopMultiplyAdd(a{kk}_{i}, b{kk}_{j}, c{i}_{j});\n")
+    };
+    let mut out = String::new();
+    for kk in 0..s.bk / t {
         for i in 0..rm {
             let at = format!("(wm * {}u + {}u) * {}u + {}u", rm * t, i * t, s.sa, kk * t);
             out += &format!("        let a{kk}_{i} = coopLoadT<{ma}>(&cm_a[{at}], {}u);\n", s.sa);
         }
-        for j in 0..rn {
-            out += &format!(
-                "        let b{kk}_{j} = coopLoadT<{mb}>(&cm_b[{}u + wn * {}u + {}u], {}u);\n",
-                kk * t * s.sb,
-                rn * t,
-                j * t,
-                s.sb
-            );
-        }
-        for i in 0..rm {
+        if direct {
             for j in 0..rn {
-                out += &format!(
-                    "        c{i}_{j} = coopMultiplyAdd(a{kk}_{i}, b{kk}_{j}, c{i}_{j});\n"
-                );
+                out += &b_tile(kk, j);
+                out.extend((0..rm).map(|i| fma(kk, i, j)));
+            }
+        } else {
+            out.extend((0..rn).map(|j| b_tile(kk, j)));
+            for i in 0..rm {
+                out.extend((0..rn).map(|j| fma(kk, i, j)));
             }
         }
     }
-    out += "    }\n";
     out
 }
 
@@ -367,9 +410,11 @@ mod tests {
     #[test]
     fn the_grid_override_reads_three_fields_of_positive_numbers() {
         let g = CoopGrid::parse("4x2:2x4:3").unwrap();
-        assert_eq!(g, CoopGrid { sm: 4, sn: 2, rm: 2, rn: 4, depth: 3 });
+        assert_eq!(g, CoopGrid { sm: 4, sn: 2, rm: 2, rn: 4, depth: 3, direct: false });
         assert_eq!((g.subgroups(), g.extents(16)), (8, (128, 128, 48)));
-        for bad in ["", "2x2", "2x2:2x2", "2x2:2x2:2:1", "0x2:2x2:2", "2x2:2y2:2", "2x2:2x2:0"] {
+        assert_eq!(CoopGrid::parse("4x2:2x4:3:d"), Some(CoopGrid { direct: true, ..g }));
+        let bad = ["", "2x2", "2x2:2x2", "2x2:2x2:2:1", "0x2:2x2:2", "2x2:2y2:2", "2x2:2x2:0"];
+        for bad in bad.into_iter().chain(["2x2:2x2:2:d:d", "2x2:2x2:2:x"]) {
             assert_eq!(CoopGrid::parse(bad), None, "{bad}");
         }
     }
@@ -384,7 +429,7 @@ mod tests {
         let out = Operand::at(9_000_000, &[m, n], DType::F32);
         let g = super::Geometry::of(&inputs, &out).unwrap();
         let coop = Coop { tile: 16, subgroup: 32 };
-        for v in ["2x2:2x2:2", "2x2:4x2:2", "4x2:2x2:4", "2x2:4x4:2", "1x1:1x1:1"] {
+        for v in ["2x2:2x2:2", "2x2:4x2:2", "4x2:2x2:4", "2x2:4x4:2", "1x1:1x1:1", "2x2:4x4:2:d"] {
             let grid = CoopGrid::parse(v).unwrap();
             let src = coop_with(&g, coop, grid);
             let width = grid.subgroups() as u32 * coop.subgroup;
@@ -393,6 +438,9 @@ mod tests {
             let tiles = (m.div_ceil(bm) * n.div_ceil(bn)) as u64;
             assert_eq!(src.invocations, tiles * width as u64, "{v}");
             crate::kernels::check::spirv(&src.body).unwrap_or_else(|e| panic!("{v}: {e}"));
+            // Direct staging fetches each panel in its own iteration, never the next one.
+            let next = src.body.contains("let k1 = (kt + 1u)");
+            assert_eq!((next, src.body.contains("let k0 = kt *")), (!grid.direct, grid.direct));
         }
     }
 }
