@@ -448,6 +448,10 @@ fn run_program(
                 let leaf = x[*k as usize];
                 cpu(&Op::BroadcastTo, &[leaf], leaf.dtype, shape, ctx)
             }
+            (Elem::Index, _) => {
+                let n = shape.iter().product::<usize>();
+                Tensor::f32(shape.to_vec(), (0..n).map(|i| i as f32).collect())
+            }
             (_, Some((op, args))) => {
                 let args: Vec<&Tensor> = args.iter().map(|&a| &nodes[a as usize]).collect();
                 let dtype = if matches!(op, Op::Compare(_)) { DType::Bool } else { dtype };

@@ -182,6 +182,9 @@ fn program_lines(
                 Some(Elem::Compare(..)) => format!("select({}, {}, {})", v(b), v(a), v(c)),
                 _ => format!("select({}, {}, {} != 0)", v(b), v(a), v(c)),
             },
+            Elem::Const(value) => f32_lit(*value),
+            // Every kernel that runs a program names the element it computes `i`.
+            Elem::Index => "f32(i)".into(),
         };
         body += &format!("let v{j} = {expr};\n    ");
     }

@@ -138,6 +138,11 @@ pub enum Elem {
     /// `(cond, a, b)` → `a` where `cond` holds, else `b`; `cond` a `Compare` node or a `bool`
     /// input.
     Where(u32, u32, u32),
+    /// An f32 constant (`Op::Constant`) written into the program instead of read.
+    Const(f64),
+    /// The element's own index as an f32: `cast(arange(n), f32)`, only in a chain of its shape
+    /// `[n]` (fusion never inlines it into a reader of another shape).
+    Index,
 }
 
 impl Elem {
@@ -151,6 +156,8 @@ impl Elem {
             Elem::Pow(e, a) => Some((Op::Pow { exponent: *e }, vec![*a])),
             Elem::Compare(c, a, b) => Some((Op::Compare(*c), vec![*a, *b])),
             Elem::Where(c, a, b) => Some((Op::Where, vec![*c, *a, *b])),
+            Elem::Const(value) => Some((Op::Constant { value: *value }, vec![])),
+            Elem::Index => None,
         }
     }
 }
@@ -259,7 +266,8 @@ impl GpuOp {
             }
             GpuOp::Fused { program } => {
                 check_program(program, n)?;
-                (1, usize::MAX)
+                // A program of indices and constants (`Elem::Index`, `Elem::Const`) reads none.
+                (0, usize::MAX)
             }
             GpuOp::MatMulEpilogue { program, .. } => {
                 // Input(0) is the product; Input(k) the step's input k + 1.
@@ -288,9 +296,14 @@ impl GpuOp {
     /// Short name plus attributes, as in error messages and profiles (the first word is the
     /// op's family).
     pub fn describe(&self) -> String {
+        // The ops a program applies, in order; its constants are operands, not steps.
         let chain = |program: &[Elem]| {
-            let names: Vec<String> =
-                program.iter().filter_map(|e| e.op()).map(|(op, _)| op.describe()).collect();
+            let name = |e: &Elem| match e {
+                Elem::Index => Some("index".to_string()),
+                Elem::Const(_) => None,
+                e => e.op().map(|(op, _)| op.describe()),
+            };
+            let names: Vec<String> = program.iter().filter_map(name).collect();
             names.join(" → ")
         };
         match self {

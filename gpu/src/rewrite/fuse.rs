@@ -36,9 +36,11 @@ fn node(op: &GpuOp, args: &[u32]) -> Option<Elem> {
 }
 
 /// An f32 element-wise step; or a comparison of floats, which is only ever inlined into the
-/// `where` that reads it (its `bool` result is no float chain's value). Half-typed steps stay
-/// apart: each rounds its own result, as the CPU reference does.
-fn fusable(view: &GpuPlan, s: &Step<u32>) -> bool {
+/// `where` that reads it (its `bool` result is no float chain's value); or an `arange` cast to
+/// f32 (`index_cast`). Half-typed steps stay apart: each rounds its own result, as the CPU
+/// reference does.
+fn fusable(view: &GpuPlan, def_use: &DefUse, i: usize) -> bool {
+    let s = &view.steps[i];
     let float = matches!(
         s.op.plan_op(),
         Some(Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Pow { .. } | Op::Where)
@@ -46,6 +48,29 @@ fn fusable(view: &GpuPlan, s: &Step<u32>) -> bool {
     let floats = s.inputs.iter().all(|&x| view.steps[x as usize].dtype.is_float());
     (s.dtype == mgn_ir::DType::F32 && float)
         || (matches!(s.op.plan_op(), Some(Op::Compare(_))) && floats)
+        || index_cast(view, def_use, i).is_some()
+}
+
+/// The `arange` that `s` casts to f32 when `s` is its only reader: the chain computes each
+/// element's value from its index (`Elem::Index`), and neither step is dispatched. The
+/// sinusoidal embeddings of the U-Net's and SmolVLA's timesteps start so, two levels ahead of
+/// their first product.
+fn index_cast(view: &GpuPlan, def_use: &DefUse, i: usize) -> Option<u32> {
+    let s = &view.steps[i];
+    let (GpuOp::Plan(Op::Cast), &[x]) = (&s.op, s.inputs.as_slice()) else { return None };
+    let arange = &view.steps[x as usize];
+    let counts = arange.op == GpuOp::Plan(Op::Arange) && arange.shape == s.shape;
+    let only = def_use.only_reader(x as usize) == Some(i) && !def_use.result[x as usize];
+    (s.dtype == DType::F32 && counts && only && s.shape.len() == 1).then_some(x)
+}
+
+/// The value of an f32 constant step, which a chain writes into its program (`Elem::Const`)
+/// instead of reading it.
+fn constant(s: &Step<u32>) -> Option<f64> {
+    match s.op.plan_op() {
+        Some(Op::Constant { value }) if s.dtype == DType::F32 => Some(*value),
+        _ => None,
+    }
 }
 
 /// Programs longer than this stay split: a kernel's registers and compile time grow with it.
@@ -94,6 +119,7 @@ impl Chain {
                 Elem::Pow(e, a) => Elem::Pow(*e, a + base),
                 Elem::Compare(c, a, b) => Elem::Compare(*c, a + base, b + base),
                 Elem::Where(c, a, b) => Elem::Where(c + base, a + base, b + base),
+                Elem::Const(_) | Elem::Index => e.clone(),
             };
             self.push(e);
         }
@@ -149,6 +175,11 @@ impl Fusion<'_> {
         let view = self.view;
         let s = &view.steps[i];
         let mut c = Chain::default();
+        if let Some(arange) = index_cast(view, &self.def_use, i) {
+            (self.absorbed[arange as usize], self.grew[i]) = (true, true);
+            c.push(Elem::Index);
+            return c;
+        }
         let mut args = Vec::with_capacity(s.inputs.len());
         // An input read twice (x · x) is inlined once and its node reused.
         let mut done: Vec<(u32, u32)> = Vec::new();
@@ -173,6 +204,11 @@ impl Fusion<'_> {
     fn input_node(&mut self, i: usize, x: u32, c: &mut Chain) -> u32 {
         let (xi, view) = (x as usize, self.view);
         let xs = &view.steps[xi];
+        if let Some(value) = constant(xs) {
+            // Written back even if it absorbs nothing else: it no longer reads the constant.
+            self.grew[i] = true;
+            return c.push(Elem::Const(value));
+        }
         let only = self.def_use.only_reader(xi) == Some(i);
         let only_reader = only && xs.shape == view.steps[i].shape;
         // A chain of a smaller shape that broadcasts to its reader's is computed at each of the
@@ -196,8 +232,10 @@ impl Fusion<'_> {
         }
         // A chain headed by a product stays at the product's shape: its kernel computes one
         // epilogue per product element.
+        // An index is its own element's: a chain holding one is inlined only at its shape.
         let inline = self.chains[xi].as_ref().filter(|xc| {
-            (if xc.head.is_some() { only_reader } else { broadcast })
+            let indexed = xc.program.contains(&Elem::Index);
+            (if xc.head.is_some() || indexed { only_reader } else { broadcast })
                 && c.program.len() + xc.program.len() < MAX_NODES
                 && !(xc.head.is_some() && c.head.is_some())
         });
@@ -223,8 +261,22 @@ pub(super) fn fuse_elementwise(program: &mut Program) {
         grew: vec![false; n],
     };
     for i in 0..n {
-        if fusable(&view, &view.steps[i]) {
+        if fusable(&view, &f.def_use, i) {
             f.chains[i] = Some(f.chain(i));
+        }
+    }
+    // A constant every reader of which writes it into its program is no longer read.
+    let inlined = |i: usize| {
+        let (readers, compare) = (&f.def_use.readers[i], |r: &u32| {
+            matches!(view.steps[*r as usize].op.plan_op(), Some(Op::Compare(_)))
+        });
+        constant(&view.steps[i]).is_some()
+            && !f.def_use.result[i]
+            && readers.iter().all(|r| f.chains[*r as usize].is_some() && !compare(r))
+    };
+    for i in 0..n {
+        if inlined(i) {
+            f.absorbed[i] = true;
         }
     }
     let id = |pos: u32| view.ids[pos as usize];
@@ -621,5 +673,56 @@ mod tests {
             let y = gpu.run(&given, 0).expect("runs").outputs.remove(0).1;
             crate::test_util::assert_close(&Op::Where, &y, &want.outputs[0].1, 1e-6);
         }
+    }
+
+    /// A sinusoidal embedding's frequencies, `exp(cast(arange(8)) · c) · t`, then `sin`: the
+    /// arange, its cast and the constant become nodes of one program (`Elem::Index`,
+    /// `Elem::Const`), which reads only `t`; both backends compute what the plan does.
+    #[test]
+    fn counted_indices_and_constants_are_written_into_the_program() {
+        let (f, i32) = (DType::F32, DType::I32);
+        let steps = vec![
+            step(Op::Input { name: "t".into() }, vec![], f, &[1]), // 0
+            step(Op::Arange, vec![], i32, &[8]),                   // 1
+            step(Op::Cast, vec![1], f, &[8]),                      // 2
+            step(Op::Constant { value: -0.57 }, vec![], f, &[]),   // 3
+            step(Op::Binary(BinaryOp::Mul), vec![2, 3], f, &[8]),  // 4
+            step(Op::Unary(UnaryOp::Exp), vec![4], f, &[8]),       // 5
+            step(Op::Binary(BinaryOp::Mul), vec![5, 0], f, &[8]),  // 6
+            step(Op::Unary(UnaryOp::Sin), vec![6], f, &[8]),       // 7
+        ];
+        let p = Plan::of_steps(Mode::Infer, steps, vec![("t".into(), 0)], vec![("y".into(), 7)]);
+        let g = fused(&p);
+        g.validate().expect("a valid plan");
+        assert_eq!(ids(&g), vec![0, 7], "one kernel from the index on");
+        let GpuOp::Fused { program } = &g.steps[1].op else { panic!("{:?}", g.steps[1].op) };
+        assert_eq!(g.steps[1].inputs, vec![0], "it reads t alone");
+        assert!(program.contains(&Elem::Index) && program.contains(&Elem::Const(-0.57)));
+        let t = Tensor::f32(vec![1], vec![3.25]);
+        crate::test_util::assert_rewrite_keeps_results(&p, g, &[("t", &t)]);
+    }
+
+    /// The index stays at its own shape: a chain holding one is not computed inside a reader
+    /// of a larger shape (its index there would be the reader's element), and an arange read
+    /// twice, or as a result, keeps its own kernel.
+    #[test]
+    fn an_index_is_never_broadcast() {
+        let (f, i32) = (DType::F32, DType::I32);
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[3, 4]), // 0
+            step(Op::Arange, vec![], i32, &[4]),                      // 1
+            step(Op::Cast, vec![1], f, &[4]),                         // 2: [4]
+            step(Op::Unary(UnaryOp::Exp), vec![2], f, &[4]),          // 3
+            step(Op::Binary(BinaryOp::Add), vec![0, 3], f, &[3, 4]),  // 4: broadcast
+            step(Op::Arange, vec![], i32, &[4]),                      // 5: also a result
+            step(Op::Cast, vec![5], f, &[4]),                         // 6
+        ];
+        let outputs = vec![("y".into(), 4), ("n".into(), 5), ("c".into(), 6)];
+        let p = Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], outputs);
+        let g = fused(&p);
+        g.validate().expect("a valid plan");
+        assert_eq!(ids(&g), vec![0, 3, 4, 5, 6], "exp(index) is its own kernel; 5 is kept");
+        let x = Tensor::f32(vec![3, 4], (0..12).map(|i| i as f32 * 0.25).collect());
+        crate::test_util::assert_rewrite_keeps_results(&p, g, &[("x", &x)]);
     }
 }
