@@ -38,7 +38,13 @@ fn numel(shape: &[usize]) -> f64 {
 
 /// The work of `op` with inputs of these shapes and an output of `out`.
 pub fn of(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Work {
-    let bytes = 4.0 * (inputs.iter().map(|s| numel(s)).sum::<f64>() + numel(out));
+    let read = match (op, inputs) {
+        // A lookup reads its indices and the rows they pick, not the whole table: an
+        // embedding's 49,152 rows counted whole made its floor 3× its time.
+        (GpuOp::Plan(Op::Gather { .. }), [_, indices]) => numel(indices) + numel(out),
+        _ => inputs.iter().map(|s| numel(s)).sum::<f64>(),
+    };
+    let bytes = 4.0 * (read + numel(out));
     let flops = flops(op, inputs, out).unwrap_or_else(|| numel(out));
     Work { flops, bytes }
 }
@@ -99,6 +105,13 @@ fn attention(inputs: &[&[usize]], products: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lookup_moves_the_rows_it_picks() {
+        // 3 indices into a [1000, 8] table: the indices, three rows, and the output.
+        let w = of(&GpuOp::Plan(Op::Gather { axis: 0 }), &[&[1000, 8], &[3]], &[3, 8]);
+        assert_eq!(w.bytes, 4.0 * (3.0 + 24.0 + 24.0));
+    }
 
     #[test]
     fn a_product_counts_two_flops_per_multiply_add() {
