@@ -22,6 +22,19 @@ pub fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
     }
 }
 
+/// A trainable f32 weight of `shape`, zero until the test gives it values (`Plan::params`).
+pub fn weight(name: &str, shape: &[usize]) -> ParamSpec {
+    ParamSpec {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        init: mgn_ir::plan::InitSpec::Constant(0.0),
+        trainable: true,
+        frozen: false,
+        persistent: true,
+    }
+}
+
 /// Deterministic values in [-1, 1).
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)

@@ -194,8 +194,7 @@ fn matmul_throughput() {
 #[test]
 fn a_transposed_weight_is_read_in_place() {
     use super::test_util::{assert_close, step};
-    use mgn_ir::plan::InitSpec;
-    use mgn_ir::plan::{Mode, ParamSpec, Plan};
+    use mgn_ir::plan::{Mode, Plan};
     for (x_shape, n) in [
         (vec![5, 7], 3),
         (vec![1, 70], 300),
@@ -214,17 +213,8 @@ fn a_transposed_weight_is_read_in_place() {
             step(Op::Permute { perm: vec![1, 0] }, vec![1], f, &[k, n]),
             step(Op::MatMul, vec![0, 2], f, &y_shape),
         ];
-        let w = ParamSpec {
-            name: "w".into(),
-            dtype: f,
-            shape: vec![n, k],
-            init: InitSpec::Constant(0.0),
-            trainable: true,
-            frozen: false,
-            persistent: true,
-        };
         let plan = Plan {
-            params: vec![w],
+            params: vec![super::test_util::weight("w", &[n, k])],
             ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 3)])
         };
         let transposed = crate::memory::transposed_views(&crate::program::GpuPlan::of(&plan));

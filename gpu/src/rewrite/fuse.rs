@@ -173,7 +173,8 @@ struct Fusion<'a> {
     absorbed: Vec<bool>,
     /// Steps whose chain absorbed another step (their op becomes the chain).
     grew: Vec<bool>,
-    /// Per small chain with several readers: how many of them compute it again (`SMALL`).
+    /// Per constant, and per small chain with several readers (`SMALL`): how many readers
+    /// compute it themselves.
     copies: Vec<usize>,
 }
 
@@ -215,6 +216,7 @@ impl Fusion<'_> {
         if let Some(value) = constant(xs) {
             // Written back even if it absorbs nothing else: it no longer reads the constant.
             self.grew[i] = true;
+            self.copies[xi] += 1;
             return c.push(Elem::Const(value));
         }
         let only = self.def_use.only_reader(xi) == Some(i);
@@ -289,23 +291,11 @@ pub(super) fn fuse_elementwise(program: &mut Program) {
             f.chains[i] = Some(f.chain(i));
         }
     }
-    // A constant every reader of which writes it into its program is no longer read.
-    let inlined = |i: usize| {
-        let (readers, compare) = (&f.def_use.readers[i], |r: &u32| {
-            matches!(view.steps[*r as usize].op.plan_op(), Some(Op::Compare(_)))
-        });
-        constant(&view.steps[i]).is_some()
-            && !f.def_use.result[i]
-            && readers.iter().all(|r| f.chains[*r as usize].is_some() && !compare(r))
-    };
+    // A constant or a small chain that every reader computes itself is no longer read (a
+    // comparison reads its operands as leaves, so their constants stay).
     for i in 0..n {
-        if inlined(i) {
-            f.absorbed[i] = true;
-        }
-    }
-    // A small chain that every reader computes again is no longer read.
-    for i in 0..n {
-        if f.copies[i] > 0 && f.copies[i] == f.def_use.readers[i].len() {
+        let copies = f.copies[i];
+        if copies > 0 && copies == f.def_use.readers[i].len() && !f.def_use.result[i] {
             f.absorbed[i] = true;
         }
     }

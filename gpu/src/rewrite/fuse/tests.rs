@@ -149,8 +149,6 @@ fn fused_kernels_on_the_gpu_match_the_unfused_cpu() {
 /// tiled, few-column and swapped (one-row) matmul kernels: one MatMulEpilogue step.
 #[test]
 fn a_matmul_heads_its_epilogue_on_both_backends() {
-    use mgn_ir::plan::InitSpec;
-    use mgn_ir::plan::ParamSpec;
     let f = DType::F32;
     for (m, k, n) in [(70, 33, 66), (1, 40, 300), (9, 20, 5)] {
         let steps = vec![
@@ -165,15 +163,7 @@ fn a_matmul_heads_its_epilogue_on_both_backends() {
             step(Op::Binary(BinaryOp::Add), vec![6, 7], f, &[m, n]),  // 8
         ];
         let p = Plan {
-            params: vec![ParamSpec {
-                name: "w".into(),
-                dtype: f,
-                shape: vec![n, k],
-                init: InitSpec::Constant(0.0),
-                trainable: true,
-                frozen: false,
-                persistent: true,
-            }],
+            params: vec![crate::test_util::weight("w", &[n, k])],
             steps,
             inputs: vec![("a".into(), 0), ("bias".into(), 4), ("res".into(), 7)],
             outputs: vec![("y".into(), 8)],
