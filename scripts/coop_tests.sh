@@ -39,6 +39,9 @@ run() {
 }
 status=0
 (cd gpu && run "$gpu_lib" products_of convolutions_of_halves) || status=$?
+# The products once more staging each panel directly (`MGN_COOP_GRID=…:d`), an experiment's
+# switch the default grid does not use.
+(cd gpu && run env MGN_COOP_GRID=2x2:2x2:2:d "$gpu_lib" products_of) || status=$?
 (cd tests && run "$mixed_tests") || status=$?
 if [ "${MGN_COOP_ALL:-0}" = 1 ]; then
     (cd tests && run "$gpu_tests" mixed) || status=$?
