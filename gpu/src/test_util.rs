@@ -217,6 +217,20 @@ pub fn time_op_with(
     transpose_last: bool,
     dtype: DType,
 ) -> Option<(f64, String)> {
+    time_op_cast(op, operands, out_shape, (repeat, transpose_last), dtype, None)
+}
+
+/// `time_op_with`, each operand cast to `cast` (a half type) before the op reads it: the
+/// rounded views the mixed policy gives contractions (`memory::rounded_views`), which read
+/// the f32 words and round each element as it arrives.
+pub fn time_op_cast(
+    op: &Op,
+    operands: &[&[usize]],
+    out_shape: &[usize],
+    (repeat, transpose_last): (usize, bool),
+    dtype: DType,
+    cast: Option<DType>,
+) -> Option<(f64, String)> {
     use mgn_ir::plan::InitSpec;
     let param = |k: usize, shape: &[usize]| ParamSpec {
         name: format!("p{k}"),
@@ -239,13 +253,22 @@ pub fn time_op_with(
         .map(|k| step(Op::Param { index: k }, vec![], dtype, &stored(k)))
         .collect();
     let mut args: Vec<u32> = (0..operands.len() as u32).collect();
+    let read_as = cast.unwrap_or(dtype);
+    if let Some(half) = cast {
+        for (k, arg) in args.iter_mut().enumerate() {
+            let at = steps.len() as u32;
+            steps.push(step(Op::Cast, vec![*arg], half, &stored(k)));
+            *arg = at;
+        }
+    }
     if transpose_last {
         let last = operands.len() - 1;
         let r = operands[last].len();
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 2, r - 1);
+        let from = args[last];
         args[last] = steps.len() as u32;
-        steps.push(step(Op::Permute { perm }, vec![last as u32], dtype, operands[last]));
+        steps.push(step(Op::Permute { perm }, vec![from], read_as, operands[last]));
     }
     let first_out = steps.len() as u32;
     for _ in 0..repeat.max(1) {

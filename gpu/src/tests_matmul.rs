@@ -144,9 +144,11 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 #[test]
 #[ignore]
 fn matmul_throughput() {
-    let dtype = match std::env::var("MGN_MM_DTYPE").as_deref() {
-        Ok("f16") => DType::F16,
-        _ => DType::F32,
+    // `rounded`: f32 operands cast to f16 for the product, as the mixed policy reads them.
+    let (dtype, cast) = match std::env::var("MGN_MM_DTYPE").as_deref() {
+        Ok("f16") => (DType::F16, None),
+        Ok("rounded") => (DType::F32, Some(DType::F16)),
+        _ => (DType::F32, None),
     };
     // (name, a, b, b stored transposed)
     let shapes: [(&str, &[usize], &[usize], bool); 16] = [
@@ -175,13 +177,14 @@ fn matmul_throughput() {
         let flops = 2.0 * out.iter().product::<usize>() as f64 * k as f64;
         let repeat = ((4e10 / flops) as usize).clamp(1, 20);
         let Some((s, device)) =
-            super::test_util::time_op_with(&Op::MatMul, &[a, b], &out, repeat, bt, dtype)
+            super::test_util::time_op_cast(&Op::MatMul, &[a, b], &out, (repeat, bt), dtype, cast)
         else {
             continue;
         };
         println!(
-            "matmul {name:>15} {a:?} × {b:?}{} {dtype}: {:9.1} µs, {:6.2} TFLOP/s ({device})",
+            "matmul {name:>15} {a:?} × {b:?}{} {}: {:9.1} µs, {:6.2} TFLOP/s ({device})",
             if bt { " (wT)" } else { "" },
+            if cast.is_some() { "f16 (rounded)".to_string() } else { dtype.to_string() },
             s * 1e6,
             flops / s / 1e12,
         );
@@ -247,7 +250,7 @@ fn halves(shape: &[usize], seed: u32) -> Tensor {
 fn products_of_halves_match_the_cpu() {
     use crate::program::GpuOp;
     type Case = (&'static [usize], &'static [usize], bool, bool, usize, &'static [usize]);
-    let cases: [Case; 10] = [
+    let cases: [Case; 14] = [
         // Few rows against a weight read in place (one-token decoding, the weight's rows of
         // whole words taken a word at a time: k even), with an odd k, and few columns.
         (&[1, 300], &[40, 300], false, true, 1, &[1, 40]),
@@ -260,6 +263,12 @@ fn products_of_halves_match_the_cpu() {
         (&[3, 40, 20], &[3, 40, 24], true, false, 1, &[3, 20, 24]),
         (&[40, 300], &[300, 24], false, false, 3, &[3, 40, 24]),
         (&[2, 300, 20], &[2, 24, 300], true, true, 2, &[2, 2, 20, 24]),
+        // Rows of whole 16-byte runs (8 halves), which the cooperative-matrix kernel takes, in
+        // every layout and split.
+        (&[130, 72], &[72, 136], false, false, 1, &[130, 136]),
+        (&[130, 72], &[136, 72], false, true, 1, &[130, 136]),
+        (&[2, 72, 40], &[2, 72, 48], true, false, 1, &[2, 40, 48]),
+        (&[64, 512], &[512, 32], false, false, 2, &[2, 64, 32]),
     ];
     for (a, b, ta, tb, splits, out) in cases {
         let x = [halves(a, 17), halves(b, 4242)];
@@ -299,6 +308,37 @@ fn products_of_rounded_values_match_the_plan_as_compiled() {
         // Values that are not halves, so the rounding matters.
         let x = Tensor::f32(vec![m, k], values(m * k, 3).iter().map(|v| v * 1.001).collect());
         let w = Tensor::f32(vec![k, n], values(k * n, 4).iter().map(|v| v * 0.999).collect());
+        let given = [("x", &x), ("w", &w)];
+        let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
+        let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
+        let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
+        assert_close(&Op::MatMul, &got, &want, 1e-5);
+    }
+    // Rows of whole 16-byte runs (k, m or n a multiple of 4), which the cooperative-matrix
+    // kernel loads four words at a time, in every layout: A or B stored transposed (a permute
+    // of the cast, read in place), tiles overhanging m and n, and a deep k the plan splits.
+    for (m, k, n, ta, tb) in [
+        (130, 64, 72, false, false),
+        (130, 64, 72, false, true),
+        (68, 96, 40, true, false),
+        (68, 96, 44, true, true),
+        (36, 2048, 40, false, true),
+    ] {
+        let (xs, ws) = (if ta { [k, m] } else { [m, k] }, if tb { [n, k] } else { [k, n] });
+        let swap = Op::Permute { perm: vec![1, 0] };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &xs),
+            step(Op::Input { name: "w".into() }, vec![], f, &ws),
+            step(Op::Cast, vec![0], h, &xs),
+            step(Op::Cast, vec![1], h, &ws),
+            step(if ta { swap.clone() } else { Op::Reshape }, vec![2], h, &[m, k]),
+            step(if tb { swap } else { Op::Reshape }, vec![3], h, &[k, n]),
+            step(Op::MatMul, vec![4, 5], f, &[m, n]),
+        ];
+        let io = (vec![("x".into(), 0), ("w".into(), 1)], vec![("y".into(), 6)]);
+        let plan = Plan::of_steps(Mode::Infer, steps, io.0, io.1);
+        let x = Tensor::f32(xs.to_vec(), values(m * k, 5).iter().map(|v| v * 1.001).collect());
+        let w = Tensor::f32(ws.to_vec(), values(k * n, 6).iter().map(|v| v * 0.999).collect());
         let given = [("x", &x), ("w", &w)];
         let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
         let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
