@@ -220,9 +220,10 @@ pub fn time_op_with(
     time_op_cast(op, operands, out_shape, (repeat, transpose_last), dtype, None)
 }
 
-/// `time_op_with`, each operand cast to `cast` (a half type) before the op reads it: the
-/// rounded views the mixed policy gives contractions (`memory::rounded_views`), which read
-/// the f32 words and round each element as it arrives.
+/// `time_op_with`, each operand cast to `cast` (a half type) before the op reads it, as the
+/// mixed policy casts a contraction's operands: the left one an activation (an input here), read
+/// as a rounded view (`memory::rounded_views`: f32 words, each element rounded as it arrives),
+/// the others weights, which an inference plan holds as halves (`rewrite::halves`).
 pub fn time_op_cast(
     op: &Op,
     operands: &[&[usize]],
@@ -249,8 +250,13 @@ pub fn time_op_cast(
         }
         s
     };
+    // With a cast, the left operand is an input; the others are parameters.
+    let first = usize::from(cast.is_some());
     let mut steps: Vec<Step> = (0..operands.len())
-        .map(|k| step(Op::Param { index: k }, vec![], dtype, &stored(k)))
+        .map(|k| match k.checked_sub(first) {
+            Some(index) => step(Op::Param { index }, vec![], dtype, &stored(k)),
+            None => step(Op::Input { name: "a".into() }, vec![], dtype, &stored(k)),
+        })
         .collect();
     let mut args: Vec<u32> = (0..operands.len() as u32).collect();
     let read_as = cast.unwrap_or(dtype);
@@ -275,11 +281,12 @@ pub fn time_op_cast(
         steps.push(step(op.clone(), args.clone(), DType::F32, out_shape));
     }
     let outputs = (first_out..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect();
+    let inputs = if first == 1 { vec![("a".to_string(), 0)] } else { vec![] };
     let plan = Plan {
-        params: (0..operands.len()).map(|k| param(k, &stored(k))).collect(),
-        ..Plan::of_steps(Mode::Infer, steps, vec![], outputs)
+        params: (first..operands.len()).map(|k| param(k, &stored(k))).collect(),
+        ..Plan::of_steps(Mode::Infer, steps, inputs, outputs)
     };
-    let tensors: Vec<Tensor> = (0..operands.len())
+    let mut tensors: Vec<Tensor> = (0..operands.len())
         .map(|k| {
             let s = stored(k);
             let v = values(s.iter().product(), k as u32 + 1);
@@ -287,6 +294,8 @@ pub fn time_op_cast(
             Tensor { dtype, ..Tensor::f32(s.clone(), v) }
         })
         .collect();
+    let input: Vec<Tensor> = tensors.drain(..first).collect();
+    let given: Vec<(&str, &Tensor)> = input.iter().map(|t| ("a", t)).collect();
     // A tile the sweep tries may not fit this device: a note, not a failure (never a test).
     let mut gpu = match GpuSession::new(plan, &tensors) {
         Ok(g) => g,
@@ -296,11 +305,23 @@ pub fn time_op_cast(
             return None;
         }
     };
+    let time = median_time(&mut gpu, &given, repeat, op)?;
+    Some((time, gpu.device_name().to_string()))
+}
+
+/// The median over five runs (after one to warm up) of one of `repeat` copies of `op`: the
+/// GPU time of its dispatches (`MGN_PROFILE=1`), else each run's wall time.
+fn median_time(
+    gpu: &mut GpuSession,
+    given: &[(&str, &Tensor)],
+    repeat: usize,
+    op: &Op,
+) -> Option<f64> {
     let latency = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
     let mut runs = Vec::new();
     for run in 0..6 {
         if latency {
-            match gpu.profile(&[], 0) {
+            match gpu.profile(given, 0) {
                 Ok(p) if run > 0 => runs.push(
                     p.dispatches.iter().map(|d| d.time.as_secs_f64()).sum::<f64>()
                         / repeat.max(1) as f64,
@@ -314,7 +335,7 @@ pub fn time_op_cast(
             continue;
         }
         let t = std::time::Instant::now();
-        if let Err(e) = gpu.run_resident(&[], 0) {
+        if let Err(e) = gpu.run_resident(given, 0) {
             eprintln!("cannot time `{}`: {e}", op.describe());
             return None;
         }
@@ -323,7 +344,7 @@ pub fn time_op_cast(
         }
     }
     runs.sort_by(f64::total_cmp);
-    Some((runs[2], gpu.device_name().to_string()))
+    Some(runs[2])
 }
 
 /// `x` rounded to the nearest f16.

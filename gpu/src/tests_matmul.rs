@@ -144,7 +144,8 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 #[test]
 #[ignore]
 fn matmul_throughput() {
-    // `rounded`: f32 operands cast to f16 for the product, as the mixed policy reads them.
+    // `rounded`: f32 operands cast to f16 for the product, as the mixed policy reads them (the
+    // left one a rounded view, the right one held as halves: `test_util::time_op_cast`).
     let (dtype, cast) = match std::env::var("MGN_MM_DTYPE").as_deref() {
         Ok("f16") => (DType::F16, None),
         Ok("rounded") => (DType::F32, Some(DType::F16)),

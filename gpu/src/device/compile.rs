@@ -45,7 +45,27 @@ pub(super) fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kern
         data_layouts: &[&layout],
         compute: shader.at("main"),
     });
+    if statistics_wanted() {
+        report_statistics(ctx, name, &pipeline);
+    }
     Ok(Kernel { pipeline, name: name.to_string(), compile_time: start.elapsed() })
+}
+
+/// Whether `MGN_PIPELINE_STATS=1` asks for each pipeline's statistics.
+pub(super) fn statistics_wanted() -> bool {
+    std::env::var("MGN_PIPELINE_STATS").is_ok_and(|v| v == "1")
+}
+
+/// One line on stderr per pipeline with the statistics its driver reports
+/// (`VK_KHR_pipeline_executable_properties`: register counts and spills on most drivers): a
+/// kernel that spills, or whose registers leave the SM room for one workgroup, is found here
+/// rather than guessed at from its time. Nothing where the driver reports none.
+fn report_statistics(ctx: &gpu::Context, name: &str, pipeline: &gpu::ComputePipeline) {
+    for exe in ctx.get_pipeline_statistics(pipeline) {
+        let stats: Vec<String> =
+            exe.statistics.iter().map(|s| format!("{}={}", s.name, s.value)).collect();
+        eprintln!("pipeline `{name}` ({}): {}", exe.name, stats.join(", "));
+    }
 }
 
 const CRASHED: &str = "the driver crashed while compiling a kernel";

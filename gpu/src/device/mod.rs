@@ -116,7 +116,12 @@ impl Connection {
     pub fn open(info: &Device) -> Result<Connection, GpuError> {
         // MGN_PROFILE=1 turns on GPU timestamps (see `profile`); they cost a little per pass.
         let timing = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
-        let desc = gpu::ContextDesc { device_id: Some(info.id), timing, ..Default::default() };
+        // MGN_PIPELINE_STATS=1 asks the driver for each pipeline's statistics (registers,
+        // spills, where it reports them: `compile::report_statistics`), which blade collects
+        // only in its capture mode.
+        let capture = compile::statistics_wanted();
+        let desc =
+            gpu::ContextDesc { device_id: Some(info.id), timing, capture, ..Default::default() };
         let _one_at_a_time = lifecycle();
         let ctx = std::panic::catch_unwind(|| unsafe { gpu::Context::init(desc) })
             .map_err(|_| {
