@@ -21,8 +21,14 @@ use mgn_ir::DType;
 
 /// The subgroup grid of a workgroup (`sm × sn` subgroups), each subgroup's block of tiles
 /// (`rm × rn`), and the panels' depth in tiles — for the products and the convolutions alike.
-/// 2×2 subgroups of 2×2 tiles, panels two tiles deep, unless `MGN_COOP_GRID=SMxSN:RMxRN:D`
-/// says otherwise (an experiment's override, as `MGN_MM_TILE` is the tiled kernel's).
+/// Panels two tiles deep, and blocks of 2×2 tiles on 2×4 subgroups for products where that
+/// fits (`grid_for`), 2×2 subgroups elsewhere and for convolutions, unless
+/// `MGN_COOP_GRID=SMxSN:RMxRN:D` says otherwise (an experiment's override, as `MGN_MM_TILE` is
+/// the tiled kernel's).
+///
+/// The grids on an H100 (docs/BENCHMARKS.md): larger blocks a subgroup (4×4, or 2×4 on 4×2
+/// subgroups) take 200–255 registers an invocation and run some shapes 3–10× slower; the 2×4
+/// subgroups of 2×2 tiles are the fastest or near it on every workload shape measured.
 ///
 /// `direct` (a fourth field `d`: `2x2:4x4:2:d`) stages each panel from memory straight into
 /// shared memory at the top of its iteration instead of fetching the next one into registers
@@ -44,11 +50,19 @@ pub(crate) struct CoopGrid {
 
 impl CoopGrid {
     const DEFAULT: CoopGrid = CoopGrid { sm: 2, sn: 2, rm: 2, rn: 2, depth: 2, direct: false };
+    /// The products' grid where it fits: 2×4 subgroups of 2×2 tiles (64 × 128 outputs a
+    /// workgroup). On an H100 it ran every workload's product measured 1.0–3.2× faster than
+    /// the 2×2 grid (docs/BENCHMARKS.md, "Cooperative-matrix products: where the time goes").
+    const WIDE: CoopGrid = CoopGrid { sn: 4, ..CoopGrid::DEFAULT };
 
-    /// The grid kernels are generated with now.
+    /// The override `MGN_COOP_GRID` asks for, if any.
+    fn asked() -> Option<CoopGrid> {
+        std::env::var("MGN_COOP_GRID").ok().and_then(|v| CoopGrid::parse(&v))
+    }
+
+    /// The grid convolutions are generated with.
     pub(crate) fn current() -> CoopGrid {
-        let env = std::env::var("MGN_COOP_GRID").ok();
-        env.and_then(|v| CoopGrid::parse(&v)).unwrap_or(CoopGrid::DEFAULT)
+        CoopGrid::asked().unwrap_or(CoopGrid::DEFAULT)
     }
 
     /// `SMxSN:RMxRN:D`, every number at least 1, then `:d` for direct staging.
@@ -105,9 +119,23 @@ const PAD: usize = 8;
 /// within `shared` bytes. Products of a few rows or columns keep the skinny kernels (the caller
 /// picks those first): they are bandwidth-bound, and a tile would be mostly padding.
 pub(super) fn fits(g: &Geometry, coop: Coop, width: usize, shared: usize) -> bool {
-    g.a.dtype == DType::F16 && g.b.dtype == DType::F16 && !g.ot && {
-        let s = Shape::of(g, coop, CoopGrid::current());
-        s.width <= width && s.shared_bytes() <= shared
+    grid_for(g, coop, width, shared).is_some()
+}
+
+/// The grid of `g`'s kernel: `MGN_COOP_GRID`'s, else the wide grid where its workgroup and
+/// panels fit the device (22 KiB of shared memory at 16 × 16 tiles, above the 16 KiB floor),
+/// else the 2×2 grid; `None` where the operands are not f16 or nothing fits.
+fn grid_for(g: &Geometry, coop: Coop, width: usize, shared: usize) -> Option<CoopGrid> {
+    if g.a.dtype != DType::F16 || g.b.dtype != DType::F16 || g.ot {
+        return None;
+    }
+    let fit = |grid: CoopGrid| {
+        let s = Shape::of(g, coop, grid);
+        (s.width <= width && s.shared_bytes() <= shared).then_some(grid)
+    };
+    match CoopGrid::asked() {
+        Some(grid) => fit(grid),
+        None => fit(CoopGrid::WIDE).or_else(|| fit(CoopGrid::DEFAULT)),
     }
 }
 
@@ -165,9 +193,10 @@ impl Shape {
     }
 }
 
-/// The cooperative-matrix kernel for `g` (which `fits`).
-pub(super) fn coop(g: &Geometry, coop: Coop) -> KernelSource {
-    coop_with(g, coop, CoopGrid::current())
+/// The cooperative-matrix kernel for `g` (which `fits` the device's `width` and `shared`).
+pub(super) fn coop(g: &Geometry, coop: Coop, width: usize, shared: usize) -> KernelSource {
+    let grid = grid_for(g, coop, width, shared).unwrap_or(CoopGrid::DEFAULT);
+    coop_with(g, coop, grid)
 }
 
 /// `coop` on the given grid.
@@ -417,6 +446,26 @@ mod tests {
         for bad in bad.into_iter().chain(["2x2:2x2:2:d:d", "2x2:2x2:2:x"]) {
             assert_eq!(CoopGrid::parse(bad), None, "{bad}");
         }
+    }
+
+    /// Products take the wide grid where its workgroup and panels fit, the 2×2 one where only
+    /// that fits (the 16 KiB floor of shared memory, 128 invocations), and none below.
+    #[test]
+    fn products_take_the_wide_grid_where_it_fits() {
+        if std::env::var_os("MGN_COOP_GRID").is_some() {
+            return;
+        }
+        let half = |offset: usize, shape: &[usize]| Operand::at(offset, shape, DType::F16);
+        let inputs = [half(0, &[256, 256]), half(100_000, &[256, 256])];
+        let out = Operand::at(200_000, &[256, 256], DType::F32);
+        let g = super::Geometry::of(&inputs, &out).unwrap();
+        let coop = Coop { tile: 16, subgroup: 32 };
+        assert_eq!(super::grid_for(&g, coop, 1024, 49_152), Some(CoopGrid::WIDE));
+        assert_eq!(super::grid_for(&g, coop, 1024, 16_384), Some(CoopGrid::DEFAULT));
+        assert_eq!(super::grid_for(&g, coop, 128, 49_152), Some(CoopGrid::DEFAULT));
+        assert_eq!(super::grid_for(&g, coop, 64, 49_152), None);
+        let wide = super::coop(&g, coop, 1024, 49_152);
+        assert_eq!(wide.width, Some(256));
     }
 
     /// Every grid makes a kernel naga validates and translates, of one workgroup its subgroups

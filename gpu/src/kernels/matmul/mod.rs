@@ -367,7 +367,7 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
     }
     let skinny = m <= SKINNY || n <= SKINNY;
     if let Some(c) = target.coop.filter(|&c| !skinny && coop::fits(&g, c, width, shared)) {
-        return Ok(coop::coop(&g, c));
+        return Ok(coop::coop(&g, c, width, shared));
     }
     Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && m <= SKINNY) {
         // Transposed operands of batched products: only the tiled kernel reads them in

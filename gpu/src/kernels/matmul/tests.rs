@@ -138,8 +138,14 @@ fn half_products_take_cooperative_matrices_where_the_device_has_them() {
             let what = format!("{coop:?} {layout:?}");
             let src = generate_layout(&inputs, &out, target, layout).unwrap();
             assert!(src.body.contains("coopMultiplyAdd"), "{what}");
-            let declared = src.width.expect("a workgroup of four subgroups");
-            assert_eq!(declared, 4 * coop.subgroup, "{what}");
+            // The wide grid's eight subgroups fit 256 invocations and 32 KiB; at 16 KiB, the
+            // 2×2 grid's four at 16×16 tiles (the wide one's panels take 22 KiB there).
+            let declared = src.width.expect("a workgroup of eight subgroups");
+            assert_eq!(declared, 8 * coop.subgroup, "{what}");
+            let floor = Target { shared_bytes: 16 << 10, ..target };
+            let small = generate_layout(&inputs, &out, floor, layout).unwrap();
+            let subgroups = if coop.tile == 16 { 4 } else { 8 };
+            assert_eq!(small.width, Some(subgroups * coop.subgroup), "{what}");
             assert_eq!(src.invocations % declared as u64, 0, "{what}");
             crate::kernels::check::spirv(&src.body)
                 .unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
