@@ -267,33 +267,58 @@ fn setup(g: &Geometry, s: &Shape) -> String {
     line(format!("let wm = sid / {}u;", s.grid.sn));
     line(format!("let wn = sid % {}u;", s.grid.sn));
     // Consecutive invocations move consecutive words of a stored row: along k for A as
-    // stored [m, k] and B as [n, k], along m or n for the transposed layouts.
+    // stored [m, k] and B as [n, k], along m or n for the transposed layouts. Where the
+    // workgroup covers whole stored rows of a panel, slot p is slot 0 moved `d` rows along the
+    // panel's slow axis: its indices are slot 0's plus literals, so an invocation keeps one set
+    // of addresses for all its slots (as the tiled kernel does), not a division and a
+    // remainder's worth of registers per slot.
+    let (a_fast, b_fast) = (if g.at { s.bm } else { s.bk }, if g.bt { s.bk } else { s.bn });
     for p in 0..s.p.pa {
         line(format!("let ae{p} = t + {}u;", p * w));
-        if g.at {
-            line(format!("let ar{p} = ae{p} % {}u;", s.bm));
-            line(format!("let ak{p} = ae{p} / {}u;", s.bm));
-            line(format!("let ag{p} = abase + (koff + ak{p}) * {m} + m0 + ar{p};"));
+        let d = p * w / a_fast;
+        if p > 0 && w.is_multiple_of(a_fast) {
+            let (dr, dk) = if g.at { (0, d) } else { (d, 0) };
+            let rows = if g.at { m } else { k };
+            line(format!("let ar{p} = ar0 + {dr}u;"));
+            line(format!("let ak{p} = ak0 + {dk}u;"));
+            line(format!("let ag{p} = ag0 + {d}u * {rows};"));
+            line(format!("let as{p} = as0 + {}u;", dr * s.sa + dk));
         } else {
-            line(format!("let ar{p} = ae{p} / {}u;", s.bk));
-            line(format!("let ak{p} = ae{p} % {}u;", s.bk));
-            line(format!("let ag{p} = abase + (m0 + ar{p}) * {k} + koff + ak{p};"));
+            if g.at {
+                line(format!("let ar{p} = ae{p} % {}u;", s.bm));
+                line(format!("let ak{p} = ae{p} / {}u;", s.bm));
+                line(format!("let ag{p} = abase + (koff + ak{p}) * {m} + m0 + ar{p};"));
+            } else {
+                line(format!("let ar{p} = ae{p} / {}u;", s.bk));
+                line(format!("let ak{p} = ae{p} % {}u;", s.bk));
+                line(format!("let ag{p} = abase + (m0 + ar{p}) * {k} + koff + ak{p};"));
+            }
+            line(format!("let as{p} = ar{p} * {}u + ak{p};", s.sa));
         }
-        line(format!("let as{p} = ar{p} * {}u + ak{p};", s.sa));
         line(registers("a", p, &g.a));
     }
     for p in 0..s.p.pb {
         line(format!("let be{p} = t + {}u;", p * w));
-        if g.bt {
-            line(format!("let bk{p} = be{p} % {}u;", s.bk));
-            line(format!("let bc{p} = be{p} / {}u;", s.bk));
-            line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k} + koff + bk{p};"));
+        let d = p * w / b_fast;
+        if p > 0 && w.is_multiple_of(b_fast) {
+            let (dk, dc) = if g.bt { (0, d) } else { (d, 0) };
+            let rows = if g.bt { k } else { n };
+            line(format!("let bk{p} = bk0 + {dk}u;"));
+            line(format!("let bc{p} = bc0 + {dc}u;"));
+            line(format!("let bg{p} = bg0 + {d}u * {rows};"));
+            line(format!("let bs{p} = bs0 + {}u;", dk * s.sb + dc));
         } else {
-            line(format!("let bk{p} = be{p} / {}u;", s.bn));
-            line(format!("let bc{p} = be{p} % {}u;", s.bn));
-            line(format!("let bg{p} = bbase + (koff + bk{p}) * {n} + n0 + bc{p};"));
+            if g.bt {
+                line(format!("let bk{p} = be{p} % {}u;", s.bk));
+                line(format!("let bc{p} = be{p} / {}u;", s.bk));
+                line(format!("let bg{p} = bbase + (n0 + bc{p}) * {k} + koff + bk{p};"));
+            } else {
+                line(format!("let bk{p} = be{p} / {}u;", s.bn));
+                line(format!("let bc{p} = be{p} % {}u;", s.bn));
+                line(format!("let bg{p} = bbase + (koff + bk{p}) * {n} + n0 + bc{p};"));
+            }
+            line(format!("let bs{p} = bk{p} * {}u + bc{p};", s.sb));
         }
-        line(format!("let bs{p} = bk{p} * {}u + bc{p};", s.sb));
         line(registers("b", p, &g.b));
     }
     let acc = s.matrix("f32", "C");
@@ -466,6 +491,11 @@ mod tests {
         assert_eq!(super::grid_for(&g, coop, 64, 49_152), None);
         let wide = super::coop(&g, coop, 1024, 49_152);
         assert_eq!(wide.width, Some(256));
+        // 256 invocations cover whole rows of both panels: later slots are the first's
+        // addresses plus literals.
+        for slot in ["let ag1 = ag0 + 8u * 256u;", "let bs1 = bs0 + 272u;"] {
+            assert!(wide.body.contains(slot), "{slot}");
+        }
     }
 
     /// Every grid makes a kernel naga validates and translates, of one workgroup its subgroups
