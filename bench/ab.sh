@@ -8,7 +8,9 @@
 #
 # A workload is a file name in models/ without `.mgn`, optionally `:k=v,k=v` (`--set`s).
 # Environment: A, B (the binaries; required), ROUNDS (2), SAMPLES (20), WARMUP (5),
-# BACKEND (vulkan), PRECISION (f32), OUT (bench/out/ab: one JSON per run, and table.md).
+# BACKEND (vulkan), PRECISION (f32), OUT (bench/out/ab: one JSON per run, and table.md), and
+# A_ENV, B_ENV: variables set for one side only (`B_ENV="MGN_COOP=1"` with A = B times one
+# binary with and without a switch).
 set -eu
 cd "$(dirname "$0")/.."
 : "${A:?set A to the first mgnc binary}" "${B:?set B to the second mgnc binary}"
@@ -27,9 +29,12 @@ for w in "$@"; do
     for r in $(seq 1 "$ROUNDS"); do
         for side in A B; do
             bin=${!side}
-            "$bin" bench "models/$model.mgn" "${sets[@]}" --backend "${BACKEND:-vulkan}" \
-                --precision "${PRECISION:-f32}" --samples "${SAMPLES:-20}" \
-                --warmup "${WARMUP:-5}" --json > "$OUT/$name.$side.$r.json"
+            side_env="${side}_ENV"
+            read -r -a envs <<< "${!side_env:-}"
+            env "${envs[@]}" "$bin" bench "models/$model.mgn" "${sets[@]}" \
+                --backend "${BACKEND:-vulkan}" --precision "${PRECISION:-f32}" \
+                --samples "${SAMPLES:-20}" --warmup "${WARMUP:-5}" --json \
+                > "$OUT/$name.$side.$r.json"
         done
     done
 done
