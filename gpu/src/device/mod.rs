@@ -118,7 +118,8 @@ impl Connection {
         let timing = std::env::var("MGN_PROFILE").is_ok_and(|v| v == "1");
         // MGN_PIPELINE_STATS=1 asks the driver for each pipeline's statistics (registers,
         // spills, where it reports them: `compile::report_statistics`), which blade collects
-        // only in its capture mode.
+        // only in its capture mode; that mode also writes every kernel's WGSL into the temp
+        // folder's `blade/` and adds debug information to the SPIR-V.
         let capture = compile::statistics_wanted();
         let desc =
             gpu::ContextDesc { device_id: Some(info.id), timing, capture, ..Default::default() };
