@@ -14,7 +14,7 @@
 //! device whose subgroups have one fixed size (`DeviceLimits::subgroup_size`): the workgroup
 //! is exactly `SM · SN` of them.
 
-use super::panels::{registers, Panels};
+use super::panels::{moved_slot, registers, Panels};
 use super::{split_depth_of, Geometry};
 use crate::kernels::{word_value, Coop, Ext, KernelSource};
 use mgn_ir::DType;
@@ -114,18 +114,13 @@ pub(crate) fn subgroup_guard(id: &str, count: &str, sid: &str, whole: &str, n: u
 /// start in different banks.
 const PAD: usize = 8;
 
-/// Whether `g` runs on cooperative matrices: both operands f16 (stored as halves or rounded
-/// from f32), a workgroup of `SM · SN` subgroups within `width` invocations, and its panels
-/// within `shared` bytes. Products of a few rows or columns keep the skinny kernels (the caller
-/// picks those first): they are bandwidth-bound, and a tile would be mostly padding.
-pub(super) fn fits(g: &Geometry, coop: Coop, width: usize, shared: usize) -> bool {
-    grid_for(g, coop, width, shared).is_some()
-}
-
-/// The grid of `g`'s kernel: `MGN_COOP_GRID`'s, else the wide grid where its workgroup and
-/// panels fit the device (22 KiB of shared memory at 16 × 16 tiles, above the 16 KiB floor),
-/// else the 2×2 grid; `None` where the operands are not f16 or nothing fits.
-fn grid_for(g: &Geometry, coop: Coop, width: usize, shared: usize) -> Option<CoopGrid> {
+/// The grid `g` runs on cooperative matrices with, if it does: both operands f16 (stored as
+/// halves or rounded from f32), a workgroup of `SM · SN` subgroups within `width` invocations,
+/// and its panels within `shared` bytes. The grid is `MGN_COOP_GRID`'s, else the wide one where
+/// it fits (22 KiB of shared memory at 16 × 16 tiles, above the 16 KiB floor), else the 2×2
+/// one. Products of a few rows or columns keep the skinny kernels (the caller picks those
+/// first): they are bandwidth-bound, and a tile would be mostly padding.
+pub(super) fn grid_for(g: &Geometry, coop: Coop, width: usize, shared: usize) -> Option<CoopGrid> {
     if g.a.dtype != DType::F16 || g.b.dtype != DType::F16 || g.ot {
         return None;
     }
@@ -193,14 +188,8 @@ impl Shape {
     }
 }
 
-/// The cooperative-matrix kernel for `g` (which `fits` the device's `width` and `shared`).
-pub(super) fn coop(g: &Geometry, coop: Coop, width: usize, shared: usize) -> KernelSource {
-    let grid = grid_for(g, coop, width, shared).unwrap_or(CoopGrid::DEFAULT);
-    coop_with(g, coop, grid)
-}
-
-/// `coop` on the given grid.
-fn coop_with(g: &Geometry, coop: Coop, grid: CoopGrid) -> KernelSource {
+/// The cooperative-matrix kernel for `g` on `grid` (`grid_for`'s).
+pub(super) fn coop_with(g: &Geometry, coop: Coop, grid: CoopGrid) -> KernelSource {
     let s = Shape::of(g, coop, grid);
     let groups = s.per_batch.mul(&g.batches()).times(g.splits);
     let mut body = format!(
@@ -268,21 +257,19 @@ fn setup(g: &Geometry, s: &Shape) -> String {
     line(format!("let wn = sid % {}u;", s.grid.sn));
     // Consecutive invocations move consecutive words of a stored row: along k for A as
     // stored [m, k] and B as [n, k], along m or n for the transposed layouts. Where the
-    // workgroup covers whole stored rows of a panel, slot p is slot 0 moved `d` rows along the
-    // panel's slow axis: its indices are slot 0's plus literals, so an invocation keeps one set
-    // of addresses for all its slots (as the tiled kernel does), not a division and a
-    // remainder's worth of registers per slot.
+    // workgroup covers whole stored rows of a panel, slot p is slot 0 moved (`moved_slot`).
     let (a_fast, b_fast) = (if g.at { s.bm } else { s.bk }, if g.bt { s.bk } else { s.bn });
     for p in 0..s.p.pa {
         line(format!("let ae{p} = t + {}u;", p * w));
         let d = p * w / a_fast;
         if p > 0 && w.is_multiple_of(a_fast) {
-            let (dr, dk) = if g.at { (0, d) } else { (d, 0) };
-            let rows = if g.at { m } else { k };
-            line(format!("let ar{p} = ar0 + {dr}u;"));
-            line(format!("let ak{p} = ak0 + {dk}u;"));
-            line(format!("let ag{p} = ag0 + {d}u * {rows};"));
-            line(format!("let as{p} = as0 + {}u;", dr * s.sa + dk));
+            // Staged as stored: A's rows of m, `sa` apart, k along them.
+            let moved = if g.at {
+                moved_slot("a", p, ("ak", "ar"), (d, m), d)
+            } else {
+                moved_slot("a", p, ("ar", "ak"), (d, k), d * s.sa)
+            };
+            moved.into_iter().for_each(&mut line);
         } else {
             if g.at {
                 line(format!("let ar{p} = ae{p} % {}u;", s.bm));
@@ -301,12 +288,13 @@ fn setup(g: &Geometry, s: &Shape) -> String {
         line(format!("let be{p} = t + {}u;", p * w));
         let d = p * w / b_fast;
         if p > 0 && w.is_multiple_of(b_fast) {
-            let (dk, dc) = if g.bt { (0, d) } else { (d, 0) };
-            let rows = if g.bt { k } else { n };
-            line(format!("let bk{p} = bk0 + {dk}u;"));
-            line(format!("let bc{p} = bc0 + {dc}u;"));
-            line(format!("let bg{p} = bg0 + {d}u * {rows};"));
-            line(format!("let bs{p} = bs0 + {}u;", dk * s.sb + dc));
+            // B's staged rows of k, `sb` apart, n along them.
+            let moved = if g.bt {
+                moved_slot("b", p, ("bc", "bk"), (d, k), d)
+            } else {
+                moved_slot("b", p, ("bk", "bc"), (d, n), d * s.sb)
+            };
+            moved.into_iter().for_each(&mut line);
         } else {
             if g.bt {
                 line(format!("let bk{p} = be{p} % {}u;", s.bk));
@@ -489,7 +477,7 @@ mod tests {
         assert_eq!(super::grid_for(&g, coop, 1024, 16_384), Some(CoopGrid::DEFAULT));
         assert_eq!(super::grid_for(&g, coop, 128, 49_152), Some(CoopGrid::DEFAULT));
         assert_eq!(super::grid_for(&g, coop, 64, 49_152), None);
-        let wide = super::coop(&g, coop, 1024, 49_152);
+        let wide = coop_with(&g, coop, CoopGrid::WIDE);
         assert_eq!(wide.width, Some(256));
         // 256 invocations cover whole rows of both panels: later slots are the first's
         // addresses plus literals.

@@ -366,8 +366,12 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
         return Ok(super::elementwise(0, width as u32, "", ""));
     }
     let skinny = m <= SKINNY || n <= SKINNY;
-    if let Some(c) = target.coop.filter(|&c| !skinny && coop::fits(&g, c, width, shared)) {
-        return Ok(coop::coop(&g, c, width, shared));
+    let coop_grid = target.coop.filter(|_| !skinny).and_then(|c| {
+        let grid = coop::grid_for(&g, c, width, shared)?;
+        Some((c, grid))
+    });
+    if let Some((c, grid)) = coop_grid {
+        return Ok(coop::coop_with(&g, c, grid));
     }
     Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && m <= SKINNY) {
         // Transposed operands of batched products: only the tiled kernel reads them in

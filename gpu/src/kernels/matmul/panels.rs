@@ -3,7 +3,7 @@
 //! matrices' edges.
 
 use super::Geometry;
-use crate::kernels::{fetch_word, Fetched, Operand};
+use crate::kernels::{fetch_word, Ext, Fetched, Operand};
 
 /// The panels of a product kernel: A's `bm × bk`, B's `bk × bn`, each element moved by one of
 /// `width` invocations. Slot `p` of invocation `t` moves panel element `t + p·width`
@@ -98,4 +98,24 @@ pub(super) fn registers(name: &str, p: usize, o: &Operand) -> String {
     } else {
         format!("var r{name}{p} = 0u;")
     }
+}
+
+/// Slot `p` of operand `x` (`a` or `b`) as slot 0 moved `d` rows along its panel's slow axis:
+/// the slow index (`slow`) plus `d`, the fast one (`fast`) the same, the word `d` stored rows of
+/// `rows` further on, the staged place `shared` further on. When the workgroup covers whole
+/// rows of a panel every slot is one, so an invocation keeps one set of addresses and literal
+/// offsets for all its slots rather than a division and a remainder's worth of registers each.
+pub(super) fn moved_slot(
+    x: &str,
+    p: usize,
+    (slow, fast): (&str, &str),
+    (d, rows): (usize, &Ext),
+    shared: usize,
+) -> [String; 4] {
+    [
+        format!("let {slow}{p} = {slow}0 + {d}u;"),
+        format!("let {fast}{p} = {fast}0;"),
+        format!("let {x}g{p} = {x}g0 + {d}u * {rows};"),
+        format!("let {x}s{p} = {x}s0 + {shared}u;"),
+    ]
 }

@@ -1,7 +1,7 @@
 //! The general matrix-product kernel: output tiles, panels staged through registers into shared
 //! memory, a register block per invocation.
 
-use super::panels::{registers, Panels};
+use super::panels::{moved_slot, registers, Panels};
 use super::{entry, split_depth_of, Geometry, BK, FILL};
 use crate::kernels::{word_value, Ext, KernelSource};
 
@@ -212,17 +212,12 @@ impl Tiling {
             line(format!("let ae{p} = t + {}u;", p * w));
             let d = p * w / a_fast;
             if p > 0 && w.is_multiple_of(a_fast) && (g.at || d.is_multiple_of(4)) {
-                if g.at {
-                    line(format!("let ar{p} = ar0;"));
-                    line(format!("let ak{p} = ak0 + {d}u;"));
-                    line(format!("let ag{p} = ag0 + {d}u * {m};"));
-                    line(format!("let as{p} = as0 + {}u;", d * sa));
+                let moved = if g.at {
+                    moved_slot("a", p, ("ak", "ar"), (d, m), d * sa)
                 } else {
-                    line(format!("let ar{p} = ar0 + {d}u;"));
-                    line(format!("let ak{p} = ak0;"));
-                    line(format!("let ag{p} = ag0 + {d}u * {k};"));
-                    line(format!("let as{p} = as0 + {}u;", d / 4));
-                }
+                    moved_slot("a", p, ("ar", "ak"), (d, k), d / 4)
+                };
+                moved.into_iter().for_each(&mut line);
                 line(format!("let ac{p} = ac0;"));
             } else {
                 if g.at {
@@ -245,17 +240,12 @@ impl Tiling {
             line(format!("let be{p} = t + {}u;", p * w));
             let d = p * w / b_fast;
             if p > 0 && w.is_multiple_of(b_fast) && (!g.bt || d.is_multiple_of(4)) {
-                if g.bt {
-                    line(format!("let bk{p} = bk0;"));
-                    line(format!("let bc{p} = bc0 + {d}u;"));
-                    line(format!("let bg{p} = bg0 + {d}u * {k};"));
-                    line(format!("let bs{p} = bs0 + {}u;", d / 4));
+                let moved = if g.bt {
+                    moved_slot("b", p, ("bc", "bk"), (d, k), d / 4)
                 } else {
-                    line(format!("let bk{p} = bk0 + {d}u;"));
-                    line(format!("let bc{p} = bc0;"));
-                    line(format!("let bg{p} = bg0 + {d}u * {n};"));
-                    line(format!("let bs{p} = bs0 + {}u;", d * sb));
-                }
+                    moved_slot("b", p, ("bk", "bc"), (d, n), d * sb)
+                };
+                moved.into_iter().for_each(&mut line);
                 line(format!("let bq{p} = bq0;"));
             } else {
                 if g.bt {
