@@ -23,11 +23,12 @@ cargo build --locked --bin mgnc -q
 gpu_lib=$(binaries -p mgn-gpu --lib)
 gpu_tests=$(binaries -p mgn-tests --test gpu)
 mixed_tests=$(binaries -p mgn-tests --test mixed)
+dynamic_tests=$(binaries -p mgn-tests --test dynamic)
 
 info=$(bash scripts/coop_lavapipe.sh env MGN_COOP=1 target/debug/mgnc info) || exit $?
 echo "scripts/coop_tests.sh: on the lavapipe of scripts/coop_lavapipe.sh:"
 echo "$info" | grep -E "features|llvmpipe" | head -2
-if ! echo "$info" | grep -q "f16 products use"; then
+if ! echo "$info" | grep -qE "products .*use [0-9]+×[0-9]+ tiles"; then
     echo "error: the lavapipe in scripts/coop_lavapipe.sh offers no cooperative matrices mgn uses" >&2
     exit 1
 fi
@@ -42,7 +43,12 @@ status=0
 # The products once more staging each panel directly (`MGN_COOP_GRID=…:d`), an experiment's
 # switch the default grid does not use.
 (cd gpu && run env MGN_COOP_GRID=2x2:2x2:2:d "$gpu_lib" products_of) || status=$?
+# And as a plain run chooses them (MGN_COOP unset: an inference plan's products, a training
+# plan's that read halves).
+(cd gpu && run env MGN_COOP= "$gpu_lib" products_of) || status=$?
 (cd tests && run "$mixed_tests") || status=$?
+# Mixed inference plans made for a range of sizes: their products take the tiles by default.
+(cd tests && run env MGN_COOP= "$dynamic_tests" mixed_dynamic) || status=$?
 if [ "${MGN_COOP_ALL:-0}" = 1 ]; then
     (cd tests && run "$gpu_tests" mixed) || status=$?
 fi

@@ -10,6 +10,7 @@ use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
 use mgn_ir::dynamic::SizeVar;
 use mgn_ir::optim::OptimizerSpec;
+use mgn_ir::precision::Precision;
 use mgn_ir::{Plan, Tensor};
 use mgn_runtime::Session;
 use mgn_tests::{compare_golden, mgn_files, rendered, root};
@@ -238,6 +239,39 @@ fn dynamic_plans_on_the_gpu_match_the_cpu_at_every_size() {
                     let e = rel(g, w);
                     assert!(e < 1e-4, "{file} ({:?}) at {point:?}: {name} off by {e:e}", opts.mode);
                 }
+            }
+        }
+    }
+}
+
+/// Mixed-precision (f16) inference plans made for a range of sizes, on the GPU at several sizes
+/// against the CPU's mixed run: where the device has cooperative matrices their products take
+/// them (`limits::CoopUse`), with sizes read at run time, so a tile that mishandled a size
+/// below the bound (an edge, a stride) would be far off. Both round the same operands; a value
+/// the two compute an ulp apart may round to neighbouring halves, and tensor cores sum in their
+/// own order, so the bound is the policy's noise, far below a wrong tile's error.
+#[test]
+fn mixed_dynamic_plans_on_the_gpu_match_the_cpu_at_every_size() {
+    let mixed = PlanOptions { precision: Precision::MixedF16, ..PlanOptions::infer() };
+    let wanted = |f: &str| f.contains("gpt") || f.contains("minilm");
+    for (file, set, sizes, points) in cases().into_iter().filter(|c| wanted(c.0)) {
+        let plan = built(file, &set, &sizes, &mixed);
+        let mut cpu = Session::new(plan.clone(), 5);
+        let mut gpu = Session::new(plan.clone(), 5);
+        if !mgn_tests::on_gpu(&mut gpu) {
+            return;
+        }
+        let bound: Vec<usize> = sizes.iter().map(|v| v.max).collect();
+        for point in [&points[0], &bound, &points[1]] {
+            let at = plan.at(point).expect("valid");
+            let given = inputs(&at);
+            let refs: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let want = cpu.run(&refs).expect("the CPU runs");
+            let got = gpu.run(&refs).unwrap_or_else(|e| panic!("{file} at {point:?}: {e}"));
+            for ((name, w), (_, g)) in want.outputs.iter().zip(&got.outputs) {
+                assert_eq!(g.shape, w.shape, "{file} at {point:?}: {name}");
+                let e = rel(g, w);
+                assert!(e < 1e-2, "{file} (mixed) at {point:?}: {name} off by {e:e}");
             }
         }
     }

@@ -634,7 +634,11 @@ fn the_paper_workloads_at_tiny_shapes_match_the_cpu() {
 /// H200 Whisper's first convolution's weight gradient (the end of the whole backward pass) was
 /// 4.7e-3 from f32 where the CPU's was 1.4e-3 — the driver's own exp and division move more
 /// f32 values across half rounding boundaries than lavapipe's do — while every gate of the
-/// policy (forward < 1e-2, gradient cosine ≥ 0.99) held with a wide margin.
+/// policy (forward < 1e-2, gradient cosine ≥ 0.99) held with a wide margin. Where the device
+/// multiplies halves on cooperative matrices (tensor cores), the f16 floor is 4e-3: their f32
+/// accumulation is not IEEE's rounding of each sum, and on an H100 15 of Whisper's gradients
+/// were 2.9–3.4e-3 from f32 where the CPU's were 3.9–5.5e-4 — a uniform shift, every value
+/// of every tensor, not a wrong tile (which is off by the size of the value).
 #[test]
 fn mixed_precision_plans_match_the_cpu() {
     use mgn_ir::precision::Precision;
@@ -650,13 +654,19 @@ fn mixed_precision_plans_match_the_cpu() {
     let train =
         |precision| PlanOptions { precision, ..PlanOptions::train(&[], OptimizerSpec::default()) };
     let mut far = Vec::new();
+    let tensor_cores =
+        mgn_gpu::device::GpuDevice::chosen().is_ok_and(|(_, l)| l.coop_tile().is_some());
     for (model, settings) in workloads {
         let exact = plan(model, settings, &train(Precision::F32));
         let data = inputs(&exact, 1);
         let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let truth = Session::new(exact, 3).run(&given).expect("cpu runs in f32");
         for precision in [Precision::MixedF16, Precision::MixedBf16] {
-            let floor = if precision == Precision::MixedF16 { 1e-3 } else { 8e-3 };
+            let floor = match precision {
+                Precision::MixedF16 if tensor_cores => 4e-3,
+                Precision::MixedF16 => 1e-3,
+                _ => 8e-3,
+            };
             let p = plan(model, settings, &train(precision));
             assert_eq!(p.loss_scaling.is_some(), precision == Precision::MixedF16, "{model}");
             // The loss scale is the last parameter: the others are initialized as in f32.

@@ -56,13 +56,12 @@ impl DeviceLimits {
         1 << (31 - cap.leading_zeros())
     }
 
-    /// The tile of cooperative-matrix kernels, when kernels may use them: the device has them,
-    /// fixes its subgroups' size (a kernel assigns tiles to subgroups by number), and
-    /// `MGN_COOP=1` asks for them. Opt-in: on an H100 they are correct but compile for seconds
-    /// a pipeline and run slower than the tiled kernels (docs/ARCHITECTURE.md, Precision).
+    /// The tile of cooperative-matrix kernels, when kernels may use them: the device has them
+    /// and fixes its subgroups' size (a kernel assigns tiles to subgroups by number), and
+    /// `MGN_COOP=0` does not turn them off. Which steps take them is `coop_use`'s.
     pub fn coop_tile(&self) -> Option<u32> {
         let usable = self.coop_f16_tile > 0 && self.subgroup_size > 0;
-        (usable && coop_requested()).then_some(self.coop_f16_tile)
+        (usable && coop_use() != CoopUse::Off).then_some(self.coop_f16_tile)
     }
 
     /// Whether a tensor of `bytes` fits in one binding.
@@ -71,9 +70,27 @@ impl DeviceLimits {
     }
 }
 
-/// True when `MGN_COOP=1` asks for cooperative-matrix kernels (`DeviceLimits::coop_tile`).
-pub fn coop_requested() -> bool {
-    std::env::var("MGN_COOP").is_ok_and(|v| v == "1")
+/// Which f16 products and convolutions run on cooperative matrices where the device has them
+/// (`MGN_COOP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoopUse {
+    /// Unset: the products they were measured to win on — an inference plan's, and a
+    /// training plan's that read an operand held as halves (`kernels::matmul::coop::grid_for`);
+    /// convolutions keep the tiled kernels, which were faster on ResNet-50 (docs/BENCHMARKS.md).
+    ByShape,
+    /// `MGN_COOP=1`: every product and convolution they fit (an experiment's switch).
+    Everywhere,
+    /// `MGN_COOP=0`: none; the tiled kernels multiply halves at the f32 rate.
+    Off,
+}
+
+/// `MGN_COOP`'s choice (`CoopUse`). Any other value than `0` or `1` is the default.
+pub fn coop_use() -> CoopUse {
+    match std::env::var("MGN_COOP").as_deref() {
+        Ok("1") => CoopUse::Everywhere,
+        Ok("0") => CoopUse::Off,
+        _ => CoopUse::ByShape,
+    }
 }
 
 /// How long one submission may take before the device is reported as hung (`GPU_TIMEOUT`, or
@@ -184,17 +201,18 @@ mod tests {
         assert_eq!(big.workgroup_width(256), 256);
     }
 
-    /// Cooperative matrices need the device's tiles, a fixed subgroup size, and `MGN_COOP=1`
-    /// (opt-in: a plain run, as the test suite's, keeps the tiled kernels).
+    /// Cooperative matrices need the device's tiles and a fixed subgroup size, and
+    /// `MGN_COOP=0` turns them off.
     #[test]
-    fn cooperative_matrices_are_opt_in_and_need_a_fixed_subgroup_size() {
+    fn cooperative_matrices_need_a_fixed_subgroup_size() {
         let h200 = DeviceLimits { coop_f16_tile: 16, subgroup_size: 32, ..DeviceLimits::MIN_SPEC };
         let varying = DeviceLimits { subgroup_size: 0, ..h200 };
         assert_eq!(varying.coop_tile(), None);
         assert_eq!(DeviceLimits::MIN_SPEC.coop_tile(), None);
-        assert_eq!(h200.coop_tile(), coop_requested().then_some(16));
+        assert_eq!(h200.coop_tile(), (coop_use() != CoopUse::Off).then_some(16));
         if std::env::var_os("MGN_COOP").is_none() {
-            assert_eq!(h200.coop_tile(), None, "off unless asked for");
+            assert_eq!(coop_use(), CoopUse::ByShape);
+            assert_eq!(h200.coop_tile(), Some(16), "on by default, per shape");
         }
     }
 

@@ -1,7 +1,7 @@
 //! `mgnc info`: every GPU device, its limits and features, which one mgn would use, and — when
 //! none can be used — the one-sentence reason.
 
-use mgn_gpu::limits::{coop_requested, min_spec_requested, DeviceLimits};
+use mgn_gpu::limits::{coop_use, min_spec_requested, CoopUse, DeviceLimits};
 use mgn_gpu::probe::{choose, devices, Device};
 
 fn size(bytes: u64) -> String {
@@ -100,13 +100,7 @@ pub fn run(json: bool) -> u8 {
                     Some(0) | None => "vary by pipeline".to_string(),
                     Some(n) => format!("of {n}"),
                 };
-                let uses = match d.limits.and_then(|l| l.coop_tile()) {
-                    _ if d.cooperative_matrix.1 == 0 => String::new(),
-                    _ if min_spec => " (unused under MGN_MIN_SPEC=1)".into(),
-                    Some(t) => format!(" (f16 products use {t}×{t} tiles)"),
-                    None if !coop_requested() => " (unused: MGN_COOP=1 turns them on)".into(),
-                    None => " (unused: the subgroup size varies)".into(),
-                };
+                let uses = coop_uses(d, min_spec);
                 let float16 = if d.float16 { "yes" } else { "no" };
                 println!(
                     "      features: float16 {float16}, cooperative matrix {coop}{uses}, \
@@ -150,4 +144,18 @@ pub fn run(json: bool) -> u8 {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     0
+}
+
+/// What `info` adds to a device's cooperative matrices: which steps use them, or why none do.
+fn coop_uses(d: &Device, min_spec: bool) -> String {
+    match d.limits.and_then(|l| l.coop_tile()) {
+        _ if d.cooperative_matrix.1 == 0 => String::new(),
+        _ if min_spec => " (unused under MGN_MIN_SPEC=1)".into(),
+        Some(t) if coop_use() == CoopUse::Everywhere => {
+            format!(" (f16 products and convolutions use {t}×{t} tiles)")
+        }
+        Some(t) => format!(" (f16 inference products use {t}×{t} tiles)"),
+        None if coop_use() == CoopUse::Off => " (unused: MGN_COOP=0)".into(),
+        None => " (unused: the subgroup size varies)".into(),
+    }
 }

@@ -25,6 +25,10 @@ use queue::Queue;
 /// 16-byte elements).
 pub type Params = [u32; 32];
 
+/// What every dispatch binds: the arena twice — as 32-bit words (`arena`, every kernel) and as
+/// f16 halves (`arena_h`, only the cooperative-matrix kernels, which stage f16 operands with no
+/// conversion: `kernels::Operand::f16_view`) — and the parameter block. A kernel that declares
+/// no `arena_h` leaves that binding unused.
 #[derive(Clone, Copy)]
 struct Bindings {
     arena: gpu::BufferPiece,
@@ -37,6 +41,7 @@ impl gpu::ShaderData for Bindings {
             bindings: vec![
                 ("arena", gpu::ShaderBinding::Buffer),
                 ("params", gpu::ShaderBinding::Plain { size: 128 }),
+                ("arena_h", gpu::ShaderBinding::Buffer),
             ],
         }
     }
@@ -45,6 +50,7 @@ impl gpu::ShaderData for Bindings {
         use gpu::ShaderBindable;
         self.arena.bind_to(&mut ctx, 0);
         self.params.bind_to(&mut ctx, 1);
+        self.arena.bind_to(&mut ctx, 2);
     }
 }
 

@@ -5,7 +5,8 @@
 //! one output element per invocation (`i`) here; every other family has its module: `matmul`
 //! (tiles, GEMV, split-k, epilogues), `conv`, `attention`, `rows` (softmax, cross-entropy, long
 //! reductions), `norm` (and dropout), `select` (gather/scatter, slices, RoPE, the KV-cache
-//! ops with a run-time start), `spatial` (padding and resampling).
+//! ops with a run-time start), `spatial` (padding and resampling). `operand` says where a value
+//! lives and writes the loads and stores of its elements.
 
 mod attention;
 mod check;
@@ -18,6 +19,7 @@ pub use check::{check_plan, validate, PlanKernels};
 pub use ext::{size_word, Ext, SIZE_WORD};
 pub(crate) use matmul::{split_depth, SKINNY};
 mod norm;
+mod operand;
 mod permuted;
 mod pointwise;
 mod rows;
@@ -30,88 +32,10 @@ use crate::program::{GpuOp, GpuPlan, StepId};
 use mgn_ir::dynamic::Poly;
 use mgn_ir::op::{Op, ReduceOp, UnaryOp};
 use mgn_ir::DType;
+pub(crate) use operand::{base, fetch_word, load, store, word_half, word_value, Fetched};
+pub use operand::{Operand, Sliced};
 use permuted::Permuted;
 use pointwise::{binary, helpers, unary, unary_grad};
-
-/// Where a value lives: its first word in the arena, and its shape.
-#[derive(Clone, Debug)]
-pub struct Operand {
-    pub offset: usize,
-    pub shape: Vec<usize>,
-    pub dtype: DType,
-    /// When set, the kernel reads the offset from this word of the parameter block instead of
-    /// having it baked in, so steps that differ only in where their values live (every layer of
-    /// a model) share one pipeline.
-    pub slot: Option<usize>,
-    /// A 2-D value stored transposed: `shape` is `[k, n]` but the words hold the `[n, k]`
-    /// matrix it transposes (`memory::transposed_views`; only matmul's right operand).
-    pub transposed: bool,
-    /// A half value stored as the f32 words it is rounded from: each load rounds
-    /// (`memory::rounded_views`; only contractions' operands).
-    pub rounded: bool,
-    /// In a dynamic plan, per axis of `shape`, the polynomial of the sizes it follows (empty,
-    /// or `None` for an axis, when fixed): what `dim` prints for kernels shared across sizes.
-    pub follows: Vec<Option<Poly>>,
-    /// An output stored permuted (`GpuOp::PermutedStore`): `store` maps each index.
-    pub permuted: Option<Permuted>,
-    /// A split product's sum read through (`memory::summed_views`): the words hold this many
-    /// partial results of `shape` one after another, and each load adds them up. 0 or 1: none.
-    pub summed: usize,
-    /// A slice read in place (`memory::sliced_views`): the words hold the value it slices.
-    pub sliced: Option<Sliced>,
-}
-
-/// Where a sliced view's elements lie: in the value it slices, whose `axis` is `full` long,
-/// from `start` on (the view's other axes are the value's).
-#[derive(Clone, Debug)]
-pub struct Sliced {
-    pub axis: usize,
-    pub start: usize,
-    pub full: Ext,
-}
-
-impl Operand {
-    /// Whether the words hold halves, two per word (a half value not read as a rounded view):
-    /// an element is read from its word at a bit offset.
-    pub fn packs_halves(&self) -> bool {
-        self.dtype.is_half() && !self.rounded
-    }
-
-    /// An operand at a baked-in offset.
-    pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
-        let shape = shape.to_vec();
-        let (transposed, rounded) = (false, false);
-        let (slot, follows, permuted, summed) = (None, vec![], None, 0);
-        let sliced = None;
-        Operand {
-            offset,
-            shape,
-            dtype,
-            slot,
-            transposed,
-            rounded,
-            follows,
-            permuted,
-            summed,
-            sliced,
-        }
-    }
-
-    /// Axis `a`'s size, as a kernel shared across sizes reads it.
-    pub fn dim(&self, a: usize) -> Ext {
-        Ext::following(self.shape[a], self.follows.get(a).and_then(Option::as_ref))
-    }
-
-    /// Every axis's size (`dim`).
-    pub fn dims(&self) -> Vec<Ext> {
-        (0..self.shape.len()).map(|a| self.dim(a)).collect()
-    }
-
-    /// The number of elements (`dim`'s product).
-    pub fn numel(&self) -> Ext {
-        Ext::product(&self.dims())
-    }
-}
 
 /// An error naming the op unless it has at least `k` inputs.
 pub(super) fn need_inputs(op: &Op, inputs: &[Operand], k: usize) -> Result<(), String> {
@@ -161,6 +85,7 @@ pub fn step_operands(
             permuted: None,
             summed: views.summed[v],
             sliced: views.sliced[v].then(|| sliced(plan, v, &follows)),
+            f16_view: false,
         }
     };
     let inputs: Vec<Operand> =
@@ -180,14 +105,6 @@ fn sliced(plan: &GpuPlan, v: usize, follows: &dyn Fn(usize) -> Vec<Option<Poly>>
     Sliced { axis: *axis, start: *start, full }
 }
 
-/// The WGSL expression of an operand's first word.
-pub(crate) fn base(o: &Operand) -> String {
-    match o.slot {
-        Some(w) => format!("params.p[{}].{}", w / 4, ["x", "y", "z", "w"][w % 4]),
-        None => format!("{}u", o.offset),
-    }
-}
-
 /// What kernels are sized for on a device: the workgroup width steps are written for, and the
 /// shared memory one workgroup may take (the products' and convolutions' tiles grow into it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,12 +122,22 @@ pub struct Target {
 pub struct Coop {
     pub tile: u32,
     pub subgroup: u32,
+    /// Every product and convolution of f16 operands that fits takes the tiles (`MGN_COOP=1`);
+    /// otherwise only the products they were measured to win on (`limits::CoopUse::ByShape`,
+    /// `matmul::coop::grid_for`).
+    pub everywhere: bool,
+    /// The kernel is a training plan's: `generate` sets it from the plan's mode, as the choice
+    /// of products differs (`matmul::coop::grid_for`).
+    pub training: bool,
 }
 
 impl Target {
     pub fn of(limits: &crate::limits::DeviceLimits) -> Target {
         let width = limits.workgroup_width(256);
-        let coop = limits.coop_tile().map(|tile| Coop { tile, subgroup: limits.subgroup_size });
+        let everywhere = crate::limits::coop_use() == crate::limits::CoopUse::Everywhere;
+        let subgroup = limits.subgroup_size;
+        let training = false;
+        let coop = limits.coop_tile().map(|tile| Coop { tile, subgroup, everywhere, training });
         Target { width, shared_bytes: limits.max_shared_memory, coop }
     }
 
@@ -284,93 +211,6 @@ pub(super) fn broadcast_at(i: &str, out: &[Ext], input: &[Ext]) -> String {
         "0u".into()
     } else {
         terms.join(" + ")
-    }
-}
-
-pub(super) fn load(o: &Operand, index: &str) -> String {
-    if let Some(sl) = &o.sliced {
-        // Element i of the view: (outer, a, inner) → (outer, start + a, inner) in the value.
-        let dims = o.dims();
-        let inner = Ext::product(&dims[sl.axis + 1..]);
-        let len = &dims[sl.axis];
-        let at = format!(
-            "((({index}) / {span}) * {full_span} + (({index}) / {inner}) % {len} * {inner} \
-             + {offset} + ({index}) % {inner})",
-            span = len.mul(&inner),
-            full_span = sl.full.mul(&inner),
-            offset = inner.times(sl.start),
-        );
-        return load(&Operand { sliced: None, ..o.clone() }, &at);
-    }
-    if o.summed > 1 {
-        // Partial `s` of element `i` is at `s · numel + i`.
-        let (n, one) = (o.numel(), Operand { summed: 0, ..o.clone() });
-        let terms: Vec<String> =
-            (0..o.summed).map(|s| load(&one, &format!("{} + ({index})", n.times(s)))).collect();
-        return format!("({})", terms.join(" + "));
-    }
-    if !o.dtype.is_float() {
-        return format!("bitcast<i32>(arena[{} + {index}])", base(o));
-    }
-    let f = fetch_word(o, index);
-    word_value(o, &f.word, f.shift.as_deref().unwrap_or("0u"))
-}
-
-/// A load split in two, for kernels that prefetch the next panel into registers while they
-/// multiply the current one: `word` is the arena word holding the element, and nothing is
-/// computed from it until `word_value` turns it into the f32 when the panel is staged. A
-/// conversion (rounding a rounded view, unpacking a half) applied as the word arrives would
-/// make the invocation wait for the load right there, before the products that should hide it.
-pub(super) struct Fetched {
-    /// The u32 word expression.
-    pub word: String,
-    /// For a half value: the expression of the bit offset of the element within its word (it
-    /// depends on the index alone, not on the load).
-    pub shift: Option<String>,
-}
-
-/// The word holding element `index` of the float operand `o` (see `Fetched`).
-pub(super) fn fetch_word(o: &Operand, index: &str) -> Fetched {
-    debug_assert!(o.summed <= 1, "a summed view is read only through `load`");
-    debug_assert!(o.sliced.is_none(), "a sliced view is read only through `load`");
-    if o.packs_halves() {
-        Fetched {
-            word: format!("arena[{} + (({index}) >> 1u)]", base(o)),
-            shift: Some(format!("((({index}) & 1u) * 16u)")),
-        }
-    } else {
-        Fetched { word: format!("arena[{} + {index}]", base(o)), shift: None }
-    }
-}
-
-/// The f32 value of a word `fetch_word` gave for `o`, held in `word` (and its bit offset in
-/// `shift`, for a half value): what `load` of the same element gives (`load` is the two
-/// halves together).
-pub(super) fn word_value(o: &Operand, word: &str, shift: &str) -> String {
-    match o.dtype {
-        d if d.is_half() && o.rounded => crate::halves::round(d, &format!("bitcast<f32>({word})")),
-        d if d.is_half() => crate::halves::value(d, &format!("({word} >> {shift})")),
-        _ => format!("bitcast<f32>({word})"),
-    }
-}
-
-/// The statement storing `value` as element `index` of `out`. A half result is stored only by
-/// the per-element kernels of `per_element`, a word at a time (`crate::halves`).
-pub(super) fn store(out: &Operand, index: &str, value: &str) -> String {
-    let mapped;
-    let index = match &out.permuted {
-        Some(p) => {
-            mapped = p.index(index);
-            &mapped
-        }
-        None => index,
-    };
-    match out.dtype {
-        d if d.is_half() => crate::halves::store(index, value),
-        d if d.is_float() => {
-            format!("arena[{} + {index}] = bitcast<u32>(f32({value}));", base(out))
-        }
-        _ => format!("arena[{} + {index}] = bitcast<u32>(i32({value}));", base(out)),
     }
 }
 
@@ -466,6 +306,8 @@ pub fn generate(
             out.dtype
         ));
     }
+    let coop = target.coop.map(|c| Coop { training, ..c });
+    let target = Target { coop, ..target };
     if let GpuOp::Plan(op) = op {
         return plan_op(op, id, inputs, out, target, training);
     }

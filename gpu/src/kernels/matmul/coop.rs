@@ -16,7 +16,7 @@
 
 use super::panels::{moved_slot, registers, Panels};
 use super::{split_depth_of, Geometry};
-use crate::kernels::{word_value, Coop, Ext, KernelSource};
+use crate::kernels::{word_half, Coop, Ext, KernelSource};
 use mgn_ir::DType;
 
 /// The subgroup grid of a workgroup (`sm × sn` subgroups), each subgroup's block of tiles
@@ -120,8 +120,22 @@ const PAD: usize = 8;
 /// it fits (22 KiB of shared memory at 16 × 16 tiles, above the 16 KiB floor), else the 2×2
 /// one. Products of a few rows or columns keep the skinny kernels (the caller picks those
 /// first): they are bandwidth-bound, and a tile would be mostly padding.
+///
+/// Unless every product is asked to take them (`Coop::everywhere`), an inference plan's
+/// products take them, and a training plan's only where an operand is held as halves (staged
+/// as it is loaded: `Operand::f16_view`). An inference plan holds its weights as halves
+/// (`rewrite::halves`): on an H100 those products ran 1.2–3.3× faster than the tiled kernel on
+/// every workload shape measured (Whisper's fc1 45 µs against 78), and its products of two
+/// activations (attention's) took Whisper's forward a further 5%. A training plan's products
+/// read two rounded views (its parameters stay f32), and there the tiles lost as often as they
+/// won (SmolLM2's forward + backward 1.07–1.17×, Whisper's 0.94–0.99×), so they keep the tiled
+/// kernel (docs/BENCHMARKS.md, "Tensor cores by default for inference products").
 pub(super) fn grid_for(g: &Geometry, coop: Coop, width: usize, shared: usize) -> Option<CoopGrid> {
     if g.a.dtype != DType::F16 || g.b.dtype != DType::F16 || g.ot {
+        return None;
+    }
+    let halves = g.a.packs_halves() || g.b.packs_halves();
+    if !coop.everywhere && coop.training && !halves {
         return None;
     }
     let fit = |grid: CoopGrid| {
@@ -188,14 +202,23 @@ impl Shape {
     }
 }
 
-/// The cooperative-matrix kernel for `g` on `grid` (`grid_for`'s).
+/// The cooperative-matrix kernel for `g` on `grid` (`grid_for`'s). Operands held as halves are
+/// read through the arena's f16 view (`Operand::f16_view`): their elements are staged as they
+/// are loaded, with no conversion.
 pub(super) fn coop_with(g: &Geometry, coop: Coop, grid: CoopGrid) -> KernelSource {
+    let mut viewed = g.clone();
+    for o in [&mut viewed.a, &mut viewed.b] {
+        o.f16_view = o.packs_halves();
+    }
+    let g = &viewed;
     let s = Shape::of(g, coop, grid);
     let groups = s.per_batch.mul(&g.batches()).times(g.splits);
+    let view =
+        if g.a.f16_view || g.b.f16_view { "var<storage, read> arena_h: array<f16>;\n" } else { "" };
     let mut body = format!(
         "enable f16;
 enable wgpu_cooperative_matrix;
-var<workgroup> cm_a: array<f16, {}>;
+{view}var<workgroup> cm_a: array<f16, {}>;
 var<workgroup> cm_b: array<f16, {}>;
 var<workgroup> cm_c: array<f32, {}>;
 @compute @workgroup_size({})
@@ -362,13 +385,13 @@ fn stage(g: &Geometry, s: &Shape) -> String {
     };
     let mut out = String::new();
     for p in 0..s.p.pa {
-        let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
-        let st = format!("cm_a[as{p}] = f16({v});");
+        let v = word_half(&g.a, &format!("ra{p}"), &format!("sa{p}"));
+        let st = format!("cm_a[as{p}] = {v};");
         out += &staged(s.p.partial_a, format!("ae{p}"), s.bm * bk, st);
     }
     for p in 0..s.p.pb {
-        let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
-        let st = format!("cm_b[bs{p}] = f16({v});");
+        let v = word_half(&g.b, &format!("rb{p}"), &format!("sb{p}"));
+        let st = format!("cm_b[bs{p}] = {v};");
         out += &staged(s.p.partial_b, format!("be{p}"), bk * s.bn, st);
     }
     out
@@ -472,7 +495,7 @@ mod tests {
         let inputs = [half(0, &[256, 256]), half(100_000, &[256, 256])];
         let out = Operand::at(200_000, &[256, 256], DType::F32);
         let g = super::Geometry::of(&inputs, &out).unwrap();
-        let coop = Coop { tile: 16, subgroup: 32 };
+        let coop = Coop { tile: 16, subgroup: 32, everywhere: false, training: false };
         assert_eq!(super::grid_for(&g, coop, 1024, 49_152), Some(CoopGrid::WIDE));
         assert_eq!(super::grid_for(&g, coop, 1024, 16_384), Some(CoopGrid::DEFAULT));
         assert_eq!(super::grid_for(&g, coop, 128, 49_152), Some(CoopGrid::DEFAULT));
@@ -495,7 +518,7 @@ mod tests {
         let inputs = [half(0, &[m, k]), half(1_000_000, &[k, n])];
         let out = Operand::at(9_000_000, &[m, n], DType::F32);
         let g = super::Geometry::of(&inputs, &out).unwrap();
-        let coop = Coop { tile: 16, subgroup: 32 };
+        let coop = Coop { tile: 16, subgroup: 32, everywhere: true, training: false };
         for v in ["2x2:2x2:2", "2x2:4x2:2", "4x2:2x2:4", "2x2:4x4:2", "1x1:1x1:1", "2x2:4x4:2:d"] {
             let grid = CoopGrid::parse(v).unwrap();
             let src = coop_with(&g, coop, grid);

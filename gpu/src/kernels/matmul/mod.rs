@@ -44,6 +44,7 @@ const BK: usize = 8;
 /// The product's geometry after promotion: `batches` independent `[m, k] × [k, n]` products.
 /// Sizes are `Ext`s: in a dynamic plan the kernel reads those that follow the sizes from its
 /// parameter block, and its choices (which kernel, which tile) take their values now.
+#[derive(Clone)]
 struct Geometry {
     a: Operand,
     b: Operand,

@@ -68,7 +68,8 @@ impl Panels {
                 format!("        {set}\n")
             } else {
                 format!(
-                    "        r{reg}{p} = 0u;\n        if ({}) {{ {set} }}\n",
+                    "        r{reg}{p} = {};\n        if ({}) {{ {set} }}\n",
+                    f.zero,
                     conds.join(" && ")
                 )
             }
@@ -90,10 +91,12 @@ impl Panels {
     }
 }
 
-/// The registers slot `p` of operand `o` (`a` or `b`) fetches into: its word, and for a value
-/// stored as halves the element's bit offset within it.
+/// The registers slot `p` of operand `o` (`a` or `b`) fetches into: its word (an f16 read
+/// through the f16 view), and for a value stored as halves the element's bit offset within it.
 pub(super) fn registers(name: &str, p: usize, o: &Operand) -> String {
-    if o.packs_halves() {
+    if o.f16_view {
+        format!("var r{name}{p} = 0.0h;")
+    } else if o.packs_halves() {
         format!("var r{name}{p} = 0u; var s{name}{p} = 0u;")
     } else {
         format!("var r{name}{p} = 0u;")

@@ -17,9 +17,11 @@ fn strides(bm: usize, bn: usize) -> (usize, usize) {
     (bm + 8, bn + 8)
 }
 
-/// Whether the convolution runs on cooperative matrices: both operands f16, a workgroup of the
-/// subgroup grid within the target's width that can stage each slice (every fast axis at most
-/// a workgroup wide), a K split in whole slices, and the panels within shared memory.
+/// Whether the convolution runs on cooperative matrices: asked for everywhere (`MGN_COOP=1`;
+/// by shape, convolutions keep the tiled kernels, which were faster on ResNet-50 on an H100:
+/// its mixed forward 3.87 ms against 3.37, docs/BENCHMARKS.md), both operands f16, a workgroup
+/// of the subgroup grid within the target's width that can stage each slice (every fast axis
+/// at most a workgroup wide), a K split in whole slices, and the panels within shared memory.
 pub(super) fn fits(gm: &Gemm, a: &Loader, b: &Loader, coop: Coop, target: Target) -> bool {
     let grid = CoopGrid::current();
     let (t, w) = (coop.tile as usize, grid.subgroups() * coop.subgroup as usize);
@@ -27,7 +29,8 @@ pub(super) fn fits(gm: &Gemm, a: &Loader, b: &Loader, coop: Coop, target: Target
     let (lda, ldb) = strides(bm, bn);
     let fast = |l: &Loader, rows: usize| if l.k_fast { bk } else { rows };
     let shared = 2 * bk * (lda + ldb) + 4 * grid.subgroups() * t * t;
-    a.operand.dtype == DType::F16
+    coop.everywhere
+        && a.operand.dtype == DType::F16
         && b.operand.dtype == DType::F16
         && w <= target.width as usize
         && fast(a, bm) <= w

@@ -273,7 +273,11 @@ fn half_convolutions_take_cooperative_matrices_where_the_device_has_them() {
         ),
         (Op::ConvGradWeight { stride, padding, dilation, groups }, [&x[..], &y[..]], &w[..]),
     ];
-    for coop in [Coop { tile: 16, subgroup: 32 }, Coop { tile: 8, subgroup: 8 }] {
+    let (big, small) = (
+        Coop { tile: 16, subgroup: 32, everywhere: true, training: false },
+        Coop { tile: 8, subgroup: 8, everywhere: true, training: false },
+    );
+    for coop in [big, small, Coop { everywhere: false, ..big }] {
         let target = Target { width: 256, shared_bytes: 32 << 10, coop: Some(coop) };
         for (op, ins, out) in &ops {
             for dtype in [DType::F16, DType::F32] {
@@ -281,7 +285,8 @@ fn half_convolutions_take_cooperative_matrices_where_the_device_has_them() {
                 let out = Operand::at(1 << 22, out, DType::F32);
                 let src = crate::kernels::conv::generate(op, &inputs, &out, target).unwrap();
                 let what = format!("{} {dtype} {coop:?}", op.describe());
-                assert_eq!(src.body.contains("coopMultiplyAdd"), dtype == DType::F16, "{what}");
+                let takes = dtype == DType::F16 && coop.everywhere;
+                assert_eq!(src.body.contains("coopMultiplyAdd"), takes, "{what}");
                 crate::kernels::check::spirv(&src.body)
                     .unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
             }
