@@ -152,15 +152,24 @@ pub(crate) fn fetch_word(o: &Operand, index: &str) -> Fetched {
     debug_assert!(o.sliced.is_none(), "a sliced view is read only through `load`");
     if o.f16_view {
         let word = format!("arena_h[2u * {} + ({index})]", base(o));
-        Fetched { word, shift: None, zero: "0.0h" }
+        Fetched { word, shift: None, zero: zero(o) }
     } else if o.packs_halves() {
         Fetched {
             word: format!("arena[{} + (({index}) >> 1u)]", base(o)),
             shift: Some(format!("((({index}) & 1u) * 16u)")),
-            zero: "0u",
+            zero: zero(o),
         }
     } else {
-        Fetched { word: format!("arena[{} + {index}]", base(o)), shift: None, zero: "0u" }
+        Fetched { word: format!("arena[{} + {index}]", base(o)), shift: None, zero: zero(o) }
+    }
+}
+
+/// 0 in the type of the register `fetch_word` fills for `o` (0.0 in every float type).
+pub(crate) fn zero(o: &Operand) -> &'static str {
+    if o.f16_view {
+        "0.0h"
+    } else {
+        "0u"
     }
 }
 

@@ -233,7 +233,7 @@ pub(super) fn implicit_gemm(
     target: Target,
 ) -> Option<KernelSource> {
     let w = target.width as usize;
-    if let Some(c) = target.coop.filter(|&c| coop::fits(gm, a, b, c, target)) {
+    if let Some(c) = target.coop.filter(|_| takes_coop(gm, a, b, target)) {
         return Some(coop::kernel(gm, a, b, epilogue, c));
     }
     let shared_words = SHARED_WORDS.min(target.shared_bytes as usize / 4);
@@ -251,13 +251,20 @@ pub(super) fn implicit_gemm(
     Some(gemm_kernel(gm, &t, a, b, epilogue, w))
 }
 
+/// Whether `implicit_gemm` runs `gm` on cooperative matrices (`coop::fits`). A caller whose
+/// loaders read halves asks first, and builds them again reading through the f16 view.
+pub(super) fn takes_coop(gm: &Gemm, a: &Loader, b: &Loader, target: Target) -> bool {
+    target.coop.is_some_and(|c| coop::fits(gm, a, b, c, target))
+}
+
 /// How one invocation moves its share of an operand's `bk`-deep slice: into registers at a
 /// given depth (`fetch`, issued a slice ahead so the loads are in flight while the current slice
 /// is multiplied) and from them into `sm[base + kk·stride + r]` (`stage`). `rows` is the
 /// tile's extent along m (A) or n (B), `bound` the matrix's, `origin` the tile's first row or
 /// column, `fast` this invocation's index along the staging's fast axis. `sink` makes the
-/// statement that stores an f32 value at a staged index (`sm`'s words here; the
-/// cooperative-matrix kernel's f16 panels).
+/// statement that stores, at a staged index, the element of the operand held in a register
+/// (`reg`, and `{reg}s` its bit offset for a half): `sm`'s f32 words here, the
+/// cooperative-matrix kernel's f16 panels.
 struct Staging {
     decl: String,
     stage: String,
@@ -278,7 +285,7 @@ fn staging(
     base: usize,
     stride: usize,
     w: usize,
-    sink: &dyn Fn(&str, &str) -> String,
+    sink: &dyn Fn(&str, &Operand, &str) -> String,
 ) -> Staging {
     let fast_len = if ld.k_fast { bk } else { rows };
     let slow_len = if ld.k_fast { rows } else { bk };
@@ -291,21 +298,22 @@ fn staging(
         // Past the slice on the slow axis (a tile smaller than a staging pass): nothing.
         let live = ((j + 1) * per_pass > slow_len)
             .then(|| format!("tid / {fast_len}u + {}u < {slow_len}u", j * per_pass));
-        // A half value's words also carry their element's bit offset.
-        let halves = ld.operand.packs_halves();
+        // A half value's words also carry their element's bit offset (not an f16 view's).
+        let halves = ld.operand.packs_halves() && !ld.operand.f16_view;
+        let zero = crate::kernels::zero(&ld.operand);
         let (shift_decl, shift_keep) = if halves {
             (format!("var {reg}s = 0u;\n    "), format!("\n            {reg}s = vs;"))
         } else {
             (String::new(), String::new())
         };
-        st.decl.push_str(&format!("var {reg} = 0u;\n    {shift_decl}"));
+        st.decl.push_str(&format!("var {reg} = {zero};\n    {shift_decl}"));
         st.fetch.push_str(&format!(
             "{{
             let sl_ = tid / {fast_len}u + {off}u;
             let r = {r};
             let kk = {k};
             let k = kf + kk;
-            var v = 0u;{vs}
+            var v = {zero};{vs}
             if ({live} && {origin} + r < {bound}u && k < {k_len}u) {{
                 {body}
             }}
@@ -318,9 +326,8 @@ fn staging(
             vs = if halves { "\n            var vs = 0u;" } else { "" },
         ));
         let at = format!("{base}u + ({k}) * {stride}u + {r}");
-        let value = word_value(&ld.operand, &reg, &format!("{reg}s"));
-        let store =
-            format!("{{ let sl_ = tid / {fast_len}u + {}u; {} }}", j * per_pass, sink(&at, &value));
+        let staged = sink(&at, &ld.operand, &reg);
+        let store = format!("{{ let sl_ = tid / {fast_len}u + {}u; {staged} }}", j * per_pass);
         match live {
             None => st.stage.push_str(&format!("{store}\n        ")),
             Some(live) => st.stage.push_str(&format!("if ({live}) {store}\n        ")),
@@ -437,7 +444,10 @@ fn gemm_kernel(
     let boff = t.bk * lda;
     let [decl, inner, finish] = register_block(gm, t, epilogue, lda, ldb);
     let depth = t.bk / t.s;
-    let sink = |at: &str, v: &str| format!("sm[({at}) / 4u][({at}) % 4u] = {v};");
+    let sink = |at: &str, o: &Operand, reg: &str| {
+        let v = word_value(o, reg, &format!("{reg}s"));
+        format!("sm[({at}) / 4u][({at}) % 4u] = {v};")
+    };
     let sa = staging(a, t.bk, "pa", gm.k, t.tm, gm.m, "m0", "fa", 0, lda, w, &sink);
     let sb = staging(b, t.bk, "pb", gm.k, t.tn, gm.n, "n0", "fb", boff, ldb, w, &sink);
     let words = t.shared_words_with(lda, ldb);

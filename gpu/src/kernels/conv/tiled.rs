@@ -1,7 +1,7 @@
 //! The three convolutions as implicit GEMMs (`gemm.rs`): what each operand's loader gathers
 //! and how each result is stored.
 
-use super::gemm::{fetch, implicit_gemm, Gemm, Loader};
+use super::gemm::{fetch, implicit_gemm, takes_coop, Gemm, Loader};
 use super::ConvDims;
 use crate::kernels::{load, store, KernelSource, Operand, Target};
 
@@ -29,38 +29,48 @@ pub(super) fn conv_tiled(
     let k = cin_g * kk;
     let split_depth = (splits > 1).then(|| split_depth(k, splits));
     let gm = Gemm { groups: c.g, m: cout_g, n: c.n * l, k, k_end: None, split_depth };
-    let a = Loader {
-        k_fast: true,
-        pre: String::new(),
-        body: fetch(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k)),
-        operand: w.clone(),
-    };
     // A pointwise convolution reads the input plane as it is: no window arithmetic.
     let pointwise = kk == 1 && [sh, sw, ph, pw] == [1, 1, 0, 0];
-    let b = Loader {
-        k_fast: false,
-        pre: format!(
-            "let bn = n0 + fb;
+    let loaders = |w: &Operand, x: &Operand| {
+        let a = Loader {
+            k_fast: true,
+            pre: String::new(),
+            body: fetch(w, &format!("(g * {cout_g}u + m0 + r) * {}u + k", gm.k)),
+            operand: w.clone(),
+        };
+        let b = Loader {
+            k_fast: false,
+            pre: format!(
+                "let bn = n0 + fb;
     let bp = bn % {l}u;
     let bx = ((bn / {l}u) * {cin}u + g * {cin_g}u) * {hw}u;
     let bih = i32((bp / {ow}u) * {sh}u) - {ph};
     let biw = i32((bp % {ow}u) * {sw}u) - {pw};"
-        ),
-        body: if pointwise {
-            fetch(x, &format!("bx + k * {hw}u + bp"))
-        } else {
-            format!(
-                "let t = k % {kk}u;
+            ),
+            body: if pointwise {
+                fetch(x, &format!("bx + k * {hw}u + bp"))
+            } else {
+                format!(
+                    "let t = k % {kk}u;
                 let ih = bih + i32((t / {kw}u) * {dh}u);
                 let iw = biw + i32((t % {kw}u) * {dw}u);
                 if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{
                     {xv}
                 }}",
-                xv = fetch(x, &format!("bx + (k / {kk}u) * {hw}u + u32(ih) * {wd}u + u32(iw)")),
-            )
-        },
-        operand: x.clone(),
+                    xv = fetch(x, &format!("bx + (k / {kk}u) * {hw}u + u32(ih) * {wd}u + u32(iw)")),
+                )
+            },
+            operand: x.clone(),
+        };
+        (a, b)
     };
+    let (mut a, mut b) = loaders(w, x);
+    // On cooperative matrices, an operand held as halves (an inference plan's weight) is
+    // staged as it is loaded, through the f16 view.
+    if takes_coop(&gm, &a, &b, target) && (w.packs_halves() || x.packs_halves()) {
+        let viewed = |o: &Operand| Operand { f16_view: o.packs_halves(), ..o.clone() };
+        (a, b) = loaders(&viewed(w), &viewed(x));
+    }
     let plus =
         bias.map_or(String::new(), |b| format!(" + {}", load(b, &format!("g * {cout_g}u + m"))));
     let at = format!(

@@ -8,7 +8,7 @@
 
 use super::{origin, slices, staging, Gemm, Loader};
 use crate::kernels::matmul::{subgroup_guard, CoopGrid, NAN};
-use crate::kernels::{Coop, KernelSource, Target};
+use crate::kernels::{word_half, Coop, KernelSource, Operand, Target};
 use mgn_ir::DType;
 
 /// Row strides of the staged panels, in halves: 16-byte aligned rows (the tile loads need it)
@@ -56,7 +56,11 @@ pub(super) fn kernel(
     let (mtiles, ntiles) = (gm.m.div_ceil(bm), gm.n.div_ceil(bn));
     let nwg = gm.groups * gm.splits() * mtiles * ntiles;
     let ranges = gm.ranges(mtiles * ntiles);
-    let sink = |panel: &'static str| move |at: &str, v: &str| format!("{panel}[{at}] = f16({v});");
+    let sink = |panel: &'static str| {
+        move |at: &str, o: &Operand, reg: &str| {
+            format!("{panel}[{at}] = {};", word_half(o, reg, &format!("{reg}s")))
+        }
+    };
     let sa = staging(a, bk, "pa", gm.k, bm, gm.m, "m0", "fa", 0, lda, w, &sink("cm_a"));
     let sb = staging(b, bk, "pb", gm.k, bn, gm.n, "n0", "fb", 0, ldb, w, &sink("cm_b"));
     let (acc, multiply) = multiply(&grid, t, lda, ldb);
@@ -64,10 +68,15 @@ pub(super) fn kernel(
     let slices = slices(&(ranges.1, ranges.2), bk, &sa, &sb, &multiply);
     let stores = stores(gm, &grid, t, sg, epilogue);
     let tt = t * t;
+    let view = if a.operand.f16_view || b.operand.f16_view {
+        "var<storage, read> arena_h: array<f16>;\n"
+    } else {
+        ""
+    };
     let body = format!(
         "enable f16;
 enable wgpu_cooperative_matrix;
-var<workgroup> cm_a: array<f16, {a_halves}>;
+{view}var<workgroup> cm_a: array<f16, {a_halves}>;
 var<workgroup> cm_b: array<f16, {b_halves}>;
 var<workgroup> cm_c: array<f32, {c_words}>;
 

@@ -242,8 +242,8 @@ fn chosen_tiles_fit_the_floor() {
 
 /// Convolutions of f16 operands and both their derivatives take the cooperative-matrix kernel
 /// on a device that has one (the H200's 16×16 tiles at subgroups of 32, lavapipe's 8×8 at 8):
-/// it validates and translates to SPIR-V here, where no device runs the 16×16 one. f32
-/// operands keep the tiled kernel.
+/// it validates and translates to SPIR-V here, where no device runs the 16×16 one; the forward
+/// reads its operands held as halves through the f16 view. f32 operands keep the tiled kernel.
 #[test]
 fn half_convolutions_take_cooperative_matrices_where_the_device_has_them() {
     use crate::kernels::{Coop, Operand, Target};
@@ -287,6 +287,9 @@ fn half_convolutions_take_cooperative_matrices_where_the_device_has_them() {
                 let what = format!("{} {dtype} {coop:?}", op.describe());
                 let takes = dtype == DType::F16 && coop.everywhere;
                 assert_eq!(src.body.contains("coopMultiplyAdd"), takes, "{what}");
+                // The forward stages its operands held as halves through the f16 view.
+                let viewed = takes && matches!(op, Op::Conv { .. });
+                assert_eq!(src.body.contains("arena_h["), viewed, "{what}");
                 crate::kernels::check::spirv(&src.body)
                     .unwrap_or_else(|e| panic!("{what}: {e}\n{}", src.body));
             }
