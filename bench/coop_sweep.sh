@@ -12,7 +12,8 @@
 #   GRIDS     MGN_COOP_GRID values ("default 2x2:2x2:2 2x4:2x2:2 4x2:2x4:2 2x4:2x2:2:d";
 #             "default" is the kernel's own choice)
 #   DTYPE     the operands: rounded (an activation cast by the mixed policy and a weight held as
-#             halves; default) or f16 (both held as halves)
+#             halves, as an inference plan's products; default), rounded-both (two activations
+#             read through rounded views, as a training plan's products) or f16 (both halves)
 #   SHAPES    MGN_MM_ONLY (default: the workloads' products and 2048², 4096²)
 #   STATS     1: also the pipeline statistics of each grid
 #   OUT       where the raw lines and the table go (bench/out/coop_sweep)

@@ -220,17 +220,26 @@ pub fn time_op_with(
     time_op_cast(op, operands, out_shape, (repeat, transpose_last), dtype, None)
 }
 
-/// `time_op_with`, each operand cast to `cast` (a half type) before the op reads it, as the
-/// mixed policy casts a contraction's operands: the left one an activation (an input here), read
-/// as a rounded view (`memory::rounded_views`: f32 words, each element rounded as it arrives),
-/// the others weights, which an inference plan holds as halves (`rewrite::halves`).
+/// How `time_op_cast` casts a contraction's operands to a half type, as the mixed policy does.
+#[derive(Clone, Copy, Debug)]
+pub enum Cast {
+    /// The left operand an activation (an input), read as a rounded view
+    /// (`memory::rounded_views`: f32 words, each element rounded as it arrives), the others
+    /// weights, which an inference plan holds as halves (`rewrite::halves`).
+    Weights(DType),
+    /// Every operand an input read as a rounded view, as a training plan's products read both
+    /// of theirs (its parameters stay f32).
+    All(DType),
+}
+
+/// `time_op_with`, the operands cast as `cast` says before the op reads them.
 pub fn time_op_cast(
     op: &Op,
     operands: &[&[usize]],
     out_shape: &[usize],
     (repeat, transpose_last): (usize, bool),
     dtype: DType,
-    cast: Option<DType>,
+    cast: Option<Cast>,
 ) -> Option<(f64, String)> {
     use mgn_ir::plan::InitSpec;
     let param = |k: usize, shape: &[usize]| ParamSpec {
@@ -250,17 +259,22 @@ pub fn time_op_cast(
         }
         s
     };
-    // With a cast, the left operand is an input; the others are parameters.
-    let first = usize::from(cast.is_some());
+    // The operands before `first` are inputs, the others parameters.
+    let (first, half) = match cast {
+        None => (0, None),
+        Some(Cast::Weights(h)) => (1, Some(h)),
+        Some(Cast::All(h)) => (operands.len(), Some(h)),
+    };
+    let name = |k: usize| format!("x{k}");
     let mut steps: Vec<Step> = (0..operands.len())
         .map(|k| match k.checked_sub(first) {
             Some(index) => step(Op::Param { index }, vec![], dtype, &stored(k)),
-            None => step(Op::Input { name: "a".into() }, vec![], dtype, &stored(k)),
+            None => step(Op::Input { name: name(k) }, vec![], dtype, &stored(k)),
         })
         .collect();
     let mut args: Vec<u32> = (0..operands.len() as u32).collect();
-    let read_as = cast.unwrap_or(dtype);
-    if let Some(half) = cast {
+    let read_as = half.unwrap_or(dtype);
+    if let Some(half) = half {
         for (k, arg) in args.iter_mut().enumerate() {
             let at = steps.len() as u32;
             steps.push(step(Op::Cast, vec![*arg], half, &stored(k)));
@@ -281,7 +295,7 @@ pub fn time_op_cast(
         steps.push(step(op.clone(), args.clone(), DType::F32, out_shape));
     }
     let outputs = (first_out..steps.len() as u32).map(|v| (format!("y{v}"), v)).collect();
-    let inputs = if first == 1 { vec![("a".to_string(), 0)] } else { vec![] };
+    let inputs = (0..first).map(|k| (name(k), k as u32)).collect();
     let plan = Plan {
         params: (first..operands.len()).map(|k| param(k, &stored(k))).collect(),
         ..Plan::of_steps(Mode::Infer, steps, inputs, outputs)
@@ -295,7 +309,8 @@ pub fn time_op_cast(
         })
         .collect();
     let input: Vec<Tensor> = tensors.drain(..first).collect();
-    let given: Vec<(&str, &Tensor)> = input.iter().map(|t| ("a", t)).collect();
+    let names: Vec<String> = (0..first).map(name).collect();
+    let given: Vec<(&str, &Tensor)> = names.iter().map(|n| n.as_str()).zip(&input).collect();
     // A tile the sweep tries may not fit this device: a note, not a failure (never a test).
     let mut gpu = match GpuSession::new(plan, &tensors) {
         Ok(g) => g,

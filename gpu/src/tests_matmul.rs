@@ -136,19 +136,23 @@ fn every_variant_in_one_plan_matches_the_cpu() {
 /// --ignored --nocapture`; `MGN_PROFILE=1` for each product's own GPU time). Both operands are
 /// parameters, so a run moves nothing between host and device; each run is one submission of
 /// `repeat` independent products. `wᵀ` is a weight stored `[n, k]` and read in place, as every
-/// linear layer does. `MGN_MM_DTYPE=f16` times products of f16 operands held as halves (the
-/// mixed policies' inference products: on cooperative matrices where the device has them, and
-/// `MGN_COOP=1`; without it the tiled kernel on the same operands). `MGN_MM_ONLY=whisper,square`
-/// times only the shapes whose names contain one of the words (a cooperative-matrix pipeline
-/// takes seconds to compile).
+/// linear layer does. `MGN_MM_DTYPE=f16` times products of f16 operands held as halves,
+/// `rounded` and `rounded-both` the mixed policy's (below): on cooperative matrices where the
+/// device has them and `MGN_COOP` gives these products the tiles (`MGN_COOP=1` gives all of
+/// them), else the tiled kernel on the same operands. `MGN_MM_ONLY=whisper,square` times only
+/// the shapes whose names contain one of the words.
 #[test]
 #[ignore]
 fn matmul_throughput() {
     // `rounded`: f32 operands cast to f16 for the product, as the mixed policy reads them (the
     // left one a rounded view, the right one held as halves: `test_util::time_op_cast`).
+    // `rounded-both`: both f32 operands read through rounded views, as a training plan's
+    // products read theirs.
+    use super::test_util::Cast;
     let (dtype, cast) = match std::env::var("MGN_MM_DTYPE").as_deref() {
         Ok("f16") => (DType::F16, None),
-        Ok("rounded") => (DType::F32, Some(DType::F16)),
+        Ok("rounded") => (DType::F32, Some(Cast::Weights(DType::F16))),
+        Ok("rounded-both") => (DType::F32, Some(Cast::All(DType::F16))),
         _ => (DType::F32, None),
     };
     // (name, a, b, b stored transposed)
@@ -185,7 +189,11 @@ fn matmul_throughput() {
         println!(
             "matmul {name:>15} {a:?} × {b:?}{} {}: {:9.1} µs, {:6.2} TFLOP/s ({device})",
             if bt { " (wT)" } else { "" },
-            if cast.is_some() { "f16 (rounded)".to_string() } else { dtype.to_string() },
+            match cast {
+                Some(Cast::Weights(_)) => "f16 (rounded)".to_string(),
+                Some(Cast::All(_)) => "f16 (both rounded)".to_string(),
+                None => dtype.to_string(),
+            },
             s * 1e6,
             flops / s / 1e12,
         );
