@@ -14,6 +14,7 @@
 use crate::program::{GpuOp, GpuPlan};
 use mgn_ir::analysis::DefUse;
 use mgn_ir::op::Op;
+use mgn_ir::plan::Mode;
 use mgn_ir::DType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -125,6 +126,48 @@ mod tests {
         assert_eq!(m.logical_bytes, 1600);
         // Step 2 holds x and x + w (800); then x is freed; step 3 holds x + w and relu (800).
         assert_eq!(m.peak_live_bytes, 800);
+    }
+
+    /// The casts a product reads are rounded views; with half weights, a training plan's cast
+    /// of a parameter is computed instead (its activation's cast, and an inference plan's,
+    /// stay views).
+    #[test]
+    fn half_weights_compute_a_training_plans_casts_of_parameters() {
+        let step = |op, inputs: Vec<u32>, dtype, shape: Vec<usize>| Step {
+            op,
+            inputs,
+            dtype,
+            shape,
+            loc: SourceLoc::default(),
+        };
+        let (f, h) = (DType::F32, DType::F16);
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, vec![4, 3]),
+            step(Op::Param { index: 0 }, vec![], f, vec![3, 2]),
+            step(Op::Cast, vec![0], h, vec![4, 3]),
+            step(Op::Cast, vec![1], h, vec![3, 2]),
+            step(Op::MatMul, vec![2, 3], f, vec![4, 2]),
+            step(Op::Unary(UnaryOp::Relu), vec![4], f, vec![4, 2]),
+        ];
+        let w = ParamSpec {
+            name: "w".into(),
+            dtype: f,
+            shape: vec![3, 2],
+            init: InitSpec::Constant(1.0),
+            trainable: true,
+            frozen: false,
+            persistent: true,
+        };
+        for (mode, half_weights, weight_view) in
+            [(Mode::Train, false, true), (Mode::Train, true, false), (Mode::Infer, true, true)]
+        {
+            let io = (vec![("x".into(), 0)], vec![("y".into(), 5)]);
+            let plan =
+                Plan { params: vec![w.clone()], ..Plan::of_steps(mode, steps.clone(), io.0, io.1) };
+            let rounded = rounded_views_with(&GpuPlan::of(&plan), half_weights);
+            let want = vec![false, false, true, weight_view, false, false];
+            assert_eq!(rounded, want, "{mode:?}, half weights {half_weights}");
+        }
     }
 }
 
@@ -275,7 +318,18 @@ pub fn summed_views(plan: &GpuPlan) -> Vec<usize> {
 /// policy rounds every operand of every product, and each would otherwise be a dispatch of its
 /// own. A contraction loads each element a few times (once per tile), so the rounding costs
 /// little next to its multiply-adds.
+///
+/// `MGN_HALF_WEIGHTS=1` (an experiment's switch, for an A/B on a device with cooperative
+/// matrices) keeps a training plan's casts of its parameters real: each step writes a half copy
+/// of every weight the products read, which they then stage with no conversion, as an inference
+/// plan's (`kernels::Operand::f16_view`), at the cost of that copy's memory and a dispatch
+/// a weight (docs/BENCHMARKS.md).
 pub fn rounded_views(plan: &GpuPlan) -> Vec<bool> {
+    rounded_views_with(plan, std::env::var("MGN_HALF_WEIGHTS").is_ok_and(|v| v == "1"))
+}
+
+/// `rounded_views`, with a training plan's casts of parameters real (`half_weights`) or not.
+fn rounded_views_with(plan: &GpuPlan, half_weights: bool) -> Vec<bool> {
     let def_use = DefUse::of(plan);
     let n = plan.steps.len();
     let reshape = |i: usize| plan.steps[i].op == GpuOp::Plan(Op::Reshape);
@@ -294,7 +348,10 @@ pub fn rounded_views(plan: &GpuPlan) -> Vec<bool> {
         let x = s.inputs.first().map(|&x| x as usize);
         rounded[i] = match (&s.op, x) {
             (GpuOp::Plan(Op::Cast), Some(x)) => {
-                s.dtype.is_half() && plan.steps[x].dtype == DType::F32 && by_products[i]
+                let weight = half_weights
+                    && plan.mode == Mode::Train
+                    && matches!(plan.steps[x].op, GpuOp::Plan(Op::Param { .. }));
+                s.dtype.is_half() && plan.steps[x].dtype == DType::F32 && by_products[i] && !weight
             }
             // A reshape of a rounded view is one (the same words, read the same way).
             (GpuOp::Plan(Op::Reshape), Some(x)) => rounded[x] && s.dtype == plan.steps[x].dtype,
