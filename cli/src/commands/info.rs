@@ -40,7 +40,15 @@ fn json_device(d: &Device, chosen: bool) -> serde_json::Value {
         "float16": d.float16,
         "cooperative_matrix": {
             "f32_tile": d.cooperative_matrix.0,
-            "f16_tile": d.cooperative_matrix.1
+            "f16_tile": d.cooperative_matrix.1,
+            // Which steps take the tiles, or why none do (null: the device has none).
+            "used_by": coop_users(
+                d.cooperative_matrix.1,
+                d.limits.and_then(|l| l.coop_tile()),
+                min_spec_requested(),
+                coop_use(),
+            )
+            .map_or_else(|why| format!("none: {why}").into(), serde_json::Value::from),
         },
         "limits": d.limits.map(|l| serde_json::json!({
             "max_workgroups": l.max_workgroups,
@@ -148,14 +156,47 @@ pub fn run(json: bool) -> u8 {
 
 /// What `info` adds to a device's cooperative matrices: which steps use them, or why none do.
 fn coop_uses(d: &Device, min_spec: bool) -> String {
-    match d.limits.and_then(|l| l.coop_tile()) {
-        _ if d.cooperative_matrix.1 == 0 => String::new(),
-        _ if min_spec => " (unused under MGN_MIN_SPEC=1)".into(),
-        Some(t) if coop_use() == CoopUse::Everywhere => {
-            format!(" (f16 products and convolutions use {t}×{t} tiles)")
+    let tile = d.limits.and_then(|l| l.coop_tile());
+    match coop_users(d.cooperative_matrix.1, tile, min_spec, coop_use()) {
+        Ok(None) => String::new(),
+        Ok(Some(users)) => {
+            format!(" ({users} use {}×{} tiles)", tile.unwrap_or(0), tile.unwrap_or(0))
         }
-        Some(t) => format!(" (f16 inference products use {t}×{t} tiles)"),
-        None if coop_use() == CoopUse::Off => " (unused: MGN_COOP=0)".into(),
-        None => " (unused: the subgroup size varies)".into(),
+        Err(why) => format!(" (unused: {why})"),
+    }
+}
+
+/// Which steps take a device's cooperative matrices (`Ok(None)`: it has none), or why none do.
+fn coop_users(
+    f16_tile: u32,
+    usable: Option<u32>,
+    min_spec: bool,
+    choice: CoopUse,
+) -> Result<Option<&'static str>, &'static str> {
+    match (usable, choice) {
+        _ if f16_tile == 0 => Ok(None),
+        _ if min_spec => Err("MGN_MIN_SPEC=1"),
+        (Some(_), CoopUse::Everywhere) => Ok(Some("f16 products and convolutions")),
+        (Some(_), _) => Ok(Some("f16 inference products")),
+        (None, CoopUse::Off) => Err("MGN_COOP=0"),
+        (None, _) => Err("the subgroup size varies"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `info` says of a device's cooperative matrices, for each `MGN_COOP` and device.
+    #[test]
+    fn info_says_which_steps_take_the_tiles_or_why_none_do() {
+        let (by_shape, all, off) = (CoopUse::ByShape, CoopUse::Everywhere, CoopUse::Off);
+        assert_eq!(coop_users(0, None, false, by_shape), Ok(None));
+        assert_eq!(coop_users(16, Some(16), false, by_shape), Ok(Some("f16 inference products")));
+        let everything = Ok(Some("f16 products and convolutions"));
+        assert_eq!(coop_users(16, Some(16), false, all), everything);
+        assert_eq!(coop_users(16, Some(16), true, by_shape), Err("MGN_MIN_SPEC=1"));
+        assert_eq!(coop_users(16, None, false, off), Err("MGN_COOP=0"));
+        assert_eq!(coop_users(16, None, false, by_shape), Err("the subgroup size varies"));
     }
 }
