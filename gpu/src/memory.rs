@@ -133,31 +133,17 @@ mod tests {
     /// stay views).
     #[test]
     fn half_weights_compute_a_training_plans_casts_of_parameters() {
-        let step = |op, inputs: Vec<u32>, dtype, shape: Vec<usize>| Step {
-            op,
-            inputs,
-            dtype,
-            shape,
-            loc: SourceLoc::default(),
-        };
+        use crate::test_util::{step, weight};
         let (f, h) = (DType::F32, DType::F16);
         let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], f, vec![4, 3]),
-            step(Op::Param { index: 0 }, vec![], f, vec![3, 2]),
-            step(Op::Cast, vec![0], h, vec![4, 3]),
-            step(Op::Cast, vec![1], h, vec![3, 2]),
-            step(Op::MatMul, vec![2, 3], f, vec![4, 2]),
-            step(Op::Unary(UnaryOp::Relu), vec![4], f, vec![4, 2]),
+            step(Op::Input { name: "x".into() }, vec![], f, &[4, 3]),
+            step(Op::Param { index: 0 }, vec![], f, &[3, 2]),
+            step(Op::Cast, vec![0], h, &[4, 3]),
+            step(Op::Cast, vec![1], h, &[3, 2]),
+            step(Op::MatMul, vec![2, 3], f, &[4, 2]),
+            step(Op::Unary(UnaryOp::Relu), vec![4], f, &[4, 2]),
         ];
-        let w = ParamSpec {
-            name: "w".into(),
-            dtype: f,
-            shape: vec![3, 2],
-            init: InitSpec::Constant(1.0),
-            trainable: true,
-            frozen: false,
-            persistent: true,
-        };
+        let w = weight("w", &[3, 2]);
         for (mode, half_weights, weight_view) in
             [(Mode::Train, false, true), (Mode::Train, true, false), (Mode::Infer, true, true)]
         {

@@ -157,12 +157,10 @@ pub fn run(json: bool) -> u8 {
 /// What `info` adds to a device's cooperative matrices: which steps use them, or why none do.
 fn coop_uses(d: &Device, min_spec: bool) -> String {
     let tile = d.limits.and_then(|l| l.coop_tile());
-    match coop_users(d.cooperative_matrix.1, tile, min_spec, coop_use()) {
-        Ok(None) => String::new(),
-        Ok(Some(users)) => {
-            format!(" ({users} use {}×{} tiles)", tile.unwrap_or(0), tile.unwrap_or(0))
-        }
-        Err(why) => format!(" (unused: {why})"),
+    match (coop_users(d.cooperative_matrix.1, tile, min_spec, coop_use()), tile) {
+        (Ok(Some(users)), Some(t)) => format!(" ({users} use {t}×{t} tiles)"),
+        (Ok(_), _) => String::new(),
+        (Err(why), _) => format!(" (unused: {why})"),
     }
 }
 

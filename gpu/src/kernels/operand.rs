@@ -57,6 +57,12 @@ impl Operand {
         self.dtype.is_half() && !self.rounded
     }
 
+    /// Whether an element is read from its word at a bit offset, which a register beside the
+    /// word carries: halves in words, not read through the f16 view.
+    pub fn halves_in_words(&self) -> bool {
+        self.packs_halves() && !self.f16_view
+    }
+
     /// An operand at a baked-in offset.
     pub fn at(offset: usize, shape: &[usize], dtype: DType) -> Operand {
         let shape = shape.to_vec();

@@ -298,8 +298,8 @@ fn staging(
         // Past the slice on the slow axis (a tile smaller than a staging pass): nothing.
         let live = ((j + 1) * per_pass > slow_len)
             .then(|| format!("tid / {fast_len}u + {}u < {slow_len}u", j * per_pass));
-        // A half value's words also carry their element's bit offset (not an f16 view's).
-        let halves = ld.operand.packs_halves() && !ld.operand.f16_view;
+        // A half value's words also carry their element's bit offset.
+        let halves = ld.operand.halves_in_words();
         let zero = crate::kernels::zero(&ld.operand);
         let (shift_decl, shift_keep) = if halves {
             (format!("var {reg}s = 0u;\n    "), format!("\n            {reg}s = vs;"))

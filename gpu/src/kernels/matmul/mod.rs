@@ -367,11 +367,8 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
         return Ok(super::elementwise(0, width as u32, "", ""));
     }
     let skinny = m <= SKINNY || n <= SKINNY;
-    let coop_grid = target.coop.filter(|_| !skinny).and_then(|c| {
-        let grid = coop::grid_for(&g, c, width, shared)?;
-        Some((c, grid))
-    });
-    if let Some((c, grid)) = coop_grid {
+    let coop = target.coop.filter(|_| !skinny);
+    if let Some((c, grid)) = coop.and_then(|c| Some((c, coop::grid_for(&g, c, width, shared)?))) {
         return Ok(coop::coop_with(&g, c, grid));
     }
     Ok(if g.at || g.splits > 1 || (g.bt && !g.batch.is_empty() && m <= SKINNY) {

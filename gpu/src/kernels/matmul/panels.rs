@@ -3,7 +3,7 @@
 //! matrices' edges.
 
 use super::Geometry;
-use crate::kernels::{fetch_word, Ext, Fetched, Operand};
+use crate::kernels::{fetch_word, zero, Ext, Fetched, Operand};
 
 /// The panels of a product kernel: A's `bm × bk`, B's `bk × bn`, each element moved by one of
 /// `width` invocations. Slot `p` of invocation `t` moves panel element `t + p·width`
@@ -94,13 +94,8 @@ impl Panels {
 /// The registers slot `p` of operand `o` (`a` or `b`) fetches into: its word (an f16 read
 /// through the f16 view), and for a value stored as halves the element's bit offset within it.
 pub(super) fn registers(name: &str, p: usize, o: &Operand) -> String {
-    if o.f16_view {
-        format!("var r{name}{p} = 0.0h;")
-    } else if o.packs_halves() {
-        format!("var r{name}{p} = 0u; var s{name}{p} = 0u;")
-    } else {
-        format!("var r{name}{p} = 0u;")
-    }
+    let shift = if o.halves_in_words() { format!(" var s{name}{p} = 0u;") } else { String::new() };
+    format!("var r{name}{p} = {};{shift}", zero(o))
 }
 
 /// Slot `p` of operand `x` (`a` or `b`) as slot 0 moved `d` rows along its panel's slow axis:
