@@ -50,12 +50,58 @@ pub(crate) fn value(dtype: DType, bits: &str) -> String {
 }
 
 /// A WGSL f32 expression of `value` (an f32 expression) rounded to the half type `dtype`: the
-/// value a cast stores and a load of it gives back (`memory::rounded_views`).
+/// value a cast stores and a load of it gives back (`memory::rounded_views`). An f16 rounds
+/// through `mgn_f16_rounded`, which the compiler defines for the device (`conversions`).
 pub(crate) fn round(dtype: DType, value: &str) -> String {
     match dtype {
-        DType::F16 => format!("mgn_f16_round({value})"),
+        DType::F16 => format!("mgn_f16_rounded({value})"),
         _ => format!("bitcast<f32>(mgn_bf16({value}) << 16u)"),
     }
+}
+
+/// A WGSL f16 expression of `value` (an f32 expression) rounded to f16: a rounded view's
+/// element staged into an f16 panel (`kernels::word_half`). Only kernels that enable f16 use
+/// it.
+pub(crate) fn staged_f16(value: &str) -> String {
+    format!("mgn_f16_staged({value})")
+}
+
+/// How kernels round an f32 to f16 on a device (`device::rounding` decides): each of the two
+/// ways a kernel rounds takes the device's conversion instruction, `f16(x)`, where a probe of
+/// this device showed that way gives the CPU's result in every rounding case, and the
+/// arithmetic of `FUNCTIONS` (`mgn_f16_round`, about a dozen integer operations) elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct F16Rounding {
+    /// Into an f16 (`mgn_f16_staged`: a rounded view's element staged into an f16 panel).
+    pub staged: bool,
+    /// To the f16's value, kept as an f32 (`mgn_f16_rounded`: a rounded view read by an f32
+    /// kernel). Apart from `staged` because a compiler may fold `f32(f16(x))` into `x` (Mesa
+    /// 25's lavapipe does) where it cannot fold a store of the f16.
+    pub rounded: bool,
+}
+
+impl F16Rounding {
+    /// Every rounding in software: devices without f16, and `MGN_MIN_SPEC=1`.
+    pub const SOFTWARE: F16Rounding = F16Rounding { staged: false, rounded: false };
+}
+
+/// The definitions of the rounding functions a kernel body calls, for `rounding`, and whether
+/// they need `enable f16` (which the body of an f32 kernel does not have): `mgn_f16_rounded`
+/// where the body calls it, and `mgn_f16_staged` (in f16 kernels only) where it calls that.
+/// An f16 of a value already rounded to one is exact on every device, so the software staging
+/// converts after rounding.
+pub fn conversions(body: &str, rounding: F16Rounding) -> (String, bool) {
+    let (rounded, staged) = (body.contains("mgn_f16_rounded("), body.contains("mgn_f16_staged("));
+    let mut defs = String::new();
+    if rounded {
+        let def = if rounding.rounded { "f32(f16(x))" } else { "mgn_f16_round(x)" };
+        defs += &format!("fn mgn_f16_rounded(x: f32) -> f32 {{ return {def}; }}\n");
+    }
+    if staged {
+        let def = if rounding.staged { "f16(x)" } else { "f16(mgn_f16_round(x))" };
+        defs += &format!("fn mgn_f16_staged(x: f32) -> f16 {{ return {def}; }}\n");
+    }
+    (defs, rounded && rounding.rounded)
 }
 
 /// The statement giving element `index` of a half result its value: a lane of the word being

@@ -74,9 +74,9 @@ impl DeviceLimits {
 /// (`MGN_COOP`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoopUse {
-    /// Unset: the products they were measured to win on — an inference plan's, and a
-    /// training plan's that read an operand held as halves (`kernels::matmul::coop::grid_for`);
-    /// convolutions keep the tiled kernels, which were faster on ResNet-50 (docs/BENCHMARKS.md).
+    /// Unset: every f16 product (`kernels::matmul::coop::grid_for`); convolutions keep the
+    /// tiled kernels, which were faster on ResNet-50's training and the U-Net
+    /// (docs/BENCHMARKS.md).
     ByShape,
     /// `MGN_COOP=1`: every product and convolution they fit (an experiment's switch).
     Everywhere,

@@ -1,6 +1,9 @@
 //! `mgnc info`: every GPU device, its limits and features, which one mgn would use, and — when
 //! none can be used — the one-sentence reason.
 
+use mgn_gpu::device::rounding::software_requested;
+use mgn_gpu::device::GpuDevice;
+use mgn_gpu::halves::F16Rounding;
 use mgn_gpu::limits::{coop_use, min_spec_requested, CoopUse, DeviceLimits};
 use mgn_gpu::probe::{choose, devices, Device};
 
@@ -66,19 +69,7 @@ pub fn run(json: bool) -> u8 {
     let listed = devices();
     let chosen = listed.as_ref().map_err(Clone::clone).and_then(|ds| choose(ds).map(|d| d.id));
     if json {
-        let is_chosen = |d: &Device| chosen.as_ref().is_ok_and(|c| *c == d.id);
-        let devices: Vec<serde_json::Value> = listed
-            .as_ref()
-            .map(|ds| ds.iter().map(|d| json_device(d, is_chosen(d))).collect())
-            .unwrap_or_default();
-        let v = serde_json::json!({
-            "devices": devices,
-            "chosen": chosen.as_ref().ok(),
-            "reason": chosen.as_ref().err(),
-            "min_spec": min_spec,
-            "cpu_threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        });
-        println!("{v}");
+        println!("{}", json_report(&listed, &chosen, min_spec));
         return 0;
     }
     match &listed {
@@ -135,6 +126,9 @@ pub fn run(json: bool) -> u8 {
                 "would use: {} (set MGN_DEVICE to an ID or part of a name to choose another)",
                 d.name
             );
+            if let Some(r) = f16_rounding() {
+                println!("f16 rounding: {}", rounding_line(r, min_spec));
+            }
             if d.software {
                 println!(
                     "note: {} is a software rasterizer: `--backend auto` runs on the CPU backend \
@@ -152,6 +146,61 @@ pub fn run(json: bool) -> u8 {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     0
+}
+
+/// `info --json`: every device, the chosen one or why none, and how it rounds to f16.
+fn json_report(
+    listed: &Result<Vec<Device>, String>,
+    chosen: &Result<u32, String>,
+    min_spec: bool,
+) -> serde_json::Value {
+    let is_chosen = |d: &Device| chosen.as_ref().is_ok_and(|c| *c == d.id);
+    let devices: Vec<serde_json::Value> = listed
+        .as_ref()
+        .map(|ds| ds.iter().map(|d| json_device(d, is_chosen(d))).collect())
+        .unwrap_or_default();
+    serde_json::json!({
+        "devices": devices,
+        "chosen": chosen.as_ref().ok(),
+        "reason": chosen.as_ref().err(),
+        "min_spec": min_spec,
+        // Each way kernels round to f16 on the chosen device (null: it has no f16).
+        "f16_rounding": chosen.as_ref().ok().and_then(|_| f16_rounding()).map(|r| match r {
+            Ok(r) => serde_json::json!({
+                "staged": if r.staged { "hardware" } else { "software" },
+                "rounded": if r.rounded { "hardware" } else { "software" },
+            }),
+            Err(e) => format!("unknown: {e}").into(),
+        }),
+        "cpu_threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    })
+}
+
+/// How kernels on the chosen device round f32s to f16, when it has f16 (`None`): opening it
+/// runs the probe (`mgn_gpu::device::rounding`).
+fn f16_rounding() -> Option<Result<F16Rounding, String>> {
+    let (info, _) = GpuDevice::chosen().ok()?;
+    info.float16.then(|| GpuDevice::open().map(|d| d.f16_rounding).map_err(|e| e.to_string()))
+}
+
+/// `info`'s line on the chosen device's f16 rounding, each way kernels round.
+fn rounding_line(r: Result<F16Rounding, String>, min_spec: bool) -> String {
+    let way = |hardware: bool| if hardware { "one instruction" } else { "in software" };
+    match r {
+        Ok(F16Rounding { staged: false, rounded: false }) if min_spec => {
+            "in software (MGN_MIN_SPEC=1)".into()
+        }
+        Ok(F16Rounding { staged: false, rounded: false }) if software_requested() => {
+            "in software (MGN_F16_ROUNDING=software)".into()
+        }
+        Ok(r) => format!(
+            "into f16 panels {}, f32 round trips {} (one instruction where the device's \
+             conversion gave the CPU's result in every rounding case)",
+            way(r.staged),
+            way(r.rounded)
+        ),
+        Err(e) => format!("unknown: {e}"),
+    }
 }
 
 /// What `info` adds to a device's cooperative matrices: which steps use them, or why none do.
@@ -175,7 +224,7 @@ fn coop_users(
         _ if f16_tile == 0 => Ok(None),
         _ if min_spec => Err("MGN_MIN_SPEC=1"),
         (Some(_), CoopUse::Everywhere) => Ok(Some("f16 products and convolutions")),
-        (Some(_), _) => Ok(Some("f16 inference products")),
+        (Some(_), _) => Ok(Some("f16 products")),
         (None, CoopUse::Off) => Err("MGN_COOP=0"),
         (None, _) => Err("the subgroup size varies"),
     }
@@ -190,7 +239,7 @@ mod tests {
     fn info_says_which_steps_take_the_tiles_or_why_none_do() {
         let (by_shape, all, off) = (CoopUse::ByShape, CoopUse::Everywhere, CoopUse::Off);
         assert_eq!(coop_users(0, None, false, by_shape), Ok(None));
-        assert_eq!(coop_users(16, Some(16), false, by_shape), Ok(Some("f16 inference products")));
+        assert_eq!(coop_users(16, Some(16), false, by_shape), Ok(Some("f16 products")));
         let everything = Ok(Some("f16 products and convolutions"));
         assert_eq!(coop_users(16, Some(16), false, all), everything);
         assert_eq!(coop_users(16, Some(16), true, by_shape), Err("MGN_MIN_SPEC=1"));

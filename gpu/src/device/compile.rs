@@ -2,6 +2,7 @@
 //! driver's compiler, many at once.
 
 use super::{Bindings, Kernel};
+use crate::halves::F16Rounding;
 use blade_graphics as gpu;
 
 /// The WGSL declarations every kernel starts with.
@@ -12,28 +13,40 @@ var<uniform> params: Params;
 
 /// A kernel's whole source: the prelude, the half types' conversions (`crate::halves`) when
 /// the body calls them — an f32 kernel carries none of them, so no driver spends its compile
-/// time on functions nothing calls — and the generated body.
-pub fn source(body: &str) -> String {
+/// time on functions nothing calls — and the generated body. The f16 rounding functions are
+/// defined for the device's `rounding` here, not in the body, so a body is the same on every
+/// device (`kernels::generate` needs only the device's limits) and one compiled with hardware
+/// rounding gets the `enable f16` it then needs.
+pub fn source(body: &str, rounding: F16Rounding) -> String {
     let halves = if body.contains("mgn_f16") || body.contains("mgn_bf16") {
         crate::halves::FUNCTIONS
     } else {
         ""
     };
+    let (conversions, needs_f16) = crate::halves::conversions(body, rounding);
+    let mut enables: Vec<&str> = body.lines().filter(|l| l.starts_with("enable ")).collect();
+    if needs_f16 && !enables.contains(&"enable f16;") {
+        enables.push("enable f16;");
+    }
     // WGSL wants `enable` directives (f16, cooperative matrices) before any declaration, and
     // a kernel's may follow the functions another generator put ahead of it (a product's
     // epilogue), so they go ahead of the prelude.
-    if !body.contains("enable ") {
-        return format!("{PRELUDE}{halves}{body}");
+    if enables.is_empty() {
+        return format!("{PRELUDE}{halves}{conversions}{body}");
     }
-    let (enables, rest): (Vec<&str>, Vec<&str>) =
-        body.lines().partition(|l| l.starts_with("enable "));
-    format!("{}\n{PRELUDE}{halves}{}\n", enables.join("\n"), rest.join("\n"))
+    let rest: Vec<&str> = body.lines().filter(|l| !l.starts_with("enable ")).collect();
+    format!("{}\n{PRELUDE}{halves}{conversions}{}\n", enables.join("\n"), rest.join("\n"))
 }
 
 /// One kernel's pipeline. WGSL that naga rejects is an error with its message.
-pub(super) fn compile(ctx: &gpu::Context, name: &str, body: &str) -> Result<Kernel, String> {
+pub(super) fn compile(
+    ctx: &gpu::Context,
+    name: &str,
+    body: &str,
+    rounding: F16Rounding,
+) -> Result<Kernel, String> {
     let start = std::time::Instant::now();
-    let source = source(body);
+    let source = source(body, rounding);
     let module = naga::front::wgsl::parse_str(&source)
         .map_err(|e| format!("kernel `{name}`: {}", e.emit_to_string(&source)))?;
     let shader = ctx
@@ -75,10 +88,11 @@ const CRASHED: &str = "the driver crashed while compiling a kernel";
 pub(super) fn compile_all_while<R>(
     ctx: &gpu::Context,
     sources: &[(String, String)],
+    rounding: F16Rounding,
     during: impl FnOnce() -> R,
 ) -> (Vec<Result<Kernel, String>>, R) {
     let _no_device_opens_or_closes = super::compiling();
-    let compiled = |(name, body): &(String, String)| compile(ctx, name, body);
+    let compiled = |(name, body): &(String, String)| compile(ctx, name, body, rounding);
     let (done, r) = crate::taking_turns::map_taking_turns(sources, 16, compiled, during);
     // A thread that panicked (the driver crashed) lost the kernels it had compiled.
     let out = done.into_iter().map(|k| k.unwrap_or_else(|| Err(CRASHED.to_string()))).collect();

@@ -12,8 +12,10 @@
 
 mod compile;
 mod queue;
+pub mod rounding;
 
 use super::probe::{choose, devices, Device};
+use crate::halves::F16Rounding;
 use crate::limits::DeviceLimits;
 use crate::GpuError;
 use blade_graphics as gpu;
@@ -61,6 +63,8 @@ pub struct GpuDevice {
     pub info: Device,
     /// The limits kernels are sized by (the floor under `MGN_MIN_SPEC=1`).
     pub limits: DeviceLimits,
+    /// How kernels compiled for it round f32s to f16 (`rounding`: probed as the device opens).
+    pub f16_rounding: F16Rounding,
 }
 
 pub struct Kernel {
@@ -182,20 +186,23 @@ impl GpuDevice {
         // Checked by `chosen`, which every device's opening goes through.
         let patience = crate::limits::gpu_timeout().unwrap_or(crate::limits::GPU_TIMEOUT);
         let queue = Queue::new(&ctx, patience);
-        GpuDevice { ctx, queue, info, limits }
+        let f16_rounding = F16Rounding::SOFTWARE;
+        let mut dev = GpuDevice { ctx, queue, info, limits, f16_rounding };
+        dev.f16_rounding = rounding::of(&mut dev);
+        dev
     }
 
     /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
     pub fn kernel(&self, name: &str, body: &str) -> Result<Kernel, String> {
         let _no_device_opens_or_closes = compiling();
-        compile(&self.ctx, name, body)
+        compile(&self.ctx, name, body, self.f16_rounding)
     }
 
     /// Compiles `(name, body)` kernels spread over the machine's cores — pipeline creation (naga,
     /// then the driver's compiler) is most of opening a session, and the kernels are independent.
     /// Results in the given order.
     pub fn kernels(&self, sources: &[(String, String)]) -> Vec<Result<Kernel, String>> {
-        compile_all_while(&self.ctx, sources, || ()).0
+        compile_all_while(&self.ctx, sources, self.f16_rounding, || ()).0
     }
 
     /// `kernels`, while this thread allocates an arena of `words` words and makes the `fill`
@@ -211,7 +218,8 @@ impl GpuDevice {
             return (self.kernels(sources), Err(e), std::time::Duration::ZERO);
         }
         let (ctx, queue) = (&*self.ctx, &mut self.queue);
-        let (kernels, (arena, took)) = compile_all_while(ctx, sources, || {
+        let rounding = self.f16_rounding;
+        let (kernels, (arena, took)) = compile_all_while(ctx, sources, rounding, || {
             let start = std::time::Instant::now();
             let arena =
                 queue.arena(ctx, words).and_then(|arena| match queue.submit(ctx, &arena, fill) {

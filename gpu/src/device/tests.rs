@@ -181,25 +181,8 @@ arena[params.p[1].x + i] = mgn_f16(bitcast<f32>(b));
 ";
     let Some(mut dev) = device() else { return };
     let convert = dev.kernel("convert", CONVERT).expect("valid WGSL");
-    // Every 16-bit pattern in the low half (all f16s), and f32s spread over every exponent
-    // with the rounding bits varied, plus the boundaries by hand.
-    let mut bits: Vec<u32> = (0..1u32 << 16).map(|h| h | (h.wrapping_mul(40503) << 16)).collect();
-    bits.extend((0..1u32 << 18).map(|i| i.wrapping_mul(16411).rotate_left(i % 32)));
-    for edge in
-        [0x477fefffu32, 0x477ff000, 0x477ff001, 0x38800000, 0x387fffff, 0x33000000, 0x33000001]
-    {
-        bits.extend([edge, edge | 0x8000_0000, edge + 0x1000, edge - 0x1000]);
-    }
-    bits.extend([
-        0,
-        0x8000_0000,
-        0x7f80_0000,
-        0xff80_0000,
-        0x7fc0_0000,
-        0x7f80_0001,
-        1,
-        0x807f_ffff,
-    ]);
+    // Every f16, and f32s of every sign, exponent and rounding case (the rounding probe's).
+    let bits = super::rounding::cases();
     let n = bits.len();
     let arena = dev.arena(5 * n).expect("fits");
     dev.write(&arena, 0, &bits).expect("uploads");
@@ -267,10 +250,11 @@ fn kernels_compile_in_order_while_the_arena_fills() {
 /// kernel is the prelude and its body.
 #[test]
 fn only_kernels_that_convert_halves_carry_the_conversions() {
-    assert_eq!(compile::source(ADD), format!("{}{ADD}", compile::PRELUDE));
+    let source = |body: &str| compile::source(body, F16Rounding::SOFTWARE);
+    assert_eq!(source(ADD), format!("{}{ADD}", compile::PRELUDE));
     let half = ADD.replace("bitcast<f32>(arena[params.p[0].y + i])", "mgn_f16_value(arena[i])");
-    assert!(compile::source(&half).contains(crate::halves::FUNCTIONS));
+    assert!(source(&half).contains(crate::halves::FUNCTIONS));
     let bf = ADD.replace("bitcast<u32>(a + b)", "mgn_bf16(a + b)");
-    assert!(compile::source(&bf).contains(crate::halves::FUNCTIONS));
-    assert!(naga::front::wgsl::parse_str(&compile::source(&half)).is_ok());
+    assert!(source(&bf).contains(crate::halves::FUNCTIONS));
+    assert!(naga::front::wgsl::parse_str(&source(&half)).is_ok());
 }

@@ -149,7 +149,7 @@ pub fn validate(body: &str) -> Result<(), String> {
 /// given (blade assigns them when it builds the pipeline), and the capabilities a device grants
 /// a kernel that asks (blade validates against the device's own).
 fn checked(body: &str) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
-    let full = crate::device::source(body);
+    let full = crate::device::source(body, crate::halves::F16Rounding::SOFTWARE);
     let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
     for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
         let bound =

@@ -122,13 +122,10 @@ pub struct Target {
 pub struct Coop {
     pub tile: u32,
     pub subgroup: u32,
-    /// Every product and convolution of f16 operands that fits takes the tiles (`MGN_COOP=1`);
-    /// otherwise only the products they were measured to win on (`limits::CoopUse::ByShape`,
-    /// `matmul::coop::grid_for`).
+    /// Every convolution of f16 operands that fits takes the tiles as well as every product
+    /// (`MGN_COOP=1`); otherwise only the products, where they were measured to win
+    /// (`limits::CoopUse::ByShape`, `matmul::coop::grid_for`).
     pub everywhere: bool,
-    /// The kernel is a training plan's: `generate` sets it from the plan's mode, as the choice
-    /// of products differs (`matmul::coop::grid_for`).
-    pub training: bool,
 }
 
 impl Target {
@@ -136,8 +133,7 @@ impl Target {
         let width = limits.workgroup_width(256);
         let everywhere = crate::limits::coop_use() == crate::limits::CoopUse::Everywhere;
         let subgroup = limits.subgroup_size;
-        let training = false;
-        let coop = limits.coop_tile().map(|tile| Coop { tile, subgroup, everywhere, training });
+        let coop = limits.coop_tile().map(|tile| Coop { tile, subgroup, everywhere });
         Target { width, shared_bytes: limits.max_shared_memory, coop }
     }
 
@@ -306,8 +302,6 @@ pub fn generate(
             out.dtype
         ));
     }
-    let coop = target.coop.map(|c| Coop { training, ..c });
-    let target = Target { coop, ..target };
     if let GpuOp::Plan(op) = op {
         return plan_op(op, id, inputs, out, target, training);
     }

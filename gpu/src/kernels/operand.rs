@@ -194,10 +194,13 @@ pub(crate) fn word_value(o: &Operand, word: &str, shift: &str) -> String {
 }
 
 /// `word_value` as an f16 (an f16 kernel's staged panel element): an element of the f16 view
-/// as it came, any other converted.
+/// as it came, an f16 rounded view's f32 rounded straight to f16 (`halves::staged_f16`), any
+/// other converted.
 pub(crate) fn word_half(o: &Operand, word: &str, shift: &str) -> String {
     if o.f16_view {
         word.to_string()
+    } else if o.rounded && o.dtype == DType::F16 {
+        crate::halves::staged_f16(&format!("bitcast<f32>({word})"))
     } else {
         format!("f16({})", word_value(o, word, shift))
     }

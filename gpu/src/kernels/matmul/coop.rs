@@ -121,21 +121,17 @@ const PAD: usize = 8;
 /// one. Products of a few rows or columns keep the skinny kernels (the caller picks those
 /// first): they are bandwidth-bound, and a tile would be mostly padding.
 ///
-/// Unless every product is asked to take them (`Coop::everywhere`), an inference plan's
-/// products take them, and a training plan's only where an operand is held as halves (staged
-/// as it is loaded: `Operand::f16_view`). An inference plan holds its weights as halves
-/// (`rewrite::halves`): on an H100 those products ran 1.2–3.3× faster than the tiled kernel on
-/// every workload shape measured (Whisper's fc1 45 µs against 78), and its products of two
-/// activations (attention's) took Whisper's forward a further 5%. A training plan's products
-/// read two rounded views (its parameters stay f32), and there the tiles lost as often as they
-/// won (SmolLM2's forward + backward 1.07–1.17×, Whisper's 0.94–0.99×), so they keep the tiled
-/// kernel (docs/BENCHMARKS.md, "Tensor cores by default for inference products").
+/// Every plan's f16 products take them, inference and training alike. On an H100 an
+/// inference plan's (weights held as halves, staged with no conversion) ran 1.2–3.3× faster
+/// than the tiled kernel on every workload shape measured (Whisper's fc1 45 µs against 78). A
+/// training plan's read two rounded views (its parameters stay f32), each element rounded as
+/// it is staged: with the rounding written out in software the tiles lost there as often as
+/// they won (SmolLM2's forward + backward 1.07–1.17×), and with the device's own conversion
+/// (`device::rounding`, which the H100 passes) they take the training cells of the four
+/// transformer workloads to 0.68–0.88 (docs/BENCHMARKS.md, "Tensor cores for training
+/// products").
 pub(super) fn grid_for(g: &Geometry, coop: Coop, width: usize, shared: usize) -> Option<CoopGrid> {
     if g.a.dtype != DType::F16 || g.b.dtype != DType::F16 || g.ot {
-        return None;
-    }
-    let halves = g.a.packs_halves() || g.b.packs_halves();
-    if !coop.everywhere && coop.training && !halves {
         return None;
     }
     let fit = |grid: CoopGrid| {
@@ -495,7 +491,7 @@ mod tests {
         let inputs = [half(0, &[256, 256]), half(100_000, &[256, 256])];
         let out = Operand::at(200_000, &[256, 256], DType::F32);
         let g = super::Geometry::of(&inputs, &out).unwrap();
-        let coop = Coop { tile: 16, subgroup: 32, everywhere: false, training: false };
+        let coop = Coop { tile: 16, subgroup: 32, everywhere: false };
         assert_eq!(super::grid_for(&g, coop, 1024, 49_152), Some(CoopGrid::WIDE));
         assert_eq!(super::grid_for(&g, coop, 1024, 16_384), Some(CoopGrid::DEFAULT));
         assert_eq!(super::grid_for(&g, coop, 128, 49_152), Some(CoopGrid::DEFAULT));
@@ -518,7 +514,7 @@ mod tests {
         let inputs = [half(0, &[m, k]), half(1_000_000, &[k, n])];
         let out = Operand::at(9_000_000, &[m, n], DType::F32);
         let g = super::Geometry::of(&inputs, &out).unwrap();
-        let coop = Coop { tile: 16, subgroup: 32, everywhere: true, training: false };
+        let coop = Coop { tile: 16, subgroup: 32, everywhere: true };
         for v in ["2x2:2x2:2", "2x2:4x2:2", "4x2:2x2:4", "2x2:4x4:2", "1x1:1x1:1", "2x2:4x4:2:d"] {
             let grid = CoopGrid::parse(v).unwrap();
             let src = coop_with(&g, coop, grid);

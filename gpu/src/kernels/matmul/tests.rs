@@ -124,8 +124,8 @@ fn half_products_take_cooperative_matrices_where_the_device_has_them() {
         ..Operand::at(offset, shape, DType::F16)
     };
     let (m, k, n) = (130, 70, 129);
-    let big = Coop { tile: 16, subgroup: 32, everywhere: true, training: false };
-    for coop in [big, Coop { tile: 8, subgroup: 8, everywhere: true, training: false }] {
+    let big = Coop { tile: 16, subgroup: 32, everywhere: true };
+    for coop in [big, Coop { tile: 8, subgroup: 8, everywhere: true }] {
         let target = Target { width: 256, shared_bytes: 32 << 10, coop: Some(coop) };
         for (layout, rounded) in [
             (Layout::PLAIN, false),
@@ -162,21 +162,16 @@ fn half_products_take_cooperative_matrices_where_the_device_has_them() {
         let skinny = generate(&row, &operand(9_000_000, &[1, n]), target).unwrap();
         assert!(!skinny.body.contains("coop"), "one row keeps the few-rows kernel");
     }
-    // By default an inference plan's products take the tiles, and a training plan's only
-    // where an operand is held as halves, not where both are rounded views (its products').
-    for (training, a_rounded, b_rounded, takes) in [
-        (false, true, true, true),
-        (false, true, false, true),
-        (true, true, false, true),
-        (true, false, true, true),
-        (true, false, false, true),
-        (true, true, true, false),
-    ] {
-        let chosen = Coop { everywhere: false, training, ..big };
+    // By default every f16 product takes the tiles, whether its operands are held as halves
+    // (an inference plan's weights) or rounded views (a training plan's products); a rounded
+    // view is staged through the device's rounding (`mgn_f16_staged`).
+    for (a_rounded, b_rounded) in [(true, true), (true, false), (false, true), (false, false)] {
+        let chosen = Coop { everywhere: false, ..big };
         let target = Target { width: 256, shared_bytes: 32 << 10, coop: Some(chosen) };
         let inputs = [half(0, &[1500, 384], a_rounded), half(1_000_000, &[384, 64], b_rounded)];
         let src = generate(&inputs, &operand(9_000_000, &[1500, 64]), target).unwrap();
-        let what = format!("training {training}, rounded views: A {a_rounded}, B {b_rounded}");
-        assert_eq!(src.body.contains("coopMultiplyAdd"), takes, "{what}");
+        let what = format!("rounded views: A {a_rounded}, B {b_rounded}");
+        assert!(src.body.contains("coopMultiplyAdd"), "{what}");
+        assert_eq!(src.body.contains("mgn_f16_staged("), a_rounded || b_rounded, "{what}");
     }
 }

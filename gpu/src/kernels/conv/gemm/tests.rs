@@ -274,8 +274,8 @@ fn half_convolutions_take_cooperative_matrices_where_the_device_has_them() {
         (Op::ConvGradWeight { stride, padding, dilation, groups }, [&x[..], &y[..]], &w[..]),
     ];
     let (big, small) = (
-        Coop { tile: 16, subgroup: 32, everywhere: true, training: false },
-        Coop { tile: 8, subgroup: 8, everywhere: true, training: false },
+        Coop { tile: 16, subgroup: 32, everywhere: true },
+        Coop { tile: 8, subgroup: 8, everywhere: true },
     );
     for coop in [big, small, Coop { everywhere: false, ..big }] {
         let target = Target { width: 256, shared_bytes: 32 << 10, coop: Some(coop) };
