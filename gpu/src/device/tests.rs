@@ -258,3 +258,31 @@ fn only_kernels_that_convert_halves_carry_the_conversions() {
     assert!(source(&bf).contains(crate::halves::FUNCTIONS));
     assert!(naga::front::wgsl::parse_str(&source(&half)).is_ok());
 }
+
+/// The f16 rounding functions a body calls are defined for the device's rounding, each way on
+/// its own; a body rounded in hardware in a register gets the `enable f16` an f32 kernel lacks,
+/// once, and every combination is WGSL naga accepts.
+#[test]
+fn rounding_functions_are_defined_for_the_device() {
+    let rounded = ADD.replace("a + b", "mgn_f16_rounded(a) + b");
+    let staged = format!(
+        "enable f16;\n{}",
+        ADD.replace("bitcast<u32>(a + b)", "bitcast<u32>(f32(mgn_f16_staged(a)) + b)")
+    );
+    for (staged_hw, rounded_hw) in [(false, false), (true, false), (false, true), (true, true)] {
+        let rounding = F16Rounding { staged: staged_hw, rounded: rounded_hw };
+        let src = compile::source(&rounded, rounding);
+        assert_eq!(src.contains("return f32(f16(x));"), rounded_hw, "{src}");
+        assert_eq!(src.contains("return mgn_f16_round(x);"), !rounded_hw, "{src}");
+        assert_eq!(src.matches("enable f16;").count(), rounded_hw as usize, "{src}");
+        assert!(!src.contains("mgn_f16_staged"), "defined only where called: {src}");
+        let src = compile::source(&staged, rounding);
+        assert_eq!(src.contains("return f16(x);"), staged_hw, "{src}");
+        assert_eq!(src.contains("return f16(mgn_f16_round(x));"), !staged_hw, "{src}");
+        assert_eq!(src.matches("enable f16;").count(), 1, "{src}");
+        for body in [&rounded, &staged] {
+            let full = compile::source(body, rounding);
+            naga::front::wgsl::parse_str(&full).unwrap_or_else(|e| panic!("{e}\n{full}"));
+        }
+    }
+}

@@ -3,6 +3,7 @@
 //! kernel's source.
 
 use super::{generate, step_operands, Target};
+use crate::halves::F16Rounding;
 use crate::program::GpuOp;
 use mgn_ir::op::Op;
 
@@ -142,14 +143,18 @@ fn body_key(body: &str) -> u64 {
 
 /// What naga says of a kernel body (with the prelude every kernel is compiled with).
 pub fn validate(body: &str) -> Result<(), String> {
-    checked(body).map(drop)
+    checked(body, F16Rounding::SOFTWARE).map(drop)
 }
 
 /// A kernel body with the prelude, parsed and validated by naga as a device would: bindings
 /// given (blade assigns them when it builds the pipeline), and the capabilities a device grants
-/// a kernel that asks (blade validates against the device's own).
-fn checked(body: &str) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
-    let full = crate::device::source(body, crate::halves::F16Rounding::SOFTWARE);
+/// a kernel that asks (blade validates against the device's own). `rounding` defines the f16
+/// rounding functions the body calls (`device::source`).
+fn checked(
+    body: &str,
+    rounding: F16Rounding,
+) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
+    let full = crate::device::source(body, rounding);
     let mut m = naga::front::wgsl::parse_str(&full).map_err(|e| e.emit_to_string(&full))?;
     for (k, (_, g)) in m.global_variables.iter_mut().enumerate() {
         let bound =
@@ -167,10 +172,13 @@ fn checked(body: &str) -> Result<(naga::Module, naga::valid::ModuleInfo), String
     Ok((m, info))
 }
 
-/// naga's validation of a kernel and its translation to SPIR-V, as blade does on a device.
+/// naga's validation of a kernel and its translation to SPIR-V, as blade does on a device: with
+/// the f16 rounding in hardware both ways too, as a device whose probe passed compiles it.
 #[cfg(test)]
 pub fn spirv(body: &str) -> Result<Vec<u32>, String> {
-    let (module, info) = checked(body)?;
+    let hardware = F16Rounding { staged: true, rounded: true };
+    checked(body, hardware).map_err(|e| format!("with the f16 rounding in hardware: {e}"))?;
+    let (module, info) = checked(body, F16Rounding::SOFTWARE)?;
     let options =
         naga::back::spv::Options { lang_version: (1, 3), ..naga::back::spv::Options::default() };
     let pipeline = naga::back::spv::PipelineOptions {

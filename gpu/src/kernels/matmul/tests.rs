@@ -173,5 +173,12 @@ fn half_products_take_cooperative_matrices_where_the_device_has_them() {
         let what = format!("rounded views: A {a_rounded}, B {b_rounded}");
         assert!(src.body.contains("coopMultiplyAdd"), "{what}");
         assert_eq!(src.body.contains("mgn_f16_staged("), a_rounded || b_rounded, "{what}");
+        crate::kernels::check::spirv(&src.body).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
+    // The tiled kernel rounds a rounded view in a register (`mgn_f16_rounded`), valid with
+    // either rounding.
+    let inputs = [half(0, &[1500, 384], true), half(1_000_000, &[384, 64], true)];
+    let tiled = generate(&inputs, &operand(9_000_000, &[1500, 64]), floor(256)).unwrap();
+    assert!(tiled.body.contains("mgn_f16_rounded("));
+    crate::kernels::check::spirv(&tiled.body).unwrap();
 }
