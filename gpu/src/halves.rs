@@ -85,6 +85,11 @@ impl F16Rounding {
     pub const SOFTWARE: F16Rounding = F16Rounding { staged: false, rounded: false };
 }
 
+/// Whether a kernel body rounds to f16 through the functions `conversions` defines.
+pub fn rounds_to_f16(body: &str) -> bool {
+    body.contains("mgn_f16_rounded(") || body.contains("mgn_f16_staged(")
+}
+
 /// The definitions of the rounding functions a kernel body calls, for `rounding`, and whether
 /// they need `enable f16` (which the body of an f32 kernel does not have): `mgn_f16_rounded`
 /// where the body calls it, and `mgn_f16_staged` (in f16 kernels only) where it calls that.

@@ -220,7 +220,7 @@ impl Sources {
 
     /// Every kernel from the `from`-th on compiled, or the first error with where its kernel
     /// came from.
-    fn compile(&self, dev: &GpuDevice, from: usize) -> Result<Vec<Kernel>, GpuError> {
+    fn compile(&self, dev: &mut GpuDevice, from: usize) -> Result<Vec<Kernel>, GpuError> {
         self.check(dev.kernels(&self.named(from)), from)
     }
 

@@ -180,7 +180,7 @@ fn json_report(
 /// runs the probe (`mgn_gpu::device::rounding`).
 fn f16_rounding() -> Option<Result<F16Rounding, String>> {
     let (info, _) = GpuDevice::chosen().ok()?;
-    info.float16.then(|| GpuDevice::open().map(|d| d.f16_rounding).map_err(|e| e.to_string()))
+    info.float16.then(|| GpuDevice::open().map(|mut d| d.f16_rounding()).map_err(|e| e.to_string()))
 }
 
 /// `info`'s line on the chosen device's f16 rounding, each way kernels round.

@@ -63,8 +63,9 @@ pub struct GpuDevice {
     pub info: Device,
     /// The limits kernels are sized by (the floor under `MGN_MIN_SPEC=1`).
     pub limits: DeviceLimits,
-    /// How kernels compiled for it round f32s to f16 (`rounding`: probed as the device opens).
-    pub f16_rounding: F16Rounding,
+    /// How kernels compiled for it round f32s to f16 (`rounding`): probed when the first
+    /// kernel that rounds is compiled, so a device that compiles none never runs the probe.
+    f16_rounding: Option<F16Rounding>,
 }
 
 pub struct Kernel {
@@ -186,23 +187,44 @@ impl GpuDevice {
         // Checked by `chosen`, which every device's opening goes through.
         let patience = crate::limits::gpu_timeout().unwrap_or(crate::limits::GPU_TIMEOUT);
         let queue = Queue::new(&ctx, patience);
-        let f16_rounding = F16Rounding::SOFTWARE;
-        let mut dev = GpuDevice { ctx, queue, info, limits, f16_rounding };
-        dev.f16_rounding = rounding::of(&mut dev);
-        dev
+        GpuDevice { ctx, queue, info, limits, f16_rounding: None }
+    }
+
+    /// How kernels compiled for this device round f32s to f16 (`rounding`: probed on the first
+    /// call, once per device and process).
+    pub fn f16_rounding(&mut self) -> F16Rounding {
+        match self.f16_rounding {
+            Some(r) => r,
+            None => {
+                let r = rounding::of(self);
+                self.f16_rounding = Some(r);
+                r
+            }
+        }
+    }
+
+    /// The rounding to compile `bodies` with: the device's, where one of them rounds to f16.
+    fn rounding_for<'a>(&mut self, mut bodies: impl Iterator<Item = &'a str>) -> F16Rounding {
+        if bodies.any(crate::halves::rounds_to_f16) {
+            self.f16_rounding()
+        } else {
+            F16Rounding::SOFTWARE
+        }
     }
 
     /// Compiles a kernel (`PRELUDE` + body). WGSL that naga rejects is an error with its message.
-    pub fn kernel(&self, name: &str, body: &str) -> Result<Kernel, String> {
+    pub fn kernel(&mut self, name: &str, body: &str) -> Result<Kernel, String> {
+        let rounding = self.rounding_for(std::iter::once(body));
         let _no_device_opens_or_closes = compiling();
-        compile(&self.ctx, name, body, self.f16_rounding)
+        compile(&self.ctx, name, body, rounding)
     }
 
     /// Compiles `(name, body)` kernels spread over the machine's cores — pipeline creation (naga,
     /// then the driver's compiler) is most of opening a session, and the kernels are independent.
     /// Results in the given order.
-    pub fn kernels(&self, sources: &[(String, String)]) -> Vec<Result<Kernel, String>> {
-        compile_all_while(&self.ctx, sources, self.f16_rounding, || ()).0
+    pub fn kernels(&mut self, sources: &[(String, String)]) -> Vec<Result<Kernel, String>> {
+        let rounding = self.rounding_for(sources.iter().map(|(_, b)| b.as_str()));
+        compile_all_while(&self.ctx, sources, rounding, || ()).0
     }
 
     /// `kernels`, while this thread allocates an arena of `words` words and makes the `fill`
@@ -217,8 +239,8 @@ impl GpuDevice {
         if let Err(e) = self.check_arena(words) {
             return (self.kernels(sources), Err(e), std::time::Duration::ZERO);
         }
+        let rounding = self.rounding_for(sources.iter().map(|(_, b)| b.as_str()));
         let (ctx, queue) = (&*self.ctx, &mut self.queue);
-        let rounding = self.f16_rounding;
         let (kernels, (arena, took)) = compile_all_while(ctx, sources, rounding, || {
             let start = std::time::Instant::now();
             let arena =

@@ -1,18 +1,19 @@
 //! Whether this device's f32 → f16 conversion rounds as the CPU does, so kernels may round
 //! with one instruction instead of the dozen of `halves::FUNCTIONS`.
 //!
-//! The mixed policy rounds every element of a rounded view as a product stages it, and the
-//! tests and gates hold the GPU to the CPU's rounding bit for bit (to nearest, ties to even;
-//! f16's subnormals; overflow to infinity from 65,520 on; NaN stays NaN). Vulkan leaves a
-//! conversion's rounding mode and f16 subnormals to the implementation, so no device is
-//! trusted on its word: once per device and process, a probe converts a sweep of f32s that
-//! covers every rounding case (`cases`) both ways kernels convert — into an f16 held in
-//! workgroup memory (a staged panel) and back to f32 in a register (a rounded view read by an
-//! f32 kernel) — and compares each result with the CPU's. Each way rounds in hardware only on
-//! a device that matched in every case that way (`F16Rounding`); every other, or a probe that
-//! fails to run, keeps the software rounding. The two ways differ in practice: Mesa 25's
-//! lavapipe stages f16s exactly but folds `f32(f16(x))` into `x`. `MGN_MIN_SPEC=1` (f16 is
-//! no guaranteed feature) and `MGN_F16_ROUNDING=software` keep the software rounding too.
+//! The mixed policy rounds every element of a rounded view as a product stages it, and the tests
+//! and gates hold the GPU to the CPU's rounding bit for bit (to nearest, ties to even; f16's
+//! subnormals; overflow to infinity from 65,520 on; NaN stays NaN). Vulkan leaves a conversion's
+//! rounding mode and f16 subnormals to the implementation, so no device is trusted on its word:
+//! once per device and process, when the first kernel that rounds to f16 is compiled
+//! (`GpuDevice::f16_rounding`; an f32 plan never runs it), a probe converts a sweep of f32s that
+//! covers every rounding case (`cases`) both ways kernels convert — into an f16 held in workgroup
+//! memory (a staged panel) and back to f32 in a register (a rounded view read by an f32 kernel) —
+//! and compares each result with the CPU's. Each way rounds in hardware only on a device that
+//! matched in every case that way (`F16Rounding`); every other, or a probe that fails to run, keeps
+//! the software rounding. The two ways differ in practice: Mesa 25's lavapipe stages f16s exactly
+//! but folds `f32(f16(x))` into `x`. `MGN_MIN_SPEC=1` (f16 is no guaranteed feature) and
+//! `MGN_F16_ROUNDING=software` keep the software rounding too.
 
 use super::{Arena, GpuDevice};
 use crate::halves::F16Rounding;
@@ -162,7 +163,7 @@ mod tests {
         let eligible =
             dev.info.float16 && !crate::limits::min_spec_requested() && !software_requested();
         let want = if eligible { probed.verdict() } else { F16Rounding::SOFTWARE };
-        assert_eq!(dev.f16_rounding, want, "probe: {probed:x?}");
+        assert_eq!(dev.f16_rounding(), want, "probe: {probed:x?}");
         if dev.info.software && dev.info.float16 {
             assert_eq!(
                 probed.staged,

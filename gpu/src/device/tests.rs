@@ -90,7 +90,7 @@ arena[i] = arena[i] + i + 1u;
 
 #[test]
 fn invalid_wgsl_is_an_error_naming_the_kernel() {
-    let Some(dev) = device() else { return };
+    let Some(mut dev) = device() else { return };
     let Err(e) =
         dev.kernel("broken", "@compute @workgroup_size(1) fn main() { let x: f32 = arena[0]; }")
     else {

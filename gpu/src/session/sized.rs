@@ -85,7 +85,7 @@ impl GpuSession {
             Some(_) => running_stats_updates(&plan, &self.offsets, &self.levels, limits)?,
             None => Vec::new(),
         };
-        let fresh = self.sources.compile(&self.dev, self.kernels.len())?;
+        let fresh = self.sources.compile(&mut self.dev, self.kernels.len())?;
         self.kernels.extend(fresh);
         Ok(SizedRun { plan, dispatch, bn })
     }
