@@ -13,7 +13,9 @@
 //!
 //! Rounding is the CPU reference's, bit for bit: to nearest, ties to even; f16 overflows to
 //! infinity from 65,520 on and keeps its subnormals; NaN stays NaN. WGSL's `pack2x16float`
-//! leaves rounding and overflow to the implementation, so the rounding is written out here.
+//! leaves rounding and overflow to the implementation, so the rounding is written out here; the
+//! device's own conversion replaces it only where `device::rounding`'s probe proved it the same
+//! (`F16Rounding`, `conversions`).
 
 use crate::kernels::{base, Ext, Operand};
 use mgn_ir::DType;
