@@ -246,4 +246,14 @@ mod tests {
         assert_eq!(coop_users(16, None, false, off), Err("MGN_COOP=0"));
         assert_eq!(coop_users(16, None, false, by_shape), Err("the subgroup size varies"));
     }
+
+    /// What `info` says of the chosen device's f16 rounding, each way on its own.
+    #[test]
+    fn info_says_how_each_rounding_to_f16_is_done() {
+        let h100 = rounding_line(Ok(F16Rounding { staged: true, rounded: false }), false);
+        assert!(h100.starts_with("into f16 panels one instruction, f32 round trips in software"));
+        let floor = rounding_line(Ok(F16Rounding::SOFTWARE), true);
+        assert_eq!(floor, "in software (MGN_MIN_SPEC=1)");
+        assert_eq!(rounding_line(Err("no device".into()), false), "unknown: no device");
+    }
 }
