@@ -163,6 +163,11 @@ fn mgn_bf16(x: f32) -> u32 {
 }
 ";
 
+/// Whether WGSL `text` calls one of `FUNCTIONS`.
+pub fn calls_functions(text: &str) -> bool {
+    ["mgn_f16_value(", "mgn_f16(", "mgn_f16_round(", "mgn_bf16("].iter().any(|f| text.contains(f))
+}
+
 /// A per-element body (`i` the element, `n` the count; its `store`s fill `pair`) run for both
 /// elements of each word of the half result `out`: one invocation per word, `⌈n / 2⌉` of them.
 pub(crate) fn elementwise(out: &Operand, n: Ext, width: u32, body: &str, helpers: &str) -> String {

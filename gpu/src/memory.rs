@@ -133,25 +133,12 @@ mod tests {
     /// stay views).
     #[test]
     fn half_weights_compute_a_training_plans_casts_of_parameters() {
-        use crate::test_util::{step, weight};
-        let (f, h) = (DType::F32, DType::F16);
-        let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], f, &[4, 3]),
-            step(Op::Param { index: 0 }, vec![], f, &[3, 2]),
-            step(Op::Cast, vec![0], h, &[4, 3]),
-            step(Op::Cast, vec![1], h, &[3, 2]),
-            step(Op::MatMul, vec![2, 3], f, &[4, 2]),
-            step(Op::Unary(UnaryOp::Relu), vec![4], f, &[4, 2]),
-        ];
-        let w = weight("w", &[3, 2]);
         for (mode, half_weights, weight_view) in
             [(Mode::Train, false, true), (Mode::Train, true, false), (Mode::Infer, true, true)]
         {
-            let io = (vec![("x".into(), 0)], vec![("y".into(), 5)]);
-            let plan =
-                Plan { params: vec![w.clone()], ..Plan::of_steps(mode, steps.clone(), io.0, io.1) };
+            let plan = crate::test_util::half_product(DType::F16, mode);
             let rounded = rounded_views_with(&GpuPlan::of(&plan), half_weights);
-            let want = vec![false, false, true, weight_view, false, false];
+            let want = vec![false, false, true, weight_view, false];
             assert_eq!(rounded, want, "{mode:?}, half weights {half_weights}");
         }
     }

@@ -35,6 +35,21 @@ pub fn weight(name: &str, shape: &[usize]) -> ParamSpec {
     }
 }
 
+/// `y = cast(x, h) @ cast(w, h)` (f32 result), `w` a parameter read only through its cast: the
+/// mixed policy's product, in a plan of `mode`.
+pub fn half_product(h: DType, mode: Mode) -> Plan {
+    let f = DType::F32;
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], f, &[2, 4]),
+        step(Op::Param { index: 0 }, vec![], f, &[4, 3]),
+        step(Op::Cast, vec![0], h, &[2, 4]),
+        step(Op::Cast, vec![1], h, &[4, 3]),
+        step(Op::MatMul, vec![2, 3], f, &[2, 3]),
+    ];
+    let p = Plan::of_steps(mode, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]);
+    Plan { params: vec![weight("w", &[4, 3])], ..p }
+}
+
 /// Deterministic values in [-1, 1).
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)

@@ -18,12 +18,10 @@ var<uniform> params: Params;
 /// device (`kernels::generate` needs only the device's limits) and one compiled with hardware
 /// rounding gets the `enable f16` it then needs.
 pub fn source(body: &str, rounding: F16Rounding) -> String {
-    let halves = if body.contains("mgn_f16") || body.contains("mgn_bf16") {
-        crate::halves::FUNCTIONS
-    } else {
-        ""
-    };
     let (conversions, needs_f16) = crate::halves::conversions(body, rounding);
+    // A body rounding in hardware alone calls none of them.
+    let calls = |text: &str| crate::halves::calls_functions(text);
+    let halves = if calls(body) || calls(&conversions) { crate::halves::FUNCTIONS } else { "" };
     let mut enables: Vec<&str> = body.lines().filter(|l| l.starts_with("enable ")).collect();
     if needs_f16 && !enables.contains(&"enable f16;") {
         enables.push("enable f16;");

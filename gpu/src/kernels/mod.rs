@@ -32,7 +32,9 @@ use crate::program::{GpuOp, GpuPlan, StepId};
 use mgn_ir::dynamic::Poly;
 use mgn_ir::op::{Op, ReduceOp, UnaryOp};
 use mgn_ir::DType;
-pub(crate) use operand::{base, fetch_word, load, store, word_half, word_value, zero, Fetched};
+pub(crate) use operand::{
+    base, f16_view_decl, fetch_word, load, store, word_half, word_value, zero, Fetched,
+};
 pub use operand::{Operand, Sliced};
 use permuted::Permuted;
 use pointwise::{binary, helpers, unary, unary_grad};

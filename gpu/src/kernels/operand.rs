@@ -100,6 +100,16 @@ impl Operand {
     }
 }
 
+/// The declaration of the arena's f16 view (`Operand::f16_view`) for a kernel reading
+/// `operands`: there where one of them is read through it, else nothing.
+pub(crate) fn f16_view_decl(operands: &[&Operand]) -> &'static str {
+    if operands.iter().any(|o| o.f16_view) {
+        "var<storage, read> arena_h: array<f16>;\n"
+    } else {
+        ""
+    }
+}
+
 /// The WGSL expression of an operand's first word.
 pub(crate) fn base(o: &Operand) -> String {
     match o.slot {

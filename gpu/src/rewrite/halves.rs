@@ -96,7 +96,7 @@ fn widen_operands(program: &mut Program, id: StepId) {
 #[cfg(test)]
 mod tests {
     use crate::program::GpuOp;
-    use crate::test_util::step;
+    use crate::test_util::{half_product as product, step};
     use mgn_ir::op::{Op, UnaryOp};
     use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::{DType, Tensor};
@@ -131,29 +131,6 @@ mod tests {
                 assert!(!s.dtype.is_half() || crate::kernels::writes_halves(&s.op), "{s:?}");
             }
         }
-    }
-
-    /// `y = cast(x, h) @ cast(w, h)` (f32 result), `w` a parameter read only through its cast.
-    fn product(h: DType, mode: Mode) -> Plan {
-        let f = DType::F32;
-        let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], f, &[2, 4]),
-            step(Op::Param { index: 0 }, vec![], f, &[4, 3]),
-            step(Op::Cast, vec![0], h, &[2, 4]),
-            step(Op::Cast, vec![1], h, &[4, 3]),
-            step(Op::MatMul, vec![2, 3], f, &[2, 3]),
-        ];
-        let w = mgn_ir::plan::ParamSpec {
-            name: "w".into(),
-            dtype: f,
-            shape: vec![4, 3],
-            init: mgn_ir::plan::InitSpec::Constant(0.0),
-            trainable: true,
-            frozen: false,
-            persistent: true,
-        };
-        let p = Plan::of_steps(mode, steps, vec![("x".into(), 0)], vec![("y".into(), 4)]);
-        Plan { params: vec![w], ..p }
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use super::panels::{moved_slot, registers, Panels};
 use super::{split_depth_of, Geometry};
-use crate::kernels::{word_half, Coop, Ext, KernelSource};
+use crate::kernels::{f16_view_decl, word_half, Coop, Ext, KernelSource};
 use mgn_ir::DType;
 
 /// The subgroup grid of a workgroup (`sm × sn` subgroups), each subgroup's block of tiles
@@ -209,8 +209,7 @@ pub(super) fn coop_with(g: &Geometry, coop: Coop, grid: CoopGrid) -> KernelSourc
     let g = &viewed;
     let s = Shape::of(g, coop, grid);
     let groups = s.per_batch.mul(&g.batches()).times(g.splits);
-    let view =
-        if g.a.f16_view || g.b.f16_view { "var<storage, read> arena_h: array<f16>;\n" } else { "" };
+    let view = f16_view_decl(&[&g.a, &g.b]);
     let mut body = format!(
         "enable f16;
 enable wgpu_cooperative_matrix;

@@ -8,7 +8,7 @@
 
 use super::{origin, slices, staging, Gemm, Loader};
 use crate::kernels::matmul::{subgroup_guard, CoopGrid, NAN};
-use crate::kernels::{word_half, Coop, KernelSource, Operand, Target};
+use crate::kernels::{f16_view_decl, word_half, Coop, KernelSource, Operand, Target};
 use mgn_ir::DType;
 
 /// Row strides of the staged panels, in halves: 16-byte aligned rows (the tile loads need it)
@@ -68,11 +68,7 @@ pub(super) fn kernel(
     let slices = slices(&(ranges.1, ranges.2), bk, &sa, &sb, &multiply);
     let stores = stores(gm, &grid, t, sg, epilogue);
     let tt = t * t;
-    let view = if a.operand.f16_view || b.operand.f16_view {
-        "var<storage, read> arena_h: array<f16>;\n"
-    } else {
-        ""
-    };
+    let view = f16_view_decl(&[&a.operand, &b.operand]);
     let body = format!(
         "enable f16;
 enable wgpu_cooperative_matrix;
