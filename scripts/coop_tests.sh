@@ -43,8 +43,8 @@ status=0
 # The products once more staging each panel directly (`MGN_COOP_GRID=…:d`), an experiment's
 # switch the default grid does not use.
 (cd gpu && run env MGN_COOP_GRID=2x2:2x2:2:d "$gpu_lib" products_of) || status=$?
-# And as a plain run chooses them (MGN_COOP unset: an inference plan's products, a training
-# plan's that read halves).
+# And as a plain run chooses them (MGN_COOP unset: every f16 product, convolutions on the
+# tiled kernels).
 (cd gpu && run env MGN_COOP= "$gpu_lib" products_of) || status=$?
 (cd tests && run "$mixed_tests") || status=$?
 # Mixed inference plans made for a range of sizes: their products take the tiles by default.
