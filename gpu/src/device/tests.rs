@@ -280,9 +280,28 @@ fn rounding_functions_are_defined_for_the_device() {
         assert_eq!(src.contains("return f16(x);"), staged_hw, "{src}");
         assert_eq!(src.contains("return f16(mgn_f16_round(x));"), !staged_hw, "{src}");
         assert_eq!(src.matches("enable f16;").count(), 1, "{src}");
+        // The software functions go only where a definition or the body calls them.
+        let software_only_in = |body: &str, hardware: bool| {
+            compile::source(body, rounding).contains(crate::halves::FUNCTIONS) != hardware
+        };
+        assert!(software_only_in(&rounded, rounded_hw), "{rounding:?}");
+        assert!(software_only_in(&staged, staged_hw), "{rounding:?}");
         for body in [&rounded, &staged] {
             let full = compile::source(body, rounding);
             naga::front::wgsl::parse_str(&full).unwrap_or_else(|e| panic!("{e}\n{full}"));
         }
     }
+}
+
+/// The rounding probe runs only for a kernel that rounds to f16: compiling f32 kernels leaves
+/// it undecided, and the first kernel that rounds decides it.
+#[test]
+fn only_a_kernel_that_rounds_to_f16_runs_the_rounding_probe() {
+    let Some(mut dev) = device() else { return };
+    dev.kernel("add", ADD).expect("valid WGSL");
+    dev.kernels(&[("add".into(), ADD.into())]).into_iter().for_each(|k| drop(k.expect("valid")));
+    assert_eq!(dev.f16_rounding, None, "an f32 kernel runs no probe");
+    let rounded = ADD.replace("a + b", "mgn_f16_rounded(a) + b");
+    dev.kernel("rounded", &rounded).expect("valid WGSL");
+    assert!(dev.f16_rounding.is_some(), "a kernel that rounds decides the rounding");
 }
