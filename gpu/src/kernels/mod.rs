@@ -15,6 +15,7 @@ mod ext;
 mod fused;
 mod matmul;
 
+pub(crate) use attention::runs_on_tensor_cores;
 pub use check::{check_plan, validate, PlanKernels};
 pub use ext::{size_word, Ext, SIZE_WORD};
 pub(crate) use matmul::{split_depth, SKINNY};

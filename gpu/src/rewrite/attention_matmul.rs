@@ -23,6 +23,7 @@
 //! dq and dk. Every original step keeps its id, becoming a reshape of its product, so results
 //! and readers are untouched.
 
+use crate::kernels::{runs_on_tensor_cores, Target};
 use crate::program::{GpuOp, Program, Step, StepId};
 use mgn_ir::op::{GradPart, Op};
 use mgn_ir::shape::attention::{dims, Dims};
@@ -40,6 +41,10 @@ pub enum AttentionPath {
     Tiled,
     /// Always through the score matrix.
     Matmul,
+    /// As `Auto`, but an f16 attention nothing differentiates runs whole where the device's
+    /// cooperative matrices take it (`kernels/attention/coop.rs`): an experiment's switch
+    /// until that is measured to win (docs/BENCHMARKS.md).
+    Tiles,
 }
 
 impl AttentionPath {
@@ -55,9 +60,10 @@ impl AttentionPath {
             None | Some("") | Some("auto") => Ok(AttentionPath::Auto),
             Some("tiled") => Ok(AttentionPath::Tiled),
             Some("matmul") => Ok(AttentionPath::Matmul),
-            Some(other) => {
-                Err(format!("MGN_ATTENTION={other:?}: expected `auto`, `tiled` or `matmul`"))
-            }
+            Some("tiles") => Ok(AttentionPath::Tiles),
+            Some(other) => Err(format!(
+                "MGN_ATTENTION={other:?}: expected `auto`, `tiled`, `matmul` or `tiles`"
+            )),
         }
     }
 }
@@ -74,7 +80,7 @@ fn wanted(path: AttentionPath, d: &Dims) -> bool {
     match path {
         AttentionPath::Tiled => false,
         AttentionPath::Matmul => true,
-        AttentionPath::Auto => {
+        AttentionPath::Auto | AttentionPath::Tiles => {
             let bytes = d.scores.iter().product::<usize>().saturating_mul(4);
             d.tq >= LONG && d.tk >= LONG && bytes <= MAX_SCORE_BYTES
         }
@@ -96,8 +102,17 @@ struct Group {
     ds: Vec<(StepId, StepId)>,
 }
 
-/// Rewrites the attentions `path` picks (see the module header).
-pub(super) fn materialise_attention(program: &mut Program, path: AttentionPath) {
+/// Rewrites the attentions `path` picks (see the module header). Under `Tiles`, on a device
+/// (`target`) whose cooperative matrices run an f16 attention's forward whole
+/// (`kernels::runs_on_tensor_cores`), an attention nothing differentiates stays whole: both
+/// of its products on the tiles and no score matrix stored, where through the scores its
+/// probabilities (f32, as the policy keeps them) would make `P·v` a product at the f32 rate.
+pub(super) fn materialise_attention(
+    program: &mut Program,
+    path: AttentionPath,
+    target: Option<Target>,
+) {
+    let differentiated = differentiated(program);
     let mut groups: Vec<Group> = Vec::new();
     for id in program.order().to_vec() {
         let s = program.step(id);
@@ -116,10 +131,19 @@ pub(super) fn materialise_attention(program: &mut Program, path: AttentionPath) 
         }
         let x: Vec<StepId> = s.inputs[..operands].to_vec();
         let Some(d) = fits(program, id, &x, has_mask) else { continue };
-        if program.choose("attention through its scores", id, || wanted(path, &d) as usize) == 0 {
+        let key = (x.clone(), causal, scale.to_bits());
+        let whole = |d: &Dims| {
+            let dtype = program.step(x[0]).dtype;
+            let on_tiles = target.is_some_and(|t| runs_on_tensor_cores(d, dtype, &t));
+            path == AttentionPath::Tiles
+                && part.is_none()
+                && on_tiles
+                && !differentiated.contains(&key)
+        };
+        let through_scores = || (wanted(path, &d) && !whole(&d)) as usize;
+        if program.choose("attention through its scores", id, through_scores) == 0 {
             continue;
         }
-        let key = (x.clone(), causal, scale.to_bits());
         let g = match groups.iter().position(|g| g.key == key) {
             Some(g) => g,
             None => {
@@ -168,6 +192,19 @@ pub(super) fn materialise_attention(program: &mut Program, path: AttentionPath) 
         s.op = GpuOp::Plan(Op::Reshape);
         s.inputs = vec![product];
     }
+}
+
+/// The (q, k, v, mask; causal, scale) of every attention some step differentiates.
+fn differentiated(program: &Program) -> Vec<(Vec<StepId>, bool, u64)> {
+    let mut keys = Vec::new();
+    for &id in program.order() {
+        let s = program.step(id);
+        if let GpuOp::Plan(Op::AttentionGrad { causal, scale, has_mask, .. }) = s.op {
+            let operands = (3 + has_mask as usize).min(s.inputs.len());
+            keys.push((s.inputs[..operands].to_vec(), causal, scale.to_bits()));
+        }
+    }
+    keys
 }
 
 /// The attention's dims when it computes an f32 result from q, k and v of one float type (f32,
@@ -274,6 +311,7 @@ mod tests {
         assert_eq!(AttentionPath::parse(Some("auto")), Ok(AttentionPath::Auto));
         assert_eq!(AttentionPath::parse(Some("tiled")), Ok(AttentionPath::Tiled));
         assert_eq!(AttentionPath::parse(Some("matmul")), Ok(AttentionPath::Matmul));
+        assert_eq!(AttentionPath::parse(Some("tiles")), Ok(AttentionPath::Tiles));
         let e = AttentionPath::parse(Some("flash")).unwrap_err();
         assert!(e.contains("\"flash\"") && e.contains("`tiled`"), "{e}");
     }

@@ -45,15 +45,28 @@ pub struct Options {
     /// Batch norms computed again for the backward pass rather than kept (`recompute`): less
     /// memory for one more pass over each. On unless `MGN_RECOMPUTE=0`.
     pub recompute: bool,
+    /// What the device's kernels are sized for, where the program is made for one: an
+    /// attention it can run whole on cooperative matrices stays whole (`attention_matmul`).
+    pub target: Option<crate::kernels::Target>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { attention: AttentionPath::default(), dynamic: false, recompute: true }
+        Options {
+            attention: AttentionPath::default(),
+            dynamic: false,
+            recompute: true,
+            target: None,
+        }
     }
 }
 
 impl Options {
+    /// These options for a program made for a device with `limits`.
+    pub fn for_device(&self, limits: &crate::limits::DeviceLimits) -> Options {
+        Options { target: Some(crate::kernels::Target::of(limits)), ..*self }
+    }
+
     /// The defaults, with what the environment overrides (`MGN_ATTENTION`, `MGN_RECOMPUTE`).
     pub fn from_env() -> Result<Options, String> {
         let recompute = recompute::wanted(std::env::var("MGN_RECOMPUTE").ok().as_deref())?;
@@ -77,13 +90,14 @@ pub fn for_gpu_with(plan: &Plan, options: &Options) -> GpuPlan {
 /// attentions through their score matrices would make an arena larger than the device holds
 /// (Whisper's 1,500 positions, 148 MiB, on a device whose bindings hold 128 MiB), they run
 /// whole instead, through the attention kernels that never store the scores — slower where
-/// both fit, but a plan that runs. Only when `options` leave the path to `Auto`.
+/// both fit, but a plan that runs. Only when `options` leave the path to `Auto` (or `Tiles`).
 pub fn for_device(
     plan: &Plan,
     options: &Options,
     limits: &crate::limits::DeviceLimits,
     memory: Option<u64>,
 ) -> GpuPlan {
+    let options = &options.for_device(limits);
     let made = for_gpu_with(plan, options);
     let whole = |o: &Options| Some(for_gpu_with(plan, o));
     whole_where_scores_do_not_fit(made, whole, |p| p, options, limits, memory)
@@ -104,7 +118,8 @@ pub fn whole_where_scores_do_not_fit<T>(
 ) -> T {
     let p = program(&made);
     let scores = p.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
-    if options.attention != AttentionPath::Auto || !scores {
+    let auto = matches!(options.attention, AttentionPath::Auto | AttentionPath::Tiles);
+    if !auto || !scores {
         return made;
     }
     // Every value in words of its own: a bound that the arena's reuse only lowers, and cheap.
@@ -135,7 +150,7 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     let mut program = Program::with_choices(plan, choices);
     identity_dropouts::read_through_dropouts(&mut program);
     state_in_place::write_state_in_place(&mut program);
-    attention_matmul::materialise_attention(&mut program, options.attention);
+    attention_matmul::materialise_attention(&mut program, options.attention, options.target);
     attention_stats::add_attention_stats(&mut program);
     if !options.dynamic {
         norm_partials::split_norm_weight_grads(&mut program);

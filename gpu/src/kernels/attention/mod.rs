@@ -44,6 +44,7 @@
 //! the keys (`decode`), the derivatives (`grad`).
 
 mod blocked;
+mod coop;
 mod decode;
 mod forward;
 mod grad;
@@ -59,6 +60,8 @@ use mgn_ir::op::{GradPart, Op};
 use mgn_ir::shape::attention::{dims, Dims};
 use mgn_ir::shape::broadcast_strides;
 use parts::stage;
+
+pub(crate) use coop::runs_on_tensor_cores;
 
 /// The workgroup array every kernel stays within, in f32 words (16 KiB: the Vulkan floor).
 const SHARED_WORDS: usize = 4096;
@@ -88,17 +91,18 @@ pub fn generate(
             need(3 + *has_mask as usize)?;
             let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
             // Few query rows a head (decoding): parallel over the keys instead (`decode`);
-            // past them both products register-blocked (`blocked`) where the heads suit it.
+            // past them, f16 heads on cooperative matrices (`coop`), else both products
+            // register-blocked (`blocked`) where the heads suit it.
             // (`MGN_ATTENTION_FORWARD=scalar` keeps the scalar-loop forward: an experiment's
             // switch, to compare the two.)
             let shared = target.shared_bytes as usize;
             let scalar = std::env::var("MGN_ATTENTION_FORWARD").is_ok_and(|v| v == "scalar");
-            match decode::forward(&a, out, w) {
+            // f16 operands on a device with cooperative matrices: both products on them.
+            let tiles = || target.coop.and_then(|c| coop::forward(&a, out, c, w, shared));
+            let blocked = || blocked::forward(&a, out, w, shared).filter(|_| !scalar);
+            match decode::forward(&a, out, w).or_else(tiles).or_else(blocked) {
                 Some(k) => Ok(k),
-                None => match blocked::forward(&a, out, w, shared).filter(|_| !scalar) {
-                    Some(k) => Ok(k),
-                    None => forward(&a, out, w),
-                },
+                None => forward(&a, out, w),
             }
         }
         GpuOp::AttentionStats { causal, scale, has_mask } => {
