@@ -30,6 +30,10 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         GpuOp::AttentionStats { causal, scale, has_mask } => {
             attention_stats(x, *causal, *scale, *has_mask, shape)
         }
+        GpuOp::AttentionOnTiles { causal, scale, has_mask } => {
+            let attention = Op::Attention { causal: *causal, scale: *scale, has_mask: *has_mask };
+            cpu(&attention, x, dtype, shape, ctx)
+        }
         GpuOp::AttentionGradWithStats { causal, scale, has_mask, part } => {
             // The statistics and the forward output only save the kernel work.
             let grad = Op::AttentionGrad {

@@ -450,50 +450,89 @@ fn split_products_in_a_plan_match_the_plan_as_compiled() {
     check(&gpu.run(&given, 0).expect("runs").outputs, 1e-4);
 }
 
+/// (batch, (Hq, Hkv), (Tq, Tk), (D, Dv), causal, mask shape)
+type HalfCase = (usize, (usize, usize), (usize, usize), (usize, usize), bool, Option<Vec<usize>>);
+
+/// A plan (of `mode`) of one attention whose q, k and v are cast to f16, as the mixed policy
+/// makes it; its inputs' values (the mask's every 7th position −inf) and shapes.
+fn half_attention_plan(case: &HalfCase, mode: Mode) -> (Plan, Vec<Tensor>, Vec<Vec<usize>>) {
+    let (b, (hq, hkv), (tq, tk), (d, dv), causal, mask) = case.clone();
+    let (f, h) = (DType::F32, DType::F16);
+    let mut shapes = vec![vec![b, hq, tq, d], vec![b, hkv, tk, d], vec![b, hkv, tk, dv]];
+    shapes.extend(mask.clone());
+    let names = ["q", "k", "v", "mask"];
+    let mut steps = Vec::new();
+    let mut values = Vec::new();
+    for (k, shape) in shapes.iter().enumerate() {
+        steps.push(step(Op::Input { name: names[k].into() }, vec![], f, shape));
+        values.push(floats(shape, 61 + k as u32));
+    }
+    if let Some(mgn_ir::tensor::Data::F32(v)) = values.get_mut(3).map(|m| &mut m.data) {
+        // With the causal rows, some rows see no key at all.
+        v.iter_mut().step_by(7).for_each(|x| *x = f32::NEG_INFINITY);
+    }
+    for (k, shape) in shapes.iter().enumerate().take(3) {
+        steps.push(step(Op::Cast, vec![k as u32], h, shape));
+    }
+    let n = shapes.len() as u32;
+    let mut operands = vec![n, n + 1, n + 2];
+    operands.extend(mask.as_ref().map(|_| 3));
+    let scale = 1.0 / (d as f64).sqrt();
+    let op = Op::Attention { causal, scale, has_mask: mask.is_some() };
+    steps.push(step(op, operands, f, &[b, hq, tq, dv]));
+    let inputs = (0..shapes.len()).map(|k| (names[k].to_string(), k as u32)).collect();
+    (Plan::of_steps(mode, steps, inputs, vec![("out".into(), n + 3)]), values, shapes)
+}
+
+/// `MGN_ATTENTION=tiles` keeps an f16 attention whole for the cooperative-matrix kernel only
+/// where the device has tiles for its heads and nothing differentiates it; by default, and for
+/// f32 heads, long attentions go through their score matrix as before.
+#[test]
+fn only_the_tiles_path_keeps_half_attentions_whole_on_the_tiles() {
+    use crate::kernels::{Coop, Target};
+    let case: HalfCase = (1, (2, 2), (150, 150), (64, 64), false, None);
+    let (plan, _, _) = half_attention_plan(&case, Mode::Infer);
+    let coop = Coop { tile: 16, subgroup: 32, everywhere: false };
+    let device = Target { width: 256, shared_bytes: 49_152, coop: Some(coop) };
+    let on_tiles = |plan: &Plan, attention, target: Option<Target>| {
+        let p = for_gpu_with(plan, &Options { attention, target, ..Options::default() });
+        let tiles = p.steps.iter().filter(|s| matches!(s.op, GpuOp::AttentionOnTiles { .. }));
+        let probs = p.steps.iter().filter(|s| matches!(s.op, GpuOp::AttentionProbs { .. }));
+        (tiles.count(), probs.count())
+    };
+    assert_eq!(on_tiles(&plan, AttentionPath::Tiles, Some(device)), (1, 0));
+    assert_eq!(on_tiles(&plan, AttentionPath::Auto, Some(device)), (0, 1));
+    assert_eq!(
+        on_tiles(&plan, AttentionPath::Tiles, Some(Target { coop: None, ..device })),
+        (0, 1)
+    );
+    assert_eq!(on_tiles(&plan, AttentionPath::Tiles, None), (0, 1));
+    // Heads that are not whole tiles.
+    let odd = half_attention_plan(&(1, (2, 2), (150, 150), (40, 40), false, None), Mode::Infer).0;
+    assert_eq!(on_tiles(&odd, AttentionPath::Tiles, Some(device)), (0, 1));
+    // A training plan's attention, differentiated, keeps the probabilities for its derivatives.
+    let (train, _) = attention_plan(1, (2, 2), (150, 150), (64, 64), false, None);
+    assert_eq!(on_tiles(&train, AttentionPath::Tiles, Some(device)), (0, 1));
+}
+
 /// An inference plan's attention of q, k and v cast to f16 (the mixed policy's, each cast a
 /// rounded view), against the plan as compiled on the CPU: with `MGN_ATTENTION=tiles`, on a
 /// device with cooperative matrices it stays whole and runs both products on them
-/// (`kernels/attention/coop.rs`), with
-/// probabilities as exact as the CPU's f32 ones; elsewhere through the score matrix. Several
-/// key blocks, query tiles past the rows, causal rows that see no key, grouped heads, Dv ≠ D,
-/// masks with hidden keys.
+/// (`kernels/attention/coop.rs`), with probabilities as exact as the CPU's f32 ones; elsewhere
+/// through the score matrix. Several key blocks, query tiles past the rows, causal rows that
+/// see no key, grouped heads, Dv ≠ D, masks with hidden keys.
 #[test]
 fn attention_of_halves_matches_the_cpu() {
     use crate::device::GpuDevice;
-    // (batch, (Hq, Hkv), (Tq, Tk), (D, Dv), causal, mask)
-    type Case = (usize, (usize, usize), (usize, usize), (usize, usize), bool, Option<Vec<usize>>);
-    let cases: [Case; 4] = [
+    let cases: [HalfCase; 4] = [
         (1, (2, 2), (150, 150), (64, 64), false, None),
         (2, (4, 2), (37, 70), (32, 16), true, Some(vec![2, 1, 37, 70])),
         (1, (3, 1), (90, 40), (16, 32), true, None),
         (2, (2, 2), (20, 130), (16, 16), false, Some(vec![2, 1, 1, 130])),
     ];
-    for (b, (hq, hkv), (tq, tk), (d, dv), causal, mask) in cases {
-        let (f, h) = (DType::F32, DType::F16);
-        let mut shapes = vec![vec![b, hq, tq, d], vec![b, hkv, tk, d], vec![b, hkv, tk, dv]];
-        shapes.extend(mask.clone());
+    for case in cases {
+        let (plan, values, shapes) = half_attention_plan(&case, Mode::Infer);
         let names = ["q", "k", "v", "mask"];
-        let mut steps = Vec::new();
-        let mut values = Vec::new();
-        for (k, shape) in shapes.iter().enumerate() {
-            steps.push(step(Op::Input { name: names[k].into() }, vec![], f, shape));
-            values.push(floats(shape, 61 + k as u32));
-        }
-        if let Some(mgn_ir::tensor::Data::F32(v)) = values.get_mut(3).map(|m| &mut m.data) {
-            // Every 7th position −inf; with the causal rows, some rows see no key at all.
-            v.iter_mut().step_by(7).for_each(|x| *x = f32::NEG_INFINITY);
-        }
-        for (k, shape) in shapes.iter().enumerate().take(3) {
-            steps.push(step(Op::Cast, vec![k as u32], h, shape));
-        }
-        let n = shapes.len() as u32;
-        let mut operands = vec![n, n + 1, n + 2];
-        operands.extend(mask.as_ref().map(|_| 3));
-        let scale = 1.0 / (d as f64).sqrt();
-        let op = Op::Attention { causal, scale, has_mask: mask.is_some() };
-        steps.push(step(op, operands, f, &[b, hq, tq, dv]));
-        let inputs = (0..shapes.len()).map(|k| (names[k].to_string(), k as u32)).collect();
-        let plan = Plan::of_steps(Mode::Infer, steps, inputs, vec![("out".into(), n + 3)]);
         let given: Vec<(&str, &Tensor)> = names.iter().copied().zip(&values).collect();
         let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
         let Some((_, limits)) = crate::testing::or_skip(GpuDevice::chosen()) else { return };
@@ -501,9 +540,13 @@ fn attention_of_halves_matches_the_cpu() {
         let program = crate::rewrite::for_device(&plan, &tiles, &limits, None);
         let dims = mgn_ir::shape::attention::dims(&shapes[0], &shapes[1], &shapes[2]).unwrap();
         let target = crate::kernels::Target::of(&limits);
-        let whole = program.steps.iter().any(|s| matches!(s.op, GpuOp::Plan(Op::Attention { .. })));
-        let what = format!("{:?} causal {causal} mask {mask:?}", shapes[0]);
-        assert_eq!(whole, crate::kernels::runs_on_tensor_cores(&dims, h, &target), "{what}");
+        let whole = program.steps.iter().any(|s| matches!(s.op, GpuOp::AttentionOnTiles { .. }));
+        let what = format!("{:?} causal {} mask {:?}", shapes[0], case.4, case.5);
+        assert_eq!(
+            whole,
+            crate::kernels::runs_on_tensor_cores(&dims, DType::F16, &target),
+            "{what}"
+        );
         let mut gpu = GpuSession::open(program, &[]).expect("the session opens");
         let got = gpu.run(&given, 0).expect("the GPU runs the attention").outputs.remove(0).1;
         for (i, (a, w)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {

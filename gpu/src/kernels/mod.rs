@@ -312,9 +312,9 @@ pub fn generate(
     op.check_input_count(inputs.len())?;
     match op {
         GpuOp::Plan(_) => unreachable!("handled above"),
-        GpuOp::AttentionStats { .. } | GpuOp::AttentionGradWithStats { .. } => {
-            attention::generate(op, inputs, out, target)
-        }
+        GpuOp::AttentionStats { .. }
+        | GpuOp::AttentionGradWithStats { .. }
+        | GpuOp::AttentionOnTiles { .. } => attention::generate(op, inputs, out, target),
         GpuOp::NormWeightGradPartial { eps, center, chunk } => {
             let w = width as usize;
             norm::weight_grad_partial(&inputs[0], &inputs[1], *eps, *center, *chunk, out, w)

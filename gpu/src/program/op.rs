@@ -25,6 +25,11 @@ pub enum GpuOp {
     /// (`rowdot = dy·out`), so the kernel skips its statistics pass. Made by
     /// `rewrite::attention_stats`.
     AttentionGradWithStats { causal: bool, scale: f64, has_mask: bool, part: GradPart },
+    /// `Op::Attention` of f16 q, k and v, run whole with both products on the device's
+    /// cooperative matrices (`kernels/attention/coop.rs`; the tiled forwards where the device has
+    /// none). Made by `rewrite::attention_matmul` under `MGN_ATTENTION=tiles`, for an attention
+    /// nothing differentiates.
+    AttentionOnTiles { causal: bool, scale: f64, has_mask: bool },
     /// `[x, dy]` → `[⌈R / chunk⌉, D]`: a layer norm's (`center`) or RMS norm's weight derivative
     /// over the last axis (`D`) of `x`'s `R` rows, summed per chunk of `chunk` consecutive rows
     /// (`Σ dy·x̂`, the last chunk possibly shorter); the chunks' sum is the derivative. Made by
@@ -171,6 +176,7 @@ impl GpuOp {
             GpuOp::PermutedStore { op, .. } => op.is_contraction(),
             GpuOp::AttentionStats { .. }
             | GpuOp::AttentionGradWithStats { .. }
+            | GpuOp::AttentionOnTiles { .. }
             | GpuOp::ConvSplit { .. }
             | GpuOp::MatMulEpilogue { .. }
             | GpuOp::ConvEpilogue { .. }
@@ -235,6 +241,7 @@ impl GpuOp {
                 return Err(format!("`{}` is a plan op: `check` types it", op.describe()))
             }
             GpuOp::AttentionStats { has_mask, .. } => exactly(2 + *has_mask as usize),
+            GpuOp::AttentionOnTiles { has_mask, .. } => exactly(3 + *has_mask as usize),
             GpuOp::AttentionGradWithStats { has_mask, part, .. } => {
                 // q, k, v, mask?, dy, the statistics, and for q and k the forward output.
                 exactly(5 + *has_mask as usize + (*part != GradPart::V) as usize)
@@ -316,6 +323,11 @@ impl GpuOp {
             GpuOp::AttentionGradWithStats { part, .. } => {
                 format!("attention_grad {part:?} with_stats").to_lowercase()
             }
+            GpuOp::AttentionOnTiles { causal, scale, .. } => format!(
+                "attention_on_tiles{} scale={}",
+                if *causal { " causal" } else { "" },
+                fmt_f64(*scale)
+            ),
             GpuOp::NormWeightGradPartial { center, chunk, .. } => format!(
                 "{}_norm_weight_grad_partial chunk={chunk}",
                 if *center { "layer" } else { "rms" }

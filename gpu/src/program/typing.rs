@@ -5,7 +5,7 @@
 
 use super::GpuOp;
 use mgn_ir::infer::{self, Ty};
-use mgn_ir::op::GradPart;
+use mgn_ir::op::{GradPart, Op};
 use mgn_ir::shape::{broadcast, matmul};
 
 /// Whether a step of the private op `op` over `x` may produce `out` (inputs already counted).
@@ -21,6 +21,10 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
     match op {
         GpuOp::Plan(_) => unreachable!("plan ops are typed by mgn_ir::infer"),
         GpuOp::AttentionStats { .. } => want(with_last(x[0].1, 2)?, "the statistics of q"),
+        GpuOp::AttentionOnTiles { causal, scale, has_mask } => {
+            let attention = Op::Attention { causal: *causal, scale: *scale, has_mask: *has_mask };
+            infer::check(&attention, x, out).map_err(|e| format!("the attention {e}"))
+        }
         GpuOp::AttentionGradWithStats { part, has_mask, .. } => {
             let stats = x[4 + *has_mask as usize].1;
             if stats != with_last(x[0].1, 2)?.as_slice() {

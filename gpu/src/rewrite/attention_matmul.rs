@@ -104,9 +104,10 @@ struct Group {
 
 /// Rewrites the attentions `path` picks (see the module header). Under `Tiles`, on a device
 /// (`target`) whose cooperative matrices run an f16 attention's forward whole
-/// (`kernels::runs_on_tensor_cores`), an attention nothing differentiates stays whole: both
-/// of its products on the tiles and no score matrix stored, where through the scores its
-/// probabilities (f32, as the policy keeps them) would make `P·v` a product at the f32 rate.
+/// (`kernels::runs_on_tensor_cores`), an attention nothing differentiates stays whole as
+/// `GpuOp::AttentionOnTiles`: both of its products on the tiles and no score matrix stored,
+/// where through the scores its probabilities (f32, as the policy keeps them) would make `P·v`
+/// a product at the f32 rate.
 pub(super) fn materialise_attention(
     program: &mut Program,
     path: AttentionPath,
@@ -140,8 +141,12 @@ pub(super) fn materialise_attention(
                 && on_tiles
                 && !differentiated.contains(&key)
         };
-        let through_scores = || (wanted(path, &d) && !whole(&d)) as usize;
+        let on_tiles = whole(&d);
+        let through_scores = || (wanted(path, &d) && !on_tiles) as usize;
         if program.choose("attention through its scores", id, through_scores) == 0 {
+            if on_tiles {
+                program.step_mut(id).op = GpuOp::AttentionOnTiles { causal, scale, has_mask };
+            }
             continue;
         }
         let g = match groups.iter().position(|g| g.key == key) {

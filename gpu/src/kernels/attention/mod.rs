@@ -87,18 +87,22 @@ pub fn generate(
     };
     let w = width as usize;
     match op {
-        GpuOp::Plan(Op::Attention { causal, scale, has_mask }) => {
+        GpuOp::Plan(Op::Attention { causal, scale, has_mask })
+        | GpuOp::AttentionOnTiles { causal, scale, has_mask } => {
             need(3 + *has_mask as usize)?;
             let a = Attn::new(inputs, *causal, *scale, *has_mask)?;
             // Few query rows a head (decoding): parallel over the keys instead (`decode`);
-            // past them, f16 heads on cooperative matrices (`coop`), else both products
-            // register-blocked (`blocked`) where the heads suit it.
-            // (`MGN_ATTENTION_FORWARD=scalar` keeps the scalar-loop forward: an experiment's
-            // switch, to compare the two.)
+            // past them, where the rewrite asked for it, f16 heads on cooperative matrices
+            // (`coop`), else both products register-blocked (`blocked`) where the heads suit
+            // it. (`MGN_ATTENTION_FORWARD=scalar` keeps the scalar-loop forward: an
+            // experiment's switch, to compare the two.)
             let shared = target.shared_bytes as usize;
             let scalar = std::env::var("MGN_ATTENTION_FORWARD").is_ok_and(|v| v == "scalar");
-            // f16 operands on a device with cooperative matrices: both products on them.
-            let tiles = || target.coop.and_then(|c| coop::forward(&a, out, c, w, shared));
+            let on_tiles = matches!(op, GpuOp::AttentionOnTiles { .. });
+            let tiles = || {
+                let coop = target.coop.filter(|_| on_tiles)?;
+                coop::forward(&a, out, coop, w, shared)
+            };
             let blocked = || blocked::forward(&a, out, w, shared).filter(|_| !scalar);
             match decode::forward(&a, out, w).or_else(tiles).or_else(blocked) {
                 Some(k) => Ok(k),
