@@ -113,7 +113,9 @@ pub(super) fn materialise_attention(
     path: AttentionPath,
     target: Option<Target>,
 ) {
-    let differentiated = differentiated(program);
+    // Only the tiles path asks which attentions are differentiated.
+    let differentiated =
+        if path == AttentionPath::Tiles { differentiated(program) } else { vec![] };
     let mut groups: Vec<Group> = Vec::new();
     for id in program.order().to_vec() {
         let s = program.step(id);
@@ -133,15 +135,11 @@ pub(super) fn materialise_attention(
         let x: Vec<StepId> = s.inputs[..operands].to_vec();
         let Some(d) = fits(program, id, &x, has_mask) else { continue };
         let key = (x.clone(), causal, scale.to_bits());
-        let whole = |d: &Dims| {
-            let dtype = program.step(x[0]).dtype;
-            let on_tiles = target.is_some_and(|t| runs_on_tensor_cores(d, dtype, &t));
-            path == AttentionPath::Tiles
-                && part.is_none()
-                && on_tiles
-                && !differentiated.contains(&key)
-        };
-        let on_tiles = whole(&d);
+        let dtype = program.step(x[0]).dtype;
+        let on_tiles = path == AttentionPath::Tiles
+            && part.is_none()
+            && !differentiated.contains(&key)
+            && target.is_some_and(|t| runs_on_tensor_cores(&d, dtype, &t));
         let through_scores = || (wanted(path, &d) && !on_tiles) as usize;
         if program.choose("attention through its scores", id, through_scores) == 0 {
             if on_tiles {

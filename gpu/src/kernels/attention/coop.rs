@@ -238,16 +238,34 @@ pub(super) fn forward(
     })
 }
 
-/// The f16 value of element `index` of `o`: through its word where it has one of its own, else
-/// the f32 load (a sliced or summed view) converted, which is exact for a value the policy
-/// rounded to f16.
-fn half_at(o: &Operand, index: &str) -> String {
-    if o.sliced.is_some() || o.summed > 1 {
-        crate::halves::staged_f16(&load(o, index))
+/// Element `index` of `o` loaded in two parts, as the products' panels are: `(zero, load,
+/// half)`, the register's zero, the expression loading it (its word, or for a sliced or summed
+/// view its f32 value through `load`) and `half(register)`, the f16 staged from it — exact, the
+/// policy having rounded the value to f16. `$K$` in `index` is the block's first key, `k0` when
+/// staged.
+fn fetched_half(o: &Operand, index: &str) -> (&'static str, String, impl Fn(&str) -> String) {
+    let viewed = o.sliced.is_some() || o.summed > 1;
+    let (zero, word, shift) = if viewed {
+        ("0.0", load(o, index), None)
     } else {
         let f = fetch_word(o, index);
-        word_half(o, &f.word, f.shift.as_deref().unwrap_or("0u"))
-    }
+        (f.zero, f.word, f.shift.map(|sh| sh.replace("$K$", "k0")))
+    };
+    let o = o.clone();
+    let half = move |reg: &str| {
+        if viewed {
+            crate::halves::staged_f16(reg)
+        } else {
+            word_half(&o, reg, shift.as_deref().unwrap_or("0u"))
+        }
+    };
+    (zero, word, half)
+}
+
+/// The f16 value of element `index` of `o`, loaded and converted at once (`fetched_half`).
+fn half_at(o: &Operand, index: &str) -> String {
+    let (_, word, half) = fetched_half(o, index);
+    half(&word)
 }
 
 /// WGSL staging `rows × cols` elements of `o` (row `r` from word `row · cols`, where `row` is
@@ -296,14 +314,8 @@ impl KeyPanels {
                     format!("let e = tid + {}u; let r = e / {cols}u; let c = e % {cols}u;", p * w);
                 let index = format!("(kvrow * {tk}u + $K$ + r) * {cols}u + c");
                 let reg = format!("{name}{p}");
-                let (zero, word, value) = if o.sliced.is_some() || o.summed > 1 {
-                    // A view read through `load`: its f32 value, which the policy rounded.
-                    ("0.0", load(o, &index), crate::halves::staged_f16(&reg))
-                } else {
-                    let f = fetch_word(o, &index);
-                    let shift = f.shift.map(|sh| sh.replace("$K$", "k0"));
-                    (f.zero, f.word, word_half(o, &reg, shift.as_deref().unwrap_or("0u")))
-                };
+                let (zero, word, half) = fetched_half(o, &index);
+                let value = half(&reg);
                 let whole = if (p + 1) * w <= n { String::new() } else { format!("e < {n}u && ") };
                 regs += &format!("var {reg} = {zero};\n    ");
                 fetch += &format!(
