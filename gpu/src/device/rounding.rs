@@ -11,7 +11,7 @@
 //! memory (a staged panel) and back to f32 in a register (a rounded view read by an f32 kernel) —
 //! and compares each result with the CPU's. Each way rounds in hardware only on a device that
 //! matched in every case that way (`F16Rounding`); every other, or a probe that fails to run, keeps
-//! the software rounding. The two ways differ in practice: Mesa 25's lavapipe stages f16s exactly
+//! the software rounding. The two ways differ in practice: Mesa 26.1's lavapipe stages f16s exactly
 //! but folds `f32(f16(x))` into `x`. `MGN_MIN_SPEC=1` (f16 is no guaranteed feature) and
 //! `MGN_F16_ROUNDING=software` keep the software rounding too.
 
