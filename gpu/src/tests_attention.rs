@@ -501,6 +501,14 @@ fn only_the_tiles_path_keeps_half_attentions_whole_on_the_tiles() {
         (tiles.count(), probs.count())
     };
     assert_eq!(on_tiles(&plan, AttentionPath::Tiles, Some(device)), (1, 0));
+    // The step's CPU reference is the attention's.
+    let (_, values, _) = half_attention_plan(&case, Mode::Infer);
+    let given: Vec<(&str, &Tensor)> = ["q", "k", "v"].into_iter().zip(&values).collect();
+    let tiles =
+        Options { attention: AttentionPath::Tiles, target: Some(device), ..Options::default() };
+    let rewritten = run_reference(&for_gpu_with(&plan, &tiles), &[], &given).outputs;
+    let want = run_on_cpu_plan(&plan, &[], &given).outputs;
+    assert_eq!(rewritten[0].1.to_f64_vec(), want[0].1.to_f64_vec());
     assert_eq!(on_tiles(&plan, AttentionPath::Auto, Some(device)), (0, 1));
     assert_eq!(
         on_tiles(&plan, AttentionPath::Tiles, Some(Target { coop: None, ..device })),

@@ -53,7 +53,11 @@ const MAX_KEYS: usize = 32;
 /// `MGN_COOP_ATTENTION=NS:BK` (an experiment's override, as `MGN_COOP_GRID` is the products'):
 /// subgroups a workgroup, and the most keys a block.
 fn asked() -> Option<(usize, usize)> {
-    let v = std::env::var("MGN_COOP_ATTENTION").ok()?;
+    parse_asked(&std::env::var("MGN_COOP_ATTENTION").ok()?)
+}
+
+/// `NS:BK`, both at least 1.
+fn parse_asked(v: &str) -> Option<(usize, usize)> {
     let (ns, bk) = v.split_once(':')?;
     let (ns, bk) = (ns.parse().ok()?, bk.parse().ok()?);
     (ns >= 1 && bk >= 1).then_some((ns, bk))
@@ -675,6 +679,14 @@ mod tests {
         assert_eq!(Layout::of(40, 64, coop, 256, 65_536), None);
         assert_eq!(Layout::of(64, 256, coop, 256, 1 << 20), None);
         assert!(Layout::of(64, 64, coop, 32, 65_536).is_some_and(|l| l.ns == 1));
+    }
+
+    #[test]
+    fn the_override_reads_subgroups_and_keys() {
+        assert_eq!(super::parse_asked("2:16"), Some((2, 16)));
+        for bad in ["", "2", "2:", ":16", "0:16", "2:0", "2:16:1", "a:16"] {
+            assert_eq!(super::parse_asked(bad), None, "{bad}");
+        }
     }
 
     /// The rewrite's question: f16 operands, a device with tiles, more rows than decoding's.
