@@ -80,17 +80,34 @@ pub enum CoopUse {
     ByShape,
     /// `MGN_COOP=1`: every product and convolution they fit (an experiment's switch).
     Everywhere,
+    /// `MGN_COOP=measure`: every f16 product, and each convolution's kernel measured on the
+    /// device when a session opens — the tiled one against the tiles — and the faster kept,
+    /// remembered per device on disk (`session::choices`).
+    Measured,
     /// `MGN_COOP=0`: none; the tiled kernels multiply halves at the f32 rate.
     Off,
 }
 
-/// `MGN_COOP`'s choice (`CoopUse`). Any other value than `0` or `1` is the default.
+/// `MGN_COOP`'s choice (`CoopUse`). Any other value than `0`, `1` or `measure` is the default.
 pub fn coop_use() -> CoopUse {
+    #[cfg(test)]
+    if let Some(forced) = FORCED_COOP_USE.with(|f| f.get()) {
+        return forced;
+    }
     match std::env::var("MGN_COOP").as_deref() {
         Ok("1") => CoopUse::Everywhere,
         Ok("0") => CoopUse::Off,
+        Ok("measure") => CoopUse::Measured,
         _ => CoopUse::ByShape,
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's `MGN_COOP`, for its own thread: the process's environment is shared by tests
+    /// running at once.
+    pub(crate) static FORCED_COOP_USE: std::cell::Cell<Option<CoopUse>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// How long one submission may take before the device is reported as hung (`GPU_TIMEOUT`, or

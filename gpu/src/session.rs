@@ -13,8 +13,7 @@
 //! written values over their parameters (`state`), so `params` returns the new state.
 
 use crate::device::{Arena, Connection, Dispatch, GpuDevice, Kernel, Params, Submission};
-use crate::kernels::{generate, step_operands};
-use crate::limits::{fold_grid, DeviceLimits};
+use crate::limits::{fold_grid, CoopUse, DeviceLimits};
 use crate::program::{GpuOp, GpuPlan};
 use crate::schedule::Levels;
 use crate::update;
@@ -26,10 +25,14 @@ use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::collections::HashMap;
 
+pub(crate) mod choices;
+mod dispatches;
 mod sized;
 mod tensors;
 mod training;
 
+pub use choices::{Chosen, Verdict};
+use dispatches::{step_dispatches, Sources, StepDispatch};
 use training::{running_stats_updates, training, Training};
 
 /// What `GpuSession::profile` measured: GPU time per op family (the first word of the op's
@@ -98,15 +101,8 @@ pub struct GpuSession {
     /// (`sized.rs`). `plan` and `dispatch` are then those of the last run's sizes.
     sizing: Option<sized::Sizing>,
     sizes: ArenaSizes,
-}
-
-/// A step's kernel (index into `kernels`), grid, parameter block (its operands' offsets), and
-/// for dropout the id whose per-run mask key goes in words 0 and 1.
-struct StepDispatch {
-    kernel: usize,
-    groups: [u32; 3],
-    params: Params,
-    dropout_node: Option<u32>,
+    /// The convolutions measured when it opened (`MGN_COOP=measure`): step and verdict.
+    measured: Vec<(usize, Verdict)>,
 }
 
 /// Every parameter step's arena offset and words.
@@ -199,99 +195,6 @@ fn err(e: String) -> GpuError {
     GpuError::Failed(e)
 }
 
-/// Distinct kernel sources (name, body, where they come from) in first-use order: steps of the
-/// same shapes share one, and all are compiled together at the end, in parallel.
-#[derive(Default)]
-struct Sources {
-    list: Vec<(String, String, String)>,
-    index: HashMap<String, usize>,
-}
-
-impl Sources {
-    /// The index of the kernel with this body, added when new.
-    fn add(&mut self, name: &str, body: String, at: &dyn std::fmt::Display) -> usize {
-        if let Some(&k) = self.index.get(&body) {
-            return k;
-        }
-        self.list.push((name.to_string(), body.clone(), at.to_string()));
-        self.index.insert(body, self.list.len() - 1);
-        self.list.len() - 1
-    }
-
-    /// Every kernel from the `from`-th on compiled, or the first error with where its kernel
-    /// came from.
-    fn compile(&self, dev: &mut GpuDevice, from: usize) -> Result<Vec<Kernel>, GpuError> {
-        self.check(dev.kernels(&self.named(from)), from)
-    }
-
-    /// The `(name, body)` of every kernel from the `from`-th on.
-    fn named(&self, from: usize) -> Vec<(String, String)> {
-        self.list[from..].iter().map(|(n, b, _)| (n.clone(), b.clone())).collect()
-    }
-
-    /// The kernels from the `from`-th on as compiled, or the first error with where its kernel
-    /// came from.
-    fn check(
-        &self,
-        compiled: Vec<Result<Kernel, String>>,
-        from: usize,
-    ) -> Result<Vec<Kernel>, GpuError> {
-        compiled
-            .into_iter()
-            .zip(&self.list[from..])
-            .map(|(k, (_, _, at))| k.map_err(|e| GpuError::Failed(format!("{e} (at {at})"))))
-            .collect()
-    }
-}
-
-/// Each step's dispatch (`None` for inputs, parameters and views): its kernel, grid and
-/// parameter block. A step without a kernel is an error naming its op and model line. For a
-/// dynamic plan, `follows` gives a step's axes' polynomials and `sizes` are the run's, which
-/// every parameter block carries (`kernels::SIZE_WORD`).
-fn step_dispatches(
-    plan: &GpuPlan,
-    offsets: &[usize],
-    limits: &DeviceLimits,
-    sources: &mut Sources,
-    follows: &dyn Fn(usize) -> Vec<Option<mgn_ir::dynamic::Poly>>,
-    sizes: &[usize],
-) -> Result<Vec<Option<StepDispatch>>, GpuError> {
-    let target = crate::kernels::Target::of(limits);
-    let width = target.width;
-    let root = crate::memory::view_roots(plan);
-    let views = crate::memory::ReadViews::of(plan);
-    let mut dispatch = Vec::with_capacity(plan.steps.len());
-    for (i, s) in plan.steps.iter().enumerate() {
-        // Views (reshapes, identity dropout) share their input's words: nothing to run.
-        if matches!(s.op, GpuOp::Plan(Op::Input { .. } | Op::Param { .. })) || root[i] != i {
-            dispatch.push(None);
-            continue;
-        }
-        let at = format!("{}, {}", s.loc, plan.step_name(i));
-        let failed = |e: String| GpuError::Failed(format!("{e} (at {at})"));
-        let (inputs, output, words) = step_operands(plan, offsets, &views, i, follows);
-        let training = plan.mode == Mode::Train;
-        let src =
-            generate(&s.op, plan.ids[i], &inputs, &output, target, training).map_err(failed)?;
-        let made = format!("{at}, {}", family(&s.op.describe()));
-        let kernel = sources.add(&format!("step{i}"), src.body, &made);
-        let group_width = src.width.unwrap_or(width) as u64;
-        let groups = fold_grid(src.invocations.div_ceil(group_width), limits)
-            .map_err(|e| failed(e.to_string()))?;
-        let mut params = [0u32; 32];
-        for (w, v) in words {
-            params[w] = v;
-        }
-        for (j, &n) in sizes.iter().enumerate() {
-            params[crate::kernels::SIZE_WORD + j] = n as u32;
-        }
-        // The mask key is the dropout step's id: its number in the given plan, as on the CPU.
-        let dropout_node = src.dropout_node;
-        dispatch.push(Some(StepDispatch { kernel, groups, params, dropout_node }));
-    }
-    Ok(dispatch)
-}
-
 /// What opening a session makes on the CPU, from the device's limits alone: the arena's layout,
 /// the dependency levels, every step's dispatch and the kernels' sources.
 struct Made {
@@ -325,6 +228,7 @@ impl Made {
         dynamic: Option<&crate::dynamic::DynamicProgram>,
         limits: &DeviceLimits,
         memory: Option<u64>,
+        choosing: Option<&mut choices::Choosing>,
         phase: &mut dyn FnMut(&'static str),
     ) -> Result<Made, GpuError> {
         // Values share arena words when their lifetimes do not overlap.
@@ -347,7 +251,8 @@ impl Made {
             Some(d) => d.dims(v, plan.steps[v].shape.len()),
             None => Vec::new(),
         };
-        let dispatch = step_dispatches(plan, &offsets, limits, &mut sources, &follows, &bound)?;
+        let dispatch =
+            step_dispatches(plan, &offsets, limits, &mut sources, &follows, &bound, choosing)?;
         // Training: optimizer state and clipping scratch go past the plan's own words.
         let mut top = layout.total_words;
         let train = training(plan, &offsets, &levels, limits, &mut top, &mut sources)?;
@@ -420,9 +325,13 @@ impl GpuSession {
         let (info, limits) = GpuDevice::chosen()?;
         phase("device chosen");
         let memory = info.memory;
+        // Convolutions measured on this device (`choices`): static plans, on request.
+        let measure = dynamic.is_none() && crate::limits::coop_use() == CoopUse::Measured;
+        let mut choosing = measure.then(|| choices::Choosing::load(&info));
         let (opened, made) = std::thread::scope(|scope| {
             let opening = scope.spawn(|| Connection::open(&info));
-            let made = Made::of(&plan, dynamic.as_ref(), &limits, memory, &mut phase);
+            let made =
+                Made::of(&plan, dynamic.as_ref(), &limits, memory, choosing.as_mut(), &mut phase);
             (opening.join(), made)
         });
         let crashed = || GpuError::NoDevice("the driver crashed while opening the device".into());
@@ -441,6 +350,14 @@ impl GpuSession {
         let arena = arena.map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))?;
         let kernels = sources.check(compiled, 0);
         phase("pipelines");
+        let mut dispatch = made.dispatch;
+        let kernels = kernels.and_then(|k| match choosing.as_mut() {
+            Some(c) => {
+                let measured = c.measure(&mut dev, &arena, &k, &mut dispatch);
+                measured.map(|()| k).map_err(|e| GpuError::Failed(format!("{}: {e}", plan.model)))
+            }
+            None => Ok(k),
+        });
         let kernels = match kernels {
             Ok(k) => k,
             Err(e) => {
@@ -448,6 +365,9 @@ impl GpuSession {
                 return Err(e);
             }
         };
+        if choosing.is_some() {
+            phase("convolutions measured");
+        }
         let sizing = dynamic.map(|program| sized::Sizing::new(program, plan.clone()));
         Ok(GpuSession {
             dev,
@@ -455,7 +375,7 @@ impl GpuSession {
             arena: Some(arena),
             offsets: made.offsets,
             kernels,
-            dispatch: made.dispatch,
+            dispatch,
             levels: made.levels,
             train: made.train,
             state: made.state,
@@ -464,6 +384,7 @@ impl GpuSession {
             sources,
             sizing,
             sizes: made.sizes,
+            measured: choosing.map(|c| c.measured).unwrap_or_default(),
         })
     }
 
@@ -484,6 +405,18 @@ impl GpuSession {
     /// made them while the pipelines compiled (within the `pipelines` phase).
     pub fn setup_alongside(&self) -> std::time::Duration {
         self.setup_alongside
+    }
+
+    /// The convolutions measured when the session opened (`MGN_COOP=measure`), each as its
+    /// step's number in the given plan and the verdict; none when every verdict was known.
+    pub fn measured_convolutions(&self) -> Vec<(usize, Verdict)> {
+        self.measured.iter().map(|&(i, v)| (self.plan.ids[i].0 as usize, v)).collect()
+    }
+
+    /// Every kernel's generated body, for tests of which kernels a session chose.
+    #[cfg(test)]
+    pub(crate) fn kernel_bodies(&self) -> Vec<&str> {
+        self.sources.list.iter().map(|(_, body, _)| body.as_str()).collect()
     }
 
     /// Each distinct kernel's compile time (naga and the driver, on one thread) with where it

@@ -440,3 +440,87 @@ fn split_convolutions_in_a_plan_match_the_plan_as_compiled() {
         }
     }
 }
+
+/// `MGN_COOP=measure`: each convolution of halves both kernels run is measured once per shape
+/// when the session opens, its verdict kept on disk for the next session, and the results are
+/// the CPU's whichever kernel a verdict keeps. On a device without cooperative matrices
+/// (CI's lavapipe) nothing is measured; the cooperative-matrix lavapipe measures.
+#[test]
+fn convolutions_measured_on_the_device_keep_their_results() {
+    use crate::limits::{CoopUse, FORCED_COOP_USE};
+    use crate::session::choices::FORCED_CACHE;
+    use crate::test_util::{open, run_on_cpu_plan, step, weight};
+    use mgn_ir::plan::{Mode, Plan};
+    let dir = std::env::temp_dir().join(format!("mgn-measured-{}", std::process::id()));
+    FORCED_COOP_USE.set(Some(CoopUse::Measured));
+    FORCED_CACHE.set(Some(dir.clone()));
+    let (f, h) = (DType::F32, DType::F16);
+    let conv = |padding: usize| Op::Conv {
+        stride: vec![1, 1],
+        padding: vec![padding; 2],
+        dilation: vec![1, 1],
+        groups: 1,
+        has_bias: false,
+    };
+    // Two convolutions of one shape (one measurement) and one of another.
+    let steps = vec![
+        step(Op::Input { name: "x".into() }, vec![], f, &[2, 16, 12, 12]),
+        step(Op::Cast, vec![0], h, &[2, 16, 12, 12]),
+        step(Op::Param { index: 0 }, vec![], f, &[32, 16, 3, 3]),
+        step(Op::Param { index: 1 }, vec![], f, &[32, 16, 3, 3]),
+        step(Op::Param { index: 2 }, vec![], f, &[24, 16, 1, 1]),
+        step(Op::Cast, vec![2], h, &[32, 16, 3, 3]),
+        step(Op::Cast, vec![3], h, &[32, 16, 3, 3]),
+        step(Op::Cast, vec![4], h, &[24, 16, 1, 1]),
+        step(conv(1), vec![1, 5], f, &[2, 32, 12, 12]),
+        step(conv(1), vec![1, 6], f, &[2, 32, 12, 12]),
+        step(conv(0), vec![1, 7], f, &[2, 24, 12, 12]),
+    ];
+    let outputs = vec![("a".into(), 8), ("b".into(), 9), ("c".into(), 10)];
+    let plan = Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], outputs);
+    let shapes = [[32, 16, 3, 3], [32, 16, 3, 3], [24, 16, 1, 1]];
+    let params: Vec<Tensor> = shapes.iter().enumerate().map(|(k, s)| input(s, k as u32)).collect();
+    let names = ["w1", "w2", "w3"];
+    let specs = names.iter().zip(&shapes).map(|(n, s)| weight(n, s)).collect();
+    let plan = Plan { params: specs, ..plan };
+    let x = input(&[2, 16, 12, 12], 9);
+    let given = [("x", &x)];
+    let want = run_on_cpu_plan(&plan, &params, &given).outputs;
+    let file = || std::fs::read_dir(dir.join("choices")).ok().and_then(|mut d| d.next());
+    // Opens a session, checks its results, and returns how many convolutions it measured
+    // and how many of its kernels run on the tiles.
+    let opened = |why: &str| -> Option<(usize, usize)> {
+        let mut gpu = open(plan.clone(), &params)?;
+        let got = gpu.run(&given, 0).expect("runs").outputs;
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            for (i, (a, b)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+                assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{why}: {name}[{i}]: {a} vs {b}");
+            }
+        }
+        let tiles = gpu.kernel_bodies().iter().filter(|b| b.contains("coop_mat")).count();
+        Some((gpu.measured_convolutions().len(), tiles))
+    };
+    let measured = |why: &str| opened(why).map(|(m, _)| m);
+    let Some(first) = measured("first session") else { return };
+    let (_, limits) = crate::device::GpuDevice::chosen().expect("a device");
+    if limits.coop_tile().is_none() {
+        assert_eq!(first, 0, "no tiles: nothing to measure");
+        assert!(file().is_none(), "nothing measured, nothing written");
+        return;
+    }
+    assert_eq!(first, 2, "one measurement a shape");
+    let path = file().expect("the verdicts' file").expect("readable").path();
+    assert_eq!(measured("verdicts known"), Some(0), "the next session measures nothing");
+    // Each kernel, as a verdict keeps it, gives the CPU's results.
+    let text = std::fs::read_to_string(&path).unwrap();
+    for (kept, on_tiles) in [("tiles", 2), ("tiled", 0)] {
+        let forced = text.replace("\ttiled\t", &format!("\t{kept}\t"));
+        std::fs::write(&path, forced.replace("\ttiles\t", &format!("\t{kept}\t"))).unwrap();
+        assert_eq!(opened(kept), Some((0, on_tiles)), "kernels of two shapes, {kept}");
+    }
+    // A damaged file is measured again, and written whole.
+    std::fs::write(&path, "not a verdict\n").unwrap();
+    assert_eq!(measured("damaged file"), Some(2));
+    assert_eq!(measured("rewritten file"), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -79,8 +79,15 @@ impl GpuSession {
         let plan = sizing.program.at(&sizing.bound, sizes)?;
         let follows = |v: usize| sizing.program.dims(v, plan.steps[v].shape.len());
         let limits = &self.dev.limits;
-        let dispatch =
-            step_dispatches(&plan, &self.offsets, limits, &mut self.sources, &follows, sizes)?;
+        let dispatch = step_dispatches(
+            &plan,
+            &self.offsets,
+            limits,
+            &mut self.sources,
+            &follows,
+            sizes,
+            None,
+        )?;
         let bn = match self.train {
             Some(_) => running_stats_updates(&plan, &self.offsets, &self.levels, limits)?,
             None => Vec::new(),
