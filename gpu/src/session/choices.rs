@@ -109,8 +109,10 @@ impl Choosing {
         self.verdicts.get(&key).copied()
     }
 
-    /// Each contender of a distinct key dispatched with both kernels (`time_of`); the tiles
-    /// take every step of that key where they win. Saves the verdicts when it measured any.
+    /// Each contender of a distinct key dispatched with both kernels (`time_both`); the tiles
+    /// take every step of that key where they win. Saves the verdicts when it measured any; a
+    /// file that cannot be written is reported on stderr and costs only the next session's
+    /// measuring again.
     pub fn measure(
         &mut self,
         dev: &mut GpuDevice,
@@ -139,10 +141,10 @@ impl Choosing {
         if self.measured.is_empty() {
             return Ok(());
         }
-        match &self.path {
-            Some(p) => save(p, &self.device, &self.verdicts),
-            None => Ok(()),
+        if let Some(Err(e)) = self.path.as_deref().map(|p| save(p, &self.device, &self.verdicts)) {
+            eprintln!("warning: the measured convolutions are not kept: {e}");
         }
+        Ok(())
     }
 }
 
@@ -306,6 +308,10 @@ mod tests {
         assert_eq!(again.key("tiled a", "tiles a"), k1, "the same key in the next session");
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
         assert_eq!(left.len(), 1, "no partial file is left beside it");
+        // A folder that cannot be made is an error naming the file.
+        let blocked = path.join("under a file.tsv");
+        let e = save(&blocked, &c.device, &c.verdicts).expect_err("a file is in the way");
+        assert!(e.starts_with(&blocked.display().to_string()), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
