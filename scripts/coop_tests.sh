@@ -39,9 +39,9 @@ run() {
         MGN_SKIP_LOG="${MGN_SKIP_LOG:-/dev/null}" "$@"
 }
 status=0
-# The kernels of half products and convolutions, and convolutions measured both ways
+# The kernels of half products and convolutions, and both measured both ways
 # (`MGN_COOP=measure`, which the test sets for itself).
-(cd gpu && run "$gpu_lib" products_of convolutions_of_halves convolutions_measured) || status=$?
+(cd gpu && run "$gpu_lib" products_of convolutions_of_halves kernels_measured) || status=$?
 # The products once more staging each panel directly (`MGN_COOP_GRID=…:d`), an experiment's
 # switch the default grid does not use.
 (cd gpu && run env MGN_COOP_GRID=2x2:2x2:2:d "$gpu_lib" products_of) || status=$?

@@ -101,7 +101,7 @@ pub struct GpuSession {
     /// (`sized.rs`). `plan` and `dispatch` are then those of the last run's sizes.
     sizing: Option<sized::Sizing>,
     sizes: ArenaSizes,
-    /// The convolutions measured when it opened (`MGN_COOP=measure`): step and verdict.
+    /// The convolutions and products measured when it opened (`MGN_COOP=measure`): step and verdict.
     measured: Vec<(usize, Verdict)>,
 }
 
@@ -366,7 +366,7 @@ impl GpuSession {
             }
         };
         if choosing.is_some() {
-            phase("convolutions measured");
+            phase("kernels measured");
         }
         let sizing = dynamic.map(|program| sized::Sizing::new(program, plan.clone()));
         Ok(GpuSession {
@@ -407,9 +407,9 @@ impl GpuSession {
         self.setup_alongside
     }
 
-    /// The convolutions measured when the session opened (`MGN_COOP=measure`), each as its
+    /// The convolutions and products measured when the session opened (`MGN_COOP=measure`), each as its
     /// step's number in the given plan and the verdict; none when every verdict was known.
-    pub fn measured_convolutions(&self) -> Vec<(usize, Verdict)> {
+    pub fn measured_kernels(&self) -> Vec<(usize, Verdict)> {
         self.measured.iter().map(|&(i, v)| (self.plan.ids[i].0 as usize, v)).collect()
     }
 

@@ -441,12 +441,12 @@ fn split_convolutions_in_a_plan_match_the_plan_as_compiled() {
     }
 }
 
-/// `MGN_COOP=measure`: each convolution of halves both kernels run is measured once per shape
-/// when the session opens, its verdict kept on disk for the next session, and the results are
-/// the CPU's whichever kernel a verdict keeps. On a device without cooperative matrices
-/// (CI's lavapipe) nothing is measured; the cooperative-matrix lavapipe measures.
+/// `MGN_COOP=measure`: each convolution and product of halves both kernels run is measured once
+/// per shape when the session opens, its verdict kept on disk for the next session, and the
+/// results are the CPU's whichever kernel a verdict keeps. On a device without cooperative
+/// matrices (CI's lavapipe) nothing is measured; the cooperative-matrix lavapipe measures.
 #[test]
-fn convolutions_measured_on_the_device_keep_their_results() {
+fn kernels_measured_on_the_device_keep_their_results() {
     use crate::limits::{CoopUse, FORCED_COOP_USE};
     use crate::session::choices::FORCED_CACHE;
     use crate::test_util::{open, run_on_cpu_plan, step, weight};
@@ -462,7 +462,7 @@ fn convolutions_measured_on_the_device_keep_their_results() {
         groups: 1,
         has_bias: false,
     };
-    // Two convolutions of one shape (one measurement) and one of another.
+    // Two convolutions of one shape (one measurement), one of another, and a product.
     let steps = vec![
         step(Op::Input { name: "x".into() }, vec![], f, &[2, 16, 12, 12]),
         step(Op::Cast, vec![0], h, &[2, 16, 12, 12]),
@@ -475,16 +475,22 @@ fn convolutions_measured_on_the_device_keep_their_results() {
         step(conv(1), vec![1, 5], f, &[2, 32, 12, 12]),
         step(conv(1), vec![1, 6], f, &[2, 32, 12, 12]),
         step(conv(0), vec![1, 7], f, &[2, 24, 12, 12]),
+        step(Op::Input { name: "m".into() }, vec![], f, &[24, 32]),
+        step(Op::Cast, vec![11], h, &[24, 32]),
+        step(Op::Param { index: 3 }, vec![], f, &[32, 40]),
+        step(Op::Cast, vec![13], h, &[32, 40]),
+        step(Op::MatMul, vec![12, 14], f, &[24, 40]),
     ];
-    let outputs = vec![("a".into(), 8), ("b".into(), 9), ("c".into(), 10)];
-    let plan = Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], outputs);
-    let shapes = [[32, 16, 3, 3], [32, 16, 3, 3], [24, 16, 1, 1]];
+    let outputs = vec![("a".into(), 8), ("b".into(), 9), ("c".into(), 10), ("d".into(), 15)];
+    let inputs = vec![("x".into(), 0), ("m".into(), 11)];
+    let plan = Plan::of_steps(Mode::Infer, steps, inputs, outputs);
+    let shapes = [&[32, 16, 3, 3][..], &[32, 16, 3, 3], &[24, 16, 1, 1], &[32, 40]];
     let params: Vec<Tensor> = shapes.iter().enumerate().map(|(k, s)| input(s, k as u32)).collect();
-    let names = ["w1", "w2", "w3"];
+    let names = ["w1", "w2", "w3", "w4"];
     let specs = names.iter().zip(&shapes).map(|(n, s)| weight(n, s)).collect();
     let plan = Plan { params: specs, ..plan };
-    let x = input(&[2, 16, 12, 12], 9);
-    let given = [("x", &x)];
+    let (x, m) = (input(&[2, 16, 12, 12], 9), input(&[24, 32], 10));
+    let given = [("x", &x), ("m", &m)];
     let want = run_on_cpu_plan(&plan, &params, &given).outputs;
     let file = || std::fs::read_dir(dir.join("choices")).ok().and_then(|mut d| d.next());
     // Opens a session, checks its results, and returns how many convolutions it measured
@@ -498,7 +504,7 @@ fn convolutions_measured_on_the_device_keep_their_results() {
             }
         }
         let tiles = gpu.kernel_bodies().iter().filter(|b| b.contains("coop_mat")).count();
-        Some((gpu.measured_convolutions().len(), tiles))
+        Some((gpu.measured_kernels().len(), tiles))
     };
     let measured = |why: &str| opened(why).map(|(m, _)| m);
     let Some(first) = measured("first session") else { return };
@@ -508,19 +514,19 @@ fn convolutions_measured_on_the_device_keep_their_results() {
         assert!(file().is_none(), "nothing measured, nothing written");
         return;
     }
-    assert_eq!(first, 2, "one measurement a shape");
+    assert_eq!(first, 3, "one measurement a shape");
     let path = file().expect("the verdicts' file").expect("readable").path();
     assert_eq!(measured("verdicts known"), Some(0), "the next session measures nothing");
     // Each kernel, as a verdict keeps it, gives the CPU's results.
     let text = std::fs::read_to_string(&path).unwrap();
-    for (kept, on_tiles) in [("tiles", 2), ("tiled", 0)] {
+    for (kept, on_tiles) in [("tiles", 3), ("tiled", 0)] {
         let forced = text.replace("\ttiled\t", &format!("\t{kept}\t"));
         std::fs::write(&path, forced.replace("\ttiles\t", &format!("\t{kept}\t"))).unwrap();
-        assert_eq!(opened(kept), Some((0, on_tiles)), "kernels of two shapes, {kept}");
+        assert_eq!(opened(kept), Some((0, on_tiles)), "kernels of three shapes, {kept}");
     }
     // A damaged file is measured again, and written whole.
     std::fs::write(&path, "not a verdict\n").unwrap();
-    assert_eq!(measured("damaged file"), Some(2));
+    assert_eq!(measured("damaged file"), Some(3));
     assert_eq!(measured("rewritten file"), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }

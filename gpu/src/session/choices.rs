@@ -1,11 +1,13 @@
-//! Convolution kernels chosen by measuring them on the device (`MGN_COOP=measure`).
+//! Kernels chosen by measuring them on the device (`MGN_COOP=measure`).
 //!
 //! Which of a mixed plan's convolutions run faster on the cooperative matrices than on the tiled
 //! kernel depends on the shape and the GPU: on an H100 the tiles took ResNet-50's batch-4
 //! forward to 0.75 of its time and lost on its batch-1 shape and every U-Net convolution
-//! (docs/BENCHMARKS.md). No rule written for one card is right on the next, so this is measured:
-//! when a session opens, every convolution both kernels can run is dispatched with each, on
-//! the session's own arena, and keeps the faster.
+//! (docs/BENCHMARKS.md). Products won on the tiles on every shape measured there, but that is
+//! one card. No rule written for one card is right on the next, so this is measured: when a
+//! session opens, every convolution and product of halves that both kernels can run is
+//! dispatched with each, on the session's own arena, and keeps the faster — by 3% over its
+//! default (convolutions tiled, products on the tiles), so noise does not flip a choice.
 //!
 //! A verdict is keyed by the device (name and driver) and both kernels' generated sources,
 //! which hold the shapes (offsets are in the parameter block), so steps of one shape are
@@ -15,7 +17,7 @@
 //! kernel it keeps. A file that cannot be read is reported and measured again; it is replaced
 //! whole (written beside it, then renamed), so a crash never leaves half of one.
 //!
-//! The measurement runs before the first run of the plan: the convolutions read parameters
+//! The measurement runs before the first run of the plan: the steps measured read parameters
 //! (uploaded) and values not yet computed, and write only their own results, which the first
 //! run computes again. Only static plans are measured: a dynamic plan's kernels change with
 //! its sizes.
@@ -27,7 +29,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Which kernel a convolution keeps.
+/// Which kernel a convolution or a product keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Chosen {
     Tiled,
@@ -43,7 +45,7 @@ impl Chosen {
     }
 }
 
-/// A measured convolution: which kernel it keeps, and each one's time per dispatch.
+/// A measured step: which kernel it keeps, and each one's time per dispatch.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Verdict {
     pub chosen: Chosen,
@@ -52,21 +54,26 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// The tiles win by at least 3%: within that, the tiled kernel (the measured default)
+    /// The kernel that is not the plan's `default` must win by 3%: within that the default
     /// stays, so noise does not flip a choice from one session to the next.
-    fn of(tiled: Duration, tiles: Duration) -> Verdict {
+    fn of(tiled: Duration, tiles: Duration, default: Chosen) -> Verdict {
         let (tiled_us, tiles_us) = (tiled.as_secs_f64() * 1e6, tiles.as_secs_f64() * 1e6);
-        let chosen = if tiles_us < 0.97 * tiled_us { Chosen::Tiles } else { Chosen::Tiled };
+        let chosen = match default {
+            Chosen::Tiled if tiles_us < 0.97 * tiled_us => Chosen::Tiles,
+            Chosen::Tiles if tiled_us < 0.97 * tiles_us => Chosen::Tiled,
+            _ => default,
+        };
         Verdict { chosen, tiled_us, tiles_us }
     }
 }
 
-/// A convolution step both kernels run, with no verdict yet: its tiled dispatch is the
-/// session's, `tiles` the other.
+/// A step both kernels run, with no verdict yet: the session's dispatch is its `default`
+/// kernel's, `other` the other's.
 pub(super) struct Contender {
     pub step: usize,
     pub key: u64,
-    pub tiles: StepDispatch,
+    pub default: Chosen,
+    pub other: StepDispatch,
 }
 
 /// One device's verdicts, as kept on disk, and the contenders a session found.
@@ -91,7 +98,7 @@ impl Choosing {
         let verdicts = match path.as_deref().map(std::fs::read_to_string) {
             Some(Ok(text)) => parse(&text).unwrap_or_else(|e| {
                 let p = path.as_deref().unwrap_or(Path::new("")).display();
-                eprintln!("warning: {p}: {e}; the convolutions are measured again");
+                eprintln!("warning: {p}: {e}; its kernels are measured again");
                 HashMap::new()
             }),
             _ => HashMap::new(),
@@ -100,7 +107,7 @@ impl Choosing {
         Choosing { device, path, verdicts, contenders: Vec::new(), measured: Vec::new() }
     }
 
-    /// The key of a convolution whose kernels are `tiled` and `tiles` on this device.
+    /// The key of a step whose kernels are `tiled` and `tiles` on this device.
     pub fn key(&self, tiled: &str, tiles: &str) -> u64 {
         fnv1a(&[self.device.as_bytes(), tiled.as_bytes(), tiles.as_bytes()])
     }
@@ -109,8 +116,8 @@ impl Choosing {
         self.verdicts.get(&key).copied()
     }
 
-    /// Each contender of a distinct key dispatched with both kernels (`time_both`); the tiles
-    /// take every step of that key where they win. Saves the verdicts when it measured any; a
+    /// Each contender of a distinct key dispatched with both kernels (`time_both`); the
+    /// other kernel takes every step of that key where it wins. Saves the verdicts when it measured any; a
     /// file that cannot be written is reported on stderr and costs only the next session's
     /// measuring again.
     pub fn measure(
@@ -124,25 +131,28 @@ impl Choosing {
             let verdict = match self.verdict(c.key) {
                 Some(v) => v,
                 None => {
-                    let Some(tiled) = dispatch[c.step].as_ref() else { continue };
-                    let a = (&kernels[tiled.kernel], tiled.params, tiled.groups);
-                    let b = (&kernels[c.tiles.kernel], c.tiles.params, c.tiles.groups);
+                    let Some(default) = dispatch[c.step].as_ref() else { continue };
+                    let a = (&kernels[default.kernel], default.params, default.groups);
+                    let b = (&kernels[c.other.kernel], c.other.params, c.other.groups);
                     let (ta, tb) = time_both(dev, arena, a, b)?;
-                    let v = Verdict::of(ta, tb);
+                    let v = match c.default {
+                        Chosen::Tiled => Verdict::of(ta, tb, Chosen::Tiled),
+                        Chosen::Tiles => Verdict::of(tb, ta, Chosen::Tiles),
+                    };
                     self.verdicts.insert(c.key, v);
                     self.measured.push((c.step, v));
                     v
                 }
             };
-            if verdict.chosen == Chosen::Tiles {
-                dispatch[c.step] = Some(c.tiles);
+            if verdict.chosen != c.default {
+                dispatch[c.step] = Some(c.other);
             }
         }
         if self.measured.is_empty() {
             return Ok(());
         }
         if let Some(Err(e)) = self.path.as_deref().map(|p| save(p, &self.device, &self.verdicts)) {
-            eprintln!("warning: the measured convolutions are not kept: {e}");
+            eprintln!("warning: the measured kernels are not kept: {e}");
         }
         Ok(())
     }
@@ -218,7 +228,7 @@ fn save(path: &Path, device: &str, verdicts: &HashMap<u64, Verdict>) -> Result<(
     let mut keys: Vec<&u64> = verdicts.keys().collect();
     keys.sort();
     let mut text = format!(
-        "# mgn: convolution kernels measured on {device}\n\
+        "# mgn: kernels measured on {device}\n\
          # key\tkept\tµs tiled\tµs on the tiles\n"
     );
     for k in keys {
@@ -340,13 +350,17 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// The tiles must win by 3% to be kept.
+    /// The kernel that is not the default must win by 3% to be kept.
     #[test]
-    fn the_tiles_win_by_a_margin() {
+    fn the_other_kernel_wins_by_a_margin() {
         let us = Duration::from_micros;
-        assert_eq!(Verdict::of(us(100), us(96)).chosen, Chosen::Tiles);
-        assert_eq!(Verdict::of(us(100), us(98)).chosen, Chosen::Tiled);
-        assert_eq!(Verdict::of(us(100), us(150)).chosen, Chosen::Tiled);
-        assert_eq!(Verdict::of(us(100), us(96)).tiles_us, 96.0);
+        let (tiled, tiles) = (Chosen::Tiled, Chosen::Tiles);
+        assert_eq!(Verdict::of(us(100), us(96), tiled).chosen, tiles);
+        assert_eq!(Verdict::of(us(100), us(98), tiled).chosen, tiled);
+        assert_eq!(Verdict::of(us(100), us(150), tiled).chosen, tiled);
+        assert_eq!(Verdict::of(us(96), us(100), tiles).chosen, tiled);
+        assert_eq!(Verdict::of(us(98), us(100), tiles).chosen, tiles);
+        assert_eq!(Verdict::of(us(150), us(100), tiles).chosen, tiles);
+        assert_eq!(Verdict::of(us(100), us(96), tiled).tiles_us, 96.0);
     }
 }

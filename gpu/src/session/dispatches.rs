@@ -73,9 +73,9 @@ impl Sources {
 /// Each step's dispatch (`None` for inputs, parameters and views): its kernel, grid and
 /// parameter block. A step without a kernel is an error naming its op and model line. For a
 /// dynamic plan, `follows` gives a step's axes' polynomials and `sizes` are the run's, which
-/// every parameter block carries (`kernels::SIZE_WORD`). With `choosing`, a convolution both
-/// the tiled kernel and the tiles can run takes the kernel its verdict keeps, or, with none
-/// yet, the tiled one and becomes a contender to measure (`choices`).
+/// every parameter block carries (`kernels::SIZE_WORD`). With `choosing`, a convolution or a
+/// product that both the tiled kernel and the tiles can run takes the kernel its verdict
+/// keeps, or, with none yet, the default's and becomes a contender to measure (`choices`).
 pub(super) fn step_dispatches(
     plan: &GpuPlan,
     offsets: &[usize],
@@ -102,14 +102,19 @@ pub(super) fn step_dispatches(
         let made = |target| generate(&s.op, plan.ids[i], &inputs, &output, target, training);
         let mut src = made(target).map_err(failed)?;
         let mut contender = None;
-        if let (Some(c), Some(tiles)) = (choosing.as_deref_mut(), on_tiles(s, &inputs, target)) {
-            let tiles = made(tiles).map_err(failed)?;
-            if tiles.body != src.body {
-                let key = c.key(&src.body, &tiles.body);
+        let other = choosing.as_deref_mut().zip(other_target(s, &inputs, target));
+        if let Some((c, (default, other))) = other {
+            let other = made(other).map_err(failed)?;
+            if other.body != src.body {
+                let (tiled, tiles) = match default {
+                    Chosen::Tiled => (&src.body, &other.body),
+                    Chosen::Tiles => (&other.body, &src.body),
+                };
+                let key = c.key(tiled, tiles);
                 match c.verdict(key).map(|v| v.chosen) {
-                    Some(Chosen::Tiles) => src = tiles,
-                    Some(Chosen::Tiled) => {}
-                    None => contender = Some((key, tiles)),
+                    Some(kept) if kept != default => src = other,
+                    Some(_) => {}
+                    None => contender = Some((key, default, other)),
                 }
             }
         }
@@ -132,19 +137,29 @@ pub(super) fn step_dispatches(
             Ok(StepDispatch { kernel, groups, params, dropout_node })
         };
         dispatch.push(Some(dispatch_of(src)?));
-        if let (Some(c), Some((key, tiles))) = (choosing.as_deref_mut(), contender) {
-            c.contenders.push(choices::Contender { step: i, key, tiles: dispatch_of(tiles)? });
+        if let (Some(c), Some((key, default, other))) = (choosing.as_deref_mut(), contender) {
+            let other = dispatch_of(other)?;
+            c.contenders.push(choices::Contender { step: i, key, default, other });
         }
     }
     Ok(dispatch)
 }
 
-/// The target on which step `s` is generated for the tiles as well, when it is a convolution
-/// of halves on a device that has them (`choices`); None otherwise.
-fn on_tiles(s: &Step<u32>, inputs: &[Operand], target: Target) -> Option<Target> {
+/// Which kernel step `s` takes by default and the target that gives it the other, when both
+/// the tiled kernel and the tiles can run it (`choices`): a convolution of halves (tiled by
+/// default) or a product of halves (on the tiles by default) on a device that has them.
+fn other_target(s: &Step<u32>, inputs: &[Operand], target: Target) -> Option<(Chosen, Target)> {
     let coop = target.coop.filter(|c| !c.everywhere)?;
-    let halves = inputs.iter().filter(|o| o.dtype == mgn_ir::DType::F16).count() >= 2;
-    let conv = s.op.describe().starts_with("conv");
-    let everywhere = crate::kernels::Coop { everywhere: true, ..coop };
-    (halves && conv).then_some(Target { coop: Some(everywhere), ..target })
+    if inputs.iter().filter(|o| o.dtype == mgn_ir::DType::F16).count() < 2 {
+        return None;
+    }
+    let what = s.op.describe();
+    if what.starts_with("conv") {
+        let everywhere = crate::kernels::Coop { everywhere: true, ..coop };
+        Some((Chosen::Tiled, Target { coop: Some(everywhere), ..target }))
+    } else if what.starts_with("matmul") {
+        Some((Chosen::Tiles, Target { coop: None, ..target }))
+    } else {
+        None
+    }
 }
