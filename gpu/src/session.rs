@@ -101,7 +101,8 @@ pub struct GpuSession {
     /// (`sized.rs`). `plan` and `dispatch` are then those of the last run's sizes.
     sizing: Option<sized::Sizing>,
     sizes: ArenaSizes,
-    /// The convolutions and products measured when it opened (`MGN_COOP=measure`): step and verdict.
+    /// The convolutions and products measured when it opened (`MGN_COOP=measure`): step and
+    /// verdict.
     measured: Vec<(usize, Verdict)>,
 }
 
@@ -407,8 +408,9 @@ impl GpuSession {
         self.setup_alongside
     }
 
-    /// The convolutions and products measured when the session opened (`MGN_COOP=measure`), each as its
-    /// step's number in the given plan and the verdict; none when every verdict was known.
+    /// The convolutions and products measured when the session opened (`MGN_COOP=measure`),
+    /// each as its step's number in the given plan and the verdict; none when every verdict
+    /// was known.
     pub fn measured_kernels(&self) -> Vec<(usize, Verdict)> {
         self.measured.iter().map(|&(i, v)| (self.plan.ids[i].0 as usize, v)).collect()
     }

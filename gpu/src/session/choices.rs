@@ -117,9 +117,9 @@ impl Choosing {
     }
 
     /// Each contender of a distinct key dispatched with both kernels (`time_both`); the
-    /// other kernel takes every step of that key where it wins. Saves the verdicts when it measured any; a
-    /// file that cannot be written is reported on stderr and costs only the next session's
-    /// measuring again.
+    /// other kernel takes every step of that key where it wins. Saves the verdicts when it
+    /// measured any; a file that cannot be written is reported on stderr and costs only the
+    /// next session's measuring again.
     pub fn measure(
         &mut self,
         dev: &mut GpuDevice,
