@@ -8,7 +8,7 @@
 //! - `optim`: the optimizer settings and state a training plan carries;
 //! - `precision`: the precision policy (f32, mixed f16/bf16) and dynamic loss scaling;
 //! - `analysis`: def-use over steps (readers, results, last uses);
-//! - `io`: atomic file writes; `units`: sizes for people.
+//! - `io`: atomic file writes; `hash`: a hash stable across builds; `units`: sizes for people.
 //!
 //! The compiler produces plans of these types, the backends run them. The crate depends on no
 //! GPU crate and on nothing of the compiler (`tests/architecture.rs` checks both).
@@ -16,6 +16,7 @@
 pub mod analysis;
 pub mod dtype;
 pub mod dynamic;
+pub mod hash;
 pub mod infer;
 pub mod io;
 pub mod op;

@@ -6,19 +6,13 @@
 //! Box–Muller normals) rather than taken from a distribution crate, so the values depend only on
 //! the ChaCha8 stream, which is fixed by its specification.
 
+use mgn_ir::hash::fnv1a64;
 use mgn_ir::plan::InitSpec;
 use mgn_ir::plan::ParamSpec;
 use mgn_ir::tensor::{Data, Tensor};
 use mgn_ir::DType;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-/// 64-bit FNV-1a.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
-}
 
 /// SplitMix64's finalizer: a bijective mix of all 64 bits.
 fn mix64(mut z: u64) -> u64 {

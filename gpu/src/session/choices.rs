@@ -15,7 +15,7 @@
 //! one file per device (`MGN_CACHE`, else `~/.cache/mgn`: `choices/<device>.tsv`), so the
 //! next session of any plan with those shapes opens without measuring, and compiles only the
 //! kernel it keeps. A file that cannot be read is reported and measured again; it is replaced
-//! whole (written beside it, then renamed), so a crash never leaves half of one.
+//! whole (`mgn_ir::io::write_atomic`), so a crash never leaves half of one.
 //!
 //! The measurement runs before the first run of the plan: the steps measured read parameters
 //! (uploaded) and values not yet computed, and write only their own results, which the first
@@ -25,6 +25,7 @@
 use super::StepDispatch;
 use crate::device::{Arena, Dispatch, GpuDevice, Kernel};
 use crate::probe::Device;
+use mgn_ir::hash;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -187,14 +188,12 @@ fn file_name(device: &str) -> String {
     format!("{slug}.tsv")
 }
 
-/// The 64-bit FNV-1a hash of the parts, each followed by a zero byte: stable across builds
-/// and platforms, unlike the standard library's hasher.
+/// The stable hash of the parts, each followed by a zero byte (so no two lists of parts run
+/// together into the same bytes).
 fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = hash::FNV_OFFSET;
     for part in parts {
-        for &b in part.iter().chain(&[0]) {
-            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        h = hash::fnv1a64_from(hash::fnv1a64_from(h, part), &[0]);
     }
     h
 }
@@ -223,7 +222,7 @@ fn parse(text: &str) -> Result<HashMap<u64, Verdict>, String> {
     Ok(out)
 }
 
-/// Writes the verdicts beside `path` and renames the file over it.
+/// Writes the verdicts to `path`, whole or not at all.
 fn save(path: &Path, device: &str, verdicts: &HashMap<u64, Verdict>) -> Result<(), String> {
     let mut keys: Vec<&u64> = verdicts.keys().collect();
     keys.sort();
@@ -240,9 +239,7 @@ fn save(path: &Path, device: &str, verdicts: &HashMap<u64, Verdict>) -> Result<(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(failed)?;
     }
-    let temp = path.with_extension(format!("tsv.{}.partial", std::process::id()));
-    std::fs::write(&temp, text).map_err(failed)?;
-    std::fs::rename(&temp, path).map_err(failed)
+    mgn_ir::io::write_atomic(path, text.as_bytes()).map_err(failed)
 }
 
 /// Each dispatch's time: both run once (their first run pays for what warms up), then three

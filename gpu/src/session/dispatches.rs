@@ -5,7 +5,7 @@ use super::choices::{self, Chosen};
 use crate::device::{GpuDevice, Kernel, Params};
 use crate::kernels::{generate, step_operands, KernelSource, Operand, Target};
 use crate::limits::{fold_grid, DeviceLimits};
-use crate::program::{GpuOp, GpuPlan, Step};
+use crate::program::{GpuOp, GpuPlan};
 use crate::session::family;
 use crate::GpuError;
 use mgn_ir::op::Op;
@@ -101,8 +101,9 @@ pub(super) fn step_dispatches(
         let training = plan.mode == Mode::Train;
         let made = |target| generate(&s.op, plan.ids[i], &inputs, &output, target, training);
         let mut src = made(target).map_err(failed)?;
+        let family = family(&s.op.describe()).to_string();
         let mut contender = None;
-        let other = choosing.as_deref_mut().zip(other_target(s, &inputs, target));
+        let other = choosing.as_deref_mut().zip(other_target(&family, &inputs, target));
         if let Some((c, (default, other))) = other {
             let other = made(other).map_err(failed)?;
             if other.body != src.body {
@@ -118,7 +119,6 @@ pub(super) fn step_dispatches(
                 }
             }
         }
-        let family = family(&s.op.describe()).to_string();
         let mut dispatch_of = |src: KernelSource| -> Result<_, GpuError> {
             let kernel = sources.add(&format!("step{i}"), src.body, &format!("{at}, {family}"));
             let group_width = src.width.unwrap_or(target.width) as u64;
@@ -145,19 +145,19 @@ pub(super) fn step_dispatches(
     Ok(dispatch)
 }
 
-/// Which kernel step `s` takes by default and the target that gives it the other, when both
-/// the tiled kernel and the tiles can run it (`choices`): a convolution of halves (tiled by
-/// default) or a product of halves (on the tiles by default) on a device that has them.
-fn other_target(s: &Step<u32>, inputs: &[Operand], target: Target) -> Option<(Chosen, Target)> {
+/// Which kernel a step of `family` takes by default and the target that gives it the other,
+/// when both the tiled kernel and the tiles can run it (`choices`): a convolution of halves
+/// (tiled by default) or a product of halves (on the tiles by default) on a device that has
+/// them.
+fn other_target(family: &str, inputs: &[Operand], target: Target) -> Option<(Chosen, Target)> {
     let coop = target.coop.filter(|c| !c.everywhere)?;
     if inputs.iter().filter(|o| o.dtype == mgn_ir::DType::F16).count() < 2 {
         return None;
     }
-    let what = s.op.describe();
-    if what.starts_with("conv") {
+    if family.starts_with("conv") {
         let everywhere = crate::kernels::Coop { everywhere: true, ..coop };
         Some((Chosen::Tiled, Target { coop: Some(everywhere), ..target }))
-    } else if what.starts_with("matmul") {
+    } else if family.starts_with("matmul") {
         Some((Chosen::Tiles, Target { coop: None, ..target }))
     } else {
         None
