@@ -342,9 +342,15 @@ pub fn transposed_views(plan: &GpuPlan) -> Vec<bool> {
     let def_use = DefUse::of(plan);
     // Products that read an operand transposed by flag (`MatMulT`, a flagged epilogue) take no
     // transposed views: `rewrite::transposes` already folded the permutes they read.
-    let matmul = |op: &GpuOp| {
-        matches!(op, GpuOp::Plan(Op::MatMul) | GpuOp::MatMulEpilogue { ta: false, tb: false, .. })
-    };
+    fn matmul(op: &GpuOp) -> bool {
+        match op {
+            GpuOp::NormedProduct { op, .. } => matmul(op),
+            op => matches!(
+                op,
+                GpuOp::Plan(Op::MatMul) | GpuOp::MatMulEpilogue { ta: false, tb: false, .. }
+            ),
+        }
+    }
     (0..plan.steps.len())
         .map(|t| {
             let s = &plan.steps[t];

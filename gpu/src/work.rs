@@ -59,6 +59,8 @@ fn flops(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Option<f64> {
     };
     match op {
         GpuOp::PermutedStore { op, shape, .. } => flops(op, inputs, shape),
+        // The norm's few FLOPs per element of x are left out: the product's bound the step.
+        GpuOp::NormedProduct { op, .. } => flops(op, inputs, out),
         GpuOp::Plan(Op::MatMul) => product(false, 1, 0),
         GpuOp::MatMulT { ta, splits, .. } => product(*ta, *splits, 0),
         GpuOp::MatMulEpilogue { program, ta, .. } => product(*ta, 1, program.len()),

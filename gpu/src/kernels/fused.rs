@@ -7,7 +7,7 @@ use super::{
     unary_grad,
 };
 use super::{KernelSource, Operand, Target};
-use crate::program::Elem;
+use crate::program::{Elem, GpuOp};
 use mgn_ir::op::Op;
 
 /// Element `i` of `inputs[k]` broadcast to `out`'s shape, as a fused program's leaf reads it;
@@ -72,7 +72,35 @@ pub(super) fn epilogue(
 ) -> Result<KernelSource, String> {
     // Input(k) is the step's input k + 1: past a and b, the product is Input(0).
     let epilogue = returning_epilogue(program, &inputs[1..], out)?;
-    matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout)
+    matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout, None)
+}
+
+/// A product of normed rows (`GpuOp::NormedProduct`): `op`'s kernel over `norm(x)`, which
+/// the tiled kernel computes as it stages A (`matmul::RowNorm`); the norm's weight and bias
+/// are the last inputs.
+pub(super) fn normed_product(
+    norm: &Op,
+    op: &GpuOp,
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+) -> Result<KernelSource, String> {
+    let operands = crate::program::norm_operands(norm)?;
+    let (inner, params) = inputs.split_at(inputs.len() + 1 - operands);
+    let row_norm = matmul::RowNorm::of(norm, params)?;
+    let plain = matmul::Layout::PLAIN;
+    let (epilogue, layout) = match op {
+        GpuOp::Plan(Op::MatMul) => (None, plain),
+        GpuOp::MatMulT { ta: false, tb, alpha, splits } => {
+            (None, matmul::Layout { tb: *tb, alpha: *alpha, splits: *splits, ..plain })
+        }
+        GpuOp::MatMulEpilogue { program, ta: false, tb } => {
+            let e = returning_epilogue(program, &inner[1..], out)?;
+            (Some(e), matmul::Layout { tb: *tb, ..plain })
+        }
+        op => return Err(format!("`{}` does not read normed rows", op.describe())),
+    };
+    matmul::generate_normed(&inner[..2], out, target, epilogue.as_deref(), layout, row_norm)
 }
 
 /// A convolution whose kernel applies `program` to each result as it stores it, as `epilogue`

@@ -120,6 +120,14 @@ pub enum GpuOp {
     /// to the permuted one. Made by `rewrite::permuted_stores` for attention's head splits and
     /// merges.
     PermutedStore { op: Box<GpuOp>, shape: Vec<usize>, view: Vec<usize>, perm: Vec<usize> },
+    /// `[x, b, extra…, weight?, bias?]`: the product `op` (an `Op::MatMul`, or a `MatMulT` or
+    /// `MatMulEpilogue` that reads A as stored) of `norm(x)` by a matrix `b`, where `norm` is an
+    /// `Op::LayerNorm` or `Op::RmsNorm` over x's last axis (its weight and bias the step's last
+    /// inputs), without the normed value in between: the product's kernel computes the
+    /// statistics of its tile's rows, then normalises A's panels as it stages them. The norm's
+    /// dispatch and barrier go from before every product that reads it. Made by
+    /// `rewrite::normed_products`.
+    NormedProduct { norm: Op, op: Box<GpuOp> },
 }
 
 impl From<Op> for GpuOp {
@@ -173,7 +181,9 @@ impl GpuOp {
     pub fn is_contraction(&self) -> bool {
         match self {
             GpuOp::Plan(op) => op.is_contraction(),
-            GpuOp::PermutedStore { op, .. } => op.is_contraction(),
+            GpuOp::PermutedStore { op, .. } | GpuOp::NormedProduct { op, .. } => {
+                op.is_contraction()
+            }
             GpuOp::AttentionStats { .. }
             | GpuOp::AttentionGradWithStats { .. }
             | GpuOp::AttentionOnTiles { .. }
@@ -269,6 +279,16 @@ impl GpuOp {
                 return match op.as_ref() {
                     GpuOp::Plan(_) => Ok(()),
                     op => op.check_input_count(n),
+                };
+            }
+            GpuOp::NormedProduct { norm, op } => {
+                // The norm's weight and bias follow the product's own inputs.
+                let params = norm_operands(norm)? - 1;
+                let inner = n.checked_sub(params).ok_or("fewer inputs than the norm's")?;
+                return match op.as_ref() {
+                    GpuOp::Plan(Op::MatMul) if inner == 2 => Ok(()),
+                    GpuOp::Plan(op) => Err(format!("`{}` is not a product", op.describe())),
+                    op => op.check_input_count(inner),
                 };
             }
             GpuOp::Fused { program } => {
@@ -378,6 +398,7 @@ impl GpuOp {
             GpuOp::PermutedStore { op, perm, .. } => {
                 format!("{} → permute {perm:?}", op.describe())
             }
+            GpuOp::NormedProduct { norm, op } => format!("{} ← {}", op.describe(), norm.describe()),
         }
     }
 }

@@ -88,6 +88,21 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, x, out)
                 .map_err(|e| e.to_string())
         }
+        GpuOp::PermutedStore { .. } | GpuOp::NormedProduct { .. } => check_wrapped(op, x, out),
+        GpuOp::SplitSum { splits, .. } => {
+            let mut partials = o.to_vec();
+            partials.insert(0, *splits);
+            same(x[0].1, &partials, "the partial products")?;
+            x[1..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
+    }
+}
+
+/// `check_private` for the ops that wrap another step's op: a result stored permuted, a
+/// product of normed rows.
+fn check_wrapped(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
+    let (_, o) = out;
+    match op {
         GpuOp::PermutedStore { op, shape, view, perm } => {
             op.check(x, (out.0, shape))?;
             if view.iter().product::<usize>() != shape.iter().product::<usize>() {
@@ -98,14 +113,24 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             if seen != (0..view.len()).collect::<Vec<_>>() {
                 return Err(format!("{perm:?} is no permutation of {} axes", view.len()));
             }
-            want(perm.iter().map(|&a| view[a]).collect(), "the permuted result")
+            let permuted: Vec<usize> = perm.iter().map(|&a| view[a]).collect();
+            if o != permuted.as_slice() {
+                return Err(format!(
+                    "the permuted result gives {permuted:?}, but the step is {o:?}"
+                ));
+            }
+            Ok(())
         }
-        GpuOp::SplitSum { splits, .. } => {
-            let mut partials = o.to_vec();
-            partials.insert(0, *splits);
-            same(x[0].1, &partials, "the partial products")?;
-            x[1..].iter().try_for_each(|t| broadcasts(t.1, o))
+        GpuOp::NormedProduct { norm, op } => {
+            if !matches!(norm, Op::LayerNorm { .. } | Op::RmsNorm { .. }) {
+                return Err(format!("`{}` is not a norm over rows", norm.describe()));
+            }
+            let (inner, params) = x.split_at(x.len() + 1 - super::op::norm_operands(norm)?);
+            let normed: Vec<Ty> = [&inner[..1], params].concat();
+            infer::check(norm, &normed, inner[0]).map_err(|e| format!("the norm {e}"))?;
+            op.check(inner, out)
         }
+        _ => unreachable!("not a wrapping op"),
     }
 }
 

@@ -8,8 +8,9 @@
 //! the ones without a residual computed again for the backward pass (`recompute`), transposes
 //! folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
-//! that would leave the GPU idle split along k (`split_k`), permutes stored by the steps
-//! whose results they permute (`permuted_stores`), and last half-typed results only
+//! that would leave the GPU idle split along k (`split_k`), row norms computed by the f32
+//! products that read them (`normed_products`), permutes stored by the steps whose results
+//! they permute (`permuted_stores`), and last half-typed results only
 //! where kernels can write them, and an inference plan's weights held as the halves its
 //! products read (`halves`). Each edits the [`Program`] by step id;
 //! positions are assigned once, at the end. The CPU backend runs plans as compiled.
@@ -23,6 +24,7 @@ mod halves;
 mod identity_dropouts;
 mod loss_rows;
 mod norm_partials;
+mod normed_products;
 mod permuted_stores;
 mod recompute;
 mod running_norms;
@@ -45,6 +47,9 @@ pub struct Options {
     /// Batch norms computed again for the backward pass rather than kept (`recompute`): less
     /// memory for one more pass over each. On unless `MGN_RECOMPUTE=0`.
     pub recompute: bool,
+    /// Layer and RMS norms computed by the f32 products that read them (`normed_products`).
+    /// On unless `MGN_NORMED_PRODUCTS=0`.
+    pub normed_products: bool,
     /// What the device's kernels are sized for, where the program is made for one: an
     /// attention it can run whole on cooperative matrices stays whole (`attention_matmul`).
     pub target: Option<crate::kernels::Target>,
@@ -56,6 +61,7 @@ impl Default for Options {
             attention: AttentionPath::default(),
             dynamic: false,
             recompute: true,
+            normed_products: true,
             target: None,
         }
     }
@@ -69,8 +75,11 @@ impl Options {
 
     /// The defaults, with what the environment overrides (`MGN_ATTENTION`, `MGN_RECOMPUTE`).
     pub fn from_env() -> Result<Options, String> {
-        let recompute = recompute::wanted(std::env::var("MGN_RECOMPUTE").ok().as_deref())?;
-        Ok(Options { attention: AttentionPath::from_env()?, recompute, ..Options::default() })
+        let env = |name: &str| std::env::var(name).ok();
+        let recompute = recompute::wanted(env("MGN_RECOMPUTE").as_deref())?;
+        let normed_products = normed_products::wanted(env("MGN_NORMED_PRODUCTS").as_deref())?;
+        let attention = AttentionPath::from_env()?;
+        Ok(Options { attention, recompute, normed_products, ..Options::default() })
     }
 }
 
@@ -168,6 +177,9 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
+    if !options.dynamic && options.normed_products {
+        normed_products::fold_norms(&mut program);
+    }
     if !options.dynamic {
         permuted_stores::fold_permutes(&mut program);
     }

@@ -37,6 +37,7 @@ fn stores_by_index(op: &GpuOp) -> bool {
                 | Op::Rope { .. }
         ),
         GpuOp::MatMulT { splits, .. } => *splits == 1,
+        GpuOp::NormedProduct { op, .. } => stores_by_index(op),
         GpuOp::MatMulEpilogue { .. }
         | GpuOp::ConvEpilogue { .. }
         | GpuOp::Fused { .. }
@@ -107,7 +108,7 @@ pub(super) fn fold_permutes(program: &mut Program) {
 }
 
 /// Every step's readers, by id; a result counts as a reader no step is (`StepId(u32::MAX)`).
-fn readers(program: &Program) -> HashMap<StepId, Vec<StepId>> {
+pub(super) fn readers(program: &Program) -> HashMap<StepId, Vec<StepId>> {
     let view = program.to_gpu_plan();
     let def_use = DefUse::of(&view);
     let mut readers = HashMap::new();

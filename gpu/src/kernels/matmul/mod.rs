@@ -26,12 +26,14 @@
 
 mod coop;
 mod panels;
+mod row_norm;
 pub(super) use coop::{subgroup_guard, CoopGrid, NAN};
 #[cfg(test)]
 mod tests;
 mod tiled;
 
 use super::{fetch_word, load, store, word_value, Ext, KernelSource, Operand, Target, FILL};
+use mgn_ir::DType;
 use tiled::tiled;
 
 /// Products with at most this many rows (or columns) take a skinny kernel: a tile of 64 rows
@@ -70,6 +72,40 @@ struct Geometry {
     alpha: f64,
     /// Ranges of k computed apart (`Layout::splits`); 1 for a whole product.
     splits: usize,
+    /// A's rows normed as they are staged (`GpuOp::NormedProduct`; only the tiled kernel).
+    norm: Option<RowNorm>,
+}
+
+/// A norm over the rows of a product's A (its k axis), computed by the product's kernel: each
+/// workgroup finds its rows' statistics first (`tiled::row_stats`), then stages
+/// `(a − mean) · rstd · weight + bias` in place of `a` (`GpuOp::NormedProduct`).
+#[derive(Clone, Debug)]
+pub(crate) struct RowNorm {
+    pub eps: f64,
+    /// A layer norm subtracts the mean; an RMS norm does not.
+    pub center: bool,
+    pub weight: Option<Operand>,
+    pub bias: Option<Operand>,
+}
+
+impl RowNorm {
+    /// The row norm of a layer norm or RMS norm whose weight and bias (those it has) are
+    /// `params`.
+    pub(crate) fn of(norm: &mgn_ir::op::Op, params: &[Operand]) -> Result<RowNorm, String> {
+        use mgn_ir::op::Op;
+        let (eps, center, has_weight, has_bias) = match norm {
+            Op::LayerNorm { eps, has_weight, has_bias } => (*eps, true, *has_weight, *has_bias),
+            Op::RmsNorm { eps, has_weight } => (*eps, false, *has_weight, false),
+            op => return Err(format!("`{}` is not a norm over rows", op.describe())),
+        };
+        let mut params = params.iter().cloned();
+        let weight = if has_weight { Some(params.next().ok_or("no norm weight")?) } else { None };
+        let bias = if has_bias { Some(params.next().ok_or("no norm bias")?) } else { None };
+        if params.next().is_some() {
+            return Err("more norm parameters than the norm has".into());
+        }
+        Ok(RowNorm { eps, center, weight, bias })
+    }
 }
 
 /// How a product reads its operands and scales its result: `GpuOp::MatMulT`'s attributes
@@ -187,6 +223,7 @@ impl Geometry {
             epilogue: false,
             alpha: layout.alpha,
             splits: layout.splits.max(1),
+            norm: None,
         };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows — unless A is
@@ -269,6 +306,7 @@ impl Geometry {
             epilogue: self.epilogue,
             alpha: self.alpha,
             splits: 1,
+            norm: None,
         }
     }
 
@@ -320,7 +358,7 @@ pub(super) fn generate(
     out: &Operand,
     target: Target,
 ) -> Result<KernelSource, String> {
-    generate_with(inputs, out, target, None, Layout::PLAIN)
+    generate_with(inputs, out, target, None, Layout::PLAIN, None)
 }
 
 /// `GpuOp::MatMulT`: `alpha · op(a) · op(b)` with either operand read transposed in place.
@@ -330,7 +368,20 @@ pub(super) fn generate_layout(
     target: Target,
     layout: Layout,
 ) -> Result<KernelSource, String> {
-    generate_with(inputs, out, target, None, layout)
+    generate_with(inputs, out, target, None, layout, None)
+}
+
+/// `generate_with` of the product of `norm(a)` by b, where `norm` is over A's rows: the tiled
+/// kernel, which is the one that stages A (`GpuOp::NormedProduct`).
+pub(super) fn generate_normed(
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+    epilogue: Option<&str>,
+    layout: Layout,
+    norm: RowNorm,
+) -> Result<KernelSource, String> {
+    generate_with(inputs, out, target, epilogue, layout, Some(norm))
 }
 
 /// The product `layout` describes, with every result passed to the WGSL function `epilogue`
@@ -341,6 +392,7 @@ pub(super) fn generate_with(
     target: Target,
     epilogue: Option<&str>,
     layout: Layout,
+    norm: Option<RowNorm>,
 ) -> Result<KernelSource, String> {
     let flagged = layout.ta || layout.tb || layout.splits > 1;
     if flagged && inputs.iter().take(2).any(|o| o.transposed) {
@@ -352,6 +404,7 @@ pub(super) fn generate_with(
         Geometry::of(inputs, out)?
     };
     g.epilogue = epilogue.is_some();
+    g.norm = norm;
     let mut k = generate_for(g, target)?;
     if let Some(e) = epilogue {
         k.body = format!("{e}{}", k.body);
@@ -367,6 +420,14 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
         return Ok(super::elementwise(0, width as u32, "", ""));
     }
     let skinny = m <= SKINNY || n <= SKINNY;
+    if g.norm.is_some() {
+        // Only the tiled kernel stages A, and only a whole matrix of rows: the rewrite makes
+        // normed products of weights that every row shares.
+        if skinny || g.at || !g.batch.is_empty() || g.a.dtype != DType::F32 {
+            return Err(format!("a product of normed rows needs the tiled kernel ({m}×{n})"));
+        }
+        return Ok(tiled(&g, width, shared));
+    }
     let coop = target.coop.filter(|_| !skinny);
     if let Some((c, grid)) = coop.and_then(|c| Some((c, coop::grid_for(&g, c, width, shared)?))) {
         return Ok(coop::coop_with(&g, c, grid));

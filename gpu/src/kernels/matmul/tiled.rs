@@ -2,6 +2,7 @@
 //! memory, a register block per invocation.
 
 use super::panels::{moved_slot, registers, Panels};
+use super::row_norm as norm;
 use super::{entry, split_depth_of, Geometry, BK, FILL};
 use crate::kernels::{word_value, Ext, KernelSource};
 
@@ -80,17 +81,25 @@ impl Tile {
 /// read neighbouring vec4s (no bank conflicts). Each panel of A and B (`Tile::bk` deep) is staged
 /// through registers: the next panel's loads are in flight while this one is multiplied.
 pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
+    // A normed product's row statistics take shared memory beside the panels.
+    let stats = if g.norm.is_some() { norm::shared_bytes(width, grid(width).1 * 8) } else { 0 };
+    let shared = shared.saturating_sub(stats);
     let tile =
         Tile::from_env().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width, shared));
     let t = Tiling::of(g, tile);
     // A's panel is stored transposed (k-major) so invocations read their rows as vec4s; 4
     // padding floats per k row spread the transposing stores over every bank.
-    let panels = format!(
+    let mut panels = format!(
         "var<workgroup> mm_a: array<vec4<f32>, {}>;\nvar<workgroup> mm_b: array<vec4<f32>, {}>;\n",
         t.bufs() * t.bk * t.sa,
         t.bufs() * t.bk * t.sb
     );
-    let s = t.setup(g) + &t.k_loop(g) + &t.stores(g);
+    let mut s = t.setup(g);
+    if let Some(n) = &g.norm {
+        panels += &norm::declarations(t.bm, tile.threads);
+        s += &norm::row_stats(g, n, t.bm, tile.threads);
+    }
+    let s = s + &t.k_loop(g) + &t.stores(g);
     let groups = t.per_batch.mul(&g.batches()).times(g.splits);
     let mut k = entry(&panels, tile.threads, &groups, s.trim_start());
     if tile.threads != width {
@@ -171,6 +180,14 @@ impl Tiling {
         }
     }
 
+    /// Whether A's slot `p` is slot 0 moved whole rows along the panel's slow axis
+    /// (`moved_slot`): the compiler then keeps one set of addresses for both. Moved along
+    /// rows (A as stored), it reads the same depth as slot 0.
+    fn a_moved(&self, g: &Geometry, p: usize) -> bool {
+        let (w, a_fast) = (self.width, if g.at { self.bm } else { self.bk });
+        p > 0 && w.is_multiple_of(a_fast) && (g.at || (p * w / a_fast).is_multiple_of(4))
+    }
+
     /// The tile's origin, the operands' bases, which panel elements this invocation moves (and
     /// where they go), and the accumulators.
     fn setup(&self, g: &Geometry) -> String {
@@ -211,7 +228,7 @@ impl Tiling {
         for p in 0..self.p.pa {
             line(format!("let ae{p} = t + {}u;", p * w));
             let d = p * w / a_fast;
-            if p > 0 && w.is_multiple_of(a_fast) && (g.at || d.is_multiple_of(4)) {
+            if self.a_moved(g, p) {
                 let moved = if g.at {
                     moved_slot("a", p, ("ak", "ar"), (d, m), d * sa)
                 } else {
@@ -235,6 +252,9 @@ impl Tiling {
                 line(format!("let ac{p} = ar{p} % 4u;"));
             }
             line(registers("a", p, &g.a));
+            if g.norm.is_some() && !self.a_moved(g, p) {
+                line(format!("var nw{p} = 1.0; var nb{p} = 0.0;"));
+            }
         }
         for p in 0..self.p.pb {
             line(format!("let be{p} = t + {}u;", p * w));
@@ -286,10 +306,15 @@ impl Tiling {
                 format!("        {st}\n")
             }
         };
-        let stage = |abuf: &str, bbuf: &str| {
+        // `panel`: which panel along k the registers hold.
+        let stage = |abuf: &str, bbuf: &str, panel: &str| {
             let mut s = String::new();
             for p in 0..self.p.pa {
                 let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
+                let v = match &g.norm {
+                    Some(n) => norm::staged(g, n, &v, (p, self.a_source(g, p)), (panel, bk)),
+                    None => v,
+                };
                 let st = format!("mm_a[{abuf}as{p}][ac{p}] = {v};");
                 s.push_str(&staged(self.p.partial_a, format!("ae{p}"), self.bm * bk, st));
             }
@@ -300,11 +325,12 @@ impl Tiling {
             }
             s
         };
+        let fetch = |k0: &str| self.p.fetch(g, k0) + &self.norm_fetch(g, k0);
         if kt.n > 0 || !kt.is_fixed() {
             s.push_str("    {\n");
-            s.push_str(&self.p.fetch(g, "0u"));
+            s.push_str(&fetch("0u"));
             if self.double {
-                s.push_str(&stage("", ""));
+                s.push_str(&stage("", "", "0u"));
                 s.push_str("        workgroupBarrier();\n");
             }
             s.push_str("    }\n");
@@ -317,7 +343,7 @@ impl Tiling {
         } else {
             // Everyone has finished reading the previous panels before they are overwritten.
             s.push_str("        workgroupBarrier();\n");
-            s.push_str(&stage("", ""));
+            s.push_str(&stage("", "", "kt"));
             s.push_str("        workgroupBarrier();\n");
             ("", "")
         };
@@ -325,7 +351,7 @@ impl Tiling {
         s.push_str(&format!(
             "        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n"
         ));
-        s.push_str(&self.p.fetch(g, "k1"));
+        s.push_str(&fetch("k1"));
         s.push_str("        }\n");
         for kk in 0..bk {
             for i4 in 0..self.tm / 4 {
@@ -348,11 +374,30 @@ impl Tiling {
         if self.double {
             // The next panels go into the buffer this one is not.
             s.push_str(&format!("        if (kt + 1u < {kt}) {{\n"));
-            s.push_str(&stage(&format!("{asize}u - cura + "), &format!("{bsize}u - curb + ")));
+            let (a_next, b_next) = (format!("{asize}u - cura + "), format!("{bsize}u - curb + "));
+            s.push_str(&stage(&a_next, &b_next, "(kt + 1u)"));
             s.push_str("        }\n        workgroupBarrier();\n");
         }
         s.push_str("    }\n");
         s
+    }
+
+    /// The slot whose norm weight and bias registers slot `p` of A uses: its own, or slot
+    /// 0's when it is slot 0 moved along rows (the same depth).
+    fn a_source(&self, g: &Geometry, p: usize) -> usize {
+        if self.a_moved(g, p) {
+            0
+        } else {
+            p
+        }
+    }
+
+    /// For a normed product, the loads of the norm's weight and bias at the depths of A's
+    /// slots in the panel at `k0`, beside the panel's own (`norm::fetched`).
+    fn norm_fetch(&self, g: &Geometry, k0: &str) -> String {
+        let Some(n) = &g.norm else { return String::new() };
+        let sources = (0..self.p.pa).filter(|&p| !self.a_moved(g, p));
+        sources.map(|p| norm::fetched(g, n, p, k0)).collect()
     }
 
     /// The stores of the register block, guarded at the matrices' edges. With an epilogue, every

@@ -1,0 +1,175 @@
+//! Norms computed by the products that read them: a layer norm or RMS norm whose result is the
+//! left operand of a matrix product by a weight becomes part of that product
+//! (`GpuOp::NormedProduct`), whose kernel finds its rows' statistics and normalises A as it
+//! stages it (`kernels/matmul/row_norm.rs`).
+//!
+//! Every transformer layer runs a norm before its attention's projections and before its
+//! feed-forward: one level of its own each, with a dispatch of a few microseconds and a
+//! barrier, in front of products that could have started. That is 21 of the 219 levels of
+//! the U-Net's B=1 forward, 13 of MiniLM's 69, 61 of SmolLM2's 423. Where the norm has other
+//! readers (post-norm BERT adds it to the next residual; training differentiates through it)
+//! it stays, but runs beside the products rather than before them; otherwise it goes.
+//!
+//! Only f32 products (the tiled kernel stages A; the mixed policies' f16 products read the
+//! norm through a cast, and stay as they are) of a 2-D weight, with more rows and columns than
+//! the skinny kernels take, and only static plans.
+
+use crate::kernels::SKINNY;
+use crate::program::{GpuOp, Program};
+use mgn_ir::op::Op;
+use mgn_ir::DType;
+
+/// Whether a value of `MGN_NORMED_PRODUCTS` (`None`: unset) asks for norms computed by their
+/// products (on unless `0`: an A/B's switch).
+pub(super) fn wanted(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        None | Some("") | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(other) => Err(format!("MGN_NORMED_PRODUCTS={other:?}: expected `0` or `1`")),
+    }
+}
+
+/// A product that can take a normed left operand, its layout as stored.
+fn takes_normed_rows(op: &GpuOp) -> bool {
+    matches!(
+        op,
+        GpuOp::Plan(Op::MatMul)
+            | GpuOp::MatMulT { ta: false, .. }
+            | GpuOp::MatMulEpilogue { ta: false, .. }
+    )
+}
+
+/// The columns of a product whose right operand is `b` (2-D), read transposed when `tb`.
+fn columns(op: &GpuOp, b: &[usize]) -> usize {
+    let tb = matches!(op, GpuOp::MatMulT { tb: true, .. } | GpuOp::MatMulEpilogue { tb: true, .. });
+    if tb {
+        b[0]
+    } else {
+        b[1]
+    }
+}
+
+/// Folds each row norm into the products that read it (see the module header).
+pub(super) fn fold_norms(program: &mut Program) {
+    let readers = super::permuted_stores::readers(program);
+    let mut gone = Vec::new();
+    for id in program.order().to_vec() {
+        let n = program.step(id);
+        if !matches!(n.op, GpuOp::Plan(Op::LayerNorm { .. } | Op::RmsNorm { .. }))
+            || n.dtype != DType::F32
+        {
+            continue;
+        }
+        let GpuOp::Plan(norm) = n.op.clone() else { continue };
+        let (x, params) = (n.inputs[0], n.inputs[1..].to_vec());
+        let k = *n.shape.last().unwrap_or(&0);
+        let rows = n.shape.iter().product::<usize>() / k.max(1);
+        let all = readers.get(&id).cloned().unwrap_or_default();
+        let mut folded = 0;
+        for &r in &all {
+            let Some(s) = program.get(r) else { continue };
+            let b = s.inputs.get(1).and_then(|&b| program.get(b));
+            let fits = takes_normed_rows(&s.op)
+                && s.dtype == DType::F32
+                && s.inputs[0] == id
+                && s.inputs[1] != id
+                && b.is_some_and(|b| {
+                    b.dtype == DType::F32 && b.shape.len() == 2 && columns(&s.op, &b.shape) > SKINNY
+                })
+                && rows > SKINNY;
+            if !fits {
+                continue;
+            }
+            let s = program.step_mut(r);
+            s.op = GpuOp::NormedProduct { norm: norm.clone(), op: Box::new(s.op.clone()) };
+            s.inputs[0] = x;
+            s.inputs.extend(&params);
+            folded += 1;
+        }
+        // A reader that is a result (`StepId(u32::MAX)`) or any other step keeps the norm.
+        if folded > 0 && folded == all.len() {
+            gone.push(id);
+        }
+    }
+    program.remove(&gone);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::program::GpuOp;
+    use crate::rewrite::{for_gpu_with, Options};
+    use crate::test_util::{assert_rewrite_keeps_results, step, tensor};
+    use mgn_ir::op::{BinaryOp, Op};
+    use mgn_ir::plan::{Mode, Plan};
+    use mgn_ir::tensor::Tensor;
+    use mgn_ir::DType;
+
+    /// A layer norm read by a product with a bias (an epilogue) and by a plain product of a
+    /// transposed weight; an RMS norm read by a product and by an add that is an output (so it
+    /// stays); a norm of too few rows; and a product whose weight is the normed value itself.
+    fn plan() -> Plan {
+        let f = DType::F32;
+        let ln = Op::LayerNorm { eps: 1e-5, has_weight: true, has_bias: true };
+        let rms = Op::RmsNorm { eps: 1e-6, has_weight: true };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[2, 20, 24]), // 0
+            step(Op::Input { name: "g".into() }, vec![], f, &[24]),        // 1
+            step(Op::Input { name: "beta".into() }, vec![], f, &[24]),     // 2
+            step(Op::Input { name: "w".into() }, vec![], f, &[24, 40]),    // 3
+            step(Op::Input { name: "b".into() }, vec![], f, &[40]),        // 4
+            step(Op::Input { name: "v".into() }, vec![], f, &[36, 24]),    // 5
+            step(ln, vec![0, 1, 2], f, &[2, 20, 24]),                      // 6
+            step(Op::MatMul, vec![6, 3], f, &[2, 20, 40]),                 // 7
+            step(Op::Binary(BinaryOp::Add), vec![7, 4], f, &[2, 20, 40]),  // 8: y0
+            step(Op::Permute { perm: vec![1, 0] }, vec![5], f, &[24, 36]), // 9
+            step(Op::MatMul, vec![6, 9], f, &[2, 20, 36]),                 // 10: y1
+            step(rms.clone(), vec![0, 1], f, &[2, 20, 24]),                // 11
+            step(Op::MatMul, vec![11, 3], f, &[2, 20, 40]),                // 12: y2
+            step(Op::Binary(BinaryOp::Add), vec![11, 0], f, &[2, 20, 24]), // 13: y3
+            step(Op::Input { name: "few".into() }, vec![], f, &[4, 24]),   // 14
+            step(rms, vec![14, 1], f, &[4, 24]),                           // 15
+            step(Op::MatMul, vec![15, 3], f, &[4, 40]),                    // 16: y4
+        ];
+        let names = ["x", "g", "beta", "w", "b", "v"];
+        let mut inputs: Vec<(String, u32)> =
+            names.iter().enumerate().map(|(i, n)| (n.to_string(), i as u32)).collect();
+        inputs.push(("few".into(), 14));
+        let outputs = [8, 10, 12, 13, 16].iter().enumerate();
+        let outputs = outputs.map(|(i, &s)| (format!("y{i}"), s)).collect();
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, outputs);
+        plan.validate().expect("valid");
+        plan
+    }
+
+    #[test]
+    fn norms_are_computed_by_the_products_that_read_them() {
+        let plan = plan();
+        let gpu = for_gpu_with(&plan, &Options::default());
+        gpu.validate().expect("still valid");
+        let count = |f: &dyn Fn(&GpuOp) -> bool| gpu.steps.iter().filter(|s| f(&s.op)).count();
+        let normed = |op: &GpuOp| matches!(op, GpuOp::NormedProduct { .. });
+        assert_eq!(count(&normed), 3, "{:#?}", gpu.steps);
+        // The layer norm went; the RMS norm stays for the add, and so does the few rows'.
+        let norms =
+            |op: &GpuOp| matches!(op, GpuOp::Plan(Op::LayerNorm { .. } | Op::RmsNorm { .. }));
+        assert_eq!(count(&norms), 2);
+        // The bias joined the product as its epilogue, inside the normed product.
+        assert!(gpu.steps.iter().any(|s| matches!(&s.op,
+            GpuOp::NormedProduct { op, .. } if matches!(**op, GpuOp::MatMulEpilogue { .. }))));
+        let off = Options { normed_products: false, ..Options::default() };
+        assert_eq!(for_gpu_with(&plan, &off).steps.iter().filter(|s| normed(&s.op)).count(), 0);
+
+        let x = [
+            tensor(&[2, 20, 24], 1),
+            tensor(&[24], 2),
+            tensor(&[24], 3),
+            tensor(&[24, 40], 4),
+            tensor(&[40], 5),
+            tensor(&[36, 24], 6),
+            tensor(&[4, 24], 7),
+        ];
+        let names = ["x", "g", "beta", "w", "b", "v", "few"];
+        let inputs: Vec<(&str, &Tensor)> = names.iter().copied().zip(x.iter()).collect();
+        assert_rewrite_keeps_results(&plan, gpu, &inputs);
+    }
+}
