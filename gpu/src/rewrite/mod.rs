@@ -8,9 +8,9 @@
 //! the ones without a residual computed again for the backward pass (`recompute`), transposes
 //! folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
-//! that would leave the GPU idle split along k (`split_k`), row norms computed by the f32
-//! products that read them (`normed_products`), permutes stored by the steps whose results
-//! they permute (`permuted_stores`), and last half-typed results only
+//! that would leave the GPU idle split along k (`split_k`), where asked, row norms computed
+//! by the f32 products that read them (`normed_products`), permutes stored by the steps whose
+//! results they permute (`permuted_stores`), and last half-typed results only
 //! where kernels can write them, and an inference plan's weights held as the halves its
 //! products read (`halves`). Each edits the [`Program`] by step id;
 //! positions are assigned once, at the end. The CPU backend runs plans as compiled.
@@ -48,7 +48,7 @@ pub struct Options {
     /// memory for one more pass over each. On unless `MGN_RECOMPUTE=0`.
     pub recompute: bool,
     /// Layer and RMS norms computed by the f32 products that read them (`normed_products`).
-    /// On unless `MGN_NORMED_PRODUCTS=0`.
+    /// Off unless `MGN_NORMED_PRODUCTS=1` (measured slower; an experiment's switch).
     pub normed_products: bool,
     /// What the device's kernels are sized for, where the program is made for one: an
     /// attention it can run whole on cooperative matrices stays whole (`attention_matmul`).
@@ -61,7 +61,7 @@ impl Default for Options {
             attention: AttentionPath::default(),
             dynamic: false,
             recompute: true,
-            normed_products: true,
+            normed_products: false,
             target: None,
         }
     }

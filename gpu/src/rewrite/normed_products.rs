@@ -10,9 +10,10 @@
 //! readers (post-norm BERT adds it to the next residual; training differentiates through it)
 //! it stays, but runs beside the products rather than before them; otherwise it goes.
 //!
-//! Only f32 products (the tiled kernel stages A; the mixed policies' f16 products read the
-//! norm through a cast, and stay as they are) of a 2-D weight, with more rows and columns than
-//! the skinny kernels take, and only static plans.
+//! Off unless `MGN_NORMED_PRODUCTS=1` (an experiment's switch): measured, it was slower (see
+//! `wanted`). Only f32 products (the tiled kernel stages A; the mixed policies' f16 products
+//! read the norm through a cast, and stay as they are) of a 2-D weight, with more rows and
+//! columns than the skinny kernels take, and only static plans.
 
 use crate::kernels::SKINNY;
 use crate::program::{GpuOp, Program};
@@ -20,11 +21,14 @@ use mgn_ir::op::Op;
 use mgn_ir::DType;
 
 /// Whether a value of `MGN_NORMED_PRODUCTS` (`None`: unset) asks for norms computed by their
-/// products (on unless `0`: an A/B's switch).
+/// products: only `1` does. Off by default, as measured: on an H100 (strict f32, 2026-12-06)
+/// the forwards of MiniLM, Whisper and SmolLM2 took 1.11–1.21× as long with it and the U-Net's
+/// B=1 1.02× — each workgroup's statistics pass, a loop of dependent loads over its rows before
+/// its first panel, costs more than the level it saves (docs/BENCHMARKS.md).
 pub(super) fn wanted(value: Option<&str>) -> Result<bool, String> {
     match value {
-        None | Some("") | Some("1") => Ok(true),
-        Some("0") => Ok(false),
+        None | Some("") | Some("0") => Ok(false),
+        Some("1") => Ok(true),
         Some(other) => Err(format!("MGN_NORMED_PRODUCTS={other:?}: expected `0` or `1`")),
     }
 }
@@ -144,7 +148,7 @@ mod tests {
     #[test]
     fn norms_are_computed_by_the_products_that_read_them() {
         let plan = plan();
-        let gpu = for_gpu_with(&plan, &Options::default());
+        let gpu = for_gpu_with(&plan, &Options { normed_products: true, ..Options::default() });
         gpu.validate().expect("still valid");
         let count = |f: &dyn Fn(&GpuOp) -> bool| gpu.steps.iter().filter(|s| f(&s.op)).count();
         let normed = |op: &GpuOp| matches!(op, GpuOp::NormedProduct { .. });
@@ -156,8 +160,8 @@ mod tests {
         // The bias joined the product as its epilogue, inside the normed product.
         assert!(gpu.steps.iter().any(|s| matches!(&s.op,
             GpuOp::NormedProduct { op, .. } if matches!(**op, GpuOp::MatMulEpilogue { .. }))));
-        let off = Options { normed_products: false, ..Options::default() };
-        assert_eq!(for_gpu_with(&plan, &off).steps.iter().filter(|s| normed(&s.op)).count(), 0);
+        let default = for_gpu_with(&plan, &Options::default());
+        assert_eq!(default.steps.iter().filter(|s| normed(&s.op)).count(), 0, "off by default");
 
         let x = [
             tensor(&[2, 20, 24], 1),
