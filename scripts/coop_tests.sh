@@ -40,7 +40,7 @@ run() {
 }
 status=0
 # The kernels of half products and convolutions, and both measured both ways
-# (`MGN_COOP=measure`, which the test sets for itself).
+# (the default, `MGN_COOP=measure`, which the test sets for itself).
 (cd gpu && run "$gpu_lib" products_of convolutions_of_halves kernels_measured) || status=$?
 # The products once more staging each panel directly (`MGN_COOP_GRID=…:d`), an experiment's
 # switch the default grid does not use.

@@ -74,21 +74,24 @@ impl DeviceLimits {
 /// (`MGN_COOP`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoopUse {
-    /// Unset: every f16 product (`kernels::matmul::coop::grid_for`); convolutions keep the
-    /// tiled kernels, which were faster on ResNet-50's training and the U-Net
-    /// (docs/BENCHMARKS.md).
+    /// `MGN_COOP=products`: every f16 product (`kernels::matmul::coop::grid_for`);
+    /// convolutions keep the tiled kernels (the default before measuring was).
     ByShape,
     /// `MGN_COOP=1`: every product and convolution they fit (an experiment's switch).
     Everywhere,
-    /// `MGN_COOP=measure`: every f16 product, and each convolution's kernel measured on the
-    /// device when a session opens — the tiled one against the tiles — and the faster kept,
-    /// remembered per device on disk (`session::choices`).
+    /// Unset (or `MGN_COOP=measure`): each f16 product's and convolution's kernel measured on
+    /// the device when a static plan's session opens — the tiled one against the tiles — and
+    /// the faster kept, remembered per device on disk (`session::choices`); a dynamic plan's
+    /// as `ByShape`. Timed on an H100 against `ByShape`: ResNet-50's mixed forward in 0.75 of
+    /// its time, its training cells in 0.94, the U-Net's cells 0.98–1.0, ResNet-50's batch of
+    /// one 1.02 (docs/BENCHMARKS.md).
     Measured,
     /// `MGN_COOP=0`: none; the tiled kernels multiply halves at the f32 rate.
     Off,
 }
 
-/// `MGN_COOP`'s choice (`CoopUse`). Any other value than `0`, `1` or `measure` is the default.
+/// `MGN_COOP`'s choice (`CoopUse`). Any other value than `0`, `1`, `products` or `measure` is
+/// the default.
 pub fn coop_use() -> CoopUse {
     #[cfg(test)]
     if let Some(forced) = FORCED_COOP_USE.with(|f| f.get()) {
@@ -97,8 +100,8 @@ pub fn coop_use() -> CoopUse {
     match std::env::var("MGN_COOP").as_deref() {
         Ok("1") => CoopUse::Everywhere,
         Ok("0") => CoopUse::Off,
-        Ok("measure") => CoopUse::Measured,
-        _ => CoopUse::ByShape,
+        Ok("products") => CoopUse::ByShape,
+        _ => CoopUse::Measured,
     }
 }
 
@@ -228,8 +231,8 @@ mod tests {
         assert_eq!(DeviceLimits::MIN_SPEC.coop_tile(), None);
         assert_eq!(h200.coop_tile(), (coop_use() != CoopUse::Off).then_some(16));
         if std::env::var_os("MGN_COOP").is_none() {
-            assert_eq!(coop_use(), CoopUse::ByShape);
-            assert_eq!(h200.coop_tile(), Some(16), "on by default, per shape");
+            assert_eq!(coop_use(), CoopUse::Measured);
+            assert_eq!(h200.coop_tile(), Some(16), "on by default, as measured");
         }
     }
 

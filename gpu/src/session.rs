@@ -101,7 +101,7 @@ pub struct GpuSession {
     /// (`sized.rs`). `plan` and `dispatch` are then those of the last run's sizes.
     sizing: Option<sized::Sizing>,
     sizes: ArenaSizes,
-    /// The convolutions and products measured when it opened (`MGN_COOP=measure`): step and
+    /// The convolutions and products measured when it opened (`CoopUse::Measured`): step and
     /// verdict.
     measured: Vec<(usize, Verdict)>,
 }
@@ -408,7 +408,7 @@ impl GpuSession {
         self.setup_alongside
     }
 
-    /// The convolutions and products measured when the session opened (`MGN_COOP=measure`),
+    /// The convolutions and products measured when the session opened (`CoopUse::Measured`),
     /// each as its step's number in the given plan and the verdict; none when every verdict
     /// was known.
     pub fn measured_kernels(&self) -> Vec<(usize, Verdict)> {

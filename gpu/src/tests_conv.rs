@@ -441,8 +441,8 @@ fn split_convolutions_in_a_plan_match_the_plan_as_compiled() {
     }
 }
 
-/// `MGN_COOP=measure`: each convolution and product of halves both kernels run is measured once
-/// per shape when the session opens, its verdict kept on disk for the next session, and the
+/// `CoopUse::Measured` (the default): each convolution and product of halves both kernels run
+/// is measured once per shape when the session opens, its verdict kept on disk for the next session, and the
 /// results are the CPU's whichever kernel a verdict keeps. On a device without cooperative
 /// matrices (CI's lavapipe) nothing is measured; the cooperative-matrix lavapipe measures.
 #[test]

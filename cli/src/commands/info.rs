@@ -225,7 +225,7 @@ fn coop_users(
         _ if min_spec => Err("MGN_MIN_SPEC=1"),
         (Some(_), CoopUse::Everywhere) => Ok(Some("f16 products and convolutions")),
         (Some(_), CoopUse::Measured) => {
-            Ok(Some("f16 products, and convolutions where measured faster"))
+            Ok(Some("f16 products and convolutions measured faster on them"))
         }
         (Some(_), _) => Ok(Some("f16 products")),
         (None, CoopUse::Off) => Err("MGN_COOP=0"),
@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(coop_users(16, Some(16), false, by_shape), Ok(Some("f16 products")));
         let everything = Ok(Some("f16 products and convolutions"));
         assert_eq!(coop_users(16, Some(16), false, all), everything);
-        let measured = Ok(Some("f16 products, and convolutions where measured faster"));
+        let measured = Ok(Some("f16 products and convolutions measured faster on them"));
         assert_eq!(coop_users(16, Some(16), false, CoopUse::Measured), measured);
         assert_eq!(coop_users(16, Some(16), true, by_shape), Err("MGN_MIN_SPEC=1"));
         assert_eq!(coop_users(16, None, false, off), Err("MGN_COOP=0"));

@@ -126,8 +126,8 @@ pub struct Coop {
     pub tile: u32,
     pub subgroup: u32,
     /// Every convolution of f16 operands that fits takes the tiles as well as every product
-    /// (`MGN_COOP=1`); otherwise only the products, where they were measured to win
-    /// (`limits::CoopUse::ByShape`, `matmul::coop::grid_for`).
+    /// (`MGN_COOP=1`); otherwise only the products (`matmul::coop::grid_for`), and the
+    /// convolutions a session measured faster on them (`limits::CoopUse::Measured`).
     pub everywhere: bool,
 }
 

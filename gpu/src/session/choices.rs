@@ -1,4 +1,5 @@
-//! Kernels chosen by measuring them on the device (`MGN_COOP=measure`).
+//! Kernels chosen by measuring them on the device (the default, `limits::CoopUse::Measured`;
+//! `MGN_COOP=products` rules instead).
 //!
 //! Which of a mixed plan's convolutions run faster on the cooperative matrices than on the tiled
 //! kernel depends on the shape and the GPU: on an H100 the tiles took ResNet-50's batch-4
