@@ -442,9 +442,10 @@ fn split_convolutions_in_a_plan_match_the_plan_as_compiled() {
 }
 
 /// `CoopUse::Measured` (the default): each convolution and product of halves both kernels run
-/// is measured once per shape when the session opens, its verdict kept on disk for the next session, and the
-/// results are the CPU's whichever kernel a verdict keeps. On a device without cooperative
-/// matrices (CI's lavapipe) nothing is measured; the cooperative-matrix lavapipe measures.
+/// is measured once per shape when the session opens, its verdict kept on disk for the next
+/// session, and the results are the CPU's whichever kernel a verdict keeps. On a device without
+/// cooperative matrices (CI's lavapipe) nothing is measured; the cooperative-matrix lavapipe
+/// measures.
 #[test]
 fn kernels_measured_on_the_device_keep_their_results() {
     use crate::limits::{CoopUse, FORCED_COOP_USE};
