@@ -9,7 +9,8 @@
 //! read by its forward product and by its input derivative, an activation read by the next
 //! layer and by its weight derivative) is rounded once; a transposed or reshaped operand is
 //! rounded before the transpose, so a weight's transpose stays a view of its half copy.
-//! Nodes made inside `full_precision(…)`, and their derivatives, keep f32 operands.
+//! Nodes made inside `full_precision(…)`, and their derivatives, keep f32 operands; inside
+//! `full_precision(…, derivatives = false)` only the nodes it makes do.
 //!
 //! `f16` training also scales its loss (`loss_scale_param`, `autodiff::GradOptions`): f16's
 //! range ends at 65,504 and its normal numbers at 6e-5, so the incoming gradients that backward
@@ -17,7 +18,7 @@
 
 use std::collections::HashMap;
 
-use crate::graph::{Graph, InitSpec, Node, NodeId, Op, ParamInfo};
+use crate::graph::{Graph, InitSpec, Node, NodeId, Op, ParamInfo, Pin};
 use mgn_ir::precision::LossScaling;
 use mgn_ir::DType;
 
@@ -54,7 +55,7 @@ pub fn apply(g: &mut Graph, half: DType, extra: &mut [NodeId]) {
 /// A contraction the policy rounds: f32 operands and result, not kept in full precision.
 fn in_policy(n: &Node, nodes: &[Node]) -> bool {
     n.op.is_contraction()
-        && !n.full_precision
+        && n.full_precision == Pin::No
         && n.dtype == DType::F32
         && operands(&n.op).all(|k| nodes[n.inputs[k].0 as usize].dtype == DType::F32)
 }
@@ -131,7 +132,7 @@ pub fn loss_scale_param(g: &mut Graph) -> NodeId {
         shape: vec![],
         span,
         user_span,
-        full_precision: false,
+        full_precision: Pin::No,
     });
     g.params.push(ParamInfo {
         name: LossScaling::PARAM.into(),
@@ -265,6 +266,22 @@ model M(batch: dim = 4) {
             types(plan(&pinned, true, Precision::F32)),
             types(plan(MLP, true, Precision::F32))
         );
+    }
+
+    #[test]
+    fn full_precision_without_derivatives_keeps_only_its_forward_in_f32() {
+        let forward = "let logits = full_precision(fc2(h), derivatives = false)";
+        let pinned = MLP.replace("let logits = fc2(h)", forward);
+        let p = plan(&pinned, true, Precision::MixedF16);
+        let c = contractions(&p);
+        let f32_ones: Vec<_> = c.iter().filter(|(_, i, _)| i[0] == DType::F32).collect();
+        // fc2's product alone; its weight and input derivatives round as every other one.
+        assert_eq!(f32_ones.len(), 1, "{c:?}");
+        assert_eq!(c.len(), 5);
+        // Given positionally, and `true` (the default), it pins the derivatives too.
+        let both = MLP.replace("let logits = fc2(h)", "let logits = full_precision(fc2(h), true)");
+        let p = plan(&both, true, Precision::MixedF16);
+        assert_eq!(contractions(&p).iter().filter(|(_, i, _)| i[0] == DType::F32).count(), 3);
     }
 
     #[test]

@@ -130,7 +130,8 @@ impl Builder<'_> {
     ) -> NodeId {
         let o = self.g.node(origin);
         let dtype = if o.dtype.is_float() { o.dtype } else { DType::F32 };
-        let (span, user_span, full_precision) = (o.span, o.user_span, o.full_precision);
+        let (span, user_span) = (o.span, o.user_span);
+        let full_precision = o.full_precision.of_derivative();
         self.g.nodes.push(Node { op, inputs, dtype, shape, span, user_span, full_precision });
         NodeId(self.g.nodes.len() as u32 - 1)
     }

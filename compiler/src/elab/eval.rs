@@ -103,8 +103,9 @@ pub struct Evaluator<'p> {
     /// What elaboration learned about source spans, for the language server.
     pub facts: Vec<Fact>,
     /// How many `full_precision(…)` calls are being evaluated: nodes made inside one keep
-    /// their contractions in f32 under a mixed precision policy.
-    pub full_precision: usize,
+    /// their contractions in f32 under a mixed precision policy — with their derivatives
+    /// (`[1]`), or without them (`derivatives = false`, `[0]`).
+    pub full_precision: [usize; 2],
 }
 
 /// A fact about a span of source, recorded while elaborating (hover, inlay hints).
@@ -145,7 +146,7 @@ impl<'p> Evaluator<'p> {
             is_std,
             output_spans: Vec::new(),
             facts: Vec::new(),
-            full_precision: 0,
+            full_precision: [0, 0],
         }
     }
 
@@ -234,7 +235,11 @@ impl<'p> Evaluator<'p> {
         }
         let user_span = self.user_span(span);
         self.facts.push(Fact { span, kind: FactKind::Expr, text: fmt_type(dtype, &shape) });
-        let full_precision = self.full_precision > 0;
+        let full_precision = match self.full_precision {
+            [_, both] if both > 0 => crate::graph::Pin::Both,
+            [forward, _] if forward > 0 => crate::graph::Pin::Forward,
+            _ => crate::graph::Pin::No,
+        };
         self.graph.nodes.push(Node { op, inputs, dtype, shape, span, user_span, full_precision });
         Ok(NodeId(self.graph.nodes.len() as u32 - 1))
     }

@@ -34,7 +34,30 @@ pub struct Node {
     pub user_span: Span,
     /// Made inside `full_precision(…)` (or the derivative of such a node): a mixed precision
     /// policy leaves its operands in f32 (`precision.rs`).
-    pub full_precision: bool,
+    pub full_precision: Pin,
+}
+
+/// Whether a mixed precision policy leaves a node's operands in f32: `full_precision(x)` pins
+/// what x makes and its derivatives, `full_precision(x, derivatives = false)` only what x makes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pin {
+    /// Under the policy.
+    #[default]
+    No,
+    /// In f32; its derivatives under the policy.
+    Forward,
+    /// In f32, and its derivatives too.
+    Both,
+}
+
+impl Pin {
+    /// What a derivative of a node pinned so is pinned as.
+    pub fn of_derivative(self) -> Pin {
+        match self {
+            Pin::Both => Pin::Both,
+            Pin::Forward | Pin::No => Pin::No,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

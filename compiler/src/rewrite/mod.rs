@@ -69,6 +69,6 @@ pub(crate) fn test_node(
         shape,
         span: mgn_syntax::Span::default(),
         user_span: mgn_syntax::Span::default(),
-        full_precision: false,
+        full_precision: crate::graph::Pin::No,
     }
 }

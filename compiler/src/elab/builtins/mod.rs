@@ -103,10 +103,13 @@ static BUILTINS: &[Builtin] = &[
     ),
     b!(
         "full_precision",
-        ["x"],
+        ["x", "derivatives?"],
         "x itself, with every matrix product, convolution and attention computed for it (and \
-         their derivatives) kept in f32 under `--precision mixed`",
-        |_, a| Ok(a.raw("x").0)
+         their derivatives, unless `derivatives = false`) kept in f32 under `--precision mixed`",
+        |e, a| {
+            a.bool_or(e, "derivatives", true)?;
+            Ok(a.raw("x").0)
+        }
     ),
     b!("float", ["x"], "a compile-time number as a float", |e, a| Ok(Value::Float(
         a.number(e, "x")?

@@ -15,12 +15,32 @@ impl<'p> Evaluator<'p> {
             }
             _ => None,
         };
-        // `full_precision(x)` marks every node its argument makes (`Node::full_precision`).
-        let pin = matches!(&f, Value::Builtin(b) if b.name == builtins::FULL_PRECISION);
-        self.full_precision += pin as usize;
+        // `full_precision(x)` marks every node its argument makes (`Node::full_precision`),
+        // with its derivatives unless `derivatives = false`.
+        let pin = match &f {
+            Value::Builtin(b) if b.name == builtins::FULL_PRECISION => {
+                Some(self.pins_derivatives(args)? as usize)
+            }
+            _ => None,
+        };
+        pin.into_iter().for_each(|k| self.full_precision[k] += 1);
         let vals = self.eval_args(args);
-        self.full_precision -= pin as usize;
+        pin.into_iter().for_each(|k| self.full_precision[k] -= 1);
         self.call(f, callee.span, vals?, span, ctor_path)
+    }
+
+    /// Whether a call of `full_precision` keeps its argument's derivatives in f32: its
+    /// `derivatives` argument (named, or second), evaluated before the argument it pins. A
+    /// value that is no bool is the builtin's own error, reported when it is called.
+    fn pins_derivatives(&mut self, args: &[Arg]) -> R<bool> {
+        let given = args.iter().enumerate().find(|(k, a)| match &a.name {
+            Some(name) => name.name == "derivatives",
+            None => *k == 1,
+        });
+        match given {
+            Some((_, a)) => Ok(!matches!(self.eval(&a.value)?, Value::Bool(false))),
+            None => Ok(true),
+        }
     }
 
     fn eval_args(&mut self, args: &[Arg]) -> R<Vec<ArgVal>> {

@@ -8,7 +8,7 @@ use crate::graph::{Graph, Node, NodeId, Op};
 use mgn_syntax::Span;
 
 /// Where a node comes from: its span, its user's span, and whether it stays in full precision.
-type Origin = (Span, Span, bool);
+type Origin = (Span, Span, crate::graph::Pin);
 
 /// The graph `g` becomes: its results, parameters and inputs computed by the chosen terms.
 pub(super) fn rebuild(
