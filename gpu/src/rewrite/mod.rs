@@ -73,13 +73,26 @@ impl Options {
         Options { target: Some(crate::kernels::Target::of(limits)), ..*self }
     }
 
-    /// The defaults, with what the environment overrides (`MGN_ATTENTION`, `MGN_RECOMPUTE`).
+    /// The defaults, with what the environment overrides (`MGN_ATTENTION`, `MGN_RECOMPUTE`,
+    /// `MGN_NORMED_PRODUCTS`).
     pub fn from_env() -> Result<Options, String> {
         let env = |name: &str| std::env::var(name).ok();
         let recompute = recompute::wanted(env("MGN_RECOMPUTE").as_deref())?;
-        let normed_products = normed_products::wanted(env("MGN_NORMED_PRODUCTS").as_deref())?;
+        let normed_products =
+            on_off("MGN_NORMED_PRODUCTS", env("MGN_NORMED_PRODUCTS").as_deref(), false)?;
         let attention = AttentionPath::from_env()?;
         Ok(Options { attention, recompute, normed_products, ..Options::default() })
+    }
+}
+
+/// The value of the on/off switch `name`, given as `value` (`None`: unset): `1` or `0`, and
+/// `default` when unset or empty; anything else is an error naming the switch.
+fn on_off(name: &str, value: Option<&str>, default: bool) -> Result<bool, String> {
+    match value {
+        None | Some("") => Ok(default),
+        Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(other) => Err(format!("{name}={other:?}: expected `0` or `1`")),
     }
 }
 

@@ -10,8 +10,11 @@
 //! readers (post-norm BERT adds it to the next residual; training differentiates through it)
 //! it stays, but runs beside the products rather than before them; otherwise it goes.
 //!
-//! Off unless `MGN_NORMED_PRODUCTS=1` (an experiment's switch): measured, it was slower (see
-//! `wanted`). Only f32 products (the tiled kernel stages A; the mixed policies' f16 products
+//! Off unless `MGN_NORMED_PRODUCTS=1` (an experiment's switch), as measured: on an H100
+//! (strict f32, 2026-12-06) the forwards of MiniLM, Whisper and SmolLM2 took 1.11–1.21× as
+//! long with it and the U-Net's B=1 1.02× — each workgroup's statistics pass, a loop of
+//! dependent loads over its rows before its first panel, costs more than the level it saves
+//! (docs/BENCHMARKS.md). Only f32 products (the tiled kernel stages A; the mixed policies' f16 products
 //! read the norm through a cast, and stay as they are) of a 2-D weight, with more rows and
 //! columns than the skinny kernels take, and only static plans.
 
@@ -19,19 +22,6 @@ use crate::kernels::SKINNY;
 use crate::program::{GpuOp, Program};
 use mgn_ir::op::Op;
 use mgn_ir::DType;
-
-/// Whether a value of `MGN_NORMED_PRODUCTS` (`None`: unset) asks for norms computed by their
-/// products: only `1` does. Off by default, as measured: on an H100 (strict f32, 2026-12-06)
-/// the forwards of MiniLM, Whisper and SmolLM2 took 1.11–1.21× as long with it and the U-Net's
-/// B=1 1.02× — each workgroup's statistics pass, a loop of dependent loads over its rows before
-/// its first panel, costs more than the level it saves (docs/BENCHMARKS.md).
-pub(super) fn wanted(value: Option<&str>) -> Result<bool, String> {
-    match value {
-        None | Some("") | Some("0") => Ok(false),
-        Some("1") => Ok(true),
-        Some(other) => Err(format!("MGN_NORMED_PRODUCTS={other:?}: expected `0` or `1`")),
-    }
-}
 
 /// A product that can take a normed left operand, its layout as stored.
 fn takes_normed_rows(op: &GpuOp) -> bool {

@@ -67,11 +67,7 @@ pub(super) fn recompute_batch_norms(program: &mut Program) {
 
 /// Whether a value of `MGN_RECOMPUTE` (`None`: unset) asks for recomputed batch norms.
 pub(super) fn wanted(value: Option<&str>) -> Result<bool, String> {
-    match value {
-        None | Some("") | Some("1") => Ok(true),
-        Some("0") => Ok(false),
-        Some(other) => Err(format!("MGN_RECOMPUTE={other:?}: expected `0` or `1`")),
-    }
+    super::on_off("MGN_RECOMPUTE", value, true)
 }
 
 /// A step that only looks at its input another way: a cast (the half operand of a product)
