@@ -14,9 +14,9 @@
 //! (strict f32, 2026-12-06) the forwards of MiniLM, Whisper and SmolLM2 took 1.11–1.21× as
 //! long with it and the U-Net's B=1 1.02× — each workgroup's statistics pass, a loop of
 //! dependent loads over its rows before its first panel, costs more than the level it saves
-//! (docs/BENCHMARKS.md). Only f32 products (the tiled kernel stages A; the mixed policies' f16 products
-//! read the norm through a cast, and stay as they are) of a 2-D weight, with more rows and
-//! columns than the skinny kernels take, and only static plans.
+//! (docs/BENCHMARKS.md). Only f32 products (the tiled kernel stages A; the mixed policies'
+//! f16 products read the norm through a cast, and stay as they are) of a 2-D weight, with more
+//! rows and columns than the skinny kernels take, and only static plans.
 
 use crate::kernels::SKINNY;
 use crate::program::{GpuOp, Program};
