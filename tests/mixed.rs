@@ -164,3 +164,34 @@ fn bf16_training_needs_no_scale() {
     assert!(s.train_step(&given).unwrap() < first * 0.9);
     assert!(s.loss_scale().is_none());
 }
+
+/// ResNet-50 keeps its convolutions' forward in f32 under the mixed policy
+/// (`full_precision(…, derivatives = false)`: any rounding of its forward misses the accuracy
+/// gates, docs/BENCHMARKS.md), while the derivatives' convolutions and the head take f16.
+#[test]
+fn resnet50_rounds_only_its_derivative_convolutions() {
+    use mgn_ir::op::Op;
+    use mgn_ir::DType;
+    root();
+    let settings = [("B", "1"), ("size", "32"), ("classes", "10")];
+    let settings = settings.iter().map(|(n, v)| Setting::new(*n, v.to_string())).collect();
+    let opts = PlanOptions {
+        precision: Precision::MixedF16,
+        ..PlanOptions::train(&[], OptimizerSpec::default())
+    };
+    let file = root().join("models/resnet50.mgn");
+    let (outcome, plan) = plan_path(&file, None, settings, &opts).expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let plan = plan.expect("a plan");
+    let operand = |s: &mgn_ir::plan::Step| plan.steps[s.inputs[0] as usize].dtype;
+    let of = |f: fn(&Op) -> bool| -> Vec<DType> {
+        plan.steps.iter().filter(|s| f(&s.op)).map(operand).collect()
+    };
+    let forward = of(|op| matches!(op, Op::Conv { .. }));
+    let backward = of(|op| matches!(op, Op::ConvGradInput { .. } | Op::ConvGradWeight { .. }));
+    assert_eq!(forward.len(), 53);
+    assert!(forward.iter().all(|&d| d == DType::F32), "{forward:?}");
+    assert!(!backward.is_empty() && backward.iter().all(|&d| d == DType::F16), "{backward:?}");
+    // The head's product rounds as every unpinned contraction does.
+    assert!(of(|op| matches!(op, Op::MatMul)).contains(&DType::F16));
+}
