@@ -47,9 +47,9 @@ pub struct Options {
     /// Batch norms computed again for the backward pass rather than kept (`recompute`): less
     /// memory for one more pass over each. On unless `MGN_RECOMPUTE=0`.
     pub recompute: bool,
-    /// Layer and RMS norms computed by the f32 products that read them (`normed_products`).
-    /// Off unless `MGN_NORMED_PRODUCTS=1` (measured slower; an experiment's switch).
-    pub normed_products: bool,
+    /// Which f32 products compute the layer and RMS norms they read (`normed_products`):
+    /// none unless `MGN_NORMED_PRODUCTS` says (`whole`, or `1` for split ones too).
+    pub normed_products: NormedProducts,
     /// What the device's kernels are sized for, where the program is made for one: an
     /// attention it can run whole on cooperative matrices stays whole (`attention_matmul`).
     pub target: Option<crate::kernels::Target>,
@@ -61,7 +61,7 @@ impl Default for Options {
             attention: AttentionPath::default(),
             dynamic: false,
             recompute: true,
-            normed_products: false,
+            normed_products: NormedProducts::None,
             target: None,
         }
     }
@@ -78,10 +78,33 @@ impl Options {
     pub fn from_env() -> Result<Options, String> {
         let env = |name: &str| std::env::var(name).ok();
         let recompute = recompute::wanted(env("MGN_RECOMPUTE").as_deref())?;
-        let normed_products =
-            on_off("MGN_NORMED_PRODUCTS", env("MGN_NORMED_PRODUCTS").as_deref(), false)?;
+        let normed_products = NormedProducts::from_env(env("MGN_NORMED_PRODUCTS").as_deref())?;
         let attention = AttentionPath::from_env()?;
         Ok(Options { attention, recompute, normed_products, ..Options::default() })
+    }
+}
+
+/// Which products compute the norms they read (`normed_products`; `MGN_NORMED_PRODUCTS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormedProducts {
+    /// `0`, or unset: every norm keeps its own dispatch.
+    None,
+    /// `whole`: products that walk all of k, which take the rows' statistics from the panels
+    /// they stage.
+    Whole,
+    /// `1`: split products too, each workgroup finding its rows' statistics first.
+    All,
+}
+
+impl NormedProducts {
+    /// `MGN_NORMED_PRODUCTS`'s value (`None`: unset).
+    pub(crate) fn from_env(value: Option<&str>) -> Result<NormedProducts, String> {
+        if value == Some("whole") {
+            return Ok(NormedProducts::Whole);
+        }
+        let all =
+            on_off("MGN_NORMED_PRODUCTS", value, false).map_err(|e| format!("{e} or `whole`"))?;
+        Ok(if all { NormedProducts::All } else { NormedProducts::None })
     }
 }
 
@@ -190,8 +213,8 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
-    if !options.dynamic && options.normed_products {
-        normed_products::fold_norms(&mut program);
+    if !options.dynamic && options.normed_products != NormedProducts::None {
+        normed_products::fold_norms(&mut program, options.normed_products);
     }
     if !options.dynamic {
         permuted_stores::fold_permutes(&mut program);

@@ -10,14 +10,18 @@
 //! readers (post-norm BERT adds it to the next residual; training differentiates through it)
 //! it stays, but runs beside the products rather than before them; otherwise it goes.
 //!
-//! Off unless `MGN_NORMED_PRODUCTS=1` (an experiment's switch), as measured: on an H100
-//! (strict f32, 2026-12-06) the forwards of MiniLM, Whisper and SmolLM2 took 1.11–1.21× as
-//! long with it and the U-Net's B=1 1.02× — each workgroup's statistics pass, a loop of
-//! dependent loads over its rows before its first panel, costs more than the level it saves
-//! (docs/BENCHMARKS.md). Only f32 products (the tiled kernel stages A; the mixed policies'
+//! Off unless `MGN_NORMED_PRODUCTS` says (`NormedProducts`). With `1` every product takes its
+//! norm, and a split one, which sees only part of each row, first finds its rows' statistics
+//! in a pass of its own: on an H100 (strict f32, 2026-12-06), when every product did so, the
+//! forwards of MiniLM, Whisper and SmolLM2 took 1.11–1.21× as long and the U-Net's B=1 1.02×
+//! — that pass, a loop of dependent loads over the tile's rows before its first panel, cost
+//! more than the level it saved (docs/BENCHMARKS.md). With `whole` only the products that walk
+//! all of k take their norms, and sum each row as its panels pass through
+//! (`kernels/matmul/running_norm.rs`): no pass of their own. Only f32 products (the tiled kernel stages A; the mixed policies'
 //! f16 products read the norm through a cast, and stay as they are) of a 2-D weight, with more
 //! rows and columns than the skinny kernels take, and only static plans.
 
+use super::NormedProducts;
 use crate::kernels::SKINNY;
 use crate::program::{GpuOp, Program};
 use mgn_ir::op::Op;
@@ -43,8 +47,9 @@ fn columns(op: &GpuOp, b: &[usize]) -> usize {
     }
 }
 
-/// Folds each row norm into the products that read it (see the module header).
-pub(super) fn fold_norms(program: &mut Program) {
+/// Folds each row norm into the products that read it (see the module header), split ones only
+/// with `NormedProducts::All`.
+pub(super) fn fold_norms(program: &mut Program, which: NormedProducts) {
     let readers = super::permuted_stores::readers(program);
     let mut gone = Vec::new();
     for id in program.order().to_vec() {
@@ -63,7 +68,9 @@ pub(super) fn fold_norms(program: &mut Program) {
         for &r in &all {
             let Some(s) = program.get(r) else { continue };
             let b = s.inputs.get(1).and_then(|&b| program.get(b));
+            let split = matches!(s.op, GpuOp::MatMulT { splits, .. } if splits > 1);
             let fits = takes_normed_rows(&s.op)
+                && (which == NormedProducts::All || !split)
                 && s.dtype == DType::F32
                 && s.inputs[0] == id
                 && s.inputs[1] != id
@@ -91,8 +98,10 @@ pub(super) fn fold_norms(program: &mut Program) {
 #[cfg(test)]
 mod tests {
     use crate::program::GpuOp;
-    use crate::rewrite::{for_gpu_with, Options};
-    use crate::test_util::{assert_rewrite_keeps_results, step, tensor};
+    use crate::rewrite::{for_gpu_with, NormedProducts, Options};
+    use crate::test_util::{
+        assert_rewrite_keeps_results, assert_rewrite_keeps_results_within, step, tensor,
+    };
     use mgn_ir::op::{BinaryOp, Op};
     use mgn_ir::plan::{Mode, Plan};
     use mgn_ir::tensor::Tensor;
@@ -138,7 +147,8 @@ mod tests {
     #[test]
     fn norms_are_computed_by_the_products_that_read_them() {
         let plan = plan();
-        let gpu = for_gpu_with(&plan, &Options { normed_products: true, ..Options::default() });
+        let all = NormedProducts::All;
+        let gpu = for_gpu_with(&plan, &Options { normed_products: all, ..Options::default() });
         gpu.validate().expect("still valid");
         let count = |f: &dyn Fn(&GpuOp) -> bool| gpu.steps.iter().filter(|s| f(&s.op)).count();
         let normed = |op: &GpuOp| matches!(op, GpuOp::NormedProduct { .. });
@@ -165,5 +175,72 @@ mod tests {
         let names = ["x", "g", "beta", "w", "b", "v", "few"];
         let inputs: Vec<(&str, &Tensor)> = names.iter().copied().zip(x.iter()).collect();
         assert_rewrite_keeps_results(&plan, gpu, &inputs);
+    }
+
+    /// `whole` folds a norm only into products that walk all of k: the RMS norm before a
+    /// product split along its 512-deep k keeps its dispatch, the layer norm before a 64-deep
+    /// one goes; `1` folds both.
+    #[test]
+    fn whole_folds_norms_only_into_products_that_are_not_split() {
+        let f = DType::F32;
+        let rms = Op::RmsNorm { eps: 1e-6, has_weight: false };
+        let ln = Op::LayerNorm { eps: 1e-5, has_weight: false, has_bias: false };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[64, 512]), // 0
+            step(Op::Input { name: "w".into() }, vec![], f, &[512, 64]), // 1
+            step(Op::Input { name: "y".into() }, vec![], f, &[32, 64]),  // 2
+            step(Op::Input { name: "u".into() }, vec![], f, &[64, 40]),  // 3
+            step(rms, vec![0], f, &[64, 512]),                           // 4
+            step(Op::MatMul, vec![4, 1], f, &[64, 64]),                  // 5: split
+            step(ln, vec![2], f, &[32, 64]),                             // 6
+            step(Op::MatMul, vec![6, 3], f, &[32, 40]),                  // 7: whole
+        ];
+        let inputs = ["x", "w", "y", "u"].iter().enumerate();
+        let inputs = inputs.map(|(i, n)| (n.to_string(), i as u32)).collect();
+        let outputs = vec![("a".into(), 5), ("b".into(), 7)];
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, outputs);
+        let normed = |which| {
+            let gpu =
+                for_gpu_with(&plan, &Options { normed_products: which, ..Options::default() });
+            gpu.validate().expect("still valid");
+            let split = |op: &GpuOp| matches!(op, GpuOp::MatMulT { splits, .. } if *splits > 1);
+            let folded: Vec<bool> = gpu
+                .steps
+                .iter()
+                .filter_map(|s| match &s.op {
+                    GpuOp::NormedProduct { op, .. } => Some(split(op)),
+                    _ => None,
+                })
+                .collect();
+            (folded, gpu)
+        };
+        let (whole, gpu) = normed(NormedProducts::Whole);
+        assert_eq!(whole, [false], "only the whole product takes its norm");
+        let (all, _) = normed(NormedProducts::All);
+        assert_eq!(all.len(), 2, "the split product takes its norm too: {all:?}");
+        assert!(all.contains(&true), "one of them is split: {all:?}");
+        let x = [
+            tensor(&[64, 512], 1),
+            tensor(&[512, 64], 2),
+            tensor(&[32, 64], 3),
+            tensor(&[64, 40], 4),
+        ];
+        let given: Vec<(&str, &Tensor)> = ["x", "w", "y", "u"].into_iter().zip(x.iter()).collect();
+        // The split product adds its 512-deep sum in another order than the CPU.
+        assert_rewrite_keeps_results_within(&plan, gpu, &given, (1e-5, 1e-4));
+    }
+
+    /// `MGN_NORMED_PRODUCTS`: unset, empty or `0` is none, `whole` the whole products, `1`
+    /// all; anything else is an error naming the switch and its values.
+    #[test]
+    fn the_switch_reads_its_three_values() {
+        let read = NormedProducts::from_env;
+        for none in [None, Some(""), Some("0")] {
+            assert_eq!(read(none), Ok(NormedProducts::None), "{none:?}");
+        }
+        assert_eq!(read(Some("whole")), Ok(NormedProducts::Whole));
+        assert_eq!(read(Some("1")), Ok(NormedProducts::All));
+        let e = read(Some("yes")).unwrap_err();
+        assert!(e.contains("MGN_NORMED_PRODUCTS") && e.contains("whole"), "{e}");
     }
 }

@@ -27,6 +27,7 @@
 mod coop;
 mod panels;
 mod row_norm;
+mod running_norm;
 pub(super) use coop::{subgroup_guard, CoopGrid, NAN};
 #[cfg(test)]
 mod tests;
@@ -76,9 +77,10 @@ struct Geometry {
     norm: Option<RowNorm>,
 }
 
-/// A norm over the rows of a product's A (its k axis), computed by the product's kernel: each
-/// workgroup finds its rows' statistics first (`tiled::row_stats`), then stages
-/// `(a − mean) · rstd · weight + bias` in place of `a` (`GpuOp::NormedProduct`).
+/// A norm over the rows of a product's A (its k axis), computed by the product's kernel
+/// (`GpuOp::NormedProduct`): a whole product sums its rows as it stages them and norms its
+/// results (`running_norm`); a split one finds its rows' statistics first, then stages
+/// `(a − mean) · rstd · weight + bias` in place of `a` (`row_norm`).
 #[derive(Clone, Debug)]
 pub(crate) struct RowNorm {
     pub eps: f64,

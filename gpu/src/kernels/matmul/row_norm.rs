@@ -1,21 +1,24 @@
-//! The tiled product's side of `GpuOp::NormedProduct`: a layer norm or RMS norm of A's rows,
-//! computed where A is staged instead of by a dispatch of its own before the product.
+//! The tiled product's side of `GpuOp::NormedProduct` where the product is split along k: a
+//! layer norm or RMS norm of A's rows, computed where A is staged instead of by a dispatch of
+//! its own before the product. (A whole product sums its rows from the panels it stages
+//! instead, `running_norm`.)
 //!
 //! Each workgroup first finds the mean and `rstd` of its tile's rows (`row_stats`: two passes
-//! over each row, as the norm's own kernel makes them, so the numbers agree), then stages
+//! over each row, the first summing it less its pilot, `running_norm::pilot`), then stages
 //! `(a − mean) · rstd · weight + bias` where it staged `a`. The weight and bias are loaded with
 //! the panel they scale, a panel ahead (`fetched`), so their loads wait with the panel's. The
 //! statistics cost each tile two reads of its rows, which every column tile of the product
 //! reads again anyway; what goes is the norm's level — its dispatch, the barrier after it, and
 //! the normed value's write and reads.
 
+use super::running_norm::pilot;
 use super::{Geometry, RowNorm};
 use crate::kernels::{f32_lit, load};
 
 /// Shared memory for the statistics of a tile of at most `bm` rows on `width` invocations:
-/// one partial sum an invocation, and a mean and `rstd` a row.
+/// one partial sum an invocation, and a pilot, a mean and `rstd` a row.
 pub(super) fn shared_bytes(width: usize, bm: usize) -> usize {
-    4 * (width + 2 * bm)
+    4 * (width + 3 * bm)
 }
 
 /// The declarations of the statistics' shared arrays (`shared_bytes`).
@@ -23,7 +26,8 @@ pub(super) fn declarations(bm: usize, width: usize) -> String {
     format!(
         "var<workgroup> nm_red: array<f32, {width}>;\n\
          var<workgroup> nm_mu: array<f32, {bm}>;\n\
-         var<workgroup> nm_rs: array<f32, {bm}>;\n"
+         var<workgroup> nm_rs: array<f32, {bm}>;\n\
+         var<workgroup> nm_pi: array<f32, {bm}>;\n"
     )
 }
 
@@ -44,15 +48,19 @@ pub(super) fn row_stats(g: &Geometry, n: &RowNorm, bm: usize, width: usize) -> S
         )
     };
     let (rstd, mean) = (format!("1.0 / sqrt(nss / f32({k}) + {})", f32_lit(n.eps)), "nmean");
-    let centered = if n.center { "(x - nmean) * (x - nmean)" } else { "x * x" };
+    // A layer norm's rows are summed less their pilot (`running_norm::pilot`): the
+    // difference of two nearby floats is exact, where a row far from zero mean would lose the
+    // digits of its mean that its spread needs. `nm_mu` holds the mean less the pilot.
+    let centered = if n.center { "(x - npilot - nmean) * (x - npilot - nmean)" } else { "x * x" };
     let mut s = String::from("    {\n");
     if lanes == 1 {
         // An invocation a row, for as many rows as it takes.
         s += &format!("    for (var nr = t; nr < {bm}u; nr = nr + {width}u) {{\n");
         s += "        let nrow = m0 + nr;\n        let nl = 0u;\n";
         if n.center {
-            s += &sum("ns", "x");
-            s += &format!("        let nmean = ns / f32({k});\n");
+            s += &format!("        let npilot = {};\n", pilot(g, &format!("min(nrow, {m} - 1u)")));
+            s += &sum("ns", "x - npilot");
+            s += &format!("        let nmean = ns / f32({k});\n        nm_pi[nr] = npilot;\n");
         } else {
             s += "        let nmean = 0.0;\n";
         }
@@ -74,9 +82,11 @@ pub(super) fn row_stats(g: &Geometry, n: &RowNorm, bm: usize, width: usize) -> S
              let nrow = m0 + nr;\n"
         );
         if n.center {
-            s += &sum("ns", "x");
+            s += &format!("        let npilot = {};\n", pilot(g, &format!("min(nrow, {m} - 1u)")));
+            s += &sum("ns", "x - npilot");
             s += &gather("ns");
             s += &format!("        let nmean = ns_all / f32({k});\n");
+            s += "        if (nl == 0u) { nm_pi[nr] = npilot; }\n";
         } else {
             s += "        let nmean = 0.0;\n";
         }
@@ -114,7 +124,8 @@ pub(super) fn staged(
     (p, source): (usize, usize),
     (panel, bk): (&str, usize),
 ) -> String {
-    let centered = if n.center { format!("({v} - nm_mu[ar{p}])") } else { format!("({v})") };
+    let centered =
+        if n.center { format!("({v} - nm_pi[ar{p}] - nm_mu[ar{p}])") } else { format!("({v})") };
     let mut normed = format!("{centered} * nm_rs[ar{p}]");
     if n.weight.is_some() {
         normed = format!("{normed} * nw{source}");

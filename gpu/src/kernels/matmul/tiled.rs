@@ -3,7 +3,8 @@
 
 use super::panels::{moved_slot, registers, Panels};
 use super::row_norm as norm;
-use super::{entry, split_depth_of, Geometry, BK, FILL};
+use super::running_norm as running;
+use super::{entry, split_depth_of, Geometry, RowNorm, BK, FILL};
 use crate::kernels::{word_value, Ext, KernelSource};
 
 /// The shape of a tiled kernel: outputs per invocation (`tm × tn`, multiples of 4), invocations
@@ -81,8 +82,14 @@ impl Tile {
 /// read neighbouring vec4s (no bank conflicts). Each panel of A and B (`Tile::bk` deep) is staged
 /// through registers: the next panel's loads are in flight while this one is multiplied.
 pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
-    // A normed product's row statistics take shared memory beside the panels.
-    let stats = if g.norm.is_some() { norm::shared_bytes(width, grid(width).1 * 8) } else { 0 };
+    // A normed product's row statistics take shared memory beside the panels (for the largest
+    // tile on `width` invocations).
+    let (tx_n, ty_n) = grid(width);
+    let stats = match &g.norm {
+        Some(n) if running::applies(g) => running::shared_bytes(n, ty_n * 8, tx_n * 8),
+        Some(_) => norm::shared_bytes(width, ty_n * 8),
+        None => 0,
+    };
     let shared = shared.saturating_sub(stats);
     let tile =
         Tile::from_env().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width, shared));
@@ -95,11 +102,18 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
         t.bufs() * t.bk * t.sb
     );
     let mut s = t.setup(g);
-    if let Some(n) = &g.norm {
-        panels += &norm::declarations(t.bm, tile.threads);
-        s += &norm::row_stats(g, n, t.bm, tile.threads);
+    match &g.norm {
+        Some(n) if running::applies(g) => {
+            panels += &running::declarations(n, t.bm, t.bn);
+            s += &running::setup(g, n, t.bm, tile.threads, (t.p.pa, t.p.pb));
+        }
+        Some(n) => {
+            panels += &norm::declarations(t.bm, tile.threads);
+            s += &norm::row_stats(g, n, t.bm, tile.threads);
+        }
+        None => {}
     }
-    let s = s + &t.k_loop(g) + &t.stores(g);
+    let s = s + &t.k_loop(g) + &t.meet(g) + &t.stores(g);
     let groups = t.per_batch.mul(&g.batches()).times(g.splits);
     let mut k = entry(&panels, tile.threads, &groups, s.trim_start());
     if tile.threads != width {
@@ -311,16 +325,25 @@ impl Tiling {
             let mut s = String::new();
             for p in 0..self.p.pa {
                 let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
-                let v = match &g.norm {
-                    Some(n) => norm::staged(g, n, &v, (p, self.a_source(g, p)), (panel, bk)),
-                    None => v,
+                let target = format!("mm_a[{abuf}as{p}][ac{p}]");
+                let source = (p, self.a_source(g, p));
+                let st = match &g.norm {
+                    Some(n) if running::applies(g) => {
+                        running::stage_a(g, n, &v, source, (panel, bk), &target)
+                    }
+                    Some(n) => {
+                        format!("{target} = {};", norm::staged(g, n, &v, source, (panel, bk)))
+                    }
+                    None => format!("{target} = {v};"),
                 };
-                let st = format!("mm_a[{abuf}as{p}][ac{p}] = {v};");
                 s.push_str(&staged(self.p.partial_a, format!("ae{p}"), self.bm * bk, st));
             }
             for p in 0..self.p.pb {
                 let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
-                let st = format!("mm_b[{bbuf}bs{p}][bq{p}] = {v};");
+                let mut st = format!("mm_b[{bbuf}bs{p}][bq{p}] = {v};");
+                if let Some(n) = g.norm.as_ref().filter(|_| running::applies(g)) {
+                    st += &running::stage_b(n, &v, p);
+                }
                 s.push_str(&staged(self.p.partial_b, format!("be{p}"), bk * self.bn, st));
             }
             s
@@ -397,7 +420,29 @@ impl Tiling {
     fn norm_fetch(&self, g: &Geometry, k0: &str) -> String {
         let Some(n) = &g.norm else { return String::new() };
         let sources = (0..self.p.pa).filter(|&p| !self.a_moved(g, p));
-        sources.map(|p| norm::fetched(g, n, p, k0)).collect()
+        if !running::applies(g) {
+            return sources.map(|p| norm::fetched(g, n, p, k0)).collect();
+        }
+        // Running statistics stage A times the weight only; B's slots sum the columns.
+        let weight_only = RowNorm { bias: None, ..n.clone() };
+        let a: String = sources.map(|p| norm::fetched(g, &weight_only, p, k0)).collect();
+        a + &(0..self.p.pb).map(|q| running::fetched_b(g, n, q, k0)).collect::<String>()
+    }
+
+    /// For running statistics, their meeting after the loop (`running::meet`).
+    fn meet(&self, g: &Geometry) -> String {
+        let Some(n) = g.norm.as_ref().filter(|_| running::applies(g)) else {
+            return String::new();
+        };
+        let at = running::Meeting {
+            a: (self.p.pa, self.p.partial_a.then_some(self.bm * self.bk)),
+            b: (self.p.pb, self.p.partial_b.then_some(self.bk * self.bn)),
+            strides: (self.sa, self.sb),
+            tile: (self.bm, self.bn, self.bk),
+            width: self.width,
+            k: &g.k,
+        };
+        running::meet(n, &at)
     }
 
     /// The stores of the register block, guarded at the matrices' edges. With an epilogue, every
@@ -406,6 +451,16 @@ impl Tiling {
     /// stores would each wait out a memory round trip in turn.
     fn stores(&self, g: &Geometry) -> String {
         let mut s = String::from("    let r0 = m0 + ty * 4u;\n    let q0 = n0 + tx * 4u;\n");
+        if let Some(n) = g.norm.as_ref().filter(|_| running::applies(g)) {
+            // The norm applied to the sums of the unnormed rows (`running`).
+            for i in 0..self.tm {
+                let row = format!("ty * 4u + {}u", (i / 4) * self.ty_n * 4 + i % 4);
+                for j4 in 0..self.tn / 4 {
+                    let col = format!("tx * 4u + {}u", j4 * self.tx_n * 4);
+                    s += &running::corrected(n, &format!("c{i}_{j4}"), &row, &col);
+                }
+            }
+        }
         if g.epilogue {
             s += &self.each_result(g, |at, c| format!("{c} = {};", g.result(at, c)));
             s += &self.each_result(g, |at, c| super::store(&g.out, at, c));
