@@ -360,7 +360,7 @@ fn products_of_rounded_values_match_the_plan_as_compiled() {
 /// and without their weight and bias) under each product that takes one (a plain product, a
 /// scaled one of a transposed weight, one split along k, one with an epilogue), on sizes that
 /// leave partial tiles along m, n and k and on whole ones. Whole products take their statistics
-/// from the staged panels (`running_norm`), split ones from a pass of their own; rows far from
+/// from the staged panels (`panel_stats`), split ones from a pass of their own; rows far from
 /// zero mean (300 ± 1) check the pilot that keeps the first exact.
 #[test]
 fn normed_products_match_the_cpu() {

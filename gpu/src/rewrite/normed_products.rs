@@ -17,7 +17,7 @@
 //! — that pass, a loop of dependent loads over the tile's rows before its first panel, cost
 //! more than the level it saved (docs/BENCHMARKS.md). With `whole` only the products that walk
 //! all of k take their norms, and sum each row as its panels pass through
-//! (`kernels/matmul/running_norm.rs`): no pass of their own. Only f32 products (the tiled
+//! (`kernels/matmul/panel_stats.rs`): no pass of their own. Only f32 products (the tiled
 //! kernel stages A; the mixed policies' f16 products read the norm through a cast, and stay as
 //! they are) of a 2-D weight, with more rows and columns than the skinny kernels take, and
 //! only static plans.

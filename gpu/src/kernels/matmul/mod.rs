@@ -25,9 +25,9 @@
 //! return at once, all together, before any barrier.
 
 mod coop;
+mod panel_stats;
 mod panels;
 mod row_norm;
-mod running_norm;
 pub(super) use coop::{subgroup_guard, CoopGrid, NAN};
 #[cfg(test)]
 mod tests;
@@ -79,7 +79,7 @@ struct Geometry {
 
 /// A norm over the rows of a product's A (its k axis), computed by the product's kernel
 /// (`GpuOp::NormedProduct`): a whole product sums its rows as it stages them and norms its
-/// results (`running_norm`); a split one finds its rows' statistics first, then stages
+/// results (`panel_stats`); a split one finds its rows' statistics first, then stages
 /// `(a − mean) · rstd · weight + bias` in place of `a` (`row_norm`).
 #[derive(Clone, Debug)]
 pub(crate) struct RowNorm {

@@ -1,17 +1,17 @@
 //! The tiled product's side of `GpuOp::NormedProduct` where the product is split along k: a
 //! layer norm or RMS norm of A's rows, computed where A is staged instead of by a dispatch of
 //! its own before the product. (A whole product sums its rows from the panels it stages
-//! instead, `running_norm`.)
+//! instead, `panel_stats`.)
 //!
 //! Each workgroup first finds the mean and `rstd` of its tile's rows (`row_stats`: two passes
-//! over each row, the first summing it less its pilot, `running_norm::pilot`), then stages
+//! over each row, the first summing it less its pilot, `panel_stats::pilot`), then stages
 //! `(a − mean) · rstd · weight + bias` where it staged `a`. The weight and bias are loaded with
 //! the panel they scale, a panel ahead (`fetched`), so their loads wait with the panel's. The
 //! statistics cost each tile two reads of its rows, which every column tile of the product
 //! reads again anyway; what goes is the norm's level — its dispatch, the barrier after it, and
 //! the normed value's write and reads.
 
-use super::running_norm::pilot;
+use super::panel_stats::pilot;
 use super::{Geometry, RowNorm};
 use crate::kernels::{f32_lit, load};
 
@@ -48,7 +48,7 @@ pub(super) fn row_stats(g: &Geometry, n: &RowNorm, bm: usize, width: usize) -> S
         )
     };
     let (rstd, mean) = (format!("1.0 / sqrt(nss / f32({k}) + {})", f32_lit(n.eps)), "nmean");
-    // A layer norm's rows are summed less their pilot (`running_norm::pilot`): the
+    // A layer norm's rows are summed less their pilot (`panel_stats::pilot`): the
     // difference of two nearby floats is exact, where a row far from zero mean would lose the
     // digits of its mean that its spread needs. `nm_mu` holds the mean less the pilot.
     let centered = if n.center { "(x - npilot - nmean) * (x - npilot - nmean)" } else { "x * x" };

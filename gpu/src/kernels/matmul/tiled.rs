@@ -1,9 +1,9 @@
 //! The general matrix-product kernel: output tiles, panels staged through registers into shared
 //! memory, a register block per invocation.
 
+use super::panel_stats;
 use super::panels::{moved_slot, registers, Panels};
 use super::row_norm as norm;
-use super::running_norm as running;
 use super::{entry, split_depth_of, Geometry, RowNorm, BK, FILL};
 use crate::kernels::{word_value, Ext, KernelSource};
 
@@ -86,7 +86,7 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
     // tile on `width` invocations).
     let (tx_n, ty_n) = grid(width);
     let stats = match &g.norm {
-        Some(n) if running::applies(g) => running::shared_bytes(n, ty_n * 8, tx_n * 8),
+        Some(n) if panel_stats::applies(g) => panel_stats::shared_bytes(n, ty_n * 8, tx_n * 8),
         Some(_) => norm::shared_bytes(width, ty_n * 8),
         None => 0,
     };
@@ -103,9 +103,9 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
     );
     let mut s = t.setup(g);
     match &g.norm {
-        Some(n) if running::applies(g) => {
-            panels += &running::declarations(n, t.bm, t.bn);
-            s += &running::setup(g, n, t.bm, tile.threads, (t.p.pa, t.p.pb));
+        Some(n) if panel_stats::applies(g) => {
+            panels += &panel_stats::declarations(n, t.bm, t.bn);
+            s += &panel_stats::setup(g, n, t.bm, tile.threads, (t.p.pa, t.p.pb));
         }
         Some(n) => {
             panels += &norm::declarations(t.bm, tile.threads);
@@ -328,8 +328,8 @@ impl Tiling {
                 let target = format!("mm_a[{abuf}as{p}][ac{p}]");
                 let source = (p, self.a_source(g, p));
                 let st = match &g.norm {
-                    Some(n) if running::applies(g) => {
-                        running::stage_a(g, n, &v, source, (panel, bk), &target)
+                    Some(n) if panel_stats::applies(g) => {
+                        panel_stats::stage_a(g, n, &v, source, (panel, bk), &target)
                     }
                     Some(n) => {
                         format!("{target} = {};", norm::staged(g, n, &v, source, (panel, bk)))
@@ -341,8 +341,8 @@ impl Tiling {
             for p in 0..self.p.pb {
                 let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
                 let mut st = format!("mm_b[{bbuf}bs{p}][bq{p}] = {v};");
-                if let Some(n) = g.norm.as_ref().filter(|_| running::applies(g)) {
-                    st += &running::stage_b(n, &v, p);
+                if let Some(n) = g.norm.as_ref().filter(|_| panel_stats::applies(g)) {
+                    st += &panel_stats::stage_b(n, &v, p);
                 }
                 s.push_str(&staged(self.p.partial_b, format!("be{p}"), bk * self.bn, st));
             }
@@ -420,21 +420,22 @@ impl Tiling {
     fn norm_fetch(&self, g: &Geometry, k0: &str) -> String {
         let Some(n) = &g.norm else { return String::new() };
         let sources = (0..self.p.pa).filter(|&p| !self.a_moved(g, p));
-        if !running::applies(g) {
+        if !panel_stats::applies(g) {
             return sources.map(|p| norm::fetched(g, n, p, k0)).collect();
         }
-        // Running statistics stage A times the weight only; B's slots sum the columns.
+        // Statistics from the panels: A is staged times the weight only; B's slots sum the
+        // columns.
         let weight_only = RowNorm { bias: None, ..n.clone() };
         let a: String = sources.map(|p| norm::fetched(g, &weight_only, p, k0)).collect();
-        a + &(0..self.p.pb).map(|q| running::fetched_b(g, n, q, k0)).collect::<String>()
+        a + &(0..self.p.pb).map(|q| panel_stats::fetched_b(g, n, q, k0)).collect::<String>()
     }
 
-    /// For running statistics, their meeting after the loop (`running::meet`).
+    /// For statistics from the panels, their meeting after the loop (`panel_stats::meet`).
     fn meet(&self, g: &Geometry) -> String {
-        let Some(n) = g.norm.as_ref().filter(|_| running::applies(g)) else {
+        let Some(n) = g.norm.as_ref().filter(|_| panel_stats::applies(g)) else {
             return String::new();
         };
-        let at = running::Meeting {
+        let at = panel_stats::Meeting {
             a: (self.p.pa, self.p.partial_a.then_some(self.bm * self.bk)),
             b: (self.p.pb, self.p.partial_b.then_some(self.bk * self.bn)),
             strides: (self.sa, self.sb),
@@ -442,7 +443,7 @@ impl Tiling {
             width: self.width,
             k: &g.k,
         };
-        running::meet(n, &at)
+        panel_stats::meet(n, &at)
     }
 
     /// The stores of the register block, guarded at the matrices' edges. With an epilogue, every
@@ -451,13 +452,13 @@ impl Tiling {
     /// stores would each wait out a memory round trip in turn.
     fn stores(&self, g: &Geometry) -> String {
         let mut s = String::from("    let r0 = m0 + ty * 4u;\n    let q0 = n0 + tx * 4u;\n");
-        if let Some(n) = g.norm.as_ref().filter(|_| running::applies(g)) {
-            // The norm applied to the sums of the unnormed rows (`running`).
+        if let Some(n) = g.norm.as_ref().filter(|_| panel_stats::applies(g)) {
+            // The norm applied to the sums of the unnormed rows (`panel_stats`).
             for i in 0..self.tm {
                 let row = format!("ty * 4u + {}u", (i / 4) * self.ty_n * 4 + i % 4);
                 for j4 in 0..self.tn / 4 {
                     let col = format!("tx * 4u + {}u", j4 * self.tx_n * 4);
-                    s += &running::corrected(n, &format!("c{i}_{j4}"), &row, &col);
+                    s += &panel_stats::corrected(n, &format!("c{i}_{j4}"), &row, &col);
                 }
             }
         }
