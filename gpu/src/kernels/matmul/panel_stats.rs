@@ -70,13 +70,14 @@ pub(super) fn declarations(n: &RowNorm, bm: usize, bn: usize) -> String {
 }
 
 /// Before the loop: each row's pilot into `nm_mu` (a layer norm's; a row past m has 0), and
-/// every slot's sums at zero. `slots` are A's and B's slot counts.
+/// every slot's sums at zero. `slots` are A's slot count and, for each of B's slots, the slot
+/// whose depth it reads (its own, or slot 0's: they share the norm's weight and bias there).
 pub(super) fn setup(
     g: &Geometry,
     n: &RowNorm,
     bm: usize,
     width: usize,
-    slots: (usize, usize),
+    slots: (usize, &[usize]),
 ) -> String {
     let mut s = String::new();
     for p in 0..slots.0 {
@@ -96,8 +97,11 @@ pub(super) fn setup(
     for p in 0..slots.0 {
         s += &format!("    let np{p} = nm_mu[min(ar{p}, {}u)];\n    var ns{p} = 0.0;\n", bm - 1);
     }
-    for q in 0..slots.1 {
-        s += &format!("    var ng{q} = 0.0; var nh{q} = 0.0; var gw{q} = 1.0; var gb{q} = 0.0;\n");
+    for (q, &source) in slots.1.iter().enumerate() {
+        s += &format!("    var ng{q} = 0.0; var nh{q} = 0.0;\n");
+        if source == q {
+            s += &format!("    var gw{q} = 1.0; var gb{q} = 0.0;\n");
+        }
     }
     s
 }
@@ -125,15 +129,15 @@ pub(super) fn stage_a(
     s + &format!(" {target} = {scaled}; }}")
 }
 
-/// For a layer norm, B's element `v` of slot `q` into its column's sums (a word past k or n
-/// was fetched as 0).
-pub(super) fn stage_b(n: &RowNorm, v: &str, q: usize) -> String {
+/// For a layer norm, B's element `v` of slot `q` into its column's sums, with the weight and
+/// bias slot `source` loaded for its depth (a word past k or n was fetched as 0).
+pub(super) fn stage_b(n: &RowNorm, v: &str, (q, source): (usize, usize)) -> String {
     if !n.center {
         return String::new();
     }
-    let mut s = format!(" ng{q} = ng{q} + gw{q} * ({v});");
+    let mut s = format!(" ng{q} = ng{q} + gw{source} * ({v});");
     if n.bias.is_some() {
-        s += &format!(" nh{q} = nh{q} + gb{q} * ({v});");
+        s += &format!(" nh{q} = nh{q} + gb{source} * ({v});");
     }
     s
 }

@@ -105,7 +105,8 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
     match &g.norm {
         Some(n) if panel_stats::applies(g) => {
             panels += &panel_stats::declarations(n, t.bm, t.bn);
-            s += &panel_stats::setup(g, n, t.bm, tile.threads, (t.p.pa, t.p.pb));
+            let b_sources: Vec<usize> = (0..t.p.pb).map(|q| t.b_source(g, q)).collect();
+            s += &panel_stats::setup(g, n, t.bm, tile.threads, (t.p.pa, &b_sources));
         }
         Some(n) => {
             panels += &norm::declarations(t.bm, tile.threads);
@@ -202,6 +203,24 @@ impl Tiling {
         p > 0 && w.is_multiple_of(a_fast) && (g.at || (p * w / a_fast).is_multiple_of(4))
     }
 
+    /// Whether B's slot `p` is slot 0 moved whole rows along the panel's slow axis, as A's
+    /// (`a_moved`). Stored transposed, B's panel walks k fastest: moved along columns, the slot
+    /// reads the same depth as slot 0.
+    fn b_moved(&self, g: &Geometry, p: usize) -> bool {
+        let (w, b_fast) = (self.width, if g.bt { self.bk } else { self.bn });
+        p > 0 && w.is_multiple_of(b_fast) && (!g.bt || (p * w / b_fast).is_multiple_of(4))
+    }
+
+    /// The slot whose depth B's slot `p` reads, for what is loaded by depth (a norm's weight
+    /// and bias): slot 0's where it is slot 0 moved along columns, else its own.
+    fn b_source(&self, g: &Geometry, p: usize) -> usize {
+        if g.bt && self.b_moved(g, p) {
+            0
+        } else {
+            p
+        }
+    }
+
     /// The tile's origin, the operands' bases, which panel elements this invocation moves (and
     /// where they go), and the accumulators.
     fn setup(&self, g: &Geometry) -> String {
@@ -273,7 +292,7 @@ impl Tiling {
         for p in 0..self.p.pb {
             line(format!("let be{p} = t + {}u;", p * w));
             let d = p * w / b_fast;
-            if p > 0 && w.is_multiple_of(b_fast) && (!g.bt || d.is_multiple_of(4)) {
+            if self.b_moved(g, p) {
                 let moved = if g.bt {
                     moved_slot("b", p, ("bc", "bk"), (d, k), d / 4)
                 } else {
@@ -342,7 +361,7 @@ impl Tiling {
                 let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
                 let mut st = format!("mm_b[{bbuf}bs{p}][bq{p}] = {v};");
                 if let Some(n) = g.norm.as_ref().filter(|_| panel_stats::applies(g)) {
-                    st += &panel_stats::stage_b(n, &v, p);
+                    st += &panel_stats::stage_b(n, &v, (p, self.b_source(g, p)));
                 }
                 s.push_str(&staged(self.p.partial_b, format!("be{p}"), bk * self.bn, st));
             }
@@ -427,7 +446,8 @@ impl Tiling {
         // columns.
         let weight_only = RowNorm { bias: None, ..n.clone() };
         let a: String = sources.map(|p| norm::fetched(g, &weight_only, p, k0)).collect();
-        a + &(0..self.p.pb).map(|q| panel_stats::fetched_b(g, n, q, k0)).collect::<String>()
+        let b_sources = (0..self.p.pb).filter(|&q| self.b_source(g, q) == q);
+        a + &b_sources.map(|q| panel_stats::fetched_b(g, n, q, k0)).collect::<String>()
     }
 
     /// For statistics from the panels, their meeting after the loop (`panel_stats::meet`).
