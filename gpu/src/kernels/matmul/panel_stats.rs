@@ -43,9 +43,10 @@ pub(super) fn pilot(g: &Geometry, row: &str) -> String {
     format!("({}) / {}", terms.join(" + "), f32_lit(count as f64))
 }
 
-/// Whether `g`'s norm takes its statistics from the staged panels (see the module header).
-pub(super) fn applies(g: &Geometry) -> bool {
-    g.norm.is_some() && g.splits == 1
+/// `g`'s norm where it takes its statistics from the staged panels (see the module header):
+/// a whole product's.
+pub(super) fn of(g: &Geometry) -> Option<&RowNorm> {
+    g.norm.as_ref().filter(|_| g.splits == 1)
 }
 
 /// Shared memory beside the panels: a mean and `rstd` a row, and for a layer norm its column
@@ -149,14 +150,7 @@ pub(super) fn fetched_b(g: &Geometry, n: &RowNorm, q: usize, k0: &str) -> String
         return String::new();
     }
     let at = format!("min({k0} + bk{q}, {} - 1u)", g.k);
-    let mut s = String::new();
-    if let Some(w) = &n.weight {
-        s += &format!("        gw{q} = {};\n", load(w, &at));
-    }
-    if let Some(b) = &n.bias {
-        s += &format!("        gb{q} = {};\n", load(b, &at));
-    }
-    s
+    super::row_norm::loads(n, (&format!("gw{q}"), &format!("gb{q}")), &at)
 }
 
 /// Where each slot's sums meet after the loop: (A's slots and their guard, B's slots and their
@@ -174,17 +168,15 @@ impl Meeting<'_> {
     /// Each slot's `sum` written where it staged its elements (A's into `mm_a`, B's into
     /// `mm_b`), then the `tile.2` partial sums of each row (column) added up by one invocation
     /// into `row` (`col`), between barriers.
-    fn round(&self, a_sum: Option<&str>, b_sum: Option<&str>, row: &str, col: &str) -> String {
+    fn round(&self, a_sum: &str, b_sum: Option<&str>, row: &str, col: &str) -> String {
         let (bm, bn, bk) = self.tile;
         let guarded = |x: &str, p: usize, size: Option<usize>, st: String| match size {
             Some(size) => format!("    if ({x}e{p} < {size}u) {{ {st} }}\n"),
             None => format!("    {st}\n"),
         };
         let mut s = String::from("    workgroupBarrier();\n");
-        if let Some(sum) = a_sum {
-            for p in 0..self.a.0 {
-                s += &guarded("a", p, self.a.1, format!("mm_a[as{p}][ac{p}] = {sum}{p};"));
-            }
+        for p in 0..self.a.0 {
+            s += &guarded("a", p, self.a.1, format!("mm_a[as{p}][ac{p}] = {a_sum}{p};"));
         }
         if let Some(sum) = b_sum {
             for q in 0..self.b.0 {
@@ -206,9 +198,7 @@ impl Meeting<'_> {
                 add(buf, stride, i)
             )
         };
-        if a_sum.is_some() {
-            s += &each("nr", bm, "mm_a", self.strides.0, row);
-        }
+        s += &each("nr", bm, "mm_a", self.strides.0, row);
         if b_sum.is_some() {
             s += &each("nc", bn, "mm_b", self.strides.1, col);
         }
@@ -225,7 +215,7 @@ pub(super) fn meet(n: &RowNorm, at: &Meeting) -> String {
     if n.center {
         // Round one: the sums of d (over the pilots, which are no longer needed) and g.
         let (mu, g) = ("        nm_mu[nr] = sum;\n", "        nm_g[nc] = sum;\n");
-        s += &at.round(Some("ns"), Some("ng"), mu, g);
+        s += &at.round("ns", Some("ng"), mu, g);
         let stats = format!(
             "        let mu = nm_mu[nr] / f32({k});\n        \
              let nvar = max(sum / f32({k}) - mu * mu, 0.0);\n        \
@@ -234,10 +224,10 @@ pub(super) fn meet(n: &RowNorm, at: &Meeting) -> String {
         );
         // Round two: the sums of d² and, with a bias, h.
         let h = n.bias.is_some().then_some("nh");
-        s += &at.round(Some("nq"), h, &stats, "        nm_h[nc] = sum;\n");
+        s += &at.round("nq", h, &stats, "        nm_h[nc] = sum;\n");
     } else {
         let stats = format!("        nm_rs[nr] = {};\n", rstd(&format!("sum / f32({k})")));
-        s += &at.round(Some("nq"), None, &stats, "");
+        s += &at.round("nq", None, &stats, "");
     }
     s + "    workgroupBarrier();\n"
 }

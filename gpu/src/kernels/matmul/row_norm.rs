@@ -103,12 +103,18 @@ pub(super) fn row_stats(g: &Geometry, n: &RowNorm, bm: usize, width: usize) -> S
 /// in the panel at `k0`: a depth past k reads the last element (what it stages is zeroed).
 pub(super) fn fetched(g: &Geometry, n: &RowNorm, p: usize, k0: &str) -> String {
     let at = format!("min(koff + {k0} + ak{p}, {} - 1u)", g.k);
+    loads(n, (&format!("nw{p}"), &format!("nb{p}")), &at)
+}
+
+/// The loads of the norm's weight and bias (those it has) at depth `at` into the registers
+/// `regs` (weight, bias).
+pub(super) fn loads(n: &RowNorm, (w_reg, b_reg): (&str, &str), at: &str) -> String {
     let mut s = String::new();
     if let Some(w) = &n.weight {
-        s += &format!("        nw{p} = {};\n", load(w, &at));
+        s += &format!("        {w_reg} = {};\n", load(w, at));
     }
     if let Some(b) = &n.bias {
-        s += &format!("        nb{p} = {};\n", load(b, &at));
+        s += &format!("        {b_reg} = {};\n", load(b, at));
     }
     s
 }

@@ -85,10 +85,10 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
     // A normed product's row statistics take shared memory beside the panels (for the largest
     // tile on `width` invocations).
     let (tx_n, ty_n) = grid(width);
-    let stats = match &g.norm {
-        Some(n) if panel_stats::applies(g) => panel_stats::shared_bytes(n, ty_n * 8, tx_n * 8),
-        Some(_) => norm::shared_bytes(width, ty_n * 8),
-        None => 0,
+    let stats = match (panel_stats::of(g), &g.norm) {
+        (Some(n), _) => panel_stats::shared_bytes(n, ty_n * 8, tx_n * 8),
+        (None, Some(_)) => norm::shared_bytes(width, ty_n * 8),
+        (None, None) => 0,
     };
     let shared = shared.saturating_sub(stats);
     let tile =
@@ -102,17 +102,17 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
         t.bufs() * t.bk * t.sb
     );
     let mut s = t.setup(g);
-    match &g.norm {
-        Some(n) if panel_stats::applies(g) => {
+    match (panel_stats::of(g), &g.norm) {
+        (Some(n), _) => {
             panels += &panel_stats::declarations(n, t.bm, t.bn);
             let b_sources: Vec<usize> = (0..t.p.pb).map(|q| t.b_source(g, q)).collect();
             s += &panel_stats::setup(g, n, t.bm, tile.threads, (t.p.pa, &b_sources));
         }
-        Some(n) => {
+        (None, Some(n)) => {
             panels += &norm::declarations(t.bm, tile.threads);
             s += &norm::row_stats(g, n, t.bm, tile.threads);
         }
-        None => {}
+        (None, None) => {}
     }
     let s = s + &t.k_loop(g) + &t.meet(g) + &t.stores(g);
     let groups = t.per_batch.mul(&g.batches()).times(g.splits);
@@ -346,21 +346,19 @@ impl Tiling {
                 let v = word_value(&g.a, &format!("ra{p}"), &format!("sa{p}"));
                 let target = format!("mm_a[{abuf}as{p}][ac{p}]");
                 let source = (p, self.a_source(g, p));
-                let st = match &g.norm {
-                    Some(n) if panel_stats::applies(g) => {
-                        panel_stats::stage_a(g, n, &v, source, (panel, bk), &target)
-                    }
-                    Some(n) => {
+                let st = match (panel_stats::of(g), &g.norm) {
+                    (Some(n), _) => panel_stats::stage_a(g, n, &v, source, (panel, bk), &target),
+                    (None, Some(n)) => {
                         format!("{target} = {};", norm::staged(g, n, &v, source, (panel, bk)))
                     }
-                    None => format!("{target} = {v};"),
+                    (None, None) => format!("{target} = {v};"),
                 };
                 s.push_str(&staged(self.p.partial_a, format!("ae{p}"), self.bm * bk, st));
             }
             for p in 0..self.p.pb {
                 let v = word_value(&g.b, &format!("rb{p}"), &format!("sb{p}"));
                 let mut st = format!("mm_b[{bbuf}bs{p}][bq{p}] = {v};");
-                if let Some(n) = g.norm.as_ref().filter(|_| panel_stats::applies(g)) {
+                if let Some(n) = panel_stats::of(g) {
                     st += &panel_stats::stage_b(n, &v, (p, self.b_source(g, p)));
                 }
                 s.push_str(&staged(self.p.partial_b, format!("be{p}"), bk * self.bn, st));
@@ -439,7 +437,7 @@ impl Tiling {
     fn norm_fetch(&self, g: &Geometry, k0: &str) -> String {
         let Some(n) = &g.norm else { return String::new() };
         let sources = (0..self.p.pa).filter(|&p| !self.a_moved(g, p));
-        if !panel_stats::applies(g) {
+        if panel_stats::of(g).is_none() {
             return sources.map(|p| norm::fetched(g, n, p, k0)).collect();
         }
         // Statistics from the panels: A is staged times the weight only; B's slots sum the
@@ -452,7 +450,7 @@ impl Tiling {
 
     /// For statistics from the panels, their meeting after the loop (`panel_stats::meet`).
     fn meet(&self, g: &Geometry) -> String {
-        let Some(n) = g.norm.as_ref().filter(|_| panel_stats::applies(g)) else {
+        let Some(n) = panel_stats::of(g) else {
             return String::new();
         };
         let at = panel_stats::Meeting {
@@ -472,7 +470,7 @@ impl Tiling {
     /// stores would each wait out a memory round trip in turn.
     fn stores(&self, g: &Geometry) -> String {
         let mut s = String::from("    let r0 = m0 + ty * 4u;\n    let q0 = n0 + tx * 4u;\n");
-        if let Some(n) = g.norm.as_ref().filter(|_| panel_stats::applies(g)) {
+        if let Some(n) = panel_stats::of(g) {
             // The norm applied to the sums of the unnormed rows (`panel_stats`).
             for i in 0..self.tm {
                 let row = format!("ty * 4u + {}u", (i / 4) * self.ty_n * 4 + i % 4);
