@@ -562,3 +562,61 @@ fn attention_of_halves_matches_the_cpu() {
         }
     }
 }
+
+/// An attention run whole whose heads are merged after it (`[B, H, T, Dv]` permuted to
+/// `[B, T, H, Dv]` and flattened, as every transformer's output projection reads them): the
+/// attention stores them merged (`rewrite/permuted_stores.rs`), in each of its f32 forward
+/// kernels, and computes what the plan as compiled does on the CPU reference and on the GPU.
+/// An attention that is also a result keeps its permute.
+#[test]
+fn attentions_run_whole_store_their_heads_merged() {
+    // (batch, (Hq, Hkv), (Tq, Tk), (D, Dv), causal, mask, also a result): decoding's kernel
+    // (at most four query rows), the register-blocked one (Dv ≤ 256) with a mask, and the
+    // scalar-loop one (Dv past it).
+    type Case = (usize, (usize, usize), (usize, usize), (usize, usize), bool, bool, bool);
+    let cases: [Case; 4] = [
+        (2, (4, 2), (1, 9), (8, 8), false, false, false),
+        (1, (3, 3), (40, 40), (16, 12), true, true, false),
+        (1, (2, 1), (6, 7), (4, 260), false, false, false),
+        (2, (2, 2), (5, 5), (8, 8), false, false, true),
+    ];
+    for (b, (hq, hkv), (tq, tk), (d, dv), causal, masked, kept) in cases {
+        let f = DType::F32;
+        let mut shapes = vec![vec![b, hq, tq, d], vec![b, hkv, tk, d], vec![b, hkv, tk, dv]];
+        if masked {
+            shapes.push(vec![tq, tk]);
+        }
+        let names = ["q", "k", "v", "mask"];
+        let mut steps = Vec::new();
+        for (name, shape) in names.iter().zip(&shapes) {
+            steps.push(step(Op::Input { name: name.to_string() }, vec![], f, shape));
+        }
+        let n = shapes.len() as u32;
+        let attention = Op::Attention { causal, scale: 0.3, has_mask: masked };
+        steps.push(step(attention, (0..n).collect(), f, &[b, hq, tq, dv]));
+        steps.push(step(Op::Permute { perm: vec![0, 2, 1, 3] }, vec![n], f, &[b, tq, hq, dv]));
+        steps.push(step(Op::Reshape, vec![n + 1], f, &[b, tq, hq * dv]));
+        let inputs = names.iter().take(shapes.len()).enumerate();
+        let inputs = inputs.map(|(k, name)| (name.to_string(), k as u32)).collect();
+        let mut outputs = vec![("y".to_string(), n + 2)];
+        if kept {
+            outputs.push(("heads".to_string(), n));
+        }
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, outputs);
+        plan.validate().expect("a valid plan");
+        let options = Options { attention: AttentionPath::Tiled, ..Options::default() };
+        let gpu = for_gpu_with(&plan, &options);
+        gpu.validate().expect("a valid GPU plan");
+        let count = |f: &dyn Fn(&GpuOp) -> bool| gpu.steps.iter().filter(|s| f(&s.op)).count();
+        let merged = count(&|op| {
+            matches!(op, GpuOp::PermutedStore { op, .. }
+                if matches!(**op, GpuOp::Plan(Op::Attention { .. })))
+        });
+        let permutes = count(&|op| matches!(op, GpuOp::Plan(Op::Permute { .. })));
+        assert_eq!((merged, permutes), if kept { (0, 1) } else { (1, 0) }, "case {b} {hq} {tq}");
+        let values: Vec<Tensor> =
+            shapes.iter().enumerate().map(|(k, s)| floats(s, 70 + k as u32)).collect();
+        let given: Vec<(&str, &Tensor)> = names.into_iter().zip(&values).collect();
+        crate::test_util::assert_rewrite_keeps_results_within(&plan, gpu, &given, (1e-6, 5e-5));
+    }
+}

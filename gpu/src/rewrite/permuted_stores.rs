@@ -1,7 +1,8 @@
 //! Permutes folded into the steps that make what they permute: a step whose kernel stores each
 //! result once at its index (a product, a convolution, a fused chain, a split product's sum, an
-//! element-wise step, a slice, a rotary embedding) stores it where the permute would put it
-//! instead (`GpuOp::PermutedStore`), and the permute — a copy, a dispatch and a barrier — goes.
+//! element-wise step, a slice, a rotary embedding, a whole attention) stores it where the
+//! permute would put it instead (`GpuOp::PermutedStore`), and the permute — a copy, a dispatch
+//! and a barrier — goes.
 //!
 //! Multi-head attention permutes q, k and v into heads after their projections and the heads'
 //! outputs back before the output projection: four permutes a layer, 6–10% of the transformer
@@ -10,6 +11,8 @@
 //! which keep the elements' order; a permute of a permuted store composes with it. In training
 //! the backward pass has its own: the rotary embedding's derivative of each head's q and k
 //! merged back (SmolLM2's training plan 60 permutes, SmolVLA's 48 with its sliced caches).
+//! An attention run whole (decoding, short sequences, `MGN_ATTENTION=tiled`) stores its heads
+//! merged, as the score-matrix path's second product already did.
 //! Only f32 steps nothing else reads, and only static plans: a dynamic plan's kernels are
 //! shared across sizes, and the stored index is written for this one.
 
@@ -24,7 +27,8 @@ use std::collections::HashMap;
 fn stores_by_index(op: &GpuOp) -> bool {
     match op {
         // Each of these kernels writes `store(out, i, …)` once per element `i` of its own
-        // shape (`kernels::pointwise`, `select::slice`, `select::rope`).
+        // shape (`kernels::pointwise`, `select::slice`, `select::rope`, and every f32 forward
+        // of `kernels::attention`: decoding, blocked and scalar).
         GpuOp::Plan(op) => matches!(
             op,
             Op::MatMul
@@ -35,6 +39,7 @@ fn stores_by_index(op: &GpuOp) -> bool {
                 | Op::Pow { .. }
                 | Op::Slice { .. }
                 | Op::Rope { .. }
+                | Op::Attention { .. }
         ),
         GpuOp::MatMulT { splits, .. } => *splits == 1,
         GpuOp::NormedProduct { op, .. } => stores_by_index(op),
