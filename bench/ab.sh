@@ -10,7 +10,8 @@
 # Environment: A, B (the binaries; required), ROUNDS (2), SAMPLES (20), WARMUP (5),
 # BACKEND (vulkan), PRECISION (f32), OUT (bench/out/ab: one JSON per run, and table.md), and
 # A_ENV, B_ENV: variables set for one side only (`B_ENV="MGN_COOP=1"` with A = B times one
-# binary with and without a switch).
+# binary with and without a switch); BENCH_ARGS: more arguments for every `mgnc bench`
+# (`--inference` to time the inference plans alone).
 set -eu
 cd "$(dirname "$0")/.."
 : "${A:?set A to the first mgnc binary}" "${B:?set B to the second mgnc binary}"
@@ -33,7 +34,7 @@ for w in "$@"; do
             read -r -a envs <<< "${!side_env:-}"
             env "${envs[@]}" "$bin" bench "models/$model.mgn" "${sets[@]}" \
                 --backend "${BACKEND:-vulkan}" --precision "${PRECISION:-f32}" \
-                --samples "${SAMPLES:-20}" --warmup "${WARMUP:-5}" --json \
+                --samples "${SAMPLES:-20}" --warmup "${WARMUP:-5}" --json ${BENCH_ARGS:-} \
                 > "$OUT/$name.$side.$r.json"
         done
     done

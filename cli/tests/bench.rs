@@ -211,6 +211,22 @@ fn a_model_without_a_loss_is_measured_forward_only() {
 }
 
 #[test]
+fn inference_measures_a_model_with_a_loss_forward_only() {
+    let (v, _) = bench_json(&["models/digits_mlp.mgn", "--set", "batch=8", "--inference"]);
+    assert_timing(&v, "forward", 3);
+    assert_timing(&v, "forward_minimal", 3);
+    for m in ["compile_train", "forward_backward", "train_step"] {
+        assert!(v["measurements"][m].is_null(), "{m}: {}", v["measurements"][m]);
+    }
+    assert!(v["memory"]["training"].is_null());
+    let notes = notes(&v);
+    assert!(notes.iter().any(|n| n.contains("`--inference`")), "{notes:?}");
+    // Without the flag the same model has its training cells.
+    let (v, _) = bench_json(&["models/digits_mlp.mgn", "--set", "batch=8"]);
+    assert_timing(&v, "train_step", 3);
+}
+
+#[test]
 fn the_minimal_shape_is_skipped_with_a_note_when_the_model_has_no_batch_or_sequence_argument() {
     let (v, _) = bench_json(&["tests/valid/file_import.mgn"]);
     assert!(v["measurements"]["forward_minimal"].is_null());

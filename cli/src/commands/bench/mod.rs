@@ -80,6 +80,10 @@ pub struct BenchArgs {
     /// Print one JSON object (on stdout) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Measure the inference plans only (the forward at the model's shape and at the minimal
+    /// shape): no training plan is compiled, set up or run.
+    #[arg(long)]
+    pub inference: bool,
     /// On the GPU, also time one run per op family with GPU timestamps (one pass per dispatch).
     #[arg(long)]
     pub profile: bool,
@@ -159,6 +163,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let train = PlanOptions { rewrites, precision, ..PlanOptions::train(&[], spec.clone()) };
     let (outcome, plan) = b.compile(&a.settings, &infer)?;
     let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
+    let has_loss = has_loss && !a.inference;
     let train_plan = if has_loss { Some(b.compile(&a.settings, &train)?.1) } else { None };
     let model = plan.model.clone();
     let config = plan.config.clone();
@@ -188,6 +193,10 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let (minimal, compile_minimal_ms) = measure_minimal(b, &plan, &infer, &mut setup, &mut notes)?;
     let training = match train_plan {
         Some(tp) => measure_training(b, tp, &mut setup, &mut profile, &mut notes)?,
+        None if a.inference => {
+            notes.push("forward only, as `--inference` asked: no training plan".to_string());
+            None
+        }
         None => {
             notes.push(format!(
                 "forward only: `{model}` has no loss, so there is no backward pass or training \
