@@ -163,13 +163,14 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let train = PlanOptions { rewrites, precision, ..PlanOptions::train(&[], spec.clone()) };
     let (outcome, plan) = b.compile(&a.settings, &infer)?;
     let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
-    let has_loss = has_loss && !a.inference;
-    let train_plan = if has_loss { Some(b.compile(&a.settings, &train)?.1) } else { None };
+    // Whether the training plan is measured: a model with a loss, unless `--inference`.
+    let trains = has_loss && !a.inference;
+    let train_plan = if trains { Some(b.compile(&a.settings, &train)?.1) } else { None };
     let model = plan.model.clone();
     let config = plan.config.clone();
 
     let compile = b.measure_compile("compile (inference plan)", &a.settings, &infer)?;
-    let compile_train = match has_loss {
+    let compile_train = match trains {
         true => Some(b.measure_compile("compile (training plan)", &a.settings, &train)?),
         false => None,
     };
