@@ -226,6 +226,32 @@ fn inference_measures_a_model_with_a_loss_forward_only() {
     assert_timing(&v, "train_step", 3);
 }
 
+/// `bench/ab.sh` passes `BENCH_ARGS` to every `mgnc bench` it runs: with `--inference`, both
+/// sides' runs time the forward cells and no training step, and its table says so.
+#[test]
+fn ab_script_passes_bench_args_to_every_run() {
+    let out_dir = common::scratch("ab_bench_args");
+    let mgnc = env!("CARGO_BIN_EXE_mgnc");
+    let run = std::process::Command::new("bash")
+        .args(["bench/ab.sh", "digits_mlp:batch=8"])
+        .current_dir(common::root())
+        .envs([("A", mgnc), ("B", mgnc), ("BACKEND", "cpu"), ("ROUNDS", "1")])
+        .envs([("SAMPLES", "3"), ("WARMUP", "1"), ("BENCH_ARGS", "--inference")])
+        .env("OUT", &out_dir)
+        .output()
+        .expect("bash runs bench/ab.sh");
+    let table = text(&run.stdout);
+    assert!(run.status.success(), "{}{table}", text(&run.stderr));
+    for side in ["A", "B"] {
+        let file = out_dir.join(format!("digits_mlp_batch_8.{side}.1.json"));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("a run"))
+            .expect("one JSON object");
+        assert_timing(&v, "forward", 3);
+        assert!(v["measurements"]["train_step"].is_null(), "{side}: {}", v["measurements"]);
+    }
+    assert!(table.contains("| forward |") && !table.contains("training step"), "{table}");
+}
+
 #[test]
 fn the_minimal_shape_is_skipped_with_a_note_when_the_model_has_no_batch_or_sequence_argument() {
     let (v, _) = bench_json(&["tests/valid/file_import.mgn"]);
