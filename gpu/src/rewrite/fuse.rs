@@ -176,6 +176,8 @@ struct Fusion<'a> {
     /// Per constant, and per small chain with several readers (`SMALL`): how many readers
     /// compute it themselves.
     copies: Vec<usize>,
+    /// Per step: the longest chain of steps from the plan's inputs to it, unfused (`heads_first`).
+    depth: Vec<usize>,
 }
 
 impl Fusion<'_> {
@@ -189,22 +191,49 @@ impl Fusion<'_> {
             c.push(Elem::Index);
             return c;
         }
-        let mut args = Vec::with_capacity(s.inputs.len());
+        let mut args = vec![0; s.inputs.len()];
         // An input read twice (x · x) is inlined once and its node reused.
         let mut done: Vec<(u32, u32)> = Vec::new();
         // A comparison's chain absorbs nothing: it is kept only when a `where` inlines it.
         let compare = matches!(s.op.plan_op(), Some(Op::Compare(_)));
-        for &x in &s.inputs {
+        for k in self.heads_first(i) {
+            let x = s.inputs[k];
             let at = match done.iter().find(|(v, _)| *v == x) {
                 Some(&(_, node)) => node,
                 None if compare => c.leaf(x),
                 None => self.input_node(i, x, &mut c),
             };
             done.push((x, at));
-            args.push(at);
+            args[k] = at;
         }
         c.push(node(&s.op, &args).expect("fusable steps have a node"));
         c
+    }
+
+    /// The positions of step `i`'s inputs in the order `chain` takes them: those that could
+    /// head its chain (a product, a norm, or a chain headed by one) deepest first, then the
+    /// rest as they come. The first to qualify heads, and the others are read as values. So
+    /// the product that the sum waits for longest stores it, and a shallower one (a residual
+    /// block's shortcut convolution, `shortcut + h`) runs levels earlier beside the deep
+    /// path instead of after it: each such sum is one level fewer.
+    fn heads_first(&self, i: usize) -> Vec<usize> {
+        let view = self.view;
+        let depth_of_head = |x: u32| -> Option<usize> {
+            let xi = x as usize;
+            let head = match (&view.steps[xi].op, &self.chains[xi]) {
+                (GpuOp::Plan(Op::MatMul | Op::Conv { .. }), _) => Some(xi),
+                (GpuOp::Plan(op), _) if crate::program::norm_operands(op).is_ok() => Some(xi),
+                (_, Some(chain)) => chain.head.map(|h| h as usize),
+                _ => None,
+            };
+            head.map(|h| self.depth[h])
+        };
+        let mut order: Vec<usize> = (0..view.steps[i].inputs.len()).collect();
+        let depths: Vec<Option<usize>> =
+            view.steps[i].inputs.iter().map(|&x| depth_of_head(x)).collect();
+        // Stable: inputs of equal depth, and those that cannot head, keep their order.
+        order.sort_by_key(|&k| std::cmp::Reverse(depths[k]));
+        order
     }
 
     /// The node of `c` holding input `x` of step `i`: when `i` is `x`'s only reader and has its
@@ -274,6 +303,15 @@ impl Fusion<'_> {
     }
 }
 
+/// Each step's depth: 0 for one that reads nothing, else one more than its deepest input's.
+fn depths(view: &GpuPlan) -> Vec<usize> {
+    let mut depth = vec![0; view.steps.len()];
+    for (i, s) in view.steps.iter().enumerate() {
+        depth[i] = s.inputs.iter().map(|&x| depth[x as usize] + 1).max().unwrap_or(0);
+    }
+    depth
+}
+
 /// Fuses every element-wise chain of `program` (see the module header).
 pub(super) fn fuse_elementwise(program: &mut Program) {
     let view = program.to_gpu_plan();
@@ -285,6 +323,7 @@ pub(super) fn fuse_elementwise(program: &mut Program) {
         absorbed: vec![false; n],
         grew: vec![false; n],
         copies: vec![0; n],
+        depth: depths(&view),
     };
     for i in 0..n {
         if fusable(&view, &f.def_use, i) {

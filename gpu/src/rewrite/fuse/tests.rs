@@ -192,6 +192,62 @@ fn a_matmul_heads_its_epilogue_on_both_backends() {
     }
 }
 
+/// `shortcut + h`, a residual block's sum of a product of the block's input (`x · w1`) and
+/// the end of a deeper path (`relu(x · w2) · w3`): whichever order the sum names them in, the
+/// deeper product heads it and the shortcut is read as a value, so the shortcut runs beside the
+/// deep path's first product, not after its last. Both orders compute the plan's sum on the
+/// CPU reference and on the GPU.
+#[test]
+fn the_deepest_product_heads_a_sum() {
+    let (f, (m, k, n)) = (DType::F32, (5, 12, 8));
+    for (first, second) in [(4, 7), (7, 4)] {
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[m, k]), // 0
+            step(Op::Param { index: 0 }, vec![], f, &[k, n]),         // 1: w1
+            step(Op::Param { index: 1 }, vec![], f, &[k, n]),         // 2: w2
+            step(Op::Param { index: 2 }, vec![], f, &[n, n]),         // 3: w3
+            step(Op::MatMul, vec![0, 1], f, &[m, n]),                 // 4: the shortcut
+            step(Op::MatMul, vec![0, 2], f, &[m, n]),                 // 5
+            step(Op::Unary(UnaryOp::Relu), vec![5], f, &[m, n]),      // 6
+            step(Op::MatMul, vec![6, 3], f, &[m, n]),                 // 7: h
+            step(Op::Binary(BinaryOp::Add), vec![first, second], f, &[m, n]), // 8
+        ];
+        let weight = crate::test_util::weight;
+        let p = Plan {
+            params: vec![weight("w1", &[k, n]), weight("w2", &[k, n]), weight("w3", &[n, n])],
+            steps,
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 8)],
+            ..plan(3)
+        };
+        let fp = fused(&p);
+        fp.validate().expect("a valid plan");
+        assert_eq!(ids(&fp), vec![0, 1, 2, 3, 4, 6, 8], "h is absorbed, the shortcut stays");
+        let last = &fp.steps.last().expect("steps").op;
+        assert!(matches!(last, GpuOp::MatMulEpilogue { .. }), "{last:?}");
+        let at = |id: u32| fp.ids.iter().position(|i| i.0 == id).expect("kept") as u32;
+        assert_eq!(
+            fp.steps.last().unwrap().inputs,
+            vec![at(6), at(3), at(4)],
+            "relu, w3, shortcut"
+        );
+        let x = Tensor::f32(vec![m, k], crate::test_util::values(m * k, 1));
+        let params: Vec<Tensor> = [(k, 2), (k, 3), (n, 4)]
+            .iter()
+            .map(|&(rows, seed)| {
+                Tensor::f32(vec![rows, n], crate::test_util::values(rows * n, seed))
+            })
+            .collect();
+        let given = [("x", &x)];
+        let want = crate::test_util::run_on_cpu_plan(&p, &params, &given).outputs.remove(0).1;
+        let got = run_reference(&fp, &params, &given).outputs.remove(0).1;
+        crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
+        let Some(mut gpu) = crate::test_util::open(p, &params) else { return };
+        let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
+        crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
+    }
+}
+
 /// silu(group_norm(x)) + res (the U-Net's norm and activation, with a residual), gelu of
 /// a layer norm without weights, an RMS norm scaled by a broadcast gate, and a group norm
 /// also read by a second step (it keeps its own dispatch): the first three become one
