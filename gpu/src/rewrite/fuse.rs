@@ -12,7 +12,9 @@
 //! an inference batch norm, a residual, an activation — runs on each result as the product's
 //! kernel stores it. So does a layer, RMS or group norm, and a training plan's batch norm
 //! (`GpuOp::NormEpilogue`: the U-Net's SiLU after each group norm, ResNet-50's ReLU after
-//! each batch norm but those of the residual sums).
+//! each batch norm but those of the residual sums). Where a sum could take either of two
+//! products as its head, the deeper one takes it (`Fusion::heads_first`), so the other — a
+//! residual block's shortcut — runs levels earlier, beside the path it is added to.
 //!
 //! The decisions need the program's def-use in execution order, so fusion reads a dense
 //! snapshot of the program ([`GpuPlan`]); its edits go back to the program by step id.
