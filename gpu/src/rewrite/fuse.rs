@@ -178,7 +178,7 @@ struct Fusion<'a> {
     /// Per constant, and per small chain with several readers (`SMALL`): how many readers
     /// compute it themselves.
     copies: Vec<usize>,
-    /// Per step: the longest chain of steps from the plan's inputs to it, unfused (`heads_first`).
+    /// Per step: its depth in dispatches (`depths`, for `heads_first`).
     depth: Vec<usize>,
 }
 
@@ -222,11 +222,10 @@ impl Fusion<'_> {
         let view = self.view;
         let depth_of_head = |x: u32| -> Option<usize> {
             let xi = x as usize;
-            let head = match (&view.steps[xi].op, &self.chains[xi]) {
-                (GpuOp::Plan(Op::MatMul | Op::Conv { .. }), _) => Some(xi),
-                (GpuOp::Plan(op), _) if crate::program::norm_operands(op).is_ok() => Some(xi),
-                (_, Some(chain)) => chain.head.map(|h| h as usize),
-                _ => None,
+            let head = match &self.chains[xi] {
+                _ if can_head(&view.steps[xi]) => Some(xi),
+                Some(chain) => chain.head.map(|h| h as usize),
+                None => None,
             };
             head.map(|h| self.depth[h])
         };
@@ -305,27 +304,54 @@ impl Fusion<'_> {
     }
 }
 
-/// Each step's depth: 0 for one that reads nothing, else one more than its deepest input's.
-fn depths(view: &GpuPlan) -> Vec<usize> {
-    let mut depth = vec![0; view.steps.len()];
+/// Each step's depth in dispatches: how many kernels lie on the longest chain from the plan's
+/// inputs to it, itself included, as fusion will make them. A fusable step inlined into its
+/// reader adds none, nor does the end of a chain a product or a norm heads (it runs in that
+/// kernel), so two products whose paths differ only in steps fused away are equally deep.
+/// Fusion's own limits (`MAX_NODES`, `SMALL` chains computed again) are not modelled: the
+/// depths only order the candidates for a head (`heads_first`).
+fn depths(view: &GpuPlan, def_use: &DefUse) -> Vec<usize> {
+    let n = view.steps.len();
+    let fuses: Vec<bool> = (0..n).map(|i| fusable(view, def_use, i)).collect();
+    let (mut depth, mut headed) = (vec![0; n], vec![false; n]);
     for (i, s) in view.steps.iter().enumerate() {
-        depth[i] = s.inputs.iter().map(|&x| depth[x as usize] + 1).max().unwrap_or(0);
+        // x is computed inside step i's kernel: i is its only reader, at its shape.
+        let inside = |x: usize| def_use.only_reader(x) == Some(i) && view.steps[x].shape == s.shape;
+        headed[i] = fuses[i]
+            && s.inputs
+                .iter()
+                .map(|&x| x as usize)
+                .any(|x| inside(x) && (can_head(&view.steps[x]) || (fuses[x] && headed[x])));
+        let inlined = fuses[i]
+            && def_use.only_reader(i).is_some_and(|r| fuses[r] && view.steps[r].shape == s.shape);
+        let own = usize::from(!fuses[i] || !(inlined || headed[i]));
+        depth[i] = s.inputs.iter().map(|&x| depth[x as usize]).max().unwrap_or(0) + own;
     }
     depth
+}
+
+/// Whether a step of this op can head an element-wise chain: a float product or convolution,
+/// or an f32 norm (`Fusion::input_node` decides for the one step it reads).
+fn can_head(s: &Step<u32>) -> bool {
+    let product = matches!(s.op, GpuOp::Plan(Op::MatMul | Op::Conv { .. })) && s.dtype.is_float();
+    let norm = s.op.plan_op().is_some_and(|op| crate::program::norm_operands(op).is_ok());
+    product || (norm && s.dtype == DType::F32)
 }
 
 /// Fuses every element-wise chain of `program` (see the module header).
 pub(super) fn fuse_elementwise(program: &mut Program) {
     let view = program.to_gpu_plan();
     let n = view.steps.len();
+    let def_use = DefUse::of(&view);
+    let depth = depths(&view, &def_use);
     let mut f = Fusion {
         view: &view,
-        def_use: DefUse::of(&view),
+        def_use,
         chains: vec![None; n],
         absorbed: vec![false; n],
         grew: vec![false; n],
         copies: vec![0; n],
-        depth: depths(&view),
+        depth,
     };
     for i in 0..n {
         if fusable(&view, &f.def_use, i) {

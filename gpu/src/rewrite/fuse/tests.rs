@@ -248,6 +248,51 @@ fn the_deepest_product_heads_a_sum() {
     }
 }
 
+/// Depth counts dispatches: of `(x · w1) · w3 + neg(relu(x · w2)) · w4`, two products deep on
+/// both sides — the second's element-wise steps run in its first product's kernel — the product
+/// the sum names first heads it, in either order. The head moves only where a level is saved:
+/// counted by steps, the backward of SmolLM2's SwiGLU moved 30 heads for no level and grew its
+/// training arena 665 → 739 MiB.
+#[test]
+fn products_as_deep_in_dispatches_keep_the_order_the_sum_names() {
+    let (f, (m, k, n)) = (DType::F32, (5, 12, 8));
+    for (first, second) in [(6, 10), (10, 6)] {
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[m, k]), // 0
+            step(Op::Param { index: 0 }, vec![], f, &[k, n]),         // 1: w1
+            step(Op::Param { index: 1 }, vec![], f, &[k, n]),         // 2: w2
+            step(Op::Param { index: 2 }, vec![], f, &[n, n]),         // 3: w3
+            step(Op::Param { index: 3 }, vec![], f, &[n, n]),         // 4: w4
+            step(Op::MatMul, vec![0, 1], f, &[m, n]),                 // 5
+            step(Op::MatMul, vec![5, 3], f, &[m, n]),                 // 6
+            step(Op::MatMul, vec![0, 2], f, &[m, n]),                 // 7
+            step(Op::Unary(UnaryOp::Relu), vec![7], f, &[m, n]),      // 8
+            step(Op::Unary(UnaryOp::Neg), vec![8], f, &[m, n]),       // 9
+            step(Op::MatMul, vec![9, 4], f, &[m, n]),                 // 10
+            step(Op::Binary(BinaryOp::Add), vec![first, second], f, &[m, n]), // 11
+        ];
+        let weight = crate::test_util::weight;
+        let p = Plan {
+            params: vec![
+                weight("w1", &[k, n]),
+                weight("w2", &[k, n]),
+                weight("w3", &[n, n]),
+                weight("w4", &[n, n]),
+            ],
+            steps,
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 11)],
+            ..plan(3)
+        };
+        let fp = fused(&p);
+        fp.validate().expect("a valid plan");
+        // relu and neg became x · w2's epilogue (step 9).
+        let mut kept = vec![0, 1, 2, 3, 4, 5, 9, second, 11];
+        kept.sort();
+        assert_eq!(ids(&fp), kept, "the product named second is read as a value");
+    }
+}
+
 /// silu(group_norm(x)) + res (the U-Net's norm and activation, with a residual), gelu of
 /// a layer norm without weights, an RMS norm scaled by a broadcast gate, and a group norm
 /// also read by a second step (it keeps its own dispatch): the first three become one
