@@ -50,7 +50,7 @@ fn row(model: &str, settings: &str, train: bool) -> String {
         })
         .count();
     let values = (layout.total_words - layout.param_words) as u64 * 4;
-    format!("{dispatches:>6} {:>6} {:>10.1}", levels.count, values as f64 / (1 << 20) as f64)
+    format!("{dispatches:>6} {:>6} {:>10.2}", levels.count, values as f64 / (1 << 20) as f64)
 }
 
 #[test]
