@@ -1,5 +1,6 @@
 //! The rewrites a GPU session makes before it plans memory and generates kernels, in order: an
-//! inference plan's dropouts read through (`identity_dropouts`), state
+//! inference plan's dropouts read through (`identity_dropouts`), gathers at counted indices
+//! made slices (`counted_gathers`), state
 //! parameters written in place (`state_in_place`), long attentions through their score matrix
 //! (`attention_matmul`), the others' statistics computed once (`attention_stats`), norm weight
 //! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`), an
@@ -19,6 +20,7 @@ mod attention_matmul;
 mod attention_stats;
 mod batch_grads;
 mod batch_moments;
+mod counted_gathers;
 mod fuse;
 mod halves;
 mod identity_dropouts;
@@ -194,6 +196,7 @@ pub fn fits_the_device(
 pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (GpuPlan, Choices) {
     let mut program = Program::with_choices(plan, choices);
     identity_dropouts::read_through_dropouts(&mut program);
+    counted_gathers::slice_counted_gathers(&mut program, options.dynamic);
     state_in_place::write_state_in_place(&mut program);
     attention_matmul::materialise_attention(&mut program, options.attention, options.target);
     attention_stats::add_attention_stats(&mut program);
