@@ -223,7 +223,7 @@ impl Fusion<'_> {
         let depth_of_head = |x: u32| -> Option<usize> {
             let xi = x as usize;
             let head = match &self.chains[xi] {
-                _ if can_head(&view.steps[xi]) => Some(xi),
+                _ if can_head(view, &view.steps[xi]) => Some(xi),
                 Some(chain) => chain.head.map(|h| h as usize),
                 None => None,
             };
@@ -259,17 +259,7 @@ impl Fusion<'_> {
         let broadcast = (only || copy)
             && mgn_ir::shape::broadcast_strides(&xs.shape, &view.steps[i].shape).is_ok();
         let same_shape = (only || copy) && xs.shape == view.steps[i].shape;
-        let product = matches!(xs.op, GpuOp::Plan(Op::MatMul | Op::Conv { .. }));
-        // A batch norm with batch statistics (a training plan's: an inference plan's are
-        // element-wise, `running_norms`) runs the same row kernel.
-        let training = view.mode == mgn_ir::plan::Mode::Train;
-        let norm = match &xs.op {
-            GpuOp::Plan(Op::BatchNorm { .. }) => training,
-            GpuOp::Plan(op) => crate::program::norm_operands(op).is_ok(),
-            _ => false,
-        };
-        let head = (product && xs.dtype.is_float()) || (norm && xs.dtype == DType::F32);
-        if only_reader && c.head.is_none() && head {
+        if only_reader && c.head.is_none() && can_head(view, xs) {
             c.head = Some(x);
             (self.absorbed[xi], self.grew[i]) = (true, true);
             return c.leaf(x);
@@ -310,9 +300,8 @@ impl Fusion<'_> {
 /// kernel), so two products whose paths differ only in steps fused away are equally deep.
 /// Fusion's own limits (`MAX_NODES`, `SMALL` chains computed again) are not modelled: the
 /// depths only order the candidates for a head (`heads_first`).
-fn depths(view: &GpuPlan, def_use: &DefUse) -> Vec<usize> {
+fn depths(view: &GpuPlan, def_use: &DefUse, fuses: &[bool]) -> Vec<usize> {
     let n = view.steps.len();
-    let fuses: Vec<bool> = (0..n).map(|i| fusable(view, def_use, i)).collect();
     let (mut depth, mut headed) = (vec![0; n], vec![false; n]);
     for (i, s) in view.steps.iter().enumerate() {
         // x is computed inside step i's kernel: i is its only reader, at its shape.
@@ -321,7 +310,7 @@ fn depths(view: &GpuPlan, def_use: &DefUse) -> Vec<usize> {
             && s.inputs
                 .iter()
                 .map(|&x| x as usize)
-                .any(|x| inside(x) && (can_head(&view.steps[x]) || (fuses[x] && headed[x])));
+                .any(|x| inside(x) && (can_head(view, &view.steps[x]) || (fuses[x] && headed[x])));
         let inlined = fuses[i]
             && def_use.only_reader(i).is_some_and(|r| fuses[r] && view.steps[r].shape == s.shape);
         let own = usize::from(!fuses[i] || !(inlined || headed[i]));
@@ -330,12 +319,19 @@ fn depths(view: &GpuPlan, def_use: &DefUse) -> Vec<usize> {
     depth
 }
 
-/// Whether a step of this op can head an element-wise chain: a float product or convolution,
-/// or an f32 norm (`Fusion::input_node` decides for the one step it reads).
-fn can_head(s: &Step<u32>) -> bool {
-    let product = matches!(s.op, GpuOp::Plan(Op::MatMul | Op::Conv { .. })) && s.dtype.is_float();
-    let norm = s.op.plan_op().is_some_and(|op| crate::program::norm_operands(op).is_ok());
-    product || (norm && s.dtype == DType::F32)
+/// Whether step `s` of `view` can head an element-wise chain: a float product or convolution,
+/// or an f32 norm.
+fn can_head(view: &GpuPlan, s: &Step<u32>) -> bool {
+    let product = matches!(s.op, GpuOp::Plan(Op::MatMul | Op::Conv { .. }));
+    // A batch norm with batch statistics (a training plan's: an inference plan's are
+    // element-wise, `running_norms`) runs the same row kernel.
+    let training = view.mode == mgn_ir::plan::Mode::Train;
+    let norm = match &s.op {
+        GpuOp::Plan(Op::BatchNorm { .. }) => training,
+        GpuOp::Plan(op) => crate::program::norm_operands(op).is_ok(),
+        _ => false,
+    };
+    (product && s.dtype.is_float()) || (norm && s.dtype == DType::F32)
 }
 
 /// Fuses every element-wise chain of `program` (see the module header).
@@ -343,7 +339,8 @@ pub(super) fn fuse_elementwise(program: &mut Program) {
     let view = program.to_gpu_plan();
     let n = view.steps.len();
     let def_use = DefUse::of(&view);
-    let depth = depths(&view, &def_use);
+    let fuses: Vec<bool> = (0..n).map(|i| fusable(&view, &def_use, i)).collect();
+    let depth = depths(&view, &def_use, &fuses);
     let mut f = Fusion {
         view: &view,
         def_use,
@@ -353,8 +350,8 @@ pub(super) fn fuse_elementwise(program: &mut Program) {
         copies: vec![0; n],
         depth,
     };
-    for i in 0..n {
-        if fusable(&view, &f.def_use, i) {
+    for (i, &fuses) in fuses.iter().enumerate() {
+        if fuses {
             f.chains[i] = Some(f.chain(i));
         }
     }

@@ -180,16 +180,24 @@ fn a_matmul_heads_its_epilogue_on_both_backends() {
         let bias = Tensor::f32(vec![n], crate::test_util::values(n, 3));
         let res = Tensor::f32(vec![m, n], crate::test_util::values(m * n, 4));
         let given = [("a", &a), ("bias", &bias), ("res", &res)];
-        let params = std::slice::from_ref(&w);
-        let want = crate::test_util::run_on_cpu_plan(&p, params, &given).outputs.remove(0).1;
-        let got = run_reference(&fp, params, &given).outputs.remove(0).1;
-        crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
-        let Some(mut gpu) = crate::test_util::open(p, std::slice::from_ref(&w)) else {
-            return;
-        };
-        let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
-        crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
+        first_output_matches_the_plan(p, &fp, std::slice::from_ref(&w), &given);
     }
+}
+
+/// The first output of `fp` (fused from `p`) on the CPU reference, and of `p` on the GPU,
+/// against `p` run on the CPU: within 1e-6 and 1e-4.
+fn first_output_matches_the_plan(
+    p: Plan,
+    fp: &GpuPlan,
+    params: &[Tensor],
+    given: &[(&str, &Tensor)],
+) {
+    let want = crate::test_util::run_on_cpu_plan(&p, params, given).outputs.remove(0).1;
+    let got = run_reference(fp, params, given).outputs.remove(0).1;
+    crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
+    let Some(mut gpu) = crate::test_util::open(p, params) else { return };
+    let got = gpu.run(given, 0).expect("runs on the GPU").outputs.remove(0).1;
+    crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
 }
 
 /// `shortcut + h`, a residual block's sum of a product of the block's input (`x · w1`) and
@@ -238,13 +246,7 @@ fn the_deepest_product_heads_a_sum() {
                 Tensor::f32(vec![rows, n], crate::test_util::values(rows * n, seed))
             })
             .collect();
-        let given = [("x", &x)];
-        let want = crate::test_util::run_on_cpu_plan(&p, &params, &given).outputs.remove(0).1;
-        let got = run_reference(&fp, &params, &given).outputs.remove(0).1;
-        crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-6);
-        let Some(mut gpu) = crate::test_util::open(p, &params) else { return };
-        let got = gpu.run(&given, 0).expect("runs on the GPU").outputs.remove(0).1;
-        crate::test_util::assert_close(&Op::MatMul, &got, &want, 1e-4);
+        first_output_matches_the_plan(p, &fp, &params, &[("x", &x)]);
     }
 }
 
