@@ -115,6 +115,8 @@ pub fn lower_with_spans(
         grads: grads.iter().map(|(p, id)| (*p, map(*id))).collect(),
         optimizer: opts.optimizer.clone(),
         state_writes: g.state_writes.iter().map(|(p, id)| (*p, map(*id))).collect(),
+        aliases: g.aliases.clone(),
+        counters: if opts.mode == Mode::Train { g.counters.clone() } else { vec![] },
         dynamic: None,
         precision: opts.precision,
         loss_scaling: g.loss_scaling.clone(),

@@ -102,6 +102,16 @@ pub struct Plan {
     /// The written tensors are buffers or `state` fields (never trained); a KV cache is one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub state_writes: Vec<(usize, u32)>,
+    /// Second checkpoint names of parameters (tied weights, `tied(…)` in the language): Hugging
+    /// Face's GPT-2 lists `lm_head.weight` beside `transformer.wte.weight`, the same tensor.
+    /// An alias is no parameter of its own: loading accepts it when it equals the parameter it
+    /// names, and saving may write it as upstream does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<ParamAlias>,
+    /// Buffers that count the training steps run (BatchNorm's `num_batches_tracked`): the
+    /// session adds one to each after every training step of this plan. No step reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<usize>,
     /// A plan over dynamic sizes (`mgnc build --dynamic`): the sizes, and the numbers of its
     /// steps that depend on them. The plan as written is the plan at the bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,6 +122,13 @@ pub struct Plan {
     /// Dynamic loss scaling: `f16` training plans (`precision::LossScaling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scaling: Option<LossScaling>,
+}
+
+/// Another checkpoint name for parameter `param` (see [`Plan::aliases`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParamAlias {
+    pub name: String,
+    pub param: usize,
 }
 
 #[derive(Debug)]
@@ -146,6 +163,8 @@ impl Plan {
             grads: vec![],
             optimizer: OptimizerSpec::default(),
             state_writes: vec![],
+            aliases: vec![],
+            counters: vec![],
             dynamic: None,
             precision: Precision::F32,
             loss_scaling: None,
@@ -331,6 +350,8 @@ mod tests {
             grads: vec![],
             optimizer: OptimizerSpec::default(),
             state_writes: vec![],
+            aliases: vec![],
+            counters: vec![],
             dynamic: None,
             precision: Precision::F32,
             loss_scaling: None,

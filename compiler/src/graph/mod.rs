@@ -106,6 +106,10 @@ pub struct Graph {
     /// `self.field = value` in forward: (parameter index, node whose value replaces the
     /// buffer or `state` field once a run is over).
     pub state_writes: Vec<(usize, NodeId)>,
+    /// `name = tied(param)`: second checkpoint names of parameters (`Plan::aliases`).
+    pub aliases: Vec<mgn_ir::plan::ParamAlias>,
+    /// Buffers that count the training steps run (`Plan::counters`).
+    pub counters: Vec<usize>,
     /// Dynamic loss scaling, when the backward pass starts from a loss scale (`precision.rs`).
     pub loss_scaling: Option<mgn_ir::precision::LossScaling>,
 }

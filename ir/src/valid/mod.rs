@@ -211,7 +211,60 @@ fn results(plan: &Plan) -> Result<(), String> {
             return Err(format!("parameter `{}` has two gradients", spec.name));
         }
     }
-    state_writes(plan)
+    state_writes(plan)?;
+    aliases(plan)?;
+    counters(plan)
+}
+
+/// Each alias names an existing parameter by a name no parameter or other alias has.
+fn aliases(plan: &Plan) -> Result<(), String> {
+    for (k, a) in plan.aliases.iter().enumerate() {
+        let spec = plan.params.get(a.param).ok_or_else(|| {
+            format!(
+                "alias `{}` names parameter {}, but there are {}",
+                a.name,
+                a.param,
+                plan.params.len()
+            )
+        })?;
+        if plan.params.iter().any(|p| p.name == a.name)
+            || plan.aliases[..k].iter().any(|b| b.name == a.name)
+        {
+            return Err(format!("alias `{}` of `{}` is a name taken twice", a.name, spec.name));
+        }
+        if !spec.persistent {
+            return Err(format!(
+                "alias `{}` names `{}`, which is never saved or loaded",
+                a.name, spec.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Each counter is a persistent integer scalar buffer, counted once, that no step reads.
+fn counters(plan: &Plan) -> Result<(), String> {
+    for (k, &p) in plan.counters.iter().enumerate() {
+        let spec = plan.params.get(p).ok_or_else(|| {
+            format!("a counter names parameter {p}, but there are {}", plan.params.len())
+        })?;
+        if spec.trainable || !spec.persistent || !spec.dtype.is_int() || spec.numel() != 1 {
+            return Err(format!(
+                "counter `{}` is {}{:?}{}; a counter is an integer buffer of one element",
+                spec.name,
+                spec.dtype,
+                spec.shape,
+                if spec.trainable { ", trained" } else { "" }
+            ));
+        }
+        if plan.counters[..k].contains(&p) {
+            return Err(format!("`{}` is counted twice", spec.name));
+        }
+        if plan.state_writes.iter().any(|&(q, _)| q == p) {
+            return Err(format!("`{}` is both counted and written by a run", spec.name));
+        }
+    }
+    Ok(())
 }
 
 /// Each state write replaces an untrained tensor, once, by a step of its exact type.

@@ -234,3 +234,58 @@ fn state_writes_replace_untrained_tensors_once_with_their_type() {
         assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
     }
 }
+
+#[test]
+fn aliases_name_a_saved_parameter_by_a_free_name() {
+    let alias = |name: &str, param| crate::plan::ParamAlias { name: name.into(), param };
+    let mut good = plan();
+    good.aliases = vec![alias("head.weight", 0)];
+    good.validate().expect("one alias of `w`");
+    let back = Plan::from_bytes(&good.to_bytes(), "p.mgnplan").expect("reads back");
+    assert_eq!(back.aliases, good.aliases);
+    type Edit = fn(&mut Plan);
+    let rows: &[(Edit, &str)] = &[
+        (|p| p.aliases[0].param = 2, "names parameter 2, but there are 1"),
+        (|p| p.aliases[0].name = "w".into(), "alias `w` of `w` is a name taken twice"),
+        (|p| p.aliases.push(p.aliases[0].clone()), "a name taken twice"),
+        (|p| p.params[0].persistent = false, "which is never saved or loaded"),
+    ];
+    for (k, (edit, words)) in rows.iter().enumerate() {
+        let mut p = good.clone();
+        edit(&mut p);
+        let e = p.validate().expect_err(&format!("row {k} must be refused"));
+        assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
+    }
+}
+
+#[test]
+fn counters_are_integer_scalar_buffers_counted_once() {
+    let mut good = plan();
+    good.params.push(ParamSpec {
+        name: "bn.num_batches_tracked".into(),
+        dtype: DType::I64,
+        shape: vec![],
+        init: InitSpec::Constant(0.0),
+        trainable: false,
+        frozen: false,
+        persistent: true,
+    });
+    good.counters = vec![1];
+    good.validate().expect("an i64[] buffer counts steps");
+    let back = Plan::from_bytes(&good.to_bytes(), "p.mgnplan").expect("reads back");
+    assert_eq!(back.counters, vec![1]);
+    type Edit = fn(&mut Plan);
+    let rows: &[(Edit, &str)] = &[
+        (|p| p.counters = vec![4], "names parameter 4, but there are 2"),
+        (|p| p.counters = vec![0], "counter `w` is f32[4], trained"),
+        (|p| p.params[1].shape = vec![2], "an integer buffer of one element"),
+        (|p| p.params[1].dtype = DType::F32, "an integer buffer of one element"),
+        (|p| p.counters = vec![1, 1], "is counted twice"),
+    ];
+    for (k, (edit, words)) in rows.iter().enumerate() {
+        let mut p = good.clone();
+        edit(&mut p);
+        let e = p.validate().expect_err(&format!("row {k} must be refused"));
+        assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
+    }
+}

@@ -76,6 +76,8 @@ pub(super) fn rebuild(
         state_writes: (g.state_writes.iter())
             .map(|(p, id)| Ok((*p, map(*id)?)))
             .collect::<Result<_, String>>()?,
+        aliases: g.aliases.clone(),
+        counters: g.counters.clone(),
         loss_scaling: g.loss_scaling.clone(),
     })
 }
