@@ -369,6 +369,15 @@ fn einsum_forms_match_the_cpu() {
 }
 
 /// Masks from comparisons, `where`, `maximum`, `minimum` and `clamp`, forward and backward.
+/// A learned attention bias, through the tiled kernels (T = 6) and the score matrix (T = 20,
+/// past `attention_matmul::LONG`), causal and not: the bias's gradient is the GPU's dS.
+#[test]
+fn learned_attention_bias_matches_the_cpu() {
+    compare_model("tests/valid/learned_bias.mgn", &[]);
+    compare_model("tests/valid/learned_bias.mgn", &["T=20", "causal=false"]);
+    compare_model("tests/valid/learned_bias.mgn", &["T=20", "heads=4", "d=32"]);
+}
+
 #[test]
 fn masks_and_selection_match_the_cpu() {
     compare_model("tests/valid/masks.mgn", &[]);
@@ -642,7 +651,7 @@ fn the_paper_workloads_at_tiny_shapes_match_the_cpu() {
 #[test]
 fn mixed_precision_plans_match_the_cpu() {
     use mgn_ir::precision::Precision;
-    let workloads: [(&str, &[&str]); 4] = [
+    let workloads: [(&str, &[&str]); 6] = [
         (
             "models/tiny_gpt.mgn",
             &["vocab=17", "d=16", "depth=2", "heads=2", "block_size=8", "B=2", "T=8"],
@@ -650,6 +659,9 @@ fn mixed_precision_plans_match_the_cpu() {
         ("models/digits_cnn.mgn", &["batch=4", "c1=4", "c2=6"]),
         ("models/whisper_tiny_encoder.mgn", WHISPER_TINY),
         ("models/sd_unet_tiny.mgn", UNET_TINY),
+        // A learned attention bias: its derivative tiled, then through the score matrix.
+        ("tests/valid/learned_bias.mgn", &[]),
+        ("tests/valid/learned_bias.mgn", &["T=20", "causal=false"]),
     ];
     let train =
         |precision| PlanOptions { precision, ..PlanOptions::train(&[], OptimizerSpec::default()) };

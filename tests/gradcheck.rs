@@ -299,6 +299,14 @@ fn stop_gradient_passes_values_and_blocks_gradients() {
     on_cpu_and_gpu(&mut session, &[("x", &x)], check);
 }
 
+/// A learned attention bias (a relative-position table gathered per pair and ALiBi-style
+/// slopes) trains: its gradient is the scores' derivative, with and without causality.
+#[test]
+fn learned_attention_bias() {
+    check_model("tests/valid/learned_bias.mgn", &[]);
+    check_model("tests/valid/learned_bias.mgn", &["causal=false", "T=5", "B=1"]);
+}
+
 /// Comparisons, masks, `where`, `maximum`, `minimum` and `clamp` (number and tensor bounds),
 /// with a cross-entropy on the labels the one-hot mask is built from.
 #[test]

@@ -5,7 +5,8 @@
 //! `S = scale·q·kᵀ + mask`, causal positions `j > i + (Tk − Tq)` set to −inf,
 //! `P = softmax_rows(S)` (a row with every key masked is all zeros, not NaN), `out = P·v`.
 //! Derivatives: `dv = Pᵀ·dy`, `dP = dy·vᵀ`, `dS = P ∘ (dP − rowsum(dP ∘ P))`,
-//! `dq = scale·dS·k`, `dk = scale·dSᵀ·q`; a KV head sums over the query heads it serves.
+//! `dq = scale·dS·k`, `dk = scale·dSᵀ·q`, `dmask = dS` (in the scores' shape); a KV head sums
+//! over the query heads it serves.
 
 use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::{broadcast_strides, numel, walk};
@@ -191,8 +192,10 @@ pub(crate) fn attention_grad(
             a.out_shape(&x[0].shape)
         ));
     }
-    if !matches!(part, GradPart::Q | GradPart::K | GradPart::V) {
-        return err(format!("has no {part:?} input to differentiate (Q, K or V)"));
+    match part {
+        GradPart::Q | GradPart::K | GradPart::V => {}
+        GradPart::Mask if has_mask => return mask_grad(&a, x, dy_t),
+        _ => return err(format!("has no {part:?} input to differentiate (Q, K, V or a mask)")),
     }
     by_float!(x, T => (|| {
         let (q, k, v) = (floats::<T>(x[0], "q")?, floats::<T>(x[1], "k")?, floats::<T>(x[2], "v")?);
@@ -259,6 +262,29 @@ pub(crate) fn attention_grad(
                         );
                     }
                 }
+            }
+        });
+        Ok(out)
+    })())
+}
+
+/// The mask's derivative: `dS` of every (batch item, query head) in the scores' full shape
+/// `[..B, Hq, Tq, Tk]` (the mask is added to the scores, so its derivative is theirs; hidden
+/// causal positions and rows that see no key have `P = 0` and so `dS = 0`).
+fn mask_grad(a: &Attn, x: &[&Tensor], dy_t: &Tensor) -> KResult<Data> {
+    by_float!(x, T => (|| {
+        let (q, k, v) = (floats::<T>(x[0], "q")?, floats::<T>(x[1], "k")?, floats::<T>(x[2], "v")?);
+        let mask = floats::<T>(x[3], "mask")?;
+        let dy = floats::<T>(dy_t, "dy")?;
+        let (tq, tk, rep) = (a.tq, a.tk, a.rep());
+        let mut out = vec![T::zero(); a.batch * a.hq * tq * tk];
+        // One work item per (batch, KV head): its query heads' score matrices are contiguous.
+        par_chunks(&mut out, rep * tq * tk, rep * tq * tk * (a.d + 2 * a.dv), |item, o| {
+            let (b, kvh) = (item / a.hkv, item % a.hkv);
+            for r in 0..rep {
+                let h = kvh * rep + r;
+                let p = a.probs(&q, &k, Some(&mask), b, h);
+                o[r * tq * tk..][..tq * tk].copy_from_slice(&a.dscores(&p, &v, &dy, b, h));
             }
         });
         Ok(out)

@@ -1,6 +1,7 @@
 //! Attention through its score matrix (`rewrite/attention_matmul.rs`): the products with
 //! operands read transposed (`GpuOp::MatMulT`), the probabilities kernel, and whole attentions
-//! — forward and all three derivatives, grouped heads, causal and masked, rows that see no key —
+//! — forward and every derivative (the mask's too), grouped heads, causal and masked, rows that
+//! see no key —
 //! rewritten and run on the CPU reference and on the GPU against the plan as compiled.
 
 use crate::program::{Elem, GpuOp, GpuPlan};
@@ -106,8 +107,8 @@ fn attention_probabilities_at_every_spread() {
     }
 }
 
-/// One attention's forward and its three derivatives as a training plan would have them:
-/// inputs q, k, v, mask?, dy; results out, dq, dk, dv.
+/// One attention's forward and its derivatives as a training plan would have them: inputs q,
+/// k, v, mask?, dy; results out, dq, dk, dv and (with a mask) dmask.
 fn attention_plan(
     b: usize,
     (hq, hkv): (usize, usize),
@@ -150,14 +151,15 @@ fn attention_plan(
         &[b, hq, tq, dv],
     ));
     let mut outputs = vec![("out".to_string(), n)];
-    for (k, (part, shape)) in [
-        (GradPart::Q, [b, hq, tq, d]),
-        (GradPart::K, [b, hkv, tk, d]),
-        (GradPart::V, [b, hkv, tk, dv]),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    let mut parts = vec![
+        (GradPart::Q, vec![b, hq, tq, d]),
+        (GradPart::K, vec![b, hkv, tk, d]),
+        (GradPart::V, vec![b, hkv, tk, dv]),
+    ];
+    if has_mask {
+        parts.push((GradPart::Mask, vec![b, hq, tq, tk]));
+    }
+    for (k, (part, shape)) in parts.into_iter().enumerate() {
         let op = Op::AttentionGrad { causal, scale, has_mask, part };
         steps.push(step(op, all.clone(), DType::F32, &shape));
         outputs.push((format!("d{part:?}").to_lowercase(), n + 1 + k as u32));
@@ -179,7 +181,8 @@ fn check_rewrite(plan: &Plan, values: &[Tensor]) {
             || matches!(op, GpuOp::AttentionStats { .. } | GpuOp::AttentionGradWithStats { .. })
     };
     assert_eq!(count(&rewritten, &attention), 0, "every attention step rewritten");
-    // One set of probabilities for the forward and the derivatives, one dS for dq and dk.
+    // One set of probabilities for the forward and the derivatives, one dS for dq, dk and the
+    // mask (a view of it), and no product for the mask.
     assert_eq!(count(&rewritten, &|op| matches!(op, GpuOp::AttentionProbs { .. })), 1);
     assert_eq!(count(&rewritten, &|op| matches!(op, GpuOp::Plan(Op::SoftmaxGrad { .. }))), 1);
     assert_eq!(count(&rewritten, &|op| matches!(op, GpuOp::MatMulT { .. })), 6);

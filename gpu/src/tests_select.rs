@@ -296,11 +296,15 @@ fn attention_gradients_match_the_cpu() {
             let has_mask = mask.is_some();
             let mut x = attention_inputs(tq, tk, mask.as_deref());
             x.push(floats(&[2, 4, tq, 6], 55));
-            for (part, shape) in [
+            let mut parts = vec![
                 (GradPart::Q, vec![2, 4, tq, 8]),
                 (GradPart::K, vec![2, 2, tk, 8]),
                 (GradPart::V, vec![2, 2, tk, 6]),
-            ] {
+            ];
+            if has_mask {
+                parts.push((GradPart::Mask, vec![2, 4, tq, tk]));
+            }
+            for (part, shape) in parts {
                 check_on_both(
                     &Op::AttentionGrad { causal, scale, has_mask, part },
                     &x,
@@ -313,7 +317,7 @@ fn attention_gradients_match_the_cpu() {
     }
 }
 
-/// Forward, row statistics and all three derivatives of one attention configuration against
+/// Forward, row statistics and every derivative (the mask's too) of one attention configuration against
 /// the CPU. `q, k, v` are `[B, Hq, Tq, D]`, `[B, Hkv, Tk, D]`, `[B, Hkv, Tk, Dv]`; `mask` (if
 /// any) is appended. The derivatives run as compiled (statistics recomputed) and as the GPU
 /// rewrites them (`AttentionGradWithStats`), against the same CPU result.
@@ -345,11 +349,15 @@ fn check_attention(
     let stats =
         run_on_cpu(&stats_op, &qk_mask.iter().collect::<Vec<_>>(), DType::F32, &[b, hq, tq, 2]);
     x.push(floats(&[b, hq, tq, dv], seed + 3));
-    for (part, shape) in [
-        (GradPart::Q, [b, hq, tq, d]),
-        (GradPart::K, [b, hkv, tk, d]),
-        (GradPart::V, [b, hkv, tk, dv]),
-    ] {
+    let mut parts = vec![
+        (GradPart::Q, vec![b, hq, tq, d]),
+        (GradPart::K, vec![b, hkv, tk, d]),
+        (GradPart::V, vec![b, hkv, tk, dv]),
+    ];
+    if has_mask {
+        parts.push((GradPart::Mask, vec![b, hq, tq, tk]));
+    }
+    for (part, shape) in parts {
         let op = Op::AttentionGrad { causal, scale, has_mask, part };
         check_on_both(&op, &x, DType::F32, &shape, 5e-5);
         let want = run_on_cpu(&op, &x.iter().collect::<Vec<_>>(), DType::F32, &shape);

@@ -478,7 +478,8 @@ fn infer_windows(op: &Op, x: &[Ty]) -> Rule {
                 GradPart::Q => same(x[0]),
                 GradPart::K => same(x[1]),
                 GradPart::V => same(x[2]),
-                _ => fail(format!("has no {part:?} operand (q, k or v)")),
+                GradPart::Mask if *has_mask => Ok(Some((x[0].0, d.scores.clone()))),
+                _ => fail(format!("has no {part:?} operand (q, k, v or a mask)")),
             }
         }
         Rope { .. } => {

@@ -393,7 +393,9 @@ pub enum Op {
     UpsampleGrad {
         scale: usize,
     },
-    /// `[q, k, v, mask?, dy]` → the gradient of q (part 0), k (1) or v (2).
+    /// `[q, k, v, mask?, dy]` → the gradient of q (part `Q`), k (`K`), v (`V`) or the mask
+    /// (`Mask`: `dS`, the derivative of the scores, in the scores' full shape
+    /// `[..B, Hq, Tq, Tk]`; autodiff sums it down to the mask's own shape).
     AttentionGrad {
         causal: bool,
         scale: f64,
@@ -430,6 +432,8 @@ pub enum GradPart {
     Q,
     K,
     V,
+    /// Attention's additive mask (a learned bias: relative positions, ALiBi slopes).
+    Mask,
 }
 
 /// `[1, 2, 3]`.

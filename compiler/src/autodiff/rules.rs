@@ -311,6 +311,26 @@ impl Builder<'_> {
                     };
                     out.push((i, self.push_like(n, op, inputs.clone(), s)));
                 }
+                // A mask is added to the scores, so its derivative is dS (in the scores' shape)
+                // summed over what it broadcast along. Lowering drops it when the mask depends on
+                // nothing trained (a constant causal or padding mask).
+                if *has_mask {
+                    let op = Op::AttentionGrad {
+                        causal: *causal,
+                        scale: *scale,
+                        has_mask: true,
+                        part: GradPart::Mask,
+                    };
+                    let scores = mgn_ir::shape::attention::dims(
+                        &self.shape(x(0)),
+                        &self.shape(x(1)),
+                        &self.shape(x(2)),
+                    )
+                    .expect("a checked attention's operands fit")
+                    .scores;
+                    let ds = self.push_like(n, op, inputs, scores);
+                    out.push((3, self.sum_to(n, ds, x(3))));
+                }
                 out
             }
             Op::Rope { theta, offset, inverse } => {

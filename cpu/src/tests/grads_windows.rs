@@ -83,6 +83,8 @@ fn attention_grads_causal_gqa_mask() {
         (vec![1, 2, 4, 3], vec![1, 2, 4, 3], vec![1, 2, 4, 2], None, true),
         (vec![3, 2, 2], vec![1, 3, 2], vec![1, 3, 4], Some(vec![2, 3]), false),
         (vec![1, 2, 5, 2], vec![1, 1, 3, 2], vec![1, 1, 3, 2], None, true),
+        // A bias of every score (T5's relative positions, a learned table gathered per pair).
+        (vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![1, 2, 3, 2], Some(vec![1, 2, 3, 3]), false),
     ];
     for (sq, sk, sv, mask, causal) in cases {
         let mut inputs = vec![rng.t(&sq), rng.t(&sk), rng.t(&sv)];
@@ -108,6 +110,25 @@ fn attention_grads_causal_gqa_mask() {
                         &with_dy(xs, dy),
                         &want,
                     )
+                },
+            );
+        }
+        // A learned mask (a bias table): its derivative is dS in the scores' shape, summed
+        // down to the mask's own (it broadcasts over batch items and heads here).
+        if let Some(m) = &mask {
+            let mut scores = sq.clone();
+            *scores.last_mut().unwrap() = sk[sk.len() - 2];
+            check_op(
+                &format!("attention q={sq:?} k={sk:?} mask={m:?}"),
+                &fwd,
+                &inputs,
+                &out,
+                3,
+                &|xs, dy| {
+                    let part = GradPart::Mask;
+                    let op = Op::AttentionGrad { causal, scale, has_mask, part };
+                    let ds = ev(&op, &with_dy(xs, dy), &scores);
+                    ev(&Op::SumTo, &[&ds], m)
                 },
             );
         }

@@ -33,6 +33,11 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             let of = match part {
                 GradPart::K => 1,
                 GradPart::V => 2,
+                GradPart::Mask => {
+                    let d = mgn_ir::shape::attention::dims(x[0].1, x[1].1, x[2].1)
+                        .map_err(|e| format!("the attention {e}"))?;
+                    return want(d.scores, "the scores");
+                }
                 _ => 0,
             };
             want(x[of].1.to_vec(), "the derivative's operand")

@@ -14,13 +14,14 @@
 //! S  = scale · q kᵀ            MatMulT { tb }            [B·Hkv, g·Tq, Tk]
 //! P  = softmax(S + mask)       AttentionProbs            causal keys hidden
 //! out = P v                    MatMulT
-//! dP = scale · dy vᵀ           MatMulT { tb }
-//! dS = P ∘ (dP − Σ_j P·dP)     SoftmaxGrad               (scale already in dP)
-//! dq = dS k,  dk = dSᵀ q,  dv = Pᵀ dy                    MatMulT { ta } for the last two
+//! dP = dy vᵀ                   MatMulT { tb }
+//! dS = P ∘ (dP − Σ_j P·dP)     SoftmaxGrad               the mask's derivative as it is
+//! dq = scale · dS k,  dk = scale · dSᵀ q,  dv = Pᵀ dy    MatMulT { ta } for the last two
 //! ```
 //!
 //! The forward's `P` is kept for the derivatives of the same attention; `dS` is made once for
-//! dq and dk. Every original step keeps its id, becoming a reshape of its product, so results
+//! dq, dk and the mask (a learned bias), so the scale goes into dq's and dk's products rather
+//! than into dP, where it would scale the mask's derivative too. Every original step keeps its id, becoming a reshape of its product, so results
 //! and readers are untouched.
 
 use crate::kernels::{runs_on_tensor_cores, Target};
@@ -163,20 +164,26 @@ pub(super) fn materialise_attention(
             }
             Some(part) => {
                 let dy = program.step(id).inputs[operands];
-                let ds3 = score_grad(program, id, &mut groups[g], dy, scale);
+                let ds3 = score_grad(program, id, &mut groups[g], dy);
                 let g = &groups[g];
                 let (bh, rows) = (g.d.batch * g.d.hkv, g.d.hq / g.d.hkv * g.d.tq);
                 match part {
-                    GradPart::Q => {
-                        matmul(program, id, (ds3, g.k3), (false, false, 1.0), vec![bh, rows, g.d.d])
-                    }
+                    GradPart::Q => matmul(
+                        program,
+                        id,
+                        (ds3, g.k3),
+                        (false, false, scale),
+                        vec![bh, rows, g.d.d],
+                    ),
                     GradPart::K => matmul(
                         program,
                         id,
                         (ds3, g.q3),
-                        (true, false, 1.0),
+                        (true, false, scale),
                         vec![bh, g.d.tk, g.d.d],
                     ),
+                    // dS is the mask's derivative: the step becomes a view of it.
+                    GradPart::Mask => ds3,
                     GradPart::V => {
                         let dy3 = view(program, id, dy, vec![bh, rows, g.d.dv]);
                         matmul(
@@ -285,16 +292,16 @@ fn probabilities(
     Group { key, d, q3, k3, v3, p3, p, ds: Vec::new() }
 }
 
-/// `dS` (scaled) of the group's attention under the upstream derivative `dy`, as
-/// `[B·Hkv, g·Tq, Tk]`: made before `at` the first time it is needed.
-fn score_grad(program: &mut Program, at: StepId, g: &mut Group, dy: StepId, scale: f64) -> StepId {
+/// `dS` of the group's attention under the upstream derivative `dy`, as `[B·Hkv, g·Tq, Tk]`:
+/// made before `at` the first time it is needed.
+fn score_grad(program: &mut Program, at: StepId, g: &mut Group, dy: StepId) -> StepId {
     if let Some(&(_, ds3)) = g.ds.iter().find(|(y, _)| *y == dy) {
         return ds3;
     }
     let d = &g.d;
     let (bh, rows) = (d.batch * d.hkv, d.hq / d.hkv * d.tq);
     let dy3 = view(program, at, dy, vec![bh, rows, d.dv]);
-    let dp3 = matmul(program, at, (dy3, g.v3), (false, true, scale), vec![bh, rows, d.tk]);
+    let dp3 = matmul(program, at, (dy3, g.v3), (false, true, 1.0), vec![bh, rows, d.tk]);
     let dp = view(program, at, dp3, d.scores.clone());
     let axis = d.scores.len() - 1;
     let grad = GpuOp::Plan(Op::SoftmaxGrad { axis, log: false });

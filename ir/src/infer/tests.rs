@@ -122,6 +122,12 @@ fn windows_attention_and_losses() {
     let dk = Op::AttentionGrad { causal: false, scale: 0.5, has_mask: false, part: GradPart::K };
     row(dk.clone(), &[qkv[0], qkv[1], qkv[2], (F, &[2, 8, 5, 4])], Ok((F, &[2, 2, 7, 16])));
     row(dk, &[qkv[0], qkv[1], qkv[2], (F, &[2, 8, 5, 4]), (F, &[1])], Err("takes 4 inputs"));
+    // The mask's derivative has the scores' full shape, whatever the mask broadcast from.
+    let dmask =
+        |has_mask| Op::AttentionGrad { causal: true, scale: 0.5, has_mask, part: GradPart::Mask };
+    let dy = (F, &[2, 8, 5, 4][..]);
+    row(dmask(true), &[qkv[0], qkv[1], qkv[2], (F, &[5, 7]), dy], Ok((F, &[2, 8, 5, 7])));
+    row(dmask(false), &[qkv[0], qkv[1], qkv[2], dy], Err("has no Mask operand"));
     row(Op::Rope { theta: 1e4, offset: 0, inverse: false }, &[(F, &[2, 5, 7])], Err("even D"));
     let rope = || Op::Rope { theta: 1e4, offset: 0, inverse: false };
     row(rope(), &[(F, &[2, 5, 8]), (I, &[])], Ok((F, &[2, 5, 8])));

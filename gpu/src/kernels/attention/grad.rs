@@ -1,5 +1,5 @@
-//! The derivative kernels: dq (`grad_q`), and dk and dv (`grad_kv`), each with the row
-//! statistics recomputed or given (`AttentionGradWithStats`).
+//! The derivative kernels: dq (`grad_q`), dk and dv (`grad_kv`) and the mask's (`grad_mask`),
+//! each with the row statistics recomputed or given (`AttentionGradWithStats`).
 
 use super::parts::{key_end, load_given, score, stats_pass, StatsLayout};
 use super::{fill, kernel, odd, Attn, Given, Tiles};
@@ -141,6 +141,105 @@ pub(super) fn grad_q(
         .concat(),
     );
     Ok(kernel(w, words, groups, &body))
+}
+
+/// The WGSL of `grad_mask`, its `$NAME$`s filled there.
+const GRAD_MASK: &str = "let bh = wid / $NQB$u;
+    let q0 = (wid - bh * $NQB$u) * $BQ$u;
+    let kvrow = (bh / $HQ$u) * $HKV$u + (bh % $HQ$u) / $REP$u;
+    let mbase = $MBASE$;
+    let sj = tid % $BK$u;
+    let sr0 = tid / $BK$u;
+    $STAGE_Q$
+    $STAGE_Y$
+    $STATS$
+    for (var k0 = 0u; k0 < $TK$u; k0 = k0 + $BK$u) {
+        workgroupBarrier();
+        $STAGE_K$
+        $STAGE_V$
+        workgroupBarrier();
+        for (var kk = 0u; kk < $SPT$u; kk = kk + 1u) {
+            let r = sr0 + kk * $RSTEP$u;
+            if (r < $BQ$u) {
+            $SCORE$
+                let lr = sh[$LO$u + r];
+                var ds = 0.0;
+                if (okk && lr > 0.0) {
+                    ds = exp(sc - sh[$MO$u + r]) $PER_L$ lr * (dpv - sh[$RO$u + r]);
+                }
+                if (qi < $TQ$u && j < $TK$u) {
+                    $STORE$
+                }
+            }
+        }
+    }";
+
+/// The mask's derivative, `dS = P ∘ (dP − rowdot)` of every score, in the scores' full shape
+/// `[..B, Hq, Tq, Tk]`: one workgroup per (batch·query head, query tile), as dq's. The rows'
+/// statistics come from the statistics pass (or are `given`), then one pass over every key tile
+/// scores each pair and stores its `dS` — zero where the key is hidden (causal, a `-inf` mask)
+/// or the row sees no key, so every element is written. Nothing accumulates: the work is dq's
+/// without its product, and the result is as large as the score matrix it describes.
+pub(super) fn grad_mask(
+    a: &Attn,
+    given: Option<&Given>,
+    out: &Operand,
+    w: usize,
+) -> Result<KernelSource, String> {
+    let (d, dv) = (a.d, a.dv);
+    if out.shape != a.scores {
+        return Err(format!(
+            "attention_grad mask: the result is {:?}, expected the scores' {:?}",
+            out.shape, a.scores
+        ));
+    }
+    // Q, dy tiles; K and V tiles (the statistics pass's partials alias them); statistics.
+    let part = |bq: usize, bk: usize| if given.is_some() { 0 } else { 3 * bq * bk };
+    let words = |bq: usize, bk: usize| {
+        bq * (odd(d) + odd(dv)) + (bk * (odd(d) + odd(dv))).max(part(bq, bk)) + 3 * bq
+    };
+    // Wide key tiles first: consecutive invocations then store consecutive scores of a row.
+    let t = Tiles::choose(w, a.tq, a.tk, words, |bq, bk| (bk, bq, 0))?;
+    let (qd, yd, kd, vd) = (odd(d), odd(dv), odd(d), odd(dv));
+    let qo = 0;
+    let yo = qo + t.bq * qd;
+    let mo = yo + t.bq * yd;
+    let (lo, ro) = (mo + t.bq, mo + 2 * t.bq);
+    let ko = mo + 3 * t.bq;
+    let vo = ko + t.bk * kd;
+    let nqb = a.tq.div_ceil(t.bq);
+    let groups = a.batch * a.hq * nqb;
+    if groups == 0 || a.tk == 0 {
+        return Ok(kernel(w, 1, 0, ""));
+    }
+    let dy = a.dy.expect("checked");
+    let layout = StatsLayout { qo, qd, y: Some((yo, yd)), ko, kd, vo, vd, part: ko, mo, lo, ro };
+    let (stats, per_l) = match given {
+        Some(g) => (load_given(a, g, t.bq, yo, yd, mo, lo, ro), "*"),
+        None => (stats_pass(a, &t, &layout, false), "/"),
+    };
+    let body = fill(
+        GRAD_MASK,
+        &[
+            vec![
+                ("NQB", nqb.to_string()),
+                ("STAGE_Q", a.stage_queries(a.q, t.bq, d, qo, qd, w)),
+                ("STAGE_Y", a.stage_queries(dy, t.bq, dv, yo, yd, w)),
+                ("STATS", stats),
+                ("PER_L", per_l.into()),
+                ("STAGE_K", a.stage_keys(a.k, t.bk, d, ko, kd, w)),
+                ("STAGE_V", a.stage_keys(a.v, t.bk, dv, vo, vd, w)),
+                ("SCORE", score(a, qo, qd, ko, kd, Some((yo, yd, vo, vd)))),
+                ("LO", lo.to_string()),
+                ("MO", mo.to_string()),
+                ("RO", ro.to_string()),
+                ("STORE", store(out, &format!("(bh * {}u + qi) * {}u + j", a.tq, a.tk), "ds")),
+            ],
+            t.values(a),
+        ]
+        .concat(),
+    );
+    Ok(kernel(w, words(t.bq, t.bk), groups, &body))
 }
 
 /// dk (`is_k`) or dv: one workgroup per (batch·KV head, tile of BK keys), accumulating in

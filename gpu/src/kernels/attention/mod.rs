@@ -3,8 +3,8 @@
 //! Formulas are the CPU backend's (`cpu/attention.rs`): `S = scale·q·kᵀ + mask`, causal keys
 //! `j > i + (Tk − Tq)` hidden, `P = softmax_rows(S)` with a row that sees no key all zeros,
 //! `out = P·v`; `dS = P ∘ (dP − rowdot)` with `dP = dy·vᵀ` and `rowdot = Σ_j P·dP`,
-//! `dq = scale·dS·k`, `dk = scale·dSᵀ·q`, `dv = Pᵀ·dy`; a KV head sums over the query heads
-//! it serves (`h / (Hq/Hkv)`).
+//! `dq = scale·dS·k`, `dk = scale·dSᵀ·q`, `dv = Pᵀ·dy`, `dmask = dS` (the scores' shape); a
+//! KV head sums over the query heads it serves (`h / (Hq/Hkv)`).
 //!
 //! Every kernel is one workgroup of `width` invocations per tile of output rows, with the tiles
 //! it multiplies staged in one workgroup array `sh` (at most 16 KiB, the Vulkan floor, so the
@@ -41,7 +41,7 @@
 //!
 //! Submodules: the shared WGSL pieces (`parts`: staging, scoring, the statistics pass), the
 //! forward and statistics kernels (`forward`), the forward for few query rows, parallel over
-//! the keys (`decode`), the derivatives (`grad`).
+//! the keys (`decode`), the derivatives (`grad`: dq, dk, dv and the mask's dS).
 
 mod blocked;
 mod coop;
@@ -55,7 +55,7 @@ mod tests;
 use super::{strides, KernelSource, Operand, Target};
 use crate::program::GpuOp;
 use forward::{forward, row_stats};
-use grad::{grad_kv, grad_q};
+use grad::{grad_kv, grad_mask, grad_q};
 use mgn_ir::op::{GradPart, Op};
 use mgn_ir::shape::attention::{dims, Dims};
 use mgn_ir::shape::broadcast_strides;
@@ -161,7 +161,10 @@ fn grad(
     match part {
         GradPart::Q => grad_q(a, given, out, w),
         GradPart::K | GradPart::V => grad_kv(a, part == GradPart::K, given, out, w),
-        other => Err(format!("attention has no {other:?} input to differentiate (Q, K or V)")),
+        GradPart::Mask if a.mask.is_some() => grad_mask(a, given, out, w),
+        other => {
+            Err(format!("attention has no {other:?} input to differentiate (Q, K, V or a mask)"))
+        }
     }
 }
 

@@ -59,6 +59,8 @@ fn model_shaped_kernels_validate_and_fit_the_floor() {
                 (given(GradPart::Q), 7),
                 (given(GradPart::K), 7),
                 (given(GradPart::V), 6),
+                (grad(GradPart::Mask), 5),
+                (given(GradPart::Mask), 7),
             ];
             for (op, n) in steps {
                 let shape = match &op {
@@ -67,6 +69,10 @@ fn model_shaped_kernels_validate_and_fit_the_floor() {
                         vec![b, hkv, tk, d]
                     }
                     GpuOp::AttentionStats { .. } => vec![b, hq, tq, 2],
+                    GpuOp::Plan(Op::AttentionGrad { part: GradPart::Mask, .. })
+                    | GpuOp::AttentionGradWithStats { part: GradPart::Mask, .. } => {
+                        vec![b, hq, tq, tk]
+                    }
                     _ => vec![b, hq, tq, d],
                 };
                 // The statistics read q, k and the mask.
