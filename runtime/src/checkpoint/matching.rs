@@ -1,9 +1,23 @@
 //! Matching a checkpoint's tensors to a plan's parameters by name: strict or partial, with
 //! conversions within a kind (`f16` → `f32`, `i64` → `i32`) and a report of everything that
 //! did not fit.
+//!
+//! Beyond one tensor per parameter, upstream checkpoints have three habits a plan describes
+//! (`Plan::aliases`, `Plan::counters`, `InitSpec::Computed`), so that a PyTorch `state_dict`
+//! loads unchanged:
+//! - a tied weight may be saved under each of its names (`model.state_dict()`) or under one
+//!   (`save_pretrained`): a tensor named by an alias must equal, bit for bit, the one loaded
+//!   for its parameter, and when the parameter's own name is absent the alias supplies it;
+//! - a step counter (`num_batches_tracked`) is absent from checkpoints older than it: it then
+//!   starts at its initial value, as PyTorch's BatchNorm does;
+//! - a buffer computed from constants (a sinusoid table, position ids) is computed unless the
+//!   file holds it.
+//!
+//! Each of these is reported, never silent; none is a problem in strict mode, except an alias
+//! whose values differ from its parameter's.
 
 use super::{Checkpoint, CheckpointError, OPTIM_PREFIX};
-use mgn_ir::plan::ParamSpec;
+use mgn_ir::plan::{InitSpec, ParamAlias, ParamSpec, Plan};
 use mgn_ir::tensor::{Data, Tensor};
 use mgn_ir::DType;
 use std::collections::HashSet;
@@ -12,7 +26,8 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatchMode {
     /// Every parameter must be present with its shape, and nothing else (beyond optimizer
-    /// state) may be in the checkpoint.
+    /// state) may be in the checkpoint. Computed buffers and counters may be absent, and a
+    /// tied parameter may be present under an alias instead (see the module docs).
     Strict,
     /// Load what matches; report the rest.
     Partial,
@@ -41,37 +56,73 @@ pub struct Mismatch {
     pub note: Option<String>,
 }
 
+/// A tensor named by an alias whose values are not those of the parameter it is tied to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Untied {
+    pub alias: String,
+    pub param: String,
+    /// The first element that differs, with both values.
+    pub note: String,
+}
+
 /// What matching a checkpoint against a plan's parameters found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
-    /// Parameters loaded from the checkpoint.
+    /// Parameters loaded from the checkpoint (under their own name or an alias).
     pub loaded: Vec<String>,
     /// Parameters of the plan that the checkpoint lacks (with the expected signature).
     pub missing: Vec<(String, Signature)>,
-    /// Checkpoint tensors that are neither parameters nor optimizer state.
+    /// Checkpoint tensors that are neither parameters, aliases nor optimizer state.
     pub unexpected: Vec<(String, Signature)>,
     /// Tensors whose shape or kind (float / integer / bool) differ from the parameter's.
     pub mismatched: Vec<Mismatch>,
     /// Loaded tensors converted between dtypes of the same kind (`f16` → `f32`, `i64` → `i32`),
     /// as PyTorch's `load_state_dict` does; not an error in either mode.
     pub converted: Vec<(String, DType, DType)>,
+    /// Buffers computed from constants (`InitSpec::Computed`) that the checkpoint lacks: they
+    /// keep their computed value. Not an error in either mode.
+    pub computed: Vec<String>,
+    /// Counters (`Plan::counters`) that the checkpoint lacks: they start at their initial
+    /// value (0), as PyTorch's BatchNorm does for checkpoints older than its
+    /// `num_batches_tracked`. Not an error in either mode.
+    pub counters_started: Vec<String>,
+    /// (parameter, alias): parameters the checkpoint holds under an alias only, loaded from it
+    /// (a tied weight saved under its other name).
+    pub from_alias: Vec<(String, String)>,
+    /// (alias, parameter): aliases the checkpoint holds beside their parameter, equal to it.
+    pub tied: Vec<(String, String)>,
+    /// Aliases the checkpoint holds with values other than their parameter's: the file does
+    /// not tie what the model ties. An error in strict mode; the parameter's own tensor is
+    /// the one loaded in partial mode.
+    pub untied: Vec<Untied>,
 }
 
 impl Report {
-    /// Nothing missing, unexpected or mismatched.
+    /// Nothing missing, unexpected, mismatched or untied.
     pub fn is_clean(&self) -> bool {
-        self.missing.is_empty() && self.unexpected.is_empty() && self.mismatched.is_empty()
+        self.missing.is_empty()
+            && self.unexpected.is_empty()
+            && self.mismatched.is_empty()
+            && self.untied.is_empty()
     }
 }
 
 impl Report {
     /// The first problem in a sentence, and how many more there are: a mismatch if there is
-    /// one, else a missing parameter, else an unexpected tensor.
+    /// one, else an alias that differs from its parameter, else a missing parameter, else an
+    /// unexpected tensor.
     fn first_problem(&self) -> String {
-        let total = self.missing.len() + self.unexpected.len() + self.mismatched.len();
+        let total =
+            self.missing.len() + self.unexpected.len() + self.mismatched.len() + self.untied.len();
         let first = if let Some(m) = self.mismatched.first() {
             let note = m.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
             format!("`{}` is {} in the file but {} in the model{note}", m.name, m.found, m.expected)
+        } else if let Some(u) = self.untied.first() {
+            format!(
+                "`{}` is tied to `{}` in the model, but the file holds other values under the two \
+                 names ({})",
+                u.alias, u.param, u.note
+            )
         } else if let Some((n, s)) = self.missing.first() {
             format!("`{n}` ({s}) is not in the file")
         } else if let Some((n, s)) = self.unexpected.first() {
@@ -111,10 +162,41 @@ impl fmt::Display for Report {
                 }
             }
         }
+        if !self.untied.is_empty() {
+            writeln!(f, "tied in the model but not in the checkpoint ({}):", self.untied.len())?;
+            for u in &self.untied {
+                writeln!(f, "  {} differs from {} ({})", u.alias, u.param, u.note)?;
+            }
+        }
         if !self.converted.is_empty() {
             writeln!(f, "converted on load ({}):", self.converted.len())?;
             for (n, from, to) in &self.converted {
                 writeln!(f, "  {n}: {from} -> {to}")?;
+            }
+        }
+        if !self.computed.is_empty() {
+            writeln!(f, "computed, not in the checkpoint ({}):", self.computed.len())?;
+            for n in &self.computed {
+                writeln!(f, "  {n}")?;
+            }
+        }
+        if !self.counters_started.is_empty() {
+            let n = self.counters_started.len();
+            writeln!(f, "counters not in the checkpoint, started at 0 ({n}):")?;
+            for n in &self.counters_started {
+                writeln!(f, "  {n}")?;
+            }
+        }
+        if !self.from_alias.is_empty() {
+            writeln!(f, "loaded from an alias ({}):", self.from_alias.len())?;
+            for (p, a) in &self.from_alias {
+                writeln!(f, "  {p} <- {a}")?;
+            }
+        }
+        if !self.tied.is_empty() {
+            writeln!(f, "aliases equal to their parameter ({}):", self.tied.len())?;
+            for (a, p) in &self.tied {
+                writeln!(f, "  {a} = {p}")?;
             }
         }
         Ok(())
@@ -157,54 +239,168 @@ fn convert(t: &Tensor, to: DType) -> Result<Tensor, String> {
     Ok(out)
 }
 
-/// Matches checkpoint tensors to a plan's parameters by name. The result has one entry per
-/// parameter, in order: the tensor to load (converted to the parameter's dtype), or `None`.
-/// Strict mode fails when anything is missing, unexpected or mismatched; partial mode loads
-/// what matches. Either way the report says what was found.
+/// The tensor of `name` in the file converted to `p`'s dtype, `None` when the file has no
+/// tensor of that name; a mismatch (recorded in `report`) is `Some(None)`.
+fn take(
+    ckpt: &Checkpoint,
+    name: &str,
+    p: &ParamSpec,
+    report: &mut Report,
+) -> Option<Option<Tensor>> {
+    let t = ckpt.get(name)?;
+    let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+    let found = Signature { dtype: t.dtype, shape: t.shape.clone() };
+    // An alias's mismatch says what it stands for: its own signature is its parameter's.
+    let tied = (name != p.name).then(|| format!("tied to `{}`", p.name));
+    let mismatch = |note: Option<String>| Mismatch {
+        name: name.to_string(),
+        expected: expected.clone(),
+        found: found.clone(),
+        note: match (note, &tied) {
+            (Some(n), Some(t)) => Some(format!("{n}; {t}")),
+            (n, t) => n.or(t.clone()),
+        },
+    };
+    if t.shape != p.shape || kind(t.dtype) != kind(p.dtype) {
+        report.mismatched.push(mismatch(None));
+        return Some(None);
+    }
+    match convert(t, p.dtype) {
+        Ok(c) => {
+            if t.dtype != p.dtype {
+                report.converted.push((name.to_string(), t.dtype, p.dtype));
+            }
+            Some(Some(c))
+        }
+        Err(note) => {
+            report.mismatched.push(mismatch(Some(note)));
+            Some(None)
+        }
+    }
+}
+
+/// The first element where `a` and `b` (of one dtype and shape) differ bit for bit, as a
+/// phrase naming both values; `None` when they are the same bits. Bits, not values: `-0.0`
+/// is not `0.0`, so the tie holds exactly what one tensor saved twice holds.
+fn first_difference(a: &Tensor, b: &Tensor, a_name: &str, b_name: &str) -> Option<String> {
+    let at = |i: usize, x: String, y: String| {
+        Some(format!("element {i}: {x} in `{a_name}`, {y} in `{b_name}`"))
+    };
+    match (&a.data, &b.data) {
+        (Data::F32(x), Data::F32(y)) => {
+            let i = x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits())?;
+            at(i, x[i].to_string(), y[i].to_string())
+        }
+        (Data::F64(x), Data::F64(y)) => {
+            let i = x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits())?;
+            at(i, x[i].to_string(), y[i].to_string())
+        }
+        (Data::I32(x), Data::I32(y)) => {
+            let i = x.iter().zip(y).position(|(p, q)| p != q)?;
+            at(i, x[i].to_string(), y[i].to_string())
+        }
+        // Matching converts both to the parameter's dtype, whose storage is one of the above.
+        _ => Some("stored differently".into()),
+    }
+}
+
+/// Matches checkpoint tensors to a plan's parameters by name: [`match_plan`] for a plan
+/// without aliases or counters.
 pub fn match_params(
     ckpt: &Checkpoint,
     params: &[ParamSpec],
     mode: MatchMode,
 ) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
+    match_tensors(ckpt, params, &[], &[], mode)
+}
+
+/// Matches checkpoint tensors to `plan`'s parameters by name, taking its aliases and counters
+/// into account (see the module docs). The result has one entry per parameter, in order: the
+/// tensor to load (converted to the parameter's dtype), or `None` — then the session keeps or
+/// computes its value (`Report::computed`, `Report::counters_started`, a partial load's
+/// `missing`). Strict mode fails when anything is missing, unexpected, mismatched or untied;
+/// partial mode loads what matches. Either way the report says what was found.
+pub fn match_plan(
+    ckpt: &Checkpoint,
+    plan: &Plan,
+    mode: MatchMode,
+) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
+    match_tensors(ckpt, &plan.params, &plan.aliases, &plan.counters, mode)
+}
+
+fn match_tensors(
+    ckpt: &Checkpoint,
+    params: &[ParamSpec],
+    aliases: &[ParamAlias],
+    counters: &[usize],
+    mode: MatchMode,
+) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
     let mut report = Report::default();
-    let mut out = Vec::with_capacity(params.len());
+    let mut out: Vec<Option<Tensor>> = vec![None; params.len()];
+    // Whether the file holds a tensor under the parameter's own name (matched or not).
+    let mut present = vec![false; params.len()];
     let mut used = HashSet::new();
-    for p in params {
-        let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+    for (i, p) in params.iter().enumerate() {
         if !p.persistent {
             // A `const` is computed by the session; a tensor of its name is not loaded.
-            out.push(None);
             continue;
         }
-        let Some(t) = ckpt.get(&p.name) else {
-            report.missing.push((p.name.clone(), expected));
-            out.push(None);
-            continue;
-        };
-        used.insert(p.name.as_str());
-        let found = Signature { dtype: t.dtype, shape: t.shape.clone() };
-        if t.shape != p.shape || kind(t.dtype) != kind(p.dtype) {
-            report.mismatched.push(Mismatch { name: p.name.clone(), expected, found, note: None });
-            out.push(None);
-            continue;
+        if let Some(t) = take(ckpt, &p.name, p, &mut report) {
+            used.insert(p.name.as_str());
+            present[i] = true;
+            out[i] = t;
         }
-        match convert(t, p.dtype) {
-            Ok(c) => {
-                if t.dtype != p.dtype {
-                    report.converted.push((p.name.clone(), t.dtype, p.dtype));
+    }
+    for a in aliases {
+        let p = &params[a.param];
+        let Some(t) = take(ckpt, &a.name, p, &mut report) else { continue };
+        used.insert(a.name.as_str());
+        let Some(t) = t else { continue };
+        match &out[a.param] {
+            // The parameter's own tensor, or an earlier alias's: the two must be one tensor.
+            Some(loaded) => {
+                let source = match present[a.param] {
+                    true => p.name.clone(),
+                    false => report
+                        .from_alias
+                        .iter()
+                        .find(|(q, _)| *q == p.name)
+                        .map_or(p.name.clone(), |(_, a)| a.clone()),
+                };
+                match first_difference(&t, loaded, &a.name, &source) {
+                    None => report.tied.push((a.name.clone(), p.name.clone())),
+                    Some(note) => report.untied.push(Untied {
+                        alias: a.name.clone(),
+                        param: p.name.clone(),
+                        note,
+                    }),
                 }
-                report.loaded.push(p.name.clone());
-                out.push(Some(c));
             }
-            Err(note) => {
-                report.mismatched.push(Mismatch {
-                    name: p.name.clone(),
-                    expected,
-                    found,
-                    note: Some(note),
-                });
-                out.push(None);
+            // Saved under its other name only (`save_pretrained` keeps one of a tie's names,
+            // and not always the one the model calls the parameter).
+            None if !present[a.param] => {
+                report.from_alias.push((p.name.clone(), a.name.clone()));
+                out[a.param] = Some(t);
             }
+            // The parameter's own tensor did not fit: that is the problem reported.
+            None => {}
+        }
+    }
+    for (i, p) in params.iter().enumerate() {
+        if !p.persistent {
+            continue;
+        }
+        if out[i].is_some() {
+            report.loaded.push(p.name.clone());
+        } else if present[i] {
+            // In the file but unusable: reported as a mismatch above.
+        } else if counters.contains(&i) {
+            report.counters_started.push(p.name.clone());
+        } else if matches!(p.init, InitSpec::Computed(_)) {
+            report.computed.push(p.name.clone());
+        } else {
+            let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+            report.missing.push((p.name.clone(), expected));
         }
     }
     for (name, t) in &ckpt.tensors {
@@ -463,5 +659,232 @@ mod tests {
         assert!(r.mismatched[0].note.as_ref().unwrap().contains("not a u32"));
         assert_eq!(vals[2].as_ref().unwrap(), &Tensor::i32(vec![], vec![9]));
         assert!(match_params(&ck, &params, MatchMode::Strict).is_err());
+    }
+}
+
+#[cfg(test)]
+mod upstream_tests {
+    //! What PyTorch's checkpoints hold beyond one tensor per parameter: tied weights under
+    //! one name or two, counters older checkpoints lack, buffers computed from constants.
+
+    use super::*;
+    use mgn_ir::plan::{Mode, Step};
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    fn spec(
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        init: InitSpec,
+        trainable: bool,
+    ) -> ParamSpec {
+        ParamSpec {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            init,
+            trainable,
+            frozen: false,
+            persistent: true,
+        }
+    }
+
+    /// A plan of GPT-2's tie (`lm_head.weight` an alias of `wte.weight`), a BatchNorm's
+    /// counter and a computed position table; no steps, as matching reads only the tables.
+    fn tied_plan() -> Plan {
+        let table = InitSpec::Computed(vec![Step {
+            op: mgn_ir::op::Op::Constant { value: 0.5 },
+            inputs: vec![],
+            dtype: DType::F32,
+            shape: vec![2],
+            loc: Default::default(),
+        }]);
+        let mut plan = Plan::of_steps(Mode::Train, vec![], vec![], vec![]);
+        plan.params = vec![
+            spec("wte.weight", DType::F32, &[3], InitSpec::Constant(0.0), true),
+            spec("bn.running_mean", DType::F32, &[1], InitSpec::Constant(0.0), false),
+            spec("bn.num_batches_tracked", DType::I64, &[], InitSpec::Constant(0.0), false),
+            spec("pos.table", DType::F32, &[2], table, false),
+        ];
+        plan.aliases = vec![ParamAlias { name: "lm_head.weight".into(), param: 0 }];
+        plan.counters = vec![2];
+        plan
+    }
+
+    fn ckpt(tensors: Vec<(&str, Tensor)>) -> Checkpoint {
+        let mut tensors: Vec<(String, Tensor)> =
+            tensors.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        Checkpoint { path: PathBuf::from("up.safetensors"), tensors, metadata: BTreeMap::new() }
+    }
+
+    fn wte(v: [f32; 3]) -> Tensor {
+        Tensor::f32(vec![3], v.to_vec())
+    }
+
+    fn i64_scalar(n: i32) -> Tensor {
+        Tensor { dtype: DType::I64, shape: vec![], data: Data::I32(vec![n]) }
+    }
+
+    /// Everything but the tie, as upstream saves it.
+    fn rest() -> Vec<(&'static str, Tensor)> {
+        vec![
+            ("bn.running_mean", Tensor::f32(vec![1], vec![0.25])),
+            ("bn.num_batches_tracked", i64_scalar(7)),
+            ("pos.table", Tensor::f32(vec![2], vec![3.0, 4.0])),
+        ]
+    }
+
+    fn strict(ck: &Checkpoint) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
+        match_plan(ck, &tied_plan(), MatchMode::Strict)
+    }
+
+    #[test]
+    fn a_tie_saved_under_both_names_loads_when_the_two_are_equal() {
+        let mut t = rest();
+        t.push(("wte.weight", wte([1.0, -0.0, 2.5])));
+        t.push(("lm_head.weight", wte([1.0, -0.0, 2.5])));
+        let (vals, report) = strict(&ckpt(t)).expect("a state_dict's tie loads strictly");
+        assert!(report.is_clean(), "{report}");
+        assert_eq!(report.tied, vec![("lm_head.weight".to_string(), "wte.weight".to_string())]);
+        assert!(report.unexpected.is_empty() && report.from_alias.is_empty(), "{report}");
+        assert_eq!(vals[0].as_ref().unwrap(), &wte([1.0, -0.0, 2.5]));
+        assert!(
+            report
+                .to_string()
+                .contains("aliases equal to their parameter (1):\n  lm_head.weight = wte.weight"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_tie_whose_names_hold_different_values_is_refused_naming_both() {
+        // -0.0 and 0.0 compare equal as numbers; one tensor saved twice has the same bits.
+        let mut t = rest();
+        t.push(("wte.weight", wte([1.0, 0.0, 2.5])));
+        t.push(("lm_head.weight", wte([1.0, -0.0, 2.5])));
+        let e = strict(&ckpt(t.clone())).expect_err("an untied pair is refused").to_string();
+        assert_eq!(
+            e.lines().next().unwrap(),
+            "up.safetensors: the checkpoint does not match the model's parameters: \
+             `lm_head.weight` is tied to `wte.weight` in the model, but the file holds other \
+             values under the two names (element 1: -0 in `lm_head.weight`, 0 in `wte.weight`)"
+        );
+        // Partial loading reports it and loads the parameter's own tensor.
+        let (vals, report) =
+            match_plan(&ckpt(t), &tied_plan(), MatchMode::Partial).expect("partial loads");
+        assert_eq!(vals[0].as_ref().unwrap(), &wte([1.0, 0.0, 2.5]));
+        assert_eq!(
+            report.untied,
+            vec![Untied {
+                alias: "lm_head.weight".into(),
+                param: "wte.weight".into(),
+                note: "element 1: -0 in `lm_head.weight`, 0 in `wte.weight`".into()
+            }]
+        );
+        assert!(!report.is_clean());
+        assert!(report.to_string().contains("tied in the model but not in the checkpoint (1):\n  lm_head.weight differs from wte.weight"), "{report}");
+    }
+
+    #[test]
+    fn a_tie_saved_under_the_alias_alone_loads_the_parameter_from_it() {
+        let mut t = rest();
+        t.push(("lm_head.weight", wte([4.0, 5.0, 6.0])));
+        let (vals, report) = strict(&ckpt(t)).expect("save_pretrained may keep either name");
+        assert!(report.is_clean(), "{report}");
+        assert_eq!(vals[0].as_ref().unwrap(), &wte([4.0, 5.0, 6.0]));
+        assert_eq!(
+            report.from_alias,
+            vec![("wte.weight".to_string(), "lm_head.weight".to_string())]
+        );
+        assert!(report.loaded.contains(&"wte.weight".to_string()), "{report}");
+        // Neither name: the parameter is missing, under its own name.
+        let e = strict(&ckpt(rest())).expect_err("no tensor for the tie").to_string();
+        assert!(e.contains("`wte.weight` (f32[3]) is not in the file"), "{e}");
+    }
+
+    #[test]
+    fn an_alias_is_converted_and_checked_as_its_parameter() {
+        // An f16 parameter: both names' f32 values rounded the same way, then compared.
+        let mut plan = tied_plan();
+        plan.params[0].dtype = DType::F16;
+        let mut t = rest();
+        t.push(("wte.weight", wte([0.1, 0.2, 0.3])));
+        t.push(("lm_head.weight", Tensor { dtype: DType::F16, ..wte([0.1, 0.2, 0.3]) }));
+        let (_, report) =
+            match_plan(&ckpt(t), &plan, MatchMode::Strict).expect("equal once rounded");
+        assert_eq!(report.tied.len(), 1, "{report}");
+        assert_eq!(report.converted, vec![("wte.weight".to_string(), DType::F32, DType::F16)]);
+        // A shape that is not the parameter's is a mismatch naming the alias and its tie.
+        let mut t = rest();
+        t.push(("wte.weight", wte([0.0; 3])));
+        t.push(("lm_head.weight", Tensor::f32(vec![1, 3], vec![0.0; 3])));
+        let e = strict(&ckpt(t)).expect_err("wrong shape").to_string();
+        assert!(
+            e.contains(
+                "`lm_head.weight` is f32[1, 3] in the file but f32[3] in the model (tied to \
+                 `wte.weight`)"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_counter_loads_from_i64_or_i32_and_starts_afresh_when_absent() {
+        let mut t = rest();
+        t.push(("wte.weight", wte([0.0; 3])));
+        let (vals, report) = strict(&ckpt(t.clone())).expect("loads");
+        assert_eq!(vals[2].as_ref().unwrap(), &i64_scalar(7));
+        assert!(report.counters_started.is_empty() && report.converted.is_empty(), "{report}");
+        // An i32 count (another writer's choice) is converted, as PyTorch's copy_ would.
+        t[1].1 = Tensor::i32(vec![], vec![9]);
+        let (vals, report) = strict(&ckpt(t.clone())).expect("loads");
+        assert_eq!(vals[2].as_ref().unwrap(), &i64_scalar(9));
+        assert_eq!(
+            report.converted,
+            vec![("bn.num_batches_tracked".to_string(), DType::I32, DType::I64)]
+        );
+        // A checkpoint older than the counter: not refused, reported.
+        t.remove(1);
+        let (vals, report) = strict(&ckpt(t.clone())).expect("an older checkpoint loads");
+        assert!(vals[2].is_none(), "the session starts it");
+        assert_eq!(report.counters_started, vec!["bn.num_batches_tracked"]);
+        assert!(report.is_clean() && report.missing.is_empty(), "{report}");
+        assert!(
+            report.to_string().contains(
+                "counters not in the checkpoint, started at 0 (1):\n  bn.num_batches_tracked"
+            ),
+            "{report}"
+        );
+        // A float under its name is a mismatch, not a count.
+        t.push(("bn.num_batches_tracked", Tensor::f32(vec![], vec![1.0])));
+        let e = strict(&ckpt(t)).expect_err("a float count").to_string();
+        assert!(e.contains("`bn.num_batches_tracked` is f32[] in the file but i64[]"), "{e}");
+    }
+
+    #[test]
+    fn a_computed_buffer_may_be_absent_but_no_other_tensor_may() {
+        let mut t = rest();
+        t.push(("wte.weight", wte([0.0; 3])));
+        t.retain(|(n, _)| *n != "pos.table");
+        let (vals, report) = strict(&ckpt(t.clone())).expect("a computed table is optional");
+        assert!(vals[3].is_none(), "the session computes it");
+        assert_eq!(report.computed, vec!["pos.table"]);
+        assert!(report.is_clean() && report.missing.is_empty(), "{report}");
+        assert!(
+            report.to_string().contains("computed, not in the checkpoint (1):\n  pos.table"),
+            "{report}"
+        );
+        // A buffer that is not computed (running statistics) is still required.
+        t.retain(|(n, _)| *n != "bn.running_mean");
+        let e = strict(&ckpt(t.clone())).expect_err("a buffer is missing").to_string();
+        assert!(e.contains("`bn.running_mean` (f32[1]) is not in the file"), "{e}");
+        assert!(e.contains("computed, not in the checkpoint (1):\n  pos.table"), "{e}");
+        // As is a trainable parameter.
+        t.retain(|(n, _)| *n != "wte.weight");
+        t.push(("bn.running_mean", Tensor::f32(vec![1], vec![0.0])));
+        let e = strict(&ckpt(t)).expect_err("a parameter is missing").to_string();
+        assert!(e.contains("`wte.weight` (f32[3]) is not in the file"), "{e}");
     }
 }
