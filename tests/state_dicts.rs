@@ -229,7 +229,10 @@ fn ties_are_saved_once_by_default_or_under_every_name_and_load_either_way() {
         .expect("refused")
         .to_string();
     assert!(
-        e.contains("`head.weight` is tied to `fc.weight` in the model, but the file holds other values under the two names (element 5:"),
+        e.contains(
+            "`head.weight` is tied to `fc.weight` in the model, but the file holds other values \
+             under the two names (element 5:"
+        ),
         "{e}"
     );
     assert!(e.starts_with(&copies.display().to_string()), "names the file: {e}");
