@@ -128,6 +128,48 @@ fn checkpoints_hold_buffers_but_not_consts() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A computed buffer is computed unless the checkpoint holds one: a file without it loads
+/// strictly (a state_dict of a model whose table upstream does not save, or saves as a
+/// non-persistent buffer), reports it, and the table is the computed one — also in a session
+/// that held another table before. A missing parameter is still refused.
+#[test]
+fn a_checkpoint_without_a_computed_buffer_loads_it_computed() {
+    let plan = train_plan("tests/valid/computed_tables.mgn", &[]);
+    let dir = std::env::temp_dir().join(format!("mgn-tables-absent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("no-table.safetensors");
+    let w = Tensor::f32(vec![8], vec![2.0; 8]);
+    checkpoint::save(&path, &[("w".to_string(), &w)], &[]).expect("saves");
+    let table: Vec<f64> = sinusoids(6, 8).iter().map(|&v| v as f64).collect();
+    let (s, report) =
+        Session::from_checkpoint(plan.clone(), 1, &path, MatchMode::Strict, Restore::Weights)
+            .expect("a computed buffer is optional");
+    assert_eq!(report.computed, vec!["pos.table"]);
+    assert!(report.is_clean() && report.missing.is_empty(), "{report}");
+    assert_eq!(values(&s, "w"), vec![2.0; 8]);
+    assert_close(&values(&s, "pos.table"), &table, 1e-6, "computed on load");
+    // Loaded into a session that holds another table: the file says nothing of it, so it is
+    // the computed table again, not what the session held.
+    let mut other = Session::new(plan.clone(), 1);
+    let i = other.param_index("pos.table").expect("table");
+    other.params[i] = Tensor::f32(vec![6, 8], vec![0.5; 48]);
+    let report = other.load_checkpoint(&path, MatchMode::Strict).expect("loads");
+    assert_eq!(report.computed, vec!["pos.table"]);
+    assert_close(&values(&other, "pos.table"), &table, 1e-6, "computed again");
+    // Without `w`, a trained parameter: refused, naming it and the file.
+    let t = Tensor::f32(vec![6, 8], vec![0.5; 48]);
+    checkpoint::save(&path, &[("pos.table".to_string(), &t)], &[]).expect("saves");
+    let e = Session::from_checkpoint(plan, 1, &path, MatchMode::Strict, Restore::Weights)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("no-table.safetensors") && e.contains("`w` (f32[8]) is not in the file"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Upstream freezes Whisper's position table and fills it with openai's sinusoids: the .mgn
 /// model declares it a buffer computed by the same formula, so its training plan has
 /// gradients for exactly upstream's 66 trainable tensors.

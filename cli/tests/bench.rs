@@ -107,6 +107,7 @@ fn json_report_has_every_field_for_the_digits_mlp() {
     // 64·128 + 128 + 128·10 + 10 parameters in f32.
     let params = (64 * 128 + 128 + 128 * 10 + 10) * 4;
     assert_eq!(v["param_count"], params / 4);
+    assert_eq!(v["buffer_count"], 0, "no running statistics or counters");
     for plan in ["inference", "minimal", "training"] {
         assert_memory(&v["memory"][plan], plan);
         assert_eq!(v["memory"][plan]["param_bytes"], params, "{plan}");

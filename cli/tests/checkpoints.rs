@@ -1,7 +1,9 @@
 //! Checkpoints as users meet them through the `mgnc` binary: never silently wrong (NaN or
 //! infinite values, an incomplete optimizer state or another optimizer's, a header that lists a
-//! tensor twice, a mismatch whose first line does not say which tensor), and never torn or
-//! littered with the temporary files of interrupted writes.
+//! tensor twice, a mismatch whose first line does not say which tensor, a tie whose two names
+//! hold different values), never torn or littered with the temporary files of interrupted
+//! writes, and loading what upstream `state_dict`s hold (a tie under one name or both, a
+//! counter that counts on across resumes or is absent, a computed buffer left out).
 
 mod common;
 
@@ -248,5 +250,186 @@ fn a_save_removes_the_temporary_files_of_interrupted_writes() {
         assert_eq!(entries(&dir), want);
         assert!(checkpoint::load(&ck).expect("a complete checkpoint").step().unwrap_or(0) > 0);
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+const COUNTER: &str = "bn.num_batches_tracked";
+
+/// The digits MLP built in `mode` (`train` or `infer`) into `dir`, with what the compiler will
+/// add for a tied weight and a batch norm's counter: `head.weight` an alias of `fc2.weight`,
+/// and an `i64[]` buffer `bn.num_batches_tracked` that a training plan counts its steps in.
+fn upstream_plan(dir: &Path, mode: &str) -> std::path::PathBuf {
+    use mgn_ir::plan::{InitSpec, ParamAlias, ParamSpec};
+    let path = dir.join(format!("{mode}.mgnplan"));
+    ok(&mgnc(&["build", "models/digits_mlp.mgn", "--mode", mode, "-o", s(&path)]));
+    let mut plan = mgn_ir::Plan::load(&path).expect("a plan");
+    plan.params.push(ParamSpec {
+        name: COUNTER.into(),
+        dtype: mgn_ir::DType::I64,
+        shape: vec![],
+        init: InitSpec::Constant(0.0),
+        trainable: false,
+        frozen: false,
+        persistent: true,
+    });
+    if mode == "train" {
+        plan.counters = vec![plan.params.len() - 1];
+    }
+    let fc2 = plan.params.iter().position(|p| p.name == "fc2.weight").expect("fc2.weight");
+    plan.aliases = vec![ParamAlias { name: "head.weight".into(), param: fc2 }];
+    plan.save(&path).expect("written");
+    path
+}
+
+/// The count a checkpoint holds, checked to be PyTorch's `i64[]`.
+fn count_in(path: &Path) -> i32 {
+    let ck = checkpoint::load(path).expect("a checkpoint");
+    let t = ck.get(COUNTER).expect("the counter is saved");
+    assert_eq!((t.dtype, t.shape.clone()), (mgn_runtime::DType::I64, vec![]));
+    t.as_i32().expect("integers")[0]
+}
+
+fn train_plan_args<'a>(plan: &'a Path, epochs: &'a str, save: &'a Path) -> Vec<&'a str> {
+    let mut args = vec!["train", s(plan), "--data", "data/digits_train.safetensors"];
+    args.extend_from_slice(&["--epochs", epochs, "--quiet", "--save", s(save)]);
+    args
+}
+
+/// 1,437 samples in batches of 64.
+const STEPS_PER_EPOCH: i32 = 22;
+
+#[test]
+fn a_counter_counts_training_steps_and_survives_save_and_resume() {
+    let dir = scratch("counter");
+    let train = upstream_plan(&dir, "train");
+    let one = dir.join("one.safetensors");
+    let mut args = train_plan_args(&train, "1", &one);
+    args.push("--save-aliases");
+    ok(&mgnc(&args));
+    assert_eq!(count_in(&one), STEPS_PER_EPOCH);
+    // `--save-aliases`: the tie under both names, as `model.state_dict()` lists it; the
+    // optimizer state under the parameter's name only.
+    let ck = checkpoint::load(&one).expect("loads");
+    assert_eq!(ck.get("head.weight"), ck.get("fc2.weight"));
+    assert!(ck.get("head.weight").is_some());
+    assert!(ck.tensors.iter().all(|(n, _)| !n.starts_with("optim.head")));
+
+    // Resumed strictly from the file with both names: the count goes on.
+    let two = dir.join("two.safetensors");
+    let mut args = train_plan_args(&train, "2", &two);
+    args.extend_from_slice(&["--resume", s(&one)]);
+    let log = ok(&mgnc(&args));
+    // Nothing to note: every tensor came from the file under its own name.
+    let noted = format!("note: {}", one.display());
+    assert!(log.contains("resumed from") && !log.contains(&noted), "{log}");
+    assert_eq!(count_in(&two), 2 * STEPS_PER_EPOCH);
+    // Without the flag, each tensor once (`save_pretrained`).
+    assert!(checkpoint::load(&two).expect("loads").get("head.weight").is_none());
+
+    // A checkpoint older than the counter: resumed with a note, counting from 0.
+    let older = dir.join("older.safetensors");
+    edited(&two, &older, |t| t.retain(|(n, _)| n != COUNTER));
+    let three = dir.join("three.safetensors");
+    let mut args = train_plan_args(&train, "3", &three);
+    args.extend_from_slice(&["--resume", s(&older)]);
+    let log = ok(&mgnc(&args));
+    assert!(
+        log.contains("counters not in the checkpoint, started at 0 (1):\n  bn.num_batches_tracked"),
+        "{log}"
+    );
+    assert_eq!(count_in(&three), STEPS_PER_EPOCH);
+
+    // Both files evaluate strictly with the inference plan, which keeps the count unchanged.
+    let infer = upstream_plan(&dir, "infer");
+    for w in [&one, &two] {
+        let out =
+            mgnc(&["eval", s(&infer), "--weights", s(w), "--data", "data/digits_test.safetensors"]);
+        assert!(ok(&out).contains("accuracy"), "{}", s(w));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_tie_loads_when_its_names_agree_and_is_refused_naming_both_when_not() {
+    let dir = scratch("tie");
+    let (train, infer) = (upstream_plan(&dir, "train"), upstream_plan(&dir, "infer"));
+    let both = dir.join("both.safetensors");
+    let mut args = train_plan_args(&train, "1", &both);
+    args.push("--save-aliases");
+    ok(&mgnc(&args));
+    let eval = |w: &Path| {
+        mgnc(&["eval", s(&infer), "--weights", s(w), "--data", "data/digits_test.safetensors"])
+    };
+    assert!(ok(&eval(&both)).contains("accuracy"));
+
+    // One value changed under the alias: strict loading says which two names disagree.
+    let untied = dir.join("untied.safetensors");
+    edited(&both, &untied, |t| poison(t, "head.weight", &[0.125]));
+    let err = refused(&eval(&untied));
+    assert!(
+        err.contains(&format!(
+            "{}: the checkpoint does not match the model's parameters: `head.weight` is tied to \
+             `fc2.weight` in the model, but the file holds other values under the two names \
+             (element 0: 0.125 in `head.weight`,",
+            untied.display()
+        )),
+        "{err}"
+    );
+    let mut args = train_plan_args(&train, "2", &both);
+    args.extend_from_slice(&["--resume", s(&untied)]);
+    let err = refused(&mgnc(&args));
+    assert!(err.contains("`head.weight` is tied to `fc2.weight`"), "{err}");
+
+    // Saved under the alias alone: the parameter is loaded from it, with a note.
+    let alias_only = dir.join("alias-only.safetensors");
+    edited(&both, &alias_only, |t| t.retain(|(n, _)| n != "fc2.weight"));
+    let log = ok(&eval(&alias_only));
+    assert!(log.contains("loaded from an alias (1):\n  fc2.weight <- head.weight"), "{log}");
+    let accuracy = |log: &str| log.lines().find(|l| l.starts_with("accuracy")).map(String::from);
+    assert_eq!(accuracy(&log), accuracy(&ok(&eval(&both))), "the same weights");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_checkpoint_without_a_computed_buffer_loads_it_computed() {
+    let dir = scratch("computed");
+    let model = "tests/valid/computed_tables.mgn";
+    // `w` alone: `pos.table` is computed from its init, as a fresh session computes it.
+    let weights = dir.join("w.safetensors");
+    let w = Tensor::f32(vec![8], vec![1.0; 8]);
+    checkpoint::save(&weights, &[("w".to_string(), &w)], &[]).expect("written");
+    let inputs = dir.join("x.safetensors");
+    let x = Tensor::f32(vec![6, 8], (0..48).map(|i| (i as f32 * 0.37).sin()).collect());
+    checkpoint::save(&inputs, &[("x".to_string(), &x)], &[]).expect("written");
+    let (loaded, fresh) = (dir.join("loaded.safetensors"), dir.join("fresh.safetensors"));
+    let run = |out: &Path, weights: Option<&Path>| {
+        let mut args = vec!["run", model, "--inputs", s(&inputs), "--out", s(out)];
+        if let Some(w) = weights {
+            args.extend_from_slice(&["--weights", s(w)]);
+        }
+        ok(&mgnc(&args))
+    };
+    let log = run(&loaded, Some(&weights));
+    assert!(log.contains("computed, not in the checkpoint (1):\n  pos.table"), "{log}");
+    assert!(!log.contains("warning"), "a strict load, clean: {log}");
+    // The same output as a session that initialized everything (`w` starts at ones).
+    run(&fresh, None);
+    let y = |p: &Path| checkpoint::load(p).expect("loads").get("output.y").cloned();
+    assert!(y(&loaded).is_some());
+    assert_eq!(y(&loaded), y(&fresh));
+    // A missing parameter is still refused.
+    let table = Tensor::f32(vec![6, 8], vec![0.0; 48]);
+    checkpoint::save(&weights, &[("pos.table".to_string(), &table)], &[]).expect("written");
+    let err = common::refused(&mgnc(&[
+        "run",
+        model,
+        "--inputs",
+        s(&inputs),
+        "--out",
+        s(&loaded),
+        "--weights",
+        s(&weights),
+    ]));
+    assert!(err.contains("`w` (f32[8]) is not in the file"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -57,6 +57,45 @@ fn build_emits_ir_with_parameter_table() {
     assert!(ir.contains("models/digits_mlp.mgn:"), "every node names its line: {ir}");
 }
 
+/// The summary's first figure is PyTorch's: trainable parameters. Running statistics and
+/// counters (buffers), const tables, a KV cache (state) and `--freeze`'s parameters are counted
+/// apart, not as parameters.
+#[test]
+fn build_summary_counts_trainable_parameters_apart_from_buffers_tables_and_state() {
+    let summary = |args: &[&str]| {
+        let out = mgnc(args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let s = summary(&["build", "models/resnet50.mgn", "--set", "B=1", "--set", "size=64"]);
+    // torchvision's resnet50: 25,557,032 parameters, and 53 batch norms' running_mean,
+    // running_var and num_batches_tracked.
+    assert!(s.starts_with("ResNet50: 25,557,032 trainable parameters, 53,173 in buffers, "), "{s}");
+    let s = summary(&["build", "tests/valid/computed_tables.mgn"]);
+    assert!(
+        s.starts_with("Tables: 8 trainable parameters, 48 in buffers, 6 in const tables, "),
+        "{s}"
+    );
+    let s = summary(&["build", "models/digits_cnn.mgn", "--mode", "train", "--freeze", "stage1"]);
+    assert!(
+        s.starts_with("DigitsCnn: 5,962 trainable parameters, 176 frozen, 96 in buffers, "),
+        "{s}"
+    );
+    let s = summary(&["build", "models/digits_mlp.mgn"]);
+    assert!(s.starts_with("DigitsMlp: 9,610 trainable parameters, 14 operations"), "{s}");
+    let dir = std::env::temp_dir().join(format!("mgn-cli-summary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let acc = dir.join("acc.mgn");
+    let text_of = "model Acc {\n    input x: f32[4]\n    w = param f32[4] init ones\n    \
+                   total = state f32[16]\n    forward {\n        let y = sum(self.total) + x * \
+                   self.w\n        self.total = concat([y, y, y, y], axis = 0)\n        \
+                   output y\n    }\n}\n";
+    std::fs::write(&acc, text_of).expect("written");
+    let s = summary(&["build", acc.to_str().expect("utf-8")]);
+    assert!(s.starts_with("Acc: 4 trainable parameters, 16 in state, "), "{s}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn set_overrides_and_rejects_unknown_arguments() {
     let out = mgnc(&["build", "models/digits_mlp.mgn", "--emit", "ir", "--set", "batch=3"]);

@@ -133,7 +133,7 @@ fn watch_rebuilds_after_changes_to_the_model_and_its_imports() {
     let one_import = "use \"./blocks.mgn\".{Scale}\n";
     t.write("model.mgn", &model(one_import, "    s = Scale()", "s(x)"));
     let mut w = Watching::start(&t.0, "model.mgn");
-    w.expect_all(&["M: 4 parameters", "watching 2 files"]);
+    w.expect_all(&["M: 4 trainable parameters", "watching 2 files"]);
 
     // An error is reported, and watching goes on.
     t.save("model.mgn", &model(one_import, "    s = Scale()", "s(x) + oops"));
@@ -141,11 +141,11 @@ fn watch_rebuilds_after_changes_to_the_model_and_its_imports() {
 
     // Fixed: a successful build again.
     t.save("model.mgn", &model(one_import, "    s = Scale()\n    u = Scale()", "u(s(x))"));
-    w.expect("M: 8 parameters");
+    w.expect("M: 8 trainable parameters");
 
     // Only the imported file changes (written in place this time).
     t.write("blocks.mgn", &scale_layer("Scale", 2));
-    w.expect("M: 16 parameters");
+    w.expect("M: 16 trainable parameters");
 
     // A new import of a new file; then a change to that new file alone.
     t.save("extra.mgn", &scale_layer("Shift", 1));
@@ -154,9 +154,9 @@ fn watch_rebuilds_after_changes_to_the_model_and_its_imports() {
         "model.mgn",
         &model(two_imports, "    s = Scale()\n    u = Scale()\n    v = Shift()", "v(u(s(x)))"),
     );
-    w.expect_all(&["M: 20 parameters", "watching 3 files"]);
+    w.expect_all(&["M: 20 trainable parameters", "watching 3 files"]);
     t.save("extra.mgn", &scale_layer("Shift", 3));
-    w.expect("M: 28 parameters");
+    w.expect("M: 28 trainable parameters");
 }
 
 #[test]
@@ -166,7 +166,7 @@ fn watch_builds_an_import_once_it_appears() {
     let mut w = Watching::start(&t.0, "model.mgn");
     w.expect_all(&["cannot import", "watching 2 files"]);
     t.save("later.mgn", &scale_layer("Later", 1));
-    w.expect("M: 4 parameters");
+    w.expect("M: 4 trainable parameters");
 }
 
 #[cfg(unix)]
@@ -195,11 +195,11 @@ fn watch_survives_a_diagnostic_past_column_65535() {
     let t = TempDir::new("long-line");
     t.write("model.mgn", &model("", "", "x * 2"));
     let mut w = Watching::start(&t.0, "model.mgn");
-    w.expect_all(&["M: 0 parameters", "watching 1 file"]);
+    w.expect_all(&["M: 0 trainable parameters", "watching 1 file"]);
     // The error is 70,000 columns to the right: reported with its column, and watching goes on.
     let long = model("", "", &format!("x *{} oops", " ".repeat(70_000)));
     t.save("model.mgn", &long);
     w.expect_all(&["cannot find `oops`", "model.mgn:6:70024", "watching 1 file"]);
     t.save("model.mgn", &model("", "    w = param f32[4] init ones", "x * self.w"));
-    w.expect("M: 4 parameters");
+    w.expect("M: 4 trainable parameters");
 }

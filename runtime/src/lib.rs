@@ -13,4 +13,4 @@ pub mod session;
 pub use generate::Generator;
 pub use mgn_ir::{DType, Data, Mode, Op, Plan, Step, Tensor};
 pub use sample::{greedy, Sampler, SamplerConfig};
-pub use session::{Restore, RunOutput, RuntimeError, Session};
+pub use session::{Restore, RunOutput, RuntimeError, SaveOptions, Session};

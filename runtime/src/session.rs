@@ -306,12 +306,31 @@ impl Session {
     }
 
     /// Counts a training step: an applied update, or one a loss-scaled plan skipped; moves
-    /// the loss scale on (written to its parameter before the next step).
+    /// the loss scale on (written to its parameter before the next step), and adds one to
+    /// each of the plan's counters.
+    ///
+    /// A skipped step counts too: its forward pass ran in training mode and updated the
+    /// running statistics, as PyTorch's BatchNorm counts every training-mode forward in
+    /// `num_batches_tracked`, whatever `GradScaler` then does with the gradients.
     fn record_step(&mut self, applied: bool) {
         self.step += applied as u64;
+        self.count_step();
         if let Some(spec) = &self.plan.loss_scaling {
             let state = self.optimizer.loss_scale.get_or_insert(ScaleState::new(spec));
             state.record(spec, applied);
+        }
+    }
+
+    /// Adds one to each counter (`Plan::counters`: BatchNorm's `num_batches_tracked`). No
+    /// step reads a counter (the validator sees to it), so the GPU never holds one: the host's
+    /// value is the only one, and `params`, `sync_from_device` and checkpoints all see it.
+    /// The host stores integers as `i32`; a count saturates there (2^31 - 1 steps) rather
+    /// than wrap to a negative count.
+    fn count_step(&mut self) {
+        for &c in &self.plan.counters {
+            if let Data::I32(v) = &mut self.params[c].data {
+                v.iter_mut().for_each(|n| *n = n.saturating_add(1));
+            }
         }
     }
 
@@ -611,9 +630,25 @@ fn checkpoint_optimizer_state(
     Ok(Some(state))
 }
 
+/// How [`Session::save_checkpoint_as`] writes a checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SaveOptions {
+    /// Metadata entries beside the standard ones (a training loop records its place in the
+    /// data there); they come back in [`crate::checkpoint::load`]'s `metadata`.
+    pub metadata: Vec<(String, String)>,
+    /// Also write each alias of the plan (`Plan::aliases`: a tied weight's other names) as a
+    /// copy of its parameter, as PyTorch's `model.state_dict()` lists a tied weight under
+    /// every name. Off by default: each tensor once, as Hugging Face's `save_pretrained`
+    /// writes. Either file loads strictly (matching checks that copies are equal).
+    pub aliases: bool,
+}
+
 impl Session {
     /// Loads parameters (and, when present, optimizer state and the step count) from a
-    /// safetensors checkpoint. Strict mode refuses missing, unexpected or mismatched tensors.
+    /// safetensors checkpoint. Strict mode refuses missing, unexpected or mismatched tensors,
+    /// and a tensor named by an alias whose values are not its parameter's; a computed buffer
+    /// or a counter the file lacks takes the value a fresh session gives it (its computed
+    /// table; 0), and the report lists it (`checkpoint::match_plan`).
     pub fn load_checkpoint(
         &mut self,
         path: &std::path::Path,
@@ -621,14 +656,26 @@ impl Session {
     ) -> Result<crate::checkpoint::Report, RuntimeError> {
         let ckpt =
             crate::checkpoint::load(path).map_err(|e| RuntimeError::Failed(e.to_string()))?;
-        let (tensors, report) = crate::checkpoint::match_params(&ckpt, &self.plan.params, mode)
+        let (tensors, report) = crate::checkpoint::match_plan(&ckpt, &self.plan, mode)
             .map_err(|e| RuntimeError::Failed(e.to_string()))?;
         let optimizer = checkpoint_optimizer_state(&self.plan, &ckpt)?;
+        // What the file does not say is what a session opened on it would hold: not whatever
+        // this session held before (another checkpoint's count, a table replaced by one).
+        let fresh = (report.computed.iter().chain(&report.counters_started))
+            .map(|name| {
+                let i = self.param_index(name).expect("the report names the plan's tensors");
+                let t = crate::init::try_initialize(&self.plan.params[i], self.seed, i);
+                t.map(|t| (i, t)).map_err(RuntimeError::Failed)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         // Everything is checked: only now does the session change.
         for (i, t) in tensors.into_iter().enumerate() {
             if let Some(t) = t {
                 self.params[i] = t;
             }
+        }
+        for (i, t) in fresh {
+            self.params[i] = t;
         }
         if let Some(state) = optimizer {
             self.step = state.step;
@@ -645,7 +692,8 @@ impl Session {
     /// A session whose parameters come from the checkpoint at `path`: the checkpoint is read
     /// and matched against the plan before anything plan-sized is allocated (so a mismatch is
     /// the error a user sees, not an allocation failure), then the host's memory is checked.
-    /// Parameters the checkpoint does not hold (`MatchMode::Partial`) are initialized.
+    /// Parameters the checkpoint does not hold (`MatchMode::Partial`, computed buffers,
+    /// counters) are initialized.
     /// `Restore::Everything` also takes the optimizer state and step (resuming training);
     /// `Restore::Weights` takes the parameters alone (running, evaluating).
     pub fn from_checkpoint(
@@ -657,7 +705,7 @@ impl Session {
     ) -> Result<(Session, crate::checkpoint::Report), RuntimeError> {
         let ckpt =
             crate::checkpoint::load(path).map_err(|e| RuntimeError::Failed(e.to_string()))?;
-        let (tensors, report) = crate::checkpoint::match_params(&ckpt, &plan.params, mode)
+        let (tensors, report) = crate::checkpoint::match_plan(&ckpt, &plan, mode)
             .map_err(|e| RuntimeError::Failed(e.to_string()))?;
         let optimizer = match restore {
             Restore::Everything => checkpoint_optimizer_state(&plan, &ckpt)?,
@@ -682,7 +730,7 @@ impl Session {
     /// Writes the parameters, the optimizer state and metadata atomically: a crash mid-write
     /// leaves the previous checkpoint intact.
     pub fn save_checkpoint(&mut self, path: &std::path::Path) -> Result<(), RuntimeError> {
-        self.save_checkpoint_with(path, &[])
+        self.save_checkpoint_as(path, &SaveOptions::default())
     }
 
     /// [`Session::save_checkpoint`] with `extra` metadata entries beside the standard ones (a
@@ -693,18 +741,42 @@ impl Session {
         path: &std::path::Path,
         extra: &[(String, String)],
     ) -> Result<(), RuntimeError> {
+        self.save_checkpoint_as(path, &SaveOptions { metadata: extra.to_vec(), aliases: false })
+    }
+
+    /// [`Session::save_checkpoint`] as `options` say: extra metadata, and whether each alias
+    /// is written as a copy of its parameter.
+    ///
+    /// Counters are written as `i64` whatever integer type the plan declares: PyTorch's
+    /// `num_batches_tracked` is `i64`, and its `load_state_dict` copies into the buffer's
+    /// own dtype, so that is what an upstream model expects to find.
+    pub fn save_checkpoint_as(
+        &mut self,
+        path: &std::path::Path,
+        options: &SaveOptions,
+    ) -> Result<(), RuntimeError> {
         self.sync_from_device()?;
         let mut state = self.optimizer.clone();
         state.step = self.step;
+        // The optimizer state is the parameters': it never mentions an alias.
         let optim = crate::optim::state_to_tensors(&state, &self.plan.params)
             .map_err(|e| RuntimeError::Failed(format!("{}: {e}", path.display())))?;
+        let counted: Vec<(usize, Tensor)> = (self.plan.counters.iter())
+            .map(|&c| (c, Tensor { dtype: mgn_ir::DType::I64, ..self.params[c].clone() }))
+            .collect();
+        let value = |i: usize| -> &Tensor {
+            counted.iter().find(|(c, _)| *c == i).map_or(&self.params[i], |(_, t)| t)
+        };
         // `const` tensors are recomputed by every session, so a checkpoint leaves them out.
-        let persistent = self.plan.params.iter().zip(&self.params).filter(|(p, _)| p.persistent);
+        let persistent = (self.plan.params.iter().enumerate()).filter(|(_, p)| p.persistent);
         let mut tensors: Vec<(String, &Tensor)> =
-            persistent.map(|(p, t)| (p.name.clone(), t)).collect();
+            persistent.map(|(i, p)| (p.name.clone(), value(i))).collect();
+        if options.aliases {
+            tensors.extend(self.plan.aliases.iter().map(|a| (a.name.clone(), value(a.param))));
+        }
         tensors.extend(optim.iter().map(|(n, t)| (n.clone(), t)));
         let mut metadata = crate::checkpoint::standard_metadata(&self.plan.model, self.step);
-        metadata.extend_from_slice(extra);
+        metadata.extend_from_slice(&options.metadata);
         crate::checkpoint::save(path, &tensors, &metadata)
             .map_err(|e| RuntimeError::Failed(e.to_string()))
     }

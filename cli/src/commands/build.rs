@@ -13,7 +13,8 @@ use std::time::Instant;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum Emit {
-    /// One line: parameters, operations and build time.
+    /// One line: trainable parameters (buffers, const tables and state apart), operations and
+    /// build time.
     Summary,
     /// The graph IR: inputs, parameter table, every node with its shape and source line.
     Ir,
@@ -130,13 +131,10 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     let text = match a.emit {
         Emit::Ir => dump(g, &outcome.program.sources),
         Emit::Summary => {
-            let trainable = g.param_count(true);
             format!(
-                "{}: {} parameters ({} trainable), {} operations, {} {} plan of {} steps{}{}{}; \
-                 built in {elapsed:.1} ms\n",
+                "{}: {}, {} operations, {} {} plan of {} steps{}{}{}; built in {elapsed:.1} ms\n",
                 g.model,
-                thousands(trainable + g.param_count(false)),
-                thousands(trainable),
+                super::counts::Counts::of(&plan).describe(),
                 thousands(g.nodes.len()),
                 if plan.mode == Mode::Train { "a" } else { "an" },
                 if plan.mode == Mode::Train { "training" } else { "inference" },

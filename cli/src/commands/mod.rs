@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod build;
 pub mod check;
+pub mod counts;
 pub mod data;
 pub mod fmt;
 pub mod info;

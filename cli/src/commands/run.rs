@@ -124,6 +124,8 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
                 .map_err(|e| fail(&e.to_string(), a.format))?;
             if !rep.is_clean() {
                 eprintln!("warning: {}: {rep}", w.display());
+            } else if rep.has_notes() {
+                eprintln!("note: {}: {}", w.display(), rep.to_string().trim_end());
             }
             session
         }

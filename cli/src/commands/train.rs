@@ -93,6 +93,11 @@ pub struct TrainArgs {
     #[arg(long, value_name = "K", requires = "save_every",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub keep: Option<u64>,
+    /// Also write each tied weight under its other names (the model's aliases), as PyTorch's
+    /// `model.state_dict()` lists it; without it each tensor is written once, as Hugging
+    /// Face's `save_pretrained` writes. Either checkpoint loads strictly.
+    #[arg(long)]
+    pub save_aliases: bool,
     /// Continue from a checkpoint (parameters, optimizer state, step and place in the data).
     #[arg(long)]
     pub resume: Option<PathBuf>,
@@ -337,9 +342,18 @@ fn open_session(
     // parameters are allocated.
     let mut session = match &a.resume {
         Some(r) => {
-            Session::from_checkpoint(plan, order.seed, r, MatchMode::Strict, Restore::Everything)
-                .map_err(|e| fail(&e.to_string(), f))?
-                .0
+            let (session, rep) = Session::from_checkpoint(
+                plan,
+                order.seed,
+                r,
+                MatchMode::Strict,
+                Restore::Everything,
+            )
+            .map_err(|e| fail(&e.to_string(), f))?;
+            if rep.has_notes() {
+                eprintln!("note: {}: {}", r.display(), rep.to_string().trim_end());
+            }
+            session
         }
         None => Session::try_new(plan, order.seed).map_err(|e| fail(&e.to_string(), f))?,
     };

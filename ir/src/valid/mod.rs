@@ -11,6 +11,8 @@
 //! - has no tensor over 2^40 elements;
 //! - computes each computed init from constants alone, ending in the tensor's own type;
 //! - writes state only into untrained tensors, once per run, with values of their type;
+//! - gives aliases free names of saved parameters, and counts steps only into integer scalar
+//!   buffers that no step reads (sessions count on the host);
 //! - when it scales its loss, keeps the scale in an untrained, unsaved `f32[]` parameter, and
 //!   is a training plan with gradients;
 //! - when dynamic, has well-formed sizes, each an input's axis, and sites that hold their
@@ -262,6 +264,14 @@ fn counters(plan: &Plan) -> Result<(), String> {
         }
         if plan.state_writes.iter().any(|&(q, _)| q == p) {
             return Err(format!("`{}` is both counted and written by a run", spec.name));
+        }
+        // Sessions count on the host: a step reading a counter would read a stale copy on a
+        // device (and a GPU kernel has no 64-bit integers to read it as).
+        if let Some(i) = plan.steps.iter().position(|s| s.op == (Op::Param { index: p })) {
+            return Err(format!(
+                "step {i} (from {}) reads counter `{}`; no step may read a counter",
+                plan.steps[i].loc, spec.name
+            ));
         }
     }
     Ok(())

@@ -281,6 +281,13 @@ fn counters_are_integer_scalar_buffers_counted_once() {
         (|p| p.params[1].shape = vec![2], "an integer buffer of one element"),
         (|p| p.params[1].dtype = DType::F32, "an integer buffer of one element"),
         (|p| p.counters = vec![1, 1], "is counted twice"),
+        (
+            |p| {
+                let read = Step { op: Op::Param { index: 1 }, ..p.steps[1].clone() };
+                p.steps.push(Step { dtype: DType::I64, shape: vec![], ..read });
+            },
+            "step 7 (from m.mgn:3:5) reads counter `bn.num_batches_tracked`",
+        ),
     ];
     for (k, (edit, words)) in rows.iter().enumerate() {
         let mut p = good.clone();

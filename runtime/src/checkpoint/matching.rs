@@ -1,9 +1,23 @@
 //! Matching a checkpoint's tensors to a plan's parameters by name: strict or partial, with
 //! conversions within a kind (`f16` → `f32`, `i64` → `i32`) and a report of everything that
 //! did not fit.
+//!
+//! Beyond one tensor per parameter, upstream checkpoints have three habits a plan describes
+//! (`Plan::aliases`, `Plan::counters`, `InitSpec::Computed`), so that a PyTorch `state_dict`
+//! loads unchanged:
+//! - a tied weight may be saved under each of its names (`model.state_dict()`) or under one
+//!   (`save_pretrained`): a tensor named by an alias must equal, bit for bit, the one loaded
+//!   for its parameter, and when the parameter's own name is absent the alias supplies it;
+//! - a step counter (`num_batches_tracked`) is absent from checkpoints older than it: it then
+//!   starts at its initial value, as PyTorch's BatchNorm does;
+//! - a buffer computed from constants (a sinusoid table, position ids) is computed unless the
+//!   file holds it.
+//!
+//! Each of these is reported, never silent; none is a problem in strict mode, except an alias
+//! whose values differ from its parameter's.
 
 use super::{Checkpoint, CheckpointError, OPTIM_PREFIX};
-use mgn_ir::plan::ParamSpec;
+use mgn_ir::plan::{InitSpec, ParamAlias, ParamSpec, Plan};
 use mgn_ir::tensor::{Data, Tensor};
 use mgn_ir::DType;
 use std::collections::HashSet;
@@ -12,7 +26,8 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatchMode {
     /// Every parameter must be present with its shape, and nothing else (beyond optimizer
-    /// state) may be in the checkpoint.
+    /// state) may be in the checkpoint. Computed buffers and counters may be absent, and a
+    /// tied parameter may be present under an alias instead (see the module docs).
     Strict,
     /// Load what matches; report the rest.
     Partial,
@@ -41,37 +56,81 @@ pub struct Mismatch {
     pub note: Option<String>,
 }
 
+/// A tensor named by an alias whose values are not those of the parameter it is tied to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Untied {
+    pub alias: String,
+    pub param: String,
+    /// The first element that differs, with both values.
+    pub note: String,
+}
+
 /// What matching a checkpoint against a plan's parameters found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
-    /// Parameters loaded from the checkpoint.
+    /// Parameters loaded from the checkpoint (under their own name or an alias).
     pub loaded: Vec<String>,
     /// Parameters of the plan that the checkpoint lacks (with the expected signature).
     pub missing: Vec<(String, Signature)>,
-    /// Checkpoint tensors that are neither parameters nor optimizer state.
+    /// Checkpoint tensors that are neither parameters, aliases nor optimizer state.
     pub unexpected: Vec<(String, Signature)>,
     /// Tensors whose shape or kind (float / integer / bool) differ from the parameter's.
     pub mismatched: Vec<Mismatch>,
     /// Loaded tensors converted between dtypes of the same kind (`f16` → `f32`, `i64` → `i32`),
     /// as PyTorch's `load_state_dict` does; not an error in either mode.
     pub converted: Vec<(String, DType, DType)>,
+    /// Buffers computed from constants (`InitSpec::Computed`) that the checkpoint lacks: they
+    /// keep their computed value. Not an error in either mode.
+    pub computed: Vec<String>,
+    /// Counters (`Plan::counters`) that the checkpoint lacks: they start at their initial
+    /// value (0), as PyTorch's BatchNorm does for checkpoints older than its
+    /// `num_batches_tracked`. Not an error in either mode.
+    pub counters_started: Vec<String>,
+    /// (parameter, alias): parameters the checkpoint holds under an alias only, loaded from it
+    /// (a tied weight saved under its other name).
+    pub from_alias: Vec<(String, String)>,
+    /// (alias, parameter): aliases the checkpoint holds beside their parameter, equal to it.
+    pub tied: Vec<(String, String)>,
+    /// Aliases the checkpoint holds with values other than their parameter's: the file does
+    /// not tie what the model ties. An error in strict mode; the parameter's own tensor is
+    /// the one loaded in partial mode.
+    pub untied: Vec<Untied>,
 }
 
 impl Report {
-    /// Nothing missing, unexpected or mismatched.
+    /// Nothing missing, unexpected, mismatched or untied.
     pub fn is_clean(&self) -> bool {
-        self.missing.is_empty() && self.unexpected.is_empty() && self.mismatched.is_empty()
+        self.missing.is_empty()
+            && self.unexpected.is_empty()
+            && self.mismatched.is_empty()
+            && self.untied.is_empty()
+    }
+
+    /// Whether a load took something other than the file's own tensor for a parameter,
+    /// without that being a problem: a computed buffer computed, a counter started at 0, a
+    /// parameter loaded from an alias. Worth a note where a user loads a checkpoint.
+    pub fn has_notes(&self) -> bool {
+        !(self.computed.is_empty() && self.counters_started.is_empty())
+            || !self.from_alias.is_empty()
     }
 }
 
 impl Report {
     /// The first problem in a sentence, and how many more there are: a mismatch if there is
-    /// one, else a missing parameter, else an unexpected tensor.
+    /// one, else an alias that differs from its parameter, else a missing parameter, else an
+    /// unexpected tensor.
     fn first_problem(&self) -> String {
-        let total = self.missing.len() + self.unexpected.len() + self.mismatched.len();
+        let total =
+            self.missing.len() + self.unexpected.len() + self.mismatched.len() + self.untied.len();
         let first = if let Some(m) = self.mismatched.first() {
             let note = m.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
             format!("`{}` is {} in the file but {} in the model{note}", m.name, m.found, m.expected)
+        } else if let Some(u) = self.untied.first() {
+            format!(
+                "`{}` is tied to `{}` in the model, but the file holds other values under the two \
+                 names ({})",
+                u.alias, u.param, u.note
+            )
         } else if let Some((n, s)) = self.missing.first() {
             format!("`{n}` ({s}) is not in the file")
         } else if let Some((n, s)) = self.unexpected.first() {
@@ -111,10 +170,41 @@ impl fmt::Display for Report {
                 }
             }
         }
+        if !self.untied.is_empty() {
+            writeln!(f, "tied in the model but not in the checkpoint ({}):", self.untied.len())?;
+            for u in &self.untied {
+                writeln!(f, "  {} differs from {} ({})", u.alias, u.param, u.note)?;
+            }
+        }
         if !self.converted.is_empty() {
             writeln!(f, "converted on load ({}):", self.converted.len())?;
             for (n, from, to) in &self.converted {
                 writeln!(f, "  {n}: {from} -> {to}")?;
+            }
+        }
+        if !self.computed.is_empty() {
+            writeln!(f, "computed, not in the checkpoint ({}):", self.computed.len())?;
+            for n in &self.computed {
+                writeln!(f, "  {n}")?;
+            }
+        }
+        if !self.counters_started.is_empty() {
+            let n = self.counters_started.len();
+            writeln!(f, "counters not in the checkpoint, started at 0 ({n}):")?;
+            for n in &self.counters_started {
+                writeln!(f, "  {n}")?;
+            }
+        }
+        if !self.from_alias.is_empty() {
+            writeln!(f, "loaded from an alias ({}):", self.from_alias.len())?;
+            for (p, a) in &self.from_alias {
+                writeln!(f, "  {p} <- {a}")?;
+            }
+        }
+        if !self.tied.is_empty() {
+            writeln!(f, "aliases equal to their parameter ({}):", self.tied.len())?;
+            for (a, p) in &self.tied {
+                writeln!(f, "  {a} = {p}")?;
             }
         }
         Ok(())
@@ -157,54 +247,168 @@ fn convert(t: &Tensor, to: DType) -> Result<Tensor, String> {
     Ok(out)
 }
 
-/// Matches checkpoint tensors to a plan's parameters by name. The result has one entry per
-/// parameter, in order: the tensor to load (converted to the parameter's dtype), or `None`.
-/// Strict mode fails when anything is missing, unexpected or mismatched; partial mode loads
-/// what matches. Either way the report says what was found.
+/// The tensor of `name` in the file converted to `p`'s dtype, `None` when the file has no
+/// tensor of that name; a mismatch (recorded in `report`) is `Some(None)`.
+fn take(
+    ckpt: &Checkpoint,
+    name: &str,
+    p: &ParamSpec,
+    report: &mut Report,
+) -> Option<Option<Tensor>> {
+    let t = ckpt.get(name)?;
+    let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+    let found = Signature { dtype: t.dtype, shape: t.shape.clone() };
+    // An alias's mismatch says what it stands for: its own signature is its parameter's.
+    let tied = (name != p.name).then(|| format!("tied to `{}`", p.name));
+    let mismatch = |note: Option<String>| Mismatch {
+        name: name.to_string(),
+        expected: expected.clone(),
+        found: found.clone(),
+        note: match (note, &tied) {
+            (Some(n), Some(t)) => Some(format!("{n}; {t}")),
+            (n, t) => n.or(t.clone()),
+        },
+    };
+    if t.shape != p.shape || kind(t.dtype) != kind(p.dtype) {
+        report.mismatched.push(mismatch(None));
+        return Some(None);
+    }
+    match convert(t, p.dtype) {
+        Ok(c) => {
+            if t.dtype != p.dtype {
+                report.converted.push((name.to_string(), t.dtype, p.dtype));
+            }
+            Some(Some(c))
+        }
+        Err(note) => {
+            report.mismatched.push(mismatch(Some(note)));
+            Some(None)
+        }
+    }
+}
+
+/// The first element where `a` and `b` (of one dtype and shape) differ bit for bit, as a
+/// phrase naming both values; `None` when they are the same bits. Bits, not values: `-0.0`
+/// is not `0.0`, so the tie holds exactly what one tensor saved twice holds.
+fn first_difference(a: &Tensor, b: &Tensor, a_name: &str, b_name: &str) -> Option<String> {
+    let at = |i: usize, x: String, y: String| {
+        Some(format!("element {i}: {x} in `{a_name}`, {y} in `{b_name}`"))
+    };
+    match (&a.data, &b.data) {
+        (Data::F32(x), Data::F32(y)) => {
+            let i = x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits())?;
+            at(i, x[i].to_string(), y[i].to_string())
+        }
+        (Data::F64(x), Data::F64(y)) => {
+            let i = x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits())?;
+            at(i, x[i].to_string(), y[i].to_string())
+        }
+        (Data::I32(x), Data::I32(y)) => {
+            let i = x.iter().zip(y).position(|(p, q)| p != q)?;
+            at(i, x[i].to_string(), y[i].to_string())
+        }
+        // Matching converts both to the parameter's dtype, whose storage is one of the above.
+        _ => Some("stored differently".into()),
+    }
+}
+
+/// Matches checkpoint tensors to a plan's parameters by name: [`match_plan`] for a plan
+/// without aliases or counters.
 pub fn match_params(
     ckpt: &Checkpoint,
     params: &[ParamSpec],
     mode: MatchMode,
 ) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
+    match_tensors(ckpt, params, &[], &[], mode)
+}
+
+/// Matches checkpoint tensors to `plan`'s parameters by name, taking its aliases and counters
+/// into account (see the module docs). The result has one entry per parameter, in order: the
+/// tensor to load (converted to the parameter's dtype), or `None` — then the session keeps or
+/// computes its value (`Report::computed`, `Report::counters_started`, a partial load's
+/// `missing`). Strict mode fails when anything is missing, unexpected, mismatched or untied;
+/// partial mode loads what matches. Either way the report says what was found.
+pub fn match_plan(
+    ckpt: &Checkpoint,
+    plan: &Plan,
+    mode: MatchMode,
+) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
+    match_tensors(ckpt, &plan.params, &plan.aliases, &plan.counters, mode)
+}
+
+fn match_tensors(
+    ckpt: &Checkpoint,
+    params: &[ParamSpec],
+    aliases: &[ParamAlias],
+    counters: &[usize],
+    mode: MatchMode,
+) -> Result<(Vec<Option<Tensor>>, Report), CheckpointError> {
     let mut report = Report::default();
-    let mut out = Vec::with_capacity(params.len());
+    let mut out: Vec<Option<Tensor>> = vec![None; params.len()];
+    // Whether the file holds a tensor under the parameter's own name (matched or not).
+    let mut present = vec![false; params.len()];
     let mut used = HashSet::new();
-    for p in params {
-        let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+    for (i, p) in params.iter().enumerate() {
         if !p.persistent {
             // A `const` is computed by the session; a tensor of its name is not loaded.
-            out.push(None);
             continue;
         }
-        let Some(t) = ckpt.get(&p.name) else {
-            report.missing.push((p.name.clone(), expected));
-            out.push(None);
-            continue;
-        };
-        used.insert(p.name.as_str());
-        let found = Signature { dtype: t.dtype, shape: t.shape.clone() };
-        if t.shape != p.shape || kind(t.dtype) != kind(p.dtype) {
-            report.mismatched.push(Mismatch { name: p.name.clone(), expected, found, note: None });
-            out.push(None);
-            continue;
+        if let Some(t) = take(ckpt, &p.name, p, &mut report) {
+            used.insert(p.name.as_str());
+            present[i] = true;
+            out[i] = t;
         }
-        match convert(t, p.dtype) {
-            Ok(c) => {
-                if t.dtype != p.dtype {
-                    report.converted.push((p.name.clone(), t.dtype, p.dtype));
+    }
+    for a in aliases {
+        let p = &params[a.param];
+        let Some(t) = take(ckpt, &a.name, p, &mut report) else { continue };
+        used.insert(a.name.as_str());
+        let Some(t) = t else { continue };
+        match &out[a.param] {
+            // The parameter's own tensor, or an earlier alias's: the two must be one tensor.
+            Some(loaded) => {
+                let source = match present[a.param] {
+                    true => p.name.clone(),
+                    false => report
+                        .from_alias
+                        .iter()
+                        .find(|(q, _)| *q == p.name)
+                        .map_or(p.name.clone(), |(_, a)| a.clone()),
+                };
+                match first_difference(&t, loaded, &a.name, &source) {
+                    None => report.tied.push((a.name.clone(), p.name.clone())),
+                    Some(note) => report.untied.push(Untied {
+                        alias: a.name.clone(),
+                        param: p.name.clone(),
+                        note,
+                    }),
                 }
-                report.loaded.push(p.name.clone());
-                out.push(Some(c));
             }
-            Err(note) => {
-                report.mismatched.push(Mismatch {
-                    name: p.name.clone(),
-                    expected,
-                    found,
-                    note: Some(note),
-                });
-                out.push(None);
+            // Saved under its other name only (`save_pretrained` keeps one of a tie's names,
+            // and not always the one the model calls the parameter).
+            None if !present[a.param] => {
+                report.from_alias.push((p.name.clone(), a.name.clone()));
+                out[a.param] = Some(t);
             }
+            // The parameter's own tensor did not fit: that is the problem reported.
+            None => {}
+        }
+    }
+    for (i, p) in params.iter().enumerate() {
+        if !p.persistent {
+            continue;
+        }
+        if out[i].is_some() {
+            report.loaded.push(p.name.clone());
+        } else if present[i] {
+            // In the file but unusable: reported as a mismatch above.
+        } else if counters.contains(&i) {
+            report.counters_started.push(p.name.clone());
+        } else if matches!(p.init, InitSpec::Computed(_)) {
+            report.computed.push(p.name.clone());
+        } else {
+            let expected = Signature { dtype: p.dtype, shape: p.shape.clone() };
+            report.missing.push((p.name.clone(), expected));
         }
     }
     for (name, t) in &ckpt.tensors {
@@ -465,3 +669,6 @@ mod tests {
         assert!(match_params(&ck, &params, MatchMode::Strict).is_err());
     }
 }
+
+#[cfg(test)]
+mod upstream_tests;

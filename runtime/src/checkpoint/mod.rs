@@ -12,6 +12,13 @@
 //! `i32`) is an error naming the file. Parameters holding NaN or infinite values are refused
 //! by [`match_params`], naming each tensor and how many of its values are not finite.
 //!
+//! Upstream `state_dict`s load unchanged ([`match_plan`]): a tied weight may be saved under
+//! each of its names (`Plan::aliases`; the copies must be equal, bit for bit) or under one of
+//! them; a counter (`Plan::counters`, BatchNorm's `num_batches_tracked`, saved as `i64`) that
+//! an older checkpoint lacks starts at 0; a buffer computed from constants that the file lacks
+//! keeps its computed value. Each is reported in the [`Report`]. Saving writes each tensor once
+//! unless asked for the aliases' copies too (`session::SaveOptions::aliases`).
+//!
 //! Optimizer state is stored beside the parameters under [`OPTIM_PREFIX`]
 //! (`optim.<param name>.m`, `optim.<param name>.v`, `optim.step`, named by [`crate::optim`]);
 //! [`match_params`] does not count those names as unexpected. [`Checkpoint::optimizer_state`]
@@ -29,7 +36,7 @@ mod read;
 mod testing;
 mod write;
 
-pub use matching::{match_params, MatchMode, Mismatch, Report, Signature};
+pub use matching::{match_params, match_plan, MatchMode, Mismatch, Report, Signature, Untied};
 pub use read::{from_bytes, load};
 pub use write::{save, to_bytes};
 

@@ -92,7 +92,10 @@ pub(super) fn to_json(r: &Report, a: &BenchArgs) -> Value {
         "model": r.model,
         "file": a.file.display().to_string(),
         "config": config,
-        "param_count": r.param_count,
+        // Parameters alone, as PyTorch's `model.parameters()` counts them (bench/reference.py's
+        // `count_params`), so the two reports agree; buffers apart.
+        "param_count": r.counts.parameters(),
+        "buffer_count": r.counts.buffers,
         "backend": r.backend,
         "precision": mgn_ir::precision::Precision::from(a.precision).name(),
         "device": r.device,

@@ -215,7 +215,7 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     Ok(Report {
         model,
         config,
-        param_count: plan.params.iter().map(|p| p.numel() as u64).sum(),
+        counts: crate::commands::counts::Counts::of(&plan),
         backend: backend_name(b.engine.get()),
         device,
         optimizer: optimizer_name(&spec),

@@ -13,8 +13,8 @@ use mgn_runtime::Plan;
 pub(super) struct Report {
     pub(super) model: String,
     pub(super) config: Vec<(String, String)>,
-    /// Elements of every parameter and buffer.
-    pub(super) param_count: u64,
+    /// Elements of the model's tensors by kind (trainable parameters, buffers, ...).
+    pub(super) counts: crate::commands::counts::Counts,
     /// `cpu`, `vulkan` or `metal`: where the sessions ran.
     pub(super) backend: &'static str,
     pub(super) device: String,

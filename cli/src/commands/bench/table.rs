@@ -4,7 +4,6 @@ use super::inputs::describe;
 use super::measure::Timing;
 use super::results::{timing_basis, Memory, Profiled, Report, Setup};
 use super::BenchArgs;
-use mgn_compiler::graph::dump::thousands;
 use mgn_ir::units::bytes;
 
 /// Milliseconds to four or five significant digits.
@@ -44,10 +43,10 @@ fn header(r: &Report, a: &BenchArgs) -> String {
     let mut out = String::new();
     let config = r.config.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
     out += &format!(
-        "{} ({}, {} parameters) on {}, backend {}, precision {}\n",
+        "{} ({}, {}) on {}, backend {}, precision {}\n",
         r.model,
         a.file.display(),
-        thousands(r.param_count as usize),
+        r.counts.describe(),
         r.device,
         r.backend,
         mgn_ir::precision::Precision::from(a.precision)

@@ -5,12 +5,18 @@
 
 use super::order::Order;
 use mgn_ir::tensor::Data;
-use mgn_runtime::session::Session;
+use mgn_runtime::session::{SaveOptions, Session};
 use std::path::{Path, PathBuf};
 
 /// Saves `session` to `path` with the training metadata of `order`, after checking that every
-/// parameter is finite: a checkpoint never holds what a diverged step left.
-pub fn save(session: &mut Session, order: &Order, path: &Path) -> Result<(), String> {
+/// parameter is finite: a checkpoint never holds what a diverged step left. `aliases`
+/// (`--save-aliases`) writes each alias of a tied weight as a copy too.
+pub fn save(
+    session: &mut Session,
+    order: &Order,
+    path: &Path,
+    aliases: bool,
+) -> Result<(), String> {
     session.sync_from_device().map_err(|e| e.to_string())?;
     if let Some(name) = first_non_finite(session) {
         return Err(format!(
@@ -21,8 +27,8 @@ pub fn save(session: &mut Session, order: &Order, path: &Path) -> Result<(), Str
         ));
     }
     // The place in the data: skipped steps (loss scaling) took their batches too.
-    let meta = order.metadata(session.batches_done());
-    session.save_checkpoint_with(path, &meta).map_err(|e| e.to_string())
+    let metadata = order.metadata(session.batches_done());
+    session.save_checkpoint_as(path, &SaveOptions { metadata, aliases }).map_err(|e| e.to_string())
 }
 
 /// The first parameter holding a NaN or an infinity.

@@ -82,9 +82,12 @@ fn eval_inner(a: &EvalArgs) -> Result<(), u8> {
         ));
     }
     // The weights alone (an evaluation steps no optimizer), matched before anything is allocated.
-    let (mut session, _) =
+    let (mut session, rep) =
         Session::from_checkpoint(plan, 0, &a.weights, MatchMode::Strict, Restore::Weights)
             .map_err(|e| fail(&e.to_string(), f))?;
+    if rep.has_notes() {
+        eprintln!("note: {}: {}", a.weights.display(), rep.to_string().trim_end());
+    }
     attach(&mut session, engine, f)?;
     let data = Dataset::load(&a.data, &session.plan).map_err(|e| fail(&e, f))?;
     let (labels_name, labels, output) = find_labels(a, &session.plan).map_err(|e| fail(&e, f))?;

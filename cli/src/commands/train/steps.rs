@@ -187,7 +187,7 @@ impl<'a> Trainer<'a> {
 
     /// Writes `path` (finite parameters only, atomically, with the place in the data).
     fn save(&mut self, path: &std::path::Path) -> Result<(), Stop> {
-        checkpoints::save(&mut self.session, &self.order, path)
+        checkpoints::save(&mut self.session, &self.order, path, self.a.save_aliases)
             .map_err(|e| Stop::error(format!("{e}; stopped ({})", self.kept())))?;
         self.last_saved = Some((path.to_path_buf(), self.session.step));
         Ok(())
