@@ -65,7 +65,7 @@ pub fn build(
                     .name("mgnc-probe".into())
                     .stack_size(STACK_BYTES)
                     .spawn_scoped(scope, move || {
-                        let g = elab::elaborate(program, root, index, &settings)?;
+                        let g = elab::elaborate_in(program, root, index, &settings, opts.mode)?;
                         lower_with_spans(g, &program.sources, opts).map(|(p, _)| p)
                     })
             })

@@ -106,6 +106,10 @@ pub struct Evaluator<'p> {
     /// their contractions in f32 under a mixed precision policy — with their derivatives
     /// (`[1]`), or without them (`derivatives = false`, `[0]`).
     pub full_precision: [usize; 2],
+    /// The value of `training`: whether the plan being built is a training plan.
+    pub training: bool,
+    /// Whether anything read `training`: then the graph is made for one mode only.
+    pub read_training: bool,
 }
 
 /// A fact about a span of source, recorded while elaborating (hover, inlay hints).
@@ -147,7 +151,15 @@ impl<'p> Evaluator<'p> {
             output_spans: Vec::new(),
             facts: Vec::new(),
             full_precision: [0, 0],
+            training: false,
+            read_training: false,
         }
+    }
+
+    /// The value of `training`, noting that the graph now depends on the plan's mode.
+    pub fn read_training(&mut self) -> bool {
+        self.read_training = true;
+        self.training
     }
 
     // ---- frames and nodes ---------------------------------------------------------------
@@ -307,6 +319,7 @@ impl<'p> Evaluator<'p> {
             },
             Some(Target::Item { module, index, .. }) => self.item_value(module, index, span),
             Some(Target::Module(m)) => Ok(Value::Module(m)),
+            Some(Target::Builtin(b)) if b.value.is_some() => builtins::read(self, b, span),
             Some(Target::Builtin(b)) => Ok(Value::Builtin(b)),
             None => Err(self.not_found(name, span)),
         }

@@ -8,6 +8,7 @@ pub mod value;
 use crate::front::{did_you_mean, ModId, Program};
 use crate::graph::Graph;
 use eval::{Evaluator, Frame, FrameStep};
+use mgn_ir::plan::Mode;
 use mgn_syntax::ast::{Item, LayerItem, LayerKind, ScalarType, TypeExpr};
 use mgn_syntax::{Diagnostic, Span, StepKind};
 use value::Value;
@@ -71,23 +72,36 @@ pub fn models(prog: &Program, module: ModId) -> Vec<(usize, &LayerItem)> {
         .collect()
 }
 
-/// Elaborates model `index` of `module` with the given argument overrides.
+/// Elaborates model `index` of `module` with the given argument overrides, for an inference
+/// plan (`training` is false).
 pub fn elaborate(
     prog: &Program,
     module: ModId,
     index: usize,
     settings: &[Setting],
 ) -> Result<Graph, Diagnostic> {
-    elaborate_with_facts(prog, module, index, settings, &mut Vec::new())
+    elaborate_in(prog, module, index, settings, Mode::Infer)
 }
 
-/// As `elaborate`, also collecting facts about spans (types of expressions, `let`s, fields) —
-/// as many as were learned before an error, if there is one.
+/// As `elaborate`, for a plan of `mode` (`training` is true in a training plan).
+pub fn elaborate_in(
+    prog: &Program,
+    module: ModId,
+    index: usize,
+    settings: &[Setting],
+    mode: Mode,
+) -> Result<Graph, Diagnostic> {
+    elaborate_with_facts(prog, module, index, settings, mode, &mut Vec::new())
+}
+
+/// As `elaborate_in`, also collecting facts about spans (types of expressions, `let`s,
+/// fields) — as many as were learned before an error, if there is one.
 pub fn elaborate_with_facts(
     prog: &Program,
     module: ModId,
     index: usize,
     settings: &[Setting],
+    mode: Mode,
     facts: &mut Vec<eval::Fact>,
 ) -> Result<Graph, Diagnostic> {
     let Item::Layer(model) = prog.item(module, index) else {
@@ -114,6 +128,7 @@ pub fn elaborate_with_facts(
         }
     }
     let mut ev = Evaluator::new(prog);
+    ev.training = mode == Mode::Train;
     ev.graph.model = model.name.name.clone();
     let frame = Frame {
         module,
@@ -187,6 +202,7 @@ pub fn elaborate_with_facts(
     });
     facts.append(&mut ev.facts);
     result.map_err(|d| eval::trace::finish(&prog.sources, d))?;
+    ev.graph.training = ev.read_training.then_some(ev.training);
     Ok(ev.graph)
 }
 
@@ -242,4 +258,6 @@ fn show(v: &Value) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+#[cfg(test)]
+mod training_tests;

@@ -54,6 +54,11 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
     (b.run)(ev, &args)
 }
 
+/// The value of a builtin value (`training`), read where its name is written.
+pub fn read(ev: &mut Evaluator, b: &'static Builtin, span: Span) -> R<Value> {
+    (b.run)(ev, &Args { builtin: b, vals: Vec::new(), span })
+}
+
 pub fn signature(b: &Builtin) -> String {
     format!("`{}({})`", b.name, b.params.join(", "))
 }

@@ -19,7 +19,7 @@ mod spatial;
 mod transpose;
 mod window;
 
-pub use args::{call, signature, Args};
+pub use args::{call, read, signature, Args};
 pub use pointwise::{elementwise, matmul};
 pub use select::{compare, logic, not};
 pub use shapes::swap_axes;
@@ -50,6 +50,8 @@ pub struct Builtin {
     pub params: &'static [&'static str],
     pub doc: &'static str,
     run: fn(&mut Evaluator, &Args) -> R<Value>,
+    /// For a builtin value (`training`), read by its name and never called: its type.
+    pub value: Option<&'static str>,
 }
 
 impl std::fmt::Debug for Builtin {
@@ -60,9 +62,12 @@ impl std::fmt::Debug for Builtin {
 
 macro_rules! b {
     ($name:literal, [$($p:literal),*], $doc:literal, $run:expr) => {
-        Builtin { name: $name, params: &[$($p),*], doc: $doc, run: $run }
+        Builtin { name: $name, params: &[$($p),*], doc: $doc, run: $run, value: None }
     };
 }
+
+/// The builtin value whose name is the plan's mode: true while building a training plan.
+pub const TRAINING: &str = "training";
 
 static BUILTINS: &[Builtin] = &[
     // pointwise
@@ -381,6 +386,15 @@ static BUILTINS: &[Builtin] = &[
         "x read along an axis at integer indices (torch.gather)",
         take_along_axis
     ),
+    // compile-time values
+    Builtin {
+        name: TRAINING,
+        params: &[],
+        doc: "true while building a training plan (`--mode train`), false for an inference \
+              plan: `if training { … } else { … }` elaborates one branch per plan",
+        run: |e, _| Ok(Value::Bool(e.read_training())),
+        value: Some("bool"),
+    },
     // initializers
     b!("zeros", [], "initializer: all zeros", |_, _| Ok(Value::Init(InitSpec::Constant(0.0)))),
     b!("ones", [], "initializer: all ones", |_, _| Ok(Value::Init(InitSpec::Constant(1.0)))),
