@@ -165,6 +165,12 @@ fn digits_cnn_with_batch_norm() {
     check_model("models/digits_cnn.mgn", &["batch=3", "c1=4", "c2=6"]);
 }
 
+/// Nested lists, a list chosen by `if` and named copies, each called in order.
+#[test]
+fn nested_and_named_sequences() {
+    check_model("tests/valid/sequences.mgn", &[]);
+}
+
 #[test]
 fn tiny_gpt() {
     check_model(

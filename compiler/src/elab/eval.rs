@@ -12,16 +12,18 @@
 
 mod call;
 mod computed;
+mod copy_names;
 pub(crate) use call::bind_args;
 mod expr;
 mod layer;
 mod pattern;
+mod sequence;
 mod state;
 pub mod trace;
 
 use super::builtins;
 pub use super::value::Local;
-use super::value::{LayerInst, Locals, Value};
+use super::value::{LayerInst, Locals, Sequence, Value};
 use crate::front::{did_you_mean, ModId, Program, Target};
 use crate::graph::dump::thousands;
 use crate::graph::{

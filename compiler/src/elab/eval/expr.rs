@@ -2,6 +2,7 @@
 //! which record into the graph).
 
 use super::*;
+use crate::elab::value::item_path;
 
 impl<'p> Evaluator<'p> {
     pub fn eval(&mut self, e: &Expr) -> R<Value> {
@@ -240,6 +241,23 @@ impl<'p> Evaluator<'p> {
                     Err(d)
                 }
             },
+            Value::Sequence(seq) => match seq.item(&field.name) {
+                Some(v) => Ok(v.clone()),
+                None => {
+                    let names: Vec<&str> =
+                        seq.items.iter().filter_map(|v| item_path(v)?.rsplit('.').next()).collect();
+                    let mut d = Diagnostic::error(
+                        "E0101",
+                        format!("the sequence `{}` has no item `{}`", seq.path, field.name),
+                        field.span,
+                        "unknown item",
+                    );
+                    if let Some(h) = did_you_mean(&field.name, names.iter().copied()) {
+                        d = d.with_help(h);
+                    }
+                    Err(d)
+                }
+            },
             Value::Tuple(items) => match field.name.parse::<usize>() {
                 Ok(i) if i < items.len() => Ok(items[i].clone()),
                 _ => Err(Diagnostic::error(
@@ -277,7 +295,7 @@ impl<'p> Evaluator<'p> {
             ));
         };
         let (len, what) = match &base {
-            Value::Repeated(l) => (l.len(), "repeated layer"),
+            Value::Sequence(s) => (s.items.len(), "sequence of layers"),
             Value::Tuple(t) => (t.len(), "tuple"),
             Value::List(t) => (t.len(), "list"),
             Value::Tensor(_) => {
@@ -307,7 +325,7 @@ impl<'p> Evaluator<'p> {
             ));
         };
         Ok(match base {
-            Value::Repeated(l) => Value::Layer(l[k].clone()),
+            Value::Sequence(s) => s.items[k].clone(),
             Value::Tuple(t) | Value::List(t) => t[k].clone(),
             _ => unreachable!("checked above"),
         })
@@ -417,6 +435,15 @@ impl<'p> Evaluator<'p> {
     }
 
     fn eval_block_inner(&mut self, b: &Block) -> R<Value> {
+        self.eval_stmts(b)?;
+        match &b.tail {
+            Some(e) => self.eval(e),
+            None => Ok(Value::unit()),
+        }
+    }
+
+    /// A block's statements, binding its `let`s in the current frame.
+    pub(super) fn eval_stmts(&mut self, b: &Block) -> R<()> {
         for s in &b.stmts {
             match s {
                 Stmt::Let { pat, ty, value, .. } => {
@@ -431,10 +458,7 @@ impl<'p> Evaluator<'p> {
                 Stmt::Assign { field, value, span } => self.assign(field, value, *span)?,
             }
         }
-        match &b.tail {
-            Some(e) => self.eval(e),
-            None => Ok(Value::unit()),
-        }
+        Ok(())
     }
 
     /// `output name = e` (or `output name`): records a result of the model.
