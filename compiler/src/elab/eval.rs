@@ -19,6 +19,7 @@ mod layer;
 mod pattern;
 mod sequence;
 mod state;
+mod tied;
 pub mod trace;
 
 use super::builtins;
@@ -99,6 +100,8 @@ pub struct Evaluator<'p> {
     consts: HashMap<(ModId, usize), Value>,
     /// Set while a field initializer runs: a layer call there instantiates under this path.
     ctor_path: Option<String>,
+    /// Set while `name = tied(p)` calls `tied`: the field's path and name, `p`'s second name.
+    tie_path: Option<(String, Span)>,
     is_std: Vec<bool>,
     /// Where each output was declared, for "declared twice".
     output_spans: Vec<(String, Span)>,
@@ -149,6 +152,7 @@ impl<'p> Evaluator<'p> {
             depth: 0,
             consts: HashMap::new(),
             ctor_path: None,
+            tie_path: None,
             is_std,
             output_spans: Vec::new(),
             facts: Vec::new(),

@@ -66,6 +66,9 @@ macro_rules! b {
     };
 }
 
+/// The builtin that gives a parameter a second checkpoint name: `name = tied(p)`.
+pub const TIED: &str = "tied";
+
 /// The builtin value whose name is the plan's mode: true while building a training plan.
 pub const TRAINING: &str = "training";
 
@@ -385,6 +388,14 @@ static BUILTINS: &[Builtin] = &[
         ["x", "index", "axis"],
         "x read along an axis at integer indices (torch.gather)",
         take_along_axis
+    ),
+    // fields
+    b!(
+        "tied",
+        ["param"],
+        "as a field's initializer, `name = tied(p)`: the parameter or buffer p itself under a \
+         second checkpoint name, the field's (tied weights: GPT-2's lm_head.weight)",
+        |e, a| e.tie(a.raw("param"), a.span)
     ),
     // compile-time values
     Builtin {

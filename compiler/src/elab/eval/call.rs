@@ -43,7 +43,7 @@ impl<'p> Evaluator<'p> {
         }
     }
 
-    fn eval_args(&mut self, args: &[Arg]) -> R<Vec<ArgVal>> {
+    pub(super) fn eval_args(&mut self, args: &[Arg]) -> R<Vec<ArgVal>> {
         let mut vals = Vec::with_capacity(args.len());
         for a in args {
             vals.push(ArgVal {

@@ -91,6 +91,7 @@ impl<'p> Evaluator<'p> {
             FieldInit::Repeat { count, index, name, body } => {
                 self.repeat_field(count, index.as_ref(), name.as_ref(), body, &full)
             }
+            FieldInit::Expr(e) if self.is_tied_call(e) => self.tied_field(f, e, &full),
             FieldInit::Expr(e) => self.construct(e, &full),
         }
     }
