@@ -13,6 +13,7 @@
 mod call;
 mod computed;
 mod copy_names;
+mod counters;
 pub(crate) use call::bind_args;
 mod expr;
 mod layer;
@@ -115,6 +116,8 @@ pub struct Evaluator<'p> {
     pub training: bool,
     /// Whether anything read `training`: then the graph is made for one mode only.
     pub read_training: bool,
+    /// Where each of `graph.counters` was named (`batch_norm`'s `tracked`), for diagnostics.
+    pub counter_sites: Vec<Span>,
 }
 
 /// A fact about a span of source, recorded while elaborating (hover, inlay hints).
@@ -159,6 +162,7 @@ impl<'p> Evaluator<'p> {
             full_precision: [0, 0],
             training: false,
             read_training: false,
+            counter_sites: Vec::new(),
         }
     }
 

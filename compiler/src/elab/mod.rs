@@ -198,7 +198,7 @@ pub fn elaborate_with_facts(
         if let Some(fwd) = model.forward.first() {
             ev.eval_block(&fwd.body)?;
         }
-        Ok(())
+        ev.check_counters()
     });
     facts.append(&mut ev.facts);
     result.map_err(|d| eval::trace::finish(&prog.sources, d))?;

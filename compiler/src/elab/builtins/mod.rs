@@ -6,6 +6,7 @@
 mod args;
 mod attention;
 mod conv;
+mod counter;
 mod einsum;
 mod fill;
 mod init;
@@ -223,8 +224,9 @@ static BUILTINS: &[Builtin] = &[
     ),
     b!(
         "batch_norm",
-        ["x", "running_mean", "running_var", "weight?", "bias?", "momentum?", "eps?"],
-        "batch normalization over [N, C, ...]",
+        ["x", "running_mean", "running_var", "weight?", "bias?", "momentum?", "eps?", "tracked?"],
+        "batch normalization over [N, C, ...]; `tracked`, an integer scalar buffer, counts the \
+         training steps (PyTorch's num_batches_tracked)",
         batch_norm
     ),
     b!(

@@ -241,6 +241,7 @@ pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
         ));
     }
     let eps = eps(ev, a, 1e-5)?;
+    super::counter::tracked(ev, a)?;
     let inputs = std::iter::once(t).chain(stats).chain(w).chain(b).collect();
     node(
         ev,
