@@ -14,6 +14,8 @@ use std::rc::Rc;
 pub struct Args {
     builtin: &'static Builtin,
     vals: Vec<Option<(Value, Span)>>,
+    /// How many arguments the call wrote (an omitted value passed on counts too).
+    pub written: usize,
     pub span: Span,
 }
 
@@ -32,6 +34,7 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
             None => d.with_note(signature(b)),
         }
     };
+    let written = args.len();
     let slots = bind_args(&names, args, too_many, unknown)?;
     // An absent optional field, or an optional parameter the caller left out, passed to an
     // optional parameter counts as not given.
@@ -50,13 +53,13 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
             .with_note(signature(b)));
         }
     }
-    let args = Args { builtin: b, vals, span };
+    let args = Args { builtin: b, vals, written, span };
     (b.run)(ev, &args)
 }
 
 /// The value of a builtin value (`training`), read where its name is written.
 pub fn read(ev: &mut Evaluator, b: &'static Builtin, span: Span) -> R<Value> {
-    (b.run)(ev, &Args { builtin: b, vals: Vec::new(), span })
+    (b.run)(ev, &Args { builtin: b, vals: Vec::new(), written: 0, span })
 }
 
 pub fn signature(b: &Builtin) -> String {

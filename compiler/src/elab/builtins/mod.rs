@@ -9,6 +9,7 @@ mod conv;
 mod counter;
 mod einsum;
 mod fill;
+mod given;
 mod init;
 mod loss;
 mod pointwise;
@@ -32,6 +33,7 @@ use attention::*;
 use conv::*;
 use einsum::*;
 use fill::*;
+use given::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
@@ -398,6 +400,13 @@ static BUILTINS: &[Builtin] = &[
         "as a field's initializer, `name = tied(p)`: the parameter or buffer p itself under a \
          second checkpoint name, the field's (tied weights: GPT-2's lm_head.weight)",
         |e, a| e.tie(a.raw("param"), a.span)
+    ),
+    b!(
+        "given",
+        ["x?"],
+        "whether an optional parameter was given (or a conditional field exists): false for \
+         one left out, true for any value",
+        given
     ),
     // compile-time values
     Builtin {
