@@ -21,7 +21,11 @@ pub struct Args {
 
 pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Span) -> R<Value> {
     let names: Vec<&str> = b.params.iter().map(|p| p.trim_end_matches('?')).collect();
+    let written = args.len();
     let too_many = |a: &ArgVal| {
+        if b.name == super::EINSUM {
+            return too_many_operands(a, written - 1);
+        }
         let n = names.len();
         let msg = format!("`{}` takes at most {n} argument{}", b.name, plural(n));
         Diagnostic::error("E0401", msg, a.span, "unexpected argument").with_note(signature(b))
@@ -34,7 +38,6 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
             None => d.with_note(signature(b)),
         }
     };
-    let written = args.len();
     let slots = bind_args(&names, args, too_many, unknown)?;
     // An absent optional field, or an optional parameter the caller left out, passed to an
     // optional parameter counts as not given.
@@ -55,6 +58,18 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
     }
     let args = Args { builtin: b, vals, written, span };
     (b.run)(ev, &args)
+}
+
+/// `einsum` with more than two operands: counted as operands, not arguments (its spec is one),
+/// with the way to contract more.
+fn too_many_operands(a: &ArgVal, operands: usize) -> Diagnostic {
+    Diagnostic::error(
+        "E0401",
+        format!("`einsum` takes one or two operands, found {operands}"),
+        a.span,
+        "a third operand",
+    )
+    .with_help("contract two at a time: `einsum(\"ik,kl->il\", einsum(\"ij,jk->ik\", a, b), c)`")
 }
 
 /// The value of a builtin value (`training`), read where its name is written.

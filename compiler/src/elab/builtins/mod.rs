@@ -69,6 +69,9 @@ macro_rules! b {
     };
 }
 
+/// Einstein summation, whose arguments are a spec and its operands.
+pub const EINSUM: &str = "einsum";
+
 /// The builtin that gives a parameter a second checkpoint name: `name = tied(p)`.
 pub const TIED: &str = "tied";
 

@@ -637,6 +637,9 @@ fn tensor_field_help(d: Diagnostic, field: &str) -> Diagnostic {
         "dtype" => {
             d.with_help("the element type is part of the tensor's type; `cast(x, dt)` converts it")
         }
+        "detach" => {
+            d.with_help("`stop_gradient(x)` is PyTorch's `x.detach()`: tensors have no methods")
+        }
         _ => d.with_note(
             "tensors have no fields: `.name` reaches fields of layers, items of \
              modules and positions of tuples",
