@@ -107,26 +107,7 @@ pub fn elaborate_with_facts(
     let Item::Layer(model) = prog.item(module, index) else {
         unreachable!("callers pass a model item")
     };
-    for s in settings {
-        if !model.params.iter().any(|p| p.name.name == s.name) {
-            let mut d = Diagnostic::error(
-                "E0501",
-                format!(
-                    "`{} {}`: model `{}` has no argument `{}`",
-                    s.flag, s.name, model.name.name, s.name
-                ),
-                model.name.span,
-                "in this model",
-            );
-            let names: Vec<&str> = model.params.iter().map(|p| p.name.name.as_str()).collect();
-            d = match did_you_mean(&s.name, names.iter().copied()) {
-                Some(h) => d.with_help(h),
-                None if names.is_empty() => d.with_note("this model takes no arguments"),
-                None => d.with_note(format!("its arguments are: {}", names.join(", "))),
-            };
-            return Err(d);
-        }
-    }
+    check_settings(model, settings)?;
     let mut ev = Evaluator::new(prog);
     ev.training = mode == Mode::Train;
     ev.graph.model = model.name.name.clone();
@@ -204,6 +185,31 @@ pub fn elaborate_with_facts(
     result.map_err(|d| eval::trace::finish(&prog.sources, d))?;
     ev.graph.training = ev.read_training.then_some(ev.training);
     Ok(ev.graph)
+}
+
+/// Every `--set` or `--dynamic` name is an argument of the model.
+fn check_settings(model: &LayerItem, settings: &[Setting]) -> Result<(), Diagnostic> {
+    for s in settings {
+        if !model.params.iter().any(|p| p.name.name == s.name) {
+            let mut d = Diagnostic::error(
+                "E0501",
+                format!(
+                    "`{} {}`: model `{}` has no argument `{}`",
+                    s.flag, s.name, model.name.name, s.name
+                ),
+                model.name.span,
+                "in this model",
+            );
+            let names: Vec<&str> = model.params.iter().map(|p| p.name.name.as_str()).collect();
+            d = match did_you_mean(&s.name, names.iter().copied()) {
+                Some(h) => d.with_help(h),
+                None if names.is_empty() => d.with_note("this model takes no arguments"),
+                None => d.with_note(format!("its arguments are: {}", names.join(", "))),
+            };
+            return Err(d);
+        }
+    }
+    Ok(())
 }
 
 fn parse_setting(s: &Setting, ty: &TypeExpr, span: Span) -> Result<Value, Diagnostic> {

@@ -142,7 +142,8 @@ impl<'p> Evaluator<'p> {
                 return Err(Diagnostic::error(
                     "E0201",
                     format!(
-                        "a repeated `{what}` must return one tensor to feed the next copy, found {}",
+                        "a repeated `{what}` must return one tensor to feed the next copy, \
+                         found {}",
                         self.describe(&out)
                     ),
                     span,

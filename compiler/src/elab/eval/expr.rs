@@ -241,23 +241,7 @@ impl<'p> Evaluator<'p> {
                     Err(d)
                 }
             },
-            Value::Sequence(seq) => match seq.item(&field.name) {
-                Some(v) => Ok(v.clone()),
-                None => {
-                    let names: Vec<&str> =
-                        seq.items.iter().filter_map(|v| item_path(v)?.rsplit('.').next()).collect();
-                    let mut d = Diagnostic::error(
-                        "E0101",
-                        format!("the sequence `{}` has no item `{}`", seq.path, field.name),
-                        field.span,
-                        "unknown item",
-                    );
-                    if let Some(h) = did_you_mean(&field.name, names.iter().copied()) {
-                        d = d.with_help(h);
-                    }
-                    Err(d)
-                }
-            },
+            Value::Sequence(seq) => sequence_item(seq, field),
             Value::Tuple(items) => match field.name.parse::<usize>() {
                 Ok(i) if i < items.len() => Ok(items[i].clone()),
                 _ => Err(Diagnostic::error(
@@ -571,6 +555,25 @@ impl<'p> Evaluator<'p> {
             }
         }
     }
+}
+
+/// `seq.name`: the item of a sequence named `name` (its position, or its `repeat` name).
+fn sequence_item(seq: &Sequence, field: &Ident) -> R<Value> {
+    if let Some(v) = seq.item(&field.name) {
+        return Ok(v.clone());
+    }
+    let names: Vec<&str> =
+        seq.items.iter().filter_map(|v| item_path(v)?.rsplit('.').next()).collect();
+    let d = Diagnostic::error(
+        "E0101",
+        format!("the sequence `{}` has no item `{}`", seq.path, field.name),
+        field.span,
+        "unknown item",
+    );
+    Err(match did_you_mean(&field.name, names.iter().copied()) {
+        Some(h) => d.with_help(h),
+        None => d,
+    })
 }
 
 fn overflow(span: Span) -> Diagnostic {
