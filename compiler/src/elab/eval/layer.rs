@@ -209,6 +209,7 @@ fn show_config(config: &[Local]) -> String {
             Value::Float(f) => format!("{} = {f:?}", l.name),
             Value::Bool(b) => format!("{} = {b}", l.name),
             Value::DType(d) => format!("{} = {d}", l.name),
+            Value::Init(i) => format!("{} = {i}", l.name),
             v => format!("{} = {}", l.name, v.kind()),
         })
         .collect::<Vec<_>>()
