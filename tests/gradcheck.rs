@@ -165,6 +165,41 @@ fn digits_cnn_with_batch_norm() {
     check_model("models/digits_cnn.mgn", &["batch=3", "c1=4", "c2=6"]);
 }
 
+/// std.nn's MultiheadAttention equals the attention written out from its parameters (self,
+/// causal, cross with a mask, causal across lengths), on the CPU and where there is one on the
+/// GPU; and its gradients are right.
+#[test]
+fn multihead_attention_is_the_attention_written_out() {
+    let model = "tests/valid/multihead_attention.mgn";
+    check_model(model, &[]);
+    let plan = compile(model, &[]);
+    let mut rng = Lcg(11);
+    let mut normal = |shape: Vec<usize>| {
+        let n = shape.iter().product();
+        Tensor::f32(shape, (0..n).map(|_| rng.normal() as f32).collect())
+    };
+    let (x, ctx, mask) = (normal(vec![2, 5, 8]), normal(vec![2, 3, 8]), normal(vec![5, 3]));
+    let mut session = Session::new(plan, 5);
+    let check = |out: &mgn_runtime::session::RunOutput, on: &str| {
+        let get = |name: &str| {
+            let (_, t) = out.outputs.iter().find(|(n, _)| n == name).expect("an output");
+            t.to_f64_vec()
+        };
+        for name in ["selfish", "ordered", "crossed", "first"] {
+            let (layer, hand) = (get(name), get(&format!("{name}_by_hand")));
+            let worst = layer.iter().zip(&hand).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(worst < 1e-5, "{on}: {name} differs from the hand computation by {worst}");
+        }
+    };
+    on_cpu_and_gpu(&mut session, &[("x", &x), ("ctx", &ctx), ("mask", &mask)], check);
+}
+
+/// Nested lists, a list chosen by `if` and named copies, each called in order.
+#[test]
+fn nested_and_named_sequences() {
+    check_model("tests/valid/sequences.mgn", &[]);
+}
+
 #[test]
 fn tiny_gpt() {
     check_model(

@@ -235,6 +235,7 @@ const SHOWN: &[&str] = &[
     "tests/valid/routing.mgn",
     "tests/valid/weighted_loss.mgn",
     "tests/valid/optional_params.mgn",
+    "tests/valid/sequences.mgn",
 ];
 
 /// docs/LANGUAGE.md shows these test programs verbatim as the examples of their features, so
@@ -297,4 +298,32 @@ fn optional_parameters_left_out_are_not_given_downstream() {
         })
         .collect();
     assert_eq!(norms, [(false, false, 1), (true, true, 3), (true, false, 2)]);
+}
+
+/// tests/valid/sequences.mgn reproduces torchvision's names: lists nested in lists, a block's
+/// layers chosen by `if` (named by their place in the chosen list), and ViT's named copies.
+#[test]
+fn sequences_take_torchvisions_names() {
+    let outcome = check(Path::new("tests/valid/sequences.mgn"));
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let g = &outcome.graphs[0];
+    let names: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
+    for name in [
+        "features.0.0.weight",
+        "features.0.1.running_var",
+        "features.1.block.0.0.weight",
+        "features.1.block.1.1.bias",
+        "features.2.block.0.0.weight",
+        "features.2.block.2.1.running_mean",
+        "encoder.layers.encoder_layer_0.weight",
+        "encoder.layers.encoder_layer_2.bias",
+    ] {
+        assert!(names.contains(&name), "no `{name}` in {names:?}");
+    }
+    // Without expansion the depthwise convolution comes first: 4 channels, one group each.
+    let depthwise = g.params.iter().find(|p| p.name == "features.1.block.0.0.weight").unwrap();
+    assert_eq!(depthwise.shape, [4, 1, 3, 3]);
+    let expansion = g.params.iter().find(|p| p.name == "features.2.block.0.0.weight").unwrap();
+    assert_eq!(expansion.shape, [8, 4, 1, 1]);
+    assert!(!names.iter().any(|n| n.starts_with("features.1.block.2")), "{names:?}");
 }

@@ -309,7 +309,7 @@ fn hovers(c: &mut Client, main: &str) {
     let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "relu", 0, 1))));
     assert!(h.contains("builtin relu(x)") && h.contains("max(x, 0)"), "{h}");
     let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "Linear(d", 0, 2))));
-    assert!(h.contains("layer Linear(in_features: dim"), "the stdlib signature: {h}");
+    assert!(h.contains("layer Linear(\n    in_features: dim"), "the stdlib signature: {h}");
     assert!(h.contains("y = x · Wᵀ + b"), "and its doc comment: {h}");
     let h = hover_text(&c.request("textDocument/hover", at(main, pos(MAIN, "twice", 0, 0))));
     assert!(
@@ -338,7 +338,7 @@ fn definitions(c: &mut Client, main: &str, blocks: &str, dir: &Path) -> Stdlib {
         uri: uri.to_string(),
         text: std::fs::read_to_string(dir.join("stdlib-cache/nn.mgn")).unwrap(),
     };
-    assert_eq!(d["range"]["start"], pos(&stdlib.text, "Linear(in_features", 0, 0), "{d}");
+    assert_eq!(d["range"]["start"], pos(&stdlib.text, "Linear(\n    in_features", 0, 0), "{d}");
     let d = c.request("textDocument/definition", at(main, pos(MAIN, "Scale(3)", 0, 0)));
     assert_eq!(d["uri"], blocks);
     assert_eq!(d["range"]["start"], pos(BLOCKS, "Scale", 0, 0));

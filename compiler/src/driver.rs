@@ -7,6 +7,7 @@ use crate::elab::{self, Setting};
 use crate::front::{self, Program};
 use crate::graph::Graph;
 use crate::source::{normalize, read_source, Origin};
+use mgn_ir::plan::Mode;
 use mgn_syntax::{Diagnostic, Span};
 use std::path::Path;
 
@@ -40,11 +41,20 @@ pub enum Models {
 }
 
 /// Checks a file from disk. An error means it cannot be read (`read_source`: missing, not a
-/// regular file, over the size limit, not UTF-8), and says why.
+/// regular file, over the size limit, not UTF-8), and says why. `Models::One` is elaborated
+/// for an inference plan (`training` is false); `check_path_as` chooses.
 pub fn check_path(path: &Path, models: Models) -> Result<Outcome, String> {
+    check_path_as(path, models, Mode::Infer)
+}
+
+/// As `check_path`, elaborating `Models::One` for a plan of `mode`. (`Models::All` is
+/// elaborated for inference, and for training too where a model reads `training`.)
+pub fn check_path_as(path: &Path, models: Models, mode: Mode) -> Result<Outcome, String> {
     let text = read_source(path)
         .map_err(|reason| format!("cannot read `{}`: {reason}", path.display()))?;
-    Ok(check_text(path.display().to_string(), Origin::Path(normalize(path)), text, models))
+    let name = path.display().to_string();
+    let origin = Origin::Path(normalize(path));
+    Ok(check_text_as(name, origin, text, models, front::load::Overrides::new(), mode))
 }
 
 pub fn check_text(name: String, origin: Origin, text: String, models: Models) -> Outcome {
@@ -59,9 +69,20 @@ pub fn check_text_with_overrides(
     models: Models,
     overrides: front::load::Overrides,
 ) -> Outcome {
+    check_text_as(name, origin, text, models, overrides, Mode::Infer)
+}
+
+fn check_text_as(
+    name: String,
+    origin: Origin,
+    text: String,
+    models: Models,
+    overrides: front::load::Overrides,
+    mode: Mode,
+) -> Outcome {
     let fallback_name = name.clone();
     let fallback_text = text.clone();
-    let run = move || pipeline(name, origin, text, models, overrides);
+    let run = move || pipeline(name, origin, text, models, overrides, mode);
     match std::thread::Builder::new()
         .name("mgnc".into())
         .stack_size(STACK_BYTES)
@@ -105,6 +126,7 @@ fn pipeline(
     text: String,
     models: Models,
     overrides: front::load::Overrides,
+    mode: Mode,
 ) -> Outcome {
     let (program, mut diagnostics) =
         front::load::load_with_overrides(name, origin, text, overrides);
@@ -117,7 +139,7 @@ fn pipeline(
         match models {
             Models::All => {
                 for (index, _) in all {
-                    match elab::elaborate_with_facts(&program, root, index, &[], &mut facts) {
+                    match check_both_modes(&program, index, &mut facts) {
                         Ok(g) => graphs.push(g),
                         Err(d) => diagnostics.push(d),
                     }
@@ -125,7 +147,10 @@ fn pipeline(
             }
             Models::One { name, settings } => match pick_model(&program, &all, name.as_deref()) {
                 Ok(index) => {
-                    match elab::elaborate_with_facts(&program, root, index, &settings, &mut facts) {
+                    let built = elab::elaborate_with_facts(
+                        &program, root, index, &settings, mode, &mut facts,
+                    );
+                    match built {
                         Ok(g) => graphs.push(g),
                         Err(d) => diagnostics.push(d),
                     }
@@ -135,6 +160,24 @@ fn pipeline(
         }
     }
     Outcome { program, diagnostics, graphs, facts }
+}
+
+/// Elaborates a model of the root file with its defaults for an inference plan and, when it
+/// reads `training` (so a training plan elaborates other code), for a training plan too: the
+/// inference graph, or the first error, the training one's saying so.
+fn check_both_modes(
+    program: &Program,
+    index: usize,
+    facts: &mut Vec<crate::elab::eval::Fact>,
+) -> Result<Graph, Diagnostic> {
+    let root = program.root;
+    let g = elab::elaborate_with_facts(program, root, index, &[], Mode::Infer, facts)?;
+    if g.training.is_some() {
+        elab::elaborate_with_facts(program, root, index, &[], Mode::Train, facts).map_err(|d| {
+            d.with_note("in the training plan: this model reads `training`, which is true there")
+        })?;
+    }
+    Ok(g)
 }
 
 fn pick_model(
@@ -204,7 +247,8 @@ pub fn plan_path_dynamic(
 ) -> Result<(Outcome, Option<mgn_ir::Plan>), String> {
     let bound: Vec<usize> = sizes.iter().map(|v| v.max).collect();
     let at_bound = crate::dynamic::settings_at(&settings, sizes, &bound);
-    let mut outcome = check_path(path, Models::One { name: model, settings: at_bound })?;
+    let models = Models::One { name: model, settings: at_bound };
+    let mut outcome = check_path_as(path, models, opts.mode)?;
     if !outcome.ok() {
         return Ok((outcome, None));
     }

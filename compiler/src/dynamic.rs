@@ -9,7 +9,7 @@
 
 use crate::elab::{self, Flag, Setting};
 use crate::front::{ModId, Program};
-use crate::graph::Graph;
+use crate::graph::{fmt_type, Graph};
 use crate::lower::{lower_with_spans, PlanOptions};
 use mgn_ir::dynamic::{Dynamic, FitError, Misfit, Probes, SizeVar};
 use mgn_ir::Plan;
@@ -54,6 +54,9 @@ pub fn build(
     opts: &PlanOptions,
 ) -> Result<Plan, Diagnostic> {
     let probes = Probes::new(sizes);
+    // Where each parameter is made, in a user file: a parameter that changes is reported there.
+    let made: Vec<(String, Span)> =
+        bound.params.iter().map(|p| (p.name.clone(), bound.node(p.node).user_span)).collect();
     let (first, spans) = lower_with_spans(bound, &program.sources, opts)?;
     let rest = &probes.points[1..];
     let others: Vec<Result<Plan, Diagnostic>> = std::thread::scope(|scope| {
@@ -65,7 +68,7 @@ pub fn build(
                     .name("mgnc-probe".into())
                     .stack_size(STACK_BYTES)
                     .spawn_scoped(scope, move || {
-                        let g = elab::elaborate(program, root, index, &settings)?;
+                        let g = elab::elaborate_in(program, root, index, &settings, opts.mode)?;
                         lower_with_spans(g, &program.sources, opts).map(|(p, _)| p)
                     })
             })
@@ -86,6 +89,9 @@ pub fn build(
         })?);
     }
     let model = model_span(program, root, index);
+    if let Some(d) = changed_parameter(&plans, &made, sizes, &probes) {
+        return Err(d);
+    }
     let d = Dynamic::fit(sizes, &probes, &plans).map_err(|e| match e {
         FitError::Step { step, misfit } => {
             let span = spans.get(step).copied().unwrap_or(model);
@@ -116,6 +122,62 @@ pub fn build(
         )
     })?;
     Ok(plan)
+}
+
+/// The first parameter whose shape or presence differs between the plans at the probe points
+/// (a parameter's shape cannot be dynamic: it is loaded and saved as it is), as an E0503 at
+/// the user's line that makes it — a field, or the layer call that makes it.
+fn changed_parameter(
+    plans: &[Plan],
+    made: &[(String, Span)],
+    sizes: &[SizeVar],
+    probes: &Probes,
+) -> Option<Diagnostic> {
+    let bound = &plans[0];
+    let (k, at) = plans.iter().enumerate().skip(1).find_map(|(at, p)| {
+        let n = p.params.len().min(bound.params.len());
+        let k = (0..n).find(|&k| p.params[k] != bound.params[k]);
+        let k = k.or((p.params.len() != bound.params.len()).then_some(n))?;
+        Some((k, at))
+    })?;
+    let (name, span) = made.get(k)?;
+    let (here, there) = (describe(sizes, &probes.points[0]), describe(sizes, &probes.points[at]));
+    let other = plans[at].params.get(k).filter(|q| q.name == *name);
+    let (message, label) = match other {
+        Some(q) => {
+            let p = &bound.params[k];
+            let reshaped = p.shape != q.shape;
+            let what = if reshaped { "the shape of parameter" } else { "parameter" };
+            // Only the shapes where they differ; the initializers where they may.
+            let spec = |p: &mgn_ir::plan::ParamSpec| {
+                let ty = fmt_type(p.dtype, &p.shape);
+                if reshaped {
+                    ty
+                } else {
+                    format!("{ty} init {}", p.init)
+                }
+            };
+            (
+                format!("{what} `{name}` changes with the dynamic sizes"),
+                format!("{} at {here}, {} at {there}", spec(p), spec(q)),
+            )
+        }
+        None => (
+            format!("parameter `{name}` exists at some dynamic sizes only"),
+            format!("made here at {here}, not at {there}"),
+        ),
+    };
+    Some(
+        Diagnostic::error("E0503", message, *span, label)
+            .with_note(
+                "a dynamic plan changes the shapes of values between runs, never its \
+                 parameters: they are loaded and saved as they are",
+            )
+            .with_help(format!(
+                "make the sizes this depends on static with `--set` ({})",
+                names(sizes)
+            )),
+    )
 }
 
 fn misfit_diagnostic(

@@ -25,4 +25,6 @@ pub mod render;
 pub mod rewrite;
 pub mod source;
 
-pub use driver::{check_path, check_text, check_text_with_overrides, Models, Outcome};
+pub use driver::{
+    check_path, check_path_as, check_text, check_text_with_overrides, Models, Outcome,
+};

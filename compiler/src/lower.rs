@@ -64,6 +64,7 @@ pub fn lower_with_spans(
     opts: &PlanOptions,
 ) -> Result<(Plan, Vec<Span>), Diagnostic> {
     check_engine(opts.rewrites)?;
+    check_mode(&g, opts.mode)?;
     check_frozen(&g, opts)?;
     // State writes are results like outputs: the rewrites track them as outputs.
     let n_out = g.outputs.len();
@@ -166,6 +167,26 @@ fn check_frozen(g: &Graph, opts: &PlanOptions) -> Result<(), Diagnostic> {
         }
     }
     Ok(())
+}
+
+/// A graph that read `training` is made for that mode alone: lowering it into a plan of the
+/// other mode would run the other mode's code (an internal error of the caller).
+fn check_mode(g: &Graph, mode: Mode) -> Result<(), Diagnostic> {
+    match g.training {
+        Some(training) if training != (mode == Mode::Train) => Err(Diagnostic::error(
+            "E0999",
+            format!(
+                "internal error: model `{}` reads `training` and was elaborated for {} plan, \
+                 not for this {} plan",
+                g.model,
+                if training { "a training" } else { "an inference" },
+                if mode == Mode::Train { "training" } else { "inference" },
+            ),
+            Default::default(),
+            "while building this model",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The engine `--rewrites` asks for is in this build (egglog needs its cargo feature).

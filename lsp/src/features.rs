@@ -254,7 +254,10 @@ pub fn item_signature(text: &str, item: &Item) -> String {
 }
 
 pub fn builtin_signature(b: &Builtin) -> String {
-    format!("builtin {}({})", b.name, b.params.join(", "))
+    match b.value {
+        Some(ty) => format!("builtin {}: {ty}", b.name),
+        None => format!("builtin {}({})", b.name, b.params.join(", ")),
+    }
 }
 
 /// Source text on one line, without its comments: a completion's detail.

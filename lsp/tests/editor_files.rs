@@ -49,14 +49,20 @@ fn package_json_declares_the_language_and_its_files() {
 #[test]
 fn grammar_knows_every_builtin_and_reserved_word() {
     let g = read("syntaxes/mgn.tmLanguage.json");
-    let builtins = g["repository"]["builtins"]["match"].as_str().unwrap();
-    let listed: Vec<&str> =
-        builtins.split_once("\\b(").unwrap().1.split_once(")\\b").unwrap().0.split('|').collect();
-    let mut want: Vec<&str> = mgn_compiler::elab::builtins::names().collect();
-    let mut got = listed.clone();
-    want.sort();
-    got.sort();
-    assert_eq!(got, want, "the grammar's builtin list differs from the compiler's");
+    // Builtin functions are highlighted where a call follows; builtin values (`training`)
+    // wherever they are written.
+    for (rule, values) in [("builtins", false), ("builtin_values", true)] {
+        let pattern = g["repository"][rule]["match"].as_str().unwrap();
+        let listed = pattern.split_once("\\b(").unwrap().1.split_once(")\\b").unwrap().0;
+        let mut got: Vec<&str> = listed.split('|').collect();
+        let mut want: Vec<&str> = (mgn_compiler::elab::builtins::all().iter())
+            .filter(|b| b.value.is_some() == values)
+            .map(|b| b.name)
+            .collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "the grammar's `{rule}` differ from the compiler's");
+    }
     let text = serde_json::to_string(&g).unwrap();
     for kw in [
         "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",

@@ -149,8 +149,9 @@ impl TensorKind {
 pub enum FieldInit {
     /// `param f32[..] init e`, `buffer f32[..] init e` or `const f32[..] init e`.
     Tensor { kind: TensorKind, ty: TensorType, init: Option<Expr> },
-    /// `repeat(n, i) Layer(...)`.
-    Repeat { count: Expr, index: Option<Ident>, body: Expr },
+    /// `repeat(n, i) Layer(...)`, or `repeat(n, i, name = "block_{i}") Layer(...)`: `name` is
+    /// the pattern of the copies' names (numbered `0`, `1`, … without one).
+    Repeat { count: Expr, index: Option<Ident>, name: Option<Expr>, body: Expr },
     /// A sub-layer instantiation or any other expression.
     Expr(Expr),
 }

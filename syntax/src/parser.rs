@@ -360,8 +360,16 @@ impl Builder<'_> {
                 let count = self.expr(i.next().unwrap());
                 let mut rest: Vec<Pair<Rule>> = i.collect();
                 let body = self.expr(rest.pop().unwrap());
-                let index = rest.pop().map(|r| self.ident(r));
-                FieldInit::Repeat { count, index, body }
+                let (mut index, mut name) = (None, None);
+                for r in rest {
+                    match r.as_rule() {
+                        Rule::repeat_name => {
+                            name = Some(self.expr(skip_kw(r.into_inner()).next().unwrap()))
+                        }
+                        _ => index = Some(self.ident(r)),
+                    }
+                }
+                FieldInit::Repeat { count, index, name, body }
             }
             _ => FieldInit::Expr(self.expr(init_pair)),
         };
@@ -740,6 +748,7 @@ fn skip_kw(pairs: Pairs<Rule>) -> impl Iterator<Item = Pair<Rule>> {
                 | Rule::kw_state
                 | Rule::kw_init
                 | Rule::kw_repeat
+                | Rule::kw_name
                 | Rule::kw_let
                 | Rule::kw_if
                 | Rule::kw_else

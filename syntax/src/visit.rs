@@ -193,10 +193,13 @@ macro_rules! visitor {
                         v.visit_expr(e);
                     }
                 }
-                FieldInit::Repeat { count, index, body } => {
+                FieldInit::Repeat { count, index, name, body } => {
                     v.visit_expr(count);
                     if let Some(i) = index {
                         v.visit_ident(i);
+                    }
+                    if let Some(n) = name {
+                        v.visit_expr(n);
                     }
                     v.visit_expr(body);
                 }

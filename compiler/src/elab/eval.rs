@@ -12,16 +12,20 @@
 
 mod call;
 mod computed;
+mod copy_names;
+mod counters;
 pub(crate) use call::bind_args;
 mod expr;
 mod layer;
 mod pattern;
+mod sequence;
 mod state;
+mod tied;
 pub mod trace;
 
 use super::builtins;
 pub use super::value::Local;
-use super::value::{LayerInst, Locals, Value};
+use super::value::{LayerInst, Locals, Sequence, Value};
 use crate::front::{did_you_mean, ModId, Program, Target};
 use crate::graph::dump::thousands;
 use crate::graph::{
@@ -97,6 +101,8 @@ pub struct Evaluator<'p> {
     consts: HashMap<(ModId, usize), Value>,
     /// Set while a field initializer runs: a layer call there instantiates under this path.
     ctor_path: Option<String>,
+    /// Set while `name = tied(p)` calls `tied`: the field's path and name, `p`'s second name.
+    tie_path: Option<(String, Span)>,
     is_std: Vec<bool>,
     /// Where each output was declared, for "declared twice".
     output_spans: Vec<(String, Span)>,
@@ -106,6 +112,12 @@ pub struct Evaluator<'p> {
     /// their contractions in f32 under a mixed precision policy — with their derivatives
     /// (`[1]`), or without them (`derivatives = false`, `[0]`).
     pub full_precision: [usize; 2],
+    /// The value of `training`: whether the plan being built is a training plan.
+    pub training: bool,
+    /// Whether anything read `training`: then the graph is made for one mode only.
+    pub read_training: bool,
+    /// Where each of `graph.counters` was named (`batch_norm`'s `tracked`), for diagnostics.
+    pub counter_sites: Vec<Span>,
 }
 
 /// A fact about a span of source, recorded while elaborating (hover, inlay hints).
@@ -143,11 +155,21 @@ impl<'p> Evaluator<'p> {
             depth: 0,
             consts: HashMap::new(),
             ctor_path: None,
+            tie_path: None,
             is_std,
             output_spans: Vec::new(),
             facts: Vec::new(),
             full_precision: [0, 0],
+            training: false,
+            read_training: false,
+            counter_sites: Vec::new(),
         }
+    }
+
+    /// The value of `training`, noting that the graph now depends on the plan's mode.
+    pub fn read_training(&mut self) -> bool {
+        self.read_training = true;
+        self.training
     }
 
     // ---- frames and nodes ---------------------------------------------------------------
@@ -307,6 +329,7 @@ impl<'p> Evaluator<'p> {
             },
             Some(Target::Item { module, index, .. }) => self.item_value(module, index, span),
             Some(Target::Module(m)) => Ok(Value::Module(m)),
+            Some(Target::Builtin(b)) if b.value.is_some() => builtins::read(self, b, span),
             Some(Target::Builtin(b)) => Ok(Value::Builtin(b)),
             None => Err(self.not_found(name, span)),
         }

@@ -8,6 +8,7 @@ pub mod value;
 use crate::front::{did_you_mean, ModId, Program};
 use crate::graph::Graph;
 use eval::{Evaluator, Frame, FrameStep};
+use mgn_ir::plan::Mode;
 use mgn_syntax::ast::{Item, LayerItem, LayerKind, ScalarType, TypeExpr};
 use mgn_syntax::{Diagnostic, Span, StepKind};
 use value::Value;
@@ -71,49 +72,44 @@ pub fn models(prog: &Program, module: ModId) -> Vec<(usize, &LayerItem)> {
         .collect()
 }
 
-/// Elaborates model `index` of `module` with the given argument overrides.
+/// Elaborates model `index` of `module` with the given argument overrides, for an inference
+/// plan (`training` is false).
 pub fn elaborate(
     prog: &Program,
     module: ModId,
     index: usize,
     settings: &[Setting],
 ) -> Result<Graph, Diagnostic> {
-    elaborate_with_facts(prog, module, index, settings, &mut Vec::new())
+    elaborate_in(prog, module, index, settings, Mode::Infer)
 }
 
-/// As `elaborate`, also collecting facts about spans (types of expressions, `let`s, fields) —
-/// as many as were learned before an error, if there is one.
+/// As `elaborate`, for a plan of `mode` (`training` is true in a training plan).
+pub fn elaborate_in(
+    prog: &Program,
+    module: ModId,
+    index: usize,
+    settings: &[Setting],
+    mode: Mode,
+) -> Result<Graph, Diagnostic> {
+    elaborate_with_facts(prog, module, index, settings, mode, &mut Vec::new())
+}
+
+/// As `elaborate_in`, also collecting facts about spans (types of expressions, `let`s,
+/// fields) — as many as were learned before an error, if there is one.
 pub fn elaborate_with_facts(
     prog: &Program,
     module: ModId,
     index: usize,
     settings: &[Setting],
+    mode: Mode,
     facts: &mut Vec<eval::Fact>,
 ) -> Result<Graph, Diagnostic> {
     let Item::Layer(model) = prog.item(module, index) else {
         unreachable!("callers pass a model item")
     };
-    for s in settings {
-        if !model.params.iter().any(|p| p.name.name == s.name) {
-            let mut d = Diagnostic::error(
-                "E0501",
-                format!(
-                    "`{} {}`: model `{}` has no argument `{}`",
-                    s.flag, s.name, model.name.name, s.name
-                ),
-                model.name.span,
-                "in this model",
-            );
-            let names: Vec<&str> = model.params.iter().map(|p| p.name.name.as_str()).collect();
-            d = match did_you_mean(&s.name, names.iter().copied()) {
-                Some(h) => d.with_help(h),
-                None if names.is_empty() => d.with_note("this model takes no arguments"),
-                None => d.with_note(format!("its arguments are: {}", names.join(", "))),
-            };
-            return Err(d);
-        }
-    }
+    check_settings(model, settings)?;
     let mut ev = Evaluator::new(prog);
+    ev.training = mode == Mode::Train;
     ev.graph.model = model.name.name.clone();
     let frame = Frame {
         module,
@@ -183,11 +179,37 @@ pub fn elaborate_with_facts(
         if let Some(fwd) = model.forward.first() {
             ev.eval_block(&fwd.body)?;
         }
-        Ok(())
+        ev.check_counters()
     });
     facts.append(&mut ev.facts);
     result.map_err(|d| eval::trace::finish(&prog.sources, d))?;
+    ev.graph.training = ev.read_training.then_some(ev.training);
     Ok(ev.graph)
+}
+
+/// Every `--set` or `--dynamic` name is an argument of the model.
+fn check_settings(model: &LayerItem, settings: &[Setting]) -> Result<(), Diagnostic> {
+    for s in settings {
+        if !model.params.iter().any(|p| p.name.name == s.name) {
+            let mut d = Diagnostic::error(
+                "E0501",
+                format!(
+                    "`{} {}`: model `{}` has no argument `{}`",
+                    s.flag, s.name, model.name.name, s.name
+                ),
+                model.name.span,
+                "in this model",
+            );
+            let names: Vec<&str> = model.params.iter().map(|p| p.name.name.as_str()).collect();
+            d = match did_you_mean(&s.name, names.iter().copied()) {
+                Some(h) => d.with_help(h),
+                None if names.is_empty() => d.with_note("this model takes no arguments"),
+                None => d.with_note(format!("its arguments are: {}", names.join(", "))),
+            };
+            return Err(d);
+        }
+    }
+    Ok(())
 }
 
 fn parse_setting(s: &Setting, ty: &TypeExpr, span: Span) -> Result<Value, Diagnostic> {
@@ -242,4 +264,6 @@ fn show(v: &Value) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+#[cfg(test)]
+mod training_tests;

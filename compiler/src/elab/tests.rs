@@ -21,6 +21,42 @@ fn elaborate_on_small_stack(text: String) -> Result<Graph, Diagnostic> {
     thread.join().expect("elaboration returns on a 2 MiB stack")
 }
 
+/// Loads `text`, checks its names and elaborates its only model for a plan of `mode` with
+/// `settings`: what the evaluator's own tests build from.
+pub(super) fn build(text: &str, mode: Mode, settings: &[&str]) -> Result<Graph, Diagnostic> {
+    build_in(&program(text), mode, settings)
+}
+
+/// `text` loaded, its names checked clean.
+pub(super) fn program(text: &str) -> Program {
+    let (prog, diags) = load("t.mgn".into(), Origin::Memory("t".into()), text.to_string());
+    assert!(diags.is_empty(), "{diags:#?}");
+    let diags = names::check(&prog);
+    assert!(diags.is_empty(), "{diags:#?}");
+    prog
+}
+
+/// The only model of `prog` elaborated for a plan of `mode` with `settings`.
+pub(super) fn build_in(prog: &Program, mode: Mode, settings: &[&str]) -> Result<Graph, Diagnostic> {
+    let (index, _) = models(prog, prog.root)[0];
+    let settings: Vec<Setting> = settings.iter().map(|s| s.parse().expect("name=value")).collect();
+    elaborate_in(prog, prog.root, index, &settings, mode)
+}
+
+/// The plan `opts` asks for of the only model of `text`.
+pub(super) fn plan(
+    text: &str,
+    opts: &crate::lower::PlanOptions,
+) -> Result<mgn_ir::Plan, Diagnostic> {
+    let prog = program(text);
+    crate::lower::lower(build_in(&prog, opts.mode, &[])?, &prog.sources, opts)
+}
+
+/// The names of a graph's parameter table, in order.
+pub(super) fn param_names(g: &Graph) -> Vec<&str> {
+    g.params.iter().map(|p| p.name.as_str()).collect()
+}
+
 fn scan(steps: usize) -> String {
     format!(
         "fn scan(h: f32[B, d], x: f32[B, d], w: f32[d], n: int) -> f32[B, d] {{

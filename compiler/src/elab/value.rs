@@ -20,8 +20,9 @@ pub enum Value {
     List(Rc<Vec<Value>>),
     Init(InitSpec),
     Layer(Rc<LayerInst>),
-    /// The copies made by `repeat(n)`, applied in order when called.
-    Repeated(Rc<Vec<Rc<LayerInst>>>),
+    /// Layers applied in order when called: the copies made by `repeat(n)`, a list field, or a
+    /// list nested in one.
+    Sequence(Rc<Sequence>),
     /// A field whose `if` condition was false.
     Absent {
         field: Span,
@@ -126,6 +127,33 @@ pub struct LayerInst {
     pub span: Span,
 }
 
+/// Layers applied in order, each one's result the next one's first argument (PyTorch's
+/// `nn.Sequential`): a `repeat` field, a list field, or a list nested in one. Each item is a
+/// `Value::Layer` or a nested `Value::Sequence`, whose path is this path and the item's name
+/// (its position, or the name a `repeat` pattern gave it).
+#[derive(Debug)]
+pub struct Sequence {
+    /// Checkpoint path of the sequence (`features.1`).
+    pub path: String,
+    pub items: Vec<Value>,
+}
+
+impl Sequence {
+    /// The item named `name` (the last segment of its path): `features.0`, `layers.block_3`.
+    pub fn item(&self, name: &str) -> Option<&Value> {
+        self.items.iter().find(|v| item_path(v).and_then(|p| p.rsplit('.').next()) == Some(name))
+    }
+}
+
+/// The checkpoint path of a layer or a sequence.
+pub fn item_path(v: &Value) -> Option<&str> {
+    match v {
+        Value::Layer(l) => Some(&l.path),
+        Value::Sequence(s) => Some(&s.path),
+        _ => None,
+    }
+}
+
 impl LayerInst {
     pub fn field(&self, name: &str) -> Option<&Value> {
         self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
@@ -157,7 +185,7 @@ impl Value {
             Value::List(_) => "a list",
             Value::Init(_) => "an initializer",
             Value::Layer(_) => "a layer",
-            Value::Repeated(_) => "a repeated layer",
+            Value::Sequence(_) => "a sequence of layers",
             Value::Absent { .. } => "an absent field",
             Value::Omitted { .. } => "an optional argument that was not given",
             Value::Item(..) => "an item",

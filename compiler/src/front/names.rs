@@ -315,7 +315,10 @@ impl Checker<'_> {
                 used_before_defined(name, span, *later)
             }
             Problem::Unknown { name, later_field: None, suggestion } => {
-                self.unknown(name, suggestion.as_deref(), span)
+                match self.input_in_field(name, span) {
+                    Some(d) => d,
+                    None => self.unknown(name, suggestion.as_deref(), span),
+                }
             }
             Problem::BareSelf => Diagnostic::error(
                 "E0101",
@@ -362,6 +365,47 @@ impl Checker<'_> {
 }
 
 impl Checker<'_> {
+    /// An input of the model read outside its forward — in a field, whose value is made once
+    /// before any run has inputs, or in an input's shape. In a computed `init` it is what
+    /// LANGUAGE.md says an `init` may not read.
+    fn input_in_field(&self, name: &str, span: Span) -> Option<Diagnostic> {
+        let model = self.layer.filter(|l| l.kind == LayerKind::Model && !self.model_forward)?;
+        let input = model.inputs.iter().find(|i| i.name.name == name)?;
+        let in_init = model.fields.iter().any(|f| match &f.init {
+            FieldInit::Tensor { init: Some(e), .. } => {
+                e.span.start <= span.start && span.end <= e.span.end
+            }
+            _ => false,
+        });
+        let d = if in_init {
+            Diagnostic::error(
+                "E0201",
+                format!(
+                    "an `init` must be computed from constants alone, but this one reads input \
+                     `{name}`"
+                ),
+                span,
+                "not a constant",
+            )
+            .with_help(
+                "a field's initial value cannot depend on inputs or other fields; compute it from \
+                 numbers, `arange` and the model's arguments",
+            )
+        } else {
+            Diagnostic::error(
+                "E0201",
+                format!("input `{name}` is read outside the model's forward"),
+                span,
+                "an input",
+            )
+            .with_help(
+                "fields (and input shapes) are made once, before any run has inputs: read inputs \
+                 in `forward`",
+            )
+        };
+        Some(d.with_label(input.name.span, "declared here"))
+    }
+
     /// A name that refers to nothing, with the likeliest fix: the stdlib item of exactly that
     /// name, a near name, an input the model does not declare yet; or, inside a call whose `(`
     /// starts a line, that the line continued the one above.
@@ -378,6 +422,9 @@ impl Checker<'_> {
             return continued_call(self.prog, d, callee, paren);
         }
         let called = self.callee == Some(span);
+        if let Some(ours) = pytorch_name(name) {
+            return d.with_help(format!("`{name}` is PyTorch's name; in mgn it is `{ours}`"));
+        }
         let model = self.layer.filter(|l| l.kind == LayerKind::Model && self.model_forward);
         match (std_home(name), suggestion, model) {
             (Some(module), _, _) => d.with_help(format!(
@@ -412,6 +459,23 @@ fn used_before_defined(name: &str, span: Span, later: Span) -> Diagnostic {
 }
 
 /// The stdlib module that defines `name`, for "add `use ...`" hints.
+/// PyTorch functions whose mgn builtin has another name (a spelling distance finds none of
+/// these), as that builtin is called.
+const PYTORCH_NAMES: &[(&str, &str)] = &[
+    ("detach", "stop_gradient(x)"),
+    ("cat", "concat([a, b], axis)"),
+    ("view", "reshape(x, shape)"),
+    ("chunk", "split(x, parts, axis)"),
+    ("clip", "clamp(x, min, max)"),
+    ("masked_fill", "where(mask, value, x)"),
+    ("mm", "a @ b"),
+    ("bmm", "a @ b"),
+];
+
+fn pytorch_name(name: &str) -> Option<&'static str> {
+    PYTORCH_NAMES.iter().find(|(theirs, _)| *theirs == name).map(|(_, ours)| *ours)
+}
+
 fn std_home(name: &str) -> Option<&'static str> {
     STDLIB.iter().find_map(|(module, text)| {
         let defines = ["layer ", "fn ", "const "].iter().any(|kw| {

@@ -226,17 +226,32 @@ pub fn item_of(prog: &Program, module: ModId, e: &Expr) -> Option<(ModId, usize)
 }
 
 /// The layer a field holds, when its initializer calls a layer type (`Linear(..)`,
-/// `repeat(n) Block(..)`, `[Conv2d(..), ..]`).
+/// `repeat(n) Block(..)`, `[Conv2d(..), ..]`; in a nested list or an `if`, the first layer
+/// call found).
 pub fn field_layer(prog: &Program, module: ModId, f: &FieldDef) -> Option<LayerRef> {
-    let call = match &f.init {
-        FieldInit::Repeat { body, .. } => body,
-        FieldInit::Expr(Expr { kind: ExprKind::List(items), .. }) => items.first()?,
-        FieldInit::Expr(e) => e,
-        FieldInit::Tensor { .. } => return None,
-    };
-    let ExprKind::Call { callee, .. } = &call.kind else { return None };
-    let (m, i) = item_of(prog, module, callee)?;
-    matches!(prog.item(m, i), Item::Layer(_)).then_some((m, i))
+    match &f.init {
+        FieldInit::Repeat { body, .. } => layer_call(prog, module, body),
+        FieldInit::Expr(e) => layer_call(prog, module, e),
+        FieldInit::Tensor { .. } => None,
+    }
+}
+
+/// The layer type the first layer call of a field initializer makes, looking into lists and
+/// the branches of an `if`.
+fn layer_call(prog: &Program, module: ModId, e: &Expr) -> Option<LayerRef> {
+    match &e.kind {
+        ExprKind::List(items) => items.iter().find_map(|x| layer_call(prog, module, x)),
+        ExprKind::If { branches, otherwise } => branches
+            .iter()
+            .map(|(_, b)| b)
+            .chain(otherwise)
+            .find_map(|b| layer_call(prog, module, b.tail.as_deref()?)),
+        ExprKind::Call { callee, .. } => {
+            let (m, i) = item_of(prog, module, callee)?;
+            matches!(prog.item(m, i), Item::Layer(_)).then_some((m, i))
+        }
+        _ => None,
+    }
 }
 
 pub fn layer_item(prog: &Program, l: LayerRef) -> Option<&LayerItem> {

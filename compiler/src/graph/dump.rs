@@ -71,6 +71,12 @@ pub fn dump(g: &Graph, sources: &SourceMap) -> String {
         thousands(buffers),
         g.params.len()
     );
+    for a in &g.aliases {
+        let _ = writeln!(o, "  alias: {} is {}", a.name, g.params[a.param].name);
+    }
+    for &c in &g.counters {
+        let _ = writeln!(o, "  counter: {} (+1 after each training step)", g.params[c].name);
+    }
 
     let _ = writeln!(o, "\nnodes:");
     for (i, n) in g.nodes.iter().enumerate() {

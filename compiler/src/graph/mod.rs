@@ -110,6 +110,9 @@ pub struct Graph {
     pub aliases: Vec<mgn_ir::plan::ParamAlias>,
     /// Buffers that count the training steps run (`Plan::counters`).
     pub counters: Vec<usize>,
+    /// The value of `training` the model read while it was elaborated: the graph is then made
+    /// for that mode only. `None` when nothing read it, and the graph serves both modes.
+    pub training: Option<bool>,
     /// Dynamic loss scaling, when the backward pass starts from a loss scale (`precision.rs`).
     pub loss_scaling: Option<mgn_ir::precision::LossScaling>,
 }

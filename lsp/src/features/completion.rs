@@ -149,7 +149,10 @@ fn item_completion(
 fn builtin_completion(b: &Builtin) -> lsp::CompletionItem {
     lsp::CompletionItem {
         label: b.name.to_string(),
-        kind: Some(lsp::CompletionItemKind::FUNCTION),
+        kind: Some(match b.value {
+            Some(_) => lsp::CompletionItemKind::CONSTANT,
+            None => lsp::CompletionItemKind::FUNCTION,
+        }),
         detail: Some(builtin_signature(b)),
         documentation: Some(lsp::Documentation::String(b.doc.to_string())),
         ..Default::default()

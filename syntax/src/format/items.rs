@@ -269,10 +269,16 @@ impl Fmt<'_> {
             FieldInit::Tensor { kind, ty, .. } => {
                 format!("{} = {} {}", f.name.name, kind.keyword(), self.tensor(ty, indent))
             }
-            FieldInit::Repeat { count, index, body } => {
+            FieldInit::Repeat { count, index, name, body } => {
                 let index = index.as_ref().map(|i| format!(", {}", i.name)).unwrap_or_default();
+                let name = name.as_ref().map(|n| format!(", name = {}", self.expr(n, indent)));
                 self.prefixed(
-                    format!("{} = repeat({}{index}) ", f.name.name, self.expr(count, indent)),
+                    format!(
+                        "{} = repeat({}{index}{}) ",
+                        f.name.name,
+                        self.expr(count, indent),
+                        name.unwrap_or_default()
+                    ),
                     body,
                     indent,
                 )

@@ -403,6 +403,7 @@ fn rule_name(r: Rule) -> Option<&'static str> {
         Rule::assign_stmt => "`self.field = …`",
         Rule::init_clause | Rule::kw_init => "`init`",
         Rule::repeat_init | Rule::kw_repeat => "`repeat`",
+        Rule::repeat_name | Rule::kw_name => "`name = \"…\"`",
         Rule::kw_else => "`else`",
         Rule::arg => "an argument",
         _ => return None,

@@ -147,3 +147,37 @@ fn a_byte_order_mark_is_skipped() {
     let f = parse_ok("\u{feff}fn f() { 1 }");
     assert_eq!(f.items.len(), 1);
 }
+
+/// `repeat(n, i, name = "…")`: the index and the name pattern are each optional, and `name` is
+/// not taken for the index when it is followed by `=`.
+#[test]
+fn repeat_takes_an_index_and_a_name_pattern() {
+    let text = concat!(
+        "model M {\n    a = repeat(2) L()\n    b = repeat(2, i) L(i)\n",
+        "    c = repeat(2, name = \"c_x\") L()\n    d = repeat(2, i, name = \"d_{i}\") L(i)\n",
+        "    e = repeat(2, name) L(name)\n}\n"
+    );
+    let f = parse_ok(text);
+    let Item::Layer(m) = &f.items[0] else { panic!("model expected") };
+    let parts: Vec<(Option<&str>, Option<&str>)> = m
+        .fields
+        .iter()
+        .map(|fd| match &fd.init {
+            FieldInit::Repeat { index, name, .. } => (
+                index.as_ref().map(|i| i.name.as_str()),
+                name.as_ref().map(|n| snippet(text, n.span)),
+            ),
+            _ => panic!("repeat expected"),
+        })
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            (None, None),
+            (Some("i"), None),
+            (None, Some("\"c_x\"")),
+            (Some("i"), Some("\"d_{i}\"")),
+            (Some("name"), None),
+        ]
+    );
+}

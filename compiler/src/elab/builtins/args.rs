@@ -14,12 +14,18 @@ use std::rc::Rc;
 pub struct Args {
     builtin: &'static Builtin,
     vals: Vec<Option<(Value, Span)>>,
+    /// How many arguments the call wrote (an omitted value passed on counts too).
+    pub written: usize,
     pub span: Span,
 }
 
 pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Span) -> R<Value> {
     let names: Vec<&str> = b.params.iter().map(|p| p.trim_end_matches('?')).collect();
+    let written = args.len();
     let too_many = |a: &ArgVal| {
+        if b.name == super::EINSUM {
+            return too_many_operands(a, written - 1);
+        }
         let n = names.len();
         let msg = format!("`{}` takes at most {n} argument{}", b.name, plural(n));
         Diagnostic::error("E0401", msg, a.span, "unexpected argument").with_note(signature(b))
@@ -50,8 +56,25 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
             .with_note(signature(b)));
         }
     }
-    let args = Args { builtin: b, vals, span };
+    let args = Args { builtin: b, vals, written, span };
     (b.run)(ev, &args)
+}
+
+/// `einsum` with more than two operands: counted as operands, not arguments (its spec is one),
+/// with the way to contract more.
+fn too_many_operands(a: &ArgVal, operands: usize) -> Diagnostic {
+    Diagnostic::error(
+        "E0401",
+        format!("`einsum` takes one or two operands, found {operands}"),
+        a.span,
+        "a third operand",
+    )
+    .with_help("contract two at a time: `einsum(\"ik,kl->il\", einsum(\"ij,jk->ik\", a, b), c)`")
+}
+
+/// The value of a builtin value (`training`), read where its name is written.
+pub fn read(ev: &mut Evaluator, b: &'static Builtin, span: Span) -> R<Value> {
+    (b.run)(ev, &Args { builtin: b, vals: Vec::new(), written: 0, span })
 }
 
 pub fn signature(b: &Builtin) -> String {

@@ -6,8 +6,10 @@
 mod args;
 mod attention;
 mod conv;
+mod counter;
 mod einsum;
 mod fill;
+mod given;
 mod init;
 mod loss;
 mod pointwise;
@@ -19,7 +21,7 @@ mod spatial;
 mod transpose;
 mod window;
 
-pub use args::{call, signature, Args};
+pub use args::{call, read, signature, Args};
 pub use pointwise::{elementwise, matmul};
 pub use select::{compare, logic, not};
 pub use shapes::swap_axes;
@@ -31,6 +33,7 @@ use attention::*;
 use conv::*;
 use einsum::*;
 use fill::*;
+use given::*;
 use init::*;
 use pointwise::*;
 use reduce::*;
@@ -50,6 +53,8 @@ pub struct Builtin {
     pub params: &'static [&'static str],
     pub doc: &'static str,
     run: fn(&mut Evaluator, &Args) -> R<Value>,
+    /// For a builtin value (`training`), read by its name and never called: its type.
+    pub value: Option<&'static str>,
 }
 
 impl std::fmt::Debug for Builtin {
@@ -60,9 +65,18 @@ impl std::fmt::Debug for Builtin {
 
 macro_rules! b {
     ($name:literal, [$($p:literal),*], $doc:literal, $run:expr) => {
-        Builtin { name: $name, params: &[$($p),*], doc: $doc, run: $run }
+        Builtin { name: $name, params: &[$($p),*], doc: $doc, run: $run, value: None }
     };
 }
+
+/// Einstein summation, whose arguments are a spec and its operands.
+pub const EINSUM: &str = "einsum";
+
+/// The builtin that gives a parameter a second checkpoint name: `name = tied(p)`.
+pub const TIED: &str = "tied";
+
+/// The builtin value whose name is the plan's mode: true while building a training plan.
+pub const TRAINING: &str = "training";
 
 static BUILTINS: &[Builtin] = &[
     // pointwise
@@ -215,8 +229,9 @@ static BUILTINS: &[Builtin] = &[
     ),
     b!(
         "batch_norm",
-        ["x", "running_mean", "running_var", "weight?", "bias?", "momentum?", "eps?"],
-        "batch normalization over [N, C, ...]",
+        ["x", "running_mean", "running_var", "weight?", "bias?", "momentum?", "eps?", "tracked?"],
+        "batch normalization over [N, C, ...]; `tracked`, an integer scalar buffer, counts the \
+         training steps (PyTorch's num_batches_tracked)",
         batch_norm
     ),
     b!(
@@ -381,6 +396,30 @@ static BUILTINS: &[Builtin] = &[
         "x read along an axis at integer indices (torch.gather)",
         take_along_axis
     ),
+    // fields
+    b!(
+        "tied",
+        ["param"],
+        "as a field's initializer, `name = tied(p)`: the parameter or buffer p itself under a \
+         second checkpoint name, the field's (tied weights: GPT-2's lm_head.weight)",
+        |e, a| e.tie(a.raw("param"), a.span)
+    ),
+    b!(
+        "given",
+        ["x?"],
+        "whether an optional parameter was given (or a conditional field exists): false for \
+         one left out, true for any value",
+        given
+    ),
+    // compile-time values
+    Builtin {
+        name: TRAINING,
+        params: &[],
+        doc: "true while building a training plan (`--mode train`), false for an inference \
+              plan: `if training { … } else { … }` elaborates one branch per plan",
+        run: |e, _| Ok(Value::Bool(e.read_training())),
+        value: Some("bool"),
+    },
     // initializers
     b!("zeros", [], "initializer: all zeros", |_, _| Ok(Value::Init(InitSpec::Constant(0.0)))),
     b!("ones", [], "initializer: all ones", |_, _| Ok(Value::Init(InitSpec::Constant(1.0)))),

@@ -33,7 +33,7 @@ pub(super) fn reduce(ev: &mut Evaluator, a: &Args, op: ReduceOp) -> R<Value> {
         .with_help("convert it with `cast(x, f32)`"));
     }
     let mut axes = Vec::new();
-    match a.ints(ev, "axis")? {
+    match a.ints(ev, "axis").map_err(|d| two_tensors_help(d, a, op))? {
         None => axes.extend(0..s.len()),
         Some(list) if list.is_empty() => {
             return Err(Diagnostic::error(
@@ -241,6 +241,7 @@ pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
         ));
     }
     let eps = eps(ev, a, 1e-5)?;
+    super::counter::tracked(ev, a)?;
     let inputs = std::iter::once(t).chain(stats).chain(w).chain(b).collect();
     node(
         ev,
@@ -250,6 +251,24 @@ pub(super) fn batch_norm(ev: &mut Evaluator, a: &Args) -> R<Value> {
         s,
         a.span,
     )
+}
+
+/// `max(a, b)` of two tensors is NumPy's `maximum`, not a reduction: the second tensor lands
+/// in `axis`, whose error then says where the element-wise form is.
+fn two_tensors_help(d: Diagnostic, a: &Args, op: ReduceOp) -> Diagnostic {
+    let pair = match op {
+        ReduceOp::Max => "maximum",
+        ReduceOp::Min => "minimum",
+        _ => return d,
+    };
+    match a.get("axis") {
+        Some((Value::Tensor(_), _)) => d.with_help(format!(
+            "`{}` reduces one tensor over axes; the element-wise {pair} of two tensors is \
+             `{pair}(a, b)`",
+            a.name(),
+        )),
+        _ => d,
+    }
 }
 
 pub(super) fn dropout(ev: &mut Evaluator, a: &Args) -> R<Value> {

@@ -43,7 +43,7 @@ impl<'p> Evaluator<'p> {
         }
     }
 
-    fn eval_args(&mut self, args: &[Arg]) -> R<Vec<ArgVal>> {
+    pub(super) fn eval_args(&mut self, args: &[Arg]) -> R<Vec<ArgVal>> {
         let mut vals = Vec::with_capacity(args.len());
         for a in args {
             vals.push(ArgVal {
@@ -92,7 +92,7 @@ impl<'p> Evaluator<'p> {
                 _ => Err(self.not_callable(&f, callee_span, span)),
             },
             Value::Layer(inst) => self.call_forward(inst, args, span),
-            Value::Repeated(list) => self.call_repeated(&list, args, span),
+            Value::Sequence(seq) => self.call_sequence(&seq, args, span),
             other => Err(self.not_callable(&other, callee_span, span)),
         }
     }
@@ -110,8 +110,9 @@ impl<'p> Evaluator<'p> {
         }
     }
 
-    /// Calls each copy in turn, its result the next copy's first argument.
-    fn call_repeated(&mut self, list: &[Rc<LayerInst>], args: Vec<ArgVal>, span: Span) -> R<Value> {
+    /// Calls each item in turn, its result the next item's first argument; a nested sequence
+    /// is called the same way.
+    fn call_sequence(&mut self, seq: &Sequence, args: Vec<ArgVal>, span: Span) -> R<Value> {
         if let Some(first) = args.first() {
             if first.name.is_some() {
                 return Err(Diagnostic::error(
@@ -127,14 +128,22 @@ impl<'p> Evaluator<'p> {
             }
         }
         let mut args = args;
-        for inst in list {
-            let out = self.call_forward(inst.clone(), args.clone(), span)?;
+        for item in &seq.items {
+            let (out, what) = match item {
+                Value::Layer(inst) => {
+                    (self.call_forward(inst.clone(), args.clone(), span)?, &inst.type_name)
+                }
+                Value::Sequence(inner) => {
+                    (self.call_sequence(inner, args.clone(), span)?, &inner.path)
+                }
+                _ => unreachable!("a sequence holds layers and sequences"),
+            };
             if !matches!(out, Value::Tensor(_)) {
                 return Err(Diagnostic::error(
                     "E0201",
                     format!(
-                        "a repeated `{}` must return one tensor to feed the next copy, found {}",
-                        inst.type_name,
+                        "a repeated `{what}` must return one tensor to feed the next copy, \
+                         found {}",
                         self.describe(&out)
                     ),
                     span,

@@ -2,6 +2,7 @@
 //! which record into the graph).
 
 use super::*;
+use crate::elab::value::item_path;
 
 impl<'p> Evaluator<'p> {
     pub fn eval(&mut self, e: &Expr) -> R<Value> {
@@ -240,6 +241,7 @@ impl<'p> Evaluator<'p> {
                     Err(d)
                 }
             },
+            Value::Sequence(seq) => sequence_item(seq, field),
             Value::Tuple(items) => match field.name.parse::<usize>() {
                 Ok(i) if i < items.len() => Ok(items[i].clone()),
                 _ => Err(Diagnostic::error(
@@ -277,7 +279,7 @@ impl<'p> Evaluator<'p> {
             ));
         };
         let (len, what) = match &base {
-            Value::Repeated(l) => (l.len(), "repeated layer"),
+            Value::Sequence(s) => (s.items.len(), "sequence of layers"),
             Value::Tuple(t) => (t.len(), "tuple"),
             Value::List(t) => (t.len(), "list"),
             Value::Tensor(_) => {
@@ -307,7 +309,7 @@ impl<'p> Evaluator<'p> {
             ));
         };
         Ok(match base {
-            Value::Repeated(l) => Value::Layer(l[k].clone()),
+            Value::Sequence(s) => s.items[k].clone(),
             Value::Tuple(t) | Value::List(t) => t[k].clone(),
             _ => unreachable!("checked above"),
         })
@@ -417,6 +419,15 @@ impl<'p> Evaluator<'p> {
     }
 
     fn eval_block_inner(&mut self, b: &Block) -> R<Value> {
+        self.eval_stmts(b)?;
+        match &b.tail {
+            Some(e) => self.eval(e),
+            None => Ok(Value::unit()),
+        }
+    }
+
+    /// A block's statements, binding its `let`s in the current frame.
+    pub(super) fn eval_stmts(&mut self, b: &Block) -> R<()> {
         for s in &b.stmts {
             match s {
                 Stmt::Let { pat, ty, value, .. } => {
@@ -431,10 +442,7 @@ impl<'p> Evaluator<'p> {
                 Stmt::Assign { field, value, span } => self.assign(field, value, *span)?,
             }
         }
-        match &b.tail {
-            Some(e) => self.eval(e),
-            None => Ok(Value::unit()),
-        }
+        Ok(())
     }
 
     /// `output name = e` (or `output name`): records a result of the model.
@@ -549,6 +557,25 @@ impl<'p> Evaluator<'p> {
     }
 }
 
+/// `seq.name`: the item of a sequence named `name` (its position, or its `repeat` name).
+fn sequence_item(seq: &Sequence, field: &Ident) -> R<Value> {
+    if let Some(v) = seq.item(&field.name) {
+        return Ok(v.clone());
+    }
+    let names: Vec<&str> =
+        seq.items.iter().filter_map(|v| item_path(v)?.rsplit('.').next()).collect();
+    let d = Diagnostic::error(
+        "E0101",
+        format!("the sequence `{}` has no item `{}`", seq.path, field.name),
+        field.span,
+        "unknown item",
+    );
+    Err(match did_you_mean(&field.name, names.iter().copied()) {
+        Some(h) => d.with_help(h),
+        None => d,
+    })
+}
+
 fn overflow(span: Span) -> Diagnostic {
     Diagnostic::error("E0301", "integer overflow", span, "the result does not fit in 64 bits")
 }
@@ -612,6 +639,9 @@ fn tensor_field_help(d: Diagnostic, field: &str) -> Diagnostic {
         ),
         "dtype" => {
             d.with_help("the element type is part of the tensor's type; `cast(x, dt)` converts it")
+        }
+        "detach" => {
+            d.with_help("`stop_gradient(x)` is PyTorch's `x.detach()`: tensors have no methods")
         }
         _ => d.with_note(
             "tensors have no fields: `.name` reaches fields of layers, items of \

@@ -66,14 +66,7 @@ impl<'p> Evaluator<'p> {
                 inst.path,
                 show_config(&inst.config)
             )),
-            Value::Repeated(list) => list.first().map(|first| {
-                format!(
-                    "{} × layer `{}` at `{}`",
-                    list.len(),
-                    first.type_name,
-                    first.path.rsplit_once('.').map(|(p, _)| p).unwrap_or(&first.path)
-                )
-            }),
+            Value::Sequence(s) if !s.items.is_empty() => Some(sequence::describe_sequence(s)),
             Value::Int(_) | Value::Float(_) | Value::Bool(_) => Some(self.describe(&v)),
             _ => None,
         };
@@ -95,18 +88,11 @@ impl<'p> Evaluator<'p> {
             FieldInit::Tensor { kind, ty, init } => {
                 self.tensor_field(f, *kind, ty, init.as_ref(), full)
             }
-            FieldInit::Repeat { count, index, body } => {
-                self.repeat_field(count, index.as_ref(), body, &full)
+            FieldInit::Repeat { count, index, name, body } => {
+                self.repeat_field(count, index.as_ref(), name.as_ref(), body, &full)
             }
-            FieldInit::Expr(Expr { kind: ExprKind::List(items), .. }) => {
-                self.list_field(f, items, &full)
-            }
-            FieldInit::Expr(e) => {
-                self.ctor_path = Some(full);
-                let v = self.eval(e);
-                self.ctor_path = None;
-                v
-            }
+            FieldInit::Expr(e) if self.is_tied_call(e) => self.tied_field(f, e, &full),
+            FieldInit::Expr(e) => self.construct(e, &full),
         }
     }
 
@@ -160,117 +146,6 @@ impl<'p> Evaluator<'p> {
             span: f.span,
         });
         Ok(Value::Tensor(node))
-    }
-
-    /// `name = repeat(n, i) Block(...)`: copies named `name.0`, `name.1`, ...
-    fn repeat_field(
-        &mut self,
-        count: &Expr,
-        index: Option<&Ident>,
-        body: &Expr,
-        full: &str,
-    ) -> R<Value> {
-        let n = match self.eval(count)? {
-            Value::Int(n) if (0..=MAX_REPEAT).contains(&n) => n,
-            Value::Int(n) => {
-                return Err(Diagnostic::error(
-                    "E0301",
-                    format!("repeat count {n} is out of range"),
-                    count.span,
-                    format!("must be between 0 and {MAX_REPEAT}"),
-                ))
-            }
-            v => {
-                return Err(Diagnostic::error(
-                    "E0201",
-                    format!("a repeat count must be an integer, found {}", self.describe(&v)),
-                    count.span,
-                    "not an integer",
-                ))
-            }
-        };
-        let mut list = Vec::new();
-        for i in 0..n {
-            if let Some(id) = index {
-                self.bind(&id.name, id.span, Value::Int(i));
-            }
-            self.ctor_path = Some(format!("{full}.{i}"));
-            let v = self.eval(body);
-            self.ctor_path = None;
-            if index.is_some() {
-                self.frame().locals.pop();
-            }
-            match v? {
-                Value::Layer(inst) if inst.path != format!("{full}.{i}") => {
-                    return Err(Diagnostic::error(
-                        "E0108",
-                        format!(
-                            "`repeat` would reuse the existing layer `{}` instead of making copies",
-                            inst.path
-                        ),
-                        body.span,
-                        "an existing layer",
-                    )
-                    .with_help("call the layer type to make new copies: `repeat(n) Block(...)`"))
-                }
-                Value::Layer(inst) => list.push(inst),
-                other => {
-                    return Err(Diagnostic::error(
-                        "E0201",
-                        format!("`repeat` needs a layer, found {}", self.describe(&other)),
-                        body.span,
-                        "not a layer",
-                    )
-                    .with_help("write `repeat(n) Block(...)`"))
-                }
-            }
-        }
-        Ok(Value::Repeated(Rc::new(list)))
-    }
-
-    /// `[Conv2d(...), BatchNorm2d(...)]`: layers named `field.0`, `field.1`, ... applied in
-    /// order (PyTorch's nn.Sequential); a list of other values stays a list.
-    fn list_field(&mut self, f: &FieldDef, items: &[Expr], full: &str) -> R<Value> {
-        let mut values = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            self.ctor_path = Some(format!("{full}.{i}"));
-            let v = self.eval(item);
-            self.ctor_path = None;
-            values.push(v?);
-        }
-        let layers: Vec<Rc<LayerInst>> = values
-            .iter()
-            .filter_map(|v| if let Value::Layer(l) = v { Some(l.clone()) } else { None })
-            .collect();
-        if let Some((i, l)) =
-            layers.iter().enumerate().find(|(i, l)| l.path != format!("{full}.{i}"))
-        {
-            return Err(Diagnostic::error(
-                "E0108",
-                format!("element {i} reuses the existing layer `{}`", l.path),
-                items[i].span,
-                "an existing layer",
-            )
-            .with_help(concat!(
-                "call the layer type to make a new layer here; ",
-                "sharing weights between fields is not supported"
-            )));
-        }
-        if layers.len() == values.len() && !layers.is_empty() {
-            Ok(Value::Repeated(Rc::new(layers)))
-        } else if layers.is_empty() {
-            Ok(Value::List(Rc::new(values)))
-        } else {
-            Err(Diagnostic::error(
-                "E0201",
-                "a list field must hold only layers or no layers",
-                f.span,
-                "mixed list",
-            )
-            .with_help(
-                "layers in a list are applied in order; keep other values in separate fields",
-            ))
-        }
     }
 
     /// Evaluates a tensor type whose dims must all be known (parameters, model inputs).
@@ -334,6 +209,7 @@ fn show_config(config: &[Local]) -> String {
             Value::Float(f) => format!("{} = {f:?}", l.name),
             Value::Bool(b) => format!("{} = {b}", l.name),
             Value::DType(d) => format!("{} = {d}", l.name),
+            Value::Init(i) => format!("{} = {i}", l.name),
             v => format!("{} = {}", l.name, v.kind()),
         })
         .collect::<Vec<_>>()

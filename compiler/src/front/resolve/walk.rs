@@ -251,8 +251,11 @@ impl<'p> Resolver<'p> {
                     self.visit_expr(i);
                 }
             }
-            FieldInit::Repeat { count, index, body } => {
+            FieldInit::Repeat { count, index, name, body } => {
                 self.visit_expr(count);
+                if let Some(n) = name {
+                    self.visit_expr(n);
+                }
                 self.push(f.span);
                 if let Some(i) = index {
                     self.bind(i, SymKind::Index, None);
