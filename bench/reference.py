@@ -42,7 +42,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = ("smollm2_135m", "whisper_tiny_encoder", "resnet50", "sd_unet_tiny", "smolvla_expert", "minilm_l6")
+MODELS = ("smollm2_135m", "whisper_tiny_encoder", "resnet50", "sd_unet_tiny", "smolvla_expert", "minilm_l6",
+          "vit_b_16", "gpt2", "mobilenet_v3_small")
 
 # Parameter counts of the default configs (`sum(p.numel() for p in model.parameters())`),
 # the same numbers as the comments at the top of the .mgn files.
@@ -53,6 +54,9 @@ EXPECTED_PARAMS = {
     "sd_unet_tiny": 13_699_204,
     "smolvla_expert": 99_849_312,
     "minilm_l6": 22_713_216,
+    "vit_b_16": 86_567_656,
+    "gpt2": 124_439_808,
+    "mobilenet_v3_small": 2_542_856,
 }
 
 
@@ -71,6 +75,9 @@ DEFAULTS = {
                            joint_prefix=True, min_period=4e-3, max_period=4.0),
     "minilm_l6": dict(vocab=30522, d=384, heads=12, ffn=1536, n_layers=6, max_positions=512, type_vocab=2,
                       eps=1e-12, hidden_dropout=0.1, B=8, T=128),
+    "vit_b_16": dict(B=4, size=224, patch=16, n_layers=12, heads=12, d=768, mlp=3072, classes=1000, dropout=0.0),
+    "gpt2": dict(vocab=50257, positions=1024, d=768, n_layers=12, heads=12, eps=1e-5, pdrop=0.1, B=1, T=128),
+    "mobilenet_v3_small": dict(B=4, size=224, classes=1000, dropout=0.2),
 }
 
 
@@ -963,6 +970,87 @@ def build_minilm(cfg, gen, device, args):
     return model, inputs, forward, extra
 
 
+# ----------------------------------------------------------------------------------------------
+# ViT-B/16: torchvision.models.vit_b_16 (VisionTransformer; the reduced shapes build the same
+# class with fewer layers or a smaller image).
+
+def build_vit(cfg, gen, device, args):
+    from torchvision.models.vision_transformer import VisionTransformer
+    model = VisionTransformer(image_size=cfg["size"], patch_size=cfg["patch"], num_layers=cfg["n_layers"],
+                              num_heads=cfg["heads"], hidden_dim=cfg["d"], mlp_dim=cfg["mlp"],
+                              num_classes=cfg["classes"], dropout=cfg["dropout"]).to(device)
+    # torchvision zero-initialises the classifier (and its class token): draw them so that no
+    # gradient upstream of the head is zero.
+    with torch.no_grad():
+        model.heads.head.weight.normal_(0.0, 0.02)
+        model.class_token.normal_(0.0, 0.02)
+    B, S = cfg["B"], cfg["size"]
+    inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
+
+    def forward(m, x):
+        logits = m(x["images"])
+        return {"logits": logits}, F.cross_entropy(logits, x["labels"])
+
+    return model, inputs, forward, {"full_state_dict": True}
+
+
+# ----------------------------------------------------------------------------------------------
+# GPT-2 small: transformers GPT2LMHeadModel, lm_head tied to transformer.wte.
+
+def build_gpt2(cfg, gen, device, args):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    config = GPT2Config(vocab_size=cfg["vocab"], n_positions=cfg["positions"], n_embd=cfg["d"],
+                        n_layer=cfg["n_layers"], n_head=cfg["heads"], layer_norm_epsilon=cfg["eps"],
+                        activation_function="gelu_new", resid_pdrop=cfg["pdrop"], embd_pdrop=cfg["pdrop"],
+                        attn_pdrop=cfg["pdrop"],
+                        bos_token_id=0, eos_token_id=0, tie_word_embeddings=True)
+    model = hf_build(GPT2LMHeadModel, config).to(device)
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(), "lm_head is not tied"
+    B, T, V = cfg["B"], cfg["T"], cfg["vocab"]
+    inputs = {"input_ids": randint(gen, V, (B, T), device), "labels": randint(gen, V, (B, T), device)}
+
+    def forward(m, x):
+        logits = m(input_ids=x["input_ids"]).logits.float()
+        loss = F.cross_entropy(logits.reshape(-1, V), x["labels"].reshape(-1))
+        return {"logits": logits}, loss
+
+    # model.state_dict() lists lm_head.weight beside transformer.wte.weight (the same tensor):
+    # the file keeps both, as the state_dict has them.
+    return model, inputs, forward, {"full_state_dict": True}
+
+
+# ----------------------------------------------------------------------------------------------
+# MobileNetV3-Small: torchvision.models.mobilenet_v3_small.
+
+def build_mobilenet(cfg, gen, device, args):
+    import torchvision
+    model = torchvision.models.mobilenet_v3_small(weights=None, num_classes=cfg["classes"],
+                                                  dropout=cfg["dropout"]).to(device)
+    B, S = cfg["B"], cfg["size"]
+    inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
+    # Running statistics that match the data (as for ResNet-50), and a count in
+    # num_batches_tracked that a checkpoint of a trained model would carry.
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    for bn in bns:
+        bn.momentum = None
+    model.train()
+    with torch.no_grad():
+        for _ in range(2):
+            model(randn(gen, (max(B, 2), 3, S, S), device))
+    for bn in bns:
+        bn.momentum = 0.01
+    with torch.no_grad():
+        for bn in bns:
+            bn.running_mean.add_(0.05 * randn(gen, bn.running_mean.shape, device))
+            bn.running_var.mul_(1.0 + 0.1 * torch.rand(bn.running_var.shape, generator=gen).to(device))
+
+    def forward(m, x):
+        logits = m(x["images"])
+        return {"logits": logits}, F.cross_entropy(logits, x["labels"])
+
+    return model, inputs, forward, {"full_state_dict": True}
+
+
 BUILDERS = {
     "smollm2_135m": build_smollm2,
     "whisper_tiny_encoder": build_whisper,
@@ -970,6 +1058,9 @@ BUILDERS = {
     "sd_unet_tiny": build_unet,
     "smolvla_expert": build_smolvla,
     "minilm_l6": build_minilm,
+    "vit_b_16": build_vit,
+    "gpt2": build_gpt2,
+    "mobilenet_v3_small": build_mobilenet,
 }
 
 
@@ -1014,7 +1105,7 @@ def main():
     if args.mode == "train" and cfg.get("hidden_dropout", 0.0) > 0.0:
         print("reference: warning: dropout is off here; run mgnc with --set hidden_dropout=0.0 to match")
     n_params = count_params(model)
-    default_cfg = all(cfg[k] == v for k, v in DEFAULTS[args.model].items() if k not in ("B", "T", "frames", "size", "chunk", "prefix", "hidden_dropout", "joint_prefix", "ctx_len"))
+    default_cfg = all(cfg[k] == v for k, v in DEFAULTS[args.model].items() if k not in ("B", "T", "frames", "size", "chunk", "prefix", "hidden_dropout", "joint_prefix", "ctx_len", "pdrop", "dropout"))
     frames_default = args.model != "whisper_tiny_encoder" or cfg["frames"] == 3000
     if default_cfg and frames_default and n_params != EXPECTED_PARAMS[args.model]:
         sys.exit(f"error: {args.model} has {n_params:,} parameters, expected {EXPECTED_PARAMS[args.model]:,}")
@@ -1024,6 +1115,10 @@ def main():
     weights_path = os.path.join(args.out, "weights.safetensors")
     if extra.get("weights_file"):
         shutil.copyfile(extra["weights_file"], weights_path)  # the shipped file, byte for byte
+    elif extra.get("full_state_dict"):
+        # Upstream's state_dict exactly: every key, tied aliases and num_batches_tracked
+        # included (each tensor copied, so safetensors accepts a tensor listed twice).
+        save_safetensors(weights_path, dict(model.state_dict()), {"format": "pt", "model": args.model})
     else:
         state = unique_state_dict(model, drop=extra.get("drop", ()))
         if extra.get("add_position_ids"):

@@ -79,6 +79,9 @@ INFER = {
     "whisper_tiny_encoder": lambda m, x: m(x["input_features"]).last_hidden_state,
     "resnet50": lambda m, x: m(x["images"]),
     "sd_unet_tiny": lambda m, x: m(x["sample"], x["timestep"], x["encoder_hidden_states"]),
+    "vit_b_16": lambda m, x: m(x["images"]),
+    "gpt2": lambda m, x: m(input_ids=x["input_ids"], use_cache=False).logits,
+    "mobilenet_v3_small": lambda m, x: m(x["images"]),
 }
 
 

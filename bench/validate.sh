@@ -6,7 +6,8 @@
 #   bench/validate.sh [NAME ...]
 #
 # NAME: smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny smolvla_expert minilm_l6
-# minilm_l6_pretrained (the real all-MiniLM-L6-v2 weights; inference only). Default: all seven.
+# minilm_l6_pretrained (the real all-MiniLM-L6-v2 weights; inference only), and the upstream
+# architectures whose state_dicts load unchanged: vit_b_16 gpt2 mobilenet_v3_small. Default: all ten.
 # Environment:
 #   PYTHON   the Python with torch, transformers, torchvision, safetensors, numpy (python3)
 #   MGNC     the mgnc binary (default target/release/mgnc, built with cargo when missing)
@@ -55,6 +56,9 @@ settings() {
         case "$1" in
             minilm_l6 | minilm_l6_pretrained) echo "hidden_dropout=0.0" ;;
             smollm2_135m | whisper_tiny_encoder | resnet50 | sd_unet_tiny | smolvla_expert) echo "" ;;
+            vit_b_16) echo "" ;;
+            gpt2) echo "pdrop=0.0" ;;
+            mobilenet_v3_small) echo "dropout=0.0" ;;
             *) return 1 ;;
         esac
         return 0
@@ -66,11 +70,15 @@ settings() {
         sd_unet_tiny) echo "B=1" ;;
         smolvla_expert) echo "" ;;
         minilm_l6 | minilm_l6_pretrained) echo "hidden_dropout=0.0" ;;
+        vit_b_16) echo "B=2 size=64 n_layers=2" ;;
+        gpt2) echo "T=16 n_layers=2 pdrop=0.0" ;;
+        mobilenet_v3_small) echo "B=2 size=64 dropout=0.0" ;;
         *) return 1 ;;
     esac
 }
 
-ALL=(smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny smolvla_expert minilm_l6 minilm_l6_pretrained)
+ALL=(smollm2_135m whisper_tiny_encoder resnet50 sd_unet_tiny smolvla_expert minilm_l6 minilm_l6_pretrained
+    vit_b_16 gpt2 mobilenet_v3_small)
 NAMES=("$@")
 if [ ${#NAMES[@]} -eq 0 ]; then NAMES=("${ALL[@]}"); fi
 

@@ -34,10 +34,12 @@ macro_rules! models {
 models! {
     digits_cnn: ["batch=3", "c1=4", "c2=6"];
     digits_mlp: ["batch=4", "hidden=8"];
+    gpt2: ["vocab=13", "positions=8", "d=16", "n_layers=2", "heads=2", "pdrop=0.0", "B=2", "T=5"];
     minilm_l6: [
         "vocab=64", "d=32", "heads=4", "ffn=64", "n_layers=2", "max_positions=16",
         "hidden_dropout=0.0", "B=2", "T=8",
     ];
+    mobilenet_v3_small: ["B=2", "size=32", "classes=5", "dropout=0.0"];
     resnet50: ["B=2", "size=32", "classes=5"];
     sd_unet_tiny: [
         "B=2", "size=8", "c0=4", "c1=8", "c2=16", "heads=2", "groups=2", "ctx_len=4", "ctx_dim=8",
@@ -71,6 +73,9 @@ models! {
         "B=2", "in_channels=2", "size=4", "ch=8", "groups=2", "heads=2", "ctx_len=3", "ctx_dim=4",
     ];
     tiny_whisper_encoder: ["B=2", "n_mels=8", "frames=16", "d=32", "heads=4", "n_layers=2"];
+    vit_b_16: [
+        "B=2", "size=32", "patch=16", "n_layers=1", "heads=2", "d=16", "mlp=32", "classes=5",
+    ];
     whisper_tiny_encoder: [
         "B=1", "n_mels=8", "frames=16", "d=32", "heads=4", "ffn=64", "n_layers=2",
     ];

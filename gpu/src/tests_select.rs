@@ -317,10 +317,10 @@ fn attention_gradients_match_the_cpu() {
     }
 }
 
-/// Forward, row statistics and every derivative (the mask's too) of one attention configuration against
-/// the CPU. `q, k, v` are `[B, Hq, Tq, D]`, `[B, Hkv, Tk, D]`, `[B, Hkv, Tk, Dv]`; `mask` (if
-/// any) is appended. The derivatives run as compiled (statistics recomputed) and as the GPU
-/// rewrites them (`AttentionGradWithStats`), against the same CPU result.
+/// Forward, row statistics and every derivative (the mask's too) of one attention configuration
+/// against the CPU. `q, k, v` are `[B, Hq, Tq, D]`, `[B, Hkv, Tk, D]`, `[B, Hkv, Tk, Dv]`;
+/// `mask` (if any) is appended. The derivatives run as compiled (statistics recomputed) and as
+/// the GPU rewrites them (`AttentionGradWithStats`), against the same CPU result.
 fn check_attention(
     b: usize,
     (hq, hkv): (usize, usize),

@@ -21,8 +21,8 @@
 //!
 //! The forward's `P` is kept for the derivatives of the same attention; `dS` is made once for
 //! dq, dk and the mask (a learned bias), so the scale goes into dq's and dk's products rather
-//! than into dP, where it would scale the mask's derivative too. Every original step keeps its id, becoming a reshape of its product, so results
-//! and readers are untouched.
+//! than into dP, where it would scale the mask's derivative too. Every original step keeps its
+//! id, becoming a reshape of its product, so results and readers are untouched.
 
 use crate::kernels::{runs_on_tensor_cores, Target};
 use crate::program::{GpuOp, Program, Step, StepId};
