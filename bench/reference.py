@@ -191,6 +191,23 @@ def collect_grads(module):
     return grads
 
 
+@torch.no_grad()
+def fit_running_stats(model, gen, device, shape, momentum):
+    """Batch norms' running statistics that match inputs of `shape` (normal noise): two
+    cumulative passes over fresh batches, the momentum then set to `momentum`, and the
+    statistics perturbed a little so that no two channels share them."""
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    for bn in bns:
+        bn.momentum = None
+    model.train()
+    for _ in range(2):
+        model(randn(gen, shape, device))
+    for bn in bns:
+        bn.momentum = momentum
+        bn.running_mean.add_(0.05 * randn(gen, bn.running_mean.shape, device))
+        bn.running_var.mul_(1.0 + 0.1 * torch.rand(bn.running_var.shape, generator=gen).to(device))
+
+
 def count_params(module):
     return sum(p.numel() for p in module.parameters())
 
@@ -285,21 +302,8 @@ def build_resnet50(cfg, gen, device, args):
     B, S = cfg["B"], cfg["size"]
     inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
     # Running statistics that match the data, so that inference-mode batch norm normalises
-    # (with mean 0 / var 1 the activations grow through 16 residual blocks): two cumulative
-    # passes over fresh batches of the same distribution, then momentum back to 0.1.
-    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    for bn in bns:
-        bn.momentum = None
-    model.train()
-    with torch.no_grad():
-        for _ in range(2):
-            model(randn(gen, (max(B, 2), 3, S, S), device))
-    for bn in bns:
-        bn.momentum = 0.1
-    with torch.no_grad():
-        for bn in bns:
-            bn.running_mean.add_(0.05 * randn(gen, bn.running_mean.shape, device))
-            bn.running_var.mul_(1.0 + 0.1 * torch.rand(bn.running_var.shape, generator=gen).to(device))
+    # (with mean 0 / var 1 the activations grow through 16 residual blocks).
+    fit_running_stats(model, gen, device, (max(B, 2), 3, S, S), momentum=0.1)
 
     def forward(m, x):
         logits = m(x["images"])
@@ -1030,19 +1034,7 @@ def build_mobilenet(cfg, gen, device, args):
     inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
     # Running statistics that match the data (as for ResNet-50), and a count in
     # num_batches_tracked that a checkpoint of a trained model would carry.
-    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    for bn in bns:
-        bn.momentum = None
-    model.train()
-    with torch.no_grad():
-        for _ in range(2):
-            model(randn(gen, (max(B, 2), 3, S, S), device))
-    for bn in bns:
-        bn.momentum = 0.01
-    with torch.no_grad():
-        for bn in bns:
-            bn.running_mean.add_(0.05 * randn(gen, bn.running_mean.shape, device))
-            bn.running_var.mul_(1.0 + 0.1 * torch.rand(bn.running_var.shape, generator=gen).to(device))
+    fit_running_stats(model, gen, device, (max(B, 2), 3, S, S), momentum=0.01)
 
     def forward(m, x):
         logits = m(x["images"])

@@ -23,6 +23,28 @@ pub fn step(op: Op, inputs: Vec<u32>, dtype: DType, shape: &[usize]) -> Step {
 }
 
 /// A trainable f32 weight of `shape`, zero until the test gives it values (`Plan::params`).
+/// Every derivative of an attention over q `[b, hq, tq, d]`, k `[b, hkv, tk, d]` and v
+/// `[b, hkv, tk, dv]`, each with its result's shape: q's, k's, v's and, with a mask, the
+/// mask's (the scores' shape).
+pub fn attention_grad_parts(
+    b: usize,
+    (hq, hkv): (usize, usize),
+    (tq, tk): (usize, usize),
+    (d, dv): (usize, usize),
+    has_mask: bool,
+) -> Vec<(mgn_ir::op::GradPart, Vec<usize>)> {
+    use mgn_ir::op::GradPart;
+    let mut parts = vec![
+        (GradPart::Q, vec![b, hq, tq, d]),
+        (GradPart::K, vec![b, hkv, tk, d]),
+        (GradPart::V, vec![b, hkv, tk, dv]),
+    ];
+    if has_mask {
+        parts.push((GradPart::Mask, vec![b, hq, tq, tk]));
+    }
+    parts
+}
+
 pub fn weight(name: &str, shape: &[usize]) -> ParamSpec {
     ParamSpec {
         name: name.into(),

@@ -7,8 +7,10 @@
 use crate::program::{Elem, GpuOp, GpuPlan};
 use crate::rewrite::{for_gpu_with, AttentionPath, Options};
 use crate::session::GpuSession;
-use crate::test_util::{check_on_both, run_on_cpu_plan, run_reference, step, values};
-use mgn_ir::op::{BinaryOp, GradPart, Op};
+use crate::test_util::{
+    attention_grad_parts, check_on_both, run_on_cpu_plan, run_reference, step, values,
+};
+use mgn_ir::op::{BinaryOp, Op};
 use mgn_ir::plan::{Mode, Plan};
 use mgn_ir::tensor::Tensor;
 use mgn_ir::DType;
@@ -151,14 +153,7 @@ fn attention_plan(
         &[b, hq, tq, dv],
     ));
     let mut outputs = vec![("out".to_string(), n)];
-    let mut parts = vec![
-        (GradPart::Q, vec![b, hq, tq, d]),
-        (GradPart::K, vec![b, hkv, tk, d]),
-        (GradPart::V, vec![b, hkv, tk, dv]),
-    ];
-    if has_mask {
-        parts.push((GradPart::Mask, vec![b, hq, tq, tk]));
-    }
+    let parts = attention_grad_parts(b, (hq, hkv), (tq, tk), (d, dv), has_mask);
     for (k, (part, shape)) in parts.into_iter().enumerate() {
         let op = Op::AttentionGrad { causal, scale, has_mask, part };
         steps.push(step(op, all.clone(), DType::F32, &shape));

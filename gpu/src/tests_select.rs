@@ -3,7 +3,9 @@
 //! rope, attention, its row statistics and its three derivatives (with and without the
 //! statistics given). Inputs are given explicitly (repeated gather indices, tied maxima).
 
-use super::test_util::{assert_close, check_on_both, run_on_cpu, run_on_gpu as gpu_run, values};
+use super::test_util::{
+    assert_close, attention_grad_parts, check_on_both, run_on_cpu, run_on_gpu as gpu_run, values,
+};
 use crate::program::GpuOp;
 use mgn_ir::op::{GradPart, Op, ReduceOp};
 use mgn_ir::tensor::Tensor;
@@ -296,15 +298,7 @@ fn attention_gradients_match_the_cpu() {
             let has_mask = mask.is_some();
             let mut x = attention_inputs(tq, tk, mask.as_deref());
             x.push(floats(&[2, 4, tq, 6], 55));
-            let mut parts = vec![
-                (GradPart::Q, vec![2, 4, tq, 8]),
-                (GradPart::K, vec![2, 2, tk, 8]),
-                (GradPart::V, vec![2, 2, tk, 6]),
-            ];
-            if has_mask {
-                parts.push((GradPart::Mask, vec![2, 4, tq, tk]));
-            }
-            for (part, shape) in parts {
+            for (part, shape) in attention_grad_parts(2, (4, 2), (tq, tk), (8, 6), has_mask) {
                 check_on_both(
                     &Op::AttentionGrad { causal, scale, has_mask, part },
                     &x,
@@ -349,15 +343,7 @@ fn check_attention(
     let stats =
         run_on_cpu(&stats_op, &qk_mask.iter().collect::<Vec<_>>(), DType::F32, &[b, hq, tq, 2]);
     x.push(floats(&[b, hq, tq, dv], seed + 3));
-    let mut parts = vec![
-        (GradPart::Q, vec![b, hq, tq, d]),
-        (GradPart::K, vec![b, hkv, tk, d]),
-        (GradPart::V, vec![b, hkv, tk, dv]),
-    ];
-    if has_mask {
-        parts.push((GradPart::Mask, vec![b, hq, tq, tk]));
-    }
-    for (part, shape) in parts {
+    for (part, shape) in attention_grad_parts(b, (hq, hkv), (tq, tk), (d, dv), has_mask) {
         let op = Op::AttentionGrad { causal, scale, has_mask, part };
         check_on_both(&op, &x, DType::F32, &shape, 5e-5);
         let want = run_on_cpu(&op, &x.iter().collect::<Vec<_>>(), DType::F32, &shape);

@@ -5,20 +5,22 @@ use super::parts::{key_end, load_given, score, stats_pass, StatsLayout};
 use super::{fill, kernel, odd, Attn, Given, Tiles};
 use crate::kernels::{store, KernelSource, Operand};
 
-/// The WGSL of `grad_q`, its `$NAME$`s filled there.
-const GRAD_Q: &str = "let bh = wid / $NQB$u;
+/// The WGSL both dq and the mask's derivative are made from: per (batch·query head, query
+/// tile), the rows' statistics, then every pair's `dS = P ∘ (dP − rowdot)` over the key tiles
+/// up to `$KEND$`. What each does with a pair's `ds` (`$USE_DS$`: dq keeps it in shared memory,
+/// the mask's derivative stores it), after each key tile (`$AFTER_TILE$`) and at the end
+/// (`$TAIL$`) is its own; its `$NAME$`s are filled there.
+const DS_PASS: &str = "let bh = wid / $NQB$u;
     let q0 = (wid - bh * $NQB$u) * $BQ$u;
     let kvrow = (bh / $HQ$u) * $HKV$u + (bh % $HQ$u) / $REP$u;
     let mbase = $MBASE$;
     let sj = tid % $BK$u;
     let sr0 = tid / $BK$u;
-    let pr = tid / $TPR$u;
-    let pc = tid % $TPR$u;
+    $BEFORE$
     $STAGE_Q$
     $STAGE_Y$
     $STATS$
-    var acc: array<f32, $CPT$>;
-    for (var k0 = 0u; k0 < kend; k0 = k0 + $BK$u) {
+    for (var k0 = 0u; k0 < $KEND$; k0 = k0 + $BK$u) {
         workgroupBarrier();
         $STAGE_K$
         $STAGE_V$
@@ -32,19 +34,28 @@ const GRAD_Q: &str = "let bh = wid / $NQB$u;
                 if (okk && lr > 0.0) {
                     ds = exp(sc - sh[$MO$u + r]) $PER_L$ lr * (dpv - sh[$RO$u + r]);
                 }
-                sh[$DSO$u + r * $SB$u + sj] = ds;
+                $USE_DS$
             }
         }
-        workgroupBarrier();
+        $AFTER_TILE$
+    }
+    $TAIL$";
+
+/// dq's parts of `DS_PASS`: the output mapping and accumulator, `dS` into shared memory, then
+/// `dq += dS·K` per key tile and the store.
+const GRAD_Q_BEFORE: &str = "let pr = tid / $TPR$u;
+    let pc = tid % $TPR$u;
+    var acc: array<f32, $CPT$>;";
+const GRAD_Q_USE_DS: &str = "sh[$DSO$u + r * $SB$u + sj] = ds;";
+const GRAD_Q_AFTER_TILE: &str = "workgroupBarrier();
         for (var jj = 0u; jj < $BK$u; jj = jj + 1u) {
             let ds = sh[$DSO$u + pr * $SB$u + jj];
             let kb = $KO$u + jj * $KD$u + pc;
             for (var c = 0u; c < $CPT$u; c = c + 1u) {
                 acc[c] = acc[c] + ds * sh[kb + c * $TPR$u];
             }
-        }
-    }
-    let qi = q0 + pr;
+        }";
+const GRAD_Q_TAIL: &str = "let qi = q0 + pr;
     if (qi < $TQ$u) {
         for (var c = 0u; c < $CPT$u; c = c + 1u) {
             let col = pc + c * $TPR$u;
@@ -53,6 +64,16 @@ const GRAD_Q: &str = "let bh = wid / $NQB$u;
             }
         }
     }";
+
+/// `DS_PASS` with its parts in place (their own `$NAME$`s left for `fill`).
+fn ds_pass(before: &str, kend: &str, use_ds: &str, after_tile: &str, tail: &str) -> String {
+    DS_PASS
+        .replace("$BEFORE$", before)
+        .replace("$KEND$", kend)
+        .replace("$USE_DS$", use_ds)
+        .replace("$AFTER_TILE$", after_tile)
+        .replace("$TAIL$", tail)
+}
 
 /// dq: one workgroup per (batch·query head, query tile). The statistics pass gives each row's
 /// max, sum and rowdot once (or they are `given`: then the row max, `1/l` and `dy·out`); a
@@ -105,8 +126,9 @@ pub(super) fn grad_q(
         ),
         None => (stats_pass(a, &t, &layout, false), "/"),
     };
+    let template = ds_pass(GRAD_Q_BEFORE, "kend", GRAD_Q_USE_DS, GRAD_Q_AFTER_TILE, GRAD_Q_TAIL);
     let body = fill(
-        GRAD_Q,
+        &template,
         &[
             vec![
                 ("NQB", nqb.to_string()),
@@ -143,36 +165,10 @@ pub(super) fn grad_q(
     Ok(kernel(w, words, groups, &body))
 }
 
-/// The WGSL of `grad_mask`, its `$NAME$`s filled there.
-const GRAD_MASK: &str = "let bh = wid / $NQB$u;
-    let q0 = (wid - bh * $NQB$u) * $BQ$u;
-    let kvrow = (bh / $HQ$u) * $HKV$u + (bh % $HQ$u) / $REP$u;
-    let mbase = $MBASE$;
-    let sj = tid % $BK$u;
-    let sr0 = tid / $BK$u;
-    $STAGE_Q$
-    $STAGE_Y$
-    $STATS$
-    for (var k0 = 0u; k0 < $TK$u; k0 = k0 + $BK$u) {
-        workgroupBarrier();
-        $STAGE_K$
-        $STAGE_V$
-        workgroupBarrier();
-        for (var kk = 0u; kk < $SPT$u; kk = kk + 1u) {
-            let r = sr0 + kk * $RSTEP$u;
-            if (r < $BQ$u) {
-            $SCORE$
-                let lr = sh[$LO$u + r];
-                var ds = 0.0;
-                if (okk && lr > 0.0) {
-                    ds = exp(sc - sh[$MO$u + r]) $PER_L$ lr * (dpv - sh[$RO$u + r]);
-                }
-                if (qi < $TQ$u && j < $TK$u) {
+/// The mask's part of `DS_PASS`: each pair's `ds` stored, every key of the row (hidden ones as 0).
+const GRAD_MASK_USE_DS: &str = "if (qi < $TQ$u && j < $TK$u) {
                     $STORE$
-                }
-            }
-        }
-    }";
+                }";
 
 /// The mask's derivative, `dS = P ∘ (dP − rowdot)` of every score, in the scores' full shape
 /// `[..B, Hq, Tq, Tk]`: one workgroup per (batch·query head, query tile), as dq's. The rows'
@@ -218,8 +214,9 @@ pub(super) fn grad_mask(
         Some(g) => (load_given(a, g, t.bq, yo, yd, mo, lo, ro), "*"),
         None => (stats_pass(a, &t, &layout, false), "/"),
     };
+    let template = ds_pass("", "$TK$u", GRAD_MASK_USE_DS, "", "");
     let body = fill(
-        GRAD_MASK,
+        &template,
         &[
             vec![
                 ("NQB", nqb.to_string()),
