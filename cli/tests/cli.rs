@@ -78,7 +78,7 @@ fn build_summary_counts_trainable_parameters_apart_from_buffers_tables_and_state
     );
     let s = summary(&["build", "models/digits_cnn.mgn", "--mode", "train", "--freeze", "stage1"]);
     assert!(
-        s.starts_with("DigitsCnn: 5,962 trainable parameters, 176 frozen, 96 in buffers, "),
+        s.starts_with("DigitsCnn: 5,962 trainable parameters, 176 frozen, 98 in buffers, "),
         "{s}"
     );
     let s = summary(&["build", "models/digits_mlp.mgn"]);

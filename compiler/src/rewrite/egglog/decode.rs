@@ -78,6 +78,7 @@ pub(super) fn rebuild(
             .collect::<Result<_, String>>()?,
         aliases: g.aliases.clone(),
         counters: g.counters.clone(),
+        training: g.training,
         loss_scaling: g.loss_scaling.clone(),
     })
 }
