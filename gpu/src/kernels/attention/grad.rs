@@ -75,6 +75,84 @@ fn ds_pass(before: &str, kend: &str, use_ds: &str, after_tile: &str, tail: &str)
         .replace("$TAIL$", tail)
 }
 
+/// Where `DS_PASS` keeps its q and dy tiles, the rows' statistics and the K and V tiles in
+/// `sh`, the same for dq and the mask's derivative: `q`, `y`, `k`, `v` are (offset, row
+/// stride); `m`, `l`, `r` the rows' max, `l` (or `1/l`) and rowdot.
+struct DsLayout {
+    q: (usize, usize),
+    y: (usize, usize),
+    k: (usize, usize),
+    v: (usize, usize),
+    m: usize,
+    l: usize,
+    r: usize,
+}
+
+impl DsLayout {
+    fn new(a: &Attn, t: &Tiles) -> DsLayout {
+        let (qd, yd, kd, vd) = (odd(a.d), odd(a.dv), odd(a.d), odd(a.dv));
+        let yo = t.bq * qd;
+        let m = yo + t.bq * yd;
+        let ko = m + 3 * t.bq;
+        DsLayout {
+            q: (0, qd),
+            y: (yo, yd),
+            k: (ko, kd),
+            v: (ko + t.bk * kd, vd),
+            m,
+            l: m + t.bq,
+            r: m + 2 * t.bq,
+        }
+    }
+
+    /// The statistics pass's view of it (its partials alias the K and V tiles).
+    fn stats(&self) -> StatsLayout {
+        let (((qo, qd), (ko, kd)), (vo, vd)) = ((self.q, self.k), self.v);
+        let (mo, lo, ro) = (self.m, self.l, self.r);
+        StatsLayout { qo, qd, y: Some(self.y), ko, kd, vo, vd, part: ko, mo, lo, ro }
+    }
+
+    /// The rows' statistics as the pass reads them, and how `l` is applied: given (`1/l`,
+    /// multiplied) or computed (`l`, divided), the key loop's end `kend` defined either way.
+    fn row_stats(&self, a: &Attn, t: &Tiles, given: Option<&Given>) -> (String, &'static str) {
+        match given {
+            Some(g) => {
+                let (yo, yd) = self.y;
+                let load = load_given(a, g, t.bq, yo, yd, self.m, self.l, self.r);
+                (format!("let kend = {};\n    {load}", key_end(a, t.bq)), "*")
+            }
+            None => (stats_pass(a, t, &self.stats(), false), "/"),
+        }
+    }
+
+    /// The `$NAME$`s of `DS_PASS` itself (its parts' own are the caller's).
+    fn values(
+        &self,
+        a: &Attn,
+        t: &Tiles,
+        (stats, per_l): (String, &str),
+        w: usize,
+    ) -> Vec<(&'static str, String)> {
+        let dy = a.dy.expect("checked");
+        let (((qo, qd), (yo, yd)), ((ko, kd), (vo, vd))) = ((self.q, self.y), (self.k, self.v));
+        let mut values = vec![
+            ("NQB", a.tq.div_ceil(t.bq).to_string()),
+            ("STAGE_Q", a.stage_queries(a.q, t.bq, a.d, qo, qd, w)),
+            ("STAGE_Y", a.stage_queries(dy, t.bq, a.dv, yo, yd, w)),
+            ("STATS", stats),
+            ("PER_L", per_l.into()),
+            ("STAGE_K", a.stage_keys(a.k, t.bk, a.d, ko, kd, w)),
+            ("STAGE_V", a.stage_keys(a.v, t.bk, a.dv, vo, vd, w)),
+            ("SCORE", score(a, qo, qd, ko, kd, Some((yo, yd, vo, vd)))),
+            ("LO", self.l.to_string()),
+            ("MO", self.m.to_string()),
+            ("RO", self.r.to_string()),
+        ];
+        values.extend(t.values(a));
+        values
+    }
+}
+
 /// dq: one workgroup per (batch·query head, query tile). The statistics pass gives each row's
 /// max, sum and rowdot once (or they are `given`: then the row max, `1/l` and `dy·out`); a
 /// second pass over the key tiles forms `dS = P ∘ (dP − rowdot)` per pair into shared memory
@@ -99,69 +177,33 @@ pub(super) fn grad_q(
     let t =
         Tiles::choose(w, a.tq, a.tk, |bq, bk| geometry(bq, bk).2, |bq, bk| (bk.min(16), bq, bk))?;
     let (tpr, cpt, words) = geometry(t.bq, t.bk);
-    let (qd, yd, kd, vd, sb) = (odd(d), odd(dv), odd(d), odd(dv), t.bk + 1);
-    let qo = 0;
-    let yo = qo + t.bq * qd;
-    let mo = yo + t.bq * yd;
-    let (lo, ro) = (mo + t.bq, mo + 2 * t.bq);
-    let ko = mo + 3 * t.bq;
-    let vo = ko + t.bk * kd;
-    let dso = ko + (t.bk * (kd + vd)).max(part(t.bq, t.bk));
-    let nqb = a.tq.div_ceil(t.bq);
-    let groups = a.batch * a.hq * nqb;
+    let l = DsLayout::new(a, &t);
+    let (ko, kd) = l.k;
+    let dso = ko + (t.bk * (kd + l.v.1)).max(part(t.bq, t.bk));
+    let groups = a.batch * a.hq * a.tq.div_ceil(t.bq);
     if groups == 0 || d == 0 {
         return Ok(kernel(w, 1, 0, ""));
     }
-    let dy = a.dy.expect("checked");
-    let layout = StatsLayout { qo, qd, y: Some((yo, yd)), ko, kd, vo, vd, part: ko, mo, lo, ro };
-    // `sh[LO]` holds the row sum `l`, or with given statistics `1/l`.
-    let (stats, per_l) = match given {
-        Some(g) => (
-            format!(
-                "let kend = {};\n    {}",
-                key_end(a, t.bq),
-                load_given(a, g, t.bq, yo, yd, mo, lo, ro)
-            ),
-            "*",
-        ),
-        None => (stats_pass(a, &t, &layout, false), "/"),
-    };
     let template = ds_pass(GRAD_Q_BEFORE, "kend", GRAD_Q_USE_DS, GRAD_Q_AFTER_TILE, GRAD_Q_TAIL);
-    let body = fill(
-        &template,
-        &[
-            vec![
-                ("NQB", nqb.to_string()),
-                ("TPR", tpr.to_string()),
-                ("CPT", cpt.to_string()),
-                ("STAGE_Q", a.stage_queries(a.q, t.bq, d, qo, qd, w)),
-                ("STAGE_Y", a.stage_queries(dy, t.bq, dv, yo, yd, w)),
-                ("STATS", stats),
-                ("PER_L", per_l.into()),
-                ("STAGE_K", a.stage_keys(a.k, t.bk, d, ko, kd, w)),
-                ("STAGE_V", a.stage_keys(a.v, t.bk, dv, vo, vd, w)),
-                ("SCORE", score(a, qo, qd, ko, kd, Some((yo, yd, vo, vd)))),
-                ("LO", lo.to_string()),
-                ("MO", mo.to_string()),
-                ("RO", ro.to_string()),
-                ("DSO", dso.to_string()),
-                ("SB", sb.to_string()),
-                ("KO", ko.to_string()),
-                ("KD", kd.to_string()),
-                ("D", d.to_string()),
-                (
-                    "STORE",
-                    store(
-                        out,
-                        &format!("(bh * {}u + qi) * {d}u + col", a.tq),
-                        &format!("acc[c] * {:?}", a.scale as f32),
-                    ),
-                ),
-            ],
-            t.values(a),
-        ]
-        .concat(),
-    );
+    let mut values = l.values(a, &t, l.row_stats(a, &t, given), w);
+    values.extend([
+        ("TPR", tpr.to_string()),
+        ("CPT", cpt.to_string()),
+        ("DSO", dso.to_string()),
+        ("SB", (t.bk + 1).to_string()),
+        ("KO", ko.to_string()),
+        ("KD", kd.to_string()),
+        ("D", d.to_string()),
+        (
+            "STORE",
+            store(
+                out,
+                &format!("(bh * {}u + qi) * {d}u + col", a.tq),
+                &format!("acc[c] * {:?}", a.scale as f32),
+            ),
+        ),
+    ]);
+    let body = fill(&template, &values);
     Ok(kernel(w, words, groups, &body))
 }
 
@@ -196,46 +238,16 @@ pub(super) fn grad_mask(
     };
     // Wide key tiles first: consecutive invocations then store consecutive scores of a row.
     let t = Tiles::choose(w, a.tq, a.tk, words, |bq, bk| (bk, bq, 0))?;
-    let (qd, yd, kd, vd) = (odd(d), odd(dv), odd(d), odd(dv));
-    let qo = 0;
-    let yo = qo + t.bq * qd;
-    let mo = yo + t.bq * yd;
-    let (lo, ro) = (mo + t.bq, mo + 2 * t.bq);
-    let ko = mo + 3 * t.bq;
-    let vo = ko + t.bk * kd;
-    let nqb = a.tq.div_ceil(t.bq);
-    let groups = a.batch * a.hq * nqb;
+    let groups = a.batch * a.hq * a.tq.div_ceil(t.bq);
     if groups == 0 || a.tk == 0 {
         return Ok(kernel(w, 1, 0, ""));
     }
-    let dy = a.dy.expect("checked");
-    let layout = StatsLayout { qo, qd, y: Some((yo, yd)), ko, kd, vo, vd, part: ko, mo, lo, ro };
-    let (stats, per_l) = match given {
-        Some(g) => (load_given(a, g, t.bq, yo, yd, mo, lo, ro), "*"),
-        None => (stats_pass(a, &t, &layout, false), "/"),
-    };
+    let l = DsLayout::new(a, &t);
     let template = ds_pass("", "$TK$u", GRAD_MASK_USE_DS, "", "");
-    let body = fill(
-        &template,
-        &[
-            vec![
-                ("NQB", nqb.to_string()),
-                ("STAGE_Q", a.stage_queries(a.q, t.bq, d, qo, qd, w)),
-                ("STAGE_Y", a.stage_queries(dy, t.bq, dv, yo, yd, w)),
-                ("STATS", stats),
-                ("PER_L", per_l.into()),
-                ("STAGE_K", a.stage_keys(a.k, t.bk, d, ko, kd, w)),
-                ("STAGE_V", a.stage_keys(a.v, t.bk, dv, vo, vd, w)),
-                ("SCORE", score(a, qo, qd, ko, kd, Some((yo, yd, vo, vd)))),
-                ("LO", lo.to_string()),
-                ("MO", mo.to_string()),
-                ("RO", ro.to_string()),
-                ("STORE", store(out, &format!("(bh * {}u + qi) * {}u + j", a.tq, a.tk), "ds")),
-            ],
-            t.values(a),
-        ]
-        .concat(),
-    );
+    let mut values = l.values(a, &t, l.row_stats(a, &t, given), w);
+    let at = format!("(bh * {}u + qi) * {}u + j", a.tq, a.tk);
+    values.push(("STORE", store(out, &at, "ds")));
+    let body = fill(&template, &values);
     Ok(kernel(w, words(t.bq, t.bk), groups, &body))
 }
 
