@@ -255,9 +255,10 @@ fn a_save_removes_the_temporary_files_of_interrupted_writes() {
 
 const COUNTER: &str = "bn.num_batches_tracked";
 
-/// The digits MLP built in `mode` (`train` or `infer`) into `dir`, with what the compiler will
-/// add for a tied weight and a batch norm's counter: `head.weight` an alias of `fc2.weight`,
-/// and an `i64[]` buffer `bn.num_batches_tracked` that a training plan counts its steps in.
+/// The digits MLP built in `mode` (`train` or `infer`) into `dir`, with what the compiler adds
+/// for a tied weight and a batch norm's counter: `head.weight` an alias of `fc2.weight`, and an
+/// `i64[]` buffer `bn.num_batches_tracked` that every plan lists and a training plan counts its
+/// steps in.
 fn upstream_plan(dir: &Path, mode: &str) -> std::path::PathBuf {
     use mgn_ir::plan::{InitSpec, ParamAlias, ParamSpec};
     let path = dir.join(format!("{mode}.mgnplan"));
@@ -272,9 +273,7 @@ fn upstream_plan(dir: &Path, mode: &str) -> std::path::PathBuf {
         frozen: false,
         persistent: true,
     });
-    if mode == "train" {
-        plan.counters = vec![plan.params.len() - 1];
-    }
+    plan.counters = vec![plan.params.len() - 1];
     let fc2 = plan.params.iter().position(|p| p.name == "fc2.weight").expect("fc2.weight");
     plan.aliases = vec![ParamAlias { name: "head.weight".into(), param: fc2 }];
     plan.save(&path).expect("written");
@@ -339,9 +338,10 @@ fn a_counter_counts_training_steps_and_survives_save_and_resume() {
     );
     assert_eq!(count_in(&three), STEPS_PER_EPOCH);
 
-    // Both files evaluate strictly with the inference plan, which keeps the count unchanged.
+    // Every file evaluates strictly with the inference plan, which keeps the count unchanged:
+    // the one without the counter too (PyTorch loads such older checkpoints for inference).
     let infer = upstream_plan(&dir, "infer");
-    for w in [&one, &two] {
+    for w in [&one, &two, &older] {
         let out =
             mgnc(&["eval", s(&infer), "--weights", s(w), "--data", "data/digits_test.safetensors"]);
         assert!(ok(&out).contains("accuracy"), "{}", s(w));

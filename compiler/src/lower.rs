@@ -117,7 +117,9 @@ pub fn lower_with_spans(
         optimizer: opts.optimizer.clone(),
         state_writes: g.state_writes.iter().map(|(p, id)| (*p, map(*id))).collect(),
         aliases: g.aliases.clone(),
-        counters: if opts.mode == Mode::Train { g.counters.clone() } else { vec![] },
+        // Inference plans list their counters too, though they never count: a checkpoint
+        // without one (older than the buffer, as PyTorch allows) then loads for inference.
+        counters: g.counters.clone(),
         dynamic: None,
         precision: opts.precision,
         loss_scaling: g.loss_scaling.clone(),

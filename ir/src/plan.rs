@@ -109,7 +109,9 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aliases: Vec<ParamAlias>,
     /// Buffers that count the training steps run (BatchNorm's `num_batches_tracked`): the
-    /// session adds one to each after every training step of this plan. No step reads them.
+    /// session adds one to each after every training step of this plan (an inference plan
+    /// lists them too and never counts). No step reads them; a checkpoint may lack one (it then
+    /// starts at 0, as PyTorch's BatchNorm loads older checkpoints).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub counters: Vec<usize>,
     /// A plan over dynamic sizes (`mgnc build --dynamic`): the sizes, and the numbers of its

@@ -1,7 +1,7 @@
 //! `batch_norm(…, tracked = self.num_batches_tracked)`: a buffer that counts the training steps
 //! run, as PyTorch's BatchNorm counts `num_batches_tracked`. No step reads or writes it: the plan
-//! lists it (`Graph::counters`, kept by training plans only) and the session adds one to it
-//! after every training step, so a checkpoint holds the count PyTorch's would.
+//! lists it (`Graph::counters`, in every plan, so a checkpoint lacking it loads) and the session
+//! adds one to it after every training step, so a checkpoint holds the count PyTorch's would.
 
 use super::args::Args;
 use crate::elab::eval::{Evaluator, R};
