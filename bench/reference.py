@@ -191,6 +191,19 @@ def collect_grads(module):
     return grads
 
 
+def image_classification(cfg, gen, device):
+    """The image classifiers' task: `images` [B, 3, size, size] (normal noise), `labels` [B]
+    below `classes`, and the forward giving the logits and their mean cross entropy."""
+    B, S = cfg["B"], cfg["size"]
+    inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
+
+    def forward(m, x):
+        logits = m(x["images"])
+        return {"logits": logits}, F.cross_entropy(logits, x["labels"])
+
+    return inputs, forward
+
+
 @torch.no_grad()
 def fit_running_stats(model, gen, device, shape, momentum):
     """Batch norms' running statistics that match inputs of `shape` (normal noise): two
@@ -300,14 +313,10 @@ def build_resnet50(cfg, gen, device, args):
     import torchvision
     model = torchvision.models.resnet50(weights=None, num_classes=cfg["classes"]).to(device)
     B, S = cfg["B"], cfg["size"]
-    inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
+    inputs, forward = image_classification(cfg, gen, device)
     # Running statistics that match the data, so that inference-mode batch norm normalises
     # (with mean 0 / var 1 the activations grow through 16 residual blocks).
     fit_running_stats(model, gen, device, (max(B, 2), 3, S, S), momentum=0.1)
-
-    def forward(m, x):
-        logits = m(x["images"])
-        return {"logits": logits}, F.cross_entropy(logits, x["labels"])
 
     return model, inputs, forward, {}
 
@@ -988,13 +997,7 @@ def build_vit(cfg, gen, device, args):
     with torch.no_grad():
         model.heads.head.weight.normal_(0.0, 0.02)
         model.class_token.normal_(0.0, 0.02)
-    B, S = cfg["B"], cfg["size"]
-    inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
-
-    def forward(m, x):
-        logits = m(x["images"])
-        return {"logits": logits}, F.cross_entropy(logits, x["labels"])
-
+    inputs, forward = image_classification(cfg, gen, device)
     return model, inputs, forward, {"full_state_dict": True}
 
 
@@ -1031,14 +1034,10 @@ def build_mobilenet(cfg, gen, device, args):
     model = torchvision.models.mobilenet_v3_small(weights=None, num_classes=cfg["classes"],
                                                   dropout=cfg["dropout"]).to(device)
     B, S = cfg["B"], cfg["size"]
-    inputs = {"images": randn(gen, (B, 3, S, S), device), "labels": randint(gen, cfg["classes"], (B,), device)}
+    inputs, forward = image_classification(cfg, gen, device)
     # Running statistics that match the data (as for ResNet-50), and a count in
     # num_batches_tracked that a checkpoint of a trained model would carry.
     fit_running_stats(model, gen, device, (max(B, 2), 3, S, S), momentum=0.01)
-
-    def forward(m, x):
-        logits = m(x["images"])
-        return {"logits": logits}, F.cross_entropy(logits, x["labels"])
 
     return model, inputs, forward, {"full_state_dict": True}
 
