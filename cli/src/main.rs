@@ -5,10 +5,11 @@ mod commands;
 
 use crate::commands::bench::BenchArgs;
 use crate::commands::build::BuildArgs;
+use crate::commands::import::ImportArgs;
 use crate::commands::report::MessageFormat;
 use crate::commands::run::RunArgs;
 use crate::commands::train::{EvalArgs, TrainArgs};
-use crate::commands::{bench, build, check, fmt, info, run, train};
+use crate::commands::{bench, build, check, fmt, import, info, run, train};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,8 @@ enum Command {
     /// Measure compile time, forward, minimal-shape, backward and training-step latency, and
     /// memory.
     Bench(BenchArgs),
+    /// Turn an ONNX or GGUF model into readable `.mgn` source and a safetensors checkpoint.
+    Import(ImportArgs),
     /// GPU devices, their limits and features, and which one would be used.
     Info {
         /// One JSON object instead of text.
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Train(a) => train::train(a),
         Command::Eval(a) => train::eval(a),
         Command::Bench(a) => bench::run(a),
+        Command::Import(a) => import::run(a),
         Command::Info { json } => info::run(json),
         Command::Lsp => match mgn_lsp::run_stdio() {
             Ok(()) => 0,
