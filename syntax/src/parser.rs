@@ -514,6 +514,9 @@ impl Builder<'_> {
             .map_postfix(|lhs, op| {
                 let span = lhs.expr.span.to(sp(&op));
                 let mut b = this.borrow_mut();
+                if op.as_rule() == Rule::field_access && !lhs.grouped {
+                    b.number_field(&lhs.expr, span);
+                }
                 let depth = lhs.depth;
                 let lhs = Box::new(lhs.expr);
                 let kind = match op.as_rule() {
@@ -584,6 +587,20 @@ impl Builder<'_> {
                 let depth = lhs.depth.max(rhs.depth);
                 self.node(ExprKind::Binary(Box::new(lhs.expr), vec![(op, rhs.expr)]), span, depth)
             }
+        }
+    }
+
+    /// `1 .5` or `0. 7`: a field of a number literal. It parses (a literal, then `.5`), but the
+    /// spaces are all that keep it from being the decimal `1.5`, which `mgnc fmt` would write;
+    /// a number has no fields, so this is always a typo for a decimal.
+    fn number_field(&mut self, lhs: &Expr, span: Span) {
+        if matches!(lhs.kind, ExprKind::Int(_) | ExprKind::Float(_)) {
+            let text = &self.text[span.start as usize..span.end as usize];
+            let joined: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+            self.diags.push(
+                Diagnostic::error("E0001", "a number has no fields", span, "a number, then `.`")
+                    .with_help(format!("write the decimal number without spaces: `{joined}`")),
+            );
         }
     }
 
