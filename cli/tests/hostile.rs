@@ -1,5 +1,6 @@
-//! Hostile inputs given to `mgnc check`, `build` and `fmt`: every one gets an error message and
-//! exit code 1, never a panic (exit code 101), a hang or unbounded memory.
+//! Hostile inputs given to mgnc — sources to `check`, `build` and `fmt`, and special files to
+//! every argument that names a file: every one gets an error message and exit code 1, never a
+//! panic (exit code 101), a hang or unbounded memory.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -111,6 +112,7 @@ fn imports_of_special_or_huge_files_are_refused_at_the_use() {
         ("./fifo.mgn", "fifo.mgn`: it is a named pipe (FIFO), not a regular file"),
         ("./huge.mgn", "huge.mgn`: the file is too large (9437184 bytes; the limit is 8388608"),
         ("/", "cannot import `/`: it is a directory, not a file"),
+        ("/proc/self/status", "status`: the file holds more than the 0 bytes it reports"),
     ] {
         t.write("main.mgn", format!("use \"{import}\".{{A}}\n"));
         let out = mgnc(&t.0, &["check", "main.mgn"]);
@@ -153,4 +155,61 @@ fn text_that_is_not_utf8_is_located() {
     let out = mgnc(&t.0, &["check", "main.mgn"]);
     fails_saying(&out, &format!("bad.mgn`: {at}"));
     fails_saying(&out, "[main.mgn:2:5]");
+}
+
+/// The rule for every file mgnc reads (`mgn_ir::io::read_regular`), through every command and
+/// argument that names one: a FIFO without a writer, a device without end, a `/proc` file that
+/// reports no size, a directory and a symbolic-link loop are each refused, naming the file,
+/// within the time limit — never waited on or read without end.
+#[cfg(unix)]
+#[test]
+fn every_file_argument_refuses_special_files() {
+    let t = TempDir::new("arguments");
+    t.fifo("fifo");
+    std::fs::create_dir(t.0.join("dir")).unwrap();
+    std::os::unix::fs::symlink("loop", t.0.join("loop")).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let model = root.join("models/digits_mlp.mgn").display().to_string();
+    let data = root.join("data/digits_test.safetensors").display().to_string();
+    let trained = mgnc(&t.0, &["train", &model, "--data", &data, "--epochs", "1", "--save", "w"]);
+    assert!(trained.status.success(), "{}", String::from_utf8_lossy(&trained.stderr));
+    let specials = [
+        ("fifo", "it is a named pipe (FIFO), not a regular file"),
+        ("/dev/zero", "it is a character device, not a regular file"),
+        ("/proc/self/status", "holds more than the 0 bytes it reports"),
+        ("dir", "it is a directory, not a file"),
+        ("loop", "symbolic links"),
+    ];
+    for (file, reason) in specials {
+        let plan = format!("{file}.mgnplan");
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["run", &model, "--weights", file, "--inputs", &data, "--out", "o.safetensors"],
+            vec!["run", &model, "--inputs", file, "--out", "o.safetensors"],
+            vec!["train", &model, "--data", file, "--epochs", "1"],
+            vec!["train", &model, "--data", &data, "--eval-data", file, "--epochs", "1"],
+            vec!["train", &model, "--data", &data, "--resume", file, "--epochs", "1"],
+            vec!["eval", &model, "--weights", file, "--data", &data],
+            vec!["eval", &model, "--weights", "w", "--data", file],
+            vec!["import", file],
+        ];
+        for args in &commands {
+            fails_saying(&mgnc(&t.0, args), &format!("{file}"));
+            fails_saying(&mgnc(&t.0, args), reason);
+        }
+        // A plan with a special file's name: `ln -s /dev/zero x.mgnplan` and the like.
+        if file.starts_with('/') {
+            std::os::unix::fs::symlink(
+                file,
+                t.0.join(plan.trim_start_matches('/').replace('/', "_")),
+            )
+            .unwrap();
+        }
+    }
+    for (plan, reason) in [
+        ("dev_zero.mgnplan", "it is a character device"),
+        ("proc_self_status.mgnplan", "holds more than the 0 bytes it reports"),
+    ] {
+        let args = ["run", plan, "--inputs", &data, "--out", "o.safetensors"];
+        fails_saying(&mgnc(&t.0, &args), reason);
+    }
 }

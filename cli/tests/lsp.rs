@@ -586,8 +586,9 @@ fn latency_on_the_largest_model() {
     c.shutdown();
 }
 
-/// Imports the server must not read: a FIFO without a writer and a device without end. Each is
-/// a diagnostic at its `use`, and the server goes on answering.
+/// Imports the server must not read: a FIFO without a writer, a device without end and a kernel
+/// file that reports no size (`/proc/kmsg` would wait for the next kernel message). Each is a
+/// diagnostic at its `use`, and the server goes on answering.
 #[cfg(unix)]
 #[test]
 fn imports_of_special_files_do_not_stop_the_server() {
@@ -595,7 +596,8 @@ fn imports_of_special_files_do_not_stop_the_server() {
     let fifo = std::ffi::CString::new(dir.join("fifo.mgn").to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
     let main = file_uri(&dir.join("main.mgn"));
-    let text = "use \"./fifo.mgn\".{A}\nuse \"/dev/zero\".{B}\nfn f() -> int { 1 }\n";
+    let text = "use \"./fifo.mgn\".{A}\nuse \"/dev/zero\".{B}\nuse \"/proc/self/status\".{C}\n\
+                fn f() -> int { 1 }\n";
     let mut c = Client::start(&dir);
     c.open(&main, text);
     let ds = c.diagnostics_for_version(&main, 1);
@@ -603,9 +605,10 @@ fn imports_of_special_files_do_not_stop_the_server() {
         .iter()
         .map(|d| (d["code"].as_str().unwrap(), d["range"]["start"]["line"].as_u64().unwrap()))
         .collect();
-    assert_eq!(got, [("E0104", 0), ("E0104", 1)], "{ds:#?}");
+    assert_eq!(got, [("E0104", 0), ("E0104", 1), ("E0104", 2)], "{ds:#?}");
     assert!(ds[0]["message"].as_str().unwrap().contains("named pipe"), "{ds:#?}");
     assert!(ds[1]["message"].as_str().unwrap().contains("character device"), "{ds:#?}");
+    assert!(ds[2]["message"].as_str().unwrap().contains("reports"), "{ds:#?}");
     let h = hover_text(&c.request("textDocument/hover", at(&main, pos(text, "f()", 0, 0))));
     assert!(h.contains("fn f() -> int"), "{h}");
     c.shutdown();

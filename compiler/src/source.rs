@@ -76,23 +76,12 @@ impl SourceMap {
     }
 }
 
-/// Reads a source file (a root file or an import). It must be a regular file of at most
-/// `MAX_SOURCE_BYTES` bytes, which is checked before it is opened (a FIFO or a device is never
-/// opened, so reading cannot block or run without end), checked again on the opened file, and
-/// bounded while reading; and it must be UTF-8. The error is a reason, to follow
-/// "cannot read `…`: " or "cannot import `…`: ".
+/// Reads a source file (a root file or an import) by the rule for every file mgn reads
+/// (`mgn_ir::io::read_regular`: a regular file only, never blocking, its size checked — here
+/// against `MAX_SOURCE_BYTES` — before reading); and it must be UTF-8. The error is a reason,
+/// to follow "cannot read `…`: " or "cannot import `…`: ".
 pub fn read_source(path: &Path) -> Result<String, String> {
-    let reason = |e: std::io::Error| io_reason(&e);
-    check_file(&std::fs::metadata(path).map_err(reason)?)?;
-    let file = std::fs::File::open(path).map_err(reason)?;
-    let meta = file.metadata().map_err(reason)?;
-    check_file(&meta)?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_SOURCE_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(reason)?;
-    if bytes.len() > MAX_SOURCE_BYTES {
-        return Err(too_large(None));
-    }
-    decode(bytes)
+    decode(mgn_ir::io::read_regular(path, MAX_SOURCE_BYTES as u64)?)
 }
 
 /// Reads a source from a stream (stdin) with the same size limit as files.
@@ -100,52 +89,9 @@ pub fn read_source_from(stream: impl Read) -> Result<String, String> {
     let mut bytes = Vec::new();
     stream.take(MAX_SOURCE_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(|e| io_reason(&e))?;
     if bytes.len() > MAX_SOURCE_BYTES {
-        return Err(too_large(None));
+        return Err(mgn_ir::io::too_large(None, MAX_SOURCE_BYTES as u64));
     }
     decode(bytes)
-}
-
-/// The reason for a source over the limit (`None`: its length is not known, only that it is
-/// over).
-fn too_large(len: Option<u64>) -> String {
-    let len = len.map_or_else(|| format!("over {MAX_SOURCE_BYTES}"), |n| n.to_string());
-    format!("the file is too large ({len} bytes; the limit is {MAX_SOURCE_BYTES} bytes)")
-}
-
-/// A regular file within the size limit; anything else is refused with its kind.
-fn check_file(meta: &std::fs::Metadata) -> Result<(), String> {
-    let kind = meta.file_type();
-    if kind.is_dir() {
-        return Err("it is a directory, not a file".into());
-    }
-    if !kind.is_file() {
-        return Err(format!("it is {}, not a regular file", special_kind(&kind)));
-    }
-    if meta.len() > MAX_SOURCE_BYTES as u64 {
-        return Err(too_large(Some(meta.len())));
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn special_kind(kind: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_fifo() {
-        "a named pipe (FIFO)"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a special file"
-    }
-}
-
-#[cfg(not(unix))]
-fn special_kind(_: &std::fs::FileType) -> &'static str {
-    "a special file"
 }
 
 /// The text of a source's bytes; if they are not UTF-8, where the first bad byte is: its
@@ -167,10 +113,8 @@ pub fn decode(bytes: Vec<u8>) -> Result<String, String> {
 /// A short reason for an I/O error, to follow "cannot read `…`: ".
 pub fn io_reason(e: &std::io::Error) -> String {
     match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_string(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
         std::io::ErrorKind::InvalidData => "the file is not valid UTF-8".to_string(),
-        _ => e.to_string(),
+        _ => mgn_ir::io::reason(e),
     }
 }
 

@@ -89,7 +89,7 @@ impl Format {
 
 /// Imports the model in `path`, whichever format it is.
 pub fn import_file(path: &Path, options: &Options) -> Result<Imported, ImportError> {
-    let bytes = std::fs::read(path)
+    let bytes = mgn_ir::io::read_regular(path, u64::MAX)
         .map_err(|e| ImportError::new(path, format!("cannot read the file: {e}")))?;
     match Format::detect(path, &bytes) {
         Some(Format::Onnx) => onnx::import(path, &bytes, options),

@@ -1,8 +1,127 @@
-//! File writing that never leaves a half-written file behind, nor temporary files that pile up.
+//! Files in and out. Reading: every file mgn reads (sources, checkpoints, data, inputs, plans)
+//! is opened by [`read_regular`], which never blocks and never reads without end. Writing never
+//! leaves a half-written file behind, nor temporary files that pile up.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
+
+/// Reads the whole of a regular file of at most `limit` bytes. The rule for every file mgn
+/// reads, whatever it holds:
+///
+/// - only a regular file (after following links): a directory, a named pipe, a device or a
+///   socket is refused by its kind before it is opened, so a FIFO without a writer cannot block
+///   and `/dev/zero` cannot be read without end;
+/// - opened without blocking (`O_NONBLOCK`), and checked again once open, so a file swapped for
+///   a FIFO in between is refused too;
+/// - its size is read first and checked against `limit`; then exactly that many bytes are read,
+///   and the file must end there: a kernel file that reports 0 bytes but streams (`/proc/kmsg`,
+///   whose read would wait for the next kernel message) or one that grows while it is read is
+///   refused, never waited on.
+///
+/// The error is a reason, to follow "cannot read `…`: ".
+pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    let (mut file, len) = open_regular(path, limit)?;
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(len as usize)
+        .map_err(|_| format!("the file is too large to hold in memory ({len} bytes)"))?;
+    (&mut file).take(len).read_to_end(&mut bytes).map_err(|e| reason(&e))?;
+    if (bytes.len() as u64) < len {
+        return Err(format!(
+            "the file ended after {} of its {len} bytes (it shrank while it was read)",
+            bytes.len()
+        ));
+    }
+    let mut more = [0u8; 1];
+    match file.read(&mut more) {
+        Ok(0) => Ok(bytes),
+        Ok(_) => Err(format!(
+            "the file holds more than the {len} bytes it reports (a kernel file, or one \
+             growing while it is read); only regular files of a known size are read"
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(format!(
+            "the file reports {len} bytes but does not end there (a kernel file such as \
+             /proc/kmsg); only regular files of a known size are read"
+        )),
+        Err(e) => Err(reason(&e)),
+    }
+}
+
+/// Opens a regular file of at most `limit` bytes for reading, without blocking, and returns it
+/// with its size (the checks of [`read_regular`], for readers that read a part first, such as
+/// a checkpoint's header).
+pub fn open_regular(path: &Path, limit: u64) -> Result<(File, u64), String> {
+    check_regular(&std::fs::metadata(path).map_err(|e| reason(&e))?, limit)?;
+    let file = open_nonblocking(path).map_err(|e| reason(&e))?;
+    let meta = file.metadata().map_err(|e| reason(&e))?;
+    check_regular(&meta, limit)?;
+    Ok((file, meta.len()))
+}
+
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}
+
+/// A regular file within `limit` bytes; anything else is refused with its kind.
+fn check_regular(meta: &std::fs::Metadata, limit: u64) -> Result<(), String> {
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return Err("it is a directory, not a file".into());
+    }
+    if !kind.is_file() {
+        return Err(format!("it is {}, not a regular file", special_kind(&kind)));
+    }
+    if meta.len() > limit {
+        return Err(too_large(Some(meta.len()), limit));
+    }
+    Ok(())
+}
+
+/// The reason for a file over `limit` bytes (`None`: its length is not known, only that it is
+/// over).
+pub fn too_large(len: Option<u64>, limit: u64) -> String {
+    let len = len.map_or_else(|| format!("over {limit}"), |n| n.to_string());
+    format!("the file is too large ({len} bytes; the limit is {limit} bytes)")
+}
+
+#[cfg(unix)]
+fn special_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &std::fs::FileType) -> &'static str {
+    "a special file"
+}
+
+/// A short reason for an I/O error, to follow "cannot read `…`: ".
+pub fn reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => e.to_string(),
+    }
+}
 
 /// Writes `bytes` to a temporary file next to `path` (`.NAME.tmpPID`), flushes it to disk,
 /// renames it over `path` and flushes the directory, so the rename survives a power loss: a
@@ -97,6 +216,26 @@ fn sync_dir(_: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn regular_files_are_read_whole_and_others_refused_by_kind() {
+        let d = scratch("read");
+        std::fs::write(d.join("a"), b"abc").unwrap();
+        std::fs::write(d.join("empty"), b"").unwrap();
+        assert_eq!(read_regular(&d.join("a"), 3).unwrap(), b"abc");
+        assert_eq!(read_regular(&d.join("empty"), 0).unwrap(), b"");
+        assert!(read_regular(&d.join("a"), 2).unwrap_err().contains("too large (3 bytes"));
+        assert_eq!(read_regular(&d.join("none"), 9).unwrap_err(), "no such file");
+        assert!(read_regular(&d, 9).unwrap_err().contains("a directory"));
+        let fifo = std::ffi::CString::new(d.join("fifo").to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(read_regular(&d.join("fifo"), 9).unwrap_err().contains("named pipe (FIFO)"));
+        assert!(read_regular(Path::new("/dev/zero"), 9).unwrap_err().contains("character device"));
+        // Reports 0 bytes, holds more: refused rather than read to an unknown end.
+        let e = read_regular(Path::new("/proc/self/status"), 1 << 20).unwrap_err();
+        assert!(e.contains("holds more than the 0 bytes"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     fn scratch(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("mgn-io-{tag}-{}", std::process::id()));

@@ -207,7 +207,7 @@ impl Plan {
     }
 
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
-        let bytes = std::fs::read(path)
+        let bytes = crate::io::read_regular(path, u64::MAX)
             .map_err(|e| PlanError(format!("cannot read {}: {e}", path.display())))?;
         Plan::from_bytes(&bytes, &path.display().to_string())
     }

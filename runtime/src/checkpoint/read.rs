@@ -10,9 +10,50 @@ use std::path::Path;
 
 /// Reads a checkpoint file into host tensors.
 pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| CheckpointError::new(path, format!("cannot read the checkpoint: {e}")))?;
+    let cannot = |r: String| CheckpointError::new(path, format!("cannot read the checkpoint: {r}"));
+    // By the rule for every file mgn reads: a regular file (never a FIFO or a device), opened
+    // without blocking; its size known before anything is read.
+    let (file, len) = mgn_ir::io::open_regular(path, u64::MAX).map_err(cannot)?;
+    if len >= HEADER_FIRST {
+        check_sizes(file, len).map_err(|m| CheckpointError::new(path, m))?;
+    }
+    let bytes = mgn_ir::io::read_regular(path, u64::MAX).map_err(cannot)?;
     from_bytes(&bytes, path)
+}
+
+/// Files this large have their header read and checked against their size before the tensors
+/// are: a truncated copy of a multi-gigabyte checkpoint is refused at once.
+const HEADER_FIRST: u64 = 64 << 20;
+
+/// Whether the header of the file (`len` bytes) describes exactly the tensor data that follows
+/// it. Headers that cannot be read here are left to `from_bytes`, which describes every fault.
+fn check_sizes(mut file: std::fs::File, len: u64) -> Result<(), String> {
+    use std::io::Read;
+    let mut n = [0u8; 8];
+    file.read_exact(&mut n).map_err(|e| mgn_ir::io::reason(&e))?;
+    let n = u64::from_le_bytes(n);
+    if n > 100_000_000 || n > len - 8 {
+        return Ok(());
+    }
+    let mut header = vec![0u8; n as usize];
+    file.read_exact(&mut header).map_err(|e| mgn_ir::io::reason(&e))?;
+    let Ok(serde_json::Value::Object(entries)) = serde_json::from_slice(&header) else {
+        return Ok(());
+    };
+    let end = entries
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .filter_map(|(_, v)| v.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    let data = len - 8 - n;
+    if end != data {
+        return Err(format!(
+            "truncated or corrupt: the header describes {end} bytes of tensor data, but the file \
+             holds {data} after the header"
+        ));
+    }
+    Ok(())
 }
 
 /// Parses checkpoint bytes; `path` names the source in errors.
