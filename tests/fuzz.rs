@@ -464,3 +464,55 @@ fn pathological_inputs_are_refused_with_diagnostics() {
         );
     }
 }
+
+/// Every model in `models/` with each of its integer arguments set to sizes no machine holds
+/// (`--set batch=2147483648`, `frames=4294967295`, …), built for inference and training and
+/// given to the GPU's kernel generation and the host-memory check: each build is a plan or
+/// diagnostics — never a panic (an overflow, a division by zero) or an internal error (E0999)
+/// — and the memory check refuses what does not fit. (The `mgnc` binary's `run` and `bench`
+/// on such sizes: cli/tests/limits.rs.)
+#[test]
+fn extreme_sizes_are_plans_or_diagnostics() {
+    use mgn_compiler::driver::plan_path;
+    use mgn_compiler::elab::{Flag, Setting};
+    use mgn_compiler::lower::PlanOptions;
+    use mgn_ir::optim::OptimizerSpec;
+
+    let sizes = ["0", "2147483648", "4294967295", "4294967296", "1099511627777"];
+    let mut problems = Vec::new();
+    let mut built = 0;
+    for file in mgn_files("models") {
+        let infer = PlanOptions::infer();
+        let Ok((_, Some(plan))) = plan_path(&file, None, vec![], &infer) else { continue };
+        let ints = plan.config.iter().filter(|(_, v)| v.parse::<u64>().is_ok_and(|n| n > 0));
+        for (arg, _) in ints {
+            for size in sizes {
+                let set = vec![Setting { name: arg.clone(), value: size.into(), flag: Flag::Set }];
+                let train = PlanOptions::train(&[], OptimizerSpec::default());
+                for opts in [PlanOptions::infer(), train] {
+                    let at = format!("{} --set {arg}={size} ({:?})", file.display(), opts.mode);
+                    let run = || -> Result<bool, String> {
+                        let (outcome, plan) = plan_path(&file, None, set.clone(), &opts)?;
+                        if let Some(d) = outcome.diagnostics.iter().find(|d| d.code == "E0999") {
+                            return Err(format!("internal error: {}", d.message));
+                        }
+                        let Some(plan) = plan else { return Ok(false) };
+                        let limits = mgn_gpu::limits::DeviceLimits::MIN_SPEC;
+                        let _ = mgn_gpu::kernels::check_plan(&plan, &limits);
+                        let mut need = mgn_runtime::memory::resident(&plan);
+                        need.values = mgn_runtime::memory::peak_values(&plan);
+                        let _ = mgn_runtime::memory::check(&plan, need, "a run");
+                        Ok(true)
+                    };
+                    match catch_unwind(AssertUnwindSafe(run)) {
+                        Ok(Ok(b)) => built += b as usize,
+                        Ok(Err(e)) => problems.push(format!("{at}: {e}")),
+                        Err(_) => problems.push(format!("{at}: panicked")),
+                    }
+                }
+            }
+        }
+    }
+    assert!(built > 50, "the sizes reached plans: {built}");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -92,3 +92,40 @@ fn an_arena_past_the_devices_binding_is_refused_naming_the_largest_values() {
     assert!(err.contains("more than one storage binding on this device holds (128 MiB)"), "{err}");
     assert!(err.contains("models/digits_mlp.mgn:"), "the largest values name their lines: {err}");
 }
+
+/// `bench` draws random inputs for every input of the model: past the host's memory it refuses
+/// by name, as `run` and `train` do, before drawing one (it aborted in the allocator asking for
+/// 512 GiB, or drew gigabytes of tokens for a run that could never fit).
+#[test]
+fn bench_refuses_sizes_past_the_host_before_drawing_inputs() {
+    if mgn_runtime::memory::available().is_none() {
+        eprintln!("this platform does not say how much memory is free: nothing to check");
+        return;
+    }
+    for (model, set) in [
+        ("models/digits_mlp.mgn", "batch=2147483648"),
+        ("models/digits_mlp.mgn", "batch=1000000000"),
+        ("models/digits_cnn.mgn", "batch=1000000000"),
+        ("models/tiny_llama.mgn", "T=1000000000"),
+    ] {
+        let o = mgnc(&["bench", model, "--set", set, "--backend", "cpu"], &[]);
+        let err = refused(&o);
+        assert!(err.contains("a benchmark of `") && err.contains("of host memory"), "{err}");
+        assert!(err.contains(&format!("{model}:")), "the model's line: {err}");
+    }
+}
+
+/// A value only the training plan has (a derivative, a fused product) past the 2^40 elements a
+/// plan holds is a range error at the model's line, not the plan validator's internal error.
+#[test]
+fn training_values_past_a_plans_limit_are_located_range_errors() {
+    for (model, set) in
+        [("models/tiny_gpt.mgn", "vocab=2147483647"), ("models/tiny_llama.mgn", "vocab=4294967296")]
+    {
+        let o = mgnc(&["build", model, "--mode", "train", "--set", set], &[]);
+        let err = refused(&o);
+        assert!(err.contains("E0301") && !err.contains("E0999"), "{err}");
+        assert!(err.contains("more than the 2^40 a plan can hold"), "{err}");
+        assert!(err.contains(&format!("[{model}:")), "{err}");
+    }
+}

@@ -8,6 +8,7 @@ use crate::source::SourceMap;
 use mgn_ir::optim::OptimizerSpec;
 use mgn_ir::plan::{Mode, ParamSpec, Plan};
 use mgn_ir::precision::Precision;
+use mgn_ir::valid::MAX_ELEMENTS;
 use mgn_syntax::{Diagnostic, Span};
 
 /// What a plan computes.
@@ -124,6 +125,7 @@ pub fn lower_with_spans(
         precision: opts.precision,
         loss_scaling: g.loss_scaling.clone(),
     };
+    check_sizes(&plan, &spans)?;
     // Every plan the compiler makes passes the validator that plan files and backends rely on:
     // a node elaboration or autodiff typed differently from the IR's rules is a compiler bug,
     // reported at the model rather than left to a backend.
@@ -136,6 +138,34 @@ pub fn lower_with_spans(
         )
     })?;
     Ok((plan, spans))
+}
+
+/// Every value within the elements a plan can hold. The front end checks the values a model
+/// writes (E0301); the ones autodiff and the rewrites add (a derivative, a fused product) are
+/// checked here, so that `--set vocab=2147483647` is a range error at the model's line rather
+/// than the validator's internal error.
+fn check_sizes(plan: &Plan, spans: &[Span]) -> Result<(), Diagnostic> {
+    for (i, s) in plan.steps.iter().enumerate() {
+        let n = mgn_ir::shape::checked_numel(&s.shape);
+        if n.is_some_and(|n| n <= MAX_ELEMENTS) {
+            continue;
+        }
+        let count = n.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string());
+        let what = if plan.mode == Mode::Train { "the training plan" } else { "the plan" };
+        return Err(Diagnostic::error(
+            "E0301",
+            format!(
+                "{what} needs a value of shape {:?} for this `{}`: {count} elements, more than \
+                 the 2^40 a plan can hold",
+                s.shape,
+                s.op.describe()
+            ),
+            spans.get(i).copied().unwrap_or_default(),
+            "this value is too large",
+        )
+        .with_help("make the model's sizes or its batch smaller (`--set`)"));
+    }
+    Ok(())
 }
 
 /// Each `--freeze` prefix names some trainable parameter, in a plan with gradients.

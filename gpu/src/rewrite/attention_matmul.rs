@@ -82,7 +82,10 @@ fn wanted(path: AttentionPath, d: &Dims) -> bool {
         AttentionPath::Tiled => false,
         AttentionPath::Matmul => true,
         AttentionPath::Auto | AttentionPath::Tiles => {
-            let bytes = d.scores.iter().product::<usize>().saturating_mul(4);
+            // Checked: a score matrix past the address space (`--set frames=4294967295`) is
+            // simply not wanted, and must not overflow on the way.
+            let elements = d.scores.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+            let bytes = elements.map_or(usize::MAX, |n| n.saturating_mul(4));
             d.tq >= LONG && d.tk >= LONG && bytes <= MAX_SCORE_BYTES
         }
     }

@@ -14,7 +14,31 @@ const UNBOUNDED_INT_RANGE: i32 = 2;
 
 /// Seeded random values for every input of `plan`, and the names of integer inputs that
 /// nothing bounds (they get 0 or 1).
-pub(super) fn random_inputs(plan: &Plan, seed: u64) -> (Vec<(String, Tensor)>, Vec<String>) {
+///
+/// Refused (an error naming the model's largest tensors) before a value is drawn when the
+/// inputs, with what a session of the plan holds and, on the CPU (`on_cpu`), the values of a
+/// run, need more host memory than there is: `--set batch=2147483648` must not fill gigabytes
+/// of random numbers, nor abort in the allocator. (A GPU session has already checked that its
+/// arena fits the device when this is called.)
+pub(super) fn random_inputs(
+    plan: &Plan,
+    seed: u64,
+    on_cpu: bool,
+) -> Result<(Vec<(String, Tensor)>, Vec<String>), String> {
+    let inputs = plan.inputs.iter().map(|(_, v)| {
+        let n = mgn_ir::shape::checked_numel(&plan.steps[*v as usize].shape);
+        n.map_or(u64::MAX, |n| (n as u64).saturating_mul(4))
+    });
+    let mut need = mgn_runtime::memory::resident(plan);
+    need.values = inputs.fold(0, u64::saturating_add);
+    if on_cpu {
+        need.values = need.values.saturating_add(mgn_runtime::memory::peak_values(plan));
+    }
+    mgn_runtime::memory::check(plan, need, "a benchmark").map_err(|e| e.to_string())?;
+    Ok(draw(plan, seed))
+}
+
+fn draw(plan: &Plan, seed: u64) -> (Vec<(String, Tensor)>, Vec<String>) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut unbounded = Vec::new();
     let tensors = plan

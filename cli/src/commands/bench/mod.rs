@@ -175,9 +175,10 @@ fn bench(b: &Bench) -> Result<Report, u8> {
         false => None,
     };
 
-    let (inputs, unbounded) = random_inputs(&plan, a.seed);
     let mut memory = Memory::of(&plan);
     let (mut s, gpu) = b.open(plan.clone(), &mut notes)?;
+    let (inputs, unbounded) =
+        random_inputs(&plan, a.seed, gpu.is_none()).map_err(|e| b.fail(&e))?;
     memory.gpu = s.gpu_arena_sizes();
     let device = match &gpu {
         Some((name, _)) => name.clone(),
@@ -308,10 +309,11 @@ fn measure_minimal(
         match built {
             (_, Some(p)) => {
                 compile_minimal_ms = Some(compile_ms);
-                let (inputs, _) = random_inputs(&p, a.seed);
                 let mut mem = Memory::of(&p);
-                match b.open_unless_too_large(p, notes)? {
+                match b.open_unless_too_large(p.clone(), notes)? {
                     Some((mut s, gpu)) => {
+                        let (inputs, _) =
+                            random_inputs(&p, a.seed, gpu.is_none()).map_err(|e| b.fail(&e))?;
                         mem.gpu = s.gpu_arena_sizes();
                         if let (Some(st), Some((_, ms))) = (setup, gpu) {
                             st.minimal = Some(ms);
@@ -358,10 +360,12 @@ fn measure_training(
     notes: &mut Vec<String>,
 ) -> Result<Option<Training>, u8> {
     let a = b.a;
-    let (inputs, _) = random_inputs(&tp, a.seed);
     let mut memory = Memory::of(&tp);
     let optimizer_bytes = optimizer_state_bytes(&tp);
-    let Some((mut s, gpu)) = b.open_unless_too_large(tp, notes)? else { return Ok(None) };
+    let Some((mut s, gpu)) = b.open_unless_too_large(tp.clone(), notes)? else {
+        return Ok(None);
+    };
+    let (inputs, _) = random_inputs(&tp, a.seed, gpu.is_none()).map_err(|e| b.fail(&e))?;
     memory.gpu = s.gpu_arena_sizes();
     if let (Some(st), Some((_, ms))) = (setup, gpu) {
         st.training = Some(ms);
