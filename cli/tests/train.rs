@@ -494,3 +494,41 @@ fn a_run_killed_at_a_random_step_resumes_to_the_uninterrupted_result() {
     assert!(bits(&resumed) == bits(&reference), "killed near step {target}, resumed at {newest}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Data that does not fit the model is refused by `eval` as by `train` and `run`: labels for
+/// fewer samples than the images (it printed "accuracy 0.00%" and exited 0), and samples with a
+/// shape of their own that is not the input's (`[N, 8, 8]` for `f32[batch, 64]`; only flat
+/// samples, `[N, 64]`, feed a shaped input).
+#[test]
+fn eval_and_train_refuse_data_that_does_not_fit() {
+    let dir = scratch("eval-fit");
+    let test = checkpoint::load(&root().join("data/digits_test.safetensors")).expect("data");
+    let images = test.get("images").expect("images");
+    let labels = test.get("labels").expect("labels");
+    let weights = "tests/fixtures/digits_mlp/weights.safetensors";
+    let mut short = labels.clone();
+    short.shape[0] -= 1;
+    if let mgn_runtime::Data::I32(v) = &mut short.data {
+        v.pop();
+    }
+    let mut square = images.clone();
+    square.shape = vec![images.shape[0], 8, 8];
+    let cases = [
+        ("short", images, &short, "`labels` has 359 samples but the model's inputs have 360"),
+        ("square", &square, labels, "`images` has shape [360, 8, 8]"),
+    ];
+    for (name, images, labels, want) in cases {
+        let data = dir.join(format!("{name}.safetensors"));
+        let tensors = [("images".to_string(), images), ("labels".to_string(), labels)];
+        checkpoint::save(&data, &tensors, &[]).expect("write data");
+        let d = data.to_str().expect("utf-8");
+        let out = mgnc(&["eval", "models/digits_mlp.mgn", "--weights", weights, "--data", d]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains(want), "{name}: no `{want}` in {err}");
+        let train = ["train", "models/digits_mlp.mgn", "--data", d, "--epochs", "1", "--quiet"];
+        let out = mgnc(&train);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -30,13 +30,11 @@ impl Dataset {
                 ));
             };
             // A sample stored flat (`[N, 64]`) feeds an input of the same size per sample
-            // (`[B, 1, 8, 8]`): the rows are the same bytes.
+            // (`[B, 1, 8, 8]`): the rows are the same bytes. Only that way: samples with a
+            // shape of their own (`[N, 8, 8]`) must have the input's, as `mgnc run` requires.
             let per_sample: usize = want.shape[1..].iter().product();
             let mut t = t.clone();
-            if !t.shape.is_empty()
-                && t.shape[1..].iter().product::<usize>() == per_sample
-                && t.shape.len() != want.shape.len()
-            {
+            if t.shape.len() == 2 && t.shape[1] == per_sample && t.shape.len() != want.shape.len() {
                 t.shape =
                     std::iter::once(t.shape[0]).chain(want.shape[1..].iter().copied()).collect();
             }

@@ -91,6 +91,15 @@ fn eval_inner(a: &EvalArgs) -> Result<(), u8> {
     attach(&mut session, engine, f)?;
     let data = Dataset::load(&a.data, &session.plan).map_err(|e| fail(&e, f))?;
     let (labels_name, labels, output) = find_labels(a, &session.plan).map_err(|e| fail(&e, f))?;
+    if labels.shape[0] != data.len {
+        let msg = format!(
+            "{}: `{labels_name}` has {} samples but the model's inputs have {}",
+            a.data.display(),
+            labels.shape[0],
+            data.len
+        );
+        return Err(fail(&msg, f));
+    }
     let mut with_labels = data;
     with_labels.columns.push((labels_name.clone(), labels));
     let (right, total) =
