@@ -151,6 +151,16 @@ fn text_that_is_not_utf8_is_located() {
     for command in ["check", "build", "fmt"] {
         fails_saying(&mgnc(&t.0, &[command, "bad.mgn"]), &format!("`bad.mgn`: {at}"));
     }
+    // The JSON form places it as source diagnostics are placed.
+    for command in ["check", "build"] {
+        let out = mgnc(&t.0, &[command, "--message-format", "json", "bad.mgn"]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        assert_eq!(
+            (v["file"].as_str(), v["line"].as_u64(), v["column"].as_u64()),
+            (Some("bad.mgn"), Some(2), Some(7))
+        );
+    }
     t.write("main.mgn", "fn g() -> int { 2 }\nuse \"./bad.mgn\".{f}\n");
     let out = mgnc(&t.0, &["check", "main.mgn"]);
     fails_saying(&out, &format!("bad.mgn`: {at}"));

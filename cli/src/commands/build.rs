@@ -108,7 +108,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
     ) {
         Ok(r) => r,
         Err(e) => {
-            report::error(&e, a.format);
+            report::file_error(&a.file, &e, a.format);
             return super::EXIT_ERRORS;
         }
     };

@@ -24,7 +24,7 @@ pub fn run(files: &[PathBuf], format: MessageFormat) -> u8 {
             }
             Err(e) => {
                 failed = true;
-                report::error(&e, format);
+                report::file_error(f, &e, format);
             }
         }
     }

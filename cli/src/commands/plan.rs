@@ -102,7 +102,7 @@ pub fn obtain(
             Ok(plan.expect("a clean build lowers to a plan"))
         }
         Err(e) => {
-            report::error(&e, format);
+            report::file_error(file, &e, format);
             Err(super::EXIT_ERRORS)
         }
     }
