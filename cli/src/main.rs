@@ -83,7 +83,8 @@ fn main() -> ExitCode {
         Command::Import(a) => import::run(a),
         Command::Info { json } => info::run(json),
         Command::Lsp => match mgn_lsp::run_stdio() {
-            Ok(()) => 0,
+            Ok(mgn_lsp::Ended::Cleanly) => 0,
+            Ok(mgn_lsp::Ended::ExitWithoutShutdown) => 1,
             Err(e) => {
                 eprintln!("mgnc lsp: {e}");
                 1

@@ -185,6 +185,18 @@ impl Client {
         );
     }
 
+    /// The server's exit code, once it has exited (within ten seconds).
+    fn exit_code(&mut self) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "mgnc lsp did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn shutdown(mut self) {
         let r = self.request("shutdown", Value::Null);
         assert!(r.is_null());
@@ -798,4 +810,26 @@ fn errors_inside_the_stdlib_are_published_at_the_users_call() {
     c.change(&main, 2, json!([{ "range": { "start": eight, "end": end }, "text": "4" }]));
     assert_eq!(c.diagnostics_for_version(&main, 2), Vec::<Value>::new());
     c.shutdown();
+}
+
+/// The protocol's end of a session: after `shutdown`, a request is answered with an error
+/// (InvalidRequest), not left unanswered; `exit` then ends the process with 0. An `exit` with
+/// no `shutdown` before it ends it with 1.
+#[test]
+fn requests_after_shutdown_are_refused_and_exit_codes_follow_the_protocol() {
+    let dir = temp_dir("shutdown");
+    let main = file_uri(&dir.join("main.mgn"));
+    let text = "fn f() -> int { 1 }\n";
+    let mut c = Client::start(&dir);
+    c.open(&main, text);
+    c.diagnostics_for_version(&main, 1);
+    assert!(c.request("shutdown", Value::Null).is_null());
+    let v = c.request_raw("textDocument/hover", at(&main, pos(text, "f()", 0, 0)));
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    c.notify("exit", Value::Null);
+    assert_eq!(c.exit_code(), Some(0));
+
+    let mut c = Client::start(&dir);
+    c.notify("exit", Value::Null);
+    assert_eq!(c.exit_code(), Some(1), "exit without shutdown");
 }

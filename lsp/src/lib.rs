@@ -21,13 +21,13 @@ mod text;
 mod transport;
 
 pub use paths::{path_to_uri, uri_to_path};
-pub use server::{capabilities, serve, Error, DEBOUNCE};
+pub use server::{capabilities, serve, Ended, Error, DEBOUNCE};
 
 /// Serves LSP over stdin/stdout until the client says `exit`, or stdin ends. Malformed input
 /// does not end the session (`transport`).
-pub fn run_stdio() -> Result<(), Error> {
+pub fn run_stdio() -> Result<Ended, Error> {
     let (conn, io) = transport::stdio();
-    serve(conn)?;
+    let ended = serve(conn)?;
     io.join()?;
-    Ok(())
+    Ok(ended)
 }

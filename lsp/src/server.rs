@@ -110,8 +110,20 @@ pub fn capabilities() -> lsp::ServerCapabilities {
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// Runs the server on a connection until `shutdown` and `exit` (or until the client goes away).
-pub fn serve(conn: Connection) -> Result<(), Error> {
+/// How a session ended. The protocol asks for exit code 0 after `shutdown` then `exit`, and 1
+/// for an `exit` that no `shutdown` came before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// `exit` after `shutdown`, or the client went away (end of input).
+    Cleanly,
+    /// `exit` without `shutdown` first.
+    ExitWithoutShutdown,
+}
+
+/// Runs the server on a connection until `exit` (or until the client goes away). After
+/// `shutdown` every request is answered with an error (InvalidRequest), as the protocol asks,
+/// until `exit`.
+pub fn serve(conn: Connection) -> Result<Ended, Error> {
     let (id, _params) = conn.initialize_start()?;
     let result = serde_json::json!({
         "capabilities": capabilities(),
@@ -129,27 +141,37 @@ pub fn serve(conn: Connection) -> Result<(), Error> {
             .spawn(move || worker(jobs_rx, state, paths, sender))?
     };
     let mut server = Server { state, paths, jobs: jobs_tx, sender: conn.sender.clone() };
+    let mut shut_down = false;
+    let mut ended = Ended::Cleanly;
     for msg in &conn.receiver {
         match msg {
+            Message::Request(req) if shut_down => {
+                let code = ErrorCode::InvalidRequest as i32;
+                let why = format!("`{}` after `shutdown`: the server only exits now", req.method);
+                conn.sender.send(Response::new_err(req.id, code, why).into())?;
+            }
+            Message::Request(req) if req.method == "shutdown" => {
+                shut_down = true;
+                conn.sender.send(Response::new_ok(req.id, ()).into())?;
+            }
             Message::Request(req) => {
-                if conn.handle_shutdown(&req)? {
-                    break;
-                }
                 let resp = server.request(req);
                 conn.sender.send(resp.into())?;
             }
-            Message::Notification(n) => {
-                if n.method == lsp::notification::Exit::METHOD {
-                    break;
+            Message::Notification(n) if n.method == lsp::notification::Exit::METHOD => {
+                if !shut_down {
+                    ended = Ended::ExitWithoutShutdown;
                 }
-                server.notification(n);
+                break;
             }
+            Message::Notification(n) if shut_down => drop(n),
+            Message::Notification(n) => server.notification(n),
             Message::Response(_) => {}
         }
     }
     drop(server);
     let _ = worker.join();
-    Ok(())
+    Ok(ended)
 }
 
 struct Server {
