@@ -532,3 +532,25 @@ fn eval_and_train_refuse_data_that_does_not_fit() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A run that writes `--save NAME` first removes the temporaries a killed run (`kill -9`) left
+/// of NAME and its periodic checkpoints; they stayed until a later save of the same name more
+/// than a minute later.
+#[test]
+fn a_run_removes_the_temporaries_a_killed_run_left_of_its_checkpoints() {
+    let dir = scratch("stale-temporaries");
+    let dead = u32::MAX - 1;
+    let left = [
+        format!(".ck.safetensors.tmp{dead}"),
+        format!(".ck.step-7.safetensors.tmp{dead}"),
+        format!(".unrelated.safetensors.tmp{dead}"),
+    ];
+    for name in &left {
+        std::fs::write(dir.join(name), b"half a checkpoint").unwrap();
+    }
+    let save = dir.join("ck.safetensors");
+    ok(&mgnc(&train_args(&["--save", save.to_str().expect("utf-8")])));
+    assert!(!dir.join(&left[0]).exists() && !dir.join(&left[1]).exists());
+    assert!(dir.join(&left[2]).exists(), "another checkpoint's temporary stays");
+    let _ = std::fs::remove_dir_all(dir);
+}

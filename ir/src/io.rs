@@ -189,6 +189,34 @@ fn remove_abandoned_temporaries(dir: &Path, prefix: &str) {
     }
 }
 
+/// Removes, in `dir`, the temporary files of every target whose name starts with `stem` (a
+/// checkpoint `NAME.safetensors` and its periodic `NAME.step-N.safetensors`) left by writers that
+/// have exited — at once, without [`GONE_GRACE`]: called when a run that is about to write
+/// those names starts, so a temporary a `kill -9` left does not wait for a later save of the
+/// same name. Another live writer of the same names would be a second run on the same
+/// checkpoint, whose files are kept. Best effort, as [`remove_abandoned_temporaries`].
+pub fn remove_temporaries_of(dir: &Path, stem: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let own = std::process::id();
+    let prefix = format!(".{stem}");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(rest) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some((_, digits)) = rest.rsplit_once(".tmp") else { continue };
+        let Ok(pid) = digits.parse::<u32>() else { continue };
+        let Ok(meta) = entry.metadata() else { continue };
+        if pid == own || !meta.is_file() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let idle = meta.modified().ok().and_then(|t| t.elapsed().ok()).unwrap_or_default();
+        if idle >= ABANDONED_AFTER || process_gone(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Whether process `pid` has certainly exited: where `/proc` lists processes (Linux), it has no
 /// entry there; elsewhere this is never known, and only [`ABANDONED_AFTER`] applies.
 fn process_gone(pid: u32) -> bool {
@@ -216,6 +244,29 @@ fn sync_dir(_: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn a_starting_run_removes_its_names_temporaries_whose_writers_are_gone() {
+        let d = scratch("stale");
+        let dead = u32::MAX - 1; // no such process
+        let own = std::process::id();
+        for name in [
+            format!(".m.safetensors.tmp{dead}"),
+            format!(".m.step-40.safetensors.tmp{dead}"),
+            format!(".m.safetensors.tmp{own}"),
+            format!(".other.safetensors.tmp{dead}"),
+            "m.safetensors".to_string(),
+        ] {
+            touch(&d, &name, Duration::ZERO);
+        }
+        remove_temporaries_of(&d, "m");
+        let own_tmp = format!(".m.safetensors.tmp{own}");
+        let other_tmp = format!(".other.safetensors.tmp{dead}");
+        let mut want = vec![own_tmp, other_tmp, "m.safetensors".to_string()];
+        want.sort();
+        assert_eq!(entries(&d), want);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn regular_files_are_read_whole_and_others_refused_by_kind() {

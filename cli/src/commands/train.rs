@@ -190,6 +190,9 @@ pub fn train(a: TrainArgs) -> u8 {
 }
 
 fn train_inner(a: TrainArgs) -> Result<(), u8> {
+    if let Some(save) = &a.save {
+        checkpoints::remove_stale_temporaries(save);
+    }
     let engine = resolve_backend(a.backend, a.format)?;
     let f = a.format;
     let settings = with_batch(&a.file, &a.settings, a.batch, a.model.as_deref(), f)?;

@@ -54,6 +54,13 @@ fn stem(save: &Path) -> (PathBuf, String) {
     (dir, stem)
 }
 
+/// Removes the temporary files a killed writer (`kill -9`) left of this run's checkpoint names
+/// (`--save` and its periodic ones), so they do not stay until a later save of the same name.
+pub fn remove_stale_temporaries(save: &Path) {
+    let (dir, stem) = stem(save);
+    mgn_ir::io::remove_temporaries_of(&dir, &stem);
+}
+
 /// The periodic checkpoint of `step` for `--save save`: `NAME.step-STEP.safetensors` beside it.
 pub fn periodic_path(save: &Path, step: u64) -> PathBuf {
     let (dir, stem) = stem(save);
