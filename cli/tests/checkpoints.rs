@@ -31,13 +31,33 @@ fn s(p: &Path) -> &str {
 
 /// Writes `to`: the checkpoint `from` with its tensors edited, and its metadata.
 fn edited(from: &Path, to: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) {
+    edited_with(from, to, edit, |_| {});
+}
+
+/// Writes `to`: the checkpoint `from` with its tensors and its metadata edited.
+fn edited_with(
+    from: &Path,
+    to: &Path,
+    edit: impl FnOnce(&mut Vec<(String, Tensor)>),
+    edit_meta: impl FnOnce(&mut Vec<(String, String)>),
+) {
     let ck = checkpoint::load(from).expect("a readable checkpoint");
     let mut tensors = ck.tensors.clone();
     edit(&mut tensors);
     let refs: Vec<(String, &Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
-    let meta: Vec<(String, String)> =
-        ck.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut meta: Vec<(String, String)> = ck
+        .metadata
+        .iter()
+        .filter(|(k, _)| *k != "mgn.format")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    edit_meta(&mut meta);
     checkpoint::save(to, &refs, &meta).expect("written");
+}
+
+/// Sets metadata `key` to `value`.
+fn set(meta: &mut [(String, String)], key: &str, value: &str) {
+    meta.iter_mut().find(|(k, _)| k == key).expect("the key is there").1 = value.to_string();
 }
 
 /// Sets the first values of tensor `name` to `values`.
@@ -189,6 +209,51 @@ fn resuming_refuses_non_finite_incomplete_or_foreign_optimizer_state() {
     // AdamW keeps Adam's state: it resumes.
     let log = ok(&resume(&adam, &["--optimizer", "adamw"]));
     assert!(log.contains("resumed from") && log.contains("epoch   2/2"), "{log}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A training state that contradicts itself or the model is refused by name, not resumed from:
+/// state for a parameter the model lacks, a negative second moment (a later update's square
+/// root would be NaN), a step in the metadata other than the optimizer's, another model's
+/// name. A tensor converted on load (`f16` for an `f32` parameter) is loaded with a note.
+#[test]
+fn resuming_refuses_state_that_contradicts_itself_or_the_model() {
+    let dir = scratch("contradicts");
+    let adam = dir.join("adam.safetensors");
+    let train = ["train", "models/digits_mlp.mgn", "--data", "data/digits_train.safetensors"];
+    let mut args = train.to_vec();
+    args.extend_from_slice(&["--epochs", "1", "--quiet", "--save", s(&adam)]);
+    ok(&mgnc(&args));
+    let bad = dir.join("bad.safetensors");
+
+    edited(&adam, &bad, |t| {
+        let stray = t.iter().find(|(n, _)| n == "optim.fc2.bias.m").expect("a moment").1.clone();
+        t.push(("optim.fc3.bias.m".into(), stray));
+    });
+    let err = refused(&resume(&bad, &[]));
+    assert!(err.contains("`optim.fc3.bias.m` belongs to no parameter of this model"), "{err}");
+
+    edited(&adam, &bad, |t| poison(t, "optim.fc2.bias.v", &[0.5, -1.0]));
+    let err = refused(&resume(&bad, &[]));
+    assert!(err.contains("`optim.fc2.bias.v` holds a negative second moment (-1 at element 1)"));
+
+    let no_edit = |_: &mut Vec<(String, Tensor)>| {};
+    edited_with(&adam, &bad, no_edit, |m| set(m, "mgn.step", "7"));
+    let err = refused(&resume(&bad, &[]));
+    assert!(err.contains("the metadata says step 7 but the optimizer state's `optim.step`"));
+
+    edited_with(&adam, &bad, no_edit, |m| set(m, "mgn.model", "TinyGpt"));
+    let err = refused(&resume(&bad, &[]));
+    assert!(err.contains("saved by model `TinyGpt`, not `DigitsMlp`"), "{err}");
+
+    edited(&adam, &bad, |t| {
+        t.iter_mut().find(|(n, _)| n == "fc2.bias").expect("fc2.bias").1.dtype = mgn_ir::DType::F16;
+    });
+    let all = ok(&eval(&bad, &[]));
+    assert!(
+        all.contains("converted on load (1):") && all.contains("fc2.bias: f16 -> f32"),
+        "{all}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -257,6 +257,7 @@ pub fn state_from_tensors(
             *slot = Some(values);
         }
     }
+    check_names(tensors, params)?;
     let buffers = params.iter().flat_map(|p| [m_name(&p.name), v_name(&p.name)]);
     let stored: Vec<(String, &Tensor)> =
         buffers.filter_map(|n| Some((n.clone(), find(&n)?))).collect();
@@ -269,8 +270,54 @@ pub fn state_from_tensors(
         ));
     }
     check_complete(&state, params)?;
+    check_second_moments(&state, params)?;
     state.loss_scale = loss_scale_from(find)?;
     Ok(state)
+}
+
+/// Every `optim.` tensor is the step, the loss scale's, or a moment of one of `params`: state
+/// for a parameter the model does not have comes from another model (or a renamed one), and
+/// is refused rather than dropped.
+fn check_names(tensors: &[(String, Tensor)], params: &[ParamSpec]) -> Result<(), String> {
+    let known: std::collections::HashSet<String> = params
+        .iter()
+        .flat_map(|p| [m_name(&p.name), v_name(&p.name)])
+        .chain(
+            [STEP_TENSOR, LOSS_SCALE_TENSOR, CLEAN_STEPS_TENSOR, SKIPPED_TENSOR].map(String::from),
+        )
+        .collect();
+    let stray: Vec<&str> = tensors
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| n.starts_with("optim.") && !known.contains(*n))
+        .collect();
+    match stray.as_slice() {
+        [] => Ok(()),
+        [first, ..] => Err(format!(
+            "optimizer state `{first}` belongs to no parameter of this model{}",
+            match stray.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            }
+        )),
+    }
+}
+
+/// Adam's second moments are averages of squares: a negative one comes from a damaged file,
+/// and would make a later update's square root NaN.
+fn check_second_moments(state: &OptimizerState, params: &[ParamSpec]) -> Result<(), String> {
+    for (v, p) in state.v.iter().zip(params) {
+        let Some(v) = v else { continue };
+        if let Some(i) = v.iter().position(|&x| x < 0.0) {
+            return Err(format!(
+                "optimizer state `{}` holds a negative second moment ({} at element {i}); it is \
+                 an average of squares, so the file is damaged",
+                v_name(&p.name),
+                v[i]
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// With Adam's state (a second moment stored for some parameter), every parameter has both

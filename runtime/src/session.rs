@@ -623,6 +623,23 @@ fn checkpoint_optimizer_state(
     }
     let state =
         ckpt.optimizer_state(&plan.params).map_err(|e| RuntimeError::Failed(e.to_string()))?;
+    let file = ckpt.path.display();
+    if let Some(recorded) = ckpt.step().filter(|&s| s != state.step) {
+        return Err(RuntimeError::Failed(format!(
+            "{file}: the metadata says step {recorded} but the optimizer state's `{}` says {}; \
+             the file was edited or damaged",
+            crate::optim::STEP_TENSOR,
+            state.step
+        )));
+    }
+    let trains = plan.mode == Mode::Train && !plan.grads.is_empty();
+    if let Some(model) = ckpt.model().filter(|&m| trains && m != plan.model) {
+        return Err(RuntimeError::Failed(format!(
+            "{file}: the training state was saved by model `{model}`, not `{}`; resume only a \
+             run of this model (`--weights`-style loading takes another model's parameters)",
+            plan.model
+        )));
+    }
     if plan.mode == Mode::Train && !plan.grads.is_empty() {
         crate::optim::check_kind(&state, &plan.params, &plan.optimizer.kind)
             .map_err(|e| RuntimeError::Failed(format!("{}: {e}", ckpt.path.display())))?;

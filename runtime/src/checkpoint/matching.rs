@@ -108,10 +108,12 @@ impl Report {
 
     /// Whether a load took something other than the file's own tensor for a parameter,
     /// without that being a problem: a computed buffer computed, a counter started at 0, a
-    /// parameter loaded from an alias. Worth a note where a user loads a checkpoint.
+    /// parameter loaded from an alias, a tensor converted (`bf16` → `f32`). Worth a note where a
+    /// user loads a checkpoint.
     pub fn has_notes(&self) -> bool {
         !(self.computed.is_empty() && self.counters_started.is_empty())
             || !self.from_alias.is_empty()
+            || !self.converted.is_empty()
     }
 }
 
