@@ -3,8 +3,10 @@
 //! training plans the gradient of each trainable parameter and the optimizer.
 //!
 //! On disk (`.mgnplan`): the 8-byte magic `MGNPLAN\0`, the format version as a little-endian
-//! u32, then the plan as JSON. A file with another version or a broken body is refused with an
-//! error that names the file and the problem.
+//! u32, a checksum of the body (FNV-1a, 64 bits, little-endian), then the plan as JSON. A file
+//! with another version, a body that is not the one mgnc wrote (an edit made outside mgnc: a
+//! rewired step, a changed dtype) or a broken body is refused with an error that names the file
+//! and the problem.
 
 use crate::op::{fmt_f64, Op};
 use crate::optim::OptimizerSpec;
@@ -15,7 +17,9 @@ use std::fmt;
 use std::path::Path;
 
 pub const PLAN_MAGIC: &[u8; 8] = b"MGNPLAN\0";
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
+/// Bytes before the JSON body: magic, version, checksum.
+const HEADER: usize = 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -174,10 +178,7 @@ impl Plan {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = PLAN_MAGIC.to_vec();
-        out.extend_from_slice(&PLAN_VERSION.to_le_bytes());
-        out.extend(serde_json::to_vec(self).expect("plans always serialize"));
-        out
+        file_bytes(&serde_json::to_vec(self).expect("plans always serialize"))
     }
 
     /// Parses and validates a plan; `name` is used in error messages.
@@ -195,7 +196,16 @@ impl Plan {
                  rebuild the plan with this mgnc"
             )));
         }
-        let plan: Plan = serde_json::from_slice(&bytes[12..]).map_err(|e| err(corrupt(&e)))?;
+        let body = bytes.get(HEADER..).ok_or_else(|| err("the plan header is cut short".into()))?;
+        let sum = u64::from_le_bytes(bytes[12..HEADER].try_into().expect("8 bytes"));
+        if sum != checksum(body) {
+            return Err(err(
+                "the plan is not the one mgnc wrote (its checksum does not match its contents: \
+                 it was edited or damaged); rebuild it with `mgnc build`"
+                    .into(),
+            ));
+        }
+        let plan: Plan = serde_json::from_slice(body).map_err(|e| err(corrupt(&e)))?;
         plan.validate()
             .map_err(|m| err(format!("invalid plan: {m} (rebuild it with this mgnc)")))?;
         Ok(plan)
@@ -249,6 +259,23 @@ impl Plan {
     pub fn validate(&self) -> Result<(), String> {
         crate::valid::validate(self)
     }
+}
+
+/// A plan file's bytes for the JSON `body`: the header (magic, version, the body's checksum),
+/// then the body.
+pub fn file_bytes(body: &[u8]) -> Vec<u8> {
+    let mut out = PLAN_MAGIC.to_vec();
+    out.extend_from_slice(&PLAN_VERSION.to_le_bytes());
+    out.extend_from_slice(&checksum(body).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// FNV-1a over the body: it tells a plan mgnc wrote from one changed after (by hand, by a
+/// script, by a damaged disk). Not a defence against someone who means to forge a plan —
+/// anyone can recompute it — but an edit made outside mgnc is refused, not run.
+fn checksum(body: &[u8]) -> u64 {
+    body.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 /// A plan body that does not parse: serde's sentence, except that an unknown name (an op or
@@ -386,10 +413,17 @@ mod tests {
         assert!(e.contains("not an mgn plan"), "{e}");
 
         let good = tiny().to_bytes();
-        for cut in [12, 40, good.len() / 2, good.len() - 1] {
+        let e = Plan::from_bytes(&good[..12], "cut.mgnplan").unwrap_err().to_string();
+        assert!(e.starts_with("cut.mgnplan: the plan header is cut short"), "{e}");
+        // A truncated body no longer has the checksum of the body mgnc wrote.
+        for cut in [40, good.len() / 2, good.len() - 1] {
             let e = Plan::from_bytes(&good[..cut], "cut.mgnplan").unwrap_err().to_string();
-            assert!(e.starts_with("cut.mgnplan: corrupt plan"), "cut at {cut}: {e}");
+            assert!(e.starts_with("cut.mgnplan: the plan is not the one mgnc"), "cut {cut}: {e}");
         }
+        // A body with the right checksum that does not parse is still named as corrupt.
+        let body = &good[20..good.len() / 2];
+        let e = Plan::from_bytes(&file_bytes(body), "cut.mgnplan").unwrap_err().to_string();
+        assert!(e.starts_with("cut.mgnplan: corrupt plan"), "{e}");
     }
 
     #[test]

@@ -34,11 +34,7 @@ pub fn validate(plan: &Plan) -> Result<(), String> {
     for i in 0..plan.steps.len() {
         step(plan, i)?;
     }
-    for p in &plan.params {
-        if let InitSpec::Computed(steps) = &p.init {
-            computed_init(p, steps).map_err(|e| format!("the init of `{}`: {e}", p.name))?;
-        }
-    }
+    params(plan)?;
     inputs(plan)?;
     results(plan)?;
     loss_scaling(plan)?;
@@ -46,6 +42,38 @@ pub fn validate(plan: &Plan) -> Result<(), String> {
         Some(d) => d.validate(plan),
         None => Ok(()),
     }
+}
+
+/// Parameters: one name each (a checkpoint holds one tensor per name), initializers that draw
+/// finite values, and a training plan that has a loss to train on.
+fn params(plan: &Plan) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for p in &plan.params {
+        if !seen.insert(p.name.as_str()) {
+            return Err(format!("two parameters are named `{}`", p.name));
+        }
+        let finite = |xs: &[f64]| xs.iter().all(|x| x.is_finite());
+        let drawable = match &p.init {
+            InitSpec::Constant(v) => finite(&[*v]),
+            InitSpec::Normal { mean, std } => finite(&[*mean, *std]) && *std >= 0.0,
+            // `high - low` is what scales a draw: it must be finite too.
+            InitSpec::Uniform { low, high } => finite(&[*low, *high, high - low]) && low <= high,
+            InitSpec::Computed(steps) => {
+                computed_init(p, steps).map_err(|e| format!("the init of `{}`: {e}", p.name))?;
+                true
+            }
+        };
+        if !drawable {
+            return Err(format!(
+                "the init of `{}`, {}, does not draw finite values",
+                p.name, p.init
+            ));
+        }
+    }
+    if plan.mode == crate::plan::Mode::Train && plan.loss.is_none() {
+        return Err("a training plan without a loss".to_string());
+    }
+    Ok(())
 }
 
 fn step(plan: &Plan, i: usize) -> Result<(), String> {

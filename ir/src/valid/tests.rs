@@ -68,6 +68,14 @@ fn broken_plans_are_refused_with_a_reason() {
         (|p| p.inputs.push(("w".into(), 1)), "not an input"),
         (|p| p.inputs.push(("x".into(), 0)), "listed twice"),
         (|p| p.steps[3].shape = vec![1 << 30, 1 << 30], "impossible shape"),
+        (|p| p.params.push(p.params[0].clone()), "two parameters are named `w`"),
+        (|p| p.loss = None, "a training plan without a loss"),
+        (
+            |p| p.params[0].init = InitSpec::Uniform { low: -1.7e308, high: 1.7e308 },
+            "does not draw finite values",
+        ),
+        (|p| p.params[0].init = InitSpec::Normal { mean: 0.0, std: -1.0 }, "finite values"),
+        (|p| p.params[0].init = InitSpec::Constant(f64::INFINITY), "finite values"),
         (|p| p.steps[2].inputs = vec![0], "takes 2 input(s), not 1"),
         // Types: every step by its op's rule, with the step and its model line.
         (|p| p.steps[3].shape = vec![4, 2], "step 3 (`relu`, from m.mgn:3:5)"),
@@ -126,11 +134,10 @@ fn with_loss_scale(p: &mut Plan) {
 
 #[test]
 fn plan_files_with_unknown_ops_or_bad_types_are_refused_when_read() {
-    let good = String::from_utf8(plan().to_bytes()[12..].to_vec()).expect("JSON");
+    let good = String::from_utf8(plan().to_bytes()[20..].to_vec()).expect("JSON");
+    // Edited bodies under a checksum of their own (what a hand-built plan is to the validator).
     let file = |json: &str| {
-        let mut b = crate::plan::PLAN_MAGIC.to_vec();
-        b.extend(crate::plan::PLAN_VERSION.to_le_bytes());
-        b.extend(json.as_bytes());
+        let b = crate::plan::file_bytes(json.as_bytes());
         Plan::from_bytes(&b, "edited.mgnplan").map(drop).unwrap_err().to_string()
     };
     // An op that never existed, and one that only the GPU backend makes: neither is in the
@@ -194,7 +201,7 @@ fn computed_inits_are_typed_constants_of_the_tensors_type() {
 #[test]
 fn only_const_tensors_say_they_are_not_persistent() {
     let mut p = plan();
-    let json = String::from_utf8(p.to_bytes()[12..].to_vec()).expect("JSON");
+    let json = String::from_utf8(p.to_bytes()[20..].to_vec()).expect("JSON");
     assert!(!json.contains("persistent"), "persistent tensors keep the old format: {json}");
     p.params[0].persistent = false;
     p.params[0].trainable = false;
@@ -295,4 +302,23 @@ fn counters_are_integer_scalar_buffers_counted_once() {
         let e = p.validate().expect_err(&format!("row {k} must be refused"));
         assert!(e.contains(words), "row {k}: `{e}` lacks `{words}`");
     }
+}
+
+/// Any change to a plan file made outside mgnc is refused by its checksum, whatever the change
+/// keeps consistent: a rewired step, a swapped parameter, a changed dtype.
+#[test]
+fn plan_files_changed_after_mgnc_wrote_them_are_refused() {
+    let good = plan().to_bytes();
+    Plan::from_bytes(&good, "p.mgnplan").expect("reads back");
+    let body = String::from_utf8(good[20..].to_vec()).expect("JSON");
+    for (from, to) in [("\"inputs\":[0,1]", "\"inputs\":[1,0]"), ("\"f32\"", "\"f16\"")] {
+        let edited = body.replacen(from, to, 1);
+        assert_ne!(edited, body, "{from} is in the body");
+        let mut b = good[..20].to_vec();
+        b.extend(edited.as_bytes());
+        let e = Plan::from_bytes(&b, "p.mgnplan").unwrap_err().to_string();
+        assert!(e.contains("p.mgnplan: the plan is not the one mgnc wrote"), "{e}");
+    }
+    let e = Plan::from_bytes(&good[..16], "p.mgnplan").unwrap_err().to_string();
+    assert!(e.contains("cut short"), "{e}");
 }
