@@ -67,6 +67,16 @@ fn shaped(t: Ty, want: &[usize], what: &str) -> Result<(), ShapeError> {
     Ok(())
 }
 
+/// A derivative (or a broadcast) whose step gives its result type keeps the dtype of the value
+/// it carries (`dy`), or widens a half one to f32 as kernels compute: a hand-edited dtype is
+/// refused rather than run.
+fn carries(dy: Ty, out: Ty) -> Result<(), ShapeError> {
+    if dy.0 != out.0 && !(dy.0.is_half() && out.0 == DType::F32) {
+        return fail(format!("the result is {}, but it carries {}", show(out), show(dy)));
+    }
+    Ok(())
+}
+
 fn axis_in(axis: usize, t: Ty) -> Result<(), ShapeError> {
     if axis >= t.1.len() {
         return fail(format!("axis {axis} is out of range for {}", show(t)));
@@ -584,6 +594,7 @@ fn given(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
             Ok(())
         }
         SumTo | BroadcastTo => {
+            carries(x[0], out)?;
             let (from, to) = if matches!(op, SumTo) { (out, x[0]) } else { (x[0], out) };
             if broadcast(from.1, to.1).ok().as_deref() != Some(to.1) {
                 return fail(format!("{} does not broadcast to {}", show(from), show(to)));
@@ -600,6 +611,7 @@ fn given(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
             }
             let mut dy = out.1.to_vec();
             dy[*axis] = end - start;
+            carries(x[0], out)?;
             shaped(x[0], &dy, "dy")
         }
         GatherGrad { axis } => {
@@ -608,18 +620,22 @@ fn given(op: &Op, x: &[Ty], out: Ty) -> Result<(), ShapeError> {
             let mut dy = out.1[..*axis].to_vec();
             dy.extend_from_slice(x[0].1);
             dy.extend_from_slice(&out.1[axis + 1..]);
+            carries(x[1], out)?;
             shaped(x[1], &dy, "dy")
         }
         ConvGradInput { stride, padding, dilation, groups } => {
             let geo = Geometry::new(stride, padding, dilation, *groups)?;
+            carries(x[0], out)?;
             shaped(x[0], &conv::Conv::new(out.1, x[1].1, &geo)?.out_shape(), "dy")
         }
         ConvGradWeight { stride, padding, dilation, groups } => {
             let geo = Geometry::new(stride, padding, dilation, *groups)?;
+            carries(x[1], out)?;
             shaped(x[1], &conv::Conv::new(x[0].1, out.1, &geo)?.out_shape(), "dy")
         }
         UpsampleGrad { scale } => {
             upsample(out.1, *scale)?;
+            carries(x[0], out)?;
             shaped(x[0], &upsampled(out.1, *scale), "dy")
         }
         InterpolateGrad { .. } => spatial::given_spatial(op, x, out),

@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_starting_run_removes_its_names_temporaries_whose_writers_are_gone() {
-        let d = scratch("stale");
+        let d = scratch("start");
         let dead = u32::MAX - 1; // no such process
         let own = std::process::id();
         for name in [

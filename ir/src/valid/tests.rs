@@ -68,8 +68,10 @@ fn broken_plans_are_refused_with_a_reason() {
         (|p| p.inputs.push(("w".into(), 1)), "not an input"),
         (|p| p.inputs.push(("x".into(), 0)), "listed twice"),
         (|p| p.steps[3].shape = vec![1 << 30, 1 << 30], "impossible shape"),
+        (|p| p.steps[5].dtype = DType::F16, "the result is f16[2, 4], but it carries f32[]"),
+        (|p| p.steps[6].dtype = DType::F16, "the result is f16[4], but it carries f32[2, 4]"),
         (|p| p.params.push(p.params[0].clone()), "two parameters are named `w`"),
-        (|p| p.loss = None, "a training plan without a loss"),
+        (|p| p.loss = None, "trains parameters without a loss"),
         (
             |p| p.params[0].init = InitSpec::Uniform { low: -1.7e308, high: 1.7e308 },
             "does not draw finite values",
