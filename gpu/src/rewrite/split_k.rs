@@ -41,8 +41,11 @@ fn geometry(a: &[usize], b: &[usize], out: &[usize], ta: bool, tb: bool) -> Opti
     }
     let (m, k) = if ta { (a[ra - 1], a[ra - 2]) } else { (a[ra - 2], a[ra - 1]) };
     let n = if tb { b[rb - 2] } else { b[rb - 1] };
-    let total: usize = out.iter().product();
-    (m * n > 0).then(|| [m, k, n, total / (m * n)])
+    // Checked: sizes past the address space (`--set frames=4294967295`) have no geometry to
+    // split, and must not wrap into one.
+    let total = out.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    let mn = m.checked_mul(n).filter(|&mn| mn > 0)?;
+    Some([m, k, n, total / mn])
 }
 
 /// The tile count from which a shallow product (k below `DEEP`) stays whole: `HALF_FULL`, or
@@ -52,13 +55,19 @@ fn half_full() -> usize {
     given.unwrap_or(HALF_FULL)
 }
 
+/// The 64×64 output tiles of `batches` products of `m` × `n`; `None` past `usize`.
+fn tile_count(batches: usize, m: usize, n: usize) -> Option<usize> {
+    batches.checked_mul(m.div_ceil(64))?.checked_mul(n.div_ceil(64))
+}
+
 /// How many k ranges the product gets: 1 when it fills the GPU already or is too shallow.
 pub(crate) fn splits_for([m, k, n, batches]: [usize; 4]) -> usize {
     // The skinny kernels split k over lanes already.
     if m <= SKINNY || n <= SKINNY {
         return 1;
     }
-    let tiles = batches * m.div_ceil(64) * n.div_ceil(64);
+    // A tile count past `usize` fills any GPU; none (an empty product) needs no split.
+    let Some(tiles) = tile_count(batches, m, n).filter(|&t| t > 0) else { return 1 };
     if tiles >= ENOUGH_TILES || (tiles >= half_full() && k < DEEP) {
         return 1;
     }
@@ -118,7 +127,7 @@ const MAX_CONV_SPLITS: usize = 64;
 /// stem weight gradient (64 × 147, 50,176 deep) has 3 tiles; its last stage's 3×3 convolutions
 /// (512 × 196, 4,608 deep) 32.
 pub(crate) fn conv_splits_for(groups: usize, m: usize, n: usize, k: usize) -> usize {
-    let tiles = groups * m.div_ceil(64) * n.div_ceil(64);
+    let Some(tiles) = tile_count(groups, m, n).filter(|&t| t > 0) else { return 1 };
     if tiles >= ENOUGH_TILES / 2 {
         return 1;
     }
@@ -218,6 +227,14 @@ mod tests {
         assert_eq!(splits_for([384, 1500, 384, 1]), 8);
         // SmolLM2's projection at 128 tokens: 18 tiles, 576 deep (ranges of 144).
         assert_eq!(splits_for([128, 576, 576, 1]), 4);
+        // Sizes past the address space, and empty products: never split, never a panic.
+        assert_eq!(splits_for([usize::MAX / 2, 4096, usize::MAX / 2, 3]), 1);
+        assert_eq!(splits_for([128, 576, 576, 0]), 1);
+        assert_eq!(conv_splits_for(usize::MAX, 1 << 40, 1 << 40, 4096), 1);
+        assert_eq!(
+            geometry(&[usize::MAX, 64], &[64, usize::MAX], &[usize::MAX, 2], false, false),
+            None
+        );
         // Whisper's attention products: 144 tiles, split in two.
         assert_eq!(splits_for([1500, 1500, 64, 6]), 2);
         // Half full (or a third: MiniLM's 96 tiles) and 384 deep: as it is.
