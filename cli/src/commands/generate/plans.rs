@@ -109,7 +109,7 @@ fn session(plan: Plan, src: &Source) -> Result<Session, String> {
     };
     let (s, report) =
         Session::from_checkpoint(plan, src.seed, w, MatchMode::Strict, Restore::Weights)
-            .map_err(|e| format!("{}: {e}", w.display()))?;
+            .map_err(|e| e.to_string())?;
     if report.has_notes() {
         eprintln!("note: {}: {}", w.display(), report.to_string().trim_end());
     }

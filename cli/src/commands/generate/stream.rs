@@ -65,3 +65,49 @@ fn after<'s>(before: &str, now: &'s str) -> &'s str {
         None => &now[before.len().min(now.len())..],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> Tokenizer {
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/generate/tokenizer.json");
+        Tokenizer::from_file(path).expect("the fixture's tokenizer")
+    }
+
+    /// Byte-level tokens split multi-byte characters: each is given whole, once complete, and
+    /// the pieces add up to the whole decode.
+    #[test]
+    fn multi_byte_characters_are_given_whole() {
+        let tok = fixture();
+        let text = "Café 東京 🙂 ok";
+        let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
+        assert!(ids.len() > text.chars().count() - 4, "some characters take several tokens");
+        let mut s = TextStream::new(&tok);
+        let mut pieces = Vec::new();
+        for &id in &ids {
+            if let Some(p) = s.push(id).unwrap() {
+                assert!(!p.contains('\u{FFFD}'), "{p:?} holds part of a character");
+                pieces.push(p);
+            }
+        }
+        pieces.push(s.finish().unwrap());
+        assert_eq!(pieces.concat(), text);
+        assert!(pieces.iter().any(|p| p == "🙂" || p.ends_with('🙂')), "{pieces:?}");
+    }
+
+    /// Bytes that never make a character are given at the end as the decode gives them.
+    #[test]
+    fn what_never_completes_is_given_at_the_end() {
+        let tok = fixture();
+        // The first byte of a four-byte character, alone.
+        let lone = tok.encode("🙂", false).unwrap().get_ids()[0];
+        let a = tok.token_to_id("a").unwrap();
+        let mut s = TextStream::new(&tok);
+        assert_eq!(s.push(a).unwrap().as_deref(), Some("a"));
+        assert_eq!(s.push(lone).unwrap(), None);
+        assert_eq!(s.finish().unwrap(), tok.decode(&[lone], true).unwrap());
+        assert_eq!(s.finish().unwrap(), "", "nothing is given twice");
+    }
+}
