@@ -175,6 +175,52 @@ fn an_imported_tokenizer_finds_its_config_by_its_name() {
     assert_eq!(out.trim_end(), list(&ids_of(&expected()["chat_greedy"])));
 }
 
+/// A tokenizer.json without a post-processor (as GGUF's may be) still starts an encoding with
+/// BOS when its config says `add_bos_token: true`, and only then.
+#[test]
+fn add_bos_token_in_the_config_puts_bos_first() {
+    let dir = scratch("generate-add-bos");
+    let root = common::root().join(DIR);
+    let mut tok: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("tokenizer.json")).unwrap())
+            .unwrap();
+    tok["post_processor"] = Value::Null;
+    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("tokenizer_config.json")).unwrap())
+            .unwrap();
+    let e = expected();
+    let text_ids = ids_of(&e["text_ids"]);
+    for (add, want) in [(false, &text_ids[1..]), (true, &text_ids[..])] {
+        config["add_bos_token"] = Value::Bool(add);
+        std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+        let args = ["--tokenizer", dir.to_str().unwrap(), "--prompt", "The cat sat", "--ids"];
+        let (out, _) =
+            generate(&[&args[..], &["--echo", "--tokens", "0", "--backend", "cpu"]].concat());
+        assert_eq!(out.lines().next(), Some(list(want).as_str()), "add_bos_token {add}");
+    }
+}
+
+/// SmolLM2's hand-written decode model generates (at a small config, its initializers' weights).
+#[test]
+fn the_hand_written_smollm2_decode_model_generates() {
+    let mut args = vec!["generate", "models/smollm2_135m_decode.mgn", "--prompt-ids", "1,5,9"];
+    for s in ["vocab=64", "d=32", "n_layers=2", "heads=4", "kv_heads=2", "head_dim=8"] {
+        args.extend(["--set", s]);
+    }
+    args.extend(["--set", "hidden=48", "--cache", "16", "--tokens", "14", "--backend", "cpu"]);
+    let out = mgnc(&args);
+    let err = ok(&out);
+    let ids: Vec<i64> = text(&out.stdout).trim().split(',').map(|i| i.parse().unwrap()).collect();
+    assert!(ids.len() == 14 && ids.iter().all(|i| (0..64).contains(i)), "{ids:?}");
+    assert!(err.contains("SmolLM2Decode on the CPU: 3 prompt tokens"), "{err}");
+    // 3 + 14 - 1 = 16 positions fill the cache; one more token does not fit.
+    let tokens = args.len() - 3;
+    args[tokens] = "15";
+    let err = refused(&mgnc(&args));
+    assert!(err.contains("need 17 positions") && err.contains("holds 16"), "{err}");
+}
+
 fn refuses(args: &[&str], says: &[&str]) {
     let err = refused(&mgnc(&[&["generate"], args, &["--backend", "cpu"]].concat()));
     for s in says {
@@ -211,4 +257,13 @@ fn bad_input_is_refused_naming_what_and_where() {
     refuses(&[&m[..], &["--prompt-ids", "1,x"]].concat(), &["--prompt-ids `1,x`"]);
     refuses(&[&m[..], &["--prompt-ids", "1,400"]].concat(), &["token id 400 is outside"]);
     refuses(&[MODEL, "--weights", "nope.safetensors", "--prompt-ids", "1"], &["nope.safetensors"]);
+    let two = scratch("generate-two-decoders").join("two.mgn");
+    let model = |name: &str| {
+        let body = "    input input_ids: i32[1, T]\n    input pos: i32[]\n    forward {\n        \
+                    output logits = cast(input_ids, f32)\n    }\n}\n";
+        format!("model {name}(T: dim = 1) {{\n{body}")
+    };
+    std::fs::write(&two, model("A") + "\n" + &model("B")).unwrap();
+    let says = ["several models with an input `pos` (A, B)", "--model"];
+    refuses(&[two.to_str().unwrap(), "--prompt-ids", "1"], &says);
 }

@@ -74,12 +74,15 @@ pub fn generate(
 }
 
 /// Runs the prompt once through both plans and empties the cache again, untimed: a GPU
-/// session compiles its pipelines in its first run, which is setup, not generation.
+/// session compiles its pipelines in its first run, which is setup, not generation. The whole
+/// prompt goes through the prefill plan (as it will), then one token through the decode plan,
+/// where the cache has room for it; else the last prompt token is that one.
 pub fn warm_up(g: &mut Generator, prompt: &[i32]) -> Result<Duration, String> {
     let t = Instant::now();
     let (last, rest) = prompt.split_last().ok_or("no prompt to warm up with")?;
-    if !rest.is_empty() {
-        g.prefill(rest).map_err(|e| e.to_string())?;
+    let first = if prompt.len() < g.capacity() { prompt } else { rest };
+    if !first.is_empty() {
+        g.prefill(first).map_err(|e| e.to_string())?;
     }
     g.step(*last).map_err(|e| e.to_string())?;
     g.reset().map_err(|e| e.to_string())?;

@@ -27,6 +27,9 @@ pub struct TextTokenizer {
     pub specials: Vec<(String, String)>,
     /// Ids that end generation.
     pub eos: Vec<u32>,
+    /// The config's `add_bos_token: true`: an encoding with special tokens starts with BOS even
+    /// when the tokenizer's post-processor does not add it (GGUF's `add_bos_token` becomes this).
+    add_bos: bool,
 }
 
 fn read_json(path: &Path) -> Result<Option<Value>, String> {
@@ -116,7 +119,9 @@ impl TextTokenizer {
             .collect();
         let generation =
             first_json(&companions(&file, "generation_config.json", "generation_config.json"))?;
-        let mut t = TextTokenizer { inner, path: file, chat_template, specials, eos: vec![] };
+        let add_bos = config.get("add_bos_token") == Some(&Value::Bool(true));
+        let mut t =
+            TextTokenizer { inner, path: file, chat_template, specials, eos: vec![], add_bos };
         t.eos = t.eos_ids(generation.as_ref().map(|(_, v)| v))?;
         Ok(t)
     }
@@ -154,9 +159,14 @@ impl TextTokenizer {
     }
 
     /// `text` as ids; `special` adds the tokenizer's own special tokens (its post-processor),
-    /// as `encode(add_special_tokens=True)` does.
+    /// and BOS first when the config asks for it, as `encode(add_special_tokens=True)` does.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, String> {
         let e = self.inner.encode(text, special).map_err(|e| format!("cannot tokenize: {e}"))?;
-        Ok(e.get_ids().to_vec())
+        let mut ids = e.get_ids().to_vec();
+        let bos = self.special("bos_token").and_then(|b| self.inner.token_to_id(b));
+        if let Some(bos) = bos.filter(|&b| special && self.add_bos && ids.first() != Some(&b)) {
+            ids.insert(0, bos);
+        }
+        Ok(ids)
     }
 }
