@@ -149,6 +149,41 @@ mod tests {
         assert!(e.contains("line 1"), "{e}");
     }
 
+    /// Templates in the styles of Llama 3, Mistral and others over several conversations, as
+    /// `transformers` renders them (tests/fixtures/generate/templates.py wrote them).
+    #[test]
+    fn templates_render_as_transformers_renders_them() {
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/generate/templates.json");
+        let fixture: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let specials = [("bos_token", "<|endoftext|>"), ("eos_token", "<|im_end|>")];
+        let specials: Vec<(String, String)> =
+            specials.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let cases = fixture["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 18);
+        for case in cases {
+            let template = fixture["templates"][case["template"].as_str().unwrap()].as_str();
+            let conversation = &fixture["conversations"][case["conversation"].as_str().unwrap()];
+            let messages: Vec<Message> = (conversation.as_array().unwrap().iter())
+                .map(|m| Message {
+                    role: m["role"].as_str().unwrap().into(),
+                    content: m["content"].as_str().unwrap().into(),
+                })
+                .collect();
+            let gen = case["add_generation_prompt"].as_bool().unwrap();
+            let got = render(template.unwrap(), &messages, &specials, gen)
+                .unwrap_or_else(|e| panic!("{}: {e}", case["template"]));
+            assert_eq!(
+                got,
+                case["text"].as_str().unwrap(),
+                "{} {}",
+                case["template"],
+                case["conversation"]
+            );
+        }
+    }
+
     #[test]
     fn tojson_writes_what_python_json_dumps_writes() {
         let t = "{{ messages | tojson }}|{{ messages[0] | tojson(indent=2) }}|{{ tools | tojson }}";
