@@ -74,12 +74,16 @@ fn greedy_ids_equal_transformers_and_the_runtime_generator() {
         runtime_greedy(&prompt32, want.len(), 4).into_iter().map(i64::from).collect();
     assert_eq!(runtime, want, "the runtime's Generator against transformers");
     let n = want.len().to_string();
-    // The prompt whole, in padded chunks of 2, and token by token: the same ids.
-    for chunk in ["128", "2", "1"] {
-        let args =
-            ["--prompt-ids", &list(&prompt), "--tokens", &n, "--backend", "cpu", "--chunk", chunk];
+    let prompt_list = list(&prompt);
+    // The prompt whole, in padded chunks of 2, token by token, and through one plan dynamic in
+    // T (chunks of 2 at their own length, then decoding): the same ids.
+    let chunks = [["128", ""], ["2", ""], ["1", ""], ["2", "--one-plan"], ["128", "--one-plan"]];
+    for [chunk, how] in chunks {
+        let mut args = vec!["--prompt-ids", &prompt_list, "--tokens", &n, "--backend", "cpu"];
+        args.extend(["--chunk", chunk]);
+        args.extend(Some(how).filter(|h| !h.is_empty()));
         let (out, err) = generate(&args);
-        assert_eq!(out.trim_end(), list(&want), "chunk {chunk}: {err}");
+        assert_eq!(out.trim_end(), list(&want), "chunk {chunk} {how}: {err}");
         assert!(err.contains("TinyLlamaDecode on the CPU: 5 prompt tokens in"), "{err}");
         assert!(err.contains("12 tokens generated") && err.contains("tokens/s"), "{err}");
         assert!(err.contains("ms per token (median of 11)"), "{err}");
@@ -148,6 +152,9 @@ fn the_gpu_gives_the_same_greedy_ids() {
     assert_eq!(out.trim_end(), list(&ids_of(&e["prompt_ids_greedy"])), "{err}");
     assert!(err.contains("first runs (pipelines compiled)"), "{err}");
     assert!(!err.contains("on the CPU"), "{err}");
+    let one = ["--prompt-ids", &prompt, "--tokens", "12", "--backend", "vulkan", "--one-plan"];
+    let (out, err) = generate(&one);
+    assert_eq!(out.trim_end(), list(&ids_of(&e["prompt_ids_greedy"])), "{err}");
     stops_at_eos("vulkan");
 }
 

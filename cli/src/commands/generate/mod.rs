@@ -77,6 +77,10 @@ pub struct GenerateArgs {
     /// Prompt tokens a prefill run takes (default: the prompt, at most 128).
     #[arg(long)]
     pub chunk: Option<usize>,
+    /// One plan, dynamic in T, for the prompt and the tokens (`mgnc build --dynamic T=…`)
+    /// instead of two: one copy of the weights in memory, and no padded prompt chunk.
+    #[arg(long)]
+    pub one_plan: bool,
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
     /// Print the generated token ids (comma-separated) instead of text.
@@ -214,7 +218,15 @@ fn run_inner(a: GenerateArgs) -> Result<(), Failure> {
     })?;
     let n = token_count(&a, ids.len(), cache, &model)?;
     let chunk = a.chunk.unwrap_or(DEFAULT_CHUNK).min(ids.len()).min(cache);
-    let built = plans::build(&src, decode, (chunk > 1).then_some(chunk), engine)?;
+    let prefill = match chunk {
+        // A dynamic size is fitted over several probe points: its bound must leave room for
+        // them; a bound past the prompt costs nothing (chunks run at their own length).
+        _ if a.one_plan && cache >= 4 => plans::Prefill::OnePlan(chunk.max(8).min(cache)),
+        0 | 1 => plans::Prefill::None,
+        _ if a.one_plan => plans::Prefill::None,
+        t => plans::Prefill::Chunk(t),
+    };
+    let built = plans::build(&src, decode, prefill, engine)?;
     let mut g = built.generator;
     let text_tok = tok.as_ref().filter(|_| !a.ids).map(|t| &t.inner);
     if a.echo {

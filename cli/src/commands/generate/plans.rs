@@ -7,9 +7,13 @@
 //! an argument `cache`, an output `logits: f32[B, T, vocab]`).
 
 use super::super::plan::{attach, obtain, Engine, PrecisionArg};
+use super::super::report;
 use super::super::report::MessageFormat;
+use super::super::EXIT_ERRORS;
+use mgn_compiler::driver::plan_path_dynamic;
 use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
+use mgn_ir::dynamic::SizeVar;
 use mgn_runtime::checkpoint::MatchMode;
 use mgn_runtime::{Generator, Plan, Restore, Session};
 use mgn_syntax::ast::{Item, LayerKind};
@@ -95,6 +99,22 @@ fn plan_at(src: &Source, t: usize) -> Result<Plan, Failure> {
     obtain(src.file, src.model.clone(), settings, &opts, HUMAN).map_err(Failure::Printed)
 }
 
+/// The model dynamic in T from 1 to `t` (`mgnc build --dynamic T=t`): one plan for the prompt,
+/// a chunk at a time at its own length, and for the tokens, one at a time.
+fn dynamic_plan(src: &Source, t: usize) -> Result<Plan, Failure> {
+    let size = SizeVar { name: "T".into(), min: 1, max: t };
+    let opts = PlanOptions { precision: src.precision.into(), ..PlanOptions::infer() };
+    let settings = src.settings.clone();
+    let built = plan_path_dynamic(src.file, src.model.clone(), settings, &[size], &opts)?;
+    match built {
+        (outcome, Some(plan)) if report::diagnostics(&outcome, HUMAN) => Ok(plan),
+        (outcome, _) => {
+            report::diagnostics(&outcome, HUMAN);
+            Err(Failure::Printed(EXIT_ERRORS))
+        }
+    }
+}
+
 /// The positions a decode plan's cache holds: its first state tensor is [B, heads, n, d].
 pub fn cache_of(plan: &Plan) -> Option<usize> {
     let &(p, _) = plan.state_writes.first()?;
@@ -121,26 +141,41 @@ pub fn decode_plan(src: &Source) -> Result<Plan, Failure> {
     plan_at(src, 1)
 }
 
-/// The sessions on the engine, in a generator: `chunk` tokens a prefill run (none: no prefill
-/// plan, the prompt goes token by token).
+/// How the prompt runs.
+#[derive(Clone, Copy)]
+pub enum Prefill {
+    /// Token by token through the decode plan.
+    None,
+    /// Through a second plan at T = this chunk (a shorter last chunk padded).
+    Chunk(usize),
+    /// Through the decode plan itself, built dynamic in T from 1 to this bound (each chunk at
+    /// its own length): one session, so one copy of the weights.
+    OnePlan(usize),
+}
+
+/// The sessions on the engine, in a generator.
 pub fn build(
     src: &Source,
     decode: Plan,
-    chunk: Option<usize>,
+    prefill: Prefill,
     engine: Engine,
 ) -> Result<Built, Failure> {
+    let decode = match prefill {
+        Prefill::OnePlan(t) => dynamic_plan(src, t)?,
+        _ => decode,
+    };
     let model = decode.model.clone();
     let mut decode = session(decode, src)?;
     let on = attach(&mut decode, engine, HUMAN).map_err(Failure::Printed)?;
-    let prefill = match chunk {
-        Some(t) => {
+    let prefill = match prefill {
+        Prefill::Chunk(t) => {
             let mut s = session(plan_at(src, t)?, src)?;
             if on.is_some() {
                 s.use_gpu().map_err(|e| format!("the prefill plan (T = {t}): {e}"))?;
             }
             Some(s)
         }
-        None => None,
+        Prefill::None | Prefill::OnePlan(_) => None,
     };
     let generator = Generator::new(prefill, decode)
         .map_err(|e| format!("`{model}` in `{}`: {e}", src.file.display()))?;
