@@ -5,11 +5,12 @@ mod commands;
 
 use crate::commands::bench::BenchArgs;
 use crate::commands::build::BuildArgs;
+use crate::commands::generate::GenerateArgs;
 use crate::commands::import::ImportArgs;
 use crate::commands::report::MessageFormat;
 use crate::commands::run::RunArgs;
 use crate::commands::train::{EvalArgs, TrainArgs};
-use crate::commands::{bench, build, check, fmt, import, info, run, train};
+use crate::commands::{bench, build, check, fmt, generate, import, info, run, train};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +46,8 @@ enum Command {
     /// Measure compile time, forward, minimal-shape, backward and training-step latency, and
     /// memory.
     Bench(BenchArgs),
+    /// Generate text with a decode model (KV cache): prompt in, tokens streamed out.
+    Generate(GenerateArgs),
     /// Turn an ONNX or GGUF model into readable `.mgn` source and a safetensors checkpoint.
     Import(ImportArgs),
     /// GPU devices, their limits and features, and which one would be used.
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Command::Train(a) => train::train(a),
         Command::Eval(a) => train::eval(a),
         Command::Bench(a) => bench::run(a),
+        Command::Generate(a) => generate::run(a),
         Command::Import(a) => import::run(a),
         Command::Info { json } => info::run(json),
         Command::Lsp => match mgn_lsp::run_stdio() {

@@ -7,6 +7,7 @@ pub mod check;
 pub mod counts;
 pub mod data;
 pub mod fmt;
+pub mod generate;
 pub mod import;
 pub mod info;
 pub mod plan;

@@ -197,20 +197,21 @@ pub fn resolve_backend(b: Backend, format: MessageFormat) -> Result<Engine, u8> 
     }
 }
 
-/// Moves a session onto the GPU when the engine says so. A forced GPU that cannot run the plan
-/// is an error; otherwise the session stays on the CPU with a notice.
+/// Moves a session onto the GPU when the engine says so; the device's name when it is there. A
+/// forced GPU that cannot run the plan is an error; otherwise the session stays on the CPU with
+/// a notice.
 pub fn attach(
     session: &mut mgn_runtime::session::Session,
     engine: Engine,
     format: MessageFormat,
-) -> Result<(), u8> {
-    let Engine::Gpu { forced } = engine.settle(format) else { return Ok(()) };
+) -> Result<Option<String>, u8> {
+    let Engine::Gpu { forced } = engine.settle(format) else { return Ok(None) };
     match session.use_gpu() {
         Ok(name) => {
             if format == MessageFormat::Human {
                 eprintln!("running on {name}");
             }
-            Ok(())
+            Ok(Some(name))
         }
         Err(e) if forced => {
             report::error(&e.to_string(), format);
@@ -220,7 +221,7 @@ pub fn attach(
             if format == MessageFormat::Human {
                 eprintln!("note: {e}; running on the CPU backend");
             }
-            Ok(())
+            Ok(None)
         }
     }
 }
