@@ -181,6 +181,8 @@ fn every_file_argument_refuses_special_files() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let model = root.join("models/digits_mlp.mgn").display().to_string();
     let data = root.join("data/digits_test.safetensors").display().to_string();
+    let tiny = root.join("tests/fixtures/generate/tiny.mgn").display().to_string();
+    let tok = root.join("tests/fixtures/generate/tokenizer.json").display().to_string();
     let trained = mgnc(&t.0, &["train", &model, "--data", &data, "--epochs", "1", "--save", "w"]);
     assert!(trained.status.success(), "{}", String::from_utf8_lossy(&trained.stderr));
     let specials = [
@@ -201,10 +203,18 @@ fn every_file_argument_refuses_special_files() {
             vec!["eval", &model, "--weights", file, "--data", &data],
             vec!["eval", &model, "--weights", "w", "--data", file],
             vec!["import", file],
+            vec!["generate", &tiny, "--weights", file, "--tokenizer", &tok, "--prompt", "a"],
+            vec!["generate", &tiny, "--tokenizer", file, "--prompt", "a"],
         ];
         for args in &commands {
-            fails_saying(&mgnc(&t.0, args), &format!("{file}"));
-            fails_saying(&mgnc(&t.0, args), reason);
+            // A directory given as the tokenizer is where a tokenizer.json is looked for.
+            let tokenizer_dir =
+                file == "dir" && args.windows(2).any(|w| w == ["--tokenizer", file]);
+            let reason =
+                if tokenizer_dir { "no tokenizer at `dir/tokenizer.json`" } else { reason };
+            let out = mgnc(&t.0, args);
+            fails_saying(&out, file);
+            fails_saying(&out, reason);
         }
         // A plan with a special file's name: `ln -s /dev/zero x.mgnplan` and the like.
         if file.starts_with('/') {

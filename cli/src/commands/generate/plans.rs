@@ -53,7 +53,7 @@ impl From<String> for Failure {
 /// The models of `file` that take an input `pos`; None when the file does not parse (the
 /// build that follows reports why).
 fn decode_models(file: &Path) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(file).ok()?;
+    let text = mgn_compiler::source::read_source(file).ok()?;
     let (ast, diags) = mgn_syntax::parser::parse(mgn_syntax::FileId(0), &text);
     if !diags.is_empty() {
         return None;

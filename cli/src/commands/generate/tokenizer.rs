@@ -32,14 +32,23 @@ pub struct TextTokenizer {
     add_bos: bool,
 }
 
+/// Tokenizer files are read by the rule for every file mgnc reads: regular files only, never
+/// blocking, of a known size (here at most 1 GiB: the largest vocabularies are a few MB).
+const MAX_TOKENIZER_BYTES: u64 = 1 << 30;
+
+fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = mgn_ir::io::read_regular(path, MAX_TOKENIZER_BYTES)
+        .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("`{}` is not UTF-8 text", path.display()))
+}
+
 fn read_json(path: &Path) -> Result<Option<Value>, String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| format!("`{}` is not valid JSON: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read `{}`: {e}", path.display())),
+    if !path.exists() {
+        return Ok(None);
     }
+    serde_json::from_str(&read_text(path)?)
+        .map(Some)
+        .map_err(|e| format!("`{}` is not valid JSON: {e}", path.display()))
 }
 
 /// Where a companion file of the tokenizer at `file` may be: `x.<suffix>` beside
@@ -93,13 +102,14 @@ impl TextTokenizer {
     /// Reads `tokenizer.json` at `path` (or in the directory `path`) and its companions.
     pub fn load(path: &Path) -> Result<TextTokenizer, String> {
         let file = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
-        if !file.is_file() {
+        if std::fs::symlink_metadata(&file).is_err() {
             return Err(format!(
                 "no tokenizer at `{}` (pass a tokenizer.json, or the directory holding one)",
                 file.display()
             ));
         }
-        let inner = Tokenizer::from_file(&file)
+        let inner = read_text(&file)?
+            .parse::<Tokenizer>()
             .map_err(|e| format!("cannot read the tokenizer `{}`: {e}", file.display()))?;
         let config =
             first_json(&companions(&file, "tokenizer_config.json", "tokenizer_config.json"))?;
@@ -107,8 +117,8 @@ impl TextTokenizer {
         let mut chat_template = template_of(&config);
         if chat_template.is_none() {
             for p in companions(&file, "chat_template.jinja", "chat_template.jinja") {
-                if let Ok(t) = std::fs::read_to_string(&p) {
-                    chat_template = Some(t);
+                if p.exists() {
+                    chat_template = Some(read_text(&p)?);
                     break;
                 }
             }
