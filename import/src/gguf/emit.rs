@@ -36,38 +36,65 @@ pub fn source(c: &Config, name: &str, origin: &Origin) -> String {
 
 fn header(s: &mut String, c: &Config, o: &Origin) {
     let title = o.title.map(|t| format!(" (\"{t}\")")).unwrap_or_default();
-    let _ = writeln!(s, "// Imported by `mgnc import` from {}{title}:", o.file);
-    let _ = writeln!(
-        s,
-        "// GGUF v{}, architecture `{}`; tensors {}, dequantized to f32 in the checkpoint.",
-        o.version,
-        c.arch.name(),
-        o.types
-    );
-    s.push_str(
-        "// Parameter names are the file's tensor names (token_embd.weight, blk.0.attn_q.weight,\n\
-         // …), so the checkpoint loads by name.\n",
-    );
+    let mut notes = vec![
+        format!(
+            "Imported by `mgnc import` from {}{title}: GGUF v{}, architecture `{}`; tensors {}, \
+             dequantized to f32 in the checkpoint.",
+            o.file,
+            o.version,
+            c.arch.name(),
+            o.types
+        ),
+        "Parameter names are the file's tensor names (token_embd.weight, blk.0.attn_q.weight, \
+         …), so the checkpoint loads by name."
+            .to_string(),
+    ];
     if c.arch.permuted_qk() {
-        s.push_str(
-            "// llama.cpp stores the attn_q and attn_k rows of `llama` files permuted for its\n\
-             // interleaved rope; the checkpoint holds them un-permuted (as trained), so the `rope`\n\
-             // builtin's rotate-half convention applies.\n",
+        notes.push(
+            "llama.cpp stores the attn_q and attn_k rows of `llama` files permuted for its \
+             interleaved rope; the checkpoint holds them un-permuted (as trained), so the `rope` \
+             builtin's rotate-half convention applies."
+                .into(),
         );
     }
     if c.arch.gemma() {
-        s.push_str(
-            "// Gemma: llama.cpp stores each RMSNorm weight as 1 + w, which is the factor the\n\
-             // norm applies, so the norms here multiply by the stored weight as it is.\n",
+        notes.push(
+            "Gemma: llama.cpp stores each RMSNorm weight as 1 + w, the factor the norm applies, \
+             so the norms here multiply by the stored weight as it is."
+                .into(),
         );
     }
     if c.tied {
-        s.push_str("// The file has no output.weight: the logits use token_embd.weight (tied).\n");
+        notes
+            .push("The file has no output.weight: the logits use token_embd.weight (tied).".into());
     }
-    s.push_str(
-        "// Two models: the full forward (add a loss to train it) and the `…Decode` model, which\n\
-         // decodes against a KV cache (build it with T = 1, and T = a prompt chunk to prefill).\n\n",
+    notes.push(
+        "Two models: the full forward (add a loss to train it) and the `…Decode` model, which \
+         decodes against a KV cache (build it with T = 1, and T = a prompt chunk to prefill)."
+            .into(),
     );
+    for note in notes {
+        comment(s, &note, "");
+    }
+    s.push('\n');
+}
+
+/// `text` as `//` lines of at most 100 columns, indented by `indent`.
+fn comment(s: &mut String, text: &str, indent: &str) {
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty()
+            && indent.len() + 3 + line.chars().count() + 1 + word.chars().count() > 100
+        {
+            let _ = writeln!(s, "{indent}// {line}");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    let _ = writeln!(s, "{indent}// {line}");
 }
 
 fn block(s: &mut String, c: &Config) {
@@ -134,12 +161,12 @@ pub fn float(x: f32) -> String {
 
 fn model(s: &mut String, c: &Config, name: &str, decode: bool) {
     if decode {
-        let _ = writeln!(
-            s,
-            "// Decoding against the KV cache: T tokens at positions pos … pos + T - 1 (the file's \
-             context is {}).",
+        let text = format!(
+            "Decoding against the KV cache: T tokens at positions pos … pos + T - 1 (the file's \
+             context is {} positions; `--set cache=N` sizes the cache).",
             c.context
         );
+        comment(s, &text, "");
     } else {
         s.push_str("// The full forward: logits of T tokens at positions 0 … T - 1.\n");
     }
