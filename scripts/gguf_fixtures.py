@@ -11,19 +11,25 @@ package (llama.cpp's gguf-py) and numpy, into tests/fixtures/gguf/:
                       Gemma norm stored as 1 + w): llama and qwen3 in F32, F16, Q8_0, Q4_0 and
                       Q4_1, qwen2 (q/k/v biases, an untied output) in F32, gemma in F16, and a
                       llama whose matrices are Q4_K / Q6_K / Q8_0 blocks.
+    spm.gguf          a tokenizer alone (`tokenizer.ggml.model` llama): a SentencePiece BPE model
+                      with byte fallback trained here on a small corpus, written as llama.cpp's
+                      converter writes one (pieces, scores, token types)
     expected.json     for each model, the logits of IDS computed here in numpy (float64) on the
                       weights read back from the file and dequantized, by llama.cpp's
                       conventions (its interleaved rope on the stored, permuted q/k rows) — an
                       implementation independent of the importer's.
 
-    /work/torchenv/bin/python scripts/gguf_fixtures.py      # needs gguf and numpy
+    /work/torchenv/bin/python scripts/gguf_fixtures.py   # needs gguf, numpy, sentencepiece
 """
 import json
 import os
 import sys
 
+import io
+
 import numpy as np
 import gguf
+import sentencepiece as spm
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
@@ -131,6 +137,55 @@ def write_model(rng, name, arch, qtype, c, k_quants=False):
     finish(w)
 
 
+SPM_TEXTS = [
+    "Hello world! The quick brown fox jumps over the lazy dog.",
+    "Numbers like 12345 and 3.14 are split into digits.",
+    "Spaces:  two,   three; a tab\there and a newline\nthere.",
+    "Unseen letters fall back to bytes: żółw, 日本, 🦀.",
+    "<s>a control token in the text</s>",
+]
+
+
+def write_spm(expected):
+    """A tiny SentencePiece BPE model (as Llama's: identity normalization, digits split, byte
+    fallback, whitespace kept), written as llama.cpp's converter writes its pieces."""
+    words = ("the quick brown fox jumps over lazy dog hello world numbers like and are split "
+             "into digits spaces two three tab here newline there letters fall back to bytes "
+             "model token text a an of in on at for with from").split()
+    rng = np.random.default_rng(7)
+    corpus = [" ".join(rng.choice(words, size=12)) + f" {rng.integers(0, 1000)}." for _ in range(400)]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, vocab_size=400, model_type="bpe",
+        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        split_digits=True, character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2,
+        minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    tokens, scores, types = [], [], []
+    for i in range(sp.get_piece_size()):
+        tokens.append(sp.id_to_piece(i))
+        scores.append(sp.get_score(i))
+        types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i)
+                     else 5 if sp.is_unused(i) else 1)
+    w = gguf.GGUFWriter(os.path.join(OUT, "spm.gguf"), "none")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(True)
+    finish(w)
+    # SentencePiece itself treats "<s>" in text as text; llama.cpp and HF match control tokens
+    # whole, so the last text's expected ids put them in by hand.
+    ids = [sp.encode(t) for t in SPM_TEXTS[:-1]]
+    inner = sp.encode("a control token in the text")
+    ids.append([1] + inner + [2])
+    expected["spm"] = {"texts": SPM_TEXTS, "ids": ids}
+
+
 # The reference forward, by llama.cpp's conventions, in float64.
 
 def rms_norm(x, w, eps):
@@ -205,6 +260,7 @@ def main():
                ("gemma_f16", "gemma", Q.F16, SMALL, False),
                ("llama_k_quants", "llama", None, kq, True)]
     expected = {"ids": IDS, "models": {}}
+    write_spm(expected)
     for name, arch, qtype, c, kquants in models:
         write_model(rng, name, arch, qtype, c, kquants)
         logits = reference_logits(os.path.join(OUT, name + ".gguf"), arch, c)
@@ -213,7 +269,7 @@ def main():
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(expected, f)
     total = sum(os.path.getsize(os.path.join(OUT, n)) for n in os.listdir(OUT))
-    print(f"wrote {len(models) + 1} GGUF files and expected.json, {total} bytes", file=sys.stderr)
+    print(f"wrote {len(models) + 2} GGUF files and expected.json, {total} bytes", file=sys.stderr)
 
 
 if __name__ == "__main__":

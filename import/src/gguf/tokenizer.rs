@@ -33,8 +33,8 @@ const QWEN2_REGEX: &str = concat!(
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 );
 
-struct Vocab<'a> {
-    tokens: Vec<&'a str>,
+struct Vocab {
+    tokens: Vec<String>,
     types: Vec<i64>,
 }
 
@@ -60,10 +60,13 @@ pub fn files(g: &Gguf) -> Result<Files, String> {
             "`tokenizer.ggml.token_type` and `tokenizer.ggml.tokens` differ in length".into()
         );
     }
+    let arch = g.get("general.architecture").and_then(Value::as_str).unwrap_or("");
+    let gemma = arch.starts_with("gemma");
+    let tokens = tokens.iter().map(|t| respell(t, gemma && model == "llama")).collect();
     let vocab = Vocab { tokens, types };
     let (json, what) = match model {
         "gpt2" => byte_level(g, &vocab)?,
-        "llama" => sentencepiece(g, &vocab)?,
+        "llama" => sentencepiece(g, &vocab, gemma)?,
         other => return Err(format!("tokenizer model `{other}` is not one mgnc import writes")),
     };
     let config = config(g, &vocab);
@@ -75,6 +78,16 @@ pub fn files(g: &Gguf) -> Result<Files, String> {
         ],
         summary: format!("{what}, {} tokens", vocab.tokens.len()),
     })
+}
+
+/// Gemma's files spell its pieces of several spaces with spaces, where its tokenizer (which
+/// writes every space as `▁` first) looks them up as `▁▁…`.
+fn respell(token: &str, gemma: bool) -> String {
+    if gemma && token.contains(' ') && token.trim().is_empty() {
+        "▁".repeat(token.chars().count())
+    } else {
+        token.to_string()
+    }
 }
 
 /// Control and user-defined tokens: matched whole before the model sees the text.
@@ -104,7 +117,7 @@ fn post_processor(g: &Gguf, v: &Vocab, otherwise: Json) -> Json {
     let bos = token_id(g, "tokenizer.ggml.bos_token_id", v.tokens.len());
     match (add, bos) {
         (true, Some(id)) => {
-            let tok = v.tokens[id];
+            let tok = v.tokens[id].as_str();
             let special = json!({"SpecialToken": {"id": tok, "type_id": 0}});
             json!({
                 "type": "TemplateProcessing",
@@ -176,7 +189,9 @@ fn byte_level(g: &Gguf, v: &Vocab) -> Result<(Json, String), String> {
 /// SentencePiece BPE: its merges are not stored, but each merge makes a piece of the vocab
 /// and SentencePiece applies the merge whose result scores highest first; so every split of a
 /// piece into two pieces of the vocab is a merge, ranked by the merged piece's score.
-fn sentencepiece(g: &Gguf, v: &Vocab) -> Result<(Json, String), String> {
+/// Gemma's scores do not follow its merge order, but the pieces' order in the file does: its
+/// merges are ranked by the merged piece's place instead.
+fn sentencepiece(g: &Gguf, v: &Vocab, gemma: bool) -> Result<(Json, String), String> {
     let scores: Vec<f64> = match g.get("tokenizer.ggml.scores").and_then(Value::as_array) {
         Some(a) => a.iter().map(|s| s.as_f64().unwrap_or(0.0)).collect(),
         None => return Err("no `tokenizer.ggml.scores`".into()),
@@ -185,7 +200,7 @@ fn sentencepiece(g: &Gguf, v: &Vocab) -> Result<(Json, String), String> {
         return Err("`tokenizer.ggml.scores` and `tokenizer.ggml.tokens` differ in length".into());
     }
     let ids: std::collections::HashMap<&str, usize> =
-        v.tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+        v.tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i)).collect();
     let mut merges: Vec<(f64, usize, usize)> = Vec::new();
     for (id, piece) in v.tokens.iter().enumerate() {
         if v.types[id] != 1 {
@@ -193,13 +208,13 @@ fn sentencepiece(g: &Gguf, v: &Vocab) -> Result<(Json, String), String> {
         }
         for (cut, _) in piece.char_indices().skip(1) {
             if let (Some(&l), Some(&r)) = (ids.get(&piece[..cut]), ids.get(&piece[cut..])) {
-                merges.push((scores[id], l, r));
+                merges.push((if gemma { -(id as f64) } else { scores[id] }, l, r));
             }
         }
     }
     merges.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
     let merges: Vec<Json> =
-        merges.iter().map(|&(_, l, r)| json!([v.tokens[l], v.tokens[r]])).collect();
+        merges.iter().map(|&(_, l, r)| json!([&v.tokens[l], &v.tokens[r]])).collect();
     let unk = token_id(g, "tokenizer.ggml.unknown_token_id", v.tokens.len());
     let prefix = g.get("tokenizer.ggml.add_space_prefix").and_then(Value::as_bool).unwrap_or(true);
     let mut normalizers = Vec::new();
@@ -225,7 +240,7 @@ fn sentencepiece(g: &Gguf, v: &Vocab) -> Result<(Json, String), String> {
         "post_processor": post_processor(g, v, Json::Null),
         "decoder": {"type": "Sequence", "decoders": decoders},
         "model": {
-            "type": "BPE", "dropout": null, "unk_token": unk.map(|u| v.tokens[u]),
+            "type": "BPE", "dropout": null, "unk_token": unk.map(|u| &v.tokens[u]),
             "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": true,
             "byte_fallback": true, "ignore_merges": false,
             "vocab": vocab_map(v), "merges": merges,
@@ -238,7 +253,7 @@ fn sentencepiece(g: &Gguf, v: &Vocab) -> Result<(Json, String), String> {
 /// added.
 fn config(g: &Gguf, v: &Vocab) -> Json {
     let n = v.tokens.len();
-    let token = |key: &str| token_id(g, key, n).map(|id| v.tokens[id]);
+    let token = |key: &str| token_id(g, key, n).map(|id| v.tokens[id].as_str());
     let mut c = Map::new();
     c.insert("tokenizer_class".into(), json!("PreTrainedTokenizerFast"));
     for (name, key) in [
