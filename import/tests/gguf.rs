@@ -197,3 +197,29 @@ fn llamas_q_and_k_rows_are_put_back_in_rotate_half_order() {
     let stored = [0.0, 2.0, 1.0, 3.0];
     assert_eq!(mgn_import::gguf::unpermute(&stored, 1, 4, 1), vec![0.0, 1.0, 2.0, 3.0]);
 }
+
+#[test]
+fn random_corruption_of_the_header_never_panics() {
+    let (path, bytes) = fixture("llama_q4_0.gguf");
+    let header = read::parse(&bytes).unwrap().data_start;
+    // A fixed linear congruential sequence: the same mutants every run.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    let mut refused = 0;
+    for _ in 0..3000 {
+        let mut b = bytes.clone();
+        for _ in 0..1 + next() % 3 {
+            let at = next() % header;
+            b[at] = match next() % 3 {
+                0 => next() as u8,
+                1 => b[at] ^ (1 << (next() % 8)),
+                _ => 0xff,
+            };
+        }
+        refused += import(&path, &b, &Options::default()).is_err() as usize;
+    }
+    assert!(refused > 1000, "most mutants are refused ({refused} of 3000)");
+}

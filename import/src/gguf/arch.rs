@@ -135,6 +135,9 @@ pub fn config(g: &Gguf) -> Result<Config, Vec<String>> {
     if heads % kv_heads != 0 {
         problems.push(format!("{kv_heads} KV heads do not divide {heads} query heads"));
     }
+    if head_dim % 2 != 0 {
+        problems.push(format!("heads of {head_dim} dims: the rope rotates pairs"));
+    }
     unexpressible(g, a, &mut problems);
     let tied = !g.tensors.iter().any(|t| t.name == "output.weight");
     let qkv_bias = g.tensors.iter().any(|t| t.name == "blk.0.attn_q.bias");
@@ -153,7 +156,13 @@ pub fn config(g: &Gguf) -> Result<Config, Vec<String>> {
         tied,
         qkv_bias,
     };
-    problems.extend(check_tensors(&config, &g.tensors));
+    // Nine tensors a block: a block count the file cannot hold is corrupt (and listing every
+    // missing tensor of a billion blocks would exhaust memory).
+    if n_layers > g.tensors.len() {
+        problems.push(format!("{n_layers} blocks, but the file holds {} tensors", g.tensors.len()));
+    } else {
+        problems.extend(check_tensors(&config, &g.tensors));
+    }
     if problems.is_empty() {
         Ok(config)
     } else {
