@@ -98,6 +98,10 @@ fn write(metadata: &[(String, Value)], tensors: &[(String, u32, Vec<u64>, Vec<u8
         Value::Str(_) => 8,
         _ => unreachable!(),
     };
+    let align = match metadata.iter().find(|(k, _)| k == "general.alignment") {
+        Some((_, Value::U32(a))) => *a as usize,
+        _ => 32,
+    };
     let mut out = b"GGUF".to_vec();
     out.extend(3u32.to_le_bytes());
     out.extend((tensors.len() as u64).to_le_bytes());
@@ -114,13 +118,13 @@ fn write(metadata: &[(String, Value)], tensors: &[(String, u32, Vec<u64>, Vec<u8
         dims.iter().for_each(|d| out.extend(d.to_le_bytes()));
         out.extend(t.to_le_bytes());
         out.extend(offset.to_le_bytes());
-        offset += (data.len() as u64).div_ceil(32) * 32;
+        offset += data.len().div_ceil(align) as u64 * align as u64;
     }
-    out.resize(out.len().div_ceil(32) * 32, 0);
+    out.resize(out.len().div_ceil(align) * align, 0);
     for (_, _, _, data) in tensors {
         let start = out.len();
         out.extend(data);
-        out.resize(start + data.len().div_ceil(32) * 32, 0);
+        out.resize(start + data.len().div_ceil(align) * align, 0);
     }
     out
 }
@@ -149,6 +153,24 @@ fn the_written_parts_import_as_the_fixture_does() {
     assert_eq!(imported.weights.len(), 20);
     assert!(imported.source.contains("model X("), "{}", imported.source);
     assert!(imported.source.contains("model XDecode("));
+}
+
+#[test]
+fn the_alignment_is_the_files() {
+    let (mut meta, tensors) = parts("llama_q4_0.gguf");
+    meta.push(("general.alignment".into(), Value::U32(256)));
+    let bytes = write(&meta, &tensors);
+    let g = read::parse(&bytes).expect("parses");
+    assert_eq!((g.alignment, g.data_start % 256), (256, 0));
+    assert!(g.tensors.iter().all(|t| (t.start - g.data_start) % 256 == 0));
+    let ours = import(Path::new("x.gguf"), &bytes, &Options::default()).expect("imports");
+    let (path, fixture) = fixture("llama_q4_0.gguf");
+    let theirs = import(&path, &fixture, &Options::default()).expect("imports");
+    assert_eq!(ours.weights, theirs.weights, "the same tensors, placed differently");
+    // An alignment that is not a power of two is corrupt.
+    meta.last_mut().unwrap().1 = Value::U32(48);
+    let e = problems(Path::new("x.gguf"), &write(&meta, &tensors));
+    assert!(e[0].contains("not a power of two"), "{e:?}");
 }
 
 #[test]
