@@ -46,11 +46,11 @@ impl Value {
         match *self {
             Value::F32(v) => Some(v.into()),
             Value::F64(v) => Some(v),
-            _ => self.as_u64().map(|v| v as f64).or(match *self {
-                Value::I32(v) => Some(v.into()),
-                Value::I64(v) => Some(v as f64),
-                _ => None,
-            }),
+            Value::I8(v) => Some(v.into()),
+            Value::I16(v) => Some(v.into()),
+            Value::I32(v) => Some(v.into()),
+            Value::I64(v) => Some(v as f64),
+            _ => self.as_u64().map(|v| v as f64),
         }
     }
 
