@@ -210,7 +210,7 @@ fn smollm2_q4_1_predicts_the_reference_greedy_continuation() {
 }
 
 /// The same continuation generated through the decode model and its KV cache: a prefill plan
-/// for the prompt, then one token a run. About 2.5 minutes in a debug build (a run of the
+/// for the prompt, then one token a run. 2.5 to 4 minutes in a debug build (a run of the
 /// 135M model takes some 7 s there), so it is left to `--ignored` (or a release build).
 #[test]
 #[ignore]
