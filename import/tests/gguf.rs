@@ -162,7 +162,7 @@ fn the_alignment_is_the_files() {
     let bytes = write(&meta, &tensors);
     let g = read::parse(&bytes).expect("parses");
     assert_eq!((g.alignment, g.data_start % 256), (256, 0));
-    assert!(g.tensors.iter().all(|t| (t.start - g.data_start) % 256 == 0));
+    assert!(g.tensors.iter().all(|t| (t.start - g.data_start).is_multiple_of(256)));
     let ours = import(Path::new("x.gguf"), &bytes, &Options::default()).expect("imports");
     let (path, fixture) = fixture("llama_q4_0.gguf");
     let theirs = import(&path, &fixture, &Options::default()).expect("imports");
