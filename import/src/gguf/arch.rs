@@ -66,18 +66,7 @@ pub struct Config {
 /// Reads the config, or every problem with it.
 pub fn config(g: &Gguf) -> Result<Config, Vec<String>> {
     let mut problems = Vec::new();
-    let arch = match g.get("general.architecture").and_then(Value::as_str) {
-        Some("llama") => Arch::Llama,
-        Some("qwen2") => Arch::Qwen2,
-        Some("qwen3") => Arch::Qwen3,
-        Some("gemma") => Arch::Gemma,
-        Some(other) => {
-            return Err(vec![format!(
-                "architecture `{other}` is not one mgnc import writes (llama, qwen2, qwen3, gemma)"
-            )])
-        }
-        None => return Err(vec!["the file has no `general.architecture`".into()]),
-    };
+    let arch = arch_of(g).map_err(|e| vec![e])?;
     let a = arch.name();
     let mut int = |key: &str, default: Option<usize>| -> usize {
         let full = format!("{a}.{key}");
@@ -167,6 +156,19 @@ pub fn config(g: &Gguf) -> Result<Config, Vec<String>> {
         Ok(config)
     } else {
         Err(problems)
+    }
+}
+
+fn arch_of(g: &Gguf) -> Result<Arch, String> {
+    match g.get("general.architecture").and_then(Value::as_str) {
+        Some("llama") => Ok(Arch::Llama),
+        Some("qwen2") => Ok(Arch::Qwen2),
+        Some("qwen3") => Ok(Arch::Qwen3),
+        Some("gemma") => Ok(Arch::Gemma),
+        Some(other) => Err(format!(
+            "architecture `{other}` is not one mgnc import writes (llama, qwen2, qwen3, gemma)"
+        )),
+        None => Err("the file has no `general.architecture`".into()),
     }
 }
 
