@@ -210,13 +210,13 @@ fn smollm2_q4_1_predicts_the_reference_greedy_continuation() {
 }
 
 /// The same continuation generated through the decode model and its KV cache: a prefill plan
-/// for the prompt, then one token a run. 2.5 to 4 minutes in a debug build (a run of the
-/// 135M model takes some 7 s there), so it is left to `--ignored` (or a release build).
+/// for the prompt, then one token a run. Its first tokens only: a run of the 135M model takes
+/// some 7 s in a debug build, and the whole continuation is the test above's.
 #[test]
-#[ignore]
 fn smollm2_q4_1_generates_the_reference_continuation_against_its_cache() {
     let (reference, (m, _)) = (reference(), smollm2_imported());
     let (prompt, want) = (ids(&reference["prompt_ids"]), ids(&reference["greedy"]));
+    let want = want[..3].to_vec();
     let start = std::time::Instant::now();
     let cache = "cache=64".to_string();
     let prefill = session(m, &m.decode, &[cache.clone(), format!("T={}", prompt.len())]);
