@@ -128,13 +128,21 @@ fn root_files_that_are_special_or_huge_are_refused() {
     let t = TempDir::new("roots");
     t.fifo("fifo.mgn");
     std::fs::File::create(t.0.join("huge.mgn")).unwrap().set_len(9 << 20).unwrap();
+    std::os::unix::fs::symlink("self.mgn", t.0.join("self.mgn")).unwrap();
+    std::fs::create_dir(t.0.join("dir.mgn")).unwrap();
     for (file, reason) in [
         ("/dev/zero", "cannot read `/dev/zero`: it is a character device, not a regular file"),
         ("fifo.mgn", "cannot read `fifo.mgn`: it is a named pipe (FIFO), not a regular file"),
         ("huge.mgn", "cannot read `huge.mgn`: the file is too large (9437184 bytes"),
+        ("/proc/self/status", "status`: the file holds more than the 0 bytes it reports"),
+        ("self.mgn", "cannot read `self.mgn`: "),
+        ("dir.mgn", "cannot read `dir.mgn`: it is a directory, not a file"),
     ] {
-        for command in ["check", "build", "fmt"] {
-            fails_saying(&mgnc(&t.0, &[command, file]), reason);
+        for command in ["check", "build", "fmt", "bench"] {
+            // `fmt DIR` formats the files under it (none here).
+            if !(command == "fmt" && file == "dir.mgn") {
+                fails_saying(&mgnc(&t.0, &[command, file]), reason);
+            }
         }
     }
     // `fmt` on a directory with a link to itself finishes, and reads no special file.
