@@ -124,8 +124,8 @@ pub fn run(json: bool) -> u8 {
                 .and_then(|ds| ds.iter().find(|d| d.id == *id))
                 .expect("chosen from the list");
             println!(
-                "GPU backend's device: {} (what `--backend vulkan` runs on; set MGN_DEVICE to an ID \
-                 or part of a name to choose another)",
+                "GPU backend's device: {} (what `--backend vulkan` runs on; set MGN_DEVICE to an \
+                 ID or part of a name to choose another)",
                 d.name
             );
             if let Some(r) = f16_rounding() {
