@@ -1,6 +1,6 @@
 //! The documentation's examples compile: every fenced ```mgn block in docs/*.md and the README
 //! is checked as a file of its own. A block that shows a mistake on purpose is fenced
-//! ```mgn,error instead and must fail to check.
+//! ```mgn,error instead and must fail to check. Every relative link in the Markdown resolves.
 
 use mgn_tests::{check, rendered, root};
 use std::path::PathBuf;
@@ -59,4 +59,100 @@ fn every_mgn_example_in_the_docs_checks() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{} examples fail:\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// The Markdown files whose links are checked: the README, CHANGELOG and everything under docs/.
+fn markdown_files() -> Vec<PathBuf> {
+    let root = root();
+    let mut files = vec![root.join("README.md"), root.join("CHANGELOG.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable folder") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation other than `-` and `_` dropped,
+/// spaces as `-`.
+fn anchor(heading: &str) -> String {
+    let kept = heading.trim().to_lowercase();
+    let kept = kept.chars().filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'));
+    kept.map(|c| if c == ' ' { '-' } else { c }).collect()
+}
+
+/// Every heading's anchor in a Markdown file, outside code blocks.
+fn anchors(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.push(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// The targets of inline links `[text](target)` outside code blocks and code spans.
+fn links(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        // Code spans hold example syntax, not links.
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let tail = &rest[at + 2..];
+            let end = tail.find(')').unwrap_or(tail.len());
+            if !fenced {
+                out.push(tail[..end].to_string());
+            }
+            rest = &tail[end..];
+        }
+    }
+    out
+}
+
+/// Moving a section (the README's to docs/, BENCHMARKS' history to docs/benchmarks/) must not
+/// leave a link behind: every relative link names a file that exists and, with `#anchor`, a
+/// heading that file has.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).expect("readable");
+        for target in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            let dest = match path {
+                "" => file.clone(),
+                p => file.parent().expect("a folder").join(p),
+            };
+            let at = format!("{}: ({target})", file.display());
+            if !dest.exists() {
+                broken.push(format!("{at}: no such file"));
+            } else if !fragment.is_empty() && dest.extension().is_some_and(|x| x == "md") {
+                let heads = anchors(&std::fs::read_to_string(&dest).expect("readable"));
+                if !heads.iter().any(|h| h == fragment) {
+                    broken.push(format!("{at}: no heading with that anchor"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{} broken links:\n{}", broken.len(), broken.join("\n"));
 }
