@@ -156,3 +156,65 @@ fn every_relative_link_in_the_docs_resolves() {
     }
     assert!(broken.is_empty(), "{} broken links:\n{}", broken.len(), broken.join("\n"));
 }
+
+/// Every fenced block of a Markdown file: `(info string, text, line)`.
+fn fenced(text: &str) -> Vec<(String, String, usize)> {
+    let mut out = Vec::new();
+    let mut open: Option<(String, String, usize)> = None;
+    for (i, line) in text.lines().enumerate() {
+        match (&mut open, line.strip_prefix("```")) {
+            (None, Some(info)) => open = Some((info.trim().to_string(), String::new(), i + 1)),
+            (Some(_), Some("")) => out.push(open.take().expect("an open block")),
+            (Some((_, code, _)), _) => {
+                code.push_str(line);
+                code.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    out
+}
+
+/// Lines without trailing spaces (editors strip them from Markdown), and without the closing
+/// `error: N errors found`, which the pages may leave out.
+fn comparable(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.trim_end().lines().map(|l| l.trim_end().into()).collect();
+    if lines.last().is_some_and(|l| l.starts_with("error: ") && l.ends_with(" found")) {
+        lines.pop();
+    }
+    lines
+}
+
+/// A rendered error shown after a `mgn,error` example (its header names the file, as in
+/// `╭─[attn.mgn:6:29]`) is what checking that example prints today: the samples a reader
+/// learns the format from went stale once already.
+#[test]
+fn every_rendered_error_in_the_docs_is_what_check_prints() {
+    let root = root();
+    let dir = root.join("target").join(format!("docs-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let prefix = format!("{}/", dir.strip_prefix(&root).expect("inside the root").display());
+    let (mut compared, mut stale) = (0, Vec::new());
+    for file in markdown_files() {
+        let blocks = fenced(&std::fs::read_to_string(&file).expect("readable"));
+        for pair in blocks.windows(2) {
+            let [(info, source, _), (out_info, shown, line)] = pair else { continue };
+            let Some(name) = shown.split("╭─[").nth(1).and_then(|s| s.split(':').next()) else {
+                continue;
+            };
+            if info != "mgn,error" || !matches!(out_info.as_str(), "" | "text") {
+                continue;
+            }
+            let path = dir.join(name);
+            std::fs::write(&path, source).expect("writable");
+            let got = rendered(&check(&path.strip_prefix(&root).expect("inside")));
+            compared += 1;
+            if comparable(&got.replace(&prefix, "")) != comparable(shown) {
+                stale.push(format!("{}:{line}:\n{}", file.display(), got.replace(&prefix, "")));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(compared >= 5, "only {compared} rendered errors found in the docs");
+    assert!(stale.is_empty(), "{} stale samples; today's:\n\n{}", stale.len(), stale.join("\n"));
+}
