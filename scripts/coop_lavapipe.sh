@@ -2,7 +2,7 @@
 # Runs a command on a lavapipe that has cooperative matrices, which Debian 12's Mesa (22.3) does
 # not: Mesa from Debian 13's backports does (8×8 f16 tiles, subgroups of 8). Sets up once, as
 # root, a minimal Debian 13 root (debootstrap) with that Mesa under $MGN_COOP_ROOT (default
-# /var/cache/mgn/coop-root, about 400 MB, 1–2 minutes), then runs the command chrooted there with
+# /var/cache/mgn/coop-root, 693 MB, 1–2 minutes), then runs the command chrooted there with
 # this repository mounted at its own path, so test binaries built here run unchanged.
 #
 #   bash scripts/coop_lavapipe.sh target/debug/mgnc info
@@ -33,11 +33,16 @@ unavailable() {
     exit 77
 }
 if [ ! -f "$root/.mgn-ready" ]; then
+    # Said before it happens, on stderr (callers read the command's stdout): this changes the
+    # machine outside the repository.
     if ! command -v debootstrap >/dev/null; then
         command -v apt-get >/dev/null || unavailable "no debootstrap, and no apt-get to install it"
+        echo "scripts/coop_lavapipe.sh: installing debootstrap with apt-get (a system package)" >&2
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null ||
             unavailable "debootstrap could not be installed"
     fi
+    echo "scripts/coop_lavapipe.sh: writing a Debian 13 root with Mesa 26.1 to $root" \
+        "(693 MB, 1-2 minutes, once; delete it to undo)" >&2
     rm -rf "$root"
     mkdir -p "$root"
     debootstrap --variant=minbase trixie "$root" http://deb.debian.org/debian >/dev/null ||

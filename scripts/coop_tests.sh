@@ -19,7 +19,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])'
 }
-cargo build --locked --bin mgnc -q
+cargo build --locked --bin mgnc
 gpu_lib=$(binaries -p mgn-gpu --lib)
 gpu_tests=$(binaries -p mgn-tests --test gpu)
 mixed_tests=$(binaries -p mgn-tests --test mixed)

@@ -167,7 +167,7 @@ fn bf16_training_needs_no_scale() {
 
 /// ResNet-50 keeps its convolutions' forward in f32 under the mixed policy
 /// (`full_precision(…, derivatives = false)`: any rounding of its forward misses the accuracy
-/// gates, docs/BENCHMARKS.md), while the derivatives' convolutions and the head take f16.
+/// gates, docs/benchmarks/), while the derivatives' convolutions and the head take f16.
 #[test]
 fn resnet50_rounds_only_its_derivative_convolutions() {
     use mgn_ir::op::Op;

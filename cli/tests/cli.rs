@@ -140,7 +140,7 @@ fn info_lists_devices_or_says_why_there_are_none() {
     let out = mgnc(&["info"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
-    assert!(s.contains("would use:") || s.contains("no GPU can be used:"), "{s}");
+    assert!(s.contains("GPU backend's device:") || s.contains("no GPU can be used:"), "{s}");
     assert!(s.contains("CPU backend:"), "{s}");
 
     let no_driver = [

@@ -84,7 +84,7 @@ pub enum CoopUse {
     /// the faster kept, remembered per device on disk (`session::choices`); a dynamic plan's
     /// as `ByShape`. Timed on an H100 against `ByShape`: ResNet-50's mixed forward in 0.75 of
     /// its time, its training cells in 0.94, the U-Net's cells 0.98–1.0, ResNet-50's batch of
-    /// one 1.02 (docs/BENCHMARKS.md).
+    /// one 1.02 (docs/benchmarks/).
     Measured,
     /// `MGN_COOP=0`: none; the tiled kernels multiply halves at the f32 rate.
     Off,

@@ -296,7 +296,7 @@ pub fn summed_views(plan: &GpuPlan) -> Vec<usize> {
 /// matrices) keeps a training plan's casts of its parameters real: each step writes a half copy
 /// of every weight the products read, which they then stage with no conversion, as an inference
 /// plan's (`kernels::Operand::f16_view`), at the cost of that copy's memory and a dispatch
-/// a weight (docs/BENCHMARKS.md).
+/// a weight (docs/benchmarks/).
 pub fn rounded_views(plan: &GpuPlan) -> Vec<bool> {
     rounded_views_with(plan, std::env::var("MGN_HALF_WEIGHTS").is_ok_and(|v| v == "1"))
 }

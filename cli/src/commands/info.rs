@@ -1,5 +1,6 @@
-//! `mgnc info`: every GPU device, its limits and features, which one mgn would use, and — when
-//! none can be used — the one-sentence reason.
+//! `mgnc info`: every GPU device, its limits and features, which one the GPU backend takes (and
+//! whether `--backend auto` takes it too, which it does not for a software rasterizer), and —
+//! when none can be used — the one-sentence reason.
 
 use mgn_gpu::device::rounding::software_requested;
 use mgn_gpu::device::GpuDevice;
@@ -123,7 +124,8 @@ pub fn run(json: bool) -> u8 {
                 .and_then(|ds| ds.iter().find(|d| d.id == *id))
                 .expect("chosen from the list");
             println!(
-                "would use: {} (set MGN_DEVICE to an ID or part of a name to choose another)",
+                "GPU backend's device: {} (what `--backend vulkan` runs on; set MGN_DEVICE to an \
+                 ID or part of a name to choose another)",
                 d.name
             );
             if let Some(r) = f16_rounding() {
@@ -131,12 +133,12 @@ pub fn run(json: bool) -> u8 {
             }
             if d.software {
                 println!(
-                    "note: {} is a software rasterizer: `--backend auto` runs on the CPU backend \
-                     instead; `--backend vulkan` uses it anyway",
+                    "note: {} is a software rasterizer, so `--backend auto` runs on the CPU \
+                     backend instead",
                     d.name
                 );
             } else {
-                println!("`--backend auto` runs on it");
+                println!("`--backend auto` runs on it too");
             }
         }
         Err(why) => println!("no GPU can be used: {why}; mgnc runs on the CPU backend"),

@@ -44,7 +44,7 @@ pub enum AttentionPath {
     Matmul,
     /// As `Auto`, but an f16 attention nothing differentiates runs whole where the device's
     /// cooperative matrices take it (`kernels/attention/coop.rs`): an experiment's switch
-    /// until that is measured to win (docs/BENCHMARKS.md).
+    /// until that is measured to win (docs/benchmarks/).
     Tiles,
 }
 
@@ -70,7 +70,7 @@ impl AttentionPath {
 }
 
 /// Both sequences at least this long take the score-matrix path under `Auto`. Measured on the
-/// H200 (`MGN_ATTENTION`, docs/BENCHMARKS.md): at 128 positions it is already faster (SmolLM2's
+/// H200 (`MGN_ATTENTION`, docs/benchmarks/): at 128 positions it is already faster (SmolLM2's
 /// forward + backward 44.1 → 36.3 ms, MiniLM's 7.96 → 7.08 ms), at one token slower (SmolLM2
 /// 2.55 → 3.11 ms: four small dispatches where the tiled kernel makes one).
 const LONG: usize = 16;

@@ -15,7 +15,7 @@
 //! in a pass of its own: on an H100 (strict f32, 2026-12-06), when every product did so, the
 //! forwards of MiniLM, Whisper and SmolLM2 took 1.11–1.21× as long and the U-Net's B=1 1.02×
 //! — that pass, a loop of dependent loads over the tile's rows before its first panel, cost
-//! more than the level it saved (docs/BENCHMARKS.md). With `whole` only the products that walk
+//! more than the level it saved (docs/benchmarks/). With `whole` only the products that walk
 //! all of k take their norms, and sum each row as its panels pass through
 //! (`kernels/matmul/panel_stats.rs`): no pass of their own. Only f32 products (the tiled
 //! kernel stages A; the mixed policies' f16 products read the norm through a cast, and stay as

@@ -4,7 +4,7 @@
 //! Which of a mixed plan's convolutions run faster on the cooperative matrices than on the tiled
 //! kernel depends on the shape and the GPU: on an H100 the tiles took ResNet-50's batch-4
 //! forward to 0.75 of its time and lost on its batch-1 shape and every U-Net convolution
-//! (docs/BENCHMARKS.md). Products won on the tiles on every shape measured there, but that is
+//! (docs/benchmarks/). Products won on the tiles on every shape measured there, but that is
 //! one card. No rule written for one card is right on the next, so this is measured: when a
 //! session opens, every convolution and product of halves that both kernels can run is
 //! dispatched with each, on the session's own arena, and keeps the faster — by 3% over its

@@ -27,7 +27,7 @@
 //! Where it runs: attentions the plan does not take through their score matrix
 //! (`rewrite/attention_matmul.rs`): short sequences, score matrices past that path's budget
 //! (long-context prefill) or past what the device holds (`rewrite::for_device`), and
-//! `MGN_ATTENTION=tiled`. Measured on the H200 (docs/BENCHMARKS.md) it runs 2.4–2.6× faster than
+//! `MGN_ATTENTION=tiled`. Measured on the H200 (docs/benchmarks/) it runs 2.4–2.6× faster than
 //! the scalar-loop forward it replaced at long sequences, but the score-matrix path is faster
 //! still where it applies (Whisper's attention 116 µs against 235: its products run 8×8 register
 //! blocks at 29 TFLOP/s) and even at 128 positions whole forwards are no faster with this
@@ -41,7 +41,7 @@ use crate::kernels::{load, store, KernelSource, Operand};
 const TX: usize = 16;
 /// Keys per block.
 const BK: usize = 4 * TX;
-/// The deepest panels: measured on an H100 (docs/BENCHMARKS.md), 16-deep panels of Q, K and V
+/// The deepest panels: measured on an H100 (docs/benchmarks/), 16-deep panels of Q, K and V
 /// ran Whisper's attention in 300 µs, whole-head panels (Q staged once, K and V prefetched a
 /// block ahead, 36 KiB) in 450.
 const MAX_PANEL: usize = 16;

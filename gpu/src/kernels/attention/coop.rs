@@ -30,7 +30,7 @@
 //! device whose tiles take its heads and whose shared memory holds the blocks
 //! (`runs_on_tensor_cores`). Opt-in because its one timing lost: on an H100 the first version
 //! (K and V loaded one element after another, blocks of 48 keys) ran Whisper's forward 2.2×
-//! slower than the score-matrix path (docs/BENCHMARKS.md); the prefetch of the next block is
+//! slower than the score-matrix path (docs/benchmarks/); the prefetch of the next block is
 //! not yet timed.
 
 use super::parts::key_end;

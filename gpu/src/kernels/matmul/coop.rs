@@ -26,14 +26,14 @@ use mgn_ir::DType;
 /// `MGN_COOP_GRID=SMxSN:RMxRN:D` says otherwise (an experiment's override, as `MGN_MM_TILE` is
 /// the tiled kernel's).
 ///
-/// The grids on an H100 (docs/BENCHMARKS.md): larger blocks a subgroup (4×4, or 2×4 on 4×2
+/// The grids on an H100 (docs/benchmarks/): larger blocks a subgroup (4×4, or 2×4 on 4×2
 /// subgroups) take 200–255 registers an invocation and run some shapes 3–10× slower; the 2×4
 /// subgroups of 2×2 tiles are the fastest or near it on every workload shape measured.
 ///
 /// `direct` (a fourth field `d`: `2x2:4x4:2:d`) stages each panel from memory straight into
 /// shared memory at the top of its iteration instead of fetching the next one into registers
 /// while the current one is multiplied, and loads each B tile just before the multiply-adds
-/// that read it. The first sweep on an H100 (docs/BENCHMARKS.md) found larger blocks a
+/// that read it. The first sweep on an H100 (docs/benchmarks/) found larger blocks a
 /// subgroup 3–7× slower where k is deep, which is what a kernel spilling its registers does:
 /// the prefetch holds a panel's elements (32–64 words an invocation at 128×128 tiles) across
 /// the multiply-adds, next to 8–16 accumulators of 8 words. Products only: the convolutions'
@@ -52,7 +52,8 @@ impl CoopGrid {
     const DEFAULT: CoopGrid = CoopGrid { sm: 2, sn: 2, rm: 2, rn: 2, depth: 2, direct: false };
     /// The products' grid where it fits: 2×4 subgroups of 2×2 tiles (64 × 128 outputs a
     /// workgroup). On an H100 it ran every workload's product measured 1.0–3.2× faster than
-    /// the 2×2 grid (docs/BENCHMARKS.md, "Cooperative-matrix products: where the time goes").
+    /// the 2×2 grid (docs/benchmarks/2026-12-06.md, "Cooperative-matrix products: where the time
+    /// goes").
     const WIDE: CoopGrid = CoopGrid { sn: 4, ..CoopGrid::DEFAULT };
 
     /// The override `MGN_COOP_GRID` asks for, if any.
@@ -128,8 +129,8 @@ const PAD: usize = 8;
 /// it is staged: with the rounding written out in software the tiles lost there as often as
 /// they won (SmolLM2's forward + backward 1.07–1.17×), and with the device's own conversion
 /// (`device::rounding`, which the H100 passes) they take the training cells of the four
-/// transformer workloads to 0.68–0.88 (docs/BENCHMARKS.md, "Tensor cores for training
-/// products").
+/// transformer workloads to 0.68–0.88 (docs/benchmarks/2026-12-06.md,
+/// "Tensor cores for training products").
 pub(super) fn grid_for(g: &Geometry, coop: Coop, width: usize, shared: usize) -> Option<CoopGrid> {
     if g.a.dtype != DType::F16 || g.b.dtype != DType::F16 || g.ot {
         return None;

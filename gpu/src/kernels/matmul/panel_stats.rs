@@ -1,7 +1,7 @@
 //! A normed product's row statistics taken from the panels its main loop stages, instead of a
 //! pass over its rows before the first panel (`row_norm::row_stats`). Measured on an H100,
 //! that pass — a loop of dependent loads over each tile's rows — cost more than the norm's
-//! level it saved (docs/BENCHMARKS.md); the staged elements are every element of the tile's
+//! level it saved (docs/benchmarks/); the staged elements are every element of the tile's
 //! rows anyway, one panel at a time, so each invocation sums the ones it stages and the sums
 //! meet in shared memory after the loop.
 //!

@@ -25,7 +25,7 @@ pub(crate) struct Tile {
 /// floor) and 8-deep ones elsewhere; else 4×4 with 16-deep panels (8.4 KiB: the 8×8 tile's
 /// 8-deep footprint, half the barriers per multiply-add for a tile that has few of them).
 ///
-/// Measured on the H200 (`matmul_throughput`, docs/BENCHMARKS.md): 16-deep panels take the 8×8
+/// Measured on the H200 (`matmul_throughput`, docs/benchmarks/): 16-deep panels take the 8×8
 /// tile from 34.8 to 38.9 TFLOP/s on 4096²; the 16-deep 4×4 tile is 3–12% faster than the
 /// 8-deep one on every workload's product; tiles of 128 invocations win alone on some shapes
 /// but lose in whole plans, where a level's products share the GPU.

@@ -19,7 +19,7 @@ fn strides(bm: usize, bn: usize) -> (usize, usize) {
 
 /// Whether the convolution runs on cooperative matrices: asked for everywhere (`MGN_COOP=1`;
 /// by shape, convolutions keep the tiled kernels, which were faster on ResNet-50 on an H100:
-/// its mixed forward 3.87 ms against 3.37, docs/BENCHMARKS.md), both operands f16, a workgroup
+/// its mixed forward 3.87 ms against 3.37, docs/benchmarks/), both operands f16, a workgroup
 /// of the subgroup grid within the target's width that can stage each slice (every fast axis
 /// at most a workgroup wide), a K split in whole slices, and the panels within shared memory.
 pub(super) fn fits(gm: &Gemm, a: &Loader, b: &Loader, coop: Coop, target: Target) -> bool {
