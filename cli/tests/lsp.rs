@@ -10,6 +10,9 @@ use std::time::Instant;
 #[path = "lsp/client.rs"]
 mod client;
 
+#[path = "lsp/actions.rs"]
+mod actions;
+
 use client::{file_uri, temp_dir, Client};
 
 /// (line, character) of the `n`th occurrence of `needle` in `text`, plus `delta` characters.

@@ -91,6 +91,12 @@ pub fn capabilities() -> lsp::ServerCapabilities {
             work_done_progress_options: Default::default(),
         })),
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
+        code_action_provider: Some(lsp::CodeActionProviderCapability::Options(
+            lsp::CodeActionOptions {
+                code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
+                ..Default::default()
+            },
+        )),
         semantic_tokens_provider: Some(
             lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(
                 lsp::SemanticTokensOptions {
@@ -404,6 +410,21 @@ impl Server {
                 let (this, all, stale) = self.analyses(&p.text_document.uri).map_err(failed)?;
                 let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
                 json(serde_json::to_value(features::inlay_hints(&ctx, p.range)))
+            }
+            CodeActionRequest::METHOD => {
+                let p: lsp::CodeActionParams = params(req.params).map_err(bad)?;
+                let uri = p.text_document.uri;
+                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
+                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
+                let wanted = p.context.only.as_ref().is_none_or(|k| {
+                    k.iter().any(|k| lsp::CodeActionKind::QUICKFIX.as_str().starts_with(k.as_str()))
+                });
+                let actions = if wanted {
+                    features::code_actions(&ctx, &uri, p.range, &p.context.diagnostics)
+                } else {
+                    Vec::new()
+                };
+                json(serde_json::to_value(actions))
             }
             Formatting::METHOD => {
                 let p: lsp::DocumentFormattingParams = params(req.params).map_err(bad)?;

@@ -80,6 +80,24 @@ pub struct Diagnostic {
     /// there are none: a `Diagnostic` is the error type of most of the compiler, and most have
     /// no trace.
     trace: Option<Box<Steps>>,
+    /// A machine-applicable fix for what the help text suggests (the editor offers it as a
+    /// quick fix). Boxed for the same reason as `trace`; not part of the JSON output.
+    #[serde(skip)]
+    pub fix: Option<Box<Fix>>,
+}
+
+/// Edits that carry out a diagnostic's suggestion, under a title such as "replace with `w`".
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fix {
+    pub title: String,
+    pub edits: Vec<Edit>,
+}
+
+/// Replace the text at `span` (empty: insert at `span.start`) with `text`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Edit {
+    pub span: Span,
+    pub text: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -100,7 +118,19 @@ impl Diagnostic {
             help: None,
             notes: Vec::new(),
             trace: None,
+            fix: None,
         }
+    }
+
+    /// Attaches a fix of one edit: `text` in place of `span`.
+    pub fn with_replacement(self, title: impl Into<String>, span: Span, text: &str) -> Diagnostic {
+        let edits = vec![Edit { span, text: text.to_string() }];
+        self.with_fix(Fix { title: title.into(), edits })
+    }
+
+    pub fn with_fix(mut self, fix: Fix) -> Diagnostic {
+        self.fix = Some(Box::new(fix));
+        self
     }
 
     /// Adds a secondary label.
