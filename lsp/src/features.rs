@@ -4,8 +4,8 @@
 //! This file holds what several features share (positions, diagnostics, facts, signatures,
 //! declarations); `hover`, `navigation` (definition, references), `completion`, `symbols`
 //! (the outline), `hints` (inlay hints), `tokens` (semantic tokens) and `rename` answer one
-//! request each, as do `actions` (quick fixes); `enclosing` chooses the scope completion answers from while a line is
-//! half-typed, and `imports` completes what modules offer.
+//! request each, as does `actions` (quick fixes); `enclosing` chooses the scope completion
+//! answers from while a line is half-typed, and `imports` completes what modules offer.
 
 mod actions;
 mod completion;

@@ -314,6 +314,23 @@ impl Server {
         Ok(answer(&ctx, offset))
     }
 
+    /// Quick fixes are the only kind of action: none when the client asks for other kinds.
+    fn code_actions(
+        &self,
+        p: lsp::CodeActionParams,
+    ) -> Result<Vec<lsp::CodeActionOrCommand>, String> {
+        let quickfix = lsp::CodeActionKind::QUICKFIX;
+        let wanted = (p.context.only.as_ref())
+            .is_none_or(|k| k.iter().any(|k| quickfix.as_str().starts_with(k.as_str())));
+        if !wanted {
+            return Ok(Vec::new());
+        }
+        let uri = p.text_document.uri;
+        let (this, all, stale) = self.analyses(&uri)?;
+        let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
+        Ok(features::code_actions(&ctx, &uri, p.range, &p.context.diagnostics))
+    }
+
     fn request(&mut self, req: Request) -> Response {
         let id = req.id.clone();
         let method = req.method.clone();
@@ -413,18 +430,7 @@ impl Server {
             }
             CodeActionRequest::METHOD => {
                 let p: lsp::CodeActionParams = params(req.params).map_err(bad)?;
-                let uri = p.text_document.uri;
-                let (this, all, stale) = self.analyses(&uri).map_err(failed)?;
-                let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
-                let wanted = p.context.only.as_ref().is_none_or(|k| {
-                    k.iter().any(|k| lsp::CodeActionKind::QUICKFIX.as_str().starts_with(k.as_str()))
-                });
-                let actions = if wanted {
-                    features::code_actions(&ctx, &uri, p.range, &p.context.diagnostics)
-                } else {
-                    Vec::new()
-                };
-                json(serde_json::to_value(actions))
+                json(serde_json::to_value(self.code_actions(p).map_err(failed)?))
             }
             Formatting::METHOD => {
                 let p: lsp::DocumentFormattingParams = params(req.params).map_err(bad)?;

@@ -115,11 +115,12 @@ fn quick_fixes_carry_out_the_suggestions() {
     c.change(&uri, 2, json!([{ "text": text }]));
     assert_eq!(c.diagnostics_for_version(&uri, 2), Vec::<Value>::new(), "{text}");
     // A position without a diagnostic has no action.
+    let start = json!({ "line": 0, "character": 0 });
     let none = c.request(
         "textDocument/codeAction",
         json!({
             "textDocument": { "uri": uri },
-            "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 0, "character": 0 } },
+            "range": { "start": start, "end": start },
             "context": { "diagnostics": [] },
         }),
     );
