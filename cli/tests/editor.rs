@@ -122,7 +122,9 @@ fn documented_configurations() -> Vec<(&'static str, (u32, u32), String)> {
 /// Runs one editor session with `init` as the configuration; what the session recorded.
 fn session(nvim: &Nvim, init: &str, name: &str) -> Value {
     let dir = common::scratch(&format!("editor-{name}"));
-    for (file, text) in [("main.mgn", MAIN), ("blocks.mgn", BLOCKS), ("bad.mgn", BAD), ("typo.mgn", TYPO)] {
+    for (file, text) in
+        [("main.mgn", MAIN), ("blocks.mgn", BLOCKS), ("bad.mgn", BAD), ("typo.mgn", TYPO)]
+    {
         std::fs::write(dir.join(file), text).unwrap();
     }
     std::fs::write(dir.join("init.lua"), init).unwrap();
