@@ -16,7 +16,7 @@ pub fn code_actions(
     let mut out: Vec<lsp::CodeAction> = Vec::new();
     for a in std::iter::once(ctx.this).chain(ctx.all.iter()) {
         for d in &a.outcome.diagnostics {
-            let Some(fix) = &d.fix else { continue };
+            let Some(fix) = d.fix() else { continue };
             let primary = d.primary_span();
             if (primary.file.0 as usize) >= a.program().sources.files().count()
                 || a.uri_of(ctx.paths, primary.file).as_ref() != Some(uri)
