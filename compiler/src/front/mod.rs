@@ -129,6 +129,11 @@ mod tests {
         assert_eq!(nearest("Lniear", names), Some("Linear"));
         assert_eq!(nearest("conv2d", names), None);
         assert_eq!(nearest("relu", names), None, "an exact match is not a suggestion");
+        // One-letter names are near every short name, except the letter typed twice.
+        let fields = ["w", "b"];
+        assert_eq!(nearest("ww", fields), Some("w"));
+        assert_eq!(nearest("x", fields), None);
+        assert_eq!(nearest("wb", fields), None);
     }
 
     /// Edit distances cost the product of the lengths: a 70,000-letter name (a mutant the fuzz
