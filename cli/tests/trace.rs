@@ -73,6 +73,11 @@ fn a_trace_lists_every_dispatch_and_hover_shows_a_lines_gpu_time() {
 
     let lines = v["mgnLines"].as_array().expect("per-line times");
     let abs = std::fs::canonicalize(&model).expect("exists");
+    // What the times were taken at: the model's arguments, in order, its file and the device.
+    let config = v["otherData"]["config"].as_array().expect("the model's arguments");
+    assert!(config.contains(&json!(["batch", "8"])) && config.contains(&json!(["hidden", "16"])));
+    assert_eq!(v["otherData"]["modelFile"], abs.display().to_string());
+    assert!(v["otherData"]["device"].as_str().is_some_and(|d| !d.is_empty()), "{}", v["otherData"]);
     let line = lines
         .iter()
         .find(|l| l["file"] == abs.display().to_string() && l["plan"] == "forward")
@@ -97,6 +102,7 @@ fn a_trace_lists_every_dispatch_and_hover_shows_a_lines_gpu_time() {
     let hover = replies.iter().find(|r| r["id"] == 2).expect("a hover answer");
     let shown = hover["result"]["contents"]["value"].as_str().unwrap_or_default();
     assert!(shown.contains("GPU time of this line") && shown.contains("forward "), "{hover}");
+    assert!(shown.contains("of `mlp.mgn` at ") && shown.contains("batch=8"), "{hover}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

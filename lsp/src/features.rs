@@ -4,9 +4,10 @@
 //! This file holds what several features share (positions, diagnostics, facts, signatures,
 //! declarations); `hover`, `navigation` (definition, references), `completion`, `symbols`
 //! (the outline), `hints` (inlay hints), `tokens` (semantic tokens) and `rename` answer one
-//! request each; `enclosing` chooses the scope completion answers from while a line is
-//! half-typed, and `imports` completes what modules offer.
+//! request each, as does `actions` (quick fixes); `enclosing` chooses the scope completion
+//! answers from while a line is half-typed, and `imports` completes what modules offer.
 
+mod actions;
 mod completion;
 mod enclosing;
 mod hints;
@@ -17,6 +18,7 @@ mod rename;
 mod symbols;
 mod tokens;
 
+pub use actions::code_actions;
 pub use enclosing::complete;
 pub use hints::inlay_hints;
 pub use hover::hover;

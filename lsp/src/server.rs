@@ -91,6 +91,12 @@ pub fn capabilities() -> lsp::ServerCapabilities {
             work_done_progress_options: Default::default(),
         })),
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
+        code_action_provider: Some(lsp::CodeActionProviderCapability::Options(
+            lsp::CodeActionOptions {
+                code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
+                ..Default::default()
+            },
+        )),
         semantic_tokens_provider: Some(
             lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(
                 lsp::SemanticTokensOptions {
@@ -308,6 +314,23 @@ impl Server {
         Ok(answer(&ctx, offset))
     }
 
+    /// Quick fixes are the only kind of action: none when the client asks for other kinds.
+    fn code_actions(
+        &self,
+        p: lsp::CodeActionParams,
+    ) -> Result<Vec<lsp::CodeActionOrCommand>, String> {
+        let quickfix = lsp::CodeActionKind::QUICKFIX;
+        let wanted = (p.context.only.as_ref())
+            .is_none_or(|k| k.iter().any(|k| quickfix.as_str().starts_with(k.as_str())));
+        if !wanted {
+            return Ok(Vec::new());
+        }
+        let uri = p.text_document.uri;
+        let (this, all, stale) = self.analyses(&uri)?;
+        let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
+        Ok(features::code_actions(&ctx, &uri, p.range, &p.context.diagnostics))
+    }
+
     fn request(&mut self, req: Request) -> Response {
         let id = req.id.clone();
         let method = req.method.clone();
@@ -404,6 +427,10 @@ impl Server {
                 let (this, all, stale) = self.analyses(&p.text_document.uri).map_err(failed)?;
                 let ctx = Ctx { paths: &self.paths, this: &this, all: &all, facts_from: &stale };
                 json(serde_json::to_value(features::inlay_hints(&ctx, p.range)))
+            }
+            CodeActionRequest::METHOD => {
+                let p: lsp::CodeActionParams = params(req.params).map_err(bad)?;
+                json(serde_json::to_value(self.code_actions(p).map_err(failed)?))
             }
             Formatting::METHOD => {
                 let p: lsp::DocumentFormattingParams = params(req.params).map_err(bad)?;

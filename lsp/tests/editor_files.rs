@@ -77,3 +77,35 @@ fn grammar_knows_every_builtin_and_reserved_word() {
         );
     }
 }
+
+/// What `vsce package` (EDITORS.md's install) refuses to package without, checked without
+/// running it (no network here): a repository, a licence file, links in the README that still
+/// work inside the .vsix (absolute ones; vsce can only rewrite relative ones against a GitHub
+/// repository it detects), and a .vscodeignore that leaves the client's dependency in.
+#[test]
+fn the_extension_has_what_vsce_package_needs() {
+    let pkg = read("package.json");
+    for field in ["name", "publisher", "version", "license"] {
+        assert!(pkg[field].as_str().is_some_and(|s| !s.is_empty()), "package.json: no `{field}`");
+    }
+    assert!(pkg["engines"]["vscode"].is_string(), "package.json: no engines.vscode");
+    let repo = pkg["repository"]["url"].as_str().or(pkg["repository"].as_str());
+    assert!(repo.is_some_and(|r| r.starts_with("https://")), "package.json: no repository URL");
+    let license =
+        std::fs::read_to_string(ext_dir().join("LICENSE")).expect("editors/vscode/LICENSE");
+    assert!(license.contains("MIT") && license.contains("Apache"), "{license}");
+    let readme = std::fs::read_to_string(ext_dir().join("README.md")).unwrap();
+    for (i, _) in readme.match_indices("](") {
+        let target = &readme[i + 2..];
+        assert!(
+            ["https://", "http://", "#"].iter().any(|p| target.starts_with(p)),
+            "README.md links to `{}`, which vsce cannot resolve",
+            target.split(')').next().unwrap_or(target)
+        );
+    }
+    let ignore = std::fs::read_to_string(ext_dir().join(".vscodeignore")).expect(".vscodeignore");
+    let rules: Vec<&str> =
+        ignore.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).collect();
+    assert!(!rules.iter().any(|r| r.starts_with("node_modules")), "the client needs node_modules");
+    assert!(rules.contains(&"*.vsix"), "a package must not contain the previous one");
+}

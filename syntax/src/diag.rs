@@ -75,15 +75,42 @@ pub struct Diagnostic {
     /// A boxed `str` rather than a `String`: the `Diagnostic` stays small enough to return.
     pub help: Option<Box<str>>,
     pub notes: Vec<String>,
-    /// For errors raised while elaborating inside layers, `fn`s and constants: the steps from
-    /// the model down to the error, outermost first (see `trace`). Boxed, and absent when
-    /// there are none: a `Diagnostic` is the error type of most of the compiler, and most have
-    /// no trace.
-    trace: Option<Box<Steps>>,
+    /// What most diagnostics lack, in one box, absent when there is none of it: a `Diagnostic`
+    /// is the error type of most of the compiler and must stay small enough to return. The
+    /// JSON output has the trace's steps (`trace`), not the fix.
+    #[serde(rename = "trace", serialize_with = "trace_json")]
+    extra: Option<Box<Extra>>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-struct Steps(Vec<Step>);
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Extra {
+    /// For errors raised while elaborating inside layers, `fn`s and constants: the steps from
+    /// the model down to the error, outermost first (see `trace`).
+    steps: Vec<Step>,
+    /// A machine-applicable fix for what the help text suggests (the editor offers it as a
+    /// quick fix).
+    fix: Option<Fix>,
+}
+
+/// The steps as an array, `null` when there are none.
+fn trace_json<S: serde::Serializer>(extra: &Option<Box<Extra>>, s: S) -> Result<S::Ok, S::Error> {
+    let steps = extra.as_deref().map(|e| &e.steps).filter(|steps| !steps.is_empty());
+    steps.serialize(s)
+}
+
+/// Edits that carry out a diagnostic's suggestion, under a title such as "replace with `w`".
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fix {
+    pub title: String,
+    pub edits: Vec<Edit>,
+}
+
+/// Replace the text at `span` (empty: insert at `span.start`) with `text`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Edit {
+    pub span: Span,
+    pub text: String,
+}
 
 impl Diagnostic {
     pub fn error(
@@ -99,8 +126,24 @@ impl Diagnostic {
             labels: vec![Label { span, message: label.into(), primary: true }],
             help: None,
             notes: Vec::new(),
-            trace: None,
+            extra: None,
         }
+    }
+
+    /// Attaches a fix of one edit: `text` in place of `span`.
+    pub fn with_replacement(self, title: impl Into<String>, span: Span, text: &str) -> Diagnostic {
+        let edits = vec![Edit { span, text: text.to_string() }];
+        self.with_fix(Fix { title: title.into(), edits })
+    }
+
+    pub fn with_fix(mut self, fix: Fix) -> Diagnostic {
+        self.extra.get_or_insert_with(Default::default).fix = Some(fix);
+        self
+    }
+
+    /// The edits that carry out the help's suggestion, if the diagnostic has them.
+    pub fn fix(&self) -> Option<&Fix> {
+        self.extra.as_deref().and_then(|e| e.fix.as_ref())
     }
 
     /// Adds a secondary label.
@@ -122,19 +165,24 @@ impl Diagnostic {
     /// The steps from the model down to the error, outermost first; empty for an error that is
     /// not inside a layer, `fn` or constant.
     pub fn trace(&self) -> &[Step] {
-        self.trace.as_deref().map_or(&[], |t| t.0.as_slice())
+        self.extra.as_deref().map_or(&[], |e| e.steps.as_slice())
     }
 
     pub fn set_trace(&mut self, steps: Vec<Step>) {
-        self.trace = (!steps.is_empty()).then(|| Box::new(Steps(steps)));
+        let fix = self.extra.take().and_then(|e| e.fix);
+        self.extra = (!steps.is_empty() || fix.is_some()).then(|| Box::new(Extra { steps, fix }));
     }
 
     pub fn take_trace(&mut self) -> Vec<Step> {
-        self.trace.take().map_or_else(Vec::new, |t| t.0)
+        let steps = self.extra.as_mut().map(|e| std::mem::take(&mut e.steps)).unwrap_or_default();
+        if self.extra.as_ref().is_some_and(|e| e.fix.is_none()) {
+            self.extra = None;
+        }
+        steps
     }
 
     pub fn push_step(&mut self, step: Step) {
-        self.trace.get_or_insert_with(Default::default).0.push(step);
+        self.extra.get_or_insert_with(Default::default).steps.push(step);
     }
 
     pub fn primary_span(&self) -> Span {

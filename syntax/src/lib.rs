@@ -14,6 +14,6 @@ pub mod parser;
 pub mod span;
 pub mod visit;
 
-pub use diag::{Diagnostic, Label, Severity, Step, StepKind};
+pub use diag::{Diagnostic, Edit, Fix, Label, Severity, Step, StepKind};
 pub use parser::parse;
 pub use span::{FileId, LineIndex, Span};

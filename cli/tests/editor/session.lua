@@ -70,6 +70,19 @@ local function session()
   end, 10)
   got.definition = { file = vim.api.nvim_buf_get_name(0), line = vim.api.nvim_win_get_cursor(0)[1] }
   got.definition.text = vim.api.nvim_get_current_line()
+  -- The stdlib file attaches to the server already running (not to a second one, which would
+  -- know nothing of main.mgn), so hover there shows the shapes main.mgn gave `Linear`.
+  local std = vim.api.nvim_get_current_buf()
+  vim.wait(WAIT, function()
+    return #clients({ bufnr = std }) > 0
+  end, 10)
+  got.mgn_clients = #clients({ name = 'mgn' })
+  local std_client = clients({ bufnr = std })[1]
+  got.stdlib_same_client = std_client ~= nil and std_client.id == clients({ bufnr = main })[1].id
+  if std_client then
+    local h = request('textDocument/hover', 'let y', 4)
+    got.stdlib_hover = h and h.contents and h.contents.value
+  end
   vim.api.nvim_set_current_buf(main)
 
   if vim.lsp.semantic_tokens and vim.lsp.semantic_tokens.get_at_pos then
@@ -115,6 +128,24 @@ local function session()
     table.insert(got.diagnostics, { line = d.lnum, message = d.message, code = d.code })
   end
   got.virtual_text = vim.diagnostic.config().virtual_text and true or false
+
+  -- A typo's quick fix, applied as a user does (`gra` on 0.11 calls this).
+  vim.cmd('edit typo.mgn')
+  local typo = vim.api.nvim_get_current_buf()
+  vim.wait(WAIT, function()
+    return #vim.diagnostic.get(typo) > 0
+  end, 10)
+  cursor_to('rleu', 0)
+  vim.lsp.buf.code_action({
+    apply = true,
+    filter = function(a)
+      return a.title == 'replace with `relu`'
+    end,
+  })
+  vim.wait(WAIT, function()
+    return table.concat(lines(typo), '\n'):find('relu(x)', 1, true) ~= nil
+  end, 10)
+  got.quick_fixed = lines(typo)
 end
 
 local ok, err = pcall(session)

@@ -89,6 +89,7 @@ impl Client {
         assert_eq!(caps["textDocumentSync"]["change"], 2, "incremental sync: {caps}");
         assert!(caps["semanticTokensProvider"]["legend"]["tokenTypes"].is_array());
         assert_eq!(caps["renameProvider"]["prepareProvider"], true, "{caps}");
+        assert_eq!(caps["codeActionProvider"]["codeActionKinds"], json!(["quickfix"]), "{caps}");
         c.notify("initialized", json!({}));
         c
     }

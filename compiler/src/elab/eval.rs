@@ -26,7 +26,7 @@ pub mod trace;
 use super::builtins;
 pub use super::value::Local;
 use super::value::{LayerInst, Locals, Sequence, Value};
-use crate::front::{did_you_mean, ModId, Program, Target};
+use crate::front::{suggest, ModId, Program, Target};
 use crate::graph::dump::thousands;
 use crate::graph::{
     fmt_type, BinaryOp, CompareOp, Graph, InitSpec, Node, NodeId, Op, ParamInfo, UnaryOp,
@@ -342,16 +342,13 @@ impl<'p> Evaluator<'p> {
         for b in builtins::names() {
             candidates.push(b);
         }
-        let mut d = Diagnostic::error(
+        let d = Diagnostic::error(
             "E0101",
             format!("cannot find `{name}` in this scope"),
             span,
             "not found",
         );
-        if let Some(h) = did_you_mean(name, candidates) {
-            d = d.with_help(h);
-        }
-        d
+        suggest(d, span, name, candidates)
     }
 
     fn item_value(&mut self, module: ModId, index: usize, span: Span) -> R<Value> {

@@ -414,8 +414,8 @@ impl ScopeBuilder {
             name.span,
             "not found in this module",
         );
-        if let Some(h) = did_you_mean(&name.name, tmod.item_names()) {
-            d = d.with_help(h);
+        if let Some(c) = super::nearest(&name.name, tmod.item_names()) {
+            d = super::replace_with(d.with_help(format!("did you mean `{c}`?")), name.span, c);
         } else {
             let mut all: Vec<&str> = tmod.item_names().collect();
             all.sort();

@@ -2,6 +2,7 @@
 //! name in every item once (`resolve`), and checking that each refers to something along with
 //! the structure rules (`names`), before any value is computed.
 
+mod fixes;
 pub mod load;
 pub mod names;
 pub mod resolve;
@@ -34,8 +35,13 @@ pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         } else {
             d
         };
-        // A one-letter name is one edit away from every other short name: no suggestion.
-        if d >= name.chars().count() || d >= c.chars().count() {
+        // A one-letter name is one edit away from every other short name: no suggestion, except
+        // for the name typed twice (`self.ww` for the field `w`), a likely slip.
+        let typed_twice = c.chars().count() == 1 && name.chars().count() == 2 && {
+            let mut cs = name.chars();
+            cs.next() == cs.next() && name.starts_with(c)
+        };
+        if !typed_twice && (d >= name.chars().count() || d >= c.chars().count()) {
             continue;
         }
         if d <= limit && best.is_none_or(|(bd, bc)| d < bd || (d == bd && c < bc)) {
@@ -51,6 +57,25 @@ pub fn did_you_mean<'a>(
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
     nearest(name, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// `d` with `help: did you mean `x`?` and the fix that writes `x` at `span` (where `name`
+/// is written), if there is a near candidate.
+pub fn suggest<'a>(
+    d: Diagnostic,
+    span: Span,
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Diagnostic {
+    match nearest(name, candidates) {
+        Some(c) => replace_with(d.with_help(format!("did you mean `{c}`?")), span, c),
+        None => d,
+    }
+}
+
+/// The quick fix "replace with `text`" at `span`.
+pub fn replace_with(d: Diagnostic, span: Span, text: &str) -> Diagnostic {
+    d.with_replacement(format!("replace with `{text}`"), span, text)
 }
 
 /// The `(` of a call written at the start of a line below its callee, if it is: such a line
@@ -104,6 +129,11 @@ mod tests {
         assert_eq!(nearest("Lniear", names), Some("Linear"));
         assert_eq!(nearest("conv2d", names), None);
         assert_eq!(nearest("relu", names), None, "an exact match is not a suggestion");
+        // One-letter names are near every short name, except the letter typed twice.
+        let fields = ["w", "b"];
+        assert_eq!(nearest("ww", fields), Some("w"));
+        assert_eq!(nearest("x", fields), None);
+        assert_eq!(nearest("wb", fields), None);
     }
 
     /// Edit distances cost the product of the lengths: a 70,000-letter name (a mutant the fuzz

@@ -11,7 +11,7 @@
 
 use super::load::{ModId, Program};
 use super::resolve::Problem;
-use super::{continued_call, paren_on_new_line};
+use super::{continued_call, paren_on_new_line, replace_with};
 use crate::source::STDLIB;
 use mgn_syntax::ast::*;
 use mgn_syntax::visit::{self, Visit};
@@ -343,7 +343,9 @@ impl Checker<'_> {
                     "unknown field",
                 );
                 match suggestion {
-                    Some(c) => d.with_help(format!("did you mean `self.{c}`?")),
+                    Some(c) => {
+                        replace_with(d.with_help(format!("did you mean `self.{c}`?")), span, c)
+                    }
                     None => d,
                 }
             }
@@ -355,7 +357,7 @@ impl Checker<'_> {
                     "not found in this module",
                 );
                 match suggestion {
-                    Some(c) => d.with_help(format!("did you mean `{c}`?")),
+                    Some(c) => replace_with(d.with_help(format!("did you mean `{c}`?")), span, c),
                     None => d,
                 }
             }
@@ -423,14 +425,25 @@ impl Checker<'_> {
         }
         let called = self.callee == Some(span);
         if let Some(ours) = pytorch_name(name) {
-            return d.with_help(format!("`{name}` is PyTorch's name; in mgn it is `{ours}`"));
+            let d = d.with_help(format!("`{name}` is PyTorch's name; in mgn it is `{ours}`"));
+            // Where the arguments are the same, only the name changes (`detach(x)`).
+            return match ours.strip_suffix("(x)").or(ours.strip_suffix("(x, min, max)")) {
+                Some(same_args) if called => replace_with(d, span, same_args),
+                _ => d,
+            };
         }
         let model = self.layer.filter(|l| l.kind == LayerKind::Model && self.model_forward);
         match (std_home(name), suggestion, model) {
-            (Some(module), _, _) => d.with_help(format!(
-                "`{name}` is defined in `std.{module}`; add `use std.{module}.{{{name}}}`"
-            )),
-            (None, Some(c), _) => d.with_help(format!("did you mean `{c}`?")),
+            (Some(module), _, _) => {
+                let d = d.with_help(format!(
+                    "`{name}` is defined in `std.{module}`; add `use std.{module}.{{{name}}}`"
+                ));
+                let ast = &self.prog.module(self.module).ast;
+                d.with_fix(super::fixes::add_import(ast, &self.prog.sources, span, module, name))
+            }
+            (None, Some(c), _) => {
+                replace_with(d.with_help(format!("did you mean `{c}`?")), span, c)
+            }
             (None, None, Some(m)) if !called && !CONTEXTUAL.contains(&name) => {
                 d.with_help(format!(
                     "if `{name}` is an input of the model, declare it in `{}`: \

@@ -37,7 +37,15 @@ pub fn hover(ctx: &Ctx, offset: usize) -> Option<lsp::Hover> {
     }
     if let Origin::Path(path) = &src.origin {
         let line = LineMap::new(&src.text).position(offset).line + 1;
-        parts.extend(crate::profile::describe(&crate::profile::line_times(path, line)));
+        // The trace is beside the model that was benchmarked, which may be any open file that
+        // loads this one.
+        let models: Vec<std::path::PathBuf> = (std::iter::once(ctx.this).chain(ctx.all))
+            .chain(ctx.facts_from)
+            .filter(|a| a.reads(&src.origin))
+            .filter_map(|a| crate::paths::uri_to_path(&a.uri))
+            .collect();
+        let found = crate::profile::line_times(path, line, &models);
+        parts.extend(crate::profile::describe(&found));
     }
     if parts.is_empty() {
         return None;

@@ -1,7 +1,8 @@
 //! `mgnc bench --trace`: the profiled runs as a Chrome trace-event file (Perfetto and
 //! chrome://tracing open it) — one track per plan, every dispatch a slice with its GPU time, op,
 //! shape, dependency level and model line — plus, under `mgnLines`, the GPU time per model line
-//! that `mgnc lsp` shows on hover.
+//! that `mgnc lsp` shows on hover, and under `otherData` the model, its arguments and the device
+//! the times were taken at.
 //!
 //! Each dispatch was timed in a pass of its own (`GpuSession::profile`), so the slices are laid
 //! end to end: the sum is the plan's profiled time, slower than a real run where a level's
@@ -77,7 +78,13 @@ fn document(r: &Report, model: &Path) -> Value {
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": { "model": r.model, "device": r.device, "backend": r.backend },
+        // `config` (the model's arguments, in declaration order) and `modelFile` say what the
+        // times were measured at: the language server's hover quotes them.
+        "otherData": {
+            "model": r.model, "device": r.device, "backend": r.backend,
+            "modelFile": canonical(&model.to_string_lossy()),
+            "config": r.config.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
+        },
         "mgnLines": per_line,
     })
 }

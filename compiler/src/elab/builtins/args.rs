@@ -3,7 +3,7 @@
 use super::Builtin;
 use crate::elab::eval::{as_f64, bind_args, plural, ArgVal, Evaluator, R};
 use crate::elab::value::Value;
-use crate::front::did_you_mean;
+use crate::front::{did_you_mean, nearest, replace_with};
 use crate::graph::{fmt_type, NodeId, Op};
 use mgn_ir::shape;
 use mgn_ir::DType;
@@ -33,8 +33,8 @@ pub fn call(ev: &mut Evaluator, b: &'static Builtin, args: Vec<ArgVal>, span: Sp
     let unknown = |n: &Ident| {
         let msg = format!("`{}` has no parameter named `{}`", b.name, n.name);
         let d = Diagnostic::error("E0401", msg, n.span, "unknown parameter");
-        match did_you_mean(&n.name, names.iter().copied()) {
-            Some(h) => d.with_help(h),
+        match nearest(&n.name, names.iter().copied()) {
+            Some(c) => replace_with(d.with_help(format!("did you mean `{c}`?")), n.span, c),
             None => d.with_note(signature(b)),
         }
     };

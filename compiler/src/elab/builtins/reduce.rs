@@ -6,7 +6,7 @@ use crate::elab::value::Value;
 use crate::graph::{fmt_type, NodeId, Op, ReduceOp};
 use mgn_ir::shape;
 use mgn_ir::DType;
-use mgn_syntax::Diagnostic;
+use mgn_syntax::{Diagnostic, Span};
 
 // ---- reductions and normalization ---------------------------------------------------------
 
@@ -262,11 +262,17 @@ fn two_tensors_help(d: Diagnostic, a: &Args, op: ReduceOp) -> Diagnostic {
         _ => return d,
     };
     match a.get("axis") {
-        Some((Value::Tensor(_), _)) => d.with_help(format!(
-            "`{}` reduces one tensor over axes; the element-wise {pair} of two tensors is \
-             `{pair}(a, b)`",
-            a.name(),
-        )),
+        Some((Value::Tensor(_), _)) => {
+            let d = d.with_help(format!(
+                "`{}` reduces one tensor over axes; the element-wise {pair} of two tensors is \
+                 `{pair}(a, b)`",
+                a.name(),
+            ));
+            // The call's span starts with the callee's name: only that changes.
+            let start = a.span.start;
+            let callee = Span { end: start + a.name().len() as u32, ..a.span };
+            crate::front::replace_with(d, callee, pair)
+        }
         _ => d,
     }
 }

@@ -3,7 +3,7 @@
 //! declared parameters.
 
 use super::*;
-use crate::front::{continued_call, paren_on_new_line};
+use crate::front::{continued_call, nearest, paren_on_new_line, replace_with};
 
 impl<'p> Evaluator<'p> {
     pub(super) fn call_expr(&mut self, callee: &Expr, args: &[Arg], span: Span) -> R<Value> {
@@ -369,8 +369,8 @@ fn unknown_param(params: &[Param], n: &Ident, what: &str, def: Span) -> Diagnost
     )
     .with_label(def, "defined here");
     let names: Vec<&str> = params.iter().map(|p| p.name.name.as_str()).collect();
-    match did_you_mean(&n.name, names.iter().copied()) {
-        Some(h) => d.with_help(h),
+    match nearest(&n.name, names.iter().copied()) {
+        Some(c) => replace_with(d.with_help(format!("did you mean `{c}`?")), n.span, c),
         None => d.with_note(format!("its parameters are: {}", names.join(", "))),
     }
 }

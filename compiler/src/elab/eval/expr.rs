@@ -189,18 +189,14 @@ impl<'p> Evaluator<'p> {
             return match fields.iter().find(|(n, _)| *n == field.name) {
                 Some((_, v)) => Ok(v.clone()),
                 None => {
-                    let mut d = Diagnostic::error(
+                    let d = Diagnostic::error(
                         "E0101",
                         format!("`{layer}` has no field `{}`", field.name),
                         field.span,
                         "unknown field",
                     );
-                    if let Some(h) =
-                        did_you_mean(&field.name, fields.iter().map(|(n, _)| n.as_str()))
-                    {
-                        d = d.with_help(h);
-                    }
-                    Err(d)
+                    let names = fields.iter().map(|(n, _)| n.as_str());
+                    Err(suggest(d, field.span, &field.name, names))
                 }
             };
         }
@@ -211,34 +207,27 @@ impl<'p> Evaluator<'p> {
                 match module.item_index(&field.name) {
                     Some(i) => self.item_value(*m, i, field.span),
                     None => {
-                        let mut d = Diagnostic::error(
+                        let d = Diagnostic::error(
                             "E0103",
                             format!("`{}` has no item named `{}`", module.name, field.name),
                             field.span,
                             "not found in this module",
                         );
-                        if let Some(h) = did_you_mean(&field.name, module.item_names()) {
-                            d = d.with_help(h);
-                        }
-                        Err(d)
+                        Err(suggest(d, field.span, &field.name, module.item_names()))
                     }
                 }
             }
             Value::Layer(inst) => match inst.field(&field.name) {
                 Some(v) => Ok(v.clone()),
                 None => {
-                    let mut d = Diagnostic::error(
+                    let d = Diagnostic::error(
                         "E0101",
                         format!("layer `{}` has no field `{}`", inst.type_name, field.name),
                         field.span,
                         "unknown field",
                     );
-                    if let Some(h) =
-                        did_you_mean(&field.name, inst.fields.iter().map(|(n, _)| n.as_str()))
-                    {
-                        d = d.with_help(h);
-                    }
-                    Err(d)
+                    let names = inst.fields.iter().map(|(n, _)| n.as_str());
+                    Err(suggest(d, field.span, &field.name, names))
                 }
             },
             Value::Sequence(seq) => sequence_item(seq, field),
@@ -570,10 +559,7 @@ fn sequence_item(seq: &Sequence, field: &Ident) -> R<Value> {
         field.span,
         "unknown item",
     );
-    Err(match did_you_mean(&field.name, names.iter().copied()) {
-        Some(h) => d.with_help(h),
-        None => d,
-    })
+    Err(suggest(d, field.span, &field.name, names.iter().copied()))
 }
 
 fn overflow(span: Span) -> Diagnostic {

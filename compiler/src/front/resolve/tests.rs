@@ -163,7 +163,8 @@ const CASES: &[(&str, &[(&str, Want)])] = &[
     (
         concat!(
             "use std.nn.{Nope}\nfn f(count: int) -> int { self.a + self + Nope + cuont }\n",
-            "layer L { ab = 1\n c = self.ac\n forward(x: f32[2]) -> f32[2] { x } }"
+            "layer L { ab = 1\n w = 2\n c = self.ac + self.ww\n",
+            " forward(x: f32[2]) -> f32[2] { x } }"
         ),
         &[
             ("self#1", SelfOutsideLayer),
@@ -171,6 +172,7 @@ const CASES: &[(&str, &[(&str, Want)])] = &[
             ("Nope#2", Nothing),
             ("cuont#1", Unknown { later_field: None, suggestion: Some("count") }),
             ("ac#1", NoField { later: None, suggestion: Some("ab") }),
+            ("ww#1", NoField { later: None, suggestion: Some("w") }),
         ],
     ),
 ];
