@@ -79,9 +79,10 @@ fn grammar_knows_every_builtin_and_reserved_word() {
 }
 
 /// What `vsce package` (EDITORS.md's install) refuses to package without, checked without
-/// running it (no network here): a repository or the flag that does without one, a licence file, links in the README that still
-/// work inside the .vsix (absolute ones; vsce can only rewrite relative ones against a GitHub
-/// repository it detects), and a .vscodeignore that leaves the client's dependency in.
+/// running it (no network here): a repository or the flag that does without one, a licence
+/// file, links in the README that still work inside the .vsix (absolute ones; vsce can only
+/// rewrite relative ones against a GitHub repository it detects), and a .vscodeignore that
+/// leaves the client's dependency in.
 #[test]
 fn the_extension_has_what_vsce_package_needs() {
     let pkg = read("package.json");
