@@ -103,45 +103,19 @@ fn bshape(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
         .collect()
 }
 
+#[rustfmt::skip]
 const FOLDABLE: &[&str] = &[
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "Not",
-    "And",
-    "Or",
-    "Where",
-    "Neg",
-    "Abs",
-    "Sqrt",
-    "Cast",
-    "Concat",
-    "Gather",
-    "Unsqueeze",
-    "Squeeze",
-    "Reshape",
-    "Flatten",
-    "Slice",
-    "Transpose",
-    "Expand",
-    "Range",
-    "ConstantOfShape",
-    "Max",
-    "Min",
-    "Identity",
-    "Reciprocal",
-    "Pow",
-    "ReduceProd",
-    "Trilu",
-    "CastLike",
+    "Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "LessOrEqual",
+    "GreaterOrEqual", "Not", "And", "Or", "Where", "Neg", "Abs", "Sqrt", "Cast", "Concat",
+    "Gather", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Transpose", "Expand",
+    "Range", "ConstantOfShape", "Max", "Min", "Identity", "Reciprocal", "Pow", "ReduceProd",
+    "Trilu", "CastLike", "Mod", "GatherElements",
 ];
 
+/// Ops only folding knows: they must have constant inputs.
+pub fn handles(op: &str) -> bool {
+    FOLDABLE.contains(&op)
+}
 /// Folds `n` when every input is a constant; `None` leaves it to lowering.
 pub fn fold(cx: &Lower, n: &Node) -> R<Option<Vec<Val>>> {
     if !FOLDABLE.contains(&n.op.as_str()) {
@@ -201,6 +175,7 @@ pub fn fold(cx: &Lower, n: &Node) -> R<Option<Vec<Val>>> {
         }
         "Concat" => concat(n, &ins.iter().flatten().cloned().collect::<Vec<_>>())?,
         "Gather" => gather(n, &get(0)?, &get(1)?)?,
+        "GatherElements" => gather_elements(n, &get(0)?, &get(1)?)?,
         "Unsqueeze" | "Squeeze" | "Reshape" | "Flatten" | "Expand" => {
             match reshape_like(cx, n, &get(0)?, ins.get(1).cloned().flatten())? {
                 Some(c) => c,
@@ -305,6 +280,11 @@ fn scalar(op: &str, x: &S, y: &S) -> R<S> {
             // ONNX divides integers toward zero; sizes are positive, where that is floor.
             "Div" if p.v >= 0 && q.v > 0 => S::I(p.op(q, '/').ok_or("division by zero")?),
             "Div" if q.v != 0 => S::I(Sym::lit(p.v / q.v)),
+            "Mod" if q.v != 0 && p.is_static() && q.is_static() => {
+                // fmod = 0 (integers): the remainder has the divisor's sign, as Python's.
+                S::I(Sym::lit(p.v - q.v * p.v.div_euclid(q.v) - if q.v < 0 && p.v.rem_euclid(q.v) != 0 { q.v.abs() } else { 0 }))
+            }
+            "Mod" if q.v > 0 && p.v >= 0 => S::I(p.op(q, '%').ok_or("division by zero")?),
             "Max" => S::I(if p.v >= q.v { p.clone() } else { q.clone() }),
             "Min" => S::I(if p.v <= q.v { p.clone() } else { q.clone() }),
             "Equal" => S::B(p.v == q.v),
@@ -366,6 +346,24 @@ fn gather(n: &Node, x: &Const, idx: &Const) -> R<Const> {
     shape.extend(&idx.shape);
     shape.extend(&x.shape[axis + 1..]);
     build(x.dt, shape, v)
+}
+
+fn gather_elements(n: &Node, x: &Const, idx: &Const) -> R<Const> {
+    let axis = norm_axis(n.int("axis", 0), x.shape.len())?;
+    let ids = idx.static_ints().ok_or("gather with indices that follow a dynamic size")?;
+    let (xi, st) = (items(x), strides(&x.shape));
+    let size = x.shape[axis] as i64;
+    let mut v = Vec::with_capacity(ids.len());
+    for (i, &k) in ids.iter().enumerate() {
+        let mut at = unravel(i, &idx.shape);
+        let k = if k < 0 { k + size } else { k };
+        if !(0..size).contains(&k) {
+            return Err(format!("index {k} is outside an axis of {size}"));
+        }
+        at[axis] = k as usize;
+        v.push(xi[at.iter().zip(&st).map(|(a, s)| a * s).sum::<usize>()].clone());
+    }
+    build(x.dt, idx.shape.clone(), v)
 }
 
 fn reshape_like(cx: &Lower, n: &Node, x: &Const, arg: Option<Const>) -> R<Option<Const>> {

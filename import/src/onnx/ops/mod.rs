@@ -13,6 +13,10 @@ use super::layers::{Claim, Fields};
 use super::value::{Const, Dt, Run, Sym, Val};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+/// The error of a node whose input could not be translated: the input's problem is the one
+/// reported.
+const CASCADE: &str = "an input could not be translated";
+
 /// A problem with one node: the caller adds the node's name, op type and opset.
 pub type R<T> = Result<T, String>;
 
@@ -190,12 +194,18 @@ impl<'g> Lower<'g> {
     /// Lowers every node in order, collecting every problem.
     pub fn all(&mut self) {
         for (i, n) in self.g.nodes.iter().enumerate() {
-            if let Some(&owner) = self.absorbed.get(&i) {
-                let _ = owner;
+            if self.absorbed.contains_key(&i) {
                 continue;
             }
             match self.node(i, n) {
                 Ok(outs) => {
+                    // A node a claim absorbed (the `Add` of a `Linear`) gives the claim's value.
+                    let absorbed: Vec<usize> = self.claims.get(&i).map(|c| c.absorbs.clone()).unwrap_or_default();
+                    for j in absorbed {
+                        for o in &self.g.nodes[j].outputs {
+                            self.vals.insert(o.clone(), outs[0].clone());
+                        }
+                    }
                     for (name, v) in n.outputs.iter().zip(outs) {
                         if !name.is_empty() {
                             self.vals.insert(name.clone(), v);
@@ -208,8 +218,10 @@ impl<'g> Lower<'g> {
                     } else {
                         format!("{}.{}", n.domain, n.op)
                     };
-                    self.problems
-                        .push(format!("node `{}` ({what}, opset {}): {e}", n.name, self.g.opset));
+                    if e != CASCADE {
+                        let opset = self.g.opset;
+                        self.problems.push(format!("node `{}` ({what}, opset {opset}): {e}", n.name));
+                    }
                     // Later nodes still get lowered: give the outputs a placeholder, so only
                     // the root cause is reported.
                     for o in &n.outputs {
@@ -227,6 +239,9 @@ impl<'g> Lower<'g> {
         if !(n.domain.is_empty() || n.domain == "ai.onnx") {
             return Err(format!("ops of the domain `{}` are not supported", n.domain));
         }
+        if !supported(&n.op) {
+            return Err("mgn has no translation for this op".into());
+        }
         for (k, a) in &n.attrs {
             if let super::graph::Attr::Other(kind) = a {
                 if !matches!(n.op.as_str(), "Constant") {
@@ -236,7 +251,7 @@ impl<'g> Lower<'g> {
         }
         for inp in n.inputs.iter().filter(|s| !s.is_empty()) {
             if matches!(self.vals.get(inp.as_str()), Some(Val::Run(r)) if r.expr == "?") {
-                return Err(format!("its input `{inp}` could not be translated (see above)"));
+                return Err(CASCADE.into());
             }
         }
         if let Some(claim) = self.claims.get(&i).cloned() {
@@ -266,6 +281,16 @@ impl<'g> Lower<'g> {
             _ => Err("mgn has no translation for this op".into()),
         }
     }
+}
+
+/// Whether some path (lowering or folding) knows the op at all.
+fn supported(op: &str) -> bool {
+    matches!(op, "Identity" | "Dropout")
+        || pointwise::handles(op)
+        || reduce::handles(op)
+        || shape::handles(op)
+        || nn::handles(op)
+        || fold::handles(op)
 }
 
 /// `axis` (maybe negative) as an index into `rank` axes.
