@@ -64,6 +64,7 @@ def main():
     a = ap.parse_args()
     model = onnx.load(a.model, load_external_data=False)
     feeds = load_file(a.inputs) if a.inputs else make_inputs(model)
+    sets = [f for f in feeds]
     names = [o.name for o in model.graph.output]
     if a.expected:
         exp = load_file(a.expected)
@@ -82,8 +83,15 @@ def main():
     inp = os.path.join(d, "in.safetensors")
     save_file({ident(k): np.ascontiguousarray(v) for k, v in feeds.items()}, inp)
     out = os.path.join(d, "out.safetensors")
+    sets = []
+    for v in model.graph.input:
+        if v.name not in feeds:
+            continue
+        for d, n in zip(v.type.tensor_type.shape.dim, feeds[v.name].shape):
+            if d.dim_param and f"{ident(d.dim_param)}={n}" not in sets:
+                sets += ["--set", f"{ident(d.dim_param)}={n}"]
     r = subprocess.run([a.mgnc, "run", mgn, "--weights", w, "--inputs", inp, "--out", out,
-                        "--backend", a.backend], capture_output=True, text=True)
+                        "--backend", a.backend] + sets, capture_output=True, text=True)
     if r.returncode != 0:
         print(f"{os.path.basename(a.model)}: RUN FAILED\n{r.stderr}")
         return 1

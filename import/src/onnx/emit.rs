@@ -215,7 +215,7 @@ fn tensor_field(d: &Decl) -> String {
 }
 
 /// The initializer text of one field: a tensor, a layer call, a list, or a generated layer.
-fn value(t: &Tree, hint: &str, types: &mut Types) -> Result<String, String> {
+fn value(t: &Tree, hint: &str, types: &mut Types, top: bool) -> Result<String, String> {
     match t {
         Tree::Tensor(d) => Ok(tensor_field(d)),
         Tree::Layer(call) => Ok(call.clone()),
@@ -231,9 +231,11 @@ fn value(t: &Tree, hint: &str, types: &mut Types) -> Result<String, String> {
                         "`{hint}.{k}` is a tensor in a numbered list (mgn lists hold layers)"
                     ));
                 }
-                items[k.parse::<usize>().unwrap_or(0)] = value(c, &format!("{hint}_item"), types)?;
+                items[k.parse::<usize>().unwrap_or(0)] =
+                    value(c, &format!("{hint}_item"), types, false)?;
             }
-            if items.len() > 1 && items.iter().all(|i| *i == items[0]) {
+            // `repeat` makes a whole field, not an item of a list.
+            if top && items.len() > 1 && items.iter().all(|i| *i == items[0]) {
                 return Ok(format!("repeat({}) {}", items.len(), items[0]));
             }
             Ok(format!("[{}]", items.join(", ")))
@@ -244,7 +246,7 @@ fn value(t: &Tree, hint: &str, types: &mut Types) -> Result<String, String> {
             }
             let mut body = String::new();
             for (k, c) in children {
-                body.push_str(&format!("    {k} = {}\n", value(c, k, types)?));
+                body.push_str(&format!("    {k} = {}\n", value(c, k, types, true)?));
             }
             Ok(format!("{}()", types.get(hint, body)))
         }
@@ -277,7 +279,7 @@ pub fn source(m: &Model) -> Result<String, String> {
     let mut fields = String::new();
     let Tree::Node(children) = &root else { unreachable!() };
     for (k, c) in children {
-        fields.push_str(&format!("    {k} = {}\n", value(c, k, &mut types)?));
+        fields.push_str(&format!("    {k} = {}\n", value(c, k, &mut types, true)?));
     }
     let mut out = String::new();
     for h in &m.header {

@@ -282,7 +282,10 @@ fn scalar(op: &str, x: &S, y: &S) -> R<S> {
             "Div" if q.v != 0 => S::I(Sym::lit(p.v / q.v)),
             "Mod" if q.v != 0 && p.is_static() && q.is_static() => {
                 // fmod = 0 (integers): the remainder has the divisor's sign, as Python's.
-                S::I(Sym::lit(p.v - q.v * p.v.div_euclid(q.v) - if q.v < 0 && p.v.rem_euclid(q.v) != 0 { q.v.abs() } else { 0 }))
+                S::I(Sym::lit(
+                    p.v - q.v * p.v.div_euclid(q.v)
+                        - if q.v < 0 && p.v.rem_euclid(q.v) != 0 { q.v.abs() } else { 0 },
+                ))
             }
             "Mod" if q.v > 0 && p.v >= 0 => S::I(p.op(q, '%').ok_or("division by zero")?),
             "Max" => S::I(if p.v >= q.v { p.clone() } else { q.clone() }),

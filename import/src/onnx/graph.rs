@@ -167,16 +167,18 @@ pub fn torchscript_scope(name: &str) -> String {
     let Some(rest) = name.strip_prefix('/') else { return String::new() };
     let mut parts: Vec<&str> = rest.split('/').collect();
     parts.pop();
-    let mut path = String::new();
-    for p in parts {
-        if p.is_empty() {
-            continue;
-        }
-        if path.is_empty() || p.starts_with(&format!("{path}.")) {
-            path = p.to_string();
+    // A level extends the one before it when it starts with that level's name and a dot
+    // (`block` then `block.0`: items of a Sequential); otherwise it is a child of the path.
+    let (mut base, mut path, mut last) = (String::new(), String::new(), "");
+    let join = |a: &str, b: &str| if a.is_empty() { b.to_string() } else { format!("{a}.{b}") };
+    for p in parts.into_iter().filter(|p| !p.is_empty()) {
+        if !last.is_empty() && p.starts_with(last) && p[last.len()..].starts_with('.') {
+            path = join(&base, p);
         } else {
-            path = format!("{path}.{p}");
+            base = path.clone();
+            path = join(&path, p);
         }
+        last = p;
     }
     path
 }

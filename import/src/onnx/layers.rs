@@ -233,6 +233,10 @@ fn unique(taken: &mut HashSet<String>, base: &str) -> String {
 /// A name usable as a field path as it is: dotted segments, each a word or a number, the
 /// first a word.
 pub fn clean_path(name: &str) -> Option<String> {
+    // The dynamo exporter's own constants (`val_12`) name no module.
+    if name.strip_prefix("val_").is_some_and(|r| r.chars().all(|c| c.is_ascii_digit())) {
+        return None;
+    }
     let segs: Vec<&str> = name.split('.').collect();
     let word = |s: &str| {
         let mut c = s.chars();

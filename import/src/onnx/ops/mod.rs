@@ -173,6 +173,12 @@ impl<'g> Lower<'g> {
         if c.numel() == 1 && c.ints().is_none_or(|v| v.iter().all(Sym::is_static)) {
             let v = c.scalar_text().ok_or_else(|| format!("constant `{name}` is not finite"))?;
             let dims: Vec<String> = shape.iter().map(Sym::text).collect();
+            if dt == Dt::Bool {
+                // `bool` is no value in mgn: a filled mask is a comparison.
+                let op = if v == "true" { "==" } else { "!=" };
+                let expr = format!("(full([{}], 0, dtype = i32) {op} 0)", dims.join(", "));
+                return Ok(Run { expr, dt, shape });
+            }
             let expr = format!("full([{}], {v}, dtype = {ty})", dims.join(", "));
             return Ok(Run { expr, dt, shape });
         }
@@ -200,7 +206,8 @@ impl<'g> Lower<'g> {
             match self.node(i, n) {
                 Ok(outs) => {
                     // A node a claim absorbed (the `Add` of a `Linear`) gives the claim's value.
-                    let absorbed: Vec<usize> = self.claims.get(&i).map(|c| c.absorbs.clone()).unwrap_or_default();
+                    let absorbed: Vec<usize> =
+                        self.claims.get(&i).map(|c| c.absorbs.clone()).unwrap_or_default();
                     for j in absorbed {
                         for o in &self.g.nodes[j].outputs {
                             self.vals.insert(o.clone(), outs[0].clone());
@@ -220,11 +227,15 @@ impl<'g> Lower<'g> {
                     };
                     if e != CASCADE {
                         let opset = self.g.opset;
-                        self.problems.push(format!("node `{}` ({what}, opset {opset}): {e}", n.name));
+                        self.problems
+                            .push(format!("node `{}` ({what}, opset {opset}): {e}", n.name));
                     }
                     // Later nodes still get lowered: give the outputs a placeholder, so only
                     // the root cause is reported.
-                    for o in &n.outputs {
+                    let absorbed =
+                        self.claims.get(&i).map(|c| c.absorbs.clone()).unwrap_or_default();
+                    let outs = absorbed.iter().flat_map(|&j| &self.g.nodes[j].outputs);
+                    for o in n.outputs.iter().chain(outs) {
                         self.vals.insert(
                             o.clone(),
                             Val::Run(Run { expr: "?".into(), dt: Dt::F32, shape: vec![] }),

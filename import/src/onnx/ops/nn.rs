@@ -99,7 +99,8 @@ pub fn claimed(cx: &mut Lower, n: &Node, c: &Claim) -> R<Option<Run>> {
 
 /// A `let` name from a module path: `encoder.layer.0.attention.self.query` → `query`.
 fn hint(path: &str) -> String {
-    path.rsplit('.').find(|s| !s.chars().all(|c| c.is_ascii_digit())).unwrap_or("h").to_string()
+    let seg = path.rsplit('.').find(|s| !s.chars().all(|c| c.is_ascii_digit())).unwrap_or("h");
+    seg.to_ascii_lowercase()
 }
 
 fn matmul(cx: &mut Lower, n: &Node) -> R<Run> {

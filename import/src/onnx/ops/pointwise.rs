@@ -185,6 +185,11 @@ fn cast(cx: &mut Lower, n: &Node) -> R<Run> {
     if to == x.dt {
         return Ok(x);
     }
+    if to == Dt::Bool {
+        // `bool` is no value in mgn; a cast to it is a comparison with zero.
+        let zero = if x.dt.is_float() { "0.0" } else { "0" };
+        return Ok(cx.bind("nonzero", format!("{} != {zero}", x.expr), to, x.shape));
+    }
     Ok(cx.bind("cast", format!("cast({}, {name})", x.expr), to, x.shape))
 }
 

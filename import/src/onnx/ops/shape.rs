@@ -15,6 +15,7 @@ const OPS: &[&str] = &[
     "Split",
     "Slice",
     "Gather",
+    "GatherElements",
     "Expand",
     "Shape",
     "Size",
@@ -65,6 +66,13 @@ pub fn lower(cx: &mut Lower, n: &Node) -> R<Vec<Val>> {
         "Split" => split(cx, n),
         "Slice" => one(slice(cx, n)?),
         "Gather" => one(gather(cx, n)?),
+        "GatherElements" => {
+            let x = cx.run(n, 0)?;
+            let idx = cx.run(n, 1)?;
+            let axis = norm_axis(n.int("axis", 0), x.rank())?;
+            let e = format!("take_along_axis({}, {}, axis = {axis})", x.expr, idx.expr);
+            one(cx.bind("taken", e, x.dt, idx.shape))
+        }
         "Expand" => {
             let x = cx.run(n, 0)?;
             let target = cx.ints_in(n, 1, "shape")?.ok_or("no shape")?;
