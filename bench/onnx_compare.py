@@ -30,10 +30,18 @@ def make_inputs(model, seed=0):
     return out
 
 
-RESERVED = set("""use const fn layer model forward repeat let if else true false self as f32 f16 bf16
-i32 i64 u32 input output loss param buffer init training dim int float bool dtype state relu gelu
-sigmoid tanh exp log sqrt abs sin cos square erf pow cast sum mean max min softmax where full
-concat split slice gather reshape pad""".split())
+# The importer's reserved words and builtins (import/src/onnx/emit.rs), which it suffixes.
+RESERVED = set("""use const fn layer model forward repeat let if else true false self as f32 f16 bf16 i32
+i64 u32 input output loss param buffer init training dim int float bool dtype state relu
+gelu gelu_tanh silu sigmoid tanh exp log sqrt rsqrt abs sin cos square erf log1p expm1
+softplus pow cast stop_gradient full_precision floor_div ceil_div matmul einsum transpose
+permute reshape unsqueeze squeeze flatten concat split slice narrow slice_scatter gather
+embedding arange sum mean max min argmax softmax log_softmax layer_norm rms_norm
+group_norm batch_norm dropout conv1d conv2d conv_transpose1d conv_transpose2d max_pool1d
+avg_pool1d max_pool2d avg_pool2d upsample pad interpolate attention rope
+softmax_cross_entropy where maximum minimum clamp full zeros_like ones_like broadcast_to
+expand one_hot cumsum topk take_along_axis tied given zeros ones constant normal uniform
+relu6 hardsigmoid hardswish leaky_relu elu mish""".split())
 
 
 def ident(name):
@@ -68,7 +76,7 @@ def main():
     names = [o.name for o in model.graph.output]
     if a.expected:
         exp = load_file(a.expected)
-        expected = [exp[n] for n in names]
+        expected = [exp[n] if n in exp else exp["output." + ident(n)] for n in names]
     else:
         sess = ort.InferenceSession(a.model, providers=["CPUExecutionProvider"])
         expected = sess.run(names, feeds)
@@ -85,9 +93,10 @@ def main():
     out = os.path.join(d, "out.safetensors")
     sets = []
     for v in model.graph.input:
-        if v.name not in feeds:
+        key = v.name if v.name in feeds else ident(v.name)
+        if key not in feeds:
             continue
-        for d, n in zip(v.type.tensor_type.shape.dim, feeds[v.name].shape):
+        for d, n in zip(v.type.tensor_type.shape.dim, feeds[key].shape):
             if d.dim_param and f"{ident(d.dim_param)}={n}" not in sets:
                 sets += ["--set", f"{ident(d.dim_param)}={n}"]
     r = subprocess.run([a.mgnc, "run", mgn, "--weights", w, "--inputs", inp, "--out", out,

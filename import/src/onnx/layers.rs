@@ -72,17 +72,20 @@ pub fn plan(g: &Graph) -> (HashMap<String, String>, HashMap<usize, Claim>) {
             let p = names.get(init.as_deref()?)?;
             p.strip_suffix(&format!(".{r}")).map(str::to_string)
         });
-        let path = match known {
-            Some(p) => p,
-            None => unique(&mut taken, &scope_or(&g.nodes[i].scope, &g.nodes[i].op)),
+        let path = match &known {
+            Some(p) => p.clone(),
+            None => unique(&mut taken, &scope_or(&g.nodes[i].scope, c.kind)),
         };
         for (init, r) in c.inits.iter().zip(role.iter()) {
-            if let Some(init) = init {
-                names.entry(init.clone()).or_insert_with(|| {
-                    let p = format!("{path}.{r}");
-                    taken.insert(p.clone());
-                    p
-                });
+            let Some(init) = init else { continue };
+            // Names that say no layer (`bn_scale`, `onnx::Conv_7`) give way to the layer's.
+            if known.is_none() || !names.contains_key(init) {
+                if let Some(old) = names.get(init) {
+                    taken.remove(old);
+                }
+                let p = format!("{path}.{r}");
+                taken.insert(p.clone());
+                names.insert(init.clone(), p);
             }
         }
         c.path = path;
@@ -211,9 +214,16 @@ fn role_of(op: &str, k: usize) -> &'static str {
     }
 }
 
-fn scope_or(scope: &str, op: &str) -> String {
+fn scope_or(scope: &str, kind: Kind) -> String {
     if scope.is_empty() {
-        op.to_ascii_lowercase()
+        match kind {
+            Kind::Conv => "conv",
+            Kind::Linear => "linear",
+            Kind::BatchNorm => "bn",
+            Kind::LayerNorm => "norm",
+            Kind::Embedding => "embedding",
+        }
+        .to_string()
     } else {
         clean_path(scope).unwrap_or_else(|| super::emit::ident(scope))
     }

@@ -55,7 +55,13 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
     }
     let name = options.name.clone().unwrap_or_else(|| model_name(path));
     rename_outputs(&mut cx.body, &outputs);
-    let header = header(path, &model, g.opset);
+    let mut header = header(path, &model, g.opset);
+    if cx.body.iter().any(|l| l.contains("3.4028235e38")) {
+        header.push(
+            "Infinite constants (masks) are written as ±3.4028235e38, the largest f32: a".into(),
+        );
+        header.push("softmax row masked everywhere is uniform here where ONNX gives NaN.".into());
+    }
     let uses = cx.uses.clone();
     let m = emit::Model {
         name: &name,
@@ -272,7 +278,10 @@ fn to_tensor(name: &str, c: &value::Const) -> Result<(String, mgn_ir::tensor::Te
         }
     };
     let data = match &c.elems {
-        value::Elems::F(v) => Data::F32(v.clone()),
+        // As float_text: an infinity is the largest finite f32 of its sign.
+        value::Elems::F(v) => Data::F32(
+            v.iter().map(|&x| if x.is_infinite() { f32::MAX.copysign(x) } else { x }).collect(),
+        ),
         value::Elems::I(v) => Data::I32(
             v.iter()
                 .map(|s| {

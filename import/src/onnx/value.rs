@@ -227,9 +227,14 @@ impl Const {
 /// A float as `.mgn` source that reads back as the same f32: the shortest round-trip digits,
 /// always with a `.` or an exponent so it is a float literal. Infinities and NaN have none.
 pub fn float_text(v: f32) -> Option<String> {
-    if !v.is_finite() {
+    if v.is_nan() {
         return None;
     }
+    // An infinite constant (a mask's -inf) is the largest finite f32 of its sign: a run
+    // checking its numerics refuses infinities, and the masked scores still vanish in a
+    // softmax (a row masked everywhere gives a uniform row where ONNX gives NaN). The header
+    // of the generated source says so when it happens.
+    let v = if v.is_infinite() { f32::MAX.copysign(v) } else { v };
     let s = format!("{:?}", v.abs());
     let s = if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") };
     // `1e-5` needs digits on both sides of a `.`; `{:?}` writes `1e-5`, which the grammar takes.

@@ -22,6 +22,7 @@ const OPS: &[&str] = &[
     "Constant",
     "ConstantOfShape",
     "Range",
+    "Trilu",
 ];
 
 pub fn handles(op: &str) -> bool {
@@ -95,6 +96,7 @@ pub fn lower(cx: &mut Lower, n: &Node) -> R<Vec<Val>> {
             one(cx.bind("filled", e, value.dt, target))
         }
         "Range" => one(range(cx, n)?),
+        "Trilu" => one(trilu(cx, n)?),
         _ => Err("mgn has no translation for this op".into()),
     }
 }
@@ -411,4 +413,32 @@ fn range(cx: &mut Lower, n: &Node) -> R<Run> {
         e = format!("{e} + {}", start.v);
     }
     Ok(cx.bind("positions", e, dt, vec![count]))
+}
+
+/// The upper (or lower) triangle at run time: a comparison of column and row numbers.
+fn trilu(cx: &mut Lower, n: &Node) -> R<Run> {
+    let x = cx.run(n, 0)?;
+    let r = x.rank();
+    if r < 2 {
+        return Err("a triangle of a tensor with fewer than 2 axes".into());
+    }
+    let k = match cx.ints_in(n, 1, "k")? {
+        Some(v) if v.len() == 1 && v[0].is_static() => v[0].v,
+        Some(_) => return Err("its diagonal offset k is not one number".into()),
+        None => 0,
+    };
+    let (rows, cols) = (x.shape[r - 2].text(), x.shape[r - 1].text());
+    let keep = if n.int("upper", 1) != 0 { ">=" } else { "<=" };
+    let zero = if x.dt.is_float() {
+        "0.0"
+    } else if x.dt == Dt::Bool {
+        "false"
+    } else {
+        "0"
+    };
+    let e = format!(
+        "where(unsqueeze(arange({cols}), 0) - unsqueeze(arange({rows}), 1) {keep} {k}, {}, {zero})",
+        x.expr
+    );
+    Ok(cx.bind("triangle", e, x.dt, x.shape))
 }
