@@ -297,7 +297,8 @@ pub fn source(m: &Model) -> Result<String, String> {
     out.push('\n');
     if types.items.iter().any(|_| true) || fields.contains("Empty()") {
         if fields.contains("Empty()") || types.items.iter().any(|t| t.contains("Empty()")) {
-            out.push_str("// A module without parameters, keeping the numbering of a list.\nlayer Empty {}\n\n");
+            out.push_str("// A module without parameters, keeping the numbering of a list.\n");
+            out.push_str("layer Empty {}\n\n");
         }
         for t in &types.items {
             out.push_str(t);

@@ -142,6 +142,11 @@ pub fn fold(cx: &Lower, n: &Node) -> R<Option<Vec<Val>>> {
             _ => return Ok(None),
         }
     }
+    Ok(compute(cx, n, &ins)?.map(|c| vec![Val::Const(c)]))
+}
+
+/// The value of `n` over the constants `ins`; `None` when it cannot be known here.
+fn compute(cx: &Lower, n: &Node, ins: &[Option<Const>]) -> R<Option<Const>> {
     let get =
         |i: usize| ins.get(i).cloned().flatten().ok_or_else(|| format!("input {i} is missing"));
     let out = match n.op.as_str() {
@@ -226,7 +231,7 @@ pub fn fold(cx: &Lower, n: &Node) -> R<Option<Vec<Val>>> {
             acc
         }
     };
-    Ok(Some(vec![Val::Const(out)]))
+    Ok(Some(out))
 }
 
 fn unary(op: &str, x: &Const) -> R<Const> {

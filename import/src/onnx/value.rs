@@ -77,10 +77,6 @@ impl Dt {
     pub fn is_float(self) -> bool {
         matches!(self, Dt::F32 | Dt::F16 | Dt::Bf16 | Dt::F64)
     }
-
-    pub fn is_int(self) -> bool {
-        matches!(self, Dt::I32 | Dt::I64 | Dt::I8 | Dt::U8)
-    }
 }
 
 /// An integer known at import time: its value in the export, and the `.mgn` expression that
@@ -170,6 +166,7 @@ impl Elems {
         }
     }
 
+    #[allow(dead_code)] // beside `len`, as clippy asks
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -104,11 +104,6 @@ impl<'g> Lower<'g> {
         Run { expr: name, dt, shape }
     }
 
-    /// A comment line before the next statement.
-    pub fn note(&mut self, text: String) {
-        self.body.push(format!("// {text}"));
-    }
-
     pub fn val(&self, name: &str) -> R<&Val> {
         self.vals
             .get(name)
@@ -127,7 +122,10 @@ impl<'g> Lower<'g> {
     pub fn konst_in(&self, n: &Node, i: usize, what: &str) -> R<Const> {
         let name = n.input(i).ok_or_else(|| format!("has no {what} input"))?;
         self.konst(name).cloned().ok_or_else(|| {
-            format!("its {what} (`{name}`) is computed at run time; mgn needs it known when the model is built")
+            format!(
+                "its {what} (`{name}`) is computed at run time; mgn needs it known when the \
+                 model is built"
+            )
         })
     }
 

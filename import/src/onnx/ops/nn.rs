@@ -32,7 +32,9 @@ pub fn lower(cx: &mut Lower, n: &Node) -> R<Run> {
         "Gemm" => gemm(cx, n),
         "Conv" | "ConvTranspose" => conv(cx, n, None),
         "MaxPool" | "AveragePool" => pool(cx, n),
-        "BatchNormalization" => Err("its statistics or scale are not initializers of their own (mgn's batch_norm keeps them as buffers)".into()),
+        "BatchNormalization" => Err("its statistics or scale are not initializers of their own \
+                                      (mgn's batch_norm keeps them as buffers)"
+            .into()),
         "LayerNormalization" => layer_norm(cx, n, None),
         "InstanceNormalization" => instance_norm(cx, n),
         "Pad" => pad(cx, n),
@@ -465,7 +467,10 @@ fn resize(cx: &mut Lower, n: &Node) -> R<Run> {
         "nearest" => {
             let nm = n.string("nearest_mode").unwrap_or_else(|| "round_prefer_floor".into());
             if ctm != "asymmetric" || nm != "floor" {
-                return Err(format!("nearest resizing with {ctm} coordinates and {nm} rounding (mgn's nearest is PyTorch's: asymmetric, floor)"));
+                return Err(format!(
+                    "nearest resizing with {ctm} coordinates and {nm} rounding (mgn's \
+                     nearest is PyTorch's: asymmetric, floor)"
+                ));
             }
             let whole = x.shape[2..]
                 .iter()

@@ -136,7 +136,9 @@ pub fn binary(cx: &mut Lower, n: &Node, a: usize, b: usize, sym: &str) -> R<Run>
         (None, None) => unreachable!("two constants fold before lowering"),
     };
     if sym == "/" && !dt.is_float() {
-        return Err("integer division of run-time tensors: mgn divides integers only when the model is built".into());
+        return Err("integer division of run-time tensors: mgn divides integers only when the \
+                    model is built"
+            .into());
     }
     if matches!(sym, "&&" | "||") != (dt == Dt::Bool) {
         return Err(format!("on {} tensors, which mgn does not compute this on", dt.onnx_name()));
