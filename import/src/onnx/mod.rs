@@ -157,6 +157,9 @@ fn declare_inputs(
                 inp.name,
                 proto::dt_name(inp.dtype)
             ));
+            // Its readers are not reported again.
+            let r = Run { expr: "?".into(), dt: Dt::F32, shape: vec![] };
+            cx.vals.insert(inp.name.clone(), Val::Run(r));
             continue;
         };
         let mut shape = Vec::new();

@@ -382,7 +382,11 @@ fn gather(cx: &mut Lower, n: &Node) -> R<Run> {
         }
     }
     let x = cx.run(n, 0)?;
-    let idx = cx.run(n, 1)?;
+    let mut idx = cx.run(n, 1)?;
+    // ONNX counts negative indices from the end; mgn's gather does not.
+    let size = x.shape[axis].text();
+    let e = format!("where({i} < 0, {i} + {size}, {i})", i = idx.expr);
+    idx = cx.bind("index", e, idx.dt, idx.shape);
     let mut s = x.shape[..axis].to_vec();
     s.extend(idx.shape.iter().cloned());
     s.extend(x.shape[axis + 1..].iter().cloned());

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Runs the ONNX backend node tests the `onnx` package ships through `mgnc import` and
+`mgnc run`, and prints, per op, how many of its tests pass. A test passes when the import
+succeeds and every output matches the expected one within the test's tolerances (rtol, atol);
+an import that refuses a test (an attribute, type or opset mgn cannot express) counts as
+refused, not failed: refusing is the importer's contract.
+
+The tests come from site-packages/onnx/backend/test/data/node/test_*/ (model.onnx and
+test_data_set_0/*.pb) when that directory exists, else from the generators in
+onnx.backend.test.case.node (the same cases). Usage: onnx_nodes.py [--ops Relu,Conv]
+[--mgnc target/debug/mgnc] [--backend cpu|vulkan] [--verbose]."""
+import argparse, collections, glob, os, subprocess, sys, tempfile
+import warnings
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from safetensors.numpy import save_file, load_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from onnx_compare import ident  # noqa: E402
+
+# The ops the importer translates (import/src/onnx/ops/*.rs, fold.rs).
+OPS = """Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Clip Concat Constant
+ConstantOfShape Conv ConvTranspose Cos CumSum Div Dropout Einsum Elu Equal Erf Exp Expand Flatten
+Gather GatherElements Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
+HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Less LessOrEqual Log
+LogSoftmax MatMul Max MaxPool Min Mish Mod Mul Neg Not Or PRelu Pad Pow Range Reciprocal ReduceMax
+ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Resize Shape Sigmoid Sin Size Slice
+Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Transpose Trilu Unsqueeze Where""".split()
+
+
+def cases():
+    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    if os.path.isdir(root):
+        for d in sorted(glob.glob(os.path.join(root, "test_*"))):
+            model = onnx.load(os.path.join(d, "model.onnx"))
+            data = os.path.join(d, "test_data_set_0")
+            read = lambda pre: [numpy_helper.to_array(onnx.load_tensor(f)) for f in
+                                sorted(glob.glob(os.path.join(data, pre + "_*.pb")))]
+            yield os.path.basename(d), model, read("input"), read("output"), 1e-3, 1e-7
+        return
+    from onnx.backend.test.case.node import collect_testcases
+    for c in collect_testcases():
+        if c.model is not None and c.data_sets:
+            yield c.name, c.model, list(c.data_sets[0][0]), list(c.data_sets[0][1]), c.rtol, c.atol
+
+
+def run_case(a, name, model, ins, outs, rtol, atol, d):
+    path = os.path.join(d, "model.onnx")
+    onnx.save(model, path)
+    mgn, w = os.path.join(d, "m.mgn"), os.path.join(d, "m.safetensors")
+    r = subprocess.run([a.mgnc, "import", path, "-o", mgn, "--weights", w],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return "refused", r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    inits = {i.name for i in model.graph.initializer}
+    names = [v.name for v in model.graph.input if v.name not in inits]
+    feeds = {ident(n): np.ascontiguousarray(x) for n, x in zip(names, ins)}
+    if any(x.dtype in (np.float64, np.uint8, np.int8, np.uint64) or x.size == 0
+           for x in feeds.values()):
+        return "refused", "an input type or an empty input mgn has no tensor for"
+    inp, out = os.path.join(d, "in.safetensors"), os.path.join(d, "out.safetensors")
+    save_file(feeds, inp)
+    r = subprocess.run([a.mgnc, "run", mgn, "--weights", w, "--inputs", inp, "--out", out,
+                        "--backend", a.backend], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "failed", "run: " + (r.stderr.strip().splitlines() or [""])[-1]
+    got = load_file(out)
+    for v, want in zip(model.graph.output, outs):
+        g = got.get("output." + ident(v.name))
+        if g is None or g.shape != want.shape:
+            return "failed", f"{v.name}: shape {None if g is None else g.shape} != {want.shape}"
+        if want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):
+            ok = np.array_equal(g.astype(np.int64), want.astype(np.int64))
+        else:
+            ok = np.allclose(g.astype(np.float64), want.astype(np.float64), rtol=max(rtol, 1e-4),
+                             atol=max(atol, 1e-5), equal_nan=True)
+        if not ok:
+            return "failed", f"{v.name}: values differ"
+    return "passed", ""
+
+
+def main():
+    warnings.filterwarnings("ignore")
+    np.seterr(all="ignore")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops")
+    ap.add_argument("--mgnc", default=os.environ.get("MGNC", "target/debug/mgnc"))
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args()
+    wanted = set(a.ops.split(",")) if a.ops else set(OPS)
+    tally = collections.defaultdict(collections.Counter)
+    with tempfile.TemporaryDirectory() as d:
+        for name, model, ins, outs, rtol, atol in cases():
+            ops = {n.op_type for n in model.graph.node}
+            op = model.graph.node[0].op_type if len(ops) > 1 else next(iter(ops))
+            if op not in wanted or "expanded" in name:
+                continue
+            verdict, why = run_case(a, name, model, ins, outs, rtol, atol, d)
+            tally[op][verdict] += 1
+            if a.verbose and verdict != "passed":
+                print(f"  {name}: {verdict}: {why}")
+    total = collections.Counter()
+    for op in sorted(tally):
+        t = tally[op]
+        total.update(t)
+        n = sum(t.values())
+        print(f"{op:24} {t['passed']:3}/{n:<3} passed  {t['refused']:3} refused  "
+              f"{t['failed']:3} failed")
+    n = sum(total.values())
+    print(f"{'all':24} {total['passed']:3}/{n:<3} passed  {total['refused']:3} refused  "
+          f"{total['failed']:3} failed")
+
+
+if __name__ == "__main__":
+    main()
