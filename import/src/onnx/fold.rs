@@ -109,7 +109,7 @@ const FOLDABLE: &[&str] = &[
     "GreaterOrEqual", "Not", "And", "Or", "Where", "Neg", "Abs", "Sqrt", "Cast", "Concat",
     "Gather", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Transpose", "Expand",
     "Range", "ConstantOfShape", "Max", "Min", "Identity", "Reciprocal", "Pow", "ReduceProd",
-    "Trilu", "CastLike", "Mod", "GatherElements",
+    "Trilu", "CastLike", "Mod", "GatherElements", "ScatterND",
 ];
 
 /// Ops only folding knows: they must have constant inputs.
@@ -129,11 +129,12 @@ pub fn fold(cx: &Lower, n: &Node) -> R<Option<Vec<Val>>> {
         }
         match cx.vals.get(name) {
             Some(Val::Const(c)) => {
-                // A large float initializer stays a parameter (see the module comment).
+                // A large float initializer named by a module stays a parameter (see the
+                // module comment); an exporter's own constant (`val_7`) folds.
                 if c.dt.is_float()
                     && c.numel() > 64
                     && cx.g.inits.contains_key(name)
-                    && n.op != "Shape"
+                    && super::layers::clean_path(name).is_some()
                 {
                     return Ok(None);
                 }
@@ -181,6 +182,7 @@ fn compute(cx: &Lower, n: &Node, ins: &[Option<Const>]) -> R<Option<Const>> {
         "Concat" => concat(n, &ins.iter().flatten().cloned().collect::<Vec<_>>())?,
         "Gather" => gather(n, &get(0)?, &get(1)?)?,
         "GatherElements" => gather_elements(n, &get(0)?, &get(1)?)?,
+        "ScatterND" => scatter_nd(n, &get(0)?, &get(1)?, &get(2)?)?,
         "Unsqueeze" | "Squeeze" | "Reshape" | "Flatten" | "Expand" => {
             match reshape_like(cx, n, &get(0)?, ins.get(1).cloned().flatten())? {
                 Some(c) => c,
@@ -372,6 +374,36 @@ fn gather_elements(n: &Node, x: &Const, idx: &Const) -> R<Const> {
         v.push(xi[at.iter().zip(&st).map(|(a, s)| a * s).sum::<usize>()].clone());
     }
     build(x.dt, idx.shape.clone(), v)
+}
+
+/// Writes `updates` into `x` at the index tuples of `idx` (the last axis of `idx` indexes the
+/// leading axes of `x`; the rest are copied whole).
+fn scatter_nd(n: &Node, x: &Const, idx: &Const, updates: &Const) -> R<Const> {
+    if n.string("reduction").is_some_and(|r| r != "none") {
+        return Err("a scatter that reduces".into());
+    }
+    let ids = idx.static_ints().ok_or("scatter indices that follow a dynamic size")?;
+    let k = *idx.shape.last().ok_or("scalar indices")?;
+    if k == 0 || k > x.shape.len() {
+        return Err(format!("index tuples of {k} into a rank-{} tensor", x.shape.len()));
+    }
+    let st = strides(&x.shape);
+    let slab: usize = x.shape[k..].iter().product();
+    let (mut v, up) = (items(x), items(updates));
+    for (j, tuple) in ids.chunks(k).enumerate() {
+        let mut at = 0;
+        for (a, &i) in tuple.iter().enumerate() {
+            let d = x.shape[a] as i64;
+            let i = if i < 0 { i + d } else { i };
+            if !(0..d).contains(&i) {
+                return Err(format!("index {i} is outside an axis of {d}"));
+            }
+            at += i as usize * st[a];
+        }
+        let src = up.get(j * slab..(j + 1) * slab).ok_or("fewer updates than indices")?;
+        v[at..at + slab].clone_from_slice(src);
+    }
+    build(x.dt, x.shape.clone(), v)
 }
 
 fn reshape_like(cx: &Lower, n: &Node, x: &Const, arg: Option<Const>) -> R<Option<Const>> {

@@ -230,6 +230,12 @@ fn scope_or(scope: &str, kind: Kind) -> String {
 }
 
 fn unique(taken: &mut HashSet<String>, base: &str) -> String {
+    // A root field must not hide a builtin (`constant`) or be a keyword.
+    let base = match base.split_once('.') {
+        None => super::emit::ident(base),
+        Some(_) => base.to_string(),
+    };
+    let base = base.as_str();
     let mut p = base.to_string();
     let mut k = 1;
     while taken.contains(&p) || taken.iter().any(|t| t.starts_with(&format!("{p}."))) {
@@ -248,6 +254,11 @@ pub fn clean_path(name: &str) -> Option<String> {
         return None;
     }
     let segs: Vec<&str> = name.split('.').collect();
+    // A model field hides the builtin of its name in the forward (dynamo names a folded
+    // constant `unsqueeze`): such a name is no module's.
+    if super::emit::ident(segs[0]) != segs[0] {
+        return None;
+    }
     let word = |s: &str| {
         let mut c = s.chars();
         c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')

@@ -39,10 +39,8 @@ fn value(name: &str, dt: i32, dims: &[&str]) -> pb::ValueInfoProto {
             ..Default::default()
         })
         .collect();
-    let t = pb::type_proto::Tensor {
-        elem_type: Some(dt),
-        shape: Some(pb::TensorShapeProto { dim }),
-    };
+    let t =
+        pb::type_proto::Tensor { elem_type: Some(dt), shape: Some(pb::TensorShapeProto { dim }) };
     pb::ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(pb::TypeProto {
@@ -88,7 +86,10 @@ fn model(
     };
     let m = pb::ModelProto {
         ir_version: Some(8),
-        opset_import: vec![pb::OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        opset_import: vec![pb::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
         graph: Some(graph),
         ..Default::default()
     };
@@ -105,7 +106,10 @@ fn every_unsupported_op_is_listed_with_its_type_and_opset() {
         node("NonZero", "/a/NonZero", &["x"], &["nz"]),
         node("Relu", "/a/Relu", &["nz"], &["r"]),
         node("Det", "/b/Det", &["x"], &["d"]),
-        pb::NodeProto { domain: Some("com.microsoft".into()), ..node("FusedGelu", "g", &["x"], &["g"]) },
+        pb::NodeProto {
+            domain: Some("com.microsoft".into()),
+            ..node("FusedGelu", "g", &["x"], &["g"])
+        },
     ];
     let bytes = model(nodes, vec![value("x", 1, &["2", "3", "3"])], &["r", "d", "g"], vec![]);
     let e = import(&bytes).expect_err("three ops mgn has no translation for");

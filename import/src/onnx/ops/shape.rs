@@ -328,11 +328,10 @@ fn slice(cx: &mut Lower, n: &Node) -> R<Run> {
             Some(a) => norm_axis(a[k].v, x.rank())?,
             None => k,
         };
-        if steps.as_ref().is_some_and(|s| s[k].v != 1) {
-            return Err(format!(
-                "it steps by {} on axis {a}; mgn slices with step 1 only",
-                steps.as_ref().unwrap()[k].v
-            ));
+        let step = steps.as_ref().map_or(1, |s| s[k].v);
+        if step != 1 {
+            x = strided(cx, x, a, st.v, ends[k].v, step)?;
+            continue;
         }
         let size = x.shape[a].clone();
         let (b, e) = slice_bounds(size.v, st.v, ends[k].v);
@@ -445,4 +444,29 @@ fn trilu(cx: &mut Lower, n: &Node) -> R<Run> {
         x.expr
     );
     Ok(cx.bind("triangle", e, x.dt, x.shape))
+}
+
+/// A slice with a step other than 1: the positions it keeps, gathered.
+fn strided(cx: &mut Lower, x: Run, a: usize, start: i64, end: i64, step: i64) -> R<Run> {
+    let d = &x.shape[a];
+    if !d.is_static() || step == 0 {
+        return Err(format!("it steps by {step} over a dynamic axis"));
+    }
+    let fix = |v: i64, lo: i64, hi: i64| (if v < 0 { v + d.v } else { v }).clamp(lo, hi);
+    let (b, count) = if step > 0 {
+        let (b, e) = (fix(start, 0, d.v), fix(end, 0, d.v));
+        (b, (e - b + step - 1).div_euclid(step))
+    } else {
+        let (b, e) = (fix(start, -1, d.v - 1), fix(end, -1, d.v - 1));
+        (b, (b - e - step - 1).div_euclid(-step))
+    };
+    if count < 1 {
+        return Err(format!("it slices axis {a} empty; mgn has no empty tensors"));
+    }
+    let op = if step > 0 { "+" } else { "-" };
+    let idx = format!("{b} {op} arange({count}) * {}", step.abs());
+    let mut s = x.shape.clone();
+    s[a] = Sym::lit(count);
+    let e = format!("gather({}, {idx}, axis = {a})", x.expr);
+    Ok(cx.bind("strided", e, x.dt, s))
 }
