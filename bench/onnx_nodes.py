@@ -45,7 +45,36 @@ def cases():
             yield c.name, c.model, list(c.data_sets[0][0]), list(c.data_sets[0][1]), c.rtol, c.atol
 
 
+# Inputs an exporter writes as constants (shapes, axes, pads, sizes, scales, bounds) and mgn
+# needs when it builds the model: the runner makes them initializers of the test's values.
+STATIC = {"Reshape": {1}, "Expand": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Slice": {1, 2, 3, 4},
+          "Split": {1}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3}, "ReduceMean": {1},
+          "ReduceSum": {1}, "ReduceMax": {1}, "ReduceMin": {1}, "ReduceProd": {1},
+          "Trilu": {1}, "Clip": {1, 2}, "Pow": {1}, "CumSum": {1}, "ConstantOfShape": {0},
+          "Range": {0, 1, 2}, "Tile": {1}}
+
+
+def bake(model, ins):
+    """Moves the inputs in STATIC slots into initializers; returns the remaining inputs."""
+    inits = {i.name for i in model.graph.initializer}
+    names = [v.name for v in model.graph.input if v.name not in inits]
+    static = {i for n in model.graph.node for k, i in enumerate(n.input)
+              if k in STATIC.get(n.op_type, ())}
+    keep, values = [], []
+    for v, x in zip(names, ins):
+        if v in static:
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(x), v))
+        else:
+            keep.append(v)
+            values.append(x)
+    inputs = [v for v in model.graph.input if v.name in keep or v.name in inits]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    return keep, values
+
+
 def run_case(a, name, model, ins, outs, rtol, atol, d):
+    names, ins = bake(model, ins)
     path = os.path.join(d, "model.onnx")
     onnx.save(model, path)
     mgn, w = os.path.join(d, "m.mgn"), os.path.join(d, "m.safetensors")
@@ -53,9 +82,14 @@ def run_case(a, name, model, ins, outs, rtol, atol, d):
                        capture_output=True, text=True)
     if r.returncode != 0:
         return "refused", r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-    inits = {i.name for i in model.graph.initializer}
-    names = [v.name for v in model.graph.input if v.name not in inits]
-    feeds = {ident(n): np.ascontiguousarray(x) for n, x in zip(names, ins)}
+    declared = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in model.graph.input}
+    feeds = {}
+    for n, x in zip(names, ins):
+        shape = declared.get(n)
+        if shape is not None and all(shape) and int(np.prod(shape)) == x.size:
+            x = x.reshape(shape)  # a scalar given as [1], say
+        feeds[ident(n)] = np.ascontiguousarray(x)
     if any(x.dtype in (np.float64, np.uint8, np.int8, np.uint64) or x.size == 0
            for x in feeds.values()):
         return "refused", "an input type or an empty input mgn has no tensor for"

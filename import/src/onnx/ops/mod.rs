@@ -281,6 +281,15 @@ impl<'g> Lower<'g> {
                 if n.op == "Dropout" && n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
                     return Err("its mask output is used; mgn's dropout has none".into());
                 }
+                if n.op == "Dropout" && n.input(2).is_some() {
+                    // Inference is the identity; a training-mode dropout is random.
+                    let on = self.konst_in(n, 2, "training_mode")?;
+                    if !matches!(&on.elems, super::value::Elems::B(v) if v.iter().all(|b| !b)) {
+                        return Err("it drops in training mode: the generated model \
+                                    computes inference, where dropout is the identity"
+                            .into());
+                    }
+                }
                 Ok(vec![self.val(n.input(0).ok_or("no input")?)?.clone()])
             }
             op if pointwise::handles(op) => one(pointwise::lower(self, n)?),

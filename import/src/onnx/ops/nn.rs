@@ -335,8 +335,9 @@ fn batch_norm(cx: &mut Lower, n: &Node, c: &Claim) -> R<Run> {
 
 fn layer_norm(cx: &mut Lower, n: &Node, c: Option<&Claim>) -> R<Run> {
     let x = cx.run(n, 0)?;
-    if norm_axis(n.int("axis", -1), x.rank())? != x.rank() - 1 {
-        return Err("it normalizes over more than the last axis".into());
+    let axis = norm_axis(n.int("axis", -1), x.rank())?;
+    if axis != x.rank() - 1 && c.is_none() {
+        return layer_norm_axes(cx, n, x, axis);
     }
     if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
         return Err("its mean or inverse deviation output is used".into());
@@ -363,6 +364,35 @@ fn layer_norm(cx: &mut Lower, n: &Node, c: Option<&Claim>) -> R<Run> {
     let b = if n.input(2).is_some() { format!(", {}", cx.run(n, 2)?.expr) } else { String::new() };
     let e = format!("layer_norm({}, {}{b}, eps = {eps_text})", x.expr, w.expr);
     Ok(cx.bind("normed", e, x.dt, x.shape))
+}
+
+/// A layer norm over the axes from `axis` on: those axes merged into one, normalized, split
+/// again (the scale and bias merged alike).
+fn layer_norm_axes(cx: &mut Lower, n: &Node, x: Run, axis: usize) -> R<Run> {
+    if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+        return Err("its mean or inverse deviation output is used".into());
+    }
+    let mut flat = x.shape[..axis].to_vec();
+    flat.push(super::product(&x.shape[axis..]));
+    let d = flat[axis].text();
+    let eps = float_text(n.float("epsilon", 1e-5)).ok_or("epsilon is not finite")?;
+    let x2 = super::shape::reshape(cx, x.clone(), flat);
+    let w = cx.run(n, 1)?;
+    let mut args = vec![
+        x2.expr.clone(),
+        format!("reshape(broadcast_to({}, {}), [{d}])", w.expr, super::dims(&x.shape[axis..])),
+    ];
+    if n.input(2).is_some() {
+        let b = cx.run(n, 2)?;
+        args.push(format!(
+            "reshape(broadcast_to({}, {}), [{d}])",
+            b.expr,
+            super::dims(&x.shape[axis..])
+        ));
+    }
+    let e = format!("layer_norm({}, eps = {eps})", args.join(", "));
+    let y = cx.bind("normed", e, x.dt, x2.shape);
+    Ok(super::shape::reshape(cx, y, x.shape))
 }
 
 fn instance_norm(cx: &mut Lower, n: &Node) -> R<Run> {

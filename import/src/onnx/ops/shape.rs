@@ -71,6 +71,10 @@ pub fn lower(cx: &mut Lower, n: &Node) -> R<Vec<Val>> {
             let x = cx.run(n, 0)?;
             let idx = cx.run(n, 1)?;
             let axis = norm_axis(n.int("axis", 0), x.rank())?;
+            // Negative indices count from the end, as for Gather.
+            let (i, size) = (&idx.expr, x.shape[axis].text());
+            let e = format!("where({i} < 0, {i} + {size}, {i})");
+            let idx = cx.bind("index", e, idx.dt, idx.shape);
             let e = format!("take_along_axis({}, {}, axis = {axis})", x.expr, idx.expr);
             one(cx.bind("taken", e, x.dt, idx.shape))
         }
