@@ -3,7 +3,7 @@
 //! inputs, fields, and the forward the lowering wrote.
 
 use super::layers::{Decl, Fields};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 const RESERVED: &[&str] = &[
     "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
@@ -215,7 +215,20 @@ fn tensor_field(d: &Decl) -> String {
 }
 
 /// The initializer text of one field: a tensor, a layer call, a list, or a generated layer.
-fn value(t: &Tree, hint: &str, types: &mut Types, top: bool) -> Result<String, String> {
+/// Where a field is: its path, and the forwards structure recovery wrote, by path.
+struct At<'a> {
+    path: String,
+    forwards: &'a HashMap<String, String>,
+}
+
+impl At<'_> {
+    fn child(&self, k: &str) -> At<'_> {
+        let path = if self.path.is_empty() { k.to_string() } else { format!("{}.{k}", self.path) };
+        At { path, forwards: self.forwards }
+    }
+}
+
+fn value(t: &Tree, hint: &str, at: &At, types: &mut Types, top: bool) -> Result<String, String> {
     match t {
         Tree::Tensor(d) => Ok(tensor_field(d)),
         Tree::Layer(call) => Ok(call.clone()),
@@ -232,7 +245,7 @@ fn value(t: &Tree, hint: &str, types: &mut Types, top: bool) -> Result<String, S
                     ));
                 }
                 items[k.parse::<usize>().unwrap_or(0)] =
-                    value(c, &format!("{hint}_item"), types, false)?;
+                    value(c, &format!("{hint}_item"), &at.child(k), types, false)?;
             }
             // `repeat` makes a whole field, not an item of a list.
             if top && items.len() > 1 && items.iter().all(|i| *i == items[0]) {
@@ -246,7 +259,11 @@ fn value(t: &Tree, hint: &str, types: &mut Types, top: bool) -> Result<String, S
             }
             let mut body = String::new();
             for (k, c) in children {
-                body.push_str(&format!("    {k} = {}\n", value(c, k, types, true)?));
+                body.push_str(&format!("    {k} = {}\n", value(c, k, &at.child(k), types, true)?));
+            }
+            if let Some(f) = at.forwards.get(&at.path) {
+                body.push('\n');
+                body.push_str(f);
             }
             Ok(format!("{}()", types.get(hint, body)))
         }
@@ -262,6 +279,7 @@ pub struct Model<'a> {
     pub fields: &'a Fields,
     pub uses: &'a BTreeSet<String>,
     pub body: &'a [String],
+    pub forwards: &'a HashMap<String, String>,
 }
 
 pub fn source(m: &Model) -> Result<String, String> {
@@ -279,7 +297,8 @@ pub fn source(m: &Model) -> Result<String, String> {
     let mut fields = String::new();
     let Tree::Node(children) = &root else { unreachable!() };
     for (k, c) in children {
-        fields.push_str(&format!("    {k} = {}\n", value(c, k, &mut types, true)?));
+        let at = At { path: k.clone(), forwards: m.forwards };
+        fields.push_str(&format!("    {k} = {}\n", value(c, k, &at, &mut types, true)?));
     }
     let mut out = String::new();
     for h in &m.header {
@@ -319,4 +338,37 @@ pub fn source(m: &Model) -> Result<String, String> {
     }
     out.push_str("    }\n}\n");
     Ok(out)
+}
+
+/// The paths that become generated layers: every module above a field that is not a list.
+pub fn modules(fields: &Fields) -> Vec<String> {
+    let mut out: BTreeSet<String> = BTreeSet::new();
+    let mut lists: BTreeSet<String> = BTreeSet::new();
+    for path in &fields.order {
+        let segs: Vec<&str> = path.split('.').collect();
+        for k in 1..segs.len() {
+            let prefix = segs[..k].join(".");
+            if is_index(segs[k]) {
+                lists.insert(prefix);
+            } else {
+                out.insert(prefix);
+            }
+        }
+    }
+    out.difference(&lists).cloned().collect()
+}
+
+/// The length of every list of layers, by path (`layer1` → 3).
+pub fn list_lengths(fields: &Fields) -> HashMap<String, usize> {
+    let mut lens: HashMap<String, usize> = HashMap::new();
+    for path in &fields.order {
+        let segs: Vec<&str> = path.split('.').collect();
+        for k in 1..segs.len() {
+            if let Ok(i) = segs[k].parse::<usize>() {
+                let n = lens.entry(segs[..k].join(".")).or_default();
+                *n = (*n).max(i + 1);
+            }
+        }
+    }
+    lens
 }

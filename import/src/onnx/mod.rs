@@ -12,6 +12,7 @@ mod graph;
 mod layers;
 mod ops;
 mod proto;
+mod structure;
 mod value;
 
 #[cfg(test)]
@@ -57,6 +58,13 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         return Err(fail(problems));
     }
     let name = options.name.clone().unwrap_or_else(|| model_name(path));
+    cx.tag("");
+    let modules = emit::modules(&cx.fields);
+    let body = std::mem::take(&mut cx.body);
+    let scopes = std::mem::take(&mut cx.scopes);
+    let lens = emit::list_lengths(&cx.fields);
+    let recovered = structure::recover(body, scopes, &cx.types, &modules, &lens);
+    cx.body = recovered.body;
     rename_outputs(&mut cx.body, &outputs);
     let mut header = header(path, &model, g.opset);
     if cx.body.iter().any(|l| l.contains("3.4028235e38")) {
@@ -74,6 +82,7 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         fields: &cx.fields,
         uses: &uses,
         body: &cx.body,
+        forwards: &recovered.forwards,
     };
     let source = emit::source(&m).map_err(|e| fail(vec![e]))?;
     let weights = cx
@@ -189,7 +198,8 @@ fn declare_inputs(
         }
         let name = cx.fresh_input(&inp.name);
         let run = Run { expr: name.clone(), dt, shape };
-        inputs.push((name, run.ty()));
+        inputs.push((name.clone(), run.ty()));
+        cx.types.insert(name, run.ty());
         cx.vals.insert(inp.name.clone(), Val::Run(run));
     }
     (dims, inputs)

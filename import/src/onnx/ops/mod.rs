@@ -36,6 +36,10 @@ pub struct Lower<'g> {
     pub names: HashMap<String, String>,
     taken: HashSet<String>,
     lets: HashSet<String>,
+    /// The module path of the node each statement of `body` came from.
+    pub scopes: Vec<String>,
+    /// The type of each `let` and input, as `.mgn` writes it.
+    pub types: HashMap<String, String>,
     pub problems: Vec<String>,
 }
 
@@ -62,6 +66,8 @@ impl<'g> Lower<'g> {
             names,
             taken: HashSet::new(),
             lets: HashSet::new(),
+            scopes: Vec::new(),
+            types: HashMap::new(),
             problems: Vec::new(),
         }
     }
@@ -88,8 +94,17 @@ impl<'g> Lower<'g> {
         self.lets.contains(name)
     }
 
-    pub fn mark_lets(&mut self, names: &[String]) {
-        self.lets.extend(names.iter().cloned());
+    pub fn mark_lets(&mut self, values: &[Run]) {
+        for r in values {
+            self.lets.insert(r.expr.clone());
+            self.types.insert(r.expr.clone(), r.ty());
+        }
+    }
+
+    /// Tags the statements written since the last call with `scope`.
+    pub fn tag(&mut self, scope: &str) {
+        let n = self.body.len() - self.scopes.len();
+        self.scopes.extend(std::iter::repeat_n(scope.to_string(), n));
     }
 
     pub fn is_taken(&self, name: &str) -> bool {
@@ -101,7 +116,9 @@ impl<'g> Lower<'g> {
         let name = self.fresh(hint);
         self.lets.insert(name.clone());
         self.body.push(format!("let {name} = {expr}"));
-        Run { expr: name, dt, shape }
+        let r = Run { expr: name, dt, shape };
+        self.types.insert(r.expr.clone(), r.ty());
+        r
     }
 
     pub fn val(&self, name: &str) -> R<&Val> {
@@ -201,6 +218,7 @@ impl<'g> Lower<'g> {
             if self.absorbed.contains_key(&i) {
                 continue;
             }
+            let scope = n.scope.clone();
             match self.node(i, n) {
                 Ok(outs) => {
                     // A node a claim absorbed (the `Add` of a `Linear`) gives the claim's value.
@@ -241,6 +259,7 @@ impl<'g> Lower<'g> {
                     }
                 }
             }
+            self.tag(&scope);
         }
     }
 

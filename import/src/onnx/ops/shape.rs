@@ -288,7 +288,6 @@ fn split(cx: &mut Lower, n: &Node) -> R<Vec<Val>> {
         return Ok(vec![Val::Run(x)]);
     }
     let names: Vec<String> = (0..k).map(|_| cx.fresh("part")).collect();
-    cx.mark_lets(&names);
     let list: Vec<String> = sizes.iter().map(Sym::text).collect();
     cx.body.push(format!(
         "let ({}) = split({}, [{}], axis = {axis})",
@@ -296,15 +295,17 @@ fn split(cx: &mut Lower, n: &Node) -> R<Vec<Val>> {
         x.expr,
         list.join(", ")
     ));
-    Ok(names
+    let parts: Vec<Run> = names
         .into_iter()
         .zip(sizes)
         .map(|(name, size)| {
             let mut s = x.shape.clone();
             s[axis] = size;
-            Val::Run(Run { expr: name, dt: x.dt, shape: s })
+            Run { expr: name, dt: x.dt, shape: s }
         })
-        .collect())
+        .collect();
+    cx.mark_lets(&parts);
+    Ok(parts.into_iter().map(Val::Run).collect())
 }
 
 /// One axis of a `Slice`: start and end clamped into the axis as ONNX does.

@@ -1,0 +1,252 @@
+//! Structure recovery: the statements of one module (the nodes whose module path is
+//! `layer1.0`, and those of the modules inside it) become the `forward` of that module's
+//! generated layer, and the model calls it, when they read one value from outside and one
+//! value of theirs is read after them. Inner modules go first, so a block's forward calls its
+//! sub-blocks. Names inside a forward are local (`x` is its input), so modules that compute the
+//! same thing get the same text, and `emit` gives them one layer.
+
+use super::layers::access;
+use std::collections::{HashMap, HashSet};
+
+/// The identifiers of a line, with their byte ranges, outside strings and not after a `.`.
+fn words(line: &str) -> Vec<(usize, usize)> {
+    let b = line.as_bytes();
+    let (mut out, mut i, mut in_str) = (Vec::new(), 0, false);
+    while i < b.len() {
+        let c = b[i];
+        if c == b'"' {
+            in_str = !in_str;
+        }
+        if !in_str && (c.is_ascii_alphabetic() || c == b'_') && (i == 0 || !is_word(b[i - 1])) {
+            let start = i;
+            while i < b.len() && is_word(b[i]) {
+                i += 1;
+            }
+            if start == 0 || b[start - 1] != b'.' {
+                out.push((start, i));
+            }
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+fn is_word(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// Renames whole identifiers (not fields after a `.`) by `map`.
+pub fn rename(line: &str, map: &HashMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut last = 0;
+    for (a, b) in words(line) {
+        if let Some(to) = map.get(&line[a..b]) {
+            out.push_str(&line[last..a]);
+            out.push_str(to);
+            last = b;
+        }
+    }
+    out.push_str(&line[last..]);
+    out
+}
+
+/// The names a statement binds: `let a = …`, `let (a, b) = …`.
+fn defined(line: &str) -> Vec<String> {
+    let Some(rest) = line.strip_prefix("let ") else { return vec![] };
+    let lhs = rest.split(" = ").next().unwrap_or("");
+    lhs.trim_matches(['(', ')']).split(',').map(|s| s.trim().to_string()).collect()
+}
+
+pub struct Recovered {
+    pub body: Vec<String>,
+    /// The forward of each module whose statements moved into it, by module path.
+    pub forwards: HashMap<String, String>,
+}
+
+/// Moves the statements of each module in `modules` (deepest first) into its forward.
+pub fn recover(
+    mut body: Vec<String>,
+    mut scopes: Vec<String>,
+    types: &HashMap<String, String>,
+    modules: &[String],
+    lens: &HashMap<String, usize>,
+) -> Recovered {
+    let mut forwards = HashMap::new();
+    let mut order: Vec<&String> = modules.iter().collect();
+    order.sort_by_key(|p| std::cmp::Reverse(p.split('.').count()));
+    for path in order {
+        if let Some((range, call, forward)) = extract(&body, &scopes, types, path, lens) {
+            body.splice(range.clone(), [call]);
+            scopes.splice(range, [path.clone()]);
+            forwards.insert(path.clone(), forward);
+        }
+    }
+    let body = chain(&body, "", lens);
+    Recovered { body, forwards }
+}
+
+type Extracted = (std::ops::Range<usize>, String, String);
+
+fn extract(
+    body: &[String],
+    scopes: &[String],
+    types: &HashMap<String, String>,
+    path: &str,
+    lens: &HashMap<String, usize>,
+) -> Option<Extracted> {
+    let inside = |s: &String| s == path || s.starts_with(&format!("{path}."));
+    let first = scopes.iter().position(inside)?;
+    let last = scopes.iter().rposition(inside)?;
+    if !scopes[first..=last].iter().all(inside) {
+        return None;
+    }
+    let lines = &body[first..=last];
+    if lines.iter().any(|l| !l.starts_with("let ")) {
+        return None;
+    }
+    let own: HashSet<String> = lines.iter().flat_map(|l| defined(l)).collect();
+    let reads = |l: &String| -> Vec<String> {
+        words(l)
+            .into_iter()
+            .map(|(a, b)| l[a..b].to_string())
+            .filter(|w| types.contains_key(w))
+            .collect()
+    };
+    let mut outer: Vec<String> = Vec::new();
+    for l in lines {
+        let rhs = l.split_once(" = ").map_or("", |(_, r)| r).to_string();
+        for w in reads(&rhs) {
+            if !own.contains(&w) && !outer.contains(&w) {
+                outer.push(w);
+            }
+        }
+    }
+    let mut used_after: Vec<String> = Vec::new();
+    for l in &body[last + 1..] {
+        for w in words(l).into_iter().map(|(a, b)| l[a..b].to_string()) {
+            if own.contains(&w) && !used_after.contains(&w) {
+                used_after.push(w);
+            }
+        }
+    }
+    let ([input], [output]) = (&outer[..], &used_after[..]) else { return None };
+    let (ty_in, ty_out) = (types.get(input)?, types.get(output)?);
+    // Sizes that are expressions (`batch * 12`) would not bind in a pattern.
+    let compound = |t: &str| t.contains(['(', '*', '+', '/']) || t.contains(" - ");
+    if compound(ty_in) {
+        return None;
+    }
+    let me = access(path);
+    let mut local: HashMap<String, String> = HashMap::new();
+    local.insert(input.clone(), "x".into());
+    let mut taken: HashSet<String> = ["x".to_string()].into();
+    for name in lines.iter().flat_map(|l| defined(l)) {
+        let base =
+            super::emit::ident(name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '_'));
+        let mut n = base.clone();
+        let mut k = 1;
+        while taken.contains(&n) {
+            n = format!("{base}_{k}");
+            k += 1;
+        }
+        taken.insert(n.clone());
+        local.insert(name, n);
+    }
+    let mut text = Vec::new();
+    for l in lines {
+        // Only the module's own fields: another module's parameter keeps it in the model.
+        let mine = words(l).iter().filter(|&&(a, b)| &l[a..b] == "self").all(|&(a, _)| {
+            l[a..].starts_with(&format!("{me}.")) || l[a..].starts_with(&format!("{me}["))
+        });
+        if !mine || l.contains(&format!("{me}(")) {
+            return None;
+        }
+        let l = l.replace(&format!("{me}."), "self.").replace(&format!("{me}["), "self[");
+        text.push(rename(&l, &local));
+    }
+    // Lists called item by item inside the module are called whole; the output stays read.
+    text.push(local[output].clone());
+    let mut text = chain(&text, path, lens);
+    text.pop();
+    let ret = if compound(ty_out) { String::new() } else { format!(" -> {ty_out}") };
+    let mut forward = format!("    forward(x: {ty_in}){ret} {{\n");
+    for l in &text {
+        forward.push_str(&format!("        {l}\n"));
+    }
+    forward.push_str(&format!("        {}\n    }}\n", local[output]));
+    let call = format!("let {output} = {me}({input})");
+    Some((first..last + 1, call, forward))
+}
+
+/// `self.a.b[2].c` → `a.b.2.c`.
+fn dotted(acc: &str) -> Option<String> {
+    let rest = acc.strip_prefix("self")?;
+    let mut out = String::new();
+    for part in rest.split(['.', '[']).filter(|p| !p.is_empty()) {
+        if !out.is_empty() {
+            out.push('.');
+        }
+        out.push_str(part.trim_end_matches(']'));
+    }
+    Some(out)
+}
+
+/// `let o = ACC[I](ARG)` → (o, ACC, I, ARG).
+fn item_call(line: &str) -> Option<(&str, &str, usize, &str)> {
+    let (lhs, rhs) = line.strip_prefix("let ")?.split_once(" = ")?;
+    let open = rhs.find("](")?;
+    let lb = rhs[..open].rfind('[')?;
+    let arg = rhs[open + 2..].strip_suffix(')')?;
+    if arg.contains(['(', ',', ' ']) || lhs.contains(['(', ',']) {
+        return None;
+    }
+    Some((lhs, &rhs[..lb], rhs[lb + 1..open].parse().ok()?, arg))
+}
+
+/// Calls of every item of a list in turn, each feeding the next and read nowhere else, become
+/// one call of the list (`self.layer1(x)`), as a Sequential is called. `within` is the path
+/// of the module whose forward `lines` are (empty for the model); `lens` the length of every
+/// list, by path.
+pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> Vec<String> {
+    let uses = |name: &str, skip: usize| {
+        lines
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| k != skip)
+            .filter(|(_, l)| words(l).iter().any(|&(a, b)| &l[a..b] == name))
+            .count()
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if let Some((o, acc, 0, arg)) = item_call(&lines[i]) {
+            let path =
+                dotted(acc).map(|p| if within.is_empty() { p } else { format!("{within}.{p}") });
+            let n = path.and_then(|p| lens.get(&p).copied()).unwrap_or(0);
+            let mut last = (o, i);
+            let mut ok = n > 1;
+            for k in 1..n {
+                match lines.get(i + k).and_then(|l| item_call(l)) {
+                    Some((o2, acc2, idx, arg2)) if acc2 == acc && idx == k && arg2 == last.0 => {
+                        // The value between two items is read by the next item only.
+                        ok &= uses(last.0, last.1) == 1;
+                        last = (o2, i + k);
+                    }
+                    _ => ok = false,
+                }
+                if !ok {
+                    break;
+                }
+            }
+            if ok {
+                out.push(format!("let {} = {acc}({arg})", last.0));
+                i += n;
+                continue;
+            }
+        }
+        out.push(lines[i].clone());
+        i += 1;
+    }
+    out
+}
