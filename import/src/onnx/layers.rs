@@ -78,8 +78,10 @@ pub fn plan(g: &Graph) -> (HashMap<String, String>, HashMap<usize, Claim>) {
         };
         for (init, r) in c.inits.iter().zip(role.iter()) {
             let Some(init) = init else { continue };
-            // Names that say no layer (`bn_scale`, `onnx::Conv_7`) give way to the layer's.
-            if known.is_none() || !names.contains_key(init) {
+            // Names that say no layer (`bn_scale`, `onnx::Conv_7`, a fused `conv1.weight_bias`)
+            // give way to the layer's.
+            let fits = names.get(init).is_some_and(|p| *p == format!("{path}.{r}"));
+            if !fits && !taken.contains(&format!("{path}.{r}")) {
                 if let Some(old) = names.get(init) {
                     taken.remove(old);
                 }

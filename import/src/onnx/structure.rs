@@ -130,18 +130,27 @@ fn extract(
             }
         }
     }
-    let ([input], [output]) = (&outer[..], &used_after[..]) else { return None };
-    let (ty_in, ty_out) = (types.get(input)?, types.get(output)?);
+    // One value out; a few in, the first of which is threaded (a block's hidden state), the
+    // others passed along (a mask).
+    let [output] = &used_after[..] else { return None };
+    if outer.is_empty() || outer.len() > 4 {
+        return None;
+    }
+    let ty_out = types.get(output)?;
     // Sizes that are expressions (`batch * 12`) would not bind in a pattern.
     let compound = |t: &str| t.contains(['(', '*', '+', '/']) || t.contains(" - ");
-    if compound(ty_in) {
-        return None;
+    let mut params = Vec::new();
+    for v in &outer {
+        let t = types.get(v)?;
+        if compound(t) {
+            return None;
+        }
+        params.push(t.clone());
     }
     let me = access(path);
     let mut local: HashMap<String, String> = HashMap::new();
-    local.insert(input.clone(), "x".into());
-    let mut taken: HashSet<String> = ["x".to_string()].into();
-    for name in lines.iter().flat_map(|l| defined(l)) {
+    let mut taken: HashSet<String> = HashSet::new();
+    let fresh = |name: &str, taken: &mut HashSet<String>| {
         let base =
             super::emit::ident(name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '_'));
         let mut n = base.clone();
@@ -151,6 +160,19 @@ fn extract(
             k += 1;
         }
         taken.insert(n.clone());
+        n
+    };
+    for (k, v) in outer.iter().enumerate() {
+        let n = if k == 0 {
+            taken.insert("x".into());
+            "x".to_string()
+        } else {
+            fresh(v, &mut taken)
+        };
+        local.insert(v.clone(), n);
+    }
+    for name in lines.iter().flat_map(|l| defined(l)) {
+        let n = fresh(&name, &mut taken);
         local.insert(name, n);
     }
     let mut text = Vec::new();
@@ -170,12 +192,14 @@ fn extract(
     let mut text = chain(&text, path, lens);
     text.pop();
     let ret = if compound(ty_out) { String::new() } else { format!(" -> {ty_out}") };
-    let mut forward = format!("    forward(x: {ty_in}){ret} {{\n");
+    let sig: Vec<String> =
+        outer.iter().zip(&params).map(|(v, t)| format!("{}: {t}", local[v])).collect();
+    let mut forward = format!("    forward({}){ret} {{\n", sig.join(", "));
     for l in &text {
         forward.push_str(&format!("        {l}\n"));
     }
     forward.push_str(&format!("        {}\n    }}\n", local[output]));
-    let call = format!("let {output} = {me}({input})");
+    let call = format!("let {output} = {me}({})", outer.join(", "));
     Some((first..last + 1, call, forward))
 }
 
@@ -192,16 +216,18 @@ fn dotted(acc: &str) -> Option<String> {
     Some(out)
 }
 
-/// `let o = ACC[I](ARG)` → (o, ACC, I, ARG).
-fn item_call(line: &str) -> Option<(&str, &str, usize, &str)> {
+/// `let o = ACC[I](ARG, REST)` → (o, ACC, I, ARG, REST).
+fn item_call(line: &str) -> Option<(&str, &str, usize, &str, &str)> {
     let (lhs, rhs) = line.strip_prefix("let ")?.split_once(" = ")?;
     let open = rhs.find("](")?;
     let lb = rhs[..open].rfind('[')?;
-    let arg = rhs[open + 2..].strip_suffix(')')?;
-    if arg.contains(['(', ',', ' ']) || lhs.contains(['(', ',']) {
+    let args = rhs[open + 2..].strip_suffix(')')?;
+    let (arg, rest) = args.split_once(", ").unwrap_or((args, ""));
+    let plain = |s: &str| !s.contains(['(', ' ']);
+    if !plain(arg) || !rest.split(", ").all(plain) || lhs.contains(['(', ',']) {
         return None;
     }
-    Some((lhs, &rhs[..lb], rhs[lb + 1..open].parse().ok()?, arg))
+    Some((lhs, &rhs[..lb], rhs[lb + 1..open].parse().ok()?, arg, rest))
 }
 
 /// Calls of every item of a list in turn, each feeding the next and read nowhere else, become
@@ -220,7 +246,7 @@ pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> V
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        if let Some((o, acc, 0, arg)) = item_call(&lines[i]) {
+        if let Some((o, acc, 0, arg, rest)) = item_call(&lines[i]) {
             let path =
                 dotted(acc).map(|p| if within.is_empty() { p } else { format!("{within}.{p}") });
             let n = path.and_then(|p| lens.get(&p).copied()).unwrap_or(0);
@@ -228,7 +254,9 @@ pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> V
             let mut ok = n > 1;
             for k in 1..n {
                 match lines.get(i + k).and_then(|l| item_call(l)) {
-                    Some((o2, acc2, idx, arg2)) if acc2 == acc && idx == k && arg2 == last.0 => {
+                    Some((o2, acc2, idx, arg2, rest2))
+                        if acc2 == acc && idx == k && arg2 == last.0 && rest2 == rest =>
+                    {
                         // The value between two items is read by the next item only.
                         ok &= uses(last.0, last.1) == 1;
                         last = (o2, i + k);
@@ -240,7 +268,8 @@ pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> V
                 }
             }
             if ok {
-                out.push(format!("let {} = {acc}({arg})", last.0));
+                let args = if rest.is_empty() { arg.to_string() } else { format!("{arg}, {rest}") };
+                out.push(format!("let {} = {acc}({args})", last.0));
                 i += n;
                 continue;
             }
