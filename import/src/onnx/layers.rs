@@ -322,10 +322,41 @@ impl Fields {
     }
 
     /// A name for a constant the model needs as a tensor: `constants.c0`, …
-    pub fn buffer_name(&mut self, _onnx: &str) -> String {
-        let p = format!("constants.c{}", self.next_buffer);
-        self.next_buffer += 1;
-        p
+    /// A name for a constant the model needs as a tensor, in the module that reads it (so
+    /// the module's forward can hold the read): `h.0.attn.const0`, or `constants.c0` at the top.
+    /// `leaves` are the paths that are tensors or std layers, which can hold nothing more.
+    pub fn buffer_name(&mut self, scope: &str, leaves: &HashSet<String>) -> String {
+        let scope = clean_path(scope).unwrap_or_default();
+        let mut module = String::new();
+        for seg in scope.split('.').filter(|s| !s.is_empty()) {
+            let next = if module.is_empty() { seg.to_string() } else { format!("{module}.{seg}") };
+            if leaves.contains(&next)
+                || self.layers.contains_key(&next)
+                || self.tensors.contains_key(&next)
+            {
+                break;
+            }
+            module = next;
+        }
+        // A list's item is a module; the list itself holds only layers.
+        while module.rsplit('.').next().is_some_and(|s| !s.chars().all(|c| c.is_ascii_digit()))
+            && leaves.iter().any(|l| l.starts_with(&format!("{module}.0")))
+        {
+            module = module.rsplit_once('.').map_or(String::new(), |(a, _)| a.to_string());
+        }
+        loop {
+            let k = self.next_buffer;
+            self.next_buffer += 1;
+            let p = if module.is_empty() {
+                format!("constants.c{k}")
+            } else {
+                format!("{module}.const{k}")
+            };
+            let clash = self.order.iter().any(|o| *o == p || o.starts_with(&format!("{p}.")));
+            if !clash {
+                return p;
+            }
+        }
     }
 }
 

@@ -63,7 +63,14 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
     let body = std::mem::take(&mut cx.body);
     let scopes = std::mem::take(&mut cx.scopes);
     let lens = emit::list_lengths(&cx.fields);
-    let recovered = structure::recover(body, scopes, &cx.types, &modules, &lens);
+    // Tensor fields have types too: a module's forward may take one of another module's.
+    let mut types = cx.types.clone();
+    for (path, d) in &cx.fields.tensors {
+        let dims: Vec<String> = d.shape.iter().map(ToString::to_string).collect();
+        let ty = format!("{}[{}]", d.dt.mgn().unwrap_or("f32"), dims.join(", "));
+        types.insert(layers::access(path), ty);
+    }
+    let recovered = structure::recover(body, scopes, &types, &modules, &lens);
     cx.body = recovered.body;
     rename_outputs(&mut cx.body, &outputs);
     let mut header = header(path, &model, g.opset);

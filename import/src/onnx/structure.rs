@@ -36,6 +36,54 @@ fn is_word(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
 
+/// The field accesses of a line: `self` and the `.name` and `[i]` after it.
+fn accesses(line: &str) -> Vec<String> {
+    let b = line.as_bytes();
+    let mut out = Vec::new();
+    for (a, e) in words(line) {
+        if &line[a..e] != "self" {
+            continue;
+        }
+        let mut i = e;
+        loop {
+            if i < b.len()
+                && b[i] == b'.'
+                && b.get(i + 1).is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+            {
+                i += 1;
+                while i < b.len() && is_word(b[i]) {
+                    i += 1;
+                }
+            } else if i < b.len() && b[i] == b'[' {
+                let close = line[i..].find(']').map_or(i, |k| i + k);
+                if !line[i + 1..close].chars().all(|c| c.is_ascii_digit()) || close == i {
+                    break;
+                }
+                i = close + 1;
+            } else {
+                break;
+            }
+        }
+        out.push(line[a..i].to_string());
+    }
+    out
+}
+
+/// Replaces the whole access `from` (not a longer one it begins) by `to`.
+fn replace_access(line: &str, from: &str, to: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(k) = rest.find(from) {
+        let after = rest[k + from.len()..].bytes().next();
+        let whole = !after.is_some_and(|c| is_word(c) || c == b'.' || c == b'[');
+        out.push_str(&rest[..k]);
+        out.push_str(if whole { to } else { from });
+        rest = &rest[k + from.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Renames whole identifiers (not fields after a `.`) by `map`.
 pub fn rename(line: &str, map: &HashMap<String, String>) -> String {
     let mut out = String::new();
@@ -98,7 +146,9 @@ fn extract(
     let inside = |s: &String| s == path || s.starts_with(&format!("{path}."));
     let first = scopes.iter().position(inside)?;
     let last = scopes.iter().rposition(inside)?;
-    if !scopes[first..=last].iter().all(inside) {
+    // A node the exporter named without its module (`Cast_12`) between two of the module's
+    // belongs to it.
+    if !scopes[first..=last].iter().all(|s| inside(s) || s.is_empty()) {
         return None;
     }
     let lines = &body[first..=last];
@@ -122,6 +172,21 @@ fn extract(
             }
         }
     }
+    let me = access(path);
+    // Tensors of the model's other modules the statements read (a rotary table, a mask
+    // buffer) are passed in, as values from outside are.
+    for l in lines {
+        for acc in accesses(l) {
+            if !(acc.starts_with(&format!("{me}.")) || acc.starts_with(&format!("{me}["))) {
+                if !types.contains_key(&acc) {
+                    return None; // a layer of another module: it cannot be passed
+                }
+                if !outer.contains(&acc) {
+                    outer.push(acc);
+                }
+            }
+        }
+    }
     let mut used_after: Vec<String> = Vec::new();
     for l in &body[last + 1..] {
         for w in words(l).into_iter().map(|(a, b)| l[a..b].to_string()) {
@@ -137,6 +202,10 @@ fn extract(
         return None;
     }
     let ty_out = types.get(output)?;
+    // The threaded input is a value computed outside, not a field.
+    if outer[0].starts_with("self") {
+        return None;
+    }
     // Sizes that are expressions (`batch * 12`) would not bind in a pattern.
     let compound = |t: &str| t.contains(['(', '*', '+', '/']) || t.contains(" - ");
     let mut params = Vec::new();
@@ -147,7 +216,6 @@ fn extract(
         }
         params.push(t.clone());
     }
-    let me = access(path);
     let mut local: HashMap<String, String> = HashMap::new();
     let mut taken: HashSet<String> = HashSet::new();
     let fresh = |name: &str, taken: &mut HashSet<String>| {
@@ -163,11 +231,14 @@ fn extract(
         n
     };
     for (k, v) in outer.iter().enumerate() {
+        let v_name = v.rsplit(['.', '[']).next().unwrap_or("t").trim_end_matches(']').to_string();
+        let v_name =
+            if v_name.chars().all(|c| c.is_ascii_digit()) { format!("t{v_name}") } else { v_name };
         let n = if k == 0 {
             taken.insert("x".into());
             "x".to_string()
         } else {
-            fresh(v, &mut taken)
+            fresh(&v_name, &mut taken)
         };
         local.insert(v.clone(), n);
     }
@@ -177,6 +248,11 @@ fn extract(
     }
     let mut text = Vec::new();
     for l in lines {
+        let mut l = l.clone();
+        for v in outer.iter().filter(|v| v.starts_with("self")) {
+            l = replace_access(&l, v, &local[v]);
+        }
+        let l = &l;
         // Only the module's own fields: another module's parameter keeps it in the model.
         let mine = words(l).iter().filter(|&&(a, b)| &l[a..b] == "self").all(|&(a, _)| {
             l[a..].starts_with(&format!("{me}.")) || l[a..].starts_with(&format!("{me}["))

@@ -38,6 +38,8 @@ pub struct Lower<'g> {
     lets: HashSet<String>,
     /// The module path of the node each statement of `body` came from.
     pub scopes: Vec<String>,
+    /// The module path of the node being lowered.
+    cur_scope: String,
     /// The type of each `let` and input, as `.mgn` writes it.
     pub types: HashMap<String, String>,
     pub problems: Vec<String>,
@@ -67,6 +69,7 @@ impl<'g> Lower<'g> {
             taken: HashSet::new(),
             lets: HashSet::new(),
             scopes: Vec::new(),
+            cur_scope: String::new(),
             types: HashMap::new(),
             problems: Vec::new(),
         }
@@ -206,7 +209,9 @@ impl<'g> Lower<'g> {
                 return Ok(Run { expr, dt, shape });
             }
         }
-        let path = self.fields.buffer_name(name);
+        let leaves: HashSet<String> =
+            self.names.values().chain(self.claims.values().map(|c| &c.path)).cloned().collect();
+        let path = self.fields.buffer_name(&self.cur_scope.clone(), &leaves);
         self.names.insert(name.to_string(), path.clone());
         let expr = self.fields.param(&path, c, false);
         Ok(Run { expr, dt, shape })
@@ -219,6 +224,7 @@ impl<'g> Lower<'g> {
                 continue;
             }
             let scope = n.scope.clone();
+            self.cur_scope = scope.clone();
             match self.node(i, n) {
                 Ok(outs) => {
                     // A node a claim absorbed (the `Add` of a `Linear`) gives the claim's value.
