@@ -155,46 +155,8 @@ fn extract(
     if lines.iter().any(|l| !l.starts_with("let ")) {
         return None;
     }
-    let own: HashSet<String> = lines.iter().flat_map(|l| defined(l)).collect();
-    let reads = |l: &String| -> Vec<String> {
-        words(l)
-            .into_iter()
-            .map(|(a, b)| l[a..b].to_string())
-            .filter(|w| types.contains_key(w))
-            .collect()
-    };
-    let mut outer: Vec<String> = Vec::new();
-    for l in lines {
-        let rhs = l.split_once(" = ").map_or("", |(_, r)| r).to_string();
-        for w in reads(&rhs) {
-            if !own.contains(&w) && !outer.contains(&w) {
-                outer.push(w);
-            }
-        }
-    }
     let me = access(path);
-    // Tensors of the model's other modules the statements read (a rotary table, a mask
-    // buffer) are passed in, as values from outside are.
-    for l in lines {
-        for acc in accesses(l) {
-            if !(acc.starts_with(&format!("{me}.")) || acc.starts_with(&format!("{me}["))) {
-                if !types.contains_key(&acc) {
-                    return None; // a layer of another module: it cannot be passed
-                }
-                if !outer.contains(&acc) {
-                    outer.push(acc);
-                }
-            }
-        }
-    }
-    let mut used_after: Vec<String> = Vec::new();
-    for l in &body[last + 1..] {
-        for w in words(l).into_iter().map(|(a, b)| l[a..b].to_string()) {
-            if own.contains(&w) && !used_after.contains(&w) {
-                used_after.push(w);
-            }
-        }
-    }
+    let (outer, used_after) = boundary(body, lines, last, types, &me)?;
     // One value out; a few in, the first of which is threaded (a block's hidden state), the
     // others passed along (a mask).
     let [output] = &used_after[..] else { return None };
@@ -216,36 +178,7 @@ fn extract(
         }
         params.push(t.clone());
     }
-    let mut local: HashMap<String, String> = HashMap::new();
-    let mut taken: HashSet<String> = HashSet::new();
-    let fresh = |name: &str, taken: &mut HashSet<String>| {
-        let base =
-            super::emit::ident(name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '_'));
-        let mut n = base.clone();
-        let mut k = 1;
-        while taken.contains(&n) {
-            n = format!("{base}_{k}");
-            k += 1;
-        }
-        taken.insert(n.clone());
-        n
-    };
-    for (k, v) in outer.iter().enumerate() {
-        let v_name = v.rsplit(['.', '[']).next().unwrap_or("t").trim_end_matches(']').to_string();
-        let v_name =
-            if v_name.chars().all(|c| c.is_ascii_digit()) { format!("t{v_name}") } else { v_name };
-        let n = if k == 0 {
-            taken.insert("x".into());
-            "x".to_string()
-        } else {
-            fresh(&v_name, &mut taken)
-        };
-        local.insert(v.clone(), n);
-    }
-    for name in lines.iter().flat_map(|l| defined(l)) {
-        let n = fresh(&name, &mut taken);
-        local.insert(name, n);
-    }
+    let local = local_names(&outer, lines);
     let mut text = Vec::new();
     for l in lines {
         let mut l = l.clone();
@@ -277,6 +210,92 @@ fn extract(
     forward.push_str(&format!("        {}\n    }}\n", local[output]));
     let call = format!("let {output} = {me}({})", outer.join(", "));
     Some((first..last + 1, call, forward))
+}
+
+/// The values the module's `lines` read from outside (lets, inputs, other modules' tensors),
+/// in order of first use, and those of its own that later statements read.
+fn boundary(
+    body: &[String],
+    lines: &[String],
+    last: usize,
+    types: &HashMap<String, String>,
+    me: &str,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let own: HashSet<String> = lines.iter().flat_map(|l| defined(l)).collect();
+    let reads = |l: &String| -> Vec<String> {
+        words(l)
+            .into_iter()
+            .map(|(a, b)| l[a..b].to_string())
+            .filter(|w| types.contains_key(w))
+            .collect()
+    };
+    let mut outer: Vec<String> = Vec::new();
+    for l in lines {
+        let rhs = l.split_once(" = ").map_or("", |(_, r)| r).to_string();
+        for w in reads(&rhs) {
+            if !own.contains(&w) && !outer.contains(&w) {
+                outer.push(w);
+            }
+        }
+    }
+    // Tensors of the model's other modules the statements read (a rotary table, a mask
+    // buffer) are passed in, as values from outside are.
+    for l in lines {
+        for acc in accesses(l) {
+            if !(acc.starts_with(&format!("{me}.")) || acc.starts_with(&format!("{me}["))) {
+                if !types.contains_key(&acc) {
+                    return None; // a layer of another module: it cannot be passed
+                }
+                if !outer.contains(&acc) {
+                    outer.push(acc);
+                }
+            }
+        }
+    }
+    let mut used_after: Vec<String> = Vec::new();
+    for l in &body[last + 1..] {
+        for w in words(l).into_iter().map(|(a, b)| l[a..b].to_string()) {
+            if own.contains(&w) && !used_after.contains(&w) {
+                used_after.push(w);
+            }
+        }
+    }
+    Some((outer, used_after))
+}
+
+/// Local names inside a forward: `x` for the threaded input, the others by their base names.
+fn local_names(outer: &[String], lines: &[String]) -> HashMap<String, String> {
+    let mut local: HashMap<String, String> = HashMap::new();
+    let mut taken: HashSet<String> = HashSet::new();
+    let fresh = |name: &str, taken: &mut HashSet<String>| {
+        let base =
+            super::emit::ident(name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '_'));
+        let mut n = base.clone();
+        let mut k = 1;
+        while taken.contains(&n) {
+            n = format!("{base}_{k}");
+            k += 1;
+        }
+        taken.insert(n.clone());
+        n
+    };
+    for (k, v) in outer.iter().enumerate() {
+        let v_name = v.rsplit(['.', '[']).next().unwrap_or("t").trim_end_matches(']').to_string();
+        let v_name =
+            if v_name.chars().all(|c| c.is_ascii_digit()) { format!("t{v_name}") } else { v_name };
+        let n = if k == 0 {
+            taken.insert("x".into());
+            "x".to_string()
+        } else {
+            fresh(&v_name, &mut taken)
+        };
+        local.insert(v.clone(), n);
+    }
+    for name in lines.iter().flat_map(|l| defined(l)) {
+        let n = fresh(&name, &mut taken);
+        local.insert(name, n);
+    }
+    local
 }
 
 /// `self.a.b[2].c` → `a.b.2.c`.
