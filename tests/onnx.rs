@@ -117,7 +117,9 @@ fn fixtures_import_and_match_onnxruntime_on_cpu_and_gpu() {
 /// (plus the `use` of the loss), as the generated header tells a user to.
 fn with_loss(source: &str, target: &str) -> String {
     let mut s = format!("use std.loss.{{cross_entropy}}\n{source}");
-    let at = s.find("\n\n    ").expect("the inputs end with a blank line");
+    let model = s.find("\nmodel ").expect("the model");
+    let last_input = s[model..].rfind("\n    input ").expect("an input") + model + 1;
+    let at = last_input + s[last_input..].find('\n').expect("a line");
     s.insert_str(at, &format!("\n    input labels: {target}"));
     let end = s.rfind("    }\n}").expect("the forward's end");
     s.insert_str(end, "        loss cross_entropy(logits, labels)\n");
