@@ -346,7 +346,7 @@ pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> V
                 dotted(acc).map(|p| if within.is_empty() { p } else { format!("{within}.{p}") });
             let n = path.and_then(|p| lens.get(&p).copied()).unwrap_or(0);
             let mut last = (o, i);
-            let mut ok = n > 1;
+            let mut ok = n >= 1;
             for k in 1..n {
                 match lines.get(i + k).and_then(|l| item_call(l)) {
                     Some((o2, acc2, idx, arg2, rest2))
