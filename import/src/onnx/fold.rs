@@ -426,7 +426,7 @@ fn reshape_like(cx: &Lower, n: &Node, x: &Const, arg: Option<Const>) -> R<Option
             s
         }
         "Flatten" => {
-            let a = norm_axis(n.int("axis", 1), rank + 1)?;
+            let a = shape_ops::flatten_axis(n.int("axis", 1), rank)?;
             vec![x.shape[..a].iter().product(), x.shape[a..].iter().product()]
         }
         "Expand" => {

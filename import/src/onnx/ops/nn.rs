@@ -487,10 +487,29 @@ fn resize(cx: &mut Lower, n: &Node) -> R<Run> {
     if out[..2] != [x.shape[0].v, x.shape[1].v] {
         return Err("it resizes the batch or channel axis".into());
     }
+    if n.int("antialias", 0) != 0 {
+        return Err("antialias = 1: mgn's interpolation reads no wider window".into());
+    }
+    if n.ints("axes").is_some() || n.int("exclude_outside", 0) != 0 {
+        return Err("axes or exclude_outside given".into());
+    }
     let mode = n.string("mode").unwrap_or_else(|| "nearest".into());
     let ctm = n.string("coordinate_transformation_mode").unwrap_or_else(|| "half_pixel".into());
     let spatial = &out[2..];
-    let size = per_axis(spatial);
+    // Given scales set the ratio (1 / scale), as `scale =` does; given sizes, in / out.
+    let size = match scales.as_ref().filter(|s| !s.is_empty()) {
+        Some(sc) => {
+            let f: Vec<String> =
+                sc[2..].iter().map(|&v| float_text(v).unwrap_or_default()).collect();
+            let f = if f.iter().all(|v| *v == f[0]) {
+                f[0].clone()
+            } else {
+                format!("({})", f.join(", "))
+            };
+            format!("SCALE{f}")
+        }
+        None => per_axis(spatial),
+    };
     let mut s = x.shape[..2].to_vec();
     s.extend(spatial.iter().map(|&v| Sym::lit(v)));
     let e = match mode.as_str() {
@@ -509,18 +528,22 @@ fn resize(cx: &mut Lower, n: &Node) -> R<Run> {
             if whole {
                 format!("upsample({}, {})", x.expr, spatial[0] / x.shape[2].v)
             } else {
-                format!("interpolate({}, size = {size})", x.expr)
+                format!("interpolate({}, {})", x.expr, size_arg(&size))
             }
         }
         "linear" => {
             let m = if r == 3 { "linear" } else { "bilinear" };
             match ctm.as_str() {
+                "pytorch_half_pixel" | "align_corners" if spatial.contains(&1) => {
+                    return Err(format!("{ctm} resizing to a size of 1"))
+                }
                 "half_pixel" | "pytorch_half_pixel" => {
-                    format!("interpolate({}, size = {size}, mode = \"{m}\")", x.expr)
+                    format!("interpolate({}, {}, mode = \"{m}\")", x.expr, size_arg(&size))
                 }
                 "align_corners" => format!(
-                    "interpolate({}, size = {size}, mode = \"{m}\", align_corners = true)",
-                    x.expr
+                    "interpolate({}, {}, mode = \"{m}\", align_corners = true)",
+                    x.expr,
+                    size_arg(&size)
                 ),
                 c => return Err(format!("linear resizing with {c} coordinates")),
             }
@@ -528,6 +551,14 @@ fn resize(cx: &mut Lower, n: &Node) -> R<Run> {
         m => return Err(format!("mode \"{m}\" (mgn has nearest and linear)")),
     };
     Ok(cx.bind("resized", e, x.dt, s))
+}
+
+/// `size = …` or, for scales (marked `SCALE`), `scale = …`.
+fn size_arg(size: &str) -> String {
+    match size.strip_prefix("SCALE") {
+        Some(f) => format!("scale = {f}"),
+        None => format!("size = {size}"),
+    }
 }
 
 fn einsum(cx: &mut Lower, n: &Node) -> R<Run> {

@@ -50,7 +50,7 @@ pub fn lower(cx: &mut Lower, n: &Node) -> R<Vec<Val>> {
         }
         "Flatten" => {
             let x = cx.run(n, 0)?;
-            let a = norm_axis(n.int("axis", 1), x.rank() + 1)?;
+            let a = flatten_axis(n.int("axis", 1), x.rank())?;
             let s = vec![product(&x.shape[..a]), product(&x.shape[a..])];
             one(reshape(cx, x, s))
         }
@@ -474,4 +474,15 @@ fn strided(cx: &mut Lower, x: Run, a: usize, start: i64, end: i64, step: i64) ->
     s[a] = Sym::lit(count);
     let e = format!("gather({}, {idx}, axis = {a})", x.expr);
     Ok(cx.bind("strided", e, x.dt, s))
+}
+
+/// Flatten's axis: 0 … rank, a negative one counted from the end (`-1` is `rank - 1`).
+pub fn flatten_axis(axis: i64, rank: usize) -> R<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..=r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(format!("axis {axis} is outside a tensor of rank {rank}"))
+    }
 }
