@@ -189,7 +189,7 @@ fn compute(cx: &Lower, n: &Node, ins: &[Option<Const>]) -> R<Option<Const>> {
                 None => return Ok(None),
             }
         }
-        "Slice" => match slice(cx, n, &get(0)?, &ins)? {
+        "Slice" => match slice(cx, n, &get(0)?, ins)? {
             Some(c) => c,
             None => return Ok(None),
         },

@@ -161,12 +161,15 @@ fn header(path: &Path, model: &proto::ModelProto, opset: i64) -> Vec<String> {
     ]
 }
 
+/// An input's name and its `.mgn` type.
+type NamedType = (String, String);
+
 /// Declares the graph inputs; named (dynamic) sizes become `dim` arguments of the model.
 fn declare_inputs(
     cx: &mut ops::Lower,
     g: &Graph,
     problems: &mut Vec<String>,
-) -> (Vec<(String, i64)>, Vec<(String, String)>) {
+) -> (Vec<(String, i64)>, Vec<NamedType>) {
     let mut dims: Vec<(String, i64)> = Vec::new();
     let mut inputs = Vec::new();
     for inp in &g.inputs {

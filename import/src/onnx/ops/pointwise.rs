@@ -110,7 +110,7 @@ fn float_in(cx: &mut Lower, n: &Node, i: usize) -> R<Run> {
 fn operand(cx: &mut Lower, n: &Node, i: usize, other_rank: usize) -> R<(String, Option<Run>)> {
     let name = n.input(i).ok_or("a required input is missing")?;
     if let Val::Const(c) = cx.val(name)? {
-        if c.numel() == 1 && c.shape.len() <= other_rank && cx.names.get(name).is_none() {
+        if c.numel() == 1 && c.shape.len() <= other_rank && !cx.names.contains_key(name) {
             if let Some(t) = c.scalar_text() {
                 if c.dt != Dt::Bool {
                     return Ok((t, None));
