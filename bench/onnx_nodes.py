@@ -74,8 +74,14 @@ def bake(model, ins):
 
 
 def run_case(a, name, model, ins, outs, rtol, atol, d):
-    if not all(isinstance(x, np.ndarray) for x in list(ins) + list(outs)):
+    tensor = lambda x: numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x
+    ins, outs = [tensor(x) for x in ins], [tensor(x) for x in outs]
+    if not all(isinstance(x, (np.ndarray, np.generic)) for x in list(ins) + list(outs)):
         return "refused", "a sequence or optional value (mgn has tensors only)"
+    ins, outs = [np.asarray(x) for x in ins], [np.asarray(x) for x in outs]
+    if any(x.dtype.kind in "OSU" or x.dtype.itemsize == 1 and x.dtype != np.bool_
+           or x.dtype == np.float64 or x.dtype.kind == "V" for x in ins + outs):
+        return "refused", "strings, 8-bit, double or exotic float elements (no mgn type)"
     names, ins = bake(model, ins)
     path = os.path.join(d, "model.onnx")
     onnx.save(model, path)
