@@ -1,0 +1,227 @@
+//! Unit tests of the ONNX front end on graphs built here, message by message.
+
+use super::graph::{dynamo_scope, torchscript_scope};
+use super::proto::pb;
+use super::value::float_text;
+use crate::Options;
+use prost::Message;
+use std::path::Path;
+
+fn attr_ints(name: &str, v: &[i64]) -> pb::AttributeProto {
+    pb::AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(pb::attribute_proto::AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> pb::NodeProto {
+    pb::NodeProto {
+        op_type: Some(op.into()),
+        name: Some(name.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// A value of element type `dt` whose sizes are numbers or named axes.
+fn value(name: &str, dt: i32, dims: &[&str]) -> pb::ValueInfoProto {
+    use pb::tensor_shape_proto::{dimension::Value, Dimension};
+    let dim = dims
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d.parse::<i64>() {
+                Ok(v) => Value::DimValue(v),
+                Err(_) => Value::DimParam(d.to_string()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let t =
+        pb::type_proto::Tensor { elem_type: Some(dt), shape: Some(pb::TensorShapeProto { dim }) };
+    pb::ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(pb::TypeProto {
+            value: Some(pb::type_proto::Value::TensorType(t)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn ints(name: &str, v: &[i64]) -> pb::TensorProto {
+    pb::TensorProto {
+        name: Some(name.into()),
+        data_type: Some(7),
+        dims: vec![v.len() as i64],
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn floats(name: &str, dims: &[i64], v: &[f32]) -> pb::TensorProto {
+    pb::TensorProto {
+        name: Some(name.into()),
+        data_type: Some(1),
+        dims: dims.to_vec(),
+        raw_data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        ..Default::default()
+    }
+}
+
+fn model(
+    nodes: Vec<pb::NodeProto>,
+    inputs: Vec<pb::ValueInfoProto>,
+    outputs: &[&str],
+    inits: Vec<pb::TensorProto>,
+) -> Vec<u8> {
+    let graph = pb::GraphProto {
+        node: nodes,
+        input: inputs,
+        output: outputs.iter().map(|o| value(o, 1, &[])).collect(),
+        initializer: inits,
+        ..Default::default()
+    };
+    let m = pb::ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![pb::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(graph),
+        ..Default::default()
+    };
+    m.encode_to_vec()
+}
+
+fn import(bytes: &[u8]) -> Result<crate::Imported, crate::ImportError> {
+    super::import(Path::new("t.onnx"), bytes, &Options::default())
+}
+
+#[test]
+fn every_unsupported_op_is_listed_with_its_type_and_opset() {
+    let nodes = vec![
+        node("NonZero", "/a/NonZero", &["x"], &["nz"]),
+        node("Relu", "/a/Relu", &["nz"], &["r"]),
+        node("Det", "/b/Det", &["x"], &["d"]),
+        pb::NodeProto {
+            domain: Some("com.microsoft".into()),
+            ..node("FusedGelu", "g", &["x"], &["g"])
+        },
+    ];
+    let bytes = model(nodes, vec![value("x", 1, &["2", "3", "3"])], &["r", "d", "g"], vec![]);
+    let e = import(&bytes).expect_err("three ops mgn has no translation for");
+    assert_eq!(e.problems.len(), 3, "{e}");
+    assert!(e.problems[0].contains("`/a/NonZero` (NonZero, opset 17)"), "{e}");
+    assert!(e.problems[1].contains("`/b/Det` (Det, opset 17)"), "{e}");
+    assert!(e.problems[2].contains("com.microsoft.FusedGelu"), "{e}");
+    // The Relu after the NonZero is not reported: its input is.
+    assert!(!e.to_string().contains("Relu"), "{e}");
+}
+
+#[test]
+fn unsupported_attribute_values_and_types_are_problems() {
+    let mut pad = node("Conv", "/c/Conv", &["x", "w"], &["y"]);
+    pad.attribute.push(attr_ints("pads", &[0, 0, 1, 1]));
+    let bytes = model(
+        vec![pad],
+        vec![value("x", 1, &["1", "1", "4", "4"]), value("q", 11, &["2"])],
+        &["y"],
+        vec![floats("w", &[1, 1, 1, 1], &[1.0])],
+    );
+    let e = import(&bytes).expect_err("asymmetric padding and a double input");
+    assert!(e.problems.iter().any(|p| p.contains("input `q` is double")), "{e}");
+    assert!(e.problems.iter().any(|p| p.contains("differs between the start and the end")), "{e}");
+}
+
+#[test]
+fn shape_arithmetic_folds_to_the_models_named_sizes() {
+    // The exporter's reshape of [batch, 12] to [batch, 3, 4] through Shape, Gather, Concat.
+    let mut gather = node("Gather", "/Gather", &["s", "zero"], &["b"]);
+    gather.attribute.push(pb::AttributeProto {
+        name: Some("axis".into()),
+        r#type: Some(pb::attribute_proto::AttributeType::Int as i32),
+        i: Some(0),
+        ..Default::default()
+    });
+    let nodes = vec![
+        node("Shape", "/Shape", &["x"], &["s"]),
+        gather,
+        node("Unsqueeze", "/Unsqueeze", &["b", "axes"], &["b1"]),
+        node("Concat", "/Concat", &["b1", "rest"], &["shape"]),
+        node("Reshape", "/Reshape", &["x", "shape"], &["y"]),
+    ];
+    let mut concat_axis = nodes;
+    concat_axis[3].attribute.push(pb::AttributeProto {
+        name: Some("axis".into()),
+        r#type: Some(pb::attribute_proto::AttributeType::Int as i32),
+        i: Some(0),
+        ..Default::default()
+    });
+    let inits = vec![
+        pb::TensorProto { dims: vec![], ..ints("zero", &[0]) },
+        ints("axes", &[0]),
+        ints("rest", &[3, 4]),
+    ];
+    let bytes = model(concat_axis, vec![value("x", 1, &["batch", "12"])], &["y"], inits);
+    let m = import(&bytes).expect("imports");
+    assert!(m.source.contains("model T(batch: dim = 2)"), "{}", m.source);
+    assert!(m.source.contains("input x: f32[batch, 12]"), "{}", m.source);
+    assert!(m.source.contains("reshape(x, [batch, 3, 4])"), "{}", m.source);
+    assert!(!m.source.contains("Shape") && !m.source.contains("concat"), "{}", m.source);
+}
+
+#[test]
+fn a_matmul_and_add_of_initializers_is_a_linear_named_by_its_module() {
+    let nodes = vec![
+        node("MatMul", "/encoder/layer.0/fc/MatMul", &["x", "onnx::MatMul_9"], &["m"]),
+        node("Add", "/encoder/layer.0/fc/Add", &["m", "encoder.layer.0.fc.bias"], &["y"]),
+    ];
+    let inits = vec![
+        floats("onnx::MatMul_9", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        floats("encoder.layer.0.fc.bias", &[3], &[0.5, 0.5, 0.5]),
+    ];
+    let bytes = model(nodes, vec![value("x", 1, &["4", "2"])], &["y"], inits);
+    let m = import(&bytes).expect("imports");
+    assert!(m.source.contains("Linear(2, 3)"), "{}", m.source);
+    let names: Vec<&str> = m.weights.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["encoder.layer.0.fc.weight", "encoder.layer.0.fc.bias"]);
+    // Stored as PyTorch's Linear stores it: [out, in], the file's [in, out] transposed.
+    let w = &m.weights[0].1;
+    assert_eq!(w.shape, [3, 2]);
+    assert_eq!(w.as_f32().expect("f32"), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+}
+
+#[test]
+fn module_paths_from_both_exporters() {
+    assert_eq!(torchscript_scope("/layer1/layer1.0/conv1/Conv"), "layer1.0.conv1");
+    assert_eq!(
+        torchscript_scope("/features/features.1/block/block.0/block.0.0/Conv"),
+        "features.1.block.0.0"
+    );
+    assert_eq!(torchscript_scope("/Flatten"), "");
+    assert_eq!(torchscript_scope("Identity_0"), "");
+    let ns = ": __main__.Net/layer1: torch.nn.Sequential/layer1.0: __main__.Blk/add: aten.add";
+    assert_eq!(dynamo_scope(ns), "layer1.0");
+    assert_eq!(dynamo_scope(": __main__.Net/view: aten.view.default"), "");
+}
+
+#[test]
+fn floats_are_written_so_they_read_back_exactly() {
+    for v in [1e-5f32, 0.1, 1.0 / 3.0, 2.0, -0.25, 3.4e38] {
+        let text = float_text(v).expect("finite");
+        let parsed: f64 = text.trim_matches(['(', ')']).parse().expect("a number");
+        assert_eq!(parsed as f32, v, "{text}");
+        assert!(text.contains(['.', 'e']), "{text} is a float literal");
+    }
+    assert_eq!(float_text(f32::NEG_INFINITY).as_deref(), Some("(-3.4028235e38)"));
+    assert_eq!(float_text(f32::NAN), None);
+}
+
+#[test]
+fn a_file_that_is_no_model_says_so() {
+    let e = import(b"\xff\xff\xff").expect_err("not protobuf");
+    assert!(e.problems[0].contains("not an ONNX model"), "{e}");
+}
