@@ -203,7 +203,7 @@ fn program_lines(
             Elem::Unary(u, a) => unary(*u, &v(a)),
             Elem::UnaryGrad(u, a, b) => unary_grad(*u, &v(a), &v(b)),
             Elem::Binary(op, a, b) => binary(*op, &v(a), &v(b), true),
-            Elem::Pow(e, a) => format!("pow({}, {})", v(a), f32_lit(*e)),
+            Elem::Pow(e, a) => super::pow_expr(&v(a), *e),
             Elem::Compare(c, a, b) => format!("({} {} {})", v(a), c.symbol(), v(b)),
             // A condition read from memory is a word; one computed here is a WGSL `bool`.
             Elem::Where(c, a, b) => match program.get(*c as usize) {

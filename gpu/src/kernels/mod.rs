@@ -220,6 +220,27 @@ pub(crate) fn f32_lit(v: f64) -> String {
     format!("bitcast<f32>({}u)", (v as f32).to_bits())
 }
 
+/// `x` to the constant power `e`, as the CPU reference computes it (`powf`). WGSL's `pow` is
+/// undefined for a negative base (drivers return NaN) and for 0⁰, where `powf` has values: a
+/// whole exponent takes the power of |x| and the sign of x when the exponent is odd; 0 and 1
+/// are the constant 1 and x itself. A fractional power of a negative base is NaN on both.
+pub(crate) fn pow_expr(x: &str, e: f64) -> String {
+    let whole = e.fract() == 0.0 && e.abs() < (1u64 << 53) as f64;
+    match e {
+        0.0 => format!("({x} * 0.0 + 1.0)"),
+        1.0 => format!("({x})"),
+        _ if whole => {
+            let p = format!("pow(abs({x}), {})", f32_lit(e));
+            if (e as i64) % 2 == 0 {
+                p
+            } else {
+                format!("select({p}, -{p}, {x} < 0.0)")
+            }
+        }
+        _ => format!("pow({x}, {})", f32_lit(e)),
+    }
+}
+
 /// Wraps a per-element body: `i` is the element, `n` the element count.
 pub(super) fn elementwise(
     n: impl Into<Ext>,
@@ -484,9 +505,7 @@ fn pointwise(op: &Op, inputs: &[Operand], out: &Operand, training: bool) -> Opti
         Op::Arange => store(out, "i", "i"),
         Op::Unary(u) if out.dtype.is_float() => store(out, "i", &unary(*u, &f(0, "i"))),
         Op::Unary(UnaryOp::Neg) => store(out, "i", &format!("-{}", f(0, "i"))),
-        Op::Pow { exponent } => {
-            store(out, "i", &format!("pow({}, {})", f(0, "i"), f32_lit(*exponent)))
-        }
+        Op::Pow { exponent } => store(out, "i", &pow_expr(&f(0, "i"), *exponent)),
         Op::Binary(b) => {
             let (x, y) = (f(0, &same(0)), f(1, &same(1)));
             store(out, "i", &binary(*b, &x, &y, out.dtype.is_float()))
