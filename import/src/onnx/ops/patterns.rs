@@ -7,6 +7,7 @@
 use super::shape::permute;
 use super::{broadcast, Lower, R};
 use crate::onnx::graph::Node;
+use crate::onnx::layers::access;
 use crate::onnx::value::{float_text, Run, Sym, Val};
 use std::collections::HashSet;
 
@@ -332,7 +333,9 @@ fn key(cx: &mut Lower, kt: &str, ktr: Run, inner: &mut Inner) -> Run {
 
 /// Drops the `let`s of `dropped` that no later statement reads: the inside of a recognised
 /// pattern, lowered before its last node was reached. `scopes` stays parallel to `body`.
-pub fn prune(body: &mut Vec<String>, scopes: &mut Vec<String>, dropped: &HashSet<String>) {
+/// The tensors only those statements read (an exporter's `0.5` initializer) go too.
+pub fn prune(cx: &mut Lower) {
+    let (body, scopes, dropped) = (&mut cx.body, &mut cx.scopes, &cx.dropped);
     let mut read: HashSet<String> = HashSet::new();
     let mut keep = vec![true; body.len()];
     for (i, line) in body.iter().enumerate().rev() {
@@ -343,10 +346,31 @@ pub fn prune(body: &mut Vec<String>, scopes: &mut Vec<String>, dropped: &HashSet
         }
         read.extend(words(line));
     }
+    let removed: Vec<String> =
+        body.iter().zip(&keep).filter(|(_, k)| !**k).map(|(l, _)| l.clone()).collect();
     let mut k = keep.iter();
     body.retain(|_| *k.next().expect("parallel"));
     let mut k = keep.iter();
     scopes.retain(|_| *k.next().unwrap_or(&true));
+    let f = &mut cx.fields;
+    let unread: HashSet<String> = f
+        .tensors
+        .keys()
+        .filter(|p| {
+            let a = access(p);
+            removed.iter().any(|l| reads(l, &a)) && !cx.body.iter().any(|l| reads(l, &a))
+        })
+        .cloned()
+        .collect();
+    f.tensors.retain(|p, _| !unread.contains(p));
+    f.order.retain(|p| !unread.contains(p));
+    f.weights.retain(|(p, _)| !unread.contains(p));
+}
+
+/// Whether `line` reads the field `a` (`self.s4`, not `self.s4_1`).
+fn reads(line: &str, a: &str) -> bool {
+    line.match_indices(a)
+        .any(|(i, _)| !line[i + a.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_'))
 }
 
 /// The identifiers of a line (with what follows a `.`, harmlessly).
