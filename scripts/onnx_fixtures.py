@@ -268,10 +268,46 @@ def models():
     write("tiny_transformer", onnx.load(path), {"ids": ids.numpy()}, sets="batch=2,sequence=6")
 
 
+def patterns():
+    """The chains the importer turns into builtins, in orderings the unit tests do not use: the
+    erf GELU by 1/√2 with the half first, the tanh GELU with x·x·x, attention scaled on both
+    operands with a [Tq, Tk] mask, and attention over k [B, T, H, D] transposed to [B, H, D, T]."""
+    n = h.make_node
+    nodes = [
+        n("Mul", ["x", "inv_sqrt2"], ["g_d"]), n("Erf", ["g_d"], ["g_e"]),
+        n("Add", ["one", "g_e"], ["g_a"]), n("Mul", ["half", "x"], ["g_h"]),
+        n("Mul", ["g_h", "g_a"], ["gelu"]),
+        n("Mul", ["x", "x"], ["t_x2"]), n("Mul", ["t_x2", "x"], ["t_x3"]),
+        n("Mul", ["c", "t_x3"], ["t_c"]), n("Add", ["t_c", "x"], ["t_s"]),
+        n("Mul", ["k", "t_s"], ["t_z"]), n("Tanh", ["t_z"], ["t_t"]),
+        n("Add", ["t_t", "one"], ["t_a"]), n("Mul", ["x", "t_a"], ["t_m"]),
+        n("Mul", ["t_m", "half"], ["gelu_tanh"]),
+        n("Mul", ["q", "s4"], ["a_q"]), n("Mul", ["kt", "s4"], ["a_k"]),
+        n("MatMul", ["a_q", "a_k"], ["a_s"]), n("Add", ["mask", "a_s"], ["a_m"]),
+        n("Softmax", ["a_m"], ["a_p"], axis=-1), n("MatMul", ["a_p", "v"], ["attn"]),
+        n("Transpose", ["kh"], ["b_kt"], perm=[0, 2, 3, 1]),
+        n("MatMul", ["q", "b_kt"], ["b_s"]), n("Mul", ["b_s", "s2"], ["b_m"]),
+        n("Softmax", ["b_m"], ["b_p"], axis=3), n("MatMul", ["b_p", "v"], ["attn_t"]),
+    ]
+    inits = [init("inv_sqrt2", np.float32(0.70710677)), init("one", np.float32(1)),
+             init("half", np.float32(0.5)), init("c", np.float32(0.044715)),
+             init("k", np.float32(np.sqrt(2 / np.pi))), init("s4", np.float32(8 ** -0.25)),
+             init("s2", np.float32(8 ** -0.5))]
+    mask = np.triu(np.full((5, 5), -1e4, np.float32), 1)
+    ins = [vi("x", T.FLOAT, [2, 3, 4]), vi("q", T.FLOAT, [2, 3, 5, 8]),
+           vi("kt", T.FLOAT, [2, 3, 8, 5]), vi("v", T.FLOAT, [2, 3, 5, 6]),
+           vi("mask", T.FLOAT, [5, 5]), vi("kh", T.FLOAT, [2, 5, 3, 8])]
+    outs = ["gelu", "gelu_tanh", "attn", "attn_t"]
+    m = graph("patterns", nodes, ins, [vi(o, T.FLOAT, None) for o in outs], inits)
+    write("op_patterns", m, {"x": f32(2, 3, 4), "q": f32(2, 3, 5, 8), "kt": f32(2, 3, 8, 5),
+                             "v": f32(2, 3, 5, 6), "mask": mask, "kh": f32(2, 5, 3, 8)})
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     pointwise()
     reduce()
     shapes()
     nn_ops()
+    patterns()
     models()

@@ -59,6 +59,7 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
     }
     let name = options.name.clone().unwrap_or_else(|| model_name(path));
     cx.tag("");
+    ops::patterns::prune(&mut cx);
     let modules = emit::modules(&cx.fields);
     let body = std::mem::take(&mut cx.body);
     let scopes = std::mem::take(&mut cx.scopes);

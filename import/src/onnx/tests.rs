@@ -225,3 +225,104 @@ fn a_file_that_is_no_model_says_so() {
     let e = import(b"\xff\xff\xff").expect_err("not protobuf");
     assert!(e.problems[0].contains("not an ONNX model"), "{e}");
 }
+
+fn scalar(name: &str, v: f32) -> pb::TensorProto {
+    floats(name, &[], &[v])
+}
+
+fn attr_int(name: &str, v: i64) -> pb::AttributeProto {
+    pb::AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(pb::attribute_proto::AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+/// TorchScript's erf GELU, `x / √2` divided by `sqrt2`.
+fn erf_gelu(sqrt2: f32) -> String {
+    let nodes = vec![
+        node("Div", "/act/Div", &["x", "sqrt2"], &["d"]),
+        node("Erf", "/act/Erf", &["d"], &["e"]),
+        node("Add", "/act/Add", &["e", "one"], &["a"]),
+        node("Mul", "/act/Mul", &["x", "a"], &["m"]),
+        node("Mul", "/act/Mul_1", &["m", "half"], &["y"]),
+    ];
+    let inits = vec![scalar("sqrt2", sqrt2), scalar("one", 1.0), scalar("half", 0.5)];
+    let bytes = model(nodes, vec![value("x", 1, &["2", "3"])], &["y"], inits);
+    import(&bytes).expect("imports").source
+}
+
+#[test]
+fn the_erf_gelu_is_the_gelu_builtin_and_a_near_miss_stays_op_by_op() {
+    let s = erf_gelu(std::f32::consts::SQRT_2);
+    assert!(s.contains("gelu(x)") && !s.contains("erf("), "{s}");
+    // x · Φ(x / 1.5 · √2) is not GELU.
+    let s = erf_gelu(1.5);
+    assert!(s.contains("erf(") && !s.contains("gelu("), "{s}");
+}
+
+/// GPT-2's tanh GELU as the dynamo exporter writes it, with `c` for 0.044715.
+fn tanh_gelu(c: f32) -> String {
+    let nodes = vec![
+        node("Pow", "p", &["x", "three"], &["x3"]),
+        node("Mul", "m1", &["x3", "c"], &["cx3"]),
+        node("Add", "a1", &["x", "cx3"], &["s"]),
+        node("Mul", "m2", &["s", "k"], &["z"]),
+        node("Tanh", "t", &["z"], &["th"]),
+        node("Add", "a2", &["th", "one"], &["a"]),
+        node("Mul", "m3", &["x", "half"], &["hx"]),
+        node("Mul", "m4", &["hx", "a"], &["y"]),
+    ];
+    let inits = vec![
+        scalar("three", 3.0),
+        scalar("c", c),
+        scalar("k", (2.0 / std::f32::consts::PI).sqrt()),
+        scalar("one", 1.0),
+        scalar("half", 0.5),
+    ];
+    let bytes = model(nodes, vec![value("x", 1, &["2", "3"])], &["y"], inits);
+    import(&bytes).expect("imports").source
+}
+
+#[test]
+fn the_tanh_gelu_is_gelu_tanh_and_a_near_miss_stays_op_by_op() {
+    let s = tanh_gelu(0.044715);
+    assert!(s.contains("gelu_tanh(x)") && !s.contains(" tanh("), "{s}");
+    let s = tanh_gelu(0.05);
+    assert!(s.contains("tanh(") && !s.contains("gelu_tanh("), "{s}");
+}
+
+/// `softmax(q · kᵀ / √8 + m) · v`, the softmax over `axis`.
+fn attention_graph(axis: i64, outputs: &[&str]) -> String {
+    let mut softmax = node("Softmax", "sm", &["s"], &["p"]);
+    softmax.attribute.push(attr_int("axis", axis));
+    let mut t = node("Transpose", "t", &["k"], &["kt"]);
+    t.attribute.push(attr_ints("perm", &[0, 1, 3, 2]));
+    let nodes = vec![
+        t,
+        node("MatMul", "mm1", &["q", "kt"], &["qk"]),
+        node("Div", "div", &["qk", "root"], &["sc"]),
+        node("Add", "add", &["sc", "m"], &["s"]),
+        softmax,
+        node("MatMul", "mm2", &["p", "v"], &["y"]),
+    ];
+    let inputs = ["q", "k", "v"].map(|n| value(n, 1, &["2", "3", "4", "8"]));
+    let mut inputs = inputs.to_vec();
+    inputs.push(value("m", 1, &["2", "1", "4", "4"]));
+    let bytes = model(nodes, inputs, outputs, vec![scalar("root", 8f32.sqrt())]);
+    import(&bytes).expect("imports").source
+}
+
+#[test]
+fn scaled_masked_attention_is_the_attention_builtin_and_a_near_miss_stays_op_by_op() {
+    let s = attention_graph(-1, &["y"]);
+    assert!(s.contains("attention(q, k, v, scale = 0.35355"), "{s}");
+    assert!(s.contains("mask = m)") && !s.contains("softmax"), "{s}");
+    // A softmax over the queries is no attention.
+    let s = attention_graph(2, &["y"]);
+    assert!(s.contains("softmax") && !s.contains("attention("), "{s}");
+    // Probabilities read elsewhere (an output here) keep the written-out form.
+    let s = attention_graph(-1, &["y", "p"]);
+    assert!(s.contains("softmax") && !s.contains("attention("), "{s}");
+}

@@ -3,6 +3,7 @@
 //! are computed as it is lowered, so later nodes know their ranks and sizes.
 
 mod nn;
+pub mod patterns;
 mod pointwise;
 mod reduce;
 pub mod shape;
@@ -43,6 +44,11 @@ pub struct Lower<'g> {
     /// The type of each `let` and input, as `.mgn` writes it.
     pub types: HashMap<String, String>,
     pub problems: Vec<String>,
+    /// How many nodes (and graph outputs) read each value, and the node making it.
+    reads: HashMap<String, usize>,
+    made_by: HashMap<String, usize>,
+    /// `let`s inside recognised patterns, dropped at the end where nothing else reads them.
+    pub dropped: HashSet<String>,
 }
 
 impl<'g> Lower<'g> {
@@ -55,6 +61,16 @@ impl<'g> Lower<'g> {
         for (&i, c) in &claims {
             for &j in &c.absorbs {
                 absorbed.insert(j, i);
+            }
+        }
+        let mut reads: HashMap<String, usize> = HashMap::new();
+        let mut made_by = HashMap::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            for v in &n.inputs {
+                *reads.entry(v.clone()).or_default() += 1;
+            }
+            for o in &n.outputs {
+                made_by.insert(o.clone(), i);
             }
         }
         Lower {
@@ -72,7 +88,20 @@ impl<'g> Lower<'g> {
             cur_scope: String::new(),
             types: HashMap::new(),
             problems: Vec::new(),
+            reads,
+            made_by,
+            dropped: HashSet::new(),
         }
+    }
+
+    /// The node whose output `v` is.
+    pub fn producer(&self, v: &str) -> Option<&'g Node> {
+        self.made_by.get(v).map(|&i| &self.g.nodes[i])
+    }
+
+    /// Whether one node reads `v` and it is no output of the graph.
+    pub fn read_once(&self, v: &str) -> bool {
+        self.reads.get(v) == Some(&1) && !self.g.outputs.iter().any(|o| o == v)
     }
 
     /// Reserves a `let` name near `hint` (a valid identifier, not a keyword, not used before).
@@ -295,6 +324,9 @@ impl<'g> Lower<'g> {
         }
         if let Some(folded) = fold::fold(self, n)? {
             return Ok(folded);
+        }
+        if let Some(v) = patterns::fuse(self, n)? {
+            return Ok(vec![Val::Run(v)]);
         }
         self.lower(n)
     }
