@@ -160,15 +160,6 @@ fn pow(cx: &mut Lower, n: &Node) -> R<Run> {
         format!("square({})", x.expr)
     } else if p == 1.0 {
         x.expr.clone()
-    } else if p.fract() == 0.0 && (3.0..=4.0).contains(&p.abs()) || p == -1.0 || p == -2.0 {
-        // Whole powers as products: a GPU's pow of a negative base is NaN, ONNX's is not.
-        let n = p.abs() as usize;
-        let prod = vec![x.expr.as_str(); n].join(" * ");
-        if p < 0.0 {
-            format!("1.0 / ({prod})")
-        } else {
-            prod
-        }
     } else if p == 0.5 {
         format!("sqrt({})", x.expr)
     } else {
