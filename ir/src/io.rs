@@ -22,7 +22,15 @@ use std::time::Duration;
 ///
 /// The error is a reason, to follow "cannot read `…`: ".
 pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    let (mut file, len) = open_regular(path, limit)?;
+    let (file, len) = open_regular(path, limit)?;
+    read_whole(file, len)
+}
+
+/// The rest of [`read_regular`] on a file [`open_regular`] opened, from its start: exactly
+/// `len` bytes, and the file must end there.
+pub fn read_whole(mut file: File, len: u64) -> Result<Vec<u8>, String> {
+    use std::io::Seek;
+    file.rewind().map_err(|e| reason(&e))?;
     let mut bytes = Vec::new();
     bytes
         .try_reserve_exact(len as usize)

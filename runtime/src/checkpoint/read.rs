@@ -13,11 +13,11 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let cannot = |r: String| CheckpointError::new(path, format!("cannot read the checkpoint: {r}"));
     // By the rule for every file mgn reads: a regular file (never a FIFO or a device), opened
     // without blocking; its size known before anything is read.
-    let (file, len) = mgn_ir::io::open_regular(path, u64::MAX).map_err(cannot)?;
+    let (mut file, len) = mgn_ir::io::open_regular(path, u64::MAX).map_err(cannot)?;
     if len >= HEADER_FIRST {
-        check_sizes(file, len).map_err(|m| CheckpointError::new(path, m))?;
+        check_sizes(&mut file, len).map_err(|m| CheckpointError::new(path, m))?;
     }
-    let bytes = mgn_ir::io::read_regular(path, u64::MAX).map_err(cannot)?;
+    let bytes = mgn_ir::io::read_whole(file, len).map_err(cannot)?;
     from_bytes(&bytes, path)
 }
 
@@ -27,7 +27,7 @@ const HEADER_FIRST: u64 = 64 << 20;
 
 /// Whether the header of the file (`len` bytes) describes exactly the tensor data that follows
 /// it. Headers that cannot be read here are left to `from_bytes`, which describes every fault.
-fn check_sizes(mut file: std::fs::File, len: u64) -> Result<(), String> {
+fn check_sizes(file: &mut std::fs::File, len: u64) -> Result<(), String> {
     use std::io::Read;
     let mut n = [0u8; 8];
     file.read_exact(&mut n).map_err(|e| mgn_ir::io::reason(&e))?;
@@ -199,6 +199,31 @@ mod tests {
     use super::super::testing::{parse, sample_bytes, with_header};
     use super::*;
     use mgn_ir::tensor::Tensor;
+
+    /// A large file whose header describes other tensor data than the file holds (a copy cut
+    /// short) is refused from its header, before its gigabytes are read. The file is sparse:
+    /// nothing of its size is written.
+    #[test]
+    fn a_large_file_is_checked_against_its_header_before_it_is_read() {
+        let dir = super::super::testing::TempDir::new("header-first");
+        let path = dir.path("big.safetensors");
+        let n = (HEADER_FIRST / 4) as usize + 16;
+        let mut header = format!(
+            "{{\"w\":{{\"dtype\":\"F32\",\"shape\":[{n}],\"data_offsets\":[0,{}]}}}}",
+            4 * n
+        );
+        while header.len() % 8 != 0 {
+            header.push(' ');
+        }
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header.as_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let short = (bytes.len() + 4 * n - 64) as u64;
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(short).unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        let want = format!("the header describes {} bytes of tensor data, but the file", 4 * n);
+        assert!(e.contains(&want) && e.contains(&format!("holds {}", 4 * n - 64)), "{e}");
+    }
 
     #[test]
     fn truncated_files_are_errors_at_every_cut() {
