@@ -140,6 +140,10 @@ fn dispatch(op: &Op, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) ->
         Pow { exponent } => pointwise::pow(x[0], *exponent),
         Binary(b) => pointwise::binary(*b, x[0], x[1], shape),
         Cast => pointwise::cast(x[0], dtype),
+        Dequantize => match &x[0].data {
+            Data::Packed(bytes) => Ok(Data::F32(mgn_ir::packed::dequantize(x[0].dtype, bytes))),
+            _ => err(format!("dequantize reads a packed value, not a {} one", x[0].dtype)),
+        },
         StopGradient => Ok(x[0].data.clone()),
         MatMul => matmul::matmul(x[0], x[1], shape),
         Permute { perm } => movement::permute(x[0], perm, shape),
@@ -322,9 +326,15 @@ macro_rules! map_data {
             mgn_ir::Data::F32($v) => mgn_ir::Data::F32($body),
             mgn_ir::Data::F64($v) => mgn_ir::Data::F64($body),
             mgn_ir::Data::I32($v) => mgn_ir::Data::I32($body),
+            mgn_ir::Data::Packed(_) => unreachable!("{}", $crate::PACKED_ONLY_DEQUANTIZED),
         }
     };
 }
+
+/// Why no kernel but `Dequantize` meets a packed operand: the validator refuses plans where
+/// another step reads one, and every plan a backend runs is validated.
+pub(crate) const PACKED_ONLY_DEQUANTIZED: &str =
+    "a packed value is read only through dequantize (the plan validator's rule)";
 pub(crate) use map_data;
 
 /// The elements of a float input as `T` (borrowed when stored as `T`, converted otherwise).
@@ -336,6 +346,7 @@ pub(crate) fn floats<'a, T: Float>(t: &'a Tensor, what: &str) -> KResult<Cow<'a,
         Data::F32(v) => Ok(Cow::Owned(v.iter().map(|&x| T::of(x as f64)).collect())),
         Data::F64(v) => Ok(Cow::Owned(v.iter().map(|&x| T::of(x)).collect())),
         Data::I32(_) => err(format!("{what} must be a float tensor, but it is stored as i32")),
+        Data::Packed(_) => err(format!("{what} is packed: {PACKED_ONLY_DEQUANTIZED}")),
     }
 }
 

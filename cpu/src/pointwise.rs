@@ -186,7 +186,7 @@ pub(crate) fn round_to_half(data: &mut Data, dtype: DType) {
     match data {
         Data::F32(v) => v.iter_mut().for_each(|x| *x = round(*x)),
         Data::F64(v) => v.iter_mut().for_each(|x| *x = round(*x as f32) as f64),
-        Data::I32(_) => {}
+        Data::I32(_) | Data::Packed(_) => {}
     }
 }
 
@@ -218,6 +218,7 @@ pub(crate) fn cast(x: &Tensor, dtype: DType) -> KResult<Data> {
         }
         (Data::F32(v), false) => Data::I32(v.iter().map(|&v| v as i32).collect()),
         (Data::F64(v), false) => Data::I32(v.iter().map(|&v| v as i32).collect()),
+        (Data::Packed(_), _) => return err(crate::PACKED_ONLY_DEQUANTIZED),
     })
 }
 

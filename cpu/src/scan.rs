@@ -108,6 +108,7 @@ pub(crate) fn take_along(x: &Tensor, index: &Tensor, axis: usize) -> KResult<Dat
         Data::I32(v) => Data::I32((0..idx.len()).map(|t| v[source(t)]).collect()),
         Data::F32(v) => Data::F32((0..idx.len()).map(|t| v[source(t)]).collect()),
         Data::F64(v) => Data::F64((0..idx.len()).map(|t| v[source(t)]).collect()),
+        Data::Packed(_) => unreachable!("{}", crate::PACKED_ONLY_DEQUANTIZED),
     })
 }
 

@@ -385,10 +385,13 @@ pub fn root_last_uses(plan: &GpuPlan, root: &[usize]) -> Vec<usize> {
 const ALIGN: usize = 4;
 
 /// The 32-bit words a value of this type takes: one per element, or one per two elements of
-/// a half type (`f16`, `bf16`: element `2k` in the low half of word `k`, `2k + 1` in the high).
+/// a half type (`f16`, `bf16`: element `2k` in the low half of word `k`, `2k + 1` in the high),
+/// or a packed type's blocks, byte for byte as a checkpoint holds them, in little-endian words.
 pub fn value_words(dtype: DType, shape: &[usize]) -> usize {
     let n = shape.iter().product::<usize>();
-    if dtype.is_half() {
+    if dtype.is_packed() {
+        dtype.bytes_for(n).unwrap_or(0).div_ceil(4)
+    } else if dtype.is_half() {
         n.div_ceil(2)
     } else {
         n

@@ -126,7 +126,7 @@ fn param_words<'a>(
 /// A tensor's words as the arena holds a value of `dtype` (the holding step's: an inference
 /// plan may hold an f32 parameter as halves, `rewrite::halves`): f32 and i32 values as they
 /// lie in memory (no copy: a model's parameters are hundreds of megabytes), f64 rounded to f32,
-/// halves packed.
+/// halves packed, a packed type's bytes in little-endian words.
 fn words_of(t: &Tensor, dtype: mgn_ir::DType) -> std::borrow::Cow<'_, [u32]> {
     use std::borrow::Cow;
     if dtype.is_half() {
@@ -136,6 +136,15 @@ fn words_of(t: &Tensor, dtype: mgn_ir::DType) -> std::borrow::Cow<'_, [u32]> {
         Data::F32(v) => Cow::Borrowed(as_words(v)),
         Data::I32(v) => Cow::Borrowed(as_words(v)),
         Data::F64(v) => Cow::Owned(v.iter().map(|&x| (x as f32).to_bits()).collect()),
+        Data::Packed(b) => Cow::Owned(
+            b.chunks(4)
+                .map(|c| {
+                    let mut w = [0u8; 4];
+                    w[..c.len()].copy_from_slice(c);
+                    u32::from_le_bytes(w)
+                })
+                .collect(),
+        ),
     }
 }
 

@@ -182,6 +182,14 @@ pub fn infer(op: &Op, x: &[Ty]) -> Rule {
             let [a] = take(x)?;
             same(*a)
         }
+        Dequantize => {
+            let [a] = take(x)?;
+            if !a.0.is_packed() {
+                return fail(format!("dequantize reads a packed value, not {}", show(*a)));
+            }
+            a.0.packs(a.1).map_err(ShapeError)?;
+            Ok(Some((DType::F32, a.1.to_vec())))
+        }
         Unary(_) | Pow { .. } | Dropout { .. } | DropoutGrad { .. } => {
             let [a] = take(x)?;
             float(*a, "the operand")?;

@@ -1,6 +1,8 @@
-//! What every stage of mgn shares, and nothing heavy (serde, and libm for `erf`):
+//! What every stage of mgn shares, and nothing heavy (serde, libm for `erf`, half for the
+//! packed types' scales):
 //!
-//! - `dtype`: element types; `tensor`: host tensors and what a run returns;
+//! - `dtype`: element types and packed (quantized) types; `packed`: the packed types' bytes;
+//! - `tensor`: host tensors and what a run returns;
 //! - `op`: the public op vocabulary; `pointwise`: its point-wise functions and derivatives;
 //! - `shape`: the shape rules every stage applies; `infer`: each op's typing rule on them;
 //! - `plan`: the plan an app embeds and its file format; `valid`: the plan validator;
@@ -21,6 +23,7 @@ pub mod infer;
 pub mod io;
 pub mod op;
 pub mod optim;
+pub mod packed;
 pub mod plan;
 pub mod pointwise;
 pub mod precision;

@@ -165,6 +165,11 @@ pub enum Op {
     /// Elementwise with NumPy broadcasting.
     Binary(BinaryOp),
     Cast,
+    /// A packed parameter's values (`DType::Q8_0` … `Q6_K`) as f32, of the same shape: the only
+    /// step that reads a packed value. Backends read through it in place where they can (a
+    /// product decoding its weight's blocks as it stages them, a lookup decoding the rows it
+    /// gathers), so it names what is computed, not a copy.
+    Dequantize,
     /// The identity, through which autodiff sends no gradient: targets, teacher networks,
     /// straight-through estimators.
     StopGradient,
@@ -459,6 +464,16 @@ impl Op {
         )
     }
 
+    /// The name of an op without attributes that `describe` prints as it is.
+    fn plain_name(&self) -> &'static str {
+        match self {
+            Op::Cast => "cast",
+            Op::Dequantize => "dequantize",
+            Op::StopGradient => "stop_gradient",
+            _ => "matmul",
+        }
+    }
+
     /// Short name plus attributes, as printed in IR dumps.
     pub fn describe(&self) -> String {
         match self {
@@ -469,9 +484,7 @@ impl Op {
             Op::Unary(u) => format!("{u:?}").to_lowercase(),
             Op::Pow { exponent } => format!("pow {}", fmt_f64(*exponent)),
             Op::Binary(b) => format!("{b:?}").to_lowercase(),
-            Op::Cast => "cast".into(),
-            Op::StopGradient => "stop_gradient".into(),
-            Op::MatMul => "matmul".into(),
+            Op::Cast | Op::Dequantize | Op::StopGradient | Op::MatMul => self.plain_name().into(),
             Op::Permute { perm } => format!("permute {}", list(perm)),
             Op::Reshape => "reshape".into(),
             Op::Concat { axis } => format!("concat axis={axis}"),

@@ -2,7 +2,8 @@
 //!
 //! Storage is wider than or equal to the declared dtype: `f16`/`bf16` live as `F32` on the CPU,
 //! integer types and `bool` as `I32`; `F64` exists so gradient checks can run the same kernels
-//! in double precision.
+//! in double precision. A packed type (`q4_0` …) lives as its blocks' bytes (`Data::Packed`)
+//! everywhere: that is the point of it.
 
 use crate::DType;
 
@@ -11,14 +12,18 @@ pub enum Data {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I32(Vec<i32>),
+    /// The bytes of a packed type's blocks (`crate::packed`).
+    Packed(Vec<u8>),
 }
 
 impl Data {
+    /// The number of stored items: elements, or bytes of a packed tensor.
     pub fn len(&self) -> usize {
         match self {
             Data::F32(v) => v.len(),
             Data::F64(v) => v.len(),
             Data::I32(v) => v.len(),
+            Data::Packed(v) => v.len(),
         }
     }
 
@@ -50,11 +55,48 @@ impl Tensor {
         Tensor { dtype: DType::I32, shape, data: Data::I32(data) }
     }
 
-    /// Zeros in the storage that suits `dtype` (floats as F32).
+    /// A packed tensor of `shape` from its blocks' bytes (`bytes` must be
+    /// `dtype.bytes_for(numel)` long).
+    pub fn packed(dtype: DType, shape: Vec<usize>, bytes: Vec<u8>) -> Tensor {
+        debug_assert_eq!(dtype.bytes_for(shape.iter().product()), Some(bytes.len()));
+        Tensor { dtype, shape, data: Data::Packed(bytes) }
+    }
+
+    /// `values` (f32, of `shape`) quantized to the packed `dtype`; `shape`'s last axis must be
+    /// whole blocks (`DType::packs`).
+    pub fn quantized(dtype: DType, shape: Vec<usize>, values: &[f32]) -> Tensor {
+        Tensor::packed(dtype, shape, crate::packed::quantize(dtype, values))
+    }
+
+    /// Zeros in the storage that suits `dtype` (floats as F32; a packed type as blocks of
+    /// zeros, whose every scale is 0).
     pub fn zeros(dtype: DType, shape: Vec<usize>) -> Tensor {
         let n = shape.iter().product();
-        let data = if dtype.is_float() { Data::F32(vec![0.0; n]) } else { Data::I32(vec![0; n]) };
+        let data = if let Some(bytes) = dtype.bytes_for(n).filter(|_| dtype.is_packed()) {
+            Data::Packed(vec![0; bytes])
+        } else if dtype.is_float() {
+            Data::F32(vec![0.0; n])
+        } else {
+            Data::I32(vec![0; n])
+        };
         Tensor { dtype, shape, data }
+    }
+
+    /// A packed tensor's bytes.
+    pub fn as_packed(&self) -> Option<&[u8]> {
+        match &self.data {
+            Data::Packed(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The tensor's values as f32: a packed one decoded, others as `to_f64_vec` narrowed.
+    pub fn dequantized(&self) -> Vec<f32> {
+        match &self.data {
+            Data::Packed(b) => crate::packed::dequantize(self.dtype, b),
+            Data::F32(v) => v.clone(),
+            _ => self.to_f64_vec().into_iter().map(|x| x as f32).collect(),
+        }
     }
 
     pub fn numel(&self) -> usize {
@@ -81,6 +123,9 @@ impl Tensor {
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F64(v) => v.clone(),
             Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::Packed(b) => {
+                crate::packed::dequantize(self.dtype, b).into_iter().map(|x| x as f64).collect()
+            }
         }
     }
 }

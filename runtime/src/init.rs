@@ -104,6 +104,12 @@ fn sampled(spec: &ParamSpec, seed: u64, index: usize) -> Tensor {
         DType::Bool => Data::I32(values.iter().map(|&v| (v != 0.0) as i32).collect()),
         DType::U32 => Data::I32(values.iter().map(|&v| v.round().max(0.0) as i32).collect()),
         DType::I32 | DType::I64 => Data::I32(values.iter().map(|&v| v.round() as i32).collect()),
+        // A packed weight draws its f32 values and stores them quantized (`bench` of a
+        // `--quantize`d plan without a checkpoint).
+        packed => {
+            let f: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+            Data::Packed(mgn_ir::packed::quantize(packed, &f))
+        }
     };
     Tensor { dtype: spec.dtype, shape: spec.shape.clone(), data }
 }

@@ -17,7 +17,7 @@ pub fn clip_scale(grads: &[Tensor], clip_norm: Option<f64>) -> (f64, f64) {
         .map(|g| match &g.data {
             Data::F32(v) => v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>(),
             Data::F64(v) => v.iter().map(|&x| x * x).sum(),
-            Data::I32(_) => 0.0,
+            Data::I32(_) | Data::Packed(_) => 0.0,
         })
         .sum();
     let norm = sq.sqrt();

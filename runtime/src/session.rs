@@ -442,12 +442,12 @@ impl Session {
             let storage_ok = match &t.data {
                 Data::F32(_) | Data::F64(_) => want.dtype.is_float(),
                 Data::I32(_) => !want.dtype.is_float(),
+                Data::Packed(_) => false, // inputs are never packed; parameters may be
             };
             if !storage_ok {
-                return Err(RuntimeError::Failed(format!(
-                    "input `{name}` holds {} values, but the plan expects {}",
-                    t.dtype, want.dtype
-                )));
+                let (got, want) = (t.dtype, want.dtype);
+                let e = format!("input `{name}` holds {got} values, but the plan expects {want}");
+                return Err(RuntimeError::Failed(e));
             }
             which[*step as usize] = Some(pos);
         }
@@ -567,7 +567,7 @@ fn check_finite(
     let bad = match &t.data {
         Data::F32(v) => v.iter().position(|x| !x.is_finite()).map(|k| v[k] as f64),
         Data::F64(v) => v.iter().position(|x| !x.is_finite()).map(|k| v[k]),
-        Data::I32(_) => None,
+        Data::I32(_) | Data::Packed(_) => None,
     };
     match bad {
         Some(x) => Err(RuntimeError::Failed(format!(
@@ -588,7 +588,7 @@ fn unscale(g: &mut Tensor, scale: f64) {
     match &mut g.data {
         Data::F32(v) => v.iter_mut().for_each(|x| *x = (*x as f64 / scale) as f32),
         Data::F64(v) => v.iter_mut().for_each(|x| *x /= scale),
-        Data::I32(_) => {}
+        Data::I32(_) | Data::Packed(_) => {}
     }
 }
 

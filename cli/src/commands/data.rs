@@ -101,6 +101,14 @@ impl Dataset {
                             .flat_map(|&r| v[r * row..(r + 1) * row].iter().copied())
                             .collect(),
                     ),
+                    Data::Packed(b) => {
+                        let row = b.len() / self.len;
+                        Data::Packed(
+                            rows.iter()
+                                .flat_map(|&r| b[r * row..(r + 1) * row].iter().copied())
+                                .collect(),
+                        )
+                    }
                 };
                 (name.clone(), Tensor { dtype: t.dtype, shape, data })
             })

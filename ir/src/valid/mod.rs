@@ -69,6 +69,14 @@ fn params(plan: &Plan) -> Result<(), String> {
                 p.name, p.init
             ));
         }
+        if p.dtype.is_packed() {
+            p.dtype.packs(&p.shape).map_err(|e| format!("parameter `{}`: {e}", p.name))?;
+            // A packed weight has no gradient (its values are a function of a few bits); a
+            // plan trains the f32 parameters around it (adapters, norms, a head).
+            if p.trainable {
+                return Err(format!("parameter `{}` is packed ({}) but trained", p.name, p.dtype));
+            }
+        }
     }
     // (A training-mode plan that trains nothing may end anywhere: the backends' tests build
     // such plans to look at derivatives.)
@@ -86,6 +94,19 @@ fn step(plan: &Plan, i: usize) -> Result<(), String> {
     }
     if checked_numel(&s.shape).is_none_or(|n| n > MAX_ELEMENTS) {
         return Err(format!("{} has an impossible shape {:?}", at(), s.shape));
+    }
+    // Packed values are parameters, read only through `Dequantize`: a backend never meets a
+    // packed operand elsewhere.
+    if s.dtype.is_packed() && !matches!(s.op, Op::Param { .. }) {
+        return Err(format!("{} is packed ({}), but only parameters are", at(), s.dtype));
+    }
+    if s.op != Op::Dequantize {
+        if let Some(&x) = s.inputs.iter().find(|&&x| plan.steps[x as usize].dtype.is_packed()) {
+            return Err(format!(
+                "{} reads the packed value {x} other than through dequantize",
+                at()
+            ));
+        }
     }
     match &s.op {
         Op::DropoutGrad { forward, .. } => {

@@ -25,7 +25,21 @@ fn st_dtype(d: DType) -> StDtype {
         DType::I64 => StDtype::I64,
         DType::U32 => StDtype::U32,
         DType::Bool => StDtype::BOOL,
+        // A packed tensor is its blocks' bytes (`packed_shape`).
+        _ => StDtype::U8,
     }
+}
+
+/// The shape a packed tensor of `shape` has in a file: its bytes, the last axis counted in
+/// bytes (`[out, in]` of q4_0 is `[out, in / 32 · 18]`), so a row of the matrix is a row of
+/// the file.
+pub(super) fn packed_shape(dtype: DType, shape: &[usize]) -> Vec<usize> {
+    let (len, bytes) = dtype.block().expect("a packed type");
+    let mut s = shape.to_vec();
+    if let Some(last) = s.last_mut() {
+        *last = *last / len * bytes;
+    }
+    s
 }
 
 /// Converts a host tensor to the bytes of its declared dtype.
@@ -35,6 +49,18 @@ pub(super) fn encode(name: &str, t: &Tensor) -> Result<Encoded, String> {
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or_else(|| format!("tensor `{name}` has an impossible shape {:?}", t.shape))?;
+    if let Data::Packed(b) = &t.data {
+        if t.dtype.bytes_for(numel) != Some(b.len()) {
+            return Err(format!(
+                "tensor `{name}` has shape {:?} of {} but holds {} bytes",
+                t.shape,
+                t.dtype,
+                b.len()
+            ));
+        }
+        let shape = packed_shape(t.dtype, &t.shape);
+        return Ok(Encoded { dtype: StDtype::U8, shape, bytes: b.clone() });
+    }
     if numel != t.data.len() {
         return Err(format!(
             "tensor `{name}` has shape {:?} ({numel} elements) but holds {} values",
@@ -91,6 +117,9 @@ pub(super) fn encode(name: &str, t: &Tensor) -> Result<Encoded, String> {
         }
         (DType::I32 | DType::I64 | DType::U32 | DType::Bool, _) => {
             return Err(float_storage("floating-point"))
+        }
+        (packed, _) => {
+            return Err(format!("tensor `{name}` is declared {packed} but holds no blocks"))
         }
     }
     debug_assert_eq!(bytes.len(), n);

@@ -222,14 +222,28 @@ enum Kind {
 
 fn kind(d: DType) -> Kind {
     match d {
+        // A packed weight holds real values: a float tensor converts to it and from it.
         DType::F32 | DType::F16 | DType::BF16 => Kind::Float,
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q6_K => Kind::Float,
         DType::I32 | DType::I64 | DType::U32 => Kind::Int,
         DType::Bool => Kind::Bool,
     }
 }
 
-/// Converts a loaded tensor to a parameter's declared dtype of the same kind.
+/// Converts a loaded tensor to a parameter's declared dtype of the same kind. Into a packed
+/// type it quantizes (`--quantize` on an f32 checkpoint); out of one it decodes.
 fn convert(t: &Tensor, to: DType) -> Result<Tensor, String> {
+    if to.is_packed() && t.dtype == to {
+        return Ok(t.clone());
+    }
+    if to.is_packed() {
+        to.packs(&t.shape)?;
+        return Ok(Tensor::quantized(to, t.shape.clone(), &t.dequantized()));
+    }
+    if t.dtype.is_packed() {
+        let decoded = Tensor::f32(t.shape.clone(), t.dequantized());
+        return convert(&decoded, to);
+    }
     let mut out = t.clone();
     out.dtype = to;
     match (&mut out.data, to) {

@@ -130,6 +130,9 @@ pub(crate) fn describe_non_finite<'a>(
             mgn_ir::tensor::Data::F32(v) => count(v, f32::is_nan, f32::is_infinite),
             mgn_ir::tensor::Data::F64(v) => count(v, f64::is_nan, f64::is_infinite),
             mgn_ir::tensor::Data::I32(_) => (0, 0),
+            mgn_ir::tensor::Data::Packed(_) => {
+                count(&t.dequantized(), f32::is_nan, f32::is_infinite)
+            }
         };
         if nan + inf > 0 {
             let kinds: Vec<String> = [(nan, "NaN"), (inf, "infinite")]

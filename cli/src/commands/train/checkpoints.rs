@@ -38,6 +38,7 @@ fn first_non_finite(session: &Session) -> Option<&str> {
             Data::F32(v) => v.iter().any(|x| !x.is_finite()),
             Data::F64(v) => v.iter().any(|x| !x.is_finite()),
             Data::I32(_) => false,
+            Data::Packed(_) => t.dequantized().iter().any(|x| !x.is_finite()),
         };
         bad.then_some(spec.name.as_str())
     })
