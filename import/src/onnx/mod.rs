@@ -12,6 +12,7 @@ mod graph;
 mod layers;
 mod ops;
 mod proto;
+mod provenance;
 mod structure;
 mod value;
 
@@ -61,8 +62,7 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
     cx.tag("");
     ops::patterns::prune(&mut cx);
     let modules = emit::modules(&cx.fields);
-    let body = std::mem::take(&mut cx.body);
-    let scopes = std::mem::take(&mut cx.scopes);
+    let body = cx.statements();
     let lens = emit::list_lengths(&cx.fields);
     // Tensor fields have types too: a module's forward may take one of another module's.
     let mut types = cx.types.clone();
@@ -71,11 +71,12 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         let ty = format!("{}[{}]", d.dt.mgn().unwrap_or("f32"), dims.join(", "));
         types.insert(layers::access(path), ty);
     }
-    let recovered = structure::recover(body, scopes, &types, &modules, &lens);
-    cx.body = recovered.body;
-    rename_outputs(&mut cx.body, &outputs);
+    let recovered = structure::recover(body, &types, &modules, &lens);
+    let mut body = recovered.body;
+    rename_outputs(&mut body, &outputs);
     let mut header = header(path, &model, g.opset);
-    if cx.body.iter().any(|l| l.contains("3.4028235e38")) {
+    let forwards = recovered.forwards.values().flat_map(|f| &f.body);
+    if body.iter().chain(forwards).any(|s| s.text.contains("3.4028235e38")) {
         header.push(
             "Infinite constants (masks) are written as ±3.4028235e38, the largest f32: a".into(),
         );
@@ -89,7 +90,7 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         inputs,
         fields: &cx.fields,
         uses: &uses,
-        body: &cx.body,
+        body: &body,
         forwards: &recovered.forwards,
     };
     let source = emit::source(&m).map_err(|e| fail(vec![e]))?;
@@ -100,12 +101,8 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         .map(|(n, c)| to_tensor(n, c))
         .collect::<Result<Vec<_>, String>>()
         .map_err(|e| fail(vec![e]))?;
-    let mut summary = vec![format!(
-        "{} nodes of opset {} → {} statements",
-        g.nodes.len(),
-        g.opset,
-        cx.body.len()
-    )];
+    let mut summary =
+        vec![format!("{} nodes of opset {} → {} statements", g.nodes.len(), g.opset, body.len())];
     let layers: Vec<&String> = cx.fields.layers.values().collect();
     summary.push(format!("{} std layers, {} tensors", layers.len(), weights.len()));
     if !dims.is_empty() {
@@ -255,8 +252,8 @@ fn declare_outputs(
 }
 
 /// Gives the value each output names the output's name in the whole forward.
-fn rename_outputs(body: &mut [String], renames: &[(String, String)]) {
-    for line in body.iter_mut() {
+fn rename_outputs(body: &mut [provenance::Stmt], renames: &[(String, String)]) {
+    for line in body.iter_mut().map(|s| &mut s.text) {
         if line.starts_with("//") {
             continue;
         }

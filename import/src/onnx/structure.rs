@@ -2,10 +2,13 @@
 //! `layer1.0`, and those of the modules inside it) become the `forward` of that module's
 //! generated layer, and the model calls it, when they read one value from outside and one
 //! value of theirs is read after them. Inner modules go first, so a block's forward calls its
-//! sub-blocks. Names inside a forward are local (`x` is its input), so modules that compute the
-//! same thing get the same text, and `emit` gives them one layer.
+//! sub-blocks. Names inside a forward are local (`x` is its input), so modules that compute
+//! the same thing get the same text, and `emit` gives them one layer. Only the text is
+//! compared: the nodes a statement came from travel beside it (`Stmt::nodes`) and become
+//! comments when the source is written.
 
 use super::layers::access;
+use super::provenance::Stmt;
 use std::collections::{HashMap, HashSet};
 
 /// The identifiers of a line, with their byte ranges, outside strings and not after a `.`.
@@ -106,16 +109,42 @@ fn defined(line: &str) -> Vec<String> {
     lhs.trim_matches(['(', ')']).split(',').map(|s| s.trim().to_string()).collect()
 }
 
+/// A module's recovered forward.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    /// `forward(x: f32[2, 8], mask: f32[2, 1, 8, 8]) -> f32[2, 8]`
+    pub header: String,
+    pub body: Vec<Stmt>,
+    /// What it returns: a local name.
+    pub result: String,
+}
+
+impl Forward {
+    /// The forward as a layer's member: with the comments naming nodes, or without (the text
+    /// equal modules share).
+    pub fn text(&self, comments: bool) -> String {
+        let mut out = format!("    {} {{\n", self.header);
+        for s in &self.body {
+            let mut s = s.clone();
+            if !comments {
+                s.nodes.clear();
+            }
+            out.push_str(&s.render(8));
+        }
+        out.push_str(&format!("        {}\n    }}\n", self.result));
+        out
+    }
+}
+
 pub struct Recovered {
-    pub body: Vec<String>,
+    pub body: Vec<Stmt>,
     /// The forward of each module whose statements moved into it, by module path.
-    pub forwards: HashMap<String, String>,
+    pub forwards: HashMap<String, Forward>,
 }
 
 /// Moves the statements of each module in `modules` (deepest first) into its forward.
 pub fn recover(
-    mut body: Vec<String>,
-    mut scopes: Vec<String>,
+    mut body: Vec<Stmt>,
     types: &HashMap<String, String>,
     modules: &[String],
     lens: &HashMap<String, usize>,
@@ -124,9 +153,8 @@ pub fn recover(
     let mut order: Vec<&String> = modules.iter().collect();
     order.sort_by_key(|p| std::cmp::Reverse(p.split('.').count()));
     for path in order {
-        if let Some((range, call, forward)) = extract(&body, &scopes, types, path, lens) {
-            body.splice(range.clone(), [call]);
-            scopes.splice(range, [path.clone()]);
+        if let Some((range, call, forward)) = extract(&body, types, path, lens) {
+            body.splice(range, [Stmt::plain(call, path)]);
             forwards.insert(path.clone(), forward);
         }
     }
@@ -134,36 +162,36 @@ pub fn recover(
     Recovered { body, forwards }
 }
 
-type Extracted = (std::ops::Range<usize>, String, String);
+type Extracted = (std::ops::Range<usize>, String, Forward);
 
 fn extract(
-    body: &[String],
-    scopes: &[String],
+    body: &[Stmt],
     types: &HashMap<String, String>,
     path: &str,
     lens: &HashMap<String, usize>,
 ) -> Option<Extracted> {
     let inside = |s: &String| s == path || s.starts_with(&format!("{path}."));
-    let first = scopes.iter().position(inside)?;
-    let last = scopes.iter().rposition(inside)?;
+    let first = body.iter().position(|s| inside(&s.scope))?;
+    let last = body.iter().rposition(|s| inside(&s.scope))?;
     // A node the exporter named without its module (`Cast_12`) between two of the module's
     // belongs to it.
-    if !scopes[first..=last].iter().all(|s| inside(s) || s.is_empty()) {
+    if !body[first..=last].iter().all(|s| inside(&s.scope) || s.scope.is_empty()) {
         return None;
     }
-    let lines = &body[first..=last];
+    let stmts = &body[first..=last];
+    let lines: Vec<String> = stmts.iter().map(|s| s.text.clone()).collect();
     if lines.iter().any(|l| !l.starts_with("let ")) {
         return None;
     }
     let me = access(path);
-    let (outer, used_after) = boundary(body, lines, last, types, &me)?;
+    let after: Vec<&String> = body[last + 1..].iter().map(|s| &s.text).collect();
+    let (outer, used_after) = boundary(&after, &lines, types, &me)?;
     // One value out; a few in, the first of which is threaded (a block's hidden state), the
     // others passed along (a mask).
     let [output] = &used_after[..] else { return None };
     if outer.is_empty() || outer.len() > 4 {
         return None;
     }
-    let ty_out = types.get(output)?;
     // The threaded input is a value computed outside, not a field.
     if outer[0].starts_with("self") {
         return None;
@@ -178,10 +206,11 @@ fn extract(
         }
         params.push(t.clone());
     }
-    let local = local_names(&outer, lines);
+    let ty_out = types.get(output)?;
+    let local = local_names(&outer, &lines);
     let mut text = Vec::new();
-    for l in lines {
-        let mut l = l.clone();
+    for s in stmts {
+        let mut l = s.text.clone();
         for v in outer.iter().filter(|v| v.starts_with("self")) {
             l = replace_access(&l, v, &local[v]);
         }
@@ -194,20 +223,18 @@ fn extract(
             return None;
         }
         let l = l.replace(&format!("{me}."), "self.").replace(&format!("{me}["), "self[");
-        text.push(rename(&l, &local));
+        text.push(Stmt { text: rename(&l, &local), ..s.clone() });
     }
     // Lists called item by item inside the module are called whole; the output stays read.
-    text.push(local[output].clone());
+    let result = local[output].clone();
+    text.push(Stmt::plain(result.clone(), path));
     let mut text = chain(&text, path, lens);
     text.pop();
     let ret = if compound(ty_out) { String::new() } else { format!(" -> {ty_out}") };
     let sig: Vec<String> =
         outer.iter().zip(&params).map(|(v, t)| format!("{}: {t}", local[v])).collect();
-    let mut forward = format!("    forward({}){ret} {{\n", sig.join(", "));
-    for l in &text {
-        forward.push_str(&format!("        {l}\n"));
-    }
-    forward.push_str(&format!("        {}\n    }}\n", local[output]));
+    let header = format!("forward({}){ret}", sig.join(", "));
+    let forward = Forward { header, body: text, result };
     let call = format!("let {output} = {me}({})", outer.join(", "));
     Some((first..last + 1, call, forward))
 }
@@ -215,9 +242,8 @@ fn extract(
 /// The values the module's `lines` read from outside (lets, inputs, other modules' tensors),
 /// in order of first use, and those of its own that later statements read.
 fn boundary(
-    body: &[String],
+    after: &[&String],
     lines: &[String],
-    last: usize,
     types: &HashMap<String, String>,
     me: &str,
 ) -> Option<(Vec<String>, Vec<String>)> {
@@ -253,7 +279,7 @@ fn boundary(
         }
     }
     let mut used_after: Vec<String> = Vec::new();
-    for l in &body[last + 1..] {
+    for l in after {
         for w in words(l).into_iter().map(|(a, b)| l[a..b].to_string()) {
             if own.contains(&w) && !used_after.contains(&w) {
                 used_after.push(w);
@@ -328,27 +354,27 @@ fn item_call(line: &str) -> Option<(&str, &str, usize, &str, &str)> {
 /// Calls of every item of a list in turn, each feeding the next and read nowhere else, become
 /// one call of the list (`self.layer1(x)`), as a Sequential is called. `within` is the path
 /// of the module whose forward `lines` are (empty for the model); `lens` the length of every
-/// list, by path.
-pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> Vec<String> {
+/// list, by path. The call names the nodes of the calls it replaces.
+pub fn chain(lines: &[Stmt], within: &str, lens: &HashMap<String, usize>) -> Vec<Stmt> {
     let uses = |name: &str, skip: usize| {
         lines
             .iter()
             .enumerate()
             .filter(|&(k, _)| k != skip)
-            .filter(|(_, l)| words(l).iter().any(|&(a, b)| &l[a..b] == name))
+            .filter(|(_, s)| words(&s.text).iter().any(|&(a, b)| &s.text[a..b] == name))
             .count()
     };
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        if let Some((o, acc, 0, arg, rest)) = item_call(&lines[i]) {
+        if let Some((o, acc, 0, arg, rest)) = item_call(&lines[i].text) {
             let path =
                 dotted(acc).map(|p| if within.is_empty() { p } else { format!("{within}.{p}") });
             let n = path.and_then(|p| lens.get(&p).copied()).unwrap_or(0);
             let mut last = (o, i);
             let mut ok = n >= 1;
             for k in 1..n {
-                match lines.get(i + k).and_then(|l| item_call(l)) {
+                match lines.get(i + k).and_then(|s| item_call(&s.text)) {
                     Some((o2, acc2, idx, arg2, rest2))
                         if acc2 == acc && idx == k && arg2 == last.0 && rest2 == rest =>
                     {
@@ -364,7 +390,14 @@ pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> V
             }
             if ok {
                 let args = if rest.is_empty() { arg.to_string() } else { format!("{arg}, {rest}") };
-                out.push(format!("let {} = {acc}({args})", last.0));
+                let mut nodes: Vec<String> = Vec::new();
+                for s in &lines[i..i + n] {
+                    nodes.extend(
+                        s.nodes.iter().filter(|m| !nodes.contains(m)).cloned().collect::<Vec<_>>(),
+                    );
+                }
+                let text = format!("let {} = {acc}({args})", last.0);
+                out.push(Stmt { text, scope: lines[i].scope.clone(), nodes });
                 i += n;
                 continue;
             }

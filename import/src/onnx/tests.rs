@@ -170,7 +170,26 @@ fn shape_arithmetic_folds_to_the_models_named_sizes() {
     assert!(m.source.contains("model T(batch: dim = 2)"), "{}", m.source);
     assert!(m.source.contains("input x: f32[batch, 12]"), "{}", m.source);
     assert!(m.source.contains("reshape(x, [batch, 3, 4])"), "{}", m.source);
-    assert!(!m.source.contains("Shape") && !m.source.contains("concat"), "{}", m.source);
+    let code = code(&m.source);
+    assert!(!code.contains("Shape") && !code.contains("concat"), "{}", m.source);
+    // The static reshape names the nodes it stands for: the Reshape, then the shape arithmetic
+    // folded into it, in graph order.
+    assert!(
+        m.source.contains(
+            "let y = reshape(x, [batch, 3, 4])  // onnx: /Reshape, /Shape, /Gather +2 more\n"
+        ),
+        "{}",
+        m.source
+    );
+}
+
+/// The source without its comments.
+fn code(source: &str) -> String {
+    source
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or("").trim_end())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -325,4 +344,14 @@ fn scaled_masked_attention_is_the_attention_builtin_and_a_near_miss_stays_op_by_
     // Probabilities read elsewhere (an output here) keep the written-out form.
     let s = attention_graph(-1, &["y", "p"]);
     assert!(s.contains("softmax") && !s.contains("attention("), "{s}");
+}
+
+#[test]
+fn a_fused_attention_names_the_nodes_it_stands_for() {
+    let s = attention_graph(-1, &["y"]);
+    // The last MatMul first, then the pattern's other nodes in graph order.
+    assert!(s.contains("mask = m)  // onnx: mm2, t, mm1 +3 more\n"), "{s}");
+    // A near miss stays op by op, each line reading as its node: no comment.
+    let s = attention_graph(2, &["y"]);
+    assert!(!s.contains("// onnx:"), "{s}");
 }
