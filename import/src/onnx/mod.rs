@@ -242,8 +242,10 @@ fn declare_outputs(
             continue;
         }
         if cx.is_let(&run.expr) && !cx.is_taken(&name) {
+            // `output y = add_7` until the `let` takes the output's name (`rename_outputs`,
+            // after structure recovery, which sees here that the value is read).
             renames.push((run.expr.clone(), name.clone()));
-            cx.body.push(format!("output {name}"));
+            cx.body.push(format!("output {name} = {}", run.expr));
         } else {
             cx.body.push(format!("output {name} = {}", run.expr));
         }
@@ -283,6 +285,12 @@ fn rename_outputs(body: &mut [provenance::Stmt], renames: &[(String, String)]) {
             prev = c;
         }
         flush(&mut word, &mut out, before_word);
+        // `output y = y` says `output y`.
+        if let Some((lhs, rhs)) = out.strip_prefix("output ").and_then(|r| r.split_once(" = ")) {
+            if lhs == rhs {
+                out = format!("output {lhs}");
+            }
+        }
         *line = out;
     }
 }

@@ -1,7 +1,9 @@
 //! Structure recovery: the statements of one module (the nodes whose module path is
 //! `layer1.0`, and those of the modules inside it) become the `forward` of that module's
-//! generated layer, and the model calls it, when they read one value from outside and one
-//! value of theirs is read after them. Inner modules go first, so a block's forward calls its
+//! generated layer, and the model calls it, when they read a few values from outside (the
+//! first one threaded through, the others passed along: a mask, rotary tables, a constant
+//! another module holds) and a few values of theirs are read after them (one is returned as
+//! it is, several as a tuple). Inner modules go first, so a block's forward calls its
 //! sub-blocks. Names inside a forward are local (`x` is its input), so modules that compute
 //! the same thing get the same text, and `emit` gives them one layer. Only the text is
 //! compared: the nodes a statement came from travel beside it (`Stmt::nodes`) and become
@@ -11,7 +13,9 @@ use super::layers::access;
 use super::provenance::Stmt;
 use std::collections::{HashMap, HashSet};
 
-/// The identifiers of a line, with their byte ranges, outside strings and not after a `.`.
+/// The identifiers of a line, with their byte ranges, outside strings, not after a `.` and
+/// not the name of a named argument (`mask` in `attention(q, k, v, mask = m)` reads no value
+/// called `mask`).
 fn words(line: &str) -> Vec<(usize, usize)> {
     let b = line.as_bytes();
     let (mut out, mut i, mut in_str) = (Vec::new(), 0, false);
@@ -25,7 +29,9 @@ fn words(line: &str) -> Vec<(usize, usize)> {
             while i < b.len() && is_word(b[i]) {
                 i += 1;
             }
-            if start == 0 || b[start - 1] != b'.' {
+            let named_arg = (line[..start].ends_with('(') || line[..start].ends_with(", "))
+                && line[i..].starts_with(" = ");
+            if (start == 0 || b[start - 1] != b'.') && !named_arg {
                 out.push((start, i));
             }
             continue;
@@ -115,7 +121,7 @@ pub struct Forward {
     /// `forward(x: f32[2, 8], mask: f32[2, 1, 8, 8]) -> f32[2, 8]`
     pub header: String,
     pub body: Vec<Stmt>,
-    /// What it returns: a local name.
+    /// What it returns: a local name, or a tuple of them.
     pub result: String,
 }
 
@@ -124,8 +130,13 @@ impl Forward {
     /// equal modules share).
     pub fn text(&self, comments: bool) -> String {
         let mut out = format!("    {} {{\n", self.header);
-        for s in &self.body {
+        for (k, s) in self.body.iter().enumerate() {
             let mut s = s.clone();
+            // A line that starts with `(` would continue the one before: a tuple is returned
+            // after a `;`.
+            if k + 1 == self.body.len() && self.result.starts_with('(') {
+                s.text.push(';');
+            }
             if !comments {
                 s.nodes.clear();
             }
@@ -141,6 +152,11 @@ pub struct Recovered {
     /// The forward of each module whose statements moved into it, by module path.
     pub forwards: HashMap<String, Forward>,
 }
+
+/// The most values a block may read from outside, and give back. A decoder block reads its
+/// hidden state, the rotary tables, a mask and a constant another module holds (an epsilon).
+const MAX_IN: usize = 8;
+const MAX_OUT: usize = 4;
 
 /// Moves the statements of each module in `modules` (deepest first) into its forward.
 pub fn recover(
@@ -186,10 +202,12 @@ fn extract(
     let me = access(path);
     let after: Vec<&String> = body[last + 1..].iter().map(|s| &s.text).collect();
     let (outer, used_after) = boundary(&after, &lines, types, &me)?;
-    // One value out; a few in, the first of which is threaded (a block's hidden state), the
-    // others passed along (a mask).
-    let [output] = &used_after[..] else { return None };
-    if outer.is_empty() || outer.len() > 4 {
+    // A few values out; a few in, the first of which is threaded (a block's hidden state), the
+    // others passed along (a mask, rotary tables).
+    if used_after.is_empty() || used_after.len() > MAX_OUT {
+        return None;
+    }
+    if outer.is_empty() || outer.len() > MAX_IN {
         return None;
     }
     // The threaded input is a value computed outside, not a field.
@@ -206,7 +224,7 @@ fn extract(
         }
         params.push(t.clone());
     }
-    let ty_out = types.get(output)?;
+    let ty_out: Vec<&String> = used_after.iter().map(|v| types.get(v)).collect::<Option<_>>()?;
     let local = local_names(&outer, &lines);
     let mut text = Vec::new();
     for s in stmts {
@@ -225,17 +243,31 @@ fn extract(
         let l = l.replace(&format!("{me}."), "self.").replace(&format!("{me}["), "self[");
         text.push(Stmt { text: rename(&l, &local), ..s.clone() });
     }
-    // Lists called item by item inside the module are called whole; the output stays read.
-    let result = local[output].clone();
-    text.push(Stmt::plain(result.clone(), path));
+    // Lists called item by item inside the module are called whole; the outputs stay read.
+    let result: Vec<String> = used_after.iter().map(|v| local[v].clone()).collect();
+    let result =
+        if let [one] = &result[..] { one.clone() } else { format!("({})", result.join(", ")) };
+    text.push(Stmt::plain(format!("let _ = {result}"), path));
     let mut text = chain(&text, path, lens);
     text.pop();
-    let ret = if compound(ty_out) { String::new() } else { format!(" -> {ty_out}") };
+    let ret = if ty_out.iter().any(|t| compound(t)) {
+        String::new()
+    } else if let [t] = &ty_out[..] {
+        format!(" -> {t}")
+    } else {
+        let t: Vec<&str> = ty_out.iter().map(|t| t.as_str()).collect();
+        format!(" -> ({})", t.join(", "))
+    };
     let sig: Vec<String> =
         outer.iter().zip(&params).map(|(v, t)| format!("{}: {t}", local[v])).collect();
     let header = format!("forward({}){ret}", sig.join(", "));
     let forward = Forward { header, body: text, result };
-    let call = format!("let {output} = {me}({})", outer.join(", "));
+    let lhs = if let [one] = &used_after[..] {
+        one.clone()
+    } else {
+        format!("({})", used_after.join(", "))
+    };
+    let call = format!("let {lhs} = {me}({})", outer.join(", "));
     Some((first..last + 1, call, forward))
 }
 
@@ -406,4 +438,35 @@ pub fn chain(lines: &[Stmt], within: &str, lens: &HashMap<String, usize>) -> Vec
         i += 1;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stmts(lines: &[(&str, &str)]) -> Vec<Stmt> {
+        lines.iter().map(|(text, scope)| Stmt::plain(text.to_string(), scope)).collect()
+    }
+
+    #[test]
+    fn a_named_argument_reads_no_value_of_its_name() {
+        let t = "f32[2, 3, 4, 4]".to_string();
+        let types: HashMap<String, String> =
+            ["mask", "scale", "y", "o"].iter().map(|v| (v.to_string(), t.clone())).collect();
+        // `scale` is the block's own, read inside it only: the `scale = …` after it names an
+        // argument, so one value leaves the block, and the block's input `mask` is renamed
+        // where it is read, not where it names an argument.
+        let body = stmts(&[
+            ("let scale = mask * 2.0", "blk"),
+            ("let y = attention(scale, mask, mask, scale = 0.5, mask = mask)", "blk"),
+            ("let o = attention(y, y, y, scale = 0.5)", ""),
+            ("output o", ""),
+        ]);
+        let r = recover(body, &types, &["blk".to_string()], &HashMap::new());
+        assert_eq!(r.body[0].text, "let y = self.blk(mask)");
+        let f = &r.forwards["blk"];
+        assert_eq!(f.header, format!("forward(x: {t}) -> {t}"));
+        assert_eq!(f.body[1].text, "let y = attention(scale, x, x, scale = 0.5, mask = x)");
+        assert_eq!(f.result, "y");
+    }
 }
