@@ -141,10 +141,12 @@ enum Construct {
 
 /// What an expression the importer wrote is made of. The importer writes spaces around every
 /// binary operator and none after a unary one, so tokens between spaces tell them apart.
+/// Operators inside a list (`[batch * 12, 64]`) compute sizes, not tensors: they are the
+/// node's shape, not a construct of their own.
 fn constructs(e: &str) -> Vec<Construct> {
     let b = e.as_bytes();
     let mut out = Vec::new();
-    let (mut i, mut in_str) = (0, false);
+    let (mut i, mut in_str, mut in_list) = (0, false, 0usize);
     let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     while i < b.len() {
         let c = b[i];
@@ -157,7 +159,16 @@ fn constructs(e: &str) -> Vec<Construct> {
             i += 1;
             continue;
         }
+        match c {
+            b'[' => in_list += 1,
+            b']' => in_list = in_list.saturating_sub(1),
+            _ => {}
+        }
         // An operator stands between spaces; a unary one opens an operand.
+        if c == b' ' && in_list > 0 {
+            i += 1;
+            continue;
+        }
         if c == b' ' {
             let end = e[i + 1..].find(' ').map_or(b.len(), |k| i + 1 + k);
             let tok = &e[i + 1..end];
@@ -177,7 +188,10 @@ fn constructs(e: &str) -> Vec<Construct> {
             continue;
         }
         let opens = i == 0 || matches!(b[i - 1], b' ' | b'(' | b'[' | b',');
-        if opens && (c == b'-' || c == b'!') && b.get(i + 1).is_some_and(|&n| n != b'=') {
+        if opens
+            && (c == b'-' || c == b'!')
+            && b.get(i + 1).is_some_and(|&n| n != b'=' && n != b' ')
+        {
             let number = b.get(i + 1).is_some_and(|n| n.is_ascii_digit());
             if !number {
                 out.push(Construct::Op(format!("unary {}", c as char)));
@@ -224,6 +238,7 @@ mod tests {
         assert!(reads_as("MaxPool", "let p = max_pool2d(x, 3)", false));
         assert!(reads_as("Neg", "let n = -x", false));
         assert!(reads_as("Slice", "let s = slice(x, 3, -32, 64)", false));
+        assert!(reads_as("Reshape", "let r = reshape(x, [batch * 12, (sequence - 0)])", false));
         assert!(reads_as("Conv", "let c = self.layer1[0].conv1(x)", true));
         assert!(!reads_as("Conv", "let c = self.layer1[0].conv1(x)", false));
         assert!(!reads_as("Expand", "let e = broadcast_to(x, [2, 3])", false));
