@@ -1,9 +1,12 @@
-//! The ONNX front end: a `.onnx` file (opsets 11–21; external data files beside it) becomes
+//! The ONNX front end: a `.onnx` file (opsets 11–25; external data files beside it) becomes
 //! `.mgn` source and the tensors its fields hold.
 //!
 //! The pipeline: `proto` decodes the file; `graph` reads the main graph (attributes, module
 //! paths the exporter recorded); `layers` names every initializer and recognises std layers;
-//! `ops` lowers node by node, folding constants and shapes (`fold`); `emit` writes the source.
+//! `ops` lowers node by node, folding constants and shapes (`fold`); `structure` moves each
+//! module's statements into its layer's forward, comparing their text while the nodes each
+//! came from travel beside it (`provenance`); `emit` writes the source, those nodes as comments
+//! where a line does not say them.
 //! Every problem found on the way is collected, so one run lists all of them.
 
 mod emit;
