@@ -3,6 +3,8 @@
 //! inputs, fields, and the forward the lowering wrote.
 
 use super::layers::{Decl, Fields};
+use super::provenance::Stmt;
+use super::structure::Forward;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 const RESERVED: &[&str] = &[
@@ -85,7 +87,9 @@ struct Types {
 }
 
 impl Types {
-    fn get(&mut self, hint: &str, body: String) -> String {
+    /// The layer whose body is `body` (compared without comments); a new one is written with
+    /// `annotated`, the body with the comments naming the nodes of this, its first module.
+    fn get(&mut self, hint: &str, body: String, annotated: String) -> String {
         if let Some(n) = self.by_body.get(&body) {
             return n.clone();
         }
@@ -102,7 +106,7 @@ impl Types {
             k += 1;
         }
         self.names.insert(name.clone());
-        self.items.push(format!("layer {name} {{\n{body}}}\n"));
+        self.items.push(format!("layer {name} {{\n{annotated}}}\n"));
         self.by_body.insert(body, name.clone());
         name
     }
@@ -130,7 +134,7 @@ fn tensor_field(d: &Decl) -> String {
 /// Where a field is: its path, and the forwards structure recovery wrote, by path.
 struct At<'a> {
     path: String,
-    forwards: &'a HashMap<String, String>,
+    forwards: &'a HashMap<String, Forward>,
 }
 
 impl At<'_> {
@@ -173,11 +177,14 @@ fn value(t: &Tree, hint: &str, at: &At, types: &mut Types, top: bool) -> Result<
             for (k, c) in children {
                 body.push_str(&format!("    {k} = {}\n", value(c, k, &at.child(k), types, true)?));
             }
+            let mut annotated = body.clone();
             if let Some(f) = at.forwards.get(&at.path) {
                 body.push('\n');
-                body.push_str(f);
+                body.push_str(&f.text(false));
+                annotated.push('\n');
+                annotated.push_str(&f.text(true));
             }
-            Ok(format!("{}()", types.get(hint, body)))
+            Ok(format!("{}()", types.get(hint, body, annotated)))
         }
     }
 }
@@ -190,8 +197,8 @@ pub struct Model<'a> {
     pub inputs: Vec<(String, String)>,
     pub fields: &'a Fields,
     pub uses: &'a BTreeSet<String>,
-    pub body: &'a [String],
-    pub forwards: &'a HashMap<String, String>,
+    pub body: &'a [Stmt],
+    pub forwards: &'a HashMap<String, Forward>,
 }
 
 pub fn source(m: &Model) -> Result<String, String> {
@@ -246,7 +253,7 @@ pub fn source(m: &Model) -> Result<String, String> {
     out.push_str(&fields);
     out.push_str("\n    forward {\n");
     for s in m.body {
-        out.push_str(&format!("        {s}\n"));
+        out.push_str(&s.render(8));
     }
     out.push_str("    }\n}\n");
     Ok(out)

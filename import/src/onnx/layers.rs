@@ -97,7 +97,10 @@ pub fn plan(g: &Graph) -> (HashMap<String, String>, HashMap<usize, Claim>) {
             continue;
         }
         let (scope, role) = match uses.get(name.as_str()).and_then(|u| u.first()) {
-            Some(&(i, k)) => (g.nodes[i].scope.clone(), role_of(&g.nodes[i].op, k)),
+            Some(&(i, k)) => {
+                let scopes = uses[name.as_str()].iter().map(|&(j, _)| g.nodes[j].scope.as_str());
+                (shared_scope(scopes), role_of(&g.nodes[i].op, k))
+            }
             None => (String::new(), "unused"),
         };
         let base = if scope.is_empty() { role.to_string() } else { format!("{scope}.{role}") };
@@ -203,6 +206,31 @@ fn claim(g: &Graph, i: usize, uses: &Uses, single: &dyn Fn(&str) -> bool) -> Opt
         }
         _ => None,
     }
+}
+
+/// The module an unnamed initializer belongs to: the innermost one holding every node that
+/// reads it. An exporter shares one constant (an epsilon, a causal mask) among all the blocks
+/// that use it; held by the first block, the others would read it from there, and the first
+/// block's code would differ from theirs. A list holds only layers, so a constant its items
+/// share belongs to the module above the list.
+fn shared_scope<'a>(mut scopes: impl Iterator<Item = &'a str>) -> String {
+    let Some(first) = scopes.next() else { return String::new() };
+    let mut common: Vec<&str> = first.split('.').filter(|s| !s.is_empty()).collect();
+    let mut list = false;
+    for s in scopes {
+        let segs: Vec<&str> = s.split('.').filter(|s| !s.is_empty()).collect();
+        let k = common.iter().zip(&segs).take_while(|(a, b)| a == b).count();
+        if k < common.len() {
+            // Where the paths part, a number names an item of a list.
+            let item = |p: &[&str]| p.get(k).is_some_and(|s| s.chars().all(|c| c.is_ascii_digit()));
+            list = item(&common) || item(&segs);
+            common.truncate(k);
+        }
+    }
+    if list {
+        common.pop();
+    }
+    common.join(".")
 }
 
 fn role_of(op: &str, k: usize) -> &'static str {

@@ -1,9 +1,12 @@
-//! The ONNX front end: a `.onnx` file (opsets 11–21; external data files beside it) becomes
+//! The ONNX front end: a `.onnx` file (opsets 11–25; external data files beside it) becomes
 //! `.mgn` source and the tensors its fields hold.
 //!
 //! The pipeline: `proto` decodes the file; `graph` reads the main graph (attributes, module
 //! paths the exporter recorded); `layers` names every initializer and recognises std layers;
-//! `ops` lowers node by node, folding constants and shapes (`fold`); `emit` writes the source.
+//! `ops` lowers node by node, folding constants and shapes (`fold`); `structure` moves each
+//! module's statements into its layer's forward, comparing their text while the nodes each
+//! came from travel beside it (`provenance`); `emit` writes the source, those nodes as comments
+//! where a line does not say them.
 //! Every problem found on the way is collected, so one run lists all of them.
 
 mod emit;
@@ -12,6 +15,7 @@ mod graph;
 mod layers;
 mod ops;
 mod proto;
+mod provenance;
 mod structure;
 mod value;
 
@@ -61,8 +65,7 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
     cx.tag("");
     ops::patterns::prune(&mut cx);
     let modules = emit::modules(&cx.fields);
-    let body = std::mem::take(&mut cx.body);
-    let scopes = std::mem::take(&mut cx.scopes);
+    let body = cx.statements();
     let lens = emit::list_lengths(&cx.fields);
     // Tensor fields have types too: a module's forward may take one of another module's.
     let mut types = cx.types.clone();
@@ -71,11 +74,12 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         let ty = format!("{}[{}]", d.dt.mgn().unwrap_or("f32"), dims.join(", "));
         types.insert(layers::access(path), ty);
     }
-    let recovered = structure::recover(body, scopes, &types, &modules, &lens);
-    cx.body = recovered.body;
-    rename_outputs(&mut cx.body, &outputs);
+    let recovered = structure::recover(body, &types, &modules, &lens);
+    let mut body = recovered.body;
+    rename_outputs(&mut body, &outputs);
     let mut header = header(path, &model, g.opset);
-    if cx.body.iter().any(|l| l.contains("3.4028235e38")) {
+    let forwards = recovered.forwards.values().flat_map(|f| &f.body);
+    if body.iter().chain(forwards).any(|s| s.text.contains("3.4028235e38")) {
         header.push(
             "Infinite constants (masks) are written as ±3.4028235e38, the largest f32: a".into(),
         );
@@ -89,7 +93,7 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         inputs,
         fields: &cx.fields,
         uses: &uses,
-        body: &cx.body,
+        body: &body,
         forwards: &recovered.forwards,
     };
     let source = emit::source(&m).map_err(|e| fail(vec![e]))?;
@@ -100,12 +104,8 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         .map(|(n, c)| to_tensor(n, c))
         .collect::<Result<Vec<_>, String>>()
         .map_err(|e| fail(vec![e]))?;
-    let mut summary = vec![format!(
-        "{} nodes of opset {} → {} statements",
-        g.nodes.len(),
-        g.opset,
-        cx.body.len()
-    )];
+    let mut summary =
+        vec![format!("{} nodes of opset {} → {} statements", g.nodes.len(), g.opset, body.len())];
     let layers: Vec<&String> = cx.fields.layers.values().collect();
     summary.push(format!("{} std layers, {} tensors", layers.len(), weights.len()));
     if !dims.is_empty() {
@@ -245,8 +245,10 @@ fn declare_outputs(
             continue;
         }
         if cx.is_let(&run.expr) && !cx.is_taken(&name) {
+            // `output y = add_7` until the `let` takes the output's name (`rename_outputs`,
+            // after structure recovery, which sees here that the value is read).
             renames.push((run.expr.clone(), name.clone()));
-            cx.body.push(format!("output {name}"));
+            cx.body.push(format!("output {name} = {}", run.expr));
         } else {
             cx.body.push(format!("output {name} = {}", run.expr));
         }
@@ -255,8 +257,8 @@ fn declare_outputs(
 }
 
 /// Gives the value each output names the output's name in the whole forward.
-fn rename_outputs(body: &mut [String], renames: &[(String, String)]) {
-    for line in body.iter_mut() {
+fn rename_outputs(body: &mut [provenance::Stmt], renames: &[(String, String)]) {
+    for line in body.iter_mut().map(|s| &mut s.text) {
         if line.starts_with("//") {
             continue;
         }
@@ -286,6 +288,12 @@ fn rename_outputs(body: &mut [String], renames: &[(String, String)]) {
             prev = c;
         }
         flush(&mut word, &mut out, before_word);
+        // `output y = y` says `output y`.
+        if let Some((lhs, rhs)) = out.strip_prefix("output ").and_then(|r| r.split_once(" = ")) {
+            if lhs == rhs {
+                out = format!("output {lhs}");
+            }
+        }
         *line = out;
     }
 }

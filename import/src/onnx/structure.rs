@@ -1,14 +1,21 @@
 //! Structure recovery: the statements of one module (the nodes whose module path is
 //! `layer1.0`, and those of the modules inside it) become the `forward` of that module's
-//! generated layer, and the model calls it, when they read one value from outside and one
-//! value of theirs is read after them. Inner modules go first, so a block's forward calls its
-//! sub-blocks. Names inside a forward are local (`x` is its input), so modules that compute the
-//! same thing get the same text, and `emit` gives them one layer.
+//! generated layer, and the model calls it, when they read a few values from outside (the
+//! first one threaded through, the others passed along: a mask, rotary tables, a constant
+//! another module holds) and a few values of theirs are read after them (one is returned as
+//! it is, several as a tuple). Inner modules go first, so a block's forward calls its
+//! sub-blocks. Names inside a forward are local (`x` is its input), so modules that compute
+//! the same thing get the same text, and `emit` gives them one layer. Only the text is
+//! compared: the nodes a statement came from travel beside it (`Stmt::nodes`) and become
+//! comments when the source is written.
 
 use super::layers::access;
+use super::provenance::Stmt;
 use std::collections::{HashMap, HashSet};
 
-/// The identifiers of a line, with their byte ranges, outside strings and not after a `.`.
+/// The identifiers of a line, with their byte ranges, outside strings, not after a `.` and
+/// not the name of a named argument (`mask` in `attention(q, k, v, mask = m)` reads no value
+/// called `mask`).
 fn words(line: &str) -> Vec<(usize, usize)> {
     let b = line.as_bytes();
     let (mut out, mut i, mut in_str) = (Vec::new(), 0, false);
@@ -22,7 +29,9 @@ fn words(line: &str) -> Vec<(usize, usize)> {
             while i < b.len() && is_word(b[i]) {
                 i += 1;
             }
-            if start == 0 || b[start - 1] != b'.' {
+            let named_arg = (line[..start].ends_with('(') || line[..start].ends_with(", "))
+                && line[i..].starts_with(" = ");
+            if (start == 0 || b[start - 1] != b'.') && !named_arg {
                 out.push((start, i));
             }
             continue;
@@ -106,16 +115,52 @@ fn defined(line: &str) -> Vec<String> {
     lhs.trim_matches(['(', ')']).split(',').map(|s| s.trim().to_string()).collect()
 }
 
-pub struct Recovered {
-    pub body: Vec<String>,
-    /// The forward of each module whose statements moved into it, by module path.
-    pub forwards: HashMap<String, String>,
+/// A module's recovered forward.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    /// `forward(x: f32[2, 8], mask: f32[2, 1, 8, 8]) -> f32[2, 8]`
+    pub header: String,
+    pub body: Vec<Stmt>,
+    /// What it returns: a local name, or a tuple of them.
+    pub result: String,
 }
+
+impl Forward {
+    /// The forward as a layer's member: with the comments naming nodes, or without (the text
+    /// equal modules share).
+    pub fn text(&self, comments: bool) -> String {
+        let mut out = format!("    {} {{\n", self.header);
+        for (k, s) in self.body.iter().enumerate() {
+            let mut s = s.clone();
+            // A line that starts with `(` would continue the one before: a tuple is returned
+            // after a `;`.
+            if k + 1 == self.body.len() && self.result.starts_with('(') {
+                s.text.push(';');
+            }
+            if !comments {
+                s.nodes.clear();
+            }
+            out.push_str(&s.render(8));
+        }
+        out.push_str(&format!("        {}\n    }}\n", self.result));
+        out
+    }
+}
+
+pub struct Recovered {
+    pub body: Vec<Stmt>,
+    /// The forward of each module whose statements moved into it, by module path.
+    pub forwards: HashMap<String, Forward>,
+}
+
+/// The most values a block may read from outside, and give back. A decoder block reads its
+/// hidden state, the rotary tables, a mask and a constant another module holds (an epsilon).
+const MAX_IN: usize = 8;
+const MAX_OUT: usize = 4;
 
 /// Moves the statements of each module in `modules` (deepest first) into its forward.
 pub fn recover(
-    mut body: Vec<String>,
-    mut scopes: Vec<String>,
+    mut body: Vec<Stmt>,
     types: &HashMap<String, String>,
     modules: &[String],
     lens: &HashMap<String, usize>,
@@ -124,9 +169,8 @@ pub fn recover(
     let mut order: Vec<&String> = modules.iter().collect();
     order.sort_by_key(|p| std::cmp::Reverse(p.split('.').count()));
     for path in order {
-        if let Some((range, call, forward)) = extract(&body, &scopes, types, path, lens) {
-            body.splice(range.clone(), [call]);
-            scopes.splice(range, [path.clone()]);
+        if let Some((range, call, forward)) = extract(&body, types, path, lens) {
+            body.splice(range, [Stmt::plain(call, path)]);
             forwards.insert(path.clone(), forward);
         }
     }
@@ -134,36 +178,38 @@ pub fn recover(
     Recovered { body, forwards }
 }
 
-type Extracted = (std::ops::Range<usize>, String, String);
+type Extracted = (std::ops::Range<usize>, String, Forward);
 
 fn extract(
-    body: &[String],
-    scopes: &[String],
+    body: &[Stmt],
     types: &HashMap<String, String>,
     path: &str,
     lens: &HashMap<String, usize>,
 ) -> Option<Extracted> {
     let inside = |s: &String| s == path || s.starts_with(&format!("{path}."));
-    let first = scopes.iter().position(inside)?;
-    let last = scopes.iter().rposition(inside)?;
+    let first = body.iter().position(|s| inside(&s.scope))?;
+    let last = body.iter().rposition(|s| inside(&s.scope))?;
     // A node the exporter named without its module (`Cast_12`) between two of the module's
     // belongs to it.
-    if !scopes[first..=last].iter().all(|s| inside(s) || s.is_empty()) {
+    if !body[first..=last].iter().all(|s| inside(&s.scope) || s.scope.is_empty()) {
         return None;
     }
-    let lines = &body[first..=last];
+    let stmts = &body[first..=last];
+    let lines: Vec<String> = stmts.iter().map(|s| s.text.clone()).collect();
     if lines.iter().any(|l| !l.starts_with("let ")) {
         return None;
     }
     let me = access(path);
-    let (outer, used_after) = boundary(body, lines, last, types, &me)?;
-    // One value out; a few in, the first of which is threaded (a block's hidden state), the
-    // others passed along (a mask).
-    let [output] = &used_after[..] else { return None };
-    if outer.is_empty() || outer.len() > 4 {
+    let after: Vec<&String> = body[last + 1..].iter().map(|s| &s.text).collect();
+    let (outer, used_after) = boundary(&after, &lines, types, &me)?;
+    // A few values out; a few in, the first of which is threaded (a block's hidden state), the
+    // others passed along (a mask, rotary tables).
+    if used_after.is_empty() || used_after.len() > MAX_OUT {
         return None;
     }
-    let ty_out = types.get(output)?;
+    if outer.is_empty() || outer.len() > MAX_IN {
+        return None;
+    }
     // The threaded input is a value computed outside, not a field.
     if outer[0].starts_with("self") {
         return None;
@@ -178,10 +224,11 @@ fn extract(
         }
         params.push(t.clone());
     }
-    let local = local_names(&outer, lines);
+    let ty_out: Vec<&String> = used_after.iter().map(|v| types.get(v)).collect::<Option<_>>()?;
+    let local = local_names(&outer, &lines);
     let mut text = Vec::new();
-    for l in lines {
-        let mut l = l.clone();
+    for s in stmts {
+        let mut l = s.text.clone();
         for v in outer.iter().filter(|v| v.starts_with("self")) {
             l = replace_access(&l, v, &local[v]);
         }
@@ -194,30 +241,41 @@ fn extract(
             return None;
         }
         let l = l.replace(&format!("{me}."), "self.").replace(&format!("{me}["), "self[");
-        text.push(rename(&l, &local));
+        text.push(Stmt { text: rename(&l, &local), ..s.clone() });
     }
-    // Lists called item by item inside the module are called whole; the output stays read.
-    text.push(local[output].clone());
+    // Lists called item by item inside the module are called whole; the outputs stay read.
+    let result: Vec<String> = used_after.iter().map(|v| local[v].clone()).collect();
+    let result =
+        if let [one] = &result[..] { one.clone() } else { format!("({})", result.join(", ")) };
+    text.push(Stmt::plain(format!("let _ = {result}"), path));
     let mut text = chain(&text, path, lens);
     text.pop();
-    let ret = if compound(ty_out) { String::new() } else { format!(" -> {ty_out}") };
+    let ret = if ty_out.iter().any(|t| compound(t)) {
+        String::new()
+    } else if let [t] = &ty_out[..] {
+        format!(" -> {t}")
+    } else {
+        let t: Vec<&str> = ty_out.iter().map(|t| t.as_str()).collect();
+        format!(" -> ({})", t.join(", "))
+    };
     let sig: Vec<String> =
         outer.iter().zip(&params).map(|(v, t)| format!("{}: {t}", local[v])).collect();
-    let mut forward = format!("    forward({}){ret} {{\n", sig.join(", "));
-    for l in &text {
-        forward.push_str(&format!("        {l}\n"));
-    }
-    forward.push_str(&format!("        {}\n    }}\n", local[output]));
-    let call = format!("let {output} = {me}({})", outer.join(", "));
+    let header = format!("forward({}){ret}", sig.join(", "));
+    let forward = Forward { header, body: text, result };
+    let lhs = if let [one] = &used_after[..] {
+        one.clone()
+    } else {
+        format!("({})", used_after.join(", "))
+    };
+    let call = format!("let {lhs} = {me}({})", outer.join(", "));
     Some((first..last + 1, call, forward))
 }
 
 /// The values the module's `lines` read from outside (lets, inputs, other modules' tensors),
 /// in order of first use, and those of its own that later statements read.
 fn boundary(
-    body: &[String],
+    after: &[&String],
     lines: &[String],
-    last: usize,
     types: &HashMap<String, String>,
     me: &str,
 ) -> Option<(Vec<String>, Vec<String>)> {
@@ -253,7 +311,7 @@ fn boundary(
         }
     }
     let mut used_after: Vec<String> = Vec::new();
-    for l in &body[last + 1..] {
+    for l in after {
         for w in words(l).into_iter().map(|(a, b)| l[a..b].to_string()) {
             if own.contains(&w) && !used_after.contains(&w) {
                 used_after.push(w);
@@ -328,27 +386,27 @@ fn item_call(line: &str) -> Option<(&str, &str, usize, &str, &str)> {
 /// Calls of every item of a list in turn, each feeding the next and read nowhere else, become
 /// one call of the list (`self.layer1(x)`), as a Sequential is called. `within` is the path
 /// of the module whose forward `lines` are (empty for the model); `lens` the length of every
-/// list, by path.
-pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> Vec<String> {
+/// list, by path. The call names the nodes of the calls it replaces.
+pub fn chain(lines: &[Stmt], within: &str, lens: &HashMap<String, usize>) -> Vec<Stmt> {
     let uses = |name: &str, skip: usize| {
         lines
             .iter()
             .enumerate()
             .filter(|&(k, _)| k != skip)
-            .filter(|(_, l)| words(l).iter().any(|&(a, b)| &l[a..b] == name))
+            .filter(|(_, s)| words(&s.text).iter().any(|&(a, b)| &s.text[a..b] == name))
             .count()
     };
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        if let Some((o, acc, 0, arg, rest)) = item_call(&lines[i]) {
+        if let Some((o, acc, 0, arg, rest)) = item_call(&lines[i].text) {
             let path =
                 dotted(acc).map(|p| if within.is_empty() { p } else { format!("{within}.{p}") });
             let n = path.and_then(|p| lens.get(&p).copied()).unwrap_or(0);
             let mut last = (o, i);
             let mut ok = n >= 1;
             for k in 1..n {
-                match lines.get(i + k).and_then(|l| item_call(l)) {
+                match lines.get(i + k).and_then(|s| item_call(&s.text)) {
                     Some((o2, acc2, idx, arg2, rest2))
                         if acc2 == acc && idx == k && arg2 == last.0 && rest2 == rest =>
                     {
@@ -364,7 +422,14 @@ pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> V
             }
             if ok {
                 let args = if rest.is_empty() { arg.to_string() } else { format!("{arg}, {rest}") };
-                out.push(format!("let {} = {acc}({args})", last.0));
+                let mut nodes: Vec<String> = Vec::new();
+                for s in &lines[i..i + n] {
+                    nodes.extend(
+                        s.nodes.iter().filter(|m| !nodes.contains(m)).cloned().collect::<Vec<_>>(),
+                    );
+                }
+                let text = format!("let {} = {acc}({args})", last.0);
+                out.push(Stmt { text, scope: lines[i].scope.clone(), nodes });
                 i += n;
                 continue;
             }
@@ -373,4 +438,35 @@ pub fn chain(lines: &[String], within: &str, lens: &HashMap<String, usize>) -> V
         i += 1;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stmts(lines: &[(&str, &str)]) -> Vec<Stmt> {
+        lines.iter().map(|(text, scope)| Stmt::plain(text.to_string(), scope)).collect()
+    }
+
+    #[test]
+    fn a_named_argument_reads_no_value_of_its_name() {
+        let t = "f32[2, 3, 4, 4]".to_string();
+        let types: HashMap<String, String> =
+            ["mask", "scale", "y", "o"].iter().map(|v| (v.to_string(), t.clone())).collect();
+        // `scale` is the block's own, read inside it only: the `scale = …` after it names an
+        // argument, so one value leaves the block, and the block's input `mask` is renamed
+        // where it is read, not where it names an argument.
+        let body = stmts(&[
+            ("let scale = mask * 2.0", "blk"),
+            ("let y = attention(scale, mask, mask, scale = 0.5, mask = mask)", "blk"),
+            ("let o = attention(y, y, y, scale = 0.5)", ""),
+            ("output o", ""),
+        ]);
+        let r = recover(body, &types, &["blk".to_string()], &HashMap::new());
+        assert_eq!(r.body[0].text, "let y = self.blk(mask)");
+        let f = &r.forwards["blk"];
+        assert_eq!(f.header, format!("forward(x: {t}) -> {t}"));
+        assert_eq!(f.body[1].text, "let y = attention(scale, x, x, scale = 0.5, mask = x)");
+        assert_eq!(f.result, "y");
+    }
 }

@@ -170,7 +170,26 @@ fn shape_arithmetic_folds_to_the_models_named_sizes() {
     assert!(m.source.contains("model T(batch: dim = 2)"), "{}", m.source);
     assert!(m.source.contains("input x: f32[batch, 12]"), "{}", m.source);
     assert!(m.source.contains("reshape(x, [batch, 3, 4])"), "{}", m.source);
-    assert!(!m.source.contains("Shape") && !m.source.contains("concat"), "{}", m.source);
+    let code = code(&m.source);
+    assert!(!code.contains("Shape") && !code.contains("concat"), "{}", m.source);
+    // The static reshape names the nodes it stands for: the Reshape, then the shape arithmetic
+    // folded into it, in graph order.
+    assert!(
+        m.source.contains(
+            "let y = reshape(x, [batch, 3, 4])  // onnx: /Reshape, /Shape, /Gather +2 more\n"
+        ),
+        "{}",
+        m.source
+    );
+}
+
+/// The source without its comments.
+fn code(source: &str) -> String {
+    source
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or("").trim_end())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -325,4 +344,91 @@ fn scaled_masked_attention_is_the_attention_builtin_and_a_near_miss_stays_op_by_
     // Probabilities read elsewhere (an output here) keep the written-out form.
     let s = attention_graph(-1, &["y", "p"]);
     assert!(s.contains("softmax") && !s.contains("attention("), "{s}");
+}
+
+/// Two decoder-like blocks as an exporter writes them: rotary tables computed once at the top
+/// (`/Cos`, `/Sin`) and read by every block, and one epsilon and one mask the exporter shares
+/// among the blocks (unnamed initializers). `extra` names more outputs (a block's value read
+/// after it, as a cache of keys is).
+fn decoder_blocks(extra: &[&str]) -> String {
+    let mut nodes =
+        vec![node("Cos", "/Cos", &["pos"], &["rc"]), node("Sin", "/Sin", &["pos"], &["rs"])];
+    let mut inits = vec![
+        scalar("onnx::Pow_2", 2.0),
+        scalar("onnx::Add_3", 1e-5),
+        floats("onnx::Add_4", &[4], &[0.0, -1.0, 0.5, 2.0]),
+    ];
+    for i in 0..2 {
+        let at = |n: &str| format!("/layers/layers.{i}/{n}");
+        let v = |n: &str| format!("{n}{i}");
+        let h = if i == 0 { "x".to_string() } else { "y0".to_string() };
+        let w = format!("layers.{i}.norm.weight");
+        let steps: [(&str, String, [String; 2], String); 8] = [
+            ("Pow", at("norm/Pow"), [h.clone(), "onnx::Pow_2".into()], v("p")),
+            ("Add", at("norm/Add"), [v("p"), "onnx::Add_3".into()], v("a")),
+            ("Mul", at("norm/Mul"), [v("a"), w.clone()], v("n")),
+            ("Mul", at("Mul"), [v("n"), "rc".into()], v("c")),
+            ("Mul", at("Mul_1"), [v("n"), "rs".into()], v("s")),
+            ("Add", at("Add"), [v("c"), v("s")], v("r")),
+            ("Add", at("Add_1"), [v("r"), "onnx::Add_4".into()], v("m")),
+            ("Add", at("Add_2"), [h.clone(), v("m")], v("y")),
+        ];
+        for (op, name, ins, out) in &steps {
+            nodes.push(node(op, name, &[ins[0].as_str(), ins[1].as_str()], &[out.as_str()]));
+        }
+        inits.push(floats(&w, &[4], &[1.0, 2.0, 3.0, 4.0]));
+    }
+    let mut outputs = vec!["y1"];
+    outputs.extend_from_slice(extra);
+    let inputs = vec![value("x", 1, &["2", "4"]), value("pos", 1, &["2", "4"])];
+    let bytes = model(nodes, inputs, &outputs, inits);
+    let source = import(&bytes).expect("imports").source;
+    let outcome = mgn_compiler::check_text(
+        "t.mgn".into(),
+        mgn_compiler::source::Origin::Memory("t.mgn".into()),
+        source.clone(),
+        mgn_compiler::Models::All,
+    );
+    assert!(outcome.ok(), "the source does not check:\n{source}");
+    source
+}
+
+#[test]
+fn blocks_take_the_tables_and_constants_computed_outside_them() {
+    let s = decoder_blocks(&[]);
+    // One layer for both blocks, called as a list: the hidden state, both rotary tables, and
+    // the epsilon and mask now held by the model (not by the first block) go in.
+    assert!(s.contains("layers = repeat(2) LayersItem()"), "{s}");
+    assert!(s.contains("let y1 = self.layers(x, cos_1, sin_1, self.bias, self.bias_1)"), "{s}");
+    assert_eq!(s.matches("forward(").count(), 2, "{s}");
+    // Equal blocks still merge with their comments: the layer names the first block's nodes.
+    assert!(s.contains("let pow_1 = square(x)  // onnx: /layers/layers.0/norm/Pow\n"), "{s}");
+    assert!(!s.contains("layers.1/norm/Pow"), "{s}");
+    // An op that reads as itself is not annotated.
+    assert!(s.contains("        let add = pow_1 + bias\n"), "{s}");
+}
+
+#[test]
+fn several_values_leaving_a_block_are_returned_as_a_tuple() {
+    let s = decoder_blocks(&["c0", "c1"]);
+    assert!(s.contains("layers = repeat(2) LayersItem()"), "{s}");
+    assert!(s.contains(") -> (f32[2, 4], f32[2, 4]) {"), "{s}");
+    assert!(
+        s.contains("let (add_3, c0) = self.layers[0](x, cos_1, sin_1, self.bias, self.bias_1)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("let (y1, c1) = self.layers[1](add_3, cos_1, sin_1, self.bias, self.bias_1)"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_fused_attention_names_the_nodes_it_stands_for() {
+    let s = attention_graph(-1, &["y"]);
+    // The last MatMul first, then the pattern's other nodes in graph order.
+    assert!(s.contains("mask = m)  // onnx: mm2, t, mm1 +3 more\n"), "{s}");
+    // A near miss stays op by op, each line reading as its node: no comment.
+    let s = attention_graph(2, &["y"]);
+    assert!(!s.contains("// onnx:"), "{s}");
 }

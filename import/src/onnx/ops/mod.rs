@@ -11,6 +11,7 @@ pub mod shape;
 use super::fold;
 use super::graph::{Graph, Node};
 use super::layers::{Claim, Fields};
+use super::provenance::{self, Stmt};
 use super::value::{Const, Dt, Run, Sym, Val};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -37,8 +38,13 @@ pub struct Lower<'g> {
     pub names: HashMap<String, String>,
     taken: HashSet<String>,
     lets: HashSet<String>,
-    /// The module path of the node each statement of `body` came from.
-    pub scopes: Vec<String>,
+    /// The module path of the node each statement of `body` came from, and the nodes (indices
+    /// into the graph's) its comment names: empty where the statement reads as its node.
+    pub tags: Vec<(String, Vec<usize>)>,
+    /// The nodes each constant computed from nodes (not read from the file) was folded from.
+    folded: HashMap<String, Vec<usize>>,
+    /// The nodes a pattern recognised at the node being lowered took in.
+    pub fused: Vec<usize>,
     /// The module path of the node being lowered.
     cur_scope: String,
     /// The type of each `let` and input, as `.mgn` writes it.
@@ -46,7 +52,7 @@ pub struct Lower<'g> {
     pub problems: Vec<String>,
     /// How many nodes (and graph outputs) read each value, and the node making it.
     reads: HashMap<String, usize>,
-    made_by: HashMap<String, usize>,
+    pub made_by: HashMap<String, usize>,
     /// `let`s inside recognised patterns, dropped at the end where nothing else reads them.
     pub dropped: HashSet<String>,
 }
@@ -84,7 +90,9 @@ impl<'g> Lower<'g> {
             names,
             taken: HashSet::new(),
             lets: HashSet::new(),
-            scopes: Vec::new(),
+            tags: Vec::new(),
+            folded: HashMap::new(),
+            fused: Vec::new(),
             cur_scope: String::new(),
             types: HashMap::new(),
             problems: Vec::new(),
@@ -133,10 +141,60 @@ impl<'g> Lower<'g> {
         }
     }
 
-    /// Tags the statements written since the last call with `scope`.
+    /// Tags the statements written since the last call with `scope`; they name no node.
     pub fn tag(&mut self, scope: &str) {
-        let n = self.body.len() - self.scopes.len();
-        self.scopes.extend(std::iter::repeat_n(scope.to_string(), n));
+        let n = self.body.len() - self.tags.len();
+        self.tags.extend(std::iter::repeat_n((scope.to_string(), Vec::new()), n));
+    }
+
+    /// Tags the statements node `i` wrote: its scope, and the nodes they came from where a
+    /// statement does not read as the node itself.
+    fn tag_node(&mut self, i: usize, n: &Node, nodes: &[usize]) {
+        // A std layer reads as its node when its parameters keep the file's names.
+        let layer = self.claims.get(&i).is_some_and(|c| {
+            c.inits.iter().flatten().all(|init| self.names.get(init) == Some(init))
+        });
+        for k in self.tags.len()..self.body.len() {
+            let plain = nodes.len() == 1 && provenance::reads_as(&n.op, &self.body[k], layer);
+            let named = if plain { Vec::new() } else { nodes.to_vec() };
+            self.tags.push((n.scope.clone(), named));
+        }
+    }
+
+    /// The nodes whose work node `i` stands for, `i` first, the others in graph order: the
+    /// nodes a std layer or a pattern absorbed, and those the constants they read were folded
+    /// from.
+    fn provenance(&mut self, i: usize) -> Vec<usize> {
+        let mut direct: BTreeSet<usize> = std::mem::take(&mut self.fused).into_iter().collect();
+        direct.extend(self.claims.get(&i).map(|c| c.absorbs.clone()).unwrap_or_default());
+        direct.insert(i);
+        let mut all = direct.clone();
+        for &j in &direct {
+            for inp in &self.g.nodes[j].inputs {
+                all.extend(self.folded.get(inp).into_iter().flatten());
+            }
+        }
+        all.remove(&i);
+        std::iter::once(i).chain(all).collect()
+    }
+
+    /// The statements with their scopes and the names of the nodes their comments name.
+    pub fn statements(&mut self) -> Vec<Stmt> {
+        let tags = std::mem::take(&mut self.tags);
+        let body = std::mem::take(&mut self.body);
+        body.into_iter()
+            .zip(tags)
+            .map(|(text, (scope, nodes))| {
+                let nodes = nodes
+                    .iter()
+                    .map(|&j| {
+                        let n = &self.g.nodes[j];
+                        provenance::label(&n.name, &n.op, j)
+                    })
+                    .collect();
+                Stmt { text, scope, nodes }
+            })
+            .collect()
     }
 
     pub fn is_taken(&self, name: &str) -> bool {
@@ -254,8 +312,20 @@ impl<'g> Lower<'g> {
             }
             let scope = n.scope.clone();
             self.cur_scope = scope.clone();
+            self.fused.clear();
             match self.node(i, n) {
                 Ok(outs) => {
+                    let nodes = self.provenance(i);
+                    // A constant computed here remembers the nodes it came from, for the
+                    // statements that read it; a `Constant` is a literal of the file.
+                    if n.op != "Constant" {
+                        for (name, v) in n.outputs.iter().zip(&outs) {
+                            if matches!(v, Val::Const(_)) && !name.is_empty() {
+                                self.folded.insert(name.clone(), nodes.clone());
+                            }
+                        }
+                    }
+                    self.tag_node(i, n, &nodes);
                     // A node a claim absorbed (the `Add` of a `Linear`) gives the claim's value.
                     let absorbed: Vec<usize> =
                         self.claims.get(&i).map(|c| c.absorbs.clone()).unwrap_or_default();
@@ -292,9 +362,9 @@ impl<'g> Lower<'g> {
                             Val::Run(Run { expr: "?".into(), dt: Dt::F32, shape: vec![] }),
                         );
                     }
+                    self.tag(&scope);
                 }
             }
-            self.tag(&scope);
         }
     }
 

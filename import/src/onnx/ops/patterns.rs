@@ -286,11 +286,15 @@ fn attention(cx: &mut Lower, n: &Node) -> R<Option<Run>> {
     Ok(Some(cx.bind("attn", format!("attention({args})"), qr.dt, shape)))
 }
 
-/// Marks the `let`s of the values inside a recognised pattern for `prune`.
+/// Marks the `let`s of the values inside a recognised pattern for `prune`, and their nodes as
+/// the pattern's, for the comment that names them.
 fn drop_inner(cx: &mut Lower, inner: Inner) {
     for v in inner.0 {
         if let Some(Val::Run(r)) = cx.vals.get(&v) {
             cx.dropped.insert(r.expr.clone());
+        }
+        if let Some(&j) = cx.made_by.get(&v) {
+            cx.fused.push(j);
         }
     }
 }
@@ -332,10 +336,10 @@ fn key(cx: &mut Lower, kt: &str, ktr: Run, inner: &mut Inner) -> Run {
 }
 
 /// Drops the `let`s of `dropped` that no later statement reads: the inside of a recognised
-/// pattern, lowered before its last node was reached. `scopes` stays parallel to `body`.
+/// pattern, lowered before its last node was reached. `tags` stays parallel to `body`.
 /// The tensors only those statements read (an exporter's `0.5` initializer) go too.
 pub fn prune(cx: &mut Lower) {
-    let (body, scopes, dropped) = (&mut cx.body, &mut cx.scopes, &cx.dropped);
+    let (body, tags, dropped) = (&mut cx.body, &mut cx.tags, &cx.dropped);
     let mut read: HashSet<String> = HashSet::new();
     let mut keep = vec![true; body.len()];
     for (i, line) in body.iter().enumerate().rev() {
@@ -351,7 +355,7 @@ pub fn prune(cx: &mut Lower) {
     let mut k = keep.iter();
     body.retain(|_| *k.next().expect("parallel"));
     let mut k = keep.iter();
-    scopes.retain(|_| *k.next().unwrap_or(&true));
+    tags.retain(|_| *k.next().unwrap_or(&true));
     let f = &mut cx.fields;
     let unread: HashSet<String> = f
         .tensors
