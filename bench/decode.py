@@ -91,6 +91,8 @@ def main():
     ap.add_argument("--cache", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--f16", action="store_true",
+                    help="also time the model cast to float16 (the half-precision rows)")
     args = ap.parse_args()
     strict_f32()
     dev = torch.device("cuda")
@@ -111,10 +113,25 @@ def main():
     compiled = torch.compile(eager_step, mode="reduce-overhead", fullgraph=True)
     paths = {"eager": (lambda: DynamicCache(), eager_step),
              "compile": (lambda: static_cache(model, args.cache, dev), compiled)}
-    for name, (make_cache, step) in paths.items():
+    runs = [(name, model, make, step) for name, (make, step) in paths.items()]
+    if args.f16:
+        half = build(args.seed, dev).half()
+
+        def half_step(tok, cache, pos):
+            return half(input_ids=tok, past_key_values=cache, use_cache=True,
+                        cache_position=pos).logits
+
+        def half_cache():
+            from transformers import StaticCache
+            return StaticCache(config=half.config, max_cache_len=args.cache)
+
+        compiled_half = torch.compile(half_step, mode="reduce-overhead", fullgraph=True)
+        runs += [("f16 eager", half, lambda: DynamicCache(), half_step),
+                 ("f16 compile", half, half_cache, compiled_half)]
+    for name, m, make_cache, step in runs:
         prefills, times, ids = [], [], None
         for r in range(args.repeat + 1):  # the first run warms up (and compiles)
-            p, t, ids = decode(model, prompt, args.new, make_cache(), step)
+            p, t, ids = decode(m, prompt, args.new, make_cache(), step)
             if r > 0:
                 prefills.append(p)
                 times.extend(t)
