@@ -126,6 +126,11 @@ pub struct TrainArgs {
     /// model in f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Store the weights the plan does not train in a packed type (q8_0, q4_0, q4_1, q4_k,
+    /// q6_k): matrix products' and lookups' weights with at least 4096 elements whose last
+    /// axis is whole blocks (`q4_k` falls back to `q4_1`, `q6_k` to `q8_0`).
+    #[arg(long, value_name = "TYPE", value_parser = crate::commands::plan::parse_quantize)]
+    pub quantize: Option<mgn_ir::DType>,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     /// Stop at the first NaN/Inf and name the op and model line (always on in debug builds).
@@ -210,13 +215,21 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         &PlanOptions {
             rewrites: a.rewrites.into(),
             precision: a.precision.into(),
+            quantize: a.quantize,
             ..PlanOptions::train(&a.freeze, spec.clone())
         },
         f,
     )?;
+    // The evaluation plan reads the training session's weights: the same ones packed.
+    let packed: Vec<String> = (train_plan.params.iter())
+        .filter(|p| p.dtype.is_packed())
+        .map(|p| p.name.clone())
+        .collect();
     let infer = PlanOptions {
         rewrites: a.rewrites.into(),
         precision: a.precision.into(),
+        quantize: a.quantize,
+        quantize_only: Some(&packed),
         ..PlanOptions::infer()
     };
     let eval_plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;

@@ -44,8 +44,13 @@ impl<'p> Evaluator<'p> {
         }
         dtype.packs(shape).map_err(|why| {
             let code = if shape.is_empty() { "E0206" } else { "E0203" };
-            Diagnostic::error(code, format!("{what} cannot be {dtype}: {why}"), span, "declared here")
-                .with_help("a packed parameter's last axis is a whole number of its blocks")
+            Diagnostic::error(
+                code,
+                format!("{what} cannot be {dtype}: {why}"),
+                span,
+                "declared here",
+            )
+            .with_help("a packed parameter's last axis is a whole number of its blocks")
         })
     }
 
