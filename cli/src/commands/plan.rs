@@ -127,9 +127,7 @@ pub fn obtain(
             if !report::diagnostics(&outcome, format) {
                 return Err(super::EXIT_ERRORS);
             }
-            let plan = plan.expect("a clean build lowers to a plan");
-            quantize_note(&plan, opts, format);
-            Ok(plan)
+            Ok(plan.expect("a clean build lowers to a plan"))
         }
         Err(e) => {
             report::file_error(file, &e, format);

@@ -114,6 +114,7 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
         opts.loss = false;
         plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     }
+    super::plan::quantize_note(&plan, &opts, a.format);
     if a.grads && plan.grads.is_empty() {
         return Err(fail(
             "`--grads` needs a plan with gradients: run the .mgn file, or build the plan with \

@@ -220,6 +220,8 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         },
         f,
     )?;
+    let train_opts = PlanOptions { quantize: a.quantize, ..PlanOptions::infer() };
+    super::plan::quantize_note(&train_plan, &train_opts, f);
     // The evaluation plan reads the training session's weights: the same ones packed.
     let packed: Vec<String> = (train_plan.params.iter())
         .filter(|p| p.dtype.is_packed())

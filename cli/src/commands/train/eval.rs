@@ -76,6 +76,7 @@ fn eval_inner(a: &EvalArgs) -> Result<(), u8> {
         ..PlanOptions::infer()
     };
     let plan: Plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;
+    crate::commands::plan::quantize_note(&plan, &infer, f);
     if plan.mode == Mode::Train {
         return Err(fail(
             &format!(
