@@ -220,13 +220,7 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         },
         f,
     )?;
-    let train_opts = PlanOptions { quantize: a.quantize, ..PlanOptions::infer() };
-    super::plan::quantize_note(&train_plan, &train_opts, f);
-    // The evaluation plan reads the training session's weights: the same ones packed.
-    let packed: Vec<String> = (train_plan.params.iter())
-        .filter(|p| p.dtype.is_packed())
-        .map(|p| p.name.clone())
-        .collect();
+    let packed = packed_params(&a, &train_plan, f);
     let infer = PlanOptions {
         rewrites: a.rewrites.into(),
         precision: a.precision.into(),
@@ -331,6 +325,14 @@ fn held_out_accuracy(
         }
     }
     accuracy(&mut eval, data, labels, output)
+}
+
+/// The training plan's packed parameters, after saying what `--quantize` packed: the evaluation
+/// plan reads the training session's weights, so it packs the same ones.
+fn packed_params(a: &TrainArgs, train_plan: &Plan, f: MessageFormat) -> Vec<String> {
+    let opts = PlanOptions { quantize: a.quantize, ..PlanOptions::infer() };
+    super::plan::quantize_note(train_plan, &opts, f);
+    (train_plan.params.iter()).filter(|p| p.dtype.is_packed()).map(|p| p.name.clone()).collect()
 }
 
 fn optimizer_kind(a: &TrainArgs) -> OptimizerKind {
