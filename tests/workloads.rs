@@ -172,6 +172,8 @@ fn check_workload(name: &str) {
             optimizer: Default::default(),
             rewrites: Default::default(),
             precision,
+            quantize: None,
+            quantize_only: None,
         };
         let start = Instant::now();
         let (outcome, plan) = plan_path(Path::new(&model), None, parsed.clone(), &opts)

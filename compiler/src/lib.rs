@@ -21,6 +21,7 @@ pub mod front;
 pub mod graph;
 pub mod lower;
 pub mod precision;
+pub mod quantize;
 pub mod render;
 pub mod rewrite;
 pub mod source;

@@ -1,7 +1,7 @@
 //! Graph IR → Plan: keeps the nodes the plan's results need (in order), renumbers them as
 //! steps, and records each step's source location in the user's model.
 
-use crate::autodiff::{differentiate, GradOptions};
+use crate::autodiff::{differentiate, is_frozen, GradOptions};
 use crate::graph::{to_steps, Graph, NodeId};
 use crate::rewrite::{rewrite, Rewrites};
 use crate::source::SourceMap;
@@ -9,6 +9,7 @@ use mgn_ir::optim::OptimizerSpec;
 use mgn_ir::plan::{Mode, ParamSpec, Plan};
 use mgn_ir::precision::Precision;
 use mgn_ir::valid::MAX_ELEMENTS;
+use mgn_ir::DType;
 use mgn_syntax::{Diagnostic, Span};
 
 /// What a plan computes.
@@ -24,6 +25,12 @@ pub struct PlanOptions<'a> {
     pub rewrites: Rewrites,
     /// The precision policy (`precision.rs`): f32 by default.
     pub precision: Precision,
+    /// `--quantize TYPE` (`quantize.rs`): the packed type of the weights the plan does not
+    /// train. `None` by default.
+    pub quantize: Option<DType>,
+    /// Restricts `quantize` to these parameters: `mgnc train`'s evaluation plan takes its
+    /// training plan's choice, so that the two hold the same weights in the same types.
+    pub quantize_only: Option<&'a [String]>,
 }
 
 impl PlanOptions<'_> {
@@ -36,6 +43,8 @@ impl PlanOptions<'_> {
             optimizer: OptimizerSpec::default(),
             rewrites: Rewrites::Greedy,
             precision: Precision::F32,
+            quantize: None,
+            quantize_only: None,
         }
     }
 
@@ -48,6 +57,8 @@ impl PlanOptions<'_> {
             optimizer,
             rewrites: Rewrites::Greedy,
             precision: Precision::F32,
+            quantize: None,
+            quantize_only: None,
         }
     }
 }
@@ -67,6 +78,17 @@ pub fn lower_with_spans(
     check_engine(opts.rewrites)?;
     check_mode(&g, opts.mode)?;
     check_frozen(&g, opts)?;
+    if let Some(dtype) = opts.quantize {
+        let trained = |i: usize| {
+            let p = &g.params[i];
+            opts.grads && p.trainable && !opts.frozen.iter().any(|f| is_frozen(&p.name, f))
+        };
+        let mut chosen = crate::quantize::choose_untrained(&g, dtype, trained);
+        if let Some(only) = opts.quantize_only {
+            chosen.retain(|(name, _)| only.contains(name));
+        }
+        crate::quantize::apply(&mut g, &chosen);
+    }
     // State writes are results like outputs: the rewrites track them as outputs.
     let n_out = g.outputs.len();
     g.outputs.extend(g.state_writes.iter().map(|(_, id)| (String::new(), *id)));

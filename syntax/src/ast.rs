@@ -207,9 +207,32 @@ pub enum DTypeName {
     I64,
     U32,
     Bool,
+    Q8_0,
+    Q4_0,
+    Q4_1,
+    Q4K,
+    Q6K,
 }
 
 impl DTypeName {
+    /// The name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            DTypeName::F32 => "f32",
+            DTypeName::F16 => "f16",
+            DTypeName::BF16 => "bf16",
+            DTypeName::I32 => "i32",
+            DTypeName::I64 => "i64",
+            DTypeName::U32 => "u32",
+            DTypeName::Bool => "bool",
+            DTypeName::Q8_0 => "q8_0",
+            DTypeName::Q4_0 => "q4_0",
+            DTypeName::Q4_1 => "q4_1",
+            DTypeName::Q4K => "q4_k",
+            DTypeName::Q6K => "q6_k",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<DTypeName> {
         Some(match s {
             "f32" => DTypeName::F32,
@@ -219,6 +242,11 @@ impl DTypeName {
             "i64" => DTypeName::I64,
             "u32" => DTypeName::U32,
             "bool" => DTypeName::Bool,
+            "q8_0" => DTypeName::Q8_0,
+            "q4_0" => DTypeName::Q4_0,
+            "q4_1" => DTypeName::Q4_1,
+            "q4_k" => DTypeName::Q4K,
+            "q6_k" => DTypeName::Q6K,
             _ => return None,
         })
     }
@@ -242,9 +270,20 @@ impl TypeExpr {
 
 #[derive(Clone, Debug)]
 pub struct TensorType {
-    pub dtype: DTypeName,
+    pub dtype: ElemType,
     pub dims: Vec<DimItem>,
     pub span: Span,
+}
+
+/// A tensor type's element type.
+#[derive(Clone, Debug)]
+pub enum ElemType {
+    /// Written out: `f32`, `q4_0`.
+    Named(DTypeName),
+    /// A name bound to a `dtype` value, as a parameter's type (`param weight_type[out, in]`):
+    /// the grammar admits it only there. An `ExprKind::Name` expression, so that name
+    /// resolution and evaluation treat it as any other use of the name.
+    Value(Box<Expr>),
 }
 
 #[derive(Clone, Debug)]

@@ -228,15 +228,7 @@ fn width(s: &str) -> usize {
 }
 
 fn dtype_name(d: DTypeName) -> &'static str {
-    match d {
-        DTypeName::F32 => "f32",
-        DTypeName::F16 => "f16",
-        DTypeName::BF16 => "bf16",
-        DTypeName::I32 => "i32",
-        DTypeName::I64 => "i64",
-        DTypeName::U32 => "u32",
-        DTypeName::Bool => "bool",
-    }
+    d.name()
 }
 
 fn range(s: Span) -> (usize, usize) {

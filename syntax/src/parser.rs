@@ -421,8 +421,17 @@ impl Builder<'_> {
     fn tensor_type(&mut self, p: Pair<Rule>) -> TensorType {
         let span = self.span(&p);
         let mut i = p.into_inner();
-        let dtype =
-            DTypeName::parse(i.next().unwrap().as_str()).expect("grammar only admits known dtypes");
+        let first = i.next().unwrap();
+        let dtype = match first.as_rule() {
+            Rule::ident => {
+                let name = self.ident(first);
+                let span = name.span;
+                ElemType::Value(Box::new(Expr { kind: ExprKind::Name(name.name), span }))
+            }
+            _ => ElemType::Named(
+                DTypeName::parse(first.as_str()).expect("grammar only admits known dtypes"),
+            ),
+        };
         let dims = i
             .map(|d| match d.as_rule() {
                 Rule::variadic_dim => DimItem::Variadic(self.ident(d.into_inner().next().unwrap())),

@@ -255,6 +255,9 @@ macro_rules! visitor {
             v: &mut V,
             t: &$($lt)? $($m)? TensorType,
         ) {
+            if let ElemType::Value(e) = & $($m)? t.dtype {
+                v.visit_expr(e);
+            }
             for d in & $($m)? t.dims {
                 v.visit_dim(d);
             }

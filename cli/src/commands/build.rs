@@ -60,6 +60,11 @@ pub struct BuildArgs {
     /// model in f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Store the weights the plan does not train in a packed type (q8_0, q4_0, q4_1, q4_k,
+    /// q6_k): matrix products' and lookups' weights with at least 4096 elements whose last
+    /// axis is whole blocks (`q4_k` falls back to `q4_1`, `q6_k` to `q8_0`).
+    #[arg(long, value_name = "TYPE", value_parser = crate::commands::plan::parse_quantize)]
+    pub quantize: Option<mgn_ir::DType>,
     #[arg(long = "message-format", value_enum, default_value = "human")]
     pub format: MessageFormat,
     /// Build again whenever the model or a file it imports changes, until Ctrl-C (`watch.rs`).
@@ -92,7 +97,12 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         PlanMode::Infer => PlanOptions::infer(),
         PlanMode::Train => PlanOptions::train(&a.freeze, OptimizerSpec::default()),
     };
-    let opts = PlanOptions { rewrites: a.rewrites.into(), precision: a.precision.into(), ..opts };
+    let opts = PlanOptions {
+        rewrites: a.rewrites.into(),
+        precision: a.precision.into(),
+        quantize: a.quantize,
+        ..opts
+    };
     if !a.dynamic.is_empty() {
         if let Err(e) = mgn_ir::dynamic::check_sizes(&a.dynamic) {
             report::error(&format!("--dynamic: {e}"), a.format);
@@ -117,6 +127,7 @@ fn build_into(a: &BuildArgs, files: &mut Vec<PathBuf>) -> u8 {
         return super::EXIT_ERRORS;
     }
     let plan = plan.expect("a clean build lowers to a plan");
+    super::plan::quantize_note(&plan, &opts, a.format);
     if let Some(out) = &a.out {
         if let Err(e) = plan.save(out) {
             report::error(&e.to_string(), a.format);

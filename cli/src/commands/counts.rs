@@ -32,7 +32,8 @@ impl Counts {
             let slot = match () {
                 // The session's loss scale (mixed f16 training), not the model's.
                 _ if Some(i) == scale => continue,
-                _ if p.trainable && p.frozen => &mut c.frozen,
+                // A packed (quantized) parameter is never trained: frozen, not a buffer.
+                _ if (p.trainable && p.frozen) || p.dtype.is_packed() => &mut c.frozen,
                 _ if p.trainable => &mut c.trainable,
                 _ if p.persistent => &mut c.buffers,
                 _ if plan.state_writes.iter().any(|&(q, _)| q == i) => &mut c.state,

@@ -5,6 +5,7 @@ use mgn_compiler::elab::Setting;
 use mgn_compiler::lower::PlanOptions;
 use mgn_compiler::rewrite::Rewrites;
 use mgn_ir::precision::Precision;
+use mgn_ir::DType;
 use mgn_runtime::Plan;
 use std::path::Path;
 
@@ -57,6 +58,23 @@ impl From<PrecisionArg> for Precision {
     }
 }
 
+/// `--quantize TYPE`: a packed type (`mgn_ir::dtype::PACKED`) for the weights a plan does not
+/// train (`mgn_compiler::quantize`).
+pub fn parse_quantize(s: &str) -> Result<DType, String> {
+    let names: Vec<&str> = mgn_ir::dtype::PACKED.iter().map(|d| d.name()).collect();
+    DType::from_name(&s.to_ascii_lowercase())
+        .filter(|d| d.is_packed())
+        .ok_or_else(|| format!("`{s}` is not a packed type; the types are {}", names.join(", ")))
+}
+
+/// The line `--quantize` prints once a plan is compiled: how many weights took which type,
+/// and the parameters' bytes before and after (human output only, on stderr).
+pub fn quantize_note(plan: &Plan, opts: &PlanOptions, format: MessageFormat) {
+    if let (Some(asked), MessageFormat::Human) = (opts.quantize, format) {
+        eprintln!("{}", mgn_compiler::quantize::Summary::of_plan(plan, asked));
+    }
+}
+
 /// Compiles `file` with `opts`, or loads it when it is a `.mgnplan`. Errors are printed;
 /// `Err` carries the exit code.
 pub fn obtain(
@@ -87,6 +105,16 @@ pub fn obtain(
                     opts.precision,
                     file.display(),
                     plan.precision
+                ),
+                format,
+            );
+            return Err(super::EXIT_ERRORS);
+        }
+        if opts.quantize.is_some() {
+            report::error(
+                &format!(
+                    "`--quantize` applies when compiling a .mgn file; {} is already built",
+                    file.display()
                 ),
                 format,
             );

@@ -61,6 +61,11 @@ pub struct RunArgs {
     /// model in f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Store the weights the plan does not train in a packed type (q8_0, q4_0, q4_1, q4_k,
+    /// q6_k): matrix products' and lookups' weights with at least 4096 elements whose last
+    /// axis is whole blocks (`q4_k` falls back to `q4_1`, `q6_k` to `q8_0`).
+    #[arg(long, value_name = "TYPE", value_parser = crate::commands::plan::parse_quantize)]
+    pub quantize: Option<mgn_ir::DType>,
     /// Seed for initializers (without --weights) and dropout.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -95,6 +100,8 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
         optimizer: Default::default(),
         rewrites: a.rewrites.into(),
         precision: a.precision.into(),
+        quantize: a.quantize,
+        quantize_only: None,
     };
     let mut plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     // Without --grads the loss is optional: drop it when the inputs it needs are not given.
@@ -107,6 +114,7 @@ fn run_inner(a: RunArgs) -> Result<(), u8> {
         opts.loss = false;
         plan = obtain(&a.file, a.model.clone(), a.settings.clone(), &opts, a.format)?;
     }
+    super::plan::quantize_note(&plan, &opts, a.format);
     if a.grads && plan.grads.is_empty() {
         return Err(fail(
             "`--grads` needs a plan with gradients: run the .mgn file, or build the plan with \

@@ -126,6 +126,11 @@ pub struct TrainArgs {
     /// model in f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Store the weights the plan does not train in a packed type (q8_0, q4_0, q4_1, q4_k,
+    /// q6_k): matrix products' and lookups' weights with at least 4096 elements whose last
+    /// axis is whole blocks (`q4_k` falls back to `q4_1`, `q6_k` to `q8_0`).
+    #[arg(long, value_name = "TYPE", value_parser = crate::commands::plan::parse_quantize)]
+    pub quantize: Option<mgn_ir::DType>,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     /// Stop at the first NaN/Inf and name the op and model line (always on in debug builds).
@@ -210,13 +215,17 @@ fn train_inner(a: TrainArgs) -> Result<(), u8> {
         &PlanOptions {
             rewrites: a.rewrites.into(),
             precision: a.precision.into(),
+            quantize: a.quantize,
             ..PlanOptions::train(&a.freeze, spec.clone())
         },
         f,
     )?;
+    let packed = packed_params(&a, &train_plan, f);
     let infer = PlanOptions {
         rewrites: a.rewrites.into(),
         precision: a.precision.into(),
+        quantize: a.quantize,
+        quantize_only: Some(&packed),
         ..PlanOptions::infer()
     };
     let eval_plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;
@@ -316,6 +325,14 @@ fn held_out_accuracy(
         }
     }
     accuracy(&mut eval, data, labels, output)
+}
+
+/// The training plan's packed parameters, after saying what `--quantize` packed: the evaluation
+/// plan reads the training session's weights, so it packs the same ones.
+fn packed_params(a: &TrainArgs, train_plan: &Plan, f: MessageFormat) -> Vec<String> {
+    let opts = PlanOptions { quantize: a.quantize, ..PlanOptions::infer() };
+    super::plan::quantize_note(train_plan, &opts, f);
+    (train_plan.params.iter()).filter(|p| p.dtype.is_packed()).map(|p| p.name.clone()).collect()
 }
 
 fn optimizer_kind(a: &TrainArgs) -> OptimizerKind {

@@ -17,6 +17,7 @@ mod counters;
 pub(crate) use call::bind_args;
 mod expr;
 mod layer;
+pub(crate) mod packed;
 mod pattern;
 mod sequence;
 mod state;
@@ -299,16 +300,16 @@ impl<'p> Evaluator<'p> {
     pub fn origin_label(&self, d: Diagnostic, v: &Value, here: Span, what: &str) -> Diagnostic {
         let Value::Tensor(id) = v else { return d };
         let n = self.graph.node(*id);
-        let origin = match n.op {
-            Op::Param { index } => self.graph.params[index].span,
-            _ => n.user_span,
+        let origin = match self.param_of(*id) {
+            Some(index) => self.graph.params[index].span,
+            None => n.user_span,
         };
         let overlaps =
             origin.file == here.file && origin.start < here.end && here.start < origin.end;
         if overlaps || origin == Span::default() {
             return d;
         }
-        let verb = if matches!(n.op, Op::Input { .. } | Op::Param { .. }) {
+        let verb = if matches!(n.op, Op::Input { .. }) || self.param_of(*id).is_some() {
             "declared"
         } else {
             "produced"
@@ -404,6 +405,11 @@ pub fn dtype_of(d: DTypeName) -> DType {
         DTypeName::I64 => DType::I64,
         DTypeName::U32 => DType::U32,
         DTypeName::Bool => DType::Bool,
+        DTypeName::Q8_0 => DType::Q8_0,
+        DTypeName::Q4_0 => DType::Q4_0,
+        DTypeName::Q4_1 => DType::Q4_1,
+        DTypeName::Q4K => DType::Q4_K,
+        DTypeName::Q6K => DType::Q6_K,
     }
 }
 

@@ -165,7 +165,9 @@ pub fn elaborate_with_facts(
         }
         ev.create_fields(&model.fields, "")?;
         for i in &model.inputs {
-            let (dtype, shape) = ev.concrete_type(&i.ty, &format!("input `{}`", i.name.name))?;
+            let what = format!("input `{}`", i.name.name);
+            let (dtype, shape) = ev.concrete_type(&i.ty, &what)?;
+            ev.check_packed((dtype, &shape), None, i.ty.span, &what)?;
             let id = ev.add(
                 crate::graph::Op::Input { name: i.name.name.clone() },
                 Vec::new(),

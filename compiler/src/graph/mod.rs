@@ -87,6 +87,8 @@ impl ParamInfo {
         match (self.trainable, self.persistent) {
             _ if self.state => "state",
             (true, _) => "param",
+            // A packed parameter is a `param` field the plan cannot train.
+            (false, true) if self.dtype.is_packed() => "param",
             (false, true) => "buffer",
             (false, false) => "const",
         }

@@ -415,6 +415,10 @@ impl Fmt<'_> {
                 DimItem::Variadic(i) => format!("..{}", i.name),
             })
             .collect();
-        format!("{}[{}]", dtype_name(t.dtype), dims.join(", "))
+        let dtype = match &t.dtype {
+            ElemType::Named(d) => dtype_name(*d).to_string(),
+            ElemType::Value(e) => self.expr(e, indent),
+        };
+        format!("{dtype}[{}]", dims.join(", "))
     }
 }

@@ -166,13 +166,15 @@ fn missing_field_name(file: FileId, text: &str, at: usize) -> Option<Diagnostic>
 
 const RESERVED: &[&str] = &[
     "use", "const", "fn", "layer", "model", "forward", "repeat", "let", "if", "else", "true",
-    "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32",
+    "false", "self", "as", "f32", "f16", "bf16", "i32", "i64", "u32", "q8_0", "q4_0", "q4_1",
+    "q4_k", "q6_k",
 ];
 
 /// Keywords that a name follows.
 const NAMING: &[&str] = &["let", "fn", "layer", "model", "const", "as"];
 
-const DTYPES: &[&str] = &["f32", "f16", "bf16", "i32", "i64", "u32"];
+const DTYPES: &[&str] =
+    &["f32", "f16", "bf16", "i32", "i64", "u32", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"];
 
 const OPERATORS: &[&str] = &[
     "+", "-", "*", "/", "%", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "^T", ".", "[", "(",
@@ -391,7 +393,9 @@ fn rule_name(r: Rule) -> Option<&'static str> {
         Rule::optional => "`?`",
         Rule::ret_type => "`->`",
         Rule::type_expr | Rule::scalar_type | Rule::tuple_type => "a type",
-        Rule::tensor_type | Rule::dtype => "a tensor type such as `f32[B, 784]`",
+        Rule::tensor_type | Rule::typed_by_name | Rule::dtype => {
+            "a tensor type such as `f32[B, 784]`"
+        }
         Rule::variadic_dim => "`..`",
         Rule::block => "`{`",
         Rule::tuple_pattern | Rule::wildcard => "a pattern",

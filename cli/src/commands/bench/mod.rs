@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// model in f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Store the weights the plan does not train in a packed type (q8_0, q4_0, q4_1, q4_k,
+    /// q6_k): matrix products' and lookups' weights with at least 4096 elements whose last
+    /// axis is whole blocks (`q4_k` falls back to `q4_1`, `q6_k` to `q8_0`).
+    #[arg(long, value_name = "TYPE", value_parser = crate::commands::plan::parse_quantize)]
+    pub quantize: Option<mgn_ir::DType>,
     /// Untimed calls before each measurement.
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
@@ -158,10 +163,13 @@ fn bench(b: &Bench) -> Result<Report, u8> {
     let a = b.a;
     let mut notes = check_args(b)?;
     let (rewrites, precision) = (a.rewrites.into(), a.precision.into());
-    let infer = PlanOptions { rewrites, precision, ..PlanOptions::infer() };
+    let quantize = a.quantize;
+    let infer = PlanOptions { rewrites, precision, quantize, ..PlanOptions::infer() };
     let spec = OptimizerSpec::default();
-    let train = PlanOptions { rewrites, precision, ..PlanOptions::train(&[], spec.clone()) };
+    let train =
+        PlanOptions { rewrites, precision, quantize, ..PlanOptions::train(&[], spec.clone()) };
     let (outcome, plan) = b.compile(&a.settings, &infer)?;
+    super::plan::quantize_note(&plan, &infer, b.format);
     let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
     // Whether the training plan is measured: a model with a loss, unless `--inference`.
     let trains = has_loss && !a.inference;

@@ -41,6 +41,11 @@ pub struct EvalArgs {
     /// model in f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Store the weights the plan does not train in a packed type (q8_0, q4_0, q4_1, q4_k,
+    /// q6_k): matrix products' and lookups' weights with at least 4096 elements whose last
+    /// axis is whole blocks (`q4_k` falls back to `q4_1`, `q6_k` to `q8_0`).
+    #[arg(long, value_name = "TYPE", value_parser = crate::commands::plan::parse_quantize)]
+    pub quantize: Option<mgn_ir::DType>,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     #[arg(long = "message-format", value_enum, default_value = "human")]
@@ -67,9 +72,11 @@ fn eval_inner(a: &EvalArgs) -> Result<(), u8> {
     let infer = PlanOptions {
         rewrites: a.rewrites.into(),
         precision: a.precision.into(),
+        quantize: a.quantize,
         ..PlanOptions::infer()
     };
     let plan: Plan = obtain(&a.file, a.model.clone(), settings, &infer, f)?;
+    crate::commands::plan::quantize_note(&plan, &infer, f);
     if plan.mode == Mode::Train {
         return Err(fail(
             &format!(

@@ -3,6 +3,7 @@
 //! `BroadcastTo` op autodiff already makes), so it costs no memory until a kernel reads it.
 
 use super::args::*;
+use crate::elab::eval::packed::not_packed;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::value::Value;
 use crate::graph::{fmt_type, CompareOp, NodeId, Op};
@@ -23,6 +24,7 @@ fn filled(ev: &mut Evaluator, value: f64, dtype: DType, dims: Vec<usize>, span: 
 fn dtype_or(ev: &Evaluator, a: &Args, default: DType) -> R<DType> {
     match a.get("dtype") {
         None => Ok(default),
+        Some((Value::DType(d), at)) if d.is_packed() => Err(not_packed(*d, *at, "a filled tensor")),
         Some((Value::DType(d), _)) => Ok(*d),
         Some(_) => Err(a.wrong(ev, "dtype", "a dtype such as f32")),
     }

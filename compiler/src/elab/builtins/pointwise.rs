@@ -1,6 +1,7 @@
 //! Pointwise builtins, number conversions, and the `+ - * /` and `@` operators on tensors.
 
 use super::args::*;
+use crate::elab::eval::packed::not_packed;
 use crate::elab::eval::{Evaluator, R};
 use crate::elab::value::Value;
 use crate::graph::{fmt_type, BinaryOp, NodeId, Op, UnaryOp};
@@ -99,6 +100,9 @@ pub(super) fn pow(ev: &mut Evaluator, a: &Args) -> R<Value> {
 pub(super) fn cast(ev: &mut Evaluator, a: &Args) -> R<Value> {
     let (t, _) = a.tensor(ev, "x")?;
     let dtype = match a.get("dtype") {
+        Some((Value::DType(d), at)) if d.is_packed() => {
+            return Err(not_packed(*d, *at, "the result of `cast`"))
+        }
         Some((Value::DType(d), _)) => *d,
         _ => return Err(a.wrong(ev, "dtype", "a dtype such as f32")),
     };

@@ -107,6 +107,8 @@ impl<'p> Evaluator<'p> {
         full: String,
     ) -> R<Value> {
         let (dtype, shape) = self.concrete_type(ty, "a parameter")?;
+        let what = format!("a `{}` field", kind.keyword());
+        self.check_packed((dtype, &shape), Some(kind), ty.span, &what)?;
         let init = match init {
             None => InitSpec::Constant(0.0),
             Some(e) => {
@@ -122,7 +124,8 @@ impl<'p> Evaluator<'p> {
         };
         let index = self.graph.params.len();
         let node = self.add(Op::Param { index }, Vec::new(), dtype, shape.clone(), f.span)?;
-        let trainable = kind == TensorKind::Param;
+        // A packed parameter is frozen: no gradient reaches a few bits per weight.
+        let trainable = kind == TensorKind::Param && !dtype.is_packed();
         let persistent = !matches!(kind, TensorKind::Const | TensorKind::State);
         let kind = kind.keyword();
         self.facts.push(Fact {
@@ -145,11 +148,15 @@ impl<'p> Evaluator<'p> {
             node,
             span: f.span,
         });
+        if dtype.is_packed() {
+            return Ok(Value::Tensor(self.dequantized(node, f.span)?));
+        }
         Ok(Value::Tensor(node))
     }
 
     /// Evaluates a tensor type whose dims must all be known (parameters, model inputs).
     pub fn concrete_type(&mut self, t: &TensorType, what: &str) -> R<(DType, Vec<usize>)> {
+        let dtype = self.elem_type(t)?;
         let mut shape = Vec::new();
         for d in &t.dims {
             match d {
@@ -191,13 +198,13 @@ impl<'p> Evaluator<'p> {
                 "E0301",
                 format!(
                     "{what} with shape {} has more than 2^40 elements",
-                    fmt_type(dtype_of(t.dtype), &shape)
+                    fmt_type(dtype, &shape)
                 ),
                 t.span,
                 "too large",
             ));
         }
-        Ok((dtype_of(t.dtype), shape))
+        Ok((dtype, shape))
     }
 }
 

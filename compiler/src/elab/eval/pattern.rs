@@ -125,7 +125,10 @@ impl<'p> Evaluator<'p> {
     pub fn match_tensor(&mut self, t: &TensorType, id: NodeId, span: Span, what: &str) -> R<()> {
         let (dtype, shape) = self.ty(id);
         let shape = shape.to_vec();
-        let want = dtype_of(t.dtype);
+        let want = pattern_dtype(t);
+        if want.is_packed() {
+            return Err(packed::not_packed(want, t.span, "a tensor type pattern"));
+        }
         if dtype != want {
             let d = Diagnostic::error(
                 "E0202",
@@ -317,7 +320,7 @@ impl<'p> Evaluator<'p> {
             })
             .filter(|s| !s.is_empty())
             .collect();
-        format!("{}[{}]", dtype_of(t.dtype), dims.join(", "))
+        format!("{}[{}]", pattern_dtype(t), dims.join(", "))
     }
 
     /// " (with d = 128, heads = 4)": the values of names used in a pattern.
@@ -395,5 +398,14 @@ fn scalar_desc(s: ScalarType) -> &'static str {
         ScalarType::Bool => "a bool",
         ScalarType::Init => "an initializer",
         ScalarType::DType => "a dtype",
+    }
+}
+
+/// A pattern's element type: always written out (the grammar admits a `dtype` name as a
+/// tensor type only in a parameter's declaration).
+fn pattern_dtype(t: &TensorType) -> DType {
+    match &t.dtype {
+        ElemType::Named(d) => dtype_of(*d),
+        ElemType::Value(_) => unreachable!("a pattern's element type is written out"),
     }
 }

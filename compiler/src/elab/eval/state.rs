@@ -11,10 +11,7 @@ impl<'p> Evaluator<'p> {
         let self_ref = Expr { kind: ExprKind::SelfRef, span: Span { end: span.start + 4, ..span } };
         let target = self.field(&self_ref, field)?;
         let index = match &target {
-            Value::Tensor(id) => match self.graph.node(*id).op {
-                Op::Param { index } => Some(index),
-                _ => None,
-            },
+            Value::Tensor(id) => self.param_of(*id),
             _ => None,
         };
         let writable =

@@ -48,10 +48,7 @@ impl<'p> Evaluator<'p> {
             ));
         };
         let index = match &v {
-            Value::Tensor(id) => match self.graph.node(*id).op {
-                Op::Param { index } => Some(index),
-                _ => None,
-            },
+            Value::Tensor(id) => self.param_of(*id),
             _ => None,
         };
         let Some(index) = index else {

@@ -563,6 +563,9 @@ impl<'p> Visit<'p> for Resolver<'p> {
     }
 
     fn visit_tensor_type(&mut self, t: &'p TensorType) {
+        if let ElemType::Value(e) = &t.dtype {
+            self.visit_expr(e);
+        }
         if !self.pattern {
             for d in &t.dims {
                 match d {
