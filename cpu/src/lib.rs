@@ -92,7 +92,12 @@ pub fn eval(
 ) -> Result<Tensor, KernelError> {
     let run = || -> KResult<Data> {
         for (i, t) in inputs.iter().enumerate() {
-            if t.data.len() != layout::numel(&t.shape) {
+            // A packed value holds bytes: whole blocks of its elements.
+            let items = match &t.data {
+                Data::Packed(_) => t.dtype.bytes_for(layout::numel(&t.shape)),
+                _ => Some(layout::numel(&t.shape)),
+            };
+            if Some(t.data.len()) != items {
                 return err(format!(
                     "input {i} has shape {:?} but holds {} elements",
                     t.shape,
