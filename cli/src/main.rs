@@ -7,10 +7,11 @@ use crate::commands::bench::BenchArgs;
 use crate::commands::build::BuildArgs;
 use crate::commands::generate::GenerateArgs;
 use crate::commands::import::ImportArgs;
+use crate::commands::quantize::QuantizeArgs;
 use crate::commands::report::MessageFormat;
 use crate::commands::run::RunArgs;
 use crate::commands::train::{EvalArgs, TrainArgs};
-use crate::commands::{bench, build, check, fmt, generate, import, info, run, train};
+use crate::commands::{bench, build, check, fmt, generate, import, info, quantize, run, train};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,6 +51,9 @@ enum Command {
     Generate(GenerateArgs),
     /// Turn an ONNX or GGUF model into readable `.mgn` source and a safetensors checkpoint.
     Import(ImportArgs),
+    /// Quantize a checkpoint's weight matrices to a packed type (q8_0, q4_0, q4_1, q4_k, q6_k),
+    /// written as safetensors or GGUF.
+    Quantize(QuantizeArgs),
     /// GPU devices, their limits and features, and which one would be used.
     Info {
         /// One JSON object instead of text.
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Import(a) => import::run(a),
+        Command::Quantize(a) => quantize::run(a),
         Command::Info { json } => info::run(json),
         Command::Lsp => match mgn_lsp::run_stdio() {
             Ok(mgn_lsp::Ended::Cleanly) => 0,

@@ -27,6 +27,7 @@ pub(crate) mod layout;
 mod matmul;
 mod movement;
 mod norm;
+pub mod packed;
 mod pointwise;
 mod reduce;
 mod scan;

@@ -214,7 +214,7 @@ pub(crate) fn slice_grad(
 }
 
 /// Checks every index against the axis size; an index outside it is an error naming both.
-fn checked_indices(index: &Tensor, axis: usize, size: usize) -> KResult<Vec<usize>> {
+pub(crate) fn checked_indices(index: &Tensor, axis: usize, size: usize) -> KResult<Vec<usize>> {
     ints(index, "index")?
         .iter()
         .map(|&i| {

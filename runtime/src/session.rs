@@ -10,6 +10,8 @@ pub use mgn_ir::tensor::RunOutput;
 use mgn_ir::tensor::{Data, Tensor};
 use std::fmt;
 
+mod inputs;
+mod packed;
 mod sizes;
 mod state;
 
@@ -68,6 +70,8 @@ pub struct Session {
     pub check_numerics: bool,
     /// For each step, the last step that reads its value (`usize::MAX` for results).
     last_use: Vec<usize>,
+    /// For each step, how it runs on the CPU: packed weights are read where they are used.
+    fused: Vec<cpu::packed::Fused>,
     /// For each step, whether it reads the loss scale (transitively): a loss-scaled backward
     /// pass, whose infinities are overflows the step skips, not errors (`check_numerics`).
     scaled: Vec<bool>,
@@ -118,6 +122,7 @@ impl Session {
     /// A session over `params` (in the plan's order, of its shapes).
     fn with_params(plan: Plan, seed: u64, params: Vec<Tensor>) -> Session {
         let last_use = mgn_ir::analysis::DefUse::of(&plan).last_uses();
+        let fused = cpu::packed::fusions(&plan);
         let scaled = reads_loss_scale(&plan);
         Session {
             optimizer: OptimizerState::default(),
@@ -127,6 +132,7 @@ impl Session {
             seed,
             check_numerics: cfg!(debug_assertions),
             last_use,
+            fused,
             scaled,
             gpu: None,
             device_ahead: false,
@@ -407,53 +413,6 @@ impl Session {
         RunOutput { outputs, loss, grads }
     }
 
-    /// Every input of `plan` is among `inputs`, or an error names the first one missing.
-    fn check_given(plan: &Plan, inputs: &[(&str, &Tensor)]) -> Result<(), RuntimeError> {
-        match plan.inputs.iter().find(|(name, _)| !inputs.iter().any(|(n, _)| n == name)) {
-            Some((name, _)) => {
-                let given: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
-                Err(RuntimeError::Failed(format!(
-                    "missing input `{name}` (given: {})",
-                    if given.is_empty() { "none".into() } else { given.join(", ") }
-                )))
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// Each input step's position in `inputs`, after checking that every input is given, of
-    /// `plan`'s shape (the plan at the run's sizes) and a storage type of its dtype.
-    fn check_inputs(
-        plan: &Plan,
-        inputs: &[(&str, &Tensor)],
-    ) -> Result<Vec<Option<usize>>, RuntimeError> {
-        Session::check_given(plan, inputs)?;
-        let mut which = vec![None; plan.steps.len()];
-        for (name, step) in &plan.inputs {
-            let pos = inputs.iter().position(|(n, _)| n == name).expect("checked above");
-            let want = &plan.steps[*step as usize];
-            let t = inputs[pos].1;
-            if t.shape != want.shape {
-                return Err(RuntimeError::Failed(format!(
-                    "input `{name}` has shape {:?}, but the plan was built for {:?}",
-                    t.shape, want.shape
-                )));
-            }
-            let storage_ok = match &t.data {
-                Data::F32(_) | Data::F64(_) => want.dtype.is_float(),
-                Data::I32(_) => !want.dtype.is_float(),
-                Data::Packed(_) => false, // inputs are never packed; parameters may be
-            };
-            if !storage_ok {
-                let (got, want) = (t.dtype, want.dtype);
-                let e = format!("input `{name}` holds {got} values, but the plan expects {want}");
-                return Err(RuntimeError::Failed(e));
-            }
-            which[*step as usize] = Some(pos);
-        }
-        Ok(which)
-    }
-
     fn execute(
         &mut self,
         inputs: &[(&str, &Tensor)],
@@ -461,9 +420,9 @@ impl Session {
     ) -> Result<Vec<Slot>, RuntimeError> {
         Session::check_given(&self.plan, inputs)?;
         let sized = self.sized_plan(inputs)?;
-        let (plan, last_use) = match &sized {
-            Some(s) => (&s.plan, &s.last_use[..]),
-            None => (&self.plan, &self.last_use[..]),
+        let (plan, last_use, fused) = match &sized {
+            Some(s) => (&s.plan, &s.last_use[..], &s.fused[..]),
+            None => (&self.plan, &self.last_use[..], &self.fused[..]),
         };
         let which = Session::check_inputs(plan, inputs)?;
         if !self.host_checked {
@@ -495,11 +454,12 @@ impl Session {
                     }
                 }
                 Op::Param { index } => Slot::Param(*index),
+                _ if fused[i] == cpu::packed::Fused::Skip => Slot::Empty,
                 op => {
-                    let args: Vec<&Tensor> =
-                        step.inputs.iter().map(|&x| get(&slots, x, &self.params, inputs)).collect();
+                    let get = |x: u32| get(&slots, x, &self.params, inputs);
+                    let args = packed::operands(&fused[i], step, get, &self.params);
                     let ctx = cpu::Ctx { training, seed, node: i as u32 };
-                    let t = cpu::eval(op, &args, step.dtype, &step.shape, &ctx).map_err(|e| {
+                    let t = packed::eval(&fused[i], step, &args, &ctx).map_err(|e| {
                         RuntimeError::Failed(format!("{e} (at {}, step {i})", step.loc))
                     })?;
                     if self.check_numerics && !self.scaled[i] {

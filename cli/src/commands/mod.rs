@@ -11,6 +11,7 @@ pub mod generate;
 pub mod import;
 pub mod info;
 pub mod plan;
+pub mod quantize;
 pub mod report;
 pub mod run;
 pub mod train;

@@ -42,6 +42,57 @@ pub(super) fn packed_shape(dtype: DType, shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// Metadata key prefix of a packed tensor's type and logical shape: a file stores a packed
+/// tensor as U8 bytes (`packed_shape`), which alone cannot say which blocks they are, so
+/// `mgn.packed.<name>` = `"q4_0[576, 576]"` (the language's spelling of the type) does.
+pub const PACKED_KEY_PREFIX: &str = "mgn.packed.";
+
+/// The metadata value naming a packed tensor's type and logical shape (`q4_0[576, 576]`).
+pub(super) fn packed_entry(t: &Tensor) -> String {
+    let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+    format!("{}[{}]", t.dtype, dims.join(", "))
+}
+
+/// A U8 tensor's bytes as the packed tensor its metadata entry (`q4_0[576, 576]`) describes,
+/// after checking that the entry names a packed type, that the bytes are exactly that many
+/// blocks, and that the file's shape is the entry's packed shape.
+pub(super) fn packed_from_entry(
+    name: &str,
+    entry: &str,
+    file_shape: &[usize],
+    data: &[u8],
+) -> Result<Tensor, String> {
+    let bad = |why: String| format!("tensor `{name}`: its entry `{entry}` {why}");
+    let (ty, dims) = entry
+        .strip_suffix(']')
+        .and_then(|s| s.split_once('['))
+        .ok_or_else(|| bad("is not of the form `q4_0[576, 576]`".into()))?;
+    let dtype = DType::from_name(ty.trim()).filter(|d| d.is_packed()).ok_or_else(|| {
+        let names: Vec<&str> = mgn_ir::dtype::PACKED.iter().map(|d| d.name()).collect();
+        bad(format!("names `{}`, not a packed type ({})", ty.trim(), names.join(", ")))
+    })?;
+    let shape = if dims.trim().is_empty() {
+        Vec::new()
+    } else {
+        let parsed: Result<Vec<usize>, _> = dims.split(',').map(|d| d.trim().parse()).collect();
+        parsed.map_err(|_| bad("has a shape that is not a list of sizes".into()))?
+    };
+    dtype.packs(&shape).map_err(|e| bad(format!("is not a packed shape: {e}")))?;
+    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let want = numel.and_then(|n| dtype.bytes_for(n));
+    if want != Some(data.len()) {
+        let want = want.map_or("an impossible number of".into(), |w| w.to_string());
+        return Err(bad(format!("takes {want} bytes, but the file holds {}", data.len())));
+    }
+    let packed = packed_shape(dtype, &shape);
+    if packed != file_shape {
+        return Err(bad(format!(
+            "is stored with the shape {packed:?}, but the file's tensor has {file_shape:?}"
+        )));
+    }
+    Ok(Tensor::packed(dtype, shape, data.to_vec()))
+}
+
 /// Converts a host tensor to the bytes of its declared dtype.
 pub(super) fn encode(name: &str, t: &Tensor) -> Result<Encoded, String> {
     let numel = t

@@ -323,6 +323,10 @@ fn first_difference(a: &Tensor, b: &Tensor, a_name: &str, b_name: &str) -> Optio
             let i = x.iter().zip(y).position(|(p, q)| p != q)?;
             at(i, x[i].to_string(), y[i].to_string())
         }
+        (Data::Packed(x), Data::Packed(y)) => {
+            let i = x.iter().zip(y).position(|(p, q)| p != q)?;
+            at(i, format!("byte {}", x[i]), format!("byte {}", y[i]))
+        }
         // Matching converts both to the parameter's dtype, whose storage is one of the above.
         _ => Some("stored differently".into()),
     }

@@ -6,6 +6,13 @@
 //! leaves the previous checkpoint intact. Metadata records `mgn.format = "1"` and, by convention,
 //! the model name (`mgn.model`) and the training step (`mgn.step`).
 //!
+//! A packed (quantized) tensor is stored as U8 bytes of its packed shape (the last axis counted
+//! in bytes: `q4_0[576, 576]` is `U8[576, 324]`), and the metadata names its type and logical
+//! shape under `mgn.packed.<tensor name>` (`"q4_0[576, 576]"`): the bytes alone cannot say
+//! which blocks they are. Reading checks the entry against the bytes; a U8 tensor without one
+//! stays unsupported, and an entry without its tensor is an error. The entries are the
+//! writer's: a loaded checkpoint's metadata holds none, and `save` writes them from the tensors.
+//!
 //! Loading never trusts the file: every size and offset in the header is checked against the
 //! file's length before anything is allocated, and every problem (truncation, corruption, a
 //! name the header lists twice, an unsupported dtype, an `i64` that does not fit the host's
@@ -31,11 +38,14 @@
 
 mod dtypes;
 mod matching;
+#[cfg(test)]
+mod packed_tests;
 mod read;
 #[cfg(test)]
 mod testing;
 mod write;
 
+pub use dtypes::PACKED_KEY_PREFIX;
 pub use matching::{match_params, match_plan, MatchMode, Mismatch, Report, Signature, Untied};
 pub use read::{from_bytes, load};
 pub use write::{save, to_bytes};

@@ -1,9 +1,9 @@
 //! Reading a checkpoint: the header is checked against the file before anything tensor-sized is
 //! allocated, and every way a file can be wrong becomes a sentence naming the file.
 
-use super::dtypes::decode;
+use super::dtypes::{decode, packed_from_entry, PACKED_KEY_PREFIX};
 use super::{Checkpoint, CheckpointError, FORMAT_KEY, FORMAT_VERSION};
-use safetensors::tensor::SafeTensorError;
+use safetensors::tensor::{Dtype, SafeTensorError};
 use safetensors::SafeTensors;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,14 +79,38 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointErr
             )));
         }
     }
+    // The packed tensors' entries become their tensors' types: taken out of the metadata, so
+    // saving what was loaded writes them once, from the tensors.
+    let mut packed: BTreeMap<String, String> = BTreeMap::new();
+    let mut metadata = metadata;
+    metadata.retain(|k, v| match k.strip_prefix(PACKED_KEY_PREFIX) {
+        Some(name) => {
+            packed.insert(name.to_string(), v.clone());
+            false
+        }
+        None => true,
+    });
     let mut tensors = Vec::new();
     for (name, info) in header.tensors() {
         let (start, end) = info.data_offsets;
         let bytes = data.get(start..end).ok_or_else(|| {
             err(format!("corrupt header: the data offsets of tensor `{name}` are out of range"))
         })?;
-        let t = decode(&name, info.dtype, &info.shape, bytes).map_err(err)?;
-        tensors.push((name, t));
+        let t = match (packed.remove(&name), info.dtype) {
+            (Some(entry), Dtype::U8) => packed_from_entry(&name, &entry, &info.shape, bytes),
+            (Some(entry), other) => Err(format!(
+                "the metadata describes tensor `{name}` as packed (`{entry}`), but the file \
+                 stores it as {other}, not as U8 bytes"
+            )),
+            (None, _) => decode(&name, info.dtype, &info.shape, bytes),
+        };
+        tensors.push((name, t.map_err(err)?));
+    }
+    if let Some((name, entry)) = packed.into_iter().next() {
+        return Err(err(format!(
+            "the metadata key `{PACKED_KEY_PREFIX}{name}` describes a packed tensor (`{entry}`), \
+             but the file holds no tensor `{name}`"
+        )));
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Checkpoint { path: path.to_path_buf(), tensors, metadata })

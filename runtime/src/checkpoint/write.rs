@@ -1,7 +1,7 @@
 //! Writing a checkpoint: the safetensors layout, with metadata keys sorted so that the same
 //! tensors always give the same bytes, and an atomic save.
 
-use super::dtypes::encode;
+use super::dtypes::{encode, packed_entry, PACKED_KEY_PREFIX};
 use super::{CheckpointError, FORMAT_KEY, FORMAT_VERSION};
 use mgn_ir::tensor::Tensor;
 use std::collections::{BTreeMap, HashSet};
@@ -28,6 +28,10 @@ pub fn to_bytes(
         }
         encoded.push((name.as_str(), encode(name, t)?));
     }
+    let packed: Vec<(String, String)> = (tensors.iter())
+        .filter(|(_, t)| t.dtype.is_packed())
+        .map(|(name, t)| (format!("{PACKED_KEY_PREFIX}{name}"), packed_entry(t)))
+        .collect();
     let mut meta: BTreeMap<&str, &str> = BTreeMap::new();
     for (k, v) in metadata {
         if k == FORMAT_KEY && v != FORMAT_VERSION {
@@ -36,11 +40,19 @@ pub fn to_bytes(
                  not \"{v}\""
             ));
         }
+        if k.starts_with(PACKED_KEY_PREFIX) {
+            return Err(format!(
+                "metadata key `{k}` is set by the writer, from the packed tensors it saves"
+            ));
+        }
         if meta.insert(k, v).is_some() {
             return Err(format!("metadata key `{k}` is listed twice"));
         }
     }
     meta.insert(FORMAT_KEY, FORMAT_VERSION);
+    for (k, v) in &packed {
+        meta.insert(k, v);
+    }
     encoded.sort_by(|(ln, l), (rn, r)| r.dtype.bitsize().cmp(&l.dtype.bitsize()).then(ln.cmp(rn)));
 
     let json = |s: &str| serde_json::to_string(s).expect("strings always serialize");

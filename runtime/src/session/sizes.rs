@@ -9,10 +9,12 @@ use std::sync::Arc;
 /// How many plans at other sizes a session keeps (as many as a GPU session keeps of its own).
 const KEEP: usize = 64;
 
-/// The plan at one set of sizes, and the last reader of each of its values.
+/// The plan at one set of sizes, the last reader of each of its values, and how each of its
+/// steps runs on the CPU.
 pub(super) struct SizedPlan {
     pub plan: Plan,
     pub last_use: Vec<usize>,
+    pub fused: Vec<mgn_cpu::packed::Fused>,
 }
 
 /// The plans a session made at other sizes, most recently used last.
@@ -48,10 +50,11 @@ impl Session {
                 RuntimeError::Failed(format!("`{}` cannot run {e}", self.plan.model))
             })?;
             let last_use = mgn_ir::analysis::DefUse::of(&plan).last_uses();
+            let fused = mgn_cpu::packed::fusions(&plan);
             if kept.len() == KEEP {
                 kept.remove(0);
             }
-            kept.push((sizes, Arc::new(SizedPlan { plan, last_use })));
+            kept.push((sizes, Arc::new(SizedPlan { plan, last_use, fused })));
         }
         Ok(kept.last().map(|(_, p)| p.clone()))
     }
