@@ -6,7 +6,8 @@
 //! least two axes, at least 4096 elements and a last axis of whole blocks — the weight matrices
 //! and embeddings, never biases, norms' scales or small tables, whose bytes do not matter and
 //! whose precision does. A k-quant falls back as llama.cpp does where the last axis is not
-//! whole 256-value blocks: q4_k to q4_1, q6_k to q8_0. Optimizer state is left out: a packed
+//! whole 256-value blocks: q4_k to q4_1, q6_k to q8_0. With `--model` the tensors are those the
+//! compiler's `--quantize` pass packs in that model's plan. Optimizer state is left out: a packed
 //! tensor is not trained. Every file is written atomically.
 
 mod gguf;
@@ -14,6 +15,7 @@ mod gguf;
 mod tests;
 
 use clap::Args;
+use mgn_compiler::lower::PlanOptions;
 use mgn_ir::dtype::PACKED;
 use mgn_ir::tensor::Tensor;
 use mgn_ir::DType;
@@ -126,21 +128,23 @@ fn output_format(path: &Path) -> Result<Format, String> {
     }
 }
 
-/// The parameters the compiler's `--quantize` pass would pack in `model`.
-///
-/// TO WIRE: the compiler's public chooser (`mgn_compiler::quantize`, written on another
-/// branch) gives these names; until it is merged `--model` is refused rather than falling back
-/// to the choice by tensor, which could pack what the model keeps in floats.
+/// The parameters the compiler's `--quantize` pass packs in `model` (its inference plan at its
+/// default arguments, the same pass `mgnc build --quantize` runs), by checkpoint name.
 fn chosen_by_model(
     model: &Path,
     _ck: &Checkpoint,
-    _dtype: DType,
+    dtype: DType,
 ) -> Result<BTreeSet<String>, String> {
-    Err(format!(
-        "`--model {}`: choosing the tensors as the model's `--quantize` pass does is not \
-         available in this build yet; leave `--model` out to choose them by shape",
-        model.display()
-    ))
+    let opts = mgn_compiler::lower::PlanOptions { quantize: Some(dtype), ..PlanOptions::infer() };
+    let (outcome, plan) = mgn_compiler::driver::plan_path(model, None, Vec::new(), &opts)
+        .map_err(|e| format!("`--model {}`: {e}", model.display()))?;
+    let Some(plan) = plan.filter(|_| outcome.ok()) else {
+        return Err(format!(
+            "`--model {}` has errors: `mgnc check {0}` shows them",
+            model.display()
+        ));
+    };
+    Ok(plan.params.iter().filter(|p| p.dtype.is_packed()).map(|p| p.name.clone()).collect())
 }
 
 /// The packed type a tensor gets when quantized to `dtype`, or why it is left as it is.

@@ -145,9 +145,9 @@ fn errors_say_what_is_wrong() {
     let e = quantize(&args(&dir.0.join("none.safetensors"), &out, "q8_0")).unwrap_err();
     assert!(e.contains("none.safetensors") && e.contains("cannot read"), "{e}");
     let mut with_model = args(&ck, &out, "q8_0");
-    with_model.model = Some("m.mgn".into());
+    with_model.model = Some(dir.0.join("m.mgn"));
     let e = quantize(&with_model).unwrap_err();
-    assert!(e.contains("--model m.mgn") && e.contains("not available"), "{e}");
+    assert!(e.contains("--model") && e.contains("m.mgn"), "{e}");
     let small = dir.0.join("small.safetensors");
     let b = Tensor::f32(vec![16], values(16));
     let w = Tensor::f32(vec![8, 20], values(160));
@@ -162,4 +162,26 @@ fn errors_say_what_is_wrong() {
 fn relative_error_is_the_norm_of_the_difference_over_the_norm() {
     assert_eq!(relative_error(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
     assert!((relative_error(&[3.0, 4.0], &[3.0, 3.0]) - 0.2).abs() < 1e-12);
+}
+
+#[test]
+fn a_model_chooses_what_its_quantize_pass_packs() {
+    let dir = Scratch::new("model");
+    let ck = sample(&dir);
+    let model = dir.0.join("tiny.mgn");
+    // fc1 is a product's weight; the checkpoint's other matrices are not the model's.
+    std::fs::write(
+        &model,
+        "use std.nn.{Linear}\n\nmodel Tiny {\n    input x: f32[2, 256]\n    \
+         fc1 = Linear(256, 128)\n\n    forward {\n        output y = fc1(x)\n    }\n}\n",
+    )
+    .unwrap();
+    let out = dir.0.join("q.safetensors");
+    let mut a = args(&ck, &out, "q8_0");
+    a.model = Some(model);
+    quantize(&a).unwrap();
+    let q = checkpoint::load(&out).unwrap();
+    let packed: Vec<&str> =
+        q.tensors.iter().filter(|(_, t)| t.dtype.is_packed()).map(|(n, _)| n.as_str()).collect();
+    assert_eq!(packed, ["fc1.weight"]);
 }
