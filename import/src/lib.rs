@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 pub struct Options {
     /// The name of the generated model (default: from the file).
     pub name: Option<String>,
+    /// Decode a GGUF file's block-quantized tensors to f32 instead of keeping them packed (the
+    /// generated model then declares f32 weights).
+    pub dequantize: bool,
 }
 
 /// A model imported from another format.

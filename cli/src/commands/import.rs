@@ -26,11 +26,15 @@ pub struct ImportArgs {
     /// The generated model's name (default: from the input's file name).
     #[arg(long)]
     pub name: Option<String>,
+    /// GGUF: decode the block-quantized tensors to f32 in the checkpoint, instead of keeping
+    /// them packed as the file holds them (q4_1, q8_0, …)
+    #[arg(long)]
+    pub dequantize: bool,
 }
 
 pub fn run(args: ImportArgs) -> u8 {
     let start = Instant::now();
-    let options = Options { name: args.name.clone() };
+    let options = Options { name: args.name.clone(), dequantize: args.dequantize };
     let imported = match import_file(&args.file, &options) {
         Ok(m) => m,
         Err(e) => {

@@ -7,7 +7,60 @@
 //! come from.
 
 use super::arch::{Arch, Config};
+use mgn_ir::tensor::Tensor;
+use mgn_ir::DType;
+use std::collections::BTreeMap;
 use std::fmt::Write;
+
+/// The block's matrix-product weights, by field: what `Packed` records per block.
+const LINEARS: [&str; 7] =
+    ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
+
+/// Which weights the checkpoint holds packed, so the source declares them so (`weight_type`):
+/// per block field, each block's type; the embedding's and the output head's.
+#[derive(Debug, Default)]
+pub struct Packed {
+    blocks: BTreeMap<&'static str, Vec<DType>>,
+    token_embd: Option<DType>,
+    output: Option<DType>,
+}
+
+impl Packed {
+    /// From the checkpoint's tensors (`blk.{i}.{field}.weight`, `token_embd.weight`, …).
+    pub fn of(weights: &[(String, Tensor)], n_layers: usize) -> Packed {
+        let types: BTreeMap<&str, DType> =
+            weights.iter().map(|(n, t)| (n.as_str(), t.dtype)).collect();
+        let packed = |name: &str| types.get(name).copied().filter(|d| d.is_packed());
+        let mut blocks = BTreeMap::new();
+        for field in LINEARS {
+            let per: Vec<DType> = (0..n_layers)
+                .map(|i| packed(&format!("blk.{i}.{field}.weight")).unwrap_or(DType::F32))
+                .collect();
+            if per.iter().any(|d| d.is_packed()) {
+                blocks.insert(field, per);
+            }
+        }
+        Packed { blocks, token_embd: packed("token_embd.weight"), output: packed("output.weight") }
+    }
+
+    /// How many tensors are packed.
+    pub fn count(&self) -> usize {
+        let blocks: usize =
+            self.blocks.values().map(|v| v.iter().filter(|d| d.is_packed()).count()).sum();
+        blocks + self.token_embd.is_some() as usize + self.output.is_some() as usize
+    }
+
+    /// A block field's type when every block has the same one.
+    fn uniform(&self, field: &str) -> Option<DType> {
+        let v = self.blocks.get(field)?;
+        v.iter().all(|d| *d == v[0]).then_some(v[0])
+    }
+
+    /// The `, weight_type = …` argument of a std layer holding a weight of type `d`.
+    fn argument(d: Option<DType>) -> String {
+        d.map(|d| format!(", weight_type = {d}")).unwrap_or_default()
+    }
+}
 
 /// What the header comment says about the file.
 pub struct Origin<'a> {
@@ -22,24 +75,52 @@ pub struct Origin<'a> {
 /// (`--set cache=N` gives more).
 const MAX_DEFAULT_CACHE: usize = 2048;
 
-pub fn source(c: &Config, name: &str, origin: &Origin) -> String {
+pub fn source(c: &Config, name: &str, origin: &Origin, packed: &Packed) -> String {
     let mut s = String::new();
-    header(&mut s, c, origin);
+    header(&mut s, c, origin, packed);
     s.push_str("use std.nn.{Embedding, Linear, RmsNorm}\n");
     s.push_str("use std.attention.{split_heads, merge_heads, rotary, cache_mask}\n\n");
-    block(&mut s, c);
-    model(&mut s, c, name, false);
+    type_tables(&mut s, packed);
+    block(&mut s, c, packed);
+    model(&mut s, c, name, false, packed);
     s.push('\n');
-    model(&mut s, c, &format!("{name}Decode"), true);
+    model(&mut s, c, &format!("{name}Decode"), true, packed);
     s
 }
 
-fn header(s: &mut String, c: &Config, o: &Origin) {
+/// The name of the table of a block field's types per block (`ATTN_V_TYPES`).
+fn table_name(field: &str) -> String {
+    format!("{}_TYPES", field.to_uppercase())
+}
+
+/// A table per block field whose blocks hold different types (a "mixed" quantization such as
+/// Q4_K_M keeps some layers' attn_v and ffn_down in Q6_K): the repeat picks each block's.
+fn type_tables(s: &mut String, packed: &Packed) {
+    let mut any = false;
+    for (field, types) in &packed.blocks {
+        if packed.uniform(field).is_none() {
+            let list: Vec<String> = types.iter().map(|d| d.to_string()).collect();
+            let _ = writeln!(s, "const {} = [{}]", table_name(field), list.join(", "));
+            any = true;
+        }
+    }
+    if any {
+        s.push_str("// (the file's type of each block's weight, block by block)\n\n");
+    }
+}
+
+fn header(s: &mut String, c: &Config, o: &Origin, packed: &Packed) {
     let title = o.title.map(|t| format!(" (\"{t}\")")).unwrap_or_default();
+    let held = if packed.count() > 0 {
+        "the block-quantized weights kept packed as the file holds them (`weight_type`), the \
+         others f32 (`mgnc import --dequantize` writes every weight as f32)"
+    } else {
+        "every weight f32 in the checkpoint"
+    };
     let mut notes = vec![
         format!(
-            "Imported by `mgnc import` from {}{title}: GGUF v{}, architecture `{}`; tensors {}, \
-             dequantized to f32 in the checkpoint.",
+            "Imported by `mgnc import` from {}{title}: GGUF v{}, architecture `{}`; tensors {}; \
+             {held}.",
             o.file,
             o.version,
             c.arch.name(),
@@ -97,7 +178,7 @@ fn comment(s: &mut String, text: &str, indent: &str) {
     let _ = writeln!(s, "{indent}// {line}");
 }
 
-fn block(s: &mut String, c: &Config) {
+fn block(s: &mut String, c: &Config, packed: &Packed) {
     let bias = c.qkv_bias;
     s.push_str(
         "// One decoder block, blk.{i}: x + attention(attn_norm(x)), then + mlp(ffn_norm(·)).\n",
@@ -105,23 +186,41 @@ fn block(s: &mut String, c: &Config) {
     s.push_str(
         "layer Block(\n    d: dim,\n    heads: dim,\n    kv_heads: dim,\n    head_dim: dim,\n    \
          hidden: dim,\n    eps: float,\n    rope_theta: float,\n    cache: int = 0,\n    \
-         cache_batch: dim = 1,\n) {\n",
+         cache_batch: dim = 1,\n",
     );
+    for field in packed.blocks.keys() {
+        let default = packed.uniform(field).unwrap_or(DType::F32);
+        let _ = writeln!(s, "    {field}_type: dtype = {default},");
+    }
+    s.push_str(") {\n");
+    let wt = |field: &str| {
+        if packed.blocks.contains_key(field) {
+            format!(", weight_type = {field}_type")
+        } else {
+            String::new()
+        }
+    };
     s.push_str("    attn_norm = RmsNorm(d, eps = eps)\n");
-    let _ = writeln!(s, "    attn_q = Linear(d, heads * head_dim, bias = {bias})");
-    let _ = writeln!(s, "    attn_k = Linear(d, kv_heads * head_dim, bias = {bias})");
-    let _ = writeln!(s, "    attn_v = Linear(d, kv_heads * head_dim, bias = {bias})");
+    let _ = writeln!(s, "    attn_q = Linear(d, heads * head_dim, bias = {bias}{})", wt("attn_q"));
+    let _ =
+        writeln!(s, "    attn_k = Linear(d, kv_heads * head_dim, bias = {bias}{})", wt("attn_k"));
+    let _ =
+        writeln!(s, "    attn_v = Linear(d, kv_heads * head_dim, bias = {bias}{})", wt("attn_v"));
     if c.arch.qk_norm() {
         s.push_str(
             "    attn_q_norm = RmsNorm(head_dim, eps = eps)  // per head, before the rope\n",
         );
         s.push_str("    attn_k_norm = RmsNorm(head_dim, eps = eps)\n");
     }
-    s.push_str("    attn_output = Linear(heads * head_dim, d, bias = false)\n");
+    let _ = writeln!(
+        s,
+        "    attn_output = Linear(heads * head_dim, d, bias = false{})",
+        wt("attn_output")
+    );
     s.push_str("    ffn_norm = RmsNorm(d, eps = eps)\n");
-    s.push_str("    ffn_gate = Linear(d, hidden, bias = false)\n");
-    s.push_str("    ffn_up = Linear(d, hidden, bias = false)\n");
-    s.push_str("    ffn_down = Linear(hidden, d, bias = false)\n");
+    let _ = writeln!(s, "    ffn_gate = Linear(d, hidden, bias = false{})", wt("ffn_gate"));
+    let _ = writeln!(s, "    ffn_up = Linear(d, hidden, bias = false{})", wt("ffn_up"));
+    let _ = writeln!(s, "    ffn_down = Linear(hidden, d, bias = false{})", wt("ffn_down"));
     s.push_str("    // The KV cache of the decode model: kept between runs, never saved.\n");
     s.push_str("    k_cache = state f32[cache_batch, kv_heads, cache, head_dim] if cache > 0\n");
     s.push_str("    v_cache = state f32[cache_batch, kv_heads, cache, head_dim] if cache > 0\n\n");
@@ -159,7 +258,7 @@ pub fn float(x: f32) -> String {
     }
 }
 
-fn model(s: &mut String, c: &Config, name: &str, decode: bool) {
+fn model(s: &mut String, c: &Config, name: &str, decode: bool, packed: &Packed) {
     if decode {
         let text = format!(
             "Decoding against the KV cache: T tokens at positions pos … pos + T - 1 (the file's \
@@ -194,13 +293,23 @@ fn model(s: &mut String, c: &Config, name: &str, decode: bool) {
         s.push_str("    input pos: i32[]\n");
     }
     s.push('\n');
-    s.push_str("    token_embd = Embedding(vocab, d)\n");
+    let _ =
+        writeln!(s, "    token_embd = Embedding(vocab, d{})", Packed::argument(packed.token_embd));
     let cache = if decode { ", cache, B" } else { "" };
-    let args = format!("d, heads, kv_heads, head_dim, hidden, eps, rope_theta{cache}");
-    let _ = writeln!(s, "    blk = repeat(n_layers) Block({args})");
+    let mut args = format!("d, heads, kv_heads, head_dim, hidden, eps, rope_theta{cache}");
+    let mixed: Vec<&&str> = packed.blocks.keys().filter(|f| packed.uniform(f).is_none()).collect();
+    for field in &mixed {
+        let _ = write!(args, ", {field}_type = {}[i]", table_name(field));
+    }
+    let index = if mixed.is_empty() { "" } else { ", i" };
+    let _ = writeln!(s, "    blk = repeat(n_layers{index}) Block({args})");
     s.push_str("    output_norm = RmsNorm(d, eps = eps)\n");
     if !c.tied {
-        s.push_str("    output = Linear(d, vocab, bias = false)  // reached as self.output\n");
+        let wt = Packed::argument(packed.output);
+        let _ = writeln!(
+            s,
+            "    output = Linear(d, vocab, bias = false{wt})  // reached as self.output"
+        );
     }
     s.push_str("\n    forward {\n");
     let embed = match c.arch {

@@ -21,7 +21,8 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
     let g = read::parse(bytes).map_err(|e| fail(vec![e]))?;
     let name = model_name(options, path).map_err(|e| fail(vec![e]))?;
     let config = arch::config(&g).map_err(fail)?;
-    let weights = weights(&g, bytes, &config).map_err(fail)?;
+    let weights = weights(&g, bytes, &config, options.dequantize).map_err(fail)?;
+    let packed = emit::Packed::of(&weights, config.n_layers);
     let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let types = type_counts(&g.tensors);
     let origin = emit::Origin {
@@ -30,7 +31,7 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         version: g.version,
         types: &types,
     };
-    let source = emit::source(&config, &name, &origin);
+    let source = emit::source(&config, &name, &origin, &packed);
     let mut summary = vec![
         format!("GGUF v{}, architecture {}: {}", g.version, config.arch.name(), types),
         format!(
@@ -47,6 +48,10 @@ pub fn import(path: &Path, bytes: &[u8], options: &Options) -> Result<Imported, 
         ),
         format!("models {name} (full forward) and {name}Decode (KV cache, input `pos`)"),
     ];
+    summary.push(match packed.count() {
+        0 => "weights: f32".to_string(),
+        n => format!("weights: {n} tensors kept packed as the file holds them"),
+    });
     if config.arch.permuted_qk() {
         summary.push("attn_q and attn_k rows un-permuted from llama.cpp's rope layout".into());
     }
@@ -104,9 +109,15 @@ fn type_counts(tensors: &[TensorInfo]) -> String {
     counts.iter().map(|(t, n)| format!("{t} {n}")).collect::<Vec<_>>().join(", ")
 }
 
-/// Every tensor dequantized to f32 in the file's order, the q and k rows of a permuted file put
-/// back; or every tensor whose type cannot be decoded.
-fn weights(g: &Gguf, bytes: &[u8], c: &Config) -> Result<Vec<(String, Tensor)>, Vec<String>> {
+/// Every tensor in the file's order, the q and k rows of a permuted file put back: the block
+/// types kept packed (unless `dequantize`), the rest decoded to f32; or every tensor whose type
+/// cannot be decoded.
+fn weights(
+    g: &Gguf,
+    bytes: &[u8],
+    c: &Config,
+    dequantize: bool,
+) -> Result<Vec<(String, Tensor)>, Vec<String>> {
     let mut problems = Vec::new();
     let mut out = Vec::with_capacity(g.tensors.len());
     for t in &g.tensors {
@@ -121,9 +132,20 @@ fn weights(g: &Gguf, bytes: &[u8], c: &Config) -> Result<Vec<(String, Tensor)>, 
         };
         // read::parse checked that these bytes lie inside the file.
         let len = t.numel() as usize / block * size;
+        let shape = t.shape();
+        let raw = &bytes[t.start..t.start + len];
+        if let Some(dtype) = quants::packed(t.ggml_type).filter(|_| !dequantize) {
+            // A row of the matrix is whole blocks, so un-permuting moves rows of bytes.
+            let row = len / shape[0].max(1);
+            let raw = match unpermute_heads(c, &t.name) {
+                Some(heads) => unpermute(raw, heads, shape[0] / heads, row),
+                None => raw.to_vec(),
+            };
+            out.push((t.name.clone(), Tensor::packed(dtype, shape, raw)));
+            continue;
+        }
         let data = quants::dequantize(t.ggml_type, &bytes[t.start..t.start + len])
             .expect("a type with a layout decodes");
-        let shape = t.shape();
         let data = match unpermute_heads(c, &t.name) {
             Some(heads) => unpermute(&data, heads, shape[0] / heads, shape[1]),
             None => data,
@@ -154,9 +176,15 @@ fn unpermute_heads(c: &Config, name: &str) -> Option<usize> {
 /// Undoes llama.cpp's q/k permutation: within each head of `head_dim` rows, the converter put
 /// the trained row `s · head_dim/2 + j` (half s of the rotate-half pairs) at row `2j + s`, so
 /// that rotating adjacent pairs equals rotating the halves of the trained rows.
-pub fn unpermute(data: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+/// `cols` is a row's length in items (values, or bytes of packed rows).
+pub fn unpermute<T: Copy + Default>(
+    data: &[T],
+    heads: usize,
+    head_dim: usize,
+    cols: usize,
+) -> Vec<T> {
     let half = head_dim / 2;
-    let mut out = vec![0f32; data.len()];
+    let mut out = vec![T::default(); data.len()];
     for h in 0..heads {
         for j in 0..half {
             for s in 0..2 {
