@@ -91,7 +91,10 @@ pub fn eval(
 ) -> Result<Tensor, KernelError> {
     let run = || -> KResult<Data> {
         for (i, t) in inputs.iter().enumerate() {
-            if t.data.len() != layout::numel(&t.shape) {
+            // A packed tensor holds its blocks' bytes.
+            let numel = layout::numel(&t.shape);
+            let stored = if t.dtype.is_packed() { t.dtype.bytes_for(numel) } else { Some(numel) };
+            if Some(t.data.len()) != stored {
                 return err(format!(
                     "input {i} has shape {:?} but holds {} elements",
                     t.shape,
