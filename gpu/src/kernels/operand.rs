@@ -145,7 +145,9 @@ pub(crate) fn load(o: &Operand, index: &str) -> String {
         return format!("({})", terms.join(" + "));
     }
     if let Some(p) = o.packed {
-        return crate::packed::load(p, &base(o), index);
+        // A rounded view of a dequantized one rounds the decoded value.
+        let f = crate::packed::load(p, &base(o), index);
+        return if o.rounded { crate::halves::round(o.dtype, &f) } else { f };
     }
     if !o.dtype.is_float() {
         return format!("bitcast<i32>(arena[{} + {index}])", base(o));
@@ -174,10 +176,10 @@ pub(crate) fn fetch_word(o: &Operand, index: &str) -> Fetched {
     debug_assert!(o.summed <= 1, "a summed view is read only through `load`");
     debug_assert!(o.sliced.is_none(), "a sliced view is read only through `load`");
     debug_assert!(!(o.f16_view && o.packed.is_some()), "packed words are no f16 view");
-    if o.packed.is_some() {
+    if let Some(p) = o.packed {
         // A packed element is decoded as it is fetched: its scale and its bits lie in
         // different words, so the register holds the f32 (a rounded view's, before rounding).
-        let word = format!("bitcast<u32>({})", load(&Operand { sliced: None, ..o.clone() }, index));
+        let word = format!("bitcast<u32>({})", crate::packed::load(p, &base(o), index));
         Fetched { word, shift: None, zero: zero(o) }
     } else if o.f16_view {
         let word = format!("arena_h[2u * {} + ({index})]", base(o));
