@@ -139,6 +139,34 @@ fn q6_k(j: &Ix, b: &dyn Bytes) -> String {
     format!("({} * {scale}) * f32(i32({low} | ({top} << 4u)) - 32)", b.half(208))
 }
 
+/// The bytes of each block of `dtype` that hold f16 scales (`Bytes::half`).
+pub(crate) fn scales(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q8_0 | DType::Q4_0 => &[0],
+        DType::Q4_1 | DType::Q4_K => &[0, 2],
+        DType::Q6_K => &[208],
+        other => unreachable!("`{other}` is not a packed type"),
+    }
+}
+
+/// A block held in registers as the words `w0`, `w1`, … from its first byte on, its scales as
+/// `h0`, `h2`, … (`scales`): what the matrix-vector kernel decodes, a value at a time, `j`
+/// a number.
+pub(crate) struct InWords;
+
+impl Bytes for InWords {
+    fn byte(&self, k: &Ix) -> String {
+        let Ix::Lit(k) = k else { unreachable!("a block in words is read at known bytes") };
+        match k % 4 {
+            0 => format!("(w{} & 255u)", k / 4),
+            s => format!("((w{} >> {}u) & 255u)", k / 4, 8 * s),
+        }
+    }
+    fn half(&self, k: usize) -> String {
+        format!("h{k}")
+    }
+}
+
 /// Byte `k` of a block at byte address `at` of the arena: `mgn_byte` and `mgn_half`.
 struct InArena;
 
