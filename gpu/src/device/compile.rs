@@ -12,8 +12,9 @@ var<uniform> params: Params;
 ";
 
 /// A kernel's whole source: the prelude, the half types' conversions (`crate::halves`) and
-/// the packed types' element functions (`crate::packed`) when the body calls them — an f32 kernel carries none of them, so no driver spends its compile
-/// time on functions nothing calls — and the generated body. The f16 rounding functions are
+/// the packed types' element functions (`crate::packed`) when the body calls them — an f32
+/// kernel carries none of them, so no driver spends its compile time on functions nothing
+/// calls — and the generated body. The f16 rounding functions are
 /// defined for the device's `rounding` here, not in the body, so a body is the same on every
 /// device (`kernels::generate` needs only the device's limits) and one compiled with hardware
 /// rounding gets the `enable f16` it then needs.
