@@ -5,7 +5,7 @@
 //! makes to a compiled plan before anything else (`rewrite`: attention statistics, norm and
 //! loss rows, fusion), the memory plan of one arena (`memory`), the dispatch order
 //! (`schedule`), the kernels generated per step (`kernels`, with `halves` for f16 and bf16
-//! values), the training updates (`update`)
+//! values and `packed` for quantized parameters), the training updates (`update`)
 //! and the state a run leaves for the next (`state`), and what each step asks of the
 //! device (`work`, for a profile's roofline); then the device (`probe`, `limits`,
 //! `device`) and the session that runs a plan on it (`session`); `dynamic` makes one program of a
@@ -17,6 +17,7 @@ pub mod halves;
 pub mod kernels;
 pub mod limits;
 pub mod memory;
+pub mod packed;
 pub mod probe;
 pub mod program;
 pub mod rewrite;
@@ -48,6 +49,8 @@ mod tests_matmul;
 mod tests_norm;
 #[cfg(test)]
 mod tests_ops;
+#[cfg(test)]
+mod tests_packed;
 #[cfg(test)]
 mod tests_select;
 #[cfg(test)]

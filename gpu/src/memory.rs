@@ -17,6 +17,9 @@ use mgn_ir::op::Op;
 use mgn_ir::plan::Mode;
 use mgn_ir::DType;
 
+mod dequantized;
+pub use dequantized::dequantized_views;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanMemory {
     /// Every parameter and buffer of the plan's table (trained, frozen and running statistics).
@@ -85,64 +88,7 @@ fn peak_live(plan: &GpuPlan, root: &[usize], last_use: &[usize], over: &[Option<
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use mgn_ir::op::{BinaryOp, UnaryOp};
-    use mgn_ir::plan::{InitSpec, Mode, ParamSpec, Plan, SourceLoc, Step};
-    use mgn_ir::DType;
-
-    #[test]
-    fn peak_counts_what_is_alive_together() {
-        let step = |op, inputs: Vec<u32>, shape: Vec<usize>| Step {
-            op,
-            inputs,
-            dtype: DType::F32,
-            shape,
-            loc: SourceLoc::default(),
-        };
-        let steps = vec![
-            step(Op::Input { name: "x".into() }, vec![], vec![100]), // 400 B, last read by step 2
-            step(Op::Param { index: 0 }, vec![], vec![100]),         // counted as a parameter
-            step(Op::Binary(BinaryOp::Add), vec![0, 1], vec![100]),  // 400 B: x + w
-            step(Op::Unary(UnaryOp::Relu), vec![2], vec![100]),      // 400 B; step 2 freed after
-            step(Op::Unary(UnaryOp::Neg), vec![3], vec![10, 10]),    // 400 B, the output
-        ];
-        let w = ParamSpec {
-            name: "w".into(),
-            dtype: DType::F32,
-            shape: vec![100],
-            init: InitSpec::Constant(1.0),
-            trainable: true,
-            frozen: false,
-            persistent: true,
-        };
-        let plan = Plan {
-            params: vec![w],
-            ..Plan::of_steps(Mode::Infer, steps, vec![("x".into(), 0)], vec![("y".into(), 4)])
-        };
-        let m = plan_memory(&GpuPlan::of(&plan));
-        assert_eq!(m.param_bytes, 400);
-        assert_eq!(m.input_bytes, 400);
-        assert_eq!(m.logical_bytes, 1600);
-        // Step 2 holds x and x + w (800); then x is freed; step 3 holds x + w and relu (800).
-        assert_eq!(m.peak_live_bytes, 800);
-    }
-
-    /// The casts a product reads are rounded views; with half weights, a training plan's cast
-    /// of a parameter is computed instead (its activation's cast, and an inference plan's,
-    /// stay views).
-    #[test]
-    fn half_weights_compute_a_training_plans_casts_of_parameters() {
-        for (mode, half_weights, weight_view) in
-            [(Mode::Train, false, true), (Mode::Train, true, false), (Mode::Infer, true, true)]
-        {
-            let plan = crate::test_util::half_product(DType::F16, mode);
-            let rounded = rounded_views_with(&GpuPlan::of(&plan), half_weights);
-            let want = vec![false, false, true, weight_view, false];
-            assert_eq!(rounded, want, "{mode:?}, half weights {half_weights}");
-        }
-    }
-}
+mod tests;
 
 /// Where every value lives in one arena (in 32-bit words): parameters and inputs are pinned
 /// (they persist across runs); every other value gets a region from its step on — until its last
@@ -165,10 +111,15 @@ pub struct ArenaPlan {
 /// words and no kernel of its own: a reshape, and dropout where it is the identity (inference
 /// plans, p = 0). Values are never written after their step, so sharing words is safe.
 pub fn view_roots(plan: &GpuPlan) -> Vec<usize> {
+    roots_of(plan, &ReadViews::of(plan))
+}
+
+/// `view_roots` with the read views `views`.
+fn roots_of(plan: &GpuPlan, views: &ReadViews) -> Vec<usize> {
     let mut root: Vec<usize> = (0..plan.steps.len()).collect();
-    let views = ReadViews::of(plan);
     for (i, s) in plan.steps.iter().enumerate() {
-        if views.transposed[i] || views.rounded[i] || views.summed[i] > 1 || views.sliced[i] {
+        let read = views.transposed[i] || views.rounded[i] || views.dequantized[i];
+        if read || views.summed[i] > 1 || views.sliced[i] {
             root[i] = root[s.inputs[0] as usize];
             continue;
         }
@@ -200,20 +151,35 @@ pub struct ReadViews {
     pub rounded: Vec<bool>,
     /// Per step: the partial results a summed view adds up (`summed_views`), else 0.
     pub summed: Vec<usize>,
-    /// Per step: whether it is a slice read in place (`sliced_views`).
+    /// Per step: whether it is a sliced view (`sliced_views`) or a dequantized one
+    /// (`dequantized_views`).
     pub sliced: Vec<bool>,
+    pub dequantized: Vec<bool>,
+    /// Per step: the packed type whose blocks its words hold, for a view of a packed
+    /// parameter (a dequantized view, and the views of it): each load decodes.
+    pub packed: Vec<Option<DType>>,
 }
 
 impl ReadViews {
     pub fn of(plan: &GpuPlan) -> ReadViews {
         let (transposed, rounded) = (transposed_views(plan), rounded_views(plan));
-        ReadViews { transposed, rounded, summed: summed_views(plan), sliced: sliced_views(plan) }
+        let (summed, sliced) = (summed_views(plan), sliced_views(plan));
+        let (dequantized, packed) = (dequantized_views(plan), vec![None; plan.steps.len()]);
+        let mut views = ReadViews { transposed, rounded, summed, sliced, dequantized, packed };
+        let root = roots_of(plan, &views);
+        for (i, &r) in root.iter().enumerate() {
+            views.packed[i] = Some(plan.steps[r].dtype).filter(|d| r != i && d.is_packed());
+        }
+        views
     }
 
     /// No views (a plan read as it is).
     pub fn none(steps: usize) -> ReadViews {
         let (transposed, rounded) = (vec![false; steps], vec![false; steps]);
-        ReadViews { transposed, rounded, summed: vec![0; steps], sliced: vec![false; steps] }
+        let (summed, sliced, dequantized) =
+            (vec![0; steps], vec![false; steps], vec![false; steps]);
+        let packed = vec![None; steps];
+        ReadViews { transposed, rounded, summed, sliced, dequantized, packed }
     }
 }
 
@@ -357,7 +323,7 @@ pub fn transposed_views(plan: &GpuPlan) -> Vec<bool> {
             let swap = matches!(s.op.plan_op(), Some(Op::Permute { perm }) if perm[..] == [1, 0]);
             let transpose = swap
                 && s.dtype.is_float()
-                && matches!(plan.steps[s.inputs[0] as usize].op, GpuOp::Plan(Op::Param { .. }));
+                && dequantized::param_or_dequantized(plan, s.inputs[0] as usize);
             // Every reader reads it as its right operand and nowhere else; a result must be
             // stored in its own words.
             let right_operand_only = def_use.readers[t].iter().all(|&r| {

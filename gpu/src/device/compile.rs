@@ -11,9 +11,10 @@ var<storage, read_write> arena: array<u32>;
 var<uniform> params: Params;
 ";
 
-/// A kernel's whole source: the prelude, the half types' conversions (`crate::halves`) when
-/// the body calls them — an f32 kernel carries none of them, so no driver spends its compile
-/// time on functions nothing calls — and the generated body. The f16 rounding functions are
+/// A kernel's whole source: the prelude, the half types' conversions (`crate::halves`) and
+/// the packed types' element functions (`crate::packed`) when the body calls them — an f32
+/// kernel carries none of them, so no driver spends its compile time on functions nothing
+/// calls — and the generated body. The f16 rounding functions are
 /// defined for the device's `rounding` here, not in the body, so a body is the same on every
 /// device (`kernels::generate` needs only the device's limits) and one compiled with hardware
 /// rounding gets the `enable f16` it then needs.
@@ -21,7 +22,14 @@ pub fn source(body: &str, rounding: F16Rounding) -> String {
     let (conversions, needs_f16) = crate::halves::conversions(body, rounding);
     // A body rounding in hardware alone calls none of them.
     let calls = |text: &str| crate::halves::calls_functions(text);
-    let halves = if calls(body) || calls(&conversions) { crate::halves::FUNCTIONS } else { "" };
+    // A packed parameter's element functions (`crate::packed`) read its f16 scales.
+    let packed = crate::packed::functions(body);
+    let halves = if calls(body) || calls(&conversions) || calls(&packed) {
+        crate::halves::FUNCTIONS
+    } else {
+        ""
+    };
+    let conversions = conversions + &packed;
     let mut enables: Vec<&str> = body.lines().filter(|l| l.starts_with("enable ")).collect();
     if needs_f16 && !enables.contains(&"enable f16;") {
         enables.push("enable f16;");

@@ -89,6 +89,7 @@ pub fn step_operands(
             summed: views.summed[v],
             sliced: views.sliced[v].then(|| sliced(plan, v, &follows)),
             f16_view: false,
+            packed: views.packed[v],
         }
     };
     let inputs: Vec<Operand> =
@@ -403,6 +404,7 @@ fn plan_op(
     }
     match op {
         Op::MatMul => matmul::generate(inputs, out, target),
+        Op::Dequantize => dequantize(inputs, out, width),
         Op::SumTo => sum_to(inputs, out, width),
         Op::Reduce { op, axes, .. } => reduce(*op, axes, &inputs[0], out, width),
         Op::Softmax { axis, log } => softmax::softmax(*axis, *log, &inputs[0], out, width),
@@ -461,6 +463,17 @@ fn plan_op(
         | Op::InterpolateGrad { .. } => spatial_op(op, inputs, out, width),
         other => Err(format!("`{}` has no GPU kernel yet", other.describe())),
     }
+}
+
+/// A dequantize some reader cannot read in place (`memory::dequantized_views`): the packed
+/// parameter's values decoded into f32 words, one element per invocation.
+fn dequantize(inputs: &[Operand], out: &Operand, width: u32) -> Result<KernelSource, String> {
+    let x = inputs.first().ok_or("`dequantize` needs its packed parameter")?;
+    if !x.dtype.is_packed() || out.dtype != DType::F32 {
+        return Err(format!("`dequantize` of a {} value to {}", x.dtype, out.dtype));
+    }
+    let packed = Operand { dtype: DType::F32, packed: Some(x.dtype), ..x.clone() };
+    Ok(per_element(out, width, &store(out, "i", &load(&packed, "i")), ""))
 }
 
 /// Padding and resampling (`spatial`).

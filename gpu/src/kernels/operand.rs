@@ -39,6 +39,9 @@ pub struct Operand {
     /// to keep, subnormals included), and only operands: the two bindings alias the arena, so
     /// nothing the same dispatch writes may be read through the view.
     pub f16_view: bool,
+    /// A dequantized packed parameter read in place (`memory::dequantized_views`): the words
+    /// hold this packed type's blocks (`crate::packed`), and each load decodes its element.
+    pub packed: Option<DType>,
 }
 
 /// Where a sliced view's elements lie: in the value it slices, whose `axis` is `full` long,
@@ -68,7 +71,7 @@ impl Operand {
         let shape = shape.to_vec();
         let (transposed, rounded) = (false, false);
         let (slot, follows, permuted, summed) = (None, vec![], None, 0);
-        let (sliced, f16_view) = (None, false);
+        let (sliced, f16_view, packed) = (None, false, None);
         Operand {
             offset,
             shape,
@@ -81,6 +84,7 @@ impl Operand {
             summed,
             sliced,
             f16_view,
+            packed,
         }
     }
 
@@ -140,6 +144,11 @@ pub(crate) fn load(o: &Operand, index: &str) -> String {
             (0..o.summed).map(|s| load(&one, &format!("{} + ({index})", n.times(s)))).collect();
         return format!("({})", terms.join(" + "));
     }
+    if let Some(p) = o.packed {
+        // A rounded view of a dequantized one rounds the decoded value.
+        let f = crate::packed::load(p, &base(o), index);
+        return if o.rounded { crate::halves::round(o.dtype, &f) } else { f };
+    }
     if !o.dtype.is_float() {
         return format!("bitcast<i32>(arena[{} + {index}])", base(o));
     }
@@ -166,7 +175,13 @@ pub(crate) struct Fetched {
 pub(crate) fn fetch_word(o: &Operand, index: &str) -> Fetched {
     debug_assert!(o.summed <= 1, "a summed view is read only through `load`");
     debug_assert!(o.sliced.is_none(), "a sliced view is read only through `load`");
-    if o.f16_view {
+    debug_assert!(!(o.f16_view && o.packed.is_some()), "packed words are no f16 view");
+    if let Some(p) = o.packed {
+        // A packed element is decoded as it is fetched: its scale and its bits lie in
+        // different words, so the register holds the f32 (a rounded view's, before rounding).
+        let word = format!("bitcast<u32>({})", crate::packed::load(p, &base(o), index));
+        Fetched { word, shift: None, zero: zero(o) }
+    } else if o.f16_view {
         let word = format!("arena_h[2u * {} + ({index})]", base(o));
         Fetched { word, shift: None, zero: zero(o) }
     } else if o.packs_halves() {

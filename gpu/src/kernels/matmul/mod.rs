@@ -16,6 +16,9 @@
 //! - `few_cols`: at most `SKINNY` columns (matrix × vector): lanes split each row's k, reading
 //!   A along its rows, and reduce in shared memory.
 //!
+//! A few_cols product whose A is a packed weight read in place decodes it whole blocks at a
+//! time (`packed_rows`).
+//!
 //! The skinny kernels convert a half operand that every invocation reads whole (the vector of
 //! a decoding step, rounded by the mixed policy) once a workgroup into shared memory
 //! (`staged_half`), and few_cols reads rows of packed halves a word — two elements — at a time.
@@ -25,6 +28,7 @@
 //! return at once, all together, before any barrier.
 
 mod coop;
+mod packed_rows;
 mod panel_stats;
 mod panels;
 mod row_norm;
@@ -543,6 +547,9 @@ fn staged_half(
 /// At most `SKINNY` columns: `rows` rows per workgroup, each split over `lanes` consecutive
 /// invocations that read consecutive k (coalesced along A's rows), summed in shared memory.
 fn few_cols(g: &Geometry, width: usize) -> KernelSource {
+    if let Some(k) = packed_rows::packed_rows(g, width) {
+        return k;
+    }
     let (m, k, n) = (&g.m, &g.k, g.n.n);
     let batches = g.batches();
     // One warp per row reads 128 contiguous bytes per load; more lanes per row (and fewer rows)
