@@ -37,12 +37,16 @@ pub struct PlanMemory {
 /// Bytes of one step's value at its declared dtype.
 pub fn step_bytes(plan: &GpuPlan, step: usize) -> u64 {
     let s = &plan.steps[step];
-    s.shape.iter().map(|&d| d as u64).product::<u64>() * s.dtype.size_bytes() as u64
+    stored_bytes(s.dtype, s.shape.iter().product())
+}
+
+/// Bytes `numel` elements of `dtype` take: a packed type's whole blocks, else elements.
+fn stored_bytes(dtype: DType, numel: usize) -> u64 {
+    dtype.bytes_for(numel).unwrap_or(numel.saturating_mul(dtype.size_bytes())) as u64
 }
 
 pub fn plan_memory(plan: &GpuPlan) -> PlanMemory {
-    let param_bytes =
-        plan.params.iter().map(|p| p.numel() as u64 * p.dtype.size_bytes() as u64).sum();
+    let param_bytes = plan.params.iter().map(|p| stored_bytes(p.dtype, p.numel())).sum();
     let root = view_roots(plan);
     let last_use = root_last_uses(plan, &root);
     let over = element_in_place(plan, &root, &last_use);
