@@ -52,6 +52,8 @@ mod tests_ops;
 #[cfg(test)]
 mod tests_packed;
 #[cfg(test)]
+mod tests_packed_plans;
+#[cfg(test)]
 mod tests_select;
 #[cfg(test)]
 mod tests_spatial;
