@@ -27,8 +27,12 @@ struct Imported {
     decode: String,
 }
 
+/// A fresh directory for one import, under the build's own scratch space and under a fixed
+/// name, so each run replaces the last one's files (the real SmolLM2's checkpoint is 97 MB)
+/// instead of leaving a copy per process in the system's temporary directory.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mgn-gguf-{}-{name}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gguf-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
 }

@@ -274,3 +274,14 @@ fn bad_input_is_refused_naming_what_and_where() {
     let says = ["several models with an input `pos` (A, B)", "--model"];
     refuses(&[two.to_str().unwrap(), "--prompt-ids", "1"], &says);
 }
+
+#[test]
+fn quantize_packs_the_weights_of_both_plans_as_they_load() {
+    for extra in [&[][..], &["--one-plan"][..]] {
+        let args = ["--prompt-ids", "1,2,3", "--tokens", "5", "--ids", "--backend", "cpu"];
+        let (out, err) = generate(&[&args[..], &["--quantize", "q8_0"], extra].concat());
+        assert_eq!(out.trim().split(',').count(), 5, "{out}");
+        assert!(err.contains("quantized 1 weight to q8_0"), "{err}");
+        assert!(err.contains("model.embed_tokens.weight: f32 -> q8_0"), "{err}");
+    }
+}

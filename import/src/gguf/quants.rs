@@ -75,22 +75,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn q8_0_is_scale_times_byte() {
-        let mut b = vec![0u8; 34];
-        b[..2].copy_from_slice(&f16::from_f32(0.5).to_bits().to_le_bytes());
-        b[2] = (-4i8) as u8;
-        b[33] = 6;
-        let v = dequantize(Q8_0, &b).unwrap();
-        assert_eq!((v.len(), v[0], v[1], v[31]), (32, -2.0, 0.0, 3.0));
-    }
-
-    #[test]
-    fn q4_0_puts_low_nibbles_first() {
-        let mut b = vec![0u8; 18];
-        b[..2].copy_from_slice(&f16::from_f32(2.0).to_bits().to_le_bytes());
-        b[2] = 0x9f; // low 15 → 7 · 2, high 9 → 1 · 2
-        let v = dequantize(Q4_0, &b).unwrap();
-        assert_eq!((v[0], v[16], v[1]), (14.0, 2.0, -16.0));
+    fn block_types_map_to_packed_types_and_back() {
+        for id in [Q4_0, Q4_1, Q8_0, Q4_K, Q6_K] {
+            let dtype = packed(id).expect("a block type");
+            assert_eq!(ggml_type(dtype), Some(id));
+            assert_eq!(layout(id), dtype.block());
+        }
+        assert_eq!((packed(F32), packed(F16), ggml_type(DType::F32)), (None, None, None));
     }
 
     #[test]

@@ -83,6 +83,10 @@ pub struct GenerateArgs {
     pub one_plan: bool,
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Pack the model's matrix and embedding weights in this type as they load (the rule of
+    /// `mgnc build --quantize`): q8_0, q4_0, q4_1, q4_k, q6_k
+    #[arg(long, value_name = "TYPE", value_parser = crate::commands::plan::parse_quantize)]
+    pub quantize: Option<mgn_ir::DType>,
     /// Print the generated token ids (comma-separated) instead of text.
     #[arg(long)]
     pub ids: bool,
@@ -202,6 +206,7 @@ fn run_inner(a: GenerateArgs) -> Result<(), Failure> {
         settings: settings(&a)?,
         weights: a.weights.as_ref(),
         precision: a.precision,
+        quantize: a.quantize,
         seed: a.seed,
     };
     let decode = plans::decode_plan(&src)?;

@@ -28,7 +28,16 @@ pub struct Source<'a> {
     pub settings: Vec<Setting>,
     pub weights: Option<&'a PathBuf>,
     pub precision: PrecisionArg,
+    pub quantize: Option<mgn_ir::DType>,
     pub seed: u64,
+}
+
+impl Source<'_> {
+    /// The options both plans are built with.
+    fn options(&self) -> PlanOptions<'static> {
+        let precision = self.precision.into();
+        PlanOptions { precision, quantize: self.quantize, ..PlanOptions::infer() }
+    }
 }
 
 /// The generator and where it runs.
@@ -95,19 +104,27 @@ pub fn choose_model(file: &Path, model: Option<String>) -> Result<Option<String>
 fn plan_at(src: &Source, t: usize) -> Result<Plan, Failure> {
     let mut settings = src.settings.clone();
     settings.push(Setting::new("T", &t.to_string()));
-    let opts = PlanOptions { precision: src.precision.into(), ..PlanOptions::infer() };
-    obtain(src.file, src.model.clone(), settings, &opts, HUMAN).map_err(Failure::Printed)
+    let opts = src.options();
+    let plan = obtain(src.file, src.model.clone(), settings, &opts, HUMAN);
+    let plan = plan.map_err(Failure::Printed)?;
+    if t == 1 {
+        crate::commands::plan::quantize_note(&plan, &opts, HUMAN);
+    }
+    Ok(plan)
 }
 
 /// The model dynamic in T from 1 to `t` (`mgnc build --dynamic T=t`): one plan for the prompt,
 /// a chunk at a time at its own length, and for the tokens, one at a time.
 fn dynamic_plan(src: &Source, t: usize) -> Result<Plan, Failure> {
     let size = SizeVar { name: "T".into(), min: 1, max: t };
-    let opts = PlanOptions { precision: src.precision.into(), ..PlanOptions::infer() };
+    let opts = src.options();
     let settings = src.settings.clone();
     let built = plan_path_dynamic(src.file, src.model.clone(), settings, &[size], &opts)?;
     match built {
-        (outcome, Some(plan)) if report::diagnostics(&outcome, HUMAN) => Ok(plan),
+        (outcome, Some(plan)) if report::diagnostics(&outcome, HUMAN) => {
+            crate::commands::plan::quantize_note(&plan, &opts, HUMAN);
+            Ok(plan)
+        }
         (outcome, _) => {
             report::diagnostics(&outcome, HUMAN);
             Err(Failure::Printed(EXIT_ERRORS))
