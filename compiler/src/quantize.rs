@@ -37,6 +37,13 @@ pub fn fallback(dtype: DType) -> Option<DType> {
     }
 }
 
+/// The type a weight of `shape` takes when quantized to `dtype`: `dtype` where its last axis is
+/// whole blocks of it, else the fallback where that fits, else none (it stays as it is).
+pub fn packed_type(dtype: DType, shape: &[usize]) -> Option<DType> {
+    let fits = |d: &DType| d.packs(shape).is_ok();
+    Some(dtype).filter(fits).or(fallback(dtype).filter(fits))
+}
+
 /// The parameters of an inference plan of `g` that `--quantize dtype` packs, with the type
 /// each takes (`dtype`, or its fallback), in parameter order. `mgnc quantize` calls this to
 /// write a checkpoint the plan will read.
@@ -63,9 +70,7 @@ pub fn choose_untrained(
         if !candidate || !read_as_weight(g, &readers, p.node, p.shape.len() - 1) {
             continue;
         }
-        let fits = |d: DType| d.packs(&p.shape).is_ok();
-        let chosen = Some(dtype).filter(|&d| fits(d)).or(fallback(dtype).filter(|&d| fits(d)));
-        if let Some(d) = chosen {
+        if let Some(d) = packed_type(dtype, &p.shape) {
             out.push((p.name.clone(), d));
         }
     }
@@ -200,7 +205,7 @@ impl Summary {
     /// fallback (a parameter the model declares so is counted too; it is stored so as well),
     /// against the same parameters in f32.
     pub fn of_plan(plan: &Plan, asked: DType) -> Summary {
-        let size = |d: DType, n: usize| d.bytes_for(n).unwrap_or(n * d.size_bytes());
+        let size = |d: DType, n: usize| d.stored_bytes(n);
         let (mut before, mut after, mut chosen) = (0, 0, Vec::new());
         for p in &plan.params {
             let n = p.numel();

@@ -37,16 +37,11 @@ pub struct PlanMemory {
 /// Bytes of one step's value at its declared dtype.
 pub fn step_bytes(plan: &GpuPlan, step: usize) -> u64 {
     let s = &plan.steps[step];
-    stored_bytes(s.dtype, s.shape.iter().product())
-}
-
-/// Bytes `numel` elements of `dtype` take: a packed type's whole blocks, else elements.
-fn stored_bytes(dtype: DType, numel: usize) -> u64 {
-    dtype.bytes_for(numel).unwrap_or(numel.saturating_mul(dtype.size_bytes())) as u64
+    s.dtype.stored_bytes(s.shape.iter().product()) as u64
 }
 
 pub fn plan_memory(plan: &GpuPlan) -> PlanMemory {
-    let param_bytes = plan.params.iter().map(|p| stored_bytes(p.dtype, p.numel())).sum();
+    let param_bytes = plan.params.iter().map(|p| p.dtype.stored_bytes(p.numel()) as u64).sum();
     let root = view_roots(plan);
     let last_use = root_last_uses(plan, &root);
     let over = element_in_place(plan, &root, &last_use);

@@ -104,6 +104,12 @@ impl DType {
         }
     }
 
+    /// Bytes `numel` elements of this type take where they are stored: a packed type's whole
+    /// blocks, or elements (`bytes_for`, saturating; for counts, not allocations).
+    pub fn stored_bytes(self, numel: usize) -> usize {
+        self.bytes_for(numel).unwrap_or(numel.saturating_mul(self.size_bytes()))
+    }
+
     /// Whether a tensor of `shape` can be stored in this type: always for an element type; for
     /// a packed type, when it has at least one axis and its last axis is a whole number of
     /// blocks (so no block spans two rows). The error says why not.

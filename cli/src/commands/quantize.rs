@@ -16,6 +16,8 @@ mod tests;
 
 use clap::Args;
 use mgn_compiler::lower::PlanOptions;
+// The smallest tensor worth packing, as the compiler's `--quantize` rule has it.
+use mgn_compiler::quantize::MIN_ELEMENTS;
 use mgn_ir::dtype::PACKED;
 use mgn_ir::tensor::Tensor;
 use mgn_ir::DType;
@@ -37,10 +39,6 @@ pub struct QuantizeArgs {
     #[arg(long)]
     pub model: Option<PathBuf>,
 }
-
-/// The smallest tensor worth packing: below it the scales' bytes and the lost precision
-/// outweigh what is saved.
-const MIN_ELEMENTS: usize = 4096;
 
 /// The output's format, from its extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,13 +156,8 @@ pub(crate) fn target(t: &Tensor, dtype: DType) -> Result<DType, Skip> {
     if t.numel() < MIN_ELEMENTS {
         return Err(Skip::Small);
     }
-    let last = *t.shape.last().expect("two axes");
-    let fallback = match dtype {
-        DType::Q4_K => DType::Q4_1,
-        DType::Q6_K => DType::Q8_0,
-        other => other,
-    };
-    [dtype, fallback].into_iter().find(|d| d.packs(&t.shape).is_ok()).ok_or(Skip::Blocks(last))
+    let last = t.shape[t.shape.len() - 1];
+    mgn_compiler::quantize::packed_type(dtype, &t.shape).ok_or(Skip::Blocks(last))
 }
 
 /// Why a tensor is not quantized.

@@ -75,24 +75,10 @@ pub fn label(name: &str, op: &str, index: usize) -> String {
     }
 }
 
-/// The operator an op is written as.
-const OPERATORS: &[(&str, &str)] = &[
-    ("Add", "+"),
-    ("Sub", "-"),
-    ("Mul", "*"),
-    ("Div", "/"),
-    ("MatMul", "@"),
-    ("Mod", "%"),
-    ("Equal", "=="),
-    ("Less", "<"),
-    ("Greater", ">"),
-    ("LessOrEqual", "<="),
-    ("GreaterOrEqual", ">="),
-    ("And", "&&"),
-    ("Or", "||"),
-    ("Neg", "unary -"),
-    ("Not", "unary !"),
-];
+/// The operators an op is written as beyond the translator's binary ones
+/// (`ops::pointwise::BINARY`): products and unary operators.
+const OPERATORS: &[(&str, &str)] =
+    &[("MatMul", "@"), ("Mod", "%"), ("Neg", "unary -"), ("Not", "unary !")];
 
 /// Whether `text`, made from one node of type `op`, reads as that node: every construct it
 /// uses (the functions it calls, its operators; literals made with `full` aside) is the op's
@@ -102,7 +88,8 @@ pub fn reads_as(op: &str, text: &str, layer: bool) -> bool {
     let Some(rhs) = rhs(text) else { return true };
     let own = |c: &Construct| match c {
         Construct::Layer => layer,
-        Construct::Op(sym) => OPERATORS.iter().any(|(o, s)| *o == op && s == sym),
+        Construct::Op(sym) => (super::ops::pointwise::BINARY.iter().chain(OPERATORS))
+            .any(|(o, s)| *o == op && s == sym),
         Construct::Call(f) => f == "full" || same_name(op, f),
     };
     constructs(rhs).iter().all(own)

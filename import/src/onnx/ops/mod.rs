@@ -4,7 +4,7 @@
 
 mod nn;
 pub mod patterns;
-mod pointwise;
+pub(crate) mod pointwise;
 mod reduce;
 pub mod shape;
 

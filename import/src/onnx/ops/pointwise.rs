@@ -21,7 +21,8 @@ const UNARY: &[(&str, &str)] = &[
     ("HardSwish", "hardswish"),
 ];
 
-const BINARY: &[(&str, &str)] = &[
+/// ONNX's binary ops written as an operator.
+pub(crate) const BINARY: &[(&str, &str)] = &[
     ("Add", "+"),
     ("Sub", "-"),
     ("Mul", "*"),
