@@ -41,6 +41,11 @@ fn scratch(name: &str) -> PathBuf {
 fn import(file: &Path, dir: &Path) -> Imported {
     let m = mgn_import::import_file(file, &mgn_import::Options::default())
         .unwrap_or_else(|e| panic!("{e}"));
+    write(&m, dir)
+}
+
+/// An import's files written into `dir` as `mgnc import` writes them.
+fn write(m: &mgn_import::Imported, dir: &Path) -> Imported {
     let source = mgn_syntax::format::format(&m.source).expect("the source parses");
     let full = source
         .lines()
@@ -267,4 +272,43 @@ fn a_sentencepiece_vocabulary_tokenizes_as_sentencepiece_does() {
             assert_eq!(tok.decode(&got, false).expect("decodes"), text, "decoded back");
         }
     }
+}
+
+/// A "mixed" file, whose blocks hold one field in different types (as Q4_K_M files keep some
+/// layers' attn_v and ffn_down in Q6_K): the source gives each block its type from a table,
+/// the checkpoint loads strictly, and the model runs close to the numpy forward (one tensor is
+/// re-rounded to q8_0, so not within the exact fixtures' 1e-5).
+#[test]
+fn blocks_of_different_types_take_theirs_from_a_table() {
+    use mgn_import::gguf::{arch, emit, read};
+    let name = "llama_q4_1";
+    let file = root().join(format!("tests/fixtures/gguf/{name}.gguf"));
+    let bytes = std::fs::read(&file).expect("the fixture");
+    let config = arch::config(&read::parse(&bytes).expect("parses")).expect("a llama");
+    assert!(config.n_layers >= 2, "the fixture needs two blocks to differ");
+    let mut m = mgn_import::import_file(&file, &mgn_import::Options::default()).expect("imports");
+    let (_, w) = (m.weights.iter_mut())
+        .find(|(n, t)| n == "blk.0.ffn_down.weight" && t.dtype.is_packed())
+        .expect("a packed ffn_down in block 0");
+    let other =
+        if w.dtype == mgn_ir::DType::Q8_0 { mgn_ir::DType::Q4_1 } else { mgn_ir::DType::Q8_0 };
+    *w = Tensor::quantized(other, w.shape.clone(), &w.dequantized());
+    let packed = emit::Packed::of(&m.weights, config.n_layers);
+    let origin = emit::Origin { file: "mixed.gguf", title: None, version: 3, types: "mixed" };
+    let text = emit::source(&config, "Mixed", &origin, &packed);
+    assert!(text.contains(&format!("const FFN_DOWN_TYPES = [{other}, ")), "{text}");
+    assert!(text.contains("ffn_down_type = FFN_DOWN_TYPES[i]"), "{text}");
+    let dir = scratch("mixed");
+    m.source = text;
+    let imported = write(&m, &dir);
+    let expected = json("tests/fixtures/gguf/expected.json");
+    let ids: Vec<i32> = numbers(&expected["ids"], |x| x as i32);
+    let want: Vec<f32> = numbers(&expected["models"][name]["logits"], |x| x as f32);
+    let mut full = session(&imported, "Mixed", &[format!("T={}", ids.len())]);
+    let input = Tensor::i32(vec![1, ids.len()], ids);
+    let out = full.run(&[("input_ids", &input)]).expect("runs");
+    let logits = &out.outputs.iter().find(|(n, _)| n == "logits").expect("logits").1;
+    let got: Vec<f32> = logits.to_f64_vec().into_iter().map(|x| x as f32).collect();
+    let e = rel_l2(&got, &want);
+    assert!(e < 2e-2, "the mixed model is {e:.2e} from numpy's");
 }
