@@ -9,7 +9,7 @@
 #
 # Environment:
 #   GPUTESTS  the mgn-gpu test binary (default: built here with cargo, the path cargo reports)
-#   GRIDS     MGN_COOP_GRID values ("default 2x2:2x2:2 2x4:2x2:2 4x2:2x4:2 2x4:2x2:2:d";
+#   GRIDS     MGN_COOP_GRID values ("default 2x2:2x2:2 2x4:2x2:2 4x2:2x4:2";
 #             "default" is the kernel's own choice)
 #   DTYPE     the operands: rounded (an activation cast by the mixed policy and a weight held as
 #             halves, as an inference plan's products; default), rounded-both (two activations
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out/coop_sweep}
 mkdir -p "$OUT"
 : > "$OUT/sweep.txt"
-GRIDS=${GRIDS:-default 2x2:2x2:2 2x4:2x2:2 4x2:2x4:2 2x4:2x2:2:d}
+GRIDS=${GRIDS:-default 2x2:2x2:2 2x4:2x2:2 4x2:2x4:2}
 DTYPE=${DTYPE:-rounded}
 SHAPES=${SHAPES:-whisper,square 2048,square 4096,minilm fc1,smollm2 up}
 if [ -z "${GPUTESTS:-}" ]; then

@@ -42,9 +42,6 @@ status=0
 # The kernels of half products and convolutions, and both measured both ways
 # (the default, `MGN_COOP=measure`, which the test sets for itself).
 (cd gpu && run "$gpu_lib" products_of convolutions_of_halves kernels_measured) || status=$?
-# The products once more staging each panel directly (`MGN_COOP_GRID=…:d`), an experiment's
-# switch the default grid does not use.
-(cd gpu && run env MGN_COOP_GRID=2x2:2x2:2:d "$gpu_lib" products_of) || status=$?
 # And as a plain run chooses them (MGN_COOP unset: every f16 product, convolutions on the
 # tiled kernels).
 (cd gpu && run env MGN_COOP= "$gpu_lib" products_of) || status=$?

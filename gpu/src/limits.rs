@@ -70,8 +70,10 @@ impl DeviceLimits {
     }
 }
 
-/// Which f16 products and convolutions run on cooperative matrices where the device has them
-/// (`MGN_COOP`).
+/// Which f16 products and convolutions run on cooperative matrices where the device has them.
+/// Measured (`Measured`) unless `MGN_COOP` forces one side of that measurement: a debugging
+/// override (which kernel a wrong result comes from, an A/B on one binary), not a setting a
+/// deployment needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoopUse {
     /// `MGN_COOP=products`: every f16 product (`kernels::matmul::coop::grid_for`);

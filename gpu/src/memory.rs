@@ -14,7 +14,6 @@
 use crate::program::{GpuOp, GpuPlan};
 use mgn_ir::analysis::DefUse;
 use mgn_ir::op::Op;
-use mgn_ir::plan::Mode;
 use mgn_ir::DType;
 
 mod dequantized;
@@ -257,17 +256,11 @@ pub fn summed_views(plan: &GpuPlan) -> Vec<usize> {
 /// own. A contraction loads each element a few times (once per tile), so the rounding costs
 /// little next to its multiply-adds.
 ///
-/// `MGN_HALF_WEIGHTS=1` (an experiment's switch, for an A/B on a device with cooperative
-/// matrices) keeps a training plan's casts of its parameters real: each step writes a half copy
-/// of every weight the products read, which they then stage with no conversion, as an inference
-/// plan's (`kernels::Operand::f16_view`), at the cost of that copy's memory and a dispatch
-/// a weight (docs/benchmarks/).
+/// A training plan's casts of its weights are rounded views too. Computing them instead (a half
+/// copy of each weight every step, staged with no conversion; the switch `MGN_HALF_WEIGHTS`,
+/// removed) made the mixed training cells 5–7% faster on an H100 but SmolLM2's values 665 → 830
+/// MiB, past PyTorch autocast's peak (docs/benchmarks/2026-12-06.md): memory decided it.
 pub fn rounded_views(plan: &GpuPlan) -> Vec<bool> {
-    rounded_views_with(plan, std::env::var("MGN_HALF_WEIGHTS").is_ok_and(|v| v == "1"))
-}
-
-/// `rounded_views`, with a training plan's casts of parameters real (`half_weights`) or not.
-fn rounded_views_with(plan: &GpuPlan, half_weights: bool) -> Vec<bool> {
     let def_use = DefUse::of(plan);
     let n = plan.steps.len();
     let reshape = |i: usize| plan.steps[i].op == GpuOp::Plan(Op::Reshape);
@@ -286,10 +279,7 @@ fn rounded_views_with(plan: &GpuPlan, half_weights: bool) -> Vec<bool> {
         let x = s.inputs.first().map(|&x| x as usize);
         rounded[i] = match (&s.op, x) {
             (GpuOp::Plan(Op::Cast), Some(x)) => {
-                let weight = half_weights
-                    && plan.mode == Mode::Train
-                    && matches!(plan.steps[x].op, GpuOp::Plan(Op::Param { .. }));
-                s.dtype.is_half() && plan.steps[x].dtype == DType::F32 && by_products[i] && !weight
+                s.dtype.is_half() && plan.steps[x].dtype == DType::F32 && by_products[i]
             }
             // A reshape of a rounded view is one (the same words, read the same way).
             (GpuOp::Plan(Op::Reshape), Some(x)) => rounded[x] && s.dtype == plan.steps[x].dtype,

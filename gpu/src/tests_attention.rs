@@ -352,8 +352,8 @@ fn decode_attention_latency() {
 
 /// Latency of whole attentions at the workloads' shapes in an inference plan: not a check, a
 /// measurement for a real GPU (`MGN_PROFILE=1 cargo test --release -p mgn-gpu
-/// long_attention_latency -- --ignored --nocapture`; `MGN_ATTENTION=tiled` for the blocked
-/// forward everywhere, `MGN_ATTENTION_FORWARD=scalar` for the scalar-loop one instead).
+/// long_attention_latency -- --ignored --nocapture`): the path every session takes
+/// (`AttentionPath::Auto`; the switches that forced the others are gone).
 #[test]
 #[ignore]
 fn long_attention_latency() {
@@ -482,7 +482,7 @@ fn half_attention_plan(case: &HalfCase, mode: Mode) -> (Plan, Vec<Tensor>, Vec<V
     (Plan::of_steps(mode, steps, inputs, vec![("out".into(), n + 3)]), values, shapes)
 }
 
-/// `MGN_ATTENTION=tiles` keeps an f16 attention whole for the cooperative-matrix kernel only
+/// `AttentionPath::Tiles` keeps an f16 attention whole for the cooperative-matrix kernel only
 /// where the device has tiles for its heads and nothing differentiates it; by default, and for
 /// f32 heads, long attentions go through their score matrix as before.
 #[test]
@@ -522,7 +522,7 @@ fn only_the_tiles_path_keeps_half_attentions_whole_on_the_tiles() {
 }
 
 /// An inference plan's attention of q, k and v cast to f16 (the mixed policy's, each cast a
-/// rounded view), against the plan as compiled on the CPU: with `MGN_ATTENTION=tiles`, on a
+/// rounded view), against the plan as compiled on the CPU: with `AttentionPath::Tiles`, on a
 /// device with cooperative matrices it stays whole and runs both products on them
 /// (`kernels/attention/coop.rs`), with probabilities as exact as the CPU's f32 ones; elsewhere
 /// through the score matrix. Several key blocks, query tiles past the rows, causal rows that

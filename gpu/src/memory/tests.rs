@@ -42,17 +42,13 @@ fn peak_counts_what_is_alive_together() {
     assert_eq!(m.peak_live_bytes, 800);
 }
 
-/// The casts a product reads are rounded views; with half weights, a training plan's cast
-/// of a parameter is computed instead (its activation's cast, and an inference plan's,
-/// stay views).
+/// The casts a product reads are rounded views, a training plan's casts of its parameters
+/// as much as its activations' and an inference plan's.
 #[test]
-fn half_weights_compute_a_training_plans_casts_of_parameters() {
-    for (mode, half_weights, weight_view) in
-        [(Mode::Train, false, true), (Mode::Train, true, false), (Mode::Infer, true, true)]
-    {
+fn casts_a_product_reads_are_rounded_views() {
+    for mode in [Mode::Train, Mode::Infer] {
         let plan = crate::test_util::half_product(DType::F16, mode);
-        let rounded = rounded_views_with(&GpuPlan::of(&plan), half_weights);
-        let want = vec![false, false, true, weight_view, false];
-        assert_eq!(rounded, want, "{mode:?}, half weights {half_weights}");
+        let rounded = rounded_views(&GpuPlan::of(&plan));
+        assert_eq!(rounded, vec![false, false, true, true, false], "{mode:?}");
     }
 }

@@ -31,7 +31,12 @@ use mgn_ir::shape::attention::{dims, Dims};
 use mgn_ir::shape::broadcast_strides;
 use mgn_ir::DType;
 
-/// Which way attention runs on the GPU (`MGN_ATTENTION`: `auto`, `tiled` or `matmul`).
+/// Which way attention runs on the GPU: `Auto` always, decided on the H200 (below, `LONG`;
+/// docs/benchmarks/2026-12-05.md and 2026-12-07.md): the score matrix won where both sequences
+/// are long (Whisper's 1,500 positions 3.12 ms against 3.34 whole), tied at 128 tokens, and
+/// lost at one token, where the whole kernel makes one dispatch of four. The other paths are a
+/// test's parameter (`rewrite::Options`), to reach each kernel; `MGN_ATTENTION`, the switch
+/// that chose them, is gone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionPath {
     /// Through the score matrix when both sequences are long (`LONG`) and it is small enough
@@ -43,34 +48,14 @@ pub enum AttentionPath {
     /// Always through the score matrix.
     Matmul,
     /// As `Auto`, but an f16 attention nothing differentiates runs whole where the device's
-    /// cooperative matrices take it (`kernels/attention/coop.rs`): an experiment's switch
-    /// until that is measured to win (docs/benchmarks/).
+    /// cooperative matrices take it (`kernels/attention/coop.rs`). Measured on an H100 it lost
+    /// (Whisper's mixed forward 2.39 ms against 2.15, docs/benchmarks/2026-12-06.md): no
+    /// session takes it; tests reach it, for the tensor-core attention that issue 50 asks for.
     Tiles,
 }
 
-impl AttentionPath {
-    /// The path `MGN_ATTENTION` asks for (`auto` when unset); an unknown value is an error
-    /// naming the ones there are.
-    pub fn from_env() -> Result<AttentionPath, String> {
-        AttentionPath::parse(std::env::var("MGN_ATTENTION").ok().as_deref())
-    }
-
-    /// The path a value of `MGN_ATTENTION` names (`None`: unset).
-    fn parse(value: Option<&str>) -> Result<AttentionPath, String> {
-        match value {
-            None | Some("") | Some("auto") => Ok(AttentionPath::Auto),
-            Some("tiled") => Ok(AttentionPath::Tiled),
-            Some("matmul") => Ok(AttentionPath::Matmul),
-            Some("tiles") => Ok(AttentionPath::Tiles),
-            Some(other) => Err(format!(
-                "MGN_ATTENTION={other:?}: expected `auto`, `tiled`, `matmul` or `tiles`"
-            )),
-        }
-    }
-}
-
 /// Both sequences at least this long take the score-matrix path under `Auto`. Measured on the
-/// H200 (`MGN_ATTENTION`, docs/benchmarks/): at 128 positions it is already faster (SmolLM2's
+/// H200 (docs/benchmarks/): at 128 positions it is already faster (SmolLM2's
 /// forward + backward 44.1 → 36.3 ms, MiniLM's 7.96 → 7.08 ms), at one token slower (SmolLM2
 /// 2.55 → 3.11 ms: four small dispatches where the tiled kernel makes one).
 const LONG: usize = 16;
@@ -312,20 +297,4 @@ fn score_grad(program: &mut Program, at: StepId, g: &mut Group, dy: StepId) -> S
     let ds3 = view(program, at, ds, vec![bh, rows, d.tk]);
     g.ds.push((dy, ds3));
     ds3
-}
-
-#[cfg(test)]
-mod tests {
-    use super::AttentionPath;
-
-    #[test]
-    fn the_environment_names_a_path_or_gets_an_error_listing_them() {
-        assert_eq!(AttentionPath::parse(None), Ok(AttentionPath::Auto));
-        assert_eq!(AttentionPath::parse(Some("auto")), Ok(AttentionPath::Auto));
-        assert_eq!(AttentionPath::parse(Some("tiled")), Ok(AttentionPath::Tiled));
-        assert_eq!(AttentionPath::parse(Some("matmul")), Ok(AttentionPath::Matmul));
-        assert_eq!(AttentionPath::parse(Some("tiles")), Ok(AttentionPath::Tiles));
-        let e = AttentionPath::parse(Some("flash")).unwrap_err();
-        assert!(e.contains("\"flash\"") && e.contains("`tiled`"), "{e}");
-    }
 }

@@ -11,7 +11,7 @@
 //! which keep the elements' order; a permute of a permuted store composes with it. In training
 //! the backward pass has its own: the rotary embedding's derivative of each head's q and k
 //! merged back (SmolLM2's training plan 60 permutes, SmolVLA's 48 with its sliced caches).
-//! An attention run whole (decoding, short sequences, `MGN_ATTENTION=tiled`) stores its heads
+//! An attention run whole (decoding, short sequences) stores its heads
 //! merged, as the score-matrix path's second product already did.
 //! Only f32 steps nothing else reads, and only static plans: a dynamic plan's kernels are
 //! shared across sizes, and the stored index is written for this one.

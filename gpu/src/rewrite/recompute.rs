@@ -65,11 +65,6 @@ pub(super) fn recompute_batch_norms(program: &mut Program) {
     }
 }
 
-/// Whether a value of `MGN_RECOMPUTE` (`None`: unset) asks for recomputed batch norms.
-pub(super) fn wanted(value: Option<&str>) -> Result<bool, String> {
-    super::on_off("MGN_RECOMPUTE", value, true)
-}
-
 /// A step that only looks at its input another way: a cast (the half operand of a product)
 /// or a reshape.
 fn is_look(op: &GpuOp) -> bool {
@@ -176,10 +171,5 @@ mod tests {
             q.steps.iter().filter(again).count()
         };
         assert_eq!((copies(true), copies(false)), (1, 0));
-        assert_eq!(
-            (wanted(None), wanted(Some("1")), wanted(Some("0"))),
-            (Ok(true), Ok(true), Ok(false))
-        );
-        assert!(wanted(Some("yes")).unwrap_err().contains("MGN_RECOMPUTE"));
     }
 }

@@ -48,13 +48,6 @@ fn geometry(a: &[usize], b: &[usize], out: &[usize], ta: bool, tb: bool) -> Opti
     Some([m, k, n, total / mn])
 }
 
-/// The tile count from which a shallow product (k below `DEEP`) stays whole: `HALF_FULL`, or
-/// `MGN_SPLIT_HALF` (an experiment's override).
-fn half_full() -> usize {
-    let given = std::env::var("MGN_SPLIT_HALF").ok().and_then(|v| v.parse().ok());
-    given.unwrap_or(HALF_FULL)
-}
-
 /// The 64×64 output tiles of `batches` products of `m` × `n`; `None` past `usize`.
 fn tile_count(batches: usize, m: usize, n: usize) -> Option<usize> {
     batches.checked_mul(m.div_ceil(64))?.checked_mul(n.div_ceil(64))
@@ -68,7 +61,7 @@ pub(crate) fn splits_for([m, k, n, batches]: [usize; 4]) -> usize {
     }
     // A tile count past `usize` fills any GPU; none (an empty product) needs no split.
     let Some(tiles) = tile_count(batches, m, n).filter(|&t| t > 0) else { return 1 };
-    if tiles >= ENOUGH_TILES || (tiles >= half_full() && k < DEEP) {
+    if tiles >= ENOUGH_TILES || (tiles >= HALF_FULL && k < DEEP) {
         return 1;
     }
     let want = FILL.div_ceil(tiles).min(k / MIN_DEPTH).min(MAX_SPLITS);

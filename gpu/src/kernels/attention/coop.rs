@@ -26,7 +26,7 @@
 //! all; masked ones `e^(−inf) = 0`.
 //!
 //! Where it runs: an attention the rewrite marked `GpuOp::AttentionOnTiles` — under
-//! `MGN_ATTENTION=tiles`, an f16 attention nothing differentiates (an inference plan's), on a
+//! a test's `AttentionPath::Tiles` (no session takes it), an f16 attention nothing differentiates (an inference plan's), on a
 //! device whose tiles take its heads and whose shared memory holds the blocks
 //! (`runs_on_tensor_cores`). Opt-in because its one timing lost: on an H100 the first version
 //! (K and V loaded one element after another, blocks of 48 keys) ran Whisper's forward 2.2×
@@ -41,7 +41,9 @@ use crate::kernels::{Operand, Target};
 use mgn_ir::shape::attention::Dims;
 use mgn_ir::DType;
 
-/// Subgroups a workgroup, where the width allows.
+/// Subgroups a workgroup, where the width allows: on an H100, Whisper's mixed forward took
+/// 2.39 ms with 4, 3.46 with 2 and 4.87 with 1 (docs/benchmarks/2026-12-06.md, "Attention on
+/// the tensor cores"; `MGN_COOP_ATTENTION`, the switch that set it, is gone).
 const SUBGROUPS: usize = 4;
 /// f16's smallest normal number, 2⁻¹⁴: below it P's high half is 0 (see the header).
 const MIN_NORMAL: &str = "6.1035156e-5";
@@ -49,19 +51,6 @@ const MIN_NORMAL: &str = "6.1035156e-5";
 /// The most keys a block: K's and V's elements for the next block wait in registers while
 /// this one is multiplied, `2 · BK · D / W` of them an invocation.
 const MAX_KEYS: usize = 32;
-
-/// `MGN_COOP_ATTENTION=NS:BK` (an experiment's override, as `MGN_COOP_GRID` is the products'):
-/// subgroups a workgroup, and the most keys a block.
-fn asked() -> Option<(usize, usize)> {
-    parse_asked(&std::env::var("MGN_COOP_ATTENTION").ok()?)
-}
-
-/// `NS:BK`, both at least 1.
-fn parse_asked(v: &str) -> Option<(usize, usize)> {
-    let (ns, bk) = v.split_once(':')?;
-    let (ns, bk) = (ns.parse().ok()?, bk.parse().ok()?);
-    (ns >= 1 && bk >= 1).then_some((ns, bk))
-}
 
 /// The widest heads (`D` and `Dv`): Q's tiles and the output accumulators live in registers.
 const MAX_HEAD: usize = 128;
@@ -99,8 +88,7 @@ impl Layout {
         {
             return None;
         }
-        let asked = asked();
-        let ns = asked.map_or(SUBGROUPS, |a| a.0).min(width / s);
+        let ns = SUBGROUPS.min(width / s);
         let (lpr, rpl) = ((s / t).max(1), (t / s).max(1));
         if ns == 0 || !(dv / lpr).is_multiple_of(4) || rpl * dv / lpr > MAX_HELD {
             return None;
@@ -110,8 +98,7 @@ impl Layout {
             (bk.is_multiple_of(t) && bk.is_multiple_of(lpr) && l.shared_bytes() <= shared)
                 .then_some(l)
         };
-        let most = asked.map_or(MAX_KEYS, |a| a.1);
-        [64, 48, 32, 16, 8].into_iter().filter(|&bk| bk <= most).find_map(fits)
+        [64, 48, 32, 16, 8].into_iter().filter(|&bk| bk <= MAX_KEYS).find_map(fits)
     }
 
     fn width(&self) -> usize {
@@ -670,23 +657,12 @@ mod tests {
     fn the_key_block_is_the_largest_that_fits() {
         let coop = Coop { tile: 16, subgroup: 32, everywhere: false };
         let bk = |shared: usize| Layout::of(64, 64, coop, 256, shared).map(|l| l.bk);
-        if super::asked().is_some() {
-            return;
-        }
         assert_eq!(bk(49_152), Some(super::MAX_KEYS));
         assert_eq!(bk(32_768), Some(16));
         assert_eq!(bk(16_384), None);
         assert_eq!(Layout::of(40, 64, coop, 256, 65_536), None);
         assert_eq!(Layout::of(64, 256, coop, 256, 1 << 20), None);
         assert!(Layout::of(64, 64, coop, 32, 65_536).is_some_and(|l| l.ns == 1));
-    }
-
-    #[test]
-    fn the_override_reads_subgroups_and_keys() {
-        assert_eq!(super::parse_asked("2:16"), Some((2, 16)));
-        for bad in ["", "2", "2:", ":16", "0:16", "2:0", "2:16:1", "a:16"] {
-            assert_eq!(super::parse_asked(bad), None, "{bad}");
-        }
     }
 
     /// The rewrite's question: f16 operands, a device with tiles, more rows than decoding's.

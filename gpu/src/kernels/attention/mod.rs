@@ -94,16 +94,16 @@ pub fn generate(
             // Few query rows a head (decoding): parallel over the keys instead (`decode`);
             // past them, where the rewrite asked for it, f16 heads on cooperative matrices
             // (`coop`), else both products register-blocked (`blocked`) where the heads suit
-            // it. (`MGN_ATTENTION_FORWARD=scalar` keeps the scalar-loop forward: an
-            // experiment's switch, to compare the two.)
+            // it: 2.4-2.6x the scalar loop's speed at long sequences and no slower anywhere on
+            // an H200 (docs/benchmarks/2026-12-05.md, "Attention without its score matrix"),
+            // so the scalar loop is only the fallback for heads the blocked kernel cannot take.
             let shared = target.shared_bytes as usize;
-            let scalar = std::env::var("MGN_ATTENTION_FORWARD").is_ok_and(|v| v == "scalar");
             let on_tiles = matches!(op, GpuOp::AttentionOnTiles { .. });
             let tiles = || {
                 let coop = target.coop.filter(|_| on_tiles)?;
                 coop::forward(&a, out, coop, w, shared)
             };
-            let blocked = || blocked::forward(&a, out, w, shared).filter(|_| !scalar);
+            let blocked = || blocked::forward(&a, out, w, shared);
             match decode::forward(&a, out, w).or_else(tiles).or_else(blocked) {
                 Some(k) => Ok(k),
                 None => forward(&a, out, w),

@@ -22,22 +22,19 @@ use mgn_ir::DType;
 /// The subgroup grid of a workgroup (`sm × sn` subgroups), each subgroup's block of tiles
 /// (`rm × rn`), and the panels' depth in tiles — for the products and the convolutions alike.
 /// Panels two tiles deep, and blocks of 2×2 tiles on 2×4 subgroups for products where that
-/// fits (`grid_for`), 2×2 subgroups elsewhere and for convolutions, unless
-/// `MGN_COOP_GRID=SMxSN:RMxRN:D` says otherwise (an experiment's override, as `MGN_MM_TILE` is
-/// the tiled kernel's).
+/// fits (`grid_for`), 2×2 subgroups elsewhere and for convolutions. In a test build,
+/// `MGN_COOP_GRID=SMxSN:RMxRN:D` sets another for the `matmul_throughput` sweep
+/// (`bench/coop_sweep.sh`), as `MGN_MM_TILE` does the tiled kernel's; a release build reads
+/// neither.
 ///
 /// The grids on an H100 (docs/benchmarks/): larger blocks a subgroup (4×4, or 2×4 on 4×2
 /// subgroups) take 200–255 registers an invocation and run some shapes 3–10× slower; the 2×4
 /// subgroups of 2×2 tiles are the fastest or near it on every workload shape measured.
 ///
-/// `direct` (a fourth field `d`: `2x2:4x4:2:d`) stages each panel from memory straight into
-/// shared memory at the top of its iteration instead of fetching the next one into registers
-/// while the current one is multiplied, and loads each B tile just before the multiply-adds
-/// that read it. The first sweep on an H100 (docs/benchmarks/) found larger blocks a
-/// subgroup 3–7× slower where k is deep, which is what a kernel spilling its registers does:
-/// the prefetch holds a panel's elements (32–64 words an invocation at 128×128 tiles) across
-/// the multiply-adds, next to 8–16 accumulators of 8 words. Products only: the convolutions'
-/// staging ignores it.
+/// Each panel is fetched into registers while the one before it is multiplied. Staging each
+/// panel straight into shared memory in its own iteration instead (one B tile live at a time)
+/// was measured on an H100 and lost on every shape, 1.1–12× (docs/benchmarks/2026-12-06.md,
+/// "Cooperative-matrix products: where the time goes"), so it was removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CoopGrid {
     pub sm: usize,
@@ -45,20 +42,22 @@ pub(crate) struct CoopGrid {
     pub rm: usize,
     pub rn: usize,
     pub depth: usize,
-    pub direct: bool,
 }
 
 impl CoopGrid {
-    const DEFAULT: CoopGrid = CoopGrid { sm: 2, sn: 2, rm: 2, rn: 2, depth: 2, direct: false };
+    const DEFAULT: CoopGrid = CoopGrid { sm: 2, sn: 2, rm: 2, rn: 2, depth: 2 };
     /// The products' grid where it fits: 2×4 subgroups of 2×2 tiles (64 × 128 outputs a
     /// workgroup). On an H100 it ran every workload's product measured 1.0–3.2× faster than
     /// the 2×2 grid (docs/benchmarks/2026-12-06.md, "Cooperative-matrix products: where the time
     /// goes").
     const WIDE: CoopGrid = CoopGrid { sn: 4, ..CoopGrid::DEFAULT };
 
-    /// The override `MGN_COOP_GRID` asks for, if any.
+    /// The override `MGN_COOP_GRID` asks for in a test build (the sweep's), if any.
     fn asked() -> Option<CoopGrid> {
-        std::env::var("MGN_COOP_GRID").ok().and_then(|v| CoopGrid::parse(&v))
+        #[cfg(test)]
+        return std::env::var("MGN_COOP_GRID").ok().and_then(|v| CoopGrid::parse(&v));
+        #[cfg(not(test))]
+        None
     }
 
     /// The grid convolutions are generated with.
@@ -66,7 +65,8 @@ impl CoopGrid {
         CoopGrid::asked().unwrap_or(CoopGrid::DEFAULT)
     }
 
-    /// `SMxSN:RMxRN:D`, every number at least 1, then `:d` for direct staging.
+    /// `SMxSN:RMxRN:D`, every number at least 1.
+    #[cfg(test)]
     fn parse(v: &str) -> Option<CoopGrid> {
         let pair = |p: &str| -> Option<(usize, usize)> {
             let (a, b) = p.split_once('x')?;
@@ -76,12 +76,7 @@ impl CoopGrid {
         let (sm, sn) = pair(parts.next()?)?;
         let (rm, rn) = pair(parts.next()?)?;
         let depth = parts.next()?.parse().ok()?;
-        let direct = match parts.next() {
-            None => false,
-            Some("d") => true,
-            Some(_) => return None,
-        };
-        let g = CoopGrid { sm, sn, rm, rn, depth, direct };
+        let g = CoopGrid { sm, sn, rm, rn, depth };
         let all = [sm, sn, rm, rn, depth];
         (parts.next().is_none() && all.iter().all(|&x| x >= 1)).then_some(g)
     }
@@ -338,14 +333,11 @@ fn setup(g: &Geometry, s: &Shape) -> String {
 }
 
 /// The loop over the panels: stage the registers as f16, fetch the next panels, and multiply
-/// this one's tiles into the accumulators. With `direct` staging each iteration fetches its
-/// own panels and stages them at once, so no panel is held in registers across the
-/// multiply-adds.
+/// this one's tiles into the accumulators.
 fn k_loop(g: &Geometry, s: &Shape) -> String {
     let (kt, bk) = (&s.kt, s.bk);
-    let direct = s.grid.direct;
     let mut out = String::new();
-    if !direct && (kt.n > 0 || !kt.is_fixed()) {
+    if kt.n > 0 || !kt.is_fixed() {
         out += "    {\n";
         out += &s.p.fetch(g, "0u");
         out += "    }\n";
@@ -353,17 +345,11 @@ fn k_loop(g: &Geometry, s: &Shape) -> String {
     out += &format!("    for (var kt = 0u; kt < {kt}; kt = kt + 1u) {{\n");
     // Everyone has finished reading the previous panels before they are overwritten.
     out += "        workgroupBarrier();\n";
-    if direct {
-        out += &format!("        let k0 = kt * {bk}u;\n");
-        out += &s.p.fetch(g, "k0");
-    }
     out += &stage(g, s);
     out += "        workgroupBarrier();\n";
-    if !direct {
-        out += &format!("        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n");
-        out += &s.p.fetch(g, "k1");
-        out += "        }\n";
-    }
+    out += &format!("        if (kt + 1u < {kt}) {{\n        let k1 = (kt + 1u) * {bk}u;\n");
+    out += &s.p.fetch(g, "k1");
+    out += "        }\n";
     out += &multiply(s);
     out += "    }\n";
     out
@@ -393,12 +379,11 @@ fn stage(g: &Geometry, s: &Shape) -> String {
     out
 }
 
-/// One panel's tiles multiplied into the accumulators. Direct staging loads each B tile just
-/// before the multiply-adds that read it, so one B tile is live at a time, not `rn`.
+/// One panel's tiles multiplied into the accumulators.
 fn multiply(s: &Shape) -> String {
     let t = s.t;
     let (ma, mb) = (s.matrix("f16", "A"), s.matrix("f16", "B"));
-    let CoopGrid { rm, rn, direct, .. } = s.grid;
+    let CoopGrid { rm, rn, .. } = s.grid;
     let b_tile = |kk: usize, j: usize| {
         let at = format!("{}u + wn * {}u + {}u", kk * t * s.sb, rn * t, j * t);
         format!("        let b{kk}_{j} = coopLoadT<{mb}>(&cm_b[{at}], {}u);\n", s.sb)
@@ -412,16 +397,9 @@ fn multiply(s: &Shape) -> String {
             let at = format!("(wm * {}u + {}u) * {}u + {}u", rm * t, i * t, s.sa, kk * t);
             out += &format!("        let a{kk}_{i} = coopLoadT<{ma}>(&cm_a[{at}], {}u);\n", s.sa);
         }
-        if direct {
-            for j in 0..rn {
-                out += &b_tile(kk, j);
-                out.extend((0..rm).map(|i| fma(kk, i, j)));
-            }
-        } else {
-            out.extend((0..rn).map(|j| b_tile(kk, j)));
-            for i in 0..rm {
-                out.extend((0..rn).map(|j| fma(kk, i, j)));
-            }
+        out.extend((0..rn).map(|j| b_tile(kk, j)));
+        for i in 0..rm {
+            out.extend((0..rn).map(|j| fma(kk, i, j)));
         }
     }
     out
@@ -471,11 +449,10 @@ mod tests {
     #[test]
     fn the_grid_override_reads_three_fields_of_positive_numbers() {
         let g = CoopGrid::parse("4x2:2x4:3").unwrap();
-        assert_eq!(g, CoopGrid { sm: 4, sn: 2, rm: 2, rn: 4, depth: 3, direct: false });
+        assert_eq!(g, CoopGrid { sm: 4, sn: 2, rm: 2, rn: 4, depth: 3 });
         assert_eq!((g.subgroups(), g.extents(16)), (8, (128, 128, 48)));
-        assert_eq!(CoopGrid::parse("4x2:2x4:3:d"), Some(CoopGrid { direct: true, ..g }));
         let bad = ["", "2x2", "2x2:2x2", "2x2:2x2:2:1", "0x2:2x2:2", "2x2:2y2:2", "2x2:2x2:0"];
-        for bad in bad.into_iter().chain(["2x2:2x2:2:d:d", "2x2:2x2:2:x"]) {
+        for bad in bad.into_iter().chain(["2x2:2x2:2:d", "2x2:2x2:2:x"]) {
             assert_eq!(CoopGrid::parse(bad), None, "{bad}");
         }
     }
@@ -515,7 +492,7 @@ mod tests {
         let out = Operand::at(9_000_000, &[m, n], DType::F32);
         let g = super::Geometry::of(&inputs, &out).unwrap();
         let coop = Coop { tile: 16, subgroup: 32, everywhere: true };
-        for v in ["2x2:2x2:2", "2x2:4x2:2", "4x2:2x2:4", "2x2:4x4:2", "1x1:1x1:1", "2x2:4x4:2:d"] {
+        for v in ["2x2:2x2:2", "2x2:4x2:2", "4x2:2x2:4", "2x2:4x4:2", "1x1:1x1:1"] {
             let grid = CoopGrid::parse(v).unwrap();
             let src = coop_with(&g, coop, grid);
             let width = grid.subgroups() as u32 * coop.subgroup;
@@ -524,9 +501,6 @@ mod tests {
             let tiles = (m.div_ceil(bm) * n.div_ceil(bn)) as u64;
             assert_eq!(src.invocations, tiles * width as u64, "{v}");
             crate::kernels::check::spirv(&src.body).unwrap_or_else(|e| panic!("{v}: {e}"));
-            // Direct staging fetches each panel in its own iteration, never the next one.
-            let next = src.body.contains("let k1 = (kt + 1u)");
-            assert_eq!((next, src.body.contains("let k0 = kt *")), (!grid.direct, grid.direct));
         }
     }
 }

@@ -61,7 +61,17 @@ impl Tile {
         (ty_n * self.tm, tx_n * self.tn)
     }
 
-    /// `MGN_MM_TILE=8x8:256:8[:d]` (an experiment's override of the chooser).
+    /// The tile a test build's `MGN_MM_TILE` forces, if any.
+    fn forced() -> Option<Tile> {
+        #[cfg(test)]
+        return Tile::from_env();
+        #[cfg(not(test))]
+        None
+    }
+
+    /// `MGN_MM_TILE=8x8:256:8[:d]`: the `matmul_throughput` sweep's override of the chooser,
+    /// read by a test build only (a release build's tiles are `choose`'s).
+    #[cfg(test)]
     fn from_env() -> Option<Tile> {
         let v = std::env::var("MGN_MM_TILE").ok()?;
         let parts: Vec<&str> = v.split(':').collect();
@@ -92,7 +102,7 @@ pub(super) fn tiled(g: &Geometry, width: usize, shared: usize) -> KernelSource {
     };
     let shared = shared.saturating_sub(stats);
     let tile =
-        Tile::from_env().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width, shared));
+        Tile::forced().filter(|t| t.threads <= width).unwrap_or_else(|| choose(g, width, shared));
     let t = Tiling::of(g, tile);
     // A's panel is stored transposed (k-major) so invocations read their rows as vec4s; 4
     // padding floats per k row spread the transposing stores over every bank.
