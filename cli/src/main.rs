@@ -11,7 +11,10 @@ use crate::commands::quantize::QuantizeArgs;
 use crate::commands::report::MessageFormat;
 use crate::commands::run::RunArgs;
 use crate::commands::train::{EvalArgs, TrainArgs};
-use crate::commands::{bench, build, check, fmt, generate, import, info, quantize, run, train};
+use crate::commands::tune::TuneArgs;
+use crate::commands::{
+    bench, build, check, fmt, generate, import, info, quantize, run, train, tune,
+};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +50,9 @@ enum Command {
     /// Measure compile time, forward, minimal-shape, backward and training-step latency, and
     /// memory.
     Bench(BenchArgs),
+    /// Measure ahead of time the kernels a GPU chooses by measurement for a model's plans, so
+    /// that later sessions (a deployed app's) open without measuring.
+    Tune(TuneArgs),
     /// Generate text with a decode model (KV cache): prompt in, tokens streamed out.
     Generate(GenerateArgs),
     /// Turn an ONNX or GGUF model into readable `.mgn` source and a safetensors checkpoint.
@@ -87,6 +93,7 @@ fn main() -> ExitCode {
         Command::Train(a) => train::train(a),
         Command::Eval(a) => train::eval(a),
         Command::Bench(a) => bench::run(a),
+        Command::Tune(a) => tune::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Import(a) => import::run(a),
         Command::Quantize(a) => quantize::run(a),

@@ -31,7 +31,7 @@ mod sized;
 mod tensors;
 mod training;
 
-pub use choices::{Chosen, Verdict};
+pub use choices::{cache_dir, set_cache_dir, verdicts_file, write_always, Chosen, Verdict};
 use dispatches::{step_dispatches, Sources, StepDispatch};
 use training::{running_stats_updates, training, Training};
 
@@ -104,6 +104,8 @@ pub struct GpuSession {
     /// The convolutions and products measured when it opened (`CoopUse::Measured`): step and
     /// verdict.
     measured: Vec<(usize, Verdict)>,
+    /// The steps whose kernel a verdict on file chose when it opened.
+    choices_known: usize,
 }
 
 /// Every parameter step's arena offset and words.
@@ -394,6 +396,7 @@ impl GpuSession {
             sources,
             sizing,
             sizes: made.sizes,
+            choices_known: choosing.as_ref().map_or(0, |c| c.known),
             measured: choosing.map(|c| c.measured).unwrap_or_default(),
         })
     }
@@ -422,6 +425,12 @@ impl GpuSession {
     /// was known.
     pub fn measured_kernels(&self) -> Vec<(usize, Verdict)> {
         self.measured.iter().map(|&(i, v)| (self.plan.ids[i].0 as usize, v)).collect()
+    }
+
+    /// The kernel choices of the session's opening: how many it measured (each a distinct
+    /// shape; `measured_kernels`) and how many steps a verdict already on file settled.
+    pub fn choices(&self) -> (usize, usize) {
+        (self.measured.len(), self.choices_known)
     }
 
     /// Every kernel's generated body, for tests of which kernels a session chose.

@@ -494,6 +494,8 @@ fn kernels_measured_on_the_device_keep_their_results() {
     let given = [("x", &x), ("m", &m)];
     let want = run_on_cpu_plan(&plan, &params, &given).outputs;
     let file = || std::fs::read_dir(dir.join("choices")).ok().and_then(|mut d| d.next());
+    let tiles_exist =
+        || crate::device::GpuDevice::chosen().is_ok_and(|(_, limits)| limits.coop_tile().is_some());
     // Opens a session, checks its results, and returns how many convolutions it measured
     // and how many of its kernels run on the tiles.
     let opened = |why: &str| -> Option<(usize, usize)> {
@@ -505,7 +507,12 @@ fn kernels_measured_on_the_device_keep_their_results() {
             }
         }
         let tiles = gpu.kernel_bodies().iter().filter(|b| b.contains("coop_mat")).count();
-        Some((gpu.measured_kernels().len(), tiles))
+        let (measured, known) = gpu.choices();
+        assert_eq!(measured, gpu.measured_kernels().len(), "{why}");
+        // Every step with two kernels is settled by a verdict on file or measured: a complete
+        // file settles all four, none settles any.
+        assert_eq!(known, if measured == 0 && tiles_exist() { 4 } else { 0 }, "{why}");
+        Some((measured, tiles))
     };
     let measured = |why: &str| opened(why).map(|(m, _)| m);
     let Some(first) = measured("first session") else { return };

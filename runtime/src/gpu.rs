@@ -12,6 +12,28 @@ pub fn open(plan: mgn_ir::Plan, params: &[mgn_ir::Tensor]) -> Result<Device, Gpu
     Device::new(plan, params)
 }
 
+/// Where GPU sessions opened from now on keep and find the kernel choices they measured on
+/// their device (`mgn_gpu::session::choices`): the folder `mgnc tune --cache DIR` filled, which
+/// an app ships beside its plan, so that its first session on a tuned device measures nothing.
+/// `None` goes back to the default (`MGN_CACHE`, else `~/.cache/mgn`). A folder that cannot be
+/// written only costs each session its measuring again. Does nothing without the `gpu`
+/// feature.
+pub fn set_cache_dir(dir: Option<std::path::PathBuf>) {
+    #[cfg(feature = "gpu")]
+    mgn_gpu::session::set_cache_dir(dir);
+    #[cfg(not(feature = "gpu"))]
+    let _ = dir;
+}
+
+/// Where GPU sessions keep their measured kernel choices now (`set_cache_dir`); `None` without
+/// a home folder or without the `gpu` feature.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    #[cfg(feature = "gpu")]
+    return mgn_gpu::session::cache_dir();
+    #[cfg(not(feature = "gpu"))]
+    None
+}
+
 /// Whether the device `Session::use_gpu` would take is a hardware GPU (not a software one such
 /// as lavapipe, which is slower than the CPU backend). False without the `gpu` feature.
 pub fn hardware_gpu() -> bool {
@@ -68,6 +90,9 @@ mod none {
             match *self {}
         }
         pub fn setup_alongside(&self) -> std::time::Duration {
+            match *self {}
+        }
+        pub fn choices(&self) -> (usize, usize) {
             match *self {}
         }
         pub fn set_params(&mut self, _: &[Tensor]) -> R<()> {

@@ -11,6 +11,7 @@ pub mod sample;
 pub mod session;
 
 pub use generate::Generator;
+pub use gpu::set_cache_dir;
 pub use mgn_ir::{DType, Data, Mode, Op, Plan, Step, Tensor};
 pub use sample::{greedy, Sampler, SamplerConfig};
 pub use session::{Restore, RunOutput, RuntimeError, SaveOptions, Session};

@@ -176,6 +176,13 @@ impl Session {
         self.gpu.as_ref().map(|g| g.setup_alongside()).unwrap_or_default()
     }
 
+    /// The kernel choices made when the session moved onto the GPU (`use_gpu`): how many
+    /// were measured there, and how many steps a verdict already cached settled
+    /// (`gpu::set_cache_dir`); `(0, 0)` on the CPU.
+    pub fn gpu_choices(&self) -> (usize, usize) {
+        self.gpu.as_ref().map(|g| g.choices()).unwrap_or_default()
+    }
+
     /// Each distinct GPU kernel's compile time with the model line and step it comes from
     /// (`use_gpu`'s pipelines, kernel by kernel); empty on the CPU.
     pub fn gpu_pipeline_times(&self) -> Vec<(String, std::time::Duration)> {

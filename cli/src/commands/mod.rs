@@ -15,6 +15,7 @@ pub mod quantize;
 pub mod report;
 pub mod run;
 pub mod train;
+pub mod tune;
 pub mod watch;
 
 /// Exit codes: 0 success, 1 errors in the input (diagnostics, bad files), 2 usage errors (clap).

@@ -13,9 +13,11 @@
 //! A verdict is keyed by the device (name and driver) and both kernels' generated sources,
 //! which hold the shapes (offsets are in the parameter block), so steps of one shape are
 //! measured once and a verdict is never applied to a kernel that changed. Verdicts are kept in
-//! one file per device (`MGN_CACHE`, else `~/.cache/mgn`: `choices/<device>.tsv`), so the
-//! next session of any plan with those shapes opens without measuring, and compiles only the
-//! kernel it keeps. A file that cannot be read is reported and measured again; it is replaced
+//! one file per device (`set_cache_dir`, else `MGN_CACHE`, else `~/.cache/mgn`:
+//! `choices/<device>.tsv`), so the next session of any plan with those shapes opens without
+//! measuring, and compiles only the kernel it keeps. `mgnc tune` opens a model's plans ahead of
+//! time to fill that file, and an app that ships it beside its plan points `set_cache_dir` at
+//! it (`mgn_runtime::set_cache_dir`), so its first session on that device measures nothing. A file that cannot be read is reported and measured again; it is replaced
 //! whole (`mgn_ir::io::write_atomic`), so a crash never leaves half of one.
 //!
 //! The measurement runs before the first run of the plan: the steps measured read parameters
@@ -86,14 +88,17 @@ pub(super) struct Choosing {
     pub contenders: Vec<Contender>,
     /// What the session measured: (step, verdict).
     pub measured: Vec<(usize, Verdict)>,
+    /// The steps whose kernel a verdict already on file chose.
+    pub known: usize,
+    /// Whether the file is written even when nothing was measured (`write_always`).
+    write_always: bool,
 }
 
 impl Choosing {
     /// The verdicts kept for `device`. A file that cannot be read is reported on stderr and
     /// its verdicts measured again.
     pub fn load(device: &Device) -> Choosing {
-        let path = cache_dir().map(|d| d.join("choices").join(file_name(&device.name)));
-        Choosing::at(device, path)
+        Choosing::at(device, verdicts_file(&device.name))
     }
 
     fn at(device: &Device, path: Option<PathBuf>) -> Choosing {
@@ -106,7 +111,15 @@ impl Choosing {
             _ => HashMap::new(),
         };
         let device = format!("{} ({})", device.name, device.driver);
-        Choosing { device, path, verdicts, contenders: Vec::new(), measured: Vec::new() }
+        Choosing {
+            device,
+            path,
+            verdicts,
+            contenders: Vec::new(),
+            measured: Vec::new(),
+            known: 0,
+            write_always: WRITE_ALWAYS.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// The key of a step whose kernels are `tiled` and `tiles` on this device.
@@ -150,7 +163,10 @@ impl Choosing {
                 dispatch[c.step] = Some(c.other);
             }
         }
-        if self.measured.is_empty() {
+        // `mgnc tune` asks for the file even when nothing was measured (a device without
+        // two kernels for any step): an app ships the folder whole.
+        let wanted = !self.measured.is_empty() || (self.write_always && !self.on_file());
+        if !wanted {
             return Ok(());
         }
         if let Some(Err(e)) = self.path.as_deref().map(|p| save(p, &self.device, &self.verdicts)) {
@@ -158,13 +174,45 @@ impl Choosing {
         }
         Ok(())
     }
+
+    fn on_file(&self) -> bool {
+        self.path.as_deref().is_some_and(Path::exists)
+    }
 }
 
-/// Where mgn keeps what it measured: `MGN_CACHE`, else `XDG_CACHE_HOME/mgn`, else
-/// `~/.cache/mgn`; none without a home.
-fn cache_dir() -> Option<PathBuf> {
+/// The file of `device`'s verdicts (by its name), in `cache_dir`.
+pub fn verdicts_file(device: &str) -> Option<PathBuf> {
+    cache_dir().map(|d| d.join("choices").join(file_name(device)))
+}
+
+/// `write_always`'s setting, for the whole process.
+static WRITE_ALWAYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether sessions opened from now on write their device's verdicts file when there is none
+/// even if they measured nothing (`mgnc tune`: the folder an app ships then holds the device's
+/// file, and says that device was tuned). Off by default, so that a session that has nothing
+/// to measure leaves no file behind.
+pub fn write_always(on: bool) {
+    WRITE_ALWAYS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The folder `set_cache_dir` named, for the whole process.
+static CACHE_DIR: std::sync::RwLock<Option<PathBuf>> = std::sync::RwLock::new(None);
+
+/// Where sessions opened from now on keep and look up their verdicts: `Some(dir)` (an app's
+/// shipped cache, `mgnc tune --cache`) over the environment's, `None` the environment's again.
+pub fn set_cache_dir(dir: Option<PathBuf>) {
+    *CACHE_DIR.write().unwrap_or_else(|e| e.into_inner()) = dir;
+}
+
+/// Where mgn keeps what it measured: the folder `set_cache_dir` named, else `MGN_CACHE`, else
+/// `XDG_CACHE_HOME/mgn`, else `~/.cache/mgn`; none without a home.
+pub fn cache_dir() -> Option<PathBuf> {
     #[cfg(test)]
     if let Some(dir) = FORCED_CACHE.with(|f| f.borrow().clone()) {
+        return Some(dir);
+    }
+    if let Some(dir) = CACHE_DIR.read().unwrap_or_else(|e| e.into_inner()).clone() {
         return Some(dir);
     }
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);

@@ -113,8 +113,12 @@ pub(super) fn step_dispatches(
                 };
                 let key = c.key(tiled, tiles);
                 match c.verdict(key).map(|v| v.chosen) {
-                    Some(kept) if kept != default => src = other,
-                    Some(_) => {}
+                    Some(kept) => {
+                        c.known += 1;
+                        if kept != default {
+                            src = other;
+                        }
+                    }
                     None => contender = Some((key, default, other)),
                 }
             }

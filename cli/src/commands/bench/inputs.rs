@@ -77,7 +77,7 @@ pub(super) fn given(inputs: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
 
 /// The settings that shrink the model to one sample and one token, for the arguments it has
 /// (later settings win, so these override the user's). Empty when it has none of them.
-pub(super) fn minimal_settings(plan: &Plan) -> Vec<Setting> {
+pub(crate) fn minimal_settings(plan: &Plan) -> Vec<Setting> {
     BATCH_ARGS
         .iter()
         .chain(&SEQUENCE_ARGS)

@@ -29,7 +29,8 @@ mod results;
 mod table;
 mod trace;
 
-use self::inputs::{describe, given, minimal_settings, random_inputs, BATCH_ARGS, SEQUENCE_ARGS};
+pub(crate) use self::inputs::minimal_settings;
+use self::inputs::{describe, given, random_inputs, BATCH_ARGS, SEQUENCE_ARGS};
 use self::measure::{profile_of, timed_run, Bench, Timing};
 use self::results::{
     backend_name, optimizer_name, optimizer_state_bytes, Memory, Minimal, Profiled, Report, Setup,
