@@ -9,8 +9,9 @@
 #          and the shader cache its driver filled (what a deployed app that ships the cache
 #          folder pays on a machine whose driver cache is warm).
 #
-# Each cell comes from `mgnc tune --json` (first_open_ms / second_open_ms; the time
-# `Session::use_gpu` takes, parameters' upload included, compiling the plan not). Usage, from the
+# Each cell comes from `mgnc tune --json`: first_open_ms / second_open_ms, the time
+# `Session::use_gpu` takes (parameters' upload included, compiling the plan not), and pipelines,
+# the distinct kernels a session compiles once its verdicts are kept. Usage, from the
 # repository root:
 #
 #   bench/setup.sh [WORKLOAD...]        (default: the six of docs/BENCHMARKS.md)
@@ -93,13 +94,14 @@ for name in names:
         tuned = json.load(open(f"{out}/{name}.{p}.tuned.json"))
         device = cold["device"]
         for c, t in zip(cold["plans"], tuned["plans"]):
-            rows.append((name, p, c["plan"], c["measured"], c["first_open_ms"],
+            rows.append((name, p, c["plan"], c["pipelines"], c["measured"], c["first_open_ms"],
                          c["second_open_ms"], t["first_open_ms"], t["measured"]))
 print(f"Setup per plan on {device} (ms; `mgnc tune --json`, bench/setup.sh)")
 print()
-print("| workload | precision | plan | kernels measured cold | cold | warm | tuned |")
-print("|---|---|---|---|---|---|---|")
-for name, p, plan, measured, cold, warm, tuned, again in rows:
+print("| workload | precision | plan | pipelines | kernels measured cold | cold | warm | tuned |")
+print("|---|---|---|---|---|---|---|---|")
+for name, p, plan, pipelines, measured, cold, warm, tuned, again in rows:
     note = "" if again == 0 else f" ({again} measured again)"
-    print(f"| {name} | {p} | {plan} | {measured} | {cold:.0f} | {warm:.0f} | {tuned:.0f}{note} |")
+    print(f"| {name} | {p} | {plan} | {pipelines} | {measured} | {cold:.0f} | {warm:.0f} "
+          f"| {tuned:.0f}{note} |")
 EOF

@@ -51,6 +51,7 @@ fn tuned_plans_open_with_nothing_to_measure() {
     assert!(names[2].starts_with("training ("), "{names:?}");
     for p in plans {
         assert_eq!(count(p, "measured_again"), 0, "the second open measures nothing: {p}");
+        assert!(count(p, "pipelines") > 0, "{p}");
     }
     let file = first["verdicts"].as_str().expect("the verdicts' file");
     assert!(std::path::Path::new(file).starts_with(dir.join("choices")), "{file}");

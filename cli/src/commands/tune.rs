@@ -62,8 +62,10 @@ struct Tuned {
     cached: usize,
     /// The same for the second open: nothing measured once the first kept its verdicts.
     measured_again: usize,
-    first_ms: f64,
-    second_ms: f64,
+    /// Distinct pipelines the plan's session compiled (the kernels kept, once a verdict is).
+    pipelines: usize,
+    first: f64,
+    second: f64,
 }
 
 pub fn run(a: TuneArgs) -> u8 {
@@ -125,20 +127,22 @@ fn tune(a: &TuneArgs, format: MessageFormat) -> Result<(String, Vec<Tuned>), Str
     let mut device = String::new();
     let mut rows = Vec::new();
     for (name, plan) in plans {
-        let open = |plan: Plan| -> Result<(String, (usize, usize), f64), String> {
+        let open = |plan: Plan| -> Result<(String, (usize, usize), usize, f64), String> {
             let mut s = Session::try_new(plan, 0).map_err(|e| format!("{name}: {e}"))?;
             let start = Instant::now();
             let device = s.use_gpu().map_err(|e| format!("{name}: no GPU session: {e}"))?;
             let ms = start.elapsed().as_secs_f64() * 1e3;
-            Ok((device, s.gpu_choices(), ms))
+            let pipelines = s.gpu_shape().map_or(0, |(kernels, _)| kernels);
+            Ok((device, s.gpu_choices(), pipelines, ms))
         };
-        let (dev, (measured, cached), first_ms) = open(plan.clone())?;
-        let (_, (measured_again, _), second_ms) = open(plan)?;
+        let (dev, (measured, cached), _, first) = open(plan.clone())?;
+        let (_, (measured_again, _), pipelines, second) = open(plan)?;
         if format == MessageFormat::Human {
             eprintln!("tuned {name}: {measured} measured, {cached} already kept");
         }
         device = dev;
-        rows.push(Tuned { plan: name, measured, cached, measured_again, first_ms, second_ms });
+        let row = Tuned { plan: name, measured, cached, measured_again, pipelines, first, second };
+        rows.push(row);
     }
     Ok((device, rows))
 }
@@ -156,13 +160,13 @@ fn config(plan: &Plan) -> String {
 fn table(device: &str, cache: Option<PathBuf>, rows: &[Tuned]) -> String {
     let w = rows.iter().map(|r| r.plan.len()).max().unwrap_or(4).max(4);
     let mut out = format!(
-        "{:w$}  {:>8}  {:>13}  {:>15}  {:>16}\n",
-        "plan", "measured", "already kept", "first open, ms", "second open, ms"
+        "{:w$}  {:>8}  {:>13}  {:>9}  {:>15}  {:>16}\n",
+        "plan", "measured", "already kept", "pipelines", "first open, ms", "second open, ms"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:w$}  {:>8}  {:>13}  {:>15.1}  {:>16.1}\n",
-            r.plan, r.measured, r.cached, r.first_ms, r.second_ms
+            "{:w$}  {:>8}  {:>13}  {:>9}  {:>15.1}  {:>16.1}\n",
+            r.plan, r.measured, r.cached, r.pipelines, r.first, r.second
         ));
     }
     let again: usize = rows.iter().map(|r| r.measured_again).sum();
@@ -187,8 +191,9 @@ fn json(device: &str, cache: Option<PathBuf>, rows: &[Tuned]) -> String {
                 "measured": r.measured,
                 "already_kept": r.cached,
                 "measured_again": r.measured_again,
-                "first_open_ms": r.first_ms,
-                "second_open_ms": r.second_ms,
+                "pipelines": r.pipelines,
+                "first_open_ms": r.first,
+                "second_open_ms": r.second,
             })
         })
         .collect();
