@@ -7,21 +7,14 @@ mod common;
 use common::text;
 use serde_json::Value;
 
-/// `mgnc tune … --json` with the verdicts in `cache`; stdout parsed as one JSON object.
-fn tune(cache: &std::path::Path) -> Value {
-    let args = [
-        "tune",
-        "models/digits_mlp.mgn",
-        "--set",
-        "batch=8",
-        "--set",
-        "hidden=16",
-        "--precision",
-        "mixed",
-        "--cache",
-        cache.to_str().expect("a UTF-8 temp path"),
-        "--json",
-    ];
+/// The small mixed model every run here tunes for.
+const MODEL: [&str; 7] =
+    ["models/digits_mlp.mgn", "--set", "batch=8", "--set", "hidden=16", "--precision", "mixed"];
+
+/// `mgnc tune FILE… --json` with the verdicts in `cache`; stdout parsed as one JSON object.
+fn tune(file: &[&str], cache: &std::path::Path) -> Value {
+    let cache = cache.to_str().expect("a UTF-8 temp path");
+    let args = [&["tune"], file, &["--cache", cache, "--json"]].concat();
     let out = common::mgnc(&args);
     assert!(out.status.success(), "mgnc tune failed: {}{}", text(&out.stderr), text(&out.stdout));
     let stdout = text(&out.stdout);
@@ -42,7 +35,7 @@ fn tuned_plans_open_with_nothing_to_measure() {
     }
     let dir = std::env::temp_dir().join(format!("mgn-tune-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let first = tune(&dir);
+    let first = tune(&MODEL, &dir);
     let plans = first["plans"].as_array().expect("plans");
     let names: Vec<&str> = plans.iter().map(|p| p["plan"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 3, "the inference, minimal-shape and training plans: {names:?}");
@@ -56,10 +49,20 @@ fn tuned_plans_open_with_nothing_to_measure() {
     let file = first["verdicts"].as_str().expect("the verdicts' file");
     assert!(std::path::Path::new(file).starts_with(dir.join("choices")), "{file}");
     assert!(std::path::Path::new(file).is_file(), "{file} written");
-    let again = tune(&dir);
+    let again = tune(&MODEL, &dir);
     for (p, q) in plans.iter().zip(again["plans"].as_array().expect("plans")) {
         assert_eq!(count(q, "measured"), 0, "a tuned plan measures nothing: {q}");
         assert!(count(q, "already_kept") >= count(p, "measured"), "{p} then {q}");
     }
+    // The plan an app ships, built alone, opens with nothing to measure either.
+    let plan = dir.join("digits.mgnplan");
+    let built = common::mgnc(&[&["build"], &MODEL[..], &["-o", plan.to_str().unwrap()]].concat());
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let shipped = tune(&[plan.to_str().unwrap()], &dir);
+    let only = shipped["plans"].as_array().expect("plans");
+    assert_eq!(only.len(), 1, "{shipped}");
+    assert!(only[0]["plan"].as_str().unwrap().starts_with("inference (batch=8"), "{shipped}");
+    assert_eq!(count(&only[0], "measured"), 0, "{shipped}");
+    assert!(count(&only[0], "already_kept") >= count(&plans[0], "measured"), "{shipped}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

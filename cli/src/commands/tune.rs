@@ -5,6 +5,8 @@
 //! (`mgn_gpu::session::choices`) is measured now and its verdict kept, and a later session of
 //! those shapes (an app's first run included) opens without measuring.
 //!
+//! A `.mgnplan` (the plan an app ships) is opened as it is, alone.
+//!
 //! Each plan is opened twice: the first open measures what no verdict settles yet, the second
 //! shows what a session costs once they are kept. With `--cache DIR` the verdicts go to `DIR`
 //! (an app ships that folder beside its plan and points `mgn_runtime::set_cache_dir` at it),
@@ -28,7 +30,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct TuneArgs {
-    /// The model to tune for (.mgn).
+    /// The model to tune for (.mgn: its inference, minimal-shape and training plans), or one
+    /// built plan (.mgnplan: that plan alone).
     pub file: PathBuf,
     /// Override a model argument, e.g. `--set T=128` (repeatable).
     #[arg(long = "set", value_name = "NAME=VALUE")]
@@ -108,8 +111,16 @@ fn tune(a: &TuneArgs, format: MessageFormat) -> Result<(String, Vec<Tuned>), Str
         let has_loss = outcome.graphs.first().is_some_and(|g| g.loss.is_some());
         Ok((has_loss, plan.expect("a clean build lowers to a plan")))
     };
+    let mut plans = Vec::new();
+    if a.file.extension().is_some_and(|e| e == "mgnplan") {
+        let plan =
+            super::plan::obtain(&a.file, a.model.clone(), a.settings.clone(), &infer, format)
+                .map_err(|_| String::new())?;
+        plans.push((format!("{} ({})", mode(&plan), config(&plan)), plan));
+        return open_each(plans);
+    }
     let (has_loss, plan) = build(&a.settings, &infer)?;
-    let mut plans = vec![(format!("inference ({})", config(&plan)), plan.clone())];
+    plans.push((format!("inference ({})", config(&plan)), plan.clone()));
     // The minimal shape, as `mgnc bench` measures it, where the model has one to shrink.
     let shrink = minimal_settings(&plan);
     let already = shrink.iter().all(|m| plan.config.iter().any(|(k, v)| *k == m.name && v == "1"));
@@ -124,6 +135,11 @@ fn tune(a: &TuneArgs, format: MessageFormat) -> Result<(String, Vec<Tuned>), Str
         let (_, p) = build(&a.settings, &train)?;
         plans.push((format!("training ({})", config(&p)), p));
     }
+    open_each(plans)
+}
+
+/// Each plan opened twice on the GPU: the device's name and one row a plan.
+fn open_each(plans: Vec<(String, Plan)>) -> Result<(String, Vec<Tuned>), String> {
     let mut device = String::new();
     let mut rows = Vec::new();
     for (name, plan) in plans {
@@ -137,14 +153,19 @@ fn tune(a: &TuneArgs, format: MessageFormat) -> Result<(String, Vec<Tuned>), Str
         };
         let (dev, (measured, cached), _, first) = open(plan.clone())?;
         let (_, (measured_again, _), pipelines, second) = open(plan)?;
-        if format == MessageFormat::Human {
-            eprintln!("tuned {name}: {measured} measured, {cached} already kept");
-        }
+        eprintln!("tuned {name}: {measured} measured, {cached} already kept");
         device = dev;
         let row = Tuned { plan: name, measured, cached, measured_again, pipelines, first, second };
         rows.push(row);
     }
     Ok((device, rows))
+}
+
+fn mode(plan: &Plan) -> &'static str {
+    match plan.mode {
+        mgn_ir::plan::Mode::Train => "training",
+        mgn_ir::plan::Mode::Infer => "inference",
+    }
 }
 
 /// A plan's settings as one writes them: `B=4, T=128`.
