@@ -17,8 +17,9 @@
 //! `choices/<device>.tsv`), so the next session of any plan with those shapes opens without
 //! measuring, and compiles only the kernel it keeps. `mgnc tune` opens a model's plans ahead of
 //! time to fill that file, and an app that ships it beside its plan points `set_cache_dir` at
-//! it (`mgn_runtime::set_cache_dir`), so its first session on that device measures nothing. A file that cannot be read is reported and measured again; it is replaced
-//! whole (`mgn_ir::io::write_atomic`), so a crash never leaves half of one.
+//! it (`mgn_runtime::set_cache_dir`), so its first session on that device and driver measures
+//! nothing. A file that cannot be read is reported and measured again; it is replaced whole
+//! (`mgn_ir::io::write_atomic`), so a crash never leaves half of one.
 //!
 //! The measurement runs before the first run of the plan: the steps measured read parameters
 //! (uploaded) and values not yet computed, and write only their own results, which the first
