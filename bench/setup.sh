@@ -10,8 +10,9 @@
 #          folder pays on a machine whose driver cache is warm).
 #
 # Each cell comes from `mgnc tune --json`: first_open_ms / second_open_ms, the time
-# `Session::use_gpu` takes (parameters' upload included, compiling the plan not), and pipelines,
-# the distinct kernels a session compiles once its verdicts are kept. Usage, from the
+# `Session::use_gpu` takes (parameters' upload included, compiling the plan not), of the cold
+# one the pipelines phase and the kernels' measuring, and pipelines, the distinct kernels a
+# session compiles once its verdicts are kept. Usage, from the
 # repository root:
 #
 #   bench/setup.sh [WORKLOAD...]        (default: the six of docs/BENCHMARKS.md)
@@ -95,13 +96,15 @@ for name in names:
         device = cold["device"]
         for c, t in zip(cold["plans"], tuned["plans"]):
             rows.append((name, p, c["plan"], c["pipelines"], c["measured"], c["first_open_ms"],
+                         c["first_open_compiling_ms"], c["first_open_measuring_ms"],
                          c["second_open_ms"], t["first_open_ms"], t["measured"]))
 print(f"Setup per plan on {device} (ms; `mgnc tune --json`, bench/setup.sh)")
 print()
-print("| workload | precision | plan | pipelines | kernels measured cold | cold | warm | tuned |")
+print("| workload | precision | plan | pipelines | kernels measured cold | cold (compiling, "
+      "measuring) | warm | tuned |")
 print("|---|---|---|---|---|---|---|---|")
-for name, p, plan, pipelines, measured, cold, warm, tuned, again in rows:
+for name, p, plan, pipelines, measured, cold, comp, meas, warm, tuned, again in rows:
     note = "" if again == 0 else f" ({again} measured again)"
-    print(f"| {name} | {p} | {plan} | {pipelines} | {measured} | {cold:.0f} | {warm:.0f} "
-          f"| {tuned:.0f}{note} |")
+    print(f"| {name} | {p} | {plan} | {pipelines} | {measured} | {cold:.0f} ({comp:.0f}, "
+          f"{meas:.0f}) | {warm:.0f} | {tuned:.0f}{note} |")
 EOF

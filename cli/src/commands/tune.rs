@@ -67,6 +67,9 @@ struct Tuned {
     measured_again: usize,
     /// Distinct pipelines the plan's session compiled (the kernels kept, once a verdict is).
     pipelines: usize,
+    /// Of the first open's time: compiling pipelines, and measuring kernels (ms).
+    compiling: f64,
+    measuring: f64,
     first: f64,
     second: f64,
 }
@@ -143,20 +146,37 @@ fn open_each(plans: Vec<(String, Plan)>) -> Result<(String, Vec<Tuned>), String>
     let mut device = String::new();
     let mut rows = Vec::new();
     for (name, plan) in plans {
-        let open = |plan: Plan| -> Result<(String, (usize, usize), usize, f64), String> {
+        let open = |plan: Plan| -> Result<Opened, String> {
             let mut s = Session::try_new(plan, 0).map_err(|e| format!("{name}: {e}"))?;
             let start = Instant::now();
             let device = s.use_gpu().map_err(|e| format!("{name}: no GPU session: {e}"))?;
             let ms = start.elapsed().as_secs_f64() * 1e3;
             let pipelines = s.gpu_shape().map_or(0, |(kernels, _)| kernels);
-            Ok((device, s.gpu_choices(), pipelines, ms))
+            let phases = s.gpu_setup_phases();
+            let phase = |name: &str| {
+                let t = phases.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+                t.unwrap_or_default().as_secs_f64() * 1e3
+            };
+            let (compiling, measuring) = (phase("pipelines"), phase("kernels measured"));
+            Ok(Opened { device, choices: s.gpu_choices(), pipelines, ms, compiling, measuring })
         };
-        let (dev, (measured, cached), _, first) = open(plan.clone())?;
-        let (_, (measured_again, _), pipelines, second) = open(plan)?;
+        let first = open(plan.clone())?;
+        let second = open(plan)?;
+        let (measured, cached) = first.choices;
+        let measured_again = second.choices.0;
         eprintln!("tuned {name}: {measured} measured, {cached} already kept");
-        device = dev;
-        let row = Tuned { plan: name, measured, cached, measured_again, pipelines, first, second };
-        rows.push(row);
+        rows.push(Tuned {
+            plan: name,
+            measured,
+            cached,
+            measured_again,
+            pipelines: second.pipelines,
+            compiling: first.compiling,
+            measuring: first.measuring,
+            first: first.ms,
+            second: second.ms,
+        });
+        device = second.device;
     }
     Ok((device, rows))
 }
@@ -166,6 +186,17 @@ fn mode(plan: &Plan) -> &'static str {
         mgn_ir::plan::Mode::Train => "training",
         mgn_ir::plan::Mode::Infer => "inference",
     }
+}
+
+/// One open of a plan: the device, `Session::gpu_choices`, the pipelines compiled, and its
+/// setup time with two of its phases (ms).
+struct Opened {
+    device: String,
+    choices: (usize, usize),
+    pipelines: usize,
+    ms: f64,
+    compiling: f64,
+    measuring: f64,
 }
 
 /// A plan's settings as one writes them: `B=4, T=128`.
@@ -213,6 +244,8 @@ fn json(device: &str, cache: Option<PathBuf>, rows: &[Tuned]) -> String {
                 "already_kept": r.cached,
                 "measured_again": r.measured_again,
                 "pipelines": r.pipelines,
+                "first_open_compiling_ms": r.compiling,
+                "first_open_measuring_ms": r.measuring,
                 "first_open_ms": r.first,
                 "second_open_ms": r.second,
             })
