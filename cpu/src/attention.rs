@@ -7,9 +7,13 @@
 //! Derivatives: `dv = Pᵀ·dy`, `dP = dy·vᵀ`, `dS = P ∘ (dP − rowsum(dP ∘ P))`,
 //! `dq = scale·dS·k`, `dk = scale·dSᵀ·q`, `dmask = dS` (in the scores' shape); a KV head sums
 //! over the query heads it serves.
+//!
+//! A few queries (decoding, one token against a KV cache) take their products with the keys and
+//! the values in one pass over each (`matvec`), not through the GEMM, which would first copy them.
 
 use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::{broadcast_strides, numel, walk};
+use super::matvec::{few_rows, STREAMED_ROWS};
 use super::{by_float, check_shape, err, floats, KResult};
 use mgn_ir::op::GradPart;
 use mgn_ir::shape::attention::Dims;
@@ -67,18 +71,18 @@ impl Attn {
         let kvh = h / self.rep();
         let qh = &q[(b * self.hq + h) * tq * d..][..tq * d];
         let kh = &k[(b * self.hkv + kvh) * tk * d..][..tk * d];
-        let mut s = vec![T::zero(); tq * tk];
-        gemm(
-            tq,
-            d,
-            tk,
-            T::of(self.scale),
-            Mat::new(qh, d, 1),
-            Mat::new(kh, d, 1).t(),
-            T::zero(),
-            &mut s,
-            tk,
-        );
+        let s = if tq <= STREAMED_ROWS {
+            // A few queries (decoding): one pass over the keys, no packed copy of them.
+            let mut s = few_rows(qh, tq, kh, d, tk, true);
+            s.iter_mut().for_each(|v| *v *= T::of(self.scale));
+            s
+        } else {
+            let mut s = vec![T::zero(); tq * tk];
+            let (qm, km) = (Mat::new(qh, d, 1), Mat::new(kh, d, 1).t());
+            gemm(tq, d, tk, T::of(self.scale), qm, km, T::zero(), &mut s, tk);
+            s
+        };
+        let mut s = s;
         for (i, row) in s.chunks_exact_mut(tk).enumerate() {
             if let (Some(m), Some((starts, rs, cs))) = (mask, &self.mask) {
                 let base = starts[b * self.hq + h] + i * rs;
@@ -158,6 +162,12 @@ pub(crate) fn attention(
             let vh = &v[(b * a.hkv + kvh) * tk * dv..][..tk * dv];
             for r in 0..rep {
                 let p = a.probs(&q, &k, mask.as_deref(), b, kvh * rep + r);
+                if tq <= STREAMED_ROWS {
+                    // One pass over the values for a few queries, as for the keys.
+                    let pv = few_rows(&p, tq, vh, tk, dv, false);
+                    o[r * tq * dv..(r + 1) * tq * dv].copy_from_slice(&pv);
+                    continue;
+                }
                 gemm(
                     tq,
                     tk,

@@ -209,9 +209,23 @@ pub fn threads() -> usize {
 /// Debug tests use a small threshold, so that their small shapes also run the threaded paths.
 const PARALLEL_WORK: usize = if cfg!(all(test, debug_assertions)) { 1 << 9 } else { 1 << 17 };
 
+/// The pool the kernels' parallel parts run on: [`threads`] workers, started once and kept. A
+/// decoded token runs a few hundred small parallel steps; starting threads for each would cost
+/// more than some of them take.
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    let build = || {
+        let named = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("mgn-cpu-{i}"));
+        // A system that refuses threads leaves the kernels on the caller's thread.
+        named.num_threads(threads()).build().ok()
+    };
+    POOL.get_or_init(build).as_ref()
+}
+
 /// Splits `out` into consecutive chunks of `chunk` elements and calls `f(chunk_index, chunk)`
 /// for each, spread over the cores when `work_per_chunk × chunks` is large enough. Each call
 /// owns its chunk, so kernels that write disjoint output regions parallelize without locks.
+/// Each core gets one run of consecutive chunks (the same split every time).
 pub(crate) fn par_chunks<T: Send>(
     out: &mut [T],
     chunk: usize,
@@ -223,17 +237,16 @@ pub(crate) fn par_chunks<T: Send>(
     }
     let count = out.len().div_ceil(chunk);
     let threads = threads().min(count);
-    if threads <= 1 || count.saturating_mul(work_per_chunk) < PARALLEL_WORK {
-        for (i, c) in out.chunks_mut(chunk).enumerate() {
-            f(i, c);
-        }
+    let serial = threads <= 1 || count.saturating_mul(work_per_chunk) < PARALLEL_WORK;
+    let Some(pool) = (if serial { None } else { pool() }) else {
+        out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
         return;
-    }
+    };
     let per_thread = count.div_ceil(threads);
-    std::thread::scope(|s| {
+    pool.scope(|s| {
         for (t, part) in out.chunks_mut(per_thread * chunk).enumerate() {
             let f = &f;
-            s.spawn(move || {
+            s.spawn(move |_| {
                 for (i, c) in part.chunks_mut(chunk).enumerate() {
                     f(t * per_thread + i, c);
                 }
