@@ -25,6 +25,9 @@ pub(crate) trait Float:
     fn view(d: &Data) -> Option<&[Self]>;
     /// Wraps elements as tensor storage.
     fn wrap(v: Vec<Self>) -> Data;
+    /// `v` as f32 values, when this type is f32: where a kernel fills f32 values in place
+    /// (the packed decoders) rather than through a copy.
+    fn as_f32_mut(v: &mut [Self]) -> Option<&mut [f32]>;
     fn of(x: f64) -> Self;
     fn f64(self) -> f64;
     /// `C ← α·A·B + β·C` on raw strided matrices (see [`gemm`], the safe entry point).
@@ -59,6 +62,9 @@ impl Float for f32 {
     }
     fn wrap(v: Vec<f32>) -> Data {
         Data::F32(v)
+    }
+    fn as_f32_mut(v: &mut [f32]) -> Option<&mut [f32]> {
+        Some(v)
     }
     fn of(x: f64) -> f32 {
         x as f32
@@ -95,6 +101,9 @@ impl Float for f64 {
     }
     fn wrap(v: Vec<f64>) -> Data {
         Data::F64(v)
+    }
+    fn as_f32_mut(_: &mut [f64]) -> Option<&mut [f32]> {
+        None
     }
     fn of(x: f64) -> f64 {
         x

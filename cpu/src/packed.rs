@@ -76,6 +76,13 @@ impl Packed<'_> {
         let (len, size) = self.block();
         let row = &self.bytes[r * self.row_bytes()..(r + 1) * self.row_bytes()];
         let blocks = row[from / len * size..].chunks_exact(size);
+        // f32 values are decoded where they go; f64 ones through `tmp`.
+        if let Some(out) = T::as_f32_mut(out) {
+            for (block, o) in blocks.zip(out.chunks_exact_mut(len)) {
+                decode_block(self.dtype, block, o);
+            }
+            return;
+        }
         for (block, o) in blocks.zip(out.chunks_exact_mut(len)) {
             decode_block(self.dtype, block, &mut tmp[..len]);
             o.iter_mut().zip(&tmp[..len]).for_each(|(o, &v)| *o = T::of(v as f64));
