@@ -71,7 +71,7 @@ impl Attn {
         let kvh = h / self.rep();
         let qh = &q[(b * self.hq + h) * tq * d..][..tq * d];
         let kh = &k[(b * self.hkv + kvh) * tk * d..][..tk * d];
-        let s = if tq <= STREAMED_ROWS {
+        let mut s = if tq <= STREAMED_ROWS {
             // A few queries (decoding): one pass over the keys, no packed copy of them.
             let mut s = few_rows(qh, tq, kh, d, tk, true);
             s.iter_mut().for_each(|v| *v *= T::of(self.scale));
@@ -82,7 +82,36 @@ impl Attn {
             gemm(tq, d, tk, T::of(self.scale), qm, km, T::zero(), &mut s, tk);
             s
         };
-        let mut s = s;
+        self.softmax_rows(&mut s, mask, b, h);
+        s
+    }
+
+    /// `P` of the query heads that share KV head `kvh` of batch item `b`, stacked
+    /// (`[rep·Tq, Tk]`), for a few queries (`rep·Tq` at most [`STREAMED_ROWS`]): one pass over
+    /// the keys serves them all.
+    fn probs_shared<T: Float>(
+        &self,
+        q: &[T],
+        k: &[T],
+        mask: Option<&[T]>,
+        b: usize,
+        kvh: usize,
+    ) -> Vec<T> {
+        let (tq, tk, d, rep) = (self.tq, self.tk, self.d, self.rep());
+        let qb = &q[(b * self.hq + kvh * rep) * tq * d..][..rep * tq * d];
+        let kh = &k[(b * self.hkv + kvh) * tk * d..][..tk * d];
+        let mut s = few_rows(qb, rep * tq, kh, d, tk, true);
+        s.iter_mut().for_each(|v| *v *= T::of(self.scale));
+        for (r, sh) in s.chunks_exact_mut(tq * tk).enumerate() {
+            self.softmax_rows(sh, mask, b, kvh * rep + r);
+        }
+        s
+    }
+
+    /// Scaled scores `s` (`[Tq, Tk]`) of query head `h` to probabilities: the mask added, the
+    /// causal positions hidden, each row's softmax.
+    fn softmax_rows<T: Float>(&self, s: &mut [T], mask: Option<&[T]>, b: usize, h: usize) {
+        let tk = self.tk;
         for (i, row) in s.chunks_exact_mut(tk).enumerate() {
             if let (Some(m), Some((starts, rs, cs))) = (mask, &self.mask) {
                 let base = starts[b * self.hq + h] + i * rs;
@@ -110,7 +139,6 @@ impl Attn {
                 .sum();
             row.iter_mut().for_each(|v| *v /= T::of(sum));
         }
-        s
     }
 
     /// `dS` (`[Tq, Tk]`, before the scale) of batch item `b`, query head `h`, given its `P`.
@@ -160,14 +188,15 @@ pub(crate) fn attention(
         par_chunks(&mut out, rep * tq * dv, rep * tq * tk * (a.d + dv), |item, o| {
             let (b, kvh) = (item / a.hkv, item % a.hkv);
             let vh = &v[(b * a.hkv + kvh) * tk * dv..][..tk * dv];
+            if rep * tq <= STREAMED_ROWS {
+                // A few queries (decoding): the heads of this KV head together, one pass over
+                // its keys and one over its values.
+                let p = a.probs_shared(&q, &k, mask.as_deref(), b, kvh);
+                o.copy_from_slice(&few_rows(&p, rep * tq, vh, tk, dv, false));
+                return;
+            }
             for r in 0..rep {
                 let p = a.probs(&q, &k, mask.as_deref(), b, kvh * rep + r);
-                if tq <= STREAMED_ROWS {
-                    // One pass over the values for a few queries, as for the keys.
-                    let pv = few_rows(&p, tq, vh, tk, dv, false);
-                    o[r * tq * dv..(r + 1) * tq * dv].copy_from_slice(&pv);
-                    continue;
-                }
                 gemm(
                     tq,
                     tk,
