@@ -184,11 +184,16 @@ pub(crate) fn attention(
         let mask = x.get(3).map(|m| floats::<T>(m, "mask")).transpose()?;
         let (tq, tk, dv, rep) = (a.tq, a.tk, a.dv, a.rep());
         let mut out = vec![T::zero(); a.batch * a.hq * tq * dv];
-        // One work item per (batch, KV head): the query heads it serves are contiguous.
-        par_chunks(&mut out, rep * tq * dv, rep * tq * tk * (a.d + dv), |item, o| {
+        // One work item per (batch, KV head): the query heads it serves are contiguous. For a
+        // few queries the items run one after another, each product split over the cores inside
+        // (`few_rows`): a handful of KV heads would split unevenly, and nested splits wait on
+        // each other.
+        let streamed = rep * tq <= STREAMED_ROWS;
+        let work = if streamed { 0 } else { rep * tq * tk * (a.d + dv) };
+        par_chunks(&mut out, rep * tq * dv, work, |item, o| {
             let (b, kvh) = (item / a.hkv, item % a.hkv);
             let vh = &v[(b * a.hkv + kvh) * tk * dv..][..tk * dv];
-            if rep * tq <= STREAMED_ROWS {
+            if streamed {
                 // A few queries (decoding): the heads of this KV head together, one pass over
                 // its keys and one over its values.
                 let p = a.probs_shared(&q, &k, mask.as_deref(), b, kvh);
