@@ -7,9 +7,13 @@
 //! Derivatives: `dv = Pᵀ·dy`, `dP = dy·vᵀ`, `dS = P ∘ (dP − rowsum(dP ∘ P))`,
 //! `dq = scale·dS·k`, `dk = scale·dSᵀ·q`, `dmask = dS` (in the scores' shape); a KV head sums
 //! over the query heads it serves.
+//!
+//! A few queries (decoding, one token against a KV cache) take their products with the keys and
+//! the values in one pass over each (`matvec`), not through the GEMM, which would first copy them.
 
 use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::{broadcast_strides, numel, walk};
+use super::matvec::{few_rows, STREAMED_ROWS};
 use super::{by_float, check_shape, err, floats, KResult};
 use mgn_ir::op::GradPart;
 use mgn_ir::shape::attention::Dims;
@@ -67,18 +71,47 @@ impl Attn {
         let kvh = h / self.rep();
         let qh = &q[(b * self.hq + h) * tq * d..][..tq * d];
         let kh = &k[(b * self.hkv + kvh) * tk * d..][..tk * d];
-        let mut s = vec![T::zero(); tq * tk];
-        gemm(
-            tq,
-            d,
-            tk,
-            T::of(self.scale),
-            Mat::new(qh, d, 1),
-            Mat::new(kh, d, 1).t(),
-            T::zero(),
-            &mut s,
-            tk,
-        );
+        let mut s = if tq <= STREAMED_ROWS {
+            // A few queries (decoding): one pass over the keys, no packed copy of them.
+            let mut s = few_rows(qh, tq, kh, d, tk, true);
+            s.iter_mut().for_each(|v| *v *= T::of(self.scale));
+            s
+        } else {
+            let mut s = vec![T::zero(); tq * tk];
+            let (qm, km) = (Mat::new(qh, d, 1), Mat::new(kh, d, 1).t());
+            gemm(tq, d, tk, T::of(self.scale), qm, km, T::zero(), &mut s, tk);
+            s
+        };
+        self.softmax_rows(&mut s, mask, b, h);
+        s
+    }
+
+    /// `P` of the query heads that share KV head `kvh` of batch item `b`, stacked
+    /// (`[rep·Tq, Tk]`), for a few queries (`rep·Tq` at most [`STREAMED_ROWS`]): one pass over
+    /// the keys serves them all.
+    fn probs_shared<T: Float>(
+        &self,
+        q: &[T],
+        k: &[T],
+        mask: Option<&[T]>,
+        b: usize,
+        kvh: usize,
+    ) -> Vec<T> {
+        let (tq, tk, d, rep) = (self.tq, self.tk, self.d, self.rep());
+        let qb = &q[(b * self.hq + kvh * rep) * tq * d..][..rep * tq * d];
+        let kh = &k[(b * self.hkv + kvh) * tk * d..][..tk * d];
+        let mut s = few_rows(qb, rep * tq, kh, d, tk, true);
+        s.iter_mut().for_each(|v| *v *= T::of(self.scale));
+        for (r, sh) in s.chunks_exact_mut(tq * tk).enumerate() {
+            self.softmax_rows(sh, mask, b, kvh * rep + r);
+        }
+        s
+    }
+
+    /// Scaled scores `s` (`[Tq, Tk]`) of query head `h` to probabilities: the mask added, the
+    /// causal positions hidden, each row's softmax.
+    fn softmax_rows<T: Float>(&self, s: &mut [T], mask: Option<&[T]>, b: usize, h: usize) {
+        let tk = self.tk;
         for (i, row) in s.chunks_exact_mut(tk).enumerate() {
             if let (Some(m), Some((starts, rs, cs))) = (mask, &self.mask) {
                 let base = starts[b * self.hq + h] + i * rs;
@@ -106,7 +139,6 @@ impl Attn {
                 .sum();
             row.iter_mut().for_each(|v| *v /= T::of(sum));
         }
-        s
     }
 
     /// `dS` (`[Tq, Tk]`, before the scale) of batch item `b`, query head `h`, given its `P`.
@@ -152,10 +184,22 @@ pub(crate) fn attention(
         let mask = x.get(3).map(|m| floats::<T>(m, "mask")).transpose()?;
         let (tq, tk, dv, rep) = (a.tq, a.tk, a.dv, a.rep());
         let mut out = vec![T::zero(); a.batch * a.hq * tq * dv];
-        // One work item per (batch, KV head): the query heads it serves are contiguous.
-        par_chunks(&mut out, rep * tq * dv, rep * tq * tk * (a.d + dv), |item, o| {
+        // One work item per (batch, KV head): the query heads it serves are contiguous. For a
+        // few queries the items run one after another, each product split over the cores inside
+        // (`few_rows`): a handful of KV heads would split unevenly, and nested splits wait on
+        // each other.
+        let streamed = rep * tq <= STREAMED_ROWS;
+        let work = if streamed { 0 } else { rep * tq * tk * (a.d + dv) };
+        par_chunks(&mut out, rep * tq * dv, work, |item, o| {
             let (b, kvh) = (item / a.hkv, item % a.hkv);
             let vh = &v[(b * a.hkv + kvh) * tk * dv..][..tk * dv];
+            if streamed {
+                // A few queries (decoding): the heads of this KV head together, one pass over
+                // its keys and one over its values.
+                let p = a.probs_shared(&q, &k, mask.as_deref(), b, kvh);
+                o.copy_from_slice(&few_rows(&p, rep * tq, vh, tk, dv, false));
+                return;
+            }
             for r in 0..rep {
                 let p = a.probs(&q, &k, mask.as_deref(), b, kvh * rep + r);
                 gemm(

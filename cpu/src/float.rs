@@ -25,6 +25,9 @@ pub(crate) trait Float:
     fn view(d: &Data) -> Option<&[Self]>;
     /// Wraps elements as tensor storage.
     fn wrap(v: Vec<Self>) -> Data;
+    /// `v` as f32 values, when this type is f32: where a kernel fills f32 values in place
+    /// (the packed decoders) rather than through a copy.
+    fn as_f32_mut(v: &mut [Self]) -> Option<&mut [f32]>;
     fn of(x: f64) -> Self;
     fn f64(self) -> f64;
     /// `C ← α·A·B + β·C` on raw strided matrices (see [`gemm`], the safe entry point).
@@ -59,6 +62,9 @@ impl Float for f32 {
     }
     fn wrap(v: Vec<f32>) -> Data {
         Data::F32(v)
+    }
+    fn as_f32_mut(v: &mut [f32]) -> Option<&mut [f32]> {
+        Some(v)
     }
     fn of(x: f64) -> f32 {
         x as f32
@@ -95,6 +101,9 @@ impl Float for f64 {
     }
     fn wrap(v: Vec<f64>) -> Data {
         Data::F64(v)
+    }
+    fn as_f32_mut(_: &mut [f64]) -> Option<&mut [f32]> {
+        None
     }
     fn of(x: f64) -> f64 {
         x
@@ -209,9 +218,23 @@ pub fn threads() -> usize {
 /// Debug tests use a small threshold, so that their small shapes also run the threaded paths.
 const PARALLEL_WORK: usize = if cfg!(all(test, debug_assertions)) { 1 << 9 } else { 1 << 17 };
 
+/// The pool the kernels' parallel parts run on: [`threads`] workers, started once and kept. A
+/// decoded token runs a few hundred small parallel steps; starting threads for each would cost
+/// more than some of them take.
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    let build = || {
+        let named = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("mgn-cpu-{i}"));
+        // A system that refuses threads leaves the kernels on the caller's thread.
+        named.num_threads(threads()).build().ok()
+    };
+    POOL.get_or_init(build).as_ref()
+}
+
 /// Splits `out` into consecutive chunks of `chunk` elements and calls `f(chunk_index, chunk)`
 /// for each, spread over the cores when `work_per_chunk × chunks` is large enough. Each call
 /// owns its chunk, so kernels that write disjoint output regions parallelize without locks.
+/// Each core gets one run of consecutive chunks (the same split every time).
 pub(crate) fn par_chunks<T: Send>(
     out: &mut [T],
     chunk: usize,
@@ -223,17 +246,16 @@ pub(crate) fn par_chunks<T: Send>(
     }
     let count = out.len().div_ceil(chunk);
     let threads = threads().min(count);
-    if threads <= 1 || count.saturating_mul(work_per_chunk) < PARALLEL_WORK {
-        for (i, c) in out.chunks_mut(chunk).enumerate() {
-            f(i, c);
-        }
+    let serial = threads <= 1 || count.saturating_mul(work_per_chunk) < PARALLEL_WORK;
+    let Some(pool) = (if serial { None } else { pool() }) else {
+        out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
         return;
-    }
+    };
     let per_thread = count.div_ceil(threads);
-    std::thread::scope(|s| {
+    pool.scope(|s| {
         for (t, part) in out.chunks_mut(per_thread * chunk).enumerate() {
             let f = &f;
-            s.spawn(move || {
+            s.spawn(move |_| {
                 for (i, c) in part.chunks_mut(chunk).enumerate() {
                     f(t * per_thread + i, c);
                 }

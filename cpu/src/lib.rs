@@ -17,17 +17,22 @@
 //!   is a [`KernelError`] naming the op and the problem. Zero-sized axes (which mgn's `dim`s
 //!   exclude) are refused up front rather than handled by every kernel.
 //!
-//! Matrix products go through `matrixmultiply` (threaded); convolution is im2col + GEMM;
-//! attention, pooling and the row-wise kernels split their independent outputs over the cores.
+//! Matrix products go through `matrixmultiply` (threaded), except products of a weight by a few
+//! rows (decoding), which stream the weight once over the cores (`matvec`); a plan's weights
+//! are read where they lie, packed or transposed, never copied per run (`fused`). Convolution
+//! is im2col + GEMM; attention, pooling and the row-wise kernels split their independent
+//! outputs over the cores, on one pool of threads started once.
 
 pub(crate) mod attention;
 pub(crate) mod conv;
 mod float;
+pub mod fused;
 pub(crate) mod layout;
 mod matmul;
+mod matvec;
 mod movement;
 mod norm;
-pub mod packed;
+mod packed;
 mod pointwise;
 mod reduce;
 mod scan;
@@ -280,6 +285,39 @@ fn dispatch_grad(op: &Op, x: &[&Tensor], shape: &[usize], ctx: &Ctx) -> KResult<
         TakeAlongGrad { axis } => scan::take_along_grad(x[0], x[1], *axis, shape),
         _ => err("not a derivative op"),
     }
+}
+
+/// `SliceScatter { axis }` of `[x, src, start]` written into `x` itself rather than into a copy
+/// of it: for a step that is the last reader of `x` and whose value replaces it, a KV cache
+/// taking one token's keys, where [`eval`] would copy the whole cache to change a row. The
+/// checks are `eval`'s, the values those `eval` returns; on an error `x` is unchanged.
+pub fn slice_scatter_in_place(
+    x: &mut Tensor,
+    src: &Tensor,
+    start: &Tensor,
+    axis: usize,
+) -> Result<(), KernelError> {
+    let op = Op::SliceScatter { axis };
+    let run = |x: &mut Tensor| -> KResult<()> {
+        for (i, t) in [&*x, src, start].iter().enumerate() {
+            if t.data.len() != layout::numel(&t.shape) || t.shape.contains(&0) {
+                return err(format!("input {i} holds {} elements for {:?}", t.data.len(), t.shape));
+            }
+        }
+        let types: Vec<Ty> = [&*x, src, start].iter().map(|t| (t.dtype, &t.shape[..])).collect();
+        mgn_ir::infer::check(&op, &types, (x.dtype, &x.shape))?;
+        // A half x holds half values already: only the written rows need rounding (`eval`
+        // rounds the whole result).
+        let mut rounded = None;
+        if x.dtype.is_half() {
+            let mut data = src.data.clone();
+            pointwise::round_to_half(&mut data, x.dtype);
+            rounded = Some(Tensor { dtype: src.dtype, shape: src.shape.clone(), data });
+        }
+        let src = rounded.as_ref().unwrap_or(src);
+        movement::slice_scatter_into(&mut x.data, &x.shape, src, start, axis)
+    };
+    run(x).map_err(|e| KernelError(format!("{}: {}", op.describe(), e.0)))
 }
 
 /// Updated running statistics of a training batch-norm step, as PyTorch does it:

@@ -154,8 +154,22 @@ pub(crate) fn slice_scatter(
     start: &Tensor,
     axis: usize,
 ) -> KResult<Data> {
-    check_axis(axis, x.shape.len(), "axis")?;
-    let (outer, len, inner) = split_at_axis(&x.shape, axis);
+    let mut out = x.data.clone();
+    slice_scatter_into(&mut out, &x.shape, src, start, axis)?;
+    Ok(out)
+}
+
+/// `slice_scatter` written into `out` (x's values, of `shape`): only `src`'s rows are written.
+/// On an error `out` is unchanged.
+pub(crate) fn slice_scatter_into(
+    out: &mut Data,
+    shape: &[usize],
+    src: &Tensor,
+    start: &Tensor,
+    axis: usize,
+) -> KResult<()> {
+    check_axis(axis, shape.len(), "axis")?;
+    let (outer, len, inner) = split_at_axis(shape, axis);
     let w = src.shape[axis];
     let s = clamped_start(start, len, w)?;
     fn place<T: Copy>(
@@ -171,20 +185,19 @@ pub(crate) fn slice_scatter(
         }
     }
     // f32 values into an f64 reference tensor (or back), as the other kernels accept them.
-    let src = match (&x.data, &src.data) {
-        (Data::F32(_), Data::F64(v)) => Data::F32(v.iter().map(|&a| a as f32).collect()),
-        (Data::F64(_), Data::F32(v)) => Data::F64(v.iter().map(|&a| a as f64).collect()),
-        (_, d) => d.clone(),
+    let converted = match (&*out, &src.data) {
+        (Data::F32(_), Data::F64(v)) => Some(Data::F32(v.iter().map(|&a| a as f32).collect())),
+        (Data::F64(_), Data::F32(v)) => Some(Data::F64(v.iter().map(|&a| a as f64).collect())),
+        _ => None,
     };
-    let mut out = x.data.clone();
     let geo = (outer, len, inner);
-    match (&mut out, &src) {
+    match (out, converted.as_ref().unwrap_or(&src.data)) {
         (Data::F32(o), Data::F32(v)) => place(o, v, geo, s, w),
         (Data::F64(o), Data::F64(v)) => place(o, v, geo, s, w),
         (Data::I32(o), Data::I32(v)) => place(o, v, geo, s, w),
         _ => return err("x and src are stored as different types"),
     }
-    Ok(out)
+    Ok(())
 }
 
 /// `[dy]` → zeros of the step's shape with `dy` at `start..end` of `axis`.

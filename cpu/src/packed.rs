@@ -3,12 +3,8 @@
 //! `gather(dequantize(E), ids)` decodes only the rows it gathers.
 //!
 //! A packed weight is a quarter or less of its f32 values; decoding it whole before each
-//! product would hold that f32 copy and read it again. [`fusions`] finds, in a plan, the
-//! `Dequantize` steps whose every reader (a product with the weight on the right, possibly
-//! through a transpose of it, or a lookup along its first axis) can read the packed bytes
-//! instead; those steps, and the transposes between, are not computed at all. A `Dequantize`
-//! with any other reader is computed as before, and its readers read its values: decoding it
-//! again for each fused reader would cost more than the copy saves.
+//! product would hold that f32 copy and read it again. `crate::fused` finds the steps of a plan
+//! that run here instead of the dequantize.
 //!
 //! Products by few rows (decoding, one token at a time) stream each packed row of W once:
 //! decode a block, take its dot products with the rows of x (`streamed`), the rows of W split
@@ -18,113 +14,12 @@
 
 use super::float::{gemm, par_chunks, Float, Mat};
 use super::layout::numel;
-use super::{by_float, check_shape, err, floats, KResult, KernelError};
-use mgn_ir::op::Op;
+use super::{by_float, check_shape, err, floats, KResult};
 use mgn_ir::packed::{decode_block, dequantize_rows};
-use mgn_ir::{DType, Data, Plan, Tensor};
+use mgn_ir::{DType, Data, Tensor};
 
-/// How the executor runs one step of a plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Fused {
-    /// As usual: [`crate::eval`] on its inputs.
-    No,
-    /// Not at all: a `Dequantize` (or a transpose of one) whose readers all read the packed
-    /// parameter instead. Nothing reads its value.
-    Skip,
-    /// `x @ W` (`transposed`: `x @ Wᵀ`), W the packed parameter `param`.
-    MatMul { x: u32, param: usize, transposed: bool },
-    /// Rows `ids` of the packed parameter `param`, along its first axis.
-    Gather { param: usize, ids: u32 },
-}
-
-/// Each step's [`Fused`], for a validated plan.
-pub fn fusions(plan: &Plan) -> Vec<Fused> {
-    let steps = &plan.steps;
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); steps.len()];
-    for (i, s) in steps.iter().enumerate() {
-        for &x in &s.inputs {
-            readers[x as usize].push(i);
-        }
-    }
-    // Values the plan hands out or keeps are read after the run, by the caller.
-    let mut kept = vec![false; steps.len()];
-    let results = plan.outputs.iter().map(|(_, v)| *v).chain(plan.loss);
-    let results = results.chain(plan.grads.iter().chain(&plan.state_writes).map(|(_, v)| *v));
-    results.for_each(|v| kept[v as usize] = true);
-
-    let mut fused = vec![Fused::No; steps.len()];
-    for (d, s) in steps.iter().enumerate() {
-        let (Op::Dequantize, [p]) = (&s.op, &s.inputs[..]) else { continue };
-        let Op::Param { index: param } = steps[*p as usize].op else { continue };
-        if kept[d] || readers[d].is_empty() {
-            continue;
-        }
-        let d32 = d as u32;
-        // A product reads W on the right, and not on the left too.
-        let product = |r: usize, w: u32| {
-            let s = &steps[r];
-            matches!(s.op, Op::MatMul) && s.inputs[1] == w && s.inputs[0] != w && !kept[w as usize]
-        };
-        let matrix = s.shape.len() == 2;
-        let mut plan_d = Vec::new();
-        let all = readers[d].iter().all(|&r| {
-            let step = &steps[r];
-            if matrix && product(r, d32) {
-                let x = step.inputs[0];
-                plan_d.push((r, Fused::MatMul { x, param, transposed: false }));
-                return true;
-            }
-            if let (true, Op::Permute { perm }) = (matrix, &step.op) {
-                let t = r as u32;
-                let fits = perm[..] == [1, 0] && !kept[r] && !readers[r].is_empty();
-                if fits && readers[r].iter().all(|&rr| product(rr, t)) {
-                    plan_d.push((r, Fused::Skip));
-                    for &rr in &readers[r] {
-                        let x = steps[rr].inputs[0];
-                        plan_d.push((rr, Fused::MatMul { x, param, transposed: true }));
-                    }
-                    return true;
-                }
-                return false;
-            }
-            let lookup = matches!(step.op, Op::Gather { axis: 0 });
-            if lookup && step.inputs[0] == d32 && step.inputs[1] != d32 {
-                plan_d.push((r, Fused::Gather { param, ids: step.inputs[1] }));
-                return true;
-            }
-            false
-        });
-        if all {
-            fused[d] = Fused::Skip;
-            for (r, f) in plan_d {
-                fused[r] = f;
-            }
-        }
-    }
-    fused
-}
-
-/// Runs a fused step: `inputs` are `[x, W]` for a product, `[E, ids]` for a lookup, the packed
-/// parameter as it is stored. `dtype` and `shape` are the step's.
-pub fn eval_fused(
-    fused: &Fused,
-    inputs: &[&Tensor],
-    dtype: DType,
-    shape: &[usize],
-) -> Result<Tensor, KernelError> {
-    let (what, data) = match fused {
-        Fused::MatMul { transposed, .. } => {
-            ("matmul", matmul(inputs[0], inputs[1], *transposed, shape))
-        }
-        Fused::Gather { .. } => ("gather", gather(inputs[0], inputs[1], shape)),
-        other => return err(format!("{other:?} is not a fused kernel")),
-    };
-    let mut data = data.map_err(|e| KernelError(format!("{what} of a packed weight: {}", e.0)))?;
-    if dtype.is_half() {
-        super::pointwise::round_to_half(&mut data, dtype);
-    }
-    Ok(Tensor { dtype, shape: shape.to_vec(), data })
-}
+use super::matvec::dot;
+pub(crate) use super::matvec::STREAMED_ROWS;
 
 /// The packed bytes of `w` and its 2-D shape.
 fn packed_matrix(w: &Tensor) -> KResult<(&[u8], usize, usize)> {
@@ -134,12 +29,10 @@ fn packed_matrix(w: &Tensor) -> KResult<(&[u8], usize, usize)> {
     }
 }
 
-/// Up to this many rows of x, the product streams W's packed rows once (`streamed`); beyond,
-/// the GEMM on decoded tiles (`tiled`) does more work per decoded value than a dot product.
-pub(crate) const STREAMED_ROWS: usize = 8;
-
-/// `x @ W` or `x @ Wᵀ` (`transposed`; W `[N, K]`), x `[.., M, K]` or `[K]`.
-fn matmul(x: &Tensor, w: &Tensor, transposed: bool, shape: &[usize]) -> KResult<Data> {
+/// `x @ W` or `x @ Wᵀ` (`transposed`; W `[N, K]`), x `[.., M, K]` or `[K]`. Up to
+/// [`STREAMED_ROWS`] rows of x, W's packed rows are read once (`streamed`); beyond, the GEMM on
+/// decoded tiles (`tiled`) does more work per decoded value than a dot product.
+pub(crate) fn matmul(x: &Tensor, w: &Tensor, transposed: bool, shape: &[usize]) -> KResult<Data> {
     let (bytes, wr, wc) = packed_matrix(w)?;
     let (k, n) = if transposed { (wc, wr) } else { (wr, wc) };
     let Some(&xk) = x.shape.last() else { return err("x needs at least one axis") };
@@ -183,6 +76,13 @@ impl Packed<'_> {
         let (len, size) = self.block();
         let row = &self.bytes[r * self.row_bytes()..(r + 1) * self.row_bytes()];
         let blocks = row[from / len * size..].chunks_exact(size);
+        // f32 values are decoded where they go; f64 ones through `tmp`.
+        if let Some(out) = T::as_f32_mut(out) {
+            for (block, o) in blocks.zip(out.chunks_exact_mut(len)) {
+                decode_block(self.dtype, block, o);
+            }
+            return;
+        }
         for (block, o) in blocks.zip(out.chunks_exact_mut(len)) {
             decode_block(self.dtype, block, &mut tmp[..len]);
             o.iter_mut().zip(&tmp[..len]).for_each(|(o, &v)| *o = T::of(v as f64));
@@ -208,7 +108,7 @@ fn streamed<T: Float>(x: &[T], rows: usize, w: &Packed, transposed: bool) -> Vec
                 w.decode(n0 + c, 0, &mut vals, &mut tmp);
                 for r in 0..rows {
                     let xr = &x[r * k..(r + 1) * k];
-                    chunk[r * cols + c] = xr.iter().zip(&vals).map(|(&a, &b)| a * b).sum();
+                    chunk[r * cols + c] = dot(xr, &vals);
                 }
             }
         } else {
@@ -264,7 +164,7 @@ fn tiled<T: Float>(x: &[T], rows: usize, w: &Packed, transposed: bool) -> Vec<T>
 }
 
 /// `gather(dequantize(E), ids)` along E's first axis: only the gathered rows decoded.
-fn gather(table: &Tensor, ids: &Tensor, shape: &[usize]) -> KResult<Data> {
+pub(crate) fn gather(table: &Tensor, ids: &Tensor, shape: &[usize]) -> KResult<Data> {
     let (Data::Packed(bytes), Some(&count)) = (&table.data, table.shape.first()) else {
         return err(format!("the table must be packed, not {}{:?}", table.dtype, table.shape));
     };

@@ -70,8 +70,9 @@ pub struct Session {
     pub check_numerics: bool,
     /// For each step, the last step that reads its value (`usize::MAX` for results).
     last_use: Vec<usize>,
-    /// For each step, how it runs on the CPU: packed weights are read where they are used.
-    fused: Vec<cpu::packed::Fused>,
+    /// For each step, how it runs on the CPU: weights are read where they lie (packed, or
+    /// transposed), never copied per run.
+    fused: Vec<cpu::fused::Fused>,
     /// For each step, whether it reads the loss scale (transitively): a loss-scaled backward
     /// pass, whose infinities are overflows the step skips, not errors (`check_numerics`).
     scaled: Vec<bool>,
@@ -122,7 +123,7 @@ impl Session {
     /// A session over `params` (in the plan's order, of its shapes).
     fn with_params(plan: Plan, seed: u64, params: Vec<Tensor>) -> Session {
         let last_use = mgn_ir::analysis::DefUse::of(&plan).last_uses();
-        let fused = cpu::packed::fusions(&plan);
+        let fused = cpu::fused::fusions(&plan);
         let scaled = reads_loss_scale(&plan);
         Session {
             optimizer: OptimizerState::default(),
@@ -461,7 +462,19 @@ impl Session {
                     }
                 }
                 Op::Param { index } => Slot::Param(*index),
-                _ if fused[i] == cpu::packed::Fused::Skip => Slot::Empty,
+                _ if fused[i] == cpu::fused::Fused::Skip => Slot::Empty,
+                Op::SliceScatter { axis } if state::in_place(plan, last_use, i).is_some() => {
+                    let p = state::in_place(plan, last_use, i).expect("checked by the guard");
+                    let operands = [step.inputs[1], step.inputs[2]];
+                    state::write_in_place(&mut self.params, p, *axis, operands, &slots, inputs)
+                        .map_err(|e| {
+                            RuntimeError::Failed(format!("{e} (at {}, step {i})", step.loc))
+                        })?;
+                    if self.check_numerics && !self.scaled[i] {
+                        check_finite(&self.params[p], &step.op, i, &step.loc)?;
+                    }
+                    Slot::Param(p)
+                }
                 op => {
                     let get = |x: u32| get(&slots, x, &self.params, inputs);
                     let args = packed::operands(&fused[i], step, get, &self.params);
@@ -498,7 +511,9 @@ impl Session {
             self.params[v] = new_v;
         }
         // State for the next run (a KV cache): every step above read the old values.
+        // (One written in place already holds its new value.)
         let written: Vec<(usize, Tensor)> = (plan.state_writes.iter())
+            .filter(|&&(p, v)| !matches!(slots[v as usize], Slot::Param(q) if q == p))
             .map(|&(p, v)| (p, get(&slots, v, &self.params, inputs).clone()))
             .collect();
         for (p, t) in written {

@@ -84,3 +84,40 @@ fn run_time_window_derivatives_match_finite_differences() {
         },
     );
 }
+
+/// A KV cache written in place (`slice_scatter_in_place`) holds what `eval` returns, in every
+/// storage and for a half cache (only the written rows rounded); an error leaves it unchanged.
+#[test]
+fn slice_scatter_in_place_equals_eval_and_fails_without_writing() {
+    let mut rng = Rng::new("in place");
+    let (cache, new) = (rng.t(&[2, 5, 3]), rng.t(&[2, 2, 3]));
+    let as_f32 =
+        |t: &Tensor| Tensor::f32(t.shape.clone(), f64s(t).iter().map(|&v| v as f32).collect());
+    let halves = |t: &Tensor| eval(&Op::Cast, &[&as_f32(t)], DType::F16, &t.shape, &INFER).unwrap();
+    let f16_cache = halves(&cache);
+    let ints = |t: &Tensor| {
+        Tensor::i32(t.shape.clone(), f64s(t).iter().map(|&v| (v * 9.0) as i32).collect())
+    };
+    let cases = [
+        (cache.clone(), new.clone()),
+        (as_f32(&cache), as_f32(&new)),
+        (as_f32(&cache), new.clone()),
+        (f16_cache, halves(&new)),
+        (ints(&cache), ints(&new)),
+    ];
+    for (x, src) in cases {
+        for s in [0, 3, 9, -2] {
+            let op = Op::SliceScatter { axis: 1 };
+            let want = eval(&op, &[&x, &src, &start(s)], x.dtype, &x.shape, &INFER).unwrap();
+            let mut got = x.clone();
+            slice_scatter_in_place(&mut got, &src, &start(s), 1).unwrap();
+            assert_eq!(got, want, "{} cache, {} rows at {s}", x.dtype, src.dtype);
+        }
+    }
+    let mut x = cache.clone();
+    let e = slice_scatter_in_place(&mut x, &new, &Tensor::f32(vec![], vec![1.0]), 1).unwrap_err();
+    assert!(e.0.contains("slice_scatter"), "{e}");
+    let e = slice_scatter_in_place(&mut x, &rng.t(&[2, 2, 4]), &start(0), 1).unwrap_err();
+    assert!(!e.0.is_empty());
+    assert_eq!(x, cache, "unchanged after the errors");
+}

@@ -7,6 +7,7 @@ mod errors;
 mod grads;
 mod grads_rows;
 mod grads_windows;
+mod matvec;
 mod packed;
 mod select;
 mod spatial;

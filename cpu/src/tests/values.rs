@@ -381,6 +381,18 @@ fn attention_matches_a_direct_loop() {
             "attention",
         );
     }
+    // One query per head against a long cache, three heads per KV head (decoding: the heads
+    // share one pass over the keys), and more queries than that path takes (the GEMM).
+    for (tq, tk) in [(1, 40), (2, 9), (5, 9)] {
+        let (q, k, v) = (rng.t(&[1, 6, tq, 4]), rng.t(&[1, 2, tk, 4]), rng.t(&[1, 2, tk, 3]));
+        let mask = rng.tensor(&[1, 1, tq, tk], -2.0, 0.0);
+        for causal in [false, true] {
+            let op = Op::Attention { causal, scale: 0.5, has_mask: true };
+            let y = ev(&op, &[&q, &k, &v, &mask], &[1, 6, tq, 3]);
+            let want = attention_reference(&q, &k, &v, Some(&mask), causal, 0.5);
+            assert_close(&f64s(&y), &want, 1e-12, &format!("attention {tq}x{tk} {causal}"));
+        }
+    }
     // A query that sees no key (causal with Tq > Tk) gets zeros, not NaN.
     let (q2, k2) = (rng.t(&[1, 1, 3, 2]), rng.t(&[1, 1, 1, 2]));
     let v2 = Tensor::f64(vec![1, 1, 1, 2], vec![5.0, 6.0]);

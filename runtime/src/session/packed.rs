@@ -1,9 +1,10 @@
-//! Steps that read a packed weight where it is used (`mgn_cpu::packed`): a product or lookup
-//! whose weight is a dequantized parameter reads the parameter's packed bytes, and the
-//! dequantize (and any transpose between) is not computed (`Fused::Skip`).
+//! Steps that read a weight where it lies (`mgn_cpu::fused`): a product or lookup whose weight
+//! is a dequantized parameter reads the parameter's packed bytes, and the dequantize (and any
+//! transpose between) is not computed (`Fused::Skip`); a product by the transpose of a float
+//! parameter reads the parameter through its strides, and the transpose is not computed.
 
 use super::*;
-use cpu::packed::Fused;
+use cpu::fused::Fused;
 use mgn_ir::plan::Step;
 
 /// A step's operands: its inputs' values, or for a fused step the value it multiplies or
@@ -30,7 +31,7 @@ pub(super) fn eval(
 ) -> Result<Tensor, cpu::KernelError> {
     match fused {
         Fused::No | Fused::Skip => cpu::eval(&step.op, args, step.dtype, &step.shape, ctx),
-        f => cpu::packed::eval_fused(f, args, step.dtype, &step.shape),
+        f => cpu::fused::eval_fused(f, args, step.dtype, &step.shape),
     }
 }
 

@@ -14,7 +14,7 @@ const KEEP: usize = 64;
 pub(super) struct SizedPlan {
     pub plan: Plan,
     pub last_use: Vec<usize>,
-    pub fused: Vec<mgn_cpu::packed::Fused>,
+    pub fused: Vec<mgn_cpu::fused::Fused>,
 }
 
 /// The plans a session made at other sizes, most recently used last.
@@ -50,7 +50,7 @@ impl Session {
                 RuntimeError::Failed(format!("`{}` cannot run {e}", self.plan.model))
             })?;
             let last_use = mgn_ir::analysis::DefUse::of(&plan).last_uses();
-            let fused = mgn_cpu::packed::fusions(&plan);
+            let fused = mgn_cpu::fused::fusions(&plan);
             if kept.len() == KEEP {
                 kept.remove(0);
             }
