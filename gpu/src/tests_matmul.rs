@@ -401,3 +401,43 @@ fn normed_products_match_the_cpu() {
         check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
     }
 }
+
+/// Products of a few normed rows by a transposed weight (`GpuOp::NormedProduct` at one-token
+/// decoding's shapes): the few-columns kernel, swapped, finds each row's statistics in a pass
+/// of its own (`normed_vector`). One row and eight, k below and above the workgroup's width,
+/// both norms with and without weight and bias, a scaled product and one with an epilogue;
+/// rows far from zero mean (300 ± 1) check that the layer norm's variance keeps its digits.
+#[test]
+fn normed_products_of_a_few_rows_match_the_cpu() {
+    use crate::program::{Elem, GpuOp};
+    use mgn_ir::op::BinaryOp;
+    let ln = |has_weight, has_bias| Op::LayerNorm { eps: 1e-5, has_weight, has_bias };
+    let rms = |has_weight| Op::RmsNorm { eps: 1e-6, has_weight };
+    let t = |alpha| GpuOp::MatMulT { ta: false, tb: true, alpha, splits: 1 };
+    let bias = vec![Elem::Input(0), Elem::Input(1), Elem::Binary(BinaryOp::Add, 0, 1)];
+    let epilogue = GpuOp::MatMulEpilogue { program: bias, ta: false, tb: true };
+    // (norm, product, x, its rows' offset, b, the product's extra inputs, output)
+    type Case<'a> = (Op, GpuOp, &'a [usize], f32, &'a [usize], Vec<&'a [usize]>, &'a [usize]);
+    let cases: Vec<Case> = vec![
+        (rms(true), t(1.0), &[1, 1, 576], 0.0, &[40, 576], vec![], &[1, 1, 40]),
+        (rms(false), t(0.5), &[8, 96], 3.0, &[33, 96], vec![], &[8, 33]),
+        (rms(true), epilogue.clone(), &[2, 1, 300], 3.0, &[66, 300], vec![&[66]], &[2, 1, 66]),
+        (ln(true, true), t(1.0), &[1, 130], 300.0, &[20, 130], vec![], &[1, 20]),
+        (ln(false, false), t(1.0), &[5, 1000], 3.0, &[17, 1000], vec![], &[5, 17]),
+        (ln(true, false), epilogue, &[3, 64], 300.0, &[9, 64], vec![&[9]], &[3, 9]),
+    ];
+    for (c, (norm, op, x, shift, b, extra, out)) in cases.into_iter().enumerate() {
+        let seed = c as u32 * 103;
+        let tensor = |s: &[usize], seed: u32, shift: f32| {
+            let v = values(s.iter().product(), seed).into_iter().map(|v| v + shift).collect();
+            Tensor::f32(s.to_vec(), v)
+        };
+        let mut inputs = vec![tensor(x, seed, shift), tensor(b, seed + 1, 0.0)];
+        inputs.extend(extra.iter().map(|s| tensor(s, seed + 2, 0.0)));
+        let k = *x.last().expect("rows");
+        let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
+        inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
+        let normed = GpuOp::NormedProduct { norm, op: Box::new(op) };
+        check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
+    }
+}

@@ -9,8 +9,9 @@
 //! the ones without a residual computed again for the backward pass (`recompute`), transposes
 //! folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
-//! that would leave the GPU idle split along k (`split_k`), where asked, row norms computed
-//! by the f32 products that read them (`normed_products`), permutes stored by the steps whose
+//! that would leave the GPU idle split along k (`split_k`), row norms computed
+//! by the f32 products that read them (`normed_products`: a few rows' always, tiled ones
+//! where asked), permutes stored by the steps whose
 //! results they permute (`permuted_stores`), and last half-typed results only
 //! where kernels can write them, and an inference plan's weights held as the halves its
 //! products read (`halves`). Each edits the [`Program`] by step id;
@@ -49,8 +50,9 @@ pub struct Options {
     /// Batch norms computed again for the backward pass rather than kept (`recompute`): less
     /// memory for one more pass over each. On unless `MGN_RECOMPUTE=0`.
     pub recompute: bool,
-    /// Which f32 products compute the layer and RMS norms they read (`normed_products`):
-    /// none unless `MGN_NORMED_PRODUCTS` says (`whole`, or `1` for split ones too).
+    /// Which tiled f32 products compute the layer and RMS norms they read
+    /// (`normed_products`): none unless `MGN_NORMED_PRODUCTS` says (`whole`, or `1` for split
+    /// ones too). Products of a few rows (decoding) take theirs whatever it says.
     pub normed_products: NormedProducts,
     /// What the device's kernels are sized for, where the program is made for one: an
     /// attention it can run whole on cooperative matrices stays whole (`attention_matmul`).
@@ -86,10 +88,11 @@ impl Options {
     }
 }
 
-/// Which products compute the norms they read (`normed_products`; `MGN_NORMED_PRODUCTS`).
+/// Which tiled products compute the norms they read (`normed_products`;
+/// `MGN_NORMED_PRODUCTS`); a few rows' always do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormedProducts {
-    /// `0`, or unset: every norm keeps its own dispatch.
+    /// `0`, or unset: every norm a tiled product reads keeps its own dispatch.
     None,
     /// `whole`: products that walk all of k, which take the rows' statistics from the panels
     /// they stage.
@@ -216,7 +219,7 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
-    if !options.dynamic && options.normed_products != NormedProducts::None {
+    if !options.dynamic {
         normed_products::fold_norms(&mut program, options.normed_products);
     }
     if !options.dynamic {

@@ -28,6 +28,7 @@
 //! return at once, all together, before any barrier.
 
 mod coop;
+mod normed_vector;
 mod packed_rows;
 mod panel_stats;
 mod panels;
@@ -312,7 +313,8 @@ impl Geometry {
             epilogue: self.epilogue,
             alpha: self.alpha,
             splits: 1,
-            norm: None,
+            // The norm is over A's rows, which are now B's columns (`normed_vector`).
+            norm: self.norm.clone(),
         }
     }
 
@@ -427,8 +429,13 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
     }
     let skinny = m <= SKINNY || n <= SKINNY;
     if g.norm.is_some() {
-        // Only the tiled kernel stages A, and only a whole matrix of rows: the rewrite makes
-        // normed products of weights that every row shares.
+        // A few normed rows by a transposed weight (one-token decoding): the few-columns
+        // kernel, swapped, finds its columns' statistics first (`normed_vector`).
+        if normed_vector::takes(&g) {
+            return Ok(few_cols(&g.swapped(), width));
+        }
+        // Otherwise only the tiled kernel stages A, and only a whole matrix of rows: the
+        // rewrite makes normed products of weights that every row shares.
         if skinny || g.at || !g.batch.is_empty() || g.a.dtype != DType::F32 {
             return Err(format!("a product of normed rows needs the tiled kernel ({m}×{n})"));
         }
@@ -547,8 +554,12 @@ fn staged_half(
 /// At most `SKINNY` columns: `rows` rows per workgroup, each split over `lanes` consecutive
 /// invocations that read consecutive k (coalesced along A's rows), summed in shared memory.
 fn few_cols(g: &Geometry, width: usize) -> KernelSource {
-    if let Some(k) = packed_rows::packed_rows(g, width) {
-        return k;
+    // A packed weight's rows decode whole blocks; a normed product's weight is never packed
+    // (`normed_vector::takes`).
+    if g.norm.is_none() {
+        if let Some(k) = packed_rows::packed_rows(g, width) {
+            return k;
+        }
     }
     let (m, k, n) = (&g.m, &g.k, g.n.n);
     let batches = g.batches();
@@ -579,12 +590,19 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
         g.b_at(&format!("{e} / {n}u"), &format!("{e} % {n}u"))
     });
     let b_at = |kk: &str, j: usize| {
-        if staged.is_some() {
+        let v = if staged.is_some() {
             format!("mm_b[({kk}) * {n}u + {j}u]")
         } else {
             load(&g.b, &g.b_at(kk, &format!("{j}u")))
+        };
+        match &g.norm {
+            Some(norm) => normed_vector::normed(norm, &v, kk, j),
+            None => v,
         }
     };
+    if let Some(norm) = &g.norm {
+        body.push_str(&normed_vector::statistics(g, norm, width));
+    }
     if let Some((_, stage)) = &staged {
         body.push_str(stage);
     }
@@ -625,8 +643,10 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     }
     body.push_str("    }\n");
     let mut shared = staged.map(|(decl, _)| decl).unwrap_or_default();
-    if lanes > 1 {
+    if lanes > 1 || g.norm.is_some() {
         shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
+    }
+    if lanes > 1 {
         for j in 0..n {
             body.push_str(&format!("    mm_red[{}u + t] = acc{j};\n", j * width));
         }
