@@ -88,11 +88,15 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             let y = Tensor { shape: view.clone(), ..y };
             cpu(&Op::Permute { perm: perm.clone() }, &[&y], dtype, shape, ctx)
         }
-        GpuOp::NormedProduct { norm, op } => {
+        GpuOp::NormedProduct { norm, op, rounded } => {
             let operands = crate::program::norm_operands(norm).expect("a typed step");
             let (inner, params) = x.split_at(x.len() + 1 - operands);
             let normed: Vec<&Tensor> = [&inner[..1], params].concat();
             let y = cpu(norm, &normed, inner[0].dtype, &inner[0].shape, ctx);
+            let y = match rounded {
+                Some(h) => cpu(&Op::Cast, &[&y], *h, &y.shape, ctx),
+                None => y,
+            };
             let mut inputs = vec![&y];
             inputs.extend(&inner[1..]);
             eval(op, &inputs, dtype, shape, ctx)

@@ -397,7 +397,7 @@ fn normed_products_match_the_cpu() {
         let k = *x.last().expect("rows");
         let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
         inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
-        let normed = GpuOp::NormedProduct { norm, op: Box::new(op) };
+        let normed = GpuOp::NormedProduct { norm, op: Box::new(op), rounded: None };
         check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
     }
 }
@@ -437,7 +437,52 @@ fn normed_products_of_a_few_rows_match_the_cpu() {
         let k = *x.last().expect("rows");
         let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
         inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
-        let normed = GpuOp::NormedProduct { norm, op: Box::new(op) };
+        let normed = GpuOp::NormedProduct { norm, op: Box::new(op), rounded: None };
         check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
+    }
+}
+
+/// A mixed policy's one-token products: an RMS norm (and a layer norm of 8 rows) cast to f16
+/// and read by products of f16 weights stored transposed. The products take the norm and the
+/// cast (`NormedProduct` with `rounded`: the normed value rounded to f16 before the product),
+/// and compute what the plan as compiled computes on the CPU.
+#[test]
+fn products_of_a_few_rounded_normed_rows_match_the_plan_as_compiled() {
+    use super::test_util::{assert_close, run_on_cpu_plan, step};
+    use crate::program::GpuOp;
+    use mgn_ir::plan::{Mode, Plan};
+    let (f, h) = (DType::F32, DType::F16);
+    let rms = Op::RmsNorm { eps: 1e-5, has_weight: true };
+    let ln = Op::LayerNorm { eps: 1e-5, has_weight: true, has_bias: true };
+    for (norm, m, k, n) in [(rms, 1, 576, 40), (ln, 8, 130, 33)] {
+        let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[m, k]), // 0
+            step(Op::Input { name: "g".into() }, vec![], f, &[k]),    // 1
+            step(Op::Input { name: "w".into() }, vec![], f, &[n, k]), // 2
+            step(norm, [0, 1, 1][..1 + params].to_vec(), f, &[m, k]), // 3
+            step(Op::Cast, vec![3], h, &[m, k]),                      // 4
+            step(Op::Cast, vec![2], h, &[n, k]),                      // 5
+            step(Op::Permute { perm: vec![1, 0] }, vec![5], h, &[k, n]), // 6
+            step(Op::MatMul, vec![4, 6], f, &[m, n]),                 // 7
+        ];
+        let inputs = vec![("x".into(), 0), ("g".into(), 1), ("w".into(), 2)];
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, vec![("y".into(), 7)]);
+        let gpu_plan = crate::rewrite::for_gpu(&plan);
+        let normed = gpu_plan
+            .steps
+            .iter()
+            .any(|s| matches!(s.op, GpuOp::NormedProduct { rounded: Some(DType::F16), .. }));
+        assert!(normed, "{:#?}", gpu_plan.steps);
+        let x = Tensor::f32(vec![m, k], values(m * k, 7).iter().map(|v| v + 3.0).collect());
+        let g = Tensor::f32(vec![k], values(k, 8).iter().map(|v| v + 1.0).collect());
+        let w = Tensor::f32(vec![n, k], values(n * k, 9));
+        let given = [("x", &x), ("g", &g), ("w", &w)];
+        let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
+        let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
+        let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
+        // Both round the same normed values to f16, but one computed an f32 ulp apart may
+        // round to the neighbouring half.
+        assert_close(&Op::MatMul, &got, &want, 1e-4);
     }
 }

@@ -75,19 +75,21 @@ pub(super) fn epilogue(
     matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout, None)
 }
 
-/// A product of normed rows (`GpuOp::NormedProduct`): `op`'s kernel over `norm(x)`, which
-/// the tiled kernel computes as it stages A (`matmul::RowNorm`); the norm's weight and bias
-/// are the last inputs.
+/// A product of normed rows (`GpuOp::NormedProduct`): `op`'s kernel over `norm(x)` (rounded
+/// to `rounded` where a mixed policy's cast was folded with it), which the tiled kernel
+/// computes as it stages A and the few-columns one as it reads it (`matmul::RowNorm`); the
+/// norm's weight and bias are the last inputs.
 pub(super) fn normed_product(
     norm: &Op,
     op: &GpuOp,
+    rounded: Option<mgn_ir::DType>,
     inputs: &[Operand],
     out: &Operand,
     target: Target,
 ) -> Result<KernelSource, String> {
     let operands = crate::program::norm_operands(norm)?;
     let (inner, params) = inputs.split_at(inputs.len() + 1 - operands);
-    let row_norm = matmul::RowNorm::of(norm, params)?;
+    let row_norm = matmul::RowNorm { rounded, ..matmul::RowNorm::of(norm, params)? };
     let plain = matmul::Layout::PLAIN;
     let (epilogue, layout) = match op {
         GpuOp::Plan(Op::MatMul) => (None, plain),

@@ -381,7 +381,9 @@ pub fn generate(
             let p = Permuted { view: view.clone(), perm: perm.clone() };
             generate(op, id, inputs, &out.permuted(shape, p), target, training)
         }
-        GpuOp::NormedProduct { norm, op } => fused::normed_product(norm, op, inputs, out, target),
+        GpuOp::NormedProduct { norm, op, rounded } => {
+            fused::normed_product(norm, op, *rounded, inputs, out, target)
+        }
     }
 }
 

@@ -125,9 +125,11 @@ pub enum GpuOp {
     /// `Op::LayerNorm` or `Op::RmsNorm` over x's last axis (its weight and bias the step's last
     /// inputs), without the normed value in between: the product's kernel computes the
     /// statistics of its tile's rows, then normalises A's panels as it stages them. The norm's
-    /// dispatch and barrier go from before every product that reads it. Made by
+    /// dispatch and barrier go from before every product that reads it. `rounded`: the normed
+    /// value is rounded to this half type before the product reads it (a mixed policy's cast of
+    /// the norm, folded with it; only the few-columns kernel). Made by
     /// `rewrite::normed_products`.
-    NormedProduct { norm: Op, op: Box<GpuOp> },
+    NormedProduct { norm: Op, op: Box<GpuOp>, rounded: Option<mgn_ir::DType> },
 }
 
 impl From<Op> for GpuOp {
@@ -281,7 +283,7 @@ impl GpuOp {
                     op => op.check_input_count(n),
                 };
             }
-            GpuOp::NormedProduct { norm, op } => {
+            GpuOp::NormedProduct { norm, op, .. } => {
                 // The norm's weight and bias follow the product's own inputs.
                 let params = norm_operands(norm)? - 1;
                 let inner = n.checked_sub(params).ok_or("fewer inputs than the norm's")?;
@@ -398,7 +400,10 @@ impl GpuOp {
             GpuOp::PermutedStore { op, perm, .. } => {
                 format!("{} → permute {perm:?}", op.describe())
             }
-            GpuOp::NormedProduct { norm, op } => format!("{} ← {}", op.describe(), norm.describe()),
+            GpuOp::NormedProduct { norm, op, rounded } => {
+                let half = rounded.map(|h| format!(" → {h:?}").to_lowercase()).unwrap_or_default();
+                format!("{} ← {}{half}", op.describe(), norm.describe())
+            }
         }
     }
 }

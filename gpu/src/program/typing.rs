@@ -126,14 +126,22 @@ fn check_wrapped(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
             }
             Ok(())
         }
-        GpuOp::NormedProduct { norm, op } => {
+        GpuOp::NormedProduct { norm, op, rounded } => {
             if !matches!(norm, Op::LayerNorm { .. } | Op::RmsNorm { .. }) {
                 return Err(format!("`{}` is not a norm over rows", norm.describe()));
             }
             let (inner, params) = x.split_at(x.len() + 1 - super::op::norm_operands(norm)?);
             let normed: Vec<Ty> = [&inner[..1], params].concat();
             infer::check(norm, &normed, inner[0]).map_err(|e| format!("the norm {e}"))?;
-            op.check(inner, out)
+            let mut inner = inner.to_vec();
+            if let Some(h) = rounded {
+                if !h.is_half() || inner[0].0 != mgn_ir::DType::F32 {
+                    return Err(format!("a norm of {:?} rounded to {h:?}", inner[0].0));
+                }
+                // The product reads the rounded value.
+                inner[0].0 = *h;
+            }
+            op.check(&inner, out)
         }
         _ => unreachable!("not a wrapping op"),
     }

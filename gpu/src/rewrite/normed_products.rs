@@ -35,7 +35,7 @@
 
 use super::NormedProducts;
 use crate::kernels::SKINNY;
-use crate::program::{GpuOp, Program};
+use crate::program::{GpuOp, Program, StepId};
 use mgn_ir::op::Op;
 use mgn_ir::DType;
 
@@ -74,8 +74,59 @@ fn columns(op: &GpuOp, b: &[usize]) -> usize {
     }
 }
 
+/// Whether step `r` is a product that can take the norm of `rows` rows it reads as its left
+/// operand, step `id` (the norm, or a cast of it): a few rows' always, a tiled one as `which`
+/// says.
+fn takes_norm(
+    program: &Program,
+    r: StepId,
+    id: StepId,
+    rows: usize,
+    which: NormedProducts,
+) -> bool {
+    let Some(s) = program.get(r) else { return false };
+    let b = s.inputs.get(1).and_then(|&b| program.get(b));
+    let split = matches!(s.op, GpuOp::MatMulT { splits, .. } if splits > 1);
+    let tiled = match which {
+        NormedProducts::None => false,
+        NormedProducts::Whole => !split,
+        NormedProducts::All => true,
+    };
+    takes_normed_rows(&s.op)
+        && s.dtype == DType::F32
+        && s.inputs[0] == id
+        && s.inputs[1] != id
+        && b.is_some_and(|b| {
+            b.shape.len() == 2
+                && columns(&s.op, &b.shape) > SKINNY
+                && if rows > SKINNY {
+                    tiled && b.dtype == DType::F32
+                } else {
+                    decoding(&s.op, b.dtype)
+                }
+        })
+}
+
+/// Makes product `r` compute `norm` of `x` (its weight and bias `params`) itself, rounding it
+/// to `rounded` first where it read the norm through that cast.
+fn fold(
+    program: &mut Program,
+    r: StepId,
+    norm: &Op,
+    x: StepId,
+    params: &[StepId],
+    rounded: Option<DType>,
+) {
+    let s = program.step_mut(r);
+    s.op = GpuOp::NormedProduct { norm: norm.clone(), op: Box::new(s.op.clone()), rounded };
+    s.inputs[0] = x;
+    s.inputs.extend(params);
+}
+
 /// Folds each row norm into the products that read it (see the module header): a few rows'
-/// always, tiled products' as `which` says (split ones only with `NormedProducts::All`).
+/// always, tiled products' as `which` says (split ones only with `NormedProducts::All`). A
+/// mixed policy's products of a few rows read the norm through a cast to a half type (a
+/// rounded view, no dispatch of its own): they take the cast too, rounding the normed value.
 pub(super) fn fold_norms(program: &mut Program, which: NormedProducts) {
     let readers = super::permuted_stores::readers(program);
     let mut gone = Vec::new();
@@ -90,38 +141,32 @@ pub(super) fn fold_norms(program: &mut Program, which: NormedProducts) {
         let (x, params) = (n.inputs[0], n.inputs[1..].to_vec());
         let k = *n.shape.last().unwrap_or(&0);
         let rows = n.shape.iter().product::<usize>() / k.max(1);
+        let shape = n.shape.clone();
         let all = readers.get(&id).cloned().unwrap_or_default();
         let mut folded = 0;
         for &r in &all {
-            let Some(s) = program.get(r) else { continue };
-            let b = s.inputs.get(1).and_then(|&b| program.get(b));
-            let split = matches!(s.op, GpuOp::MatMulT { splits, .. } if splits > 1);
-            let tiled = match which {
-                NormedProducts::None => false,
-                NormedProducts::Whole => !split,
-                NormedProducts::All => true,
-            };
-            let fits = takes_normed_rows(&s.op)
-                && s.dtype == DType::F32
-                && s.inputs[0] == id
-                && s.inputs[1] != id
-                && b.is_some_and(|b| {
-                    b.shape.len() == 2
-                        && columns(&s.op, &b.shape) > SKINNY
-                        && if rows > SKINNY {
-                            tiled && b.dtype == DType::F32
-                        } else {
-                            decoding(&s.op, b.dtype)
-                        }
-                });
-            if !fits {
+            if takes_norm(program, r, id, rows, which) {
+                fold(program, r, &norm, x, &params, None);
+                folded += 1;
                 continue;
             }
-            let s = program.step_mut(r);
-            s.op = GpuOp::NormedProduct { norm: norm.clone(), op: Box::new(s.op.clone()) };
-            s.inputs[0] = x;
-            s.inputs.extend(&params);
-            folded += 1;
+            // A cast to a half type that only products of a few rows read.
+            let Some(c) = program.get(r) else { continue };
+            let half = c.dtype;
+            let cast = c.op == GpuOp::Plan(Op::Cast) && half.is_half() && c.shape == shape;
+            if !cast || rows > SKINNY {
+                continue;
+            }
+            let of_cast = readers.get(&r).cloned().unwrap_or_default();
+            if !of_cast.is_empty()
+                && of_cast.iter().all(|&p| takes_norm(program, p, r, rows, which))
+            {
+                for &p in &of_cast {
+                    fold(program, p, &norm, x, &params, Some(half));
+                }
+                gone.push(r);
+                folded += 1;
+            }
         }
         // A reader that is a result (`StepId(u32::MAX)`) or any other step keeps the norm.
         if folded > 0 && folded == all.len() {

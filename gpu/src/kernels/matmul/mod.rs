@@ -93,6 +93,9 @@ pub(crate) struct RowNorm {
     pub center: bool,
     pub weight: Option<Operand>,
     pub bias: Option<Operand>,
+    /// The normed value is rounded to this half type before the product reads it (a mixed
+    /// policy's cast; only `normed_vector`).
+    pub rounded: Option<DType>,
 }
 
 impl RowNorm {
@@ -111,7 +114,7 @@ impl RowNorm {
         if params.next().is_some() {
             return Err("more norm parameters than the norm has".into());
         }
-        Ok(RowNorm { eps, center, weight, bias })
+        Ok(RowNorm { eps, center, weight, bias, rounded: None })
     }
 }
 
@@ -436,7 +439,8 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
         }
         // Otherwise only the tiled kernel stages A, and only a whole matrix of rows: the
         // rewrite makes normed products of weights that every row shares.
-        if skinny || g.at || !g.batch.is_empty() || g.a.dtype != DType::F32 {
+        let rounded = g.norm.as_ref().is_some_and(|n| n.rounded.is_some());
+        if skinny || rounded || g.at || !g.batch.is_empty() || g.a.dtype != DType::F32 {
             return Err(format!("a product of normed rows needs the tiled kernel ({m}×{n})"));
         }
         return Ok(tiled(&g, width, shared));

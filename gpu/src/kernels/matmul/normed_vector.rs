@@ -81,7 +81,10 @@ pub(super) fn normed(norm: &RowNorm, v: &str, kk: &str, j: usize) -> String {
     if let Some(b) = &norm.bias {
         s = format!("({s} + {})", load(b, &format!("({kk})")));
     }
-    s
+    match norm.rounded {
+        Some(h) => crate::halves::round(h, &s),
+        None => s,
+    }
 }
 
 /// Whether the normed product `g` runs here: a few rows (at most `SKINNY`) by a transposed
