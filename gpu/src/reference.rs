@@ -80,8 +80,13 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         }
         GpuOp::AttentionProbs { causal, has_mask } => attention_probs(x, *causal, *has_mask, ctx),
         // The same value; only where the GPU keeps it differs.
-        GpuOp::ScatterInPlace { axis } => {
+        GpuOp::ScatterInPlace { axis, rope: None } => {
             cpu(&Op::SliceScatter { axis: *axis }, x, dtype, shape, ctx)
+        }
+        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
+            let rope_in: Vec<&Tensor> = [&x[1..2], &x[3..]].concat();
+            let src = cpu(rope, &rope_in, x[1].dtype, &x[1].shape, ctx);
+            cpu(&Op::SliceScatter { axis: *axis }, &[x[0], &src, x[2]], dtype, shape, ctx)
         }
         GpuOp::PermutedStore { op, shape: at, view, perm } => {
             let y = eval(op, x, dtype, at, ctx);

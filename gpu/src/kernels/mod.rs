@@ -376,7 +376,9 @@ pub fn generate(
         GpuOp::SplitSum { splits, program } => {
             fused::split_sum(*splits, program, inputs, out, width)
         }
-        GpuOp::ScatterInPlace { axis } => select::scatter_in_place(*axis, inputs, out, width),
+        GpuOp::ScatterInPlace { axis, rope } => {
+            select::scatter_in_place(*axis, rope.as_ref(), inputs, out, width)
+        }
         GpuOp::PermutedStore { op, shape, view, perm } => {
             let p = Permuted { view: view.clone(), perm: perm.clone() };
             generate(op, id, inputs, &out.permuted(shape, p), target, training)

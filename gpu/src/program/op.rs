@@ -112,7 +112,10 @@ pub enum GpuOp {
     /// `rewrite::state_in_place` for a state parameter (a KV cache) whose new value is the
     /// scatter and which nothing else reads, so a decoding step writes one token's keys
     /// instead of copying the whole cache twice (into a new value, then back into the state).
-    ScatterInPlace { axis: usize },
+    /// With `rope` (an `Op::Rope`), `[x, src, start, rope's start?]`: src is rotated as it is
+    /// written — the keys' rotary embedding and their cache write one step
+    /// (`rewrite::rope_scatter`).
+    ScatterInPlace { axis: usize, rope: Option<Op> },
     /// The result of `op`, computed at `shape`, seen as `view` (the same elements in the same
     /// order) and stored permuted by `perm`: `Op::Permute { perm }` of it, without the copy.
     /// `op` is a kernel that stores each result once, at its index, through `kernels::store`
@@ -275,7 +278,12 @@ impl GpuOp {
                 (1, usize::MAX)
             }
             GpuOp::AttentionProbs { has_mask, .. } => exactly(1 + *has_mask as usize),
-            GpuOp::ScatterInPlace { .. } => exactly(3),
+            GpuOp::ScatterInPlace { rope: None, .. } => exactly(3),
+            // The rope's start is its own input, after the scatter's.
+            GpuOp::ScatterInPlace { rope: Some(Op::Rope { .. }), .. } => (3, 4),
+            GpuOp::ScatterInPlace { rope: Some(op), .. } => {
+                return Err(format!("`{}` is no rotary embedding", op.describe()));
+            }
             GpuOp::PermutedStore { op, .. } => {
                 // A plan op's inputs are counted by its typing rule.
                 return match op.as_ref() {
@@ -396,7 +404,11 @@ impl GpuOp {
             GpuOp::AttentionProbs { causal, .. } => {
                 format!("attention_probs{}", if *causal { " causal" } else { "" })
             }
-            GpuOp::ScatterInPlace { axis } => format!("slice_scatter axis={axis} in place"),
+            GpuOp::ScatterInPlace { axis, rope } => {
+                let rope =
+                    rope.as_ref().map(|r| format!(" ← {}", r.describe())).unwrap_or_default();
+                format!("slice_scatter axis={axis} in place{rope}")
+            }
             GpuOp::PermutedStore { op, perm, .. } => {
                 format!("{} → permute {perm:?}", op.describe())
             }

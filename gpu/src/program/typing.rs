@@ -89,8 +89,15 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             }
             want(shape, "the product")
         }
-        GpuOp::ScatterInPlace { axis } => {
+        GpuOp::ScatterInPlace { axis, rope: None } => {
             infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, x, out)
+                .map_err(|e| e.to_string())
+        }
+        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
+            // The rotation keeps src's type; the scatter then takes it as it took the rope's.
+            let rope_in: Vec<Ty> = [&x[1..2], &x[3..]].concat();
+            infer::check(rope, &rope_in, x[1]).map_err(|e| format!("the rope {e}"))?;
+            infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, &x[..3], out)
                 .map_err(|e| e.to_string())
         }
         GpuOp::PermutedStore { .. } | GpuOp::NormedProduct { .. } => check_wrapped(op, x, out),

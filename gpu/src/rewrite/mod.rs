@@ -1,7 +1,8 @@
 //! The rewrites a GPU session makes before it plans memory and generates kernels, in order: an
 //! inference plan's dropouts read through (`identity_dropouts`), gathers at counted indices
 //! made slices (`counted_gathers`), state
-//! parameters written in place (`state_in_place`), long attentions through their score matrix
+//! parameters written in place (`state_in_place`), with the keys' rotation where only that
+//! write reads it (`rope_scatter`), long attentions through their score matrix
 //! (`attention_matmul`), the others' statistics computed once (`attention_stats`), norm weight
 //! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`), an
 //! inference plan's batch norms as element-wise steps (`running_norms`), element-wise fusion
@@ -30,6 +31,7 @@ mod norm_partials;
 mod normed_products;
 mod permuted_stores;
 mod recompute;
+mod rope_scatter;
 mod running_norms;
 mod split_k;
 mod state_in_place;
@@ -201,6 +203,7 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     identity_dropouts::read_through_dropouts(&mut program);
     counted_gathers::slice_counted_gathers(&mut program, options.dynamic);
     state_in_place::write_state_in_place(&mut program);
+    rope_scatter::fold_rotations(&mut program);
     attention_matmul::materialise_attention(&mut program, options.attention, options.target);
     attention_stats::add_attention_stats(&mut program);
     if !options.dynamic {
