@@ -112,6 +112,13 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             inputs.extend(&x[2..]);
             run_program(program, &inputs, dtype, shape, ctx)
         }
+        GpuOp::ProductPair { program } => {
+            let first = product(&x[..2], (false, true, 1.0), shape, ctx);
+            let second = product(&[x[0], x[2]], (false, true, 1.0), shape, ctx);
+            let mut inputs = vec![&first, &second];
+            inputs.extend(&x[3..]);
+            run_program(program, &inputs, dtype, shape, ctx)
+        }
         GpuOp::ConvEpilogue { conv: head, program }
         | GpuOp::NormEpilogue { norm: head, program } => {
             let operands = match op {

@@ -486,3 +486,75 @@ fn products_of_a_few_rounded_normed_rows_match_the_plan_as_compiled() {
         assert_close(&Op::MatMul, &got, &want, 1e-4);
     }
 }
+
+/// A gated feed-forward at one-token shapes, `(silu(x·gᵀ) · (x·uᵀ) + r) · 0.5`, of a normed
+/// `x` (RMS norm): the gate's product and the up product whose epilogue reads it become one
+/// `ProductPair` (inside the norm's `NormedProduct`), in f32 and with the mixed policy's casts
+/// to f16, with 1 and 8 rows (3 of them at 300 ± 1 in k = 1000's case); the GPU computes what
+/// the plan as compiled computes on the CPU.
+#[test]
+fn gate_and_up_products_as_one_pair_match_the_plan_as_compiled() {
+    use super::test_util::{assert_close, run_on_cpu_plan, step};
+    use crate::program::GpuOp;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::{Mode, Plan};
+    let f = DType::F32;
+    for (m, k, n, half) in [(1, 576, 40, None), (8, 96, 33, Some(DType::F16)), (3, 1000, 17, None)]
+    {
+        let h = half.unwrap_or(f);
+        let cast = |x: u32, s: &[usize]| match half {
+            Some(h) => step(Op::Cast, vec![x], h, s),
+            None => step(Op::Reshape, vec![x], f, s),
+        };
+        let t = Op::Permute { perm: vec![1, 0] };
+        // The products read the norm itself in f32, its cast with the mixed policy.
+        let xin = if half.is_some() { 6 } else { 5 };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[m, k]), // 0
+            step(Op::Input { name: "g".into() }, vec![], f, &[k]),    // 1
+            step(Op::Input { name: "wg".into() }, vec![], f, &[n, k]), // 2
+            step(Op::Input { name: "wu".into() }, vec![], f, &[n, k]), // 3
+            step(Op::Input { name: "r".into() }, vec![], f, &[n]),    // 4
+            step(Op::RmsNorm { eps: 1e-5, has_weight: true }, vec![0, 1], f, &[m, k]), // 5
+            cast(5, &[m, k]),                                         // 6
+            cast(2, &[n, k]),                                         // 7
+            cast(3, &[n, k]),                                         // 8
+            step(t.clone(), vec![7], h, &[k, n]),                     // 9
+            step(t, vec![8], h, &[k, n]),                             // 10
+            step(Op::MatMul, vec![xin, 9], f, &[m, n]),               // 11: gate
+            step(Op::MatMul, vec![xin, 10], f, &[m, n]),              // 12: up
+            step(Op::Unary(UnaryOp::Silu), vec![11], f, &[m, n]),     // 13
+            step(Op::Binary(BinaryOp::Mul), vec![13, 12], f, &[m, n]), // 14
+            step(Op::Binary(BinaryOp::Add), vec![14, 4], f, &[m, n]), // 15
+            step(Op::Constant { value: 0.5 }, vec![], f, &[]),        // 16
+            step(Op::Binary(BinaryOp::Mul), vec![15, 16], f, &[m, n]), // 17
+        ];
+        let names = ["x", "g", "wg", "wu", "r"];
+        let inputs = names.iter().enumerate().map(|(i, s)| (s.to_string(), i as u32)).collect();
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, vec![("y".into(), 17)]);
+        plan.validate().expect("valid");
+        let gpu_plan = crate::rewrite::for_gpu(&plan);
+        let paired = gpu_plan.steps.iter().any(|s| match &s.op {
+            GpuOp::NormedProduct { op, .. } => matches!(**op, GpuOp::ProductPair { .. }),
+            _ => false,
+        });
+        assert!(paired, "{:#?}", gpu_plan.steps);
+        assert_eq!(gpu_plan.steps.iter().filter(|s| s.op.is_contraction()).count(), 1);
+        let shifted = |s: &[usize], seed, by: f32| {
+            let v = values(s.iter().product(), seed).into_iter().map(|v| v + by);
+            Tensor::f32(s.to_vec(), v.collect())
+        };
+        let x = shifted(&[m, k], 11, if k == 1000 { 300.0 } else { 0.0 });
+        let (g, wg, wu, r) = (
+            shifted(&[k], 12, 1.0),
+            shifted(&[n, k], 13, 0.0),
+            shifted(&[n, k], 14, 0.0),
+            shifted(&[n], 15, 0.0),
+        );
+        let given = [("x", &x), ("g", &g), ("wg", &wg), ("wu", &wu), ("r", &r)];
+        let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
+        let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
+        let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
+        assert_close(&Op::MatMul, &got, &want, 1e-4);
+    }
+}

@@ -64,6 +64,9 @@ fn flops(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Option<f64> {
         GpuOp::Plan(Op::MatMul) => product(false, 1, 0),
         GpuOp::MatMulT { ta, splits, .. } => product(*ta, *splits, 0),
         GpuOp::MatMulEpilogue { program, ta, .. } => product(*ta, 1, program.len()),
+        GpuOp::ProductPair { program } => {
+            Some(2.0 * product(false, 1, 0)? + numel(out) * program.len() as f64)
+        }
         GpuOp::Plan(
             conv @ (Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. }),
         ) => conv_flops(conv, inputs, out),

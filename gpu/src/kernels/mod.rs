@@ -360,6 +360,7 @@ pub fn generate(
             let layout = matmul::Layout { ta: *ta, tb: *tb, ..matmul::Layout::PLAIN };
             fused::epilogue(program, inputs, out, target, layout)
         }
+        GpuOp::ProductPair { program } => fused::product_pair(program, inputs, out, target, None),
         GpuOp::ConvEpilogue { conv, program } => {
             fused::conv_epilogue(conv, program, inputs, out, target)
         }

@@ -54,6 +54,12 @@ pub enum GpuOp {
     /// and `Input(k)` the step's input `k + 1`. Made by `rewrite::fuse`; `ta` and `tb` read
     /// an operand transposed in place, as `MatMulT` does (set by `rewrite::transposes`).
     MatMulEpilogue { program: Vec<Elem>, ta: bool, tb: bool },
+    /// `[a, b0, b1, extra…]`: two products of the same few rows `a` (at most `SKINNY`) by
+    /// weights stored transposed (`[n, k]` each), combined by `program` as each result is stored:
+    /// `Input(0)` is `a · b0ᵀ`, `Input(1)` `a · b1ᵀ`, `Input(k)` for k ≥ 2 the step's input
+    /// `k + 1`. A gated feed-forward's gate and up projections, `silu(a · gᵀ) · (a · uᵀ)`, in
+    /// one dispatch reading `a` once. Made by `rewrite::product_pairs`.
+    ProductPair { program: Vec<Elem> },
     /// `[x, w, bias?, extra…]`: the convolution `conv` (an `Op::Conv`, over the first
     /// `conv_operands` inputs) followed, element by element of its result, by `program` as a
     /// `MatMulEpilogue`'s: `Input(0)` is the convolution (its bias added), `Input(k)` the
@@ -194,6 +200,7 @@ impl GpuOp {
             | GpuOp::AttentionOnTiles { .. }
             | GpuOp::ConvSplit { .. }
             | GpuOp::MatMulEpilogue { .. }
+            | GpuOp::ProductPair { .. }
             | GpuOp::ConvEpilogue { .. }
             | GpuOp::MatMulT { .. } => true,
             GpuOp::NormWeightGradPartial { .. }
@@ -311,6 +318,11 @@ impl GpuOp {
                 check_program(program, n.saturating_sub(1))?;
                 (2, usize::MAX)
             }
+            GpuOp::ProductPair { program } => {
+                // Input(0) and Input(1) are the products; Input(k) the step's input k + 1.
+                check_program(program, n.saturating_sub(1))?;
+                (3, usize::MAX)
+            }
             GpuOp::ConvEpilogue { conv, program } => {
                 let operands = conv_operands(conv)?;
                 check_program(program, (n + 1).saturating_sub(operands))?;
@@ -382,6 +394,7 @@ impl GpuOp {
             GpuOp::MatMulEpilogue { program, .. } => {
                 format!("matmul_epilogue {}", chain(program))
             }
+            GpuOp::ProductPair { program } => format!("matmul_pair {}", chain(program)),
             GpuOp::ConvEpilogue { conv: head, program }
             | GpuOp::NormEpilogue { norm: head, program } => {
                 let head = head.describe();

@@ -72,6 +72,11 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             want(product(x, *ta, *tb)?, "the product")?;
             x[2..].iter().try_for_each(|t| broadcasts(t.1, o))
         }
+        GpuOp::ProductPair { .. } => {
+            want(product(x, false, true)?, "the first product")?;
+            want(product(&[x[0], x[2]], false, true)?, "the second product")?;
+            x[3..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
         GpuOp::ConvEpilogue { conv, .. } => {
             let operands = super::op::conv_operands(conv)?;
             infer::check(conv, &x[..operands], out).map_err(|e| format!("the convolution {e}"))?;

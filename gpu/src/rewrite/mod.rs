@@ -10,7 +10,8 @@
 //! the ones without a residual computed again for the backward pass (`recompute`), transposes
 //! folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
-//! that would leave the GPU idle split along k (`split_k`), row norms computed
+//! that would leave the GPU idle split along k (`split_k`), a gate product of a few rows
+//! computed with the product whose epilogue reads it (`product_pairs`), row norms computed
 //! by the f32 products that read them (`normed_products`: a few rows' always, tiled ones
 //! where asked), permutes stored by the steps whose
 //! results they permute (`permuted_stores`), and last half-typed results only
@@ -30,6 +31,7 @@ mod loss_rows;
 mod norm_partials;
 mod normed_products;
 mod permuted_stores;
+mod product_pairs;
 mod recompute;
 mod rope_scatter;
 mod running_norms;
@@ -222,6 +224,7 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
+    product_pairs::pair_products(&mut program);
     if !options.dynamic {
         normed_products::fold_norms(&mut program, options.normed_products);
     }

@@ -46,6 +46,7 @@ fn takes_normed_rows(op: &GpuOp) -> bool {
         GpuOp::Plan(Op::MatMul)
             | GpuOp::MatMulT { ta: false, .. }
             | GpuOp::MatMulEpilogue { ta: false, .. }
+            | GpuOp::ProductPair { .. }
     )
 }
 
@@ -60,13 +61,19 @@ fn decoding(op: &GpuOp, weight: DType) -> bool {
         op,
         GpuOp::MatMulT { ta: false, tb: true, splits: 1, .. }
             | GpuOp::MatMulEpilogue { ta: false, tb: true, .. }
+            | GpuOp::ProductPair { .. }
     );
     transposed && !weight.is_packed()
 }
 
 /// The columns of a product whose right operand is `b` (2-D), read transposed when `tb`.
 fn columns(op: &GpuOp, b: &[usize]) -> usize {
-    let tb = matches!(op, GpuOp::MatMulT { tb: true, .. } | GpuOp::MatMulEpilogue { tb: true, .. });
+    let tb = matches!(
+        op,
+        GpuOp::MatMulT { tb: true, .. }
+            | GpuOp::MatMulEpilogue { tb: true, .. }
+            | GpuOp::ProductPair { .. }
+    );
     if tb {
         b[0]
     } else {

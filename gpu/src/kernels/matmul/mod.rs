@@ -80,6 +80,9 @@ struct Geometry {
     splits: usize,
     /// A's rows normed as they are staged (`GpuOp::NormedProduct`; only the tiled kernel).
     norm: Option<RowNorm>,
+    /// A `GpuOp::ProductPair`'s second weight, stored as B is (transposed) before the product
+    /// is swapped and as A is after: only the few-columns kernel, swapped.
+    pair: Option<Operand>,
 }
 
 /// A norm over the rows of a product's A (its k axis), computed by the product's kernel
@@ -234,6 +237,7 @@ impl Geometry {
             alpha: layout.alpha,
             splits: layout.splits.max(1),
             norm: None,
+            pair: None,
         };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows — unless A is
@@ -318,6 +322,7 @@ impl Geometry {
             splits: 1,
             // The norm is over A's rows, which are now B's columns (`normed_vector`).
             norm: self.norm.clone(),
+            pair: self.pair.clone(),
         }
     }
 
@@ -393,6 +398,35 @@ pub(super) fn generate_normed(
     norm: RowNorm,
 ) -> Result<KernelSource, String> {
     generate_with(inputs, out, target, epilogue, layout, Some(norm))
+}
+
+/// A `GpuOp::ProductPair`: the few rows `inputs[0]` by the transposed weights `inputs[1]` and
+/// `inputs[2]` (of `norm(a)`, where given), both results passed to `epilogue`'s
+/// `fn mgn_epilogue(i: u32, p: f32, q: f32) -> f32`. Only the few-columns kernel, swapped.
+pub(super) fn generate_pair(
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+    epilogue: &str,
+    norm: Option<RowNorm>,
+) -> Result<KernelSource, String> {
+    let width = target.width.max(1) as usize;
+    let layout = Layout { tb: true, ..Layout::PLAIN };
+    let mut g = Geometry::of_layout(&inputs[..2], out, layout)?;
+    let second = Geometry::of_layout(&[inputs[0].clone(), inputs[2].clone()], out, layout)?;
+    let fits = g.m.n <= SKINNY && g.n.n > SKINNY && g.batch.is_empty() && g.k.is_fixed();
+    let packed = inputs[..3].iter().any(|o| o.dtype.is_packed() || o.transposed);
+    if !fits || packed || second.n.n != g.n.n || second.k.n != g.k.n {
+        return Err(format!(
+            "a pair of products of {:?} by {:?}",
+            inputs[0].shape, inputs[1].shape
+        ));
+    }
+    g.norm = norm;
+    g.pair = Some(second.b);
+    let mut k = few_cols(&g.swapped(), width);
+    k.body = format!("{epilogue}{}", k.body);
+    Ok(k)
 }
 
 /// The product `layout` describes, with every result passed to the WGSL function `epilogue`
@@ -560,7 +594,7 @@ fn staged_half(
 fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     // A packed weight's rows decode whole blocks; a normed product's weight is never packed
     // (`normed_vector::takes`).
-    if g.norm.is_none() {
+    if g.norm.is_none() && g.pair.is_none() {
         if let Some(k) = packed_rows::packed_rows(g, width) {
             return k;
         }
@@ -610,32 +644,61 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
     if let Some((_, stage)) = &staged {
         body.push_str(stage);
     }
+    // The weights whose rows this kernel walks: A, and a `ProductPair`'s second weight, each
+    // with its accumulators' suffix; both read B's same elements.
+    let mut weights = vec![(&g.a, "")];
+    if let Some(second) = &g.pair {
+        weights.push((second, "b"));
+        for j in 0..n {
+            body.push_str(&format!("    var acc{j}b = 0.0;\n"));
+        }
+    }
     // Rows past the end still take part in the reduction's barriers; they just add nothing.
     let step = |kk: &str, v: &str| {
-        let mut s = format!("            let {v} = {};\n", load(&g.a, &format!("arow + {kk}")));
+        let mut s = String::new();
+        for (a, w) in &weights {
+            s.push_str(&format!(
+                "            let {v}{w} = {};\n",
+                load(a, &format!("arow + {kk}"))
+            ));
+        }
         for j in 0..n {
-            s.push_str(&format!("            acc{j} = acc{j} + {v} * {};\n", b_at(kk, j)));
+            s.push_str(&format!("            let {v}_b{j} = {};\n", b_at(kk, j)));
+            for (_, w) in &weights {
+                s.push_str(&format!("            acc{j}{w} = acc{j}{w} + {v}{w} * {v}_b{j};\n"));
+            }
         }
         s
     };
     // A of packed halves with rows of whole words (an f16 weight read by one-token decoding):
     // each lane takes a word, both its elements, so a load moves as many elements as an f32
     // kernel's two and the product is as bandwidth-bound as its bytes.
-    let pairs = g.a.packs_halves() && k.is_fixed() && k.n.is_multiple_of(2);
+    let pairs =
+        weights.iter().all(|(a, _)| a.packs_halves()) && k.is_fixed() && k.n.is_multiple_of(2);
     let step_pair = |kw: &str, v: &str| {
-        let f = fetch_word(&g.a, &format!("arow + 2u * {kw}"));
-        let mut s = format!("            let {v}w = {};\n", f.word);
-        s.push_str(&format!(
-            "            let {v}0 = {};\n",
-            word_value(&g.a, &format!("{v}w"), "0u")
-        ));
-        s.push_str(&format!(
-            "            let {v}1 = {};\n",
-            word_value(&g.a, &format!("{v}w"), "16u")
-        ));
+        let mut s = String::new();
+        for (a, w) in &weights {
+            let f = fetch_word(a, &format!("arow + 2u * {kw}"));
+            s.push_str(&format!("            let {v}{w}w = {};\n", f.word));
+            s.push_str(&format!(
+                "            let {v}{w}0 = {};\n",
+                word_value(a, &format!("{v}{w}w"), "0u")
+            ));
+            s.push_str(&format!(
+                "            let {v}{w}1 = {};\n",
+                word_value(a, &format!("{v}{w}w"), "16u")
+            ));
+        }
         for j in 0..n {
             let (b0, b1) = (b_at(&format!("2u * {kw}"), j), b_at(&format!("2u * {kw} + 1u"), j));
-            s.push_str(&format!("            acc{j} = acc{j} + {v}0 * {b0} + {v}1 * {b1};\n"));
+            s.push_str(&format!(
+                "            let {v}_b{j}0 = {b0};\n            let {v}_b{j}1 = {b1};\n"
+            ));
+            for (_, w) in &weights {
+                s.push_str(&format!(
+                    "            acc{j}{w} = acc{j}{w} + {v}{w}0 * {v}_b{j}0 + {v}{w}1 * {v}_b{j}1;\n"
+                ));
+            }
         }
         s
     };
@@ -646,25 +709,31 @@ fn few_cols(g: &Geometry, width: usize) -> KernelSource {
         body.push_str(&k_loop(k, lanes, step));
     }
     body.push_str("    }\n");
+    let sums = n * weights.len();
     let mut shared = staged.map(|(decl, _)| decl).unwrap_or_default();
     if lanes > 1 || g.norm.is_some() {
-        shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
+        shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", sums.max(n) * width);
     }
+    let acc = |q: usize| format!("acc{}{}", q % n, weights[q / n].1);
     if lanes > 1 {
-        for j in 0..n {
-            body.push_str(&format!("    mm_red[{}u + t] = acc{j};\n", j * width));
+        for q in 0..sums {
+            body.push_str(&format!("    mm_red[{}u + t] = {};\n", q * width, acc(q)));
         }
-        reduce_lanes(&mut body, lanes, 1, n, width);
-        for j in 0..n {
-            body.push_str(&format!("    acc{j} = mm_red[{}u + t];\n", j * width));
+        reduce_lanes(&mut body, lanes, 1, sums, width);
+        for q in 0..sums {
+            body.push_str(&format!("    {} = mm_red[{}u + t];\n", acc(q), q * width));
         }
     }
     body.push_str(&format!("    if (lane == 0u && row < {m}) {{\n"));
     for j in 0..n {
-        body.push_str(&format!(
-            "        {}\n",
-            g.store(&g.o_at("row", &format!("{j}u")), &format!("acc{j}"))
-        ));
+        let at = g.o_at("row", &format!("{j}u"));
+        let stored = if g.pair.is_some() {
+            // The pair's epilogue takes both products (`fused::product_pair`).
+            store(&g.out, &at, &format!("mgn_epilogue({at}, acc{j}, acc{j}b)"))
+        } else {
+            g.store(&at, &format!("acc{j}"))
+        };
+        body.push_str(&format!("        {stored}\n"));
     }
     body.push_str("    }");
     entry(&shared, width, &groups, &body)
