@@ -83,10 +83,8 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         GpuOp::ScatterInPlace { axis, rope: None } => {
             cpu(&Op::SliceScatter { axis: *axis }, x, dtype, shape, ctx)
         }
-        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
-            let rope_in: Vec<&Tensor> = [&x[1..2], &x[3..]].concat();
-            let src = cpu(rope, &rope_in, x[1].dtype, &x[1].shape, ctx);
-            cpu(&Op::SliceScatter { axis: *axis }, &[x[0], &src, x[2]], dtype, shape, ctx)
+        GpuOp::ScatterInPlace { rope: Some(_), .. } | GpuOp::ProductPair { .. } => {
+            decoding(op, x, dtype, shape, ctx)
         }
         GpuOp::PermutedStore { op, shape: at, view, perm } => {
             let y = eval(op, x, dtype, at, ctx);
@@ -110,13 +108,6 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             let product = product(x, (*ta, *tb, 1.0), shape, ctx);
             let mut inputs = vec![&product];
             inputs.extend(&x[2..]);
-            run_program(program, &inputs, dtype, shape, ctx)
-        }
-        GpuOp::ProductPair { program } => {
-            let first = product(&x[..2], (false, true, 1.0), shape, ctx);
-            let second = product(&[x[0], x[2]], (false, true, 1.0), shape, ctx);
-            let mut inputs = vec![&first, &second];
-            inputs.extend(&x[3..]);
             run_program(program, &inputs, dtype, shape, ctx)
         }
         GpuOp::ConvEpilogue { conv: head, program }
@@ -244,6 +235,26 @@ fn attention_stats(
 
 /// `alpha · op(a) · op(b)` of `x[0], x[1]`, an operand transposed (its last two axes) where
 /// its flag says, as `GpuOp::MatMulT` and a flagged epilogue's product read them.
+/// `eval` of decoding's fused steps: a cache write that rotates what it writes, a pair of
+/// products combined by their epilogue.
+fn decoding(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> Tensor {
+    match op {
+        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
+            let rope_in: Vec<&Tensor> = [&x[1..2], &x[3..]].concat();
+            let src = cpu(rope, &rope_in, x[1].dtype, &x[1].shape, ctx);
+            cpu(&Op::SliceScatter { axis: *axis }, &[x[0], &src, x[2]], dtype, shape, ctx)
+        }
+        GpuOp::ProductPair { program } => {
+            let first = product(&x[..2], (false, true, 1.0), shape, ctx);
+            let second = product(&[x[0], x[2]], (false, true, 1.0), shape, ctx);
+            let mut inputs = vec![&first, &second];
+            inputs.extend(&x[3..]);
+            run_program(program, &inputs, dtype, shape, ctx)
+        }
+        op => unreachable!("`{}` is not a decoding step", op.describe()),
+    }
+}
+
 fn product(
     x: &[&Tensor],
     (ta, tb, alpha): (bool, bool, f64),

@@ -94,9 +94,8 @@ pub(super) fn product_pair(
         k => element_of(extra, k as usize, out, "epilogue input"),
     };
     let (lines, last, helpers) = program_lines(program, leaf)?;
-    let epilogue = format!(
-        "{helpers}fn mgn_epilogue(i: u32, p: f32, q: f32) -> f32 {{\n    {lines}return {last};\n}}\n"
-    );
+    let head = "fn mgn_epilogue(i: u32, p: f32, q: f32) -> f32";
+    let epilogue = format!("{helpers}{head} {{\n    {lines}return {last};\n}}\n");
     matmul::generate_pair(&inputs[..3], out, target, &epilogue, norm)
 }
 

@@ -72,11 +72,6 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             want(product(x, *ta, *tb)?, "the product")?;
             x[2..].iter().try_for_each(|t| broadcasts(t.1, o))
         }
-        GpuOp::ProductPair { .. } => {
-            want(product(x, false, true)?, "the first product")?;
-            want(product(&[x[0], x[2]], false, true)?, "the second product")?;
-            x[3..].iter().try_for_each(|t| broadcasts(t.1, o))
-        }
         GpuOp::ConvEpilogue { conv, .. } => {
             let operands = super::op::conv_operands(conv)?;
             infer::check(conv, &x[..operands], out).map_err(|e| format!("the convolution {e}"))?;
@@ -98,12 +93,8 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, x, out)
                 .map_err(|e| e.to_string())
         }
-        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
-            // The rotation keeps src's type; the scatter then takes it as it took the rope's.
-            let rope_in: Vec<Ty> = [&x[1..2], &x[3..]].concat();
-            infer::check(rope, &rope_in, x[1]).map_err(|e| format!("the rope {e}"))?;
-            infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, &x[..3], out)
-                .map_err(|e| e.to_string())
+        GpuOp::ScatterInPlace { rope: Some(_), .. } | GpuOp::ProductPair { .. } => {
+            check_decoding(op, x, out)
         }
         GpuOp::PermutedStore { .. } | GpuOp::NormedProduct { .. } => check_wrapped(op, x, out),
         GpuOp::SplitSum { splits, .. } => {
@@ -156,6 +147,27 @@ fn check_wrapped(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
             op.check(&inner, out)
         }
         _ => unreachable!("not a wrapping op"),
+    }
+}
+
+/// `check_private` for decoding's fused steps: a cache write that rotates the keys it writes
+/// (`rewrite::rope_scatter`) and a pair of products (`rewrite::product_pairs`).
+fn check_decoding(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
+    let o = out.1;
+    match op {
+        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
+            // The rotation keeps src's type; the scatter then takes it as it took the rope's.
+            let rope_in: Vec<Ty> = [&x[1..2], &x[3..]].concat();
+            infer::check(rope, &rope_in, x[1]).map_err(|e| format!("the rope {e}"))?;
+            infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, &x[..3], out)
+                .map_err(|e| e.to_string())
+        }
+        GpuOp::ProductPair { .. } => {
+            same(o, &product(x, false, true)?, "the first product")?;
+            same(o, &product(&[x[0], x[2]], false, true)?, "the second product")?;
+            x[3..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
+        _ => unreachable!("not a decoding step"),
     }
 }
 

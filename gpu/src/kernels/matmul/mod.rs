@@ -28,6 +28,7 @@
 //! return at once, all together, before any barrier.
 
 mod coop;
+mod few_cols;
 mod normed_vector;
 mod packed_rows;
 mod panel_stats;
@@ -39,6 +40,7 @@ mod tests;
 mod tiled;
 
 use super::{fetch_word, load, store, word_value, Ext, KernelSource, Operand, Target, FILL};
+use few_cols::few_cols;
 use mgn_ir::DType;
 use tiled::tiled;
 
@@ -587,156 +589,6 @@ fn staged_half(
             ),
         )
     })
-}
-
-/// At most `SKINNY` columns: `rows` rows per workgroup, each split over `lanes` consecutive
-/// invocations that read consecutive k (coalesced along A's rows), summed in shared memory.
-fn few_cols(g: &Geometry, width: usize) -> KernelSource {
-    // A packed weight's rows decode whole blocks; a normed product's weight is never packed
-    // (`normed_vector::takes`).
-    if g.norm.is_none() && g.pair.is_none() {
-        if let Some(k) = packed_rows::packed_rows(g, width) {
-            return k;
-        }
-    }
-    let (m, k, n) = (&g.m, &g.k, g.n.n);
-    let batches = g.batches();
-    // One warp per row reads 128 contiguous bytes per load; more lanes per row (and fewer rows)
-    // when the rows alone would leave the GPU idle, but no more lanes than k has elements.
-    let kp = pow2_at_least(k.n);
-    let mut lanes = width.min(32).min(kp);
-    while lanes < width && lanes < kp && m.n.div_ceil(width / lanes) * batches.n < FILL {
-        lanes *= 2;
-    }
-    let rows = width / lanes;
-    let per_batch = m.div_ceil(rows);
-    let groups = per_batch.mul(&batches);
-    let mut body = String::new();
-    body.push_str(&format!(
-        "let batch = g / {per_batch};\n    \
-        let row = (g % {per_batch}) * {rows}u + t / {lanes}u;\n    \
-        let lane = t % {lanes}u;\n    "
-    ));
-    body.push_str(&g.bases());
-    body.push('\n');
-    for j in 0..n {
-        body.push_str(&format!("    var acc{j} = 0.0;\n"));
-    }
-    // The few columns of B, read by every row: one-token decoding's activation vector by
-    // every row of the weight (49,152 for SmolLM2's head).
-    let staged = staged_half(&g.b, "mm_b", (k, n), width, |e| {
-        g.b_at(&format!("{e} / {n}u"), &format!("{e} % {n}u"))
-    });
-    let b_at = |kk: &str, j: usize| {
-        let v = if staged.is_some() {
-            format!("mm_b[({kk}) * {n}u + {j}u]")
-        } else {
-            load(&g.b, &g.b_at(kk, &format!("{j}u")))
-        };
-        match &g.norm {
-            Some(norm) => normed_vector::normed(norm, &v, kk, j),
-            None => v,
-        }
-    };
-    if let Some(norm) = &g.norm {
-        body.push_str(&normed_vector::statistics(g, norm, width));
-    }
-    if let Some((_, stage)) = &staged {
-        body.push_str(stage);
-    }
-    // The weights whose rows this kernel walks: A, and a `ProductPair`'s second weight, each
-    // with its accumulators' suffix; both read B's same elements.
-    let mut weights = vec![(&g.a, "")];
-    if let Some(second) = &g.pair {
-        weights.push((second, "b"));
-        for j in 0..n {
-            body.push_str(&format!("    var acc{j}b = 0.0;\n"));
-        }
-    }
-    // Rows past the end still take part in the reduction's barriers; they just add nothing.
-    let step = |kk: &str, v: &str| {
-        let mut s = String::new();
-        for (a, w) in &weights {
-            s.push_str(&format!(
-                "            let {v}{w} = {};\n",
-                load(a, &format!("arow + {kk}"))
-            ));
-        }
-        for j in 0..n {
-            s.push_str(&format!("            let {v}_b{j} = {};\n", b_at(kk, j)));
-            for (_, w) in &weights {
-                s.push_str(&format!("            acc{j}{w} = acc{j}{w} + {v}{w} * {v}_b{j};\n"));
-            }
-        }
-        s
-    };
-    // A of packed halves with rows of whole words (an f16 weight read by one-token decoding):
-    // each lane takes a word, both its elements, so a load moves as many elements as an f32
-    // kernel's two and the product is as bandwidth-bound as its bytes.
-    let pairs =
-        weights.iter().all(|(a, _)| a.packs_halves()) && k.is_fixed() && k.n.is_multiple_of(2);
-    let step_pair = |kw: &str, v: &str| {
-        let mut s = String::new();
-        for (a, w) in &weights {
-            let f = fetch_word(a, &format!("arow + 2u * {kw}"));
-            s.push_str(&format!("            let {v}{w}w = {};\n", f.word));
-            s.push_str(&format!(
-                "            let {v}{w}0 = {};\n",
-                word_value(a, &format!("{v}{w}w"), "0u")
-            ));
-            s.push_str(&format!(
-                "            let {v}{w}1 = {};\n",
-                word_value(a, &format!("{v}{w}w"), "16u")
-            ));
-        }
-        for j in 0..n {
-            let (b0, b1) = (b_at(&format!("2u * {kw}"), j), b_at(&format!("2u * {kw} + 1u"), j));
-            s.push_str(&format!(
-                "            let {v}_b{j}0 = {b0};\n            let {v}_b{j}1 = {b1};\n"
-            ));
-            for (_, w) in &weights {
-                s.push_str(&format!(
-                    "            acc{j}{w} = acc{j}{w} + {v}{w}0 * {v}_b{j}0 + {v}{w}1 * {v}_b{j}1;\n"
-                ));
-            }
-        }
-        s
-    };
-    body.push_str(&format!("    if (row < {m}) {{\n        let arow = abase + row * {k};\n"));
-    if pairs {
-        body.push_str(&k_loop(&Ext::lit(k.n / 2), lanes, step_pair));
-    } else {
-        body.push_str(&k_loop(k, lanes, step));
-    }
-    body.push_str("    }\n");
-    let sums = n * weights.len();
-    let mut shared = staged.map(|(decl, _)| decl).unwrap_or_default();
-    if lanes > 1 || g.norm.is_some() {
-        shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", sums.max(n) * width);
-    }
-    let acc = |q: usize| format!("acc{}{}", q % n, weights[q / n].1);
-    if lanes > 1 {
-        for q in 0..sums {
-            body.push_str(&format!("    mm_red[{}u + t] = {};\n", q * width, acc(q)));
-        }
-        reduce_lanes(&mut body, lanes, 1, sums, width);
-        for q in 0..sums {
-            body.push_str(&format!("    {} = mm_red[{}u + t];\n", acc(q), q * width));
-        }
-    }
-    body.push_str(&format!("    if (lane == 0u && row < {m}) {{\n"));
-    for j in 0..n {
-        let at = g.o_at("row", &format!("{j}u"));
-        let stored = if g.pair.is_some() {
-            // The pair's epilogue takes both products (`fused::product_pair`).
-            store(&g.out, &at, &format!("mgn_epilogue({at}, acc{j}, acc{j}b)"))
-        } else {
-            g.store(&at, &format!("acc{j}"))
-        };
-        body.push_str(&format!("        {stored}\n"));
-    }
-    body.push_str("    }");
-    entry(&shared, width, &groups, &body)
 }
 
 /// At most `SKINNY` rows: `cols` consecutive columns per workgroup, one per invocation, so each
