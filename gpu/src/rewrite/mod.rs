@@ -224,7 +224,10 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
-    product_pairs::pair_products(&mut program);
+    // Static plans only: the pair's kernel is one for a few rows, which a dynamic size may pass.
+    if !options.dynamic {
+        product_pairs::pair_products(&mut program);
+    }
     if !options.dynamic {
         normed_products::fold_norms(&mut program, options.normed_products);
     }

@@ -5,7 +5,8 @@
 //! each, both reading the same activation — though neither needs the other's result until the
 //! very end. `GpuOp::ProductPair` walks both weights' rows against the activation in one
 //! kernel (the few-columns kernel, swapped) and combines the two sums as it stores: one level
-//! and one dispatch fewer per layer.
+//! and one dispatch fewer per layer. Only static plans: the pair's kernel is the few-columns
+//! one, which a dynamic plan's rows may outgrow.
 
 use crate::kernels::SKINNY;
 use crate::program::{Elem, GpuOp, Program};
