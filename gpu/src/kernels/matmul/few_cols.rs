@@ -152,20 +152,26 @@ fn reduce_and_store(
     width: usize,
 ) -> String {
     let (m, n) = (&g.m, g.n.n);
-    let sums = n * weights.len();
     let mut shared = String::new();
-    // The norm's statistics use `n` of them before the loop.
+    // The norm's statistics use them before the loop.
     if lanes > 1 || g.norm.is_some() {
-        shared = format!("var<workgroup> mm_red: array<f32, {}>;\n", sums * width);
+        shared = format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
     }
-    let acc = |q: usize| format!("acc{}{}", q % n, weights[q / n].1);
     if lanes > 1 {
-        for q in 0..sums {
-            body.push_str(&format!("    mm_red[{}u + t] = {};\n", q * width, acc(q)));
-        }
-        reduce_lanes(body, lanes, 1, sums, width);
-        for q in 0..sums {
-            body.push_str(&format!("    {} = mm_red[{}u + t];\n", acc(q), q * width));
+        // One weight's sums at a time: a pair's second round reuses the first's shared memory
+        // (8 columns of 256 invocations already take 8 KiB of the 16 every device has).
+        for (round, (_, w)) in weights.iter().enumerate() {
+            if round > 0 {
+                // Every invocation has read the first round's sums before any overwrites them.
+                body.push_str("    workgroupBarrier();\n");
+            }
+            for j in 0..n {
+                body.push_str(&format!("    mm_red[{}u + t] = acc{j}{w};\n", j * width));
+            }
+            reduce_lanes(body, lanes, 1, n, width);
+            for j in 0..n {
+                body.push_str(&format!("    acc{j}{w} = mm_red[{}u + t];\n", j * width));
+            }
         }
     }
     body.push_str(&format!("    if (lane == 0u && row < {m}) {{\n"));
