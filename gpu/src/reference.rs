@@ -83,9 +83,9 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         GpuOp::ScatterInPlace { axis, rope: None } => {
             cpu(&Op::SliceScatter { axis: *axis }, x, dtype, shape, ctx)
         }
-        GpuOp::ScatterInPlace { rope: Some(_), .. } | GpuOp::ProductPair { .. } => {
-            decoding(op, x, dtype, shape, ctx)
-        }
+        GpuOp::ScatterInPlace { rope: Some(_), .. }
+        | GpuOp::ProductPair { .. }
+        | GpuOp::RotatedAttention { .. } => decoding(op, x, dtype, shape, ctx),
         GpuOp::PermutedStore { op, shape: at, view, perm } => {
             let y = eval(op, x, dtype, at, ctx);
             let y = Tensor { shape: view.clone(), ..y };
@@ -236,7 +236,7 @@ fn attention_stats(
 /// `alpha · op(a) · op(b)` of `x[0], x[1]`, an operand transposed (its last two axes) where
 /// its flag says, as `GpuOp::MatMulT` and a flagged epilogue's product read them.
 /// `eval` of decoding's fused steps: a cache write that rotates what it writes, a pair of
-/// products combined by their epilogue.
+/// products combined by their epilogue, an attention that rotates its queries.
 fn decoding(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> Tensor {
     match op {
         GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
@@ -250,6 +250,13 @@ fn decoding(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             let mut inputs = vec![&first, &second];
             inputs.extend(&x[3..]);
             run_program(program, &inputs, dtype, shape, ctx)
+        }
+        GpuOp::RotatedAttention { attention, rope } => {
+            let n = 3 + matches!(attention, Op::Attention { has_mask: true, .. }) as usize;
+            let rope_in: Vec<&Tensor> = [&x[..1], &x[n..]].concat();
+            let q = cpu(rope, &rope_in, x[0].dtype, &x[0].shape, ctx);
+            let operands: Vec<&Tensor> = [&[&q][..], &x[1..n]].concat();
+            cpu(attention, &operands, dtype, shape, ctx)
         }
         op => unreachable!("`{}` is not a decoding step", op.describe()),
     }

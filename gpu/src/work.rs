@@ -74,7 +74,9 @@ fn flops(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Option<f64> {
         GpuOp::ConvEpilogue { conv, program } => {
             Some(conv_flops(conv, inputs, out)? + numel(out) * program.len() as f64)
         }
-        GpuOp::Plan(Op::Attention { .. }) | GpuOp::AttentionOnTiles { .. } => attention(inputs, 2),
+        GpuOp::Plan(Op::Attention { .. })
+        | GpuOp::AttentionOnTiles { .. }
+        | GpuOp::RotatedAttention { .. } => attention(inputs, 2),
         GpuOp::AttentionStats { .. } => attention(inputs, 1),
         GpuOp::Plan(Op::AttentionGrad { part, .. })
         | GpuOp::AttentionGradWithStats { part, .. } => {

@@ -9,6 +9,7 @@
 //! lives and writes the loads and stores of its elements.
 
 mod attention;
+pub(crate) use attention::decodes;
 mod check;
 pub(crate) mod conv;
 mod ext;
@@ -336,7 +337,8 @@ pub fn generate(
         GpuOp::Plan(_) => unreachable!("handled above"),
         GpuOp::AttentionStats { .. }
         | GpuOp::AttentionGradWithStats { .. }
-        | GpuOp::AttentionOnTiles { .. } => attention::generate(op, inputs, out, target),
+        | GpuOp::AttentionOnTiles { .. }
+        | GpuOp::RotatedAttention { .. } => attention::generate(op, inputs, out, target),
         GpuOp::NormWeightGradPartial { eps, center, chunk } => {
             let w = width as usize;
             norm::weight_grad_partial(&inputs[0], &inputs[1], *eps, *center, *chunk, out, w)

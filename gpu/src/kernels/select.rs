@@ -587,7 +587,7 @@ fn rope(
 /// angle from its position along x's `T` axis (plus the offset and the run-time start), its
 /// partner the element half a row away. In a block of their own, so that a kernel that writes
 /// the value elsewhere (`scatter_in_place`) keeps its own names.
-fn rope_value(
+pub(super) fn rope_value(
     theta: f64,
     offset: usize,
     inverse: bool,

@@ -122,6 +122,11 @@ pub enum GpuOp {
     /// written — the keys' rotary embedding and their cache write one step
     /// (`rewrite::rope_scatter`).
     ScatterInPlace { axis: usize, rope: Option<Op> },
+    /// `[q, k, v, mask?, rope's start?]`: `attention` (an `Op::Attention`) of the queries
+    /// rotated by `rope` (an `Op::Rope`), each query element rotated as the decode kernel loads
+    /// it (`kernels/attention/decode.rs`) rather than by a step of its own before it. Made by
+    /// `rewrite::rope_scatter` for a few query rows a head, where that kernel runs.
+    RotatedAttention { attention: Op, rope: Op },
     /// The result of `op`, computed at `shape`, seen as `view` (the same elements in the same
     /// order) and stored permuted by `perm`: `Op::Permute { perm }` of it, without the copy.
     /// `op` is a kernel that stores each result once, at its index, through `kernels::store`
@@ -198,6 +203,7 @@ impl GpuOp {
             GpuOp::AttentionStats { .. }
             | GpuOp::AttentionGradWithStats { .. }
             | GpuOp::AttentionOnTiles { .. }
+            | GpuOp::RotatedAttention { .. }
             | GpuOp::ConvSplit { .. }
             | GpuOp::MatMulEpilogue { .. }
             | GpuOp::ProductPair { .. }
@@ -290,6 +296,18 @@ impl GpuOp {
             GpuOp::ScatterInPlace { rope: Some(Op::Rope { .. }), .. } => (3, 4),
             GpuOp::ScatterInPlace { rope: Some(op), .. } => {
                 return Err(format!("`{}` is no rotary embedding", op.describe()));
+            }
+            // The rope's start, if any, follows the attention's operands.
+            GpuOp::RotatedAttention {
+                attention: Op::Attention { has_mask, .. },
+                rope: Op::Rope { .. },
+            } => (3 + *has_mask as usize, 4 + *has_mask as usize),
+            GpuOp::RotatedAttention { attention, rope } => {
+                return Err(format!(
+                    "`{}` of a `{}`: not an attention of rotated queries",
+                    attention.describe(),
+                    rope.describe()
+                ));
             }
             GpuOp::PermutedStore { op, .. } => {
                 // A plan op's inputs are counted by its typing rule.
@@ -421,6 +439,9 @@ impl GpuOp {
                 let rope =
                     rope.as_ref().map(|r| format!(" ← {}", r.describe())).unwrap_or_default();
                 format!("slice_scatter axis={axis} in place{rope}")
+            }
+            GpuOp::RotatedAttention { attention, rope } => {
+                format!("{} ← {}", attention.describe(), rope.describe())
             }
             GpuOp::PermutedStore { op, perm, .. } => {
                 format!("{} → permute {perm:?}", op.describe())

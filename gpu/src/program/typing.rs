@@ -93,9 +93,9 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, x, out)
                 .map_err(|e| e.to_string())
         }
-        GpuOp::ScatterInPlace { rope: Some(_), .. } | GpuOp::ProductPair { .. } => {
-            check_decoding(op, x, out)
-        }
+        GpuOp::ScatterInPlace { rope: Some(_), .. }
+        | GpuOp::ProductPair { .. }
+        | GpuOp::RotatedAttention { .. } => check_decoding(op, x, out),
         GpuOp::PermutedStore { .. } | GpuOp::NormedProduct { .. } => check_wrapped(op, x, out),
         GpuOp::SplitSum { splits, .. } => {
             let mut partials = o.to_vec();
@@ -151,7 +151,8 @@ fn check_wrapped(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
 }
 
 /// `check_private` for decoding's fused steps: a cache write that rotates the keys it writes
-/// (`rewrite::rope_scatter`) and a pair of products (`rewrite::product_pairs`).
+/// or an attention that rotates its queries (`rewrite::rope_scatter`), and a pair of products
+/// (`rewrite::product_pairs`).
 fn check_decoding(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
     let o = out.1;
     match op {
@@ -166,6 +167,13 @@ fn check_decoding(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
             same(o, &product(x, false, true)?, "the first product")?;
             same(o, &product(&[x[0], x[2]], false, true)?, "the second product")?;
             x[3..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
+        GpuOp::RotatedAttention { attention, rope } => {
+            // The rotation keeps q's type; the attention then takes it as it took the rope's.
+            let n = 3 + matches!(attention, Op::Attention { has_mask: true, .. }) as usize;
+            let rope_in: Vec<Ty> = [&x[..1], &x[n..]].concat();
+            infer::check(rope, &rope_in, x[0]).map_err(|e| format!("the rope {e}"))?;
+            infer::check(attention, &x[..n], out).map_err(|e| format!("the attention {e}"))
         }
         _ => unreachable!("not a decoding step"),
     }

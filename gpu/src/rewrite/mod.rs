@@ -232,6 +232,8 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
         normed_products::fold_norms(&mut program, options.normed_products);
     }
     if !options.dynamic {
+        // Static plans only: the kernel that rotates queries is the decode one, for few rows.
+        rope_scatter::fold_query_rotations(&mut program);
         permuted_stores::fold_permutes(&mut program);
     }
     halves::legalize_halves(&mut program);

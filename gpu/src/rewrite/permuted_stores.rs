@@ -45,6 +45,7 @@ fn stores_by_index(op: &GpuOp) -> bool {
         GpuOp::NormedProduct { op, .. } => stores_by_index(op),
         GpuOp::MatMulEpilogue { .. }
         | GpuOp::ProductPair { .. }
+        | GpuOp::RotatedAttention { .. }
         | GpuOp::ConvEpilogue { .. }
         | GpuOp::Fused { .. }
         | GpuOp::SplitSum { .. } => true,

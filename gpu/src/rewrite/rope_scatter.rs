@@ -7,6 +7,11 @@
 //! the write (SmolLM2's decode plan: 30 of its levels a token), though each element of the
 //! write needs only its own element of the rotation and its partner half a row away, both
 //! already in memory.
+//!
+//! The queries' rotation likewise: an attention of a few query rows a head (decoding), whose
+//! queries are a rotation that nothing else reads, rotates them as its kernel loads them
+//! (`GpuOp::RotatedAttention`, the decode kernel's): SmolLM2's decode plan loses a dispatch a
+//! layer. (Its level stays while the cache writes share it.)
 
 use crate::program::{GpuOp, Program};
 use mgn_ir::op::Op;
@@ -31,6 +36,37 @@ pub(super) fn fold_rotations(program: &mut Program) {
         s.inputs[1] = rope_in[0];
         s.inputs.extend(&rope_in[1..]);
         gone.push(src);
+    }
+    program.remove(&gone);
+}
+
+/// Folds each rotation of queries that only an attention few enough rows for the decode kernel
+/// reads into that attention. Static plans only: a dynamic plan's rows may outgrow the kernel.
+pub(super) fn fold_query_rotations(program: &mut Program) {
+    let readers = super::permuted_stores::readers(program);
+    let mut gone = Vec::new();
+    for id in program.order().to_vec() {
+        let s = program.step(id);
+        let GpuOp::Plan(attention @ Op::Attention { has_mask, .. }) = &s.op else { continue };
+        let n = 3 + *has_mask as usize;
+        let q = s.inputs[0];
+        let r = program.step(q);
+        let GpuOp::Plan(rope @ Op::Rope { .. }) = &r.op else { continue };
+        let shape = |k: usize| program.step(s.inputs[k]).shape.as_slice();
+        // The rotation's value is needed nowhere else (and is no result).
+        if readers.get(&q).map(Vec::as_slice) != Some(&[id][..])
+            || s.inputs.len() != n
+            || !crate::kernels::decodes(shape(0), shape(1), shape(2))
+        {
+            continue;
+        }
+        let op = GpuOp::RotatedAttention { attention: attention.clone(), rope: rope.clone() };
+        let rope_in = r.inputs.clone();
+        let s = program.step_mut(id);
+        s.op = op;
+        s.inputs[0] = rope_in[0];
+        s.inputs.extend(&rope_in[1..]);
+        gone.push(q);
     }
     program.remove(&gone);
 }
