@@ -8,7 +8,9 @@ saves them for mgn (--weights), then greedy-decodes a prompt of --prompt-len tok
   compile  — a StaticCache and torch.compile(mode="reduce-overhead", fullgraph=True) of the
              one-token forward, HF's recipe for compiled generation.
 Prints one line per path: prefill ms, per-token ms (median over the tokens of all repeats) and
-the first generated ids (mgn's must agree); writes the prompt ids to --prompt-out.
+the first generated ids (mgn's must agree); writes the prompt ids to --prompt-out. With
+--batch N, also one line per precision for the compiled path decoding N sequences at once:
+the median step and tokens/s.
 """
 
 import argparse
@@ -70,10 +72,10 @@ def decode(model, prompt, new, cache, step):
     return prefill, times, ids
 
 
-def static_cache(model, max_len, device):
+def static_cache(model, max_len, device, batch=1, dtype=torch.float32):
     from transformers import StaticCache
-    for kw in (dict(config=model.config, max_batch_size=1, max_cache_len=max_len, device=device,
-                    dtype=torch.float32),
+    for kw in (dict(config=model.config, max_batch_size=batch, max_cache_len=max_len,
+                    device=device, dtype=dtype),
                dict(config=model.config, max_cache_len=max_len)):
         try:
             return StaticCache(**kw)
@@ -93,6 +95,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--f16", action="store_true",
                     help="also time the model cast to float16 (the half-precision rows)")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="also time torch.compile + static cache decoding this many sequences "
+                         "at once (f32, and f16 with --f16): tokens/s over the batch")
     args = ap.parse_args()
     strict_f32()
     dev = torch.device("cuda")
@@ -122,8 +127,7 @@ def main():
                         cache_position=pos).logits
 
         def half_cache():
-            from transformers import StaticCache
-            return StaticCache(config=half.config, max_cache_len=args.cache)
+            return static_cache(half, args.cache, dev, dtype=torch.float16)
 
         compiled_half = torch.compile(half_step, mode="reduce-overhead", fullgraph=True)
         runs += [("f16 eager", half, lambda: DynamicCache(), half_step),
@@ -137,6 +141,50 @@ def main():
                 times.extend(t)
         print(f"torch {name}: prefill {statistics.median(prefills) * 1e3:.3f} ms, per token "
               f"{statistics.median(times) * 1e3:.3f} ms, ids {','.join(map(str, ids[:16]))}")
+    if args.batch > 1:
+        batch_rows(args, model, half if args.f16 else None, dev)
+
+
+def batch_rows(args, model, half, dev):
+    """torch.compile + static cache decoding args.batch sequences at once (random prompts):
+    the median time of one step of the whole batch, and tokens/s = batch / that time."""
+    n = args.batch
+    gen = torch.Generator().manual_seed(args.seed + 2)
+    prompt = torch.randint(0, model.config.vocab_size, (n, args.prompt_len), generator=gen).to(dev)
+    runs = [("f32", model, torch.float32)] + ([("f16", half, torch.float16)] if half else [])
+    for name, m, dtype in runs:
+        def step(tok, cache, pos, m=m):
+            return m(input_ids=tok, past_key_values=cache, use_cache=True,
+                     cache_position=pos).logits
+
+        compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+        times = []
+        for r in range(args.repeat + 1):
+            _, t, _ = decode_batch(m, prompt, args.new, static_cache(
+                m, args.cache, dev, batch=n, dtype=dtype), compiled)
+            if r > 0:
+                times.extend(t)
+        ms = statistics.median(times) * 1e3
+        print(f"torch batch {n} {name} compile: per step {ms:.3f} ms, {n / ms * 1e3:.0f} tokens/s")
+
+
+@torch.no_grad()
+def decode_batch(model, prompt, new, cache, step):
+    """`decode` for a batch of prompts: greedy, every sequence one token per step."""
+    P = prompt.shape[1]
+    out = model(input_ids=prompt, past_key_values=cache, use_cache=True,
+                cache_position=torch.arange(P, device=prompt.device))
+    tok = out.logits[:, -1].argmax(-1, keepdim=True)
+    times = []
+    for i in range(new - 1):
+        pos = torch.tensor([P + i], device=prompt.device)
+        sync()
+        t = time.perf_counter()
+        logits = step(tok, cache, pos)
+        tok = logits[:, -1].argmax(-1, keepdim=True)
+        sync()
+        times.append(time.perf_counter() - t)
+    return None, times, None
 
 
 if __name__ == "__main__":

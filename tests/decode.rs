@@ -249,3 +249,29 @@ fn state_lives_from_one_run_to_the_next_on_the_cpu() {
 fn state_lives_from_one_run_to_the_next_on_the_gpu() {
     running_sum(true);
 }
+
+/// The decode plan under the mixed f16 policy (its products take the RMS norm and its cast to
+/// f16: `rewrite/normed_products.rs`) decodes on the GPU what it decodes on the CPU, token by
+/// token. Both round the same operands to f16; a value the two compute an f32 ulp apart may
+/// round to the neighbouring half, hence a looser bound than f32's.
+#[test]
+fn mixed_precision_decoding_on_the_gpu_matches_the_cpu() {
+    root();
+    let settings: Vec<Setting> =
+        SMALL.iter().chain(&["cache=16"]).map(|s| s.parse().expect("valid setting")).collect();
+    let opts =
+        PlanOptions { precision: mgn_ir::precision::Precision::MixedF16, ..PlanOptions::infer() };
+    let path = Path::new("models/smollm2_135m_decode.mgn");
+    let (outcome, plan) = plan_path(path, None, settings, &opts).expect("readable");
+    assert!(outcome.ok(), "{}", rendered(&outcome));
+    let plan = plan.expect("a plan");
+    let Some(gpu) = session(plan.clone(), true) else { return };
+    let cpu = session(plan, false).expect("a CPU session");
+    let mut g = Generator::new(None, gpu).expect("a decode plan");
+    let mut c = Generator::new(None, cpu).expect("a decode plan");
+    for (t, &id) in tokens().iter().enumerate() {
+        let (got, want) = (g.step(id).expect("a step"), c.step(id).expect("a step"));
+        let e = rel_l2(&got, &want);
+        assert!(e < 2e-3, "position {t}: rel. L2 {e:.2e} against the CPU");
+    }
+}

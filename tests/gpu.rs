@@ -715,3 +715,44 @@ fn mixed_precision_plans_match_the_cpu() {
     // mistake (most values far off) from rounding noise (a few just past the bound).
     assert!(far.is_empty(), "{} values past the bound:\n{}", far.len(), far.join("\n"));
 }
+
+/// The transformers' inference plans at one token (the minimal shape `mgnc bench` times), in
+/// f32 and mixed f16, on the GPU against the CPU: decoding's rewrites (norms inside the
+/// products of a few rows, with the mixed cast; SmolLM2's gate and up as one pair) on real
+/// model structure — a pre-norm Llama and a post-norm BERT, whose layer norms also feed the
+/// residual.
+#[test]
+fn the_transformers_at_one_token_match_the_cpu() {
+    use mgn_ir::precision::Precision;
+    let smollm2 = [
+        "vocab=64",
+        "d=32",
+        "n_layers=2",
+        "heads=4",
+        "kv_heads=2",
+        "head_dim=8",
+        "hidden=48",
+        "B=1",
+        "T=1",
+    ];
+    let minilm =
+        ["vocab=64", "d=32", "heads=4", "ffn=64", "n_layers=2", "max_positions=16", "B=1", "T=1"];
+    for (model, settings) in
+        [("models/smollm2_135m.mgn", &smollm2[..]), ("models/minilm_l6.mgn", &minilm[..])]
+    {
+        for (precision, tol) in [(Precision::F32, 1e-5), (Precision::MixedF16, 2e-3)] {
+            let opts = PlanOptions { precision, ..PlanOptions::infer() };
+            let p = plan(model, settings, &opts);
+            let mut cpu = Session::new(p.clone(), 3);
+            let Some(mut gpu) = gpu(p.clone(), &cpu.params) else { return };
+            let data = inputs(&p, 1);
+            let given: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let want = cpu.run(&given).expect("cpu runs");
+            let got = gpu.run(&given, cpu_seed(&cpu)).expect("gpu runs");
+            for ((n, w), (_, g)) in want.outputs.iter().zip(&got.outputs) {
+                let e = rel(g, w);
+                assert!(e < tol, "{model} {precision:?}: output {n}: {e:e}");
+            }
+        }
+    }
+}

@@ -80,19 +80,26 @@ pub fn eval(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
         }
         GpuOp::AttentionProbs { causal, has_mask } => attention_probs(x, *causal, *has_mask, ctx),
         // The same value; only where the GPU keeps it differs.
-        GpuOp::ScatterInPlace { axis } => {
+        GpuOp::ScatterInPlace { axis, rope: None } => {
             cpu(&Op::SliceScatter { axis: *axis }, x, dtype, shape, ctx)
         }
+        GpuOp::ScatterInPlace { rope: Some(_), .. }
+        | GpuOp::ProductPair { .. }
+        | GpuOp::RotatedAttention { .. } => decoding(op, x, dtype, shape, ctx),
         GpuOp::PermutedStore { op, shape: at, view, perm } => {
             let y = eval(op, x, dtype, at, ctx);
             let y = Tensor { shape: view.clone(), ..y };
             cpu(&Op::Permute { perm: perm.clone() }, &[&y], dtype, shape, ctx)
         }
-        GpuOp::NormedProduct { norm, op } => {
+        GpuOp::NormedProduct { norm, op, rounded } => {
             let operands = crate::program::norm_operands(norm).expect("a typed step");
             let (inner, params) = x.split_at(x.len() + 1 - operands);
             let normed: Vec<&Tensor> = [&inner[..1], params].concat();
             let y = cpu(norm, &normed, inner[0].dtype, &inner[0].shape, ctx);
+            let y = match rounded {
+                Some(h) => cpu(&Op::Cast, &[&y], *h, &y.shape, ctx),
+                None => y,
+            };
             let mut inputs = vec![&y];
             inputs.extend(&inner[1..]);
             eval(op, &inputs, dtype, shape, ctx)
@@ -228,6 +235,33 @@ fn attention_stats(
 
 /// `alpha · op(a) · op(b)` of `x[0], x[1]`, an operand transposed (its last two axes) where
 /// its flag says, as `GpuOp::MatMulT` and a flagged epilogue's product read them.
+/// `eval` of decoding's fused steps: a cache write that rotates what it writes, a pair of
+/// products combined by their epilogue, an attention that rotates its queries.
+fn decoding(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx) -> Tensor {
+    match op {
+        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
+            let rope_in: Vec<&Tensor> = [&x[1..2], &x[3..]].concat();
+            let src = cpu(rope, &rope_in, x[1].dtype, &x[1].shape, ctx);
+            cpu(&Op::SliceScatter { axis: *axis }, &[x[0], &src, x[2]], dtype, shape, ctx)
+        }
+        GpuOp::ProductPair { program } => {
+            let first = product(&x[..2], (false, true, 1.0), shape, ctx);
+            let second = product(&[x[0], x[2]], (false, true, 1.0), shape, ctx);
+            let mut inputs = vec![&first, &second];
+            inputs.extend(&x[3..]);
+            run_program(program, &inputs, dtype, shape, ctx)
+        }
+        GpuOp::RotatedAttention { attention, rope } => {
+            let n = 3 + matches!(attention, Op::Attention { has_mask: true, .. }) as usize;
+            let rope_in: Vec<&Tensor> = [&x[..1], &x[n..]].concat();
+            let q = cpu(rope, &rope_in, x[0].dtype, &x[0].shape, ctx);
+            let operands: Vec<&Tensor> = [&[&q][..], &x[1..n]].concat();
+            cpu(attention, &operands, dtype, shape, ctx)
+        }
+        op => unreachable!("`{}` is not a decoding step", op.describe()),
+    }
+}
+
 fn product(
     x: &[&Tensor],
     (ta, tb, alpha): (bool, bool, f64),

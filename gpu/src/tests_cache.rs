@@ -213,7 +213,7 @@ fn a_cache_nothing_else_reads_is_written_in_place_and_matches_the_cpu() {
     plan.outputs.retain(|(name, _)| name != "old");
     plan.validate().expect("a valid plan");
     let program = crate::rewrite::for_gpu(&plan);
-    assert_eq!(program.steps[3].op, crate::program::GpuOp::ScatterInPlace { axis: 1 });
+    assert_eq!(program.steps[3].op, crate::program::GpuOp::ScatterInPlace { axis: 1, rope: None });
     let layout = crate::memory::plan_arena(&program);
     assert_eq!(layout.offsets[3], layout.offsets[0], "the scatter's words are the cache's");
     let mut top = layout.total_words;
@@ -295,4 +295,130 @@ fn swapped_unchanged_integer_and_unread_state_is_carried_like_the_cpu() {
         assert_params(gpu.params().expect("reads back"), &cpu, run as usize);
     }
     assert_eq!(cpu[2].to_f64_vec(), vec![8.0], "the counter counted the runs");
+}
+
+/// A decoding step's keys rotated at the run-time position and written into the cache in
+/// place (`rewrite::rope_scatter`: one step, `ScatterInPlace` with its `rope`), over runs at
+/// several positions, a window of 3 tokens at once among them: the cache, and the window read
+/// after the write, equal the CPU's. Queries rotated the same way but also returned keep their
+/// own rotation.
+#[test]
+fn keys_rotated_as_they_are_written_into_the_cache_match_the_cpu() {
+    use crate::program::GpuOp;
+    let f = DType::F32;
+    for t in [1, 3] {
+        let rope = Op::Rope { theta: 100.0, offset: 0, inverse: false };
+        let steps = vec![
+            step(Op::Param { index: 0 }, vec![], f, &[2, 9, 6]),
+            step(Op::Input { name: "new".into() }, vec![], f, &[2, t, 6]),
+            step(Op::Input { name: "pos".into() }, vec![], DType::I32, &[]),
+            step(rope.clone(), vec![1, 2], f, &[2, t, 6]),
+            step(Op::SliceScatter { axis: 1 }, vec![0, 3, 2], f, &[2, 9, 6]),
+            step(Op::Narrow { axis: 1, len: 4 }, vec![4, 2], f, &[2, 4, 6]),
+            step(rope, vec![1, 2], f, &[2, t, 6]),
+        ];
+        let inputs = vec![("new".into(), 1), ("pos".into(), 2)];
+        let outputs = vec![("window".into(), 5), ("q".into(), 6)];
+        let plan = Plan {
+            params: vec![state("cache", f, &[2, 9, 6])],
+            state_writes: vec![(0, 4)],
+            loss_scaling: None,
+            ..Plan::of_steps(Mode::Infer, steps, inputs, outputs)
+        };
+        plan.validate().expect("a valid plan");
+        let program = crate::rewrite::for_gpu(&plan);
+        let rotated = |op: &GpuOp| matches!(op, GpuOp::ScatterInPlace { rope: Some(_), .. });
+        assert!(program.steps.iter().any(|s| rotated(&s.op)), "{:#?}", program.steps);
+        let ropes = program.steps.iter().filter(|s| matches!(s.op, GpuOp::Plan(Op::Rope { .. })));
+        assert_eq!(ropes.count(), 1, "the queries' rotation stays");
+        let checked = crate::kernels::check_plan(&plan, &crate::limits::DeviceLimits::MIN_SPEC);
+        assert!(checked.missing.is_empty() && checked.invalid.is_empty(), "{checked:?}");
+        // The reference runs the rewritten program: its rotation inside the scatter.
+        let reference = program.clone();
+        let init = floats(&[2, 9, 6], 7);
+        let Some(mut gpu) = open(plan, std::slice::from_ref(&init)) else { return };
+        let mut cpu = vec![init];
+        for (run, pos) in [0, 1, 4, 7, -2].into_iter().enumerate() {
+            let (new, p) = (floats(&[2, t, 6], 60 + run as u32), start(pos));
+            let given = [("new", &new), ("pos", &p)];
+            let want = run_and_write(&reference, &mut cpu, &given);
+            let got = gpu.run(&given, 0).expect("runs");
+            for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
+                assert_close(&Op::Reshape, g, w, 1e-5);
+                assert_eq!(g.shape, w.shape, "run {run}: `{name}`");
+            }
+            let params = gpu.params().expect("reads back");
+            let held = params[0].as_ref().expect("the cache is held");
+            assert_close(&Op::Param { index: 0 }, held, &cpu[0], 1e-5);
+        }
+    }
+}
+
+/// Decoding's queries rotated at the run-time position as the attention loads them
+/// (`rewrite::rope_scatter`: one `RotatedAttention` step instead of a rope and an attention),
+/// with and without a mask, one row and a causal three, head dims that fill the kernel's lanes
+/// (16) and that leave some idle (6, 12): the output equals the plan's as compiled, on the CPU,
+/// at every position. A rotation also returned stays a step of its own.
+#[test]
+fn queries_rotated_as_the_attention_loads_them_match_the_cpu() {
+    use crate::program::{GpuOp, Program};
+    let f = DType::F32;
+    for (t, d, has_mask, returned) in
+        [(1, 6, false, false), (1, 16, true, false), (3, 12, true, false), (1, 16, false, true)]
+    {
+        let rope = Op::Rope { theta: 100.0, offset: 1, inverse: false };
+        let attention = Op::Attention { causal: t > 1, scale: 0.3, has_mask };
+        let mut steps = vec![
+            step(Op::Input { name: "q".into() }, vec![], f, &[2, 4, t, d]),
+            step(Op::Input { name: "k".into() }, vec![], f, &[2, 2, 9, d]),
+            step(Op::Input { name: "v".into() }, vec![], f, &[2, 2, 9, d]),
+            step(Op::Input { name: "mask".into() }, vec![], f, &[t, 9]),
+            step(Op::Input { name: "pos".into() }, vec![], DType::I32, &[]),
+            step(rope, vec![0, 4], f, &[2, 4, t, d]),
+        ];
+        let operands = if has_mask { vec![5, 1, 2, 3] } else { vec![5, 1, 2] };
+        steps.push(step(attention, operands, f, &[2, 4, t, d]));
+        let mut inputs: Vec<(String, u32)> = ["q", "k", "v", "mask", "pos"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), i as u32))
+            .collect();
+        if !has_mask {
+            inputs.remove(3);
+        }
+        let mut outputs = vec![("y".into(), 6)];
+        if returned {
+            outputs.push(("rotated".into(), 5));
+        }
+        let mut plan = Plan::of_steps(Mode::Infer, steps, inputs, outputs);
+        if !has_mask {
+            // The mask's step unread: a constant in its place keeps the steps' numbers.
+            plan.steps[3] = step(Op::Constant { value: 0.0 }, vec![], f, &[t, 9]);
+        }
+        plan.validate().expect("a valid plan");
+        let program = crate::rewrite::for_gpu(&plan);
+        let folded = program.steps.iter().any(|s| matches!(s.op, GpuOp::RotatedAttention { .. }));
+        assert_eq!(folded, !returned, "{:#?}", program.steps);
+        let checked = crate::kernels::check_plan(&plan, &crate::limits::DeviceLimits::MIN_SPEC);
+        assert!(checked.missing.is_empty() && checked.invalid.is_empty(), "{checked:?}");
+        // The reference runs the plan as compiled: a rope, then the attention.
+        let reference = Program::with_choices(&plan, Default::default()).to_gpu_plan();
+        let Some(mut gpu) = open(plan, &[]) else { return };
+        for (run, pos) in [0, 1, 5, 300, -2].into_iter().enumerate() {
+            let seed = 10 * run as u32;
+            let (q, k) = (floats(&[2, 4, t, d], seed), floats(&[2, 2, 9, d], seed + 1));
+            let (v, mask) = (floats(&[2, 2, 9, d], seed + 2), floats(&[t, 9], seed + 3));
+            let p = start(pos);
+            let mut given = vec![("q", &q), ("k", &k), ("v", &v), ("mask", &mask), ("pos", &p)];
+            if !has_mask {
+                given.remove(3);
+            }
+            let want = crate::reference::run(&reference, &[], &given);
+            let got = gpu.run(&given, 0).expect("runs");
+            for ((name, g), (_, w)) in got.outputs.iter().zip(&want.outputs) {
+                assert_eq!(g.shape, w.shape, "run {run}: `{name}`");
+                assert_close(&Op::Reshape, g, w, 1e-5);
+            }
+        }
+    }
 }

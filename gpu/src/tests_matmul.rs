@@ -397,7 +397,164 @@ fn normed_products_match_the_cpu() {
         let k = *x.last().expect("rows");
         let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
         inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
-        let normed = GpuOp::NormedProduct { norm, op: Box::new(op) };
+        let normed = GpuOp::NormedProduct { norm, op: Box::new(op), rounded: None };
         check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
+    }
+}
+
+/// Products of a few normed rows by a transposed weight (`GpuOp::NormedProduct` at one-token
+/// decoding's shapes): the few-columns kernel, swapped, finds each row's statistics in a pass
+/// of its own (`normed_vector`). One row and eight, k below and above the workgroup's width,
+/// both norms with and without weight and bias, a scaled product and one with an epilogue;
+/// rows far from zero mean (300 ± 1) check that the layer norm's variance keeps its digits.
+#[test]
+fn normed_products_of_a_few_rows_match_the_cpu() {
+    use crate::program::{Elem, GpuOp};
+    use mgn_ir::op::BinaryOp;
+    let ln = |has_weight, has_bias| Op::LayerNorm { eps: 1e-5, has_weight, has_bias };
+    let rms = |has_weight| Op::RmsNorm { eps: 1e-6, has_weight };
+    let t = |alpha| GpuOp::MatMulT { ta: false, tb: true, alpha, splits: 1 };
+    let bias = vec![Elem::Input(0), Elem::Input(1), Elem::Binary(BinaryOp::Add, 0, 1)];
+    let epilogue = GpuOp::MatMulEpilogue { program: bias, ta: false, tb: true };
+    // (norm, product, x, its rows' offset, b, the product's extra inputs, output)
+    type Case<'a> = (Op, GpuOp, &'a [usize], f32, &'a [usize], Vec<&'a [usize]>, &'a [usize]);
+    let cases: Vec<Case> = vec![
+        (rms(true), t(1.0), &[1, 1, 576], 0.0, &[40, 576], vec![], &[1, 1, 40]),
+        (rms(false), t(0.5), &[8, 96], 3.0, &[33, 96], vec![], &[8, 33]),
+        (rms(true), epilogue.clone(), &[2, 1, 300], 3.0, &[66, 300], vec![&[66]], &[2, 1, 66]),
+        (ln(true, true), t(1.0), &[1, 130], 300.0, &[20, 130], vec![], &[1, 20]),
+        (ln(false, false), t(1.0), &[5, 1000], 3.0, &[17, 1000], vec![], &[5, 17]),
+        (ln(true, false), epilogue, &[3, 64], 300.0, &[9, 64], vec![&[9]], &[3, 9]),
+    ];
+    for (c, (norm, op, x, shift, b, extra, out)) in cases.into_iter().enumerate() {
+        let seed = c as u32 * 103;
+        let tensor = |s: &[usize], seed: u32, shift: f32| {
+            let v = values(s.iter().product(), seed).into_iter().map(|v| v + shift).collect();
+            Tensor::f32(s.to_vec(), v)
+        };
+        let mut inputs = vec![tensor(x, seed, shift), tensor(b, seed + 1, 0.0)];
+        inputs.extend(extra.iter().map(|s| tensor(s, seed + 2, 0.0)));
+        let k = *x.last().expect("rows");
+        let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
+        inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
+        let normed = GpuOp::NormedProduct { norm, op: Box::new(op), rounded: None };
+        check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
+    }
+}
+
+/// A mixed policy's one-token products: an RMS norm (and a layer norm of 8 rows) cast to f16
+/// and read by products of f16 weights stored transposed. The products take the norm and the
+/// cast (`NormedProduct` with `rounded`: the normed value rounded to f16 before the product),
+/// and compute what the plan as compiled computes on the CPU.
+#[test]
+fn products_of_a_few_rounded_normed_rows_match_the_plan_as_compiled() {
+    use super::test_util::{assert_close, run_on_cpu_plan, step};
+    use crate::program::GpuOp;
+    use mgn_ir::plan::{Mode, Plan};
+    let (f, h) = (DType::F32, DType::F16);
+    let rms = Op::RmsNorm { eps: 1e-5, has_weight: true };
+    let ln = Op::LayerNorm { eps: 1e-5, has_weight: true, has_bias: true };
+    for (norm, m, k, n) in [(rms, 1, 576, 40), (ln, 8, 130, 33)] {
+        let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[m, k]), // 0
+            step(Op::Input { name: "g".into() }, vec![], f, &[k]),    // 1
+            step(Op::Input { name: "w".into() }, vec![], f, &[n, k]), // 2
+            step(norm, [0, 1, 1][..1 + params].to_vec(), f, &[m, k]), // 3
+            step(Op::Cast, vec![3], h, &[m, k]),                      // 4
+            step(Op::Cast, vec![2], h, &[n, k]),                      // 5
+            step(Op::Permute { perm: vec![1, 0] }, vec![5], h, &[k, n]), // 6
+            step(Op::MatMul, vec![4, 6], f, &[m, n]),                 // 7
+        ];
+        let inputs = vec![("x".into(), 0), ("g".into(), 1), ("w".into(), 2)];
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, vec![("y".into(), 7)]);
+        let gpu_plan = crate::rewrite::for_gpu(&plan);
+        let normed = gpu_plan
+            .steps
+            .iter()
+            .any(|s| matches!(s.op, GpuOp::NormedProduct { rounded: Some(DType::F16), .. }));
+        assert!(normed, "{:#?}", gpu_plan.steps);
+        let x = Tensor::f32(vec![m, k], values(m * k, 7).iter().map(|v| v + 3.0).collect());
+        let g = Tensor::f32(vec![k], values(k, 8).iter().map(|v| v + 1.0).collect());
+        let w = Tensor::f32(vec![n, k], values(n * k, 9));
+        let given = [("x", &x), ("g", &g), ("w", &w)];
+        let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
+        let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
+        let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
+        // Both round the same normed values to f16, but one computed an f32 ulp apart may
+        // round to the neighbouring half.
+        assert_close(&Op::MatMul, &got, &want, 1e-4);
+    }
+}
+
+/// A gated feed-forward at one-token shapes, `(silu(x·gᵀ) · (x·uᵀ) + r) · 0.5`, of a normed
+/// `x` (RMS norm): the gate's product and the up product whose epilogue reads it become one
+/// `ProductPair` (inside the norm's `NormedProduct`), in f32 and with the mixed policy's casts
+/// to f16, with 1 and 8 rows (3 of them at 300 ± 1 in k = 1000's case); the GPU computes what
+/// the plan as compiled computes on the CPU.
+#[test]
+fn gate_and_up_products_as_one_pair_match_the_plan_as_compiled() {
+    use super::test_util::{assert_close, run_on_cpu_plan, step};
+    use crate::program::GpuOp;
+    use mgn_ir::op::{BinaryOp, UnaryOp};
+    use mgn_ir::plan::{Mode, Plan};
+    let f = DType::F32;
+    for (m, k, n, half) in [(1, 576, 40, None), (8, 96, 33, Some(DType::F16)), (3, 1000, 17, None)]
+    {
+        let h = half.unwrap_or(f);
+        let cast = |x: u32, s: &[usize]| match half {
+            Some(h) => step(Op::Cast, vec![x], h, s),
+            None => step(Op::Reshape, vec![x], f, s),
+        };
+        let t = Op::Permute { perm: vec![1, 0] };
+        // The products read the norm itself in f32, its cast with the mixed policy.
+        let xin = if half.is_some() { 6 } else { 5 };
+        let steps = vec![
+            step(Op::Input { name: "x".into() }, vec![], f, &[m, k]), // 0
+            step(Op::Input { name: "g".into() }, vec![], f, &[k]),    // 1
+            step(Op::Input { name: "wg".into() }, vec![], f, &[n, k]), // 2
+            step(Op::Input { name: "wu".into() }, vec![], f, &[n, k]), // 3
+            step(Op::Input { name: "r".into() }, vec![], f, &[n]),    // 4
+            step(Op::RmsNorm { eps: 1e-5, has_weight: true }, vec![0, 1], f, &[m, k]), // 5
+            cast(5, &[m, k]),                                         // 6
+            cast(2, &[n, k]),                                         // 7
+            cast(3, &[n, k]),                                         // 8
+            step(t.clone(), vec![7], h, &[k, n]),                     // 9
+            step(t, vec![8], h, &[k, n]),                             // 10
+            step(Op::MatMul, vec![xin, 9], f, &[m, n]),               // 11: gate
+            step(Op::MatMul, vec![xin, 10], f, &[m, n]),              // 12: up
+            step(Op::Unary(UnaryOp::Silu), vec![11], f, &[m, n]),     // 13
+            step(Op::Binary(BinaryOp::Mul), vec![13, 12], f, &[m, n]), // 14
+            step(Op::Binary(BinaryOp::Add), vec![14, 4], f, &[m, n]), // 15
+            step(Op::Constant { value: 0.5 }, vec![], f, &[]),        // 16
+            step(Op::Binary(BinaryOp::Mul), vec![15, 16], f, &[m, n]), // 17
+        ];
+        let names = ["x", "g", "wg", "wu", "r"];
+        let inputs = names.iter().enumerate().map(|(i, s)| (s.to_string(), i as u32)).collect();
+        let plan = Plan::of_steps(Mode::Infer, steps, inputs, vec![("y".into(), 17)]);
+        plan.validate().expect("valid");
+        let gpu_plan = crate::rewrite::for_gpu(&plan);
+        let paired = gpu_plan.steps.iter().any(|s| match &s.op {
+            GpuOp::NormedProduct { op, .. } => matches!(**op, GpuOp::ProductPair { .. }),
+            _ => false,
+        });
+        assert!(paired, "{:#?}", gpu_plan.steps);
+        assert_eq!(gpu_plan.steps.iter().filter(|s| s.op.is_contraction()).count(), 1);
+        let shifted = |s: &[usize], seed, by: f32| {
+            let v = values(s.iter().product(), seed).into_iter().map(|v| v + by);
+            Tensor::f32(s.to_vec(), v.collect())
+        };
+        let x = shifted(&[m, k], 11, if k == 1000 { 300.0 } else { 0.0 });
+        let (g, wg, wu, r) = (
+            shifted(&[k], 12, 1.0),
+            shifted(&[n, k], 13, 0.0),
+            shifted(&[n, k], 14, 0.0),
+            shifted(&[n], 15, 0.0),
+        );
+        let given = [("x", &x), ("g", &g), ("wg", &wg), ("wu", &wu), ("r", &r)];
+        let want = run_on_cpu_plan(&plan, &[], &given).outputs.remove(0).1;
+        let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
+        let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
+        assert_close(&Op::MatMul, &got, &want, 1e-4);
     }
 }

@@ -64,6 +64,9 @@ fn flops(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Option<f64> {
         GpuOp::Plan(Op::MatMul) => product(false, 1, 0),
         GpuOp::MatMulT { ta, splits, .. } => product(*ta, *splits, 0),
         GpuOp::MatMulEpilogue { program, ta, .. } => product(*ta, 1, program.len()),
+        GpuOp::ProductPair { program } => {
+            Some(2.0 * product(false, 1, 0)? + numel(out) * program.len() as f64)
+        }
         GpuOp::Plan(
             conv @ (Op::Conv { .. } | Op::ConvGradInput { .. } | Op::ConvGradWeight { .. }),
         ) => conv_flops(conv, inputs, out),
@@ -71,7 +74,9 @@ fn flops(op: &GpuOp, inputs: &[&[usize]], out: &[usize]) -> Option<f64> {
         GpuOp::ConvEpilogue { conv, program } => {
             Some(conv_flops(conv, inputs, out)? + numel(out) * program.len() as f64)
         }
-        GpuOp::Plan(Op::Attention { .. }) | GpuOp::AttentionOnTiles { .. } => attention(inputs, 2),
+        GpuOp::Plan(Op::Attention { .. })
+        | GpuOp::AttentionOnTiles { .. }
+        | GpuOp::RotatedAttention { .. } => attention(inputs, 2),
         GpuOp::AttentionStats { .. } => attention(inputs, 1),
         GpuOp::Plan(Op::AttentionGrad { part, .. })
         | GpuOp::AttentionGradWithStats { part, .. } => {

@@ -75,19 +75,45 @@ pub(super) fn epilogue(
     matmul::generate_with(&inputs[..2], out, target, Some(&epilogue), layout, None)
 }
 
-/// A product of normed rows (`GpuOp::NormedProduct`): `op`'s kernel over `norm(x)`, which
-/// the tiled kernel computes as it stages A (`matmul::RowNorm`); the norm's weight and bias
-/// are the last inputs.
+/// Two products of the same few rows combined by `program` (`GpuOp::ProductPair`): `Input(0)`
+/// and `Input(1)` the products, `Input(k)` the step's input `k + 1`; of `norm(a)` where given.
+pub(super) fn product_pair(
+    program: &[Elem],
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+    norm: Option<matmul::RowNorm>,
+) -> Result<KernelSource, String> {
+    if inputs.len() < 3 {
+        return Err("a pair of products without its operands".into());
+    }
+    let extra = &inputs[1..];
+    let leaf = |k: u32| match k {
+        0 => Ok("p".into()),
+        1 => Ok("q".into()),
+        k => element_of(extra, k as usize, out, "epilogue input"),
+    };
+    let (lines, last, helpers) = program_lines(program, leaf)?;
+    let head = "fn mgn_epilogue(i: u32, p: f32, q: f32) -> f32";
+    let epilogue = format!("{helpers}{head} {{\n    {lines}return {last};\n}}\n");
+    matmul::generate_pair(&inputs[..3], out, target, &epilogue, norm)
+}
+
+/// A product of normed rows (`GpuOp::NormedProduct`): `op`'s kernel over `norm(x)` (rounded
+/// to `rounded` where a mixed policy's cast was folded with it), which the tiled kernel
+/// computes as it stages A and the few-columns one as it reads it (`matmul::RowNorm`); the
+/// norm's weight and bias are the last inputs.
 pub(super) fn normed_product(
     norm: &Op,
     op: &GpuOp,
+    rounded: Option<mgn_ir::DType>,
     inputs: &[Operand],
     out: &Operand,
     target: Target,
 ) -> Result<KernelSource, String> {
     let operands = crate::program::norm_operands(norm)?;
     let (inner, params) = inputs.split_at(inputs.len() + 1 - operands);
-    let row_norm = matmul::RowNorm::of(norm, params)?;
+    let row_norm = matmul::RowNorm { rounded, ..matmul::RowNorm::of(norm, params)? };
     let plain = matmul::Layout::PLAIN;
     let (epilogue, layout) = match op {
         GpuOp::Plan(Op::MatMul) => (None, plain),
@@ -97,6 +123,9 @@ pub(super) fn normed_product(
         GpuOp::MatMulEpilogue { program, ta: false, tb } => {
             let e = returning_epilogue(program, &inner[1..], out)?;
             (Some(e), matmul::Layout { tb: *tb, ..plain })
+        }
+        GpuOp::ProductPair { program } => {
+            return product_pair(program, inner, out, target, Some(row_norm));
         }
         op => return Err(format!("`{}` does not read normed rows", op.describe())),
     };

@@ -9,6 +9,7 @@
 //! lives and writes the loads and stores of its elements.
 
 mod attention;
+pub(crate) use attention::decodes;
 mod check;
 pub(crate) mod conv;
 mod ext;
@@ -336,7 +337,8 @@ pub fn generate(
         GpuOp::Plan(_) => unreachable!("handled above"),
         GpuOp::AttentionStats { .. }
         | GpuOp::AttentionGradWithStats { .. }
-        | GpuOp::AttentionOnTiles { .. } => attention::generate(op, inputs, out, target),
+        | GpuOp::AttentionOnTiles { .. }
+        | GpuOp::RotatedAttention { .. } => attention::generate(op, inputs, out, target),
         GpuOp::NormWeightGradPartial { eps, center, chunk } => {
             let w = width as usize;
             norm::weight_grad_partial(&inputs[0], &inputs[1], *eps, *center, *chunk, out, w)
@@ -360,6 +362,7 @@ pub fn generate(
             let layout = matmul::Layout { ta: *ta, tb: *tb, ..matmul::Layout::PLAIN };
             fused::epilogue(program, inputs, out, target, layout)
         }
+        GpuOp::ProductPair { program } => fused::product_pair(program, inputs, out, target, None),
         GpuOp::ConvEpilogue { conv, program } => {
             fused::conv_epilogue(conv, program, inputs, out, target)
         }
@@ -376,12 +379,16 @@ pub fn generate(
         GpuOp::SplitSum { splits, program } => {
             fused::split_sum(*splits, program, inputs, out, width)
         }
-        GpuOp::ScatterInPlace { axis } => select::scatter_in_place(*axis, inputs, out, width),
+        GpuOp::ScatterInPlace { axis, rope } => {
+            select::scatter_in_place(*axis, rope.as_ref(), inputs, out, width)
+        }
         GpuOp::PermutedStore { op, shape, view, perm } => {
             let p = Permuted { view: view.clone(), perm: perm.clone() };
             generate(op, id, inputs, &out.permuted(shape, p), target, training)
         }
-        GpuOp::NormedProduct { norm, op } => fused::normed_product(norm, op, inputs, out, target),
+        GpuOp::NormedProduct { norm, op, rounded } => {
+            fused::normed_product(norm, op, *rounded, inputs, out, target)
+        }
     }
 }
 

@@ -258,9 +258,11 @@ fn slice_scatter(
 
 /// `slice_scatter` into x's own words (`GpuOp::ScatterInPlace`: the output's region is x's):
 /// one invocation per element of src, each writing its element where the window lands; the
-/// rest of x is left as it is.
+/// rest of x is left as it is. With `rope`, src's element rotated (`rope_value`) is written:
+/// the keys' rotary embedding and their cache write, one dispatch.
 pub(super) fn scatter_in_place(
     axis: usize,
+    rope: Option<&Op>,
     inputs: &[Operand],
     out: &Operand,
     width: u32,
@@ -270,13 +272,22 @@ pub(super) fn scatter_in_place(
     if out.shape != x.shape {
         return Err(format!("slice_scatter in place of {:?} into {:?}", x.shape, out.shape));
     }
+    let (value, rotation) = match rope {
+        None => (load(src, "i"), String::new()),
+        Some(Op::Rope { theta, offset, inverse }) => {
+            let r = rope_value(*theta, *offset, *inverse, src, inputs.get(3))?;
+            ("rope_v".to_string(), r)
+        }
+        Some(op) => return Err(format!("`{}` is no rotary embedding", op.describe())),
+    };
     let body = format!(
-        "{}
+        "{rotation}
+    {}
     let s = {};
     {}",
         decompose(&w, &inner),
         clamped_start(start, &len.sub(&w)),
-        store(out, &format!("(o * {len} + s + a) * {inner} + r"), &load(src, "i")),
+        store(out, &format!("(o * {len} + s + a) * {inner} + r"), &value),
     );
     Ok(elementwise(src.numel(), width, &body, ""))
 }
@@ -564,16 +575,31 @@ fn rope(
     out: &Operand,
     width: u32,
 ) -> Result<KernelSource, String> {
+    let n = out.numel();
+    if n.n == 0 {
+        return Ok(elementwise(n, width, "", ""));
+    }
+    let body = rope_value(theta, offset, inverse, x, start)?;
+    Ok(elementwise(n, width, &format!("{body}\n    {}", store(out, "i", "rope_v")), ""))
+}
+
+/// WGSL lines that give `rope_v` the value of element `i` of x rotated (`Op::Rope`): its
+/// angle from its position along x's `T` axis (plus the offset and the run-time start), its
+/// partner the element half a row away. In a block of their own, so that a kernel that writes
+/// the value elsewhere (`scatter_in_place`) keeps its own names.
+pub(super) fn rope_value(
+    theta: f64,
+    offset: usize,
+    inverse: bool,
+    x: &Operand,
+    start: Option<&Operand>,
+) -> Result<String, String> {
     let r = x.shape.len();
-    if r < 2 || !x.shape[r - 1].is_multiple_of(2) {
+    if r < 2 || !x.shape[r - 1].is_multiple_of(2) || x.shape[r - 1] == 0 {
         return Err(format!("rope needs [.., T, D] with an even D, found {:?}", x.shape));
     }
     let (t_len, d) = (x.dim(r - 2), x.shape[r - 1]);
     let half = d / 2;
-    let n = out.numel();
-    if half == 0 || n.n == 0 {
-        return Ok(elementwise(n, width, "", ""));
-    }
     let (mut hi, mut lo) = (Vec::new(), Vec::new());
     for i in 0..half {
         let (h, l) = turns_fixed_point(theta.powf(-2.0 * i as f64 / d as f64));
@@ -585,8 +611,10 @@ fn rope(
         Some(s) => format!(" + u32(max({}, 0i))", load(s, "0u")),
         None => String::new(),
     };
-    let body = format!(
-        "var turn_hi = array<u32, {half}u>({hi});
+    Ok(format!(
+        "var rope_v = 0.0;
+    {{
+    var turn_hi = array<u32, {half}u>({hi});
     var turn_lo = array<u32, {half}u>({lo});
     let col = i % {d}u;
     let t = (i / {d}u) % {t_len};
@@ -600,24 +628,18 @@ fn rope(
     let c = cos(angle);
     let s = {sign}sin(angle);
     if (col < {half}u) {{
-        {lo_store}
+        rope_v = {} * c - {} * s;
     }} else {{
-        {hi_store}
+        rope_v = {} * c + {} * s;
+    }}
     }}",
+        load(x, "i"),
+        load(x, &format!("i + {half}u")),
+        load(x, "i"),
+        load(x, &format!("i - {half}u")),
         hi = hi.join(", "),
         lo = lo.join(", "),
-        lo_store = store(
-            out,
-            "i",
-            &format!("{} * c - {} * s", load(x, "i"), load(x, &format!("i + {half}u")))
-        ),
-        hi_store = store(
-            out,
-            "i",
-            &format!("{} * c + {} * s", load(x, "i"), load(x, &format!("i - {half}u")))
-        ),
-    );
-    Ok(elementwise(n, width, &body, ""))
+    ))
 }
 
 #[cfg(test)]

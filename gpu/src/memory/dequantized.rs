@@ -71,6 +71,7 @@ fn loads_elements(op: &GpuOp) -> bool {
     match op {
         GpuOp::MatMulT { .. }
         | GpuOp::MatMulEpilogue { .. }
+        | GpuOp::ProductPair { .. }
         | GpuOp::Fused { .. }
         | GpuOp::SplitSum { .. } => true,
         GpuOp::NormedProduct { op, .. } | GpuOp::PermutedStore { op, .. } => loads_elements(op),

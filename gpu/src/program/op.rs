@@ -54,6 +54,12 @@ pub enum GpuOp {
     /// and `Input(k)` the step's input `k + 1`. Made by `rewrite::fuse`; `ta` and `tb` read
     /// an operand transposed in place, as `MatMulT` does (set by `rewrite::transposes`).
     MatMulEpilogue { program: Vec<Elem>, ta: bool, tb: bool },
+    /// `[a, b0, b1, extra…]`: two products of the same few rows `a` (at most `SKINNY`) by
+    /// weights stored transposed (`[n, k]` each), combined by `program` as each result is stored:
+    /// `Input(0)` is `a · b0ᵀ`, `Input(1)` `a · b1ᵀ`, `Input(k)` for k ≥ 2 the step's input
+    /// `k + 1`. A gated feed-forward's gate and up projections, `silu(a · gᵀ) · (a · uᵀ)`, in
+    /// one dispatch reading `a` once. Made by `rewrite::product_pairs`.
+    ProductPair { program: Vec<Elem> },
     /// `[x, w, bias?, extra…]`: the convolution `conv` (an `Op::Conv`, over the first
     /// `conv_operands` inputs) followed, element by element of its result, by `program` as a
     /// `MatMulEpilogue`'s: `Input(0)` is the convolution (its bias added), `Input(k)` the
@@ -112,7 +118,15 @@ pub enum GpuOp {
     /// `rewrite::state_in_place` for a state parameter (a KV cache) whose new value is the
     /// scatter and which nothing else reads, so a decoding step writes one token's keys
     /// instead of copying the whole cache twice (into a new value, then back into the state).
-    ScatterInPlace { axis: usize },
+    /// With `rope` (an `Op::Rope`), `[x, src, start, rope's start?]`: src is rotated as it is
+    /// written — the keys' rotary embedding and their cache write one step
+    /// (`rewrite::rope_scatter`).
+    ScatterInPlace { axis: usize, rope: Option<Op> },
+    /// `[q, k, v, mask?, rope's start?]`: `attention` (an `Op::Attention`) of the queries
+    /// rotated by `rope` (an `Op::Rope`), each query element rotated as the decode kernel loads
+    /// it (`kernels/attention/decode.rs`) rather than by a step of its own before it. Made by
+    /// `rewrite::rope_scatter` for a few query rows a head, where that kernel runs.
+    RotatedAttention { attention: Op, rope: Op },
     /// The result of `op`, computed at `shape`, seen as `view` (the same elements in the same
     /// order) and stored permuted by `perm`: `Op::Permute { perm }` of it, without the copy.
     /// `op` is a kernel that stores each result once, at its index, through `kernels::store`
@@ -125,9 +139,11 @@ pub enum GpuOp {
     /// `Op::LayerNorm` or `Op::RmsNorm` over x's last axis (its weight and bias the step's last
     /// inputs), without the normed value in between: the product's kernel computes the
     /// statistics of its tile's rows, then normalises A's panels as it stages them. The norm's
-    /// dispatch and barrier go from before every product that reads it. Made by
+    /// dispatch and barrier go from before every product that reads it. `rounded`: the normed
+    /// value is rounded to this half type before the product reads it (a mixed policy's cast of
+    /// the norm, folded with it; only the few-columns kernel). Made by
     /// `rewrite::normed_products`.
-    NormedProduct { norm: Op, op: Box<GpuOp> },
+    NormedProduct { norm: Op, op: Box<GpuOp>, rounded: Option<mgn_ir::DType> },
 }
 
 impl From<Op> for GpuOp {
@@ -187,8 +203,10 @@ impl GpuOp {
             GpuOp::AttentionStats { .. }
             | GpuOp::AttentionGradWithStats { .. }
             | GpuOp::AttentionOnTiles { .. }
+            | GpuOp::RotatedAttention { .. }
             | GpuOp::ConvSplit { .. }
             | GpuOp::MatMulEpilogue { .. }
+            | GpuOp::ProductPair { .. }
             | GpuOp::ConvEpilogue { .. }
             | GpuOp::MatMulT { .. } => true,
             GpuOp::NormWeightGradPartial { .. }
@@ -273,7 +291,24 @@ impl GpuOp {
                 (1, usize::MAX)
             }
             GpuOp::AttentionProbs { has_mask, .. } => exactly(1 + *has_mask as usize),
-            GpuOp::ScatterInPlace { .. } => exactly(3),
+            GpuOp::ScatterInPlace { rope: None, .. } => exactly(3),
+            // The rope's start is its own input, after the scatter's.
+            GpuOp::ScatterInPlace { rope: Some(Op::Rope { .. }), .. } => (3, 4),
+            GpuOp::ScatterInPlace { rope: Some(op), .. } => {
+                return Err(format!("`{}` is no rotary embedding", op.describe()));
+            }
+            // The rope's start, if any, follows the attention's operands.
+            GpuOp::RotatedAttention {
+                attention: Op::Attention { has_mask, .. },
+                rope: Op::Rope { .. },
+            } => (3 + *has_mask as usize, 4 + *has_mask as usize),
+            GpuOp::RotatedAttention { attention, rope } => {
+                return Err(format!(
+                    "`{}` of a `{}`: not an attention of rotated queries",
+                    attention.describe(),
+                    rope.describe()
+                ));
+            }
             GpuOp::PermutedStore { op, .. } => {
                 // A plan op's inputs are counted by its typing rule.
                 return match op.as_ref() {
@@ -281,7 +316,7 @@ impl GpuOp {
                     op => op.check_input_count(n),
                 };
             }
-            GpuOp::NormedProduct { norm, op } => {
+            GpuOp::NormedProduct { norm, op, .. } => {
                 // The norm's weight and bias follow the product's own inputs.
                 let params = norm_operands(norm)? - 1;
                 let inner = n.checked_sub(params).ok_or("fewer inputs than the norm's")?;
@@ -300,6 +335,11 @@ impl GpuOp {
                 // Input(0) is the product; Input(k) the step's input k + 1.
                 check_program(program, n.saturating_sub(1))?;
                 (2, usize::MAX)
+            }
+            GpuOp::ProductPair { program } => {
+                // Input(0) and Input(1) are the products; Input(k) the step's input k + 1.
+                check_program(program, n.saturating_sub(1))?;
+                (3, usize::MAX)
             }
             GpuOp::ConvEpilogue { conv, program } => {
                 let operands = conv_operands(conv)?;
@@ -372,6 +412,7 @@ impl GpuOp {
             GpuOp::MatMulEpilogue { program, .. } => {
                 format!("matmul_epilogue {}", chain(program))
             }
+            GpuOp::ProductPair { program } => format!("matmul_pair {}", chain(program)),
             GpuOp::ConvEpilogue { conv: head, program }
             | GpuOp::NormEpilogue { norm: head, program } => {
                 let head = head.describe();
@@ -394,11 +435,21 @@ impl GpuOp {
             GpuOp::AttentionProbs { causal, .. } => {
                 format!("attention_probs{}", if *causal { " causal" } else { "" })
             }
-            GpuOp::ScatterInPlace { axis } => format!("slice_scatter axis={axis} in place"),
+            GpuOp::ScatterInPlace { axis, rope } => {
+                let rope =
+                    rope.as_ref().map(|r| format!(" ← {}", r.describe())).unwrap_or_default();
+                format!("slice_scatter axis={axis} in place{rope}")
+            }
+            GpuOp::RotatedAttention { attention, rope } => {
+                format!("{} ← {}", attention.describe(), rope.describe())
+            }
             GpuOp::PermutedStore { op, perm, .. } => {
                 format!("{} → permute {perm:?}", op.describe())
             }
-            GpuOp::NormedProduct { norm, op } => format!("{} ← {}", op.describe(), norm.describe()),
+            GpuOp::NormedProduct { norm, op, rounded } => {
+                let half = rounded.map(|h| format!(" → {h:?}").to_lowercase()).unwrap_or_default();
+                format!("{} ← {}{half}", op.describe(), norm.describe())
+            }
         }
     }
 }

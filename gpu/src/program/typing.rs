@@ -89,10 +89,13 @@ pub(super) fn check_private(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String>
             }
             want(shape, "the product")
         }
-        GpuOp::ScatterInPlace { axis } => {
+        GpuOp::ScatterInPlace { axis, rope: None } => {
             infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, x, out)
                 .map_err(|e| e.to_string())
         }
+        GpuOp::ScatterInPlace { rope: Some(_), .. }
+        | GpuOp::ProductPair { .. }
+        | GpuOp::RotatedAttention { .. } => check_decoding(op, x, out),
         GpuOp::PermutedStore { .. } | GpuOp::NormedProduct { .. } => check_wrapped(op, x, out),
         GpuOp::SplitSum { splits, .. } => {
             let mut partials = o.to_vec();
@@ -126,16 +129,53 @@ fn check_wrapped(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
             }
             Ok(())
         }
-        GpuOp::NormedProduct { norm, op } => {
+        GpuOp::NormedProduct { norm, op, rounded } => {
             if !matches!(norm, Op::LayerNorm { .. } | Op::RmsNorm { .. }) {
                 return Err(format!("`{}` is not a norm over rows", norm.describe()));
             }
             let (inner, params) = x.split_at(x.len() + 1 - super::op::norm_operands(norm)?);
             let normed: Vec<Ty> = [&inner[..1], params].concat();
             infer::check(norm, &normed, inner[0]).map_err(|e| format!("the norm {e}"))?;
-            op.check(inner, out)
+            let mut inner = inner.to_vec();
+            if let Some(h) = rounded {
+                if !h.is_half() || inner[0].0 != mgn_ir::DType::F32 {
+                    return Err(format!("a norm of {:?} rounded to {h:?}", inner[0].0));
+                }
+                // The product reads the rounded value.
+                inner[0].0 = *h;
+            }
+            op.check(&inner, out)
         }
         _ => unreachable!("not a wrapping op"),
+    }
+}
+
+/// `check_private` for decoding's fused steps: a cache write that rotates the keys it writes
+/// or an attention that rotates its queries (`rewrite::rope_scatter`), and a pair of products
+/// (`rewrite::product_pairs`).
+fn check_decoding(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
+    let o = out.1;
+    match op {
+        GpuOp::ScatterInPlace { axis, rope: Some(rope) } => {
+            // The rotation keeps src's type; the scatter then takes it as it took the rope's.
+            let rope_in: Vec<Ty> = [&x[1..2], &x[3..]].concat();
+            infer::check(rope, &rope_in, x[1]).map_err(|e| format!("the rope {e}"))?;
+            infer::check(&mgn_ir::op::Op::SliceScatter { axis: *axis }, &x[..3], out)
+                .map_err(|e| e.to_string())
+        }
+        GpuOp::ProductPair { .. } => {
+            same(o, &product(x, false, true)?, "the first product")?;
+            same(o, &product(&[x[0], x[2]], false, true)?, "the second product")?;
+            x[3..].iter().try_for_each(|t| broadcasts(t.1, o))
+        }
+        GpuOp::RotatedAttention { attention, rope } => {
+            // The rotation keeps q's type; the attention then takes it as it took the rope's.
+            let n = 3 + matches!(attention, Op::Attention { has_mask: true, .. }) as usize;
+            let rope_in: Vec<Ty> = [&x[..1], &x[n..]].concat();
+            infer::check(rope, &rope_in, x[0]).map_err(|e| format!("the rope {e}"))?;
+            infer::check(attention, &x[..n], out).map_err(|e| format!("the attention {e}"))
+        }
+        _ => unreachable!("not a decoding step"),
     }
 }
 

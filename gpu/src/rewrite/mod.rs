@@ -1,7 +1,8 @@
 //! The rewrites a GPU session makes before it plans memory and generates kernels, in order: an
 //! inference plan's dropouts read through (`identity_dropouts`), gathers at counted indices
 //! made slices (`counted_gathers`), state
-//! parameters written in place (`state_in_place`), long attentions through their score matrix
+//! parameters written in place (`state_in_place`), with the keys' rotation where only that
+//! write reads it (`rope_scatter`), long attentions through their score matrix
 //! (`attention_matmul`), the others' statistics computed once (`attention_stats`), norm weight
 //! derivatives and cross-entropy losses split over rows (`norm_partials`, `loss_rows`), an
 //! inference plan's batch norms as element-wise steps (`running_norms`), element-wise fusion
@@ -9,8 +10,10 @@
 //! the ones without a residual computed again for the backward pass (`recompute`), transposes
 //! folded into the products that read them (`transposes`),
 //! weight derivatives over a batch made one product (`batch_grads`), then products and convolutions
-//! that would leave the GPU idle split along k (`split_k`), where asked, row norms computed
-//! by the f32 products that read them (`normed_products`), permutes stored by the steps whose
+//! that would leave the GPU idle split along k (`split_k`), a gate product of a few rows
+//! computed with the product whose epilogue reads it (`product_pairs`), row norms computed
+//! by the f32 products that read them (`normed_products`: a few rows' always, tiled ones
+//! where asked), permutes stored by the steps whose
 //! results they permute (`permuted_stores`), and last half-typed results only
 //! where kernels can write them, and an inference plan's weights held as the halves its
 //! products read (`halves`). Each edits the [`Program`] by step id;
@@ -28,7 +31,9 @@ mod loss_rows;
 mod norm_partials;
 mod normed_products;
 mod permuted_stores;
+mod product_pairs;
 mod recompute;
+mod rope_scatter;
 mod running_norms;
 mod split_k;
 mod state_in_place;
@@ -52,8 +57,9 @@ pub struct Options {
     /// arena 483 → 427 MiB, below PyTorch's peak; `MGN_RECOMPUTE`, its switch, is gone); off
     /// only in tests, to compare.
     pub recompute: bool,
-    /// Which f32 products compute the layer and RMS norms they read (`normed_products`):
-    /// none unless `MGN_NORMED_PRODUCTS` says (`whole`, or `1` for split ones too).
+    /// Which tiled f32 products compute the layer and RMS norms they read
+    /// (`normed_products`): none unless `MGN_NORMED_PRODUCTS` says (`whole`, or `1` for split
+    /// ones too). Products of a few rows (decoding) take theirs whatever it says.
     pub normed_products: NormedProducts,
     /// What the device's kernels are sized for, where the program is made for one: an
     /// attention it can run whole on cooperative matrices stays whole (`attention_matmul`).
@@ -86,10 +92,11 @@ impl Options {
     }
 }
 
-/// Which products compute the norms they read (`normed_products`; `MGN_NORMED_PRODUCTS`).
+/// Which tiled products compute the norms they read (`normed_products`;
+/// `MGN_NORMED_PRODUCTS`); a few rows' always do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormedProducts {
-    /// `0`, or unset: every norm keeps its own dispatch.
+    /// `0`, or unset: every norm a tiled product reads keeps its own dispatch.
     None,
     /// `whole`: products that walk all of k, which take the rows' statistics from the panels
     /// they stage.
@@ -198,6 +205,7 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     identity_dropouts::read_through_dropouts(&mut program);
     counted_gathers::slice_counted_gathers(&mut program, options.dynamic);
     state_in_place::write_state_in_place(&mut program);
+    rope_scatter::fold_rotations(&mut program);
     attention_matmul::materialise_attention(&mut program, options.attention, options.target);
     attention_stats::add_attention_stats(&mut program);
     if !options.dynamic {
@@ -216,10 +224,16 @@ pub fn for_gpu_choosing(plan: &Plan, options: &Options, choices: Choices) -> (Gp
     batch_grads::fold_batch_grads(&mut program);
     split_k::split_products(&mut program);
     split_k::split_convolutions(&mut program);
-    if !options.dynamic && options.normed_products != NormedProducts::None {
+    // Static plans only: the pair's kernel is one for a few rows, which a dynamic size may pass.
+    if !options.dynamic {
+        product_pairs::pair_products(&mut program);
+    }
+    if !options.dynamic {
         normed_products::fold_norms(&mut program, options.normed_products);
     }
     if !options.dynamic {
+        // Static plans only: the kernel that rotates queries is the decode one, for few rows.
+        rope_scatter::fold_query_rotations(&mut program);
         permuted_stores::fold_permutes(&mut program);
     }
     halves::legalize_halves(&mut program);

@@ -44,6 +44,8 @@ fn stores_by_index(op: &GpuOp) -> bool {
         GpuOp::MatMulT { splits, .. } => *splits == 1,
         GpuOp::NormedProduct { op, .. } => stores_by_index(op),
         GpuOp::MatMulEpilogue { .. }
+        | GpuOp::ProductPair { .. }
+        | GpuOp::RotatedAttention { .. }
         | GpuOp::ConvEpilogue { .. }
         | GpuOp::Fused { .. }
         | GpuOp::SplitSum { .. } => true,

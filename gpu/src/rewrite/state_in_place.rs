@@ -27,7 +27,7 @@ pub(super) fn write_state_in_place(program: &mut Program) {
         let holds_param = view.steps[old].op == GpuOp::Plan(Op::Param { index: param });
         let only_reader = def_use.readers[old].as_slice() == [v] && !def_use.result[old];
         if holds_param && only_reader {
-            program.step_mut(view.ids[v as usize]).op = GpuOp::ScatterInPlace { axis };
+            program.step_mut(view.ids[v as usize]).op = GpuOp::ScatterInPlace { axis, rope: None };
         }
     }
 }

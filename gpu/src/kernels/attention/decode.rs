@@ -38,6 +38,7 @@
 
 use super::parts::key_end;
 use super::{fill, kernel, odd, Attn, NEG, SHARED_WORDS};
+use crate::kernels::select::rope_value;
 use crate::kernels::{load, store, KernelSource, Operand};
 
 /// The most query rows per (batch, head) that take this kernel. Each row's workgroup reads all
@@ -81,7 +82,16 @@ impl Geometry {
     /// The geometry for `a` at width `w`, or None when the shape is not one for this kernel.
     fn of(a: &Attn, w: usize) -> Option<Geometry> {
         let groups = a.batch * a.hq * a.tq;
-        if a.tq > MAX_ROWS || groups == 0 || a.d == 0 || a.dv == 0 || !w.is_power_of_two() {
+        if groups == 0 {
+            return None;
+        }
+        Geometry::sized(a.tq, a.d, a.dv, a.tk, w)
+    }
+
+    /// `of` by the sizes alone: `tq` query rows a head, head dims `d` and `dv`, `tk` keys.
+    fn sized(tq: usize, d: usize, dv: usize, tk: usize, w: usize) -> Option<Geometry> {
+        let a = Sizes { tq, d, dv, tk };
+        if a.tq > MAX_ROWS || a.d == 0 || a.dv == 0 || !w.is_power_of_two() {
             return None;
         }
         let pow2 = |n: usize| n.next_power_of_two();
@@ -108,6 +118,28 @@ impl Geometry {
         }
         Some(g)
     }
+}
+
+/// The sizes `Geometry::sized` reads.
+struct Sizes {
+    tq: usize,
+    d: usize,
+    dv: usize,
+    tk: usize,
+}
+
+/// Whether this kernel runs an attention of these sizes (`tq` query rows a head, head dims `d`
+/// and `dv`, `tk` keys) at every workgroup width a device may give it (64 to 256): a step
+/// only this kernel can run (`GpuOp::RotatedAttention`) is made only for those.
+pub(crate) fn decodes(tq: usize, d: usize, dv: usize, tk: usize) -> bool {
+    [64, 128, 256].iter().all(|&w| Geometry::sized(tq, d, dv, tk, w).is_some())
+}
+
+/// A rotary embedding (`Op::Rope`'s fields) the kernel applies to each query word it loads.
+pub(super) struct Rotation {
+    pub theta: f64,
+    pub offset: usize,
+    pub inverse: bool,
 }
 
 /// The WGSL of `forward`, its `$NAME$`s filled there.
@@ -227,6 +259,52 @@ fn unrolled(
 /// kernel (too many query rows, heads too wide for the budget): the tiled forward runs then.
 pub(super) fn forward(a: &Attn, out: &Operand, w: usize) -> Option<KernelSource> {
     let g = Geometry::of(a, w)?;
+    let load_q = load_queries(&g, a.d, |i, off| {
+        format!("qv{i} = {};", load(a.q, &format!("qrow + {off}u")))
+    });
+    Some(kernel_with(a, &g, load_q, out, w))
+}
+
+/// WGSL that declares the query words `qv0`, `qv1`… of the lane and gives each the value
+/// `assign(i, offset)` assigns (the word at `qrow + offset`). Words the lane does not own (past
+/// D) stay 0 and are never multiplied.
+fn load_queries(g: &Geometry, d: usize, assign: impl Fn(usize, usize) -> String) -> String {
+    (0..g.epl)
+        .map(|i| {
+            let off = i * g.tpk;
+            let body = assign(i, off);
+            if (i + 1) * g.tpk <= d {
+                format!("var qv{i} = 0.0;\n    {body}")
+            } else {
+                format!("var qv{i} = 0.0;\n    if (lane + {off}u < {d}u) {{ {body} }}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n    ")
+}
+
+/// `forward` of the queries rotated by `rope` (its run-time start `start`, if any) as they are
+/// loaded (`GpuOp::RotatedAttention`): each query word is `rope_value` of its element, which
+/// reads its partner half a row away, so the rotation costs the kernel a second load a word.
+pub(super) fn rotated(
+    a: &Attn,
+    rope: Rotation,
+    start: Option<&Operand>,
+    out: &Operand,
+    w: usize,
+) -> Option<KernelSource> {
+    let g = Geometry::of(a, w)?;
+    let value = rope_value(rope.theta, rope.offset, rope.inverse, a.q, start).ok()?;
+    // In a block of its own per word, `i` the word's element of q, as `rope_value` reads it.
+    let load_q = load_queries(&g, a.d, |i, off| {
+        format!("{{\n    let i = qrow + {off}u;\n    {value}\n    qv{i} = rope_v;\n    }}")
+    });
+    Some(kernel_with(a, &g, load_q, out, w))
+}
+
+/// The decode kernel of `a` in geometry `g`, its query words loaded by the WGSL `load_q`
+/// (which declares `qv0`, `qv1`… from `qrow`).
+fn kernel_with(a: &Attn, g: &Geometry, load_q: String, out: &Operand, w: usize) -> KernelSource {
     let (d, dv) = (a.d, a.dv);
     let (po, so) = (0, (g.chunk * g.ps()).max(w / g.cw * g.fs()));
     let (ro, lo) = (so + g.chunk, so + g.chunk + w);
@@ -235,19 +313,6 @@ pub(super) fn forward(a: &Attn, out: &Operand, w: usize) -> Option<KernelSource>
         Some(m) => format!(" + {}", load(m, &format!("mbase + qi * {msq}u + kj * {msk}u"))),
         None => String::new(),
     };
-    // Query words the lane does not own (past D) stay 0 and are never multiplied.
-    let load_q = (0..g.epl)
-        .map(|i| {
-            let off = i * g.tpk;
-            let value = load(a.q, &format!("qrow + {off}u"));
-            if (i + 1) * g.tpk <= d {
-                format!("let qv{i} = {value};")
-            } else {
-                format!("var qv{i} = 0.0;\n    if (lane + {off}u < {d}u) {{ qv{i} = {value}; }}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n    ");
     let dot = unrolled(g.epl, g.tpk, d, "lane", |i| {
         format!("dot = dot + qv{i} * {};", load(a.k, &format!("krow + {}u", i * g.tpk)))
     });
@@ -289,5 +354,5 @@ pub(super) fn forward(a: &Attn, out: &Operand, w: usize) -> Option<KernelSource>
             ("STORE", store(out, &format!("(bh * {}u + qi) * {dv}u + x", a.tq), "sum * inv")),
         ],
     );
-    Some(kernel(w, g.words(w), a.batch * a.hq * a.tq, &body))
+    kernel(w, g.words(w), a.batch * a.hq * a.tq, &body)
 }

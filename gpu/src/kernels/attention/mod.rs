@@ -69,6 +69,13 @@ const SHARED_WORDS: usize = 4096;
 /// −FLT_MAX: the "nothing seen yet" maximum (WGSL has no −inf literal).
 const NEG: &str = "-3.4028235e38";
 
+/// Whether the decode kernel (`decode.rs`) runs an attention of queries `q`, keys `k` and
+/// values `v` of these shapes at any workgroup width: the one kernel that rotates the queries
+/// as it loads them (`GpuOp::RotatedAttention`).
+pub(crate) fn decodes(q: &[usize], k: &[usize], v: &[usize]) -> bool {
+    dims(q, k, v).is_ok_and(|d| d.batch * d.hq > 0 && decode::decodes(d.tq, d.d, d.dv, d.tk))
+}
+
 /// Kernels for `Op::Attention` and `Op::AttentionGrad` as compiled, and for the GPU's
 /// `AttentionStats` and `AttentionGradWithStats` (see `Given`).
 pub fn generate(
@@ -108,6 +115,20 @@ pub fn generate(
                 Some(k) => Ok(k),
                 None => forward(&a, out, w),
             }
+        }
+        GpuOp::RotatedAttention {
+            attention: Op::Attention { causal, scale, has_mask },
+            rope: Op::Rope { theta, offset, inverse },
+        } => {
+            let n = 3 + *has_mask as usize;
+            need(n)?;
+            let a = Attn::new(&inputs[..n], *causal, *scale, *has_mask)?;
+            // The queries rotated as the decode kernel loads them: only that kernel does.
+            let rope = decode::Rotation { theta: *theta, offset: *offset, inverse: *inverse };
+            let start = inputs.get(n);
+            decode::rotated(&a, rope, start, out, w).ok_or_else(|| {
+                format!("`{}`: too many query rows or too wide a head to decode", op.describe())
+            })
         }
         GpuOp::AttentionStats { causal, scale, has_mask } => {
             need(2 + *has_mask as usize)?;

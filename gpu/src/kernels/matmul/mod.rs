@@ -28,6 +28,8 @@
 //! return at once, all together, before any barrier.
 
 mod coop;
+mod few_cols;
+mod normed_vector;
 mod packed_rows;
 mod panel_stats;
 mod panels;
@@ -38,6 +40,7 @@ mod tests;
 mod tiled;
 
 use super::{fetch_word, load, store, word_value, Ext, KernelSource, Operand, Target, FILL};
+use few_cols::few_cols;
 use mgn_ir::DType;
 use tiled::tiled;
 
@@ -79,6 +82,9 @@ struct Geometry {
     splits: usize,
     /// A's rows normed as they are staged (`GpuOp::NormedProduct`; only the tiled kernel).
     norm: Option<RowNorm>,
+    /// A `GpuOp::ProductPair`'s second weight, stored as B is (transposed) before the product
+    /// is swapped and as A is after: only the few-columns kernel, swapped.
+    pair: Option<Operand>,
 }
 
 /// A norm over the rows of a product's A (its k axis), computed by the product's kernel
@@ -92,6 +98,9 @@ pub(crate) struct RowNorm {
     pub center: bool,
     pub weight: Option<Operand>,
     pub bias: Option<Operand>,
+    /// The normed value is rounded to this half type before the product reads it (a mixed
+    /// policy's cast; only `normed_vector`).
+    pub rounded: Option<DType>,
 }
 
 impl RowNorm {
@@ -110,7 +119,7 @@ impl RowNorm {
         if params.next().is_some() {
             return Err("more norm parameters than the norm has".into());
         }
-        Ok(RowNorm { eps, center, weight, bias })
+        Ok(RowNorm { eps, center, weight, bias, rounded: None })
     }
 }
 
@@ -230,6 +239,7 @@ impl Geometry {
             alpha: layout.alpha,
             splits: layout.splits.max(1),
             norm: None,
+            pair: None,
         };
         // A shared right operand (a weight) under an unbroadcast left one: the batch items of a
         // (and of the output) lie one after another, so they are just more rows — unless A is
@@ -312,7 +322,9 @@ impl Geometry {
             epilogue: self.epilogue,
             alpha: self.alpha,
             splits: 1,
-            norm: None,
+            // The norm is over A's rows, which are now B's columns (`normed_vector`).
+            norm: self.norm.clone(),
+            pair: self.pair.clone(),
         }
     }
 
@@ -390,6 +402,35 @@ pub(super) fn generate_normed(
     generate_with(inputs, out, target, epilogue, layout, Some(norm))
 }
 
+/// A `GpuOp::ProductPair`: the few rows `inputs[0]` by the transposed weights `inputs[1]` and
+/// `inputs[2]` (of `norm(a)`, where given), both results passed to `epilogue`'s
+/// `fn mgn_epilogue(i: u32, p: f32, q: f32) -> f32`. Only the few-columns kernel, swapped.
+pub(super) fn generate_pair(
+    inputs: &[Operand],
+    out: &Operand,
+    target: Target,
+    epilogue: &str,
+    norm: Option<RowNorm>,
+) -> Result<KernelSource, String> {
+    let width = target.width.max(1) as usize;
+    let layout = Layout { tb: true, ..Layout::PLAIN };
+    let mut g = Geometry::of_layout(&inputs[..2], out, layout)?;
+    let second = Geometry::of_layout(&[inputs[0].clone(), inputs[2].clone()], out, layout)?;
+    let fits = g.m.n <= SKINNY && g.n.n > SKINNY && g.batch.is_empty() && g.k.is_fixed();
+    let packed = inputs[..3].iter().any(|o| o.dtype.is_packed() || o.transposed);
+    if !fits || packed || second.n.n != g.n.n || second.k.n != g.k.n {
+        return Err(format!(
+            "a pair of products of {:?} by {:?}",
+            inputs[0].shape, inputs[1].shape
+        ));
+    }
+    g.norm = norm;
+    g.pair = Some(second.b);
+    let mut k = few_cols(&g.swapped(), width);
+    k.body = format!("{epilogue}{}", k.body);
+    Ok(k)
+}
+
 /// The product `layout` describes, with every result passed to the WGSL function `epilogue`
 /// defines (`fn mgn_epilogue(i: u32, p: f32) -> f32`, the value element `i` is stored as).
 pub(super) fn generate_with(
@@ -427,9 +468,15 @@ fn generate_for(g: Geometry, target: Target) -> Result<KernelSource, String> {
     }
     let skinny = m <= SKINNY || n <= SKINNY;
     if g.norm.is_some() {
-        // Only the tiled kernel stages A, and only a whole matrix of rows: the rewrite makes
-        // normed products of weights that every row shares.
-        if skinny || g.at || !g.batch.is_empty() || g.a.dtype != DType::F32 {
+        // A few normed rows by a transposed weight (one-token decoding): the few-columns
+        // kernel, swapped, finds its columns' statistics first (`normed_vector`).
+        if normed_vector::takes(&g) {
+            return Ok(few_cols(&g.swapped(), width));
+        }
+        // Otherwise only the tiled kernel stages A, and only a whole matrix of rows: the
+        // rewrite makes normed products of weights that every row shares.
+        let rounded = g.norm.as_ref().is_some_and(|n| n.rounded.is_some());
+        if skinny || rounded || g.at || !g.batch.is_empty() || g.a.dtype != DType::F32 {
             return Err(format!("a product of normed rows needs the tiled kernel ({m}×{n})"));
         }
         return Ok(tiled(&g, width, shared));
@@ -542,108 +589,6 @@ fn staged_half(
             ),
         )
     })
-}
-
-/// At most `SKINNY` columns: `rows` rows per workgroup, each split over `lanes` consecutive
-/// invocations that read consecutive k (coalesced along A's rows), summed in shared memory.
-fn few_cols(g: &Geometry, width: usize) -> KernelSource {
-    if let Some(k) = packed_rows::packed_rows(g, width) {
-        return k;
-    }
-    let (m, k, n) = (&g.m, &g.k, g.n.n);
-    let batches = g.batches();
-    // One warp per row reads 128 contiguous bytes per load; more lanes per row (and fewer rows)
-    // when the rows alone would leave the GPU idle, but no more lanes than k has elements.
-    let kp = pow2_at_least(k.n);
-    let mut lanes = width.min(32).min(kp);
-    while lanes < width && lanes < kp && m.n.div_ceil(width / lanes) * batches.n < FILL {
-        lanes *= 2;
-    }
-    let rows = width / lanes;
-    let per_batch = m.div_ceil(rows);
-    let groups = per_batch.mul(&batches);
-    let mut body = String::new();
-    body.push_str(&format!(
-        "let batch = g / {per_batch};\n    \
-        let row = (g % {per_batch}) * {rows}u + t / {lanes}u;\n    \
-        let lane = t % {lanes}u;\n    "
-    ));
-    body.push_str(&g.bases());
-    body.push('\n');
-    for j in 0..n {
-        body.push_str(&format!("    var acc{j} = 0.0;\n"));
-    }
-    // The few columns of B, read by every row: one-token decoding's activation vector by
-    // every row of the weight (49,152 for SmolLM2's head).
-    let staged = staged_half(&g.b, "mm_b", (k, n), width, |e| {
-        g.b_at(&format!("{e} / {n}u"), &format!("{e} % {n}u"))
-    });
-    let b_at = |kk: &str, j: usize| {
-        if staged.is_some() {
-            format!("mm_b[({kk}) * {n}u + {j}u]")
-        } else {
-            load(&g.b, &g.b_at(kk, &format!("{j}u")))
-        }
-    };
-    if let Some((_, stage)) = &staged {
-        body.push_str(stage);
-    }
-    // Rows past the end still take part in the reduction's barriers; they just add nothing.
-    let step = |kk: &str, v: &str| {
-        let mut s = format!("            let {v} = {};\n", load(&g.a, &format!("arow + {kk}")));
-        for j in 0..n {
-            s.push_str(&format!("            acc{j} = acc{j} + {v} * {};\n", b_at(kk, j)));
-        }
-        s
-    };
-    // A of packed halves with rows of whole words (an f16 weight read by one-token decoding):
-    // each lane takes a word, both its elements, so a load moves as many elements as an f32
-    // kernel's two and the product is as bandwidth-bound as its bytes.
-    let pairs = g.a.packs_halves() && k.is_fixed() && k.n.is_multiple_of(2);
-    let step_pair = |kw: &str, v: &str| {
-        let f = fetch_word(&g.a, &format!("arow + 2u * {kw}"));
-        let mut s = format!("            let {v}w = {};\n", f.word);
-        s.push_str(&format!(
-            "            let {v}0 = {};\n",
-            word_value(&g.a, &format!("{v}w"), "0u")
-        ));
-        s.push_str(&format!(
-            "            let {v}1 = {};\n",
-            word_value(&g.a, &format!("{v}w"), "16u")
-        ));
-        for j in 0..n {
-            let (b0, b1) = (b_at(&format!("2u * {kw}"), j), b_at(&format!("2u * {kw} + 1u"), j));
-            s.push_str(&format!("            acc{j} = acc{j} + {v}0 * {b0} + {v}1 * {b1};\n"));
-        }
-        s
-    };
-    body.push_str(&format!("    if (row < {m}) {{\n        let arow = abase + row * {k};\n"));
-    if pairs {
-        body.push_str(&k_loop(&Ext::lit(k.n / 2), lanes, step_pair));
-    } else {
-        body.push_str(&k_loop(k, lanes, step));
-    }
-    body.push_str("    }\n");
-    let mut shared = staged.map(|(decl, _)| decl).unwrap_or_default();
-    if lanes > 1 {
-        shared += &format!("var<workgroup> mm_red: array<f32, {}>;\n", n * width);
-        for j in 0..n {
-            body.push_str(&format!("    mm_red[{}u + t] = acc{j};\n", j * width));
-        }
-        reduce_lanes(&mut body, lanes, 1, n, width);
-        for j in 0..n {
-            body.push_str(&format!("    acc{j} = mm_red[{}u + t];\n", j * width));
-        }
-    }
-    body.push_str(&format!("    if (lane == 0u && row < {m}) {{\n"));
-    for j in 0..n {
-        body.push_str(&format!(
-            "        {}\n",
-            g.store(&g.o_at("row", &format!("{j}u")), &format!("acc{j}"))
-        ));
-    }
-    body.push_str("    }");
-    entry(&shared, width, &groups, &body)
 }
 
 /// At most `SKINNY` rows: `cols` consecutive columns per workgroup, one per invocation, so each
