@@ -27,8 +27,8 @@ pub enum GpuOp {
     AttentionGradWithStats { causal: bool, scale: f64, has_mask: bool, part: GradPart },
     /// `Op::Attention` of f16 q, k and v, run whole with both products on the device's
     /// cooperative matrices (`kernels/attention/coop.rs`; the tiled forwards where the device has
-    /// none). Made by `rewrite::attention_matmul` under `AttentionPath::Tiles` (tests only), for an attention
-    /// nothing differentiates.
+    /// none). Made by `rewrite::attention_matmul` under `AttentionPath::Tiles` (tests only), for an
+    /// attention nothing differentiates.
     AttentionOnTiles { causal: bool, scale: f64, has_mask: bool },
     /// `[x, dy]` → `[⌈R / chunk⌉, D]`: a layer norm's (`center`) or RMS norm's weight derivative
     /// over the last axis (`D`) of `x`'s `R` rows, summed per chunk of `chunk` consecutive rows

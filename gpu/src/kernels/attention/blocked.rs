@@ -26,12 +26,12 @@
 //!
 //! Where it runs: attentions the plan does not take through their score matrix
 //! (`rewrite/attention_matmul.rs`): short sequences, score matrices past that path's budget
-//! (long-context prefill) or past what the device holds (`rewrite::for_device`), and
-//! tests' `AttentionPath::Tiled`. Measured on the H200 (docs/benchmarks/) it runs 2.4–2.6× faster than
-//! the scalar-loop forward it replaced at long sequences, but the score-matrix path is faster
-//! still where it applies (Whisper's attention 116 µs against 235: its products run 8×8 register
-//! blocks at 29 TFLOP/s) and even at 128 positions whole forwards are no faster with this
-//! kernel, so the default path is unchanged.
+//! (long-context prefill) or past what the device holds (`rewrite::for_device`), and tests'
+//! `AttentionPath::Tiled`. Measured on the H200 (docs/benchmarks/) it runs 2.4–2.6× faster than the
+//! scalar-loop forward it replaced at long sequences, but the score-matrix path is faster still
+//! where it applies (Whisper's attention 116 µs against 235: its products run 8×8 register blocks
+//! at 29 TFLOP/s) and even at 128 positions whole forwards are no faster with this kernel, so the
+//! default path is unchanged.
 
 use super::parts::key_end;
 use super::{entry, fill, Attn, NEG};

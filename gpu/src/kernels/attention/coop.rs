@@ -25,13 +25,13 @@
 //! saw no key, as on the CPU). Hidden keys (causal, past the lengths) have no probability at
 //! all; masked ones `e^(−inf) = 0`.
 //!
-//! Where it runs: an attention the rewrite marked `GpuOp::AttentionOnTiles` — under
-//! a test's `AttentionPath::Tiles` (no session takes it), an f16 attention nothing differentiates (an inference plan's), on a
-//! device whose tiles take its heads and whose shared memory holds the blocks
-//! (`runs_on_tensor_cores`). Opt-in because its one timing lost: on an H100 the first version
-//! (K and V loaded one element after another, blocks of 48 keys) ran Whisper's forward 2.2×
-//! slower than the score-matrix path (docs/benchmarks/); the prefetch of the next block is
-//! not yet timed.
+//! Where it runs: an attention the rewrite marked `GpuOp::AttentionOnTiles` — under a test's
+//! `AttentionPath::Tiles` (no session takes it), an f16 attention nothing differentiates (an
+//! inference plan's), on a device whose tiles take its heads and whose shared memory holds the
+//! blocks (`runs_on_tensor_cores`). Opt-in because its one timing lost: on an H100 the first
+//! version (K and V loaded one element after another, blocks of 48 keys) ran Whisper's forward 2.2×
+//! slower than the score-matrix path (docs/benchmarks/); the prefetch of the next block is not yet
+//! timed.
 
 use super::parts::key_end;
 use super::{fill, Attn, NEG};
