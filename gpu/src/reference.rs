@@ -251,10 +251,14 @@ fn decoding(op: &GpuOp, x: &[&Tensor], dtype: DType, shape: &[usize], ctx: &Ctx)
             inputs.extend(&x[3..]);
             run_program(program, &inputs, dtype, shape, ctx)
         }
-        GpuOp::RotatedAttention { attention, rope } => {
+        GpuOp::RotatedAttention { attention, rope, rounded } => {
             let n = 3 + matches!(attention, Op::Attention { has_mask: true, .. }) as usize;
             let rope_in: Vec<&Tensor> = [&x[..1], &x[n..]].concat();
             let q = cpu(rope, &rope_in, x[0].dtype, &x[0].shape, ctx);
+            let q = match rounded {
+                Some(h) => cpu(&Op::Cast, &[&q], *h, &q.shape, ctx),
+                None => q,
+            };
             let operands: Vec<&Tensor> = [&[&q][..], &x[1..n]].concat();
             cpu(attention, &operands, dtype, shape, ctx)
         }

@@ -125,8 +125,10 @@ pub enum GpuOp {
     /// `[q, k, v, mask?, rope's start?]`: `attention` (an `Op::Attention`) of the queries
     /// rotated by `rope` (an `Op::Rope`), each query element rotated as the decode kernel loads
     /// it (`kernels/attention/decode.rs`) rather than by a step of its own before it. Made by
-    /// `rewrite::rope_scatter` for a few query rows a head, where that kernel runs.
-    RotatedAttention { attention: Op, rope: Op },
+    /// `rewrite::rope_scatter` for a few query rows a head, where that kernel runs. `rounded`:
+    /// each rotated query rounded to this half type, as a mixed policy's cast of the rotation
+    /// stored it (the cast folded with the rotation).
+    RotatedAttention { attention: Op, rope: Op, rounded: Option<mgn_ir::DType> },
     /// The result of `op`, computed at `shape`, seen as `view` (the same elements in the same
     /// order) and stored permuted by `perm`: `Op::Permute { perm }` of it, without the copy.
     /// `op` is a kernel that stores each result once, at its index, through `kernels::store`
@@ -301,8 +303,9 @@ impl GpuOp {
             GpuOp::RotatedAttention {
                 attention: Op::Attention { has_mask, .. },
                 rope: Op::Rope { .. },
+                ..
             } => (3 + *has_mask as usize, 4 + *has_mask as usize),
-            GpuOp::RotatedAttention { attention, rope } => {
+            GpuOp::RotatedAttention { attention, rope, .. } => {
                 return Err(format!(
                     "`{}` of a `{}`: not an attention of rotated queries",
                     attention.describe(),
@@ -440,8 +443,9 @@ impl GpuOp {
                     rope.as_ref().map(|r| format!(" ← {}", r.describe())).unwrap_or_default();
                 format!("slice_scatter axis={axis} in place{rope}")
             }
-            GpuOp::RotatedAttention { attention, rope } => {
-                format!("{} ← {}", attention.describe(), rope.describe())
+            GpuOp::RotatedAttention { attention, rope, rounded } => {
+                let half = rounded.map(|h| format!(" → {h:?}").to_lowercase()).unwrap_or_default();
+                format!("{} ← {}{half}", attention.describe(), rope.describe())
             }
             GpuOp::PermutedStore { op, perm, .. } => {
                 format!("{} → permute {perm:?}", op.describe())

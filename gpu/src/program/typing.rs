@@ -168,12 +168,18 @@ fn check_decoding(op: &GpuOp, x: &[Ty], out: Ty) -> Result<(), String> {
             same(o, &product(&[x[0], x[2]], false, true)?, "the second product")?;
             x[3..].iter().try_for_each(|t| broadcasts(t.1, o))
         }
-        GpuOp::RotatedAttention { attention, rope } => {
-            // The rotation keeps q's type; the attention then takes it as it took the rope's.
+        GpuOp::RotatedAttention { attention, rope, rounded } => {
+            // The rotation keeps q's type; the attention then takes it as it took the rope's
+            // (or its cast's, rounded to a half type).
             let n = 3 + matches!(attention, Op::Attention { has_mask: true, .. }) as usize;
             let rope_in: Vec<Ty> = [&x[..1], &x[n..]].concat();
             infer::check(rope, &rope_in, x[0]).map_err(|e| format!("the rope {e}"))?;
-            infer::check(attention, &x[..n], out).map_err(|e| format!("the attention {e}"))
+            if rounded.is_some_and(|h| !h.is_half() || x[0].0 != mgn_ir::DType::F32) {
+                return Err(format!("queries of {:?} rounded to {rounded:?}", x[0].0));
+            }
+            let q = (rounded.unwrap_or(x[0].0), x[0].1);
+            let operands: Vec<Ty> = [&[q][..], &x[1..n]].concat();
+            infer::check(attention, &operands, out).map_err(|e| format!("the attention {e}"))
         }
         _ => unreachable!("not a decoding step"),
     }

@@ -13,8 +13,9 @@
 //! (`GpuOp::RotatedAttention`, the decode kernel's): SmolLM2's decode plan loses a dispatch a
 //! layer. (Its level stays while the cache writes share it.)
 
-use crate::program::{GpuOp, Program};
+use crate::program::{GpuOp, Program, StepId};
 use mgn_ir::op::Op;
+use mgn_ir::DType;
 
 /// Folds each rotation that only a scatter in place reads into that scatter.
 pub(super) fn fold_rotations(program: &mut Program) {
@@ -49,24 +50,38 @@ pub(super) fn fold_query_rotations(program: &mut Program) {
         let s = program.step(id);
         let GpuOp::Plan(attention @ Op::Attention { has_mask, .. }) = &s.op else { continue };
         let n = 3 + *has_mask as usize;
-        let q = s.inputs[0];
+        let only_by = |v: StepId, by: StepId| readers.get(&v).map(Vec::as_slice) == Some(&[by][..]);
+        // The queries, or a mixed policy's cast of them to f16 that only the attention reads.
+        let (mut q, mut rounded, mut by) = (s.inputs[0], None, id);
+        let c = program.step(q);
+        if let (GpuOp::Plan(Op::Cast), DType::F16) = (&c.op, c.dtype) {
+            let x = c.inputs[0];
+            if !only_by(q, id) || program.step(x).dtype != DType::F32 {
+                continue;
+            }
+            (rounded, by, q) = (Some(DType::F16), q, x);
+        }
         let r = program.step(q);
         let GpuOp::Plan(rope @ Op::Rope { .. }) = &r.op else { continue };
         let shape = |k: usize| program.step(s.inputs[k]).shape.as_slice();
         // The rotation's value is needed nowhere else (and is no result).
-        if readers.get(&q).map(Vec::as_slice) != Some(&[id][..])
+        if !only_by(q, by)
             || s.inputs.len() != n
             || !crate::kernels::decodes(shape(0), shape(1), shape(2))
         {
             continue;
         }
-        let op = GpuOp::RotatedAttention { attention: attention.clone(), rope: rope.clone() };
+        let (attention, rope) = (attention.clone(), rope.clone());
+        let op = GpuOp::RotatedAttention { attention, rope, rounded };
         let rope_in = r.inputs.clone();
         let s = program.step_mut(id);
         s.op = op;
         s.inputs[0] = rope_in[0];
         s.inputs.extend(&rope_in[1..]);
         gone.push(q);
+        if by != id {
+            gone.push(by);
+        }
     }
     program.remove(&gone);
 }

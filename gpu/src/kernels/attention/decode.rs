@@ -140,6 +140,8 @@ pub(super) struct Rotation {
     pub theta: f64,
     pub offset: usize,
     pub inverse: bool,
+    /// The half type each rotated word is rounded to (`GpuOp::RotatedAttention`'s `rounded`).
+    pub rounded: Option<mgn_ir::DType>,
 }
 
 /// The WGSL of `forward`, its `$NAME$`s filled there.
@@ -296,8 +298,12 @@ pub(super) fn rotated(
     let g = Geometry::of(a, w)?;
     let value = rope_value(rope.theta, rope.offset, rope.inverse, a.q, start).ok()?;
     // In a block of its own per word, `i` the word's element of q, as `rope_value` reads it.
+    let word = match rope.rounded {
+        Some(h) => crate::halves::round(h, "rope_v"),
+        None => "rope_v".into(),
+    };
     let load_q = load_queries(&g, a.d, |i, off| {
-        format!("{{\n    let i = qrow + {off}u;\n    {value}\n    qv{i} = rope_v;\n    }}")
+        format!("{{\n    let i = qrow + {off}u;\n    {value}\n    qv{i} = {word};\n    }}")
     });
     Some(kernel_with(a, &g, load_q, out, w))
 }

@@ -119,12 +119,14 @@ pub fn generate(
         GpuOp::RotatedAttention {
             attention: Op::Attention { causal, scale, has_mask },
             rope: Op::Rope { theta, offset, inverse },
+            rounded,
         } => {
             let n = 3 + *has_mask as usize;
             need(n)?;
             let a = Attn::new(&inputs[..n], *causal, *scale, *has_mask)?;
             // The queries rotated as the decode kernel loads them: only that kernel does.
-            let rope = decode::Rotation { theta: *theta, offset: *offset, inverse: *inverse };
+            let (theta, offset, inverse, rounded) = (*theta, *offset, *inverse, *rounded);
+            let rope = decode::Rotation { theta, offset, inverse, rounded };
             let start = inputs.get(n);
             decode::rotated(&a, rope, start, out, w).ok_or_else(|| {
                 format!("`{}`: too many query rows or too wide a head to decode", op.describe())
