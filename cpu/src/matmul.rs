@@ -88,6 +88,28 @@ pub(crate) fn by_weight(
     transposed: bool,
     shape: &[usize],
 ) -> KResult<Data> {
+    let (k, n, rows) = weight_product_sizes(x, w, transposed, shape)?;
+    by_float!(&[x, w], T => (|| {
+        let (xv, wv) = (floats::<T>(x, "x")?, floats::<T>(w, "the weight")?);
+        if rows <= STREAMED_ROWS {
+            return Ok(few_rows(&xv, rows, &wv, k, n, transposed));
+        }
+        // W's element (kk, j) lies at j·K + kk when stored [N, K].
+        let b = if transposed { Mat::new(&wv[..], 1, k) } else { Mat::new(&wv[..], n, 1) };
+        let mut out = vec![T::zero(); rows * n];
+        gemm(rows, k, n, T::one(), Mat::new(&xv, k, 1), b, T::zero(), &mut out, n);
+        Ok(out)
+    })())
+}
+
+/// `x[…, k] @ W` (or `@ Wᵀ` when `transposed`) for a weight `[wr, wc]`: its k, its n and x's
+/// rows, once the inner sizes agree and the result is the `shape` the plan expects.
+pub(crate) fn weight_product_sizes(
+    x: &Tensor,
+    w: &Tensor,
+    transposed: bool,
+    shape: &[usize],
+) -> KResult<(usize, usize, usize)> {
     let &[wr, wc] = &w.shape[..] else {
         return err(format!("the weight must be a matrix, not {}{:?}", w.dtype, w.shape));
     };
@@ -100,16 +122,5 @@ pub(crate) fn by_weight(
     let mut out_shape = x.shape[..x.shape.len() - 1].to_vec();
     out_shape.push(n);
     check_shape(&out_shape, shape)?;
-    let rows = numel(&x.shape) / k;
-    by_float!(&[x, w], T => (|| {
-        let (xv, wv) = (floats::<T>(x, "x")?, floats::<T>(w, "the weight")?);
-        if rows <= STREAMED_ROWS {
-            return Ok(few_rows(&xv, rows, &wv, k, n, transposed));
-        }
-        // W's element (kk, j) lies at j·K + kk when stored [N, K].
-        let b = if transposed { Mat::new(&wv[..], 1, k) } else { Mat::new(&wv[..], n, 1) };
-        let mut out = vec![T::zero(); rows * n];
-        gemm(rows, k, n, T::one(), Mat::new(&xv, k, 1), b, T::zero(), &mut out, n);
-        Ok(out)
-    })())
+    Ok((k, n, numel(&x.shape) / k))
 }

@@ -34,16 +34,7 @@ fn packed_matrix(w: &Tensor) -> KResult<(&[u8], usize, usize)> {
 /// decoded tiles (`tiled`) does more work per decoded value than a dot product.
 pub(crate) fn matmul(x: &Tensor, w: &Tensor, transposed: bool, shape: &[usize]) -> KResult<Data> {
     let (bytes, wr, wc) = packed_matrix(w)?;
-    let (k, n) = if transposed { (wc, wr) } else { (wr, wc) };
-    let Some(&xk) = x.shape.last() else { return err("x needs at least one axis") };
-    if xk != k {
-        let w_as = if transposed { format!("[{wr}, {wc}]ᵀ") } else { format!("{:?}", w.shape) };
-        return err(format!("cannot multiply {:?} by {w_as}: inner sizes {xk} and {k}", x.shape));
-    }
-    let mut out_shape = x.shape[..x.shape.len() - 1].to_vec();
-    out_shape.push(n);
-    check_shape(&out_shape, shape)?;
-    let rows = numel(&x.shape) / k;
+    let (_, _, rows) = crate::matmul::weight_product_sizes(x, w, transposed, shape)?;
     let w = Packed { dtype: w.dtype, bytes, rows: wr, cols: wc };
     by_float!(&[x], T => floats::<T>(x, "x").map(|xv| {
         if rows <= STREAMED_ROWS {

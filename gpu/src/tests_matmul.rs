@@ -372,9 +372,7 @@ fn normed_products_match_the_cpu() {
     let bias = vec![Elem::Input(0), Elem::Input(1), Elem::Binary(BinaryOp::Add, 0, 1)];
     let epilogue = GpuOp::MatMulEpilogue { program: bias, ta: false, tb: false };
     let plain = || GpuOp::Plan(Op::MatMul);
-    // (norm, product, x, its rows' offset, b, the product's extra inputs, output)
-    type Case<'a> = (Op, GpuOp, &'a [usize], f32, &'a [usize], Vec<&'a [usize]>, &'a [usize]);
-    let cases: Vec<Case> = vec![
+    let cases: Vec<NormedCase> = vec![
         (ln(true, true), plain(), &[2, 37, 72], 3.0, &[72, 40], vec![], &[2, 37, 40]),
         (ln(false, false), t(0.5, 1, true), &[50, 96], 3.0, &[33, 96], vec![], &[50, 33]),
         (rms(true), t(1.0, 3, false), &[20, 300], 3.0, &[300, 24], vec![], &[3, 20, 24]),
@@ -385,21 +383,7 @@ fn normed_products_match_the_cpu() {
         (ln(false, true), epilogue, &[90, 70], 300.0, &[70, 66], vec![&[66]], &[90, 66]),
         (rms(true), plain(), &[65, 100], 300.0, &[100, 36], vec![], &[65, 36]),
     ];
-    for (c, (norm, op, x, shift, b, extra, out)) in cases.into_iter().enumerate() {
-        let seed = c as u32 * 101;
-        let tensor = |s: &[usize], seed: u32, shift: f32| {
-            let v = values(s.iter().product(), seed).into_iter().map(|v| v + shift).collect();
-            Tensor::f32(s.to_vec(), v)
-        };
-        // Rows far from zero mean: a norm that skipped its centring would show.
-        let mut inputs = vec![tensor(x, seed, shift), tensor(b, seed + 1, 0.0)];
-        inputs.extend(extra.iter().map(|s| tensor(s, seed + 2, 0.0)));
-        let k = *x.last().expect("rows");
-        let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
-        inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
-        let normed = GpuOp::NormedProduct { norm, op: Box::new(op), rounded: None };
-        check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
-    }
+    check_normed_products(cases, 101);
 }
 
 /// Products of a few normed rows by a transposed weight (`GpuOp::NormedProduct` at one-token
@@ -416,9 +400,7 @@ fn normed_products_of_a_few_rows_match_the_cpu() {
     let t = |alpha| GpuOp::MatMulT { ta: false, tb: true, alpha, splits: 1 };
     let bias = vec![Elem::Input(0), Elem::Input(1), Elem::Binary(BinaryOp::Add, 0, 1)];
     let epilogue = GpuOp::MatMulEpilogue { program: bias, ta: false, tb: true };
-    // (norm, product, x, its rows' offset, b, the product's extra inputs, output)
-    type Case<'a> = (Op, GpuOp, &'a [usize], f32, &'a [usize], Vec<&'a [usize]>, &'a [usize]);
-    let cases: Vec<Case> = vec![
+    let cases: Vec<NormedCase> = vec![
         (rms(true), t(1.0), &[1, 1, 576], 0.0, &[40, 576], vec![], &[1, 1, 40]),
         (rms(false), t(0.5), &[8, 96], 3.0, &[33, 96], vec![], &[8, 33]),
         (rms(true), epilogue.clone(), &[2, 1, 300], 3.0, &[66, 300], vec![&[66]], &[2, 1, 66]),
@@ -426,20 +408,7 @@ fn normed_products_of_a_few_rows_match_the_cpu() {
         (ln(false, false), t(1.0), &[5, 1000], 3.0, &[17, 1000], vec![], &[5, 17]),
         (ln(true, false), epilogue, &[3, 64], 300.0, &[9, 64], vec![&[9]], &[3, 9]),
     ];
-    for (c, (norm, op, x, shift, b, extra, out)) in cases.into_iter().enumerate() {
-        let seed = c as u32 * 103;
-        let tensor = |s: &[usize], seed: u32, shift: f32| {
-            let v = values(s.iter().product(), seed).into_iter().map(|v| v + shift).collect();
-            Tensor::f32(s.to_vec(), v)
-        };
-        let mut inputs = vec![tensor(x, seed, shift), tensor(b, seed + 1, 0.0)];
-        inputs.extend(extra.iter().map(|s| tensor(s, seed + 2, 0.0)));
-        let k = *x.last().expect("rows");
-        let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
-        inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
-        let normed = GpuOp::NormedProduct { norm, op: Box::new(op), rounded: None };
-        check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
-    }
+    check_normed_products(cases, 103);
 }
 
 /// A mixed policy's one-token products: an RMS norm (and a layer norm of 8 rows) cast to f16
@@ -556,5 +525,29 @@ fn gate_and_up_products_as_one_pair_match_the_plan_as_compiled() {
         let Some(mut gpu) = super::test_util::open(plan, &[]) else { return };
         let got = gpu.run(&given, 0).expect("gpu runs").outputs.remove(0).1;
         assert_close(&Op::MatMul, &got, &want, 1e-4);
+    }
+}
+
+/// (norm, product, x, its rows' offset, b, the product's extra inputs, output)
+type NormedCase<'a> =
+    (Op, crate::program::GpuOp, &'a [usize], f32, &'a [usize], Vec<&'a [usize]>, &'a [usize]);
+
+/// Each case's `GpuOp::NormedProduct` on the GPU against the CPU, x's rows shifted by the case's
+/// offset (rows far from zero mean: a norm that skipped its centring would show), the norm's
+/// weight near 1 and its bias near 0.
+fn check_normed_products(cases: Vec<NormedCase>, seed_step: u32) {
+    for (c, (norm, op, x, shift, b, extra, out)) in cases.into_iter().enumerate() {
+        let seed = c as u32 * seed_step;
+        let tensor = |s: &[usize], seed: u32, shift: f32| {
+            let v = values(s.iter().product(), seed).into_iter().map(|v| v + shift).collect();
+            Tensor::f32(s.to_vec(), v)
+        };
+        let mut inputs = vec![tensor(x, seed, shift), tensor(b, seed + 1, 0.0)];
+        inputs.extend(extra.iter().map(|s| tensor(s, seed + 2, 0.0)));
+        let k = *x.last().expect("rows");
+        let params = crate::program::norm_operands(&norm).expect("a norm") - 1;
+        inputs.extend((0..params).map(|p| tensor(&[k], seed + 3 + p as u32, 1.0 - p as f32)));
+        let normed = crate::program::GpuOp::NormedProduct { norm, op: Box::new(op), rounded: None };
+        check_on_both(&normed, &inputs, DType::F32, out, 1e-4);
     }
 }
