@@ -51,6 +51,8 @@ def sync():
 
 @torch.no_grad()
 def decode(model, prompt, new, cache, step):
+    """Greedy decoding of `new` tokens after `prompt` (one sequence or a batch, one token a
+    sequence a step): prefill seconds, each step's seconds, and the first sequence's ids."""
     P = prompt.shape[1]
     sync()
     t0 = time.perf_counter()
@@ -59,7 +61,7 @@ def decode(model, prompt, new, cache, step):
     tok = out.logits[:, -1].argmax(-1, keepdim=True)
     sync()
     prefill = time.perf_counter() - t0
-    ids, times = [int(tok)], []
+    ids, times = [int(tok[0])], []
     for i in range(new - 1):
         pos = torch.tensor([P + i], device=prompt.device)
         sync()
@@ -68,7 +70,7 @@ def decode(model, prompt, new, cache, step):
         tok = logits[:, -1].argmax(-1, keepdim=True)
         sync()
         times.append(time.perf_counter() - t)
-        ids.append(int(tok))
+        ids.append(int(tok[0]))
     return prefill, times, ids
 
 
@@ -160,31 +162,12 @@ def batch_rows(args, model, half, dev):
         compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
         times = []
         for r in range(args.repeat + 1):
-            _, t, _ = decode_batch(m, prompt, args.new, static_cache(
+            _, t, _ = decode(m, prompt, args.new, static_cache(
                 m, args.cache, dev, batch=n, dtype=dtype), compiled)
             if r > 0:
                 times.extend(t)
         ms = statistics.median(times) * 1e3
         print(f"torch batch {n} {name} compile: per step {ms:.3f} ms, {n / ms * 1e3:.0f} tokens/s")
-
-
-@torch.no_grad()
-def decode_batch(model, prompt, new, cache, step):
-    """`decode` for a batch of prompts: greedy, every sequence one token per step."""
-    P = prompt.shape[1]
-    out = model(input_ids=prompt, past_key_values=cache, use_cache=True,
-                cache_position=torch.arange(P, device=prompt.device))
-    tok = out.logits[:, -1].argmax(-1, keepdim=True)
-    times = []
-    for i in range(new - 1):
-        pos = torch.tensor([P + i], device=prompt.device)
-        sync()
-        t = time.perf_counter()
-        logits = step(tok, cache, pos)
-        tok = logits[:, -1].argmax(-1, keepdim=True)
-        sync()
-        times.append(time.perf_counter() - t)
-    return None, times, None
 
 
 if __name__ == "__main__":
